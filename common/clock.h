@@ -1,0 +1,16 @@
+/* clock.h - monotonic time for latency, liveness and benchmarks.
+ *
+ * Only CLOCK_MONOTONIC: never wall time for durations or liveness (ARCHITECTURE.md contract).
+ */
+#ifndef TANDEM_COMMON_CLOCK_H
+#define TANDEM_COMMON_CLOCK_H
+
+#include <stdint.h>
+
+/* tdm_clock_now_ns - CLOCK_MONOTONIC in nanoseconds since an arbitrary fixed point. */
+uint64_t tdm_clock_now_ns(void);
+
+/* tdm_clock_elapsed_ms - milliseconds (fractional) since t_start_ns, from tdm_clock_now_ns(). */
+double tdm_clock_elapsed_ms(uint64_t t_start_ns);
+
+#endif

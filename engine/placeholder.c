@@ -1,0 +1,2 @@
+/* placeholder.c - removed once engine modules exist. */
+typedef int engine_placeholder_t;
