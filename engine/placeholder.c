@@ -1,2 +1,0 @@
-/* placeholder.c - removed once engine modules exist. */
-typedef int engine_placeholder_t;
