@@ -47,6 +47,15 @@ def rmsnorm(x, gamma, eps):
     return bf((x * r[..., None]) * gamma)
 
 
+def dot64(a, b):
+    """a @ b with the products accumulated in float64, rounded once to FP32.
+
+    MODEL.md leaves the FP32 summation order open (12.6); accumulating in double and rounding
+    once gives the correctly rounded FP32 result in all but ~1e-9 of cases, and makes the
+    reference independent of batch shape / BLAS blocking (layer-major == token-by-token)."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(F32)
+
+
 def qa8(x):
     """Q_act8 QDQ (R4): the FP32 operand of an FP8/FP4-weight GEMM."""
     return nx.q_act8(x)[0]
@@ -136,7 +145,7 @@ class Model:
         base = w.f32(self.P(l) + "hc_%s_base" % site, (n,))
         sc = w.f32(self.P(l) + "hc_%s_scale" % site, (3,))
         xf = X.reshape(T, m * H)
-        mix = (xf @ Fw.T) * rms_scale(xf, self.eps)[:, None]          # FP32 mix
+        mix = dot64(xf, Fw.T) * rms_scale(xf, self.eps)[:, None]          # FP32 mix
         pre = sigmoid(mix[:, :m] * sc[0] + base[:m]) + self.hc_eps
         post = F32(2) * sigmoid(mix[:, m:2 * m] * sc[1] + base[m:2 * m])
         C = (mix[:, 2 * m:] * sc[2] + base[2 * m:]).reshape(T, m, m)   # C_ij, i rows
@@ -152,28 +161,29 @@ class Model:
     @staticmethod
     def collapse(pre, X):
         """y = BF16(sum_i pre_i X_i) (R2)."""
-        return bf(np.matmul(pre[:, None, :], X)[:, 0, :])
+        return bf(dot64(pre[:, None, :], X)[:, 0, :])
 
     @staticmethod
     def hc_update(post, F_out, M, X):
         """X'_j = BF16(post_j F_out + sum_i M_ij X_i) (R1)."""
-        mixed = np.matmul(np.transpose(M, (0, 2, 1)), X)               # [T, j, H]
+        mixed = dot64(np.transpose(M, (0, 2, 1)), X)               # [T, j, H]
         return bf(post[:, :, None] * F_out[:, None, :] + mixed)
 
     # ------------------------------------------------------------------------------------------
     # 5.6 Engram
-    def engram_update(self, l, X, ids):
+    def engram_update(self, l, X, rows):
+        """X [T, m, H] updated by Engram layer l; rows [T, (N-1)h_e] = table rows
+        (EngramTables.rows over the token history)."""
         cfg, w = self.cfg, self.w
         m, H = cfg.m, cfg.H
         T = X.shape[0]
         N, he, de = cfg.engram_max_ngram_size, cfg.engram_n_heads, cfg.engram_head_dim
         li = cfg.engram_index[l]
-        rows = self.engram.rows(l, ids)                                  # [T, (N-1)h_e]
         codes, scales = w.engram_table(l, cfg.engram_num_embeddings[li])
         e = nx.dequant_rows32(codes[rows.ravel()], scales[rows.ravel()])  # R9: exact
         e = e.reshape(T, (N - 1) * he * de)
         Wkv = w.fp8(self.P(l) + "engram.wkv.weight", ((m + 1) * H, (N - 1) * he * de))
-        kv = bf(qa8(e) @ Wkv.T)                                          # R3/R4
+        kv = bf(dot64(qa8(e), Wkv.T))                                    # R3/R4
         keys = kv[:, :m * H].reshape(T, m, H)
         value = kv[:, m * H:]
         qw = w.bf16(self.P(l) + "engram.q_weight", (m, H))
@@ -186,62 +196,78 @@ class Model:
 
     # ------------------------------------------------------------------------------------------
     # 5.3 compressor
-    def compressor(self, l, x):
-        """Rows of KV source l from its normed attention input x [T, H]:
-        (c_hat FP32 [n, d] (Q_ckv QDQ), latent c BF16 [n, d])."""
+    def comp_ab(self, l, x):
+        """Per-token compressor projections of KV source l: a = W_ckv x (FP32 at ratio 2,
+        BF16 at ratio 1), b = W_cg x (FP32, ratio 2 only, else None)."""
         cfg, w = self.cfg, self.w
-        d, H = cfg.d, cfg.H
+        Wckv = w.bf16(self.P(l) + "attn.compressor.wkv.weight", (cfg.d, cfg.H))
+        if cfg.ratios[l] == 2:
+            Wcg = w.bf16(self.P(l) + "attn.compressor.wgate.weight", (cfg.d, cfg.H))
+            return dot64(x, Wckv.T), dot64(x, Wcg.T)                    # FP32 (R3 exception)
+        return bf(dot64(x, Wckv.T)), None                                # R3
+
+    def comp_rows(self, l, a, b, row_idx):
+        """Rows row_idx [n] from grouped projections a, b [n, r, d]:
+        (c_hat FP32 [n, d] = Q_ckv QDQ of the roped row, latent c BF16 [n, d])."""
+        cfg, w = self.cfg, self.w
         r = cfg.ratios[l]
-        T = x.shape[0]
-        Wckv = w.bf16(self.P(l) + "attn.compressor.wkv.weight", (d, H))
         if r == 2:
-            n = T // 2
-            Wcg = w.bf16(self.P(l) + "attn.compressor.wgate.weight", (d, H))
-            xs = x[:2 * n]
-            a = (xs @ Wckv.T).reshape(n, 2, d)                          # FP32 (R3 exception)
-            b = (xs @ Wcg.T).reshape(n, 2, d)
-            b = b - np.max(b, axis=1, keepdims=True)
-            eb = np.exp(b)
-            wgt = eb / np.sum(eb, axis=1, keepdims=True)
+            bm = b - np.max(b, axis=1, keepdims=True)
+            eb = np.exp(bm)
+            wgt = eb / np.sum(eb, axis=1, keepdims=True)                # softmax over the group
             v = bf(np.sum(wgt * a, axis=1, dtype=F32))
         else:
-            n = T
-            v = bf(x @ Wckv.T)                                          # R3
-        gamma = w.bf16(self.P(l) + "attn.compressor.norm.weight", (d,))
+            v = a[:, 0, :]                                               # already BF16
+        gamma = w.bf16(self.P(l) + "attn.compressor.norm.weight", (cfg.d,))
         c = rmsnorm(v, gamma, self.eps)                                  # latent, pre-RoPE
-        pos = r * np.arange(n)
+        pos = r * np.asarray(row_idx, np.int64)
         c_hat = nx.q_ckv(self.rope(l).apply(c, pos))[0]                  # R5, R6
         return c_hat, c
 
-    def index_keys(self, l, c):
+    def compressor(self, l, x):
+        """All complete rows of KV source l from its normed attention input x [T, H]."""
+        r = self.cfg.ratios[l]
+        n = x.shape[0] // r
+        a, b = self.comp_ab(l, x[:n * r])
+        d = a.shape[-1]
+        return self.comp_rows(l, a.reshape(n, r, d), None if b is None else b.reshape(n, r, d),
+                              np.arange(n))
+
+    def index_keys(self, l, c, row_idx):
+        """k^I_j = Q_mx4(BF16(RoPE(BF16(RMSNorm(BF16(W_k c_j); k_norm)), r j))), FP32 QDQ."""
         cfg, w = self.cfg, self.w
         dI = cfg.index_head_dim
         r = cfg.ratios[l]
         Wk = w.bf16(self.P(l) + "attn.indexer.wk.weight", (dI, cfg.d))
         kn = w.bf16(self.P(l) + "attn.indexer.k_norm.weight", (dI,))
-        k = rmsnorm(bf(c @ Wk.T), kn, self.eps)
-        pos = r * np.arange(c.shape[0])
+        k = rmsnorm(bf(dot64(c, Wk.T)), kn, self.eps)
+        pos = r * np.asarray(row_idx, np.int64)
         return nx.q_mx4(self.rope(l).apply(k, pos))[0]
 
     # ------------------------------------------------------------------------------------------
     # 5.4 indexer and selection
-    def index_scores(self, l, qr, x, keys, nvis):
-        """sigma_t(j) FP32 [T, n] (-inf for j >= n_c(t)) from layer l's own index query."""
+    def index_query(self, l, qr, x, pos):
+        """(q^I FP32 QDQ [T, H_I, d_I], weights w FP32 [T, H_I]) of layer l at positions pos."""
         cfg, w = self.cfg, self.w
         HI, dI = cfg.index_n_heads, cfg.index_head_dim
         T = x.shape[0]
         Wq = w.fp8(self.P(l) + "attn.indexer.wq_b.weight", (HI * dI, cfg.q_lora_rank))
         Wp = w.bf16(self.P(l) + "attn.indexer.weights_proj.weight", (HI, cfg.H))
-        q = bf(qa8(qr) @ Wq.T).reshape(T, HI, dI)                        # 12.3
-        q = self.rope(l).apply(q, np.arange(T))
-        q = nx.q_mx4(q)[0]
-        wts = bf(x @ Wp.T) * F32(dI ** -0.5) * F32(HI ** -0.5)           # [T, H_I]
+        q = bf(dot64(qa8(qr), Wq.T)).reshape(T, HI, dI)                  # 12.3
+        q = nx.q_mx4(self.rope(l).apply(q, pos))[0]                      # R5, R6
+        wts = bf(dot64(x, Wp.T)) * F32(dI ** -0.5) * F32(HI ** -0.5)
+        return q, wts.astype(F32)
+
+    @staticmethod
+    def index_scores(q, wts, keys, nvis):
+        """sigma_t(j) = sum_h w_h max(0, q_h . k_j) FP32 [T, n]; -inf for j >= n_c(t)."""
+        T = q.shape[0]
         n = keys.shape[0]
         if n == 0:
             return np.zeros((T, 0), F32)
-        dots = np.matmul(q, keys.T[None, :, :])                          # [T, H_I, n]
+        dots = dot64(q, keys.T[None, :, :])                              # [T, H_I, n]
         sc = np.sum(wts[:, :, None] * np.maximum(dots, F32(0)), axis=1, dtype=F32)
-        vis = np.arange(n)[None, :] < nvis[:, None]
+        vis = np.arange(n)[None, :] < np.asarray(nvis)[:, None]
         return np.where(vis, sc, NEG_INF).astype(F32)
 
     def candidate_pool(self, scores, nvis):
@@ -286,89 +312,104 @@ class Model:
         ar = np.arange(k)[None, :]
         sel = np.where(small[:, None], np.where(ar < nvis[:, None], ar, -1), sel)
         gap = np.where(small, np.inf, gap)
-        sel = np.where(sel < 0, np.iinfo(np.int64).max, sel)
-        sel = np.sort(sel, axis=1)
-        sel = np.where(sel == np.iinfo(np.int64).max, -1, sel)
-        out[:, :k] = sel
+        big = np.iinfo(np.int64).max
+        sel = np.sort(np.where(sel < 0, big, sel), axis=1)
+        out[:, :k] = np.where(sel == big, -1, sel)
         return out, gap
+
+    def selection_step(self, l, qr, x, pos, ctx, res):
+        """Selection S(t) used by ratio>0 layer l for queries at pos; publishes rows the
+        index sources compute. Reads ctx.ikeys / ctx.pool / ctx.sel of the source layers
+        (the pool and selections of the same query positions)."""
+        cfg = self.cfg
+        role = cfg.role[l]
+        src = cfg.kv_src[l]
+        nvis = np.minimum(n_c(pos, cfg.ratios[l]), ctx.ikeys[src].shape[0]) \
+            if role in ("Full", "Reindex") else None
+        if role in ("Full", "Reindex"):
+            qI, wts = self.index_query(l, qr, x, pos)
+            sc = self.index_scores(qI, wts, ctx.ikeys[src], nvis)
+            if l == cfg.candidate_source:
+                ctx.pool[l] = self.candidate_pool(sc, nvis)
+            if l in cfg.candidate_consumers:
+                sc = np.where(ctx.pool[cfg.candidate_source], sc, NEG_INF).astype(F32)
+            own, gap = self.select(sc, nvis)
+            ctx.sel[l] = own
+            res.sel_own, res.sel_gap = own, gap
+            return own
+        return ctx.sel[cfg.idx_src[l]]
 
     # ------------------------------------------------------------------------------------------
     # 5.2 attention
-    def attention(self, l, x, ctx, res, lo=0, sel_override=None):
+    def attn_qkv(self, l, x, pos):
+        """(qr BF16 [T, r_q], q BF16 roped [T, n_h, d], k_hat FP32 Q_swa QDQ [T, d])."""
         cfg, w = self.cfg, self.w
         P = self.P(l)
         T = x.shape[0]
         H, nh, d, rq = cfg.H, cfg.n_h, cfg.d, cfg.q_lora_rank
-        G, ro = cfg.o_groups, cfg.o_lora_rank
-        W = cfg.W
-        r = cfg.ratios[l]
         rope = self.rope(l)
-        pos = np.arange(T)
-
         xq = qa8(x)                                                      # R4
         Wqa = w.fp8(P + "attn.wq_a.weight", (rq, H))
         Wqb = w.fp8(P + "attn.wq_b.weight", (nh * d, rq))
         Wkv = w.fp8(P + "attn.wkv.weight", (d, H))
-        qr = rmsnorm(bf(xq @ Wqa.T), w.bf16(P + "attn.q_norm.weight", (rq,)), self.eps)
-        q = bf(qa8(qr) @ Wqb.T).reshape(T, nh, d)
+        qr = rmsnorm(bf(dot64(xq, Wqa.T)), w.bf16(P + "attn.q_norm.weight", (rq,)), self.eps)
+        q = bf(dot64(qa8(qr), Wqb.T)).reshape(T, nh, d)
         q = rope.apply(q, pos)                                           # R5
-        kv = rmsnorm(bf(xq @ Wkv.T), w.bf16(P + "attn.kv_norm.weight", (d,)), self.eps)
+        kv = rmsnorm(bf(dot64(xq, Wkv.T)), w.bf16(P + "attn.kv_norm.weight", (d,)), self.eps)
         k_hat = nx.q_swa(rope.apply(kv, pos))[0]                         # R5, R6
+        return qr, q, k_hat
 
-        # compressed rows and selection
-        sel = np.full((T, cfg.k_I), -1, np.int64)
-        rows = np.zeros((0, d), F32)
-        if r > 0:
-            role = cfg.role[l]
-            src = cfg.kv_src[l]
-            if src == l:
-                c_hat, c = self.compressor(l, x)
-                ctx.rows[l] = c_hat
-                ctx.ikeys[l] = self.index_keys(l, c)
-            rows = ctx.rows[src]
-            nvis = np.minimum(n_c(pos, r), rows.shape[0])
-            if role in ("Full", "Reindex"):
-                sc = self.index_scores(l, qr, x, ctx.ikeys[src], nvis)
-                if l == cfg.candidate_source:
-                    ctx.pool[l] = self.candidate_pool(sc, nvis)
-                if l in cfg.candidate_consumers:
-                    sc = np.where(ctx.pool[cfg.candidate_source], sc, NEG_INF).astype(F32)
-                own, gap = self.select(sc, nvis)
-                ctx.sel[l] = own
-                res.sel_own, res.sel_gap = own, gap
-                sel = own
-            else:
-                sel = ctx.sel[cfg.idx_src[l]]
-            if sel_override is not None:
-                sel = np.asarray(sel_override, np.int64)
-        res.sel = sel
-
-        # key set: window entries max(t-W+1, lo)..t, then selected compressed rows
-        widx = pos[:, None] - (W - 1) + np.arange(W)[None, :]
-        wvalid = widx >= max(lo, 0)
-        Kw = k_hat[np.clip(widx, 0, None)]
-        if rows.shape[0] > 0:
-            cvalid = sel >= 0
-            Kc = rows[np.clip(sel, 0, rows.shape[0] - 1)]
-            Kall = np.concatenate([Kw, Kc], axis=1)
-            valid = np.concatenate([wvalid, cvalid], axis=1)
-        else:
-            Kall, valid = Kw, wvalid
-        z = np.matmul(q, np.transpose(Kall, (0, 2, 1))) * F32(1.0 / math.sqrt(d))  # [T,nh,E]
+    def attn_core(self, l, q, K, valid, pos):
+        """Per query t (row of q [T, n_h, d]) over its key set K [T, E, d] (valid [T, E]):
+        sink softmax, P.V, inverse RoPE, grouped wo_a, Q_act8, wo_b -> BF16 [T, H]."""
+        cfg, w = self.cfg, self.w
+        P = self.P(l)
+        T = q.shape[0]
+        H, nh, d, G, ro = cfg.H, cfg.n_h, cfg.d, cfg.o_groups, cfg.o_lora_rank
+        z = dot64(q, np.transpose(K, (0, 2, 1))) * F32(1.0 / math.sqrt(d))   # [T, n_h, E]
         z = np.where(valid[:, None, :], z, NEG_INF)
         mu = np.max(z, axis=2, keepdims=True)
         ez = np.exp(z - mu)
         sink = w.f32(P + "attn.attn_sink", (nh,))
-        den = np.sum(ez, axis=2, keepdims=True, dtype=F32) + np.exp(sink[None, :, None] - mu)
+        den = np.sum(ez, axis=2, keepdims=True, dtype=np.float64).astype(F32) + \
+            np.exp(sink[None, :, None] - mu)
         p = (ez / den).astype(F32)
-        o = bf(np.matmul(p, Kall))                                       # R7
-        o = rope.apply(o, pos, inverse=True)                             # R5
+        o = bf(dot64(p, K))                                              # R7
+        o = self.rope(l).apply(o, pos, inverse=True)                     # R5
         Woa = w.fp8(P + "attn.wo_a.weight", (G * ro, nh * d // G)).reshape(G, ro, nh * d // G)
         og = o.reshape(T, G, nh * d // G)
-        a = bf(np.einsum("tgk,grk->tgr", og, Woa, optimize=False).astype(F32))  # BF16 operands
-        a = a.reshape(T, G * ro)
+        a = bf(dot64(og[:, :, None, :], np.transpose(Woa, (0, 2, 1))[None])[:, :, 0, :])
         Wob = w.fp8(P + "attn.wo_b.weight", (H, G * ro))
-        return bf(qa8(a) @ Wob.T)
+        return bf(dot64(qa8(a.reshape(T, G * ro)), Wob.T))              # R4 on a, not on o
+
+    def attention(self, l, x, ctx, res, lo=0, sel_override=None):
+        """Attention of layer l for all positions 0..T-1 of x [T, H] (the normed input)."""
+        cfg = self.cfg
+        T = x.shape[0]
+        d, W, r = cfg.d, cfg.W, cfg.ratios[l]
+        pos = np.arange(T)
+        qr, q, k_hat = self.attn_qkv(l, x, pos)
+        sel = np.full((T, cfg.k_I), -1, np.int64)
+        rows = np.zeros((0, d), F32)
+        if r > 0:
+            if cfg.kv_src[l] == l:                                       # publish rows, keys
+                c_hat, c = self.compressor(l, x)
+                ctx.rows[l] = c_hat
+                ctx.ikeys[l] = self.index_keys(l, c, np.arange(c.shape[0]))
+            rows = ctx.rows[cfg.kv_src[l]]
+            sel = self.selection_step(l, qr, x, pos, ctx, res)
+            if sel_override is not None:
+                sel = np.asarray(sel_override, np.int64)
+        res.sel = sel
+        # key set K(t): window entries max(t-W+1, lo)..t, then the selected compressed rows
+        widx = pos[:, None] - (W - 1) + np.arange(W)[None, :]
+        wvalid = widx >= max(lo, 0)
+        K = k_hat[np.clip(widx, 0, None)]
+        valid = wvalid
+        if rows.shape[0] > 0:
+            K = np.concatenate([K, rows[np.clip(sel, 0, rows.shape[0] - 1)]], axis=1)
+            valid = np.concatenate([wvalid, sel >= 0], axis=1)
+        return self.attn_core(l, q, K, valid, pos)
 
     # ------------------------------------------------------------------------------------------
     # 5.5 MoE
@@ -381,7 +422,7 @@ class Model:
         rho = F32(cfg.routed_scaling_factor)
         Wg = w.bf16(P + "ffn.gate.weight", (E, H))
         bias = w.f32(P + "ffn.gate.bias", (E,))
-        logits = x @ Wg.T                                                # FP32 (R3 exception)
+        logits = dot64(x, Wg.T)                                                # FP32 (R3 exception)
         with np.errstate(over="ignore"):
             s = np.sqrt(np.logaddexp(F32(0), logits)).astype(F32)       # sqrt(softplus)
         biased = (s + bias[None, :]).astype(F32)
@@ -400,13 +441,13 @@ class Model:
         xq = qa8(x)                                                      # R4
 
         def expert(W1, W3, W2, rows, scale):
-            g = bf(xq[rows] @ W1.T)
-            u = bf(xq[rows] @ W3.T)
+            g = bf(dot64(xq[rows], W1.T))
+            u = bf(dot64(xq[rows], W3.T))
             with np.errstate(over="ignore"):
                 gm = np.minimum(g, lam)
                 h = (gm * sigmoid(gm)) * np.clip(u, -lam, lam)          # FP32
             h = h * scale[:, None]                                       # routing weight
-            return bf(qa8(bf(h)) @ W2.T)                                 # R8
+            return bf(dot64(qa8(bf(h)), W2.T))                                 # R8
 
         acc = np.zeros((T, H), F32)
         for e in range(E):
@@ -439,7 +480,7 @@ class Model:
         res.x_in = X
         res.pre_in = pre_prev
         if l in cfg.engram_index:
-            X = self.engram_update(l, X, ctx.ids)
+            X = self.engram_update(l, X, self.engram.rows(l, ctx.ids))
         pre_a, post_a, M_a = self.hc_mix(l, "attn", X)
         y = self.collapse(pre_prev, X)
         xn = rmsnorm(y, w.bf16(P + "attn_norm.weight", (cfg.H,)), self.eps)
@@ -472,7 +513,7 @@ class Model:
         cfg, w = self.cfg, self.w
         h = self.collapse(pre, X)
         hn = rmsnorm(h, w.bf16("norm.weight", (cfg.H,)), self.eps)
-        return (hn @ w.bf16("head.weight", (cfg.V, cfg.H)).T).astype(F32)  # FP32 logits
+        return dot64(hn, w.bf16("head.weight", (cfg.V, cfg.H)).T)  # FP32 logits
 
     def forward(self, ids, keep_layers=True, lo=0):
         """Oracle forward over the prompt: (logits [T, V] FP32, [LayerResult per layer])."""
