@@ -53,7 +53,14 @@ def dot64(a, b):
     MODEL.md leaves the FP32 summation order open (12.6); accumulating in double and rounding
     once gives the correctly rounded FP32 result in all but ~1e-9 of cases, and makes the
     reference independent of batch shape / BLAS blocking (layer-major == token-by-token)."""
+    if ACCUM == "f32":                 # test-only: plain FP32 accumulation (BLAS order)
+        return np.matmul(a.astype(F32), b.astype(F32)).astype(F32)
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(F32)
+
+
+# "f64" (default): products accumulated in double, rounded once. "f32": numpy/BLAS FP32
+# accumulation - a second, equally valid order, used to emulate another implementation.
+ACCUM = "f64"
 
 
 def qa8(x):
@@ -85,6 +92,7 @@ class Context:
         self.ikeys = {}     # Full layer -> FP32 dequantized index keys k^I [n_rows, d_I]
         self.sel = {}       # index source -> int64 [T, k_I] selected rows, ascending, -1 padded
         self.pool = {}      # candidate source -> bool [T, n_rows]
+        self.sel_gap = {}   # index source -> [T] relative k-th/(k+1)-th score gap (near ties)
 
 
 class LayerResult:
@@ -335,6 +343,7 @@ class Model:
                 sc = np.where(ctx.pool[cfg.candidate_source], sc, NEG_INF).astype(F32)
             own, gap = self.select(sc, nvis)
             ctx.sel[l] = own
+            ctx.sel_gap[l] = gap
             res.sel_own, res.sel_gap = own, gap
             return own
         return ctx.sel[cfg.idx_src[l]]
