@@ -459,6 +459,21 @@ static void test_writer_refuses_duplicate_names_and_writes_no_file(void **state)
     assert_null(f);
 }
 
+static void test_writer_finish_into_a_missing_directory_is_an_io_error(void **state)
+{
+    char path[PATH_BYTES];
+    engine_st_writer_t *w = NULL;
+    const int64_t shape[1] = {1};
+    const float one = 1.0f;
+    (void)state;
+
+    tmp_path("no_such_dir/x.safetensors", path);
+    assert_int_equal(engine_st_writer_create(path, &w), TDM_OK);
+    assert_int_equal(engine_st_writer_add(w, "x", ENGINE_DTYPE_F32, 1, shape, &one, 4), TDM_OK);
+    assert_int_equal(engine_st_writer_finish(w), TDM_ERR_IO);
+    engine_st_writer_destroy(w);
+}
+
 static void test_open_missing_file_and_directory_fail(void **state)
 {
     char path[PATH_BYTES];
@@ -816,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_writer_handles_100_megabytes),
         cmocka_unit_test(test_writer_rejects_bad_input_and_changes_nothing),
         cmocka_unit_test(test_writer_refuses_duplicate_names_and_writes_no_file),
+        cmocka_unit_test(test_writer_finish_into_a_missing_directory_is_an_io_error),
         cmocka_unit_test(test_open_missing_file_and_directory_fail),
         cmocka_unit_test(test_file_shorter_than_length_field_is_rejected),
         cmocka_unit_test(test_header_length_past_end_or_over_limit_is_rejected),

@@ -1,0 +1,852 @@
+/* test_weights.c - checkpoint directories: sharded writing, opening (index or single file),
+ * lookup with scale aliases, the check against tensor specs, and index/shard disagreements. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <jansson.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "engine/safetensors.h"
+#include "engine/tensor.h"
+#include "engine/weights.h"
+
+#define PATH_BYTES         1024
+#define ERR_BYTES          1024
+#define MAX_SAMPLE         16
+#define SAMPLE_SHARD_BYTES 40     /* splits the sample into 4 shards (worked out in the test) */
+#define N_MANY             100000 /* about the full model's 96K tensors */
+
+static engine_weights_t *const untouched_weights = (engine_weights_t *)(uintptr_t)0x5a5a5a50;
+
+/* Backing bytes for the sample tensors: each tensor reads a prefix. */
+static uint8_t sample_bytes[64];
+
+typedef struct {
+    engine_st_tensor_t tensors[MAX_SAMPLE];
+    size_t n_tensors;
+    engine_tensor_spec_t specs[MAX_SAMPLE];
+    size_t n_specs;
+} sample_t;
+
+static void tmp_dir(const char *name, char *path_out)
+{
+    const char *dir = getenv("TANDEM_TEST_TMP");
+
+    snprintf(path_out, PATH_BYTES, "%s/weights_%s", dir != NULL ? dir : "/tmp", name);
+}
+
+/* Removes dir's files and dir itself (one level; ignores a missing dir). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[PATH_BYTES * 2];
+
+    if (d == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        assert_int_equal(unlink(path), 0);
+    }
+    closedir(d);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void join(const char *dir, const char *name, char *path_out)
+{
+    int n = snprintf(path_out, PATH_BYTES, "%s/%s", dir, name);
+
+    assert_true(n > 0 && n < PATH_BYTES);
+}
+
+static uint8_t *read_bytes(const char *path, size_t *n_bytes_out)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *data;
+    long size;
+
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    size = ftell(f);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    data = malloc((size_t)size + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *n_bytes_out = (size_t)size;
+    return data;
+}
+
+static void add_tensor(sample_t *s, const char *name, engine_dtype_t dtype, int64_t d0, int64_t d1,
+                       int n_dims)
+{
+    engine_st_tensor_t *t = &s->tensors[s->n_tensors++];
+    uint64_t n_bytes;
+
+    assert_true(s->n_tensors <= MAX_SAMPLE);
+    memset(t, 0, sizeof(*t));
+    t->name = name;
+    t->dtype = dtype;
+    t->n_dims = n_dims;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    assert_int_equal(engine_st_shape_bytes(dtype, n_dims, t->shape, &n_bytes), TDM_OK);
+    assert_true(n_bytes <= sizeof(sample_bytes));
+    t->n_bytes = (size_t)n_bytes;
+    t->data = sample_bytes + (s->n_tensors % 8); /* different tensors, different bytes */
+    if (n_bytes + (s->n_tensors % 8) > sizeof(sample_bytes)) {
+        t->data = sample_bytes;
+    }
+}
+
+static void add_spec(sample_t *s, const char *name, engine_dtype_t dtype, int64_t d0, int64_t d1,
+                     int n_dims, uint32_t flags)
+{
+    engine_tensor_spec_t *spec = &s->specs[s->n_specs++];
+
+    assert_true(s->n_specs <= MAX_SAMPLE);
+    memset(spec, 0, sizeof(*spec));
+    snprintf(spec->name, sizeof(spec->name), "%s", name);
+    spec->dtype = dtype;
+    spec->n_dims = n_dims;
+    spec->shape[0] = d0;
+    spec->shape[1] = d1;
+    spec->flags = flags;
+    spec->layer = -1;
+}
+
+/*
+ * The sample checkpoint: seven text tensors with their specs (one FP8 module, one FP4 expert
+ * stored as U8, both with .scale), four vision tensors without specs.
+ */
+static void make_sample(sample_t *s, const char *wq_a_scale_name, const char *w1_scale_name)
+{
+    memset(s, 0, sizeof(*s));
+    for (size_t i = 0; i < sizeof(sample_bytes); i++) {
+        sample_bytes[i] = (uint8_t)(i * 37u + 11u);
+    }
+    add_tensor(s, "embed.weight", ENGINE_DTYPE_BF16, 8, 4, 2);
+    add_tensor(s, "norm.weight", ENGINE_DTYPE_BF16, 4, 0, 1);
+    add_tensor(s, "layers.0.attn.wq_a.weight", ENGINE_DTYPE_F8_E4M3, 4, 4, 2);
+    add_tensor(s, wq_a_scale_name, ENGINE_DTYPE_F8_E8M0, 1, 1, 2);
+    add_tensor(s, "layers.0.ffn.experts.0.w1.weight", ENGINE_DTYPE_U8, 4, 2, 2);
+    add_tensor(s, w1_scale_name, ENGINE_DTYPE_F8_E8M0, 4, 1, 2);
+    add_tensor(s, "layers.0.hc_attn_scale", ENGINE_DTYPE_F32, 3, 0, 1);
+    add_tensor(s, "vision.patch_embed.weight", ENGINE_DTYPE_BF16, 2, 2, 2);
+    add_tensor(s, "aligner.proj.weight", ENGINE_DTYPE_BF16, 2, 0, 1);
+    add_tensor(s, "image_newline", ENGINE_DTYPE_BF16, 4, 0, 1);
+    add_tensor(s, "layers.0.ffn.gate.bias_vl", ENGINE_DTYPE_F32, 2, 0, 1);
+
+    add_spec(s, "embed.weight", ENGINE_DTYPE_BF16, 8, 4, 2, 0);
+    add_spec(s, "norm.weight", ENGINE_DTYPE_BF16, 4, 0, 1, 0);
+    add_spec(s, "layers.0.attn.wq_a.weight", ENGINE_DTYPE_F8_E4M3, 4, 4, 2, 0);
+    add_spec(s, "layers.0.attn.wq_a.scale", ENGINE_DTYPE_F8_E8M0, 1, 1, 2, ENGINE_SPEC_SCALE);
+    add_spec(s, "layers.0.ffn.experts.0.w1.weight", ENGINE_DTYPE_I8, 4, 2, 2,
+             ENGINE_SPEC_FP4_PACKED);
+    add_spec(s, "layers.0.ffn.experts.0.w1.scale", ENGINE_DTYPE_F8_E8M0, 4, 1, 2,
+             ENGINE_SPEC_SCALE);
+    add_spec(s, "layers.0.hc_attn_scale", ENGINE_DTYPE_F32, 3, 0, 1, 0);
+}
+
+static void make_canonical_sample(sample_t *s)
+{
+    make_sample(s, "layers.0.attn.wq_a.scale", "layers.0.ffn.experts.0.w1.scale");
+}
+
+/* Writes the canonical sample, sharded, into a fresh dir. */
+static void write_sample_dir(const char *name, sample_t *s, char *dir_out)
+{
+    char err[ERR_BYTES] = "";
+
+    make_canonical_sample(s);
+    tmp_dir(name, dir_out);
+    remove_dir(dir_out);
+    assert_int_equal(engine_weights_write_sharded(dir_out, s->tensors, s->n_tensors,
+                                                  SAMPLE_SHARD_BYTES, err, sizeof(err)),
+                     TDM_OK);
+}
+
+static engine_weights_t *open_ok(const char *dir)
+{
+    engine_weights_t *w = NULL;
+    char err[ERR_BYTES] = "";
+    tdm_status_t status = engine_weights_open(dir, &w, err, sizeof(err));
+
+    if (status != TDM_OK) {
+        fail_msg("open %s: %s: %s", dir, tdm_status_name(status), err);
+    }
+    return w;
+}
+
+static void expect_open_fails(const char *dir, tdm_status_t status, const char *needle1,
+                              const char *needle2)
+{
+    engine_weights_t *w = untouched_weights;
+    char err[ERR_BYTES] = "";
+
+    assert_int_equal(engine_weights_open(dir, &w, err, sizeof(err)), status);
+    assert_ptr_equal(w, untouched_weights);
+    if ((needle1 != NULL && strstr(err, needle1) == NULL) ||
+        (needle2 != NULL && strstr(err, needle2) == NULL)) {
+        fail_msg("err '%s' lacks '%s' or '%s'", err, needle1, needle2 ? needle2 : "");
+    }
+}
+
+/* Runs check, expecting `status` and an err containing `needle` (when not NULL). */
+static void check_expecting(const engine_weights_t *w, const engine_tensor_spec_t *specs,
+                            size_t n_specs, tdm_status_t status, const char *needle)
+{
+    char err[ERR_BYTES] = "";
+    tdm_status_t got = engine_weights_check(w, specs, n_specs, err, sizeof(err));
+
+    if (got != status || (needle != NULL && strstr(err, needle) == NULL)) {
+        fail_msg("check: %s '%s', expected %s with '%s'", tdm_status_name(got), err,
+                 tdm_status_name(status), needle != NULL ? needle : "");
+    }
+}
+
+/* Loads the index JSON (caller decrefs). */
+static json_t *load_index(const char *dir)
+{
+    char path[PATH_BYTES];
+    json_error_t error;
+    json_t *root;
+
+    join(dir, ENGINE_WEIGHTS_INDEX_FILE, path);
+    root = json_load_file(path, 0, &error);
+    assert_non_null(root);
+    return root;
+}
+
+static void store_index(const char *dir, json_t *root)
+{
+    char path[PATH_BYTES];
+
+    join(dir, ENGINE_WEIGHTS_INDEX_FILE, path);
+    assert_int_equal(json_dump_file(root, path, JSON_INDENT(2)), 0);
+}
+
+static void test_write_sharded_then_open_finds_every_tensor(void **state)
+{
+    char dir[PATH_BYTES];
+    char path[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    json_t *index;
+    json_t *weight_map;
+    const char *prev = "";
+    uint64_t total = 0;
+    (void)state;
+
+    write_sample_dir("sharded", &s, dir);
+    w = open_ok(dir);
+    /* sorted sizes 4 | 64 | 8 1 16 4 8 | 8 12 8 8 with at most 40 bytes a shard */
+    assert_int_equal(engine_weights_n_shards(w), 4);
+    join(dir, "model-00004-of-00004.safetensors", path);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(engine_weights_n_tensors(w), s.n_tensors);
+    for (size_t i = 0; i < s.n_tensors; i++) {
+        const engine_st_tensor_t *want = &s.tensors[i];
+        const engine_st_tensor_t *got = engine_weights_find(w, want->name);
+        assert_non_null(got);
+        assert_string_equal(got->name, want->name);
+        assert_int_equal(got->dtype, want->dtype);
+        assert_int_equal(got->n_dims, want->n_dims);
+        assert_memory_equal(got->shape, want->shape, sizeof(want->shape));
+        assert_int_equal(got->n_bytes, want->n_bytes);
+        assert_memory_equal(got->data, want->data, want->n_bytes);
+        total += want->n_bytes;
+    }
+    for (size_t i = 0; i < engine_weights_n_tensors(w); i++) {
+        const engine_st_tensor_t *t = engine_weights_tensor_at(w, i);
+        assert_true(strcmp(prev, t->name) < 0);
+        prev = t->name;
+    }
+    assert_null(engine_weights_tensor_at(w, s.n_tensors));
+    assert_int_equal(engine_weights_total_bytes(w), total);
+    assert_null(engine_weights_find(w, "missing.weight"));
+    assert_null(engine_weights_find(w, "missing.scale"));
+    assert_null(engine_weights_find(w, ".scale"));
+    engine_weights_close(w);
+
+    index = load_index(dir);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(index, "metadata"), "total_size")),
+        (json_int_t)total);
+    weight_map = json_object_get(index, "weight_map");
+    assert_int_equal(json_object_size(weight_map), s.n_tensors);
+    assert_string_equal(json_string_value(json_object_get(weight_map, "embed.weight")),
+                        "model-00002-of-00004.safetensors");
+    assert_string_equal(json_string_value(json_object_get(weight_map, "aligner.proj.weight")),
+                        "model-00001-of-00004.safetensors");
+    prev = "";
+    for (void *it = json_object_iter(weight_map); it != NULL;
+         it = json_object_iter_next(weight_map, it)) {
+        assert_true(strcmp(prev, json_object_iter_key(it)) < 0); /* keys sorted in the file */
+        prev = json_object_iter_key(it);
+    }
+    json_decref(index);
+    engine_weights_close(NULL);
+}
+
+static void test_write_sharded_is_deterministic_whatever_the_input_order(void **state)
+{
+    static const char *const files[] = {
+        ENGINE_WEIGHTS_INDEX_FILE, "model-00001-of-00004.safetensors",
+        "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
+        "model-00004-of-00004.safetensors"};
+    char dir_a[PATH_BYTES];
+    char dir_b[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    sample_t s;
+    engine_st_tensor_t reversed[MAX_SAMPLE];
+    (void)state;
+
+    write_sample_dir("det_a", &s, dir_a);
+    for (size_t i = 0; i < s.n_tensors; i++) {
+        reversed[i] = s.tensors[s.n_tensors - 1 - i];
+    }
+    tmp_dir("det_b", dir_b);
+    remove_dir(dir_b);
+    assert_int_equal(engine_weights_write_sharded(dir_b, reversed, s.n_tensors, SAMPLE_SHARD_BYTES,
+                                                  err, sizeof(err)),
+                     TDM_OK);
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        char path_a[PATH_BYTES];
+        char path_b[PATH_BYTES];
+        size_t n_a;
+        size_t n_b;
+        uint8_t *a;
+        uint8_t *b;
+        join(dir_a, files[f], path_a);
+        join(dir_b, files[f], path_b);
+        a = read_bytes(path_a, &n_a);
+        b = read_bytes(path_b, &n_b);
+        assert_int_equal(n_a, n_b);
+        assert_memory_equal(a, b, n_a);
+        if (f == 0) {
+            assert_int_equal(a[n_a - 1], '\n');
+        }
+        free(a);
+        free(b);
+    }
+}
+
+static void test_check_accepts_exact_specs_and_skips_vision_tensors(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_ok", &s, dir);
+    w = open_ok(dir);
+    check_expecting(w, s.specs, s.n_specs, TDM_OK, NULL);
+    engine_weights_close(w);
+
+    assert_int_equal(engine_weights_name_is_vision("vision.blocks.0.attn.qkv.weight"), 1);
+    assert_int_equal(engine_weights_name_is_vision("aligner.layers.0.weight"), 1);
+    assert_int_equal(engine_weights_name_is_vision("image_start"), 1);
+    assert_int_equal(engine_weights_name_is_vision("image_end_embed"), 1);
+    assert_int_equal(engine_weights_name_is_vision("image_newline"), 1);
+    assert_int_equal(engine_weights_name_is_vision("layers.7.ffn.gate.bias_vl"), 1);
+    assert_int_equal(engine_weights_name_is_vision("layers.7.ffn.gate.bias"), 0);
+    assert_int_equal(engine_weights_name_is_vision("visionary.weight"), 0);
+    assert_int_equal(engine_weights_name_is_vision("embed.weight"), 0);
+}
+
+static void test_scale_aliases_are_found_and_checked_under_the_canonical_name(void **state)
+{
+    char dir[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    sample_t s;
+    engine_weights_t *w;
+    const engine_st_tensor_t *t;
+    (void)state;
+
+    make_sample(&s, "layers.0.attn.wq_a.weight.scale",
+                "layers.0.ffn.experts.0.w1.weight_scale_inv");
+    tmp_dir("alias", dir);
+    remove_dir(dir);
+    assert_int_equal(
+        engine_weights_write_sharded(dir, s.tensors, s.n_tensors, 1u << 20, err, sizeof(err)),
+        TDM_OK);
+    w = open_ok(dir);
+    assert_int_equal(engine_weights_n_shards(w), 1);
+    t = engine_weights_find(w, "layers.0.attn.wq_a.scale");
+    assert_non_null(t);
+    assert_string_equal(t->name, "layers.0.attn.wq_a.weight.scale");
+    t = engine_weights_find(w, "layers.0.ffn.experts.0.w1.scale");
+    assert_non_null(t);
+    assert_string_equal(t->name, "layers.0.ffn.experts.0.w1.weight_scale_inv");
+    assert_int_equal(t->shape[0], 4);
+    assert_null(engine_weights_find(w, "layers.0.attn.wq_b.scale"));
+    check_expecting(w, s.specs, s.n_specs, TDM_OK, NULL);
+    engine_weights_close(w);
+}
+
+static void test_check_reports_a_missing_tensor(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_missing", &s, dir);
+    w = open_ok(dir);
+    add_spec(&s, "layers.0.attn.wkv.weight", ENGINE_DTYPE_F8_E4M3, 4, 4, 2, 0);
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_NOT_FOUND,
+                    "layers.0.attn.wkv.weight: missing from the checkpoint");
+    engine_weights_close(w);
+}
+
+static void test_check_reports_a_wrong_dtype(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_dtype", &s, dir);
+    w = open_ok(dir);
+    s.specs[1].dtype = ENGINE_DTYPE_F32; /* norm.weight */
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_MISMATCH,
+                    "norm.weight: dtype BF16 expected F32");
+    engine_weights_close(w);
+}
+
+static void test_check_reports_a_wrong_shape(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_shape", &s, dir);
+    w = open_ok(dir);
+    s.specs[0].shape[1] = 5; /* embed.weight */
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_MISMATCH,
+                    "embed.weight: shape [8, 4] expected [8, 5]");
+    s.specs[0].shape[1] = 4;
+    s.specs[1].n_dims = 2; /* norm.weight [4] vs [4, 0] */
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_MISMATCH,
+                    "norm.weight: shape [4] expected [4, 0]");
+    engine_weights_close(w);
+}
+
+static void test_check_reports_an_unexpected_tensor(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_extra", &s, dir);
+    w = open_ok(dir);
+    /* drop the last spec, layers.0.hc_attn_scale */
+    check_expecting(w, s.specs, s.n_specs - 1, TDM_ERR_MISMATCH,
+                    "layers.0.hc_attn_scale: in the checkpoint but not expected");
+    engine_weights_close(w);
+}
+
+static void test_check_counts_further_problems_and_rejects_bad_specs(void **state)
+{
+    char dir[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    sample_t s;
+    engine_weights_t *w;
+    (void)state;
+
+    write_sample_dir("check_many", &s, dir);
+    w = open_ok(dir);
+    s.specs[0].dtype = ENGINE_DTYPE_F32;
+    s.specs[0].shape[0] = 9;
+    /* dtype and shape of embed.weight, then hc_attn_scale unexpected */
+    check_expecting(w, s.specs, s.n_specs - 1, TDM_ERR_MISMATCH, "(and 2 more problems");
+    make_canonical_sample(&s);
+    s.specs[2] = s.specs[1]; /* norm.weight twice, wq_a.weight unexpected */
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_INVALID_ARG, "norm.weight: listed by two specs");
+    make_canonical_sample(&s);
+    s.specs[0].n_dims = 5;
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_INVALID_ARG, "embed.weight: malformed spec");
+    assert_int_equal(engine_weights_check(NULL, s.specs, s.n_specs, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    engine_weights_close(w);
+}
+
+static void test_fp4_specs_accept_i8_or_u8_only(void **state)
+{
+    char dir[PATH_BYTES];
+    char path[PATH_BYTES];
+    sample_t s;
+    engine_weights_t *w;
+    engine_st_writer_t *writer = NULL;
+    (void)state;
+
+    /* the sample stores the FP4 expert as U8: accepted under an I8 spec flagged FP4 */
+    write_sample_dir("fp4_u8", &s, dir);
+    w = open_ok(dir);
+    check_expecting(w, s.specs, s.n_specs, TDM_OK, NULL);
+    s.specs[4].flags = 0; /* plain I8 spec: U8 is now a mismatch */
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_MISMATCH,
+                    "layers.0.ffn.experts.0.w1.weight: dtype U8 expected I8");
+    s.specs[4].flags = ENGINE_SPEC_FP4_PACKED;
+    s.specs[4].dtype = ENGINE_DTYPE_U8;
+    check_expecting(w, s.specs, s.n_specs, TDM_OK, NULL);
+    engine_weights_close(w);
+
+    /* a single model.safetensors storing it as I8 passes; BF16 does not */
+    make_canonical_sample(&s);
+    tmp_dir("fp4_i8", dir);
+    remove_dir(dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    join(dir, ENGINE_WEIGHTS_SINGLE_FILE, path);
+    assert_int_equal(engine_st_writer_create(path, &writer), TDM_OK);
+    for (size_t i = 0; i < s.n_tensors; i++) {
+        engine_st_tensor_t *t = &s.tensors[i];
+        engine_dtype_t dtype = t->dtype == ENGINE_DTYPE_U8 ? ENGINE_DTYPE_I8 : t->dtype;
+        assert_int_equal(
+            engine_st_writer_add(writer, t->name, dtype, t->n_dims, t->shape, t->data, t->n_bytes),
+            TDM_OK);
+    }
+    assert_int_equal(engine_st_writer_finish(writer), TDM_OK);
+    engine_st_writer_destroy(writer);
+    w = open_ok(dir);
+    assert_int_equal(engine_weights_n_shards(w), 1);
+    assert_int_equal(engine_weights_find(w, "layers.0.ffn.experts.0.w1.weight")->dtype,
+                     ENGINE_DTYPE_I8);
+    check_expecting(w, s.specs, s.n_specs, TDM_OK, NULL);
+    s.specs[4].dtype = ENGINE_DTYPE_BF16;
+    s.specs[4].flags = 0;
+    check_expecting(w, s.specs, s.n_specs, TDM_ERR_MISMATCH, "dtype I8 expected BF16");
+    engine_weights_close(w);
+}
+
+static void test_index_naming_a_missing_shard_fails(void **state)
+{
+    char dir[PATH_BYTES];
+    char path[PATH_BYTES];
+    sample_t s;
+    (void)state;
+
+    write_sample_dir("missing_shard", &s, dir);
+    join(dir, "model-00002-of-00004.safetensors", path);
+    assert_int_equal(unlink(path), 0);
+    expect_open_fails(dir, TDM_ERR_NOT_FOUND, "model-00002-of-00004.safetensors", "'embed.weight'");
+}
+
+static void test_index_name_absent_from_its_shard_fails(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    json_t *index;
+    (void)state;
+
+    write_sample_dir("ghost", &s, dir);
+    index = load_index(dir);
+    json_object_set_new(json_object_get(index, "weight_map"), "ghost.weight",
+                        json_string("model-00001-of-00004.safetensors"));
+    store_index(dir, index);
+    json_decref(index);
+    expect_open_fails(dir, TDM_ERR_MISMATCH, "'ghost.weight'", "does not hold it");
+}
+
+static void test_shard_tensor_absent_from_the_index_fails(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    json_t *index;
+    (void)state;
+
+    write_sample_dir("unindexed", &s, dir);
+    index = load_index(dir);
+    json_object_del(json_object_get(index, "weight_map"), "norm.weight");
+    store_index(dir, index);
+    json_decref(index);
+    expect_open_fails(dir, TDM_ERR_MISMATCH, "'norm.weight'", "not in the index");
+}
+
+static void test_index_pointing_at_the_wrong_shard_fails(void **state)
+{
+    char dir[PATH_BYTES];
+    sample_t s;
+    json_t *index;
+    (void)state;
+
+    write_sample_dir("wrong_shard", &s, dir);
+    index = load_index(dir);
+    json_object_set_new(json_object_get(index, "weight_map"), "norm.weight",
+                        json_string("model-00001-of-00004.safetensors"));
+    store_index(dir, index);
+    json_decref(index);
+    expect_open_fails(dir, TDM_ERR_MISMATCH, "'norm.weight'",
+                      "but it is in model-00004-of-00004.safetensors");
+}
+
+static void test_tensor_in_two_shards_fails(void **state)
+{
+    char dir[PATH_BYTES];
+    char path[PATH_BYTES];
+    sample_t s;
+    engine_st_writer_t *writer = NULL;
+    const int64_t shape[1] = {2};
+    const uint16_t two[2] = {1, 2};
+    const uint16_t four[4] = {1, 2, 3, 4};
+    const int64_t four_shape[1] = {4};
+    (void)state;
+
+    write_sample_dir("two_shards", &s, dir);
+    join(dir, "model-00001-of-00004.safetensors", path);
+    assert_int_equal(engine_st_writer_create(path, &writer), TDM_OK);
+    assert_int_equal(engine_st_writer_add(writer, "aligner.proj.weight", ENGINE_DTYPE_BF16, 1,
+                                          shape, two, sizeof(two)),
+                     TDM_OK);
+    assert_int_equal(engine_st_writer_add(writer, "norm.weight", ENGINE_DTYPE_BF16, 1, four_shape,
+                                          four, sizeof(four)),
+                     TDM_OK);
+    assert_int_equal(engine_st_writer_finish(writer), TDM_OK);
+    engine_st_writer_destroy(writer);
+    expect_open_fails(dir, TDM_ERR_MISMATCH, "'norm.weight' is in both shard", NULL);
+}
+
+static void test_bad_directories_and_indexes_fail(void **state)
+{
+    char dir[PATH_BYTES];
+    char path[PATH_BYTES];
+    sample_t s;
+    json_t *index;
+    engine_weights_t *w = untouched_weights;
+    FILE *f;
+    (void)state;
+
+    tmp_dir("empty", dir);
+    remove_dir(dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    expect_open_fails(dir, TDM_ERR_NOT_FOUND, "neither", NULL);
+    assert_int_equal(engine_weights_open(NULL, &w, NULL, 0), TDM_ERR_INVALID_ARG);
+    assert_ptr_equal(w, untouched_weights);
+
+    join(dir, ENGINE_WEIGHTS_INDEX_FILE, path);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"weight_map\": {\"a\": ", f);
+    fclose(f);
+    expect_open_fails(dir, TDM_ERR_FORMAT, ENGINE_WEIGHTS_INDEX_FILE, NULL);
+
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"metadata\": {}}", f);
+    fclose(f);
+    expect_open_fails(dir, TDM_ERR_FORMAT, "weight_map", NULL);
+
+    write_sample_dir("bad_index", &s, dir);
+    index = load_index(dir);
+    json_object_set_new(json_object_get(index, "weight_map"), "norm.weight",
+                        json_string("../model-00004-of-00004.safetensors"));
+    store_index(dir, index);
+    json_decref(index);
+    expect_open_fails(dir, TDM_ERR_FORMAT, "weight_map['norm.weight']", NULL);
+
+    write_sample_dir("bad_total", &s, dir);
+    index = load_index(dir);
+    json_object_set_new(json_object_get(index, "metadata"), "total_size", json_string("big"));
+    store_index(dir, index);
+    expect_open_fails(dir, TDM_ERR_FORMAT, "total_size", NULL);
+    /* a wrong but well-formed total only warns */
+    json_object_set_new(json_object_get(index, "metadata"), "total_size", json_integer(7));
+    store_index(dir, index);
+    json_decref(index);
+    w = open_ok(dir);
+    engine_weights_close(w);
+
+    /* a malformed shard: its own error, naming the shard file */
+    join(dir, "model-00003-of-00004.safetensors", path);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("abc", f);
+    fclose(f);
+    expect_open_fails(dir, TDM_ERR_FORMAT, "model-00003-of-00004.safetensors", "shorter");
+}
+
+static void test_write_sharded_rejects_bad_input_and_writes_nothing(void **state)
+{
+    char dir[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    sample_t s;
+    struct stat st;
+    (void)state;
+
+    make_canonical_sample(&s);
+    tmp_dir("write_bad", dir);
+    remove_dir(dir);
+    assert_int_equal(engine_weights_write_sharded(dir, s.tensors, 0, 100, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(engine_weights_write_sharded(dir, s.tensors, s.n_tensors, 0, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    s.tensors[3].name = "embed.weight";
+    assert_int_equal(
+        engine_weights_write_sharded(dir, s.tensors, s.n_tensors, 100, err, sizeof(err)),
+        TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "embed.weight: tensor named twice"));
+    make_canonical_sample(&s);
+    s.tensors[2].n_bytes--;
+    assert_int_equal(
+        engine_weights_write_sharded(dir, s.tensors, s.n_tensors, 100, err, sizeof(err)),
+        TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "layers.0.attn.wq_a.weight"));
+    assert_int_equal(stat(dir, &st), -1); /* nothing written, not even the directory */
+}
+
+static void test_unwritable_directory_and_unreadable_shard_are_io_errors(void **state)
+{
+    char dir[PATH_BYTES];
+    char file_path[PATH_BYTES];
+    char path[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    sample_t s;
+    (void)state;
+
+    /* a directory "inside" a regular file cannot be created */
+    make_canonical_sample(&s);
+    tmp_dir("plain_file", file_path);
+    remove(file_path);
+    join(file_path, "sub", dir);
+    assert_int_equal(
+        engine_weights_write_sharded(file_path, s.tensors, s.n_tensors, 100, err, sizeof(err)),
+        TDM_OK);
+    join(file_path, ENGINE_WEIGHTS_INDEX_FILE, path);
+    join(path, "sub", dir);
+    assert_int_equal(
+        engine_weights_write_sharded(dir, s.tensors, s.n_tensors, 100, err, sizeof(err)),
+        TDM_ERR_IO);
+    assert_non_null(strstr(err, dir));
+    remove_dir(file_path);
+
+    /* a shard that is a directory */
+    write_sample_dir("shard_is_dir", &s, dir);
+    join(dir, "model-00003-of-00004.safetensors", path);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0755), 0);
+    expect_open_fails(dir, TDM_ERR_IO, "model-00003-of-00004.safetensors", "not a regular file");
+    assert_int_equal(rmdir(path), 0);
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+static void test_100k_tensors_open_find_and_check(void **state)
+{
+    char dir[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    engine_st_tensor_t *tensors = calloc(N_MANY, sizeof(*tensors));
+    engine_tensor_spec_t *specs = calloc(N_MANY, sizeof(*specs));
+    char(*names)[ENGINE_TENSOR_NAME_BYTES] = calloc(N_MANY, sizeof(*names));
+    uint8_t *data = malloc(N_MANY);
+    engine_weights_t *w;
+    struct timespec t0;
+    double write_s;
+    double open_s;
+    double find_s;
+    double check_s;
+    (void)state;
+
+    assert_non_null(tensors);
+    assert_non_null(specs);
+    assert_non_null(names);
+    assert_non_null(data);
+    for (size_t i = 0; i < N_MANY; i++) {
+        snprintf(names[i], sizeof(names[i]), "layers.%zu.ffn.experts.%zu.w1.%s", i / 512, i % 512,
+                 i % 2 == 0 ? "weight" : "scale");
+        data[i] = (uint8_t)i;
+        tensors[i].name = names[i];
+        tensors[i].dtype = i % 2 == 0 ? ENGINE_DTYPE_U8 : ENGINE_DTYPE_F8_E8M0;
+        tensors[i].n_dims = 1;
+        tensors[i].shape[0] = 1;
+        tensors[i].data = &data[i];
+        tensors[i].n_bytes = 1;
+        memcpy(specs[i].name, names[i], sizeof(names[i]));
+        specs[i].dtype = i % 2 == 0 ? ENGINE_DTYPE_I8 : ENGINE_DTYPE_F8_E8M0;
+        specs[i].flags = i % 2 == 0 ? ENGINE_SPEC_FP4_PACKED : ENGINE_SPEC_SCALE;
+        specs[i].n_dims = 1;
+        specs[i].shape[0] = 1;
+    }
+    tmp_dir("many", dir);
+    remove_dir(dir);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(
+        engine_weights_write_sharded(dir, tensors, N_MANY, N_MANY / 4, err, sizeof(err)), TDM_OK);
+    write_s = seconds_since(&t0);
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    w = open_ok(dir);
+    open_s = seconds_since(&t0);
+    assert_int_equal(engine_weights_n_shards(w), 4);
+    assert_int_equal(engine_weights_n_tensors(w), N_MANY);
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t i = 0; i < N_MANY; i++) {
+        const engine_st_tensor_t *t = engine_weights_find(w, names[i]);
+        assert_non_null(t);
+        assert_int_equal(*(const uint8_t *)t->data, (uint8_t)i);
+    }
+    find_s = seconds_since(&t0);
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    check_expecting(w, specs, N_MANY, TDM_OK, NULL);
+    check_s = seconds_since(&t0);
+    print_message("%d tensors: write %.3f s, open %.3f s, %d finds %.3f s, check %.3f s\n", N_MANY,
+                  write_s, open_s, N_MANY, find_s, check_s);
+    engine_weights_close(w);
+    remove_dir(dir);
+    free(data);
+    free(names);
+    free(specs);
+    free(tensors);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_sharded_then_open_finds_every_tensor),
+        cmocka_unit_test(test_write_sharded_is_deterministic_whatever_the_input_order),
+        cmocka_unit_test(test_check_accepts_exact_specs_and_skips_vision_tensors),
+        cmocka_unit_test(test_scale_aliases_are_found_and_checked_under_the_canonical_name),
+        cmocka_unit_test(test_check_reports_a_missing_tensor),
+        cmocka_unit_test(test_check_reports_a_wrong_dtype),
+        cmocka_unit_test(test_check_reports_a_wrong_shape),
+        cmocka_unit_test(test_check_reports_an_unexpected_tensor),
+        cmocka_unit_test(test_check_counts_further_problems_and_rejects_bad_specs),
+        cmocka_unit_test(test_fp4_specs_accept_i8_or_u8_only),
+        cmocka_unit_test(test_index_naming_a_missing_shard_fails),
+        cmocka_unit_test(test_index_name_absent_from_its_shard_fails),
+        cmocka_unit_test(test_shard_tensor_absent_from_the_index_fails),
+        cmocka_unit_test(test_index_pointing_at_the_wrong_shard_fails),
+        cmocka_unit_test(test_tensor_in_two_shards_fails),
+        cmocka_unit_test(test_bad_directories_and_indexes_fail),
+        cmocka_unit_test(test_write_sharded_rejects_bad_input_and_writes_nothing),
+        cmocka_unit_test(test_unwritable_directory_and_unreadable_shard_are_io_errors),
+        cmocka_unit_test(test_100k_tensors_open_find_and_check),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
