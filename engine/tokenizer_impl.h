@@ -1,0 +1,235 @@
+/* tokenizer_impl.h - private layout and helpers shared by the engine/tokenizer*.c files.
+ *
+ * Not part of the public API: only engine/tokenizer*.c include it. Owns the definition of
+ * struct engine_tokenizer, the vocabulary builder used by both loaders (tokenizer_hf.c,
+ * tokenizer_gguf.c), the pre-tokenizer (tokenizer_pretok.c) and the UTF-8 helpers the
+ * detokenizer and the writer share. Knows nothing of file formats beyond what each loader passes.
+ */
+#ifndef TANDEM_ENGINE_TOKENIZER_IMPL_H
+#define TANDEM_ENGINE_TOKENIZER_IMPL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/tokenizer.h"
+
+/* Longest token text a loader accepts, bytes. */
+#define ENGINE_TOKENIZER_MAX_TOKEN_BYTES (1u << 16)
+/* Most pre-tokenizer steps (Split/ByteLevel) in one pipeline. */
+#define ENGINE_TOKENIZER_MAX_PRETOK_STEPS 16
+
+/* ---- pre-tokenizer --------------------------------------------------------------------------- */
+
+/* Hugging Face SplitDelimiterBehavior. */
+typedef enum {
+    ENGINE_TOKENIZER_SPLIT_REMOVED = 0,
+    ENGINE_TOKENIZER_SPLIT_ISOLATED = 1,
+    ENGINE_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS = 2,
+    ENGINE_TOKENIZER_SPLIT_MERGED_WITH_NEXT = 3,
+    ENGINE_TOKENIZER_SPLIT_CONTIGUOUS = 4,
+} engine_tokenizer_split_behavior_t;
+
+/* One pipeline step: a regex split, optionally preceded by ByteLevel's prefix space. */
+typedef struct {
+    pcre2_code *code;                           /* NULL: no split in this step */
+    engine_tokenizer_split_behavior_t behavior;
+    int invert;                                 /* split on the non-matches instead */
+    int add_prefix_space;                       /* ByteLevel: prepend ' ' unless present */
+} engine_tokenizer_pretok_step_t;
+
+/* The pre-tokenizer: steps applied in order to every piece (Hugging Face Sequence). */
+typedef struct {
+    engine_tokenizer_pretok_step_t steps[ENGINE_TOKENIZER_MAX_PRETOK_STEPS];
+    size_t n_steps;
+    int has_byte_level; /* a ByteLevel step was seen (required for byte-level BPE) */
+} engine_tokenizer_pretok_t;
+
+/* A piece of pre-tokenized text: [offset, offset + n_bytes) of the scratch work buffer. */
+typedef struct {
+    size_t offset;
+    size_t n_bytes;
+} engine_tokenizer_piece_t;
+
+/* Per-call scratch of one encode (grown as needed, freed at the end of the call). */
+typedef struct {
+    uint8_t *work;                       /* segment text plus prefixed copies of pieces */
+    size_t n_work, cap_work;
+    engine_tokenizer_piece_t *pieces;    /* current pieces */
+    size_t n_pieces, cap_pieces;
+    engine_tokenizer_piece_t *next;      /* pieces being produced by one step */
+    size_t n_next, cap_next;
+    size_t *matches;                     /* [start, end) pairs of one piece's regex matches */
+    size_t n_matches, cap_matches;
+    pcre2_match_data *match_data;
+    pcre2_match_context *match_ctx;
+    pcre2_jit_stack *jit_stack;
+} engine_tokenizer_scratch_t;
+
+/*
+ * engine_tokenizer_pretok_add_split - append a Split step compiling `pattern` (n bytes; PCRE2
+ * syntax, UTF + UCP + MATCH_INVALID_UTF + DOLLAR_ENDONLY; `literal` = match the text itself).
+ * Returns TDM_OK, TDM_ERR_FORMAT (bad regex: err has PCRE2's message and offset),
+ * TDM_ERR_UNSUPPORTED (too many steps) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_tokenizer_pretok_add_split(engine_tokenizer_pretok_t *pretok,
+                                               const char *pattern, size_t n_bytes, int literal,
+                                               engine_tokenizer_split_behavior_t behavior,
+                                               int invert, char *err, size_t err_bytes);
+
+/* engine_tokenizer_pretok_add_byte_level - append Hugging Face ByteLevel (with its GPT-2 regex
+ * when use_regex). Errors as engine_tokenizer_pretok_add_split. */
+tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *pretok,
+                                                    int add_prefix_space, int use_regex,
+                                                    char *err, size_t err_bytes);
+
+/*
+ * engine_tokenizer_pretok_preset - the regex sequence llama.cpp (src/llama-vocab.cpp) uses for
+ * GGUF tokenizer.ggml.pre `name` (NULL or unknown: "default", logged at warn). Sets
+ * *ignore_merges_out (llama3-family names). Errors as engine_tokenizer_pretok_add_split.
+ */
+tdm_status_t engine_tokenizer_pretok_preset(engine_tokenizer_pretok_t *pretok, const char *name,
+                                            int *ignore_merges_out, char *err, size_t err_bytes);
+
+/* engine_tokenizer_pretok_fini - free the compiled regexes; zeroes *pretok. Accepts zeroed. */
+void engine_tokenizer_pretok_fini(engine_tokenizer_pretok_t *pretok);
+
+/* engine_tokenizer_scratch_init / _fini - per-call scratch (fini accepts a zeroed struct). */
+tdm_status_t engine_tokenizer_scratch_init(engine_tokenizer_scratch_t *scratch);
+void engine_tokenizer_scratch_fini(engine_tokenizer_scratch_t *scratch);
+
+/*
+ * engine_tokenizer_pretok_run - split `n_bytes` at `text` into pieces: scratch->pieces[0 ..
+ * n_pieces) index scratch->work. Returns TDM_OK, TDM_ERR_NO_MEMORY or TDM_ERR_INTERNAL (a PCRE2
+ * match error, logged).
+ */
+tdm_status_t engine_tokenizer_pretok_run(const engine_tokenizer_pretok_t *pretok,
+                                         const uint8_t *text, size_t n_bytes,
+                                         engine_tokenizer_scratch_t *scratch);
+
+/* ---- vocabulary ------------------------------------------------------------------------------ */
+
+/* Open-addressing map from a token's text or bytes (held in a pool) to its id. */
+typedef struct {
+    int32_t *slots;  /* id or -1; capacity is a power of two */
+    uint32_t mask;   /* capacity - 1 */
+} engine_tokenizer_strmap_t;
+
+/* One merge rule: (left id, right id) -> result id at priority `rank` (lower merges first). */
+typedef struct {
+    uint64_t key;    /* left << 32 | right; UINT64_MAX marks an empty slot */
+    uint32_t rank;
+    int32_t result;
+} engine_tokenizer_merge_t;
+
+/* Trie node over added-token bytes (children as a sorted sibling list). */
+typedef struct {
+    int32_t first_child; /* node index or -1 */
+    int32_t next_sibling;
+    int32_t token;       /* id ending here or -1 */
+    uint8_t byte;
+} engine_tokenizer_trie_node_t;
+
+struct engine_tokenizer {
+    uint32_t n_vocab;
+    /* Stored text of each token (as in the file), pooled: text_offset[id] .. text_offset[id+1]. */
+    char *text_pool;
+    uint32_t *text_offset;
+    /* Bytes each token stands for, pooled the same way. */
+    uint8_t *bytes_pool;
+    uint32_t *bytes_offset;
+    uint8_t *kind;                      /* engine_token_kind_t per id */
+    uint8_t *lstrip_rstrip;             /* bit 0 lstrip, bit 1 rstrip (added tokens) */
+    int32_t byte_id[256];               /* token of each single byte */
+    engine_tokenizer_strmap_t text_map; /* stored text -> id, every token */
+    engine_tokenizer_strmap_t bytes_map;/* bytes -> id, NORMAL tokens (ignore_merges) */
+    engine_tokenizer_merge_t *merges;   /* hash table, capacity merge_mask + 1 */
+    uint32_t merge_mask;
+    uint32_t n_merges;
+    uint32_t n_added;
+    engine_tokenizer_trie_node_t *trie; /* node 0 is the root */
+    uint32_t n_trie;
+    uint8_t trie_first[32];             /* bitmap of first bytes of added tokens */
+    engine_tokenizer_pretok_t pretok;
+    int ignore_merges;
+    int32_t bos_id, eos_id, pad_id;
+    char pre_name[48];
+};
+
+/* Collects tokens and merges from a loader, then builds the tokenizer. */
+typedef struct {
+    engine_tokenizer_t *tok;  /* being built; owned by the builder until finish */
+    size_t cap_text;          /* capacity of tok->text_pool */
+    size_t n_text;            /* bytes used */
+    uint32_t n_set;           /* tokens set so far (must reach n_vocab) */
+    uint8_t *is_set;
+    uint32_t cap_merges;      /* merge slots allocated (power of two) */
+    char *scratch;            /* concatenation buffer for merge lookups */
+    size_t cap_scratch;
+} engine_tokenizer_builder_t;
+
+/* engine_tokenizer_builder_init - start a vocabulary of n_vocab ids (1 .. MAX_VOCAB) and up to
+ * max_merges merges. Returns TDM_OK, TDM_ERR_FORMAT (n_vocab out of range) or TDM_ERR_NO_MEMORY. */
+tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32_t n_vocab,
+                                           uint32_t max_merges, char *err, size_t err_bytes);
+
+/* engine_tokenizer_builder_set_token - token `id` has stored text `text` (n bytes) and `kind`.
+ * Returns TDM_OK, TDM_ERR_FORMAT (id out of range, set twice with other text, empty or too long)
+ * or TDM_ERR_NO_MEMORY. */
+tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, uint32_t id,
+                                                const char *text, size_t n_bytes,
+                                                engine_token_kind_t kind, char *err,
+                                                size_t err_bytes);
+
+/* engine_tokenizer_builder_mark_added - id is an added token: set kind and lstrip/rstrip bits. */
+void engine_tokenizer_builder_mark_added(engine_tokenizer_builder_t *b, uint32_t id,
+                                         engine_token_kind_t kind, int lstrip, int rstrip);
+
+/* engine_tokenizer_builder_index - after all tokens are set: check every id is set and texts
+ * are unique, compute token bytes, the maps and the byte table. Returns TDM_OK,
+ * TDM_ERR_FORMAT (a gap, a duplicate, a byte without a token) or TDM_ERR_NO_MEMORY. */
+tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char *err,
+                                            size_t err_bytes);
+
+/* engine_tokenizer_builder_add_merge - next merge rule (rank = number added so far) joining the
+ * tokens whose stored texts are `left` and `right`. Returns TDM_OK, TDM_ERR_NOT_FOUND (a part or
+ * the joined text is not a token; nothing added), TDM_ERR_FORMAT (same pair twice) or
+ * TDM_ERR_NO_MEMORY. Call after engine_tokenizer_builder_index. */
+tdm_status_t engine_tokenizer_builder_add_merge(engine_tokenizer_builder_t *b, const char *left,
+                                                size_t n_left, const char *right, size_t n_right);
+
+/* engine_tokenizer_builder_finish - build the added-token trie; hand the tokenizer (with the
+ * pretok the caller moved into b->tok->pretok) to *tok_out. The builder is then empty. */
+tdm_status_t engine_tokenizer_builder_finish(engine_tokenizer_builder_t *b,
+                                             engine_tokenizer_t **tok_out);
+
+/* engine_tokenizer_builder_fini - free whatever the builder still holds. Accepts zeroed. */
+void engine_tokenizer_builder_fini(engine_tokenizer_builder_t *b);
+
+/* engine_tokenizer_lookup_text - id whose stored text is text[0..n), or -1. */
+int32_t engine_tokenizer_lookup_text(const engine_tokenizer_t *tok, const char *text, size_t n);
+
+/* ---- byte-level table and UTF-8 -------------------------------------------------------------- */
+
+/* engine_tokenizer_byte_to_cp - the GPT-2 byte-to-unicode code point of byte b (Radford et al.
+ * 2019, encoder.py bytes_to_unicode): printable Latin-1 maps to itself, the rest to 256 + n. */
+uint32_t engine_tokenizer_byte_to_cp(uint8_t b);
+
+/* engine_tokenizer_cp_to_byte - inverse of engine_tokenizer_byte_to_cp, or -1. */
+int engine_tokenizer_cp_to_byte(uint32_t cp);
+
+/* engine_tokenizer_utf8_put - write code point cp (<= 0x10FFFF) as UTF-8; returns bytes (1..4). */
+size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4]);
+
+/* engine_tokenizer_utf8_next - decode one well-formed code point at s[0..n) into *cp_out and
+ * return its length, or 0 if the bytes there are ill-formed or incomplete. */
+size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out);
+
+/* engine_tokenizer_set_err - snprintf into err when err_bytes > 0 (no-op otherwise). */
+void engine_tokenizer_set_err(char *err, size_t err_bytes, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
