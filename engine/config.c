@@ -279,7 +279,10 @@ static const field_t fields[F_COUNT] = {
 /* clang-format on */
 
 /* Where each field's value came from, for error messages. */
-typedef char where_t[WHERE_BYTES];
+typedef struct {
+    char path[WHERE_BYTES]; /* e.g. "text_config.rope_scaling.factor" or "rope_factor" */
+    int defaulted;          /* 1: missing from the JSON, the full-size value was used */
+} where_t;
 
 typedef struct {
     const char *what; /* file name for messages */
@@ -358,12 +361,13 @@ static const char *scope_prefix(field_scope_t scope, int which)
     return "";
 }
 
-/* The where-names a config built without JSON reports: the release path, with `suffix`. */
-static void where_defaults(where_t *where, const char *suffix)
+/* Every field at its release path; `defaulted` says whether the value is the full-size one. */
+static void where_defaults(where_t *where, int defaulted)
 {
     for (int f = 0; f < F_COUNT; f++) {
-        snprintf(where[f], WHERE_BYTES, "%s%s%s", scope_prefix(fields[f].scope, 0),
-                 fields[f].paths[0], suffix);
+        snprintf(where[f].path, WHERE_BYTES, "%s%s", scope_prefix(fields[f].scope, 0),
+                 fields[f].paths[0]);
+        where[f].defaulted = defaulted;
     }
 }
 
@@ -581,6 +585,29 @@ typedef struct {
     size_t err_bytes;
 } check_t;
 
+/* A failed check of field f (entry `index`, or the whole field when index < 0): TDM_ERR_MISMATCH
+ * with "what: path[index] (full-size default): reason" in err. */
+static tdm_status_t check_fail(const check_t *c, field_id_t f, int index, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static tdm_status_t check_fail(const check_t *c, field_id_t f, int index, const char *fmt, ...)
+{
+    char where[WHERE_BYTES + 48];
+    char reason[256];
+    char item[16] = "";
+    va_list args;
+
+    va_start(args, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, args);
+    va_end(args);
+    if (index >= 0) {
+        snprintf(item, sizeof(item), "[%d]", index);
+    }
+    snprintf(where, sizeof(where), "%s%s%s", c->where[f].path, item,
+             c->where[f].defaulted ? " (missing: full-size default)" : "");
+    return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH, "%s", reason);
+}
+
 /* Position of `layer` in list[0..n), or -1. */
 static int list_find(const int64_t *list, int n, int64_t layer)
 {
@@ -598,23 +625,18 @@ static tdm_status_t check_layer_list(const check_t *c, const engine_config_t *cf
 {
     const int64_t *list = int_at_const(cfg, fields[f].offset);
     int n = *(const int *)((const char *)cfg + fields[f].count_offset);
-    char where[WHERE_BYTES + 16];
 
     if (n == 0 && required) {
-        return fail(c->what, c->where[f], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "must not be empty");
+        return check_fail(c, f, -1, "must not be empty");
     }
     for (int i = 0; i < n; i++) {
-        snprintf(where, sizeof(where), "%s[%d]", c->where[f], i);
         if (list[i] < 0 || list[i] >= cfg->num_hidden_layers) {
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %lld not in [0, %lld)", (long long)list[i],
-                        (long long)cfg->num_hidden_layers);
+            return check_fail(c, f, i, "layer %lld not in [0, %lld)", (long long)list[i],
+                              (long long)cfg->num_hidden_layers);
         }
         if (i > 0 && list[i] <= list[i - 1]) {
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %lld does not follow %lld (ids must increase)", (long long)list[i],
-                        (long long)list[i - 1]);
+            return check_fail(c, f, i, "layer %lld does not follow %lld (ids must increase)",
+                              (long long)list[i], (long long)list[i - 1]);
         }
     }
     return TDM_OK;
@@ -641,30 +663,26 @@ static int ratio_of(const engine_config_t *cfg, int layer)
 static tdm_status_t check_ratios(const check_t *c, const engine_config_t *cfg)
 {
     int64_t n_total = cfg->num_hidden_layers + cfg->num_nextn_predict_layers;
-    char where[WHERE_BYTES + 16];
 
     if (n_total > ENGINE_CONFIG_MAX_LAYERS) {
-        return fail(c->what, c->where[F_LAYERS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld layers + %lld DSpark blocks exceed %d", (long long)cfg->num_hidden_layers,
-                    (long long)cfg->num_nextn_predict_layers, ENGINE_CONFIG_MAX_LAYERS);
+        return check_fail(c, F_LAYERS, -1, "%lld layers + %lld DSpark blocks exceed %d",
+                          (long long)cfg->num_hidden_layers,
+                          (long long)cfg->num_nextn_predict_layers, ENGINE_CONFIG_MAX_LAYERS);
     }
     if (cfg->n_compress_ratios > n_total) {
-        return fail(c->what, c->where[F_RATIOS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%d entries for %lld layers + %lld DSpark blocks", cfg->n_compress_ratios,
-                    (long long)cfg->num_hidden_layers, (long long)cfg->num_nextn_predict_layers);
+        return check_fail(c, F_RATIOS, -1, "%d entries for %lld layers + %lld DSpark blocks",
+                          cfg->n_compress_ratios, (long long)cfg->num_hidden_layers,
+                          (long long)cfg->num_nextn_predict_layers);
     }
     for (int i = 0; i < cfg->n_compress_ratios; i++) {
         int64_t r = cfg->compress_ratios[i];
 
-        snprintf(where, sizeof(where), "%s[%d]", c->where[F_RATIOS], i);
         if (r != 0 && r != 1 && r != 2) {
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "ratio %lld not in {0,1,2}", (long long)r);
+            return check_fail(c, F_RATIOS, i, "ratio %lld not in {0,1,2}", (long long)r);
         }
         if (i >= cfg->num_hidden_layers && r != 0) {
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "DSpark block %lld must have ratio 0, not %lld",
-                        (long long)(i - cfg->num_hidden_layers), (long long)r);
+            return check_fail(c, F_RATIOS, i, "DSpark block %lld must have ratio 0, not %lld",
+                              (long long)(i - cfg->num_hidden_layers), (long long)r);
         }
     }
     return TDM_OK;
@@ -675,7 +693,6 @@ static tdm_status_t check_ratios(const check_t *c, const engine_config_t *cfg)
 static tdm_status_t check_sources(const check_t *c, const engine_config_t *cfg)
 {
     static const field_id_t source_lists[2] = {F_KV_SOURCES, F_INDEX_SOURCES};
-    char where[WHERE_BYTES + 16];
     tdm_status_t status;
 
     for (int k = 0; k < 2; k++) {
@@ -689,9 +706,7 @@ static tdm_status_t check_sources(const check_t *c, const engine_config_t *cfg)
         }
         for (int i = 0; i < n; i++) {
             if (ratio_of(cfg, (int)list[i]) == 0) {
-                snprintf(where, sizeof(where), "%s[%d]", c->where[f], i);
-                return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                            "layer %lld has compress ratio 0", (long long)list[i]);
+                return check_fail(c, f, i, "layer %lld has compress ratio 0", (long long)list[i]);
             }
         }
     }
@@ -705,21 +720,21 @@ static tdm_status_t check_sources(const check_t *c, const engine_config_t *cfg)
             continue;
         }
         if (kv < 0) {
-            return fail(c->what, c->where[F_KV_SOURCES], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %d (ratio %d) has no KV source at or below it", l, r);
+            return check_fail(c, F_KV_SOURCES, -1,
+                              "layer %d (ratio %d) has no KV source at or below it", l, r);
         }
         if (ratio_of(cfg, kv) != r) {
-            return fail(c->what, c->where[F_KV_SOURCES], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %d has ratio %d but its KV source %d has ratio %d", l, r, kv,
-                        ratio_of(cfg, kv));
+            return check_fail(c, F_KV_SOURCES, -1,
+                              "layer %d has ratio %d but its KV source %d has ratio %d", l, r, kv,
+                              ratio_of(cfg, kv));
         }
         if (idx < 0) {
-            return fail(c->what, c->where[F_INDEX_SOURCES], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %d (ratio %d) has no index source at or below it", l, r);
+            return check_fail(c, F_INDEX_SOURCES, -1,
+                              "layer %d (ratio %d) has no index source at or below it", l, r);
         }
         if (idx < kv) {
-            return fail(c->what, c->where[F_INDEX_SOURCES], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "layer %d: index source %d is below its KV source %d", l, idx, kv);
+            return check_fail(c, F_INDEX_SOURCES, -1,
+                              "layer %d: index source %d is below its KV source %d", l, idx, kv);
         }
     }
     return TDM_OK;
@@ -731,15 +746,15 @@ static tdm_status_t check_candidates(const check_t *c, const engine_config_t *cf
     int64_t src = cfg->candidate_source_layer_id;
     int cut = (int)cfg->kv_source_layer_ids[cfg->n_kv_source_layer_ids - 1];
     int src_kv;
-    char where[WHERE_BYTES + 16];
 
     if (list_find(cfg->index_source_layer_ids, cfg->n_index_source_layer_ids, src) < 0) {
-        return fail(c->what, c->where[F_CAND_SOURCE], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "layer %lld is not an index source", (long long)src);
+        return check_fail(c, F_CAND_SOURCE, -1, "layer %lld is not an index source",
+                          (long long)src);
     }
     if (src > cut) {
-        return fail(c->what, c->where[F_CAND_SOURCE], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "layer %lld is above the CED cut c = %d (last KV source)", (long long)src, cut);
+        return check_fail(c, F_CAND_SOURCE, -1,
+                          "layer %lld is above the CED cut c = %d (last KV source)", (long long)src,
+                          cut);
     }
     src_kv = largest_at_or_below(cfg->kv_source_layer_ids, cfg->n_kv_source_layer_ids, (int)src);
     for (int i = 0; i < cfg->n_index_source_layer_ids; i++) {
@@ -751,18 +766,17 @@ static tdm_status_t check_candidates(const check_t *c, const engine_config_t *cf
         }
         kv = largest_at_or_below(cfg->kv_source_layer_ids, cfg->n_kv_source_layer_ids, consumer);
         if (kv != src_kv) {
-            snprintf(where, sizeof(where), "%s[%d]", c->where[F_INDEX_SOURCES], i);
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "candidate consumer %d reads KV source %d, the candidate source %lld "
-                        "reads %d",
-                        consumer, kv, (long long)src, src_kv);
+            return check_fail(c, F_INDEX_SOURCES, i,
+                              "candidate consumer %d reads KV source %d, the candidate source %lld "
+                              "reads %d",
+                              consumer, kv, (long long)src, src_kv);
         }
     }
     if (cfg->candidate_topk_blocks * cfg->candidate_block_size < cfg->index_topk) {
-        return fail(c->what, c->where[F_CAND_BLOCKS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld blocks x candidate_block_size %lld < index_topk %lld",
-                    (long long)cfg->candidate_topk_blocks, (long long)cfg->candidate_block_size,
-                    (long long)cfg->index_topk);
+        return check_fail(c, F_CAND_BLOCKS, -1,
+                          "%lld blocks x candidate_block_size %lld < index_topk %lld",
+                          (long long)cfg->candidate_topk_blocks,
+                          (long long)cfg->candidate_block_size, (long long)cfg->index_topk);
     }
     return TDM_OK;
 }
@@ -777,44 +791,39 @@ static tdm_status_t check_dims(const check_t *c, const engine_config_t *cfg)
     for (size_t i = 0; i < sizeof(multiples) / sizeof(multiples[0]); i++) {
         int64_t v = *int_at_const(cfg, fields[multiples[i]].offset);
         if (v % QUANT_BLOCK != 0) {
-            return fail(c->what, c->where[multiples[i]], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "%lld is not a multiple of %d", (long long)v, QUANT_BLOCK);
+            return check_fail(c, multiples[i], -1, "%lld is not a multiple of %d", (long long)v,
+                              QUANT_BLOCK);
         }
     }
     if (cfg->qk_rope_head_dim % 2 != 0) {
-        return fail(c->what, c->where[F_ROPE_DIM], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld is odd", (long long)cfg->qk_rope_head_dim);
+        return check_fail(c, F_ROPE_DIM, -1, "%lld is odd", (long long)cfg->qk_rope_head_dim);
     }
     min_dim = cfg->head_dim < cfg->index_head_dim ? cfg->head_dim : cfg->index_head_dim;
     if (cfg->qk_rope_head_dim > min_dim) {
-        return fail(c->what, c->where[F_ROPE_DIM], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld exceeds min(head_dim, index_head_dim) = %lld",
-                    (long long)cfg->qk_rope_head_dim, (long long)min_dim);
+        return check_fail(c, F_ROPE_DIM, -1, "%lld exceeds min(head_dim, index_head_dim) = %lld",
+                          (long long)cfg->qk_rope_head_dim, (long long)min_dim);
     }
     if (cfg->num_attention_heads % cfg->o_groups != 0) {
-        return fail(c->what, c->where[F_O_GROUPS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld does not divide num_attention_heads %lld", (long long)cfg->o_groups,
-                    (long long)cfg->num_attention_heads);
+        return check_fail(c, F_O_GROUPS, -1, "%lld does not divide num_attention_heads %lld",
+                          (long long)cfg->o_groups, (long long)cfg->num_attention_heads);
     }
     if (cfg->num_key_value_heads != 1) {
-        return fail(c->what, c->where[F_KV_HEADS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld, but the model has one shared KV latent (must be 1)",
-                    (long long)cfg->num_key_value_heads);
+        return check_fail(c, F_KV_HEADS, -1,
+                          "%lld, but the model has one shared KV latent (must be 1)",
+                          (long long)cfg->num_key_value_heads);
     }
     if (cfg->n_shared_experts != 1) {
-        return fail(c->what, c->where[F_SHARED_EXPERTS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld, must be 1", (long long)cfg->n_shared_experts);
+        return check_fail(c, F_SHARED_EXPERTS, -1, "%lld, must be 1",
+                          (long long)cfg->n_shared_experts);
     }
     if (cfg->num_experts_per_tok > cfg->n_routed_experts) {
-        return fail(c->what, c->where[F_EXPERTS_PER_TOK], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld exceeds n_routed_experts %lld", (long long)cfg->num_experts_per_tok,
-                    (long long)cfg->n_routed_experts);
+        return check_fail(c, F_EXPERTS_PER_TOK, -1, "%lld exceeds n_routed_experts %lld",
+                          (long long)cfg->num_experts_per_tok, (long long)cfg->n_routed_experts);
     }
     if (cfg->dspark_num_experts_per_tok > cfg->dspark_n_routed_experts) {
-        return fail(c->what, c->where[F_DSPARK_PER_TOK], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%lld exceeds dspark_n_routed_experts %lld",
-                    (long long)cfg->dspark_num_experts_per_tok,
-                    (long long)cfg->dspark_n_routed_experts);
+        return check_fail(c, F_DSPARK_PER_TOK, -1, "%lld exceeds dspark_n_routed_experts %lld",
+                          (long long)cfg->dspark_num_experts_per_tok,
+                          (long long)cfg->dspark_n_routed_experts);
     }
     return TDM_OK;
 }
@@ -828,23 +837,21 @@ static tdm_status_t check_values(const check_t *c, const engine_config_t *cfg)
     for (size_t i = 0; i < sizeof(token_ids) / sizeof(token_ids[0]); i++) {
         int64_t v = *int_at_const(cfg, fields[token_ids[i]].offset);
         if (v >= cfg->vocab_size) {
-            return fail(c->what, c->where[token_ids[i]], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "token id %lld not below vocab_size %lld", (long long)v,
-                        (long long)cfg->vocab_size);
+            return check_fail(c, token_ids[i], -1, "token id %lld not below vocab_size %lld",
+                              (long long)v, (long long)cfg->vocab_size);
         }
     }
     if (cfg->tie_word_embeddings != 0) {
-        return fail(c->what, c->where[F_TIE], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "true, must be false (embed and head are separate tensors)");
+        return check_fail(c, F_TIE, -1,
+                          "true, must be false (embed and head are separate tensors)");
     }
     if (cfg->norm_topk_prob == 0) {
-        return fail(c->what, c->where[F_NORM_TOPK], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "false, must be true (routing weights are normalised)");
+        return check_fail(c, F_NORM_TOPK, -1,
+                          "false, must be true (routing weights are normalised)");
     }
     if (cfg->n_weight_block_size != 2 || cfg->weight_block_size[0] != QUANT_BLOCK ||
         cfg->weight_block_size[1] != QUANT_BLOCK) {
-        return fail(c->what, c->where[F_WEIGHT_BLOCK_SIZE], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "must be [%d, %d]", QUANT_BLOCK, QUANT_BLOCK);
+        return check_fail(c, F_WEIGHT_BLOCK_SIZE, -1, "must be [%d, %d]", QUANT_BLOCK, QUANT_BLOCK);
     }
     return TDM_OK;
 }
@@ -854,7 +861,6 @@ static tdm_status_t check_engram(const check_t *c, const engine_config_t *cfg)
 {
     int64_t n_cols = (cfg->engram_max_ngram_size - 1) * cfg->engram_n_heads;
     int64_t prime = cfg->engram_vocab_size - 1;
-    char where[WHERE_BYTES + 16];
     tdm_status_t status;
 
     status = check_layer_list(c, cfg, F_ENGRAM_LAYERS, 0);
@@ -862,9 +868,8 @@ static tdm_status_t check_engram(const check_t *c, const engine_config_t *cfg)
         return status;
     }
     if (cfg->n_engram_num_embeddings != cfg->n_engram_layer_ids) {
-        return fail(c->what, c->where[F_ENGRAM_ROWS], c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                    "%d entries for %d Engram layers", cfg->n_engram_num_embeddings,
-                    cfg->n_engram_layer_ids);
+        return check_fail(c, F_ENGRAM_ROWS, -1, "%d entries for %d Engram layers",
+                          cfg->n_engram_num_embeddings, cfg->n_engram_layer_ids);
     }
     for (int i = 0; i < cfg->n_engram_layer_ids; i++) {
         int64_t sum = 0;
@@ -874,11 +879,10 @@ static tdm_status_t check_engram(const check_t *c, const engine_config_t *cfg)
             sum += prime;
         }
         if (sum != cfg->engram_num_embeddings[i]) {
-            snprintf(where, sizeof(where), "%s[%d]", c->where[F_ENGRAM_ROWS], i);
-            return fail(c->what, where, c->err, c->err_bytes, TDM_ERR_MISMATCH,
-                        "%lld rows, but the primes of layer %lld sum to %lld",
-                        (long long)cfg->engram_num_embeddings[i],
-                        (long long)cfg->engram_layer_ids[i], (long long)sum);
+            return check_fail(c, F_ENGRAM_ROWS, i,
+                              "%lld rows, but the primes of layer %lld sum to %lld",
+                              (long long)cfg->engram_num_embeddings[i],
+                              (long long)cfg->engram_layer_ids[i], (long long)sum);
         }
     }
     return TDM_OK;
@@ -1228,16 +1232,17 @@ static tdm_status_t parse_root(const json_t *root, const char *what, engine_conf
     }
 
     fill_full(&cfg);
-    where_defaults(where, " (default)");
+    where_defaults(where, 1);
     for (int f = 0; f < F_COUNT; f++) {
-        status = find_field(&p, (field_id_t)f, &value, where[f]);
+        status = find_field(&p, (field_id_t)f, &value, where[f].path);
         if (status != TDM_OK) {
             return status;
         }
         if (value == NULL) {
             continue;
         }
-        status = read_field(&p, (field_id_t)f, value, where[f], &cfg);
+        where[f].defaulted = 0;
+        status = read_field(&p, (field_id_t)f, value, where[f].path, &cfg);
         if (status != TDM_OK) {
             return status;
         }
@@ -1312,7 +1317,7 @@ tdm_status_t engine_config_preset(const char *name, engine_config_t *cfg_out)
     } else {
         return TDM_ERR_INVALID_ARG;
     }
-    where_defaults(where, "");
+    where_defaults(where, 0);
     status = check_and_derive(&cfg, name, (const where_t *)where, err, sizeof(err));
     if (status != TDM_OK) {
         /* A preset that fails its own checks is a bug in this file. */
