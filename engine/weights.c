@@ -5,7 +5,6 @@
 #include "common/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -780,8 +779,7 @@ static tdm_status_t write_text_file(const char *path, const char *text, char *er
     snprintf(tmp_path, tmp_bytes, "%s.tmp.%ld", path, (long)getpid());
     f = fopen(tmp_path, "wb");
     if (f == NULL) {
-        tdm_log(TDM_LOG_ERROR, "weights", "create failed: path=%s: %s", tmp_path, strerror(errno));
-        set_err(err, err_bytes, "%s: %s", tmp_path, strerror(errno));
+        set_err(err, err_bytes, "%s: cannot create: %s", tmp_path, strerror(errno));
         free(tmp_path);
         return TDM_ERR_IO;
     }
@@ -789,8 +787,7 @@ static tdm_status_t write_text_file(const char *path, const char *text, char *er
     failed = fclose(f) != 0 || failed;
     failed = failed || rename(tmp_path, path) != 0;
     if (failed) {
-        tdm_log(TDM_LOG_ERROR, "weights", "write failed: path=%s: %s", path, strerror(errno));
-        set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        set_err(err, err_bytes, "%s: write failed: %s", path, strerror(errno));
         unlink(tmp_path);
         free(tmp_path);
         return TDM_ERR_IO;
@@ -849,7 +846,6 @@ static tdm_status_t make_dir(const char *dir, char *err, size_t err_bytes)
     if (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
         return TDM_OK;
     }
-    tdm_log(TDM_LOG_ERROR, "weights", "mkdir failed: path=%s: %s", dir, strerror(errno));
     set_err(err, err_bytes, "%s: cannot create the directory: %s", dir, strerror(errno));
     return TDM_ERR_IO;
 }

@@ -76,8 +76,8 @@ uint64_t engine_weights_total_bytes(const engine_weights_t *weights);
  * engine_weights_find - the tensor named `name`, in O(1) expected time (hash table), or NULL.
  * A name ending in ".scale" that is absent is also looked up as "<module>.weight.scale" and
  * then "<module>.weight_scale_inv", where name = "<module>.scale" (MODEL.md 12.2); the returned
- * tensor's name is the one stored. Aliases are tried only for names shorter than
- * ENGINE_WEIGHTS_ALIAS_NAME_BYTES - 16. Owned by the checkpoint.
+ * tensor's name is the one stored. An alias is tried only when it fits in
+ * ENGINE_WEIGHTS_ALIAS_NAME_BYTES with its NUL. name must not be NULL. Owned by the checkpoint.
  */
 const engine_st_tensor_t *engine_weights_find(const engine_weights_t *weights, const char *name);
 
@@ -118,13 +118,15 @@ tdm_status_t engine_weights_check(const engine_weights_t *weights,
  * model.safetensors.index.json with metadata.total_size (sum of n_bytes) and the weight_map,
  * keys sorted, 2-space indented, newline-terminated. Identical inputs give identical files
  * whatever the input order. Existing files of those names are replaced; other files in dir are
- * left alone. The index is written last, so a failure leaves no index naming missing shards.
+ * left alone. The index is written last, each file via a temporary and rename; a failure part-way
+ * leaves any earlier index in place, which engine_weights_open then finds inconsistent.
  *
  * tensors: n_tensors >= 1 records; name, dtype, n_dims, shape, data and n_bytes are read
  * (data_offset ignored), borrowed for the call; each shard's data is copied once while written.
  * Returns TDM_OK, or with a message in err: TDM_ERR_INVALID_ARG (NULL or empty input,
  * max_shard_bytes 0, a bad tensor record, a repeated name; nothing written), TDM_ERR_IO (cannot
- * create dir or a file; strerror logged), TDM_ERR_NO_MEMORY.
+ * create dir or a file: strerror in err, or logged by engine_st_writer_finish for a shard),
+ * TDM_ERR_NO_MEMORY.
  */
 tdm_status_t engine_weights_write_sharded(const char *dir, const engine_st_tensor_t *tensors,
                                           size_t n_tensors, size_t max_shard_bytes, char *err,
