@@ -524,14 +524,15 @@ class Model:
         hn = rmsnorm(h, w.bf16("norm.weight", (cfg.H,)), self.eps)
         return dot64(hn, w.bf16("head.weight", (cfg.V, cfg.H)).T)  # FP32 logits
 
-    def forward(self, ids, keep_layers=True, lo=0):
-        """Oracle forward over the prompt: (logits [T, V] FP32, [LayerResult per layer])."""
+    def forward(self, ids, keep_layers=True):
+        """Oracle forward over the prompt (schedule 6(a), window floor 0):
+        (logits [T, V] FP32, [LayerResult per layer])."""
         ctx = Context(ids)
         X = self.embed(ctx.ids)
         pre = self.e0(ctx.T)
         layers = []
         for l in range(self.cfg.L):
-            res = self.run_layer(l, X, pre, ctx, lo=lo)
+            res = self.run_layer(l, X, pre, ctx)
             X, pre = res.x_out, res.pre_out
             if keep_layers:
                 layers.append(res)
