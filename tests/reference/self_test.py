@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from flash_ref import numerics as nx                               # noqa: E402
 from flash_ref import engram as eg                                  # noqa: E402
-from flash_ref.config import Config, ConfigError, FULL              # noqa: E402
+from flash_ref.config import Config, ConfigError                    # noqa: E402
 from flash_ref.rope import yarn_lo_hi, inv_freq, Rope               # noqa: E402
 
 PASSED = 0
@@ -264,7 +264,7 @@ def test_engram_config():
           R[3] == "Reuse" and R[39] == "Reuse" and full.kv_src[7] == 2 and full.kv_src[39] == 20
           and full.idx_src[25] == 24 and full.idx_src[21] == 20 and full.ced_cut == 20 and
           full.candidate_consumers == [24, 28, 32, 36])
-    from make_random_ckpt import make_config, PRESETS
+    from make_random_ckpt import make_config
     tiny = Config(make_config("tiny"))
     R = tiny.role
     check("tiny roles: Full 2,4; Reindex 6; Reuse 3,5,7; c = 4",

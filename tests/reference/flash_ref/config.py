@@ -5,7 +5,6 @@ aliases are accepted; a missing field takes the full-size value; a present field
 type or value is a load error naming it (ConfigError).
 """
 import json
-import math
 import os
 
 FULL = {

@@ -88,7 +88,7 @@ class EngramTables:
     def __init__(self, cfg, token_map, multipliers, primes=None, offsets=None, v_c=None):
         self.cfg = cfg
         n_l = len(cfg.engram_layer_ids)
-        N, he = cfg.engram_max_ngram_size, cfg.engram_n_heads
+        N = cfg.engram_max_ngram_size
         self.token_map = np.asarray(token_map, dtype=np.int64)
         if self.token_map.shape != (cfg.vocab_size,):
             raise ValueError("engram sidecar: token_map shape %s != [V]" % (self.token_map.shape,))

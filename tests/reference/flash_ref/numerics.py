@@ -308,7 +308,7 @@ def dequant_mxfp4_rows(packed, scales):
 def dequant_rows32(codes, scales):
     """E4M3 rows with one UE8M0 per 32 columns (Engram tables)."""
     codes = np.asarray(codes, np.uint8)
-    n, d = codes.shape[-2], codes.shape[-1]
+    d = codes.shape[-1]
     s = ue8m0_decode(scales)
     v = e4m3_decode(codes).reshape(codes.shape[:-1] + (d // 32, 32)) * s[..., None]
     return v.reshape(codes.shape).astype(np.float32)
