@@ -6,7 +6,9 @@
  * (kernels/cpu/codec.c) are the reference and the CUDA versions (kernels/cuda/codec.cu) produce
  * the same bytes for the same input, NaN and infinities included (docs/NUMERICS.md). Knows
  * nothing of GEMMs, KV pages (kernels/kv_page.h) or checkpoint files. All functions are
- * stateless and thread-safe; the CUDA kernels are asynchronous on ctx->cuda_stream.
+ * stateless and thread-safe; the CUDA kernels are asynchronous on ctx->cuda_stream. The _cuda
+ * symbols exist only in builds with the CUDA backend (TANDEM_HAVE_CUDA): engine code reaches
+ * both backends through kern_ops_t (kernels/ops.h), never by name.
  */
 #ifndef TANDEM_KERNELS_CODEC_H
 #define TANDEM_KERNELS_CODEC_H
