@@ -59,7 +59,8 @@ typedef struct {
  * token_map:   [n_vocab] int32 compressed id of every token id (n_vocab = V).
  * multipliers: [n_layers, ngram] int64 mu_l[s], one row per Engram layer slot.
  * primes, offsets: [n_layers, n_cols] int64, as engine_engram_layout_t.
- * compressed_vocab_size: metadata V_c; tokenizer_sha256, origin: metadata strings ("" if absent).
+ * compressed_vocab_size: metadata, the token map's compressed vocabulary (<= the config's V_c);
+ * tokenizer_sha256, origin: metadata strings ("" if absent).
  * The arrays are owned by the struct; release with engine_engram_sidecar_fini().
  */
 typedef struct {
@@ -167,7 +168,7 @@ tdm_status_t engine_engram_sidecar_check(const engine_config_t *cfg, const int32
 /*
  * engine_engram_sidecar_load - read `dir`/engram-hash.safetensors, check tensor dtypes and shapes
  * (token_map I32 [V], multipliers I64 [#Engram layers, N], primes and offsets I64 [#Engram
- * layers, (N-1)*h_e]) and metadata compressed_vocab_size == V_c, then
+ * layers, (N-1)*h_e]) and metadata compressed_vocab_size (the map's own count, in [1, V_c]), then
  * engine_engram_sidecar_check().
  *
  * Returns TDM_OK with *sidecar_out filled (release with engine_engram_sidecar_fini()), or with

@@ -72,7 +72,11 @@ static tdm_status_t copy_tensor(const engine_st_file_t *file, const char *path, 
     return TDM_OK;
 }
 
-/* The metadata compressed_vocab_size: a decimal integer equal to V_c. */
+/*
+ * The metadata compressed_vocab_size: a decimal integer in [1, V_c]. It is the token map's own
+ * compressed vocabulary, which may be smaller than the config's V_c (a random full checkpoint maps
+ * 129280 ids to 64648); MODEL.md 9.2 requires only max(token_map) < V_c (checked later).
+ */
 static tdm_status_t check_vocab_metadata(const engine_st_file_t *file, const char *path,
                                          const engine_config_t *cfg, int64_t *value_out, char *err,
                                          size_t err_bytes)
@@ -91,10 +95,10 @@ static tdm_status_t check_vocab_metadata(const engine_st_file_t *file, const cha
         return load_fail(err, err_bytes, TDM_ERR_FORMAT, path,
                          "metadata compressed_vocab_size: \"%.32s\" is not an integer", text);
     }
-    if (value != cfg->engram_compressed_vocab_size) {
+    if (value < 1 || value > cfg->engram_compressed_vocab_size) {
         return load_fail(err, err_bytes, TDM_ERR_MISMATCH, path,
-                         "metadata compressed_vocab_size: %lld, config "
-                         "engram_compressed_vocab_size is %lld",
+                         "metadata compressed_vocab_size: %lld not in [1, %lld] (config "
+                         "engram_compressed_vocab_size)",
                          value, (long long)cfg->engram_compressed_vocab_size);
     }
     *value_out = (int64_t)value;

@@ -449,7 +449,11 @@ static void test_sidecar_load_reads_and_checks_the_file(void **state)
     write_sidecar(dir, &s, "521", "", 1024);
     assert_int_equal(engine_engram_sidecar_load(dir, &s.cfg, &sidecar, err, sizeof(err)),
                      TDM_ERR_MISMATCH);
-    assert_non_null(strstr(err, "metadata compressed_vocab_size: 521"));
+    assert_non_null(strstr(err, "metadata compressed_vocab_size: 521 not in [1, 520]"));
+    write_sidecar(dir, &s, "52x", "", 1024);
+    assert_int_equal(engine_engram_sidecar_load(dir, &s.cfg, &sidecar, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_non_null(strstr(err, "\"52x\" is not an integer"));
     write_sidecar(dir, &s, NULL, "", 1024);
     assert_int_equal(engine_engram_sidecar_load(dir, &s.cfg, &sidecar, err, sizeof(err)),
                      TDM_ERR_FORMAT);
