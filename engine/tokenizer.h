@@ -34,7 +34,7 @@
 /* Smallest vocab_size engine_tokenizer_write_synthetic_hf accepts: 3 + 256 bytes + 25 specials. */
 #define ENGINE_TOKENIZER_SYNTH_MIN_VOCAB 284u
 /* Largest vocab_size it accepts (its enumerated merges run out past this). */
-#define ENGINE_TOKENIZER_SYNTH_MAX_VOCAB (1u << 20)
+#define ENGINE_TOKENIZER_SYNTH_MAX_VOCAB (1u << 19)
 
 /* A loaded vocabulary; opaque, immutable after load. */
 typedef struct engine_tokenizer engine_tokenizer_t;

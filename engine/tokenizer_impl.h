@@ -22,6 +22,18 @@
 /* Most pre-tokenizer steps (Split/ByteLevel) in one pipeline. */
 #define ENGINE_TOKENIZER_MAX_PRETOK_STEPS 16
 
+/* DeepSeek's special token texts (U+FF5C FULLWIDTH VERTICAL LINE, U+2581 LOWER ONE EIGHTH BLOCK),
+ * shared by the chat encoder and the synthetic writer. */
+#define ENGINE_TOKENIZER_DS_BOS "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+#define ENGINE_TOKENIZER_DS_EOS "<\uff5cend\u2581of\u2581sentence\uff5c>"
+#define ENGINE_TOKENIZER_DS_PAD "<\uff5c\u2581pad\u2581\uff5c>"
+#define ENGINE_TOKENIZER_DS_USER "<\uff5cUser\uff5c>"
+#define ENGINE_TOKENIZER_DS_ASSISTANT "<\uff5cAssistant\uff5c>"
+#define ENGINE_TOKENIZER_DS_THINK "<think>"
+#define ENGINE_TOKENIZER_DS_END_THINK "</think>"
+#define ENGINE_TOKENIZER_DS_TOOL_OUTPUT_BEGIN "<\uff5ctool\u2581output\u2581begin\uff5c>"
+#define ENGINE_TOKENIZER_DS_TOOL_OUTPUT_END "<\uff5ctool\u2581output\u2581end\uff5c>"
+
 /* ---- pre-tokenizer --------------------------------------------------------------------------- */
 
 /* Hugging Face SplitDelimiterBehavior. */
