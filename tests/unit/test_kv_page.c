@@ -467,6 +467,17 @@ static void test_each_check_failure_returns_its_status_and_names_the_field(void 
                      TDM_OK);
     assert_int_equal(kern_kv_page_check(NULL, FULL_PAGE, NULL, KERN_KV_PAGE_CHECK_HEADER),
                      TDM_ERR_INVALID_ARG);
+    /* the reader's own expected identity must describe a valid page */
+    kern_kv_page_params_t bad_expected = full_params;
+    bad_expected.d = 24;
+    assert_int_equal(kern_kv_page_check(page, FULL_PAGE, &bad_expected, KERN_KV_PAGE_CHECK_HEADER),
+                     TDM_ERR_INVALID_ARG);
+    kern_kv_page_header_t header;
+    memset(&header, 0x5A, sizeof(header));
+    kern_kv_page_header_t header_before = header;
+    assert_int_equal(kern_kv_page_header_read(page, FULL_PAGE, NULL), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_page_header_read(copy, 10, &header), TDM_ERR_FORMAT);
+    assert_memory_equal(&header, &header_before, sizeof(header));
     free(copy);
     free(page);
 }
