@@ -549,13 +549,16 @@ static void set_special_ids(const cursor_t *c, const kv_ref_t refs[KEY_COUNT], e
     }
 }
 
-/* Copy a string key's value (truncated, printable) into out. */
+/* Copy a string key's value into out, truncated, bytes outside printable ASCII as '?'. */
 static void ref_string(const cursor_t *c, const kv_ref_t *ref, char *out, size_t out_bytes)
 {
     uint64_t n = load_le(c->data + ref->value_offset, 8);
     size_t len = n < out_bytes - 1 ? (size_t)n : out_bytes - 1;
+    const uint8_t *src = c->data + ref->value_offset + 8;
 
-    memcpy(out, c->data + ref->value_offset + 8, len);
+    for (size_t i = 0; i < len; i++) {
+        out[i] = src[i] >= 0x20 && src[i] < 0x7f ? (char)src[i] : '?';
+    }
     out[len] = '\0';
 }
 

@@ -18,6 +18,8 @@
  * ill-formed UTF-8 never matches but never fails a match, `$` only at the end of the piece. */
 #define PRETOK_PCRE2_OPTIONS                                                                      \
     (PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY)
+/* A literal pattern (Hugging Face {"String": ...}) admits only the UTF options. */
+#define PRETOK_PCRE2_LITERAL_OPTIONS (PCRE2_LITERAL | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF)
 /* Initial and largest JIT stack of one encode call, bytes. */
 #define PRETOK_JIT_STACK_MIN_BYTES (32u * 1024u)
 #define PRETOK_JIT_STACK_MAX_BYTES (8u * 1024u * 1024u)
@@ -140,7 +142,7 @@ static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *pattern,
-                             size_t n_bytes, uint32_t extra_options,
+                             size_t n_bytes, uint32_t options,
                              engine_tokenizer_split_behavior_t behavior, int invert,
                              int add_prefix_space, char *err, size_t err_bytes)
 {
@@ -155,8 +157,8 @@ static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *patt
     if (pattern != NULL) {
         int error_code;
         PCRE2_SIZE error_offset;
-        code = pcre2_compile((PCRE2_SPTR)pattern, n_bytes, PRETOK_PCRE2_OPTIONS | extra_options,
-                             &error_code, &error_offset, NULL);
+        code = pcre2_compile((PCRE2_SPTR)pattern, n_bytes, options, &error_code, &error_offset,
+                             NULL);
         if (code == NULL) {
             PCRE2_UCHAR message[256];
             pcre2_get_error_message(error_code, message, sizeof(message));
@@ -181,8 +183,9 @@ tdm_status_t engine_tokenizer_pretok_add_split(engine_tokenizer_pretok_t *pretok
                                                engine_tokenizer_split_behavior_t behavior,
                                                int invert, char *err, size_t err_bytes)
 {
-    return add_step(pretok, pattern, n_bytes, literal ? PCRE2_LITERAL : 0u, behavior, invert, 0,
-                    err, err_bytes);
+    return add_step(pretok, pattern, n_bytes,
+                    literal ? PRETOK_PCRE2_LITERAL_OPTIONS : PRETOK_PCRE2_OPTIONS, behavior, invert,
+                    0, err, err_bytes);
 }
 
 tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *pretok,
@@ -191,8 +194,9 @@ tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *p
 {
     tdm_status_t status;
 
-    status = add_step(pretok, use_regex ? gpt2_pattern : NULL, strlen(gpt2_pattern), 0,
-                      ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, add_prefix_space, err, err_bytes);
+    status = add_step(pretok, use_regex ? gpt2_pattern : NULL, strlen(gpt2_pattern),
+                      PRETOK_PCRE2_OPTIONS, ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, add_prefix_space,
+                      err, err_bytes);
     if (status == TDM_OK) {
         pretok->has_byte_level = 1;
     }

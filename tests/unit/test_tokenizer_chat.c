@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "engine/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 #define TINY_VOCAB 1024u
 #define SMALL_VOCAB 32768u
@@ -204,13 +205,8 @@ static size_t random_utf8(uint64_t *rng, char *out, size_t n_cps)
     size_t n = 0;
 
     for (size_t i = 0; i < n_cps; i++) {
-        uint32_t cp;
-        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-        {
-            size_t r = (size_t)(*rng >> 33) % (sizeof(ranges) / sizeof(ranges[0]));
-            uint32_t span = ranges[r][1] - ranges[r][0] + 1;
-            cp = ranges[r][0] + (uint32_t)((*rng >> 7) % span);
-        }
+        size_t r = (size_t)(tt_rand(rng) % (sizeof(ranges) / sizeof(ranges[0])));
+        uint32_t cp = ranges[r][0] + (uint32_t)(tt_rand(rng) % (ranges[r][1] - ranges[r][0] + 1));
         if (cp >= 0xd800 && cp <= 0xdfff) {
             cp = 'x';
         }
