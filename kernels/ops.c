@@ -13,6 +13,20 @@ static const kern_ops_t ops_cpu = {
     .dequant_act8 = kern_dequant_act8_cpu,
     .dequant_ckv = kern_dequant_ckv_cpu,
     .dequant_mx4 = kern_dequant_mx4_cpu,
+    .qdq_act8 = kern_qdq_act8_rows_cpu,
+    .gemm = kern_gemm_cpu,
+    .rmsnorm = kern_rmsnorm_cpu,
+    .rope = kern_rope_cpu,
+    .mhc_coeffs = kern_mhc_coeffs_cpu,
+    .mhc_collapse = kern_mhc_collapse_cpu,
+    .mhc_update = kern_mhc_update_cpu,
+    .engram_gate = kern_engram_gate_cpu,
+    .moe_route = kern_moe_route_cpu,
+    .swiglu = kern_swiglu_cpu,
+    .attention = kern_attention_cpu,
+    .compress_pool = kern_compress_pool_cpu,
+    .index_scores = kern_index_scores_cpu,
+    .topk = kern_topk_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA

@@ -13,7 +13,14 @@
 extern "C" {
 #endif
 
+#include "kernels/attention.h"
 #include "kernels/codec.h"
+#include "kernels/gemm.h"
+#include "kernels/mhc.h"
+#include "kernels/moe.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/topk.h"
 
 /*
  * kern_ops_t - the kernels of one backend. Pointers in argument lists are host memory for
@@ -28,6 +35,21 @@ typedef struct {
     kern_dequant_act8_fn *dequant_act8; /* codes * scale of Q_act8 */
     kern_dequant_ckv_fn *dequant_ckv;   /* codes * scale of Q_ckv */
     kern_dequant_mx4_fn *dequant_mx4;   /* codes * scale of Q_mx4 */
+    /* Forward-pass ops (kernels/gemm.h ... topk.h). The CUDA table has none yet (NULL). */
+    kern_qdq_act8_fn *qdq_act8;           /* Q_act8 QDQ rows: the FP8/FP4 GEMM operand (R4) */
+    kern_gemm_fn *gemm;                   /* y = x W^T, batch-invariant FP32, opt. BF16 out */
+    kern_rmsnorm_fn *rmsnorm;             /* RMSNorm -> BF16 (R2) */
+    kern_rope_fn *rope;                   /* partial RoPE / inverse -> BF16 (R5) */
+    kern_mhc_coeffs_fn *mhc_coeffs;       /* mHC pre, post, Sinkhorn M (5.1) */
+    kern_mhc_collapse_fn *mhc_collapse;   /* BF16(sum_i pre_i X_i) */
+    kern_mhc_update_fn *mhc_update;       /* X' = BF16(post F + M^T X) (R1) */
+    kern_engram_gate_fn *engram_gate;     /* Engram gated stream update (5.6, R9) */
+    kern_moe_route_fn *moe_route;         /* sqrt-softplus router, biased top-K (5.5) */
+    kern_swiglu_fn *swiglu;               /* clamped SwiGLU hidden, routing weight (R8) */
+    kern_attention_fn *attention;         /* sink softmax attention of one query (5.2, R7) */
+    kern_compress_pool_fn *compress_pool; /* ratio-2 gated pooling (5.3) */
+    kern_index_scores_fn *index_scores;   /* indexer scores sigma (5.4) */
+    kern_topk_fn *topk;                   /* top-k in the [tandem] tie order (5.4) */
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

@@ -1,0 +1,176 @@
+/* forward.h - the forward pass of MODEL.md section 5 under the schedules of section 6.
+ *
+ * An engine_fwd_t is one forward context: it borrows a model (engine/model.h) and a page pool
+ * (engine/kv_cache.h), owns its scratch arenas (sized at create, reset every call: no malloc in
+ * the decode loop) and an optional dump sink. Schedules:
+ *   (a) engine_fwd_oracle   - a fresh sequence, every token through every layer, window floor 0;
+ *   (b) engine_fwd_prefill  - CED prefill of [H, T) continuing a sequence at H: layers 0..c on
+ *                             every token (chunked), layers c+1..L-1 on the tail [R, T),
+ *                             R = max(H, T - W) (ENGINE_PREFILL_TAIL_FROM_H: R = H, tests only);
+ *   (c) engine_fwd_decode   - one token for each of a batch of sequences (bit-identical to each
+ *                             sequence alone: every reduction is per row, in a fixed order);
+ *       engine_fwd_verify   - a few tokens of one sequence, exact (multi-token decode);
+ *   (d) engine_fwd_replay   - SWA bounded replay of the rings at H (canonical: layers 0..c;
+ *                             recovery: every layer).
+ * Logits are FP32 [rows, V]. Only one call at a time per context (the context is not
+ * thread-safe); distinct contexts may share a model and, with external locking, a pool.
+ * Knows nothing of sampling, tokenization or transport.
+ */
+#ifndef TANDEM_ENGINE_FORWARD_H
+#define TANDEM_ENGINE_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/seq_state.h"
+
+/* Most sequences one engine_fwd_decode call takes. */
+#define ENGINE_FWD_MAX_BATCH 64
+
+/* engine_fwd_prefill flags. */
+typedef enum {
+    ENGINE_PREFILL_DEFAULT = 0,
+    ENGINE_PREFILL_TAIL_FROM_H = 1u << 0, /* test-only override R = H (every layer, every token) */
+    ENGINE_PREFILL_ALL_LOGITS = 1u << 1,  /* logits for every tail row [R, T), not just T-1 */
+} engine_prefill_flags_t;
+
+/* engine_fwd_replay modes (MODEL.md 6(d)). */
+typedef enum {
+    ENGINE_REPLAY_CANONICAL = 0, /* rings of layers 0..c (start of a large delta) */
+    ENGINE_REPLAY_RECOVERY = 1,  /* rings of every layer and the DSpark taps */
+} engine_replay_mode_t;
+
+/*
+ * engine_dump_layer_t - what one layer produced for rows [first_position, first_position +
+ * n_rows) of one sequence (MODEL.md 12.10 plus the l.pre extension). Borrowed for the duration
+ * of the callback only.
+ *
+ * x_in:    [n_rows, m, H] FP32 residual streams entering the layer (before its Engram update).
+ * x_out:   [n_rows, m, H] leaving it.
+ * pre:     [n_rows, m] the previous FFN site's pre that the attention collapse used (e0 at 0).
+ * sel:     [n_rows, k_I] rows the attention used, ascending, -1 padded (all -1 for ratio 0).
+ * experts: [n_rows, K] routed experts, ascending.
+ */
+typedef struct {
+    int layer;
+    int seq_index; /* index of the sequence within the call (0 for prefill/oracle) */
+    int64_t first_position;
+    int64_t n_rows;
+    int m;
+    int64_t H;
+    int64_t k_I;
+    int64_t K;
+    const float *x_in;
+    const float *x_out;
+    const float *pre;
+    const int32_t *sel;
+    const int32_t *experts;
+} engine_dump_layer_t;
+
+/*
+ * engine_dump_sink_t - a tool's hook for --dump-layers (MODEL.md 12.10). `layer` is called once
+ * per backbone layer per chunk of rows, in position order for each layer (a chunked prefill
+ * calls it per chunk; layers above c are called for the tail rows only). NULL fields are not
+ * called. The callback must not call back into the context.
+ */
+typedef struct {
+    void *user;
+    void (*layer)(void *user, const engine_dump_layer_t *rec);
+} engine_dump_sink_t;
+
+/*
+ * engine_fwd_params_t - sizing of a forward context. engine_fwd_params_default() fills it.
+ *
+ * max_chunk_tokens: most tokens one layer pass processes at once (prefill chunks; >= 1). Also
+ *                   the largest total of a decode/verify batch.
+ * n_threads:        kernel threads (kern_ctx_t), default the model's.
+ */
+typedef struct {
+    int64_t max_chunk_tokens;
+    int n_threads;
+} engine_fwd_params_t;
+
+/* engine_fwd_params_default - max_chunk_tokens 256, n_threads = the model's. */
+void engine_fwd_params_default(const engine_model_t *model, engine_fwd_params_t *params);
+
+/* A forward context; opaque. */
+typedef struct engine_fwd engine_fwd_t;
+
+/*
+ * engine_fwd_create - a forward context for `model` using `pool`; both borrowed (must outlive
+ * it). Sizes its scratch arenas from params.
+ *
+ * Returns TDM_OK and *fwd_out (engine_fwd_destroy frees it), TDM_ERR_INVALID_ARG (NULL, bad
+ * params, a pool of another model), or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *pool,
+                               const engine_fwd_params_t *params, engine_fwd_t **fwd_out);
+
+/* engine_fwd_destroy - free the context; accepts NULL. */
+void engine_fwd_destroy(engine_fwd_t *fwd);
+
+/* engine_fwd_set_dump - install (sink != NULL, copied) or remove (NULL) the dump sink. */
+void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink);
+
+/*
+ * engine_fwd_oracle - schedule 6(a) on a fresh sequence: ids [n_ids] (each < V) through every
+ * layer, window floor 0; logits_out [n_ids, V] FP32 for every position. The temporary sequence's
+ * pages are returned before the call returns.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, n_ids <= 0, an id >= V), TDM_ERR_NO_PAGES (pool too
+ * small; nothing changed), TDM_ERR_NO_MEMORY, TDM_ERR_INTERNAL (NaN reached a top-k).
+ */
+tdm_status_t engine_fwd_oracle(engine_fwd_t *fwd, const int32_t *ids, int64_t n_ids,
+                               float *logits_out);
+
+/*
+ * engine_fwd_prefill - schedule 6(b): CED prefill of ids [n_ids] = tokens [H, T), H =
+ * engine_seq_length(seq), T = H + n_ids, continuing seq; seq has length T afterwards.
+ *
+ * logits_out: [1, V] the first-token logits at T-1, or with ENGINE_PREFILL_ALL_LOGITS [T - R, V]
+ *             for every tail row; may be NULL.
+ * tail_start_out: R (may be NULL).
+ * Returns TDM_OK; TDM_ERR_INVALID_ARG (NULL, n_ids <= 0, id >= V, T beyond
+ * max_position_embeddings; seq unchanged); TDM_ERR_NO_PAGES (seq unchanged);
+ * TDM_ERR_INTERNAL (NaN reached a top-k; seq is then invalid and must be destroyed).
+ */
+tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                                int64_t n_ids, uint32_t flags, float *logits_out,
+                                int64_t *tail_start_out);
+
+/*
+ * engine_fwd_decode - schedule 6(c): token ids[i] at position engine_seq_length(seqs[i]) for each
+ * of n_seqs distinct sequences (1 <= n_seqs <= ENGINE_FWD_MAX_BATCH), all layers, exact;
+ * logits_out [n_seqs, V]. Each row is bit-identical to decoding that sequence alone.
+ *
+ * Errors as engine_fwd_prefill (TDM_ERR_NO_PAGES and TDM_ERR_INVALID_ARG change no sequence;
+ * the same sequence twice is TDM_ERR_INVALID_ARG).
+ */
+tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int32_t *ids,
+                               int n_seqs, float *logits_out);
+
+/*
+ * engine_fwd_verify - exact multi-token decode of ids [n_ids] at positions n .. n + n_ids - 1 of
+ * one sequence (MODEL.md 8 verify; every layer, full rings); logits_out [n_ids, V]. Equals n_ids
+ * successive engine_fwd_decode calls bit for bit.
+ */
+tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                               int64_t n_ids, float *logits_out);
+
+/*
+ * engine_fwd_replay - schedule 6(d): rebuild the rings of seq at its length H from its pages and
+ * the token ids [H - n_ids, H) (ids, n_ids >= min(W, H) + N - 1 or all H): runs tokens
+ * [H - W', H), W' = min(W, H), from empty rings with window floor H - W', writing no row or index
+ * key; pending halves are kept (rebuilt when absent and H is odd). CANONICAL replays layers
+ * 0..c, RECOVERY every layer. logits_out (may be NULL): [1, V] the logits at H - 1 (RECOVERY
+ * only).
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, too few ids, H = 0), TDM_ERR_INTERNAL.
+ */
+tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                               int64_t n_ids, engine_replay_mode_t mode, float *logits_out);
+
+#endif

@@ -1,0 +1,92 @@
+/* model.h - a loaded DeepSeek-V4.1-Flash checkpoint, ready for the forward pass.
+ *
+ * Owns: the config (engine/config.h), the checkpoint mapping (engine/weights.h, checked against
+ * the inventory of MODEL.md section 3), the Engram sidecar (token map, multipliers) and layout,
+ * the per-layer weight views in the kernel backend's compute layout (kern_mat_t: FP8 and MXFP4
+ * weights dequantized exactly to BF16, MODEL.md section 3 "Dequantizing to BF16 is exact"), the
+ * RoPE frequency tables (MODEL.md 5 [tandem] rule, computed once on the host) and the 64-bit model
+ * fingerprint. Read-only after load: any number of forward contexts and threads may share one
+ * model. Knows nothing of sequences, KV pages or schedules (engine/forward.h), nor of the
+ * tokenizer.
+ *
+ * Model fingerprint [tandem] (docs/PROTOCOL.md, the same value as proto_model_fingerprint):
+ * XXH3-64 chained (each step seeded with the previous value, starting at 0) over, in order, the
+ * bytes of config.json, of tokenizer.json (skipped when absent), and for each *.safetensors
+ * file of the directory in byte-wise name order (the Engram sidecar included): its 8-byte header
+ * length, its JSON header and the first 1 MiB of its data region (fewer if shorter).
+ * KV pages carry it (MODEL.md 7) and nodes compare it at registration.
+ */
+#ifndef TANDEM_ENGINE_MODEL_H
+#define TANDEM_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/config.h"
+#include "engine/engram_hash.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+
+/* A loaded model; opaque (layout in engine/model_impl.h, shared by the engine's .c files). */
+typedef struct engine_model engine_model_t;
+
+/*
+ * engine_model_params_t - how to load. Filled by engine_model_params_default().
+ *
+ * n_threads: CPU worker threads the model's kernels may use (kern_ctx_t.n_threads), >= 1.
+ * ops:       kernel table (kern_ops_cpu() by default). Only the CPU backend is supported now.
+ * skip_weight_check: 0 = compare every tensor with the inventory (engine_weights_check).
+ */
+typedef struct {
+    int n_threads;
+    const kern_ops_t *ops;
+    int skip_weight_check;
+} engine_model_params_t;
+
+/* engine_model_params_default - one thread, CPU kernels, full weight check. */
+void engine_model_params_default(engine_model_params_t *params);
+
+/*
+ * engine_model_load - open the checkpoint directory `dir`: config.json, the tensors (checked
+ * against the inventory unless params->skip_weight_check), the Engram sidecar
+ * (engram-hash.safetensors, when the config has Engram layers). Dequantizes every weight into
+ * the compute layout (about 2 bytes per parameter of host memory) and tabulates the RoPE
+ * frequencies.
+ *
+ * Returns TDM_OK with *model_out (caller frees with engine_model_destroy), or the loader's status
+ * (TDM_ERR_NOT_FOUND, TDM_ERR_FORMAT, TDM_ERR_MISMATCH, TDM_ERR_IO, TDM_ERR_NO_MEMORY,
+ * TDM_ERR_INVALID_ARG for NULL arguments) with one line in err (err_bytes, may be 0) and
+ * *model_out untouched. Thread-safe (no shared state).
+ */
+tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *params,
+                               engine_model_t **model_out, char *err, size_t err_bytes);
+
+/* engine_model_destroy - free everything of the model; accepts NULL. No forward context,
+ * sequence or pool made from it may be used afterwards. */
+void engine_model_destroy(engine_model_t *model);
+
+/* engine_model_config - the model's config (owned by the model, valid until destroy). */
+const engine_config_t *engine_model_config(const engine_model_t *model);
+
+/* engine_model_fingerprint - the 64-bit model fingerprint defined above. */
+uint64_t engine_model_fingerprint(const engine_model_t *model);
+
+/* engine_model_ops - the kernel table the model was loaded for. */
+const kern_ops_t *engine_model_ops(const engine_model_t *model);
+
+/* engine_model_n_threads - params->n_threads of the load. */
+int engine_model_n_threads(const engine_model_t *model);
+
+/*
+ * engine_model_rope_freqs - the FP32 RoPE frequencies f_i (i < d_r/2) of `layer` (0 <= layer <
+ * n_roles): ratio-0 layers and DSpark blocks use rope_theta unscaled, ratio>0 layers
+ * compress_rope_theta with YaRN (MODEL.md 5, [tandem] table rule). Owned by the model. NULL for
+ * a layer out of range.
+ */
+const float *engine_model_rope_freqs(const engine_model_t *model, int layer);
+
+/* engine_model_weight_bytes - bytes of the compute-layout weights the model holds (host). */
+uint64_t engine_model_weight_bytes(const engine_model_t *model);
+
+#endif

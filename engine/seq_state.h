@@ -1,0 +1,126 @@
+/* seq_state.h - the per-sequence state of MODEL.md sections 6 and 7.
+ *
+ * Owns, for one sequence of committed length n: one window ring per backbone layer and DSpark
+ * block (capacity C = W + B + 1 entries, slot p mod C, entry d E4M3 codes + d/32 UE8M0 scales,
+ * Q_swa), one block table per KV source (engine/kv_cache.h; pages owned by the table), the
+ * pending half-group (a_p, b_p) FP32 of each ratio-2 KV source (present iff n is odd), and the
+ * recent token ids (the last W + N - 1, for Engram lookback and bounded replay). Exports and
+ * imports exactly the section-7 handoff state record, optionally followed by the sequence's
+ * pages, as one versioned byte blob, so another process can continue the sequence.
+ * Knows nothing of the math that fills it (engine/forward.h). Not thread-safe; a sequence is
+ * used by one forward call at a time.
+ *
+ * Blob format [tandem], little-endian, version 1 (docs/MODEL-NOTES.md):
+ *   header 64 B: magic "TDSQ", u32 version, u64 model fingerprint, i64 length T, u32 n_rings,
+ *     u32 ring entries stored E = min(W, T), u32 entry bytes (d + d/32), u32 n_ratio2 sources,
+ *     u32 d, u32 n_ids stored = min(N - 1, T), u32 n_kv_sources, u32 flags (1 = pages follow),
+ *     u64 page bytes, 0 padding;
+ *   rings: for each ring r < n_rings, entries for positions T-E .. T-1 in order (codes, scales);
+ *   pending: for each ratio-2 source in kv_source_layer_ids order: u32 present, then a[d], b[d]
+ *     FP32 (zeros when absent);
+ *   ids: n_ids int32, positions T-n_ids .. T-1;
+ *   pages (flag 1): for each KV source: i64 n_rows, u32 n_pages, then n_pages sealed pages;
+ *   trailer: u64 XXH3-64 of every byte before it.
+ */
+#ifndef TANDEM_ENGINE_SEQ_STATE_H
+#define TANDEM_ENGINE_SEQ_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+
+#define ENGINE_SEQ_BLOB_MAGIC   "TDSQ"
+#define ENGINE_SEQ_BLOB_VERSION 1u
+#define ENGINE_SEQ_BLOB_HEADER_BYTES 64u
+
+/* engine_seq_export flags. */
+typedef enum {
+    ENGINE_SEQ_EXPORT_RECORD = 0,    /* the section-7 state record only */
+    ENGINE_SEQ_EXPORT_PAGES = 1u,    /* the record followed by every page of every KV source */
+} engine_seq_export_flags_t;
+
+/* One sequence's state; opaque. */
+typedef struct engine_seq engine_seq_t;
+
+/*
+ * engine_seq_create - an empty sequence (length 0, no pages) of `model` drawing pages from
+ * `pool`. Borrows model and pool: both must outlive the sequence.
+ *
+ * Returns TDM_OK and *seq_out (engine_seq_destroy frees it), TDM_ERR_INVALID_ARG for NULL, a pool
+ * whose fingerprint is not the model's (TDM_ERR_MISMATCH), or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_seq_create(const engine_model_t *model, engine_kv_pool_t *pool,
+                               engine_seq_t **seq_out);
+
+/* engine_seq_destroy - give every page back to the pool and free the state; accepts NULL. */
+void engine_seq_destroy(engine_seq_t *seq);
+
+/* engine_seq_length - committed tokens n. */
+int64_t engine_seq_length(const engine_seq_t *seq);
+
+/* engine_seq_n_rows - rows held by KV source `source_layer` (-1 when it is not a source). */
+int64_t engine_seq_n_rows(const engine_seq_t *seq, int source_layer);
+
+/* engine_seq_n_pages - pages held by all the sequence's block tables. */
+uint32_t engine_seq_n_pages(const engine_seq_t *seq);
+
+/*
+ * engine_seq_table - the block table of KV source `source_layer`, owned by the sequence (NULL
+ * when the layer is not a KV source). For transport code that puts or checks pages.
+ */
+const engine_kv_table_t *engine_seq_table(const engine_seq_t *seq, int source_layer);
+
+/*
+ * engine_seq_last_ids - copy the last min(n_ids_max, kept) committed token ids, oldest first,
+ * into ids_out; returns how many were written. The sequence keeps the last W + N - 1 ids.
+ */
+int64_t engine_seq_last_ids(const engine_seq_t *seq, int32_t *ids_out, int64_t n_ids_max);
+
+/*
+ * engine_seq_ring_entry - the Q_swa codes [d] and scales [d/32] of ring `ring` (layer or DSpark
+ * block, < n_roles) at position p, borrowed from the sequence; TDM_ERR_INVALID_ARG when p is
+ * not within the last C positions or out of range. For tests and dumps.
+ */
+tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
+                                   const uint8_t **codes_out, const uint8_t **scales_out);
+
+/*
+ * engine_seq_reset_rings - forget every ring entry (the window state), keeping pages, pending
+ * halves, ids and the length. Used before a bounded replay (engine_fwd_replay).
+ */
+void engine_seq_reset_rings(engine_seq_t *seq);
+
+/*
+ * engine_seq_export_bytes - the size of engine_seq_export's blob for `flags`.
+ */
+size_t engine_seq_export_bytes(const engine_seq_t *seq, uint32_t flags);
+
+/*
+ * engine_seq_export - write the state record (and with ENGINE_SEQ_EXPORT_PAGES every page,
+ * sealed first) into blob_out (blob_bytes >= engine_seq_export_bytes). Reads the sequence
+ * (pages are sealed in place: their checksums are refreshed).
+ *
+ * Returns TDM_OK and *n_written_out, or TDM_ERR_INVALID_ARG (NULL, blob too small; nothing
+ * written).
+ */
+tdm_status_t engine_seq_export(engine_seq_t *seq, uint32_t flags, uint8_t *blob_out,
+                               size_t blob_bytes, size_t *n_written_out);
+
+/*
+ * engine_seq_import - a new sequence from a blob of engine_seq_export. With pages in the blob,
+ * pages are taken from `pool`, checked (kern_kv_page_check: identity, fingerprint and checksum)
+ * and copied in; without them, the caller adopts pages later (not supported yet: the sequence has
+ * length T and no rows, TDM_ERR_UNSUPPORTED unless T has no rows).
+ *
+ * Returns TDM_OK and *seq_out, or with nothing changed (pool back to its free count):
+ * TDM_ERR_INVALID_ARG (NULL), TDM_ERR_FORMAT (bad magic, version, sizes or checksum),
+ * TDM_ERR_MISMATCH (another model's fingerprint or config dims, a page failing its check),
+ * TDM_ERR_NO_PAGES, TDM_ERR_NO_MEMORY, TDM_ERR_UNSUPPORTED.
+ */
+tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *pool,
+                               const uint8_t *blob, size_t blob_bytes, engine_seq_t **seq_out);
+
+#endif

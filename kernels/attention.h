@@ -1,0 +1,48 @@
+/* attention.h - attention with sinks over an explicit key set (MODEL.md 5.2, R7) and the
+ * ratio-2 compressor's gated pooling (5.3).
+ *
+ * Owns nothing; the engine gathers each query's key set (window entries oldest to newest, then
+ * selected compressed rows ascending) as dequantized FP32 rows. MQA: one latent is both key and
+ * value for every head.
+ */
+#ifndef TANDEM_KERNELS_ATTENTION_H
+#define TANDEM_KERNELS_ATTENTION_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "common/status.h"
+#include "kernels/backend.h"
+
+/*
+ * kern_attention_fn - for one query position and each head h < n_heads:
+ * z_e = (q_h . k_e) * scale (dot in the batch-invariant GEMM order), mu = max_e z_e,
+ * p_e = exp(z_e - mu) / (sum_e' exp(z_e' - mu) + exp(sink_h - mu)) (sum ascending e),
+ * o_h = BF16(sum_e p_e k_e) (ascending e). With no keys, o_h = 0.
+ *
+ * q: [n_heads, d].  keys: [n_keys, d] (key = value).  sink: [n_heads].  scale: 1/sqrt(d) (FP32).
+ * o_out: [n_heads, d] f32 (BF16 values).  scratch: [n_keys] f32 work space.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, d not a multiple of 16, n_keys < 0).
+ */
+typedef tdm_status_t kern_attention_fn(kern_ctx_t *ctx, const float *q, const float *keys,
+                                       int64_t n_keys, const float *sink, int64_t n_heads,
+                                       int64_t d, float scale, float *scratch, float *o_out);
+kern_attention_fn kern_attention_cpu;
+
+/*
+ * kern_compress_pool_fn - ratio-r gated pooling of one group (MODEL.md 5.3): per channel c,
+ * w_p = exp(b_p,c - max) / sum_p' exp(b_p',c - max), v_c = BF16(sum_p w_p a_p,c), p ascending.
+ * a, b: [r, d] FP32 projections of the group's tokens.  v_out: [d].
+ */
+typedef tdm_status_t kern_compress_pool_fn(kern_ctx_t *ctx, const float *a, const float *b,
+                                           int r, int64_t d, float *v_out);
+kern_compress_pool_fn kern_compress_pool_cpu;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,76 @@
+/* attention.c - sink attention of one query and ratio-2 pooling (kernels/attention.h). */
+#include "kernels/attention.h"
+
+#include "kernels/codec.h"
+#include "kernels/gemm.h"
+
+#include <math.h>
+#include <stddef.h>
+
+tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys,
+                                int64_t n_keys, const float *sink, int64_t n_heads, int64_t d,
+                                float scale, float *scratch, float *o_out)
+{
+    (void)ctx;
+    if (q == NULL || sink == NULL || o_out == NULL || n_keys < 0 || n_heads <= 0 ||
+        d % KERN_GEMM_K_MULTIPLE != 0 || (n_keys > 0 && (keys == NULL || scratch == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        const float *qh = q + h * d;
+        float *oh = o_out + h * d;
+        float mu = -INFINITY;
+        float den = 0.0f;
+        for (int64_t c = 0; c < d; c++) {
+            oh[c] = 0.0f;
+        }
+        if (n_keys == 0) {
+            continue;
+        }
+        for (int64_t e = 0; e < n_keys; e++) {
+            scratch[e] = kern_dot_cpu(qh, keys + e * d, d) * scale;
+            mu = scratch[e] > mu ? scratch[e] : mu;
+        }
+        for (int64_t e = 0; e < n_keys; e++) {
+            scratch[e] = expf(scratch[e] - mu);
+            den += scratch[e];
+        }
+        den += expf(sink[h] - mu);
+        for (int64_t e = 0; e < n_keys; e++) {
+            float p = scratch[e] / den;
+            const float *k = keys + e * d;
+            for (int64_t c = 0; c < d; c++) {
+                oh[c] += p * k[c];
+            }
+        }
+        for (int64_t c = 0; c < d; c++) {
+            oh[c] = kern_bf16_round(oh[c]);
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_compress_pool_cpu(kern_ctx_t *ctx, const float *a, const float *b, int r,
+                                    int64_t d, float *v_out)
+{
+    (void)ctx;
+    if (a == NULL || b == NULL || v_out == NULL || r < 1 || d <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t c = 0; c < d; c++) {
+        float mx = -INFINITY;
+        float den = 0.0f;
+        float acc = 0.0f;
+        for (int p = 0; p < r; p++) {
+            mx = b[p * d + c] > mx ? b[p * d + c] : mx;
+        }
+        for (int p = 0; p < r; p++) {
+            den += expf(b[p * d + c] - mx);
+        }
+        for (int p = 0; p < r; p++) {
+            acc += (expf(b[p * d + c] - mx) / den) * a[p * d + c];
+        }
+        v_out[c] = kern_bf16_round(acc);
+    }
+    return TDM_OK;
+}

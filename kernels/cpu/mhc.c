@@ -1,0 +1,160 @@
+/* mhc.c - mHC coefficients, collapse, update and the Engram gate (kernels/mhc.h). */
+#include "kernels/mhc.h"
+
+#include "kernels/codec.h"
+#include "kernels/norm.h"
+
+#include <math.h>
+#include <stddef.h>
+
+static float sigmoidf(float z)
+{
+    return 1.0f / (1.0f + expf(-z));
+}
+
+tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *params,
+                                 const float *x, int64_t n_rows, int64_t H, const float *mix_raw,
+                                 float *pre_out, float *post_out, float *M_out)
+{
+    (void)ctx;
+    if (params == NULL || x == NULL || mix_raw == NULL || pre_out == NULL || post_out == NULL ||
+        M_out == NULL || params->m < 1 || params->m > KERN_MHC_MAX_STREAMS || H <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    int m = params->m;
+    int n_mix = (2 + m) * m;
+    const float *b = params->base;
+    const float *sc = params->scale;
+    float eh = params->eps_hc;
+
+    for (int64_t r = 0; r < n_rows; r++) {
+        float mix[(2 + KERN_MHC_MAX_STREAMS) * KERN_MHC_MAX_STREAMS];
+        float *M = M_out + r * m * m;
+        float rs = kern_rms_scale_cpu(x + r * m * H, m * H, params->eps);
+
+        for (int k = 0; k < n_mix; k++) {
+            mix[k] = mix_raw[r * n_mix + k] * rs;
+        }
+        for (int i = 0; i < m; i++) {
+            pre_out[r * m + i] = sigmoidf(mix[i] * sc[0] + b[i]) + eh;
+            post_out[r * m + i] = 2.0f * sigmoidf(mix[m + i] * sc[1] + b[m + i]);
+        }
+        for (int i = 0; i < m; i++) {
+            float mx = -INFINITY;
+            float sum = 0.0f;
+            for (int j = 0; j < m; j++) {
+                float c = mix[2 * m + m * i + j] * sc[2] + b[2 * m + m * i + j];
+                M[i * m + j] = c;
+                mx = c > mx ? c : mx;
+            }
+            for (int j = 0; j < m; j++) {
+                M[i * m + j] = expf(M[i * m + j] - mx);
+                sum += M[i * m + j];
+            }
+            for (int j = 0; j < m; j++) {
+                M[i * m + j] = M[i * m + j] / sum + eh;
+            }
+        }
+        for (int it = 0; it < params->iters; it++) {
+            if (it > 0) {
+                for (int i = 0; i < m; i++) { /* row normalise */
+                    float sum = 0.0f;
+                    for (int j = 0; j < m; j++) {
+                        sum += M[i * m + j];
+                    }
+                    for (int j = 0; j < m; j++) {
+                        M[i * m + j] = M[i * m + j] / (sum + eh);
+                    }
+                }
+            }
+            for (int j = 0; j < m; j++) { /* column normalise */
+                float sum = 0.0f;
+                for (int i = 0; i < m; i++) {
+                    sum += M[i * m + j];
+                }
+                for (int i = 0; i < m; i++) {
+                    M[i * m + j] = M[i * m + j] / (sum + eh);
+                }
+            }
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const float *X,
+                                   int64_t n_rows, int m, int64_t H, float *y_out)
+{
+    (void)ctx;
+    if (pre == NULL || X == NULL || y_out == NULL || m < 1 || H <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t c = 0; c < H; c++) {
+            float acc = 0.0f;
+            for (int i = 0; i < m; i++) {
+                acc += pre[r * m + i] * X[(r * m + i) * H + c];
+            }
+            y_out[r * H + c] = kern_bf16_round(acc);
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_mhc_update_cpu(kern_ctx_t *ctx, const float *post, const float *F,
+                                 const float *M, int64_t n_rows, int m, int64_t H, float *X)
+{
+    (void)ctx;
+    if (post == NULL || F == NULL || M == NULL || X == NULL || m < 1 ||
+        m > KERN_MHC_MAX_STREAMS || H <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *Mr = M + r * m * m;
+        float *Xr = X + r * m * H;
+        for (int64_t c = 0; c < H; c++) {
+            float old[KERN_MHC_MAX_STREAMS];
+            for (int i = 0; i < m; i++) {
+                old[i] = Xr[i * H + c];
+            }
+            for (int j = 0; j < m; j++) {
+                float acc = 0.0f;
+                for (int i = 0; i < m; i++) {
+                    acc += Mr[i * m + j] * old[i];
+                }
+                Xr[j * H + c] = kern_bf16_round(post[r * m + j] * F[r * H + c] + acc);
+            }
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, const float *qw,
+                                  const float *kw, int64_t n_rows, int m, int64_t H, float eps)
+{
+    (void)ctx;
+    if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || H <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    float sqrt_h = (float)sqrt((double)H);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *kvr = kv + r * (m + 1) * H;
+        const float *value = kvr + m * H;
+        for (int i = 0; i < m; i++) {
+            float *xi = X + (r * m + i) * H;
+            const float *key = kvr + i * H;
+            float dot = 0.0f;
+            for (int64_t c = 0; c < H; c++) {
+                dot += ((xi[c] * qw[i * H + c]) * kw[i * H + c]) * key[c];
+            }
+            float gam = dot * kern_rms_scale_cpu(xi, H, eps) * kern_rms_scale_cpu(key, H, eps) /
+                        sqrt_h;
+            float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
+            float z = (gam >= 0.0f ? 1.0f : -1.0f) * sqrtf(mag);
+            float g = 1.0f / (1.0f + expf(-z));
+            for (int64_t c = 0; c < H; c++) {
+                xi[c] = kern_bf16_round(xi[c] + g * value[c]);
+            }
+        }
+    }
+    return TDM_OK;
+}

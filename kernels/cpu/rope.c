@@ -1,0 +1,95 @@
+/* rope.c - RoPE tables and rotation (kernels/rope.h). */
+#include "kernels/rope.h"
+
+#include "kernels/codec.h"
+
+#include <math.h>
+#include <stddef.h>
+
+tdm_status_t kern_rope_freqs(int d_r, double theta, const kern_rope_yarn_t *yarn,
+                             float *freqs_out)
+{
+    double lo = 0.0;
+    double hi = 0.0;
+    int use_yarn = yarn != NULL && yarn->factor > 0.0;
+
+    if (freqs_out == NULL || d_r <= 0 || d_r % 2 != 0 || d_r > KERN_ROPE_MAX_DIMS ||
+        !(theta > 1.0)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (use_yarn) {
+        double c_fast = d_r * log(yarn->original_max_position / (2.0 * M_PI * yarn->beta_fast)) /
+                        (2.0 * log(theta));
+        double c_slow = d_r * log(yarn->original_max_position / (2.0 * M_PI * yarn->beta_slow)) /
+                        (2.0 * log(theta));
+        lo = floor(c_fast);
+        if (lo < 0.0) {
+            lo = 0.0;
+        }
+        hi = ceil(c_slow);
+        if (hi > d_r - 1) {
+            hi = d_r - 1;
+        }
+    }
+    for (int i = 0; i < d_r / 2; i++) {
+        double f = pow(theta, -2.0 * i / d_r);
+        if (use_yarn) {
+            double span = hi - lo > 0.001 ? hi - lo : 0.001;
+            double ramp = (i - lo) / span;
+            ramp = ramp < 0.0 ? 0.0 : (ramp > 1.0 ? 1.0 : ramp);
+            f = f * (1.0 - ramp) + (f / yarn->factor) * ramp;
+        }
+        freqs_out[i] = (float)f;
+    }
+    return TDM_OK;
+}
+
+void kern_rope_cos_sin(const float *freqs, int d_r, int64_t pos, float *cos_out, float *sin_out)
+{
+    float p = (float)pos;
+    for (int i = 0; i < d_r / 2; i++) {
+        float angle = p * freqs[i];
+        cos_out[i] = (float)cos((double)angle);
+        sin_out[i] = (float)sin((double)angle);
+    }
+}
+
+tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_heads,
+                           int64_t dim, int d_r, const int64_t *pos, const float *freqs,
+                           kern_rope_dir_t dir)
+{
+    float cs[KERN_ROPE_MAX_DIMS / 2];
+    float sn[KERN_ROPE_MAX_DIMS / 2];
+
+    (void)ctx;
+    if (x == NULL || pos == NULL || freqs == NULL || d_r <= 0 || d_r % 2 != 0 ||
+        d_r > KERN_ROPE_MAX_DIMS || d_r > dim || n_rows < 0 || n_heads <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        kern_rope_cos_sin(freqs, d_r, pos[r], cs, sn);
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *v = x + (r * n_heads + h) * dim;
+            float *tail = v + dim - d_r;
+            for (int64_t i = 0; i < dim - d_r; i++) {
+                v[i] = kern_bf16_round(v[i]);
+            }
+            for (int i = 0; i < d_r / 2; i++) {
+                float a = tail[2 * i];
+                float b = tail[2 * i + 1];
+                float ra;
+                float rb;
+                if (dir == KERN_ROPE_FORWARD) {
+                    ra = a * cs[i] - b * sn[i];
+                    rb = a * sn[i] + b * cs[i];
+                } else {
+                    ra = a * cs[i] + b * sn[i];
+                    rb = b * cs[i] - a * sn[i];
+                }
+                tail[2 * i] = kern_bf16_round(ra);
+                tail[2 * i + 1] = kern_bf16_round(rb);
+            }
+        }
+    }
+    return TDM_OK;
+}
