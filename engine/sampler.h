@@ -7,7 +7,7 @@
  * argmax. Ties (equal score or equal logit) go to the lower token id (MODEL.md 5.4), so the
  * same (seed, q, logits, params) gives the same token on every node and in every batch.
  *
- * Filters, applied in this order (vLLM's order; identical for draft and target):
+ * Filters, applied in this order (that of vLLM's V0 sampler; identical for draft and target):
  *   1. temperature  s(x) = l(x) / tau. tau = 0 skips everything below: greedy argmax.
  *   2. top-k        keep the k best tokens by (logit descending, id ascending).
  *   3. top-p        on the softmax of s over the top-k set, keep the smallest prefix in
