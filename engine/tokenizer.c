@@ -18,8 +18,8 @@
 #include <string.h>
 
 #define EMPTY_MERGE UINT64_MAX
-#define LSTRIP_BIT 1u
-#define RSTRIP_BIT 2u
+#define LSTRIP_BIT  1u
+#define RSTRIP_BIT  2u
 
 void engine_tokenizer_set_err(char *err, size_t err_bytes, const char *fmt, ...)
 {
@@ -114,12 +114,6 @@ static const engine_tokenizer_merge_t *find_merge(const engine_tokenizer_t *tok,
 
 /* ---- builder --------------------------------------------------------------------------------- */
 
-/* Build-time placement of each token's text in the builder pool (before index()). */
-typedef struct {
-    uint32_t offset;
-    uint32_t n_bytes;
-} text_ref_t;
-
 tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32_t n_vocab,
                                            uint32_t max_merges, char *err, size_t err_bytes)
 {
@@ -148,13 +142,12 @@ tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32
     tok->pad_id = -1;
     tok->kind = calloc(n_vocab, 1);
     tok->lstrip_rstrip = calloc(n_vocab, 1);
-    /* text_offset holds text_ref_t pairs until index() packs the pool. */
-    tok->text_offset = calloc((size_t)n_vocab * 2 + 1, sizeof(uint32_t));
+    b->refs = calloc(n_vocab, sizeof(*b->refs));
     b->is_set = calloc(n_vocab, 1);
     cap = pow2_at_least((uint64_t)max_merges * 2);
     tok->merges = malloc((size_t)cap * sizeof(*tok->merges));
-    if (tok->kind == NULL || tok->lstrip_rstrip == NULL || tok->text_offset == NULL ||
-        b->is_set == NULL || tok->merges == NULL) {
+    if (tok->kind == NULL || tok->lstrip_rstrip == NULL || b->refs == NULL || b->is_set == NULL ||
+        tok->merges == NULL) {
         engine_tokenizer_builder_fini(b);
         return TDM_ERR_NO_MEMORY;
     }
@@ -172,7 +165,7 @@ tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, u
                                                 size_t err_bytes)
 {
     engine_tokenizer_t *tok = b->tok;
-    text_ref_t *refs = (text_ref_t *)tok->text_offset;
+    engine_tokenizer_text_ref_t *refs = b->refs;
 
     if (id >= tok->n_vocab) {
         engine_tokenizer_set_err(err, err_bytes, "token id %u outside the vocabulary (0..%u)", id,
@@ -254,7 +247,7 @@ static size_t byte_level_decode(const uint8_t *text, size_t n, uint8_t *out)
 static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
 {
     engine_tokenizer_t *tok = b->tok;
-    const text_ref_t *refs = (const text_ref_t *)tok->text_offset;
+    const engine_tokenizer_text_ref_t *refs = b->refs;
     uint32_t n = tok->n_vocab;
     uint32_t *text_offset = malloc(((size_t)n + 1) * sizeof(*text_offset));
     uint32_t *bytes_offset = malloc(((size_t)n + 1) * sizeof(*bytes_offset));
@@ -286,7 +279,8 @@ static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
     text_offset[n] = (uint32_t)pos;
     bytes_offset[n] = (uint32_t)pos_bytes;
     free(tok->text_pool);
-    free(tok->text_offset);
+    free(b->refs);
+    b->refs = NULL;
     tok->text_pool = text_pool;
     tok->text_offset = text_offset;
     tok->bytes_pool = bytes_pool;
@@ -336,8 +330,7 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
         if (tok->kind[id] == ENGINE_TOKEN_NORMAL) {
             const uint8_t *bytes = tok->bytes_pool + tok->bytes_offset[id];
             size_t n_bytes = tok->bytes_offset[id + 1] - tok->bytes_offset[id];
-            slot = strmap_slot(&tok->bytes_map, tok->bytes_pool, tok->bytes_offset, bytes,
-                               n_bytes);
+            slot = strmap_slot(&tok->bytes_map, tok->bytes_pool, tok->bytes_offset, bytes, n_bytes);
             if (tok->bytes_map.slots[slot] < 0) {
                 tok->bytes_map.slots[slot] = (int32_t)id;
             }
@@ -441,8 +434,8 @@ static tdm_status_t build_trie(engine_tokenizer_t *tok)
             int32_t child = trie_child(tok, node, text[i]);
             if (child < 0) {
                 child = (int32_t)tok->n_trie++;
-                tok->trie[child] = (engine_tokenizer_trie_node_t){
-                    -1, tok->trie[node].first_child, -1, text[i]};
+                tok->trie[child] =
+                    (engine_tokenizer_trie_node_t){-1, tok->trie[node].first_child, -1, text[i]};
                 tok->trie[node].first_child = child;
             }
             node = child;
@@ -469,6 +462,7 @@ tdm_status_t engine_tokenizer_builder_finish(engine_tokenizer_builder_t *b,
 void engine_tokenizer_builder_fini(engine_tokenizer_builder_t *b)
 {
     engine_tokenizer_destroy(b->tok);
+    free(b->refs);
     free(b->is_set);
     free(b->scratch);
     memset(b, 0, sizeof(*b));
@@ -863,8 +857,8 @@ tdm_status_t engine_tokenizer_find_special(const engine_tokenizer_t *tok, const 
         return TDM_ERR_INVALID_ARG;
     }
     id = engine_tokenizer_lookup_text(tok, text, strlen(text));
-    if (id < 0 || (tok->kind[id] != ENGINE_TOKEN_CONTROL &&
-                   tok->kind[id] != ENGINE_TOKEN_USER_DEFINED)) {
+    if (id < 0 ||
+        (tok->kind[id] != ENGINE_TOKEN_CONTROL && tok->kind[id] != ENGINE_TOKEN_USER_DEFINED)) {
         return TDM_ERR_NOT_FOUND;
     }
     *id_out = id;

@@ -59,14 +59,14 @@ typedef enum {
 
 /* Facts about a loaded vocabulary (plain data, filled by engine_tokenizer_get_info). */
 typedef struct {
-    uint32_t n_vocab;   /* ids are 0 .. n_vocab-1 */
-    uint32_t n_merges;  /* merge rules in use (ranks 0 .. n_merges-1) */
-    uint32_t n_added;   /* CONTROL + USER_DEFINED tokens */
-    int32_t bos_id;     /* -1 when the vocabulary names none */
-    int32_t eos_id;     /* -1 when none */
-    int32_t pad_id;     /* -1 when none */
-    int ignore_merges;  /* 1: a pre-token found whole in the vocabulary skips the merges */
-    char pre_name[48];  /* GGUF tokenizer.ggml.pre ("default" if absent) or "tokenizer.json" */
+    uint32_t n_vocab;  /* ids are 0 .. n_vocab-1 */
+    uint32_t n_merges; /* merge rules in use (ranks 0 .. n_merges-1) */
+    uint32_t n_added;  /* CONTROL + USER_DEFINED tokens */
+    int32_t bos_id;    /* -1 when the vocabulary names none */
+    int32_t eos_id;    /* -1 when none */
+    int32_t pad_id;    /* -1 when none */
+    int ignore_merges; /* 1: a pre-token found whole in the vocabulary skips the merges */
+    char pre_name[48]; /* GGUF tokenizer.ggml.pre ("default" if absent) or "tokenizer.json" */
 } engine_tokenizer_info_t;
 
 /*
@@ -104,8 +104,8 @@ tdm_status_t engine_tokenizer_load_hf_buffer(const char *json, size_t n_bytes, c
  * TDM_ERR_UNSUPPORTED (GGUF v1, big-endian, tokenizer model other than "gpt2", e.g. the
  * SentencePiece "llama"), TDM_ERR_NO_MEMORY. *tok_out written only on success. Thread-safe.
  */
-tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out,
-                                        char *err, size_t err_bytes);
+tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out, char *err,
+                                        size_t err_bytes);
 
 /*
  * engine_tokenizer_load_gguf_buffer - as engine_tokenizer_load_gguf, from `n_bytes` at `data`
@@ -154,7 +154,8 @@ void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_i
 tdm_status_t engine_tokenizer_token_bytes(const engine_tokenizer_t *tok, int32_t id,
                                           const uint8_t **bytes_out, size_t *n_bytes_out);
 
-/* engine_tokenizer_token_kind - *kind_out = the kind of `id`. TDM_ERR_INVALID_ARG if out of range. */
+/* engine_tokenizer_token_kind - *kind_out = the kind of `id`. TDM_ERR_INVALID_ARG if out of range.
+ */
 tdm_status_t engine_tokenizer_token_kind(const engine_tokenizer_t *tok, int32_t id,
                                          engine_token_kind_t *kind_out);
 
@@ -203,8 +204,7 @@ tdm_status_t engine_detok_push(engine_detok_t *detok, int32_t id, const char **t
  * engine_detok_flush - end of stream: an incomplete character still held becomes U+FFFD.
  * Returns the remaining text like engine_detok_push; the detokenizer is then empty (reusable).
  */
-tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out,
-                                size_t *n_bytes_out);
+tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out, size_t *n_bytes_out);
 
 /* engine_detok_reset - drop any held bytes; the detokenizer starts a new stream. */
 void engine_detok_reset(engine_detok_t *detok);
@@ -235,9 +235,9 @@ typedef enum {
 /* One chat message (plain data; the strings are borrowed, UTF-8, not necessarily NUL-ended). */
 typedef struct {
     engine_chat_role_t role;
-    const char *content;    /* may be NULL when content_bytes is 0 */
+    const char *content; /* may be NULL when content_bytes is 0 */
     size_t content_bytes;
-    const char *reasoning;  /* assistant reasoning_content (thinking mode); NULL when none */
+    const char *reasoning; /* assistant reasoning_content (thinking mode); NULL when none */
     size_t reasoning_bytes;
 } engine_chat_message_t;
 
@@ -301,15 +301,14 @@ tdm_status_t engine_chat_encode(const engine_tokenizer_t *tok, const engine_chat
  * (NUL-terminated; caller frees with free()). Layout (docs/TOKENIZER.md): id 0 BOS
  * "<｜begin▁of▁sentence｜>", 1 EOS "<｜end▁of▁sentence｜>", 2 PAD "<｜▁pad▁｜>", 3..258 the 256
  * byte tokens in byte order, then merges (most frequent pairs of an embedded code-like corpus,
- * then enumerated 2- and 3-character strings), then the 23 chat, tool, FIM and task special tokens, then
- * vocab_size-2 "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens;
+ * then enumerated 2- and 3-character strings), then the 23 chat, tool, FIM and task special tokens,
+ * then vocab_size-2 "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens;
  * the same bytes on every run and machine. Pre-tokenizer: DeepSeek-V3's Split sequence plus
  * ByteLevel. Returns TDM_OK, TDM_ERR_INVALID_ARG (vocab_size outside
  * ENGINE_TOKENIZER_SYNTH_MIN_VOCAB .. ENGINE_TOKENIZER_SYNTH_MAX_VOCAB) or TDM_ERR_NO_MEMORY.
  */
 tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json_out,
-                                                size_t *n_bytes_out, char *err,
-                                                size_t err_bytes);
+                                                size_t *n_bytes_out, char *err, size_t err_bytes);
 
 /*
  * engine_tokenizer_write_synthetic_hf - write engine_tokenizer_synthetic_hf_text(vocab_size) to

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALL_CHAT_FLAGS                                                                            \
+#define ALL_CHAT_FLAGS                                                                             \
     ((uint32_t)(ENGINE_CHAT_ADD_GENERATION_PROMPT | ENGINE_CHAT_THINKING | ENGINE_CHAT_NO_BOS))
 
 /* One piece of the rendered conversation; text is borrowed (a message or a literal). */
@@ -68,9 +68,9 @@ static void literal(segments_t *s, const char *t)
 
 /* A message after merge_tool_messages: tool results and user text fold into user turns. */
 typedef struct {
-    engine_chat_role_t role;                 /* SYSTEM, USER or ASSISTANT */
-    const engine_chat_message_t *source;     /* SYSTEM/ASSISTANT: the message */
-    size_t first_block, n_blocks;            /* USER: range of blocks (messages) */
+    engine_chat_role_t role;             /* SYSTEM, USER or ASSISTANT */
+    const engine_chat_message_t *source; /* SYSTEM/ASSISTANT: the message */
+    size_t first_block, n_blocks;        /* USER: range of blocks (messages) */
 } dsv4_turn_t;
 
 static void render_dsv4(const engine_chat_params_t *params, const engine_chat_message_t *msgs,
@@ -344,8 +344,7 @@ static tdm_status_t append_ids(int32_t **ids, size_t *n, size_t *cap, const int3
 
 /* Encode the run of text segments [first, end) as one string, as if rendered together. */
 static tdm_status_t encode_text_run(const engine_tokenizer_t *tok, const segments_t *segs,
-                                    size_t first, size_t end, int32_t **ids, size_t *n,
-                                    size_t *cap)
+                                    size_t first, size_t end, int32_t **ids, size_t *n, size_t *cap)
 {
     size_t n_text = 0;
     char *buf;
@@ -392,8 +391,10 @@ tdm_status_t engine_chat_encode(const engine_tokenizer_t *tok, const engine_chat
             int32_t id;
             status = engine_tokenizer_find_special(tok, segs.items[i].text, &id);
             if (status == TDM_ERR_NOT_FOUND) {
-                tdm_log(TDM_LOG_ERROR, "tokenizer", "chat marker is not a token of this "
-                        "vocabulary: marker=%s", segs.items[i].text);
+                tdm_log(TDM_LOG_ERROR, "tokenizer",
+                        "chat marker is not a token of this "
+                        "vocabulary: marker=%s",
+                        segs.items[i].text);
             }
             if (status == TDM_OK) {
                 status = append_ids(&ids, &n, &cap, &id, 1);

@@ -19,11 +19,11 @@ static const uint8_t replacement[3] = {0xef, 0xbf, 0xbd};
 struct engine_detok {
     const engine_tokenizer_t *tok;
     uint32_t flags;
-    uint8_t held[4];  /* incomplete character carried to the next push */
+    uint8_t held[4]; /* incomplete character carried to the next push */
     size_t n_held;
-    uint8_t *in;      /* held bytes + the new token's bytes */
+    uint8_t *in; /* held bytes + the new token's bytes */
     size_t cap_in;
-    uint8_t *out;     /* text returned by the last call (up to 3 bytes per input byte) */
+    uint8_t *out; /* text returned by the last call (up to 3 bytes per input byte) */
     size_t cap_out;
 };
 
@@ -168,8 +168,7 @@ tdm_status_t engine_detok_push(engine_detok_t *detok, int32_t id, const char **t
     return feed(detok, bytes, n, 0, text_out, n_bytes_out);
 }
 
-tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out,
-                                size_t *n_bytes_out)
+tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out, size_t *n_bytes_out)
 {
     if (detok == NULL || text_out == NULL || n_bytes_out == NULL) {
         return TDM_ERR_INVALID_ARG;

@@ -21,10 +21,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_MAGIC "GGUF"
-#define GGUF_MAX_KEY_BYTES 65535u
+#define GGUF_MAGIC           "GGUF"
+#define GGUF_MAX_KEY_BYTES   65535u
 #define GGUF_MAX_ARRAY_DEPTH 4
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS        4
 /* The fixed header: magic, version u32, n_tensors u64, n_kv u64. */
 #define GGUF_HEADER_BYTES 24u
 
@@ -94,8 +94,9 @@ typedef enum {
 } key_index_t;
 
 static const char *const key_names[KEY_COUNT] = {
-    "tokenizer.ggml.model",        "tokenizer.ggml.pre",          "tokenizer.ggml.tokens",
-    "tokenizer.ggml.token_type",   "tokenizer.ggml.merges",       "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.model",        "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",       "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",       "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
 };
 
@@ -510,9 +511,8 @@ static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, engine_token
                      (unsigned long long)i);
             return fail(c, start, reason);
         }
-        status = engine_tokenizer_builder_add_merge(b, (const char *)text, space,
-                                                    (const char *)text + space + 1,
-                                                    (size_t)n - space - 1);
+        status = engine_tokenizer_builder_add_merge(
+            b, (const char *)text, space, (const char *)text + space + 1, (size_t)n - space - 1);
         if (status == TDM_ERR_NOT_FOUND) {
             n_skipped++;
         } else if (status != TDM_OK) {
@@ -526,7 +526,8 @@ static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, engine_token
     return TDM_OK;
 }
 
-static void set_special_ids(const cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_tokenizer_t *tok)
+static void set_special_ids(const cursor_t *c, const kv_ref_t refs[KEY_COUNT],
+                            engine_tokenizer_t *tok)
 {
     static const int keys[3] = {KEY_BOS, KEY_EOS, KEY_PAD};
     int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
@@ -540,9 +541,10 @@ static void set_special_ids(const cursor_t *c, const kv_ref_t refs[KEY_COUNT], e
         id = ref_integer(c, ref);
         if (id < 0 || id >= (int64_t)tok->n_vocab) {
             /* llama.cpp also ignores a bad special id with a warning. */
-            tdm_log(TDM_LOG_WARN, "tokenizer", "bad special token id ignored: file=%s key=%s "
-                    "id=%lld n_vocab=%u", c->what, key_names[keys[k]], (long long)id,
-                    tok->n_vocab);
+            tdm_log(TDM_LOG_WARN, "tokenizer",
+                    "bad special token id ignored: file=%s key=%s "
+                    "id=%lld n_vocab=%u",
+                    c->what, key_names[keys[k]], (long long)id, tok->n_vocab);
             continue;
         }
         *ids[k] = (int32_t)id;
@@ -576,10 +578,11 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
     }
     ref_string(c, &refs[KEY_MODEL], model, sizeof(model));
     if (strcmp(model, "gpt2") != 0) {
-        engine_tokenizer_set_err(c->err, c->err_bytes,
-                                 "%s: tokenizer.ggml.model \"%s\" is not supported (only byte-level "
-                                 "BPE \"gpt2\"; \"llama\" is SentencePiece)",
-                                 c->what, model);
+        engine_tokenizer_set_err(
+            c->err, c->err_bytes,
+            "%s: tokenizer.ggml.model \"%s\" is not supported (only byte-level "
+            "BPE \"gpt2\"; \"llama\" is SentencePiece)",
+            c->what, model);
         return TDM_ERR_UNSUPPORTED;
     }
     status = require_array(c, &refs[KEY_TOKENS], KEY_TOKENS, GGUF_STRING, GGUF_STRING);
@@ -615,9 +618,9 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
                  ENGINE_TOKENIZER_MAX_VOCAB * 4u);
         return fail(c, refs[KEY_TOKENS].key_offset, reason);
     }
-    status = engine_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
-                                           (uint32_t)refs[KEY_MERGES].n_elems, reason,
-                                           sizeof(reason));
+    status =
+        engine_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
+                                      (uint32_t)refs[KEY_MERGES].n_elems, reason, sizeof(reason));
     if (status == TDM_OK) {
         status = add_tokens(c, refs, &b);
     }
@@ -635,8 +638,8 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
         status = engine_tokenizer_pretok_preset(&b.tok->pretok, refs[KEY_PRE].present ? pre : NULL,
                                                 &ignore_merges, reason, sizeof(reason));
         if (status != TDM_OK) {
-            engine_tokenizer_set_err(c->err, c->err_bytes, "%s: pre-tokenizer %s: %s", c->what,
-                                     pre, reason);
+            engine_tokenizer_set_err(c->err, c->err_bytes, "%s: pre-tokenizer %s: %s", c->what, pre,
+                                     reason);
         }
     }
     if (status != TDM_OK) {
@@ -681,8 +684,8 @@ tdm_status_t engine_tokenizer_load_gguf_buffer(const void *data, size_t n_bytes,
     return status;
 }
 
-tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out,
-                                        char *err, size_t err_bytes)
+tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out, char *err,
+                                        size_t err_bytes)
 {
     struct stat st;
     void *map;
@@ -703,8 +706,10 @@ tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **t
         return TDM_ERR_IO;
     }
     if (st.st_size < (off_t)GGUF_HEADER_BYTES) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: offset 0: %lld bytes is shorter than the "
-                                 "GGUF header", path, (long long)st.st_size);
+        engine_tokenizer_set_err(err, err_bytes,
+                                 "%s: offset 0: %lld bytes is shorter than the "
+                                 "GGUF header",
+                                 path, (long long)st.st_size);
         close(fd);
         return TDM_ERR_FORMAT;
     }
@@ -714,8 +719,8 @@ tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **t
         engine_tokenizer_set_err(err, err_bytes, "%s: mmap: %s", path, strerror(errno));
         return TDM_ERR_IO;
     }
-    status = engine_tokenizer_load_gguf_buffer(map, (size_t)st.st_size, path, tok_out, err,
-                                               err_bytes);
+    status =
+        engine_tokenizer_load_gguf_buffer(map, (size_t)st.st_size, path, tok_out, err, err_bytes);
     munmap(map, (size_t)st.st_size);
     return status;
 }

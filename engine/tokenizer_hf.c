@@ -76,7 +76,8 @@ static tdm_status_t check_normalizer(const hf_ctx_t *ctx, const json_t *norm, in
         if (!json_is_array(list)) {
             return hf_fail(ctx, TDM_ERR_FORMAT, "normalizer.normalizers", "not an array");
         }
-        json_array_foreach(list, i, item) {
+        json_array_foreach(list, i, item)
+        {
             tdm_status_t status = check_normalizer(ctx, item, depth + 1);
             if (status != TDM_OK) {
                 return status;
@@ -171,7 +172,8 @@ static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, engine_tokenizer_pret
         if (!json_is_array(list)) {
             return hf_fail(ctx, TDM_ERR_FORMAT, "pre_tokenizer.pretokenizers", "not an array");
         }
-        json_array_foreach(list, i, item) {
+        json_array_foreach(list, i, item)
+        {
             status = add_pre_tokenizer(ctx, pretok, item, depth + 1);
             if (status != TDM_OK) {
                 return status;
@@ -179,8 +181,8 @@ static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, engine_tokenizer_pret
         }
         return TDM_OK;
     }
-    snprintf(reason, sizeof(reason),
-             "type \"%s\" is not supported (ByteLevel, Split or Sequence)", type);
+    snprintf(reason, sizeof(reason), "type \"%s\" is not supported (ByteLevel, Split or Sequence)",
+             type);
     return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "pre_tokenizer", reason);
 }
 
@@ -207,7 +209,8 @@ static tdm_status_t count_vocab(const hf_ctx_t *ctx, const json_t *vocab, const 
     uint32_t id, n = 0;
     char reason[160];
 
-    json_object_keylen_foreach((json_t *)vocab, key, key_len, value) {
+    json_object_keylen_foreach((json_t *)vocab, key, key_len, value)
+    {
         if (!get_id(value, &id)) {
             snprintf(reason, sizeof(reason), "token \"%.*s\" has no valid id (0..%u)",
                      key_len > 64 ? 64 : (int)key_len, key, ENGINE_TOKENIZER_MAX_VOCAB - 1);
@@ -215,7 +218,8 @@ static tdm_status_t count_vocab(const hf_ctx_t *ctx, const json_t *vocab, const 
         }
         n = id + 1 > n ? id + 1 : n;
     }
-    json_array_foreach(added, i, item) {
+    json_array_foreach(added, i, item)
+    {
         if (!json_is_object(item) || !get_id(json_object_get(item, "id"), &id)) {
             snprintf(reason, sizeof(reason), "entry %zu has no valid \"id\"", i);
             return hf_fail(ctx, TDM_ERR_FORMAT, "added_tokens", reason);
@@ -239,7 +243,8 @@ static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b
     char reason[192], field[64];
     tdm_status_t status;
 
-    json_object_keylen_foreach((json_t *)vocab, key, key_len, value) {
+    json_object_keylen_foreach((json_t *)vocab, key, key_len, value)
+    {
         (void)get_id(value, &id); /* checked by count_vocab */
         status = engine_tokenizer_builder_set_token(b, id, key, key_len, ENGINE_TOKEN_NORMAL,
                                                     reason, sizeof(reason));
@@ -247,7 +252,8 @@ static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b
             return status == TDM_ERR_FORMAT ? hf_fail(ctx, status, "model.vocab", reason) : status;
         }
     }
-    json_array_foreach(added, i, item) {
+    json_array_foreach(added, i, item)
+    {
         const json_t *content = json_object_get(item, "content");
         engine_token_kind_t kind = json_is_true(json_object_get(item, "special"))
                                        ? ENGINE_TOKEN_CONTROL
@@ -277,7 +283,8 @@ static tdm_status_t add_merges(const hf_ctx_t *ctx, engine_tokenizer_builder_t *
     json_t *item;
     char field[48], reason[160];
 
-    json_array_foreach(merges, i, item) {
+    json_array_foreach(merges, i, item)
+    {
         const char *left = NULL, *right = NULL;
         size_t n_left = 0, n_right = 0;
         tdm_status_t status;
@@ -305,9 +312,10 @@ static tdm_status_t add_merges(const hf_ctx_t *ctx, engine_tokenizer_builder_t *
         }
         status = engine_tokenizer_builder_add_merge(b, left, n_left, right, n_right);
         if (status == TDM_ERR_NOT_FOUND) {
-            snprintf(reason, sizeof(reason), "\"%.*s\" + \"%.*s\": a part or the result is not "
-                     "in the vocabulary", n_left > 40 ? 40 : (int)n_left, left,
-                     n_right > 40 ? 40 : (int)n_right, right);
+            snprintf(reason, sizeof(reason),
+                     "\"%.*s\" + \"%.*s\": a part or the result is not "
+                     "in the vocabulary",
+                     n_left > 40 ? 40 : (int)n_left, left, n_right > 40 ? 40 : (int)n_right, right);
             return hf_fail(ctx, TDM_ERR_FORMAT, field, reason);
         }
         if (status != TDM_OK) {
@@ -323,12 +331,14 @@ static tdm_status_t check_model_options(const hf_ctx_t *ctx, const json_t *model
     const json_t *dropout = json_object_get(model, "dropout");
 
     if (!is_unset(json_object_get(model, "byte_fallback"))) {
-        return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "model.byte_fallback", "byte fallback (SPM-style "
+        return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "model.byte_fallback",
+                       "byte fallback (SPM-style "
                        "BPE) is not supported");
     }
     if (!is_unset(json_object_get(model, "continuing_subword_prefix")) ||
         !is_unset(json_object_get(model, "end_of_word_suffix"))) {
-        return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "model", "subword prefixes/suffixes are not "
+        return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "model",
+                       "subword prefixes/suffixes are not "
                        "supported");
     }
     if (dropout != NULL && !json_is_null(dropout) && json_number_value(dropout) > 0.0) {
@@ -349,8 +359,7 @@ static void find_named(engine_tokenizer_t *tok, const char *const *names, size_t
     }
 }
 
-static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root,
-                              engine_tokenizer_t **tok_out)
+static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_tokenizer_t **tok_out)
 {
     const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
     const json_t *added = json_is_object(root) ? json_object_get(root, "added_tokens") : NULL;

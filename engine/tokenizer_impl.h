@@ -24,15 +24,15 @@
 
 /* DeepSeek's special token texts (U+FF5C FULLWIDTH VERTICAL LINE, U+2581 LOWER ONE EIGHTH BLOCK),
  * shared by the chat encoder and the synthetic writer. */
-#define ENGINE_TOKENIZER_DS_BOS "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
-#define ENGINE_TOKENIZER_DS_EOS "<\uff5cend\u2581of\u2581sentence\uff5c>"
-#define ENGINE_TOKENIZER_DS_PAD "<\uff5c\u2581pad\u2581\uff5c>"
-#define ENGINE_TOKENIZER_DS_USER "<\uff5cUser\uff5c>"
-#define ENGINE_TOKENIZER_DS_ASSISTANT "<\uff5cAssistant\uff5c>"
-#define ENGINE_TOKENIZER_DS_THINK "<think>"
-#define ENGINE_TOKENIZER_DS_END_THINK "</think>"
+#define ENGINE_TOKENIZER_DS_BOS               "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+#define ENGINE_TOKENIZER_DS_EOS               "<\uff5cend\u2581of\u2581sentence\uff5c>"
+#define ENGINE_TOKENIZER_DS_PAD               "<\uff5c\u2581pad\u2581\uff5c>"
+#define ENGINE_TOKENIZER_DS_USER              "<\uff5cUser\uff5c>"
+#define ENGINE_TOKENIZER_DS_ASSISTANT         "<\uff5cAssistant\uff5c>"
+#define ENGINE_TOKENIZER_DS_THINK             "<think>"
+#define ENGINE_TOKENIZER_DS_END_THINK         "</think>"
 #define ENGINE_TOKENIZER_DS_TOOL_OUTPUT_BEGIN "<\uff5ctool\u2581output\u2581begin\uff5c>"
-#define ENGINE_TOKENIZER_DS_TOOL_OUTPUT_END "<\uff5ctool\u2581output\u2581end\uff5c>"
+#define ENGINE_TOKENIZER_DS_TOOL_OUTPUT_END   "<\uff5ctool\u2581output\u2581end\uff5c>"
 
 /* ---- pre-tokenizer --------------------------------------------------------------------------- */
 
@@ -47,10 +47,10 @@ typedef enum {
 
 /* One pipeline step: a regex split, optionally preceded by ByteLevel's prefix space. */
 typedef struct {
-    pcre2_code *code;                           /* NULL: no split in this step */
+    pcre2_code *code; /* NULL: no split in this step */
     engine_tokenizer_split_behavior_t behavior;
-    int invert;                                 /* split on the non-matches instead */
-    int add_prefix_space;                       /* ByteLevel: prepend ' ' unless present */
+    int invert;           /* split on the non-matches instead */
+    int add_prefix_space; /* ByteLevel: prepend ' ' unless present */
 } engine_tokenizer_pretok_step_t;
 
 /* The pre-tokenizer: steps applied in order to every piece (Hugging Face Sequence). */
@@ -68,13 +68,13 @@ typedef struct {
 
 /* Per-call scratch of one encode (grown as needed, freed at the end of the call). */
 typedef struct {
-    uint8_t *work;                       /* segment text plus prefixed copies of pieces */
+    uint8_t *work; /* segment text plus prefixed copies of pieces */
     size_t n_work, cap_work;
-    engine_tokenizer_piece_t *pieces;    /* current pieces */
+    engine_tokenizer_piece_t *pieces; /* current pieces */
     size_t n_pieces, cap_pieces;
-    engine_tokenizer_piece_t *next;      /* pieces being produced by one step */
+    engine_tokenizer_piece_t *next; /* pieces being produced by one step */
     size_t n_next, cap_next;
-    size_t *matches;                     /* [start, end) pairs of one piece's regex matches */
+    size_t *matches; /* [start, end) pairs of one piece's regex matches */
     size_t n_matches, cap_matches;
     pcre2_match_data *match_data;
     pcre2_match_context *match_ctx;
@@ -95,8 +95,8 @@ tdm_status_t engine_tokenizer_pretok_add_split(engine_tokenizer_pretok_t *pretok
 /* engine_tokenizer_pretok_add_byte_level - append Hugging Face ByteLevel (with its GPT-2 regex
  * when use_regex). Errors as engine_tokenizer_pretok_add_split. */
 tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *pretok,
-                                                    int add_prefix_space, int use_regex,
-                                                    char *err, size_t err_bytes);
+                                                    int add_prefix_space, int use_regex, char *err,
+                                                    size_t err_bytes);
 
 /*
  * engine_tokenizer_pretok_preset - the regex sequence llama.cpp (src/llama-vocab.cpp) uses for
@@ -126,13 +126,13 @@ tdm_status_t engine_tokenizer_pretok_run(const engine_tokenizer_pretok_t *pretok
 
 /* Open-addressing map from a token's text or bytes (held in a pool) to its id. */
 typedef struct {
-    int32_t *slots;  /* id or -1; capacity is a power of two */
-    uint32_t mask;   /* capacity - 1 */
+    int32_t *slots; /* id or -1; capacity is a power of two */
+    uint32_t mask;  /* capacity - 1 */
 } engine_tokenizer_strmap_t;
 
 /* One merge rule: (left id, right id) -> result id at priority `rank` (lower merges first). */
 typedef struct {
-    uint64_t key;    /* left << 32 | right; UINT64_MAX marks an empty slot */
+    uint64_t key; /* left << 32 | right; UINT64_MAX marks an empty slot */
     uint32_t rank;
     int32_t result;
 } engine_tokenizer_merge_t;
@@ -141,7 +141,7 @@ typedef struct {
 typedef struct {
     int32_t first_child; /* node index or -1 */
     int32_t next_sibling;
-    int32_t token;       /* id ending here or -1 */
+    int32_t token; /* id ending here or -1 */
     uint8_t byte;
 } engine_tokenizer_trie_node_t;
 
@@ -153,33 +153,40 @@ struct engine_tokenizer {
     /* Bytes each token stands for, pooled the same way. */
     uint8_t *bytes_pool;
     uint32_t *bytes_offset;
-    uint8_t *kind;                      /* engine_token_kind_t per id */
-    uint8_t *lstrip_rstrip;             /* bit 0 lstrip, bit 1 rstrip (added tokens) */
-    int32_t byte_id[256];               /* token of each single byte */
-    engine_tokenizer_strmap_t text_map; /* stored text -> id, every token */
-    engine_tokenizer_strmap_t bytes_map;/* bytes -> id, NORMAL tokens (ignore_merges) */
-    engine_tokenizer_merge_t *merges;   /* hash table, capacity merge_mask + 1 */
+    uint8_t *kind;                       /* engine_token_kind_t per id */
+    uint8_t *lstrip_rstrip;              /* bit 0 lstrip, bit 1 rstrip (added tokens) */
+    int32_t byte_id[256];                /* token of each single byte */
+    engine_tokenizer_strmap_t text_map;  /* stored text -> id, every token */
+    engine_tokenizer_strmap_t bytes_map; /* bytes -> id, NORMAL tokens (ignore_merges) */
+    engine_tokenizer_merge_t *merges;    /* hash table, capacity merge_mask + 1 */
     uint32_t merge_mask;
     uint32_t n_merges;
     uint32_t n_added;
     engine_tokenizer_trie_node_t *trie; /* node 0 is the root */
     uint32_t n_trie;
-    uint8_t trie_first[32];             /* bitmap of first bytes of added tokens */
+    uint8_t trie_first[32]; /* bitmap of first bytes of added tokens */
     engine_tokenizer_pretok_t pretok;
     int ignore_merges;
     int32_t bos_id, eos_id, pad_id;
     char pre_name[48];
 };
 
+/* Where the builder placed a token's text in tok->text_pool before packing. */
+typedef struct {
+    uint32_t offset;
+    uint32_t n_bytes;
+} engine_tokenizer_text_ref_t;
+
 /* Collects tokens and merges from a loader, then builds the tokenizer. */
 typedef struct {
-    engine_tokenizer_t *tok;  /* being built; owned by the builder until finish */
-    size_t cap_text;          /* capacity of tok->text_pool */
-    size_t n_text;            /* bytes used */
-    uint32_t n_set;           /* tokens set so far (must reach n_vocab) */
+    engine_tokenizer_t *tok;           /* being built; owned by the builder until finish */
+    engine_tokenizer_text_ref_t *refs; /* [n_vocab], until index() packs the pool */
+    size_t cap_text;                   /* capacity of tok->text_pool */
+    size_t n_text;                     /* bytes used */
+    uint32_t n_set;                    /* tokens set so far (must reach n_vocab) */
     uint8_t *is_set;
-    uint32_t cap_merges;      /* merge slots allocated (power of two) */
-    char *scratch;            /* concatenation buffer for merge lookups */
+    uint32_t cap_merges; /* merge slots allocated (power of two) */
+    char *scratch;       /* concatenation buffer for merge lookups */
     size_t cap_scratch;
 } engine_tokenizer_builder_t;
 

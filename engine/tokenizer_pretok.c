@@ -16,7 +16,7 @@
 
 /* PCRE2 options of every pre-tokenizer regex: Unicode classes (\p{L}, \s, \w by property),
  * ill-formed UTF-8 never matches but never fails a match, `$` only at the end of the piece. */
-#define PRETOK_PCRE2_OPTIONS                                                                      \
+#define PRETOK_PCRE2_OPTIONS                                                                       \
     (PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY)
 /* A literal pattern (Hugging Face {"String": ...}) admits only the UTF options. */
 #define PRETOK_PCRE2_LITERAL_OPTIONS (PCRE2_LITERAL | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF)
@@ -141,10 +141,9 @@ size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out)
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *pattern,
-                             size_t n_bytes, uint32_t options,
-                             engine_tokenizer_split_behavior_t behavior, int invert,
-                             int add_prefix_space, char *err, size_t err_bytes)
+static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *pattern, size_t n_bytes,
+                             uint32_t options, engine_tokenizer_split_behavior_t behavior,
+                             int invert, int add_prefix_space, char *err, size_t err_bytes)
 {
     engine_tokenizer_pretok_step_t *step;
     pcre2_code *code = NULL;
@@ -157,8 +156,8 @@ static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *patt
     if (pattern != NULL) {
         int error_code;
         PCRE2_SIZE error_offset;
-        code = pcre2_compile((PCRE2_SPTR)pattern, n_bytes, options, &error_code, &error_offset,
-                             NULL);
+        code =
+            pcre2_compile((PCRE2_SPTR)pattern, n_bytes, options, &error_code, &error_offset, NULL);
         if (code == NULL) {
             PCRE2_UCHAR message[256];
             pcre2_get_error_message(error_code, message, sizeof(message));
@@ -189,8 +188,8 @@ tdm_status_t engine_tokenizer_pretok_add_split(engine_tokenizer_pretok_t *pretok
 }
 
 tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *pretok,
-                                                    int add_prefix_space, int use_regex,
-                                                    char *err, size_t err_bytes)
+                                                    int add_prefix_space, int use_regex, char *err,
+                                                    size_t err_bytes)
 {
     tdm_status_t status;
 
@@ -216,14 +215,14 @@ void engine_tokenizer_pretok_fini(engine_tokenizer_pretok_t *pretok)
 /* GPT-2's pattern without the final `\s+` alternative, as llama.cpp writes it (unmatched text
  * becomes its own piece, so the result is the same). */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_LLAMA3                                                                                 \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"   \
+#define RE_LLAMA3                                                                                  \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                                  \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"   \
+#define RE_QWEN2                                                                                   \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* Cased letters of DeepSeek LLM's tokenizer.json, written as code points. */
-#define RE_DEEPSEEK_LLM_LETTERS                                                                   \
+#define RE_DEEPSEEK_LLM_LETTERS                                                                    \
     "\\s?[A-Za-z\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}\\x{1bc}-\\x{1bf}"            \
     "\\x{1c4}-\\x{293}\\x{295}-\\x{2af}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37b}-\\x{37d}"         \
     "\\x{37f}\\x{386}\\x{388}-\\x{38a}\\x{38c}\\x{38e}-\\x{3a1}\\x{3a3}-\\x{3f5}\\x{3f7}-\\x{481}" \
@@ -231,7 +230,7 @@ void engine_tokenizer_pretok_fini(engine_tokenizer_pretok_t *pretok)
     "\\x{1c90}-\\x{1cba}\\x{1cbd}-\\x{1cbf}\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}"                 \
     "\\x{1d79}-\\x{1d9a}\\x{1e00}-\\x{1f15}\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}"                 \
     "\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}\\x{1f59}\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}"         \
-    "\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}\\x{1fbe}\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}"         \
+    "\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}\\x{1fbe}\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}"        \
     "\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}\\x{1fe0}-\\x{1fec}\\x{1ff2}-\\x{1ff4}"                 \
     "\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}"         \
     "\\x{2124}\\x{2126}\\x{2128}\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}"                   \
@@ -241,30 +240,29 @@ void engine_tokenizer_pretok_fini(engine_tokenizer_pretok_t *pretok)
     "\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}"                 \
     "\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}"           \
     "\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]+"
-#define RE_DEEPSEEK_LLM_PUNCT                                                                     \
+#define RE_DEEPSEEK_LLM_PUNCT                                                                      \
     "\\s?[!-/:-~\\x{ff01}-\\x{ff0f}\\x{ff1a}-\\x{ff5e}\\x{2018}-\\x{201f}\\x{3000}-\\x{3002}]+"
-#define RE_DEEPSEEK_CJK "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+"
+#define RE_DEEPSEEK_CJK    "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+"
 #define RE_DEEPSEEK_V3_CJK "[\\x{4e00}-\\x{9fa5}\\x{3040}-\\x{309f}\\x{30a0}-\\x{30ff}]+"
-#define RE_DEEPSEEK_V3                                                                            \
+#define RE_DEEPSEEK_V3                                                                             \
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"           \
     "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT4O                                                                                  \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"     \
+#define RE_GPT4O                                                                                   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"    \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"    \
-    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"                    \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"                     \
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_TEKKEN                                                                                 \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"    \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"    \
+#define RE_TEKKEN                                                                                  \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"   \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_PORO                                                                                   \
-    " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{964}\\x{6d4}\\x{60c})]+"
+#define RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{964}\\x{6d4}\\x{60c})]+"
 
 /* One family of pre names sharing a regex list. */
 typedef struct {
-    const char *names;       /* '|'-separated tokenizer.ggml.pre values */
+    const char *names; /* '|'-separated tokenizer.ggml.pre values */
     int ignore_merges;
-    const char *regexes[6];  /* NULL-terminated */
+    const char *regexes[6]; /* NULL-terminated */
 } pretok_preset_t;
 
 static const pretok_preset_t presets[] = {
@@ -327,10 +325,9 @@ tdm_status_t engine_tokenizer_pretok_preset(engine_tokenizer_pretok_t *pretok, c
         }
     }
     for (size_t i = 0; i < 6 && preset->regexes[i] != NULL && status == TDM_OK; i++) {
-        status = engine_tokenizer_pretok_add_split(pretok, preset->regexes[i],
-                                                   strlen(preset->regexes[i]), 0,
-                                                   ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, err,
-                                                   err_bytes);
+        status = engine_tokenizer_pretok_add_split(
+            pretok, preset->regexes[i], strlen(preset->regexes[i]), 0,
+            ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, err, err_bytes);
     }
     if (status == TDM_OK) {
         pretok->has_byte_level = 1;
@@ -434,13 +431,15 @@ static tdm_status_t find_matches(const pcre2_code *code, const uint8_t *subject,
         if (rc < 0) {
             PCRE2_UCHAR message[128];
             pcre2_get_error_message(rc, message, sizeof(message));
-            tdm_log(TDM_LOG_ERROR, "tokenizer", "pre-tokenizer regex failed: rc=%d error=%s "
-                    "piece_bytes=%zu", rc, (const char *)message, n);
+            tdm_log(TDM_LOG_ERROR, "tokenizer",
+                    "pre-tokenizer regex failed: rc=%d error=%s "
+                    "piece_bytes=%zu",
+                    rc, (const char *)message, n);
             return TDM_ERR_INTERNAL;
         }
         ov = pcre2_get_ovector_pointer(s->match_data);
-        status = grow((void **)&s->matches, &s->cap_matches, s->n_matches * 2 + 2,
-                      sizeof(*s->matches));
+        status =
+            grow((void **)&s->matches, &s->cap_matches, s->n_matches * 2 + 2, sizeof(*s->matches));
         if (status != TDM_OK) {
             return status;
         }
@@ -459,8 +458,8 @@ static tdm_status_t find_matches(const pcre2_code *code, const uint8_t *subject,
 }
 
 /* Split one piece by its matches according to the behaviour (Hugging Face semantics). */
-static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size_t offset,
-                                size_t n, engine_tokenizer_scratch_t *s)
+static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size_t offset, size_t n,
+                                engine_tokenizer_scratch_t *s)
 {
     size_t prev_end = 0;
     /* Pending output piece [pend_start, pend_end) and whether it came from a match. */

@@ -46,18 +46,19 @@ static const struct {
     {"<\uff5ctitle\uff5c>", 1},
     {"<\uff5cread_url\uff5c>", 1},
 };
-#define N_CHAT_TOKENS (sizeof(chat_tokens) / sizeof(chat_tokens[0]))
-#define SYNTH_IMAGE "<\uff5cimage\uff5c>"
-#define SYNTH_NOISE "<\uff5cdspark\u2581noise\uff5c>"
+#define N_CHAT_TOKENS  (sizeof(chat_tokens) / sizeof(chat_tokens[0]))
+#define SYNTH_IMAGE    "<\uff5cimage\uff5c>"
+#define SYNTH_NOISE    "<\uff5cdspark\u2581noise\uff5c>"
 #define N_LOW_SPECIALS 3u
 #define N_TOP_SPECIALS 2u
-#define FIRST_BYTE_ID N_LOW_SPECIALS
+#define FIRST_BYTE_ID  N_LOW_SPECIALS
 
 /* DeepSeek-V3's tokenizer.json pre-tokenizer: three Isolated splits, then ByteLevel. */
 static const char *const split_patterns[] = {
     "\\p{N}{1,3}",
     "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    "[!\"#$%&'()*+,\\-./"
+    ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
     " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 };
 
@@ -92,7 +93,8 @@ static const char corpus[] =
     "ok 1 - server starts and listens\nok 2 - request with a bad header is rejected\n"
     "not ok 3 - timeout is reported\n\n"
     "fn checksum(data: &[u8]) -> u32 {\n    let mut sum: u32 = 0;\n"
-    "    for byte in data.iter() {\n        sum = sum.wrapping_mul(31).wrapping_add(*byte as u32);\n"
+    "    for byte in data.iter() {\n        sum = sum.wrapping_mul(31).wrapping_add(*byte as "
+    "u32);\n"
     "    }\n    sum\n}\n\n"
     "function retry(fn, attempts) {\n  for (let i = 0; i < attempts; i++) {\n"
     "    try {\n      return fn();\n    } catch (error) {\n"
@@ -110,7 +112,7 @@ typedef struct {
     size_t n_pool, cap_pool;
     uint32_t *offset; /* [n + 1] */
     uint32_t n, cap;
-    int32_t *set;     /* open addressing: token index or -1 */
+    int32_t *set; /* open addressing: token index or -1 */
     uint32_t set_mask;
 } table_t;
 
@@ -176,7 +178,8 @@ static tdm_status_t merge_add(merge_list_t *m, uint32_t left, uint32_t right)
 /* Special texts made only of printable ASCII could equal a normal token's byte-level text. */
 static int is_reserved(const uint8_t *bytes, size_t n)
 {
-    static const char *const reserved[] = {ENGINE_TOKENIZER_DS_THINK, ENGINE_TOKENIZER_DS_END_THINK};
+    static const char *const reserved[] = {ENGINE_TOKENIZER_DS_THINK,
+                                           ENGINE_TOKENIZER_DS_END_THINK};
 
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
         if (strlen(reserved[i]) == n && memcmp(reserved[i], bytes, n) == 0) {
@@ -258,9 +261,9 @@ static tdm_status_t corpus_words(word_t **words_out, uint32_t *n_out)
     memset(&pretok, 0, sizeof(pretok));
     for (size_t i = 0; i < sizeof(split_patterns) / sizeof(split_patterns[0]) && status == TDM_OK;
          i++) {
-        status = engine_tokenizer_pretok_add_split(&pretok, split_patterns[i],
-                                                   strlen(split_patterns[i]), 0,
-                                                   ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, NULL, 0);
+        status =
+            engine_tokenizer_pretok_add_split(&pretok, split_patterns[i], strlen(split_patterns[i]),
+                                              0, ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, NULL, 0);
     }
     if (status == TDM_OK) {
         status = engine_tokenizer_scratch_init(&scratch);
@@ -269,8 +272,8 @@ static tdm_status_t corpus_words(word_t **words_out, uint32_t *n_out)
         engine_tokenizer_pretok_fini(&pretok);
         return status;
     }
-    status = engine_tokenizer_pretok_run(&pretok, (const uint8_t *)corpus, sizeof(corpus) - 1,
-                                         &scratch);
+    status =
+        engine_tokenizer_pretok_run(&pretok, (const uint8_t *)corpus, sizeof(corpus) - 1, &scratch);
     if (status == TDM_OK) {
         words = calloc(scratch.n_pieces > 0 ? scratch.n_pieces : 1, sizeof(*words));
         status = words == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
@@ -525,8 +528,8 @@ static void put_byte_level(out_t *o, const table_t *t, uint32_t index)
     size_t n = 0;
 
     for (uint32_t i = t->offset[index]; i < t->offset[index + 1]; i++) {
-        n += engine_tokenizer_utf8_put(engine_tokenizer_byte_to_cp(t->pool[i]),
-                                       (uint8_t *)text + n);
+        n +=
+            engine_tokenizer_utf8_put(engine_tokenizer_byte_to_cp(t->pool[i]), (uint8_t *)text + n);
     }
     put_json_string(o, text, n);
 }
@@ -534,9 +537,8 @@ static void put_byte_level(out_t *o, const table_t *t, uint32_t index)
 /* Text and special flag of added token id (vocab ids outside the merged range). */
 static void added_token(uint32_t vocab_size, uint32_t id, const char **text_out, int *special_out)
 {
-    static const char *const low[N_LOW_SPECIALS] = {ENGINE_TOKENIZER_DS_BOS,
-                                                    ENGINE_TOKENIZER_DS_EOS,
-                                                    ENGINE_TOKENIZER_DS_PAD};
+    static const char *const low[N_LOW_SPECIALS] = {
+        ENGINE_TOKENIZER_DS_BOS, ENGINE_TOKENIZER_DS_EOS, ENGINE_TOKENIZER_DS_PAD};
     uint32_t first_chat = vocab_size - N_TOP_SPECIALS - (uint32_t)N_CHAT_TOKENS;
 
     *special_out = 1;
@@ -617,8 +619,7 @@ static void write_json(out_t *o, uint32_t vocab_size, const table_t *t, const me
 }
 
 tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json_out,
-                                                size_t *n_bytes_out, char *err,
-                                                size_t err_bytes)
+                                                size_t *n_bytes_out, char *err, size_t err_bytes)
 {
     table_t t;
     merge_list_t m = {0};
@@ -718,8 +719,7 @@ tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t voca
         return TDM_ERR_IO;
     }
     if (rename(tmp, path) != 0) {
-        engine_tokenizer_set_err(err, err_bytes, "rename %s -> %s: %s", tmp, path,
-                                 strerror(errno));
+        engine_tokenizer_set_err(err, err_bytes, "rename %s -> %s: %s", tmp, path, strerror(errno));
         remove(tmp);
         return TDM_ERR_IO;
     }

@@ -19,8 +19,8 @@
 #include "tokenizer_test_util.h"
 
 #define CASE_SEPARATOR "\n__ggml_vocab_test__\n"
-#define MAX_CASES 64
-#define MAX_CASE_IDS 1024
+#define MAX_CASES      64
+#define MAX_CASE_IDS   1024
 
 /* ---- llama.cpp vectors ----------------------------------------------------------------------- */
 
@@ -105,9 +105,8 @@ static void check_vectors(const char *name, const char *loader, const engine_tok
     for (size_t i = 0; i < n_cases; i++) {
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        assert_int_equal(engine_tokenizer_encode(tok, cases[i].text, cases[i].n_text, 0, &ids,
-                                                 &n_ids),
-                         TDM_OK);
+        assert_int_equal(
+            engine_tokenizer_encode(tok, cases[i].text, cases[i].n_text, 0, &ids, &n_ids), TDM_OK);
         if (n_ids == cases[i].n_ids &&
             (n_ids == 0 || memcmp(ids, cases[i].ids, n_ids * sizeof(*ids)) == 0)) {
             n_pass++;
@@ -119,8 +118,7 @@ static void check_vectors(const char *name, const char *loader, const engine_tok
         }
         engine_tokens_free(ids);
     }
-    print_message("vocab %s (%s): %zu/%zu llama.cpp vectors pass\n", name, loader, n_pass,
-                  n_cases);
+    print_message("vocab %s (%s): %zu/%zu llama.cpp vectors pass\n", name, loader, n_pass, n_cases);
     free(inp);
     assert_int_equal(n_pass, n_cases);
 }
@@ -333,8 +331,7 @@ static void test_hf_json_of_gpt2_reproduces_vectors(void **state)
     pre = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                     "trim_offsets", 1, "use_regex", 1);
     json = gguf_to_json("gpt-2", pre, 0, &n);
-    assert_int_equal(engine_tokenizer_load_hf_buffer(json, n, "gpt-2.json", &tok, err,
-                                                     sizeof(err)),
+    assert_int_equal(engine_tokenizer_load_hf_buffer(json, n, "gpt-2.json", &tok, err, sizeof(err)),
                      TDM_OK);
     check_vectors("gpt-2", "tokenizer.json", tok);
     engine_tokenizer_destroy(tok);
@@ -360,9 +357,9 @@ static void test_hf_json_of_deepseek_coder_reproduces_vectors(void **state)
      * file goes through the path loader. */
     pre = json_pack("{s:s, s:[o, o, o, o, o, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",
                     "pretokenizers", split_step("[\r\n]"), split_step("\\s?\\p{L}+"),
-                    split_step("\\s?\\p{P}+"), split_step("[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"),
-                    split_step("\\p{N}"), "type", "ByteLevel", "add_prefix_space", 0,
-                    "trim_offsets", 1, "use_regex", 0);
+                    split_step("\\s?\\p{P}+"),
+                    split_step("[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"), split_step("\\p{N}"),
+                    "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
     assert_non_null(pre);
     json = gguf_to_json("deepseek-coder", pre, 1, &n);
     snprintf(file, sizeof(file), "%s/deepseek-coder-tokenizer.json", tmp != NULL ? tmp : "/tmp");
@@ -397,8 +394,8 @@ static char *byte_vocab_json(const char *extra_tokens[], size_t n_extra, const c
         if (text[0] == '"' || text[0] == '\\') {
             n += (size_t)snprintf(buf + n, cap - n, "%s\"\\%c\": %d", b ? ", " : "", text[0], b);
         } else {
-            n += (size_t)snprintf(buf + n, cap - n, "%s\"%.*s\": %d", b ? ", " : "", (int)len,
-                                  text, b);
+            n += (size_t)snprintf(buf + n, cap - n, "%s\"%.*s\": %d", b ? ", " : "", (int)len, text,
+                                  b);
         }
     }
     for (size_t i = 0; i < n_extra; i++) {
@@ -418,9 +415,9 @@ static void expect_hf(const char *json, tdm_status_t status, const char *needle)
     engine_tokenizer_t *sentinel = (engine_tokenizer_t *)&sentinel, *tok = sentinel;
     char err[512] = "";
 
-    assert_int_equal(engine_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err,
-                                                     sizeof(err)),
-                     status);
+    assert_int_equal(
+        engine_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err, sizeof(err)),
+        status);
     if (status == TDM_OK) {
         engine_tokenizer_destroy(tok);
         return;
@@ -484,8 +481,10 @@ static void test_hf_malformed_inputs_give_specific_errors(void **state)
                     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
                     "\"Sideways\"}",
                     "", "", TDM_ERR_FORMAT, "Split.behavior: not one of");
-    expect_hf_built(ab, 1, "[]", "{\"type\": \"Split\", \"pattern\": \"a\", \"behavior\": "
-                    "\"Isolated\"}", "", "", TDM_ERR_FORMAT, "Split.pattern: needs");
+    expect_hf_built(ab, 1, "[]",
+                    "{\"type\": \"Split\", \"pattern\": \"a\", \"behavior\": "
+                    "\"Isolated\"}",
+                    "", "", TDM_ERR_FORMAT, "Split.pattern: needs");
     expect_hf_built(ab, 1, "[]",
                     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
                     "\"Isolated\"}",
@@ -500,8 +499,8 @@ static void test_hf_malformed_inputs_give_specific_errors(void **state)
                     "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": "
                     "\"NFC\"}]}, ",
                     TDM_OK, "");
-    expect_hf_built(ab, 1, "[]", BYTE_LEVEL, ", \"byte_fallback\": true", "",
-                    TDM_ERR_UNSUPPORTED, "model.byte_fallback");
+    expect_hf_built(ab, 1, "[]", BYTE_LEVEL, ", \"byte_fallback\": true", "", TDM_ERR_UNSUPPORTED,
+                    "model.byte_fallback");
     expect_hf_built(ab, 1, "[]", BYTE_LEVEL, ", \"continuing_subword_prefix\": \"##\"", "",
                     TDM_ERR_UNSUPPORTED, "subword");
     expect_hf_built(ab, 1, "[]", BYTE_LEVEL, ", \"dropout\": 0.1", "", TDM_ERR_UNSUPPORTED,
@@ -526,9 +525,9 @@ static void test_hf_file_errors(void **state)
     char err[512] = "";
 
     (void)state;
-    assert_int_equal(engine_tokenizer_load_hf("/nonexistent/tokenizer.json", &tok, err,
-                                              sizeof(err)),
-                     TDM_ERR_NOT_FOUND);
+    assert_int_equal(
+        engine_tokenizer_load_hf("/nonexistent/tokenizer.json", &tok, err, sizeof(err)),
+        TDM_ERR_NOT_FOUND);
     assert_null(tok);
     assert_int_equal(engine_tokenizer_load_hf(NULL, &tok, err, sizeof(err)), TDM_ERR_INVALID_ARG);
     assert_int_equal(engine_tokenizer_load_hf_buffer(NULL, 3, "x", &tok, err, sizeof(err)),
@@ -558,8 +557,7 @@ static void expect_tokens(const engine_tokenizer_t *tok, const char *text, uint3
     int32_t *ids = NULL;
     size_t n_ids = 0;
 
-    assert_int_equal(engine_tokenizer_encode(tok, text, strlen(text), flags, &ids, &n_ids),
-                     TDM_OK);
+    assert_int_equal(engine_tokenizer_encode(tok, text, strlen(text), flags, &ids, &n_ids), TDM_OK);
     if (n_ids != n_expected) {
         print_message("\"%s\": %zu ids, expected %zu\n", text, n_ids, n_expected);
     }
@@ -596,8 +594,7 @@ static void test_split_behaviors_follow_hugging_face(void **state)
     static const char *const isolated[] = {"a", "-", "b"}, *const removed[] = {"a", "b"},
                              *const with_prev[] = {"a-", "b"}, *const with_next[] = {"a", "-b"},
                              *const contiguous[] = {"a", "--", "b"},
-                             *const apart[] = {"a", "-", "-", "b"},
-                             *const only_dashes[] = {"-"};
+                             *const apart[] = {"a", "-", "-", "b"}, *const only_dashes[] = {"-"};
     engine_tokenizer_t *tok;
 
     (void)state;
@@ -625,15 +622,17 @@ static void test_split_behaviors_follow_hugging_face(void **state)
 
 static void test_byte_level_prefix_space_and_ignore_merges(void **state)
 {
-    static const char *extra[] = {"\xc4\xa0" "a", "ab", "abc"};
+    static const char *extra[] = {"\xc4\xa0"
+                                  "a",
+                                  "ab", "abc"};
     static const char *const prefixed[] = {" a"}, *const plain[] = {"a"},
                              *const merged[] = {"ab", "c"}, *const whole[] = {"abc"};
     engine_tokenizer_t *tok;
 
     (void)state;
-    tok = load_json(byte_vocab_json(extra, 3, "[\"\xc4\xa0 a\", \"a b\"]",
-                                    "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "",
-                                    ""));
+    tok =
+        load_json(byte_vocab_json(extra, 3, "[\"\xc4\xa0 a\", \"a b\"]",
+                                  "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "", ""));
     expect_tokens(tok, "a", 0, prefixed, 1);
     expect_tokens(tok, " a", 0, prefixed, 1);
     engine_tokenizer_destroy(tok);

@@ -15,17 +15,17 @@
 #include "engine/tokenizer.h"
 #include "tokenizer_test_util.h"
 
-#define TINY_VOCAB 1024u
+#define TINY_VOCAB  1024u
 #define SMALL_VOCAB 32768u
-#define FULL_VOCAB 129280u
+#define FULL_VOCAB  129280u
 
 /* DeepSeek markers as the tests spell them (independent of the module's own macros). */
-#define BOS "<｜begin▁of▁sentence｜>"
-#define EOS "<｜end▁of▁sentence｜>"
-#define USER "<｜User｜>"
-#define ASSISTANT "<｜Assistant｜>"
+#define BOS            "<｜begin▁of▁sentence｜>"
+#define EOS            "<｜end▁of▁sentence｜>"
+#define USER           "<｜User｜>"
+#define ASSISTANT      "<｜Assistant｜>"
 #define TOOL_OUT_BEGIN "<｜tool▁output▁begin｜>"
-#define TOOL_OUT_END "<｜tool▁output▁end｜>"
+#define TOOL_OUT_END   "<｜tool▁output▁end｜>"
 
 static engine_tokenizer_t *load_synthetic(uint32_t vocab_size)
 {
@@ -162,17 +162,17 @@ static void test_synthetic_rejects_sizes_out_of_range(void **state)
     char err[128] = "";
 
     (void)state;
-    assert_int_equal(engine_tokenizer_synthetic_hf_text(ENGINE_TOKENIZER_SYNTH_MIN_VOCAB - 1,
-                                                        &json, &n, err, sizeof(err)),
+    assert_int_equal(engine_tokenizer_synthetic_hf_text(ENGINE_TOKENIZER_SYNTH_MIN_VOCAB - 1, &json,
+                                                        &n, err, sizeof(err)),
                      TDM_ERR_INVALID_ARG);
     assert_string_equal(json, "untouched");
     assert_int_equal(n, 7);
     assert_non_null(strstr(err, "outside"));
-    assert_int_equal(engine_tokenizer_synthetic_hf_text(ENGINE_TOKENIZER_SYNTH_MAX_VOCAB + 1,
-                                                        &json, &n, NULL, 0),
+    assert_int_equal(engine_tokenizer_synthetic_hf_text(ENGINE_TOKENIZER_SYNTH_MAX_VOCAB + 1, &json,
+                                                        &n, NULL, 0),
                      TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_write_synthetic_hf("/nonexistent-dir/x.json", TINY_VOCAB,
-                                                         err, sizeof(err)),
+    assert_int_equal(engine_tokenizer_write_synthetic_hf("/nonexistent-dir/x.json", TINY_VOCAB, err,
+                                                         sizeof(err)),
                      TDM_ERR_IO);
 }
 
@@ -186,8 +186,7 @@ static void test_synthetic_full_size_builds_and_compresses_code(void **state)
     (void)state;
     tok = load_synthetic(FULL_VOCAB);
     assert_int_equal(engine_tokenizer_n_vocab(tok), FULL_VOCAB);
-    assert_int_equal(engine_tokenizer_encode(tok, code, sizeof(code) - 1, 0, &ids, &n_ids),
-                     TDM_OK);
+    assert_int_equal(engine_tokenizer_encode(tok, code, sizeof(code) - 1, 0, &ids, &n_ids), TDM_OK);
     /* Corpus merges must make common code shorter than one token per byte. */
     assert_true(n_ids < (sizeof(code) - 1) / 2);
     assert_round_trip(tok, code, sizeof(code) - 1);
@@ -198,9 +197,9 @@ static void test_synthetic_full_size_builds_and_compresses_code(void **state)
 /* A random well-formed UTF-8 string of n code points drawn from several planes. */
 static size_t random_utf8(uint64_t *rng, char *out, size_t n_cps)
 {
-    static const uint32_t ranges[][2] = {{0x20, 0x7e},      {0x09, 0x0d},     {0xa0, 0x2ff},
-                                         {0x370, 0x52f},    {0x4e00, 0x9fa5}, {0x3040, 0x30ff},
-                                         {0xac00, 0xd7a3},  {0x1f300, 0x1faff}, {0x300, 0x36f},
+    static const uint32_t ranges[][2] = {{0x20, 0x7e},       {0x09, 0x0d},       {0xa0, 0x2ff},
+                                         {0x370, 0x52f},     {0x4e00, 0x9fa5},   {0x3040, 0x30ff},
+                                         {0xac00, 0xd7a3},   {0x1f300, 0x1faff}, {0x300, 0x36f},
                                          {0x10000, 0x10ffff}};
     size_t n = 0;
 
@@ -274,8 +273,7 @@ static void test_parse_special_matches_control_tokens_only_when_asked(void **sta
     assert_true(n_ids >= 2);
     assert_int_equal(ids[0], user);
     engine_tokens_free(ids);
-    assert_int_equal(engine_tokenizer_encode(tok, text, sizeof(text) - 1, 0, &ids, &n_ids),
-                     TDM_OK);
+    assert_int_equal(engine_tokenizer_encode(tok, text, sizeof(text) - 1, 0, &ids, &n_ids), TDM_OK);
     for (size_t i = 0; i < n_ids; i++) {
         assert_int_not_equal(ids[i], user);
     }
@@ -389,19 +387,23 @@ static void test_chat_dsv4_tool_results_join_a_user_turn(void **state)
     msgs[3] = msg(ENGINE_CHAT_TOOL, "b.txt");
     msgs[4] = msg(ENGINE_CHAT_USER, "Thanks");
     engine_chat_params_default(&params);
-    assert_render(&params, msgs, 5,
-                  BOS USER "Run ls" ASSISTANT "</think>Running it." EOS USER
-                  "<tool_result>a.txt</tool_result>\n\n<tool_result>b.txt</tool_result>\n\nThanks"
-                  ASSISTANT "</think>");
+    assert_render(
+        &params, msgs, 5,
+        BOS USER
+        "Run ls" ASSISTANT "</think>Running it." EOS USER
+        "<tool_result>a.txt</tool_result>\n\n<tool_result>b.txt</tool_result>\n\nThanks" ASSISTANT
+        "</think>");
     params.flags |= ENGINE_CHAT_THINKING;
     msgs[1].reasoning = "need ls";
     msgs[1].reasoning_bytes = 7;
     assert_render(&params, msgs, 4,
-                  BOS USER "Run ls" ASSISTANT "</think>Running it." EOS USER
+                  BOS USER
+                  "Run ls" ASSISTANT "</think>Running it." EOS USER
                   "<tool_result>a.txt</tool_result>\n\n<tool_result>b.txt</tool_result>" ASSISTANT
                   "<think>");
     /* After the last user turn, an assistant message keeps its reasoning. */
-    assert_render(&params, msgs, 2, BOS USER "Run ls" ASSISTANT "<think>need ls</think>Running it." EOS);
+    assert_render(&params, msgs, 2,
+                  BOS USER "Run ls" ASSISTANT "<think>need ls</think>Running it." EOS);
 }
 
 static void test_chat_dsv31_matches_template(void **state)
@@ -419,11 +421,11 @@ static void test_chat_dsv31_matches_template(void **state)
     /* chat_template.jinja of DeepSeek-V3.1: text before "</think>" is dropped from assistant
      * content; an assistant reply after a tool output has no Assistant marker. */
     assert_render(&params, msgs, 6,
-                  BOS "Be brief." USER "Hi" ASSISTANT "</think>Hello" EOS USER "Weather?"
-                  TOOL_OUT_BEGIN "sunny" TOOL_OUT_END "It is sunny." EOS);
+                  BOS "Be brief." USER "Hi" ASSISTANT "</think>Hello" EOS USER
+                      "Weather?" TOOL_OUT_BEGIN "sunny" TOOL_OUT_END "It is sunny." EOS);
     assert_render(&params, msgs, 4,
-                  BOS "Be brief." USER "Hi" ASSISTANT "</think>Hello" EOS USER "Weather?"
-                  ASSISTANT "</think>");
+                  BOS "Be brief." USER "Hi" ASSISTANT "</think>Hello" EOS USER "Weather?" ASSISTANT
+                      "</think>");
     params.flags |= ENGINE_CHAT_THINKING;
     assert_render(&params, msgs, 2, BOS "Be brief." USER "Hi" ASSISTANT "<think>");
 }
@@ -445,9 +447,9 @@ static void test_chat_encode_equals_marker_ids_and_encoded_text(void **state)
     engine_chat_params_default(&params);
     assert_int_equal(engine_chat_encode(tok, &params, msgs, 4, &ids, &n_ids), TDM_OK);
     assert_int_equal(engine_chat_render(&params, msgs, 4, &text, &n_text), TDM_OK);
-    assert_int_equal(engine_tokenizer_encode(tok, text, n_text, ENGINE_TOKENIZE_PARSE_SPECIAL,
-                                             &ref, &n_ref),
-                     TDM_OK);
+    assert_int_equal(
+        engine_tokenizer_encode(tok, text, n_text, ENGINE_TOKENIZE_PARSE_SPECIAL, &ref, &n_ref),
+        TDM_OK);
     assert_int_equal(n_ids, n_ref);
     assert_memory_equal(ids, ref, n_ids * sizeof(*ids));
     assert_int_equal(ids[0], ENGINE_TOKENIZER_SYNTH_BOS_ID);
@@ -493,8 +495,7 @@ static void test_chat_encode_missing_special_token_fails(void **state)
     size_t n_ids = 99;
 
     (void)state;
-    assert_int_equal(engine_tokenizer_load_hf_buffer(json, sizeof(json) - 1, "tiny", &tok, NULL,
-                                                     0),
+    assert_int_equal(engine_tokenizer_load_hf_buffer(json, sizeof(json) - 1, "tiny", &tok, NULL, 0),
                      TDM_OK);
     engine_chat_params_default(&params);
     assert_int_equal(engine_chat_encode(tok, &params, &m, 1, &ids, &n_ids), TDM_ERR_NOT_FOUND);

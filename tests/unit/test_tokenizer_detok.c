@@ -15,9 +15,9 @@
 #include "engine/tokenizer.h"
 #include "tokenizer_test_util.h"
 
-#define VOCAB 1024u
+#define VOCAB      1024u
 #define BYTE_ID(b) (3 + (int32_t)(uint8_t)(b))
-#define FFFD "\xef\xbf\xbd"
+#define FFFD       "\xef\xbf\xbd"
 
 static int setup(void **state)
 {
@@ -125,8 +125,18 @@ static size_t complete_prefix(const uint8_t *s, size_t n)
 static void test_multibyte_text_split_at_every_byte_streams_exactly(void **state)
 {
     static const char *const texts[] = {
-        "é", "€", "😀", "a€b", "Füße ß", "日本語のテキスト", "🚀 (normal) 😶‍🌫️ ✅",
-        "👨‍👩‍👧‍👦", "🇯🇵🇫🇷", "e\u0301\u0308", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf",
+        "é",
+        "€",
+        "😀",
+        "a€b",
+        "Füße ß",
+        "日本語のテキスト",
+        "🚀 (normal) 😶‍🌫️ ✅",
+        "👨‍👩‍👧‍👦",
+        "🇯🇵🇫🇷",
+        "e\u0301\u0308",
+        "\xf4\x8f\xbf\xbf",
+        "\xed\x9f\xbf",
     };
     engine_tokenizer_t *tok = *state;
 
@@ -210,17 +220,23 @@ static void test_ill_formed_bytes_become_one_fffd_per_maximal_subpart(void **sta
 {
     engine_tokenizer_t *tok = *state;
 
-    assert_bytes_give(tok, "\x80", 1, FFFD);                       /* stray continuation */
-    assert_bytes_give(tok, "\xc0\x80", 2, FFFD FFFD);              /* overlong lead C0 */
+    assert_bytes_give(tok, "\x80", 1, FFFD);          /* stray continuation */
+    assert_bytes_give(tok, "\xc0\x80", 2, FFFD FFFD); /* overlong lead C0 */
     assert_bytes_give(tok, "\xc1\xbf", 2, FFFD FFFD);
     assert_bytes_give(tok, "\xf5\x80\x80\x80", 4, FFFD FFFD FFFD FFFD);
     assert_bytes_give(tok, "\xff", 1, FFFD);
-    assert_bytes_give(tok, "\xe0\x80\x80", 3, FFFD FFFD FFFD);     /* overlong 3-byte */
-    assert_bytes_give(tok, "\xed\xa0\x80", 3, FFFD FFFD FFFD);     /* surrogate D800 */
+    assert_bytes_give(tok, "\xe0\x80\x80", 3, FFFD FFFD FFFD);          /* overlong 3-byte */
+    assert_bytes_give(tok, "\xed\xa0\x80", 3, FFFD FFFD FFFD);          /* surrogate D800 */
     assert_bytes_give(tok, "\xf4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD); /* > U+10FFFF */
-    assert_bytes_give(tok, "\xe2\x82" "A", 3, FFFD "A");           /* truncated, then ASCII */
-    assert_bytes_give(tok, "\xf0\x9f\x98" "\xf0\x9f\x98\x80", 7, FFFD "😀");
-    assert_bytes_give(tok, "\xf0\x9f\x98", 3, FFFD);               /* truncated at the end */
+    assert_bytes_give(tok,
+                      "\xe2\x82"
+                      "A",
+                      3, FFFD "A"); /* truncated, then ASCII */
+    assert_bytes_give(tok,
+                      "\xf0\x9f\x98"
+                      "\xf0\x9f\x98\x80",
+                      7, FFFD "😀");
+    assert_bytes_give(tok, "\xf0\x9f\x98", 3, FFFD); /* truncated at the end */
     assert_bytes_give(tok, "a\xe2\x82\xacz\xe2", 6, "a€z" FFFD);
 }
 
@@ -266,8 +282,8 @@ static void test_decode_equals_streaming_for_random_ids(void **state)
         for (size_t i = 0; i < n_ids; i++) {
             uint64_t r = tt_rand(&rng);
             /* Mostly bytes >= 0x80 (where splitting matters), sometimes any token. */
-            ids[i] = r % 4 != 0 ? BYTE_ID(0x80 + (r >> 8) % 128)
-                                : (int32_t)((r >> 8) % (VOCAB - 2));
+            ids[i] =
+                r % 4 != 0 ? BYTE_ID(0x80 + (r >> 8) % 128) : (int32_t)((r >> 8) % (VOCAB - 2));
         }
         streamed = stream(tok, ids, n_ids, 0, &n_stream);
         assert_int_equal(engine_detok_decode(tok, ids, n_ids, 0, &whole, &n_whole), TDM_OK);

@@ -59,16 +59,15 @@ static void put_key(gbuf_t *g, const char *key, uint32_t type)
 
 /* Variations of the tiny file, for the error tests. */
 typedef struct {
-    const char *model;        /* tokenizer.ggml.model */
+    const char *model; /* tokenizer.ggml.model */
     int omit_tokens;
-    int short_token_types;    /* one type fewer than tokens */
-    int bad_merge;            /* a merge without a space */
-    int nesting;              /* depth of a nested array key (1 = a plain array) */
+    int short_token_types; /* one type fewer than tokens */
+    int bad_merge;         /* a merge without a space */
+    int nesting;           /* depth of a nested array key (1 = a plain array) */
 } tiny_opts_t;
 
 #define N_TINY_EXTRA 5
-static const char *const tiny_extra[N_TINY_EXTRA] = {"he", "ll", "hell", "hello",
-                                                     "<|endoftext|>"};
+static const char *const tiny_extra[N_TINY_EXTRA] = {"he", "ll", "hell", "hello", "<|endoftext|>"};
 static const char *const tiny_merges[] = {"h e", "l l", "he ll", "hell o"};
 
 static void put_nested(gbuf_t *g, int depth)
@@ -93,7 +92,7 @@ static gbuf_t tiny_gguf(const tiny_opts_t *o)
 
     put(&g, "GGUF", 4);
     put_le(&g, 3, 4);
-    put_le(&g, 1, 8);  /* tensors */
+    put_le(&g, 1, 8); /* tensors */
     put_le(&g, 16 - (o->omit_tokens ? 1 : 0), 8);
     put_key(&g, "general.architecture", 8);
     put_str(&g, "gpt2", 4);
@@ -161,8 +160,8 @@ static const tiny_opts_t default_opts = {"gpt2", 0, 0, 0, 2};
 static tdm_status_t try_load(const uint8_t *data, size_t n, char *err, size_t err_bytes)
 {
     engine_tokenizer_t *tok = NULL;
-    tdm_status_t status = engine_tokenizer_load_gguf_buffer(data, n, "test.gguf", &tok, err,
-                                                            err_bytes);
+    tdm_status_t status =
+        engine_tokenizer_load_gguf_buffer(data, n, "test.gguf", &tok, err, err_bytes);
 
     if (status == TDM_OK) {
         int32_t *ids = NULL;
@@ -284,8 +283,9 @@ static void test_header_errors_name_the_problem(void **state)
     /* The first key's length (offset 24) and its value type (offset 24 + 8 + 20). */
     expect_patched(24, 0xffffffffull, 8, TDM_ERR_FORMAT,
                    "offset 24: key of 4294967295 bytes runs past the end");
-    expect_patched(52, 13, 4, TDM_ERR_FORMAT, "offset 52: key 'general.architecture': value "
-                                              "type 13 is not a GGUF value type");
+    expect_patched(52, 13, 4, TDM_ERR_FORMAT,
+                   "offset 52: key 'general.architecture': value "
+                   "type 13 is not a GGUF value type");
 }
 
 static void test_metadata_errors_name_the_key(void **state)
@@ -416,8 +416,7 @@ static void test_real_vocab_random_flips_never_crash(void **state)
         data[pos] ^= mask;
         status = try_load(data, n, err, sizeof(err));
         data[pos] ^= mask;
-        assert_true(status == TDM_OK || status == TDM_ERR_FORMAT ||
-                    status == TDM_ERR_UNSUPPORTED);
+        assert_true(status == TDM_OK || status == TDM_ERR_FORMAT || status == TDM_ERR_UNSUPPORTED);
         n_ok += status == TDM_OK;
         n_err += status != TDM_OK;
     }
@@ -438,7 +437,8 @@ static void check_out_of_scope(const char *name)
     assert_int_equal(try_load(data, n, err, sizeof(err)), TDM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "\"llama\""));
     print_message("vocab %s: SentencePiece (tokenizer.ggml.model \"llama\") is out of scope for "
-                  "this byte-level BPE tokenizer: vectors skipped\n", name);
+                  "this byte-level BPE tokenizer: vectors skipped\n",
+                  name);
     free(data);
     skip();
 }
@@ -468,8 +468,7 @@ static void test_gpt_neox_vocab_without_pre_loads_with_default(void **state)
     if (data == NULL) {
         skip();
     }
-    assert_int_equal(engine_tokenizer_load_gguf_buffer(data, n, "gpt-neox", &tok, err,
-                                                       sizeof(err)),
+    assert_int_equal(engine_tokenizer_load_gguf_buffer(data, n, "gpt-neox", &tok, err, sizeof(err)),
                      TDM_OK);
     engine_tokenizer_get_info(tok, &info);
     assert_string_equal(info.pre_name, "default");

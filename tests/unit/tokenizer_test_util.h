@@ -62,7 +62,8 @@ static inline size_t tt_byte_text(int b, char *out)
 
     if (!((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))) {
         for (int i = 0; i < b; i++) {
-            n += !((i >= 0x21 && i <= 0x7e) || (i >= 0xa1 && i <= 0xac) || (i >= 0xae && i <= 0xff));
+            n +=
+                !((i >= 0x21 && i <= 0x7e) || (i >= 0xa1 && i <= 0xac) || (i >= 0xae && i <= 0xff));
         }
         cp = 256 + n;
     }
