@@ -376,9 +376,9 @@ spec:
           value: {{ .rack.name | quote }}
         - name: TANDEM_NODE
           value: "$(NODE_NAME)"
-        {{- if and (eq .role "decode") $w.spill.enabled }}
+        {{- if and (eq .role "decode") $root.Values.decode.spill.enabled }}
         - name: TANDEM_SPILL_DIR
-          value: {{ $w.spill.mountPath | quote }}
+          value: {{ $root.Values.decode.spill.mountPath | quote }}
         {{- end }}
         {{- with $w.extraEnv }}
         {{- toYaml . | nindent 8 }}
@@ -404,9 +404,9 @@ spec:
         - name: shm
           mountPath: /dev/shm
         {{- end }}
-        {{- if and (eq .role "decode") $w.spill.enabled }}
+        {{- if and (eq .role "decode") $root.Values.decode.spill.enabled }}
         - name: spill
-          mountPath: {{ $w.spill.mountPath }}
+          mountPath: {{ $root.Values.decode.spill.mountPath }}
         {{- end }}
         {{- with $w.extraVolumeMounts }}
         {{- toYaml . | nindent 8 }}
@@ -419,10 +419,10 @@ spec:
         medium: Memory
         sizeLimit: {{ $root.Values.shm.sizeLimit }}
     {{- end }}
-    {{- if and (eq .role "decode") $w.spill.enabled (eq $w.spill.type "emptyDir") }}
+    {{- if and (eq .role "decode") $root.Values.decode.spill.enabled (eq $root.Values.decode.spill.type "emptyDir") }}
     - name: spill
       emptyDir:
-        sizeLimit: {{ $w.spill.size }}
+        sizeLimit: {{ $root.Values.decode.spill.size }}
     {{- end }}
     {{- with $w.extraVolumes }}
     {{- toYaml . | nindent 4 }}
