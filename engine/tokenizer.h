@@ -119,8 +119,9 @@ tdm_status_t engine_tokenizer_load_gguf_buffer(const void *data, size_t n_bytes,
 void engine_tokenizer_destroy(engine_tokenizer_t *tok);
 
 /*
- * engine_tokenizer_encode - token ids of `n_bytes` of text (UTF-8; invalid bytes are kept and
- * encoded as their byte tokens, so no input is lost). Steps: added tokens are split out first
+ * engine_tokenizer_encode - token ids of `n_bytes` of text (UTF-8; ill-formed bytes are kept and
+ * encoded as their byte tokens; a byte the vocabulary has no token for, typically C0, C1 or
+ * F5..FF, yields no id, as in Hugging Face and llama.cpp). Steps: added tokens are split out first
  * (leftmost-longest; CONTROL ones only with ENGINE_TOKENIZE_PARSE_SPECIAL), each remaining
  * segment runs through the pre-tokenizer (PCRE2, UTF + UCP), each pre-token through BPE (lowest
  * merge rank first, ties leftmost; Sennrich et al. 2016, GPT-2 byte-level variant).
@@ -287,8 +288,8 @@ tdm_status_t engine_chat_render(const engine_chat_params_t *params,
  * The ids equal encoding the rendered text with PARSE_SPECIAL whenever the content holds no
  * special-token text. *ids_out: caller frees with engine_tokens_free().
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (as engine_chat_render), TDM_ERR_NOT_FOUND (a marker the
- * format needs is not an added token of `tok`; err-free: the missing text is logged), or an
- * engine_tokenizer_encode error. Outputs untouched on failure. Thread-safe.
+ * format needs is not an added token of `tok`; the marker's text is logged at error level), or
+ * an engine_tokenizer_encode error. Outputs untouched on failure. Thread-safe.
  */
 tdm_status_t engine_chat_encode(const engine_tokenizer_t *tok, const engine_chat_params_t *params,
                                 const engine_chat_message_t *messages, size_t n_messages,

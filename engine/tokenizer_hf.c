@@ -12,9 +12,11 @@
 #include "common/log.h"
 #include "engine/tokenizer_impl.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Deepest Sequence nesting accepted in normalizer / pre_tokenizer. */
 #define HF_MAX_NESTING 4
@@ -480,10 +482,19 @@ tdm_status_t engine_tokenizer_load_hf(const char *path, engine_tokenizer_t **tok
 {
     hf_ctx_t ctx = {path, err, err_bytes};
     json_t *root = NULL;
+    struct stat st;
     tdm_status_t status;
 
     if (path == NULL || tok_out == NULL) {
         return TDM_ERR_INVALID_ARG;
+    }
+    if (stat(path, &st) != 0) {
+        engine_tokenizer_set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        engine_tokenizer_set_err(err, err_bytes, "%s: not a regular file", path);
+        return TDM_ERR_IO;
     }
     status = tdm_json_load_file(path, &root, err, err_bytes);
     if (status != TDM_OK) {

@@ -521,10 +521,15 @@ static void test_hf_malformed_inputs_give_specific_errors(void **state)
 
 static void test_hf_file_errors(void **state)
 {
+    const char *tmp = getenv("TANDEM_TEST_TMP");
     engine_tokenizer_t *tok = NULL;
     char err[512] = "";
 
     (void)state;
+    /* A directory opens but cannot be read as JSON. */
+    assert_int_equal(engine_tokenizer_load_hf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
+                     TDM_ERR_IO);
+    assert_null(tok);
     assert_int_equal(
         engine_tokenizer_load_hf("/nonexistent/tokenizer.json", &tok, err, sizeof(err)),
         TDM_ERR_NOT_FOUND);
@@ -667,6 +672,27 @@ static void test_added_tokens_lstrip_rstrip_and_special_flag(void **state)
     engine_tokenizer_destroy(tok);
 }
 
+static void test_regex_match_failure_is_internal_error_not_a_hang(void **state)
+{
+    static const char text[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!";
+    engine_tokenizer_t *tok;
+    int32_t *ids = (int32_t *)&tok;
+    size_t n_ids = 42;
+
+    (void)state;
+    /* Nested quantifiers backtrack exponentially; PCRE2's match limit must stop them. */
+    tok = load_json(byte_vocab_json(NULL, 0, "[]",
+                                    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+                                    "\"Split\", \"pattern\": {\"Regex\": \"(a+)+$\"}, "
+                                    "\"behavior\": \"Isolated\"}, " BYTE_LEVEL "]}",
+                                    "", ""));
+    assert_int_equal(engine_tokenizer_encode(tok, text, sizeof(text) - 1, 0, &ids, &n_ids),
+                     TDM_ERR_INTERNAL);
+    assert_ptr_equal(ids, (int32_t *)&tok);
+    assert_int_equal(n_ids, 42);
+    engine_tokenizer_destroy(tok);
+}
+
 static void test_encode_rejects_bad_arguments_and_keeps_outputs(void **state)
 {
     static const char *extra[] = {"ab"};
@@ -694,6 +720,8 @@ static void test_encode_rejects_bad_arguments_and_keeps_outputs(void **state)
     assert_int_equal(engine_tokenizer_token_kind(tok, 257, &kind), TDM_ERR_INVALID_ARG);
     assert_int_equal(engine_tokenizer_find_special(tok, "ab", &sentinel_check),
                      TDM_ERR_NOT_FOUND); /* a normal token is not an added one */
+    assert_int_equal(engine_tokenizer_find_special(tok, NULL, &sentinel_check),
+                     TDM_ERR_INVALID_ARG);
     assert_int_equal(engine_tokenizer_n_vocab(tok), 257);
     engine_tokenizer_destroy(tok);
     engine_tokenizer_destroy(NULL);
@@ -715,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_split_behaviors_follow_hugging_face),
         cmocka_unit_test(test_byte_level_prefix_space_and_ignore_merges),
         cmocka_unit_test(test_added_tokens_lstrip_rstrip_and_special_flag),
+        cmocka_unit_test(test_regex_match_failure_is_internal_error_not_a_hang),
         cmocka_unit_test(test_encode_rejects_bad_arguments_and_keeps_outputs),
     };
 

@@ -342,6 +342,10 @@ static void test_gguf_file_errors(void **state)
     snprintf(path, sizeof(path), "%s/tokenizer-missing.gguf", tmp != NULL ? tmp : "/tmp");
     remove(path);
     assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_NOT_FOUND);
+    /* A directory opens but cannot be mapped. */
+    assert_int_equal(engine_tokenizer_load_gguf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
+                     TDM_ERR_IO);
+    assert_null(tok);
     snprintf(path, sizeof(path), "%s/tokenizer-truncated.gguf", tmp != NULL ? tmp : "/tmp");
     f = fopen(path, "wb");
     assert_non_null(f);
