@@ -168,25 +168,26 @@ empty values are left out so the executable's default applies. */}}
 {{- end }}
 
 {{- /* Startup, readiness and liveness probes on the role's /health: dict probes (the role's
-probes section) and port (a port name). */}}
+probes section) and port (a port name). A probe's own `path` (e.g. readiness.path) overrides
+probes.path for that probe. */}}
 {{- define "tandem.probes" -}}
 startupProbe:
   httpGet:
-    path: {{ .probes.path }}
+    path: {{ default .probes.path .probes.startup.path }}
     port: {{ .port }}
   periodSeconds: {{ .probes.startup.periodSeconds }}
   failureThreshold: {{ .probes.startup.failureThreshold }}
   timeoutSeconds: {{ .probes.startup.timeoutSeconds }}
 readinessProbe:
   httpGet:
-    path: {{ .probes.path }}
+    path: {{ default .probes.path .probes.readiness.path }}
     port: {{ .port }}
   periodSeconds: {{ .probes.readiness.periodSeconds }}
   failureThreshold: {{ .probes.readiness.failureThreshold }}
   timeoutSeconds: {{ .probes.readiness.timeoutSeconds }}
 livenessProbe:
   httpGet:
-    path: {{ .probes.path }}
+    path: {{ default .probes.path .probes.liveness.path }}
     port: {{ .port }}
   periodSeconds: {{ .probes.liveness.periodSeconds }}
   failureThreshold: {{ .probes.liveness.failureThreshold }}
