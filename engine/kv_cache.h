@@ -92,9 +92,9 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
                                      int64_t n_rows);
 
 /*
- * engine_kv_table_truncate - drop rows >= n_rows (n_rows <= table->n_rows) and give back pages
- * no longer needed to hold them. Dropped slots of a kept page are zeroed so that the page's
- * checksum covers only live rows.
+ * engine_kv_table_truncate - drop rows >= n_rows (n_rows <= table->n_rows; equal gives back
+ * only reserved pages beyond the rows) and give back pages no longer needed to hold them.
+ * Dropped slots of a kept page are zeroed so that the page's checksum covers only live rows.
  */
 void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t n_rows);
 

@@ -14,7 +14,7 @@
  *   header 64 B: magic "TDSQ", u32 version, u64 model fingerprint, i64 length T, u32 n_rings,
  *     u32 ring entries stored E = min(W, T), u32 entry bytes (d + d/32), u32 n_ratio2 sources,
  *     u32 d, u32 n_ids stored = min(N - 1, T), u32 n_kv_sources, u32 flags (1 = pages follow),
- *     u64 page bytes, 0 padding;
+ *     u64 page bytes;
  *   rings: for each ring r < n_rings, entries for positions T-E .. T-1 in order (codes, scales);
  *   pending: for each ratio-2 source in kv_source_layer_ids order: u32 present, then a[d], b[d]
  *     FP32 (zeros when absent);

@@ -23,13 +23,16 @@ extern "C" {
  * p_e = exp(z_e - mu) / (sum_e' exp(z_e' - mu) + exp(sink_h - mu)) (sum ascending e),
  * o_h = BF16(sum_e p_e k_e) (ascending e). With no keys, o_h = 0.
  *
- * q: [n_heads, d].  keys: [n_keys, d] (key = value).  sink: [n_heads].  scale: 1/sqrt(d) (FP32).
- * o_out: [n_heads, d] f32 (BF16 values).  scratch: [n_keys] f32 work space.
- * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, d not a multiple of 16, n_keys < 0).
+ * The key set is keys_a [n_a, d] followed by keys_b [n_b, d] (window entries, then selected
+ * compressed rows), e = 0 .. n_a + n_b - 1 in that order; key = value (MQA latent).
+ * q: [n_heads, d].  sink: [n_heads].  scale: 1/sqrt(d) (FP32).
+ * o_out: [n_heads, d] f32 (BF16 values).  scratch: [n_a + n_b] f32 work space.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, d not a multiple of 16, n_a or n_b < 0).
  */
-typedef tdm_status_t kern_attention_fn(kern_ctx_t *ctx, const float *q, const float *keys,
-                                       int64_t n_keys, const float *sink, int64_t n_heads,
-                                       int64_t d, float scale, float *scratch, float *o_out);
+typedef tdm_status_t kern_attention_fn(kern_ctx_t *ctx, const float *q, const float *keys_a,
+                                       int64_t n_a, const float *keys_b, int64_t n_b,
+                                       const float *sink, int64_t n_heads, int64_t d,
+                                       float scale, float *scratch, float *o_out);
 kern_attention_fn kern_attention_cpu;
 
 /*

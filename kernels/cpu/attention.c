@@ -7,13 +7,24 @@
 #include <math.h>
 #include <stddef.h>
 
-tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys,
-                                int64_t n_keys, const float *sink, int64_t n_heads, int64_t d,
-                                float scale, float *scratch, float *o_out)
+/* Key e of the concatenated set. */
+static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b, int64_t e,
+                           int64_t d)
 {
+    return e < n_a ? keys_a + e * d : keys_b + (e - n_a) * d;
+}
+
+tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
+                                const float *keys_b, int64_t n_b, const float *sink,
+                                int64_t n_heads, int64_t d, float scale, float *scratch,
+                                float *o_out)
+{
+    int64_t n_keys = n_a + n_b;
+
     (void)ctx;
-    if (q == NULL || sink == NULL || o_out == NULL || n_keys < 0 || n_heads <= 0 ||
-        d % KERN_GEMM_K_MULTIPLE != 0 || (n_keys > 0 && (keys == NULL || scratch == NULL))) {
+    if (q == NULL || sink == NULL || o_out == NULL || n_a < 0 || n_b < 0 || n_heads <= 0 ||
+        d % KERN_GEMM_K_MULTIPLE != 0 || (n_a > 0 && keys_a == NULL) ||
+        (n_b > 0 && keys_b == NULL) || (n_keys > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int64_t h = 0; h < n_heads; h++) {
@@ -28,7 +39,7 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
             continue;
         }
         for (int64_t e = 0; e < n_keys; e++) {
-            scratch[e] = kern_dot_cpu(qh, keys + e * d, d) * scale;
+            scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
             mu = scratch[e] > mu ? scratch[e] : mu;
         }
         for (int64_t e = 0; e < n_keys; e++) {
@@ -38,7 +49,7 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         den += expf(sink[h] - mu);
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
-            const float *k = keys + e * d;
+            const float *k = key_at(keys_a, n_a, keys_b, e, d);
             for (int64_t c = 0; c < d; c++) {
                 oh[c] += p * k[c];
             }

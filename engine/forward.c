@@ -1,0 +1,674 @@
+/* forward.c - forward contexts and the schedules of MODEL.md section 6 (engine/forward.h):
+ * batching of sequences into rows, page reservation, the CED split at the cut c with the tail
+ * rule, head and DSpark context rings. One layer's math lives in forward_layer.c and
+ * forward_attn.c. */
+#include "engine/forward.h"
+
+#include "common/log.h"
+#include "engine/forward_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
+#define DEFAULT_CHUNK_TOKENS 256
+#define ARENA_SAFETY 2      /* factor over the per-row estimate */
+#define ARENA_FIXED_BYTES (4u << 20)
+
+void engine_fwd_params_default(const engine_model_t *model, engine_fwd_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->max_chunk_tokens = DEFAULT_CHUNK_TOKENS;
+    params->n_threads = model != NULL ? engine_model_n_threads(model) : 1;
+}
+
+int fwd_index_ordinal(const engine_fwd_t *fwd, int layer)
+{
+    for (int i = 0; i < fwd->n_index_sources; i++) {
+        if (fwd->index_source_layer[i] == layer) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes)
+{
+    return tdm_arena_alloc(&fwd->layer_arena, n_bytes, 64);
+}
+
+static int64_t max_rows(const engine_fwd_t *fwd)
+{
+    int64_t n = fwd->params.max_chunk_tokens;
+    return n > ENGINE_FWD_MAX_BATCH ? n : ENGINE_FWD_MAX_BATCH;
+}
+
+/* Bytes of per-row layer temporaries (generous; see forward_layer.c / forward_attn.c). */
+static size_t layer_row_bytes(const engine_config_t *c)
+{
+    int64_t m = c->hc_mult, H = c->hidden_size, d = c->head_dim;
+    int64_t n_mix = (2 + m) * m;
+    int64_t E = c->n_routed_experts > c->dspark_n_routed_experts ? c->n_routed_experts
+                                                                  : c->dspark_n_routed_experts;
+    int64_t n_e = (c->engram_max_ngram_size - 1) * c->engram_n_heads * c->engram_head_dim;
+    int64_t floats = 2 * m * H + 2 * n_mix + 6 * m + 2 * m * m + 2 * H + 2 * H + 3 * c->q_lora_rank +
+                     2 * c->num_attention_heads * d + 8 * d + c->o_groups * c->o_lora_rank +
+                     2 * c->index_n_heads * c->index_head_dim + c->index_n_heads + 4 * c->index_head_dim +
+                     E + 2 * c->num_experts_per_tok + 5 * H + 3 * c->moe_intermediate_size +
+                     2 * n_e + (m + 1) * H + c->index_topk + 64;
+    return (size_t)floats * sizeof(float) * ARENA_SAFETY + 16 * 64;
+}
+
+/* Bytes of the per-call batch arrays per row. */
+static size_t batch_row_bytes(const engine_config_t *c, int n_index_sources)
+{
+    int64_t m = c->hc_mult, H = c->hidden_size;
+    int64_t floats = m * H + m + (int64_t)n_index_sources * c->index_topk +
+                     c->candidate_topk_blocks + 1 + c->num_experts_per_tok +
+                     c->dspark_num_experts_per_tok + (int64_t)c->n_dspark_target_layer_ids * H + 8;
+    return (size_t)floats * 4 + 16 * 64;
+}
+
+tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *pool,
+                               const engine_fwd_params_t *params, engine_fwd_t **fwd_out)
+{
+    engine_fwd_t *fwd;
+    const engine_config_t *c;
+    size_t fixed;
+    tdm_status_t st;
+
+    if (model == NULL || pool == NULL || params == NULL || fwd_out == NULL ||
+        params->max_chunk_tokens < 1 || params->n_threads < 1) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (engine_kv_pool_fingerprint(pool) != engine_model_fingerprint(model)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    fwd = calloc(1, sizeof(*fwd));
+    if (fwd == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    c = engine_model_config(model);
+    fwd->model = model;
+    fwd->cfg = c;
+    fwd->pool = pool;
+    fwd->ops = engine_model_ops(model);
+    fwd->params = *params;
+    fwd->kctx.backend = KERN_BACKEND_CPU;
+    fwd->kctx.n_threads = params->n_threads;
+    fwd->n_index_sources = c->n_index_source_layer_ids;
+    for (int i = 0; i < c->n_index_source_layer_ids; i++) {
+        fwd->index_source_layer[i] = (int)c->index_source_layer_ids[i];
+    }
+    fixed = ARENA_FIXED_BYTES +
+            (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) *
+                (size_t)c->head_dim * sizeof(float) +
+            (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
+            (size_t)c->vocab_size * 0;
+    st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)max_rows(fwd) + fixed);
+    if (st == TDM_OK) {
+        st = tdm_arena_init(&fwd->batch_arena,
+                            batch_row_bytes(c, fwd->n_index_sources) * (size_t)max_rows(fwd) * 2 +
+                                ARENA_FIXED_BYTES);
+    }
+    if (st != TDM_OK) {
+        engine_fwd_destroy(fwd);
+        return st;
+    }
+    *fwd_out = fwd;
+    return TDM_OK;
+}
+
+void engine_fwd_destroy(engine_fwd_t *fwd)
+{
+    if (fwd == NULL) {
+        return;
+    }
+    tdm_arena_fini(&fwd->layer_arena);
+    tdm_arena_fini(&fwd->batch_arena);
+    free(fwd->ikey_cache);
+    free(fwd);
+}
+
+void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink)
+{
+    if (sink == NULL) {
+        fwd->have_sink = 0;
+        memset(&fwd->sink, 0, sizeof(fwd->sink));
+    } else {
+        fwd->sink = *sink;
+        fwd->have_sink = 1;
+    }
+}
+
+/* ---- batches -------------------------------------------------------------------------- */
+
+/* Allocate the per-row arrays of a batch of N rows from the batch arena. */
+static tdm_status_t batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
+{
+    const engine_config_t *c = fwd->cfg;
+    tdm_arena_t *a = &fwd->batch_arena;
+    int64_t m = c->hc_mult, H = c->hidden_size;
+    int K = (int)(c->num_experts_per_tok > c->dspark_num_experts_per_tok
+                      ? c->num_experts_per_tok
+                      : c->dspark_num_experts_per_tok);
+
+    b->N = N;
+    b->X = tdm_arena_alloc(a, FLOAT_BYTES(N * m * H), 64);
+    b->pre = tdm_arena_alloc(a, FLOAT_BYTES(N * m), 64);
+    b->pool = tdm_arena_alloc(a, (size_t)(N * c->candidate_topk_blocks) * sizeof(int32_t), 64);
+    b->n_pool = tdm_arena_alloc(a, (size_t)N * sizeof(int32_t), 64);
+    b->experts = tdm_arena_alloc(a, (size_t)(N * K) * sizeof(int32_t), 64);
+    b->taps = c->n_blocks > 0
+                  ? tdm_arena_alloc(a, FLOAT_BYTES(N * c->n_dspark_target_layer_ids * H), 64)
+                  : NULL;
+    if (b->X == NULL || b->pre == NULL || b->pool == NULL || b->n_pool == NULL ||
+        b->experts == NULL || (c->n_blocks > 0 && b->taps == NULL)) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < fwd->n_index_sources; i++) {
+        b->sel[i] = tdm_arena_alloc(a, (size_t)(N * c->index_topk) * sizeof(int32_t), 64);
+        if (b->sel[i] == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+    }
+    for (int64_t r = 0; r < N; r++) {
+        b->n_pool[r] = -1;
+    }
+    return TDM_OK;
+}
+
+/* X = m copies of embed[id] (R1), pre = e0. */
+static void batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
+{
+    const engine_config_t *c = fwd->cfg;
+    int64_t m = c->hc_mult, H = c->hidden_size;
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        for (int64_t i = 0; i < seg->n; i++) {
+            int64_t r = seg->row0 + i;
+            const uint16_t *e = fwd->model->embed + (int64_t)seg->ids[i] * H;
+            for (int64_t k = 0; k < m; k++) {
+                float *x = b->X + (r * m + k) * H;
+                for (int64_t col = 0; col < H; col++) {
+                    x[col] = kern_bf16_to_f32(e[col]);
+                }
+                b->pre[r * m + k] = k == 0 ? 1.0f : 0.0f;
+            }
+        }
+    }
+}
+
+/* A view of the rows [k0, N) of a one-segment batch. */
+static void batch_suffix(const engine_fwd_t *fwd, const fwd_batch_t *b, int64_t k0,
+                         fwd_seg_t *seg_out, fwd_batch_t *out)
+{
+    const engine_config_t *c = fwd->cfg;
+    int64_t m = c->hc_mult, H = c->hidden_size;
+    int K = (int)(c->num_experts_per_tok > c->dspark_num_experts_per_tok
+                      ? c->num_experts_per_tok
+                      : c->dspark_num_experts_per_tok);
+    *out = *b;
+    *seg_out = b->segs[0];
+    seg_out->pos0 += k0;
+    seg_out->n -= k0;
+    seg_out->ids += k0;
+    seg_out->row0 = 0;
+    out->segs = seg_out;
+    out->n_segs = 1;
+    out->N = b->N - k0;
+    out->X = b->X + k0 * m * H;
+    out->pre = b->pre + k0 * m;
+    for (int i = 0; i < fwd->n_index_sources; i++) {
+        out->sel[i] = b->sel[i] + k0 * c->index_topk;
+    }
+    out->pool = b->pool + k0 * c->candidate_topk_blocks;
+    out->n_pool = b->n_pool + k0;
+    out->experts = b->experts + k0 * K;
+    out->taps = b->taps != NULL ? b->taps + k0 * c->n_dspark_target_layer_ids * H : NULL;
+}
+
+/* logits [rows, V] of batch rows [r0, r0 + n): head on the collapse with the last FFN pre. */
+static tdm_status_t head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                              float *logits_out)
+{
+    const engine_config_t *c = fwd->cfg;
+    int64_t m = c->hc_mult, H = c->hidden_size;
+    float *h;
+    tdm_status_t st;
+
+    tdm_arena_reset(&fwd->layer_arena);
+    h = fwd_alloc(fwd, FLOAT_BYTES(n * H));
+    if (h == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = fwd->ops->mhc_collapse(&fwd->kctx, b->pre + r0 * m, b->X + r0 * m * H, n, (int)m, H, h);
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, h, H, n, H, fwd->model->norm,
+                               (float)c->rms_norm_eps, h, H);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32,
+                            logits_out, c->vocab_size);
+    }
+    return st;
+}
+
+/* DSpark context rings of every block for the batch's rows (MODEL.md 8, taps). */
+static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
+{
+    const engine_config_t *c = fwd->cfg;
+    const engine_model_t *model = fwd->model;
+    int64_t N = b->N, H = c->hidden_size, d = c->head_dim;
+    int64_t n_t = c->n_dspark_target_layer_ids;
+    float *cat, *mx, *kv;
+    uint8_t *kc, *ks;
+    int64_t *pos;
+    tdm_status_t st;
+
+    if (c->n_blocks == 0 || b->taps == NULL || N == 0) {
+        return TDM_OK;
+    }
+    tdm_arena_reset(&fwd->layer_arena);
+    cat = fwd_alloc(fwd, FLOAT_BYTES(N * n_t * H));
+    mx = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    kv = fwd_alloc(fwd, FLOAT_BYTES(N * d));
+    kc = fwd_alloc(fwd, (size_t)(N * d));
+    ks = fwd_alloc(fwd, (size_t)(N * d / 32));
+    pos = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
+    if (cat == NULL || mx == NULL || kv == NULL || kc == NULL || ks == NULL || pos == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int s = 0; s < b->n_segs; s++) {
+        for (int64_t i = 0; i < b->segs[s].n; i++) {
+            pos[b->segs[s].row0 + i] = b->segs[s].pos0 + i;
+        }
+    }
+    for (int64_t i = 0; i < N * n_t * H; i++) {
+        cat[i] = kern_bf16_round(b->taps[i]);
+    }
+    st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx,
+                            H);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, mx, H, N, H, model->main_norm, (float)c->rms_norm_eps,
+                               mx, H);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, mx, N, H, mx);
+    }
+    for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
+        int l = c->n_layers + k;
+        const engine_layer_weights_t *lw = &model->layers[l];
+        st = fwd->ops->gemm(&fwd->kctx, &lw->wkv, mx, H, N, KERN_GEMM_OUT_BF16, kv, d);
+        if (st == TDM_OK) {
+            st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, (float)c->rms_norm_eps,
+                                   kv, d);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->rope(&fwd->kctx, kv, N, 1, d, (int)c->qk_rope_head_dim, pos,
+                                model->rope_freqs[l], KERN_ROPE_FORWARD);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->quant_act8(&fwd->kctx, kv, N, d, kc, ks);
+        }
+        for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+            const fwd_seg_t *seg = &b->segs[s];
+            for (int64_t i = 0; i < seg->n; i++) {
+                int64_t r = seg->row0 + i;
+                memcpy(engine_seq_ring_codes_at(seg->seq, l, seg->pos0 + i), kc + r * d,
+                       (size_t)d);
+                memcpy(engine_seq_ring_scales_at(seg->seq, l, seg->pos0 + i), ks + r * d / 32,
+                       (size_t)(d / 32));
+            }
+        }
+    }
+    return st;
+}
+
+/* ---- checks and page reservation -------------------------------------------------------- */
+
+static tdm_status_t check_ids(const engine_config_t *c, const int32_t *ids, int64_t n)
+{
+    if (ids == NULL || n <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab_size) {
+            tdm_log(TDM_LOG_WARN, "engine", "token id rejected: id=%d vocab=%lld", ids[i],
+                    (long long)c->vocab_size);
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    return TDM_OK;
+}
+
+/* Reserve the pages every sequence needs at its new length; all or nothing. */
+static tdm_status_t reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                  const int64_t *new_len, int n)
+{
+    uint32_t need = 0;
+    tdm_status_t st = TDM_OK;
+    int done = 0;
+
+    for (int i = 0; i < n; i++) {
+        for (int s = 0; s < seqs[i]->n_sources; s++) {
+            const engine_kv_table_t *t = &seqs[i]->tables[s];
+            need += engine_kv_table_pages_needed(
+                t, engine_config_n_c(fwd->cfg, t->source_layer, new_len[i] - 1));
+        }
+    }
+    if (need > engine_kv_pool_n_free(fwd->pool)) {
+        tdm_log(TDM_LOG_DEBUG, "engine", "kv pool exhausted: need=%u free=%u", need,
+                engine_kv_pool_n_free(fwd->pool));
+        return TDM_ERR_NO_PAGES;
+    }
+    for (done = 0; done < n && st == TDM_OK; done++) {
+        for (int s = 0; s < seqs[done]->n_sources && st == TDM_OK; s++) {
+            engine_kv_table_t *t = &seqs[done]->tables[s];
+            st = engine_kv_table_reserve(fwd->pool, t,
+                                         engine_config_n_c(fwd->cfg, t->source_layer,
+                                                           new_len[done] - 1));
+        }
+    }
+    if (st != TDM_OK) {
+        for (int i = 0; i < n; i++) {
+            for (int s = 0; s < seqs[i]->n_sources; s++) {
+                engine_kv_table_truncate(fwd->pool, &seqs[i]->tables[s],
+                                         seqs[i]->tables[s].n_rows);
+            }
+        }
+    }
+    return st;
+}
+
+/* Commit the ids of segment rows to the sequence history and its length. */
+static void commit_rows(const fwd_seg_t *seg)
+{
+    for (int64_t i = 0; i < seg->n; i++) {
+        engine_seq_set_id(seg->seq, seg->pos0 + i, seg->ids[i]);
+    }
+    if (seg->pos0 + seg->n > seg->seq->length) {
+        seg->seq->length = seg->pos0 + seg->n;
+    }
+}
+
+/*
+ * Run a batch through the CED split: layers [0, lower_end) on every row, then layers
+ * [lower_end, L) on the rows at positions >= tail (per segment; when tail > pos0 only one
+ * segment is allowed) with window floor upper_lo, head on the requested rows. logit_rows: for each segment, how many of
+ * its last rows get logits (0 = none); logits_out holds them in segment order.
+ */
+static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
+                              const int64_t *tail, int64_t upper_lo, const int64_t *logit_rows,
+                              int all_layers, float *logits_out)
+{
+    const engine_config_t *c = fwd->cfg;
+    fwd_batch_t up;
+    fwd_seg_t up_seg;
+    fwd_batch_t *ub = b;
+    tdm_status_t st = TDM_OK;
+    int64_t V = c->vocab_size;
+    int64_t out_row = 0;
+
+    batch_embed(fwd, b);
+    for (int l = 0; l < lower_end && st == TDM_OK; l++) {
+        st = fwd_layer_run(fwd, b, l);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    if (!all_layers) {
+        return TDM_OK;
+    }
+    if (b->n_segs == 1 && tail[0] > b->segs[0].pos0) {
+        int64_t k0 = tail[0] - b->segs[0].pos0;
+        if (k0 >= b->N) {
+            return TDM_OK; /* the chunk lies entirely before the tail */
+        }
+        batch_suffix(fwd, b, k0, &up_seg, &up);
+        ub = &up;
+    }
+    for (int s = 0; s < ub->n_segs; s++) {
+        ub->segs[s].lo = upper_lo; /* window floor of layers above the cut (6(b) step 3) */
+    }
+    for (int l = lower_end; l < c->n_layers && st == TDM_OK; l++) {
+        st = fwd_layer_run(fwd, ub, l);
+    }
+    if (st == TDM_OK) {
+        st = dspark_rings(fwd, ub);
+    }
+    for (int s = 0; s < ub->n_segs && st == TDM_OK; s++) {
+        const fwd_seg_t *seg = &ub->segs[s];
+        int64_t n = logit_rows[s] < seg->n ? logit_rows[s] : seg->n;
+        if (n > 0 && logits_out != NULL) {
+            st = head_rows(fwd, ub, seg->row0 + seg->n - n, n, logits_out + out_row * V);
+            out_row += n;
+        }
+    }
+    return st;
+}
+
+/* ---- schedules -------------------------------------------------------------------------- */
+
+tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                                int64_t n_ids, uint32_t flags, float *logits_out,
+                                int64_t *tail_start_out)
+{
+    const engine_config_t *c;
+    int64_t H, T, R, chunk;
+    int64_t out_row = 0;
+    tdm_status_t st;
+
+    if (fwd == NULL || seq == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    c = fwd->cfg;
+    st = check_ids(c, ids, n_ids);
+    if (st != TDM_OK) {
+        return st;
+    }
+    H = seq->length;
+    T = H + n_ids;
+    if (T > c->max_position_embeddings) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    R = (flags & ENGINE_PREFILL_TAIL_FROM_H) != 0 ? H : (T - c->sliding_window > H
+                                                           ? T - c->sliding_window
+                                                           : H);
+    st = reserve_pages(fwd, &seq, &T, 1);
+    if (st != TDM_OK) {
+        return st;
+    }
+    chunk = fwd->params.max_chunk_tokens;
+    for (int64_t a = H; a < T && st == TDM_OK; a += chunk) {
+        int64_t n = T - a < chunk ? T - a : chunk;
+        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, ids + (a - H)};
+        fwd_batch_t b;
+        int64_t want = 0;
+        int64_t tail = R;
+        int64_t up_rows = a + n - (R > a ? R : a);
+
+        memset(&b, 0, sizeof(b));
+        tdm_arena_reset(&fwd->batch_arena);
+        b.segs = &seg;
+        b.n_segs = 1;
+        st = batch_alloc(fwd, &b, n);
+        if (st != TDM_OK) {
+            break;
+        }
+        if (up_rows > 0) {
+            want = (flags & ENGINE_PREFILL_ALL_LOGITS) != 0 ? up_rows : (a + n == T ? 1 : 0);
+        }
+        if (R == H) {
+            tail = a; /* every row goes through every layer, no window floor */
+        }
+        st = run_batch(fwd, &b, R == H ? c->n_layers : c->ced_cut + 1, &tail, R > H ? R : 0,
+                       &want, 1,
+                       logits_out != NULL ? logits_out + out_row * c->vocab_size : NULL);
+        out_row += want;
+        if (st == TDM_OK) {
+            commit_rows(&seg);
+        }
+    }
+    if (st == TDM_OK && tail_start_out != NULL) {
+        *tail_start_out = R;
+    }
+    return st;
+}
+
+tdm_status_t engine_fwd_oracle(engine_fwd_t *fwd, const int32_t *ids, int64_t n_ids,
+                               float *logits_out)
+{
+    engine_seq_t *seq = NULL;
+    tdm_status_t st;
+
+    if (fwd == NULL || logits_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = engine_seq_create(fwd->model, fwd->pool, &seq);
+    if (st != TDM_OK) {
+        return st;
+    }
+    st = engine_fwd_prefill(fwd, seq, ids, n_ids,
+                            ENGINE_PREFILL_TAIL_FROM_H | ENGINE_PREFILL_ALL_LOGITS, logits_out,
+                            NULL);
+    engine_seq_destroy(seq);
+    return st;
+}
+
+tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int32_t *ids,
+                               int n_seqs, float *logits_out)
+{
+    fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
+    int64_t new_len[ENGINE_FWD_MAX_BATCH];
+    int64_t tail[ENGINE_FWD_MAX_BATCH];
+    int64_t want[ENGINE_FWD_MAX_BATCH];
+    fwd_batch_t b;
+    tdm_status_t st;
+
+    if (fwd == NULL || seqs == NULL || logits_out == NULL || n_seqs < 1 ||
+        n_seqs > ENGINE_FWD_MAX_BATCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(fwd->cfg, ids, n_seqs);
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i] == NULL || seqs[i]->length + 1 > fwd->cfg->max_position_embeddings) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        for (int j = 0; j < i; j++) {
+            if (seqs[j] == seqs[i]) {
+                return TDM_ERR_INVALID_ARG;
+            }
+        }
+        new_len[i] = seqs[i]->length + 1;
+        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, 1, i, 0, 1, ids + i};
+        tail[i] = seqs[i]->length;
+        want[i] = 1;
+    }
+    st = reserve_pages(fwd, seqs, new_len, n_seqs);
+    if (st != TDM_OK) {
+        return st;
+    }
+    memset(&b, 0, sizeof(b));
+    tdm_arena_reset(&fwd->batch_arena);
+    b.segs = segs;
+    b.n_segs = n_seqs;
+    st = batch_alloc(fwd, &b, n_seqs);
+    if (st == TDM_OK) {
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, tail, 0, want, 1, logits_out);
+    }
+    for (int i = 0; i < n_seqs && st == TDM_OK; i++) {
+        commit_rows(&segs[i]);
+    }
+    return st;
+}
+
+tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                               int64_t n_ids, float *logits_out)
+{
+    fwd_seg_t seg;
+    fwd_batch_t b;
+    int64_t new_len, tail, want;
+    tdm_status_t st;
+
+    if (fwd == NULL || seq == NULL || logits_out == NULL || n_ids < 1 ||
+        n_ids > fwd->cfg->sliding_window || n_ids > fwd->params.max_chunk_tokens) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(fwd->cfg, ids, n_ids);
+    if (st != TDM_OK) {
+        return st;
+    }
+    new_len = seq->length + n_ids;
+    if (new_len > fwd->cfg->max_position_embeddings) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = reserve_pages(fwd, &seq, &new_len, 1);
+    if (st != TDM_OK) {
+        return st;
+    }
+    seg = (fwd_seg_t){seq, 0, seq->length, n_ids, 0, 0, 1, ids};
+    tail = seq->length;
+    want = n_ids;
+    memset(&b, 0, sizeof(b));
+    tdm_arena_reset(&fwd->batch_arena);
+    b.segs = &seg;
+    b.n_segs = 1;
+    st = batch_alloc(fwd, &b, n_ids);
+    if (st == TDM_OK) {
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, &tail, 0, &want, 1, logits_out);
+    }
+    if (st == TDM_OK) {
+        commit_rows(&seg);
+    }
+    return st;
+}
+
+tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                               int64_t n_ids, engine_replay_mode_t mode, float *logits_out)
+{
+    const engine_config_t *c;
+    int64_t H, Wp, need_ids, tail, want;
+    fwd_seg_t seg;
+    fwd_batch_t b;
+    int recovery = mode == ENGINE_REPLAY_RECOVERY;
+    tdm_status_t st;
+
+    if (fwd == NULL || seq == NULL || ids == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    c = fwd->cfg;
+    H = seq->length;
+    Wp = H < c->sliding_window ? H : c->sliding_window;
+    need_ids = H - Wp < c->engram_max_ngram_size - 1 ? H : Wp + c->engram_max_ngram_size - 1;
+    if (H == 0 || n_ids < need_ids || n_ids > H || Wp > fwd->params.max_chunk_tokens) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(c, ids, n_ids);
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int64_t i = 0; i < n_ids && i < seq->n_ids_cap; i++) {
+        int64_t p = H - 1 - i;
+        engine_seq_set_id(seq, p, ids[n_ids - 1 - i]);
+    }
+    seg = (fwd_seg_t){seq, 0, H - Wp, Wp, 0, H - Wp, 0, ids + (n_ids - Wp)};
+    tail = H - Wp;
+    want = recovery && logits_out != NULL ? 1 : 0;
+    memset(&b, 0, sizeof(b));
+    tdm_arena_reset(&fwd->batch_arena);
+    b.segs = &seg;
+    b.n_segs = 1;
+    st = batch_alloc(fwd, &b, Wp);
+    if (st == TDM_OK) {
+        st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, &tail, H - Wp, &want,
+                       recovery, logits_out);
+    }
+    return st;
+}

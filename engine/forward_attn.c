@@ -1,0 +1,559 @@
+/* forward_attn.c - the attention sublayer (MODEL.md 5.2), the compressor (5.3), index keys and
+ * selection (5.4) on a batch of rows; window rings and KV pages of the batch's sequences. */
+#include "engine/forward_impl.h"
+
+#include "common/log.h"
+#include "kernels/kv_page.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
+
+/* Position of batch row r. */
+static int64_t row_pos(const fwd_batch_t *b, int64_t r, const fwd_seg_t **seg_out)
+{
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        if (r >= seg->row0 && r < seg->row0 + seg->n) {
+            if (seg_out != NULL) {
+                *seg_out = seg;
+            }
+            return seg->pos0 + (r - seg->row0);
+        }
+    }
+    return -1;
+}
+
+/* Region pointers of a page (kernels/kv_page.h layout). */
+typedef struct {
+    kern_kv_page_layout_t ly;
+} page_geom_t;
+
+static tdm_status_t page_geom(const engine_config_t *cfg, page_geom_t *g)
+{
+    return kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &g->ly);
+}
+
+/* Dequantize main row j of table into out [d]. */
+static tdm_status_t read_main_row(engine_fwd_t *fwd, const page_geom_t *g,
+                                  const engine_kv_table_t *t, int64_t j, float *out)
+{
+    uint32_t slot;
+    const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j, &slot);
+    if (page == NULL) {
+        return TDM_ERR_INTERNAL;
+    }
+    return fwd->ops->dequant_ckv(&fwd->kctx,
+                                 page + g->ly.main_codes_offset + slot * g->ly.main_codes_row_bytes,
+                                 page + g->ly.main_scales_offset +
+                                     slot * g->ly.main_scales_row_bytes,
+                                 1, g->ly.d, out);
+}
+
+/* Dequantize index keys [0, n) of table into fwd->ikey_cache. */
+static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
+                                    const engine_kv_table_t *t, int64_t n)
+{
+    int64_t dI = g->ly.d_I;
+    if (n > fwd->ikey_cap_rows) {
+        int64_t cap = fwd->ikey_cap_rows == 0 ? 1024 : fwd->ikey_cap_rows;
+        while (cap < n) {
+            cap *= 2;
+        }
+        float *grown = realloc(fwd->ikey_cache, FLOAT_BYTES(cap * dI));
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        fwd->ikey_cache = grown;
+        fwd->ikey_cap_rows = cap;
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += KERN_KV_PAGE_ROWS) {
+        uint32_t slot;
+        const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
+        int64_t cnt = n - j0 < KERN_KV_PAGE_ROWS ? n - j0 : KERN_KV_PAGE_ROWS;
+        tdm_status_t st;
+        if (page == NULL) {
+            return TDM_ERR_INTERNAL;
+        }
+        st = fwd->ops->dequant_mx4(&fwd->kctx, page + g->ly.index_codes_offset,
+                                   page + g->ly.index_scales_offset, cnt, dI,
+                                   fwd->ikey_cache + j0 * dI);
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
+    return TDM_OK;
+}
+
+/*
+ * The compressor of KV source l for one segment (MODEL.md 5.3): rows completed by the
+ * segment's tokens are published into the sequence's pages with their index keys; the pending
+ * half-group is carried across segments. a, bg: [N, d] projections of the batch (bg NULL at
+ * ratio 1).
+ */
+static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
+                                     const float *a, const float *bg, const page_geom_t *g)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &fwd->model->layers[l];
+    engine_seq_t *seq = seg->seq;
+    int r = cfg->roles[l].ratio;
+    int slot = engine_seq_source_slot(seq, l);
+    engine_kv_table_t *t = &seq->tables[slot];
+    int64_t d = cfg->head_dim, dI = cfg->index_head_dim;
+    int64_t n_new = 0;
+    int64_t first_row = -1;
+    float *V = fwd_alloc(fwd, FLOAT_BYTES((seg->n / r + 1) * d));
+    float *ab = fwd_alloc(fwd, FLOAT_BYTES(4 * d)); /* one group: a_even, a_odd, b_even, b_odd */
+    float *main_rows;
+    float *kI;
+    int64_t *rpos;
+    uint8_t *mc, *ms, *ic, *is;
+    tdm_status_t st = TDM_OK;
+    float *pa = seq->pend_a + (int64_t)slot * d;
+    float *pb = seq->pend_b + (int64_t)slot * d;
+
+    if (V == NULL || ab == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int64_t i = 0; i < seg->n; i++) {
+        int64_t p = seg->pos0 + i;
+        int64_t row = seg->row0 + i;
+        if (r == 1) {
+            memcpy(V + n_new * d, a + row * d, FLOAT_BYTES(d));
+        } else if (p % 2 == 0) {
+            memcpy(pa, a + row * d, FLOAT_BYTES(d));
+            memcpy(pb, bg + row * d, FLOAT_BYTES(d));
+            seq->has_pend[slot] = 1;
+            continue;
+        } else {
+            if (!seq->has_pend[slot]) {
+                tdm_log(TDM_LOG_ERROR, "engine", "ratio-2 group without its first half: layer=%d "
+                        "pos=%lld", l, (long long)p);
+                return TDM_ERR_INTERNAL;
+            }
+            memcpy(ab, pa, FLOAT_BYTES(d));
+            memcpy(ab + d, a + row * d, FLOAT_BYTES(d));
+            memcpy(ab + 2 * d, pb, FLOAT_BYTES(d));
+            memcpy(ab + 3 * d, bg + row * d, FLOAT_BYTES(d));
+            st = fwd->ops->compress_pool(&fwd->kctx, ab, ab + 2 * d, 2, d, V + n_new * d);
+            if (st != TDM_OK) {
+                return st;
+            }
+            seq->has_pend[slot] = 0;
+        }
+        if (first_row < 0) {
+            first_row = p / r;
+        }
+        n_new++;
+    }
+    if (n_new == 0) {
+        return TDM_OK;
+    }
+    main_rows = fwd_alloc(fwd, FLOAT_BYTES(n_new * d));
+    kI = fwd_alloc(fwd, FLOAT_BYTES(n_new * dI));
+    rpos = fwd_alloc(fwd, (size_t)n_new * sizeof(int64_t));
+    mc = fwd_alloc(fwd, (size_t)(n_new * d / 2));
+    ms = fwd_alloc(fwd, (size_t)(n_new * d / 16));
+    ic = fwd_alloc(fwd, (size_t)(n_new * dI / 2));
+    is = fwd_alloc(fwd, (size_t)(n_new * dI / 32));
+    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL ||
+        ic == NULL || is == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int64_t k = 0; k < n_new; k++) {
+        rpos[k] = (first_row + k) * r;
+    }
+    /* latent c = BF16(RMSNorm(BF16(v))) (v already BF16) */
+    st = fwd->ops->rmsnorm(&fwd->kctx, V, d, n_new, d, lw->c_norm, (float)cfg->rms_norm_eps, V, d);
+    if (st == TDM_OK) {
+        memcpy(main_rows, V, FLOAT_BYTES(n_new * d));
+        st = fwd->ops->rope(&fwd->kctx, main_rows, n_new, 1, d, (int)cfg->qk_rope_head_dim, rpos,
+                            fwd->model->rope_freqs[l], KERN_ROPE_FORWARD);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->quant_ckv(&fwd->kctx, main_rows, n_new, d, mc, ms);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->i_wk, V, d, n_new, KERN_GEMM_OUT_BF16, kI, dI);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, kI, dI, n_new, dI, lw->i_k_norm,
+                               (float)cfg->rms_norm_eps, kI, dI);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rope(&fwd->kctx, kI, n_new, 1, dI, (int)cfg->qk_rope_head_dim, rpos,
+                            fwd->model->rope_freqs[l], KERN_ROPE_FORWARD);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->quant_mx4(&fwd->kctx, kI, n_new, dI, ic, is);
+    }
+    for (int64_t k = 0; k < n_new && st == TDM_OK; k++) {
+        int64_t j = first_row + k;
+        uint32_t pslot;
+        void *page = engine_kv_table_row_page(fwd->pool, t, j, &pslot);
+        if (page == NULL || j != t->n_rows) {
+            tdm_log(TDM_LOG_ERROR, "engine", "compressed row out of order: layer=%d row=%lld "
+                    "have=%lld", l, (long long)j, (long long)t->n_rows);
+            return TDM_ERR_INTERNAL;
+        }
+        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16,
+                                    ic + k * dI / 2, is + k * dI / 32);
+        t->n_rows = j + 1;
+    }
+    (void)g;
+    return st;
+}
+
+/* Replay: keep the session's pending half, or rebuild it for odd H (MODEL.md 6(d)). */
+static void replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
+                           const float *bg)
+{
+    engine_seq_t *seq = seg->seq;
+    int slot = engine_seq_source_slot(seq, l);
+    int64_t d = fwd->cfg->head_dim;
+    int64_t H = seg->pos0 + seg->n;
+    if (fwd->cfg->roles[l].ratio != 2 || H % 2 == 0 || seq->has_pend[slot]) {
+        return;
+    }
+    memcpy(seq->pend_a + (int64_t)slot * d, a + (seg->row0 + seg->n - 1) * d, FLOAT_BYTES(d));
+    memcpy(seq->pend_b + (int64_t)slot * d, bg + (seg->row0 + seg->n - 1) * d, FLOAT_BYTES(d));
+    seq->has_pend[slot] = 1;
+}
+
+static int cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x;
+    int32_t b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/*
+ * Selection S(t) of index-source layer l for batch row `row` at position t over n_vis rows
+ * (MODEL.md 5.4): writes sel [k_I] ascending, -1 padded.
+ */
+static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row,
+                               int64_t n_vis, const float *qI, const float *w, float *scores,
+                               int32_t *iscratch, int32_t *sel)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_role_t *role = &cfg->roles[l];
+    int64_t kI = cfg->index_topk, HI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    int64_t Bc = cfg->candidate_block_size, nB = cfg->candidate_topk_blocks;
+    int64_t n_sel = 0;
+    tdm_status_t st;
+
+    for (int64_t k = 0; k < kI; k++) {
+        sel[k] = -1;
+    }
+    if (n_vis <= kI) {
+        for (int64_t j = 0; j < n_vis; j++) {
+            sel[j] = (int32_t)j;
+        }
+        if ((role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0) {
+            b->n_pool[row] = -1;
+        }
+        return TDM_OK;
+    }
+    st = fwd->ops->index_scores(&fwd->kctx, qI, w, HI, dI, fwd->ikey_cache, n_vis, scores);
+    if (st != TDM_OK) {
+        return st;
+    }
+    if ((role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0) {
+        int64_t nb = (n_vis + Bc - 1) / Bc;
+        float *beta = scores + n_vis; /* scratch after the scores */
+        int64_t n_kept = 0;
+        for (int64_t blk = 0; blk < nb; blk++) {
+            float mx = -INFINITY;
+            for (int64_t j = blk * Bc; j < (blk + 1) * Bc && j < n_vis; j++) {
+                mx = scores[j] > mx ? scores[j] : mx;
+            }
+            beta[blk] = mx;
+        }
+        beta[(n_vis - 1) / Bc] = INFINITY;
+        st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
+                            b->pool + row * nB, &n_kept);
+        if (st != TDM_OK) {
+            return st;
+        }
+        b->n_pool[row] = (int32_t)n_kept;
+    }
+    if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && b->n_pool[row] >= 0) {
+        unsigned char *keep = (unsigned char *)(scores + 2 * n_vis + 8);
+        int64_t nb = (n_vis + Bc - 1) / Bc;
+        memset(keep, 0, (size_t)nb);
+        for (int32_t k = 0; k < b->n_pool[row]; k++) {
+            keep[b->pool[row * nB + k]] = 1;
+        }
+        for (int64_t j = 0; j < n_vis; j++) {
+            if (!keep[j / Bc]) {
+                scores[j] = -INFINITY;
+            }
+        }
+    }
+    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, sel, &n_sel);
+    if (st != TDM_OK) {
+        if (st == TDM_ERR_INTERNAL) {
+            tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
+        }
+        return st;
+    }
+    for (int64_t k = n_sel; k < kI; k++) {
+        sel[k] = -1;
+    }
+    qsort(sel, (size_t)n_sel, sizeof(int32_t), cmp_i32);
+    return TDM_OK;
+}
+
+tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
+                           int32_t *sel_used, float *out)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &fwd->model->layers[l];
+    const engine_layer_role_t *role = &cfg->roles[l];
+    const float eps = (float)cfg->rms_norm_eps;
+    int64_t N = b->N, H = cfg->hidden_size, d = cfg->head_dim, nh = cfg->num_attention_heads;
+    int64_t rq = cfg->q_lora_rank, G = cfg->o_groups, ro = cfg->o_lora_rank;
+    int64_t HI = cfg->index_n_heads, dI = cfg->index_head_dim, kI = cfg->index_topk;
+    int64_t W = cfg->sliding_window;
+    int dr = (int)cfg->qk_rope_head_dim;
+    const float *freqs = fwd->model->rope_freqs[l];
+    page_geom_t g;
+    tdm_status_t st;
+    int64_t *pos = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
+    float *xq = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    float *qr = fwd_alloc(fwd, FLOAT_BYTES(N * rq));
+    float *qrq = fwd_alloc(fwd, FLOAT_BYTES(N * rq));
+    float *q = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
+    float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * d));
+    uint8_t *kc = fwd_alloc(fwd, (size_t)(N * d));
+    uint8_t *ks = fwd_alloc(fwd, (size_t)(N * d / 32));
+    float *o = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
+    float *oa = fwd_alloc(fwd, FLOAT_BYTES(N * G * ro));
+    float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
+    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + kI + 16));
+    float *qI = NULL;
+    float *wI = NULL;
+
+    if (pos == NULL || xq == NULL || qr == NULL || qrq == NULL || q == NULL || kv == NULL ||
+        kc == NULL || ks == NULL || o == NULL || oa == NULL || sel_rows == NULL ||
+        att_scratch == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = page_geom(cfg, &g);
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int64_t r = 0; r < N; r++) {
+        pos[r] = row_pos(b, r, NULL);
+    }
+    /* q and window KV (5.2, 12.3) */
+    st = fwd->ops->qdq_act8(&fwd->kctx, xn, N, H, xq);
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->wq_a, xq, H, N, KERN_GEMM_OUT_BF16, qr, rq);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, qr, rq, N, rq, lw->q_norm, eps, qr, rq);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, qr, N, rq, qrq);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, q, nh * d);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rope(&fwd->kctx, q, N, nh, d, dr, pos, freqs, KERN_ROPE_FORWARD);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->wkv, xq, H, N, KERN_GEMM_OUT_BF16, kv, d);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, eps, kv, d);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rope(&fwd->kctx, kv, N, 1, d, dr, pos, freqs, KERN_ROPE_FORWARD);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->quant_act8(&fwd->kctx, kv, N, d, kc, ks);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->dequant_act8(&fwd->kctx, kc, ks, N, d, kv); /* kv now holds k-hat */
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+
+    /* compressor (5.3) */
+    if ((role->flags & ENGINE_ROLE_KV_SOURCE) != 0) {
+        float *ca = fwd_alloc(fwd, FLOAT_BYTES(N * d));
+        float *cb = role->ratio == 2 ? fwd_alloc(fwd, FLOAT_BYTES(N * d)) : NULL;
+        if (ca == NULL || (role->ratio == 2 && cb == NULL)) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        st = fwd->ops->gemm(&fwd->kctx, &lw->c_wkv, xn, H, N,
+                            role->ratio == 2 ? KERN_GEMM_OUT_F32 : KERN_GEMM_OUT_BF16, ca, d);
+        if (st == TDM_OK && cb != NULL) {
+            st = fwd->ops->gemm(&fwd->kctx, &lw->c_wgate, xn, H, N, KERN_GEMM_OUT_F32, cb, d);
+        }
+        for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+            if (b->segs[s].write_rows) {
+                st = compress_segment(fwd, &b->segs[s], l, ca, cb, &g);
+            } else if (cb != NULL) {
+                replay_pending(fwd, &b->segs[s], l, ca, cb);
+            }
+        }
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
+
+    /* index query and weights (5.4) */
+    if ((role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
+        uint8_t *icodes = fwd_alloc(fwd, (size_t)(N * HI * dI / 2));
+        uint8_t *iscales = fwd_alloc(fwd, (size_t)(N * HI * dI / 32));
+        float sc_d = (float)pow((double)dI, -0.5);
+        float sc_h = (float)pow((double)HI, -0.5);
+        qI = fwd_alloc(fwd, FLOAT_BYTES(N * HI * dI));
+        wI = fwd_alloc(fwd, FLOAT_BYTES(N * HI));
+        if (qI == NULL || wI == NULL || icodes == NULL || iscales == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        st = fwd->ops->gemm(&fwd->kctx, &lw->i_wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, qI, HI * dI);
+        if (st == TDM_OK) {
+            st = fwd->ops->rope(&fwd->kctx, qI, N, HI, dI, dr, pos, freqs, KERN_ROPE_FORWARD);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->quant_mx4(&fwd->kctx, qI, N * HI, dI, icodes, iscales);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->dequant_mx4(&fwd->kctx, icodes, iscales, N * HI, dI, qI);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->gemm(&fwd->kctx, &lw->i_wp, xn, H, N, KERN_GEMM_OUT_BF16, wI, HI);
+        }
+        if (st != TDM_OK) {
+            return st;
+        }
+        for (int64_t i = 0; i < N * HI; i++) {
+            wI[i] = (wI[i] * sc_d) * sc_h;
+        }
+    }
+
+    /* per segment: selection, then attention per row */
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        engine_seq_t *seq = seg->seq;
+        int64_t wstart = seg->pos0 - W + 1;
+        int64_t n_ring;
+        float *win;
+        const engine_kv_table_t *tab = NULL;
+        float *scores = NULL;
+        int32_t *iscratch = NULL;
+
+        if (wstart < seg->lo) {
+            wstart = seg->lo;
+        }
+        if (wstart < 0) {
+            wstart = 0;
+        }
+        n_ring = seg->pos0 - wstart;
+        win = fwd_alloc(fwd, FLOAT_BYTES((n_ring + seg->n) * d));
+        if (win == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        for (int64_t p = wstart; p < seg->pos0 && st == TDM_OK; p++) {
+            st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seq, l, p),
+                                        engine_seq_ring_scales_at(seq, l, p), 1, d,
+                                        win + (p - wstart) * d);
+        }
+        memcpy(win + n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
+        if (role->ratio > 0) {
+            tab = &seq->tables[engine_seq_source_slot(seq, role->kv_src)];
+        }
+        if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
+            int64_t n_vis_max = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
+            if (n_vis_max > tab->n_rows) {
+                n_vis_max = tab->n_rows;
+            }
+            st = load_index_keys(fwd, &g, tab, n_vis_max);
+            scores = fwd_alloc(fwd, FLOAT_BYTES(2 * n_vis_max + 16) + (size_t)n_vis_max + 64);
+            iscratch = fwd_alloc(fwd, (size_t)(n_vis_max + 1) * sizeof(int32_t));
+            if (scores == NULL || iscratch == NULL) {
+                return TDM_ERR_NO_MEMORY;
+            }
+        }
+        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
+            int64_t row = seg->row0 + i;
+            int64_t t = seg->pos0 + i;
+            int32_t *srow = sel_used + row * kI;
+            int64_t n_b = 0;
+            int64_t ws = t - W + 1 < wstart ? wstart : t - W + 1;
+
+            for (int64_t k = 0; k < kI; k++) {
+                srow[k] = -1;
+            }
+            if (role->ratio > 0) {
+                int64_t n_vis = engine_config_n_c(cfg, l, t);
+                if (n_vis > tab->n_rows) {
+                    n_vis = tab->n_rows;
+                }
+                if ((role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
+                    int32_t *own = b->sel[fwd_index_ordinal(fwd, l)] + row * kI;
+                    st = select_row(fwd, b, l, row, n_vis, qI + row * HI * dI, wI + row * HI,
+                                    scores, iscratch, own);
+                    memcpy(srow, own, (size_t)kI * sizeof(int32_t));
+                } else {
+                    memcpy(srow, b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
+                           (size_t)kI * sizeof(int32_t));
+                }
+                for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
+                    st = read_main_row(fwd, &g, tab, srow[k], sel_rows + n_b * d);
+                    n_b++;
+                }
+            }
+            if (st == TDM_OK) {
+                st = fwd->ops->attention(&fwd->kctx, q + row * nh * d, win + (ws - wstart) * d,
+                                         t - ws + 1, sel_rows, n_b, lw->attn_sink, nh, d,
+                                         (float)(1.0 / sqrt((double)d)), att_scratch,
+                                         o + row * nh * d);
+            }
+        }
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
+
+    /* inverse RoPE, grouped wo_a (BF16 operands), Q_act8, wo_b */
+    st = fwd->ops->rope(&fwd->kctx, o, N, nh, d, dr, pos, freqs, KERN_ROPE_INVERSE);
+    for (int64_t gi = 0; gi < G && st == TDM_OK; gi++) {
+        int64_t gin = nh * d / G;
+        kern_mat_t wg = lw->wo_a;
+        wg.n_out = ro;
+        wg.data = (const uint16_t *)lw->wo_a.data + gi * ro * gin;
+        st = fwd->ops->gemm(&fwd->kctx, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16,
+                            oa + gi * ro, G * ro);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, oa, N, G * ro, oa);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->wo_b, oa, G * ro, N, KERN_GEMM_OUT_BF16, out, H);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+
+    /* window ring writes (after every read of this layer) */
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        for (int64_t i = 0; i < seg->n; i++) {
+            int64_t row = seg->row0 + i;
+            memcpy(engine_seq_ring_codes_at(seg->seq, l, seg->pos0 + i), kc + row * d, (size_t)d);
+            memcpy(engine_seq_ring_scales_at(seg->seq, l, seg->pos0 + i), ks + row * d / 32,
+                   (size_t)(d / 32));
+        }
+    }
+    return TDM_OK;
+}

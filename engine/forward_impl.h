@@ -1,0 +1,94 @@
+/* forward_impl.h - what the forward pass's files share (forward.c: schedules and batching;
+ * forward_layer.c: one layer on a batch of rows; forward_attn.c: attention, compressor and
+ * selection). Not a public header: other modules use engine/forward.h.
+ */
+#ifndef TANDEM_ENGINE_FORWARD_IMPL_H
+#define TANDEM_ENGINE_FORWARD_IMPL_H
+
+#include "common/arena.h"
+#include "engine/forward.h"
+#include "engine/model_impl.h"
+#include "engine/seq_state_impl.h"
+
+/* Most index-source layers a config may have. */
+#define FWD_MAX_INDEX_SOURCES ENGINE_CONFIG_MAX_LAYERS
+
+/*
+ * fwd_seg_t - the rows of one sequence in a batch: positions [pos0, pos0 + n), batch rows
+ * [row0, row0 + n), window floor lo. write_rows = 0 in a replay (rows and index keys below H
+ * are never rewritten). ids: [n] the rows' token ids.
+ */
+typedef struct {
+    engine_seq_t *seq;
+    int seq_index;
+    int64_t pos0;
+    int64_t n;
+    int64_t row0;
+    int64_t lo;
+    int write_rows;
+    const int32_t *ids;
+} fwd_seg_t;
+
+/*
+ * fwd_batch_t - per-row arrays of a batch of N rows (all from the context's arena).
+ *
+ * X:        [N, m, H] residual streams (BF16 values).
+ * pre:      [N, m] pre of the previous FFN site (e0 before layer 0).
+ * sel:      per index-source ordinal s: [N, k_I] selection S(t), ascending, -1 padded.
+ * pool:     [N, n_B] block ids of the candidate pool P(t); n_pool [N] (-1: no pool computed).
+ * experts:  [N, K] routed experts of the last layer run (ascending), for dumps.
+ * taps:     [N, n_t, H] FP32 stream means entering each tap layer (DSpark).
+ */
+typedef struct {
+    int64_t N;
+    fwd_seg_t *segs;
+    int n_segs;
+    float *X;
+    float *pre;
+    int32_t *sel[FWD_MAX_INDEX_SOURCES];
+    int32_t *pool;
+    int32_t *n_pool;
+    int32_t *experts;
+    float *taps;
+    int have_taps;
+} fwd_batch_t;
+
+struct engine_fwd {
+    const engine_model_t *model;
+    const engine_config_t *cfg;
+    engine_kv_pool_t *pool;
+    const kern_ops_t *ops;
+    kern_ctx_t kctx;
+    engine_fwd_params_t params;
+    engine_dump_sink_t sink;
+    int have_sink;
+    tdm_arena_t batch_arena; /* per-call arrays of fwd_batch_t */
+    tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer */
+    float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
+    int64_t ikey_cap_rows;
+    int n_index_sources;
+    int index_source_layer[FWD_MAX_INDEX_SOURCES];
+};
+
+/* fwd_index_ordinal - ordinal of index-source `layer` among index_source_layer_ids, or -1. */
+int fwd_index_ordinal(const engine_fwd_t *fwd, int layer);
+
+/*
+ * fwd_layer_run - backbone layer or DSpark block `l` on every row of the batch (MODEL.md 5.1 to
+ * 5.6): Engram, attention site (window ring read and written, compressor rows and index keys
+ * published into the sequences' pages when the segment writes rows, selections into b->sel),
+ * FFN site. Updates b->X and b->pre in place; calls the dump sink.
+ */
+tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l);
+
+/*
+ * fwd_attention - the attention sublayer of layer l on normed input xn [N, H] (BF16 values):
+ * writes out [N, H]. Reads and writes rings, pages, pending halves, selections.
+ */
+tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
+                           int32_t *sel_used, float *out);
+
+/* fwd_alloc - n floats (or bytes) from the layer arena; NULL when it is full. */
+void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes);
+
+#endif

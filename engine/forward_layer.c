@@ -1,0 +1,313 @@
+/* forward_layer.c - one backbone layer (or DSpark block) on a batch of rows: Engram (MODEL.md
+ * 5.6), the two mHC sites (5.1), attention (forward_attn.c) and MoE (5.5); dumps (12.10). */
+#include "engine/forward_impl.h"
+
+#include "common/log.h"
+
+#include <string.h>
+
+#define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
+
+/* Token id at position p for a row of segment seg (segment ids, else the history). */
+static int32_t token_at(const fwd_seg_t *seg, int64_t p)
+{
+    if (p >= seg->pos0) {
+        return seg->ids[p - seg->pos0];
+    }
+    return engine_seq_id_at(seg->seq, p);
+}
+
+static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
+{
+    const engine_model_t *model = fwd->model;
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &model->layers[l];
+    int slot = cfg->roles[l].engram_slot;
+    int64_t N = b->N, m = cfg->hc_mult, H = cfg->hidden_size;
+    int ngram = (int)cfg->engram_max_ngram_size;
+    int64_t de = cfg->engram_head_dim;
+    int n_cols = model->engram_layout.n_cols;
+    int64_t n_e = (int64_t)n_cols * de;
+    float *e = fwd_alloc(fwd, FLOAT_BYTES(N * n_e));
+    float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * (m + 1) * H));
+    const int32_t *tmap = model->sidecar.token_map;
+    int32_t pad_cid = tmap[cfg->engram_pad_token_id];
+    tdm_status_t st = TDM_OK;
+
+    if (e == NULL || kv == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
+            int64_t p = seg->pos0 + i;
+            int64_t ids[ENGINE_CONFIG_MAX_NGRAM];
+            int64_t rows[ENGINE_ENGRAM_MAX_COLS];
+            int blocked = 0;
+            for (int k = 0; k < ngram; k++) {
+                blocked = blocked || p - k < 0;
+                ids[k] = blocked ? pad_cid : tmap[token_at(seg, p - k)];
+            }
+            engine_engram_hash_rows(&model->engram_layout, slot,
+                                    model->sidecar.multipliers + (int64_t)slot * ngram, ids, rows);
+            for (int c = 0; c < n_cols && st == TDM_OK; c++) {
+                st = fwd->ops->dequant_act8(&fwd->kctx, lw->e_codes + rows[c] * de,
+                                            lw->e_scales + rows[c] * (de / 32), 1, de,
+                                            e + (seg->row0 + i) * n_e + c * de);
+            }
+        }
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, e, N, n_e, e);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->e_wkv, e, n_e, N, KERN_GEMM_OUT_BF16, kv, (m + 1) * H);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->engram_gate(&fwd->kctx, b->X, kv, lw->e_qw, lw->e_kw, N, (int)m, H,
+                                   (float)cfg->rms_norm_eps);
+    }
+    return st;
+}
+
+/* One mHC site's coefficients from X. */
+static tdm_status_t site_coeffs(engine_fwd_t *fwd, fwd_batch_t *b, int l, int site, float *pre,
+                                float *post, float *M)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &fwd->model->layers[l];
+    int64_t N = b->N, m = cfg->hc_mult, H = cfg->hidden_size, n_mix = (2 + m) * m;
+    float *raw = fwd_alloc(fwd, FLOAT_BYTES(N * n_mix));
+    kern_mhc_params_t hp = {lw->hc_base[site], lw->hc_scale[site], (int)m,
+                            (int)cfg->hc_sinkhorn_iters, (float)cfg->rms_norm_eps,
+                            (float)cfg->hc_eps};
+    tdm_status_t st;
+
+    if (raw == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = fwd->ops->gemm(&fwd->kctx, &lw->hc_fn[site], b->X, m * H, N, KERN_GEMM_OUT_F32, raw,
+                        n_mix);
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_coeffs(&fwd->kctx, &hp, b->X, N, H, raw, pre, post, M);
+    }
+    return st;
+}
+
+/* MoE of layer l on normed input xn [N, H] into out [N, H] (R8); experts_out [N, K]. */
+static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn, float *out,
+                        int32_t *experts_out)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &fwd->model->layers[l];
+    int dspark = l >= cfg->n_layers;
+    int64_t N = b->N, H = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    int64_t E = lw->n_experts;
+    int K = (int)(dspark ? cfg->dspark_num_experts_per_tok : cfg->num_experts_per_tok);
+    float lambda = (float)cfg->swiglu_limit;
+    float *logits = fwd_alloc(fwd, FLOAT_BYTES(N * E));
+    float *wts = fwd_alloc(fwd, FLOAT_BYTES(N * K));
+    float *xq = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    float *acc = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    float *xe = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    float *gu = fwd_alloc(fwd, FLOAT_BYTES(N * 2 * I));
+    float *h = fwd_alloc(fwd, FLOAT_BYTES(N * I));
+    float *ye = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    float *we = fwd_alloc(fwd, FLOAT_BYTES(N));
+    int64_t *rows = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
+    tdm_status_t st;
+
+    if (logits == NULL || wts == NULL || xq == NULL || acc == NULL || xe == NULL || gu == NULL ||
+        h == NULL || ye == NULL || we == NULL || rows == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = fwd->ops->gemm(&fwd->kctx, &lw->gate, xn, H, N, KERN_GEMM_OUT_F32, logits, E);
+    if (st == TDM_OK) {
+        st = fwd->ops->moe_route(&fwd->kctx, logits, lw->gate_bias, N, E, K,
+                                 (float)cfg->routed_scaling_factor, experts_out, wts);
+        if (st == TDM_ERR_INTERNAL) {
+            tdm_log(TDM_LOG_ERROR, "engine", "nan reached the expert top-k: layer=%d", l);
+        }
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, xn, N, H, xq);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    memset(acc, 0, FLOAT_BYTES(N * H));
+    for (int64_t e = 0; e < E && st == TDM_OK; e++) {
+        int64_t ne = 0;
+        for (int64_t r = 0; r < N; r++) {
+            for (int k = 0; k < K; k++) {
+                if (experts_out[r * K + k] == e) {
+                    rows[ne] = r;
+                    we[ne] = wts[r * K + k];
+                    memcpy(xe + ne * H, xq + r * H, FLOAT_BYTES(H));
+                    ne++;
+                }
+            }
+        }
+        if (ne == 0) {
+            continue;
+        }
+        st = fwd->ops->gemm(&fwd->kctx, &lw->w13[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        if (st == TDM_OK) {
+            st = fwd->ops->swiglu(&fwd->kctx, gu, we, ne, I, lambda, h);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->qdq_act8(&fwd->kctx, h, ne, I, h);
+        }
+        if (st == TDM_OK) {
+            st = fwd->ops->gemm(&fwd->kctx, &lw->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, ye, H);
+        }
+        for (int64_t k = 0; k < ne && st == TDM_OK; k++) {
+            float *a = acc + rows[k] * H;
+            for (int64_t c = 0; c < H; c++) {
+                a[c] += ye[k * H + c];
+            }
+        }
+    }
+    /* shared expert, weight 1, same clamp */
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->s_w13, xq, H, N, KERN_GEMM_OUT_BF16, gu, 2 * I);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->swiglu(&fwd->kctx, gu, NULL, N, I, lambda, h);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, h, N, I, h);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->gemm(&fwd->kctx, &lw->s_w2, h, I, N, KERN_GEMM_OUT_BF16, ye, H);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int64_t i = 0; i < N * H; i++) {
+        out[i] = kern_bf16_round(acc[i] + ye[i]);
+    }
+    return TDM_OK;
+}
+
+static void dump_layer(engine_fwd_t *fwd, const fwd_batch_t *b, int l, const float *x_in,
+                       const float *pre_in, const int32_t *sel, const int32_t *experts, int K)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    int64_t mH = cfg->hc_mult * cfg->hidden_size;
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        engine_dump_layer_t rec;
+        memset(&rec, 0, sizeof(rec));
+        rec.layer = l;
+        rec.seq_index = seg->seq_index;
+        rec.first_position = seg->pos0;
+        rec.n_rows = seg->n;
+        rec.m = (int)cfg->hc_mult;
+        rec.H = cfg->hidden_size;
+        rec.k_I = cfg->index_topk;
+        rec.K = K;
+        rec.x_in = x_in + seg->row0 * mH;
+        rec.x_out = b->X + seg->row0 * mH;
+        rec.pre = pre_in + seg->row0 * cfg->hc_mult;
+        rec.sel = sel + seg->row0 * cfg->index_topk;
+        rec.experts = experts + seg->row0 * K;
+        fwd->sink.layer(fwd->sink.user, &rec);
+    }
+}
+
+tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &fwd->model->layers[l];
+    const engine_layer_role_t *role = &cfg->roles[l];
+    int64_t N = b->N, m = cfg->hc_mult, H = cfg->hidden_size;
+    int K = (int)(l >= cfg->n_layers ? cfg->dspark_num_experts_per_tok : cfg->num_experts_per_tok);
+    float eps = (float)cfg->rms_norm_eps;
+    int dumping = fwd->have_sink && fwd->sink.layer != NULL && l < cfg->n_layers;
+    float *x_in = NULL;
+    float *pre_in = NULL;
+    float *pre_a, *post_a, *M_a, *pre_f, *post_f, *M_f, *y, *sub;
+    int32_t *sel_used;
+    tdm_status_t st = TDM_OK;
+
+    tdm_arena_reset(&fwd->layer_arena);
+    pre_a = fwd_alloc(fwd, FLOAT_BYTES(N * m));
+    post_a = fwd_alloc(fwd, FLOAT_BYTES(N * m));
+    M_a = fwd_alloc(fwd, FLOAT_BYTES(N * m * m));
+    pre_f = fwd_alloc(fwd, FLOAT_BYTES(N * m));
+    post_f = fwd_alloc(fwd, FLOAT_BYTES(N * m));
+    M_f = fwd_alloc(fwd, FLOAT_BYTES(N * m * m));
+    y = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    sub = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    sel_used = fwd_alloc(fwd, (size_t)(N * cfg->index_topk) * sizeof(int32_t));
+    if (pre_a == NULL || post_a == NULL || M_a == NULL || pre_f == NULL || post_f == NULL ||
+        M_f == NULL || y == NULL || sub == NULL || sel_used == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if (dumping) {
+        x_in = fwd_alloc(fwd, FLOAT_BYTES(N * m * H));
+        pre_in = fwd_alloc(fwd, FLOAT_BYTES(N * m));
+        if (x_in == NULL || pre_in == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        memcpy(x_in, b->X, FLOAT_BYTES(N * m * H));
+        memcpy(pre_in, b->pre, FLOAT_BYTES(N * m));
+    }
+    if (role->tap_slot >= 0 && b->taps != NULL && l < cfg->n_layers) {
+        int64_t n_t = cfg->n_dspark_target_layer_ids;
+        for (int64_t r = 0; r < N; r++) {
+            float *tap = b->taps + (r * n_t + role->tap_slot) * H;
+            for (int64_t c = 0; c < H; c++) {
+                float sum = 0.0f;
+                for (int64_t i = 0; i < m; i++) {
+                    sum += b->X[(r * m + i) * H + c];
+                }
+                tap[c] = sum / (float)m;
+            }
+        }
+    }
+    if (role->engram_slot >= 0 && l < cfg->n_layers) {
+        st = engram_update(fwd, b, l);
+    }
+    /* attention site */
+    if (st == TDM_OK) {
+        st = site_coeffs(fwd, b, l, ENGINE_SITE_ATTN, pre_a, post_a, M_a);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_collapse(&fwd->kctx, b->pre, b->X, N, (int)m, H, y);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, y, H, N, H, lw->attn_norm, eps, y, H);
+    }
+    if (st == TDM_OK) {
+        st = fwd_attention(fwd, b, l, y, sel_used, sub);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_update(&fwd->kctx, post_a, sub, M_a, N, (int)m, H, b->X);
+    }
+    /* FFN site */
+    if (st == TDM_OK) {
+        st = site_coeffs(fwd, b, l, ENGINE_SITE_FFN, pre_f, post_f, M_f);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_collapse(&fwd->kctx, pre_a, b->X, N, (int)m, H, y);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, y, H, N, H, lw->ffn_norm, eps, y, H);
+    }
+    if (st == TDM_OK) {
+        st = moe(fwd, b, l, y, sub, b->experts);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_update(&fwd->kctx, post_f, sub, M_f, N, (int)m, H, b->X);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    memcpy(b->pre, pre_f, FLOAT_BYTES(N * m));
+    if (dumping) {
+        dump_layer(fwd, b, l, x_in, pre_in, sel_used, b->experts, K);
+    }
+    return TDM_OK;
+}

@@ -1,0 +1,241 @@
+/* kv_cache.c - the page pool and block tables (engine/kv_cache.h). */
+#include "engine/kv_cache.h"
+
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct engine_kv_pool {
+    kern_kv_page_layout_t layout;
+    uint64_t fingerprint;
+    uint32_t n_pages;
+    uint32_t n_free;
+    uint32_t *free_ids; /* stack of free page ids, [n_free] valid */
+    unsigned char *pages; /* n_pages * page_bytes */
+};
+
+tdm_status_t engine_kv_pool_create(const engine_config_t *cfg, uint64_t fingerprint,
+                                   uint32_t n_pages, engine_kv_pool_t **pool_out)
+{
+    engine_kv_pool_t *pool;
+    tdm_status_t st;
+
+    if (cfg == NULL || pool_out == NULL || n_pages == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    pool = calloc(1, sizeof(*pool));
+    if (pool == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
+                             &pool->layout);
+    if (st != TDM_OK) {
+        free(pool);
+        return st;
+    }
+    pool->fingerprint = fingerprint;
+    pool->n_pages = n_pages;
+    pool->free_ids = malloc((size_t)n_pages * sizeof(uint32_t));
+    pool->pages = malloc((size_t)n_pages * pool->layout.page_bytes);
+    if (pool->free_ids == NULL || pool->pages == NULL) {
+        engine_kv_pool_destroy(pool);
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n_pages; i++) {
+        pool->free_ids[i] = n_pages - 1 - i; /* page 0 is handed out first */
+    }
+    pool->n_free = n_pages;
+    *pool_out = pool;
+    return TDM_OK;
+}
+
+void engine_kv_pool_destroy(engine_kv_pool_t *pool)
+{
+    if (pool == NULL) {
+        return;
+    }
+    free(pool->free_ids);
+    free(pool->pages);
+    free(pool);
+}
+
+uint32_t engine_kv_pool_n_pages(const engine_kv_pool_t *pool)
+{
+    return pool->n_pages;
+}
+
+uint32_t engine_kv_pool_n_free(const engine_kv_pool_t *pool)
+{
+    return pool->n_free;
+}
+
+size_t engine_kv_pool_page_bytes(const engine_kv_pool_t *pool)
+{
+    return pool->layout.page_bytes;
+}
+
+uint64_t engine_kv_pool_fingerprint(const engine_kv_pool_t *pool)
+{
+    return pool->fingerprint;
+}
+
+void *engine_kv_pool_page(engine_kv_pool_t *pool, uint32_t page_id)
+{
+    if (pool == NULL || page_id >= pool->n_pages) {
+        return NULL;
+    }
+    return pool->pages + (size_t)page_id * pool->layout.page_bytes;
+}
+
+const void *engine_kv_pool_page_const(const engine_kv_pool_t *pool, uint32_t page_id)
+{
+    if (pool == NULL || page_id >= pool->n_pages) {
+        return NULL;
+    }
+    return pool->pages + (size_t)page_id * pool->layout.page_bytes;
+}
+
+tdm_status_t engine_kv_table_init(engine_kv_table_t *table, int source_layer, int ratio)
+{
+    if (table == NULL || ratio < 1 || ratio > 2) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(table, 0, sizeof(*table));
+    table->source_layer = source_layer;
+    table->ratio = ratio;
+    return TDM_OK;
+}
+
+uint32_t engine_kv_table_pages_needed(const engine_kv_table_t *table, int64_t n_rows)
+{
+    int64_t pages = (n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+    return pages > (int64_t)table->n_pages ? (uint32_t)(pages - table->n_pages) : 0;
+}
+
+tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *table,
+                                     int64_t n_rows)
+{
+    uint32_t need;
+
+    if (pool == NULL || table == NULL || n_rows < 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    need = engine_kv_table_pages_needed(table, n_rows);
+    if (need == 0) {
+        return TDM_OK;
+    }
+    if (need > pool->n_free) {
+        return TDM_ERR_NO_PAGES;
+    }
+    if (table->n_pages + need > table->capacity) {
+        uint32_t cap = table->capacity == 0 ? 8 : table->capacity;
+        while (cap < table->n_pages + need) {
+            cap *= 2;
+        }
+        uint32_t *grown = realloc(table->page_ids, (size_t)cap * sizeof(uint32_t));
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        table->page_ids = grown;
+        table->capacity = cap;
+    }
+    for (uint32_t i = 0; i < need; i++) {
+        uint32_t id = pool->free_ids[--pool->n_free];
+        kern_kv_page_params_t params = {
+            .source_layer = (uint16_t)table->source_layer,
+            .first_row = (uint64_t)(table->n_pages) * KERN_KV_PAGE_ROWS,
+            .ratio = (uint8_t)table->ratio,
+            .d = (uint16_t)pool->layout.d,
+            .d_I = (uint16_t)pool->layout.d_I,
+            .fingerprint = pool->fingerprint,
+        };
+        tdm_status_t st = kern_kv_page_init(engine_kv_pool_page(pool, id), pool->layout.page_bytes,
+                                            &params);
+        if (st != TDM_OK) {
+            pool->n_free++; /* cannot happen for a valid layout; undo this page */
+            return st;
+        }
+        table->page_ids[table->n_pages++] = id;
+    }
+    return TDM_OK;
+}
+
+void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t n_rows)
+{
+    int64_t keep_pages;
+    int64_t old_rows;
+
+    if (pool == NULL || table == NULL || n_rows < 0 || n_rows > table->n_rows) {
+        return;
+    }
+    old_rows = table->n_rows;
+    keep_pages = (n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+    while ((int64_t)table->n_pages > keep_pages) {
+        pool->free_ids[pool->n_free++] = table->page_ids[--table->n_pages];
+    }
+    if (n_rows < old_rows && n_rows % KERN_KV_PAGE_ROWS != 0) {
+        /* zero the dropped slots of the last kept page and lower its row_count */
+        uint32_t id = table->page_ids[table->n_pages - 1];
+        unsigned char *page = engine_kv_pool_page(pool, id);
+        const kern_kv_page_layout_t *ly = &pool->layout;
+        uint32_t live = (uint32_t)(n_rows % KERN_KV_PAGE_ROWS);
+        uint32_t dead = KERN_KV_PAGE_ROWS - live;
+        memset(page + ly->main_codes_offset + live * ly->main_codes_row_bytes, 0,
+               dead * ly->main_codes_row_bytes);
+        memset(page + ly->main_scales_offset + live * ly->main_scales_row_bytes, 0,
+               dead * ly->main_scales_row_bytes);
+        if (ly->d_I > 0) {
+            memset(page + ly->index_codes_offset + live * ly->index_codes_row_bytes, 0,
+                   dead * ly->index_codes_row_bytes);
+            memset(page + ly->index_scales_offset + live * ly->index_scales_row_bytes, 0,
+                   dead * ly->index_scales_row_bytes);
+        }
+        /* row_count is bytes 16..17 of the header, flags byte 21 (kernels/kv_page.h) */
+        page[16] = (unsigned char)(live & 0xFF);
+        page[17] = (unsigned char)(live >> 8);
+        page[21] |= KERN_KV_PAGE_FLAG_STALE;
+    }
+    table->n_rows = n_rows;
+}
+
+void engine_kv_table_release(engine_kv_pool_t *pool, engine_kv_table_t *table)
+{
+    if (table == NULL) {
+        return;
+    }
+    if (pool != NULL) {
+        while (table->n_pages > 0) {
+            pool->free_ids[pool->n_free++] = table->page_ids[--table->n_pages];
+        }
+    }
+    free(table->page_ids);
+    table->page_ids = NULL;
+    table->n_pages = 0;
+    table->capacity = 0;
+    table->n_rows = 0;
+}
+
+void *engine_kv_table_row_page(engine_kv_pool_t *pool, const engine_kv_table_t *table, int64_t j,
+                               uint32_t *slot_out)
+{
+    int64_t page = j / KERN_KV_PAGE_ROWS;
+    if (j < 0 || page >= (int64_t)table->n_pages) {
+        return NULL;
+    }
+    if (slot_out != NULL) {
+        *slot_out = (uint32_t)(j % KERN_KV_PAGE_ROWS);
+    }
+    return engine_kv_pool_page(pool, table->page_ids[page]);
+}
+
+tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *table)
+{
+    for (uint32_t i = 0; i < table->n_pages; i++) {
+        tdm_status_t st = kern_kv_page_seal(engine_kv_pool_page(pool, table->page_ids[i]));
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
+    return TDM_OK;
+}

@@ -1,0 +1,669 @@
+/* model.c - checkpoint loading into the compute layout, RoPE tables, model fingerprint
+ * (engine/model.h). */
+#include "engine/model.h"
+
+#include "common/hash.h"
+#include "common/log.h"
+#include "engine/inventory.h"
+#include "engine/model_impl.h"
+#include "kernels/codec.h"
+#include "kernels/rope.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define NAME_BYTES 160
+#define FINGERPRINT_DATA_BYTES (1u << 20) /* = PROTO_FINGERPRINT_DATA_BYTES */
+#define FINGERPRINT_MAX_FILES 4096
+#define PATH_BYTES 4096
+
+void engine_model_params_default(engine_model_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->n_threads = 1;
+    params->ops = kern_ops_cpu();
+}
+
+/* Track a buffer the model owns. */
+static void *model_alloc(engine_model_t *model, size_t n_bytes)
+{
+    void *p;
+    if (model->n_allocs == model->cap_allocs) {
+        size_t cap = model->cap_allocs == 0 ? 256 : model->cap_allocs * 2;
+        void **grown = realloc(model->allocs, cap * sizeof(void *));
+        if (grown == NULL) {
+            return NULL;
+        }
+        model->allocs = grown;
+        model->cap_allocs = cap;
+    }
+    p = malloc(n_bytes == 0 ? 1 : n_bytes);
+    if (p != NULL) {
+        model->allocs[model->n_allocs++] = p;
+        model->weight_bytes += n_bytes;
+    }
+    return p;
+}
+
+typedef struct {
+    engine_model_t *model;
+    char *err;
+    size_t err_bytes;
+} loader_t;
+
+static const engine_st_tensor_t *need(loader_t *ld, const char *name, engine_dtype_t dtype,
+                                      int64_t n0, int64_t n1, tdm_status_t *status)
+{
+    const engine_st_tensor_t *t = engine_weights_find(ld->model->weights, name);
+    int64_t want1 = n1 < 0 ? 0 : n1;
+    if (t == NULL) {
+        snprintf(ld->err, ld->err_bytes, "%s: missing", name);
+        *status = TDM_ERR_NOT_FOUND;
+        return NULL;
+    }
+    if (!(t->dtype == dtype || (dtype == ENGINE_DTYPE_I8 && t->dtype == ENGINE_DTYPE_U8)) ||
+        t->shape[0] != n0 || (n1 >= 0 && (t->n_dims != 2 || t->shape[1] != want1)) ||
+        (n1 < 0 && t->n_dims != 1)) {
+        snprintf(ld->err, ld->err_bytes, "%s: dtype %s or shape unexpected", name,
+                 engine_dtype_name(t->dtype));
+        *status = TDM_ERR_MISMATCH;
+        return NULL;
+    }
+    return t;
+}
+
+/* A BF16 or F32 vector [n] widened to FP32. */
+static const float *load_vec(loader_t *ld, const char *name, engine_dtype_t dtype, int64_t n,
+                             tdm_status_t *status)
+{
+    const engine_st_tensor_t *t = need(ld, name, dtype, n, -1, status);
+    float *v;
+    if (t == NULL) {
+        return NULL;
+    }
+    v = model_alloc(ld->model, (size_t)n * sizeof(float));
+    if (v == NULL) {
+        *status = TDM_ERR_NO_MEMORY;
+        return NULL;
+    }
+    if (dtype == ENGINE_DTYPE_F32) {
+        memcpy(v, t->data, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t b;
+            memcpy(&b, (const uint8_t *)t->data + 2 * i, 2);
+            v[i] = kern_bf16_to_f32(b);
+        }
+    }
+    return v;
+}
+
+/* A BF16 matrix [n / cols, cols] widened to FP32 [n]. */
+static const float *load_mat_vec_bf16(loader_t *ld, const char *name, int64_t n, int64_t cols,
+                                      tdm_status_t *status)
+{
+    const engine_st_tensor_t *t = need(ld, name, ENGINE_DTYPE_BF16, n / cols, cols, status);
+    float *v;
+    if (t == NULL) {
+        return NULL;
+    }
+    v = model_alloc(ld->model, (size_t)n * sizeof(float));
+    if (v == NULL) {
+        *status = TDM_ERR_NO_MEMORY;
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t b;
+        memcpy(&b, (const uint8_t *)t->data + 2 * i, 2);
+        v[i] = kern_bf16_to_f32(b);
+    }
+    return v;
+}
+
+/* The checkpoint formats a matrix can be stored in. */
+typedef enum { MAT_BF16, MAT_F32, MAT_FP8, MAT_FP4 } mat_format_t;
+
+/* Load [n_out, n_in] into out (rows [row0, row0 + n_out) of a buffer of `total_rows`). */
+static tdm_status_t load_rows(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                              int64_t n_in, void *dst)
+{
+    char name[NAME_BYTES];
+    char sname[NAME_BYTES];
+    tdm_status_t status = TDM_OK;
+    const engine_st_tensor_t *w;
+    const engine_st_tensor_t *s;
+
+    snprintf(name, sizeof(name), "%s%s", module, fmt == MAT_F32 ? "" : ".weight");
+    switch (fmt) {
+    case MAT_F32:
+        w = need(ld, name, ENGINE_DTYPE_F32, n_out, n_in, &status);
+        if (w != NULL) {
+            memcpy(dst, w->data, (size_t)(n_out * n_in) * sizeof(float));
+        }
+        return status;
+    case MAT_BF16:
+        w = need(ld, name, ENGINE_DTYPE_BF16, n_out, n_in, &status);
+        if (w != NULL) {
+            memcpy(dst, w->data, (size_t)(n_out * n_in) * sizeof(uint16_t));
+        }
+        return status;
+    case MAT_FP8:
+        snprintf(sname, sizeof(sname), "%s.scale", module);
+        w = need(ld, name, ENGINE_DTYPE_F8_E4M3, n_out, n_in, &status);
+        s = w == NULL ? NULL
+                      : need(ld, sname, ENGINE_DTYPE_F8_E8M0, (n_out + 31) / 32, (n_in + 31) / 32,
+                             &status);
+        if (s == NULL) {
+            return status;
+        }
+        return kern_mat_bf16_from_fp8(w->data, s->data, n_out, n_in, dst);
+    case MAT_FP4:
+        snprintf(sname, sizeof(sname), "%s.scale", module);
+        w = need(ld, name, ENGINE_DTYPE_I8, n_out, n_in / 2, &status);
+        s = w == NULL ? NULL : need(ld, sname, ENGINE_DTYPE_F8_E8M0, n_out, n_in / 32, &status);
+        if (s == NULL) {
+            return status;
+        }
+        return kern_mat_bf16_from_mxfp4(w->data, s->data, n_out, n_in, dst);
+    }
+    return TDM_ERR_INVALID_ARG;
+}
+
+static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                             int64_t n_in, kern_mat_t *mat_out)
+{
+    size_t elem = fmt == MAT_F32 ? sizeof(float) : sizeof(uint16_t);
+    void *buf = model_alloc(ld->model, (size_t)(n_out * n_in) * elem);
+    tdm_status_t status;
+    if (buf == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    status = load_rows(ld, module, fmt, n_out, n_in, buf);
+    if (status != TDM_OK) {
+        return status;
+    }
+    mat_out->dtype = fmt == MAT_F32 ? KERN_MAT_F32 : KERN_MAT_BF16;
+    mat_out->n_out = n_out;
+    mat_out->n_in = n_in;
+    mat_out->data = buf;
+    return TDM_OK;
+}
+
+/* Two [n_out, n_in] matrices stacked into one [2 n_out, n_in] (w1 over w3). */
+static tdm_status_t load_mat2(loader_t *ld, const char *m1, const char *m3, mat_format_t fmt,
+                              int64_t n_out, int64_t n_in, kern_mat_t *mat_out)
+{
+    uint16_t *buf = model_alloc(ld->model, (size_t)(2 * n_out * n_in) * sizeof(uint16_t));
+    tdm_status_t status;
+    if (buf == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    status = load_rows(ld, m1, fmt, n_out, n_in, buf);
+    if (status == TDM_OK) {
+        status = load_rows(ld, m3, fmt, n_out, n_in, buf + n_out * n_in);
+    }
+    if (status != TDM_OK) {
+        return status;
+    }
+    mat_out->dtype = KERN_MAT_BF16;
+    mat_out->n_out = 2 * n_out;
+    mat_out->n_in = n_in;
+    mat_out->data = buf;
+    return TDM_OK;
+}
+
+/* prefix + suffix into buf (names are short: truncation is a load error downstream). */
+static const char *join_name(char *buf, size_t buf_bytes, const char *prefix, const char *suffix)
+{
+    size_t n_prefix = strlen(prefix);
+    size_t n_suffix = strlen(suffix);
+    if (n_prefix + n_suffix + 1 > buf_bytes) {
+        buf[0] = '\0';
+        return buf;
+    }
+    memcpy(buf, prefix, n_prefix);
+    memcpy(buf + n_prefix, suffix, n_suffix + 1);
+    return buf;
+}
+
+static tdm_status_t load_layer(loader_t *ld, int l)
+{
+    engine_model_t *model = ld->model;
+    const engine_config_t *c = &model->cfg;
+    const engine_layer_role_t *role = &c->roles[l];
+    engine_layer_weights_t *lw = &model->layers[l];
+    int64_t H = c->hidden_size, d = c->head_dim, m = c->hc_mult, n_h = c->num_attention_heads;
+    int64_t rq = c->q_lora_rank, G = c->o_groups, ro = c->o_lora_rank, I = c->moe_intermediate_size;
+    int64_t HI = c->index_n_heads, dI = c->index_head_dim;
+    int64_t n_mix = (2 + m) * m;
+    int dspark = l >= c->n_layers;
+    char p[32];
+    char n[NAME_BYTES];
+    char n3[NAME_BYTES];
+    tdm_status_t st = TDM_OK;
+    const char *site_name[ENGINE_N_SITES] = {"attn", "ffn"};
+
+    if (dspark) {
+        snprintf(p, sizeof(p), "mtp.%d.", l - c->n_layers);
+    } else {
+        snprintf(p, sizeof(p), "layers.%d.", l);
+    }
+    lw->attn_norm = load_vec(ld, join_name(n, sizeof(n), p, "attn_norm.weight"), ENGINE_DTYPE_BF16, H, &st);
+    if (st == TDM_OK) {
+        lw->ffn_norm = load_vec(ld, join_name(n, sizeof(n), p, "ffn_norm.weight"), ENGINE_DTYPE_BF16, H, &st);
+    }
+    for (int s = 0; s < ENGINE_N_SITES && st == TDM_OK; s++) {
+        char sfx[64];
+        snprintf(sfx, sizeof(sfx), "hc_%s_fn", site_name[s]);
+        st = load_mat(ld, join_name(n, sizeof(n), p, sfx), MAT_F32, n_mix, m * H, &lw->hc_fn[s]);
+        if (st == TDM_OK) {
+            snprintf(sfx, sizeof(sfx), "hc_%s_base", site_name[s]);
+            lw->hc_base[s] = load_vec(ld, join_name(n, sizeof(n), p, sfx), ENGINE_DTYPE_F32, n_mix, &st);
+        }
+        if (st == TDM_OK) {
+            snprintf(sfx, sizeof(sfx), "hc_%s_scale", site_name[s]);
+            lw->hc_scale[s] = load_vec(ld, join_name(n, sizeof(n), p, sfx), ENGINE_DTYPE_F32, 3, &st);
+        }
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.wq_a"), MAT_FP8, rq, H, &lw->wq_a);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.wq_b"), MAT_FP8, n_h * d, rq, &lw->wq_b);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.wkv"), MAT_FP8, d, H, &lw->wkv);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.wo_a"), MAT_FP8, G * ro, n_h * d / G, &lw->wo_a);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.wo_b"), MAT_FP8, H, G * ro, &lw->wo_b);
+    }
+    if (st == TDM_OK) {
+        lw->q_norm = load_vec(ld, join_name(n, sizeof(n), p, "attn.q_norm.weight"), ENGINE_DTYPE_BF16, rq, &st);
+    }
+    if (st == TDM_OK) {
+        lw->kv_norm = load_vec(ld, join_name(n, sizeof(n), p, "attn.kv_norm.weight"), ENGINE_DTYPE_BF16, d, &st);
+    }
+    if (st == TDM_OK) {
+        lw->attn_sink = load_vec(ld, join_name(n, sizeof(n), p, "attn.attn_sink"), ENGINE_DTYPE_F32, n_h, &st);
+    }
+    if (st == TDM_OK && (role->flags & ENGINE_ROLE_KV_SOURCE) != 0) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.compressor.wkv"), MAT_BF16, d, H, &lw->c_wkv);
+        if (st == TDM_OK) {
+            lw->c_norm = load_vec(ld, join_name(n, sizeof(n), p, "attn.compressor.norm.weight"), ENGINE_DTYPE_BF16, d,
+                                  &st);
+        }
+        if (st == TDM_OK && role->ratio == 2) {
+            st = load_mat(ld, join_name(n, sizeof(n), p, "attn.compressor.wgate"), MAT_BF16, d, H, &lw->c_wgate);
+        }
+    }
+    if (st == TDM_OK && (role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.indexer.wq_b"), MAT_FP8, HI * dI, rq, &lw->i_wq_b);
+        if (st == TDM_OK) {
+            st = load_mat(ld, join_name(n, sizeof(n), p, "attn.indexer.weights_proj"), MAT_BF16, HI, H, &lw->i_wp);
+        }
+    }
+    if (st == TDM_OK && role->kind == ENGINE_LAYER_FULL) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "attn.indexer.wk"), MAT_BF16, dI, d, &lw->i_wk);
+        if (st == TDM_OK) {
+            lw->i_k_norm = load_vec(ld, join_name(n, sizeof(n), p, "attn.indexer.k_norm.weight"), ENGINE_DTYPE_BF16, dI,
+                                    &st);
+        }
+    }
+    lw->n_experts = (int)(dspark ? c->dspark_n_routed_experts : c->n_routed_experts);
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "ffn.gate"), MAT_BF16, lw->n_experts, H, &lw->gate);
+    }
+    if (st == TDM_OK) {
+        lw->gate_bias = load_vec(ld, join_name(n, sizeof(n), p, "ffn.gate.bias"), ENGINE_DTYPE_F32, lw->n_experts, &st);
+    }
+    if (st == TDM_OK) {
+        lw->w13 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
+        lw->w2 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
+        if (lw->w13 == NULL || lw->w2 == NULL) {
+            st = TDM_ERR_NO_MEMORY;
+        }
+    }
+    for (int e = 0; e < lw->n_experts && st == TDM_OK; e++) {
+        char sfx[96];
+        snprintf(sfx, sizeof(sfx), "%sffn.experts.%d.w1", p, e);
+        snprintf(n3, sizeof(n3), "%sffn.experts.%d.w3", p, e);
+        st = load_mat2(ld, sfx, n3, MAT_FP4, I, H, &lw->w13[e]);
+        if (st == TDM_OK) {
+            snprintf(sfx, sizeof(sfx), "ffn.experts.%d.w2", e);
+            st = load_mat(ld, join_name(n, sizeof(n), p, sfx), MAT_FP4, H, I, &lw->w2[e]);
+        }
+    }
+    if (st == TDM_OK) {
+        snprintf(n3, sizeof(n3), "%sffn.shared_experts.w3", p);
+        char n1[NAME_BYTES];
+        snprintf(n1, sizeof(n1), "%sffn.shared_experts.w1", p);
+        st = load_mat2(ld, n1, n3, MAT_FP8, I, H, &lw->s_w13);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "ffn.shared_experts.w2"), MAT_FP8, H, I, &lw->s_w2);
+    }
+    if (st == TDM_OK && role->engram_slot >= 0 && !dspark) {
+        int64_t N = c->engram_max_ngram_size, he = c->engram_n_heads, de = c->engram_head_dim;
+        int64_t R = c->engram_num_embeddings[role->engram_slot];
+        const engine_st_tensor_t *codes = need(ld, join_name(n, sizeof(n), p, "engram.embed.weight"),
+                                               ENGINE_DTYPE_F8_E4M3, R, de, &st);
+        const engine_st_tensor_t *scales =
+            codes == NULL ? NULL
+                          : need(ld, join_name(n, sizeof(n), p, "engram.embed.scale"), ENGINE_DTYPE_F8_E8M0, R, de / 32,
+                                 &st);
+        if (scales != NULL) {
+            lw->e_codes = codes->data;
+            lw->e_scales = scales->data;
+            lw->e_rows = R;
+            st = load_mat(ld, join_name(n, sizeof(n), p, "engram.wkv"), MAT_FP8, (m + 1) * H, (N - 1) * he * de,
+                          &lw->e_wkv);
+        }
+        if (st == TDM_OK) {
+            lw->e_qw = load_mat_vec_bf16(ld, join_name(n, sizeof(n), p, "engram.q_weight"), m * H, H, &st);
+        }
+        if (st == TDM_OK) {
+            lw->e_kw = load_mat_vec_bf16(ld, join_name(n, sizeof(n), p, "engram.k_weight"), m * H, H, &st);
+        }
+    }
+    return st;
+}
+
+static tdm_status_t load_globals(loader_t *ld)
+{
+    engine_model_t *model = ld->model;
+    const engine_config_t *c = &model->cfg;
+    int64_t V = c->vocab_size, H = c->hidden_size;
+    tdm_status_t st = TDM_OK;
+    uint16_t *embed = model_alloc(model, (size_t)(V * H) * sizeof(uint16_t));
+
+    if (embed == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = load_rows(ld, "embed", MAT_BF16, V, H, embed);
+    model->embed = embed;
+    if (st == TDM_OK) {
+        model->norm = load_vec(ld, "norm.weight", ENGINE_DTYPE_BF16, H, &st);
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, "head", MAT_BF16, V, H, &model->head);
+    }
+    if (st == TDM_OK && c->n_blocks > 0) {
+        st = load_mat(ld, "mtp.0.main_proj", MAT_FP8, H, c->n_dspark_target_layer_ids * H,
+                      &model->main_proj);
+        if (st == TDM_OK) {
+            model->main_norm = load_vec(ld, "mtp.0.main_norm.weight", ENGINE_DTYPE_BF16, H, &st);
+        }
+    }
+    return st;
+}
+
+static tdm_status_t load_rope(engine_model_t *model)
+{
+    const engine_config_t *c = &model->cfg;
+    kern_rope_yarn_t yarn = {c->rope_scaling.factor, c->rope_scaling.beta_fast,
+                             c->rope_scaling.beta_slow,
+                             (double)c->rope_scaling.original_max_position_embeddings};
+    for (int l = 0; l < c->n_roles; l++) {
+        float *f = model_alloc(model, (size_t)c->qk_rope_head_dim / 2 * sizeof(float));
+        int compressed = c->roles[l].ratio > 0;
+        tdm_status_t st;
+        if (f == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        st = kern_rope_freqs((int)c->qk_rope_head_dim,
+                             compressed ? c->compress_rope_theta : c->rope_theta,
+                             compressed ? &yarn : NULL, f);
+        if (st != TDM_OK) {
+            return st;
+        }
+        model->rope_freqs[l] = f;
+    }
+    return TDM_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Chain XXH3 over up to max_bytes of `path` from `offset`; 0 bytes when absent (optional). */
+static tdm_status_t hash_file_part(const char *path, uint64_t offset, uint64_t max_bytes,
+                                   int optional, uint64_t *h)
+{
+    FILE *f = fopen(path, "rb");
+    XXH3_state_t *state;
+    unsigned char buf[65536];
+    uint64_t left = max_bytes;
+
+    if (f == NULL) {
+        return optional ? TDM_OK : TDM_ERR_NOT_FOUND;
+    }
+    if (fseek(f, (long)offset, SEEK_SET) != 0) {
+        fclose(f);
+        return TDM_ERR_IO;
+    }
+    state = XXH3_createState();
+    if (state == NULL) {
+        fclose(f);
+        return TDM_ERR_NO_MEMORY;
+    }
+    XXH3_64bits_reset_withSeed(state, *h);
+    while (left > 0) {
+        size_t want = left < sizeof(buf) ? (size_t)left : sizeof(buf);
+        size_t got = fread(buf, 1, want, f);
+        if (got == 0) {
+            break;
+        }
+        XXH3_64bits_update(state, buf, got);
+        left -= got;
+    }
+    *h = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    fclose(f);
+    return TDM_OK;
+}
+
+/* The fingerprint of engine/model.h (= proto_model_fingerprint). */
+static tdm_status_t compute_fingerprint(const char *dir, uint64_t *fp_out)
+{
+    char path[PATH_BYTES];
+    char *names[FINGERPRINT_MAX_FILES];
+    size_t n_names = 0;
+    uint64_t h = 0;
+    tdm_status_t st;
+    DIR *dp;
+    struct dirent *ent;
+
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    st = hash_file_part(path, 0, UINT64_MAX, 0, &h);
+    if (st != TDM_OK) {
+        return st;
+    }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    st = hash_file_part(path, 0, UINT64_MAX, 1, &h);
+    if (st != TDM_OK) {
+        return st;
+    }
+    dp = opendir(dir);
+    if (dp == NULL) {
+        return TDM_ERR_NOT_FOUND;
+    }
+    while ((ent = readdir(dp)) != NULL && n_names < FINGERPRINT_MAX_FILES) {
+        size_t len = strlen(ent->d_name);
+        if (len > 12 && strcmp(ent->d_name + len - 12, ".safetensors") == 0) {
+            names[n_names] = strdup(ent->d_name);
+            if (names[n_names] != NULL) {
+                n_names++;
+            }
+        }
+    }
+    closedir(dp);
+    qsort(names, n_names, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n_names && st == TDM_OK; i++) {
+        unsigned char len_bytes[8];
+        uint64_t header_len = 0;
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        f = fopen(path, "rb");
+        if (f == NULL || fread(len_bytes, 1, 8, f) != 8) {
+            st = TDM_ERR_FORMAT;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        if (st != TDM_OK) {
+            break;
+        }
+        for (int b = 7; b >= 0; b--) {
+            header_len = (header_len << 8) | len_bytes[b];
+        }
+        st = hash_file_part(path, 0, 8 + header_len + FINGERPRINT_DATA_BYTES, 0, &h);
+    }
+    for (size_t i = 0; i < n_names; i++) {
+        free(names[i]);
+    }
+    if (st == TDM_OK) {
+        *fp_out = h;
+    }
+    return st;
+}
+
+tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *params,
+                               engine_model_t **model_out, char *err, size_t err_bytes)
+{
+    engine_model_t *model;
+    engine_tensor_spec_t *specs = NULL;
+    size_t n_specs = 0;
+    loader_t ld;
+    char local_err[256];
+    tdm_status_t st;
+
+    if (err == NULL || err_bytes == 0) {
+        err = local_err;
+        err_bytes = sizeof(local_err);
+    }
+    err[0] = '\0';
+    if (dir == NULL || params == NULL || model_out == NULL || params->n_threads < 1) {
+        snprintf(err, err_bytes, "engine_model_load: invalid argument");
+        return TDM_ERR_INVALID_ARG;
+    }
+    model = calloc(1, sizeof(*model));
+    if (model == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    model->params = *params;
+    if (model->params.ops == NULL) {
+        model->params.ops = kern_ops_cpu();
+    }
+    st = engine_config_load(dir, &model->cfg, err, err_bytes);
+    if (st != TDM_OK) {
+        goto err_free;
+    }
+    st = engine_weights_open(dir, &model->weights, err, err_bytes);
+    if (st != TDM_OK) {
+        goto err_free;
+    }
+    if (!params->skip_weight_check) {
+        st = engine_inventory_build(&model->cfg, &specs, &n_specs);
+        if (st == TDM_OK) {
+            st = engine_weights_check(model->weights, specs, n_specs, err, err_bytes);
+        }
+        free(specs);
+        if (st != TDM_OK) {
+            goto err_free;
+        }
+    }
+    if (model->cfg.n_engram_layer_ids > 0) {
+        st = engine_engram_sidecar_load(dir, &model->cfg, &model->sidecar, err, err_bytes);
+        if (st == TDM_OK) {
+            st = engine_engram_layout_init(&model->cfg, &model->engram_layout);
+        }
+        if (st != TDM_OK) {
+            goto err_free;
+        }
+    }
+    ld.model = model;
+    ld.err = err;
+    ld.err_bytes = err_bytes;
+    st = load_globals(&ld);
+    for (int l = 0; l < model->cfg.n_roles && st == TDM_OK; l++) {
+        st = load_layer(&ld, l);
+    }
+    if (st == TDM_OK) {
+        st = load_rope(model);
+    }
+    if (st == TDM_OK) {
+        st = compute_fingerprint(dir, &model->fingerprint);
+        if (st != TDM_OK) {
+            snprintf(err, err_bytes, "%s: cannot compute the model fingerprint", dir);
+        }
+    }
+    if (st != TDM_OK) {
+        goto err_free;
+    }
+    tdm_log(TDM_LOG_DEBUG, "engine", "model loaded: dir=%s layers=%d blocks=%d weight_bytes=%llu",
+            dir, model->cfg.n_layers, model->cfg.n_blocks,
+            (unsigned long long)model->weight_bytes);
+    *model_out = model;
+    return TDM_OK;
+
+err_free:
+    if (err[0] == '\0') {
+        snprintf(err, err_bytes, "%s: %s", dir, tdm_status_message(st));
+    }
+    engine_model_destroy(model);
+    return st;
+}
+
+void engine_model_destroy(engine_model_t *model)
+{
+    if (model == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < model->n_allocs; i++) {
+        free(model->allocs[i]);
+    }
+    free(model->allocs);
+    engine_engram_sidecar_fini(&model->sidecar);
+    engine_weights_close(model->weights);
+    free(model);
+}
+
+const engine_config_t *engine_model_config(const engine_model_t *model)
+{
+    return &model->cfg;
+}
+
+uint64_t engine_model_fingerprint(const engine_model_t *model)
+{
+    return model->fingerprint;
+}
+
+const kern_ops_t *engine_model_ops(const engine_model_t *model)
+{
+    return model->params.ops;
+}
+
+int engine_model_n_threads(const engine_model_t *model)
+{
+    return model->params.n_threads;
+}
+
+const float *engine_model_rope_freqs(const engine_model_t *model, int layer)
+{
+    if (layer < 0 || layer >= model->cfg.n_roles) {
+        return NULL;
+    }
+    return model->rope_freqs[layer];
+}
+
+uint64_t engine_model_weight_bytes(const engine_model_t *model)
+{
+    return model->weight_bytes;
+}

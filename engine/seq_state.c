@@ -1,0 +1,484 @@
+/* seq_state.c - per-sequence rings, block tables, pending halves, ids; export/import of the
+ * section-7 state record (engine/seq_state.h). */
+#include "engine/seq_state.h"
+
+#include "common/hash.h"
+#include "common/log.h"
+#include "engine/model_impl.h"
+#include "engine/seq_state_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOB_FLAG_PAGES 1u
+
+static int64_t ring_entry_bytes(const engine_seq_t *seq)
+{
+    return seq->d + seq->d / 32;
+}
+
+int engine_seq_source_slot(const engine_seq_t *seq, int layer)
+{
+    for (int s = 0; s < seq->n_sources; s++) {
+        if (seq->source_layer[s] == layer) {
+            return s;
+        }
+    }
+    return -1;
+}
+
+uint8_t *engine_seq_ring_codes_at(engine_seq_t *seq, int r, int64_t p)
+{
+    return seq->ring_codes + ((int64_t)r * seq->C + p % seq->C) * seq->d;
+}
+
+uint8_t *engine_seq_ring_scales_at(engine_seq_t *seq, int r, int64_t p)
+{
+    return seq->ring_scales + ((int64_t)r * seq->C + p % seq->C) * (seq->d / 32);
+}
+
+int32_t engine_seq_id_at(const engine_seq_t *seq, int64_t p)
+{
+    return seq->ids[p % seq->n_ids_cap];
+}
+
+void engine_seq_set_id(engine_seq_t *seq, int64_t p, int32_t id)
+{
+    seq->ids[p % seq->n_ids_cap] = id;
+}
+
+/* An empty sequence without checks on the pool's fingerprint. */
+static tdm_status_t seq_alloc(const engine_model_t *model, engine_kv_pool_t *pool,
+                              engine_seq_t **seq_out)
+{
+    const engine_config_t *cfg = engine_model_config(model);
+    engine_seq_t *seq = calloc(1, sizeof(*seq));
+
+    if (seq == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    seq->model = model;
+    seq->pool = pool;
+    seq->n_rings = cfg->n_roles;
+    seq->C = engine_config_ring_entries(cfg);
+    seq->d = cfg->head_dim;
+    seq->n_sources = cfg->n_kv_source_layer_ids;
+    for (int s = 0; s < seq->n_sources; s++) {
+        int layer = (int)cfg->kv_source_layer_ids[s];
+        seq->source_layer[s] = layer;
+        engine_kv_table_init(&seq->tables[s], layer, cfg->roles[layer].ratio);
+    }
+    seq->n_ids_cap = cfg->sliding_window + cfg->engram_max_ngram_size - 1 +
+                     cfg->dspark_block_size + 1;
+    seq->ring_codes = calloc((size_t)(seq->n_rings * seq->C * seq->d), 1);
+    seq->ring_scales = calloc((size_t)(seq->n_rings * seq->C * (seq->d / 32)), 1);
+    seq->pend_a = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
+    seq->pend_b = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
+    seq->ids = calloc((size_t)seq->n_ids_cap, sizeof(int32_t));
+    if (seq->ring_codes == NULL || seq->ring_scales == NULL || seq->pend_a == NULL ||
+        seq->pend_b == NULL || seq->ids == NULL) {
+        engine_seq_destroy(seq);
+        return TDM_ERR_NO_MEMORY;
+    }
+    *seq_out = seq;
+    return TDM_OK;
+}
+
+tdm_status_t engine_seq_create(const engine_model_t *model, engine_kv_pool_t *pool,
+                               engine_seq_t **seq_out)
+{
+    if (model == NULL || pool == NULL || seq_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (engine_kv_pool_fingerprint(pool) != engine_model_fingerprint(model)) {
+        return TDM_ERR_MISMATCH;
+    }
+    return seq_alloc(model, pool, seq_out);
+}
+
+void engine_seq_destroy(engine_seq_t *seq)
+{
+    if (seq == NULL) {
+        return;
+    }
+    for (int s = 0; s < seq->n_sources; s++) {
+        engine_kv_table_release(seq->pool, &seq->tables[s]);
+    }
+    free(seq->ring_codes);
+    free(seq->ring_scales);
+    free(seq->pend_a);
+    free(seq->pend_b);
+    free(seq->ids);
+    free(seq);
+}
+
+int64_t engine_seq_length(const engine_seq_t *seq)
+{
+    return seq->length;
+}
+
+int64_t engine_seq_n_rows(const engine_seq_t *seq, int source_layer)
+{
+    int s = engine_seq_source_slot(seq, source_layer);
+    return s < 0 ? -1 : seq->tables[s].n_rows;
+}
+
+uint32_t engine_seq_n_pages(const engine_seq_t *seq)
+{
+    uint32_t n = 0;
+    for (int s = 0; s < seq->n_sources; s++) {
+        n += seq->tables[s].n_pages;
+    }
+    return n;
+}
+
+const engine_kv_table_t *engine_seq_table(const engine_seq_t *seq, int source_layer)
+{
+    int s = engine_seq_source_slot(seq, source_layer);
+    return s < 0 ? NULL : &seq->tables[s];
+}
+
+int64_t engine_seq_last_ids(const engine_seq_t *seq, int32_t *ids_out, int64_t n_ids_max)
+{
+    int64_t kept = seq->length < seq->n_ids_cap ? seq->length : seq->n_ids_cap;
+    int64_t n = kept < n_ids_max ? kept : n_ids_max;
+    for (int64_t i = 0; i < n; i++) {
+        ids_out[i] = engine_seq_id_at(seq, seq->length - n + i);
+    }
+    return n;
+}
+
+tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
+                                   const uint8_t **codes_out, const uint8_t **scales_out)
+{
+    if (seq == NULL || ring < 0 || ring >= seq->n_rings || p < 0 || p >= seq->length ||
+        p < seq->length - seq->C || codes_out == NULL || scales_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    *codes_out = engine_seq_ring_codes_at((engine_seq_t *)seq, ring, p);
+    *scales_out = engine_seq_ring_scales_at((engine_seq_t *)seq, ring, p);
+    return TDM_OK;
+}
+
+void engine_seq_reset_rings(engine_seq_t *seq)
+{
+    memset(seq->ring_codes, 0, (size_t)(seq->n_rings * seq->C * seq->d));
+    memset(seq->ring_scales, 0, (size_t)(seq->n_rings * seq->C * (seq->d / 32)));
+}
+
+/* ---- blob ------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    size_t used;
+    size_t cap;
+} writer_t;
+
+static void put(writer_t *w, const void *src, size_t n)
+{
+    if (w->p != NULL && w->used + n <= w->cap) {
+        memcpy(w->p + w->used, src, n);
+    }
+    w->used += n;
+}
+
+static void put_u32(writer_t *w, uint32_t v)
+{
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void put_u64(writer_t *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t used;
+    size_t n;
+    int bad;
+} reader_t;
+
+static const uint8_t *get(reader_t *r, size_t n)
+{
+    const uint8_t *at;
+    if (r->bad || r->used + n > r->n) {
+        r->bad = 1;
+        return NULL;
+    }
+    at = r->p + r->used;
+    r->used += n;
+    return at;
+}
+
+static uint32_t get_u32(reader_t *r)
+{
+    const uint8_t *b = get(r, 4);
+    return b == NULL ? 0 : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                               (uint32_t)b[3] << 24;
+}
+
+static uint64_t get_u64(reader_t *r)
+{
+    uint64_t lo = get_u32(r);
+    return lo | (uint64_t)get_u32(r) << 32;
+}
+
+static int n_ids_stored(const engine_seq_t *seq)
+{
+    const engine_config_t *cfg = engine_model_config(seq->model);
+    int64_t n = cfg->engram_max_ngram_size - 1;
+    return (int)(seq->length < n ? seq->length : n);
+}
+
+/* Write (or measure, w->p NULL) the blob. */
+static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
+{
+    const engine_config_t *cfg = engine_model_config(seq->model);
+    int64_t W = cfg->sliding_window;
+    int64_t E = seq->length < W ? seq->length : W;
+    int64_t eb = ring_entry_bytes(seq);
+    int n_ids = n_ids_stored(seq);
+    size_t page_bytes = engine_kv_pool_page_bytes(seq->pool);
+    int n_ratio2 = 0;
+
+    for (int s = 0; s < seq->n_sources; s++) {
+        n_ratio2 += seq->tables[s].ratio == 2;
+    }
+    put(w, ENGINE_SEQ_BLOB_MAGIC, 4);
+    put_u32(w, ENGINE_SEQ_BLOB_VERSION);
+    put_u64(w, engine_model_fingerprint(seq->model));
+    put_u64(w, (uint64_t)seq->length);
+    put_u32(w, (uint32_t)seq->n_rings);
+    put_u32(w, (uint32_t)E);
+    put_u32(w, (uint32_t)eb);
+    put_u32(w, (uint32_t)n_ratio2);
+    put_u32(w, (uint32_t)seq->d);
+    put_u32(w, (uint32_t)n_ids);
+    put_u32(w, (uint32_t)seq->n_sources);
+    put_u32(w, flags & BLOB_FLAG_PAGES);
+    put_u64(w, (uint64_t)page_bytes);
+    for (int r = 0; r < seq->n_rings; r++) {
+        for (int64_t p = seq->length - E; p < seq->length; p++) {
+            put(w, engine_seq_ring_codes_at(seq, r, p), (size_t)seq->d);
+            put(w, engine_seq_ring_scales_at(seq, r, p), (size_t)(seq->d / 32));
+        }
+    }
+    for (int s = 0; s < seq->n_sources; s++) {
+        if (seq->tables[s].ratio != 2) {
+            continue;
+        }
+        put_u32(w, (uint32_t)seq->has_pend[s]);
+        put(w, seq->pend_a + s * seq->d, (size_t)seq->d * sizeof(float));
+        put(w, seq->pend_b + s * seq->d, (size_t)seq->d * sizeof(float));
+    }
+    for (int i = 0; i < n_ids; i++) {
+        put_u32(w, (uint32_t)engine_seq_id_at(seq, seq->length - n_ids + i));
+    }
+    if ((flags & BLOB_FLAG_PAGES) != 0) {
+        for (int s = 0; s < seq->n_sources; s++) {
+            engine_kv_table_t *t = &seq->tables[s];
+            put_u64(w, (uint64_t)t->n_rows);
+            put_u32(w, t->n_pages);
+            for (uint32_t i = 0; i < t->n_pages; i++) {
+                put(w, engine_kv_pool_page(seq->pool, t->page_ids[i]), page_bytes);
+            }
+        }
+    }
+}
+
+size_t engine_seq_export_bytes(const engine_seq_t *seq, uint32_t flags)
+{
+    writer_t w = {NULL, 0, 0};
+    write_blob((engine_seq_t *)seq, flags, &w);
+    return w.used + 8;
+}
+
+tdm_status_t engine_seq_export(engine_seq_t *seq, uint32_t flags, uint8_t *blob_out,
+                               size_t blob_bytes, size_t *n_written_out)
+{
+    writer_t w;
+    size_t need;
+    uint64_t sum;
+
+    if (seq == NULL || blob_out == NULL || n_written_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    need = engine_seq_export_bytes(seq, flags);
+    if (blob_bytes < need) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if ((flags & BLOB_FLAG_PAGES) != 0) {
+        for (int s = 0; s < seq->n_sources; s++) {
+            tdm_status_t st = engine_kv_table_seal(seq->pool, &seq->tables[s]);
+            if (st != TDM_OK) {
+                return st;
+            }
+        }
+    }
+    w.p = blob_out;
+    w.used = 0;
+    w.cap = blob_bytes;
+    write_blob(seq, flags, &w);
+    sum = tdm_hash_xxh3_64(blob_out, w.used);
+    put_u64(&w, sum);
+    *n_written_out = w.used;
+    return TDM_OK;
+}
+
+tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *pool,
+                               const uint8_t *blob, size_t blob_bytes, engine_seq_t **seq_out)
+{
+    const engine_config_t *cfg;
+    engine_seq_t *seq = NULL;
+    reader_t r;
+    uint64_t fp;
+    int64_t T;
+    uint32_t n_rings, E, eb, n_ratio2, d, n_ids, n_sources, flags;
+    uint64_t page_bytes;
+    tdm_status_t st = TDM_ERR_FORMAT;
+
+    if (model == NULL || pool == NULL || blob == NULL || seq_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    cfg = engine_model_config(model);
+    if (blob_bytes < ENGINE_SEQ_BLOB_HEADER_BYTES + 8 || memcmp(blob, ENGINE_SEQ_BLOB_MAGIC, 4) != 0) {
+        tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=magic bytes=%zu", blob_bytes);
+        return TDM_ERR_FORMAT;
+    }
+    {
+        uint64_t stored = 0;
+        for (int b = 7; b >= 0; b--) {
+            stored = (stored << 8) | blob[blob_bytes - 8 + (size_t)b];
+        }
+        if (stored != tdm_hash_xxh3_64(blob, blob_bytes - 8)) {
+            tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=checksum");
+            return TDM_ERR_FORMAT;
+        }
+    }
+    r.p = blob;
+    r.used = 4;
+    r.n = blob_bytes - 8;
+    r.bad = 0;
+    if (get_u32(&r) != ENGINE_SEQ_BLOB_VERSION) {
+        tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=version");
+        return TDM_ERR_FORMAT;
+    }
+    fp = get_u64(&r);
+    T = (int64_t)get_u64(&r);
+    n_rings = get_u32(&r);
+    E = get_u32(&r);
+    eb = get_u32(&r);
+    n_ratio2 = get_u32(&r);
+    d = get_u32(&r);
+    n_ids = get_u32(&r);
+    n_sources = get_u32(&r);
+    flags = get_u32(&r);
+    page_bytes = get_u64(&r);
+    if (fp != engine_model_fingerprint(model) || d != (uint32_t)cfg->head_dim ||
+        n_rings != (uint32_t)cfg->n_roles || n_sources != (uint32_t)cfg->n_kv_source_layer_ids ||
+        eb != (uint32_t)(d + d / 32) || page_bytes != engine_kv_pool_page_bytes(pool)) {
+        tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=identity fingerprint=%016llx",
+                (unsigned long long)fp);
+        return TDM_ERR_MISMATCH;
+    }
+    if (T < 0 || E != (uint32_t)(T < cfg->sliding_window ? T : cfg->sliding_window) ||
+        n_ids > (uint32_t)(cfg->engram_max_ngram_size - 1) || r.bad) {
+        tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=sizes");
+        return TDM_ERR_FORMAT;
+    }
+    st = engine_seq_create(model, pool, &seq);
+    if (st != TDM_OK) {
+        return st;
+    }
+    seq->length = T;
+    for (uint32_t ring = 0; ring < n_rings; ring++) {
+        for (int64_t p = T - E; p < T; p++) {
+            const uint8_t *c = get(&r, d);
+            const uint8_t *s = get(&r, d / 32);
+            if (c == NULL || s == NULL) {
+                break;
+            }
+            memcpy(engine_seq_ring_codes_at(seq, (int)ring, p), c, d);
+            memcpy(engine_seq_ring_scales_at(seq, (int)ring, p), s, d / 32);
+        }
+    }
+    {
+        uint32_t seen = 0;
+        for (int s = 0; s < seq->n_sources; s++) {
+            if (seq->tables[s].ratio != 2) {
+                continue;
+            }
+            seen++;
+            seq->has_pend[s] = get_u32(&r) != 0;
+            const uint8_t *a = get(&r, (size_t)d * sizeof(float));
+            const uint8_t *b = get(&r, (size_t)d * sizeof(float));
+            if (a != NULL && b != NULL) {
+                memcpy(seq->pend_a + s * seq->d, a, (size_t)d * sizeof(float));
+                memcpy(seq->pend_b + s * seq->d, b, (size_t)d * sizeof(float));
+            }
+        }
+        if (seen != n_ratio2) {
+            r.bad = 1;
+        }
+    }
+    for (uint32_t i = 0; i < n_ids; i++) {
+        engine_seq_set_id(seq, T - n_ids + i, (int32_t)get_u32(&r));
+    }
+    if (r.bad) {
+        st = TDM_ERR_FORMAT;
+        goto err_destroy;
+    }
+    if ((flags & BLOB_FLAG_PAGES) == 0) {
+        for (int s = 0; s < seq->n_sources; s++) {
+            if (engine_config_n_c(cfg, seq->source_layer[s], T - 1) > 0) {
+                st = TDM_ERR_UNSUPPORTED;
+                goto err_destroy;
+            }
+        }
+    } else {
+        for (int s = 0; s < seq->n_sources && st == TDM_OK; s++) {
+            engine_kv_table_t *t = &seq->tables[s];
+            int64_t n_rows = (int64_t)get_u64(&r);
+            uint32_t n_pages = get_u32(&r);
+            if (r.bad || n_rows != engine_config_n_c(cfg, t->source_layer, T - 1) ||
+                n_pages != (uint32_t)((n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS)) {
+                st = TDM_ERR_FORMAT;
+                break;
+            }
+            st = engine_kv_table_reserve(pool, t, n_rows);
+            for (uint32_t i = 0; i < n_pages && st == TDM_OK; i++) {
+                const uint8_t *src = get(&r, (size_t)page_bytes);
+                kern_kv_page_params_t want = {
+                    .source_layer = (uint16_t)t->source_layer,
+                    .first_row = (uint64_t)i * KERN_KV_PAGE_ROWS,
+                    .ratio = (uint8_t)t->ratio,
+                    .d = (uint16_t)cfg->head_dim,
+                    .d_I = (uint16_t)cfg->index_head_dim,
+                    .fingerprint = engine_model_fingerprint(model),
+                };
+                if (src == NULL) {
+                    st = TDM_ERR_FORMAT;
+                    break;
+                }
+                st = kern_kv_page_check(src, (size_t)page_bytes, &want,
+                                        KERN_KV_PAGE_CHECK_CHECKSUM);
+                if (st == TDM_OK) {
+                    memcpy(engine_kv_pool_page(pool, t->page_ids[i]), src, (size_t)page_bytes);
+                }
+            }
+            t->n_rows = n_rows;
+        }
+        if (st != TDM_OK) {
+            goto err_destroy;
+        }
+    }
+    *seq_out = seq;
+    return TDM_OK;
+
+err_destroy:
+    engine_seq_destroy(seq);
+    return st;
+}
