@@ -1,0 +1,170 @@
+/* forward_test_util.h - helpers shared by the forward-pass tests: make the tiny checkpoint with
+ * the built tandem-mkmodel, load it, and collect --dump-layers records (MODEL.md 12.10). */
+#ifndef TANDEM_TESTS_FORWARD_TEST_UTIL_H
+#define TANDEM_TESTS_FORWARD_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/forward.h"
+
+#define FTU_PATH_BYTES 4096
+
+/* Write (once) a preset checkpoint into $TANDEM_TEST_TMP/<name>; path_out gets its directory.
+ * Returns 0 on success. */
+static int ftu_make_model(const char *preset, uint64_t seed, const char *name, char *path_out)
+{
+    char cmd[FTU_PATH_BYTES * 2];
+    char marker[FTU_PATH_BYTES + 32];
+    struct stat st;
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    if (tmp == NULL || bin == NULL) {
+        return -1;
+    }
+    snprintf(path_out, FTU_PATH_BYTES, "%s/%s", tmp, name);
+    snprintf(marker, sizeof(marker), "%s/config.json", path_out);
+    if (stat(marker, &st) == 0) {
+        return 0;
+    }
+    snprintf(cmd, sizeof(cmd),
+             "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null",
+             bin, preset, (unsigned long long)seed, path_out);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Random prompt of n ids in [3, V - 3) (no image or noise token), seeded. */
+static void ftu_prompt(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ids[i] = (int32_t)(3 + s % (uint64_t)(V - 6));
+    }
+}
+
+/* Layer dumps gathered in memory: per layer [T, m, H] in/out, [T, m] pre, [T, k_I], [T, K]. */
+typedef struct {
+    int n_layers;
+    int64_t T;
+    int64_t first;
+    int m;
+    int64_t H, k_I, K;
+    float *x_in[64];
+    float *x_out[64];
+    float *pre[64];
+    int32_t *sel[64];
+    int32_t *experts[64];
+    int64_t rows_seen[64];
+} ftu_dump_t;
+
+static void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t first, int64_t T)
+{
+    memset(d, 0, sizeof(*d));
+    d->n_layers = cfg->n_layers;
+    d->T = T;
+    d->first = first;
+    d->m = (int)cfg->hc_mult;
+    d->H = cfg->hidden_size;
+    d->k_I = cfg->index_topk;
+    d->K = cfg->num_experts_per_tok;
+    for (int l = 0; l < d->n_layers; l++) {
+        d->x_in[l] = calloc((size_t)(T * d->m * d->H), sizeof(float));
+        d->x_out[l] = calloc((size_t)(T * d->m * d->H), sizeof(float));
+        d->pre[l] = calloc((size_t)(T * d->m), sizeof(float));
+        d->sel[l] = calloc((size_t)(T * d->k_I), sizeof(int32_t));
+        d->experts[l] = calloc((size_t)(T * d->K), sizeof(int32_t));
+    }
+}
+
+static void ftu_dump_fini(ftu_dump_t *d)
+{
+    for (int l = 0; l < d->n_layers; l++) {
+        free(d->x_in[l]);
+        free(d->x_out[l]);
+        free(d->pre[l]);
+        free(d->sel[l]);
+        free(d->experts[l]);
+    }
+}
+
+static void ftu_dump_cb(void *user, const engine_dump_layer_t *rec)
+{
+    ftu_dump_t *d = user;
+    int l = rec->layer;
+    int64_t off = rec->first_position - d->first;
+    int64_t mH = (int64_t)d->m * d->H;
+    if (l < 0 || l >= d->n_layers || off < 0 || off + rec->n_rows > d->T) {
+        return;
+    }
+    memcpy(d->x_in[l] + off * mH, rec->x_in, (size_t)(rec->n_rows * mH) * sizeof(float));
+    memcpy(d->x_out[l] + off * mH, rec->x_out, (size_t)(rec->n_rows * mH) * sizeof(float));
+    memcpy(d->pre[l] + off * d->m, rec->pre, (size_t)(rec->n_rows * d->m) * sizeof(float));
+    memcpy(d->sel[l] + off * d->k_I, rec->sel, (size_t)(rec->n_rows * d->k_I) * sizeof(int32_t));
+    memcpy(d->experts[l] + off * d->K, rec->experts,
+           (size_t)(rec->n_rows * d->K) * sizeof(int32_t));
+    d->rows_seen[l] += rec->n_rows;
+}
+
+static int ftu_write_file(const char *dir, const char *name, const void *data, size_t n)
+{
+    char path[FTU_PATH_BYTES + 64];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        return -1;
+    }
+    size_t w = fwrite(data, 1, n, f);
+    fclose(f);
+    return w == n ? 0 : -1;
+}
+
+/* Write the dump as a 12.10 --dump-layers directory (plus l.pre.f32 and the ids). */
+static int ftu_dump_write(const ftu_dump_t *d, const char *dir, const int32_t *ids)
+{
+    char name[64];
+    char path[FTU_PATH_BYTES * 2];
+    mkdir(dir, 0755);
+    for (int l = 0; l < d->n_layers; l++) {
+        size_t nx = (size_t)(d->T * d->m * d->H) * sizeof(float);
+        snprintf(name, sizeof(name), "%d.in.f32", l);
+        ftu_write_file(dir, name, d->x_in[l], nx);
+        snprintf(name, sizeof(name), "%d.out.f32", l);
+        ftu_write_file(dir, name, d->x_out[l], nx);
+        snprintf(name, sizeof(name), "%d.pre.f32", l);
+        ftu_write_file(dir, name, d->pre[l], (size_t)(d->T * d->m) * sizeof(float));
+        snprintf(name, sizeof(name), "%d.sel.i32", l);
+        ftu_write_file(dir, name, d->sel[l], (size_t)(d->T * d->k_I) * sizeof(int32_t));
+        snprintf(name, sizeof(name), "%d.experts.i32", l);
+        ftu_write_file(dir, name, d->experts[l], (size_t)(d->T * d->K) * sizeof(int32_t));
+    }
+    snprintf(path, sizeof(path), "%s/manifest.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return -1;
+    }
+    fprintf(f, "{\"format\": \"tandem-dump-layers\", \"writer\": \"tandem engine tests\", "
+               "\"schedule\": \"oracle\", \"first_position\": %lld, \"T\": %lld, \"m\": %d, "
+               "\"H\": %lld, \"k_I\": %lld, \"K\": %lld, \"layers\": [",
+            (long long)d->first, (long long)d->T, d->m, (long long)d->H, (long long)d->k_I,
+            (long long)d->K);
+    for (int l = 0; l < d->n_layers; l++) {
+        fprintf(f, "%s%d", l > 0 ? ", " : "", l);
+    }
+    fprintf(f, "], \"ids\": [");
+    for (int64_t i = 0; i < d->T; i++) {
+        fprintf(f, "%s%d", i > 0 ? ", " : "", ids[i]);
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    return 0;
+}
+
+#endif
