@@ -243,6 +243,43 @@ static size_t byte_level_decode(const uint8_t *text, size_t n, uint8_t *out)
     return n_out;
 }
 
+/* Value of hex digit c, or -1. */
+static int hex_value(uint8_t c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    return -1;
+}
+
+/* Bytes a NORMAL SentencePiece token stands for: "<0xHH>" is that byte; otherwise the text
+ * with each U+2581 (E2 96 81) as a space. */
+static size_t spm_decode(const uint8_t *text, size_t n, uint8_t *out)
+{
+    size_t n_out = 0;
+
+    if (n == 6 && memcmp(text, "<0x", 3) == 0 && text[5] == '>' && hex_value(text[3]) >= 0 &&
+        hex_value(text[4]) >= 0) {
+        out[0] = (uint8_t)(hex_value(text[3]) * 16 + hex_value(text[4]));
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i + 3 <= n && text[i] == 0xe2 && text[i + 1] == 0x96 && text[i + 2] == 0x81) {
+            out[n_out++] = ' ';
+            i += 2;
+        } else {
+            out[n_out++] = text[i];
+        }
+    }
+    return n_out;
+}
+
 /* Pack the texts in id order and compute every token's bytes. */
 static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
 {
@@ -269,7 +306,10 @@ static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
         memcpy(text_pool + pos, src, len);
         pos += len;
         bytes_offset[id] = (uint32_t)pos_bytes;
-        if (tok->kind[id] == ENGINE_TOKEN_NORMAL || tok->kind[id] == ENGINE_TOKEN_UNUSED) {
+        if ((tok->kind[id] == ENGINE_TOKEN_NORMAL || tok->kind[id] == ENGINE_TOKEN_UNUSED) &&
+            tok->spm) {
+            pos_bytes += spm_decode((const uint8_t *)src, len, bytes_pool + pos_bytes);
+        } else if (tok->kind[id] == ENGINE_TOKEN_NORMAL || tok->kind[id] == ENGINE_TOKEN_UNUSED) {
             pos_bytes += byte_level_decode((const uint8_t *)src, len, bytes_pool + pos_bytes);
         } else {
             memcpy(bytes_pool + pos_bytes, src, len);
@@ -337,11 +377,13 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
         }
     }
     for (int byte = 0; byte < 256; byte++) {
-        uint8_t utf8[4];
-        size_t len = engine_tokenizer_utf8_put(engine_tokenizer_byte_to_cp((uint8_t)byte), utf8);
+        char utf8[8];
+        size_t len = tok->spm ? (size_t)snprintf(utf8, sizeof(utf8), "<0x%02X>", byte)
+                              : engine_tokenizer_utf8_put(
+                                    engine_tokenizer_byte_to_cp((uint8_t)byte), (uint8_t *)utf8);
         /* Vocabularies often lack bytes that never occur in UTF-8 (C0, C1, F5..FF); such a
          * byte encodes to no token, as in Hugging Face and llama.cpp. */
-        tok->byte_id[byte] = engine_tokenizer_lookup_text(tok, (const char *)utf8, len);
+        tok->byte_id[byte] = engine_tokenizer_lookup_text(tok, utf8, len);
         if (tok->byte_id[byte] < 0) {
             n_missing++;
         }
@@ -484,18 +526,13 @@ void engine_tokenizer_destroy(engine_tokenizer_t *tok)
     free(tok->bytes_map.slots);
     free(tok->merges);
     free(tok->trie);
+    free(tok->scores);
     free(tok);
 }
 
 /* ---- encode ---------------------------------------------------------------------------------- */
 
-/* Growable id array. */
-typedef struct {
-    int32_t *ids;
-    size_t n, cap;
-} id_vec_t;
-
-static tdm_status_t id_vec_push(id_vec_t *v, int32_t id)
+tdm_status_t engine_tokenizer_ids_push(engine_tokenizer_ids_t *v, int32_t id)
 {
     if (v->n == v->cap) {
         size_t cap = v->cap == 0 ? 256 : v->cap * 2;
@@ -602,17 +639,18 @@ static tdm_status_t push_candidate(const engine_tokenizer_t *tok, bpe_scratch_t 
 
 /* Merge one pre-token's bytes into ids appended to `out`. */
 static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text, size_t n,
-                              bpe_scratch_t *s, id_vec_t *out)
+                              bpe_scratch_t *s, engine_tokenizer_ids_t *out)
 {
     tdm_status_t status;
 
     if (n == 1) {
-        return tok->byte_id[text[0]] < 0 ? TDM_OK : id_vec_push(out, tok->byte_id[text[0]]);
+        return tok->byte_id[text[0]] < 0 ? TDM_OK
+                                         : engine_tokenizer_ids_push(out, tok->byte_id[text[0]]);
     }
     if (tok->ignore_merges) {
         int32_t whole = lookup_bytes(tok, text, n);
         if (whole >= 0) {
-            return id_vec_push(out, whole);
+            return engine_tokenizer_ids_push(out, whole);
         }
     }
     if (n > s->cap_sym) {
@@ -669,7 +707,7 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
         if (s->sym_id[i] < 0) {
             continue;
         }
-        status = id_vec_push(out, s->sym_id[i]);
+        status = engine_tokenizer_ids_push(out, s->sym_id[i]);
         if (status != TDM_OK) {
             return status;
         }
@@ -677,15 +715,20 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
     return TDM_OK;
 }
 
-/* Pre-tokenize and merge one segment free of added tokens. */
+/* Pre-tokenize and merge one segment free of added tokens. A segment always starts the text or
+ * follows an added token, so SentencePiece prepends its space to every one (llama.cpp's
+ * is_prev_special is true for each raw fragment). */
 static tdm_status_t encode_segment(const engine_tokenizer_t *tok, const uint8_t *text, size_t n,
                                    engine_tokenizer_scratch_t *scratch, bpe_scratch_t *bpe,
-                                   id_vec_t *out)
+                                   engine_tokenizer_ids_t *out)
 {
     tdm_status_t status;
 
     if (n == 0) {
         return TDM_OK;
+    }
+    if (tok->spm) {
+        return engine_tokenizer_spm_encode(tok, text, n, tok->add_space_prefix, out);
     }
     status = engine_tokenizer_pretok_run(&tok->pretok, text, n, scratch);
     if (status != TDM_OK) {
@@ -737,7 +780,7 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
     const uint8_t *s = (const uint8_t *)text;
     engine_tokenizer_scratch_t scratch;
     bpe_scratch_t bpe = {0};
-    id_vec_t out = {0};
+    engine_tokenizer_ids_t out = {0};
     size_t pos = 0, seg_start = 0;
     tdm_status_t status;
 
@@ -754,7 +797,7 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
         return status;
     }
     if ((flags & ENGINE_TOKENIZE_ADD_BOS) != 0) {
-        status = id_vec_push(&out, tok->bos_id);
+        status = engine_tokenizer_ids_push(&out, tok->bos_id);
     }
     while (status == TDM_OK && pos < n_bytes) {
         size_t len = 0, start = pos, end;
@@ -779,7 +822,7 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
         }
         status = encode_segment(tok, s + seg_start, start - seg_start, &scratch, &bpe, &out);
         if (status == TDM_OK) {
-            status = id_vec_push(&out, id);
+            status = engine_tokenizer_ids_push(&out, id);
         }
         pos = end;
         seg_start = end;
@@ -823,6 +866,7 @@ void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_i
     info_out->eos_id = tok->eos_id;
     info_out->pad_id = tok->pad_id;
     info_out->ignore_merges = tok->ignore_merges;
+    info_out->sentencepiece = tok->spm;
     memcpy(info_out->pre_name, tok->pre_name, sizeof(info_out->pre_name));
 }
 

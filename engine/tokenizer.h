@@ -9,8 +9,10 @@
  * Supported: byte-level BPE ("gpt2" style, GPT-2 byte-to-unicode table) with pre-tokenizers
  * ByteLevel, Split (regex or literal, all five behaviours, invert) and Sequence; normalizer none
  * or NFC (treated as identity, exact for text already in NFC); added tokens with lstrip/rstrip.
- * Not supported (load fails with TDM_ERR_UNSUPPORTED): SentencePiece/WordPiece/Unigram models,
- * other normalizers and pre-tokenizers, BPE dropout, subword prefixes/suffixes, byte fallback.
+ * From GGUF also SentencePiece-style "llama" vocabularies (score-ordered merges, byte fallback,
+ * space prefix; as llama.cpp). Not supported (load fails with TDM_ERR_UNSUPPORTED): WordPiece
+ * and Unigram models, SentencePiece-style tokenizer.json (Metaspace, byte_fallback), other
+ * normalizers and pre-tokenizers, BPE dropout, subword prefixes/suffixes.
  * docs/TOKENIZER.md describes sources, limits and the chat format choices.
  *
  * Threading: a loaded engine_tokenizer_t is immutable; any number of threads may encode, decode
@@ -66,6 +68,7 @@ typedef struct {
     int32_t eos_id;    /* -1 when none */
     int32_t pad_id;    /* -1 when none */
     int ignore_merges; /* 1: a pre-token found whole in the vocabulary skips the merges */
+    int sentencepiece; /* 1: a SentencePiece-style GGUF "llama" vocabulary (score merges) */
     char pre_name[48]; /* GGUF tokenizer.ggml.pre ("default" if absent) or "tokenizer.json" */
 } engine_tokenizer_info_t;
 
@@ -94,15 +97,16 @@ tdm_status_t engine_tokenizer_load_hf_buffer(const char *json, size_t n_bytes, c
 
 /*
  * engine_tokenizer_load_gguf - read the tokenizer metadata of a GGUF v2/v3 little-endian file
- * (tokenizer.ggml.model, .tokens, .token_type, .merges, .pre, .bos/.eos/.padding_token_id; other
- * keys and all tensors are skipped) and build the same tokenizer as from tokenizer.json, with
- * the pre-tokenizer regexes llama.cpp uses for the `pre` name (unknown or absent: "default").
+ * (tokenizer.ggml.model, .tokens, .token_type, .merges, .scores, .pre, .add_space_prefix,
+ * .bos/.eos/.padding_token_id; other keys and all tensors are parsed and skipped) and build the
+ * tokenizer: model "gpt2" as from tokenizer.json, with the pre-tokenizer regexes llama.cpp uses
+ * for the `pre` name (unknown or absent: "default"); model "llama" as SentencePiece-style BPE.
  * The file is mapped read-only for the call; nothing is kept open.
  *
  * Every length, count and type is bounds-checked: a truncated or garbled file is TDM_ERR_FORMAT
  * with err naming the byte offset and key. Also TDM_ERR_NOT_FOUND / TDM_ERR_IO (file),
- * TDM_ERR_UNSUPPORTED (GGUF v1, big-endian, tokenizer model other than "gpt2", e.g. the
- * SentencePiece "llama"), TDM_ERR_NO_MEMORY. *tok_out written only on success. Thread-safe.
+ * TDM_ERR_UNSUPPORTED (GGUF v1, big-endian, tokenizer model other than "gpt2" and "llama"),
+ * TDM_ERR_NO_MEMORY. *tok_out written only on success. Thread-safe.
  */
 tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out, char *err,
                                         size_t err_bytes);
@@ -147,8 +151,9 @@ uint32_t engine_tokenizer_n_vocab(const engine_tokenizer_t *tok);
 void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_info_t *info_out);
 
 /*
- * engine_tokenizer_token_bytes - the bytes token `id` stands for (byte-level decoded for NORMAL
- * and UNUSED tokens, the raw text for CONTROL and USER_DEFINED ones). *bytes_out is borrowed
+ * engine_tokenizer_token_bytes - the bytes token `id` stands for (NORMAL and UNUSED tokens:
+ * byte-level decoded, or for SentencePiece U+2581 as ' ' and "<0xHH>" as that byte; CONTROL and
+ * USER_DEFINED tokens: their raw text). *bytes_out is borrowed
  * from the tokenizer (valid until destroy, not NUL-terminated). Returns TDM_OK or
  * TDM_ERR_INVALID_ARG (id out of range; outputs untouched).
  */
@@ -189,10 +194,12 @@ tdm_status_t engine_detok_create(const engine_tokenizer_t *tok, uint32_t flags,
 
 /*
  * engine_detok_push - append token `id` and return the text that is now complete: only whole,
- * valid UTF-8 characters. A character split across tokens is held until its last byte arrives;
- * bytes that can never start or continue a valid character (RFC 3629: C0, C1, F5..FF, stray
- * continuation bytes, overlongs, surrogates, > U+10FFFF) become U+FFFD as soon as that is
- * certain, one U+FFFD per maximal ill-formed subpart (Unicode 15, section 3.9).
+ * valid UTF-8 characters (for a SentencePiece vocabulary with a space prefix, the first token
+ * producing bytes loses one leading space, as SentencePiece decoding does). A character split
+ * across tokens is held until its last byte arrives; bytes that can never start or continue a valid
+ * character (RFC 3629: C0, C1, F5..FF, stray continuation bytes, overlongs, surrogates, > U+10FFFF)
+ * become U+FFFD as soon as that is certain, one U+FFFD per maximal ill-formed subpart (Unicode 15,
+ * section 3.9).
  *
  * *text_out (may be empty, *n_bytes_out == 0) points into the detokenizer and stays valid until
  * the next call on it. Returns TDM_OK or TDM_ERR_INVALID_ARG (id out of range: nothing changed).

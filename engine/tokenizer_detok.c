@@ -19,6 +19,7 @@ static const uint8_t replacement[3] = {0xef, 0xbf, 0xbd};
 struct engine_detok {
     const engine_tokenizer_t *tok;
     uint32_t flags;
+    int started;     /* a token has produced bytes in this stream */
     uint8_t held[4]; /* incomplete character carried to the next push */
     size_t n_held;
     uint8_t *in; /* held bytes + the new token's bytes */
@@ -88,6 +89,21 @@ static size_t sanitize(const uint8_t *in, size_t n, int final, uint8_t *out, siz
     }
     *n_used_out = i;
     return n_out;
+}
+
+/* SentencePiece vocabularies that add a space prefix drop it again from the first token that
+ * produces bytes (as SentencePiece decoding does). */
+static void strip_spm_prefix(const engine_tokenizer_t *tok, int *started, const uint8_t **bytes,
+                             size_t *n)
+{
+    if (*started || *n == 0) {
+        return;
+    }
+    *started = 1;
+    if (tok->spm && tok->add_space_prefix && (*bytes)[0] == ' ') {
+        (*bytes)++;
+        (*n)--;
+    }
 }
 
 static tdm_status_t reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -165,6 +181,7 @@ tdm_status_t engine_detok_push(engine_detok_t *detok, int32_t id, const char **t
     if ((detok->flags & ENGINE_DETOK_SKIP_CONTROL) != 0 && kind == ENGINE_TOKEN_CONTROL) {
         n = 0;
     }
+    strip_spm_prefix(detok->tok, &detok->started, &bytes, &n);
     return feed(detok, bytes, n, 0, text_out, n_bytes_out);
 }
 
@@ -173,6 +190,7 @@ tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out, si
     if (detok == NULL || text_out == NULL || n_bytes_out == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
+    detok->started = 0;
     return feed(detok, NULL, 0, 1, text_out, n_bytes_out);
 }
 
@@ -180,6 +198,7 @@ void engine_detok_reset(engine_detok_t *detok)
 {
     if (detok != NULL) {
         detok->n_held = 0;
+        detok->started = 0;
     }
 }
 
@@ -198,6 +217,7 @@ tdm_status_t engine_detok_decode(const engine_tokenizer_t *tok, const int32_t *i
 {
     uint8_t *raw, *text;
     size_t n_raw = 0, n_text, n_used;
+    int started = 0;
 
     if (tok == NULL || text_out == NULL || n_bytes_out == NULL || (ids == NULL && n_ids > 0) ||
         (flags & ~(uint32_t)ENGINE_DETOK_SKIP_CONTROL) != 0) {
@@ -220,11 +240,13 @@ tdm_status_t engine_detok_decode(const engine_tokenizer_t *tok, const int32_t *i
     }
     n_raw = 0;
     for (size_t i = 0; i < n_ids; i++) {
+        const uint8_t *bytes = tok->bytes_pool + tok->bytes_offset[ids[i]];
         size_t n = tok->bytes_offset[ids[i] + 1] - tok->bytes_offset[ids[i]];
         if ((flags & ENGINE_DETOK_SKIP_CONTROL) != 0 && tok->kind[ids[i]] == ENGINE_TOKEN_CONTROL) {
             continue;
         }
-        memcpy(raw + n_raw, tok->bytes_pool + tok->bytes_offset[ids[i]], n);
+        strip_spm_prefix(tok, &started, &bytes, &n);
+        memcpy(raw + n_raw, bytes, n);
         n_raw += n;
     }
     n_text = sanitize(raw, n_raw, 1, text, &n_used);

@@ -90,6 +90,8 @@ typedef enum {
     KEY_BOS,
     KEY_EOS,
     KEY_PAD,
+    KEY_SCORES,
+    KEY_ADD_SPACE_PREFIX,
     KEY_COUNT,
 } key_index_t;
 
@@ -98,6 +100,7 @@ static const char *const key_names[KEY_COUNT] = {
     "tokenizer.ggml.tokens",       "tokenizer.ggml.token_type",
     "tokenizer.ggml.merges",       "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.scores",       "tokenizer.ggml.add_space_prefix",
 };
 
 static tdm_status_t fail(cursor_t *c, size_t offset, const char *reason)
@@ -564,11 +567,84 @@ static void ref_string(const cursor_t *c, const kv_ref_t *ref, char *out, size_t
     out[len] = '\0';
 }
 
+/* Checks of the keys both models share; reads `pre`. */
+static tdm_status_t check_common_keys(cursor_t *c, const kv_ref_t refs[KEY_COUNT], int spm,
+                                      char *pre, size_t pre_bytes)
+{
+    const kv_ref_t *tokens = &refs[KEY_TOKENS];
+    char reason[160];
+    tdm_status_t status = require_array(c, tokens, KEY_TOKENS, GGUF_STRING, GGUF_STRING);
+
+    if (status == TDM_OK && !spm) {
+        status = require_array(c, &refs[KEY_MERGES], KEY_MERGES, GGUF_STRING, GGUF_STRING);
+    }
+    if (status == TDM_OK && refs[KEY_TOKEN_TYPE].present) {
+        status = require_array(c, &refs[KEY_TOKEN_TYPE], KEY_TOKEN_TYPE, GGUF_INT32, GGUF_UINT32);
+        if (status == TDM_OK && refs[KEY_TOKEN_TYPE].n_elems != tokens->n_elems) {
+            snprintf(reason, sizeof(reason), "%llu types for %llu tokens",
+                     (unsigned long long)refs[KEY_TOKEN_TYPE].n_elems,
+                     (unsigned long long)tokens->n_elems);
+            status = fail(c, refs[KEY_TOKEN_TYPE].key_offset, reason);
+        }
+    }
+    if (status == TDM_OK && spm && refs[KEY_SCORES].present) {
+        status = require_array(c, &refs[KEY_SCORES], KEY_SCORES, GGUF_FLOAT32, GGUF_FLOAT32);
+        if (status == TDM_OK && refs[KEY_SCORES].n_elems != tokens->n_elems) {
+            snprintf(reason, sizeof(reason), "%llu scores for %llu tokens",
+                     (unsigned long long)refs[KEY_SCORES].n_elems,
+                     (unsigned long long)tokens->n_elems);
+            status = fail(c, refs[KEY_SCORES].key_offset, reason);
+        }
+    }
+    if (status == TDM_OK && refs[KEY_PRE].present) {
+        snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_PRE]);
+        if (refs[KEY_PRE].type != GGUF_STRING) {
+            status = fail(c, refs[KEY_PRE].key_offset, "not a string");
+        } else {
+            ref_string(c, &refs[KEY_PRE], pre, pre_bytes);
+        }
+    }
+    if (status == TDM_OK &&
+        (tokens->n_elems == 0 || tokens->n_elems > ENGINE_TOKENIZER_MAX_VOCAB ||
+         (!spm && refs[KEY_MERGES].n_elems > ENGINE_TOKENIZER_MAX_VOCAB * 4ull))) {
+        snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_TOKENS]);
+        snprintf(reason, sizeof(reason), "%llu tokens and %llu merges (limits 1..%u and %u)",
+                 (unsigned long long)tokens->n_elems,
+                 (unsigned long long)(spm ? 0 : refs[KEY_MERGES].n_elems),
+                 ENGINE_TOKENIZER_MAX_VOCAB, ENGINE_TOKENIZER_MAX_VOCAB * 4u);
+        status = fail(c, tokens->key_offset, reason);
+    }
+    return status;
+}
+
+/* SentencePiece extras: scores (default 0) and add_space_prefix (default on, as llama.cpp). */
+static tdm_status_t set_spm_fields(const cursor_t *c, const kv_ref_t refs[KEY_COUNT],
+                                   engine_tokenizer_t *tok)
+{
+    const kv_ref_t *prefix = &refs[KEY_ADD_SPACE_PREFIX];
+
+    tok->scores = calloc(tok->n_vocab, sizeof(*tok->scores));
+    if (tok->scores == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if (refs[KEY_SCORES].present) {
+        for (uint32_t i = 0; i < tok->n_vocab; i++) {
+            uint32_t bits = (uint32_t)load_le(c->data + refs[KEY_SCORES].value_offset + 4 * i, 4);
+            memcpy(&tok->scores[i], &bits, sizeof(bits));
+        }
+    }
+    tok->add_space_prefix = 1;
+    if (prefix->present && prefix->type == GGUF_BOOL) {
+        tok->add_space_prefix = c->data[prefix->value_offset] != 0;
+    }
+    return TDM_OK;
+}
+
 static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_tokenizer_t **tok_out)
 {
     engine_tokenizer_builder_t b;
     char model[32], pre[48] = "default", reason[256];
-    int ignore_merges = 0;
+    int ignore_merges = 0, spm;
     tdm_status_t status;
 
     snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_MODEL]);
@@ -577,53 +653,26 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
                     "missing or not a string");
     }
     ref_string(c, &refs[KEY_MODEL], model, sizeof(model));
-    if (strcmp(model, "gpt2") != 0) {
-        engine_tokenizer_set_err(
-            c->err, c->err_bytes,
-            "%s: tokenizer.ggml.model \"%s\" is not supported (only byte-level "
-            "BPE \"gpt2\"; \"llama\" is SentencePiece)",
-            c->what, model);
+    spm = strcmp(model, "llama") == 0;
+    if (!spm && strcmp(model, "gpt2") != 0) {
+        engine_tokenizer_set_err(c->err, c->err_bytes,
+                                 "%s: tokenizer.ggml.model \"%s\" is not supported (byte-level BPE "
+                                 "\"gpt2\" and SentencePiece \"llama\" are)",
+                                 c->what, model);
         return TDM_ERR_UNSUPPORTED;
     }
-    status = require_array(c, &refs[KEY_TOKENS], KEY_TOKENS, GGUF_STRING, GGUF_STRING);
-    if (status == TDM_OK) {
-        status = require_array(c, &refs[KEY_MERGES], KEY_MERGES, GGUF_STRING, GGUF_STRING);
-    }
-    if (status == TDM_OK && refs[KEY_TOKEN_TYPE].present) {
-        status = require_array(c, &refs[KEY_TOKEN_TYPE], KEY_TOKEN_TYPE, GGUF_INT32, GGUF_UINT32);
-        if (status == TDM_OK && refs[KEY_TOKEN_TYPE].n_elems != refs[KEY_TOKENS].n_elems) {
-            snprintf(reason, sizeof(reason), "%llu types for %llu tokens",
-                     (unsigned long long)refs[KEY_TOKEN_TYPE].n_elems,
-                     (unsigned long long)refs[KEY_TOKENS].n_elems);
-            status = fail(c, refs[KEY_TOKEN_TYPE].key_offset, reason);
-        }
-    }
-    if (status == TDM_OK && refs[KEY_PRE].present) {
-        snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_PRE]);
-        if (refs[KEY_PRE].type != GGUF_STRING) {
-            status = fail(c, refs[KEY_PRE].key_offset, "not a string");
-        } else {
-            ref_string(c, &refs[KEY_PRE], pre, sizeof(pre));
-        }
-    }
+    status = check_common_keys(c, refs, spm, pre, sizeof(pre));
     if (status != TDM_OK) {
         return status;
     }
-    if (refs[KEY_TOKENS].n_elems == 0 || refs[KEY_TOKENS].n_elems > ENGINE_TOKENIZER_MAX_VOCAB ||
-        refs[KEY_MERGES].n_elems > ENGINE_TOKENIZER_MAX_VOCAB * 4ull) {
-        snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_TOKENS]);
-        snprintf(reason, sizeof(reason), "%llu tokens and %llu merges (limits 1..%u and %u)",
-                 (unsigned long long)refs[KEY_TOKENS].n_elems,
-                 (unsigned long long)refs[KEY_MERGES].n_elems, ENGINE_TOKENIZER_MAX_VOCAB,
-                 ENGINE_TOKENIZER_MAX_VOCAB * 4u);
-        return fail(c, refs[KEY_TOKENS].key_offset, reason);
+    status = engine_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
+                                           spm ? 0 : (uint32_t)refs[KEY_MERGES].n_elems, reason,
+                                           sizeof(reason));
+    if (status != TDM_OK) {
+        return status;
     }
-    status =
-        engine_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
-                                      (uint32_t)refs[KEY_MERGES].n_elems, reason, sizeof(reason));
-    if (status == TDM_OK) {
-        status = add_tokens(c, refs, &b);
-    }
+    b.tok->spm = spm;
+    status = add_tokens(c, refs, &b);
     if (status == TDM_OK) {
         status = engine_tokenizer_builder_index(&b, reason, sizeof(reason));
         if (status == TDM_ERR_FORMAT) {
@@ -631,10 +680,13 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
             status = fail(c, refs[KEY_TOKENS].key_offset, reason);
         }
     }
-    if (status == TDM_OK) {
+    if (status == TDM_OK && spm) {
+        status = set_spm_fields(c, refs, b.tok);
+    }
+    if (status == TDM_OK && !spm) {
         status = add_merges(c, &refs[KEY_MERGES], &b);
     }
-    if (status == TDM_OK) {
+    if (status == TDM_OK && !spm) {
         status = engine_tokenizer_pretok_preset(&b.tok->pretok, refs[KEY_PRE].present ? pre : NULL,
                                                 &ignore_merges, reason, sizeof(reason));
         if (status != TDM_OK) {

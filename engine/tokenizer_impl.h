@@ -169,7 +169,32 @@ struct engine_tokenizer {
     int ignore_merges;
     int32_t bos_id, eos_id, pad_id;
     char pre_name[48];
+    /* SentencePiece-style vocabulary (GGUF model "llama"): score-ordered merges of adjacent
+     * pieces, U+2581 for spaces, "<0xHH>" byte tokens; merges/pretok unused. */
+    int spm;
+    int add_space_prefix; /* SPM: text after a special token (or the start) gets ' ' prepended */
+    float *scores;        /* [n_vocab], SPM only */
 };
+
+/* Growable id array of one encode call. */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} engine_tokenizer_ids_t;
+
+/* engine_tokenizer_ids_push - append one id. Returns TDM_OK or TDM_ERR_NO_MEMORY. */
+tdm_status_t engine_tokenizer_ids_push(engine_tokenizer_ids_t *v, int32_t id);
+
+/*
+ * engine_tokenizer_spm_encode - SentencePiece-style encoding of one segment free of added tokens,
+ * as llama.cpp's llm_tokenizer_spm_session: optional leading ' ', spaces to U+2581, one piece
+ * per UTF-8 character, repeatedly merge the adjacent pair whose joined text is the
+ * highest-scoring token (ties leftmost), pieces that are not tokens fall back to "<0xHH>" byte
+ * tokens. Appends to `out`. Returns TDM_OK or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const uint8_t *text,
+                                         size_t n_bytes, int prefix_space,
+                                         engine_tokenizer_ids_t *out);
 
 /* Where the builder placed a token's text in tok->text_pool before packing. */
 typedef struct {

@@ -172,6 +172,18 @@ static void test_vectors_refact_all_pass(void **state)
     run_gguf_vectors("refact");
 }
 
+static void test_vectors_llama_spm_all_pass(void **state)
+{
+    (void)state;
+    run_gguf_vectors("llama-spm");
+}
+
+static void test_vectors_phi3_all_pass(void **state)
+{
+    (void)state;
+    run_gguf_vectors("phi-3");
+}
+
 /* ---- GGUF -> tokenizer.json, written with an independent reader ----------------------------- */
 
 /* Minimal GGUF walk for the test files: returns the string/int arrays it is asked for. */
@@ -736,6 +748,8 @@ int main(void)
         cmocka_unit_test(test_vectors_starcoder_all_pass),
         cmocka_unit_test(test_vectors_falcon_all_pass),
         cmocka_unit_test(test_vectors_refact_all_pass),
+        cmocka_unit_test(test_vectors_llama_spm_all_pass),
+        cmocka_unit_test(test_vectors_phi3_all_pass),
         cmocka_unit_test(test_hf_json_of_gpt2_reproduces_vectors),
         cmocka_unit_test(test_hf_json_of_deepseek_coder_reproduces_vectors),
         cmocka_unit_test(test_hf_malformed_inputs_give_specific_errors),

@@ -302,10 +302,10 @@ static void test_metadata_errors_name_the_key(void **state)
     free(g.buf);
 
     o = default_opts;
-    o.model = "llama";
+    o.model = "bert";
     g = tiny_gguf(&o);
     assert_int_equal(try_load(g.buf, g.n, err, sizeof(err)), TDM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "\"llama\""));
+    assert_non_null(strstr(err, "tokenizer.ggml.model \"bert\" is not supported"));
     free(g.buf);
 
     o = default_opts;
@@ -379,14 +379,13 @@ static uint8_t *read_vocab(const char *name, size_t *n_out)
     return (uint8_t *)tt_read_file(path, n_out);
 }
 
-static void test_real_vocab_truncated_anywhere_is_format_error(void **state)
+static void truncate_everywhere(const char *name)
 {
     size_t n = 0, n_cuts = 0;
-    uint8_t *data = read_vocab("deepseek-coder", &n);
+    uint8_t *data = read_vocab(name, &n);
     uint64_t rng = 1;
     char err[256];
 
-    (void)state;
     if (data == NULL) {
         skip();
     }
@@ -396,18 +395,17 @@ static void test_real_vocab_truncated_anywhere_is_format_error(void **state)
     }
     assert_int_equal(try_load(data, n - 1, err, sizeof(err)), TDM_ERR_FORMAT);
     assert_int_equal(try_load(data, n, err, sizeof(err)), TDM_OK);
-    print_message("deepseek-coder: %zu truncations, all TDM_ERR_FORMAT\n", n_cuts + 1);
+    print_message("%s: %zu truncations, all TDM_ERR_FORMAT\n", name, n_cuts + 1);
     free(data);
 }
 
-static void test_real_vocab_random_flips_never_crash(void **state)
+static void flip_bits(const char *name)
 {
     size_t n = 0, n_ok = 0, n_err = 0;
-    uint8_t *data = read_vocab("deepseek-coder", &n);
+    uint8_t *data = read_vocab(name, &n);
     uint64_t rng = 2;
     char err[256];
 
-    (void)state;
     if (data == NULL) {
         skip();
     }
@@ -425,38 +423,90 @@ static void test_real_vocab_random_flips_never_crash(void **state)
         n_err += status != TDM_OK;
     }
     tdm_log_set_level(TDM_LOG_INFO);
-    print_message("deepseek-coder: 160 single-bit flips: %zu load, %zu rejected\n", n_ok, n_err);
+    print_message("%s: 160 single-bit flips: %zu load, %zu rejected\n", name, n_ok, n_err);
     free(data);
 }
 
-static void check_out_of_scope(const char *name)
+static void test_real_bpe_vocab_truncated_anywhere_is_format_error(void **state)
 {
+    (void)state;
+    truncate_everywhere("deepseek-coder");
+}
+
+static void test_real_spm_vocab_truncated_anywhere_is_format_error(void **state)
+{
+    (void)state;
+    truncate_everywhere("llama-spm");
+}
+
+static void test_real_bpe_vocab_random_flips_never_crash(void **state)
+{
+    (void)state;
+    flip_bits("deepseek-coder");
+}
+
+static void test_real_spm_vocab_random_flips_never_crash(void **state)
+{
+    (void)state;
+    flip_bits("llama-spm");
+}
+
+/* SentencePiece vocabularies: loaded as such, and encode -> decode is the identity (text
+ * without U+2581, which SentencePiece itself turns into a space). */
+static void check_spm_round_trip(const char *name)
+{
+    static const char *const texts[] = {
+        "Hello world",
+        " leading space and  double  spaces ",
+        "tabs\tand\nnewlines\r\n",
+        "Führer naïve 日本語 한국어 кириллица",
+        "emoji 🚀😶‍🌫️ and rare 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \xf0\x9f\xa6\x99",
+        "    if (x) {\n        return;\n    }",
+    };
     size_t n = 0;
     uint8_t *data = read_vocab(name, &n);
+    engine_tokenizer_t *tok = NULL;
+    engine_tokenizer_info_t info;
     char err[256] = "";
 
     if (data == NULL) {
         skip();
     }
-    assert_int_equal(try_load(data, n, err, sizeof(err)), TDM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "\"llama\""));
-    print_message("vocab %s: SentencePiece (tokenizer.ggml.model \"llama\") is out of scope for "
-                  "this byte-level BPE tokenizer: vectors skipped\n",
-                  name);
+    assert_int_equal(engine_tokenizer_load_gguf_buffer(data, n, name, &tok, err, sizeof(err)),
+                     TDM_OK);
+    engine_tokenizer_get_info(tok, &info);
+    assert_int_equal(info.sentencepiece, 1);
+    assert_int_equal(info.bos_id, 1);
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        int32_t *ids = NULL;
+        size_t n_ids = 0, n_text = 0;
+        char *text = NULL;
+        assert_int_equal(engine_tokenizer_encode(tok, texts[i], strlen(texts[i]),
+                                                 ENGINE_TOKENIZE_ADD_BOS, &ids, &n_ids),
+                         TDM_OK);
+        assert_int_equal(ids[0], 1);
+        assert_int_equal(
+            engine_detok_decode(tok, ids, n_ids, ENGINE_DETOK_SKIP_CONTROL, &text, &n_text),
+            TDM_OK);
+        assert_string_equal(text, texts[i]);
+        free(text);
+        engine_tokens_free(ids);
+    }
+    print_message("vocab %s: SentencePiece round trips\n", name);
+    engine_tokenizer_destroy(tok);
     free(data);
-    skip();
 }
 
-static void test_llama_spm_vocab_is_out_of_scope(void **state)
+static void test_llama_spm_vocab_round_trips(void **state)
 {
     (void)state;
-    check_out_of_scope("llama-spm");
+    check_spm_round_trip("llama-spm");
 }
 
-static void test_phi3_vocab_is_out_of_scope(void **state)
+static void test_phi3_vocab_round_trips(void **state)
 {
     (void)state;
-    check_out_of_scope("phi-3");
+    check_spm_round_trip("phi-3");
 }
 
 static void test_gpt_neox_vocab_without_pre_loads_with_default(void **state)
@@ -496,10 +546,12 @@ int main(void)
         cmocka_unit_test(test_header_errors_name_the_problem),
         cmocka_unit_test(test_metadata_errors_name_the_key),
         cmocka_unit_test(test_gguf_file_errors),
-        cmocka_unit_test(test_real_vocab_truncated_anywhere_is_format_error),
-        cmocka_unit_test(test_real_vocab_random_flips_never_crash),
-        cmocka_unit_test(test_llama_spm_vocab_is_out_of_scope),
-        cmocka_unit_test(test_phi3_vocab_is_out_of_scope),
+        cmocka_unit_test(test_real_bpe_vocab_truncated_anywhere_is_format_error),
+        cmocka_unit_test(test_real_spm_vocab_truncated_anywhere_is_format_error),
+        cmocka_unit_test(test_real_bpe_vocab_random_flips_never_crash),
+        cmocka_unit_test(test_real_spm_vocab_random_flips_never_crash),
+        cmocka_unit_test(test_llama_spm_vocab_round_trips),
+        cmocka_unit_test(test_phi3_vocab_round_trips),
         cmocka_unit_test(test_gpt_neox_vocab_without_pre_loads_with_default),
     };
 
