@@ -210,8 +210,8 @@ static enum MHD_Result send_error(struct MHD_Connection *connection, unsigned in
 {
     char text[512];
     snprintf(text, sizeof(text),
-             "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%u}}",
-             message, code);
+             "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%u}}", message,
+             code >= 500 ? "server_error" : "invalid_request_error", code);
     return send_text(connection, code, "application/json", text);
 }
 
