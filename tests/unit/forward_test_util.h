@@ -16,7 +16,7 @@
 
 /* Write (once) a preset checkpoint into $TANDEM_TEST_TMP/<name>; path_out gets its directory.
  * Returns 0 on success. */
-static int ftu_make_model(const char *preset, uint64_t seed, const char *name, char *path_out)
+static inline int ftu_make_model(const char *preset, uint64_t seed, const char *name, char *path_out)
 {
     char cmd[FTU_PATH_BYTES * 2];
     char marker[FTU_PATH_BYTES + 32];
@@ -39,7 +39,7 @@ static int ftu_make_model(const char *preset, uint64_t seed, const char *name, c
 }
 
 /* Random prompt of n ids in [3, V - 3) (no image or noise token), seeded. */
-static void ftu_prompt(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
+static inline void ftu_prompt(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     for (int64_t i = 0; i < n; i++) {
@@ -65,7 +65,7 @@ typedef struct {
     int64_t rows_seen[64];
 } ftu_dump_t;
 
-static void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t first, int64_t T)
+static inline void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t first, int64_t T)
 {
     memset(d, 0, sizeof(*d));
     d->n_layers = cfg->n_layers;
@@ -84,7 +84,7 @@ static void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t fir
     }
 }
 
-static void ftu_dump_fini(ftu_dump_t *d)
+static inline void ftu_dump_fini(ftu_dump_t *d)
 {
     for (int l = 0; l < d->n_layers; l++) {
         free(d->x_in[l]);
@@ -95,7 +95,7 @@ static void ftu_dump_fini(ftu_dump_t *d)
     }
 }
 
-static void ftu_dump_cb(void *user, const engine_dump_layer_t *rec)
+static inline void ftu_dump_cb(void *user, const engine_dump_layer_t *rec)
 {
     ftu_dump_t *d = user;
     int l = rec->layer;
@@ -113,7 +113,7 @@ static void ftu_dump_cb(void *user, const engine_dump_layer_t *rec)
     d->rows_seen[l] += rec->n_rows;
 }
 
-static int ftu_write_file(const char *dir, const char *name, const void *data, size_t n)
+static inline int ftu_write_file(const char *dir, const char *name, const void *data, size_t n)
 {
     char path[FTU_PATH_BYTES + 64];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -127,7 +127,7 @@ static int ftu_write_file(const char *dir, const char *name, const void *data, s
 }
 
 /* Write the dump as a 12.10 --dump-layers directory (plus l.pre.f32 and the ids). */
-static int ftu_dump_write(const ftu_dump_t *d, const char *dir, const int32_t *ids)
+static inline int ftu_dump_write(const ftu_dump_t *d, const char *dir, const int32_t *ids)
 {
     char name[64];
     char path[FTU_PATH_BYTES * 2];

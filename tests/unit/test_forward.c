@@ -1,0 +1,505 @@
+/* test_forward.c - the schedules of MODEL.md section 6 on the tiny preset: CED vs oracle
+ * (bit-identical where 6(e) says so, statistics elsewhere), chunked prefill, decode continuing a
+ * prefill, batch composition, verify, export/import, replay, and the page pool's baseline and
+ * error paths. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "forward_test_util.h"
+
+#define POOL_PAGES 512
+
+typedef struct {
+    engine_model_t *model;
+    const engine_config_t *cfg;
+    engine_kv_pool_t *pool;
+    engine_fwd_t *fwd;
+    uint32_t free_at_start;
+    int64_t V;
+} fixture_t;
+
+static int setup(void **state)
+{
+    char dir[FTU_PATH_BYTES];
+    char err[256];
+    engine_model_params_t mp;
+    engine_fwd_params_t fp;
+    fixture_t *fx = calloc(1, sizeof(*fx));
+    if (fx == NULL || ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
+        return -1;
+    }
+    engine_model_params_default(&mp);
+    mp.n_threads = 2;
+    if (engine_model_load(dir, &mp, &fx->model, err, sizeof(err)) != TDM_OK) {
+        print_message("load: %s\n", err);
+        return -1;
+    }
+    fx->cfg = engine_model_config(fx->model);
+    fx->V = fx->cfg->vocab_size;
+    if (engine_kv_pool_create(fx->cfg, engine_model_fingerprint(fx->model), POOL_PAGES,
+                              &fx->pool) != TDM_OK) {
+        return -1;
+    }
+    engine_fwd_params_default(fx->model, &fp);
+    if (engine_fwd_create(fx->model, fx->pool, &fp, &fx->fwd) != TDM_OK) {
+        return -1;
+    }
+    fx->free_at_start = engine_kv_pool_n_free(fx->pool);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *fx = *state;
+    /* every test returns its pages */
+    int ok = engine_kv_pool_n_free(fx->pool) == fx->free_at_start;
+    engine_fwd_destroy(fx->fwd);
+    engine_kv_pool_destroy(fx->pool);
+    engine_model_destroy(fx->model);
+    free(fx);
+    return ok ? 0 : -1;
+}
+
+static engine_seq_t *new_seq(fixture_t *fx)
+{
+    engine_seq_t *seq = NULL;
+    assert_int_equal(engine_seq_create(fx->model, fx->pool, &seq), TDM_OK);
+    return seq;
+}
+
+static double cosine(const float *a, const float *b, int64_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb + 1e-300);
+}
+
+static int64_t argmax(const float *v, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* Compare every page byte of two sequences' KV sources. */
+static void assert_same_pages(fixture_t *fx, engine_seq_t *a, engine_seq_t *b)
+{
+    size_t pb = engine_kv_pool_page_bytes(fx->pool);
+    for (int s = 0; s < fx->cfg->n_kv_source_layer_ids; s++) {
+        int layer = (int)fx->cfg->kv_source_layer_ids[s];
+        const engine_kv_table_t *ta = engine_seq_table(a, layer);
+        const engine_kv_table_t *tb = engine_seq_table(b, layer);
+        assert_int_equal(ta->n_rows, tb->n_rows);
+        for (uint32_t i = 0; i < ta->n_pages; i++) {
+            const uint8_t *pa = engine_kv_pool_page_const(fx->pool, ta->page_ids[i]);
+            const uint8_t *pbp = engine_kv_pool_page_const(fx->pool, tb->page_ids[i]);
+            /* header bytes 32..40 hold the checksum, sealed or not: compare the body */
+            assert_memory_equal(pa + 64, pbp + 64, pb - 64);
+        }
+    }
+}
+
+static void test_ced_equals_oracle_when_prompt_fits_window(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t T = fx->cfg->sliding_window; /* T <= W: CED is exact everywhere */
+    int32_t ids[64];
+    float *oracle = malloc(sizeof(float) * (size_t)(T * fx->V));
+    float *ced = malloc(sizeof(float) * (size_t)fx->V);
+    int64_t R = -1;
+    ftu_prompt(3, fx->V, ids, T);
+    assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
+    engine_seq_t *seq = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, ced, &R), TDM_OK);
+    assert_int_equal(R, 0);
+    assert_memory_equal(ced, oracle + (T - 1) * fx->V, sizeof(float) * (size_t)fx->V);
+    assert_int_equal(engine_seq_length(seq), T);
+    engine_seq_destroy(seq);
+    free(oracle);
+    free(ced);
+}
+
+static void test_ced_with_tail_override_equals_oracle_everywhere(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t T = 150;
+    int32_t ids[150];
+    float *oracle = malloc(sizeof(float) * (size_t)(T * fx->V));
+    float *ced = malloc(sizeof(float) * (size_t)(T * fx->V));
+    ftu_prompt(4, fx->V, ids, T);
+    assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
+    engine_seq_t *seq = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, 100, ENGINE_PREFILL_TAIL_FROM_H |
+                                        ENGINE_PREFILL_ALL_LOGITS, ced, NULL), TDM_OK);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids + 100, 50, ENGINE_PREFILL_TAIL_FROM_H |
+                                        ENGINE_PREFILL_ALL_LOGITS, ced + 100 * fx->V, NULL),
+                     TDM_OK);
+    assert_memory_equal(ced, oracle, sizeof(float) * (size_t)(T * fx->V));
+    engine_seq_destroy(seq);
+    free(oracle);
+    free(ced);
+}
+
+/* CED with the tail rule: pages and layers <= c bit-identical to the oracle. */
+static void test_ced_pages_and_lower_layers_bit_identical(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t T = 120;
+    int c = fx->cfg->ced_cut;
+    int32_t ids[120];
+    ftu_dump_t d_or, d_ced;
+    engine_dump_sink_t sink = {NULL, ftu_dump_cb};
+    float *logits = malloc(sizeof(float) * (size_t)(T * fx->V));
+    ftu_prompt(5, fx->V, ids, T);
+    engine_seq_t *a = new_seq(fx);
+    engine_seq_t *b = new_seq(fx);
+    ftu_dump_init(&d_or, fx->cfg, 0, T);
+    ftu_dump_init(&d_ced, fx->cfg, 0, T);
+    sink.user = &d_or;
+    engine_fwd_set_dump(fx->fwd, &sink);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, ENGINE_PREFILL_TAIL_FROM_H, logits,
+                                        NULL), TDM_OK);
+    sink.user = &d_ced;
+    engine_fwd_set_dump(fx->fwd, &sink);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, T, 0, logits, NULL), TDM_OK);
+    engine_fwd_set_dump(fx->fwd, NULL);
+    assert_same_pages(fx, a, b);
+    for (int l = 0; l <= c; l++) {
+        assert_int_equal(d_ced.rows_seen[l], T);
+        assert_memory_equal(d_or.x_out[l], d_ced.x_out[l],
+                            sizeof(float) * (size_t)(T * d_or.m * d_or.H));
+    }
+    for (int l = c + 1; l < fx->cfg->n_layers; l++) {
+        assert_int_equal(d_ced.rows_seen[l], fx->cfg->sliding_window); /* tail only */
+    }
+    ftu_dump_fini(&d_or);
+    ftu_dump_fini(&d_ced);
+    engine_seq_destroy(a);
+    engine_seq_destroy(b);
+    free(logits);
+}
+
+/* 6(e): CED vs oracle for T > W, first-token logits: mean cosine >= 0.95, top-1 >= 80 %. */
+static void test_ced_vs_oracle_statistics_beyond_window(void **state)
+{
+    fixture_t *fx = *state;
+    int n_prompts = 16; /* 6(e) asks 64 seeds of 32-512 tokens; 16 keep ctest under ASan short */
+    double cos_sum = 0;
+    int top1 = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * 512);
+    float *oracle = malloc(sizeof(float) * (size_t)(512 * fx->V));
+    float *ced = malloc(sizeof(float) * (size_t)fx->V);
+    for (int k = 0; k < n_prompts; k++) {
+        int64_t T = 32 + (k * 97) % 321;
+        ftu_prompt(100 + (uint64_t)k, fx->V, ids, T);
+        assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
+        engine_seq_t *seq = new_seq(fx);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, ced, NULL), TDM_OK);
+        const float *o = oracle + (T - 1) * fx->V;
+        cos_sum += cosine(o, ced, fx->V);
+        top1 += argmax(o, fx->V) == argmax(ced, fx->V);
+        engine_seq_destroy(seq);
+    }
+    print_message("ced vs oracle: mean cosine %.4f top-1 %.1f %%\n", cos_sum / n_prompts,
+                  100.0 * top1 / n_prompts);
+    assert_true(cos_sum / n_prompts >= 0.95);
+    assert_true(top1 >= (int)(0.8 * n_prompts));
+    free(ids);
+    free(oracle);
+    free(ced);
+}
+
+static void test_chunked_prefill_equals_one_shot(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t T = 140;
+    int32_t ids[140];
+    int64_t chunks[3] = {1, 7, 64};
+    float *one = malloc(sizeof(float) * (size_t)fx->V);
+    float *got = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(6, fx->V, ids, T);
+    engine_seq_t *ref = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, ref, ids, T, 0, one, NULL), TDM_OK);
+    for (int k = 0; k < 3; k++) {
+        engine_fwd_params_t fp;
+        engine_fwd_t *fwd = NULL;
+        engine_fwd_params_default(fx->model, &fp);
+        fp.max_chunk_tokens = chunks[k];
+        assert_int_equal(engine_fwd_create(fx->model, fx->pool, &fp, &fwd), TDM_OK);
+        engine_seq_t *seq = new_seq(fx);
+        assert_int_equal(engine_fwd_prefill(fwd, seq, ids, T, 0, got, NULL), TDM_OK);
+        assert_memory_equal(one, got, sizeof(float) * (size_t)fx->V);
+        assert_same_pages(fx, ref, seq);
+        engine_seq_destroy(seq);
+        engine_fwd_destroy(fwd);
+    }
+    engine_seq_destroy(ref);
+    free(one);
+    free(got);
+}
+
+/* Decode continuing a prefill equals the oracle on the same tokens (exact state). */
+static void test_decode_after_prefill_equals_oracle(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t P = 10, n_dec = 20, T = P + n_dec;
+    int32_t ids[30];
+    float *oracle = malloc(sizeof(float) * (size_t)(T * fx->V));
+    float *lg = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(7, fx->V, ids, T);
+    assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
+    engine_seq_t *seq = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, P, 0, lg, NULL), TDM_OK);
+    assert_memory_equal(lg, oracle + (P - 1) * fx->V, sizeof(float) * (size_t)fx->V);
+    for (int64_t t = P; t < T; t++) {
+        assert_int_equal(engine_fwd_decode(fx->fwd, &seq, ids + t, 1, lg), TDM_OK);
+        assert_memory_equal(lg, oracle + t * fx->V, sizeof(float) * (size_t)fx->V);
+    }
+    engine_seq_destroy(seq);
+    free(oracle);
+    free(lg);
+}
+
+/* A batch of 8 sequences of different lengths equals each alone, bit for bit. */
+static void test_batch_of_8_equals_each_alone(void **state)
+{
+    fixture_t *fx = *state;
+    enum { B = 8, STEPS = 3 };
+    engine_seq_t *batch[B], *alone[B];
+    int32_t prompt[200];
+    float *lb = malloc(sizeof(float) * (size_t)(B * fx->V));
+    float *la = malloc(sizeof(float) * (size_t)fx->V);
+    for (int i = 0; i < B; i++) {
+        int64_t n = 5 + 23 * i;
+        ftu_prompt(200 + (uint64_t)i, fx->V, prompt, n);
+        batch[i] = new_seq(fx);
+        alone[i] = new_seq(fx);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, batch[i], prompt, n, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, alone[i], prompt, n, 0, NULL, NULL), TDM_OK);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        int32_t toks[B];
+        for (int i = 0; i < B; i++) {
+            toks[i] = (int32_t)(10 + 31 * i + step);
+        }
+        assert_int_equal(engine_fwd_decode(fx->fwd, batch, toks, B, lb), TDM_OK);
+        for (int i = 0; i < B; i++) {
+            assert_int_equal(engine_fwd_decode(fx->fwd, &alone[i], toks + i, 1, la), TDM_OK);
+            assert_memory_equal(la, lb + i * fx->V, sizeof(float) * (size_t)fx->V);
+        }
+    }
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(batch[i]);
+        engine_seq_destroy(alone[i]);
+    }
+    free(lb);
+    free(la);
+}
+
+static void test_verify_equals_successive_decodes(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t ids[40];
+    float *lv = malloc(sizeof(float) * (size_t)(4 * fx->V));
+    float *ld = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(9, fx->V, ids, 40);
+    engine_seq_t *a = new_seq(fx);
+    engine_seq_t *b = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, 35, 0, NULL, NULL), TDM_OK);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, 35, 0, NULL, NULL), TDM_OK);
+    assert_int_equal(engine_fwd_verify(fx->fwd, a, ids + 35, 4, lv), TDM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + 35 + i, 1, ld), TDM_OK);
+        assert_memory_equal(ld, lv + i * fx->V, sizeof(float) * (size_t)fx->V);
+    }
+    engine_seq_destroy(a);
+    engine_seq_destroy(b);
+    free(lv);
+    free(ld);
+}
+
+/* Export the state (with pages), import into a fresh sequence, continue: identical logits. */
+static void test_export_import_then_continue_is_uninterrupted(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t ids[80];
+    float *la = malloc(sizeof(float) * (size_t)fx->V);
+    float *lb = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(11, fx->V, ids, 80);
+    for (int odd = 0; odd < 2; odd++) {
+        int64_t P = 67 + odd; /* odd and even lengths: with and without pending halves */
+        engine_seq_t *a = new_seq(fx);
+        engine_seq_t *b = NULL;
+        assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, P, 0, NULL, NULL), TDM_OK);
+        size_t n = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_PAGES);
+        uint8_t *blob = malloc(n);
+        size_t written = 0;
+        assert_int_equal(engine_seq_export(a, ENGINE_SEQ_EXPORT_PAGES, blob, n, &written),
+                         TDM_OK);
+        assert_int_equal(written, n);
+        assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n, &b), TDM_OK);
+        assert_int_equal(engine_seq_length(b), P);
+        for (int64_t t = P; t < 80; t++) {
+            assert_int_equal(engine_fwd_decode(fx->fwd, &a, ids + t, 1, la), TDM_OK);
+            assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + t, 1, lb), TDM_OK);
+            assert_memory_equal(la, lb, sizeof(float) * (size_t)fx->V);
+        }
+        /* a corrupted blob is refused and takes no page */
+        uint32_t free_before = engine_kv_pool_n_free(fx->pool);
+        engine_seq_t *c = NULL;
+        blob[100] ^= 1;
+        assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n, &c), TDM_ERR_FORMAT);
+        assert_null(c);
+        assert_int_equal(engine_kv_pool_n_free(fx->pool), free_before);
+        free(blob);
+        engine_seq_destroy(a);
+        engine_seq_destroy(b);
+    }
+    free(la);
+    free(lb);
+}
+
+/* Replay (recovery) of a short sequence (H <= W) rebuilds exactly the lost rings. */
+static void test_replay_recovery_rebuilds_rings(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t H = 13, T = 20;
+    int32_t ids[20];
+    float *la = malloc(sizeof(float) * (size_t)fx->V);
+    float *lb = malloc(sizeof(float) * (size_t)fx->V);
+    float *lr = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(12, fx->V, ids, T);
+    engine_seq_t *a = new_seq(fx);
+    engine_seq_t *b = new_seq(fx);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, H, 0, la, NULL), TDM_OK);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, H, 0, NULL, NULL), TDM_OK);
+    engine_seq_reset_rings(b);
+    assert_int_equal(engine_fwd_replay(fx->fwd, b, ids, H, ENGINE_REPLAY_RECOVERY, lr), TDM_OK);
+    assert_memory_equal(la, lr, sizeof(float) * (size_t)fx->V); /* H <= W: exact */
+    for (int64_t t = H; t < T; t++) {
+        assert_int_equal(engine_fwd_decode(fx->fwd, &a, ids + t, 1, la), TDM_OK);
+        assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + t, 1, lb), TDM_OK);
+        assert_memory_equal(la, lb, sizeof(float) * (size_t)fx->V);
+    }
+    engine_seq_destroy(a);
+    engine_seq_destroy(b);
+    free(la);
+    free(lb);
+    free(lr);
+}
+
+/* Replay vs loss-free continuation beyond the window: 6(e) statistics. */
+static void test_replay_vs_continuation_statistics(void **state)
+{
+    fixture_t *fx = *state;
+    int n_prompts = 12, top1 = 0;
+    double cos_sum = 0;
+    int32_t ids[400];
+    float *la = malloc(sizeof(float) * (size_t)fx->V);
+    float *lb = malloc(sizeof(float) * (size_t)fx->V);
+    for (int k = 0; k < n_prompts; k++) {
+        int64_t H = 40 + 29 * k;
+        ftu_prompt(300 + (uint64_t)k, fx->V, ids, H + 1);
+        engine_seq_t *a = new_seq(fx);
+        engine_seq_t *b = new_seq(fx);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, H, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, H, 0, NULL, NULL), TDM_OK);
+        engine_seq_reset_rings(b);
+        assert_int_equal(engine_fwd_replay(fx->fwd, b, ids, H, ENGINE_REPLAY_RECOVERY, NULL),
+                         TDM_OK);
+        assert_int_equal(engine_fwd_decode(fx->fwd, &a, ids + H, 1, la), TDM_OK);
+        assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + H, 1, lb), TDM_OK);
+        cos_sum += cosine(la, lb, fx->V);
+        top1 += argmax(la, fx->V) == argmax(lb, fx->V);
+        engine_seq_destroy(a);
+        engine_seq_destroy(b);
+    }
+    print_message("replay vs continuation: mean cosine %.4f top-1 %.1f %%\n",
+                  cos_sum / n_prompts, 100.0 * top1 / n_prompts);
+    assert_true(cos_sum / n_prompts >= 0.95);
+    assert_true(top1 >= (int)(0.8 * n_prompts));
+    free(la);
+    free(lb);
+}
+
+static void test_pool_exhaustion_fails_and_changes_nothing(void **state)
+{
+    fixture_t *fx = *state;
+    engine_kv_pool_t *small = NULL;
+    engine_fwd_t *fwd = NULL;
+    engine_fwd_params_t fp;
+    int32_t ids[300];
+    float *lg = malloc(sizeof(float) * (size_t)fx->V);
+    ftu_prompt(13, fx->V, ids, 300);
+    assert_int_equal(engine_kv_pool_create(fx->cfg, engine_model_fingerprint(fx->model), 4,
+                                           &small), TDM_OK);
+    engine_fwd_params_default(fx->model, &fp);
+    assert_int_equal(engine_fwd_create(fx->model, small, &fp, &fwd), TDM_OK);
+    engine_seq_t *seq = NULL;
+    assert_int_equal(engine_seq_create(fx->model, small, &seq), TDM_OK);
+    assert_int_equal(engine_fwd_prefill(fwd, seq, ids, 60, 0, lg, NULL), TDM_OK);
+    uint32_t free_before = engine_kv_pool_n_free(small);
+    /* tiny: sources 2 (ratio 2) and 4 (ratio 1): 300 tokens need 3 + 5 pages > 4 */
+    assert_int_equal(engine_fwd_prefill(fwd, seq, ids + 60, 240, 0, lg, NULL), TDM_ERR_NO_PAGES);
+    assert_int_equal(engine_kv_pool_n_free(small), free_before);
+    assert_int_equal(engine_seq_length(seq), 60);
+    /* bad ids change nothing either */
+    int32_t bad = (int32_t)fx->V;
+    assert_int_equal(engine_fwd_decode(fwd, &seq, &bad, 1, lg), TDM_ERR_INVALID_ARG);
+    assert_int_equal(engine_seq_length(seq), 60);
+    engine_seq_t *twice[2] = {seq, seq};
+    int32_t two[2] = {5, 6};
+    assert_int_equal(engine_fwd_decode(fwd, twice, two, 2, lg), TDM_ERR_INVALID_ARG);
+    engine_seq_destroy(seq);
+    assert_int_equal(engine_kv_pool_n_free(small), 4);
+    engine_fwd_destroy(fwd);
+    engine_kv_pool_destroy(small);
+    free(lg);
+}
+
+static void test_fingerprint_is_stamped_and_checked(void **state)
+{
+    fixture_t *fx = *state;
+    engine_kv_pool_t *other = NULL;
+    engine_seq_t *seq = NULL;
+    assert_true(engine_model_fingerprint(fx->model) != 0);
+    assert_int_equal(engine_kv_pool_create(fx->cfg, engine_model_fingerprint(fx->model) ^ 1, 4,
+                                           &other), TDM_OK);
+    assert_int_equal(engine_seq_create(fx->model, other, &seq), TDM_ERR_MISMATCH);
+    assert_null(seq);
+    engine_kv_pool_destroy(other);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ced_equals_oracle_when_prompt_fits_window),
+        cmocka_unit_test(test_ced_with_tail_override_equals_oracle_everywhere),
+        cmocka_unit_test(test_ced_pages_and_lower_layers_bit_identical),
+        cmocka_unit_test(test_ced_vs_oracle_statistics_beyond_window),
+        cmocka_unit_test(test_chunked_prefill_equals_one_shot),
+        cmocka_unit_test(test_decode_after_prefill_equals_oracle),
+        cmocka_unit_test(test_batch_of_8_equals_each_alone),
+        cmocka_unit_test(test_verify_equals_successive_decodes),
+        cmocka_unit_test(test_export_import_then_continue_is_uninterrupted),
+        cmocka_unit_test(test_replay_recovery_rebuilds_rings),
+        cmocka_unit_test(test_replay_vs_continuation_statistics),
+        cmocka_unit_test(test_pool_exhaustion_fails_and_changes_nothing),
+        cmocka_unit_test(test_fingerprint_is_stamped_and_checked),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
