@@ -9,20 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CLIENT_URL_BYTES 2048
-#define CLIENT_HEADER_BYTES 512
+#define CLIENT_URL_BYTES        2048
+#define CLIENT_HEADER_BYTES     512
 #define CLIENT_ERROR_BODY_BYTES 160 /* of a non-200 body kept for the error text */
-#define CLIENT_NS_PER_MS 1e6
+#define CLIENT_NS_PER_MS        1e6
 
 struct bench_client {
     bench_client_params_t params;
     CURL *curl;
-    bench_strbuf_t lines;   /* SSE bytes not yet split into lines */
-    bench_strbuf_t err_body;/* start of a non-200 body */
-    bench_request_t *req;   /* record being filled */
-    int done;               /* saw [DONE] */
-    int finished;           /* saw a finish_reason */
-    int stream_error;       /* saw an error event */
+    bench_strbuf_t lines;    /* SSE bytes not yet split into lines */
+    bench_strbuf_t err_body; /* start of a non-200 body */
+    bench_request_t *req;    /* record being filled */
+    int done;                /* saw [DONE] */
+    int finished;            /* saw a finish_reason */
+    int stream_error;        /* saw an error event */
     int no_memory;
     int64_t chunk_count;
     char error[BENCH_CLIENT_ERR_BYTES];
@@ -302,8 +302,7 @@ tdm_status_t bench_client_stream(bench_client_t *client, bench_api_t api, const 
     }
     if (rc != CURLE_OK) {
         req->result = BENCH_REQ_ERR_CONNECT;
-        snprintf(client->error, sizeof(client->error), "stream broken: %s",
-                 curl_easy_strerror(rc));
+        snprintf(client->error, sizeof(client->error), "stream broken: %s", curl_easy_strerror(rc));
         return TDM_ERR_PEER_LOST;
     }
     if (!client->done && !client->finished) {

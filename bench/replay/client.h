@@ -26,10 +26,10 @@ typedef enum {
 
 /* Plain data; strings are borrowed and must outlive the client. */
 typedef struct {
-    const char *base_url;       /* "http://host:port", without /v1 */
-    const char *api_key;        /* sent as "Authorization: Bearer KEY", or NULL */
-    long timeout_ms;            /* whole request, 0: none */
-    long connect_timeout_ms;    /* connection set-up */
+    const char *base_url;         /* "http://host:port", without /v1 */
+    const char *api_key;          /* sent as "Authorization: Bearer KEY", or NULL */
+    long timeout_ms;              /* whole request, 0: none */
+    long connect_timeout_ms;      /* connection set-up */
     const atomic_int *abort_flag; /* when non-NULL and set, transfers stop early; may be NULL */
 } bench_client_params_t;
 

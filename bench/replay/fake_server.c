@@ -1,18 +1,6 @@
 /* fake_server.c - libmicrohttpd fake of the router's OpenAI API; see fake_server.h. */
 #include "bench/replay/fake_server.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <jansson.h>
-#include <microhttpd.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <time.h>
-
 #include "bench/replay/metrics.h"
 #include "bench/replay/strbuf.h"
 #include "bench/replay/u64map.h"
@@ -20,14 +8,26 @@
 #include "common/hash.h"
 #include "common/log.h"
 
-#define FAKE_NS_PER_MS 1000000ULL
-#define FAKE_NS_PER_US 1000ULL
-#define FAKE_SLEEP_SLICE_NS (20ULL * FAKE_NS_PER_MS) /* streams check for shutdown this often */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FAKE_NS_PER_MS            1000000ULL
+#define FAKE_NS_PER_US            1000ULL
+#define FAKE_SLEEP_SLICE_NS       (20ULL * FAKE_NS_PER_MS) /* streams check for shutdown this often */
 #define FAKE_CHAT_BYTES_PER_TOKEN 4
-#define FAKE_MAX_BODY_BYTES (64u << 20)
-#define FAKE_SPECIAL_LOW 3 /* ids below this are special */
-#define FAKE_SPECIAL_TOP 2 /* so are the top two */
-#define FAKE_IDLE_TIMEOUT_S 120
+#define FAKE_MAX_BODY_BYTES       (64u << 20)
+#define FAKE_SPECIAL_LOW          3 /* ids below this are special */
+#define FAKE_SPECIAL_TOP          2 /* so are the top two */
+#define FAKE_IDLE_TIMEOUT_S       120
 
 struct bench_fake {
     bench_fake_params_t params;
@@ -49,9 +49,9 @@ typedef struct {
 typedef struct {
     bench_fake_t *fake;
     int chat;
-    uint64_t n_tokens;      /* to emit */
+    uint64_t n_tokens; /* to emit */
     uint64_t n_emitted;
-    uint64_t t_next_ns;     /* when the next event is due */
+    uint64_t t_next_ns; /* when the next event is due */
     uint64_t prompt_tokens;
     int include_usage;
     int stage;              /* 0 content, 1 finish, 2 usage, 3 done, 4 end */
@@ -112,8 +112,8 @@ static int next_event(fake_stream_t *stream)
                                 fake->params.model) != TDM_OK) {
             return 0;
         }
-        bench_strbuf_printf(out, stream->chat ? "\"index\":0,\"delta\":{\"content\":\"" :
-                                                "\"index\":0,\"text\":\"");
+        bench_strbuf_printf(out, stream->chat ? "\"index\":0,\"delta\":{\"content\":\""
+                                              : "\"index\":0,\"text\":\"");
         for (uint64_t i = 0; i < n; i++) {
             bench_strbuf_printf(out, " t%llu", (unsigned long long)(stream->n_emitted + i));
         }
@@ -209,9 +209,8 @@ static enum MHD_Result send_error(struct MHD_Connection *connection, unsigned in
                                   const char *message)
 {
     char text[512];
-    snprintf(text, sizeof(text),
-             "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%u}}", message,
-             code >= 500 ? "server_error" : "invalid_request_error", code);
+    snprintf(text, sizeof(text), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%u}}",
+             message, code >= 500 ? "server_error" : "invalid_request_error", code);
     return send_text(connection, code, "application/json", text);
 }
 
@@ -268,8 +267,7 @@ static int prompt_of_completion(bench_fake_t *fake, const json_t *prompt, uint64
         json_int_t v = json_integer_value(id);
         if (!json_is_integer(id) || v < FAKE_SPECIAL_LOW ||
             v >= (json_int_t)fake->params.vocab_size - FAKE_SPECIAL_TOP) {
-            snprintf(why, why_bytes, "prompt[%zu] is not a plain token id of this vocabulary",
-                     i);
+            snprintf(why, why_bytes, "prompt[%zu] is not a plain token id of this vocabulary", i);
             free(chain);
             return -1;
         }
@@ -286,8 +284,7 @@ static int prompt_of_completion(bench_fake_t *fake, const json_t *prompt, uint64
 
 /* Chat: tokens are bytes / 4 of the serialized messages; blocks of block_tokens * 4 bytes. */
 static int prompt_of_chat(bench_fake_t *fake, const json_t *messages, uint64_t *n_out,
-                          uint64_t **chain_out, size_t *n_blocks_out, char *why,
-                          size_t why_bytes)
+                          uint64_t **chain_out, size_t *n_blocks_out, char *why, size_t why_bytes)
 {
     char *text;
     size_t n_bytes;
@@ -404,14 +401,13 @@ static enum MHD_Result handle_generate(bench_fake_t *fake, struct MHD_Connection
     stream->prompt_tokens = n_prompt;
     stream->include_usage =
         json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
-    stream->t_next_ns = tdm_clock_now_ns() +
-                        (uint64_t)(fake->params.ttft_ms * (double)FAKE_NS_PER_MS) +
-                        (uint64_t)(fake->params.prefill_us_per_token * (double)n_computed *
-                                   (double)FAKE_NS_PER_US);
+    stream->t_next_ns =
+        tdm_clock_now_ns() + (uint64_t)(fake->params.ttft_ms * (double)FAKE_NS_PER_MS) +
+        (uint64_t)(fake->params.prefill_us_per_token * (double)n_computed * (double)FAKE_NS_PER_US);
     json_decref(body);
 
-    response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, stream,
-                                                 stream_free);
+    response =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, stream, stream_free);
     if (response == NULL) {
         stream_free(stream);
         return MHD_NO;
@@ -447,11 +443,11 @@ static enum MHD_Result handle_metrics(bench_fake_t *fake, struct MHD_Connection 
              "# TYPE tandem_requests_total counter\ntandem_requests_total %llu\n",
              BENCH_METRIC_PREFILL_COMPUTED, BENCH_METRIC_PREFILL_COMPUTED,
              BENCH_METRIC_PREFILL_COMPUTED, (unsigned long long)c.prompt_computed,
-             BENCH_METRIC_PREFILL_REUSED, BENCH_METRIC_PREFILL_REUSED,
-             BENCH_METRIC_PREFILL_REUSED, (unsigned long long)c.prompt_reused,
+             BENCH_METRIC_PREFILL_REUSED, BENCH_METRIC_PREFILL_REUSED, BENCH_METRIC_PREFILL_REUSED,
+             (unsigned long long)c.prompt_reused, BENCH_METRIC_KV_BYTES_MOVED,
              BENCH_METRIC_KV_BYTES_MOVED, BENCH_METRIC_KV_BYTES_MOVED,
-             BENCH_METRIC_KV_BYTES_MOVED, (unsigned long long)c.kv_bytes_moved,
-             (unsigned long long)c.output_tokens, (unsigned long long)c.n_requests);
+             (unsigned long long)c.kv_bytes_moved, (unsigned long long)c.output_tokens,
+             (unsigned long long)c.n_requests);
     return send_text(connection, MHD_HTTP_OK, "text/plain; version=0.0.4", text);
 }
 
@@ -467,9 +463,8 @@ static enum MHD_Result handle_models(bench_fake_t *fake, struct MHD_Connection *
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     bench_fake_t *fake = cls;
     fake_upload_t *upload = *con_cls;
@@ -555,9 +550,9 @@ tdm_status_t bench_fake_create(const bench_fake_params_t *params, bench_fake_t *
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     fake->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-        params->port, NULL, NULL, on_request, fake, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        fake, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)FAKE_IDLE_TIMEOUT_S,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_END);
+        params->port, NULL, NULL, on_request, fake, MHD_OPTION_NOTIFY_COMPLETED, on_completed, fake,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)FAKE_IDLE_TIMEOUT_S, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_END);
     if (fake->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "bench", "fake server failed to start: port=%u", params->port);
         pthread_mutex_destroy(&fake->lock);

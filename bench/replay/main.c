@@ -29,12 +29,12 @@
 #ifndef TANDEM_BENCH_TRACE_DIR
 #define TANDEM_BENCH_TRACE_DIR "bench/traces"
 #endif
-#define BENCH_DEFAULT_TRACE TANDEM_BENCH_TRACE_DIR "/mooncake-conversation-slice.jsonl"
+#define BENCH_DEFAULT_TRACE      TANDEM_BENCH_TRACE_DIR "/mooncake-conversation-slice.jsonl"
 #define BENCH_DEFAULT_DURATION_S 60.0
-#define BENCH_ERR_BYTES 1024
-#define BENCH_PATH_BYTES 4096
-#define BENCH_LIST_BYTES 4096
-#define BENCH_EXIT_USAGE 2
+#define BENCH_ERR_BYTES          1024
+#define BENCH_PATH_BYTES         4096
+#define BENCH_LIST_BYTES         4096
+#define BENCH_EXIT_USAGE         2
 
 /* The one process-wide flag a signal handler may touch (C11 7.14.1.1): set on SIGINT/SIGTERM. */
 static atomic_int bench_interrupted;
@@ -59,8 +59,8 @@ static int set_log_level(const char *program, const char *text)
 {
     tdm_log_level_t level;
     if (tdm_log_level_parse(text, &level) != TDM_OK) {
-        fprintf(stderr, "%s: --log-level=%s: expected trace, debug, info, warn or error\n",
-                program, text);
+        fprintf(stderr, "%s: --log-level=%s: expected trace, debug, info, warn or error\n", program,
+                text);
         return 0;
     }
     tdm_log_set_level(level);
@@ -110,13 +110,13 @@ static const tdm_flag_t replay_flags[] = {
     {"sessions", TDM_FLAG_U64, "0", offsetof(replay_cfg_t, sessions),
      "sessions started per level (0: no limit)", 0, 1e12, 0},
     {"scale", TDM_FLAG_F64, "1", offsetof(replay_cfg_t, scale),
-     "multiply Mooncake lengths and blocks (and SWE-agent output) by this, for CPU runs", 1e-4,
-     1, 0},
+     "multiply Mooncake lengths and blocks (and SWE-agent output) by this, for CPU runs", 1e-4, 1,
+     0},
     {"max-context", TDM_FLAG_U64, "0", offsetof(replay_cfg_t, max_context),
-     "end a session before a turn whose prompt + output exceeds this (0: server's max)", 0,
-     1e12, 0},
-    {"seed", TDM_FLAG_U64, "1", offsetof(replay_cfg_t, seed), "token salt and pause draws", 0,
-     0, 0},
+     "end a session before a turn whose prompt + output exceeds this (0: server's max)", 0, 1e12,
+     0},
+    {"seed", TDM_FLAG_U64, "1", offsetof(replay_cfg_t, seed), "token salt and pause draws", 0, 0,
+     0},
     {"vocab", TDM_FLAG_U32, "0", offsetof(replay_cfg_t, vocab),
      "vocabulary size for token ids (0: from GET /v1/models)", 0, 1e9, 0},
     {"model", TDM_FLAG_STRING, NULL, offsetof(replay_cfg_t, model),
@@ -138,8 +138,7 @@ static const tdm_flag_t replay_flags[] = {
     {"out", TDM_FLAG_PATH, "tandem-bench-out", offsetof(replay_cfg_t, out_dir),
      "folder for results.json, requests.csv and throughput.png (created)", 0, 0, 0},
     {"cores", TDM_FLAG_U32, "0", offsetof(replay_cfg_t, cores),
-     "cores for tok/s per core when power is not measured (0: this host's online CPUs)", 0,
-     1e6, 0},
+     "cores for tok/s per core when power is not measured (0: this host's online CPUs)", 0, 1e6, 0},
     {"progress", TDM_FLAG_BOOL, "true", offsetof(replay_cfg_t, progress),
      "live progress line on stderr", 0, 0, 0},
     {"powercap", TDM_FLAG_PATH, "/sys/class/powercap", offsetof(replay_cfg_t, powercap),
@@ -163,8 +162,10 @@ static int parse_concurrency(const char *text, bench_replay_params_t *params)
         value = strtoul(p, &end, 10);
         if (end == p || errno != 0 || value == 0 || value > 100000 ||
             (*end != ',' && *end != '\0') || params->n_levels == BENCH_MAX_LEVELS) {
-            fprintf(stderr, "tandem-bench replay: --concurrency=%s: expected up to %d "
-                            "comma-separated integers 1..100000\n", text, BENCH_MAX_LEVELS);
+            fprintf(stderr,
+                    "tandem-bench replay: --concurrency=%s: expected up to %d "
+                    "comma-separated integers 1..100000\n",
+                    text, BENCH_MAX_LEVELS);
             return 0;
         }
         params->concurrency[params->n_levels++] = (uint32_t)value;
@@ -297,9 +298,11 @@ static int cmd_replay(int argc, char **argv)
         exit_code = BENCH_EXIT_USAGE;
         goto cleanup_curl;
     }
-    tdm_log(TDM_LOG_INFO, "bench", "trace loaded: path=%s format=%s sessions=%zu requests=%zu "
-            "rebuilt=%zu", cfg.trace, bench_trace_format_name(format), trace->n_sessions,
-            trace->n_requests, trace->n_rebuilt_sessions);
+    tdm_log(TDM_LOG_INFO, "bench",
+            "trace loaded: path=%s format=%s sessions=%zu requests=%zu "
+            "rebuilt=%zu",
+            cfg.trace, bench_trace_format_name(format), trace->n_sessions, trace->n_requests,
+            trace->n_rebuilt_sessions);
 
     status = bench_replay_discover(base_url, cfg.api_key, &server);
     if (status != TDM_OK) {
@@ -307,8 +310,9 @@ static int cmd_replay(int argc, char **argv)
                 tdm_status_name(status));
     }
     params.base_url = base_url;
-    params.model = cfg.model != NULL ? cfg.model : server.model[0] != '\0' ? server.model
-                                                                            : "tandem";
+    params.model = cfg.model != NULL         ? cfg.model
+                   : server.model[0] != '\0' ? server.model
+                                             : "tandem";
     params.api_key = cfg.api_key;
     params.duration_s = cfg.duration_s;
     params.n_sessions = cfg.sessions;
@@ -317,15 +321,17 @@ static int cmd_replay(int argc, char **argv)
     }
     params.scale = cfg.scale;
     params.seed = cfg.seed;
-    params.max_context = cfg.max_context > 0      ? cfg.max_context
+    params.max_context = cfg.max_context > 0        ? cfg.max_context
                          : server.max_model_len > 0 ? (uint64_t)server.max_model_len
                                                     : 0;
-    params.vocab_size = cfg.vocab > 0 ? cfg.vocab
+    params.vocab_size = cfg.vocab > 0           ? cfg.vocab
                         : server.vocab_size > 0 ? (uint32_t)server.vocab_size
                                                 : 0;
     if (format == BENCH_TRACE_MOONCAKE && params.vocab_size < BENCH_TOKEN_MIN_VOCAB) {
-        fprintf(stderr, "tandem-bench replay: vocabulary size unknown (GET %s/v1/models gave no "
-                        "vocab_size): pass --vocab N (>= %d)\n", base_url, BENCH_TOKEN_MIN_VOCAB);
+        fprintf(stderr,
+                "tandem-bench replay: vocabulary size unknown (GET %s/v1/models gave no "
+                "vocab_size): pass --vocab N (>= %d)\n",
+                base_url, BENCH_TOKEN_MIN_VOCAB);
         exit_code = BENCH_EXIT_USAGE;
         goto destroy_trace;
     }
@@ -345,8 +351,8 @@ static int cmd_replay(int argc, char **argv)
     if (!make_dir(cfg.out_dir)) {
         goto destroy_trace;
     }
-    status = bench_power_create(cfg.powercap,
-                                strcmp(cfg.nvml, "none") == 0 ? NULL : cfg.nvml, &power);
+    status =
+        bench_power_create(cfg.powercap, strcmp(cfg.nvml, "none") == 0 ? NULL : cfg.nvml, &power);
     if (status != TDM_OK) {
         goto destroy_trace;
     }
@@ -402,11 +408,11 @@ typedef struct {
 } synth_cfg_t;
 
 static const tdm_flag_t synth_flags[] = {
-    {"sessions", TDM_FLAG_U64, NULL, offsetof(synth_cfg_t, sessions), "sessions to write", 1,
-     1e7, 1},
+    {"sessions", TDM_FLAG_U64, NULL, offsetof(synth_cfg_t, sessions), "sessions to write", 1, 1e7,
+     1},
     {"seed", TDM_FLAG_U64, "1", offsetof(synth_cfg_t, seed), "random seed", 0, 0, 0},
-    {"out", TDM_FLAG_PATH, NULL, offsetof(synth_cfg_t, out), "JSONL file to write ('-': stdout)",
-     0, 0, 1},
+    {"out", TDM_FLAG_PATH, NULL, offsetof(synth_cfg_t, out), "JSONL file to write ('-': stdout)", 0,
+     0, 1},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(synth_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -421,8 +427,8 @@ static int cmd_synth(int argc, char **argv)
     tdm_status_t status;
 
     memset(&cfg, 0, sizeof(cfg));
-    status = tdm_flags_parse(synth_flags, sizeof(synth_flags) / sizeof(synth_flags[0]), argc,
-                             argv, "tandem-bench synth",
+    status = tdm_flags_parse(synth_flags, sizeof(synth_flags) / sizeof(synth_flags[0]), argc, argv,
+                             "tandem-bench synth",
                              "Write coding-agent-shaped sessions as Mooncake JSONL with "
                              "session_id and delay (distributions: docs/BENCH.md).",
                              &cfg, NULL, NULL, &action);
@@ -476,8 +482,8 @@ typedef struct {
 } fake_cfg_t;
 
 static const tdm_flag_t fake_flags[] = {
-    {"port", TDM_FLAG_U32, "8000", offsetof(fake_cfg_t, port), "TCP port on 127.0.0.1", 0,
-     65535, 0},
+    {"port", TDM_FLAG_U32, "8000", offsetof(fake_cfg_t, port), "TCP port on 127.0.0.1", 0, 65535,
+     0},
     {"ttft-ms", TDM_FLAG_F64, "20", offsetof(fake_cfg_t, ttft_ms), "first-token delay, ms", 0,
      600000, 0},
     {"itl-ms", TDM_FLAG_F64, "5", offsetof(fake_cfg_t, itl_ms), "delay between chunks, ms", 0,
@@ -552,13 +558,12 @@ static int cmd_fake_server(int argc, char **argv)
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: tandem-bench COMMAND [flags]\n\n"
-            "commands:\n"
-            "  replay       replay agent sessions against an OpenAI-compatible server\n"
-            "  synth        write a synthetic coding-agent trace (Mooncake JSONL)\n"
-            "  fake-server  serve a fake streaming API with Tandem's /metrics\n\n"
-            "'tandem-bench COMMAND --help' lists a command's flags. Method: docs/BENCH.md.\n");
+    fprintf(out, "usage: tandem-bench COMMAND [flags]\n\n"
+                 "commands:\n"
+                 "  replay       replay agent sessions against an OpenAI-compatible server\n"
+                 "  synth        write a synthetic coding-agent trace (Mooncake JSONL)\n"
+                 "  fake-server  serve a fake streaming API with Tandem's /metrics\n\n"
+                 "'tandem-bench COMMAND --help' lists a command's flags. Method: docs/BENCH.md.\n");
 }
 
 int main(int argc, char **argv)

@@ -72,8 +72,7 @@ static int sample_value(const char *line, size_t n_line, const char *name, size_
     return 1;
 }
 
-tdm_status_t bench_metrics_sum(const char *text, size_t n_bytes, const char *name,
-                               double *sum_out)
+tdm_status_t bench_metrics_sum(const char *text, size_t n_bytes, const char *name, double *sum_out)
 {
     size_t n_name = strlen(name);
     size_t pos = 0;

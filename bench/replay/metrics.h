@@ -27,7 +27,7 @@ typedef enum {
 } bench_metric_t;
 
 /* The router's own counters, used when the names above are absent (router/metrics.c). */
-#define BENCH_METRIC_ROUTER_PROMPT "tandem_router_prompt_tokens_total"
+#define BENCH_METRIC_ROUTER_PROMPT  "tandem_router_prompt_tokens_total"
 #define BENCH_METRIC_ROUTER_PREFILL "tandem_router_prefill_tokens_total"
 
 /* Every name read from the text; resolved into bench_metric_t values. */
@@ -64,8 +64,7 @@ const char *bench_metric_name(bench_metric_t metric);
  * Prometheus text exposition `text` (n_bytes). Returns TDM_OK with *sum_out set, or
  * TDM_ERR_NOT_FOUND when no sample has that name (*sum_out untouched).
  */
-tdm_status_t bench_metrics_sum(const char *text, size_t n_bytes, const char *name,
-                               double *sum_out);
+tdm_status_t bench_metrics_sum(const char *text, size_t n_bytes, const char *name, double *sum_out);
 
 /* bench_metrics_add_text - add every raw name found in `text` to snapshot->raw (not resolved). */
 void bench_metrics_add_text(const char *text, size_t n_bytes, bench_metrics_snapshot_t *snapshot);
@@ -75,8 +74,8 @@ void bench_metrics_resolve(bench_metrics_snapshot_t *snapshot);
 
 /*
  * bench_metrics_scrape - GET each of n_urls URLs (timeout_ms each) and sum what they export
- * into *snapshot_out (zeroed first, resolved at the end). Endpoints that fail are skipped (debug log).
- * Returns TDM_OK when at least one endpoint answered, else TDM_ERR_NOT_FOUND.
+ * into *snapshot_out (zeroed first, resolved at the end). Endpoints that fail are skipped (debug
+ * log). Returns TDM_OK when at least one endpoint answered, else TDM_ERR_NOT_FOUND.
  */
 tdm_status_t bench_metrics_scrape(const char *const *urls, size_t n_urls, long timeout_ms,
                                   bench_metrics_snapshot_t *snapshot_out);

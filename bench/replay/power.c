@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POWER_MAX_ZONES 32
-#define POWER_MAX_GPUS 64
-#define POWER_PATH_BYTES 512
-#define POWER_UJ_PER_J 1e6
-#define POWER_MJ_PER_J 1e3
-#define POWER_MW_PER_W 1e3
-#define POWER_NS_PER_S 1e9
+#define POWER_MAX_ZONES    32
+#define POWER_MAX_GPUS     64
+#define POWER_PATH_BYTES   512
+#define POWER_UJ_PER_J     1e6
+#define POWER_MJ_PER_J     1e3
+#define POWER_MW_PER_W     1e3
+#define POWER_NS_PER_S     1e9
 #define POWER_NVML_SUCCESS 0
 
 /* NVML's ABI, declared here so the build needs no NVIDIA headers. */
@@ -33,7 +33,7 @@ typedef struct {
     char path[POWER_PATH_BYTES]; /* .../energy_uj */
     double max_uj;               /* wrap range */
     double last_uj;
-    double total_uj;             /* accumulated since begin */
+    double total_uj; /* accumulated since begin */
 } rapl_zone_t;
 
 typedef struct {
@@ -209,8 +209,8 @@ static void find_nvml(bench_power_t *power, const char *library)
         }
         gpu->has_energy = power->nvml_energy != NULL &&
                           power->nvml_energy(gpu->device, &gpu->last_mj) == POWER_NVML_SUCCESS;
-        if (!gpu->has_energy &&
-            (power->nvml_power == NULL || power->nvml_power(gpu->device, &mw) != POWER_NVML_SUCCESS)) {
+        if (!gpu->has_energy && (power->nvml_power == NULL ||
+                                 power->nvml_power(gpu->device, &mw) != POWER_NVML_SUCCESS)) {
             continue;
         }
         power->n_gpus++;
@@ -223,8 +223,7 @@ static void find_nvml(bench_power_t *power, const char *library)
     }
     snprintf(power->sources + strlen(power->sources),
              sizeof(power->sources) - strlen(power->sources), "%snvml:%zu gpu%s",
-             power->sources[0] != '\0' ? " + " : "", power->n_gpus,
-             power->n_gpus == 1 ? "" : "s");
+             power->sources[0] != '\0' ? " + " : "", power->n_gpus, power->n_gpus == 1 ? "" : "s");
 }
 
 tdm_status_t bench_power_create(const char *powercap_root, const char *nvml_library,

@@ -15,19 +15,19 @@
 #include <string.h>
 #include <time.h>
 
-#define REPLAY_NS_PER_MS 1000000ULL
-#define REPLAY_NS_PER_S 1000000000ULL
-#define REPLAY_TICK_MS 200             /* main thread: power ticks, deadline checks */
-#define REPLAY_PROGRESS_TTY_MS 500     /* progress line rewrite period on a terminal */
-#define REPLAY_PROGRESS_LOG_MS 5000    /* progress line period otherwise */
-#define REPLAY_CONNECT_TIMEOUT_MS 10000
-#define REPLAY_METRICS_TIMEOUT_MS 5000
-#define REPLAY_WARN_ERRORS 5           /* failed requests logged at warn per level */
+#define REPLAY_NS_PER_MS            1000000ULL
+#define REPLAY_NS_PER_S             1000000000ULL
+#define REPLAY_TICK_MS              200  /* main thread: power ticks, deadline checks */
+#define REPLAY_PROGRESS_TTY_MS      500  /* progress line rewrite period on a terminal */
+#define REPLAY_PROGRESS_LOG_MS      5000 /* progress line period otherwise */
+#define REPLAY_CONNECT_TIMEOUT_MS   10000
+#define REPLAY_METRICS_TIMEOUT_MS   5000
+#define REPLAY_WARN_ERRORS          5 /* failed requests logged at warn per level */
 #define REPLAY_SESSION_HEADER_BYTES 160
-#define REPLAY_TAG_BYTES 64
-#define REPLAY_SALT_LEVEL 0x9E3779B97F4A7C15ULL
-#define REPLAY_SALT_WRAP 0xC2B2AE3D27D4EB4FULL
-#define REPLAY_PAUSE_KEY 0x165667B19E3779F9ULL
+#define REPLAY_TAG_BYTES            64
+#define REPLAY_SALT_LEVEL           0x9E3779B97F4A7C15ULL
+#define REPLAY_SALT_WRAP            0xC2B2AE3D27D4EB4FULL
+#define REPLAY_PAUSE_KEY            0x165667B19E3779F9ULL
 
 /* State shared by the agents of one level. */
 typedef struct {
@@ -228,8 +228,8 @@ static void session_header(const char *trace_id, size_t level_index, uint64_t se
 {
     snprintf(out, out_bytes, "%s.l%zu.s%llu", trace_id, level_index, (unsigned long long)seq);
     for (char *c = out; *c != '\0'; c++) {
-        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                 (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-';
+        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                 *c == '.' || *c == '_' || *c == '-';
         if (!ok) {
             *c = '_';
         }
@@ -260,8 +260,8 @@ static tdm_status_t body_of_tokens(agent_t *agent, const bench_token_params_t *t
         return status;
     }
     bench_strbuf_reset(&agent->body);
-    status = bench_strbuf_printf(&agent->body, "{\"model\":%s,\"prompt\":[",
-                                 agent->level->model_json);
+    status =
+        bench_strbuf_printf(&agent->body, "{\"model\":%s,\"prompt\":[", agent->level->model_json);
     for (size_t i = 0; i < n && status == TDM_OK; i++) {
         char digits[16];
         int n_digits = snprintf(digits, sizeof(digits), i == 0 ? "%u" : ",%u", agent->tokens[i]);
@@ -290,19 +290,19 @@ static tdm_status_t body_of_messages(agent_t *agent, const bench_session_t *sess
     if (messages == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    json_array_foreach(turn->messages, i, message) {
+    json_array_foreach(turn->messages, i, message)
+    {
         const json_t *content = json_object_get(message, "content");
         if ((long)i == session->tag_message && json_is_string(content)) {
             json_t *copy = json_copy(message);
             char tag[REPLAY_TAG_BYTES];
             bench_strbuf_t tagged = {0};
-            snprintf(tag, sizeof(tag), "[tandem-bench run %016llx]\n",
-                     (unsigned long long)salt);
+            snprintf(tag, sizeof(tag), "[tandem-bench run %016llx]\n", (unsigned long long)salt);
             if (copy == NULL || bench_strbuf_printf(&tagged, "%s", tag) != TDM_OK ||
                 bench_strbuf_append(&tagged, json_string_value(content),
                                     json_string_length(content)) != TDM_OK ||
-                json_object_set_new(copy, "content",
-                                    json_stringn(tagged.data, tagged.n_bytes)) != 0 ||
+                json_object_set_new(copy, "content", json_stringn(tagged.data, tagged.n_bytes)) !=
+                    0 ||
                 json_array_append_new(messages, copy) != 0) {
                 bench_strbuf_fini(&tagged);
                 goto free_messages;
@@ -360,8 +360,8 @@ static int run_session(agent_t *agent, uint64_t seq)
 
     tp.vocab_size = params->vocab_size;
     tp.scale = params->scale;
-    tp.salt = tdm_hash_splitmix64(params->seed ^ ((uint64_t)(level->level_index + 1) *
-                                                  REPLAY_SALT_LEVEL) ^
+    tp.salt = tdm_hash_splitmix64(params->seed ^
+                                  ((uint64_t)(level->level_index + 1) * REPLAY_SALT_LEVEL) ^
                                   ((wrap + 1) * REPLAY_SALT_WRAP));
     session_header(session->id, level->level_index, seq, header, sizeof(header));
 
@@ -378,8 +378,8 @@ static int run_session(agent_t *agent, uint64_t seq)
             return 0;
         }
         if (t > 0) {
-            double pause_ms = bench_replay_pause_ms(params, trace->format, turn, seq, t,
-                                                    prev_service_ms);
+            double pause_ms =
+                bench_replay_pause_ms(params, trace->format, turn, seq, t, prev_service_ms);
             if (pause_ms > 0.0 && !wait_pause(level, pause_ms)) {
                 return 0;
             }
@@ -420,9 +420,8 @@ static int run_session(agent_t *agent, uint64_t seq)
         if (status != TDM_OK) {
             uint64_t n_errors = atomic_fetch_add(&level->n_errors, 1) + 1;
             tdm_log(n_errors <= REPLAY_WARN_ERRORS ? TDM_LOG_WARN : TDM_LOG_DEBUG, "bench",
-                    "request failed: agent=%u session=%s turn=%zu status=%s err=%s",
-                    agent->index, header, t, tdm_status_name(status),
-                    bench_client_last_error(agent->client));
+                    "request failed: agent=%u session=%s turn=%zu status=%s err=%s", agent->index,
+                    header, t, tdm_status_name(status), bench_client_last_error(agent->client));
             if (status == TDM_ERR_NO_MEMORY) {
                 agent->status = status;
             }
@@ -462,8 +461,8 @@ static void *agent_main(void *arg)
     return NULL;
 }
 
-static void print_progress(const bench_replay_params_t *params, level_ctx_t *level,
-                           size_t level_no, uint32_t concurrency, uint64_t t_start_ns, int final)
+static void print_progress(const bench_replay_params_t *params, level_ctx_t *level, size_t level_no,
+                           uint32_t concurrency, uint64_t t_start_ns, int final)
 {
     double elapsed_s = (double)(tdm_clock_now_ns() - t_start_ns) / (double)REPLAY_NS_PER_S;
     uint64_t out = atomic_load(&level->output_tokens);
@@ -657,8 +656,8 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
     while (level.n_running > 0) {
         struct timespec ts = timespec_of(tdm_clock_now_ns() + REPLAY_TICK_MS * REPLAY_NS_PER_MS);
         uint64_t now;
-        uint64_t period_ms = params->progress_is_tty ? REPLAY_PROGRESS_TTY_MS
-                                                     : REPLAY_PROGRESS_LOG_MS;
+        uint64_t period_ms =
+            params->progress_is_tty ? REPLAY_PROGRESS_TTY_MS : REPLAY_PROGRESS_LOG_MS;
         pthread_cond_timedwait(&level.cond, &level.lock, &ts);
         pthread_mutex_unlock(&level.lock);
         now = tdm_clock_now_ns();
@@ -712,8 +711,8 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
     out->n_context_cut = atomic_load(&level.context_cut);
     out->pause_total_s = (double)atomic_load(&level.pause_total_us) / 1e6;
     out->stop_reason = level.stop_reason != NULL ? level.stop_reason
-                       : params->n_sessions > 0 ? "sessions"
-                                                : "trace";
+                       : params->n_sessions > 0  ? "sessions"
+                                                 : "trace";
 
 free_agents:
     agents_fini(agents, n_agents);

@@ -23,16 +23,16 @@
 #include "bench/replay/trace.h"
 #include "common/status.h"
 
-#define BENCH_MAX_LEVELS 32
+#define BENCH_MAX_LEVELS       32
 #define BENCH_MAX_METRICS_URLS 16
-#define BENCH_MODEL_BYTES 256
-#define BENCH_URL_BYTES 1024
+#define BENCH_MODEL_BYTES      256
+#define BENCH_URL_BYTES        1024
 
 /* SWE-agent tool pauses (the .traj files record none): lognormal, clamped. docs/BENCH.md. */
 #define BENCH_SWE_PAUSE_MEDIAN_MS 4000.0
-#define BENCH_SWE_PAUSE_SIGMA 0.9
-#define BENCH_SWE_PAUSE_MIN_MS 500.0
-#define BENCH_SWE_PAUSE_MAX_MS 60000.0
+#define BENCH_SWE_PAUSE_SIGMA     0.9
+#define BENCH_SWE_PAUSE_MIN_MS    500.0
+#define BENCH_SWE_PAUSE_MAX_MS    60000.0
 
 /* What the server says about itself (GET /v1/models). Plain data. */
 typedef struct {
@@ -43,26 +43,26 @@ typedef struct {
 
 /* Everything a replay needs. Plain data; bench_replay_params_default fills it. */
 typedef struct {
-    const char *base_url;                            /* "http://host:port" (no /v1) */
-    const char *model;                               /* sent as "model" */
-    const char *api_key;                             /* bearer key, or NULL */
-    const char *metrics_urls[BENCH_MAX_METRICS_URLS];/* /metrics endpoints summed */
+    const char *base_url;                             /* "http://host:port" (no /v1) */
+    const char *model;                                /* sent as "model" */
+    const char *api_key;                              /* bearer key, or NULL */
+    const char *metrics_urls[BENCH_MAX_METRICS_URLS]; /* /metrics endpoints summed */
     size_t n_metrics_urls;
-    uint32_t concurrency[BENCH_MAX_LEVELS];          /* agents per level, in run order */
+    uint32_t concurrency[BENCH_MAX_LEVELS]; /* agents per level, in run order */
     size_t n_levels;
-    double duration_s;         /* per level; 0: no time limit */
-    uint64_t n_sessions;       /* sessions started per level; 0: no limit (see bench_replay_run) */
-    double scale;              /* (0, 1]: Mooncake lengths; SWE-agent output length only */
-    uint64_t max_context;      /* prompt + output tokens allowed; 0: unlimited */
-    uint64_t seed;             /* token salt and SWE-agent pause draws */
-    uint32_t vocab_size;       /* Mooncake token ids (tokens.h) */
-    double pause_scale;        /* every tool pause is multiplied by this ... */
-    double max_pause_s;        /* ... then capped at this */
-    double timeout_s;          /* per request */
-    uint64_t max_errors;       /* a level stops after this many failed requests */
-    int send_session_header;   /* 1: X-Session-Id on every request */
-    FILE *progress;            /* live progress line; NULL: none */
-    int progress_is_tty;       /* 1: rewrite one line with \r; 0: a line every few seconds */
+    double duration_s;       /* per level; 0: no time limit */
+    uint64_t n_sessions;     /* sessions started per level; 0: no limit (see bench_replay_run) */
+    double scale;            /* (0, 1]: Mooncake lengths; SWE-agent output length only */
+    uint64_t max_context;    /* prompt + output tokens allowed; 0: unlimited */
+    uint64_t seed;           /* token salt and SWE-agent pause draws */
+    uint32_t vocab_size;     /* Mooncake token ids (tokens.h) */
+    double pause_scale;      /* every tool pause is multiplied by this ... */
+    double max_pause_s;      /* ... then capped at this */
+    double timeout_s;        /* per request */
+    uint64_t max_errors;     /* a level stops after this many failed requests */
+    int send_session_header; /* 1: X-Session-Id on every request */
+    FILE *progress;          /* live progress line; NULL: none */
+    int progress_is_tty;     /* 1: rewrite one line with \r; 0: a line every few seconds */
     const atomic_int *abort_flag; /* set (e.g. by SIGINT) to stop at once; may be NULL */
 } bench_replay_params_t;
 
@@ -74,11 +74,11 @@ typedef struct {
     int metrics_available;                  /* both scrapes answered */
     bench_power_reading_t power;
     uint64_t n_sessions_started;
-    uint64_t n_sessions_completed;  /* every turn sent and answered */
-    uint64_t n_context_cut;         /* sessions ended early by max_context */
-    double pause_total_s;           /* tool pauses waited, summed over agents */
-    const char *stop_reason;        /* "duration", "sessions", "trace", "errors", "aborted" */
-    bench_request_t *requests;      /* n_requests records, in completion order per agent */
+    uint64_t n_sessions_completed; /* every turn sent and answered */
+    uint64_t n_context_cut;        /* sessions ended early by max_context */
+    double pause_total_s;          /* tool pauses waited, summed over agents */
+    const char *stop_reason;       /* "duration", "sessions", "trace", "errors", "aborted" */
+    bench_request_t *requests;     /* n_requests records, in completion order per agent */
     size_t n_requests;
 } bench_level_result_t;
 

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#define REPORT_PATH_BYTES 4096
-#define REPORT_W_PER_MW 1e6
-#define REPORT_NS_PER_MS 1e6
+#define REPORT_PATH_BYTES   4096
+#define REPORT_W_PER_MW     1e6
+#define REPORT_NS_PER_MS    1e6
 #define REPORT_BYTES_PER_MB 1e6
 
 extern char **environ;
@@ -103,15 +103,16 @@ void bench_report_table(FILE *out, const bench_report_meta_t *meta, const bench_
         fprintf(out, "power: %s (energy of this host's measured parts during each level)\n",
                 meta->power_sources);
     } else {
-        fprintf(out, "power not measured (no readable RAPL or NVML): throughput per core, %u "
-                     "cores\n",
+        fprintf(out,
+                "power not measured (no readable RAPL or NVML): throughput per core, %u "
+                "cores\n",
                 meta->n_cores);
     }
     fprintf(out, "\n%5s %6s %4s %9s %11s %8s %8s %8s %8s %8s %7s %7s %10s %10s %9s %8s\n", "conc",
             "reqs", "err", "out tok/s", efficiency_unit(meta), "spd p50", "spd p10", "TTFT p50",
             "TTFT p90", "TTFT p99", "ITL p50", "ITL p99", "pf comp", "pf reused", "KV MB", "avg W");
-    fprintf(out, "%5s %6s %4s %9s %11s %8s %8s %8s %8s %8s %7s %7s %10s %10s %9s %8s\n", "", "",
-            "", "", "", "tok/s", "tok/s", "ms", "ms", "ms", "ms", "ms", "tokens", "tokens", "moved",
+    fprintf(out, "%5s %6s %4s %9s %11s %8s %8s %8s %8s %8s %7s %7s %10s %10s %9s %8s\n", "", "", "",
+            "", "", "tok/s", "tok/s", "ms", "ms", "ms", "ms", "ms", "tokens", "tokens", "moved",
             "");
     for (size_t l = 0; l < run->n_levels; l++) {
         const bench_level_result_t *level = &run->levels[l];
@@ -130,12 +131,14 @@ void bench_report_table(FILE *out, const bench_report_meta_t *meta, const bench_
         cell(out, 8, 1, s->ttft_p99_ms);
         cell(out, 7, 2, s->itl_p50_ms);
         cell(out, 7, 2, s->itl_p99_ms);
-        cell(out, 10, 0, have && m->present[BENCH_METRIC_COMPUTED] ?
-                             m->values[BENCH_METRIC_COMPUTED] : -1.0);
-        cell(out, 10, 0, have && m->present[BENCH_METRIC_REUSED] ?
-                             m->values[BENCH_METRIC_REUSED] : -1.0);
-        cell(out, 9, 2, have && m->present[BENCH_METRIC_KV_BYTES] ?
-                            m->values[BENCH_METRIC_KV_BYTES] / REPORT_BYTES_PER_MB : -1.0);
+        cell(out, 10, 0,
+             have && m->present[BENCH_METRIC_COMPUTED] ? m->values[BENCH_METRIC_COMPUTED] : -1.0);
+        cell(out, 10, 0,
+             have && m->present[BENCH_METRIC_REUSED] ? m->values[BENCH_METRIC_REUSED] : -1.0);
+        cell(out, 9, 2,
+             have && m->present[BENCH_METRIC_KV_BYTES]
+                 ? m->values[BENCH_METRIC_KV_BYTES] / REPORT_BYTES_PER_MB
+                 : -1.0);
         cell(out, 8, 1, level->power.measured ? level->power.average_w : -1.0);
         fprintf(out, "\n");
     }
@@ -194,7 +197,8 @@ static json_t *level_json(const bench_report_meta_t *meta, const bench_level_res
     json_object_set_new(obj, "itl_p50_ms", num_or_null(s->itl_p50_ms));
     json_object_set_new(obj, "itl_p99_ms", num_or_null(s->itl_p99_ms));
     json_object_set_new(obj, "itl_samples", json_integer((json_int_t)s->n_itl_samples));
-    json_object_set_new(obj, "sessions_started", json_integer((json_int_t)level->n_sessions_started));
+    json_object_set_new(obj, "sessions_started",
+                        json_integer((json_int_t)level->n_sessions_started));
     json_object_set_new(obj, "sessions_completed",
                         json_integer((json_int_t)level->n_sessions_completed));
     json_object_set_new(obj, "sessions_cut_by_max_context",
@@ -208,16 +212,19 @@ static json_t *level_json(const bench_report_meta_t *meta, const bench_level_res
     json_object_set_new(obj, "metrics_delta", metrics);
     json_object_set_new(obj, "prefill_tokens_computed",
                         level->metrics_available && m->present[BENCH_METRIC_COMPUTED]
-                            ? json_real(m->values[BENCH_METRIC_COMPUTED]) : json_null());
+                            ? json_real(m->values[BENCH_METRIC_COMPUTED])
+                            : json_null());
     json_object_set_new(obj, "prefill_tokens_reused",
                         level->metrics_available && m->present[BENCH_METRIC_REUSED]
-                            ? json_real(m->values[BENCH_METRIC_REUSED]) : json_null());
+                            ? json_real(m->values[BENCH_METRIC_REUSED])
+                            : json_null());
     json_object_set_new(obj, "kv_bytes_moved",
                         level->metrics_available && m->present[BENCH_METRIC_KV_BYTES]
-                            ? json_real(m->values[BENCH_METRIC_KV_BYTES]) : json_null());
+                            ? json_real(m->values[BENCH_METRIC_KV_BYTES])
+                            : json_null());
     json_object_set_new(power, "measured", json_boolean(level->power.measured));
-    json_object_set_new(power, "energy_j", level->power.measured ? json_real(level->power.energy_j)
-                                                                 : json_null());
+    json_object_set_new(power, "energy_j",
+                        level->power.measured ? json_real(level->power.energy_j) : json_null());
     json_object_set_new(power, "average_w",
                         level->power.measured ? json_real(level->power.average_w) : json_null());
     json_object_set_new(power, "seconds",
@@ -256,9 +263,12 @@ tdm_status_t bench_report_write_json(const char *path, const bench_report_meta_t
     json_object_set_new(settings, "url", json_string(p->base_url));
     json_object_set_new(settings, "model", json_string(p->model));
     json_object_set_new(settings, "trace", json_string(meta->trace_path));
-    json_object_set_new(settings, "format", json_string(bench_trace_format_name(meta->trace->format)));
-    json_object_set_new(settings, "trace_sessions", json_integer((json_int_t)meta->trace->n_sessions));
-    json_object_set_new(settings, "trace_requests", json_integer((json_int_t)meta->trace->n_requests));
+    json_object_set_new(settings, "format",
+                        json_string(bench_trace_format_name(meta->trace->format)));
+    json_object_set_new(settings, "trace_sessions",
+                        json_integer((json_int_t)meta->trace->n_sessions));
+    json_object_set_new(settings, "trace_requests",
+                        json_integer((json_int_t)meta->trace->n_requests));
     json_object_set_new(settings, "trace_rebuilt_sessions",
                         json_integer((json_int_t)meta->trace->n_rebuilt_sessions));
     json_object_set_new(settings, "concurrency", concurrency);
@@ -273,10 +283,12 @@ tdm_status_t bench_report_write_json(const char *path, const bench_report_meta_t
     json_object_set_new(settings, "timeout_s", json_real(p->timeout_s));
     json_object_set_new(settings, "session_header", json_boolean(p->send_session_header));
     json_object_set_new(settings, "metrics_urls", metrics_urls);
-    json_object_set_new(settings, "server_vocab_size", meta->server->vocab_size >= 0
-                        ? json_integer(meta->server->vocab_size) : json_null());
-    json_object_set_new(settings, "server_max_model_len", meta->server->max_model_len >= 0
-                        ? json_integer(meta->server->max_model_len) : json_null());
+    json_object_set_new(settings, "server_vocab_size",
+                        meta->server->vocab_size >= 0 ? json_integer(meta->server->vocab_size)
+                                                      : json_null());
+    json_object_set_new(settings, "server_max_model_len",
+                        meta->server->max_model_len >= 0 ? json_integer(meta->server->max_model_len)
+                                                         : json_null());
     json_object_set_new(settings, "cores", json_integer(meta->n_cores));
     json_object_set_new(settings, "power_sources", json_string(meta->power_sources));
     json_object_set_new(settings, "power_measured", json_boolean(meta->power_available));
@@ -294,8 +306,11 @@ tdm_status_t bench_report_write_json(const char *path, const bench_report_meta_t
     json_object_set_new(root, "headline_speed_tok_s", json_real(BENCH_HEADLINE_SPEED_TOK_S));
     json_object_set_new(root, "headline_efficiency",
                         bench_report_at_speed(meta, run, BENCH_HEADLINE_SPEED_TOK_S, &headline) ==
-                                TDM_OK ? json_real(headline) : json_null());
-    if (status == TDM_OK && json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
+                                TDM_OK
+                            ? json_real(headline)
+                            : json_null());
+    if (status == TDM_OK &&
+        json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
         tdm_log(TDM_LOG_ERROR, "bench", "write failed: path=%s err=%s", path, strerror(errno));
         status = TDM_ERR_IO;
     }
@@ -412,8 +427,8 @@ tdm_status_t bench_report_plot(const char *dir, const bench_report_meta_t *meta,
             "set arrow from %g, graph 0 to %g, graph 1 nohead dashtype 2 lc rgb '#888888'\n"
             "plot '%s' using 1:2 with linespoints pt 7 ps 1.5 lw 2 title '%s', \\\n"
             "     '' using 1:2:(sprintf('c=%%d', $3)) with labels offset 1.5,1 notitle\n",
-            gp, png, efficiency_unit(meta), BENCH_HEADLINE_SPEED_TOK_S,
-            BENCH_HEADLINE_SPEED_TOK_S, dat,
+            gp, png, efficiency_unit(meta), BENCH_HEADLINE_SPEED_TOK_S, BENCH_HEADLINE_SPEED_TOK_S,
+            dat,
             meta->power_available ? "tok/s per MW (measured power)"
                                   : "tok/s per core (power not measured)");
     if (fclose(out) != 0) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #define STATS_NS_PER_MS 1e6
-#define STATS_NS_PER_S 1e9
+#define STATS_NS_PER_S  1e9
 
 void bench_request_fini(bench_request_t *req)
 {

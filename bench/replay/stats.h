@@ -22,29 +22,29 @@
 
 /* How a request ended. */
 typedef enum {
-    BENCH_REQ_OK = 0,         /* stream completed with [DONE] or a finish_reason */
-    BENCH_REQ_ERR_HTTP = 1,   /* HTTP status other than 200 */
-    BENCH_REQ_ERR_CONNECT = 2,/* connection failed, reset or timed out */
-    BENCH_REQ_ERR_STREAM = 3, /* error event in the stream, or a stream that ended early */
+    BENCH_REQ_OK = 0,          /* stream completed with [DONE] or a finish_reason */
+    BENCH_REQ_ERR_HTTP = 1,    /* HTTP status other than 200 */
+    BENCH_REQ_ERR_CONNECT = 2, /* connection failed, reset or timed out */
+    BENCH_REQ_ERR_STREAM = 3,  /* error event in the stream, or a stream that ended early */
 } bench_req_result_t;
 
 /* One request's timings. The record owns gaps_ms (free with bench_request_fini). */
 typedef struct {
-    uint32_t agent;        /* simulated agent index */
-    uint32_t turn;         /* turn index within its session */
-    uint64_t session;      /* session sequence number within the level */
-    uint64_t t_send_ns;    /* tdm_clock_now_ns() just before the request was sent */
-    uint64_t t_first_ns;   /* first content chunk, or 0 */
-    uint64_t t_last_ns;    /* last content chunk, or 0 */
-    uint64_t t_end_ns;     /* stream closed */
-    int64_t input_tokens;  /* usage.prompt_tokens when reported, else the tokens we sent/estimated */
+    uint32_t agent;       /* simulated agent index */
+    uint32_t turn;        /* turn index within its session */
+    uint64_t session;     /* session sequence number within the level */
+    uint64_t t_send_ns;   /* tdm_clock_now_ns() just before the request was sent */
+    uint64_t t_first_ns;  /* first content chunk, or 0 */
+    uint64_t t_last_ns;   /* last content chunk, or 0 */
+    uint64_t t_end_ns;    /* stream closed */
+    int64_t input_tokens; /* usage.prompt_tokens when reported, else the tokens we sent/estimated */
     int64_t output_tokens; /* usage.completion_tokens when reported, else content chunks */
     int64_t max_tokens;    /* what the request asked for */
     uint32_t n_chunks;     /* SSE events that carried content */
     int usage_reported;    /* 1 when the server sent usage */
     int http_status;       /* 0 when no response */
     bench_req_result_t result;
-    double *gaps_ms;       /* n_gaps inter-chunk gaps, ms (owned) */
+    double *gaps_ms; /* n_gaps inter-chunk gaps, ms (owned) */
     size_t n_gaps;
     size_t gaps_capacity;
 } bench_request_t;
@@ -57,15 +57,15 @@ tdm_status_t bench_request_add_gap(bench_request_t *req, double gap_ms);
 
 /* Figures for one concurrency level. Plain data; -1 marks a figure with no samples. */
 typedef struct {
-    uint64_t n_requests;     /* records given */
-    uint64_t n_ok;           /* BENCH_REQ_OK */
-    uint64_t n_errors;       /* everything else */
-    uint64_t output_tokens;  /* over successful requests */
-    uint64_t input_tokens;   /* over successful requests */
-    double wall_s;           /* t_end - t_start */
-    double output_tok_s;     /* output_tokens / wall_s, or 0 */
-    double speed_p50_tok_s;  /* per-request output speed, median */
-    double speed_p10_tok_s;  /* 10th percentile (the slow tail) */
+    uint64_t n_requests;    /* records given */
+    uint64_t n_ok;          /* BENCH_REQ_OK */
+    uint64_t n_errors;      /* everything else */
+    uint64_t output_tokens; /* over successful requests */
+    uint64_t input_tokens;  /* over successful requests */
+    double wall_s;          /* t_end - t_start */
+    double output_tok_s;    /* output_tokens / wall_s, or 0 */
+    double speed_p50_tok_s; /* per-request output speed, median */
+    double speed_p10_tok_s; /* 10th percentile (the slow tail) */
     double speed_mean_tok_s;
     double ttft_p50_ms;
     double ttft_p90_ms;

@@ -1,15 +1,15 @@
 /* strbuf.c - growable byte buffer; see strbuf.h. */
 #include "bench/replay/strbuf.h"
 
+#include "common/log.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-
-#define STRBUF_MIN_CAPACITY 256
+#define STRBUF_MIN_CAPACITY     256
 #define STRBUF_READ_CHUNK_BYTES 65536
 
 void bench_strbuf_fini(bench_strbuf_t *buf)

@@ -9,35 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SYNTH_TASK_MEDIAN 1200.0
-#define SYNTH_TASK_SIGMA 0.8
-#define SYNTH_TASK_MIN 200.0
-#define SYNTH_TASK_MAX 20000.0
-#define SYNTH_TURNS_MEDIAN 12.0
-#define SYNTH_TURNS_SIGMA 1.1
-#define SYNTH_TURNS_MIN 2.0
-#define SYNTH_TURNS_MAX 400.0
-#define SYNTH_OUTPUT_MEDIAN 110.0
-#define SYNTH_OUTPUT_SIGMA 0.9
-#define SYNTH_OUTPUT_MIN 4.0
-#define SYNTH_OUTPUT_MAX 4096.0
-#define SYNTH_BIG_RESULT_P 0.1
-#define SYNTH_SMALL_MEDIAN 100.0
-#define SYNTH_SMALL_SIGMA 1.0
-#define SYNTH_SMALL_MIN 10.0
-#define SYNTH_SMALL_MAX 5000.0
-#define SYNTH_BIG_MEDIAN 2000.0
-#define SYNTH_BIG_SIGMA 0.8
-#define SYNTH_BIG_MIN 500.0
-#define SYNTH_BIG_MAX 30000.0
-#define SYNTH_PAUSE_MEDIAN_MS 3000.0
-#define SYNTH_PAUSE_SIGMA 1.0
-#define SYNTH_PAUSE_MIN_MS 200.0
-#define SYNTH_PAUSE_MAX_MS 120000.0
-#define SYNTH_ARRIVAL_MEAN_MS 5000.0
-#define SYNTH_SERVICE_BASE_MS 250.0
+#define SYNTH_TASK_MEDIAN          1200.0
+#define SYNTH_TASK_SIGMA           0.8
+#define SYNTH_TASK_MIN             200.0
+#define SYNTH_TASK_MAX             20000.0
+#define SYNTH_TURNS_MEDIAN         12.0
+#define SYNTH_TURNS_SIGMA          1.1
+#define SYNTH_TURNS_MIN            2.0
+#define SYNTH_TURNS_MAX            400.0
+#define SYNTH_OUTPUT_MEDIAN        110.0
+#define SYNTH_OUTPUT_SIGMA         0.9
+#define SYNTH_OUTPUT_MIN           4.0
+#define SYNTH_OUTPUT_MAX           4096.0
+#define SYNTH_BIG_RESULT_P         0.1
+#define SYNTH_SMALL_MEDIAN         100.0
+#define SYNTH_SMALL_SIGMA          1.0
+#define SYNTH_SMALL_MIN            10.0
+#define SYNTH_SMALL_MAX            5000.0
+#define SYNTH_BIG_MEDIAN           2000.0
+#define SYNTH_BIG_SIGMA            0.8
+#define SYNTH_BIG_MIN              500.0
+#define SYNTH_BIG_MAX              30000.0
+#define SYNTH_PAUSE_MEDIAN_MS      3000.0
+#define SYNTH_PAUSE_SIGMA          1.0
+#define SYNTH_PAUSE_MIN_MS         200.0
+#define SYNTH_PAUSE_MAX_MS         120000.0
+#define SYNTH_ARRIVAL_MEAN_MS      5000.0
+#define SYNTH_SERVICE_BASE_MS      250.0
 #define SYNTH_SERVICE_PER_TOKEN_MS 20.0
-#define SYNTH_OVER_TOKENS 100000
+#define SYNTH_OVER_TOKENS          100000
 
 /* One request before sorting. */
 typedef struct {
@@ -48,7 +48,7 @@ typedef struct {
     uint64_t session;
     uint64_t turn;
     size_t n_ids;
-    int64_t *ids;      /* owned */
+    int64_t *ids; /* owned */
 } synth_req_t;
 
 /* SplitMix64 stream. */
@@ -126,9 +126,9 @@ static tdm_status_t generate(const bench_synth_params_t *params, synth_req_t **r
     double t_session_ms = 0.0;
 
     for (uint64_t s = 0; s < params->n_sessions; s++) {
-        double context = BENCH_SYNTH_SHARED_TOKENS +
-                         round(lognormal(&rng, SYNTH_TASK_MEDIAN, SYNTH_TASK_SIGMA,
-                                         SYNTH_TASK_MIN, SYNTH_TASK_MAX));
+        double context =
+            BENCH_SYNTH_SHARED_TOKENS + round(lognormal(&rng, SYNTH_TASK_MEDIAN, SYNTH_TASK_SIGMA,
+                                                        SYNTH_TASK_MIN, SYNTH_TASK_MAX));
         uint64_t n_turns = (uint64_t)lognormal(&rng, SYNTH_TURNS_MEDIAN, SYNTH_TURNS_SIGMA,
                                                SYNTH_TURNS_MIN, SYNTH_TURNS_MAX);
         double t_ms = t_session_ms;
@@ -143,8 +143,8 @@ static tdm_status_t generate(const bench_synth_params_t *params, synth_req_t **r
             double pause = round(lognormal(&rng, SYNTH_PAUSE_MEDIAN_MS, SYNTH_PAUSE_SIGMA,
                                            SYNTH_PAUSE_MIN_MS, SYNTH_PAUSE_MAX_MS));
             double result = rng_unit(&rng) < SYNTH_BIG_RESULT_P
-                                ? lognormal(&rng, SYNTH_BIG_MEDIAN, SYNTH_BIG_SIGMA,
-                                            SYNTH_BIG_MIN, SYNTH_BIG_MAX)
+                                ? lognormal(&rng, SYNTH_BIG_MEDIAN, SYNTH_BIG_SIGMA, SYNTH_BIG_MIN,
+                                            SYNTH_BIG_MAX)
                                 : lognormal(&rng, SYNTH_SMALL_MEDIAN, SYNTH_SMALL_SIGMA,
                                             SYNTH_SMALL_MIN, SYNTH_SMALL_MAX);
             int64_t input = (int64_t)context;
@@ -165,8 +165,8 @@ static tdm_status_t generate(const bench_synth_params_t *params, synth_req_t **r
             req->turn = t;
             req->input_length = input;
             req->output_length = (int64_t)output;
-            req->n_ids = (size_t)((input + BENCH_TRACE_BLOCK_TOKENS - 1) /
-                                  BENCH_TRACE_BLOCK_TOKENS);
+            req->n_ids =
+                (size_t)((input + BENCH_TRACE_BLOCK_TOKENS - 1) / BENCH_TRACE_BLOCK_TOKENS);
             req->ids = malloc(req->n_ids * sizeof(int64_t));
             if (req->ids == NULL) {
                 free_reqs(reqs, n);
@@ -232,23 +232,22 @@ tdm_status_t bench_synth_write(const bench_synth_params_t *params, FILE *out,
     for (size_t i = 0; i < n && status == TDM_OK; i++) {
         const synth_req_t *req = &reqs[i];
         bench_strbuf_reset(&line);
-        status = bench_strbuf_printf(&line, "{\"session_id\":\"synth-%llu-%llu\",\"timestamp\":%lld,",
-                                     (unsigned long long)params->seed,
-                                     (unsigned long long)req->session,
-                                     (long long)req->timestamp_ms);
+        status =
+            bench_strbuf_printf(&line, "{\"session_id\":\"synth-%llu-%llu\",\"timestamp\":%lld,",
+                                (unsigned long long)params->seed, (unsigned long long)req->session,
+                                (long long)req->timestamp_ms);
         if (status == TDM_OK && req->delay_ms >= 0) {
             status = bench_strbuf_printf(&line, "\"delay\":%lld,", (long long)req->delay_ms);
         }
         if (status == TDM_OK) {
-            status = bench_strbuf_printf(&line,
-                                         "\"input_length\":%lld,\"output_length\":%lld,"
-                                         "\"hash_ids\":[",
-                                         (long long)req->input_length,
-                                         (long long)req->output_length);
+            status =
+                bench_strbuf_printf(&line,
+                                    "\"input_length\":%lld,\"output_length\":%lld,"
+                                    "\"hash_ids\":[",
+                                    (long long)req->input_length, (long long)req->output_length);
         }
         for (size_t b = 0; b < req->n_ids && status == TDM_OK; b++) {
-            status = bench_strbuf_printf(&line, b == 0 ? "%lld" : ",%lld",
-                                         (long long)req->ids[b]);
+            status = bench_strbuf_printf(&line, b == 0 ? "%lld" : ",%lld", (long long)req->ids[b]);
         }
         if (status == TDM_OK) {
             status = bench_strbuf_printf(&line, "]}\n");

@@ -24,7 +24,7 @@
 #include "common/status.h"
 
 #define BENCH_SYNTH_SHARED_TOKENS 3584
-#define BENCH_SYNTH_MAX_CONTEXT 200000
+#define BENCH_SYNTH_MAX_CONTEXT   200000
 
 /* Plain data. */
 typedef struct {
@@ -36,11 +36,11 @@ typedef struct {
 typedef struct {
     uint64_t n_requests;
     uint64_t n_sessions;
-    int64_t input_p50;      /* tokens, median over requests */
+    int64_t input_p50; /* tokens, median over requests */
     int64_t input_max;
     int64_t output_p50;
-    int64_t pause_p50_ms;   /* over turns after the first */
-    uint64_t n_over_100k;   /* requests with input above 100,000 tokens */
+    int64_t pause_p50_ms; /* over turns after the first */
+    uint64_t n_over_100k; /* requests with input above 100,000 tokens */
 } bench_synth_summary_t;
 
 /*

@@ -1,9 +1,9 @@
 /* tokens.c - deterministic token ids from hash ids; see tokens.h. */
 #include "bench/replay/tokens.h"
 
-#include <math.h>
-
 #include "common/hash.h"
+
+#include <math.h>
 
 /* Mixes the salt into the id so salts give unrelated streams. */
 #define TOKENS_SALT_MIX 0xD6E8FEB86659FD93ULL
@@ -70,8 +70,8 @@ tdm_status_t bench_tokens_prompt(const bench_token_params_t *params, const bench
         if (b < turn->n_hash_ids) {
             key = (uint64_t)turn->hash_ids[b];
         } else {
-            key = TOKENS_PSEUDO_ID_BIT |
-                  (tdm_hash_splitmix64(((uint64_t)turn->line << 24) ^ b) >> 1);
+            key =
+                TOKENS_PSEUDO_ID_BIT | (tdm_hash_splitmix64(((uint64_t)turn->line << 24) ^ b) >> 1);
         }
         block_of_key(params, key, tokens_out + n_done, n);
         n_done += n;

@@ -16,9 +16,9 @@
 #include "bench/replay/trace.h"
 #include "common/status.h"
 
-#define BENCH_TOKEN_FIRST_ID 3     /* ids 0, 1, 2 are never emitted */
-#define BENCH_TOKEN_TOP_RESERVED 2 /* neither are vocab_size - 2 and vocab_size - 1 */
-#define BENCH_TOKEN_MIN_VOCAB 16   /* smallest vocabulary accepted */
+#define BENCH_TOKEN_FIRST_ID     3  /* ids 0, 1, 2 are never emitted */
+#define BENCH_TOKEN_TOP_RESERVED 2  /* neither are vocab_size - 2 and vocab_size - 1 */
+#define BENCH_TOKEN_MIN_VOCAB    16 /* smallest vocabulary accepted */
 
 /* How tokens are made for one run. Plain data. */
 typedef struct {

@@ -1,19 +1,19 @@
 /* trace.c - Mooncake JSONL parsing and session rebuilding; see trace.h. */
 #include "bench/replay/trace.h"
 
+#include "bench/replay/strbuf.h"
+#include "bench/replay/u64map.h"
+#include "common/hash.h"
+#include "common/json.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bench/replay/strbuf.h"
-#include "bench/replay/u64map.h"
-#include "common/hash.h"
-#include "common/json.h"
-
 #define TRACE_SESSION_ID_BYTES 64
-#define TRACE_NO_SESSION SIZE_MAX
+#define TRACE_NO_SESSION       SIZE_MAX
 
 /* One parsed line before sessions are known. */
 typedef struct {
@@ -24,9 +24,9 @@ typedef struct {
 
 /* Sessions while they are being assigned. */
 typedef struct {
-    size_t *latest;    /* latest request index per session */
-    size_t *n_turns;   /* turns per session */
-    size_t *first;     /* first request index per session */
+    size_t *latest;  /* latest request index per session */
+    size_t *n_turns; /* turns per session */
+    size_t *first;   /* first request index per session */
     size_t n_sessions;
     size_t capacity;
 } session_table_t;
@@ -155,12 +155,11 @@ static tdm_status_t parse_request(const json_t *obj, raw_request_t *req, char *r
     }
     status = read_int(obj, "timestamp", 0, 0, &req->turn.timestamp_ms, reason, reason_bytes);
     if (status == TDM_OK) {
-        status = read_int(obj, "input_length", 1, 1, &req->turn.input_length, reason,
-                          reason_bytes);
+        status = read_int(obj, "input_length", 1, 1, &req->turn.input_length, reason, reason_bytes);
     }
     if (status == TDM_OK) {
-        status = read_int(obj, "output_length", 1, 1, &req->turn.output_length, reason,
-                          reason_bytes);
+        status =
+            read_int(obj, "output_length", 1, 1, &req->turn.output_length, reason, reason_bytes);
     }
     if (status == TDM_OK) {
         status = read_int(obj, "delay", 0, 0, &req->turn.delay_ms, reason, reason_bytes);
@@ -231,8 +230,7 @@ static void session_table_fini(session_table_t *table)
     memset(table, 0, sizeof(*table));
 }
 
-static tdm_status_t session_table_add(session_table_t *table, size_t req_index,
-                                      size_t *session_out)
+static tdm_status_t session_table_add(session_table_t *table, size_t req_index, size_t *session_out)
 {
     if (table->n_sessions == table->capacity) {
         size_t capacity = table->capacity == 0 ? 64 : table->capacity * 2;
@@ -572,8 +570,7 @@ tdm_status_t bench_trace_load(const char *path, bench_trace_format_t format,
                 status == TDM_ERR_NOT_FOUND ? "no such file" : tdm_status_message(status));
         return status;
     }
-    status = bench_trace_parse_mooncake(text.data, text.n_bytes, path, trace_out, err,
-                                        err_bytes);
+    status = bench_trace_parse_mooncake(text.data, text.n_bytes, path, trace_out, err, err_bytes);
     bench_strbuf_fini(&text);
     return status;
 }

@@ -30,10 +30,10 @@ typedef struct {
     int64_t output_length; /* reply tokens as recorded (estimated for SWE-agent) */
     int64_t *hash_ids;     /* n_hash_ids ids of the prompt's 512-token blocks, or NULL */
     size_t n_hash_ids;
-    int64_t delay_ms;   /* pause after the previous turn ends (trace `delay`), or -1 */
-    int64_t gap_ms;     /* timestamp minus the previous turn's timestamp, or -1 */
-    size_t line;        /* 1-based source line (Mooncake), 0 for SWE-agent */
-    json_t *messages;   /* SWE-agent: chat messages to send (owned reference); else NULL */
+    int64_t delay_ms; /* pause after the previous turn ends (trace `delay`), or -1 */
+    int64_t gap_ms;   /* timestamp minus the previous turn's timestamp, or -1 */
+    size_t line;      /* 1-based source line (Mooncake), 0 for SWE-agent */
+    json_t *messages; /* SWE-agent: chat messages to send (owned reference); else NULL */
 } bench_turn_t;
 
 /* One agent session: turns in order. Owned by its trace. */
@@ -70,8 +70,7 @@ typedef struct {
  * value out of range, no requests) or TDM_ERR_NO_MEMORY; *trace_out is untouched.
  */
 tdm_status_t bench_trace_parse_mooncake(const char *text, size_t n_bytes, const char *what,
-                                        bench_trace_t **trace_out, char *err,
-                                        size_t err_bytes);
+                                        bench_trace_t **trace_out, char *err, size_t err_bytes);
 
 /*
  * bench_trace_load_swe_agent - read one SWE-agent .traj file, or every *.traj file in a folder

@@ -1,6 +1,8 @@
 /* trace_swe.c - SWE-agent .traj trajectories as chat sessions; see trace.h. */
 #include "bench/replay/trace.h"
 
+#include "common/json.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,10 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/json.h"
-
 #define SWE_CHARS_PER_TOKEN 4
-#define SWE_PATH_BYTES 4096
+#define SWE_PATH_BYTES      4096
 
 static size_t content_chars(const json_t *message)
 {
@@ -24,7 +24,8 @@ static size_t content_chars(const json_t *message)
     if (json_is_array(content)) {
         size_t i;
         const json_t *part;
-        json_array_foreach(content, i, part) {
+        json_array_foreach(content, i, part)
+        {
             const json_t *text = json_object_get(part, "text");
             if (json_is_string(text)) {
                 n += json_string_length(text);
@@ -136,8 +137,7 @@ static tdm_status_t session_from_traj(const json_t *root, const char *name,
             turn->input_length = (int64_t)(context_chars / SWE_CHARS_PER_TOKEN) + 1;
             if (tokens_received > 0 && api_calls == (int64_t)n_replies && reply_chars > 0) {
                 turn->output_length =
-                    (int64_t)((double)tokens_received * (double)chars / (double)reply_chars +
-                              0.5);
+                    (int64_t)((double)tokens_received * (double)chars / (double)reply_chars + 0.5);
             } else {
                 turn->output_length = (int64_t)(chars / SWE_CHARS_PER_TOKEN);
             }
@@ -173,8 +173,8 @@ static int compare_names(const void *a, const void *b)
 }
 
 /* The .traj files to read: `path` itself, or the folder's *.traj sorted (caller frees). */
-static tdm_status_t list_files(const char *path, char ***files_out, size_t *n_files_out,
-                               char *err, size_t err_bytes)
+static tdm_status_t list_files(const char *path, char ***files_out, size_t *n_files_out, char *err,
+                               size_t err_bytes)
 {
     struct stat st;
     char **files = NULL;
@@ -260,8 +260,8 @@ tdm_status_t bench_trace_load_swe_agent(const char *path, bench_trace_t **trace_
         if (status != TDM_OK) {
             break;
         }
-        status = session_from_traj(root, base != NULL ? base + 1 : files[f],
-                                   &trace->sessions[f], err, err_bytes);
+        status = session_from_traj(root, base != NULL ? base + 1 : files[f], &trace->sessions[f],
+                                   err, err_bytes);
         json_decref(root);
         if (status != TDM_OK) {
             break;

@@ -1,9 +1,9 @@
 /* u64map.c - linear-probing multimap; see u64map.h. */
 #include "bench/replay/u64map.h"
 
-#include <stdlib.h>
-
 #include "common/hash.h"
+
+#include <stdlib.h>
 
 #define U64MAP_MIN_SLOTS 64
 
@@ -84,8 +84,7 @@ tdm_status_t bench_u64map_insert(bench_u64map_t *map, uint64_t key, uint64_t val
     return TDM_OK;
 }
 
-int bench_u64map_next(const bench_u64map_t *map, uint64_t key, size_t *cursor,
-                      uint64_t *value_out)
+int bench_u64map_next(const bench_u64map_t *map, uint64_t key, size_t *cursor, uint64_t *value_out)
 {
     size_t home;
 

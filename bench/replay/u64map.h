@@ -35,7 +35,6 @@ tdm_status_t bench_u64map_insert(bench_u64map_t *map, uint64_t key, uint64_t val
  * that returns 1 writes one value to *value_out and advances *cursor; 0 means no more.
  * Values come back in insertion order. The map must not change during an iteration.
  */
-int bench_u64map_next(const bench_u64map_t *map, uint64_t key, size_t *cursor,
-                      uint64_t *value_out);
+int bench_u64map_next(const bench_u64map_t *map, uint64_t key, size_t *cursor, uint64_t *value_out);
 
 #endif

@@ -19,8 +19,8 @@
 #include "bench/replay/report.h"
 #include "bench/replay/trace.h"
 
-#define ERR_BYTES 512
-#define URL_BYTES 256
+#define ERR_BYTES  512
+#define URL_BYTES  256
 #define PATH_BYTES 2048
 
 /* Two sessions of two turns; scale 1/32 makes 16-token blocks: prompts 32, 48 (a) and 16,
@@ -148,9 +148,9 @@ static void test_levels_match_known_timings_and_counters(void **state)
         double recomputed = (double)s->output_tokens / s->wall_s;
 
         print_message("c=%u: %.1f tok/s ttft p50 %.1f p99 %.1f ms itl p50 %.2f p99 %.2f ms "
-                      "speed p50 %.1f p10 %.1f\n", level->concurrency, s->output_tok_s,
-                      s->ttft_p50_ms, s->ttft_p99_ms, s->itl_p50_ms, s->itl_p99_ms,
-                      s->speed_p50_tok_s, s->speed_p10_tok_s);
+                      "speed p50 %.1f p10 %.1f\n",
+                      level->concurrency, s->output_tok_s, s->ttft_p50_ms, s->ttft_p99_ms,
+                      s->itl_p50_ms, s->itl_p99_ms, s->speed_p50_tok_s, s->speed_p10_tok_s);
         assert_int_equal(level->concurrency, l == 0 ? 1 : 2);
         assert_string_equal(level->stop_reason, "trace");
         assert_int_equal(s->n_requests, 4);
@@ -159,7 +159,8 @@ static void test_levels_match_known_timings_and_counters(void **state)
         assert_int_equal(level->n_sessions_completed, 2);
         assert_int_equal(s->output_tokens, 60);
         assert_int_equal(s->input_tokens, 32 + 48 + 16 + 32);
-        assert_true(s->output_tok_s > recomputed * 0.999999 && s->output_tok_s < recomputed * 1.000001);
+        assert_true(s->output_tok_s > recomputed * 0.999999 &&
+                    s->output_tok_s < recomputed * 1.000001);
         /* Every request's first token waits at least the fake's 40 ms. */
         assert_true(s->ttft_p50_ms >= 40.0 && s->ttft_p50_ms < 40.0 + 400.0);
         assert_true(s->ttft_p99_ms >= s->ttft_p50_ms);
@@ -287,9 +288,8 @@ static void test_tool_pauses_are_waited(void **state)
     char err[ERR_BYTES];
     const bench_request_t *r;
 
-    assert_int_equal(bench_trace_parse_mooncake(text, strlen(text), "pause", &trace, err,
-                                                sizeof(err)),
-                     TDM_OK);
+    assert_int_equal(
+        bench_trace_parse_mooncake(text, strlen(text), "pause", &trace, err, sizeof(err)), TDM_OK);
     params_for(fx, &p);
     assert_int_equal(bench_replay_run(&p, trace, NULL, &run), TDM_OK);
     assert_int_equal(run.levels[0].stats.n_requests, 2);
@@ -351,9 +351,9 @@ static void test_client_reports_connection_and_http_failures(void **state)
     assert_int_equal(bench_client_create(&cp, &client), TDM_OK);
     memset(&req, 0, sizeof(req));
     /* Special token ids are refused by the fake (HTTP 400). */
-    assert_int_equal(bench_client_stream(client, BENCH_API_COMPLETIONS, bad, strlen(bad), NULL,
-                                         &req),
-                     TDM_ERR_MISMATCH);
+    assert_int_equal(
+        bench_client_stream(client, BENCH_API_COMPLETIONS, bad, strlen(bad), NULL, &req),
+        TDM_ERR_MISMATCH);
     assert_int_equal(req.result, BENCH_REQ_ERR_HTTP);
     assert_int_equal(req.http_status, 400);
     assert_non_null(strstr(bench_client_last_error(client), "HTTP 400"));
@@ -362,9 +362,9 @@ static void test_client_reports_connection_and_http_failures(void **state)
     cp.base_url = "http://127.0.0.1:1";
     assert_int_equal(bench_client_create(&cp, &client), TDM_OK);
     memset(&req, 0, sizeof(req));
-    assert_int_equal(bench_client_stream(client, BENCH_API_COMPLETIONS, bad, strlen(bad), NULL,
-                                         &req),
-                     TDM_ERR_PEER_LOST);
+    assert_int_equal(
+        bench_client_stream(client, BENCH_API_COMPLETIONS, bad, strlen(bad), NULL, &req),
+        TDM_ERR_PEER_LOST);
     assert_int_equal(req.result, BENCH_REQ_ERR_CONNECT);
     bench_request_fini(&req);
     bench_client_destroy(client);
@@ -438,12 +438,11 @@ static void test_report_files_are_written(void **state)
     assert_int_equal(json_integer_value(json_object_get(
                          json_array_get(json_object_get(root, "levels"), 1), "concurrency")),
                      2);
-    assert_true(json_is_null(json_object_get(
-        json_array_get(json_object_get(root, "levels"), 0), "output_tok_s_per_mw")));
-    assert_true(json_is_real(json_object_get(
-        json_array_get(json_object_get(root, "levels"), 0), "output_tok_s_per_core")));
-    assert_string_equal(json_string_value(json_object_get(root, "efficiency_unit")),
-                        "tok/s/core");
+    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(root, "levels"), 0),
+                                             "output_tok_s_per_mw")));
+    assert_true(json_is_real(json_object_get(json_array_get(json_object_get(root, "levels"), 0),
+                                             "output_tok_s_per_core")));
+    assert_string_equal(json_string_value(json_object_get(root, "efficiency_unit")), "tok/s/core");
     json_decref(root);
     snprintf(path, sizeof(path), "%s/requests.csv", dir);
     assert_int_equal(bench_report_write_csv(path, &run), TDM_OK);
@@ -463,18 +462,16 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_discover_reads_models, setup_default, teardown),
-        cmocka_unit_test_setup_teardown(test_levels_match_known_timings_and_counters,
-                                        setup_default, teardown),
+        cmocka_unit_test_setup_teardown(test_levels_match_known_timings_and_counters, setup_default,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_failed_requests_are_counted_and_end_their_session,
                                         setup_failing, teardown),
-        cmocka_unit_test_setup_teardown(test_max_context_ends_sessions_before_the_turn,
-                                        setup_fast, teardown),
-        cmocka_unit_test_setup_teardown(test_session_budget_wraps_the_trace, setup_fast,
+        cmocka_unit_test_setup_teardown(test_max_context_ends_sessions_before_the_turn, setup_fast,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_session_budget_wraps_the_trace, setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_duration_stops_new_turns, setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_tool_pauses_are_waited, setup_fast, teardown),
-        cmocka_unit_test_setup_teardown(test_swe_agent_trace_replays_as_chat, setup_fast,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_swe_agent_trace_replays_as_chat, setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_client_reports_connection_and_http_failures,
                                         setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_bad_params_are_refused, setup_fast, teardown),

@@ -18,7 +18,7 @@
 #include "bench/replay/report.h"
 #include "bench/replay/stats.h"
 
-#define MS 1000000ULL
+#define MS         1000000ULL
 #define PATH_BYTES 4096
 
 static void test_percentile_interpolates_between_ranks(void **state)
@@ -31,8 +31,8 @@ static void test_percentile_interpolates_between_ranks(void **state)
     assert_true(bench_percentile(v, 5, 50) == 30.0);
     assert_true(bench_percentile(v, 5, 0) == 10.0);
     assert_true(bench_percentile(v, 5, 100) == 50.0);
-    assert_true(bench_percentile(v, 5, 90) == 46.0);  /* rank 3.6: 40 + 0.6 * 10 */
-    assert_true(bench_percentile(v, 5, 10) == 14.0);  /* rank 0.4 */
+    assert_true(bench_percentile(v, 5, 90) == 46.0); /* rank 3.6: 40 + 0.6 * 10 */
+    assert_true(bench_percentile(v, 5, 10) == 14.0); /* rank 0.4 */
     assert_true(bench_percentile(v, 5, 99) > 49.59 && bench_percentile(v, 5, 99) < 49.61);
     assert_true(bench_percentile(one, 1, 99) == 7.0);
     assert_true(bench_percentile(two, 2, 50) == 2.0);
@@ -63,10 +63,10 @@ static void test_level_figures_from_known_records(void **state)
     bench_level_stats_t s;
     (void)state;
 
-    make_record(&reqs[0], 0, 100, 11, 10);   /* speed 10 / 0.1 s = 100 tok/s */
-    make_record(&reqs[1], 0, 200, 21, 20);   /* 20 / 0.4 s = 50 tok/s */
-    make_record(&reqs[2], 500, 300, 5, 5);   /* 4 / 0.02 s = 200 tok/s */
-    memset(&reqs[3], 0, sizeof(reqs[3]));    /* a failed request counts only as an error */
+    make_record(&reqs[0], 0, 100, 11, 10); /* speed 10 / 0.1 s = 100 tok/s */
+    make_record(&reqs[1], 0, 200, 21, 20); /* 20 / 0.4 s = 50 tok/s */
+    make_record(&reqs[2], 500, 300, 5, 5); /* 4 / 0.02 s = 200 tok/s */
+    memset(&reqs[3], 0, sizeof(reqs[3]));  /* a failed request counts only as an error */
     reqs[3].result = BENCH_REQ_ERR_HTTP;
     reqs[3].http_status = 500;
     reqs[3].output_tokens = 999;
@@ -134,18 +134,17 @@ static void test_prometheus_sums_samples_of_exact_name(void **state)
     double sum = -1.0;
     (void)state;
 
-    assert_int_equal(bench_metrics_sum(prom_text, strlen(prom_text),
-                                       BENCH_METRIC_PREFILL_COMPUTED, &sum),
-                     TDM_OK);
+    assert_int_equal(
+        bench_metrics_sum(prom_text, strlen(prom_text), BENCH_METRIC_PREFILL_COMPUTED, &sum),
+        TDM_OK);
     assert_true(sum == 350.0);
-    assert_int_equal(bench_metrics_sum(prom_text, strlen(prom_text), BENCH_METRIC_KV_BYTES_MOVED,
-                                       &sum),
-                     TDM_OK);
+    assert_int_equal(
+        bench_metrics_sum(prom_text, strlen(prom_text), BENCH_METRIC_KV_BYTES_MOVED, &sum), TDM_OK);
     assert_true(sum == 1e6);
     sum = -1.0;
-    assert_int_equal(bench_metrics_sum(prom_text, strlen(prom_text), BENCH_METRIC_PREFILL_REUSED,
-                                       &sum),
-                     TDM_ERR_NOT_FOUND);
+    assert_int_equal(
+        bench_metrics_sum(prom_text, strlen(prom_text), BENCH_METRIC_PREFILL_REUSED, &sum),
+        TDM_ERR_NOT_FOUND);
     assert_true(sum == -1.0);
 }
 
@@ -171,7 +170,8 @@ static void test_metrics_resolve_prefers_tandem_names_then_router_counters(void 
     assert_true(snap.values[BENCH_METRIC_COMPUTED] == 600);
     assert_true(snap.values[BENCH_METRIC_REUSED] == 1200);
     assert_false(snap.present[BENCH_METRIC_KV_BYTES]);
-    assert_string_equal(bench_metric_name(BENCH_METRIC_REUSED), "tandem_prefill_tokens_reused_total");
+    assert_string_equal(bench_metric_name(BENCH_METRIC_REUSED),
+                        "tandem_prefill_tokens_reused_total");
 }
 
 static void write_text(const char *path, const char *text)

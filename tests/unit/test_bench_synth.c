@@ -73,10 +73,10 @@ static void test_shape_is_coding_agent_like(void **state)
     (void)state;
 
     print_message("synth: %llu requests, input p50 %lld max %lld (%llu > 100K), output p50 "
-                  "%lld, pause p50 %lld ms\n", (unsigned long long)summary.n_requests,
-                  (long long)summary.input_p50, (long long)summary.input_max,
-                  (unsigned long long)summary.n_over_100k, (long long)summary.output_p50,
-                  (long long)summary.pause_p50_ms);
+                  "%lld, pause p50 %lld ms\n",
+                  (unsigned long long)summary.n_requests, (long long)summary.input_p50,
+                  (long long)summary.input_max, (unsigned long long)summary.n_over_100k,
+                  (long long)summary.output_p50, (long long)summary.pause_p50_ms);
     assert_true(summary.input_p50 >= 10000 && summary.input_p50 <= 20000);
     assert_true(summary.input_max > 100000);
     assert_true(summary.input_max <= BENCH_SYNTH_MAX_CONTEXT);

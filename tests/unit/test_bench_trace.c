@@ -12,15 +12,15 @@
 
 #include "bench/replay/trace.h"
 
-#define ERR_BYTES 512
+#define ERR_BYTES  512
 #define PATH_BYTES 4096
 
 static bench_trace_t *parse_ok(const char *text)
 {
     bench_trace_t *trace = NULL;
     char err[ERR_BYTES] = "";
-    tdm_status_t status = bench_trace_parse_mooncake(text, strlen(text), "t.jsonl", &trace, err,
-                                                     sizeof(err));
+    tdm_status_t status =
+        bench_trace_parse_mooncake(text, strlen(text), "t.jsonl", &trace, err, sizeof(err));
     if (status != TDM_OK) {
         print_message("unexpected parse error: %s\n", err);
     }
@@ -34,9 +34,9 @@ static void expect_error(const char *text, const char *want)
     bench_trace_t *trace = (bench_trace_t *)0x1;
     char err[ERR_BYTES] = "";
 
-    assert_int_equal(bench_trace_parse_mooncake(text, strlen(text), "t.jsonl", &trace, err,
-                                                sizeof(err)),
-                     TDM_ERR_FORMAT);
+    assert_int_equal(
+        bench_trace_parse_mooncake(text, strlen(text), "t.jsonl", &trace, err, sizeof(err)),
+        TDM_ERR_FORMAT);
     assert_ptr_equal(trace, (bench_trace_t *)0x1); /* untouched */
     if (strstr(err, want) == NULL) {
         print_message("error \"%s\" lacks \"%s\"\n", err, want);
@@ -95,15 +95,18 @@ static void test_malformed_lines_give_line_numbered_errors(void **state)
     expect_error(text, "t.jsonl:3: \"input_length\" is 0; must be >= 1");
     snprintf(text, sizeof(text), "{\"input_length\": 3, \"output_length\": \"2\"}\n");
     expect_error(text, "t.jsonl:1: \"output_length\" is not an integer");
-    snprintf(text, sizeof(text), "%s{\"input_length\": 3, \"output_length\": 2, "
-                                 "\"hash_ids\": [1, -2]}\n", good);
+    snprintf(text, sizeof(text),
+             "%s{\"input_length\": 3, \"output_length\": 2, "
+             "\"hash_ids\": [1, -2]}\n",
+             good);
     expect_error(text, "t.jsonl:2: \"hash_ids\"[1] is not an integer >= 0");
     snprintf(text, sizeof(text), "%s{\"input_length\": 3, \"output_length\": 2, \"hash_ids\": 7}\n",
              good);
     expect_error(text, "t.jsonl:2: \"hash_ids\" is not an array");
     snprintf(text, sizeof(text), "[1, 2]\n");
     expect_error(text, "t.jsonl:1: not a JSON object");
-    snprintf(text, sizeof(text), "{\"input_length\": 3, \"output_length\": 2, \"session_id\": [1]}");
+    snprintf(text, sizeof(text),
+             "{\"input_length\": 3, \"output_length\": 2, \"session_id\": [1]}");
     expect_error(text, "t.jsonl:1: \"session_id\" is not a string or integer");
     snprintf(text, sizeof(text), "{\"input_length\": 3, \"output_length\": 2, \"delay\": -5}");
     expect_error(text, "t.jsonl:1: \"delay\" is -5; must be >= 0");
@@ -126,7 +129,8 @@ static void test_rebuild_sessions_from_prefix_chains(void **state)
         "\"hash_ids\": [0,1,2,3,4]}\n"
         "{\"timestamp\": 3500, \"input_length\": 1100, \"output_length\": 5, "
         "\"hash_ids\": [0,20,21]}\n"
-        "{\"timestamp\": 4000, \"input_length\": 1200, \"output_length\": 5, \"hash_ids\": [0,1,2]}\n"
+        "{\"timestamp\": 4000, \"input_length\": 1200, \"output_length\": 5, \"hash_ids\": "
+        "[0,1,2]}\n"
         "{\"timestamp\": 9000, \"input_length\": 2900, \"output_length\": 5, "
         "\"hash_ids\": [0,1,2,3,5,6]}\n"
         "{\"timestamp\": 9500, \"input_length\": 1500, \"output_length\": 5, "
@@ -165,7 +169,8 @@ static void test_rebuild_interleaved_sessions(void **state)
         "{\"timestamp\": 1, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [5,6]}\n"
         "{\"timestamp\": 2, \"input_length\": 1500, \"output_length\": 5, \"hash_ids\": [5,6,7]}\n"
         "{\"timestamp\": 3, \"input_length\": 1500, \"output_length\": 5, \"hash_ids\": [1,2,3]}\n"
-        "{\"timestamp\": 4, \"input_length\": 2000, \"output_length\": 5, \"hash_ids\": [1,2,3,4]}\n"
+        "{\"timestamp\": 4, \"input_length\": 2000, \"output_length\": 5, \"hash_ids\": "
+        "[1,2,3,4]}\n"
         "{\"timestamp\": 5, \"input_length\": 2000, \"output_length\": 5, "
         "\"hash_ids\": [5,6,7,8]}\n";
     bench_trace_t *trace;
@@ -282,8 +287,7 @@ static void test_swe_agent_traj_becomes_chat_turns(void **state)
     assert_null(trace);
     assert_non_null(strstr(err, "no assistant reply"));
     snprintf(path, sizeof(path), "%s/no-such.traj", tmp_dir());
-    assert_int_equal(bench_trace_load_swe_agent(path, &trace, err, sizeof(err)),
-                     TDM_ERR_NOT_FOUND);
+    assert_int_equal(bench_trace_load_swe_agent(path, &trace, err, sizeof(err)), TDM_ERR_NOT_FOUND);
 }
 
 static void source_path(char *out, size_t out_bytes, const char *rel)
