@@ -19,6 +19,7 @@
 #include "engine/engram_hash.h"
 #include "engine/inventory.h"
 #include "engine/safetensors.h"
+#include "engine/sanity.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "init.h"
@@ -633,6 +634,18 @@ int main(int argc, char **argv)
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-mkmodel: the written checkpoint does not load back: %s\n", err);
         goto out;
+    }
+    {
+        /* MODEL.md 9.1: refuse a checkpoint whose forward is not sane (files are kept) */
+        engine_sanity_report_t sanity;
+        status = engine_sanity_check(flags_cfg.out_dir, 1, &sanity, err, sizeof(err));
+        if (status != TDM_OK) {
+            fprintf(stderr, "tandem-mkmodel: %s fails the MODEL.md 9.1 sanity check: %s\n",
+                    flags_cfg.out_dir, err);
+            goto out;
+        }
+        printf("sanity (MODEL.md 9.1): max |logit| %.3f, least-used expert %lld tokens\n",
+               sanity.max_abs_logit, (long long)sanity.min_expert_tokens);
     }
     status = engine_inventory_count(cfg, specs, n_specs, &counts);
     if (status != TDM_OK) {
