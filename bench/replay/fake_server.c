@@ -34,6 +34,7 @@ struct bench_fake {
     struct MHD_Daemon *daemon;
     uint16_t port;
     atomic_int quitting;
+    atomic_int n_streams; /* streams being written (the batch the ITL model charges for) */
     pthread_mutex_t lock; /* guards counters and cache */
     bench_fake_counters_t counters;
     bench_u64map_t cache; /* prefix-chain hashes of blocks seen */
@@ -154,6 +155,15 @@ static int next_event(fake_stream_t *stream)
     return 0;
 }
 
+/* Next chunk delay: itl_ms plus itl_per_stream_ms for every other stream being written. */
+static uint64_t itl_ns(bench_fake_t *fake)
+{
+    int n_others = atomic_load(&fake->n_streams) - 1;
+    double ms = fake->params.itl_ms +
+                fake->params.itl_per_stream_ms * (double)(n_others > 0 ? n_others : 0);
+    return (uint64_t)(ms * (double)FAKE_NS_PER_MS);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     fake_stream_t *stream = cls;
@@ -166,8 +176,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
             /* Relative schedule: a late chunk delays the rest instead of bunching them. */
-            stream->t_next_ns = tdm_clock_now_ns() +
-                                (uint64_t)(stream->fake->params.itl_ms * (double)FAKE_NS_PER_MS);
+            stream->t_next_ns = tdm_clock_now_ns() + itl_ns(stream->fake);
         }
         if (!next_event(stream)) {
             return MHD_CONTENT_READER_END_OF_STREAM;
@@ -185,6 +194,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     fake_stream_t *stream = cls;
+    atomic_fetch_sub(&stream->fake->n_streams, 1);
     bench_strbuf_fini(&stream->pending);
     free(stream);
 }
@@ -395,6 +405,7 @@ static enum MHD_Result handle_generate(bench_fake_t *fake, struct MHD_Connection
         json_decref(body);
         return MHD_NO;
     }
+    atomic_fetch_add(&fake->n_streams, 1);
     stream->fake = fake;
     stream->chat = chat;
     stream->n_tokens = (uint64_t)json_integer_value(max_tokens);

@@ -1,7 +1,8 @@
 /* fake_server.h - a fake OpenAI-compatible streaming server for testing tandem-bench.
  *
  * Serves POST /v1/completions and /v1/chat/completions as SSE streams with controlled timing
- * (a first-token delay plus a per-computed-token prefill cost, then one chunk every itl_ms),
+ * (a first-token delay plus a per-computed-token prefill cost, then one chunk every itl_ms plus
+ * itl_per_stream_ms for each other open stream, a crude batch-decode cost),
  * GET /v1/models (with vocab_size and max_model_len), GET /health, and GET /metrics with the
  * counters Tandem's router exports (metrics.h names). A global prefix cache over token blocks
  * decides which prompt tokens count as reused, so prefill counters behave like Tandem's. Owns
@@ -20,7 +21,8 @@ typedef struct {
     uint16_t port;               /* TCP port on 127.0.0.1; 0 picks a free one */
     double ttft_ms;              /* delay from request to first chunk, before prefill cost */
     double prefill_us_per_token; /* added to the first-token delay per computed prompt token */
-    double itl_ms;               /* delay between chunks */
+    double itl_ms;               /* delay between chunks ... */
+    double itl_per_stream_ms;    /* ... plus this for every other stream being written */
     uint32_t tokens_per_chunk;   /* tokens carried by each content chunk (>= 1) */
     uint32_t vocab_size;         /* reported by /v1/models; prompt ids must be 3..vocab-3 */
     uint64_t max_model_len;      /* reported by /v1/models */

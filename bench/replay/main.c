@@ -472,6 +472,7 @@ typedef struct {
     uint32_t port;
     double ttft_ms;
     double itl_ms;
+    double itl_per_stream_ms;
     double prefill_us_per_token;
     uint32_t tokens_per_chunk;
     uint32_t vocab;
@@ -488,6 +489,8 @@ static const tdm_flag_t fake_flags[] = {
      600000, 0},
     {"itl-ms", TDM_FLAG_F64, "5", offsetof(fake_cfg_t, itl_ms), "delay between chunks, ms", 0,
      60000, 0},
+    {"itl-per-stream-ms", TDM_FLAG_F64, "0", offsetof(fake_cfg_t, itl_per_stream_ms),
+     "added to the chunk delay for every other open stream, ms", 0, 60000, 0},
     {"prefill-us-per-token", TDM_FLAG_F64, "0", offsetof(fake_cfg_t, prefill_us_per_token),
      "first-token delay added per computed (uncached) prompt token, us", 0, 1e6, 0},
     {"tokens-per-chunk", TDM_FLAG_U32, "1", offsetof(fake_cfg_t, tokens_per_chunk),
@@ -532,6 +535,7 @@ static int cmd_fake_server(int argc, char **argv)
     params.port = (uint16_t)cfg.port;
     params.ttft_ms = cfg.ttft_ms;
     params.itl_ms = cfg.itl_ms;
+    params.itl_per_stream_ms = cfg.itl_per_stream_ms;
     params.prefill_us_per_token = cfg.prefill_us_per_token;
     params.tokens_per_chunk = cfg.tokens_per_chunk;
     params.vocab_size = cfg.vocab;
