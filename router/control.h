@@ -1,0 +1,86 @@
+/* control.h - the control plane thread: the ZeroMQ ROUTER socket, the worker registry, the
+ * session table and the dispatcher, behind one state lock.
+ *
+ * Owns the socket (bound to the --control endpoint; ZMQ_ROUTER_MANDATORY, every send
+ * non-blocking: an unreachable or backed-up worker is declared lost instead of stalling the
+ * router), the registry, the session table, the dispatcher and a command queue through which
+ * HTTP threads submit and release requests (woken by an eventfd polled next to the socket). The
+ * thread unpacks and checks each frame (proto_unpack), answers Register with RegisterAck
+ * (refusing incompatible workers with the reason), records heartbeats, tells unknown senders to
+ * register, expires silent workers on the monotonic clock, and hands the rest to the
+ * dispatcher. Knows nothing of HTTP.
+ *
+ * Threading: create/destroy from one thread; submit, release and snapshot from any thread.
+ */
+#ifndef TANDEM_ROUTER_CONTROL_H
+#define TANDEM_ROUTER_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "router/dispatch.h"
+#include "router/metrics.h"
+#include "router/model.h"
+#include "router/request.h"
+
+/* Longest endpoint string, bytes. */
+#define ROUTER_ENDPOINT_BYTES 256
+
+/* Parameters of the control plane (plain data; strings borrowed for create). */
+typedef struct {
+    const char *endpoint;           /* ZeroMQ bind endpoint, e.g. tcp://127.0.0.1:5557 (port *
+                                       picks a free one) */
+    uint32_t heartbeat_interval_ms; /* announced to workers */
+    uint32_t heartbeat_timeout_ms;  /* silence before a worker is lost */
+    uint32_t max_sessions;          /* session table size */
+    router_dispatch_params_t dispatch;
+} router_control_params_t;
+
+/* router_control_params_default - tcp://127.0.0.1:5557, 250 ms / 1500 ms, 65536 sessions. */
+void router_control_params_default(router_control_params_t *params);
+
+/* The control plane; opaque. */
+typedef struct router_control router_control_t;
+
+/*
+ * router_control_create - bind the socket and start the thread. model and metrics are borrowed
+ * and must outlive the control plane. Returns TDM_OK, TDM_ERR_INVALID_ARG (bad parameters),
+ * TDM_ERR_IO (bind failed: the endpoint and zmq_strerror are logged) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t router_control_create(const router_control_params_t *params,
+                                   const router_model_t *model, router_metrics_t *metrics,
+                                   router_control_t **control_out);
+
+/*
+ * router_control_stop - stop the thread and fail requests still in flight (503 shutting_down);
+ * later submits fail and releases are ignored, so HTTP threads can finish safely. Idempotent.
+ */
+void router_control_stop(router_control_t *control);
+
+/*
+ * router_control_destroy - router_control_stop, then close the socket and free everything.
+ * Accepts NULL. No other thread may use the control plane any more.
+ */
+void router_control_destroy(router_control_t *control);
+
+/* router_control_endpoint - the endpoint actually bound (port resolved); borrowed. */
+const char *router_control_endpoint(const router_control_t *control);
+
+/*
+ * router_control_submit - queue `request` for the dispatcher (takes a reference). Returns TDM_OK
+ * or TDM_ERR_NO_MEMORY / TDM_ERR_UNSUPPORTED (shutting down); on failure no reference is kept.
+ */
+tdm_status_t router_control_submit(router_control_t *control, router_request_t *request);
+
+/*
+ * router_control_release - queue the release of `request` (router_dispatch_release); the HTTP
+ * side's output ended (client_gone 0) or its client left (1). Best effort; never fails.
+ */
+void router_control_release(router_control_t *control, router_request_t *request,
+                            int client_gone);
+
+/* router_control_snapshot - the gauges /metrics and /health need, under the state lock. */
+void router_control_snapshot(router_control_t *control, router_metrics_gauges_t *gauges_out);
+
+#endif

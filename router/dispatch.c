@@ -1,0 +1,854 @@
+#include "router/dispatch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "router/placement.h"
+
+#define INFLIGHT_BUCKETS 1024u
+#define NS_PER_MS 1000000ull
+#define NS_PER_S 1e9
+#define HTTP_CONFLICT 409
+#define HTTP_INTERNAL 500
+#define HTTP_BAD_GATEWAY 502
+#define HTTP_UNAVAILABLE 503
+
+typedef enum {
+    STAGE_RESERVING = 0,  /* ReservePages sent to the decode worker */
+    STAGE_PREFILLING = 1, /* PrefillJob sent to a prefill worker */
+    STAGE_DECODING = 2,   /* DecodeRequest sent; tokens stream */
+} stage_t;
+
+/* One turn in flight. */
+typedef struct inflight {
+    router_request_t *req;  /* one reference, owned */
+    uint64_t id;
+    router_session_t *session; /* kept alive by session->active_request == id */
+    stage_t stage;
+    int decode_slot;           /* counted in that worker's n_active; -1 none */
+    uint64_t decode_gen;
+    int prefill_slot;          /* counted in n_active / n_assigned_tokens; -1 none */
+    uint64_t prefill_gen;
+    uint64_t prefill_tokens;   /* tokens assigned to the prefill worker */
+    uint64_t reservation_id;
+    size_t cached_len;         /* H of this attempt */
+    size_t total_len;          /* T of this attempt */
+    uint32_t n_generated;      /* tokens posted to the request */
+    uint32_t attempts;
+    uint64_t deadline_ns;      /* stage deadline (RESERVING, PREFILLING) */
+    uint64_t t_last_token_ns;
+    char prefix_session[ROUTER_SESSION_ID_BYTES + 1];
+    struct inflight *next;
+} inflight_t;
+
+struct router_dispatch {
+    router_dispatch_params_t params;
+    const router_model_t *model;
+    const router_model_info_t *info;
+    router_registry_t *registry;
+    router_sessions_t *sessions;
+    router_metrics_t *metrics;
+    router_send_fn *send;
+    void *send_ctx;
+    inflight_t *buckets[INFLIGHT_BUCKETS];
+    uint64_t n_inflight;
+    int lost[ROUTER_MAX_WORKERS];
+    int n_lost;
+    int draining;
+    uint64_t session_counter;
+    uint64_t session_salt;
+};
+
+void router_dispatch_params_default(router_dispatch_params_t *params)
+{
+    params->local_prefill_tokens = 512;
+    params->max_attempts = 4;
+    params->reservation_timeout_ms = 10000;
+    params->prefill_timeout_ms = 600000;
+}
+
+tdm_status_t router_dispatch_create(const router_dispatch_params_t *params,
+                                    const router_model_t *model, router_registry_t *registry,
+                                    router_sessions_t *sessions, router_metrics_t *metrics,
+                                    router_send_fn *send, void *send_ctx,
+                                    router_dispatch_t **dispatch_out)
+{
+    router_dispatch_t *d;
+
+    if (params == NULL || model == NULL || registry == NULL || sessions == NULL ||
+        metrics == NULL || send == NULL || dispatch_out == NULL || params->max_attempts == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    d->params = *params;
+    d->model = model;
+    d->info = router_model_info(model);
+    d->registry = registry;
+    d->sessions = sessions;
+    d->metrics = metrics;
+    d->send = send;
+    d->send_ctx = send_ctx;
+    d->session_salt = tdm_hash_splitmix64(tdm_clock_now_ns() ^ (uint64_t)(uintptr_t)d);
+    *dispatch_out = d;
+    return TDM_OK;
+}
+
+/* ---- table ------------------------------------------------------------------------------ */
+
+static inflight_t **bucket_of(router_dispatch_t *d, uint64_t id)
+{
+    return &d->buckets[tdm_hash_splitmix64(id) & (INFLIGHT_BUCKETS - 1)];
+}
+
+static inflight_t *find(router_dispatch_t *d, uint64_t id)
+{
+    inflight_t *f = *bucket_of(d, id);
+
+    while (f != NULL && f->id != id) {
+        f = f->next;
+    }
+    return f;
+}
+
+/* Ids of every turn in flight (caller frees); NULL with *n_out 0 when none or out of memory. */
+static uint64_t *collect_ids(router_dispatch_t *d, size_t *n_out)
+{
+    uint64_t *ids;
+    size_t n = 0;
+
+    *n_out = 0;
+    if (d->n_inflight == 0) {
+        return NULL;
+    }
+    ids = malloc(d->n_inflight * sizeof(*ids));
+    if (ids == NULL) {
+        return NULL;
+    }
+    for (uint32_t b = 0; b < INFLIGHT_BUCKETS; b++) {
+        for (inflight_t *f = d->buckets[b]; f != NULL; f = f->next) {
+            ids[n++] = f->id;
+        }
+    }
+    *n_out = n;
+    return ids;
+}
+
+static void set_decode(router_dispatch_t *d, inflight_t *f, int slot, uint64_t gen)
+{
+    router_worker_t *w = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
+
+    if (w != NULL && w->n_active > 0) {
+        w->n_active--;
+    }
+    f->decode_slot = slot;
+    f->decode_gen = gen;
+    w = router_registry_worker(d->registry, slot, gen);
+    if (w != NULL) {
+        w->n_active++;
+    }
+}
+
+static void set_prefill(router_dispatch_t *d, inflight_t *f, int slot, uint64_t gen,
+                        uint64_t n_tokens)
+{
+    router_worker_t *w = router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen);
+
+    if (w != NULL) {
+        w->n_active -= w->n_active > 0 ? 1 : 0;
+        w->n_assigned_tokens -= w->n_assigned_tokens >= f->prefill_tokens ? f->prefill_tokens
+                                                                           : w->n_assigned_tokens;
+    }
+    f->prefill_slot = slot;
+    f->prefill_gen = gen;
+    f->prefill_tokens = slot >= 0 ? n_tokens : 0;
+    w = router_registry_worker(d->registry, slot, gen);
+    if (w != NULL) {
+        w->n_active++;
+        w->n_assigned_tokens += n_tokens;
+    }
+}
+
+static void end_turn(router_dispatch_t *d, inflight_t *f)
+{
+    inflight_t **link = bucket_of(d, f->id);
+
+    while (*link != f) {
+        link = &(*link)->next;
+    }
+    *link = f->next;
+    d->n_inflight--;
+    set_decode(d, f, -1, 0);
+    set_prefill(d, f, -1, 0, 0);
+    if (f->session != NULL && f->session->active_request == f->id) {
+        f->session->active_request = 0;
+    }
+    router_request_unref(f->req);
+    free(f);
+}
+
+/* ---- sending ---------------------------------------------------------------------------- */
+
+static tdm_status_t send_to(router_dispatch_t *d, int slot, uint64_t gen,
+                            const Tandem__Envelope *env)
+{
+    router_worker_t *w = router_registry_worker(d->registry, slot, gen);
+    tdm_status_t status;
+
+    if (w == NULL) {
+        return TDM_ERR_PEER_LOST;
+    }
+    status = d->send(d->send_ctx, w->id, env);
+    if (status == TDM_ERR_PEER_LOST && d->n_lost < ROUTER_MAX_WORKERS) {
+        for (int i = 0; i < d->n_lost; i++) {
+            if (d->lost[i] == slot) {
+                return status;
+            }
+        }
+        d->lost[d->n_lost++] = slot;
+    }
+    return status;
+}
+
+static void send_abort(router_dispatch_t *d, int slot, uint64_t gen, uint64_t request_id,
+                       uint64_t reservation_id, const char *reason)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Abort abort_msg = TANDEM__ABORT__INIT;
+
+    if (router_registry_worker(d->registry, slot, gen) == NULL) {
+        return;
+    }
+    abort_msg.request_id = request_id;
+    abort_msg.reservation_id = reservation_id;
+    abort_msg.reason = (char *)reason;
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
+    env.abort = &abort_msg;
+    send_to(d, slot, gen, &env);
+}
+
+/* Tell the workers of f's current stage to stop; pages of a reservation go back after the
+ * decode worker's fence. */
+static void abort_workers(router_dispatch_t *d, inflight_t *f, const char *reason)
+{
+    if (f->stage == STAGE_PREFILLING) {
+        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, 0, reason);
+    }
+    send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, reason);
+    f->reservation_id = 0;
+}
+
+static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const char *type,
+                 const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const char *type,
+                 const char *code, const char *fmt, ...)
+{
+    router_apierr_t err;
+    va_list ap;
+
+    err.http_status = http_status;
+    err.type = type;
+    err.code = code;
+    err.param = NULL;
+    va_start(ap, fmt);
+    vsnprintf(err.message, sizeof(err.message), fmt, ap);
+    va_end(ap);
+    tdm_log(TDM_LOG_WARN, "dispatch", "request failed: request=%llu code=%s reason=\"%s\"",
+            (unsigned long long)f->id, code, err.message);
+    abort_workers(d, f, code);
+    router_request_post_error(f->req, &err);
+    end_turn(d, f);
+}
+
+static void fill_sampling(const router_dispatch_t *d, const router_gen_request_t *gen,
+                          Tandem__SamplingParams *s, int32_t *stop_ids)
+{
+    s->temperature = gen->temperature;
+    s->top_k = gen->top_k;
+    s->top_p = gen->top_p;
+    s->min_p = gen->min_p;
+    s->seed = gen->seed;
+    s->n_logprobs = gen->n_logprobs;
+    s->n_stop_token_ids = 0;
+    s->stop_token_ids = stop_ids;
+    if (!gen->ignore_eos && d->info->eos_id >= 0) {
+        stop_ids[s->n_stop_token_ids++] = d->info->eos_id;
+    }
+}
+
+/* ---- the stages ------------------------------------------------------------------------- */
+
+static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns);
+
+static void send_decode(router_dispatch_t *d, inflight_t *f, const Tandem__CompletionNotice *handoff,
+                        uint64_t now_ns)
+{
+    const router_gen_request_t *gen = router_request_gen(f->req);
+    router_session_t *s = f->session;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    int32_t stop_ids[1];
+    size_t delta = f->total_len - f->cached_len;
+
+    fill_sampling(d, gen, &sp, stop_ids);
+    dr.request_id = f->id;
+    dr.session_id = s->id;
+    dr.cached_len = f->cached_len;
+    dr.total_len = f->total_len;
+    dr.sampling = &sp;
+    dr.max_tokens = gen->max_tokens - f->n_generated;
+    dr.canonical_start = delta >= d->params.local_prefill_tokens;
+    dr.prefix_session_id = f->prefix_session;
+    if (handoff != NULL) {
+        dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
+        dr.handoff = (Tandem__CompletionNotice *)handoff;
+    } else {
+        dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
+        dr.delta_tokens = s->tokens + f->cached_len;
+        dr.n_delta_tokens = delta;
+        router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_LOCAL_TOKENS, delta);
+    }
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    f->stage = STAGE_DECODING;
+    f->deadline_ns = 0;
+    tdm_log(TDM_LOG_DEBUG, "dispatch",
+            "decode: request=%llu session=%s mode=%s cached_len=%zu total_len=%zu attempt=%u",
+            (unsigned long long)f->id, s->id, handoff != NULL ? "remote" : "local",
+            f->cached_len, f->total_len, f->attempts);
+    (void)now_ns;
+    send_to(d, f->decode_slot, f->decode_gen, &env);
+}
+
+static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+
+    rp.request_id = f->id;
+    rp.session_id = f->session->id;
+    rp.cached_len = f->cached_len;
+    rp.total_len = f->total_len;
+    rp.prefix_session_id = f->prefix_session;
+    rp.timeout_ms = d->params.reservation_timeout_ms;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    f->stage = STAGE_RESERVING;
+    f->deadline_ns = now_ns + (uint64_t)d->params.reservation_timeout_ms * NS_PER_MS;
+    send_to(d, f->decode_slot, f->decode_gen, &env);
+}
+
+static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
+{
+    const router_gen_request_t *gen = router_request_gen(f->req);
+    router_session_t *s = f->session;
+    uint64_t gen_id = 0;
+    uint64_t prefill_gen;
+    router_worker_t *w;
+    size_t delta;
+    int slot;
+
+    if (f->n_generated >= gen->max_tokens) {
+        router_request_post_finish(f->req, ROUTER_FINISH_LENGTH);
+        end_turn(d, f);
+        return;
+    }
+    w = router_registry_worker(d->registry, s->worker_slot, s->worker_generation);
+    if (w == NULL) {
+        slot = router_place_decode(d->registry, &gen_id);
+        if (slot < 0) {
+            fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+                 "no decode worker is available");
+            return;
+        }
+        s->worker_slot = slot;
+        s->worker_generation = gen_id;
+        s->cached_len = 0;
+        f->prefix_session[0] = '\0';
+        w = router_registry_worker(d->registry, slot, gen_id);
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "session placed: session=%s worker=%s", s->id, w->id);
+    }
+    set_decode(d, f, s->worker_slot, s->worker_generation);
+    f->total_len = s->n_tokens;
+    f->cached_len = s->cached_len < s->n_tokens ? s->cached_len : s->n_tokens - 1;
+    f->reservation_id = 0;
+    delta = f->total_len - f->cached_len;
+    if (delta >= d->params.local_prefill_tokens &&
+        router_place_prefill(d->registry, w->rack, &prefill_gen) >= 0) {
+        send_reserve(d, f, now_ns);
+    } else {
+        send_decode(d, f, NULL, now_ns);
+    }
+}
+
+static void retry(router_dispatch_t *d, inflight_t *f, const char *why, uint64_t now_ns)
+{
+    router_metrics_count(d->metrics, ROUTER_METRIC_RETRIES, 1);
+    f->attempts++;
+    set_prefill(d, f, -1, 0, 0);
+    if (f->attempts >= d->params.max_attempts) {
+        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
+             "the request could not be served after %u attempts (last: %s)", f->attempts, why);
+        return;
+    }
+    tdm_log(TDM_LOG_INFO, "dispatch", "turn retried: request=%llu session=%s attempt=%u reason=%s",
+            (unsigned long long)f->id, f->session->id, f->attempts, why);
+    start_attempt(d, f, now_ns);
+}
+
+static void drain_lost(router_dispatch_t *d, uint64_t now_ns)
+{
+    if (d->draining) {
+        return;
+    }
+    d->draining = 1;
+    while (d->n_lost > 0) {
+        int slot = d->lost[--d->n_lost];
+        d->draining = 0;
+        router_dispatch_worker_gone(d, slot, ROUTER_REGISTRY_LOST, "unreachable: send failed",
+                                    now_ns);
+        d->draining = 1;
+    }
+    d->draining = 0;
+}
+
+/* ---- sessions --------------------------------------------------------------------------- */
+
+static tdm_status_t new_session(router_dispatch_t *d, uint64_t now_ns, router_session_t **s_out)
+{
+    char id[ROUTER_SESSION_ID_BYTES + 1];
+    tdm_status_t status;
+
+    do {
+        d->session_counter++;
+        snprintf(id, sizeof(id), "s-%016llx",
+                 (unsigned long long)tdm_hash_splitmix64(d->session_salt + d->session_counter));
+    } while (router_sessions_get(d->sessions, id) != NULL);
+    status = router_sessions_add(d->sessions, id, now_ns, s_out);
+    return status;
+}
+
+/* Find or make the session of f; on failure f has been failed (and freed). */
+static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
+{
+    const router_gen_request_t *gen = router_request_gen(f->req);
+    const char *asked = router_request_asked_session(f->req);
+    router_session_t *s = NULL;
+    router_session_t *m = NULL;
+    size_t matched = 0;
+    int share = 0;
+    tdm_status_t status = TDM_OK;
+
+    if (asked != NULL) {
+        s = router_sessions_get(d->sessions, asked);
+        if (s != NULL && s->active_request != 0) {
+            fail(d, f, HTTP_CONFLICT, ROUTER_APIERR_INVALID_REQUEST, "session_busy",
+                 "session '%s' already has a request in flight", asked);
+            return TDM_ERR_BUSY;
+        }
+        if (s == NULL) {
+            status = router_sessions_add(d->sessions, asked, now_ns, &s);
+        }
+    } else {
+        m = router_sessions_match_prefix(d->sessions, gen->prompt_ids, gen->n_prompt_ids,
+                                         &matched);
+        if (m != NULL && m->active_request == 0 &&
+            router_common_prefix(m->tokens, m->n_tokens, gen->prompt_ids, gen->n_prompt_ids) >=
+                m->prompt_len) {
+            s = m;
+        } else {
+            status = new_session(d, now_ns, &s);
+            share = m != NULL && router_registry_worker(d->registry, m->worker_slot,
+                                                        m->worker_generation) != NULL &&
+                    m->cached_len >= matched;
+        }
+        if (m != NULL) {
+            router_metrics_count(d->metrics, ROUTER_METRIC_PREFIX_HITS, 1);
+        }
+    }
+    if (status != TDM_OK) {
+        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "sessions_full",
+             "the session table is full of active sessions");
+        return status;
+    }
+    status = router_sessions_set_history(d->sessions, s, gen->prompt_ids, gen->n_prompt_ids);
+    if (status != TDM_OK) {
+        fail(d, f, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+        return status;
+    }
+    if (share) {
+        s->worker_slot = m->worker_slot;
+        s->worker_generation = m->worker_generation;
+        s->cached_len = matched;
+        snprintf(f->prefix_session, sizeof(f->prefix_session), "%s", m->id);
+    }
+    s->prompt_len = gen->n_prompt_ids;
+    s->active_request = f->id;
+    s->last_used_ns = now_ns;
+    f->session = s;
+    router_request_set_session(f->req, s->id);
+    return TDM_OK;
+}
+
+/* ---- public entry points ---------------------------------------------------------------- */
+
+void router_dispatch_submit(router_dispatch_t *dispatch, router_request_t *request,
+                            uint64_t now_ns)
+{
+    router_dispatch_t *d = dispatch;
+    inflight_t *f = calloc(1, sizeof(*f));
+    inflight_t **bucket;
+    router_apierr_t err;
+
+    if (f == NULL) {
+        router_apierr_set(&err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+                          "out of memory");
+        router_request_post_error(request, &err);
+        return;
+    }
+    f->req = router_request_ref(request);
+    f->id = router_request_id(request);
+    f->decode_slot = -1;
+    f->prefill_slot = -1;
+    bucket = bucket_of(d, f->id);
+    f->next = *bucket;
+    *bucket = f;
+    d->n_inflight++;
+    router_metrics_count(d->metrics, ROUTER_METRIC_PROMPT_TOKENS,
+                         router_request_gen(request)->n_prompt_ids);
+    if (resolve_session(d, f, now_ns) == TDM_OK) {
+        start_attempt(d, f, now_ns);
+    }
+    drain_lost(d, now_ns);
+}
+
+void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *request,
+                             int client_gone, uint64_t now_ns)
+{
+    router_dispatch_t *d = dispatch;
+    inflight_t *f = find(d, router_request_id(request));
+    router_session_t *s;
+
+    if (client_gone) {
+        router_metrics_count(d->metrics, ROUTER_METRIC_CLIENT_ABORTS, 1);
+    }
+    if (f == NULL) {
+        return;
+    }
+    s = f->session;
+    /* The decode worker holds at least the positions that produced the tokens we saw. */
+    if (f->stage == STAGE_DECODING && f->n_generated > 0) {
+        s->cached_len = s->n_tokens - 1;
+    } else {
+        s->cached_len = f->cached_len;
+    }
+    abort_workers(d, f, client_gone ? "client gone" : "output complete");
+    end_turn(d, f);
+    drain_lost(d, now_ns);
+}
+
+static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageReservation *r,
+                           uint64_t now_ns)
+{
+    inflight_t *f = find(d, r->request_id);
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__PrefillJob job = TANDEM__PREFILL_JOB__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    router_worker_t *dw;
+    router_worker_t *pw;
+    int32_t stop_ids[1];
+    uint64_t pgen = 0;
+    size_t n_context;
+    int pslot;
+
+    if (f == NULL || f->stage != STAGE_RESERVING || f->decode_slot != slot) {
+        /* Nobody wants it: give the pages back. */
+        send_abort(d, slot, 0, r->request_id, r->reservation_id, "unwanted reservation");
+        return;
+    }
+    f->reservation_id = r->reservation_id;
+    if (r->cached_len < f->cached_len) {
+        f->cached_len = r->cached_len;
+        f->session->cached_len = r->cached_len;
+    }
+    dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
+    pslot = router_place_prefill(d->registry, dw->rack, &pgen);
+    if (pslot < 0) {
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
+                   "no prefill worker");
+        f->reservation_id = 0;
+        send_decode(d, f, NULL, now_ns);
+        return;
+    }
+    pw = router_registry_worker(d->registry, pslot, pgen);
+    n_context = f->cached_len < d->info->context_tokens ? f->cached_len : d->info->context_tokens;
+    fill_sampling(d, router_request_gen(f->req), &sp, stop_ids);
+    job.request_id = f->id;
+    job.session_id = f->session->id;
+    job.decode_incarnation_id = dw->id;
+    job.decode_transfer_descriptor.data = dw->transfer_descriptor;
+    job.decode_transfer_descriptor.len = dw->n_transfer_descriptor;
+    job.reservation_id = f->reservation_id;
+    job.page_descriptor = r->descriptor;
+    job.cached_len = f->cached_len;
+    job.context_tokens = f->session->tokens + f->cached_len - n_context;
+    job.n_context_tokens = n_context;
+    job.delta_tokens = f->session->tokens + f->cached_len;
+    job.n_delta_tokens = f->total_len - f->cached_len;
+    job.sampling = &sp;
+    job.canonical_start = 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_PREFILL_JOB;
+    env.prefill_job = &job;
+    set_prefill(d, f, pslot, pgen, job.n_delta_tokens);
+    f->stage = STAGE_PREFILLING;
+    f->deadline_ns = now_ns + (uint64_t)d->params.prefill_timeout_ms * NS_PER_MS;
+    router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_REMOTE_TOKENS, job.n_delta_tokens);
+    tdm_log(TDM_LOG_DEBUG, "dispatch", "prefill job: request=%llu prefill=%s decode=%s tokens=%zu",
+            (unsigned long long)f->id, pw->id, dw->id, job.n_delta_tokens);
+    send_to(d, pslot, pgen, &env);
+}
+
+static void on_completion(router_dispatch_t *d, int slot, const Tandem__CompletionNotice *c,
+                          uint64_t now_ns)
+{
+    inflight_t *f = find(d, c->request_id);
+
+    if (f == NULL || f->stage != STAGE_PREFILLING || f->prefill_slot != slot ||
+        c->reservation_id != f->reservation_id) {
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "stale completion dropped: request=%llu",
+                (unsigned long long)c->request_id);
+        return;
+    }
+    set_prefill(d, f, -1, 0, 0);
+    send_decode(d, f, c, now_ns);
+}
+
+static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t, uint64_t now_ns)
+{
+    inflight_t *f = find(d, t->request_id);
+    const router_gen_request_t *gen;
+    size_t n;
+    double gap_s;
+
+    if (f == NULL || f->stage != STAGE_DECODING || f->decode_slot != slot) {
+        return;
+    }
+    gen = router_request_gen(f->req);
+    for (size_t i = 0; i < t->n_tokens; i++) {
+        if ((uint32_t)t->tokens[i] >= d->info->n_vocab) {
+            fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
+                 "decode worker sent token id %d outside the vocabulary", t->tokens[i]);
+            return;
+        }
+    }
+    n = t->n_tokens;
+    if (n > gen->max_tokens - f->n_generated) {
+        n = gen->max_tokens - f->n_generated;
+    }
+    if (n == 0) {
+        return;
+    }
+    if (router_sessions_append(d->sessions, f->session, t->tokens, n) != TDM_OK ||
+        router_request_post_tokens(f->req, t->tokens, t->n_logprobs > 0 ? t->logprobs : NULL,
+                                   t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
+        fail(d, f, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+        return;
+    }
+    if (f->n_generated == 0) {
+        router_metrics_ttft(d->metrics,
+                            (double)(now_ns - router_request_t_start_ns(f->req)) / NS_PER_S);
+    } else {
+        gap_s = (double)(now_ns - f->t_last_token_ns) / NS_PER_S / (double)n;
+        for (size_t i = 0; i < n; i++) {
+            router_metrics_itl(d->metrics, gap_s);
+        }
+    }
+    f->t_last_token_ns = now_ns;
+    f->n_generated += (uint32_t)n;
+}
+
+static void on_finish(router_dispatch_t *d, int slot, const Tandem__Finish *fin, uint64_t now_ns)
+{
+    inflight_t *f = find(d, fin->request_id);
+    router_session_t *s;
+
+    if (f == NULL || f->stage != STAGE_DECODING || f->decode_slot != slot) {
+        return;
+    }
+    s = f->session;
+    if (fin->reason == TANDEM__FINISH_REASON__FINISH_ABORTED) {
+        /* We did not ask for it: the worker gave the turn up. */
+        s->cached_len = f->cached_len;
+        retry(d, f, "worker aborted the turn", now_ns);
+        return;
+    }
+    s->cached_len = fin->cached_len < s->n_tokens ? fin->cached_len : s->n_tokens;
+    router_request_post_finish(f->req, fin->reason == TANDEM__FINISH_REASON__FINISH_STOP_TOKEN
+                                           ? ROUTER_FINISH_STOP
+                                           : ROUTER_FINISH_LENGTH);
+    end_turn(d, f);
+}
+
+static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uint64_t now_ns)
+{
+    inflight_t *f = find(d, e->request_id);
+    int from_prefill;
+
+    if (f == NULL || (slot != f->decode_slot && slot != f->prefill_slot)) {
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "worker error without a turn: request=%llu code=%s",
+                (unsigned long long)e->request_id, proto_error_code_name(e->code));
+        return;
+    }
+    from_prefill = slot == f->prefill_slot && f->stage == STAGE_PREFILLING;
+    tdm_log(TDM_LOG_INFO, "dispatch", "worker error: request=%llu code=%s message=\"%s\"",
+            (unsigned long long)f->id, proto_error_code_name(e->code), e->message);
+    if (e->code == TANDEM__ERROR_CODE__ERROR_STATE_LOST) {
+        if (e->cached_len < f->session->cached_len) {
+            f->session->cached_len = e->cached_len;
+        }
+        if (f->reservation_id != 0) {
+            abort_workers(d, f, "state lost");
+        }
+        retry(d, f, "state lost", now_ns);
+        return;
+    }
+    if (from_prefill) {
+        abort_workers(d, f, "prefill failed");
+        retry(d, f, "prefill worker error", now_ns);
+        return;
+    }
+    if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES || e->code == TANDEM__ERROR_CODE__ERROR_BUSY) {
+        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
+             "the decode worker is out of capacity: %s", e->message);
+        return;
+    }
+    fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error", "decode worker failed (%s): %s",
+         proto_error_code_name(e->code), e->message);
+}
+
+void router_dispatch_on_message(router_dispatch_t *dispatch, int slot,
+                                const Tandem__Envelope *env, uint64_t now_ns)
+{
+    router_dispatch_t *d = dispatch;
+
+    switch (env->body_case) {
+    case TANDEM__ENVELOPE__BODY_PAGE_RESERVATION:
+        on_reservation(d, slot, env->page_reservation, now_ns);
+        break;
+    case TANDEM__ENVELOPE__BODY_COMPLETION:
+        on_completion(d, slot, env->completion, now_ns);
+        break;
+    case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
+        on_chunk(d, slot, env->token_chunk, now_ns);
+        break;
+    case TANDEM__ENVELOPE__BODY_FINISH:
+        on_finish(d, slot, env->finish, now_ns);
+        break;
+    case TANDEM__ENVELOPE__BODY_ERROR:
+        on_error(d, slot, env->error, now_ns);
+        break;
+    default:
+        tdm_log(TDM_LOG_WARN, "dispatch", "unexpected message from worker: type=%s",
+                proto_type_name(env->body_case));
+        break;
+    }
+    drain_lost(d, now_ns);
+}
+
+void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
+                                 router_registry_removal_t removal, const char *why,
+                                 uint64_t now_ns)
+{
+    router_dispatch_t *d = dispatch;
+    router_worker_t *w = router_registry_worker(d->registry, slot, 0);
+    uint64_t gen;
+    uint64_t *ids;
+    size_t n_ids;
+    size_t n_sessions;
+
+    if (w == NULL) {
+        return;
+    }
+    gen = w->generation;
+    n_sessions = router_sessions_unplace_worker(d->sessions, slot, gen);
+    router_registry_remove(d->registry, slot, removal, why);
+    tdm_log(TDM_LOG_INFO, "dispatch", "worker sessions unplaced: slot=%d sessions=%zu", slot,
+            n_sessions);
+    ids = collect_ids(d, &n_ids);
+    for (size_t i = 0; i < n_ids; i++) {
+        inflight_t *f = find(d, ids[i]);
+        if (f == NULL) {
+            continue;
+        }
+        if (f->decode_slot == slot && f->decode_gen == gen) {
+            f->decode_slot = -1;
+            if (f->stage == STAGE_PREFILLING) {
+                send_abort(d, f->prefill_slot, f->prefill_gen, f->id, 0, "decode worker lost");
+            }
+            f->reservation_id = 0;
+            retry(d, f, "decode worker lost", now_ns);
+        } else if (f->prefill_slot == slot && f->prefill_gen == gen) {
+            f->prefill_slot = -1;
+            send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
+                       "prefill worker lost");
+            f->reservation_id = 0;
+            retry(d, f, "prefill worker lost", now_ns);
+        }
+    }
+    free(ids);
+    drain_lost(d, now_ns);
+}
+
+void router_dispatch_tick(router_dispatch_t *dispatch, uint64_t now_ns)
+{
+    router_dispatch_t *d = dispatch;
+    uint64_t *ids;
+    size_t n_ids;
+
+    ids = collect_ids(d, &n_ids);
+    for (size_t i = 0; i < n_ids; i++) {
+        inflight_t *f = find(d, ids[i]);
+        if (f == NULL || f->deadline_ns == 0 || now_ns < f->deadline_ns) {
+            continue;
+        }
+        abort_workers(d, f, "stage timeout");
+        retry(d, f, f->stage == STAGE_RESERVING ? "reservation timeout" : "prefill timeout",
+              now_ns);
+    }
+    free(ids);
+    drain_lost(d, now_ns);
+}
+
+uint64_t router_dispatch_n_inflight(const router_dispatch_t *dispatch)
+{
+    return dispatch->n_inflight;
+}
+
+void router_dispatch_destroy(router_dispatch_t *dispatch)
+{
+    uint64_t *ids;
+    size_t n_ids;
+
+    if (dispatch == NULL) {
+        return;
+    }
+    ids = collect_ids(dispatch, &n_ids);
+    for (size_t i = 0; i < n_ids; i++) {
+        inflight_t *f = find(dispatch, ids[i]);
+        if (f != NULL) {
+            fail(dispatch, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
+                 "the router is shutting down");
+        }
+    }
+    free(ids);
+    free(dispatch);
+}

@@ -1,0 +1,451 @@
+#include "router/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "router/apierr.h"
+#include "router/openai.h"
+#include "router/request.h"
+#include "router/validate.h"
+
+#define HTTP_OK 200
+#define HTTP_BAD_REQUEST 400
+#define HTTP_NOT_FOUND 404
+#define HTTP_METHOD_NOT_ALLOWED 405
+#define HTTP_TOO_LARGE 413
+#define HTTP_INTERNAL 500
+#define HTTP_UNAVAILABLE 503
+#define SSE_BLOCK_BYTES (16u * 1024u)
+#define MIB (1024u * 1024u)
+
+struct router_http {
+    router_http_params_t params;
+    const router_model_t *model;
+    router_control_t *control;
+    router_metrics_t *metrics;
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    atomic_uint_fast64_t next_request_id;
+    uint64_t seed_salt;
+};
+
+/* Per-connection state of one HTTP request (MHD's con_cls). */
+typedef struct {
+    char *body;
+    size_t n_body;
+    size_t cap_body;
+    int too_large;
+} conn_t;
+
+void router_http_params_default(router_http_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->host = "127.0.0.1";
+    params->port = 8000;
+    params->max_body_bytes = 64u * MIB;
+    params->max_connections = 1024;
+    params->turn.timeout_ms = 600000;
+    params->turn.keepalive_ms = 5000;
+}
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+static enum MHD_Result respond(struct MHD_Connection *conn, int status, const char *content_type,
+                               char *body, size_t n_body, const char *session_id)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+
+    resp = MHD_create_response_from_buffer(n_body, body, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (session_id != NULL && session_id[0] != '\0') {
+        MHD_add_response_header(resp, "X-Session-Id", session_id);
+    }
+    ret = MHD_queue_response(conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *conn, int status,
+                                    const char *content_type, const char *text)
+{
+    char *copy = strdup(text);
+
+    if (copy == NULL) {
+        return MHD_NO;
+    }
+    return respond(conn, status, content_type, copy, strlen(copy), NULL);
+}
+
+static enum MHD_Result respond_error(router_http_t *h, struct MHD_Connection *conn,
+                                     const router_apierr_t *err)
+{
+    char *body = router_apierr_json(err);
+
+    router_metrics_error(h->metrics, err->code, err->http_status);
+    tdm_log(TDM_LOG_DEBUG, "http", "request refused: status=%d code=%s", err->http_status,
+            err->code != NULL ? err->code : "");
+    if (body == NULL) {
+        return MHD_NO;
+    }
+    return respond(conn, err->http_status, "application/json", body, strlen(body), NULL);
+}
+
+/* ---- GET endpoints ---------------------------------------------------------------------- */
+
+static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *conn)
+{
+    router_metrics_gauges_t g;
+    char body[512];
+    int healthy;
+
+    router_control_snapshot(h->control, &g);
+    healthy = g.workers.n_decode > 0;
+    snprintf(body, sizeof(body),
+             "{\"status\":\"%s\",\"workers\":{\"prefill\":%u,\"decode\":%u},"
+             "\"workers_lost_total\":%llu,\"sessions\":%llu,\"inflight\":%llu}",
+             healthy ? "ok" : "no_decode_workers", g.workers.n_prefill, g.workers.n_decode,
+             (unsigned long long)g.workers.n_lost_total, (unsigned long long)g.n_sessions,
+             (unsigned long long)g.n_inflight);
+    return respond_text(conn, healthy ? HTTP_OK : HTTP_UNAVAILABLE, "application/json", body);
+}
+
+static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *conn)
+{
+    router_metrics_gauges_t g;
+    char *text;
+    size_t n;
+
+    router_control_snapshot(h->control, &g);
+    if (router_metrics_render(h->metrics, &g, &text, &n) != TDM_OK) {
+        return MHD_NO;
+    }
+    return respond(conn, HTTP_OK, "text/plain; version=0.0.4", text, n, NULL);
+}
+
+static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *conn)
+{
+    const router_model_info_t *info = router_model_info(h->model);
+    char *body = router_openai_models(info->name, info->max_context);
+
+    if (body == NULL) {
+        return MHD_NO;
+    }
+    return respond(conn, HTTP_OK, "application/json", body, strlen(body), NULL);
+}
+
+/* ---- generation ------------------------------------------------------------------------- */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    size_t n = router_turn_sse_read(cls, buf, max);
+
+    (void)pos;
+    return n > 0 ? (ssize_t)n : (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void sse_free(void *cls)
+{
+    router_turn_destroy(cls);
+}
+
+static int session_id_ok(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n == 0 || n > ROUTER_SESSION_ID_BYTES) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c <= 0x20 || c >= 0x7f) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *conn,
+                                      router_api_t api, conn_t *cc)
+{
+    const char *content_type;
+    const char *session_id;
+    router_gen_request_t gen;
+    router_request_t *request = NULL;
+    router_turn_t *turn = NULL;
+    struct MHD_Response *resp;
+    router_apierr_t err;
+    uint64_t id;
+    uint64_t now_ns = tdm_clock_now_ns();
+    enum MHD_Result ret;
+    int stream;
+    char *body;
+    size_t n_body;
+    int status;
+
+    router_metrics_count(h->metrics,
+                         api == ROUTER_API_CHAT ? ROUTER_METRIC_REQUESTS_CHAT
+                                                : ROUTER_METRIC_REQUESTS_COMPLETIONS,
+                         1);
+    if (cc->too_large) {
+        router_apierr_set(&err, HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST,
+                          "request_too_large", NULL, "the request body exceeds %zu bytes",
+                          h->params.max_body_bytes);
+        return respond_error(h, conn, &err);
+    }
+    session_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Session-Id");
+    if (session_id != NULL && !session_id_ok(session_id)) {
+        router_apierr_set(&err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                          "invalid_session_id", NULL,
+                          "X-Session-Id must be 1..%d printable ASCII bytes without spaces",
+                          ROUTER_SESSION_ID_BYTES);
+        return respond_error(h, conn, &err);
+    }
+    content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_CONTENT_TYPE);
+    id = atomic_fetch_add(&h->next_request_id, 1);
+    if (router_validate_request(h->model, api, content_type, cc->body, cc->n_body,
+                                tdm_hash_splitmix64(h->seed_salt ^ id), &gen,
+                                &err) != TDM_OK) {
+        return respond_error(h, conn, &err);
+    }
+    stream = gen.stream;
+    if (router_request_create(&gen, session_id, id, now_ns, &request) != TDM_OK) {
+        router_gen_request_fini(&gen);
+        return MHD_NO;
+    }
+    if (router_control_submit(h->control, request) != TDM_OK) {
+        router_request_unref(request);
+        router_apierr_set(&err, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
+                          NULL, "the router is shutting down");
+        return respond_error(h, conn, &err);
+    }
+    if (router_turn_create(&h->params.turn, h->model, h->control, h->metrics, request, &turn) !=
+        TDM_OK) {
+        router_control_release(h->control, request, 1);
+        router_request_unref(request);
+        return MHD_NO;
+    }
+    router_request_unref(request);
+    if (router_turn_wait_first(turn, &err) != TDM_OK) {
+        ret = respond_error(h, conn, &err);
+        router_turn_destroy(turn);
+        return ret;
+    }
+    if (!stream) {
+        if (router_turn_body(turn, &body, &n_body, &status) != TDM_OK) {
+            router_turn_destroy(turn);
+            return MHD_NO;
+        }
+        ret = respond(conn, status, "application/json", body, n_body, router_turn_session(turn));
+        router_turn_destroy(turn);
+        return ret;
+    }
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, sse_reader, turn,
+                                             sse_free);
+    if (resp == NULL) {
+        router_turn_destroy(turn);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Session-Id", router_turn_session(turn));
+    ret = MHD_queue_response(conn, HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- routing ---------------------------------------------------------------------------- */
+
+static enum MHD_Result wrong_method(router_http_t *h, struct MHD_Connection *conn,
+                                    const char *allowed)
+{
+    router_apierr_t err;
+
+    router_apierr_set(&err, HTTP_METHOD_NOT_ALLOWED, ROUTER_APIERR_INVALID_REQUEST,
+                      "method_not_allowed", NULL, "use %s for this path", allowed);
+    return respond_error(h, conn, &err);
+}
+
+static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, const char *url,
+                             const char *method, conn_t *cc)
+{
+    int get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
+    int post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    router_apierr_t err;
+
+    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0) {
+        if (!post) {
+            return wrong_method(h, conn, "POST");
+        }
+        return serve_generate(h, conn,
+                              url[4] == 'c' && url[5] == 'h' ? ROUTER_API_CHAT
+                                                             : ROUTER_API_COMPLETIONS,
+                              cc);
+    }
+    if (strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0 ||
+        strcmp(url, "/v1/models") == 0) {
+        if (!get) {
+            return wrong_method(h, conn, "GET");
+        }
+        if (url[1] == 'h') {
+            return serve_health(h, conn);
+        }
+        return url[1] == 'm' ? serve_metrics(h, conn) : serve_models(h, conn);
+    }
+    router_apierr_set(&err, HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "not_found", NULL,
+                      "no such endpoint: %.200s %.200s", method, url);
+    return respond_error(h, conn, &err);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    router_http_t *h = cls;
+    conn_t *cc = *con_cls;
+
+    (void)version;
+    if (cc == NULL) {
+        cc = calloc(1, sizeof(*cc));
+        if (cc == NULL) {
+            return MHD_NO;
+        }
+        *con_cls = cc;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        if (!cc->too_large && cc->n_body + n > h->params.max_body_bytes) {
+            cc->too_large = 1;
+            free(cc->body);
+            cc->body = NULL;
+            cc->n_body = 0;
+            cc->cap_body = 0;
+        }
+        if (!cc->too_large) {
+            if (cc->n_body + n > cc->cap_body) {
+                size_t cap = cc->cap_body > 0 ? cc->cap_body : 4096;
+                char *grown;
+                while (cap < cc->n_body + n) {
+                    cap *= 2;
+                }
+                grown = realloc(cc->body, cap);
+                if (grown == NULL) {
+                    return MHD_NO;
+                }
+                cc->body = grown;
+                cc->cap_body = cap;
+            }
+            memcpy(cc->body + cc->n_body, upload_data, n);
+            cc->n_body += n;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return route(h, conn, url, method, cc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    conn_t *cc = *con_cls;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (cc != NULL) {
+        free(cc->body);
+        free(cc);
+        *con_cls = NULL;
+    }
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+tdm_status_t router_http_create(const router_http_params_t *params, const router_model_t *model,
+                                router_control_t *control, router_metrics_t *metrics,
+                                router_http_t **http_out)
+{
+    struct addrinfo hints;
+    struct addrinfo *addr = NULL;
+    const union MHD_DaemonInfo *info;
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_ERROR_LOG;
+    char port_text[8];
+    router_http_t *h;
+    int rc;
+
+    if (params == NULL || params->host == NULL || model == NULL || control == NULL ||
+        metrics == NULL || http_out == NULL || params->max_body_bytes == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(port_text, sizeof(port_text), "%u", params->port);
+    rc = getaddrinfo(params->host, port_text, &hints, &addr);
+    if (rc != 0 || addr == NULL) {
+        tdm_log(TDM_LOG_ERROR, "http", "cannot resolve listen address: host=%s error=\"%s\"",
+                params->host, gai_strerror(rc));
+        return TDM_ERR_INVALID_ARG;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        freeaddrinfo(addr);
+        return TDM_ERR_NO_MEMORY;
+    }
+    h->params = *params;
+    h->model = model;
+    h->control = control;
+    h->metrics = metrics;
+    atomic_init(&h->next_request_id, 1);
+    h->seed_salt = tdm_hash_splitmix64(tdm_clock_now_ns() ^ (uint64_t)(uintptr_t)h);
+    if (addr->ai_family == AF_INET6) {
+        flags |= MHD_USE_IPv6;
+    }
+    h->daemon = MHD_start_daemon(
+        flags, params->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)params->max_connections,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    freeaddrinfo(addr);
+    if (h->daemon == NULL) {
+        tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,
+                params->port);
+        free(h);
+        return TDM_ERR_IO;
+    }
+    info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info != NULL ? info->port : params->port;
+    tdm_log(TDM_LOG_INFO, "http", "http listening: host=%s port=%u", params->host, h->port);
+    *http_out = h;
+    return TDM_OK;
+}
+
+uint16_t router_http_port(const router_http_t *http)
+{
+    return http->port;
+}
+
+void router_http_destroy(router_http_t *http)
+{
+    if (http == NULL) {
+        return;
+    }
+    MHD_stop_daemon(http->daemon);
+    free(http);
+}

@@ -1,0 +1,177 @@
+/* tandem-router - the cluster's front door: OpenAI-compatible HTTP API, session table, placement
+ * and the control plane to prefill and decode workers (ARCHITECTURE.md, docs/PROTOCOL.md).
+ * Runs until SIGINT or SIGTERM, then stops cleanly.
+ */
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "router/router.h"
+
+#define ROUTER_ERR_BYTES 512
+#define ROUTER_HOST_BYTES 256
+#define ROUTER_MIB (1024ull * 1024ull)
+
+typedef struct {
+    const char *model_dir;
+    const char *served_name;
+    const char *http;
+    const char *control;
+    uint32_t max_context;
+    uint32_t local_prefill_tokens;
+    uint32_t heartbeat_interval_ms;
+    uint32_t heartbeat_timeout_ms;
+    uint32_t max_sessions;
+    uint32_t max_attempts;
+    uint32_t reservation_timeout_ms;
+    uint32_t prefill_timeout_ms;
+    uint32_t request_timeout_ms;
+    uint32_t max_body_mib;
+    uint32_t max_connections;
+    const char *log_level;
+} router_cfg_t;
+
+static const tdm_flag_t router_flags[] = {
+    {"model", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, model_dir),
+     "model directory (config.json, tokenizer.json, safetensors)", 0, 0, 1},
+    {"served-model-name", TDM_FLAG_STRING, NULL, offsetof(router_cfg_t, served_name),
+     "the \"model\" clients send (default: the model directory's name)", 0, 0, 0},
+    {"http", TDM_FLAG_STRING, "127.0.0.1:8000", offsetof(router_cfg_t, http),
+     "HOST:PORT of the OpenAI-compatible HTTP API (port 0: any free port)", 0, 0, 0},
+    {"control", TDM_FLAG_STRING, "tcp://127.0.0.1:5557", offsetof(router_cfg_t, control),
+     "ZeroMQ endpoint workers connect to (bound here)", 0, 0, 0},
+    {"max-context", TDM_FLAG_U32, "0", offsetof(router_cfg_t, max_context),
+     "prompt + completion token limit (0: config max_position_embeddings)", 0, 4294967295.0, 0},
+    {"local-prefill-tokens", TDM_FLAG_U32, "512", offsetof(router_cfg_t, local_prefill_tokens),
+     "deltas shorter than this prefill on the decode node (MODEL.md 6(d))", 1, 4294967295.0, 0},
+    {"heartbeat-interval-ms", TDM_FLAG_U32, "250", offsetof(router_cfg_t, heartbeat_interval_ms),
+     "heartbeat period announced to workers, ms", 10, 60000, 0},
+    {"heartbeat-timeout-ms", TDM_FLAG_U32, "1500", offsetof(router_cfg_t, heartbeat_timeout_ms),
+     "silence after which a worker is lost, ms", 50, 600000, 0},
+    {"max-sessions", TDM_FLAG_U32, "65536", offsetof(router_cfg_t, max_sessions),
+     "sessions kept (least recently used idle ones are evicted)", 1, 16777216, 0},
+    {"max-attempts", TDM_FLAG_U32, "4", offsetof(router_cfg_t, max_attempts),
+     "tries per turn when workers are lost", 1, 100, 0},
+    {"reservation-timeout-ms", TDM_FLAG_U32, "10000",
+     offsetof(router_cfg_t, reservation_timeout_ms), "deadline for a page reservation, ms", 100,
+     3600000, 0},
+    {"prefill-timeout-ms", TDM_FLAG_U32, "600000", offsetof(router_cfg_t, prefill_timeout_ms),
+     "deadline for a prefill job's completion notice, ms", 100, 86400000, 0},
+    {"request-timeout-ms", TDM_FLAG_U32, "600000", offsetof(router_cfg_t, request_timeout_ms),
+     "longest wait for a request's next token, ms", 100, 86400000, 0},
+    {"max-body-mib", TDM_FLAG_U32, "64", offsetof(router_cfg_t, max_body_mib),
+     "largest request body, MiB", 1, 4096, 0},
+    {"max-connections", TDM_FLAG_U32, "1024", offsetof(router_cfg_t, max_connections),
+     "concurrent HTTP connections", 1, 65536, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(router_cfg_t, log_level),
+     "trace, debug, info, warn or error", 0, 0, 0},
+};
+
+/* Split "HOST:PORT" (HOST may be [v6]) into host and port. */
+static int parse_host_port(const char *text, char *host, size_t host_bytes, uint16_t *port_out)
+{
+    const char *colon = strrchr(text, ':');
+    size_t n;
+    char *end;
+    unsigned long port;
+
+    if (colon == NULL || colon == text) {
+        return -1;
+    }
+    port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || colon[1] == '\0' || port > 65535) {
+        return -1;
+    }
+    n = (size_t)(colon - text);
+    if (text[0] == '[' && n >= 2 && text[n - 1] == ']') {
+        text++;
+        n -= 2;
+    }
+    if (n == 0 || n >= host_bytes) {
+        return -1;
+    }
+    memcpy(host, text, n);
+    host[n] = '\0';
+    *port_out = (uint16_t)port;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char summary[] =
+        "OpenAI-compatible router of a Tandem prefill/decode cluster (docs/PROTOCOL.md)";
+    router_cfg_t cfg;
+    router_params_t params;
+    tdm_flags_action_t action;
+    tdm_log_level_t level;
+    char host[ROUTER_HOST_BYTES];
+    char err[ROUTER_ERR_BYTES] = "";
+    router_t *router;
+    sigset_t signals;
+    int sig = 0;
+
+    memset(&cfg, 0, sizeof(cfg));
+    if (tdm_flags_parse(router_flags, sizeof(router_flags) / sizeof(router_flags[0]), argc, argv,
+                        "tandem-router", summary, &cfg, NULL, NULL, &action) != TDM_OK) {
+        return 2;
+    }
+    if (action == TDM_FLAGS_HELP) {
+        return 0;
+    }
+    if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
+        fprintf(stderr, "tandem-router: --log-level=%s is invalid: expected trace, debug, info, "
+                        "warn, error or off\n",
+                cfg.log_level);
+        return 2;
+    }
+    tdm_log_set_level(level);
+    router_params_default(&params);
+    if (parse_host_port(cfg.http, host, sizeof(host), &params.http.port) != 0) {
+        fprintf(stderr, "tandem-router: --http=%s is invalid: expected HOST:PORT with PORT in "
+                        "[0, 65535]\n",
+                cfg.http);
+        return 2;
+    }
+    if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
+        fprintf(stderr, "tandem-router: --heartbeat-timeout-ms=%u must exceed "
+                        "--heartbeat-interval-ms=%u\n",
+                cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
+        return 2;
+    }
+    params.model.model_dir = cfg.model_dir;
+    params.model.served_name = cfg.served_name;
+    params.model.max_context = cfg.max_context;
+    params.http.host = host;
+    params.http.max_body_bytes = (size_t)cfg.max_body_mib * ROUTER_MIB;
+    params.http.max_connections = cfg.max_connections;
+    params.http.turn.timeout_ms = cfg.request_timeout_ms;
+    params.control.endpoint = cfg.control;
+    params.control.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
+    params.control.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
+    params.control.max_sessions = cfg.max_sessions;
+    params.control.dispatch.local_prefill_tokens = cfg.local_prefill_tokens;
+    params.control.dispatch.max_attempts = cfg.max_attempts;
+    params.control.dispatch.reservation_timeout_ms = cfg.reservation_timeout_ms;
+    params.control.dispatch.prefill_timeout_ms = cfg.prefill_timeout_ms;
+
+    /* Every thread inherits the blocked mask; main waits for the signals synchronously. */
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (router_create(&params, &router, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "tandem-router: cannot start: %s\n", err);
+        return 1;
+    }
+    sigwait(&signals, &sig);
+    tdm_log(TDM_LOG_INFO, "router", "stopping: signal=%d", sig);
+    router_destroy(router);
+    return 0;
+}

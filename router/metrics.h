@@ -1,0 +1,77 @@
+/* metrics.h - the router's counters and latency histograms, rendered as Prometheus text.
+ *
+ * Owns request and error counters (errors by API error code), token counters, prefill-dispatch
+ * counters (local and remote delta tokens: what a turn really prefilled) and the TTFT and
+ * inter-token latency histograms. Gauges that describe the cluster (workers, sessions, prefill
+ * backlog, KV occupancy) are passed in at render time. Thread-safe: one internal mutex; every
+ * call is short.
+ */
+#ifndef TANDEM_ROUTER_METRICS_H
+#define TANDEM_ROUTER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "router/registry.h"
+
+/* Cluster gauges for router_metrics_render (plain data). */
+typedef struct {
+    router_registry_stats_t workers;
+    uint64_t n_sessions;
+    uint64_t n_inflight;  /* requests being served */
+} router_metrics_gauges_t;
+
+/* Counters of router_metrics_count. */
+typedef enum {
+    ROUTER_METRIC_REQUESTS_CHAT = 0,     /* POST /v1/chat/completions accepted for validation */
+    ROUTER_METRIC_REQUESTS_COMPLETIONS,  /* POST /v1/completions */
+    ROUTER_METRIC_PROMPT_TOKENS,         /* prompt tokens of served requests */
+    ROUTER_METRIC_COMPLETION_TOKENS,     /* tokens sent to clients' usage */
+    ROUTER_METRIC_PREFILL_LOCAL_TOKENS,  /* delta tokens prefilled on decode nodes */
+    ROUTER_METRIC_PREFILL_REMOTE_TOKENS, /* delta tokens sent to prefill nodes */
+    ROUTER_METRIC_PREFIX_HITS,           /* requests matched to a session by prefix */
+    ROUTER_METRIC_RETRIES,               /* turn attempts repeated (worker lost, state lost) */
+    ROUTER_METRIC_CLIENT_ABORTS,         /* clients gone before the end */
+    ROUTER_METRIC_COUNT
+} router_metric_t;
+
+/* The registry of counters; opaque. */
+typedef struct router_metrics router_metrics_t;
+
+/* router_metrics_create - zeroed counters. TDM_OK or TDM_ERR_NO_MEMORY. */
+tdm_status_t router_metrics_create(router_metrics_t **metrics_out);
+
+/* router_metrics_destroy - free. Accepts NULL. */
+void router_metrics_destroy(router_metrics_t *metrics);
+
+/* router_metrics_count - add `n` to counter `which`. */
+void router_metrics_count(router_metrics_t *metrics, router_metric_t which, uint64_t n);
+
+/*
+ * router_metrics_error - count one API error with its code (e.g. "invalid_json") and status.
+ * The code should be a static string; at most ROUTER_METRICS_MAX_CODES distinct codes are kept
+ * (later ones count under "other").
+ */
+#define ROUTER_METRICS_MAX_CODES 48
+void router_metrics_error(router_metrics_t *metrics, const char *code, int http_status);
+
+/* router_metrics_ttft - observe one time to first token, seconds. */
+void router_metrics_ttft(router_metrics_t *metrics, double seconds);
+
+/* router_metrics_itl - observe one inter-token latency, seconds. */
+void router_metrics_itl(router_metrics_t *metrics, double seconds);
+
+/* router_metrics_get - the current value of counter `which` (tests, /health). */
+uint64_t router_metrics_get(router_metrics_t *metrics, router_metric_t which);
+
+/*
+ * router_metrics_render - the Prometheus text exposition (version 0.0.4) of every counter,
+ * histogram and the gauges. *text_out: NUL-terminated, caller frees with free(). Returns TDM_OK
+ * or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t router_metrics_render(router_metrics_t *metrics,
+                                   const router_metrics_gauges_t *gauges, char **text_out,
+                                   size_t *n_bytes_out);
+
+#endif

@@ -1,0 +1,70 @@
+/* openai.h - OpenAI-compatible JSON bodies: responses, stream chunks, usage, models, logprobs.
+ *
+ * Builds the JSON the generation endpoints answer with (chat.completion, chat.completion.chunk,
+ * text_completion) from text, finish reasons, usage counts and per-token log-probabilities.
+ * Owns the per-request log-probability accumulator. Knows nothing of HTTP, SSE framing or the
+ * cluster. Thread-safe given distinct objects (the tokenizer is read-only).
+ */
+#ifndef TANDEM_ROUTER_OPENAI_H
+#define TANDEM_ROUTER_OPENAI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/tokenizer.h"
+#include "router/validate.h"
+
+/* Identity shared by every body of one response (plain data; strings borrowed). */
+typedef struct {
+    router_api_t api;
+    const char *id;     /* "chatcmpl-..." or "cmpl-..." */
+    const char *model;  /* served model name */
+    int64_t created_s;  /* Unix time of the request (wall clock: display only) */
+} router_openai_ctx_t;
+
+/*
+ * router_openai_logprob_entry - the log-probability JSON of one generated token in the
+ * endpoint's format (chat: {"token","logprob","bytes","top_logprobs"}; completions: the token
+ * text plus its logprob and top map, as a small object the caller folds with
+ * router_openai_logprobs_fold). top: [n_top] ids and log-probabilities. New reference, or NULL
+ * when out of memory.
+ */
+json_t *router_openai_logprob_entry(router_api_t api, const engine_tokenizer_t *tok, int32_t id,
+                                    float logprob, const int32_t *top_ids,
+                                    const float *top_logprobs, size_t n_top);
+
+/*
+ * router_openai_logprobs_fold - the "logprobs" value of a choice from `entries` (an array of
+ * router_openai_logprob_entry results; borrowed): chat {"content": entries}; completions
+ * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. New reference or NULL.
+ */
+json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries);
+
+/*
+ * router_openai_chunk - one streaming chunk as compact JSON text (caller frees with free()).
+ * text: [n_text] bytes of new output (valid UTF-8). role_first: chat only, the first chunk
+ * carries delta.role. finish_reason: "stop", "length" or NULL. logprobs: a folded value or NULL
+ * (borrowed). usage: NULL, or {prompt, completion} counts when include_usage asks for the final
+ * usage chunk (then choices is empty). NULL when out of memory.
+ */
+char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
+                          int role_first, const char *finish_reason, const json_t *logprobs);
+
+/* router_openai_usage_chunk - the final usage-only chunk (choices []). free() the text. */
+char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_tokens,
+                                uint64_t completion_tokens);
+
+/*
+ * router_openai_response - the whole non-streamed response as JSON text (free()). logprobs may
+ * be NULL (rendered null).
+ */
+char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
+                             const char *finish_reason, const json_t *logprobs,
+                             uint64_t prompt_tokens, uint64_t completion_tokens);
+
+/* router_openai_models - the GET /v1/models body for one served model (free()). */
+char *router_openai_models(const char *model, uint32_t max_context);
+
+#endif

@@ -1,0 +1,123 @@
+#include "router/placement.h"
+
+#include <string.h>
+
+/* Seconds of prefill backlog of one worker (0 when idle; queued tokens count as 1 s per 1,000
+ * tokens while no throughput has been measured). */
+static double backlog_s(const router_worker_t *w)
+{
+    double queued = (double)(w->queued_prefill_tokens + w->n_assigned_tokens);
+
+    if (w->recent_tokens_per_s > 0.0) {
+        return queued / w->recent_tokens_per_s;
+    }
+    return queued / 1000.0;
+}
+
+/* Least backlog of the rack's prefill workers, or a negative value when the rack has none. */
+static double rack_backlog_s(router_registry_t *registry, const char *rack)
+{
+    double best = -1.0;
+
+    for (int i = 0; i < router_registry_capacity(registry); i++) {
+        const router_worker_t *w = router_registry_worker(registry, i, 0);
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL || strcmp(w->rack, rack) != 0) {
+            continue;
+        }
+        if (best < 0.0 || backlog_s(w) < best) {
+            best = backlog_s(w);
+        }
+    }
+    return best;
+}
+
+static int any_prefill(router_registry_t *registry)
+{
+    for (int i = 0; i < router_registry_capacity(registry); i++) {
+        const router_worker_t *w = router_registry_worker(registry, i, 0);
+        if (w != NULL && w->role == TANDEM__ROLE__ROLE_PREFILL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static double decode_score(router_registry_t *registry, const router_worker_t *w,
+                           int have_prefill)
+{
+    double occupancy = 0.0;
+    double load = (double)(w->running_sequences + w->n_active) /
+                  (double)(w->max_sequences > 0 ? w->max_sequences : 1);
+    double score;
+
+    if (w->total_pages > 0) {
+        uint32_t free_pages = w->free_pages < w->total_pages ? w->free_pages : w->total_pages;
+        occupancy = 1.0 - (double)free_pages / (double)w->total_pages;
+    }
+    score = occupancy + load;
+    if (have_prefill) {
+        double rack = rack_backlog_s(registry, w->rack);
+        if (rack < 0.0) {
+            score += ROUTER_PLACE_NO_PREFILL_PENALTY;
+        } else {
+            score += ROUTER_PLACE_BACKLOG_WEIGHT_PER_S *
+                     (rack < ROUTER_PLACE_BACKLOG_CAP_S ? rack : ROUTER_PLACE_BACKLOG_CAP_S);
+        }
+    }
+    return score;
+}
+
+int router_place_decode(router_registry_t *registry, uint64_t *generation_out)
+{
+    int have_prefill = any_prefill(registry);
+    int best = -1;
+    double best_score = 0.0;
+    uint32_t best_active = 0;
+
+    for (int i = 0; i < router_registry_capacity(registry); i++) {
+        const router_worker_t *w = router_registry_worker(registry, i, 0);
+        double score;
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_DECODE) {
+            continue;
+        }
+        score = decode_score(registry, w, have_prefill);
+        if (best < 0 || score < best_score ||
+            (score == best_score && w->n_active < best_active)) {
+            best = i;
+            best_score = score;
+            best_active = w->n_active;
+        }
+    }
+    if (best >= 0) {
+        *generation_out = router_registry_worker(registry, best, 0)->generation;
+    }
+    return best;
+}
+
+int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t *generation_out)
+{
+    int best = -1;
+    int best_same_rack = 0;
+    double best_backlog = 0.0;
+
+    for (int i = 0; i < router_registry_capacity(registry); i++) {
+        const router_worker_t *w = router_registry_worker(registry, i, 0);
+        int same_rack;
+        double backlog;
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL) {
+            continue;
+        }
+        same_rack = rack != NULL && strcmp(w->rack, rack) == 0;
+        backlog = backlog_s(w);
+        if (best < 0 || same_rack > best_same_rack ||
+            (same_rack == best_same_rack && backlog < best_backlog)) {
+            best = i;
+            best_same_rack = same_rack;
+            best_backlog = backlog;
+        }
+    }
+    if (best >= 0) {
+        *generation_out = router_registry_worker(registry, best, 0)->generation;
+    }
+    return best;
+}

@@ -1,0 +1,270 @@
+#include "router/stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/validate.h"
+
+#define STREAM_MAX_STOP_IDS 64
+#define STREAM_INITIAL_BYTES 256
+
+struct router_stream {
+    engine_detok_t *detok;
+    char *stop[ROUTER_MAX_STOP_STRINGS];
+    size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
+    int n_stop;
+    int32_t stop_ids[STREAM_MAX_STOP_IDS];
+    int n_stop_ids;
+    uint32_t max_tokens;
+    uint32_t n_tokens;
+    router_stream_state_t state;
+    char *text;          /* emitted and held text, NUL-terminated */
+    size_t n_text;       /* bytes in text */
+    size_t cap_text;
+    size_t n_emitted;    /* text[0, n_emitted) has been handed out */
+};
+
+tdm_status_t router_stream_create(const router_stream_params_t *params,
+                                  router_stream_t **stream_out)
+{
+    router_stream_t *s;
+    tdm_status_t status;
+
+    if (params == NULL || stream_out == NULL || params->tok == NULL || params->max_tokens == 0 ||
+        params->n_stop < 0 || params->n_stop > ROUTER_MAX_STOP_STRINGS ||
+        params->n_stop_ids < 0 || params->n_stop_ids > STREAM_MAX_STOP_IDS) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < params->n_stop; i++) {
+        if (params->stop[i] == NULL || params->stop_bytes[i] == 0) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    status = engine_detok_create(params->tok, ENGINE_DETOK_SKIP_CONTROL, &s->detok);
+    if (status != TDM_OK) {
+        free(s);
+        return status;
+    }
+    s->text = malloc(STREAM_INITIAL_BYTES);
+    if (s->text == NULL) {
+        router_stream_destroy(s);
+        return TDM_ERR_NO_MEMORY;
+    }
+    s->text[0] = '\0';
+    s->cap_text = STREAM_INITIAL_BYTES;
+    for (int i = 0; i < params->n_stop; i++) {
+        s->stop[i] = malloc(params->stop_bytes[i]);
+        if (s->stop[i] == NULL) {
+            router_stream_destroy(s);
+            return TDM_ERR_NO_MEMORY;
+        }
+        memcpy(s->stop[i], params->stop[i], params->stop_bytes[i]);
+        s->stop_bytes[i] = params->stop_bytes[i];
+        s->n_stop++;
+    }
+    if (params->n_stop_ids > 0) {
+        memcpy(s->stop_ids, params->stop_ids, (size_t)params->n_stop_ids * sizeof(int32_t));
+    }
+    s->n_stop_ids = params->n_stop_ids;
+    s->max_tokens = params->max_tokens;
+    *stream_out = s;
+    return TDM_OK;
+}
+
+void router_stream_destroy(router_stream_t *stream)
+{
+    if (stream == NULL) {
+        return;
+    }
+    engine_detok_destroy(stream->detok);
+    for (int i = 0; i < stream->n_stop; i++) {
+        free(stream->stop[i]);
+    }
+    free(stream->text);
+    free(stream);
+}
+
+static tdm_status_t append(router_stream_t *s, const char *bytes, size_t n_bytes)
+{
+    if (s->n_text + n_bytes + 1 > s->cap_text) {
+        size_t cap = s->cap_text;
+        char *grown;
+        while (s->n_text + n_bytes + 1 > cap) {
+            cap *= 2;
+        }
+        grown = realloc(s->text, cap);
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        s->text = grown;
+        s->cap_text = cap;
+    }
+    memcpy(s->text + s->n_text, bytes, n_bytes);
+    s->n_text += n_bytes;
+    s->text[s->n_text] = '\0';
+    return TDM_OK;
+}
+
+/* Earliest start >= from of any stop string in text, or SIZE_MAX. */
+static size_t find_stop(const router_stream_t *s, size_t from)
+{
+    size_t best = SIZE_MAX;
+
+    for (int i = 0; i < s->n_stop; i++) {
+        size_t n = s->stop_bytes[i];
+        for (size_t at = from; at + n <= s->n_text && at < best; at++) {
+            if (memcmp(s->text + at, s->stop[i], n) == 0) {
+                best = at;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+/* Bytes at the end of the unemitted text that are a proper prefix of some stop string. */
+static size_t held_suffix(const router_stream_t *s)
+{
+    size_t pending = s->n_text - s->n_emitted;
+    size_t hold = 0;
+
+    for (int i = 0; i < s->n_stop; i++) {
+        size_t k = s->stop_bytes[i] - 1 < pending ? s->stop_bytes[i] - 1 : pending;
+        for (; k > hold; k--) {
+            if (memcmp(s->text + s->n_text - k, s->stop[i], k) == 0) {
+                hold = k;
+                break;
+            }
+        }
+    }
+    return hold;
+}
+
+/* Decide what of the new text may go out; `final`: the stream ends now, release everything. */
+static void release(router_stream_t *s, int final, const char **text_out, size_t *n_bytes_out)
+{
+    size_t from = s->n_emitted;
+    size_t stop_at = find_stop(s, s->n_emitted);
+    size_t upto;
+
+    if (stop_at != SIZE_MAX) {
+        s->n_text = stop_at;
+        s->text[s->n_text] = '\0';
+        s->state = ROUTER_STREAM_STOP;
+        upto = s->n_text;
+    } else if (final) {
+        upto = s->n_text;
+    } else {
+        upto = s->n_text - held_suffix(s);
+    }
+    s->n_emitted = upto;
+    *text_out = s->text + from;
+    *n_bytes_out = upto - from;
+}
+
+static int is_stop_id(const router_stream_t *s, int32_t id)
+{
+    for (int i = 0; i < s->n_stop_ids; i++) {
+        if (s->stop_ids[i] == id) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static tdm_status_t flush_into_text(router_stream_t *s)
+{
+    const char *tail;
+    size_t n_tail;
+    tdm_status_t status = engine_detok_flush(s->detok, &tail, &n_tail);
+
+    if (status == TDM_OK && n_tail > 0) {
+        status = append(s, tail, n_tail);
+    }
+    return status;
+}
+
+tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char **text_out,
+                                size_t *n_bytes_out)
+{
+    const char *piece;
+    size_t n_piece;
+    tdm_status_t status;
+
+    *text_out = stream->text + stream->n_emitted;
+    *n_bytes_out = 0;
+    if (stream->state != ROUTER_STREAM_RUNNING) {
+        return TDM_OK;
+    }
+    if (is_stop_id(stream, id)) {
+        stream->n_tokens++;
+        status = flush_into_text(stream);
+        if (status != TDM_OK) {
+            return status;
+        }
+        release(stream, 1, text_out, n_bytes_out);
+        stream->state = ROUTER_STREAM_STOP;
+        return TDM_OK;
+    }
+    status = engine_detok_push(stream->detok, id, &piece, &n_piece);
+    if (status != TDM_OK) {
+        return status;
+    }
+    stream->n_tokens++;
+    status = append(stream, piece, n_piece);
+    if (status == TDM_OK && stream->n_tokens >= stream->max_tokens) {
+        status = flush_into_text(stream);
+        if (status == TDM_OK) {
+            release(stream, 1, text_out, n_bytes_out);
+            if (stream->state == ROUTER_STREAM_RUNNING) {
+                stream->state = ROUTER_STREAM_LENGTH;
+            }
+        }
+        return status;
+    }
+    if (status == TDM_OK) {
+        release(stream, 0, text_out, n_bytes_out);
+    }
+    return status;
+}
+
+tdm_status_t router_stream_finish(router_stream_t *stream, router_stream_state_t state_if_running,
+                                  const char **text_out, size_t *n_bytes_out)
+{
+    tdm_status_t status;
+
+    *text_out = stream->text + stream->n_emitted;
+    *n_bytes_out = 0;
+    if (stream->state != ROUTER_STREAM_RUNNING) {
+        return TDM_OK;
+    }
+    status = flush_into_text(stream);
+    if (status != TDM_OK) {
+        return status;
+    }
+    release(stream, 1, text_out, n_bytes_out);
+    if (stream->state == ROUTER_STREAM_RUNNING) {
+        stream->state = state_if_running;
+    }
+    return TDM_OK;
+}
+
+router_stream_state_t router_stream_state(const router_stream_t *stream)
+{
+    return stream->state;
+}
+
+uint32_t router_stream_n_tokens(const router_stream_t *stream)
+{
+    return stream->n_tokens;
+}
+
+const char *router_stream_text(const router_stream_t *stream, size_t *n_bytes_out)
+{
+    *n_bytes_out = stream->n_emitted;
+    return stream->text;
+}

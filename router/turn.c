@@ -1,0 +1,460 @@
+#include "router/turn.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "router/openai.h"
+#include "router/stream.h"
+
+#define NS_PER_MS 1000000ull
+#define HTTP_OK 200
+#define HTTP_INTERNAL 500
+#define HTTP_GATEWAY_TIMEOUT 504
+#define TURN_ID_BYTES 64
+#define TURN_OUT_INITIAL_BYTES 4096
+
+struct router_turn {
+    router_turn_params_t params;
+    const router_model_t *model;
+    router_control_t *control;
+    router_metrics_t *metrics;
+    router_request_t *request;            /* one reference */
+    const router_gen_request_t *gen;      /* the request's, borrowed */
+    router_stream_t *stream;
+    router_request_batch_t batch;
+    int batch_pending;                    /* batch holds events not yet absorbed */
+    json_t *lp_entries;                   /* NULL when logprobs are off */
+    size_t lp_sent;                       /* entries already streamed */
+    char id[TURN_ID_BYTES];
+    char session[ROUTER_SESSION_ID_BYTES + 1];
+    router_openai_ctx_t octx;
+    int ended;                            /* the output is complete (or failed) */
+    int failed;
+    router_apierr_t error;
+    int released;
+    int counted;                          /* usage counted in metrics */
+    /* text produced since the last chunk */
+    char *delta;
+    size_t n_delta;
+    size_t cap_delta;
+    /* server-sent events */
+    char *out;
+    size_t n_out;
+    size_t off_out;
+    size_t cap_out;
+    int sse_started;
+    int sse_done;
+    uint64_t t_progress_ns;               /* monotonic time of the last event */
+};
+
+static tdm_status_t grow(char **buf, size_t *cap, size_t need)
+{
+    size_t n = *cap > 0 ? *cap : TURN_OUT_INITIAL_BYTES;
+    char *p;
+
+    if (need <= *cap) {
+        return TDM_OK;
+    }
+    while (n < need) {
+        n *= 2;
+    }
+    p = realloc(*buf, n);
+    if (p == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    *buf = p;
+    *cap = n;
+    return TDM_OK;
+}
+
+tdm_status_t router_turn_create(const router_turn_params_t *params, const router_model_t *model,
+                                router_control_t *control, router_metrics_t *metrics,
+                                router_request_t *request, router_turn_t **turn_out)
+{
+    const router_model_info_t *info;
+    router_stream_params_t sp;
+    router_turn_t *t;
+    int32_t stop_ids[1];
+    tdm_status_t status;
+
+    if (params == NULL || model == NULL || control == NULL || metrics == NULL ||
+        request == NULL || turn_out == NULL || params->timeout_ms == 0 ||
+        params->keepalive_ms == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    info = router_model_info(model);
+    t->params = *params;
+    t->model = model;
+    t->control = control;
+    t->metrics = metrics;
+    t->gen = router_request_gen(request);
+    memset(&sp, 0, sizeof(sp));
+    sp.tok = router_model_tokenizer(model);
+    sp.stop = (const char *const *)t->gen->stop;
+    sp.stop_bytes = t->gen->stop_bytes;
+    sp.n_stop = t->gen->n_stop;
+    if (!t->gen->ignore_eos && info->eos_id >= 0) {
+        stop_ids[0] = info->eos_id;
+        sp.stop_ids = stop_ids;
+        sp.n_stop_ids = 1;
+    }
+    sp.max_tokens = t->gen->max_tokens;
+    status = router_stream_create(&sp, &t->stream);
+    if (status != TDM_OK) {
+        free(t);
+        return status;
+    }
+    if (t->gen->n_logprobs >= 0) {
+        t->lp_entries = json_array();
+        if (t->lp_entries == NULL) {
+            router_stream_destroy(t->stream);
+            free(t);
+            return TDM_ERR_NO_MEMORY;
+        }
+    }
+    t->request = router_request_ref(request);
+    snprintf(t->id, sizeof(t->id), "%s-%016" PRIx64,
+             t->gen->api == ROUTER_API_CHAT ? "chatcmpl" : "cmpl",
+             tdm_hash_splitmix64(router_request_id(request) ^ router_request_t_start_ns(request)));
+    t->octx.api = t->gen->api;
+    t->octx.id = t->id;
+    t->octx.model = info->name;
+    t->octx.created_s = (int64_t)time(NULL);
+    t->t_progress_ns = tdm_clock_now_ns();
+    *turn_out = t;
+    return TDM_OK;
+}
+
+static void release(router_turn_t *t, int client_gone)
+{
+    if (!t->released) {
+        t->released = 1;
+        router_control_release(t->control, t->request, client_gone);
+    }
+}
+
+void router_turn_destroy(router_turn_t *turn)
+{
+    if (turn == NULL) {
+        return;
+    }
+    release(turn, !turn->ended);
+    router_request_unref(turn->request);
+    router_request_batch_fini(&turn->batch);
+    router_stream_destroy(turn->stream);
+    json_decref(turn->lp_entries);
+    free(turn->delta);
+    free(turn->out);
+    free(turn);
+}
+
+static void set_failed(router_turn_t *t, const router_apierr_t *err)
+{
+    t->failed = 1;
+    t->ended = 1;
+    t->error = *err;
+}
+
+static void fail_oom(router_turn_t *t)
+{
+    router_apierr_t err;
+
+    router_apierr_set(&err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+                      "out of memory");
+    set_failed(t, &err);
+}
+
+static void add_delta(router_turn_t *t, const char *text, size_t n)
+{
+    if (n == 0 || t->failed) {
+        return;
+    }
+    if (grow(&t->delta, &t->cap_delta, t->n_delta + n + 1) != TDM_OK) {
+        fail_oom(t);
+        return;
+    }
+    memcpy(t->delta + t->n_delta, text, n);
+    t->n_delta += n;
+}
+
+static void add_logprob(router_turn_t *t, size_t i)
+{
+    const router_request_batch_t *b = &t->batch;
+    json_t *entry;
+
+    if (t->lp_entries == NULL) {
+        return;
+    }
+    entry = router_openai_logprob_entry(
+        t->gen->api, router_model_tokenizer(t->model), b->ids[i], b->logprobs[i],
+        b->top_ids + i * ROUTER_REQUEST_MAX_TOP, b->top_logprobs + i * ROUTER_REQUEST_MAX_TOP,
+        (size_t)(b->n_top[i] < t->gen->n_logprobs ? b->n_top[i] : t->gen->n_logprobs));
+    if (entry != NULL) {
+        json_array_append_new(t->lp_entries, entry);
+    }
+}
+
+/* Feed the pending batch into the output stream; note the end. */
+static void absorb(router_turn_t *t)
+{
+    const char *text;
+    size_t n;
+
+    if (!t->batch_pending) {
+        return;
+    }
+    t->batch_pending = 0;
+    for (size_t i = 0; i < t->batch.n && !t->ended; i++) {
+        if (router_stream_push(t->stream, t->batch.ids[i], &text, &n) != TDM_OK) {
+            fail_oom(t);
+            break;
+        }
+        add_logprob(t, i);
+        add_delta(t, text, n);
+        if (router_stream_state(t->stream) != ROUTER_STREAM_RUNNING) {
+            t->ended = 1;
+        }
+    }
+    if (!t->ended && t->batch.end == ROUTER_REQUEST_FINISHED) {
+        router_stream_state_t state = t->batch.finish == ROUTER_FINISH_LENGTH
+                                          ? ROUTER_STREAM_LENGTH
+                                          : ROUTER_STREAM_STOP;
+        if (router_stream_finish(t->stream, state, &text, &n) != TDM_OK) {
+            fail_oom(t);
+        } else {
+            add_delta(t, text, n);
+            t->ended = 1;
+        }
+    }
+    if (!t->ended && t->batch.end == ROUTER_REQUEST_FAILED) {
+        set_failed(t, &t->batch.error);
+    }
+    if (t->ended) {
+        if (!t->failed && !t->counted) {
+            t->counted = 1;
+            router_metrics_count(t->metrics, ROUTER_METRIC_COMPLETION_TOKENS,
+                                 router_stream_n_tokens(t->stream));
+        }
+        release(t, 0);
+    }
+}
+
+/* Wait up to wait_ms for the next events. Returns TDM_OK (batch pending) or TDM_ERR_TIMEOUT. */
+static tdm_status_t take(router_turn_t *t, uint32_t wait_ms)
+{
+    tdm_status_t status;
+
+    status = router_request_take(t->request, tdm_clock_now_ns() + (uint64_t)wait_ms * NS_PER_MS,
+                                 &t->batch);
+    if (status == TDM_ERR_NO_MEMORY) {
+        fail_oom(t);
+        return TDM_OK;
+    }
+    if (status == TDM_OK) {
+        t->batch_pending = 1;
+        t->t_progress_ns = tdm_clock_now_ns();
+    }
+    return status;
+}
+
+static void fail_timeout(router_turn_t *t)
+{
+    router_apierr_t err;
+
+    router_apierr_set(&err, HTTP_GATEWAY_TIMEOUT, ROUTER_APIERR_SERVER, "timeout", NULL,
+                      "no token arrived within %u ms", t->params.timeout_ms);
+    set_failed(t, &err);
+}
+
+tdm_status_t router_turn_wait_first(router_turn_t *turn, router_apierr_t *err_out)
+{
+    router_turn_t *t = turn;
+
+    if (take(t, t->params.timeout_ms) == TDM_ERR_TIMEOUT) {
+        fail_timeout(t);
+    }
+    router_request_session(t->request, t->session, sizeof(t->session));
+    if (!t->failed && t->batch.n == 0 && t->batch.end == ROUTER_REQUEST_FAILED) {
+        t->batch_pending = 0;
+        set_failed(t, &t->batch.error);
+    }
+    if (t->failed) {
+        *err_out = t->error;
+        release(t, 0);
+        return t->error.http_status == HTTP_GATEWAY_TIMEOUT ? TDM_ERR_TIMEOUT
+                                                            : TDM_ERR_UNSUPPORTED;
+    }
+    return TDM_OK;
+}
+
+const char *router_turn_session(const router_turn_t *turn)
+{
+    return turn->session;
+}
+
+static const char *finish_reason(const router_turn_t *t)
+{
+    return router_stream_state(t->stream) == ROUTER_STREAM_LENGTH ? "length" : "stop";
+}
+
+static json_t *folded_logprobs(router_turn_t *t, size_t from)
+{
+    json_t *slice;
+    json_t *folded;
+
+    if (t->lp_entries == NULL) {
+        return NULL;
+    }
+    slice = json_array();
+    for (size_t i = from; i < json_array_size(t->lp_entries); i++) {
+        json_array_append(slice, json_array_get(t->lp_entries, i));
+    }
+    folded = router_openai_logprobs_fold(t->gen->api, slice);
+    json_decref(slice);
+    return folded;
+}
+
+tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_body_out,
+                              int *status_out)
+{
+    router_turn_t *t = turn;
+    const char *text;
+    size_t n_text;
+    json_t *logprobs;
+    char *body;
+
+    for (;;) {
+        absorb(t);
+        if (t->ended) {
+            break;
+        }
+        if (take(t, t->params.timeout_ms) == TDM_ERR_TIMEOUT) {
+            fail_timeout(t);
+        }
+    }
+    if (t->failed) {
+        router_metrics_error(t->metrics, t->error.code, t->error.http_status);
+        body = router_apierr_json(&t->error);
+        *status_out = t->error.http_status;
+    } else {
+        text = router_stream_text(t->stream, &n_text);
+        logprobs = folded_logprobs(t, 0);
+        body = router_openai_response(&t->octx, text, n_text, finish_reason(t), logprobs,
+                                      t->gen->n_prompt_ids, router_stream_n_tokens(t->stream));
+        json_decref(logprobs);
+        *status_out = HTTP_OK;
+    }
+    if (body == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    *body_out = body;
+    *n_body_out = strlen(body);
+    return TDM_OK;
+}
+
+/* Append "data: <json>\n\n" (or a raw line) to the SSE output; takes ownership of json. */
+static void emit_event(router_turn_t *t, char *json)
+{
+    size_t n;
+
+    if (json == NULL) {
+        fail_oom(t);
+        return;
+    }
+    n = strlen(json);
+    if (grow(&t->out, &t->cap_out, t->n_out + n + 9) != TDM_OK) {
+        free(json);
+        fail_oom(t);
+        return;
+    }
+    memcpy(t->out + t->n_out, "data: ", 6);
+    memcpy(t->out + t->n_out + 6, json, n);
+    memcpy(t->out + t->n_out + 6 + n, "\n\n", 2);
+    t->n_out += n + 8;
+    free(json);
+}
+
+static void emit_raw(router_turn_t *t, const char *line)
+{
+    size_t n = strlen(line);
+
+    if (grow(&t->out, &t->cap_out, t->n_out + n + 1) == TDM_OK) {
+        memcpy(t->out + t->n_out, line, n);
+        t->n_out += n;
+    }
+}
+
+/* Produce the next events into the SSE output (blocking for tokens when none are pending). */
+static void produce(router_turn_t *t)
+{
+    json_t *logprobs;
+
+    if (!t->sse_started) {
+        t->sse_started = 1;
+        if (t->gen->api == ROUTER_API_CHAT) {
+            emit_event(t, router_openai_chunk(&t->octx, "", 0, 1, NULL, NULL));
+        }
+    }
+    if (!t->ended && !t->batch_pending) {
+        if (take(t, t->params.keepalive_ms) == TDM_ERR_TIMEOUT) {
+            if (tdm_clock_now_ns() - t->t_progress_ns <
+                (uint64_t)t->params.timeout_ms * NS_PER_MS) {
+                emit_raw(t, ": keep-alive\n\n");
+                return;
+            }
+            fail_timeout(t);
+        }
+    }
+    absorb(t);
+    if (t->n_delta > 0 && !t->failed) {
+        logprobs = folded_logprobs(t, t->lp_sent);
+        t->lp_sent = t->lp_entries != NULL ? json_array_size(t->lp_entries) : 0;
+        emit_event(t, router_openai_chunk(&t->octx, t->delta, t->n_delta, 0, NULL, logprobs));
+        json_decref(logprobs);
+        t->n_delta = 0;
+    }
+    if (!t->ended) {
+        return;
+    }
+    if (t->failed) {
+        router_metrics_error(t->metrics, t->error.code, t->error.http_status);
+        emit_event(t, router_apierr_json(&t->error));
+    } else {
+        emit_event(t, router_openai_chunk(&t->octx, "", 0, 0, finish_reason(t), NULL));
+        if (t->gen->include_usage) {
+            emit_event(t, router_openai_usage_chunk(&t->octx, t->gen->n_prompt_ids,
+                                                    router_stream_n_tokens(t->stream)));
+        }
+    }
+    emit_raw(t, "data: [DONE]\n\n");
+    t->sse_done = 1;
+}
+
+size_t router_turn_sse_read(router_turn_t *turn, char *buf, size_t max_bytes)
+{
+    router_turn_t *t = turn;
+    size_t n;
+
+    while (t->off_out == t->n_out && !t->sse_done) {
+        t->off_out = 0;
+        t->n_out = 0;
+        produce(t);
+    }
+    n = t->n_out - t->off_out;
+    if (n > max_bytes) {
+        n = max_bytes;
+    }
+    memcpy(buf, t->out + t->off_out, n);
+    t->off_out += n;
+    return n;
+}

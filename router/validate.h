@@ -1,0 +1,89 @@
+/* validate.h - turn an OpenAI-style request body into a checked generation request.
+ *
+ * Owns the rules of what the router accepts on POST /v1/chat/completions and /v1/completions:
+ * content type, JSON shape, model name, sampling parameters, stop strings, logprobs, prompt
+ * forms (chat messages, text, token ids) and limits (vocabulary, image content, context). It
+ * tokenizes (chat template or plain text) so the prompt length is checked here, before any page
+ * is reserved anywhere. Every refusal is an OpenAI-shaped router_apierr_t with the HTTP status.
+ * Knows nothing of sessions, workers or transport. Thread-safe (the model is read-only).
+ */
+#ifndef TANDEM_ROUTER_VALIDATE_H
+#define TANDEM_ROUTER_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "router/apierr.h"
+#include "router/model.h"
+
+/* Most stop strings per request (OpenAI's limit). */
+#define ROUTER_MAX_STOP_STRINGS 4
+/* Longest stop string, bytes. */
+#define ROUTER_MAX_STOP_BYTES 256
+/* Most log-probability alternatives per token (chat top_logprobs). */
+#define ROUTER_MAX_TOP_LOGPROBS 20
+/* Most alternatives of the legacy completions "logprobs" integer. */
+#define ROUTER_MAX_COMPLETION_LOGPROBS 5
+/* max_tokens of /v1/completions when the client sends none (OpenAI's default). */
+#define ROUTER_COMPLETIONS_DEFAULT_MAX_TOKENS 16
+/* Largest temperature accepted (OpenAI's range is [0, 2]). */
+#define ROUTER_MAX_TEMPERATURE 2.0
+
+/* The two generation endpoints. */
+typedef enum {
+    ROUTER_API_CHAT = 0,        /* POST /v1/chat/completions */
+    ROUTER_API_COMPLETIONS = 1, /* POST /v1/completions */
+} router_api_t;
+
+/*
+ * A checked generation request (plain data; owns prompt_ids and the stop strings, released by
+ * router_gen_request_fini). Sampling fields follow MODEL.md section 8.
+ */
+typedef struct {
+    router_api_t api;
+    int stream;              /* 1: answer as server-sent events */
+    int include_usage;       /* stream_options.include_usage: a final usage chunk */
+    int32_t *prompt_ids;     /* [n_prompt_ids], each in [0, V), no image token */
+    size_t n_prompt_ids;     /* >= 1 and < max context */
+    uint32_t max_tokens;     /* >= 1; prompt + max_tokens <= max context */
+    double temperature;      /* [0, 2]; default 1 */
+    int32_t top_k;           /* 0 off */
+    double top_p;            /* (0, 1]; default 1 */
+    double min_p;            /* [0, 1]; default 0 */
+    uint64_t seed;           /* the client's seed, else a fresh random one */
+    int n_logprobs;          /* -1 off; 0 chosen token only; 1..20 alternatives too */
+    int ignore_eos;          /* 1: EOS does not end the completion */
+    int n_stop;              /* stop strings */
+    char *stop[ROUTER_MAX_STOP_STRINGS];
+    size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
+} router_gen_request_t;
+
+/*
+ * router_validate_request - check `body` (n_body bytes, borrowed) sent to `api` with header
+ * Content-Type `content_type` (NULL when absent) and fill *req_out.
+ *
+ * Refusals (TDM_ERR_INVALID_ARG; *err_out filled, *req_out zeroed):
+ *   415 unsupported_media_type   content type other than application/json
+ *   400 invalid_json             malformed JSON, or not an object
+ *   400 invalid_type / invalid_value / missing_parameter / unsupported_parameter
+ *                                a field of the wrong type or out of range (max_tokens not a
+ *                                positive integer, temperature or top_p NaN, infinite or out
+ *                                of range, n != 1, penalties, ...)
+ *   404 model_not_found          "model" is not the served model
+ *   400 empty_prompt             no messages, or an empty prompt
+ *   400 unsupported_input        image content, or the image token id in a prompt
+ *   400 invalid_token_id         a prompt id outside [0, V)
+ *   400 context_length_exceeded  prompt (plus max_tokens) over the max context
+ * TDM_ERR_NO_MEMORY: *err_out is a 500. `seed_fallback` is the seed used when the client sends
+ * none. Thread-safe.
+ */
+tdm_status_t router_validate_request(const router_model_t *model, router_api_t api,
+                                     const char *content_type, const char *body, size_t n_body,
+                                     uint64_t seed_fallback, router_gen_request_t *req_out,
+                                     router_apierr_t *err_out);
+
+/* router_gen_request_fini - free what the request owns and zero it. Accepts a zeroed struct. */
+void router_gen_request_fini(router_gen_request_t *req);
+
+#endif

@@ -1,0 +1,522 @@
+/* test_proto.c - the control protocol wrappers (proto/proto.h, proto/proto_hash.h): envelope
+ * round trips of every message type, size and version limits, structural checks, the
+ * registration compatibility check, the block-hash chain and the model fingerprint. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "proto/proto.h"
+#include "proto/proto_hash.h"
+
+#define ERR_BYTES 512
+#define PATH_BYTES 4096
+
+static uint8_t *pack_ok(const Tandem__Envelope *env, size_t *n_out)
+{
+    uint8_t *buf = NULL;
+
+    assert_int_equal(proto_pack(env, &buf, n_out), TDM_OK);
+    assert_non_null(buf);
+    return buf;
+}
+
+static Tandem__Envelope *round_trip(const Tandem__Envelope *env)
+{
+    char err[ERR_BYTES] = "";
+    Tandem__Envelope *out = NULL;
+    size_t n = 0;
+    uint8_t *buf = pack_ok(env, &n);
+
+    assert_int_equal(proto_unpack(buf, n, 0, &out, err, sizeof(err)), TDM_OK);
+    free(buf);
+    assert_non_null(out);
+    assert_int_equal(out->protocol_version, PROTO_VERSION);
+    assert_int_equal(out->body_case, env->body_case);
+    return out;
+}
+
+static void fill_register(Tandem__Register *reg, Tandem__PageFormat *pf, Tandem__Capacity *cap,
+                          char **kv_formats)
+{
+    kv_formats[0] = PROTO_KV_FORMAT_MAIN;
+    kv_formats[1] = PROTO_KV_FORMAT_INDEX;
+    pf->version = 1;
+    pf->rows_per_page = 64;
+    pf->page_bytes = 22848;
+    pf->tokens_per_block = 128;
+    cap->total_pages = 4096;
+    cap->max_sequences = 64;
+    reg->role = TANDEM__ROLE__ROLE_DECODE;
+    reg->incarnation_id = "decode-host1-123-abc";
+    reg->rack = "rack0";
+    reg->node = "host1";
+    reg->model_fingerprint = 0x1234;
+    reg->page_format = pf;
+    reg->kv_formats = kv_formats;
+    reg->n_kv_formats = 2;
+    reg->max_context = 8192;
+    reg->protocol_version = PROTO_VERSION;
+    reg->capacity = cap;
+}
+
+static void test_register_round_trip_keeps_every_field(void **state)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Register reg = TANDEM__REGISTER__INIT;
+    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
+    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
+    char *kv[2];
+    uint8_t descriptor[3] = {1, 2, 3};
+    Tandem__Envelope *out;
+
+    (void)state;
+    fill_register(&reg, &pf, &cap, kv);
+    reg.transfer_descriptor.data = descriptor;
+    reg.transfer_descriptor.len = sizeof(descriptor);
+    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    out = round_trip(&env);
+    assert_string_equal(out->register_->incarnation_id, "decode-host1-123-abc");
+    assert_string_equal(out->register_->rack, "rack0");
+    assert_int_equal(out->register_->role, TANDEM__ROLE__ROLE_DECODE);
+    assert_int_equal(out->register_->model_fingerprint, 0x1234);
+    assert_int_equal(out->register_->page_format->page_bytes, 22848);
+    assert_int_equal(out->register_->n_kv_formats, 2);
+    assert_string_equal(out->register_->kv_formats[1], PROTO_KV_FORMAT_INDEX);
+    assert_int_equal(out->register_->capacity->total_pages, 4096);
+    assert_int_equal(out->register_->transfer_descriptor.len, 3);
+    assert_memory_equal(out->register_->transfer_descriptor.data, descriptor, 3);
+    proto_envelope_free(out);
+}
+
+static void test_every_message_type_round_trips(void **state)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    Tandem__Load load = TANDEM__LOAD__INIT;
+    Tandem__RegisterAck ack = TANDEM__REGISTER_ACK__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
+    Tandem__PrefillJob job = TANDEM__PREFILL_JOB__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    Tandem__CompletionNotice cn = TANDEM__COMPLETION_NOTICE__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__TokenChunk tc = TANDEM__TOKEN_CHUNK__INIT;
+    Tandem__TopLogprobs top = TANDEM__TOP_LOGPROBS__INIT;
+    Tandem__TopLogprobs *tops[2] = {&top, &top};
+    Tandem__Finish fin = TANDEM__FINISH__INIT;
+    Tandem__Abort ab = TANDEM__ABORT__INIT;
+    Tandem__Error er = TANDEM__ERROR__INIT;
+    Tandem__Goodbye gb = TANDEM__GOODBYE__INIT;
+    int32_t ids[4] = {5, 6, 7, 8};
+    float lps[2] = {-0.5f, -1.5f};
+    int32_t top_ids[2] = {9, 10};
+    float top_lps[2] = {-0.1f, -2.0f};
+    uint64_t checksums[2] = {11, 12};
+    Tandem__Envelope *out;
+
+    (void)state;
+    load.free_pages = 100;
+    load.recent_tokens_per_s = 12.5;
+    hb.seq = 7;
+    hb.load = &load;
+    env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    out = round_trip(&env);
+    assert_int_equal(out->heartbeat->seq, 7);
+    assert_int_equal(out->heartbeat->load->free_pages, 100);
+    proto_envelope_free(out);
+
+    ack.accepted = 1;
+    ack.heartbeat_interval_ms = 250;
+    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER_ACK;
+    env.register_ack = &ack;
+    out = round_trip(&env);
+    assert_true(out->register_ack->accepted);
+    proto_envelope_free(out);
+
+    rp.request_id = 3;
+    rp.session_id = "s1";
+    rp.cached_len = 128;
+    rp.total_len = 1000;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    out = round_trip(&env);
+    assert_int_equal(out->reserve_pages->total_len, 1000);
+    proto_envelope_free(out);
+
+    pr.request_id = 3;
+    pr.reservation_id = 99;
+    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+    env.page_reservation = &pr;
+    out = round_trip(&env);
+    assert_int_equal(out->page_reservation->reservation_id, 99);
+    proto_envelope_free(out);
+
+    sp.top_p = 1.0;
+    sp.temperature = 0.7;
+    sp.seed = 0xfeedfacecafebeefull;
+    sp.n_logprobs = -1;
+    job.request_id = 3;
+    job.session_id = "s1";
+    job.decode_incarnation_id = "decode-1";
+    job.cached_len = 2;
+    job.context_tokens = ids;
+    job.n_context_tokens = 2;
+    job.delta_tokens = ids;
+    job.n_delta_tokens = 4;
+    job.sampling = &sp;
+    env.body_case = TANDEM__ENVELOPE__BODY_PREFILL_JOB;
+    env.prefill_job = &job;
+    out = round_trip(&env);
+    assert_int_equal(out->prefill_job->sampling->seed, 0xfeedfacecafebeefull);
+    assert_int_equal(out->prefill_job->n_delta_tokens, 4);
+    proto_envelope_free(out);
+
+    cn.request_id = 3;
+    cn.cached_len = 2;
+    cn.total_len = 6;
+    cn.page_checksums = checksums;
+    cn.n_page_checksums = 2;
+    cn.first_token = 42;
+    env.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
+    env.completion = &cn;
+    out = round_trip(&env);
+    assert_int_equal(out->completion->page_checksums[1], 12);
+    proto_envelope_free(out);
+
+    dr.request_id = 3;
+    dr.session_id = "s1";
+    dr.cached_len = 0;
+    dr.total_len = 4;
+    dr.delta_tokens = ids;
+    dr.n_delta_tokens = 4;
+    dr.sampling = &sp;
+    dr.max_tokens = 16;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    out = round_trip(&env);
+    assert_int_equal(out->decode_request->n_delta_tokens, 4);
+    proto_envelope_free(out);
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
+    dr.delta_tokens = NULL;
+    dr.n_delta_tokens = 0;
+    dr.handoff = &cn;
+    out = round_trip(&env);
+    assert_int_equal(out->decode_request->handoff->first_token, 42);
+    proto_envelope_free(out);
+
+    top.tokens = top_ids;
+    top.n_tokens = 2;
+    top.logprobs = top_lps;
+    top.n_logprobs = 2;
+    tc.request_id = 3;
+    tc.first_position = 4;
+    tc.tokens = ids;
+    tc.n_tokens = 2;
+    tc.logprobs = lps;
+    tc.n_logprobs = 2;
+    tc.top = tops;
+    tc.n_top = 2;
+    env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &tc;
+    out = round_trip(&env);
+    assert_int_equal(out->token_chunk->tokens[1], 6);
+    assert_int_equal(out->token_chunk->top[1]->tokens[1], 10);
+    proto_envelope_free(out);
+
+    fin.request_id = 3;
+    fin.reason = TANDEM__FINISH_REASON__FINISH_LENGTH;
+    fin.cached_len = 9;
+    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
+    env.finish = &fin;
+    out = round_trip(&env);
+    assert_int_equal(out->finish->cached_len, 9);
+    proto_envelope_free(out);
+
+    ab.request_id = 3;
+    ab.reason = "client gone";
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
+    env.abort = &ab;
+    out = round_trip(&env);
+    assert_string_equal(out->abort->reason, "client gone");
+    proto_envelope_free(out);
+
+    er.request_id = 3;
+    er.code = TANDEM__ERROR_CODE__ERROR_STATE_LOST;
+    er.cached_len = 128;
+    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+    env.error = &er;
+    out = round_trip(&env);
+    assert_int_equal(out->error->code, TANDEM__ERROR_CODE__ERROR_STATE_LOST);
+    assert_string_equal(proto_error_code_name(out->error->code), "state_lost");
+    proto_envelope_free(out);
+
+    gb.reason = "drained";
+    env.body_case = TANDEM__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &gb;
+    out = round_trip(&env);
+    assert_string_equal(proto_type_name(out->body_case), "goodbye");
+    proto_envelope_free(out);
+}
+
+static void test_unpack_refuses_bad_frames_and_writes_nothing(void **state)
+{
+    char err[ERR_BYTES] = "";
+    Tandem__Envelope *out = (Tandem__Envelope *)0x1;
+    const uint8_t garbage[4] = {0xff, 0xff, 0xff, 0xff};
+    uint8_t empty_env[2] = {0x08, 0x01}; /* protocol_version 1, no body */
+    uint8_t *big;
+
+    (void)state;
+    assert_int_equal(proto_unpack(garbage, 0, 0, &out, err, sizeof(err)), TDM_ERR_FORMAT);
+    assert_int_equal(proto_unpack(garbage, sizeof(garbage), 0, &out, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_int_equal(proto_unpack(empty_env, sizeof(empty_env), 0, &out, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_non_null(strstr(err, "no body"));
+    big = calloc(PROTO_MAX_MESSAGE_BYTES + 1u, 1);
+    assert_non_null(big);
+    assert_int_equal(proto_unpack(big, PROTO_MAX_MESSAGE_BYTES + 1u, 0, &out, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_non_null(strstr(err, "exceeds"));
+    free(big);
+    assert_int_equal(proto_unpack(garbage, sizeof(garbage), 0x80, &out, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    assert_ptr_equal(out, (Tandem__Envelope *)0x1);
+}
+
+static void test_other_version_refused_unless_asked(void **state)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Goodbye gb = TANDEM__GOODBYE__INIT;
+    Tandem__Envelope *out = NULL;
+    char err[ERR_BYTES] = "";
+    uint8_t *buf;
+    size_t n;
+
+    (void)state;
+    env.protocol_version = PROTO_VERSION + 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &gb;
+    buf = pack_ok(&env, &n);
+    assert_int_equal(proto_unpack(buf, n, 0, &out, err, sizeof(err)), TDM_ERR_UNSUPPORTED);
+    assert_null(out);
+    assert_non_null(strstr(err, "protocol version"));
+    assert_int_equal(proto_unpack(buf, n, PROTO_UNPACK_ANY_VERSION, &out, err, sizeof(err)),
+                     TDM_OK);
+    assert_int_equal(out->protocol_version, PROTO_VERSION + 1);
+    proto_envelope_free(out);
+    free(buf);
+}
+
+static void test_structural_checks_refuse_malformed_messages(void **state)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__TokenChunk tc = TANDEM__TOKEN_CHUNK__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    Tandem__Register reg = TANDEM__REGISTER__INIT;
+    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
+    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
+    char *kv[2];
+    int32_t ids[2] = {1, -2};
+    float lps[1] = {0.0f};
+    char err[ERR_BYTES] = "";
+    uint8_t *buf = NULL;
+    size_t n = 0;
+
+    (void)state;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+
+    tc.request_id = 1;
+    tc.tokens = ids;
+    tc.n_tokens = 1;
+    tc.logprobs = lps;
+    tc.n_logprobs = 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &tc;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    tc.n_tokens = 2; /* a negative id, and 1 logprob for 2 tokens */
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_int_equal(proto_pack(&env, &buf, &n), TDM_ERR_INVALID_ARG);
+    assert_null(buf);
+
+    sp.top_p = 1.5;
+    dr.session_id = "s";
+    dr.sampling = &sp;
+    dr.max_tokens = 1;
+    dr.delta_tokens = ids;
+    dr.n_delta_tokens = 1;
+    dr.total_len = 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "top_p"));
+    sp.top_p = 1.0;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "handoff"));
+
+    fill_register(&reg, &pf, &cap, kv);
+    reg.incarnation_id = "has space";
+    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    reg.incarnation_id = "ok";
+    reg.role = TANDEM__ROLE__ROLE_UNSPECIFIED;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+}
+
+static void test_compat_check_names_each_mismatch(void **state)
+{
+    Tandem__Register reg = TANDEM__REGISTER__INIT;
+    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
+    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
+    const char *want_kv[2] = {PROTO_KV_FORMAT_INDEX, PROTO_KV_FORMAT_MAIN};
+    char *kv[2];
+    char *other_kv[2] = {PROTO_KV_FORMAT_MAIN, "index:bf16"};
+    proto_compat_t want;
+    char reason[ERR_BYTES];
+
+    (void)state;
+    fill_register(&reg, &pf, &cap, kv);
+    memset(&want, 0, sizeof(want));
+    want.model_fingerprint = 0x1234;
+    want.page_format_version = 1;
+    want.page_rows = 64;
+    want.page_bytes = 22848;
+    want.tokens_per_block = 128;
+    want.kv_formats = want_kv;
+    want.n_kv_formats = 2;
+    want.max_context = 8192;
+    want.protocol_version = PROTO_VERSION;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_OK);
+
+    reg.model_fingerprint = 0x9999;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "model fingerprint mismatch"));
+    assert_non_null(strstr(reason, "0x0000000000009999"));
+    reg.model_fingerprint = 0x1234;
+
+    pf.page_bytes = 1;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "page format mismatch"));
+    pf.page_bytes = 22848;
+
+    reg.kv_formats = other_kv;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "kv formats mismatch"));
+    assert_non_null(strstr(reason, "index:bf16"));
+    reg.kv_formats = kv;
+
+    reg.max_context = 4096;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "max context mismatch"));
+    reg.max_context = 16384; /* more than needed is fine */
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_OK);
+
+    reg.protocol_version = PROTO_VERSION + 1;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "protocol version mismatch"));
+}
+
+static void test_block_hash_chain_depends_on_every_earlier_token(void **state)
+{
+    int32_t a[300];
+    int32_t b[300];
+    uint64_t ha[2];
+    uint64_t hb[2];
+    uint64_t big[2];
+    int32_t *long_block = calloc(2 * 2048, sizeof(int32_t));
+
+    (void)state;
+    for (int i = 0; i < 300; i++) {
+        a[i] = i * 7 + 3;
+        b[i] = a[i];
+    }
+    assert_int_equal(proto_block_hashes(a, 300, 128, ha), 2);
+    assert_int_equal(proto_block_hashes(b, 300, 128, hb), 2);
+    assert_memory_equal(ha, hb, sizeof(ha));
+    b[299] = 0; /* the partial block has no hash */
+    assert_int_equal(proto_block_hashes(b, 300, 128, hb), 2);
+    assert_memory_equal(ha, hb, sizeof(ha));
+    b[5] = 0; /* block 0 changes, and so does block 1 through the chain */
+    proto_block_hashes(b, 300, 128, hb);
+    assert_true(ha[0] != hb[0]);
+    assert_true(ha[1] != hb[1]);
+    assert_int_equal(proto_block_hashes(a, 100, 128, ha), 0);
+    assert_int_equal(proto_block_hashes(a, 300, 0, ha), 0);
+    /* Blocks longer than one piece still chain deterministically. */
+    assert_non_null(long_block);
+    assert_int_equal(proto_block_hashes(long_block, 4096, 2048, big), 2);
+    assert_true(big[0] != big[1]);
+    free(long_block);
+}
+
+static int run_shell(const char *command)
+{
+    int rc = system(command);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_fingerprint_is_deterministic_and_tells_seeds_apart(void **state)
+{
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char command[PATH_BYTES * 4];
+    char dir1[PATH_BYTES / 2];
+    char dir2[PATH_BYTES / 2];
+    char err[ERR_BYTES] = "";
+    uint64_t f1 = 0;
+    uint64_t f1_again = 0;
+    uint64_t f2 = 0;
+    uint64_t untouched = 77;
+
+    (void)state;
+    if (bin == NULL || tmp == NULL) {
+        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest): skipping\n");
+        skip();
+    }
+    snprintf(dir1, sizeof(dir1), "%.1000s/proto-fp-1", tmp);
+    snprintf(dir2, sizeof(dir2), "%.1000s/proto-fp-2", tmp);
+    snprintf(command, sizeof(command),
+             "rm -rf %s %s && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 1 --out %s "
+             ">/dev/null && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 2 --out %s "
+             ">/dev/null",
+             dir1, dir2, bin, dir1, bin, dir2);
+    assert_true(strlen(command) + 1 < sizeof(command));
+    assert_int_equal(run_shell(command), 0);
+    assert_int_equal(proto_model_fingerprint(dir1, &f1, err, sizeof(err)), TDM_OK);
+    assert_int_equal(proto_model_fingerprint(dir1, &f1_again, err, sizeof(err)), TDM_OK);
+    assert_int_equal(proto_model_fingerprint(dir2, &f2, err, sizeof(err)), TDM_OK);
+    assert_true(f1 == f1_again);
+    assert_true(f1 != f2);
+    assert_int_equal(proto_model_fingerprint("/nonexistent/model", &untouched, err, sizeof(err)),
+                     TDM_ERR_NOT_FOUND);
+    assert_int_equal(untouched, 77);
+    assert_non_null(strstr(err, "config.json"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_register_round_trip_keeps_every_field),
+        cmocka_unit_test(test_every_message_type_round_trips),
+        cmocka_unit_test(test_unpack_refuses_bad_frames_and_writes_nothing),
+        cmocka_unit_test(test_other_version_refused_unless_asked),
+        cmocka_unit_test(test_structural_checks_refuse_malformed_messages),
+        cmocka_unit_test(test_compat_check_names_each_mismatch),
+        cmocka_unit_test(test_block_hash_chain_depends_on_every_earlier_token),
+        cmocka_unit_test(test_fingerprint_is_deterministic_and_tells_seeds_apart),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1020 @@
+/* test_router.c - tandem-router end to end on loopback: an in-process router (router_create), fake
+ * prefill/decode workers speaking tandem.proto over ZeroMQ DEALER sockets (test_router_fake.h),
+ * and libcurl as the HTTP client. Covers the validation matrix, streamed and whole responses of
+ * both endpoints, stop strings across chunks, UTF-8 split across tokens, registration refusal,
+ * worker death and re-placement, stickiness and prefix matching, disaggregated handoff, a prefill
+ * worker lost mid-job, and that failed requests never take the router down. Waits are polls with
+ * deadlines, never sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/log.h"
+#include "router/router.h"
+#include "test_router_fake.h"
+
+#define PATH_BYTES 4096
+#define ERR_BYTES 512
+#define BYTE_ID(b) ((int32_t)(3 + (unsigned char)(b))) /* synthetic tokenizer: byte b is id 3+b */
+#define EOS_ID 1
+#define IMAGE_ID 1022
+#define LOCAL_PREFILL_TOKENS 64
+#define HEALTH_DEADLINE_MS 3000
+
+typedef struct {
+    char model_dir[PATH_BYTES];
+    router_t *router;
+    int port;
+    const proto_compat_t *compat;
+    const char *endpoint;
+} fixture_t;
+
+typedef struct {
+    long status;
+    char *body;
+    size_t n_body;
+    char session[160];
+} http_resp_t;
+
+/* ---- HTTP client ------------------------------------------------------------------------ */
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+    http_resp_t *r = arg;
+    char *grown = realloc(r->body, r->n_body + size * n + 1);
+
+    if (grown == NULL) {
+        return 0;
+    }
+    r->body = grown;
+    memcpy(r->body + r->n_body, data, size * n);
+    r->n_body += size * n;
+    r->body[r->n_body] = '\0';
+    return size * n;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+    http_resp_t *r = arg;
+    static const char NAME[] = "x-session-id:";
+    size_t len = size * n;
+
+    if (len > sizeof(NAME) && strncasecmp(data, NAME, sizeof(NAME) - 1) == 0) {
+        size_t start = sizeof(NAME) - 1;
+        size_t end = len;
+        while (start < end && data[start] == ' ') {
+            start++;
+        }
+        while (end > start && (data[end - 1] == '\r' || data[end - 1] == '\n')) {
+            end--;
+        }
+        snprintf(r->session, sizeof(r->session), "%.*s", (int)(end - start), data + start);
+    }
+    return len;
+}
+
+static void http_do(int port, const char *method, const char *path, const char *content_type,
+                    const char *body, const char *session, http_resp_t *out)
+{
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = NULL;
+    char url[256];
+    char line[256];
+
+    memset(out, 0, sizeof(*out));
+    assert_non_null(curl);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, out);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    if (body != NULL) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    }
+    if (content_type != NULL) {
+        snprintf(line, sizeof(line), "Content-Type: %s", content_type);
+        headers = curl_slist_append(headers, line);
+    } else if (body != NULL) {
+        headers = curl_slist_append(headers, "Content-Type:");
+    }
+    if (session != NULL) {
+        snprintf(line, sizeof(line), "X-Session-Id: %s", session);
+        headers = curl_slist_append(headers, line);
+    }
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    assert_int_equal(curl_easy_perform(curl), CURLE_OK);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    if (out->body == NULL) {
+        out->body = calloc(1, 1);
+    }
+}
+
+static void post(const fixture_t *fx, const char *path, const char *body, const char *session,
+                 http_resp_t *out)
+{
+    http_do(fx->port, "POST", path, "application/json", body, session, out);
+}
+
+/* The generated text, finish reason and completion tokens of a whole or streamed response. */
+typedef struct {
+    char text[4096];
+    char finish[32];
+    long completion_tokens;
+    int saw_done;
+    int n_chunks;
+    int error;
+} result_t;
+
+static void parse_whole(const char *body, result_t *res)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(body, 0, &jerr);
+    json_t *choice;
+    json_t *text;
+
+    memset(res, 0, sizeof(*res));
+    assert_non_null(root);
+    choice = json_array_get(json_object_get(root, "choices"), 0);
+    text = json_object_get(choice, "text");
+    if (text == NULL) {
+        text = json_object_get(json_object_get(choice, "message"), "content");
+    }
+    assert_true(json_is_string(text));
+    snprintf(res->text, sizeof(res->text), "%s", json_string_value(text));
+    snprintf(res->finish, sizeof(res->finish), "%s",
+             json_string_value(json_object_get(choice, "finish_reason")));
+    res->completion_tokens = (long)json_integer_value(
+        json_object_get(json_object_get(root, "usage"), "completion_tokens"));
+    json_decref(root);
+}
+
+static void parse_sse(const char *body, result_t *res)
+{
+    const char *line = body;
+
+    memset(res, 0, sizeof(*res));
+    while (line != NULL && *line != '\0') {
+        const char *end = strstr(line, "\n");
+        size_t n = end != NULL ? (size_t)(end - line) : strlen(line);
+        if (n > 6 && strncmp(line, "data: ", 6) == 0) {
+            if (n == 12 && strncmp(line + 6, "[DONE]", 6) == 0) {
+                res->saw_done = 1;
+            } else {
+                json_error_t jerr;
+                json_t *root = json_loadb(line + 6, n - 6, 0, &jerr);
+                json_t *choice;
+                json_t *text;
+                json_t *finish;
+                assert_non_null(root);
+                assert_false(res->saw_done);
+                if (json_object_get(root, "error") != NULL) {
+                    res->error = 1;
+                }
+                choice = json_array_get(json_object_get(root, "choices"), 0);
+                text = json_object_get(choice, "text");
+                if (text == NULL) {
+                    text = json_object_get(json_object_get(choice, "delta"), "content");
+                }
+                if (json_is_string(text)) {
+                    strncat(res->text, json_string_value(text),
+                            sizeof(res->text) - strlen(res->text) - 1);
+                    res->n_chunks += json_string_length(text) > 0;
+                }
+                finish = json_object_get(choice, "finish_reason");
+                if (json_is_string(finish)) {
+                    snprintf(res->finish, sizeof(res->finish), "%s", json_string_value(finish));
+                }
+                if (json_object_get(root, "usage") != NULL) {
+                    res->completion_tokens = (long)json_integer_value(json_object_get(
+                        json_object_get(root, "usage"), "completion_tokens"));
+                }
+                json_decref(root);
+            }
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+}
+
+/* ---- fixture ---------------------------------------------------------------------------- */
+
+static int run_shell(const char *command)
+{
+    int rc = system(command);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int setup(void **state)
+{
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char command[PATH_BYTES * 4];
+    char err[ERR_BYTES] = "";
+    router_params_t params;
+    fixture_t *fx;
+
+    if (bin == NULL || tmp == NULL) {
+        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest)\n");
+        return -1;
+    }
+    fx = calloc(1, sizeof(*fx));
+    snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/router-model", tmp);
+    snprintf(command, sizeof(command),
+             "test -f %s/config.json || %s/tandem-mkmodel --log-level warn --preset tiny --seed 1 "
+             "--out %s >/dev/null",
+             fx->model_dir, bin, fx->model_dir);
+    if (run_shell(command) != 0) {
+        free(fx);
+        return -1;
+    }
+    router_params_default(&params);
+    params.model.model_dir = fx->model_dir;
+    params.model.served_name = "tiny";
+    params.http.host = "127.0.0.1";
+    params.http.port = 0;
+    params.http.turn.timeout_ms = 10000;
+    params.http.turn.keepalive_ms = 1000;
+    params.control.endpoint = "tcp://127.0.0.1:*";
+    params.control.heartbeat_interval_ms = FAKE_HEARTBEAT_MS;
+    params.control.heartbeat_timeout_ms = 600;
+    params.control.dispatch.local_prefill_tokens = LOCAL_PREFILL_TOKENS;
+    params.control.dispatch.reservation_timeout_ms = 5000;
+    params.control.dispatch.prefill_timeout_ms = 5000;
+    if (router_create(&params, &fx->router, err, sizeof(err)) != TDM_OK) {
+        print_message("router_create: %s\n", err);
+        free(fx);
+        return -1;
+    }
+    fx->port = router_http_port_bound(fx->router);
+    fx->compat = router_model_compat(router_model(fx->router));
+    fx->endpoint = router_control_endpoint_bound(fx->router);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *fx = *state;
+
+    router_destroy(fx->router);
+    free(fx);
+    return 0;
+}
+
+static void set_script(fake_worker_t *w, const char *text, int eos, size_t chunk_tokens)
+{
+    w->n_script = 0;
+    for (const char *c = text; *c != '\0'; c++) {
+        w->script[w->n_script++] = BYTE_ID(*c);
+    }
+    if (eos) {
+        w->script[w->n_script++] = EOS_ID;
+    }
+    w->chunk_tokens = chunk_tokens;
+}
+
+static void start_worker(const fixture_t *fx, fake_worker_t *w, const char *id,
+                         Tandem__Role role, const char *rack)
+{
+    fake_init(w, id, role, rack, fx->compat, fx->endpoint);
+    fake_start(w);
+    assert_int_equal(fake_wait_registered(w, 5000), 1);
+}
+
+/* Poll /health until it reports n_decode decode workers or the deadline passes. */
+static int wait_decode_workers(const fixture_t *fx, int n_decode, uint32_t deadline_ms)
+{
+    uint64_t end = tdm_clock_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    char want[64];
+
+    snprintf(want, sizeof(want), "\"decode\":%d", n_decode);
+    while (tdm_clock_now_ns() < end) {
+        http_resp_t r;
+        int ok;
+        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+        ok = strstr(r.body, want) != NULL;
+        free(r.body);
+        if (ok) {
+            return 1;
+        }
+        zmq_poll(NULL, 0, 10);
+    }
+    return 0;
+}
+
+static void assert_error(const http_resp_t *r, long status, const char *code)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(r->body, 0, &jerr);
+    json_t *err;
+
+    if (r->status != status) {
+        print_message("expected %ld %s, got %ld: %s\n", status, code, r->status, r->body);
+    }
+    assert_int_equal(r->status, status);
+    assert_non_null(root);
+    err = json_object_get(root, "error");
+    assert_true(json_is_object(err));
+    assert_true(json_is_string(json_object_get(err, "message")));
+    assert_true(json_is_string(json_object_get(err, "type")));
+    assert_string_equal(json_string_value(json_object_get(err, "code")), code);
+    json_decref(root);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const fixture_t *fx;
+    atomic_int stop;
+    int n_ok;
+    int n_bad;
+} background_t;
+
+static void *background_requests(void *arg)
+{
+    background_t *bg = arg;
+
+    while (!atomic_load(&bg->stop) || bg->n_ok == 0) {
+        http_resp_t r;
+        result_t res;
+        post(bg->fx, "/v1/completions",
+             "{\"model\":\"tiny\",\"prompt\":\"background\",\"max_tokens\":20,\"stream\":true}",
+             NULL, &r);
+        parse_sse(r.body, &res);
+        if (r.status == 200 && res.saw_done && strcmp(res.text, "Hello, world!") == 0) {
+            bg->n_ok++;
+        } else {
+            bg->n_bad++;
+        }
+        free(r.body);
+    }
+    return NULL;
+}
+
+static void test_validation_matrix_answers_openai_errors_while_others_complete(void **state)
+{
+    fixture_t *fx = *state;
+    static const struct {
+        const char *path;
+        const char *content_type;
+        const char *body;
+        long status;
+        const char *code;
+    } cases[] = {
+        {"/v1/chat/completions", "application/json", "{\"model\":", 400, "invalid_json"},
+        {"/v1/chat/completions", "application/json", "[1,2]", 400, "invalid_json"},
+        {"/v1/chat/completions", "text/plain", "{\"model\":\"tiny\"}", 415,
+         "unsupported_media_type"},
+        {"/v1/completions", NULL, "{\"model\":\"tiny\",\"prompt\":\"x\"}", 415,
+         "unsupported_media_type"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":\"\"}", 400,
+         "empty_prompt"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":[]}", 400,
+         "empty_prompt"},
+        {"/v1/chat/completions", "application/json", "{\"model\":\"tiny\",\"messages\":[]}", 400,
+         "empty_prompt"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":0}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":-3}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":2.5}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":\"10\"}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":9000}", 400,
+         "context_length_exceeded"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":NaN}", 400, "invalid_json"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":Infinity}", 400, "invalid_json"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":1e999}", 400, "invalid_json"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":2.5}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":-0.1}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":0}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":1.01}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":\"high\"}", 400, "invalid_type"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"n\":2}", 400, "invalid_value"},
+        {"/v1/completions", "application/json",
+         "{\"model\":\"tiny\",\"prompt\":\"x\",\"presence_penalty\":0.5}", 400,
+         "unsupported_parameter"},
+        {"/v1/completions", "application/json", "{\"model\":\"gpt-4\",\"prompt\":\"x\"}", 404,
+         "model_not_found"},
+        {"/v1/completions", "application/json", "{\"prompt\":\"x\"}", 400, "missing_parameter"},
+        {"/v1/chat/completions", "application/json",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+         "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AA==\"}}]}]}",
+         400, "unsupported_input"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":[5,1022,6]}", 400,
+         "unsupported_input"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":[5,1024]}", 400,
+         "invalid_token_id"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":[5,-1]}", 400,
+         "invalid_token_id"},
+        {"/v1/chat/completions", "application/json",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400,
+         "invalid_value"},
+        {"/v1/nothing", "application/json", "{}", 404, "not_found"},
+    };
+    fake_worker_t dec;
+    background_t bg;
+    pthread_t bg_thread;
+    http_resp_t r;
+    char *long_prompt;
+    size_t used;
+
+    start_worker(fx, &dec, "decode-validation", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "Hello, world!", 1, 2);
+    memset(&bg, 0, sizeof(bg));
+    bg.fx = fx;
+    pthread_create(&bg_thread, NULL, background_requests, &bg);
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        http_do(fx->port, "POST", cases[i].path, cases[i].content_type, cases[i].body, NULL, &r);
+        assert_error(&r, cases[i].status, cases[i].code);
+        free(r.body);
+    }
+    /* The image refusal carries MODEL.md section 1's exact message. */
+    post(fx, "/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+         "\"text\":\"look\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+         NULL, &r);
+    assert_non_null(strstr(r.body, "image inputs are not supported by this deployment"));
+    free(r.body);
+    /* A prompt of max-context ids is over the limit. */
+    long_prompt = malloc(8192 * 4 + 64);
+    used = (size_t)sprintf(long_prompt, "{\"model\":\"tiny\",\"prompt\":[");
+    for (int i = 0; i < 8192; i++) {
+        used += (size_t)sprintf(long_prompt + used, "%s7", i > 0 ? "," : "");
+    }
+    sprintf(long_prompt + used, "]}");
+    post(fx, "/v1/completions", long_prompt, NULL, &r);
+    assert_error(&r, 400, "context_length_exceeded");
+    free(r.body);
+    free(long_prompt);
+    http_do(fx->port, "GET", "/v1/completions", NULL, NULL, NULL, &r);
+    assert_error(&r, 405, "method_not_allowed");
+    free(r.body);
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\"}", "bad id", &r);
+    assert_error(&r, 400, "invalid_session_id");
+    free(r.body);
+
+    atomic_store(&bg.stop, 1);
+    pthread_join(bg_thread, NULL);
+    assert_true(bg.n_ok >= 1);
+    assert_int_equal(bg.n_bad, 0);
+    /* The router is still healthy and serving; every refusal is counted by code. */
+    http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "tandem_router_errors_total{code=\"invalid_json\",status=\"400\"} 5"));
+    assert_non_null(strstr(r.body, "tandem_router_errors_total{code=\"unsupported_input\""));
+    assert_non_null(strstr(r.body, "tandem_router_ttft_seconds_bucket"));
+    assert_non_null(strstr(r.body, "tandem_router_kv_occupancy{role=\"decode\"}"));
+    assert_non_null(strstr(r.body, "tandem_router_prefill_backlog_seconds{role=\"prefill\"}"));
+    free(r.body);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
+static void check_both_forms(const fixture_t *fx, const char *path, const char *body_fmt,
+                             const char *want_text, const char *want_finish)
+{
+    char body[1024];
+    http_resp_t r;
+    result_t whole;
+    result_t streamed;
+
+    snprintf(body, sizeof(body), body_fmt, "false");
+    post(fx, path, body, NULL, &r);
+    assert_int_equal(r.status, 200);
+    parse_whole(r.body, &whole);
+    free(r.body);
+    snprintf(body, sizeof(body), body_fmt, "true");
+    post(fx, path, body, NULL, &r);
+    assert_int_equal(r.status, 200);
+    parse_sse(r.body, &streamed);
+    free(r.body);
+    assert_true(streamed.saw_done);
+    assert_false(streamed.error);
+    assert_string_equal(whole.text, want_text);
+    assert_string_equal(streamed.text, want_text);
+    assert_string_equal(whole.finish, want_finish);
+    assert_string_equal(streamed.finish, want_finish);
+}
+
+static void test_chat_and_completions_streamed_equal_whole(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    http_resp_t r;
+    result_t res;
+
+    start_worker(fx, &dec, "decode-forms", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "Hello, world!", 1, 3);
+    check_both_forms(fx, "/v1/chat/completions",
+                     "{\"model\":\"tiny\",\"messages\":[{\"role\":\"system\",\"content\":\"be "
+                     "brief\"},{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":%s}",
+                     "Hello, world!", "stop");
+    check_both_forms(fx, "/v1/completions",
+                     "{\"model\":\"tiny\",\"prompt\":\"Say hello\",\"max_tokens\":50,"
+                     "\"stream\":%s}",
+                     "Hello, world!", "stop");
+    check_both_forms(fx, "/v1/completions",
+                     "{\"model\":\"tiny\",\"prompt\":[10,11,12],\"max_tokens\":5,\"stream\":%s}",
+                     "Hello", "length");
+    /* Usage: whole responses always, streams when asked. */
+    post(fx, "/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL, &r);
+    parse_whole(r.body, &res);
+    assert_int_equal(res.completion_tokens, 14); /* 13 bytes + EOS */
+    assert_non_null(strstr(r.body, "\"object\":\"chat.completion\""));
+    assert_non_null(strstr(r.body, "\"prompt_tokens\":"));
+    assert_true(strlen(r.session) > 0);
+    free(r.body);
+    post(fx, "/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+         "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+         NULL, &r);
+    parse_sse(r.body, &res);
+    assert_int_equal(res.completion_tokens, 14);
+    assert_non_null(strstr(r.body, "\"role\":\"assistant\""));
+    assert_non_null(strstr(r.body, "chat.completion.chunk"));
+    free(r.body);
+    http_do(fx->port, "GET", "/v1/models", NULL, NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"id\":\"tiny\""));
+    free(r.body);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
+static void test_stop_strings_cut_across_chunks_and_tokens(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    static const size_t chunk_sizes[] = {1, 2, 3, 5, 64};
+
+    start_worker(fx, &dec, "decode-stop", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    for (size_t i = 0; i < sizeof(chunk_sizes) / sizeof(chunk_sizes[0]); i++) {
+        set_script(&dec, "xx ST yy STOP zz", 1, chunk_sizes[i]);
+        check_both_forms(fx, "/v1/completions",
+                         "{\"model\":\"tiny\",\"prompt\":\"go\",\"stop\":[\"STOP\",\"never\"],"
+                         "\"max_tokens\":100,\"stream\":%s}",
+                         "xx ST yy ", "stop");
+        /* A stop string that is a prefix match at the very end is released when the stream
+         * ends for another reason. */
+        check_both_forms(fx, "/v1/completions",
+                         "{\"model\":\"tiny\",\"prompt\":\"go\",\"stop\":\"STOPPED\","
+                         "\"max_tokens\":100,\"stream\":%s}",
+                         "xx ST yy STOP zz", "stop");
+        check_both_forms(fx, "/v1/completions",
+                         "{\"model\":\"tiny\",\"prompt\":\"go\",\"stop\":\"y S\","
+                         "\"max_tokens\":100,\"stream\":%s}",
+                         "xx ST y", "stop");
+    }
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
+static void test_utf8_split_across_tokens_streams_whole_characters(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+
+    start_worker(fx, &dec, "decode-utf8", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    /* "café ok": é is C3 A9, two byte tokens; the emoji is four. */
+    set_script(&dec, "caf\xC3\xA9 ok \xF0\x9F\x98\x80!", 1, 1);
+    check_both_forms(fx, "/v1/completions",
+                     "{\"model\":\"tiny\",\"prompt\":\"go\",\"max_tokens\":100,\"stream\":%s}",
+                     "caf\xC3\xA9 ok \xF0\x9F\x98\x80!", "stop");
+    /* Cut inside é by max_tokens: the dangling lead byte becomes U+FFFD, never raw. */
+    check_both_forms(fx, "/v1/completions",
+                     "{\"model\":\"tiny\",\"prompt\":\"go\",\"max_tokens\":4,\"stream\":%s}",
+                     "caf\xEF\xBF\xBD", "length");
+    /* A stop string made of the second half of a character never matches a partial one. */
+    check_both_forms(fx, "/v1/completions",
+                     "{\"model\":\"tiny\",\"prompt\":\"go\",\"max_tokens\":100,\"stop\":\"\xC3\xA9 "
+                     "o\",\"stream\":%s}",
+                     "caf", "stop");
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
+static void test_registration_mismatch_is_refused_with_reason(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t bad_fp;
+    fake_worker_t bad_ctx;
+    fake_worker_t bad_page;
+    http_resp_t r;
+
+    fake_init(&bad_fp, "decode-wrong-model", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
+              fx->endpoint);
+    bad_fp.fingerprint ^= 1;
+    fake_start(&bad_fp);
+    assert_int_equal(fake_wait_registered(&bad_fp, 5000), -1);
+    assert_non_null(strstr(bad_fp.refuse_reason, "model fingerprint mismatch"));
+
+    fake_init(&bad_ctx, "decode-short-ctx", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
+              fx->endpoint);
+    bad_ctx.max_context = fx->compat->max_context / 2;
+    fake_start(&bad_ctx);
+    assert_int_equal(fake_wait_registered(&bad_ctx, 5000), -1);
+    assert_non_null(strstr(bad_ctx.refuse_reason, "max context mismatch"));
+
+    fake_init(&bad_page, "prefill-bad-page", TANDEM__ROLE__ROLE_PREFILL, "rack0", fx->compat,
+              fx->endpoint);
+    bad_page.page_bytes += 16;
+    fake_start(&bad_page);
+    assert_int_equal(fake_wait_registered(&bad_page, 5000), -1);
+    assert_non_null(strstr(bad_page.refuse_reason, "page format mismatch"));
+
+    http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "\"prefill\":0,\"decode\":0"));
+    free(r.body);
+    http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "tandem_router_registrations_refused_total 3"));
+    free(r.body);
+    fake_kill(&bad_fp);
+    fake_kill(&bad_ctx);
+    fake_kill(&bad_page);
+    fake_fini(&bad_fp);
+    fake_fini(&bad_ctx);
+    fake_fini(&bad_page);
+}
+
+static fake_worker_t *holder_of(fake_worker_t *a, fake_worker_t *b, uint64_t request_count_a,
+                                uint64_t request_count_b)
+{
+    if ((uint64_t)fake_n_records(a, TANDEM__ENVELOPE__BODY_DECODE_REQUEST) > request_count_a) {
+        return a;
+    }
+    if ((uint64_t)fake_n_records(b, TANDEM__ENVELOPE__BODY_DECODE_REQUEST) > request_count_b) {
+        return b;
+    }
+    return NULL;
+}
+
+static void test_sessions_stick_and_move_when_their_worker_dies(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t a;
+    fake_worker_t b;
+    fake_worker_t *first;
+    fake_worker_t *other;
+    fake_record_t rec;
+    http_resp_t r;
+    int na;
+    int nb;
+    uint64_t t_kill_ns;
+
+    start_worker(fx, &a, "decode-a", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &b, "decode-b", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&a, "one", 1, 1);
+    set_script(&b, "one", 1, 1);
+
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":[10,11,12,13],\"max_tokens\":8}",
+         "agent-7", &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.session, "agent-7");
+    free(r.body);
+    first = holder_of(&a, &b, 0, 0);
+    assert_non_null(first);
+    other = first == &a ? &b : &a;
+    assert_true(fake_last(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, 0);
+    assert_int_equal(rec.n_delta, 4);
+    assert_string_equal(rec.session_id, "agent-7");
+
+    /* Turn 2: prompt = turn 1 + its output + new tokens: same worker, only the delta. */
+    na = fake_n_records(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    nb = fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    post(fx, "/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":[10,11,12,13,114,113,104,1,20,21],\"max_tokens\":8}",
+         "agent-7", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), na + 1);
+    assert_int_equal(fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), nb);
+    assert_true(fake_last(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, 7); /* 4 prompt + 3 generated whose KV exist */
+    assert_int_equal(rec.n_delta, 3);
+
+    /* Kill the session's worker: /health reports the loss within 3 s. */
+    t_kill_ns = tdm_clock_now_ns();
+    fake_kill(first);
+    assert_true(wait_decode_workers(fx, 1, HEALTH_DEADLINE_MS));
+    assert_true(tdm_clock_now_ns() - t_kill_ns < HEALTH_DEADLINE_MS * 1000000ull);
+
+    /* Turn 3 is rebuilt on the surviving worker from the router's history. */
+    nb = fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    post(fx, "/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":[10,11,12,13,114,113,104,1,20,21,114,113,104,1,30],"
+         "\"max_tokens\":8}",
+         "agent-7", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), nb + 1);
+    assert_true(fake_last(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, 0);
+    assert_int_equal(rec.n_delta, 15);
+    assert_string_equal(rec.session_id, "agent-7");
+    http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "tandem_router_workers_lost_total 1"));
+    free(r.body);
+    fake_kill(other);
+    fake_fini(&a);
+    fake_fini(&b);
+}
+
+static char *ids_body(const int32_t *ids, size_t n, int max_tokens)
+{
+    char *body = malloc(n * 8 + 128);
+    size_t used = (size_t)sprintf(body, "{\"model\":\"tiny\",\"max_tokens\":%d,\"prompt\":[",
+                                  max_tokens);
+
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)sprintf(body + used, "%s%d", i > 0 ? "," : "", ids[i]);
+    }
+    sprintf(body + used, "]}");
+    return body;
+}
+
+static void test_prefix_match_finds_the_session_without_an_id(void **state)
+{
+    fixture_t *fx = *state;
+    uint32_t block = fx->compat->tokens_per_block;
+    fake_worker_t dec;
+    fake_record_t rec;
+    int32_t prompt[1024];
+    size_t n1 = 2 * block + 44;
+    char session1[160];
+    http_resp_t r;
+    char *body;
+
+    start_worker(fx, &dec, "decode-prefix", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "abcde", 0, 2);
+    for (size_t i = 0; i < sizeof(prompt) / sizeof(prompt[0]); i++) {
+        prompt[i] = (int32_t)(100 + (i * 37) % 800);
+    }
+    body = ids_body(prompt, n1, 5);
+    post(fx, "/v1/completions", body, NULL, &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    snprintf(session1, sizeof(session1), "%s", r.session);
+    free(r.body);
+
+    /* Next turn: the previous prompt, its 5 generated tokens, and new ones. */
+    for (size_t i = 0; i < 5; i++) {
+        prompt[n1 + i] = BYTE_ID("abcde"[i]);
+    }
+    body = ids_body(prompt, n1 + 5 + 20, 5);
+    post(fx, "/v1/completions", body, NULL, &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.session, session1);
+    free(r.body);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, n1 + 4);
+    assert_int_equal(rec.n_delta, 21);
+
+    /* Another agent sharing only the first block: a new session on the worker that holds
+     * the prefix, starting from the shared block. */
+    prompt[block + 3] = 999;
+    body = ids_body(prompt, block + 50, 5);
+    post(fx, "/v1/completions", body, NULL, &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    assert_string_not_equal(r.session, session1);
+    free(r.body);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, block);
+    assert_int_equal(rec.n_delta, 50);
+    assert_true(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_PREFIX_HITS) >= 2);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
+static void test_large_delta_is_prefilled_remotely_small_locally(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    fake_worker_t pre;
+    fake_record_t rec;
+    int32_t prompt[200];
+    http_resp_t r;
+    result_t res;
+    char *body;
+
+    start_worker(fx, &dec, "decode-disagg", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &pre, "prefill-disagg", TANDEM__ROLE__ROLE_PREFILL, "rack0");
+    set_script(&dec, "Hi!", 1, 1);
+    set_script(&pre, "Hi!", 1, 1);
+    for (size_t i = 0; i < 200; i++) {
+        prompt[i] = (int32_t)(50 + i);
+    }
+    body = ids_body(prompt, 200, 10);
+    post(fx, "/v1/completions", body, "big-1", &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    parse_whole(r.body, &res);
+    assert_string_equal(res.text, "Hi!");
+    free(r.body);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 1);
+    assert_true(fake_last(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &rec));
+    assert_int_equal(rec.n_delta, 200);
+    assert_int_equal(rec.cached_len, 0);
+    assert_true(rec.canonical_start);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_REMOTE);
+
+    /* A small delta on the same session stays on the decode node. */
+    {
+        int32_t next[210];
+        memcpy(next, prompt, sizeof(prompt));
+        next[200] = BYTE_ID('H');
+        next[201] = BYTE_ID('i');
+        next[202] = BYTE_ID('!');
+        next[203] = EOS_ID;
+        for (size_t i = 204; i < 210; i++) {
+            next[i] = 7;
+        }
+        body = ids_body(next, 210, 10);
+    }
+    post(fx, "/v1/completions", body, "big-1", &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_LOCAL);
+    assert_int_equal(rec.cached_len, 203); /* 200 prefilled + 3 of the 4 generated */
+    assert_int_equal(rec.n_delta, 7);
+    assert_false(rec.canonical_start);
+    assert_int_equal(fake_n_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "tandem_router_prefill_tokens_total{mode=\"remote\"} 200"));
+    assert_non_null(strstr(r.body, "tandem_router_prefill_tokens_total{mode=\"local\"} 7"));
+    free(r.body);
+    fake_kill(&dec);
+    fake_kill(&pre);
+    fake_fini(&dec);
+    fake_fini(&pre);
+}
+
+typedef struct {
+    const fixture_t *fx;
+    char *body;
+    http_resp_t resp;
+} async_post_t;
+
+static void *async_post(void *arg)
+{
+    async_post_t *p = arg;
+
+    post(p->fx, "/v1/completions", p->body, "rerun-1", &p->resp);
+    return NULL;
+}
+
+static void test_prefill_worker_lost_mid_job_reruns_elsewhere(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    fake_worker_t stuck;
+    fake_worker_t good;
+    async_post_t req;
+    pthread_t thread;
+    int32_t prompt[150];
+    uint64_t end;
+    result_t res;
+
+    start_worker(fx, &dec, "decode-rerun", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &stuck, "prefill-stuck", TANDEM__ROLE__ROLE_PREFILL, "rack0");
+    stuck.hang_jobs = 1;
+    set_script(&dec, "done", 1, 1);
+    for (size_t i = 0; i < 150; i++) {
+        prompt[i] = (int32_t)(300 + i);
+    }
+    memset(&req, 0, sizeof(req));
+    req.fx = fx;
+    req.body = ids_body(prompt, 150, 10);
+    pthread_create(&thread, NULL, async_post, &req);
+    /* Wait for the stuck worker to accept the job, then bring a good one and kill it. */
+    end = tdm_clock_now_ns() + 5000000000ull;
+    while (fake_n_records(&stuck, TANDEM__ENVELOPE__BODY_PREFILL_JOB) == 0 &&
+           tdm_clock_now_ns() < end) {
+        zmq_poll(NULL, 0, 2);
+    }
+    assert_int_equal(fake_n_records(&stuck, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    start_worker(fx, &good, "prefill-good", TANDEM__ROLE__ROLE_PREFILL, "rack0");
+    fake_kill(&stuck);
+    pthread_join(thread, NULL);
+    assert_int_equal(req.resp.status, 200);
+    parse_whole(req.resp.body, &res);
+    assert_string_equal(res.text, "done");
+    free(req.resp.body);
+    free(req.body);
+    assert_int_equal(fake_n_records(&good, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 2);
+    pthread_mutex_lock(&dec.lock);
+    assert_true(dec.n_aborts >= 1); /* the first reservation was released */
+    pthread_mutex_unlock(&dec.lock);
+    fake_kill(&dec);
+    fake_kill(&good);
+    fake_fini(&dec);
+    fake_fini(&stuck);
+    fake_fini(&good);
+}
+
+static void test_no_decode_worker_is_a_503_not_a_hang(void **state)
+{
+    fixture_t *fx = *state;
+    http_resp_t r;
+
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\"}", NULL, &r);
+    assert_error(&r, 503, "no_decode_workers");
+    free(r.body);
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"stream\":true}", NULL,
+         &r);
+    assert_error(&r, 503, "no_decode_workers");
+    free(r.body);
+}
+
+static void test_executable_prints_help_and_rejects_bad_flags(void **state)
+{
+    char command[PATH_BYTES];
+    const char *bin = getenv("TANDEM_BIN_DIR");
+
+    (void)state;
+    snprintf(command, sizeof(command),
+             "%s/tandem-router --help | grep -q -- --local-prefill-tokens", bin);
+    assert_int_equal(run_shell(command), 0);
+    snprintf(command, sizeof(command),
+             "%s/tandem-router --model /nonexistent --http nonsense 2>/dev/null", bin);
+    assert_int_equal(run_shell(command), 2);
+    snprintf(command, sizeof(command),
+             "TANDEM_LOCAL_PREFILL_TOKENS=0 %s/tandem-router --model /x 2>/dev/null", bin);
+    assert_int_equal(run_shell(command), 2);
+    snprintf(command, sizeof(command),
+             "%s/tandem-router --model /nonexistent --http 127.0.0.1:0 --control "
+             "tcp://127.0.0.1:* --log-level error 2>/dev/null",
+             bin);
+    assert_int_equal(run_shell(command), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            test_validation_matrix_answers_openai_errors_while_others_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chat_and_completions_streamed_equal_whole, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stop_strings_cut_across_chunks_and_tokens, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_utf8_split_across_tokens_streams_whole_characters,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_registration_mismatch_is_refused_with_reason, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sessions_stick_and_move_when_their_worker_dies,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefix_match_finds_the_session_without_an_id, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_large_delta_is_prefilled_remotely_small_locally,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefill_worker_lost_mid_job_reruns_elsewhere, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup,
+                                        teardown),
+        cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
+    };
+    int rc;
+
+    tdm_log_set_level(TDM_LOG_ERROR);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
