@@ -241,7 +241,7 @@ static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b
     const char *key;
     size_t key_len, i;
     json_t *value, *item;
-    uint32_t id;
+    uint32_t id = 0;
     char reason[192], field[64];
     tdm_status_t status;
 

@@ -639,25 +639,23 @@ static void test_split_behaviors_follow_hugging_face(void **state)
 
 static void test_byte_level_prefix_space_and_ignore_merges(void **state)
 {
-    static const char *extra[] = {"\xc4\xa0"
-                                  "a",
-                                  "ab", "abc"};
+    static const char *extra[] = {"\u0120a", "ab", "abc"};
     static const char *const prefixed[] = {" a"}, *const plain[] = {"a"},
                              *const merged[] = {"ab", "c"}, *const whole[] = {"abc"};
     engine_tokenizer_t *tok;
 
     (void)state;
     tok =
-        load_json(byte_vocab_json(extra, 3, "[\"\xc4\xa0 a\", \"a b\"]",
+        load_json(byte_vocab_json(extra, 3, "[\"\u0120 a\", \"a b\"]",
                                   "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "", ""));
     expect_tokens(tok, "a", 0, prefixed, 1);
     expect_tokens(tok, " a", 0, prefixed, 1);
     engine_tokenizer_destroy(tok);
-    tok = load_json(byte_vocab_json(extra, 3, "[\"\xc4\xa0 a\", \"a b\"]", BYTE_LEVEL, "", ""));
+    tok = load_json(byte_vocab_json(extra, 3, "[\"\u0120 a\", \"a b\"]", BYTE_LEVEL, "", ""));
     expect_tokens(tok, "a", 0, plain, 1);
     expect_tokens(tok, "abc", 0, merged, 2);
     engine_tokenizer_destroy(tok);
-    tok = load_json(byte_vocab_json(extra, 3, "[\"\xc4\xa0 a\", \"a b\"]", BYTE_LEVEL,
+    tok = load_json(byte_vocab_json(extra, 3, "[\"\u0120 a\", \"a b\"]", BYTE_LEVEL,
                                     ", \"ignore_merges\": true", ""));
     expect_tokens(tok, "abc", 0, whole, 1);
     engine_tokenizer_destroy(tok);
