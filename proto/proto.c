@@ -286,8 +286,8 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
     }
     if (reg->max_context < want->max_context) {
         set_err(reason, reason_bytes,
-                "max context mismatch: worker serves %u tokens, router needs %u",
-                reg->max_context, want->max_context);
+                "max context mismatch: worker serves %u tokens, router needs %u", reg->max_context,
+                want->max_context);
         return TDM_ERR_MISMATCH;
     }
     return TDM_OK;

@@ -52,12 +52,12 @@
 #define PROTO_MAX_KV_FORMATS 8u
 
 /* Names of the KV record formats of MODEL.md section 7 (Register.kv_formats). */
-#define PROTO_KV_FORMAT_MAIN "main:e2m1+e4m3/16"   /* d/2 E2M1 codes + d/16 E4M3 scales */
+#define PROTO_KV_FORMAT_MAIN  "main:e2m1+e4m3/16"   /* d/2 E2M1 codes + d/16 E4M3 scales */
 #define PROTO_KV_FORMAT_INDEX "index:e2m1+ue8m0/32" /* d_I/2 E2M1 codes + d_I/32 UE8M0 */
 
 /* Heartbeat defaults the router announces in RegisterAck. */
 #define PROTO_HEARTBEAT_INTERVAL_MS 250u
-#define PROTO_HEARTBEAT_TIMEOUT_MS 1500u
+#define PROTO_HEARTBEAT_TIMEOUT_MS  1500u
 
 /* Flags of proto_unpack(). */
 typedef enum {

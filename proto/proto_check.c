@@ -192,8 +192,8 @@ static tdm_status_t check_decode_request(const Tandem__DecodeRequest *d, char *e
 
     status = check_id("decode_request session_id", d->session_id, 1, err, err_bytes);
     if (status == TDM_OK) {
-        status = check_id("decode_request prefix_session_id", d->prefix_session_id, 0, err,
-                          err_bytes);
+        status =
+            check_id("decode_request prefix_session_id", d->prefix_session_id, 0, err, err_bytes);
     }
     if (status == TDM_OK) {
         status = check_tokens("decode_request delta_tokens", d->delta_tokens, d->n_delta_tokens,
@@ -239,8 +239,8 @@ static tdm_status_t check_prefill_job(const Tandem__PrefillJob *p, char *err, si
                           err_bytes);
     }
     if (status == TDM_OK) {
-        status = check_tokens("prefill_job context_tokens", p->context_tokens,
-                              p->n_context_tokens, PROTO_MAX_CONTEXT_TOKENS, err, err_bytes);
+        status = check_tokens("prefill_job context_tokens", p->context_tokens, p->n_context_tokens,
+                              PROTO_MAX_CONTEXT_TOKENS, err, err_bytes);
     }
     if (status == TDM_OK) {
         status = check_tokens("prefill_job delta_tokens", p->delta_tokens, p->n_delta_tokens,

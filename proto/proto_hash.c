@@ -9,10 +9,10 @@
 
 #include "common/hash.h"
 
-#define HASH_PATH_BYTES 4096
-#define HASH_MAX_SHARDS 4096
-#define HASH_READ_BYTES (1u << 16)
-#define SAFETENSORS_LEN_BYTES 8
+#define HASH_PATH_BYTES              4096
+#define HASH_MAX_SHARDS              4096
+#define HASH_READ_BYTES              (1u << 16)
+#define SAFETENSORS_LEN_BYTES        8
 #define SAFETENSORS_MAX_HEADER_BYTES (100u * 1024u * 1024u)
 
 static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
@@ -32,8 +32,7 @@ static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
 
 /* Chain up to `limit_bytes` of an open file into *h (from its current offset); n_read_out gets
  * the bytes consumed. */
-static tdm_status_t chain_stream(FILE *f, uint64_t limit_bytes, uint64_t *h,
-                                 uint64_t *n_read_out)
+static tdm_status_t chain_stream(FILE *f, uint64_t limit_bytes, uint64_t *h, uint64_t *n_read_out)
 {
     unsigned char *buf = malloc(HASH_READ_BYTES);
     uint64_t total = 0;
@@ -42,8 +41,8 @@ static tdm_status_t chain_stream(FILE *f, uint64_t limit_bytes, uint64_t *h,
         return TDM_ERR_NO_MEMORY;
     }
     while (total < limit_bytes) {
-        size_t want = limit_bytes - total < HASH_READ_BYTES ? (size_t)(limit_bytes - total)
-                                                             : HASH_READ_BYTES;
+        size_t want =
+            limit_bytes - total < HASH_READ_BYTES ? (size_t)(limit_bytes - total) : HASH_READ_BYTES;
         size_t got = fread(buf, 1, want, f);
         if (got > 0) {
             *h = tdm_hash_xxh3_64_seeded(buf, got, *h);
@@ -136,8 +135,8 @@ static int compare_names(const void *a, const void *b)
 }
 
 /* The sorted names of the *.safetensors files of dir; caller frees each and the array. */
-static tdm_status_t list_shards(const char *dir, char ***names_out, size_t *n_names_out,
-                                char *err, size_t err_bytes)
+static tdm_status_t list_shards(const char *dir, char ***names_out, size_t *n_names_out, char *err,
+                                size_t err_bytes)
 {
     DIR *d = opendir(dir);
     struct dirent *entry;

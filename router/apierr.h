@@ -14,19 +14,19 @@
 
 /* Error types (OpenAI "type"). */
 #define ROUTER_APIERR_INVALID_REQUEST "invalid_request_error"
-#define ROUTER_APIERR_NOT_FOUND "not_found_error"
-#define ROUTER_APIERR_SERVER "server_error"
-#define ROUTER_APIERR_OVERLOADED "overloaded_error"
+#define ROUTER_APIERR_NOT_FOUND       "not_found_error"
+#define ROUTER_APIERR_SERVER          "server_error"
+#define ROUTER_APIERR_OVERLOADED      "overloaded_error"
 
 /*
  * One API error (plain data). type, code and param point at static strings (param and code may
  * be NULL: rendered as JSON null).
  */
 typedef struct {
-    int http_status;    /* 400, 404, 405, 409, 413, 415, 500, 503, ... */
-    const char *type;   /* ROUTER_APIERR_* */
-    const char *code;   /* machine-readable, e.g. "unsupported_input"; also the metrics label */
-    const char *param;  /* the request field at fault, or NULL */
+    int http_status;   /* 400, 404, 405, 409, 413, 415, 500, 503, ... */
+    const char *type;  /* ROUTER_APIERR_* */
+    const char *code;  /* machine-readable, e.g. "unsupported_input"; also the metrics label */
+    const char *param; /* the request field at fault, or NULL */
     char message[ROUTER_APIERR_MESSAGE_BYTES];
 } router_apierr_t;
 

@@ -16,11 +16,11 @@
 #include "router/registry.h"
 #include "router/session.h"
 
-#define CONTROL_POLL_MS 20
+#define CONTROL_POLL_MS             20
 #define CONTROL_MAX_FRAMES_PER_TURN 512
-#define CONTROL_HWM 100000
-#define CONTROL_ERR_BYTES 512
-#define CONTROL_MAX_IDENTITY_BYTES 255
+#define CONTROL_HWM                 100000
+#define CONTROL_ERR_BYTES           512
+#define CONTROL_MAX_IDENTITY_BYTES  255
 
 typedef enum {
     CMD_SUBMIT = 0,
@@ -148,8 +148,8 @@ static void handle_register(router_control_t *c, const char *id, const Tandem__E
                 reason);
         status = TDM_ERR_MISMATCH;
     } else {
-        status = router_registry_register(c->registry, id, env->register_, now_ns, &slot,
-                                          reason, sizeof(reason));
+        status = router_registry_register(c->registry, id, env->register_, now_ns, &slot, reason,
+                                          sizeof(reason));
     }
     ack.accepted = status == TDM_OK;
     ack.reason = reason;
@@ -317,8 +317,8 @@ static void expire_workers(router_control_t *c, uint64_t now_ns)
     int slot;
 
     while ((slot = router_registry_expire(c->registry, now_ns)) >= 0) {
-        router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST,
-                                    "heartbeat timeout", now_ns);
+        router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, "heartbeat timeout",
+                                    now_ns);
     }
 }
 
@@ -420,12 +420,11 @@ tdm_status_t router_control_create(const router_control_params_t *params,
                                     &c->registry);
     if (status == TDM_OK) {
         status = router_sessions_create(params->max_sessions,
-                                        router_model_info(model)->tokens_per_block,
-                                        &c->sessions);
+                                        router_model_info(model)->tokens_per_block, &c->sessions);
     }
     if (status == TDM_OK) {
-        status = router_dispatch_create(&params->dispatch, model, c->registry, c->sessions,
-                                        metrics, send_to_worker, c, &c->dispatch);
+        status = router_dispatch_create(&params->dispatch, model, c->registry, c->sessions, metrics,
+                                        send_to_worker, c, &c->dispatch);
     }
     if (status == TDM_OK) {
         c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -448,8 +447,8 @@ tdm_status_t router_control_create(const router_control_params_t *params,
         router_control_destroy(c);
         return status;
     }
-    tdm_log(TDM_LOG_INFO, "control", "control plane listening: endpoint=%s router=%s",
-            c->endpoint, c->router_id);
+    tdm_log(TDM_LOG_INFO, "control", "control plane listening: endpoint=%s router=%s", c->endpoint,
+            c->router_id);
     *control_out = c;
     return TDM_OK;
 }
@@ -514,8 +513,7 @@ tdm_status_t router_control_submit(router_control_t *control, router_request_t *
     return enqueue(control, CMD_SUBMIT, request, 0);
 }
 
-void router_control_release(router_control_t *control, router_request_t *request,
-                            int client_gone)
+void router_control_release(router_control_t *control, router_request_t *request, int client_gone)
 {
     if (enqueue(control, CMD_RELEASE, request, client_gone) != TDM_OK) {
         tdm_log(TDM_LOG_DEBUG, "control", "release not queued: request=%llu",

@@ -77,8 +77,7 @@ tdm_status_t router_control_submit(router_control_t *control, router_request_t *
  * router_control_release - queue the release of `request` (router_dispatch_release); the HTTP
  * side's output ended (client_gone 0) or its client left (1). Best effort; never fails.
  */
-void router_control_release(router_control_t *control, router_request_t *request,
-                            int client_gone);
+void router_control_release(router_control_t *control, router_request_t *request, int client_gone);
 
 /* router_control_snapshot - the gauges /metrics and /health need, under the state lock. */
 void router_control_snapshot(router_control_t *control, router_metrics_gauges_t *gauges_out);

@@ -11,10 +11,10 @@
 #include "router/placement.h"
 
 #define INFLIGHT_BUCKETS 1024u
-#define NS_PER_MS 1000000ull
-#define NS_PER_S 1e9
-#define HTTP_CONFLICT 409
-#define HTTP_INTERNAL 500
+#define NS_PER_MS        1000000ull
+#define NS_PER_S         1e9
+#define HTTP_CONFLICT    409
+#define HTTP_INTERNAL    500
 #define HTTP_BAD_GATEWAY 502
 #define HTTP_UNAVAILABLE 503
 
@@ -26,21 +26,21 @@ typedef enum {
 
 /* One turn in flight. */
 typedef struct inflight {
-    router_request_t *req;  /* one reference, owned */
+    router_request_t *req; /* one reference, owned */
     uint64_t id;
     router_session_t *session; /* kept alive by session->active_request == id */
     stage_t stage;
-    int decode_slot;           /* counted in that worker's n_active; -1 none */
+    int decode_slot; /* counted in that worker's n_active; -1 none */
     uint64_t decode_gen;
-    int prefill_slot;          /* counted in n_active / n_assigned_tokens; -1 none */
+    int prefill_slot; /* counted in n_active / n_assigned_tokens; -1 none */
     uint64_t prefill_gen;
-    uint64_t prefill_tokens;   /* tokens assigned to the prefill worker */
+    uint64_t prefill_tokens; /* tokens assigned to the prefill worker */
     uint64_t reservation_id;
-    size_t cached_len;         /* H of this attempt */
-    size_t total_len;          /* T of this attempt */
-    uint32_t n_generated;      /* tokens posted to the request */
+    size_t cached_len;    /* H of this attempt */
+    size_t total_len;     /* T of this attempt */
+    uint32_t n_generated; /* tokens posted to the request */
     uint32_t attempts;
-    uint64_t deadline_ns;      /* stage deadline (RESERVING, PREFILLING) */
+    uint64_t deadline_ns; /* stage deadline (RESERVING, PREFILLING) */
     uint64_t t_last_token_ns;
     char prefix_session[ROUTER_SESSION_ID_BYTES + 1];
     struct inflight *next;
@@ -163,8 +163,8 @@ static void set_prefill(router_dispatch_t *d, inflight_t *f, int slot, uint64_t 
 
     if (w != NULL) {
         w->n_active -= w->n_active > 0 ? 1 : 0;
-        w->n_assigned_tokens -= w->n_assigned_tokens >= f->prefill_tokens ? f->prefill_tokens
-                                                                           : w->n_assigned_tokens;
+        w->n_assigned_tokens -=
+            w->n_assigned_tokens >= f->prefill_tokens ? f->prefill_tokens : w->n_assigned_tokens;
     }
     f->prefill_slot = slot;
     f->prefill_gen = gen;
@@ -288,8 +288,8 @@ static void fill_sampling(const router_dispatch_t *d, const router_gen_request_t
 
 static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns);
 
-static void send_decode(router_dispatch_t *d, inflight_t *f, const Tandem__CompletionNotice *handoff,
-                        uint64_t now_ns)
+static void send_decode(router_dispatch_t *d, inflight_t *f,
+                        const Tandem__CompletionNotice *handoff, uint64_t now_ns)
 {
     const router_gen_request_t *gen = router_request_gen(f->req);
     router_session_t *s = f->session;
@@ -323,8 +323,8 @@ static void send_decode(router_dispatch_t *d, inflight_t *f, const Tandem__Compl
     f->deadline_ns = 0;
     tdm_log(TDM_LOG_DEBUG, "dispatch",
             "decode: request=%llu session=%s mode=%s cached_len=%zu total_len=%zu attempt=%u",
-            (unsigned long long)f->id, s->id, handoff != NULL ? "remote" : "local",
-            f->cached_len, f->total_len, f->attempts);
+            (unsigned long long)f->id, s->id, handoff != NULL ? "remote" : "local", f->cached_len,
+            f->total_len, f->attempts);
     (void)now_ns;
     send_to(d, f->decode_slot, f->decode_gen, &env);
 }
@@ -459,17 +459,17 @@ static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_
             status = router_sessions_add(d->sessions, asked, now_ns, &s);
         }
     } else {
-        m = router_sessions_match_prefix(d->sessions, gen->prompt_ids, gen->n_prompt_ids,
-                                         &matched);
+        m = router_sessions_match_prefix(d->sessions, gen->prompt_ids, gen->n_prompt_ids, &matched);
         if (m != NULL && m->active_request == 0 &&
             router_common_prefix(m->tokens, m->n_tokens, gen->prompt_ids, gen->n_prompt_ids) >=
                 m->prompt_len) {
             s = m;
         } else {
             status = new_session(d, now_ns, &s);
-            share = m != NULL && router_registry_worker(d->registry, m->worker_slot,
-                                                        m->worker_generation) != NULL &&
-                    m->cached_len >= matched;
+            share =
+                m != NULL &&
+                router_registry_worker(d->registry, m->worker_slot, m->worker_generation) != NULL &&
+                m->cached_len >= matched;
         }
         if (m != NULL) {
             router_metrics_count(d->metrics, ROUTER_METRIC_PREFIX_HITS, 1);
@@ -501,8 +501,7 @@ static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_
 
 /* ---- public entry points ---------------------------------------------------------------- */
 
-void router_dispatch_submit(router_dispatch_t *dispatch, router_request_t *request,
-                            uint64_t now_ns)
+void router_dispatch_submit(router_dispatch_t *dispatch, router_request_t *request, uint64_t now_ns)
 {
     router_dispatch_t *d = dispatch;
     inflight_t *f = calloc(1, sizeof(*f));
@@ -583,8 +582,7 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
     pslot = router_place_prefill(d->registry, dw->rack, &pgen);
     if (pslot < 0) {
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
-                   "no prefill worker");
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, "no prefill worker");
         f->reservation_id = 0;
         send_decode(d, f, NULL, now_ns);
         return;
@@ -726,17 +724,18 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
         retry(d, f, "prefill worker error", now_ns);
         return;
     }
-    if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES || e->code == TANDEM__ERROR_CODE__ERROR_BUSY) {
+    if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES ||
+        e->code == TANDEM__ERROR_CODE__ERROR_BUSY) {
         fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
              "the decode worker is out of capacity: %s", e->message);
         return;
     }
-    fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error", "decode worker failed (%s): %s",
-         proto_error_code_name(e->code), e->message);
+    fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error",
+         "decode worker failed (%s): %s", proto_error_code_name(e->code), e->message);
 }
 
-void router_dispatch_on_message(router_dispatch_t *dispatch, int slot,
-                                const Tandem__Envelope *env, uint64_t now_ns)
+void router_dispatch_on_message(router_dispatch_t *dispatch, int slot, const Tandem__Envelope *env,
+                                uint64_t now_ns)
 {
     router_dispatch_t *d = dispatch;
 

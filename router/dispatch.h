@@ -85,8 +85,8 @@ void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *requ
  * CompletionNotice, TokenChunk, Finish, Error). Messages for unknown requests are dropped
  * (a reservation nobody wants is aborted so its pages are released).
  */
-void router_dispatch_on_message(router_dispatch_t *dispatch, int slot,
-                                const Tandem__Envelope *env, uint64_t now_ns);
+void router_dispatch_on_message(router_dispatch_t *dispatch, int slot, const Tandem__Envelope *env,
+                                uint64_t now_ns);
 
 /*
  * router_dispatch_worker_gone - the worker in `slot` left or was lost: its sessions become

@@ -16,15 +16,15 @@
 #include "router/request.h"
 #include "router/validate.h"
 
-#define HTTP_OK 200
-#define HTTP_BAD_REQUEST 400
-#define HTTP_NOT_FOUND 404
+#define HTTP_OK                 200
+#define HTTP_BAD_REQUEST        400
+#define HTTP_NOT_FOUND          404
 #define HTTP_METHOD_NOT_ALLOWED 405
-#define HTTP_TOO_LARGE 413
-#define HTTP_INTERNAL 500
-#define HTTP_UNAVAILABLE 503
-#define SSE_BLOCK_BYTES (16u * 1024u)
-#define MIB (1024u * 1024u)
+#define HTTP_TOO_LARGE          413
+#define HTTP_INTERNAL           500
+#define HTTP_UNAVAILABLE        503
+#define SSE_BLOCK_BYTES         (16u * 1024u)
+#define MIB                     (1024u * 1024u)
 
 struct router_http {
     router_http_params_t params;
@@ -200,9 +200,8 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
                                                 : ROUTER_METRIC_REQUESTS_COMPLETIONS,
                          1);
     if (cc->too_large) {
-        router_apierr_set(&err, HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST,
-                          "request_too_large", NULL, "the request body exceeds %zu bytes",
-                          h->params.max_body_bytes);
+        router_apierr_set(&err, HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST, "request_too_large",
+                          NULL, "the request body exceeds %zu bytes", h->params.max_body_bytes);
         return respond_error(h, conn, &err);
     }
     session_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Session-Id");
@@ -213,12 +212,10 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
                           ROUTER_SESSION_ID_BYTES);
         return respond_error(h, conn, &err);
     }
-    content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                               MHD_HTTP_HEADER_CONTENT_TYPE);
+    content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     id = atomic_fetch_add(&h->next_request_id, 1);
     if (router_validate_request(h->model, api, content_type, cc->body, cc->n_body,
-                                tdm_hash_splitmix64(h->seed_salt ^ id), &gen,
-                                &err) != TDM_OK) {
+                                tdm_hash_splitmix64(h->seed_salt ^ id), &gen, &err) != TDM_OK) {
         return respond_error(h, conn, &err);
     }
     stream = gen.stream;
@@ -228,8 +225,8 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     }
     if (router_control_submit(h->control, request) != TDM_OK) {
         router_request_unref(request);
-        router_apierr_set(&err, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
-                          NULL, "the router is shutting down");
+        router_apierr_set(&err, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down", NULL,
+                          "the router is shutting down");
         return respond_error(h, conn, &err);
     }
     if (router_turn_create(&h->params.turn, h->model, h->control, h->metrics, request, &turn) !=
@@ -290,10 +287,8 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
         if (!post) {
             return wrong_method(h, conn, "POST");
         }
-        return serve_generate(h, conn,
-                              url[4] == 'c' && url[5] == 'h' ? ROUTER_API_CHAT
-                                                             : ROUTER_API_COMPLETIONS,
-                              cc);
+        return serve_generate(
+            h, conn, url[4] == 'c' && url[5] == 'h' ? ROUTER_API_CHAT : ROUTER_API_COMPLETIONS, cc);
     }
     if (strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0 ||
         strcmp(url, "/v1/models") == 0) {
@@ -311,9 +306,8 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     router_http_t *h = cls;
     conn_t *cc = *con_cls;
@@ -383,8 +377,8 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     struct addrinfo hints;
     struct addrinfo *addr = NULL;
     const union MHD_DaemonInfo *info;
-    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_ERROR_LOG;
+    unsigned int flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     char port_text[8];
     router_http_t *h;
     int rc;
@@ -418,10 +412,10 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     if (addr->ai_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
-    h->daemon = MHD_start_daemon(
-        flags, params->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)params->max_connections,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(flags, params->port, NULL, NULL, on_request, h,
+                                 MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned int)params->max_connections, MHD_OPTION_NOTIFY_COMPLETED,
+                                 on_completed, h, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,

@@ -13,9 +13,9 @@
 #include "common/log.h"
 #include "router/router.h"
 
-#define ROUTER_ERR_BYTES 512
+#define ROUTER_ERR_BYTES  512
 #define ROUTER_HOST_BYTES 256
-#define ROUTER_MIB (1024ull * 1024ull)
+#define ROUTER_MIB        (1024ull * 1024ull)
 
 typedef struct {
     const char *model_dir;
@@ -124,22 +124,25 @@ int main(int argc, char **argv)
         return 0;
     }
     if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
-        fprintf(stderr, "tandem-router: --log-level=%s is invalid: expected trace, debug, info, "
-                        "warn, error or off\n",
+        fprintf(stderr,
+                "tandem-router: --log-level=%s is invalid: expected trace, debug, info, "
+                "warn, error or off\n",
                 cfg.log_level);
         return 2;
     }
     tdm_log_set_level(level);
     router_params_default(&params);
     if (parse_host_port(cfg.http, host, sizeof(host), &params.http.port) != 0) {
-        fprintf(stderr, "tandem-router: --http=%s is invalid: expected HOST:PORT with PORT in "
-                        "[0, 65535]\n",
+        fprintf(stderr,
+                "tandem-router: --http=%s is invalid: expected HOST:PORT with PORT in "
+                "[0, 65535]\n",
                 cfg.http);
         return 2;
     }
     if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms) {
-        fprintf(stderr, "tandem-router: --heartbeat-timeout-ms=%u must exceed "
-                        "--heartbeat-interval-ms=%u\n",
+        fprintf(stderr,
+                "tandem-router: --heartbeat-timeout-ms=%u must exceed "
+                "--heartbeat-interval-ms=%u\n",
                 cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
         return 2;
     }

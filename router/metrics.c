@@ -178,8 +178,7 @@ static void emit_histogram(out_t *o, const char *name, const char *help, const h
     emit(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int b = 0; b < N_BUCKETS; b++) {
         cumulative += h->counts[b];
-        emit(o, "%s_bucket{le=\"%g\"} %llu\n", name, BUCKETS_S[b],
-             (unsigned long long)cumulative);
+        emit(o, "%s_bucket{le=\"%g\"} %llu\n", name, BUCKETS_S[b], (unsigned long long)cumulative);
     }
     cumulative += h->counts[N_BUCKETS];
     emit(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
@@ -197,9 +196,8 @@ static void emit_gauge(out_t *o, const char *name, const char *help, double valu
     emit(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, value);
 }
 
-tdm_status_t router_metrics_render(router_metrics_t *metrics,
-                                   const router_metrics_gauges_t *gauges, char **text_out,
-                                   size_t *n_bytes_out)
+tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metrics_gauges_t *gauges,
+                                   char **text_out, size_t *n_bytes_out)
 {
     out_t o = {0};
     const uint64_t *c = metrics->counters;
@@ -211,10 +209,11 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics,
         return TDM_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&metrics->lock);
-    emit(&o, "# HELP tandem_router_requests_total generation requests received, by endpoint\n"
-             "# TYPE tandem_router_requests_total counter\n"
-             "tandem_router_requests_total{endpoint=\"chat\"} %llu\n"
-             "tandem_router_requests_total{endpoint=\"completions\"} %llu\n",
+    emit(&o,
+         "# HELP tandem_router_requests_total generation requests received, by endpoint\n"
+         "# TYPE tandem_router_requests_total counter\n"
+         "tandem_router_requests_total{endpoint=\"chat\"} %llu\n"
+         "tandem_router_requests_total{endpoint=\"completions\"} %llu\n",
          (unsigned long long)c[ROUTER_METRIC_REQUESTS_CHAT],
          (unsigned long long)c[ROUTER_METRIC_REQUESTS_COMPLETIONS]);
     emit(&o, "# HELP tandem_router_errors_total API errors answered, by code and HTTP status\n"
@@ -230,11 +229,12 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics,
                  c[ROUTER_METRIC_PROMPT_TOKENS]);
     emit_counter(&o, "tandem_router_completion_tokens_total", "completion tokens returned",
                  c[ROUTER_METRIC_COMPLETION_TOKENS]);
-    emit(&o, "# HELP tandem_router_prefill_tokens_total delta tokens dispatched for prefill, "
-             "by where they ran\n"
-             "# TYPE tandem_router_prefill_tokens_total counter\n"
-             "tandem_router_prefill_tokens_total{mode=\"local\"} %llu\n"
-             "tandem_router_prefill_tokens_total{mode=\"remote\"} %llu\n",
+    emit(&o,
+         "# HELP tandem_router_prefill_tokens_total delta tokens dispatched for prefill, "
+         "by where they ran\n"
+         "# TYPE tandem_router_prefill_tokens_total counter\n"
+         "tandem_router_prefill_tokens_total{mode=\"local\"} %llu\n"
+         "tandem_router_prefill_tokens_total{mode=\"remote\"} %llu\n",
          (unsigned long long)c[ROUTER_METRIC_PREFILL_LOCAL_TOKENS],
          (unsigned long long)c[ROUTER_METRIC_PREFILL_REMOTE_TOKENS]);
     emit_counter(&o, "tandem_router_prefix_hits_total",
@@ -252,31 +252,35 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics,
     emit_gauge(&o, "tandem_router_sessions", "sessions in the table", (double)gauges->n_sessions);
     emit_gauge(&o, "tandem_router_inflight_requests", "requests being served",
                (double)gauges->n_inflight);
-    emit(&o, "# HELP tandem_router_workers live workers, by role\n"
-             "# TYPE tandem_router_workers gauge\n"
-             "tandem_router_workers{role=\"prefill\"} %u\n"
-             "tandem_router_workers{role=\"decode\"} %u\n",
+    emit(&o,
+         "# HELP tandem_router_workers live workers, by role\n"
+         "# TYPE tandem_router_workers gauge\n"
+         "tandem_router_workers{role=\"prefill\"} %u\n"
+         "tandem_router_workers{role=\"decode\"} %u\n",
          w->n_prefill, w->n_decode);
-    emit_counter(&o, "tandem_router_workers_lost_total", "workers declared lost",
-                 w->n_lost_total);
+    emit_counter(&o, "tandem_router_workers_lost_total", "workers declared lost", w->n_lost_total);
     emit_counter(&o, "tandem_router_registrations_refused_total",
                  "registrations refused as incompatible", w->n_refused_total);
-    emit(&o, "# HELP tandem_router_prefill_backlog_seconds queued prefill tokens over measured "
-             "prefill throughput, by role\n"
-             "# TYPE tandem_router_prefill_backlog_seconds gauge\n"
-             "tandem_router_prefill_backlog_seconds{role=\"prefill\"} %.9g\n",
+    emit(&o,
+         "# HELP tandem_router_prefill_backlog_seconds queued prefill tokens over measured "
+         "prefill throughput, by role\n"
+         "# TYPE tandem_router_prefill_backlog_seconds gauge\n"
+         "tandem_router_prefill_backlog_seconds{role=\"prefill\"} %.9g\n",
          w->prefill_backlog_s);
-    emit(&o, "# HELP tandem_router_queued_prefill_tokens tokens waiting for prefill, by role\n"
-             "# TYPE tandem_router_queued_prefill_tokens gauge\n"
-             "tandem_router_queued_prefill_tokens{role=\"prefill\"} %llu\n",
+    emit(&o,
+         "# HELP tandem_router_queued_prefill_tokens tokens waiting for prefill, by role\n"
+         "# TYPE tandem_router_queued_prefill_tokens gauge\n"
+         "tandem_router_queued_prefill_tokens{role=\"prefill\"} %llu\n",
          (unsigned long long)w->queued_prefill_tokens);
-    emit(&o, "# HELP tandem_router_kv_occupancy fraction of KV pages in use, by role\n"
-             "# TYPE tandem_router_kv_occupancy gauge\n"
-             "tandem_router_kv_occupancy{role=\"decode\"} %.9g\n",
+    emit(&o,
+         "# HELP tandem_router_kv_occupancy fraction of KV pages in use, by role\n"
+         "# TYPE tandem_router_kv_occupancy gauge\n"
+         "tandem_router_kv_occupancy{role=\"decode\"} %.9g\n",
          w->decode_kv_occupancy);
-    emit(&o, "# HELP tandem_router_running_sequences sequences in decode batches, by role\n"
-             "# TYPE tandem_router_running_sequences gauge\n"
-             "tandem_router_running_sequences{role=\"decode\"} %u\n",
+    emit(&o,
+         "# HELP tandem_router_running_sequences sequences in decode batches, by role\n"
+         "# TYPE tandem_router_running_sequences gauge\n"
+         "tandem_router_running_sequences{role=\"decode\"} %u\n",
          w->running_sequences);
     if (o.failed) {
         free(o.text);

@@ -19,7 +19,7 @@
 typedef struct {
     router_registry_stats_t workers;
     uint64_t n_sessions;
-    uint64_t n_inflight;  /* requests being served */
+    uint64_t n_inflight; /* requests being served */
 } router_metrics_gauges_t;
 
 /* Counters of router_metrics_count. */
@@ -70,8 +70,7 @@ uint64_t router_metrics_get(router_metrics_t *metrics, router_metric_t which);
  * histogram and the gauges. *text_out: NUL-terminated, caller frees with free(). Returns TDM_OK
  * or TDM_ERR_NO_MEMORY.
  */
-tdm_status_t router_metrics_render(router_metrics_t *metrics,
-                                   const router_metrics_gauges_t *gauges, char **text_out,
-                                   size_t *n_bytes_out);
+tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metrics_gauges_t *gauges,
+                                   char **text_out, size_t *n_bytes_out);
 
 #endif

@@ -51,8 +51,7 @@ static tdm_status_t fill_name(const router_model_params_t *params, router_model_
     }
     n = strlen(name);
     if (n == 0 || n > ROUTER_MODEL_NAME_BYTES) {
-        set_err(err, err_bytes, "served model name must be 1..%d bytes",
-                ROUTER_MODEL_NAME_BYTES);
+        set_err(err, err_bytes, "served model name must be 1..%d bytes", ROUTER_MODEL_NAME_BYTES);
         return TDM_ERR_INVALID_ARG;
     }
     memcpy(info->name, name, n + 1);
@@ -87,8 +86,8 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
                 params->max_context, (long long)cfg->max_position_embeddings);
         return TDM_ERR_INVALID_ARG;
     }
-    info->max_context = params->max_context != 0 ? params->max_context
-                                                 : (uint32_t)cfg->max_position_embeddings;
+    info->max_context =
+        params->max_context != 0 ? params->max_context : (uint32_t)cfg->max_position_embeddings;
     info->n_vocab = (uint32_t)cfg->vocab_size;
     info->eos_id = (int32_t)cfg->eos_token_id;
     info->bos_id = cfg->bos_token_id >= 0 ? (int32_t)cfg->bos_token_id : -1;
@@ -98,14 +97,12 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
     info->tokens_per_block = KERN_KV_PAGE_ROWS * max_ratio(cfg);
     info->sliding_window = (uint32_t)cfg->sliding_window;
     info->context_tokens =
-        (uint32_t)(cfg->sliding_window + (cfg->engram_max_ngram_size > 0
-                                              ? cfg->engram_max_ngram_size - 1
-                                              : 0));
+        (uint32_t)(cfg->sliding_window +
+                   (cfg->engram_max_ngram_size > 0 ? cfg->engram_max_ngram_size - 1 : 0));
     if (info->context_tokens > PROTO_MAX_CONTEXT_TOKENS) {
         info->context_tokens = PROTO_MAX_CONTEXT_TOKENS;
     }
-    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
-                                 &layout);
+    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
     if (status != TDM_OK) {
         set_err(err, err_bytes, "config head_dim %lld / index_head_dim %lld give no page layout",
                 (long long)cfg->head_dim, (long long)cfg->index_head_dim);

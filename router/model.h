@@ -20,9 +20,9 @@
 
 /* Parameters of router_model_load (plain data; strings borrowed for the call). */
 typedef struct {
-    const char *model_dir;     /* checkpoint directory: config.json, tokenizer.json, shards */
-    const char *served_name;   /* the "model" clients send; NULL: the directory's base name */
-    uint32_t max_context;      /* serving limit in tokens; 0: config max_position_embeddings */
+    const char *model_dir;   /* checkpoint directory: config.json, tokenizer.json, shards */
+    const char *served_name; /* the "model" clients send; NULL: the directory's base name */
+    uint32_t max_context;    /* serving limit in tokens; 0: config max_position_embeddings */
 } router_model_params_t;
 
 /* Facts about the served model (plain data, filled at load). */

@@ -34,8 +34,8 @@ json_t *router_openai_logprob_entry(router_api_t api, const engine_tokenizer_t *
     if (entry == NULL) {
         return NULL;
     }
-    json_object_set_new(entry, "token", token_text(tok, id, api == ROUTER_API_CHAT ? &bytes
-                                                                                  : NULL));
+    json_object_set_new(entry, "token",
+                        token_text(tok, id, api == ROUTER_API_CHAT ? &bytes : NULL));
     json_object_set_new(entry, "logprob", logprob == logprob ? json_real(logprob) : json_null());
     if (api == ROUTER_API_CHAT) {
         json_object_set_new(entry, "bytes", bytes);
@@ -183,8 +183,8 @@ char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size
 char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_tokens,
                                 uint64_t completion_tokens)
 {
-    json_t *root = base(ctx, ctx->api == ROUTER_API_CHAT ? "chat.completion.chunk"
-                                                         : "text_completion");
+    json_t *root =
+        base(ctx, ctx->api == ROUTER_API_CHAT ? "chat.completion.chunk" : "text_completion");
 
     if (root == NULL) {
         return NULL;

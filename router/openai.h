@@ -19,9 +19,9 @@
 /* Identity shared by every body of one response (plain data; strings borrowed). */
 typedef struct {
     router_api_t api;
-    const char *id;     /* "chatcmpl-..." or "cmpl-..." */
-    const char *model;  /* served model name */
-    int64_t created_s;  /* Unix time of the request (wall clock: display only) */
+    const char *id;    /* "chatcmpl-..." or "cmpl-..." */
+    const char *model; /* served model name */
+    int64_t created_s; /* Unix time of the request (wall clock: display only) */
 } router_openai_ctx_t;
 
 /*

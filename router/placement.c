@@ -42,8 +42,7 @@ static int any_prefill(router_registry_t *registry)
     return 0;
 }
 
-static double decode_score(router_registry_t *registry, const router_worker_t *w,
-                           int have_prefill)
+static double decode_score(router_registry_t *registry, const router_worker_t *w, int have_prefill)
 {
     double occupancy = 0.0;
     double load = (double)(w->running_sequences + w->n_active) /
@@ -81,8 +80,7 @@ int router_place_decode(router_registry_t *registry, uint64_t *generation_out)
             continue;
         }
         score = decode_score(registry, w, have_prefill);
-        if (best < 0 || score < best_score ||
-            (score == best_score && w->n_active < best_active)) {
+        if (best < 0 || score < best_score || (score == best_score && w->n_active < best_active)) {
             best = i;
             best_score = score;
             best_active = w->n_active;

@@ -21,7 +21,7 @@
 #define ROUTER_PLACE_NO_PREFILL_PENALTY 0.5
 /* Weight of a rack's prefill backlog (per second) in the decode score, and its cap. */
 #define ROUTER_PLACE_BACKLOG_WEIGHT_PER_S 0.05
-#define ROUTER_PLACE_BACKLOG_CAP_S 10.0
+#define ROUTER_PLACE_BACKLOG_CAP_S        10.0
 
 /*
  * router_place_decode - the slot of the best live decode worker (its generation in

@@ -56,8 +56,7 @@ void router_registry_destroy(router_registry_t *registry)
 int router_registry_find(const router_registry_t *registry, const char *routing_id)
 {
     for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        if (registry->slots[i].generation != 0 &&
-            strcmp(registry->slots[i].id, routing_id) == 0) {
+        if (registry->slots[i].generation != 0 && strcmp(registry->slots[i].id, routing_id) == 0) {
             return i;
         }
     }
@@ -85,8 +84,8 @@ static void refuse(router_registry_t *r, const char *routing_id, const char *rea
 }
 
 tdm_status_t router_registry_register(router_registry_t *registry, const char *routing_id,
-                                      const Tandem__Register *reg, uint64_t now_ns,
-                                      int *slot_out, char *reason, size_t reason_bytes)
+                                      const Tandem__Register *reg, uint64_t now_ns, int *slot_out,
+                                      char *reason, size_t reason_bytes)
 {
     router_worker_t *w;
     uint8_t *descriptor = NULL;
@@ -167,8 +166,8 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
     if (hb->load->total_pages > 0) {
         w->total_pages = hb->load->total_pages;
     }
-    w->recent_tokens_per_s = hb->load->recent_tokens_per_s >= 0.0 ? hb->load->recent_tokens_per_s
-                                                                  : 0.0;
+    w->recent_tokens_per_s =
+        hb->load->recent_tokens_per_s >= 0.0 ? hb->load->recent_tokens_per_s : 0.0;
     return TDM_OK;
 }
 
@@ -182,8 +181,7 @@ int router_registry_touch(router_registry_t *registry, const char *routing_id, u
     return slot;
 }
 
-router_worker_t *router_registry_worker(router_registry_t *registry, int slot,
-                                        uint64_t generation)
+router_worker_t *router_registry_worker(router_registry_t *registry, int slot, uint64_t generation)
 {
     router_worker_t *w;
 
@@ -258,10 +256,9 @@ void router_registry_stats(const router_registry_t *registry, router_registry_st
             total_pages += w->total_pages;
         }
     }
-    st.prefill_backlog_s = prefill_rate > 0.0 ? (double)st.queued_prefill_tokens / prefill_rate
-                                              : 0.0;
-    st.decode_kv_occupancy =
-        total_pages > 0 ? 1.0 - (double)free_pages / (double)total_pages : 0.0;
+    st.prefill_backlog_s =
+        prefill_rate > 0.0 ? (double)st.queued_prefill_tokens / prefill_rate : 0.0;
+    st.decode_kv_occupancy = total_pages > 0 ? 1.0 - (double)free_pages / (double)total_pages : 0.0;
     st.n_lost_total = registry->n_lost_total;
     st.n_refused_total = registry->n_refused_total;
     *stats_out = st;

@@ -25,17 +25,17 @@
 
 /* One worker (plain data, owned by the registry; read through router_registry_worker). */
 typedef struct {
-    uint64_t generation;                     /* unique per registration; 0: free slot */
-    char id[ROUTER_WORKER_ID_BYTES + 1];     /* incarnation id = ZeroMQ routing id */
+    uint64_t generation;                 /* unique per registration; 0: free slot */
+    char id[ROUTER_WORKER_ID_BYTES + 1]; /* incarnation id = ZeroMQ routing id */
     Tandem__Role role;
     char rack[ROUTER_WORKER_ID_BYTES + 1];
     char node[ROUTER_WORKER_ID_BYTES + 1];
-    uint32_t total_pages;                    /* capacity */
+    uint32_t total_pages; /* capacity */
     uint32_t max_sequences;
-    uint8_t *transfer_descriptor;            /* owned; [n_transfer_descriptor] */
+    uint8_t *transfer_descriptor; /* owned; [n_transfer_descriptor] */
     size_t n_transfer_descriptor;
-    uint64_t registered_ns;                  /* monotonic */
-    uint64_t last_seen_ns;                   /* monotonic, last message of any kind */
+    uint64_t registered_ns; /* monotonic */
+    uint64_t last_seen_ns;  /* monotonic, last message of any kind */
     uint64_t heartbeat_seq;
     /* latest Load */
     uint64_t queued_prefill_tokens;
@@ -44,20 +44,20 @@ typedef struct {
     uint32_t reserved_pages;
     double recent_tokens_per_s;
     /* the router's own view since the last heartbeat */
-    uint32_t n_active;                       /* requests or jobs in flight on it */
-    uint64_t n_assigned_tokens;              /* prefill tokens handed to it, not yet done */
+    uint32_t n_active;          /* requests or jobs in flight on it */
+    uint64_t n_assigned_tokens; /* prefill tokens handed to it, not yet done */
 } router_worker_t;
 
 /* Aggregates for /health and /metrics (plain data). */
 typedef struct {
-    uint32_t n_prefill;                 /* live prefill workers */
-    uint32_t n_decode;                  /* live decode workers */
-    uint64_t n_lost_total;              /* workers declared lost since start */
-    uint64_t n_refused_total;           /* registrations refused */
-    double prefill_backlog_s;           /* queued prefill tokens / prefill tok/s, all prefill */
-    double decode_kv_occupancy;         /* 1 - free / total pages over decode workers, [0, 1] */
-    uint64_t queued_prefill_tokens;     /* over prefill workers */
-    uint32_t running_sequences;         /* over decode workers */
+    uint32_t n_prefill;             /* live prefill workers */
+    uint32_t n_decode;              /* live decode workers */
+    uint64_t n_lost_total;          /* workers declared lost since start */
+    uint64_t n_refused_total;       /* registrations refused */
+    double prefill_backlog_s;       /* queued prefill tokens / prefill tok/s, all prefill */
+    double decode_kv_occupancy;     /* 1 - free / total pages over decode workers, [0, 1] */
+    uint64_t queued_prefill_tokens; /* over prefill workers */
+    uint32_t running_sequences;     /* over decode workers */
 } router_registry_stats_t;
 
 /* The registry; opaque. */
@@ -85,8 +85,8 @@ void router_registry_destroy(router_registry_t *registry);
  * or the refusal once.
  */
 tdm_status_t router_registry_register(router_registry_t *registry, const char *routing_id,
-                                      const Tandem__Register *reg, uint64_t now_ns,
-                                      int *slot_out, char *reason, size_t reason_bytes);
+                                      const Tandem__Register *reg, uint64_t now_ns, int *slot_out,
+                                      char *reason, size_t reason_bytes);
 
 /*
  * router_registry_heartbeat - record a heartbeat (load) of the live worker `routing_id`.
@@ -108,8 +108,7 @@ int router_registry_find(const router_registry_t *registry, const char *routing_
  * router_registry_worker - the worker in `slot` when it is live and, if generation != 0, has
  * that generation; NULL otherwise. Borrowed until the slot is removed.
  */
-router_worker_t *router_registry_worker(router_registry_t *registry, int slot,
-                                        uint64_t generation);
+router_worker_t *router_registry_worker(router_registry_t *registry, int slot, uint64_t generation);
 
 /*
  * router_registry_remove - forget the worker in `slot` (goodbye, send failure, timeout), count

@@ -23,9 +23,8 @@ struct router_request {
     router_request_batch_t pending; /* guarded by lock */
 };
 
-tdm_status_t router_request_create(router_gen_request_t *gen, const char *session_id,
-                                   uint64_t id, uint64_t t_start_ns,
-                                   router_request_t **request_out)
+tdm_status_t router_request_create(router_gen_request_t *gen, const char *session_id, uint64_t id,
+                                   uint64_t t_start_ns, router_request_t **request_out)
 {
     router_request_t *r;
     pthread_condattr_t attr;

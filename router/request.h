@@ -23,9 +23,9 @@
 
 /* How a request ended (plain values of router_request_batch_t.end). */
 typedef enum {
-    ROUTER_REQUEST_OPEN = 0,       /* more events may come */
-    ROUTER_REQUEST_FINISHED = 1,   /* the worker finished the turn (finish_reason below) */
-    ROUTER_REQUEST_FAILED = 2,     /* error holds the API error */
+    ROUTER_REQUEST_OPEN = 0,     /* more events may come */
+    ROUTER_REQUEST_FINISHED = 1, /* the worker finished the turn (finish_reason below) */
+    ROUTER_REQUEST_FAILED = 2,   /* error holds the API error */
 } router_request_end_t;
 
 /* Why the worker finished (router_request_batch_t.finish). */
@@ -61,9 +61,8 @@ typedef struct router_request router_request_t;
  * success). session_id: the client's X-Session-Id (copied), or NULL. Returns TDM_OK,
  * TDM_ERR_INVALID_ARG (session id too long) or TDM_ERR_NO_MEMORY (*gen untouched on failure).
  */
-tdm_status_t router_request_create(router_gen_request_t *gen, const char *session_id,
-                                   uint64_t id, uint64_t t_start_ns,
-                                   router_request_t **request_out);
+tdm_status_t router_request_create(router_gen_request_t *gen, const char *session_id, uint64_t id,
+                                   uint64_t t_start_ns, router_request_t **request_out);
 
 /* router_request_ref - take another reference; returns the request. */
 router_request_t *router_request_ref(router_request_t *request);

@@ -57,7 +57,8 @@ tdm_status_t router_create(const router_params_t *params, router_t **router_out,
         }
         goto err_control;
     }
-    tdm_log(TDM_LOG_INFO, "router", "router serving: model=%s max_context=%u http_port=%u "
+    tdm_log(TDM_LOG_INFO, "router",
+            "router serving: model=%s max_context=%u http_port=%u "
             "control=%s fingerprint=0x%016llx",
             router_model_info(r->model)->name, router_model_info(r->model)->max_context,
             router_http_port(r->http), router_control_endpoint(r->control),

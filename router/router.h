@@ -39,7 +39,8 @@ typedef struct router router_t;
 tdm_status_t router_create(const router_params_t *params, router_t **router_out, char *err,
                            size_t err_bytes);
 
-/* router_destroy - stop and free everything (see the header comment for the order). Accepts NULL. */
+/* router_destroy - stop and free everything (see the header comment for the order). Accepts NULL.
+ */
 void router_destroy(router_t *router);
 
 /* router_http_port_bound - the HTTP port in use. */

@@ -6,8 +6,8 @@
 #include "common/hash.h"
 #include "proto/proto_hash.h"
 
-#define SESSION_MIN_BUCKETS 64u
-#define BLOCK_BUCKETS (1u << 16)
+#define SESSION_MIN_BUCKETS    64u
+#define BLOCK_BUCKETS          (1u << 16)
 #define SESSION_INITIAL_TOKENS 256
 
 /* One indexed block: block `block` of session `s` has chain hash `hash`. */
@@ -23,9 +23,9 @@ struct router_sessions {
     uint32_t tokens_per_block;
     router_session_t **by_id; /* [n_id_buckets] chains */
     uint32_t n_id_buckets;
-    router_session_t **all;   /* [n_sessions] */
+    router_session_t **all; /* [n_sessions] */
     size_t n_sessions;
-    block_entry_t **blocks;   /* [BLOCK_BUCKETS] chains */
+    block_entry_t **blocks; /* [BLOCK_BUCKETS] chains */
 };
 
 static uint32_t pow2_at_least(uint32_t n)

@@ -27,16 +27,16 @@
  */
 typedef struct router_session {
     char id[ROUTER_SESSION_ID_BYTES + 1];
-    int32_t *tokens;          /* [n_tokens] history */
+    int32_t *tokens; /* [n_tokens] history */
     size_t n_tokens;
     size_t cap_tokens;
-    size_t cached_len;        /* history tokens the placed worker holds (a lower bound) */
-    size_t prompt_len;        /* prompt tokens of the latest turn (the rest was generated) */
-    int worker_slot;          /* registry slot of the decode worker, -1 when unplaced */
+    size_t cached_len; /* history tokens the placed worker holds (a lower bound) */
+    size_t prompt_len; /* prompt tokens of the latest turn (the rest was generated) */
+    int worker_slot;   /* registry slot of the decode worker, -1 when unplaced */
     uint64_t worker_generation;
-    uint64_t active_request;  /* request id streaming on this session, 0 when idle */
-    uint64_t last_used_ns;    /* monotonic */
-    uint64_t *block_hashes;   /* [n_blocks] chain over history (proto_block_hashes) */
+    uint64_t active_request; /* request id streaming on this session, 0 when idle */
+    uint64_t last_used_ns;   /* monotonic */
+    uint64_t *block_hashes;  /* [n_blocks] chain over history (proto_block_hashes) */
     size_t n_blocks;
     struct router_session *next_by_id; /* table internals */
 } router_session_t;

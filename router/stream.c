@@ -5,7 +5,7 @@
 
 #include "router/validate.h"
 
-#define STREAM_MAX_STOP_IDS 64
+#define STREAM_MAX_STOP_IDS  64
 #define STREAM_INITIAL_BYTES 256
 
 struct router_stream {
@@ -18,10 +18,10 @@ struct router_stream {
     uint32_t max_tokens;
     uint32_t n_tokens;
     router_stream_state_t state;
-    char *text;          /* emitted and held text, NUL-terminated */
-    size_t n_text;       /* bytes in text */
+    char *text;    /* emitted and held text, NUL-terminated */
+    size_t n_text; /* bytes in text */
     size_t cap_text;
-    size_t n_emitted;    /* text[0, n_emitted) has been handed out */
+    size_t n_emitted; /* text[0, n_emitted) has been handed out */
 };
 
 tdm_status_t router_stream_create(const router_stream_params_t *params,
@@ -31,8 +31,8 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
     tdm_status_t status;
 
     if (params == NULL || stream_out == NULL || params->tok == NULL || params->max_tokens == 0 ||
-        params->n_stop < 0 || params->n_stop > ROUTER_MAX_STOP_STRINGS ||
-        params->n_stop_ids < 0 || params->n_stop_ids > STREAM_MAX_STOP_IDS) {
+        params->n_stop < 0 || params->n_stop > ROUTER_MAX_STOP_STRINGS || params->n_stop_ids < 0 ||
+        params->n_stop_ids > STREAM_MAX_STOP_IDS) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int i = 0; i < params->n_stop; i++) {

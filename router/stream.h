@@ -28,9 +28,9 @@ typedef struct {
     const char *const *stop;       /* [n_stop] stop strings, each stop_bytes[i] >= 1 bytes */
     const size_t *stop_bytes;
     int n_stop;
-    const int32_t *stop_ids;       /* [n_stop_ids] token ids that end the stream (EOS) */
+    const int32_t *stop_ids; /* [n_stop_ids] token ids that end the stream (EOS) */
     int n_stop_ids;
-    uint32_t max_tokens;           /* >= 1 */
+    uint32_t max_tokens; /* >= 1 */
 } router_stream_params_t;
 
 /* The stream; opaque. */

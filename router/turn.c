@@ -12,11 +12,11 @@
 #include "router/openai.h"
 #include "router/stream.h"
 
-#define NS_PER_MS 1000000ull
-#define HTTP_OK 200
-#define HTTP_INTERNAL 500
-#define HTTP_GATEWAY_TIMEOUT 504
-#define TURN_ID_BYTES 64
+#define NS_PER_MS              1000000ull
+#define HTTP_OK                200
+#define HTTP_INTERNAL          500
+#define HTTP_GATEWAY_TIMEOUT   504
+#define TURN_ID_BYTES          64
 #define TURN_OUT_INITIAL_BYTES 4096
 
 struct router_turn {
@@ -24,21 +24,21 @@ struct router_turn {
     const router_model_t *model;
     router_control_t *control;
     router_metrics_t *metrics;
-    router_request_t *request;            /* one reference */
-    const router_gen_request_t *gen;      /* the request's, borrowed */
+    router_request_t *request;       /* one reference */
+    const router_gen_request_t *gen; /* the request's, borrowed */
     router_stream_t *stream;
     router_request_batch_t batch;
-    int batch_pending;                    /* batch holds events not yet absorbed */
-    json_t *lp_entries;                   /* NULL when logprobs are off */
-    size_t lp_sent;                       /* entries already streamed */
+    int batch_pending;  /* batch holds events not yet absorbed */
+    json_t *lp_entries; /* NULL when logprobs are off */
+    size_t lp_sent;     /* entries already streamed */
     char id[TURN_ID_BYTES];
     char session[ROUTER_SESSION_ID_BYTES + 1];
     router_openai_ctx_t octx;
-    int ended;                            /* the output is complete (or failed) */
+    int ended; /* the output is complete (or failed) */
     int failed;
     router_apierr_t error;
     int released;
-    int counted;                          /* usage counted in metrics */
+    int counted; /* usage counted in metrics */
     /* text produced since the last chunk */
     char *delta;
     size_t n_delta;
@@ -50,7 +50,7 @@ struct router_turn {
     size_t cap_out;
     int sse_started;
     int sse_done;
-    uint64_t t_progress_ns;               /* monotonic time of the last event */
+    uint64_t t_progress_ns; /* monotonic time of the last event */
 };
 
 static tdm_status_t grow(char **buf, size_t *cap, size_t need)
@@ -83,9 +83,8 @@ tdm_status_t router_turn_create(const router_turn_params_t *params, const router
     int32_t stop_ids[1];
     tdm_status_t status;
 
-    if (params == NULL || model == NULL || control == NULL || metrics == NULL ||
-        request == NULL || turn_out == NULL || params->timeout_ms == 0 ||
-        params->keepalive_ms == 0) {
+    if (params == NULL || model == NULL || control == NULL || metrics == NULL || request == NULL ||
+        turn_out == NULL || params->timeout_ms == 0 || params->keepalive_ms == 0) {
         return TDM_ERR_INVALID_ARG;
     }
     t = calloc(1, sizeof(*t));
@@ -226,9 +225,8 @@ static void absorb(router_turn_t *t)
         }
     }
     if (!t->ended && t->batch.end == ROUTER_REQUEST_FINISHED) {
-        router_stream_state_t state = t->batch.finish == ROUTER_FINISH_LENGTH
-                                          ? ROUTER_STREAM_LENGTH
-                                          : ROUTER_STREAM_STOP;
+        router_stream_state_t state =
+            t->batch.finish == ROUTER_FINISH_LENGTH ? ROUTER_STREAM_LENGTH : ROUTER_STREAM_STOP;
         if (router_stream_finish(t->stream, state, &text, &n) != TDM_OK) {
             fail_oom(t);
         } else {
@@ -291,8 +289,7 @@ tdm_status_t router_turn_wait_first(router_turn_t *turn, router_apierr_t *err_ou
     if (t->failed) {
         *err_out = t->error;
         release(t, 0);
-        return t->error.http_status == HTTP_GATEWAY_TIMEOUT ? TDM_ERR_TIMEOUT
-                                                            : TDM_ERR_UNSUPPORTED;
+        return t->error.http_status == HTTP_GATEWAY_TIMEOUT ? TDM_ERR_TIMEOUT : TDM_ERR_UNSUPPORTED;
     }
     return TDM_OK;
 }

@@ -9,10 +9,10 @@
 #include "common/json.h"
 #include "engine/tokenizer.h"
 
-#define HTTP_BAD_REQUEST 400
-#define HTTP_NOT_FOUND 404
+#define HTTP_BAD_REQUEST            400
+#define HTTP_NOT_FOUND              404
 #define HTTP_UNSUPPORTED_MEDIA_TYPE 415
-#define HTTP_INTERNAL 500
+#define HTTP_INTERNAL               500
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
 
@@ -76,8 +76,8 @@ static tdm_status_t get_number(const json_t *root, const char *key, double lo, i
         return TDM_OK;
     }
     if (!json_is_number(value)) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
-                          key, "'%s' must be a number", key);
+        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
+                          "'%s' must be a number", key);
         return TDM_ERR_INVALID_ARG;
     }
     x = json_number_value(value);
@@ -102,8 +102,8 @@ static tdm_status_t get_int(const json_t *root, const char *key, int64_t lo, int
         return TDM_OK;
     }
     if (!json_is_number(value) || tdm_json_int_exact(value, &x) != TDM_OK) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
-                          key, "'%s' must be an integer", key);
+        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
+                          "'%s' must be an integer", key);
         return TDM_ERR_INVALID_ARG;
     }
     if (x < lo || x > hi) {
@@ -128,8 +128,8 @@ static tdm_status_t get_bool(const json_t *root, const char *key, int *value_out
         return TDM_OK;
     }
     if (!json_is_boolean(value)) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
-                          key, "'%s' must be a boolean", key);
+        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
+                          "'%s' must be a boolean", key);
         return TDM_ERR_INVALID_ARG;
     }
     *value_out = json_is_true(value);
@@ -149,14 +149,12 @@ static tdm_status_t check_unsupported(const json_t *root, router_apierr_t *err)
             continue;
         }
         if (!json_is_number(value) || !isfinite(json_number_value(value))) {
-            router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
-                              "invalid_type", PENALTIES[i], "'%s' must be a finite number",
-                              PENALTIES[i]);
+            router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
+                              PENALTIES[i], "'%s' must be a finite number", PENALTIES[i]);
             return TDM_ERR_INVALID_ARG;
         }
-        if (json_number_value(value) != (strcmp(PENALTIES[i], "repetition_penalty") == 0
-                                             ? 1.0
-                                             : 0.0)) {
+        if (json_number_value(value) !=
+            (strcmp(PENALTIES[i], "repetition_penalty") == 0 ? 1.0 : 0.0)) {
             router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                               "unsupported_parameter", PENALTIES[i],
                               "'%s' is not supported by this deployment", PENALTIES[i]);
@@ -194,8 +192,8 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     req->temperature = 1.0;
     req->top_p = 1.0;
     req->min_p = 0.0;
-    status = get_number(root, "temperature", 0.0, 0, ROUTER_MAX_TEMPERATURE, &req->temperature,
-                        err);
+    status =
+        get_number(root, "temperature", 0.0, 0, ROUTER_MAX_TEMPERATURE, &req->temperature, err);
     if (status == TDM_OK) {
         status = get_number(root, "top_p", 0.0, 1, 1.0, &req->top_p, err);
     }
@@ -230,8 +228,7 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     return TDM_OK;
 }
 
-static tdm_status_t get_stream(const json_t *root, router_gen_request_t *req,
-                               router_apierr_t *err)
+static tdm_status_t get_stream(const json_t *root, router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *options;
     tdm_status_t status;
@@ -254,8 +251,7 @@ static tdm_status_t get_stream(const json_t *root, router_gen_request_t *req,
     return get_bool(options, "include_usage", &req->include_usage, err);
 }
 
-static tdm_status_t get_stop(const json_t *root, router_gen_request_t *req,
-                             router_apierr_t *err)
+static tdm_status_t get_stop(const json_t *root, router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *stop = member(root, "stop");
     json_t *items[ROUTER_MAX_STOP_STRINGS];
@@ -392,8 +388,7 @@ static tdm_status_t content_text(const json_t *content, const char **text_out, s
             return image_refused(err, "messages");
         }
         if (strcmp(json_string_value(type), "text") != 0) {
-            return bad(err, "invalid_value", "messages",
-                       "content part 'type' must be 'text'");
+            return bad(err, "invalid_value", "messages", "content part 'type' must be 'text'");
         }
         text = json_object_get(part, "text");
         if (!json_is_string(text)) {
@@ -486,8 +481,8 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
         reasoning = member(msg, "reasoning_content");
         if (status == TDM_OK && reasoning != NULL) {
             if (!json_is_string(reasoning)) {
-                status = bad(err, "invalid_type", "messages",
-                             "'reasoning_content' must be a string");
+                status =
+                    bad(err, "invalid_type", "messages", "'reasoning_content' must be a string");
             } else {
                 msgs[i].reasoning = json_string_value(reasoning);
                 msgs[i].reasoning_bytes = json_string_length(reasoning);
@@ -498,8 +493,7 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
         goto out;
     }
     engine_chat_params_default(&params);
-    status = engine_chat_encode(router_model_tokenizer(model), &params, msgs, n_msgs, &ids,
-                                &n_ids);
+    status = engine_chat_encode(router_model_tokenizer(model), &params, msgs, n_msgs, &ids, &n_ids);
     if (status == TDM_OK) {
         status = adopt_ids(ids, n_ids, req, err);
     } else if (status == TDM_ERR_NO_MEMORY) {
@@ -517,8 +511,7 @@ out:
     return status;
 }
 
-static tdm_status_t ids_prompt(const json_t *array, router_gen_request_t *req,
-                               router_apierr_t *err)
+static tdm_status_t ids_prompt(const json_t *array, router_gen_request_t *req, router_apierr_t *err)
 {
     size_t n = json_array_size(array);
     int32_t *ids;
@@ -608,8 +601,8 @@ static tdm_status_t check_prompt_ids(const router_model_info_t *info, router_api
         if (req->prompt_ids[i] < 0 || (uint32_t)req->prompt_ids[i] >= info->n_vocab) {
             router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                               "invalid_token_id", param,
-                              "token id %d at position %zu is outside [0, %u)",
-                              req->prompt_ids[i], i, info->n_vocab);
+                              "token id %d at position %zu is outside [0, %u)", req->prompt_ids[i],
+                              i, info->n_vocab);
             return TDM_ERR_INVALID_ARG;
         }
         if (req->prompt_ids[i] == info->image_token_id) {
@@ -676,8 +669,8 @@ static tdm_status_t check_model(const router_model_info_t *info, const json_t *r
         return bad(err, "invalid_type", "model", "'model' must be a string");
     }
     if (strcmp(json_string_value(name), info->name) != 0) {
-        router_apierr_set(err, HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found",
-                          "model", "the model '%.200s' does not exist; this deployment serves '%s'",
+        router_apierr_set(err, HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found", "model",
+                          "the model '%.200s' does not exist; this deployment serves '%s'",
                           json_string_value(name), info->name);
         return TDM_ERR_INVALID_ARG;
     }

@@ -42,19 +42,19 @@ typedef enum {
  */
 typedef struct {
     router_api_t api;
-    int stream;              /* 1: answer as server-sent events */
-    int include_usage;       /* stream_options.include_usage: a final usage chunk */
-    int32_t *prompt_ids;     /* [n_prompt_ids], each in [0, V), no image token */
-    size_t n_prompt_ids;     /* >= 1 and < max context */
-    uint32_t max_tokens;     /* >= 1; prompt + max_tokens <= max context */
-    double temperature;      /* [0, 2]; default 1 */
-    int32_t top_k;           /* 0 off */
-    double top_p;            /* (0, 1]; default 1 */
-    double min_p;            /* [0, 1]; default 0 */
-    uint64_t seed;           /* the client's seed, else a fresh random one */
-    int n_logprobs;          /* -1 off; 0 chosen token only; 1..20 alternatives too */
-    int ignore_eos;          /* 1: EOS does not end the completion */
-    int n_stop;              /* stop strings */
+    int stream;          /* 1: answer as server-sent events */
+    int include_usage;   /* stream_options.include_usage: a final usage chunk */
+    int32_t *prompt_ids; /* [n_prompt_ids], each in [0, V), no image token */
+    size_t n_prompt_ids; /* >= 1 and < max context */
+    uint32_t max_tokens; /* >= 1; prompt + max_tokens <= max context */
+    double temperature;  /* [0, 2]; default 1 */
+    int32_t top_k;       /* 0 off */
+    double top_p;        /* (0, 1]; default 1 */
+    double min_p;        /* [0, 1]; default 0 */
+    uint64_t seed;       /* the client's seed, else a fresh random one */
+    int n_logprobs;      /* -1 off; 0 chosen token only; 1..20 alternatives too */
+    int ignore_eos;      /* 1: EOS does not end the completion */
+    int n_stop;          /* stop strings */
     char *stop[ROUTER_MAX_STOP_STRINGS];
     size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
 } router_gen_request_t;

@@ -15,7 +15,7 @@
 #include "proto/proto.h"
 #include "proto/proto_hash.h"
 
-#define ERR_BYTES 512
+#define ERR_BYTES  512
 #define PATH_BYTES 4096
 
 static uint8_t *pack_ok(const Tandem__Envelope *env, size_t *n_out)
@@ -488,11 +488,12 @@ static void test_fingerprint_is_deterministic_and_tells_seeds_apart(void **state
     }
     snprintf(dir1, sizeof(dir1), "%.1000s/proto-fp-1", tmp);
     snprintf(dir2, sizeof(dir2), "%.1000s/proto-fp-2", tmp);
-    snprintf(command, sizeof(command),
-             "rm -rf %s %s && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 1 --out %s "
-             ">/dev/null && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 2 --out %s "
-             ">/dev/null",
-             dir1, dir2, bin, dir1, bin, dir2);
+    snprintf(
+        command, sizeof(command),
+        "rm -rf %s %s && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 1 --out %s "
+        ">/dev/null && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 2 --out %s "
+        ">/dev/null",
+        dir1, dir2, bin, dir1, bin, dir2);
     assert_true(strlen(command) + 1 < sizeof(command));
     assert_int_equal(run_shell(command), 0);
     assert_int_equal(proto_model_fingerprint(dir1, &f1, err, sizeof(err)), TDM_OK);

@@ -22,13 +22,13 @@
 #include "router/router.h"
 #include "test_router_fake.h"
 
-#define PATH_BYTES 4096
-#define ERR_BYTES 512
-#define BYTE_ID(b) ((int32_t)(3 + (unsigned char)(b))) /* synthetic tokenizer: byte b is id 3+b */
-#define EOS_ID 1
-#define IMAGE_ID 1022
+#define PATH_BYTES           4096
+#define ERR_BYTES            512
+#define BYTE_ID(b)           ((int32_t)(3 + (unsigned char)(b))) /* synthetic tokenizer: byte b is id 3+b */
+#define EOS_ID               1
+#define IMAGE_ID             1022
 #define LOCAL_PREFILL_TOKENS 64
-#define HEALTH_DEADLINE_MS 3000
+#define HEALTH_DEADLINE_MS   3000
 
 typedef struct {
     char model_dir[PATH_BYTES];
@@ -200,8 +200,8 @@ static void parse_sse(const char *body, result_t *res)
                     snprintf(res->finish, sizeof(res->finish), "%s", json_string_value(finish));
                 }
                 if (json_object_get(root, "usage") != NULL) {
-                    res->completion_tokens = (long)json_integer_value(json_object_get(
-                        json_object_get(root, "usage"), "completion_tokens"));
+                    res->completion_tokens = (long)json_integer_value(
+                        json_object_get(json_object_get(root, "usage"), "completion_tokens"));
                 }
                 json_decref(root);
             }
@@ -287,8 +287,8 @@ static void set_script(fake_worker_t *w, const char *text, int eos, size_t chunk
     w->chunk_tokens = chunk_tokens;
 }
 
-static void start_worker(const fixture_t *fx, fake_worker_t *w, const char *id,
-                         Tandem__Role role, const char *rack)
+static void start_worker(const fixture_t *fx, fake_worker_t *w, const char *id, Tandem__Role role,
+                         const char *rack)
 {
     fake_init(w, id, role, rack, fx->compat, fx->endpoint);
     fake_start(w);
@@ -408,14 +408,14 @@ static void test_validation_matrix_answers_openai_errors_while_others_complete(v
          "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":2.5}", 400, "invalid_value"},
         {"/v1/completions", "application/json",
          "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":-0.1}", 400, "invalid_value"},
-        {"/v1/completions", "application/json",
-         "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":0}", 400, "invalid_value"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":0}",
+         400, "invalid_value"},
         {"/v1/completions", "application/json",
          "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":1.01}", 400, "invalid_value"},
         {"/v1/completions", "application/json",
          "{\"model\":\"tiny\",\"prompt\":\"x\",\"top_p\":\"high\"}", 400, "invalid_type"},
-        {"/v1/completions", "application/json",
-         "{\"model\":\"tiny\",\"prompt\":\"x\",\"n\":2}", 400, "invalid_value"},
+        {"/v1/completions", "application/json", "{\"model\":\"tiny\",\"prompt\":\"x\",\"n\":2}",
+         400, "invalid_value"},
         {"/v1/completions", "application/json",
          "{\"model\":\"tiny\",\"prompt\":\"x\",\"presence_penalty\":0.5}", 400,
          "unsupported_parameter"},
@@ -489,7 +489,8 @@ static void test_validation_matrix_answers_openai_errors_while_others_complete(v
     assert_int_equal(r.status, 200);
     free(r.body);
     http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
-    assert_non_null(strstr(r.body, "tandem_router_errors_total{code=\"invalid_json\",status=\"400\"} 5"));
+    assert_non_null(
+        strstr(r.body, "tandem_router_errors_total{code=\"invalid_json\",status=\"400\"} 5"));
     assert_non_null(strstr(r.body, "tandem_router_errors_total{code=\"unsupported_input\""));
     assert_non_null(strstr(r.body, "tandem_router_ttft_seconds_bucket"));
     assert_non_null(strstr(r.body, "tandem_router_kv_occupancy{role=\"decode\"}"));
@@ -754,8 +755,8 @@ static void test_sessions_stick_and_move_when_their_worker_dies(void **state)
 static char *ids_body(const int32_t *ids, size_t n, int max_tokens)
 {
     char *body = malloc(n * 8 + 128);
-    size_t used = (size_t)sprintf(body, "{\"model\":\"tiny\",\"max_tokens\":%d,\"prompt\":[",
-                                  max_tokens);
+    size_t used =
+        (size_t)sprintf(body, "{\"model\":\"tiny\",\"max_tokens\":%d,\"prompt\":[", max_tokens);
 
     for (size_t i = 0; i < n; i++) {
         used += (size_t)sprintf(body + used, "%s%d", i > 0 ? "," : "", ids[i]);
@@ -949,6 +950,66 @@ static void test_prefill_worker_lost_mid_job_reruns_elsewhere(void **state)
     fake_fini(&good);
 }
 
+static size_t hang_up_after_first_data(char *data, size_t size, size_t n, void *arg)
+{
+    int *n_calls = arg;
+
+    (void)data;
+    (*n_calls)++;
+    return *n_calls >= 2 ? 0 : size * n; /* the role chunk, then the first text: hang up */
+}
+
+static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    char url[128];
+    int n_calls = 0;
+    uint64_t end;
+    http_resp_t r;
+
+    start_worker(fx, &dec, "decode-leave", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "a long answer nobody reads", 1, 1);
+    dec.hold_after = 3;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/chat/completions", fx->port);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
+                     "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"talk\"}]}");
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, hang_up_after_first_data);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &n_calls);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    assert_int_equal(curl_easy_perform(curl), CURLE_WRITE_ERROR);
+    curl_easy_cleanup(curl);
+    curl_slist_free_all(headers);
+    /* The router notices at its next write (keep-alive) and aborts the turn on the worker. */
+    end = tdm_clock_now_ns() + 5000000000ull;
+    while (fake_n_aborts(&dec) == 0 && tdm_clock_now_ns() < end) {
+        zmq_poll(NULL, 0, 5);
+    }
+    assert_int_equal(fake_n_aborts(&dec), 1);
+    end = tdm_clock_now_ns() + 5000000000ull;
+    do {
+        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+        if (strstr(r.body, "\"inflight\":0") != NULL) {
+            break;
+        }
+        free(r.body);
+        r.body = NULL;
+        zmq_poll(NULL, 0, 5);
+    } while (tdm_clock_now_ns() < end);
+    assert_non_null(r.body);
+    assert_non_null(strstr(r.body, "\"inflight\":0"));
+    free(r.body);
+    assert_int_equal(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_CLIENT_ABORTS),
+                     1);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
 static void test_no_decode_worker_is_a_503_not_a_hang(void **state)
 {
     fixture_t *fx = *state;
@@ -957,8 +1018,7 @@ static void test_no_decode_worker_is_a_503_not_a_hang(void **state)
     post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\"}", NULL, &r);
     assert_error(&r, 503, "no_decode_workers");
     free(r.body);
-    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"stream\":true}", NULL,
-         &r);
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"stream\":true}", NULL, &r);
     assert_error(&r, 503, "no_decode_workers");
     free(r.body);
 }
@@ -998,16 +1058,17 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_mismatch_is_refused_with_reason, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_sessions_stick_and_move_when_their_worker_dies,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sessions_stick_and_move_when_their_worker_dies, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_prefix_match_finds_the_session_without_an_id, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_large_delta_is_prefilled_remotely_small_locally,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_delta_is_prefilled_remotely_small_locally, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_prefill_worker_lost_mid_job_reruns_elsewhere, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup,
+        cmocka_unit_test_setup_teardown(test_client_leaving_mid_stream_aborts_the_worker, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
     };
     int rc;

@@ -20,10 +20,10 @@
 #include "kernels/kv_page.h"
 #include "proto/proto.h"
 
-#define FAKE_MAX_RECORDS 64
-#define FAKE_MAX_SCRIPT 256
+#define FAKE_MAX_RECORDS  64
+#define FAKE_MAX_SCRIPT   256
 #define FAKE_HEARTBEAT_MS 50
-#define FAKE_POLL_MS 5
+#define FAKE_POLL_MS      5
 
 /* What a fake worker was asked to do (one DecodeRequest, ReservePages or PrefillJob). */
 typedef struct {
@@ -33,7 +33,7 @@ typedef struct {
     uint64_t cached_len;
     uint64_t total_len;
     uint64_t n_delta;
-    int mode;           /* DecodeRequest: PREFILL_LOCAL / PREFILL_REMOTE */
+    int mode; /* DecodeRequest: PREFILL_LOCAL / PREFILL_REMOTE */
     int canonical_start;
     uint32_t max_tokens;
     uint64_t seed;
@@ -51,12 +51,13 @@ typedef struct {
     char endpoint[256];
     int32_t script[FAKE_MAX_SCRIPT]; /* tokens streamed for every DecodeRequest */
     size_t n_script;
-    size_t chunk_tokens;             /* tokens per TokenChunk */
-    int hang_jobs;                   /* prefill: accept jobs, never complete them */
+    size_t chunk_tokens; /* tokens per TokenChunk */
+    int hang_jobs;       /* prefill: accept jobs, never complete them */
+    size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
     /* state */
     pthread_t thread;
     atomic_int stop;
-    atomic_int registered;           /* 0 waiting, 1 accepted, -1 refused */
+    atomic_int registered; /* 0 waiting, 1 accepted, -1 refused */
     char refuse_reason[512];
     pthread_mutex_t lock;
     fake_record_t records[FAKE_MAX_RECORDS];
@@ -141,6 +142,9 @@ static void fake_decode(fake_worker_t *w, void *sock, const Tandem__DecodeReques
     size_t chunk = w->chunk_tokens > 0 ? w->chunk_tokens : 1;
     int stop_token = 0;
 
+    if (w->hold_after > 0) {
+        n = w->hold_after < n ? w->hold_after : n;
+    }
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < dr->sampling->n_stop_token_ids; k++) {
             if (w->script[i] == dr->sampling->stop_token_ids[k]) {
@@ -157,6 +161,9 @@ static void fake_decode(fake_worker_t *w, void *sock, const Tandem__DecodeReques
         env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
         env.token_chunk = &tc;
         fake_send(sock, &env);
+    }
+    if (w->hold_after > 0) {
+        return; /* the turn stays open until the router aborts it */
     }
     fin.request_id = dr->request_id;
     fin.reason = stop_token ? TANDEM__FINISH_REASON__FINISH_STOP_TOKEN
@@ -179,8 +186,7 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
     switch (env->body_case) {
     case TANDEM__ENVELOPE__BODY_REGISTER_ACK:
         if (!env->register_ack->accepted) {
-            snprintf(w->refuse_reason, sizeof(w->refuse_reason), "%s",
-                     env->register_ack->reason);
+            snprintf(w->refuse_reason, sizeof(w->refuse_reason), "%s", env->register_ack->reason);
         }
         atomic_store(&w->registered, env->register_ack->accepted ? 1 : -1);
         break;
@@ -245,11 +251,18 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         fake_send(sock, &reply);
         break;
     }
-    case TANDEM__ENVELOPE__BODY_ABORT:
+    case TANDEM__ENVELOPE__BODY_ABORT: {
+        Tandem__Finish fin = TANDEM__FINISH__INIT;
         pthread_mutex_lock(&w->lock);
         w->n_aborts++;
         pthread_mutex_unlock(&w->lock);
+        fin.request_id = env->abort->request_id;
+        fin.reason = TANDEM__FINISH_REASON__FINISH_ABORTED;
+        reply.body_case = TANDEM__ENVELOPE__BODY_FINISH;
+        reply.finish = &fin;
+        fake_send(sock, &reply);
         break;
+    }
     default:
         break;
     }
@@ -280,8 +293,7 @@ static void *fake_main(void *arg)
                 zmq_msg_close(&msg);
                 break;
             }
-            if (proto_unpack(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, NULL, 0) ==
-                TDM_OK) {
+            if (proto_unpack(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, NULL, 0) == TDM_OK) {
                 fake_handle(w, sock, env);
                 proto_envelope_free(env);
             }
@@ -366,6 +378,16 @@ static int fake_last(fake_worker_t *w, Tandem__Envelope__BodyCase type, fake_rec
     }
     pthread_mutex_unlock(&w->lock);
     return found;
+}
+
+static int fake_n_aborts(fake_worker_t *w)
+{
+    int n;
+
+    pthread_mutex_lock(&w->lock);
+    n = w->n_aborts;
+    pthread_mutex_unlock(&w->lock);
+    return n;
 }
 
 static void fake_fini(fake_worker_t *w)
