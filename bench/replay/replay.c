@@ -222,11 +222,12 @@ static int wait_pause(level_ctx_t *level, double pause_ms)
     return completed;
 }
 
-/* The session header value: the trace's id, the level and the sequence number, [A-Za-z0-9._-]. */
+/* The session header value: the trace's id (first 80 bytes), the level and the sequence number,
+ * in [A-Za-z0-9._-]: under the router's 127-byte limit (router/session.h). */
 static void session_header(const char *trace_id, size_t level_index, uint64_t seq, char *out,
                            size_t out_bytes)
 {
-    snprintf(out, out_bytes, "%s.l%zu.s%llu", trace_id, level_index, (unsigned long long)seq);
+    snprintf(out, out_bytes, "%.80s.l%zu.s%llu", trace_id, level_index, (unsigned long long)seq);
     for (char *c = out; *c != '\0'; c++) {
         int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
                  *c == '.' || *c == '_' || *c == '-';
