@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include <stddef.h>
+
 #ifdef TANDEM_HAVE_CUDA
 /* Defined in kernels/cuda/backend.cu. */
 int kern_cuda_probe(const char **reason);
