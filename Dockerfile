@@ -73,7 +73,7 @@ USER 10001
 WORKDIR /tmp
 
 # Router HTTP (OpenAI API, /health, /metrics), router control (ZeroMQ), worker /health and /metrics.
-EXPOSE 8000 5555 9100
+EXPOSE 8000 5557 9100
 
 LABEL org.opencontainers.image.title="tandem" \
       org.opencontainers.image.description="Tandem disaggregated prefill/decode LLM serving: every executable"

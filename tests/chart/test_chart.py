@@ -10,7 +10,8 @@ Always (Python standard library + python3-yaml):
     goes);
   - every workload template (Deployment, StatefulSet), with the helpers it includes expanded,
     carries the app.kubernetes.io/* labels, the role label and startup, readiness and liveness
-    probes, and every role probes /health.
+    probes; every role's probes are on /health (readiness always; startup and liveness unless
+    values.yaml names another path for that probe, as the router does).
 When a `helm` binary is on PATH (or named by $TANDEM_HELM):
   - `helm lint --strict` on the defaults and on each example;
   - `helm template` of the defaults, each example and the optional features, then checks of the
@@ -295,6 +296,12 @@ def expand(text, defines, seen=None):
     return "\n".join(out)
 
 
+def probe_path(values, role, kind):
+    """The path a role's probe uses by default: its own `path`, else the role's probes.path."""
+    probes = (values.get(role) or {}).get("probes") or {}
+    return (probes.get(kind) or {}).get("path") or probes.get("path")
+
+
 def check_workload_templates(results, values):
     defines = helper_defines()
     problems = []
@@ -330,6 +337,8 @@ def check_workload_templates(results, values):
         for kind in ("startup", "readiness", "liveness"):
             if not isinstance(probes.get(kind), dict):
                 problems.append("values.yaml %s.probes.%s missing" % (role, kind))
+        if probe_path(values, role, "readiness") != HEALTH_PATH:
+            problems.append("values.yaml %s readiness probe is not on %s" % (role, HEALTH_PATH))
     results.check("workload templates (%d) carry app.kubernetes.io/* + role labels and "
                   "startup/readiness/liveness probes on /health" % len(workloads), problems)
 
@@ -387,8 +396,9 @@ def container_env(container):
     return {e["name"]: e.get("value") for e in container.get("env") or []}
 
 
-def check_rendered_objects(objects, expect_gpu):
-    """Problems in one render: workloads, services, config maps."""
+def check_rendered_objects(objects, expect_gpu, values):
+    """Problems in one render (default probe paths from values): workloads, services, config
+    maps."""
     problems = []
     by_kind = {}
     for obj in objects:
@@ -425,9 +435,11 @@ def check_rendered_objects(objects, expect_gpu):
                     problems.append("%s: no %s" % (cname, probe))
                     continue
                 http = spec.get("httpGet") or {}
-                if http.get("path") != HEALTH_PATH:
+                want = probe_path(values, role, probe[:-len("Probe")]) if role in ROLES \
+                    else HEALTH_PATH
+                if http.get("path") != want:
                     problems.append("%s: %s path %r, want %s"
-                                    % (cname, probe, http.get("path"), HEALTH_PATH))
+                                    % (cname, probe, http.get("path"), want))
                 if http.get("port") not in port_names:
                     problems.append("%s: %s port %r is not a container port"
                                     % (cname, probe, http.get("port")))
@@ -479,7 +491,7 @@ def worker_affinity(obj):
     return obj["spec"]["template"]["spec"].get("affinity") or {}
 
 
-def check_with_helm(results, helm):
+def check_with_helm(results, helm, values):
     examples = example_files()
     lint_sets = [("defaults", [])] + [("examples/" + os.path.basename(p), ["-f", p])
                                       for p in examples]
@@ -510,7 +522,7 @@ def check_with_helm(results, helm):
         if error:
             results.check("helm template: %s" % name, [error[-2000:]])
             continue
-        problems, by_kind = check_rendered_objects(objects, expect_gpu)
+        problems, by_kind = check_rendered_objects(objects, expect_gpu, values)
         rendered[name] = by_kind
         results.check("helm template: %s renders labelled, probed workloads" % name, problems)
 
@@ -535,7 +547,7 @@ def check_with_helm(results, helm):
             trigger = so["spec"]["triggers"][0]
             query = trigger["metadata"]["query"]
             want = ("tandem_router_prefill_backlog_seconds" if role == "prefill"
-                    else "tandem_router_decode_kv_occupancy_ratio")
+                    else "tandem_router_kv_occupancy")
             rack = obj["spec"]["template"]["metadata"]["labels"]["tandem/rack"]
             if trigger["type"] != "prometheus" or want not in query or \
                     'rack="%s"' % rack not in query or "{{" in query:
@@ -650,11 +662,13 @@ def main():
         results.check("values.yaml is a mapping", ["values.yaml did not parse"])
 
     helm, info = find_helm()
-    if helm is None:
+    if not isinstance(values, dict):
+        results.skip("helm lint and helm template", "values.yaml did not parse")
+    elif helm is None:
         results.skip("helm lint and helm template", info)
     else:
         print("helm: %s (%s)" % (helm, info))
-        check_with_helm(results, helm)
+        check_with_helm(results, helm, values)
 
     print("%d passed, %d failed, %d skipped" % (results.passed, results.failed, results.skipped))
     return 1 if results.failed else 0
