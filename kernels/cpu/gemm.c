@@ -27,6 +27,7 @@
 #define TILE_OUT 4   /* outputs per register tile */
 #define TILE_ROWS 4  /* activation rows per register tile */
 #define ROW_BLOCK 32 /* activation rows kept hot while a weight tile streams past */
+#define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
 /* The fixed reduction tree of the 16 lane sums. */
 static float lane_reduce(float *acc)
@@ -197,29 +198,14 @@ static void tile_plain(const kern_mat_t *w, const float *x, int64_t ldx, int64_t
     }
 }
 
-tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,
-                           int64_t n_rows, uint32_t flags, float *y_out, int64_t ldy)
+/* Every row of the batch against weight quads [q0, q1). */
+static void gemm_quads(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
+                       uint32_t flags, float *y_out, int64_t ldy, int64_t q0, int64_t q1,
+                       int use_avx)
 {
-    int n_threads = (ctx != NULL && ctx->n_threads > 1) ? ctx->n_threads : 1;
-    int64_t n_quads;
-    int use_avx = 0;
-
-    if (!gemm_args_ok(w, x, ldx, n_rows, y_out, ldy)) {
-        return TDM_ERR_INVALID_ARG;
-    }
-#if GEMM_HAVE_X86
-    use_avx = have_avx512();
-#endif
-    n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
-    if (n_quads * n_rows < 64) {
-        n_threads = 1; /* too little work to split */
-    }
     for (int64_t rb = 0; rb < n_rows; rb += ROW_BLOCK) {
         int64_t r_end = rb + ROW_BLOCK < n_rows ? rb + ROW_BLOCK : n_rows;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-#endif
-        for (int64_t q = 0; q < n_quads; q++) {
+        for (int64_t q = q0; q < q1; q++) {
             int64_t o0 = q * TILE_OUT;
             int n_o = (int)(w->n_out - o0 < TILE_OUT ? w->n_out - o0 : TILE_OUT);
             for (int64_t r0 = rb; r0 < r_end; r0 += TILE_ROWS) {
@@ -234,7 +220,42 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
             }
         }
     }
-    (void)n_threads;
+}
+
+tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,
+                           int64_t n_rows, uint32_t flags, float *y_out, int64_t ldy)
+{
+    int n_threads = (ctx != NULL && ctx->n_threads > 1) ? ctx->n_threads : 1;
+    int64_t n_quads;
+    int use_avx = 0;
+
+    if (!gemm_args_ok(w, x, ldx, n_rows, y_out, ldy)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+#if GEMM_HAVE_X86
+    use_avx = have_avx512();
+#endif
+    n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
+    if ((double)n_rows * (double)w->n_out * (double)w->n_in < GEMM_THREAD_MIN_MACS ||
+        n_quads < 2 * n_threads) {
+        n_threads = 1; /* too little work to pay for a fork/join */
+    }
+    if (n_threads == 1) {
+        gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, 0, n_quads, use_avx);
+        return TDM_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads)
+    {
+        int64_t t = omp_get_thread_num();
+        int64_t nt = omp_get_num_threads();
+        int64_t q0 = n_quads * t / nt;
+        int64_t q1 = n_quads * (t + 1) / nt;
+        gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, q0, q1, use_avx);
+    }
+#else
+    gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, 0, n_quads, use_avx);
+#endif
     return TDM_OK;
 }
 

@@ -1,0 +1,231 @@
+/* engine_bench.c - tandem-bench-engine: CPU forward-pass throughput of a checkpoint (the small
+ * preset is the 2-core benchmark model, MODEL.md 9): CED prefill tok/s of one prompt and decode
+ * tok/s at several batch sizes, each printed beside a roofline measured in the same run
+ * (decode: weight bytes one step reads / memcpy bandwidth; prefill: GEMM FLOPs per token / the
+ * kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md.
+ */
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/status.h"
+#include "engine/forward.h"
+#include "engine/inventory.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_MAX_BATCHES 8
+#define BENCH_MEMCPY_BYTES (256u << 20)
+#define BENCH_GEMM_DIM 512
+
+typedef struct {
+    const char *model_dir;
+    uint32_t n_threads;
+    uint32_t prompt_tokens;
+    uint32_t context_tokens;
+    uint32_t decode_steps;
+    const char *batches;
+} bench_cfg_t;
+
+static const tdm_flag_t bench_flags[] = {
+    {"model", TDM_FLAG_PATH, NULL, offsetof(bench_cfg_t, model_dir), "checkpoint directory", 0, 0,
+     1},
+    {"threads", TDM_FLAG_U32, "2", offsetof(bench_cfg_t, n_threads), "kernel threads", 1, 256, 0},
+    {"prompt", TDM_FLAG_U32, "512", offsetof(bench_cfg_t, prompt_tokens),
+     "prefill prompt tokens", 1, 65536, 0},
+    {"context", TDM_FLAG_U32, "128", offsetof(bench_cfg_t, context_tokens),
+     "tokens prefilled per sequence before decoding", 1, 65536, 0},
+    {"steps", TDM_FLAG_U32, "16", offsetof(bench_cfg_t, decode_steps), "decode steps per batch",
+     1, 100000, 0},
+    {"batches", TDM_FLAG_STRING, "1,4,8,16", offsetof(bench_cfg_t, batches),
+     "comma-separated decode batch sizes", 0, 0, 0},
+};
+#define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
+
+static void prompt_ids(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ids[i] = (int32_t)(3 + s % (uint64_t)(V - 6));
+    }
+}
+
+/* memcpy bandwidth, bytes/s (read + write counted as the bytes copied, i.e. read bandwidth). */
+static double memcpy_rate(void)
+{
+    char *a = malloc(BENCH_MEMCPY_BYTES);
+    char *b = malloc(BENCH_MEMCPY_BYTES);
+    double best = 0;
+    memset(a, 1, BENCH_MEMCPY_BYTES);
+    memset(b, 2, BENCH_MEMCPY_BYTES);
+    for (int rep = 0; rep < 5; rep++) {
+        uint64_t t0 = tdm_clock_now_ns();
+        memcpy(b, a, BENCH_MEMCPY_BYTES);
+        double s = tdm_clock_elapsed_ms(t0) / 1e3;
+        if (BENCH_MEMCPY_BYTES / s > best) {
+            best = BENCH_MEMCPY_BYTES / s;
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* FLOP/s of the kernel GEMM (BF16 weights, FP32 activations) on a square problem. */
+static double gemm_rate(int n_threads)
+{
+    int64_t n = BENCH_GEMM_DIM;
+    uint16_t *w = calloc((size_t)(n * n), 2);
+    float *x = calloc((size_t)(n * n), 4);
+    float *y = calloc((size_t)(n * n), 4);
+    kern_mat_t m = {KERN_MAT_BF16, n, n, w};
+    kern_ctx_t ctx = {.n_threads = n_threads};
+    double best = 0;
+    for (int64_t i = 0; i < n * n; i++) {
+        w[i] = 0x3f80;
+        x[i] = 0.5f;
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t t0 = tdm_clock_now_ns();
+        kern_gemm_cpu(&ctx, &m, x, n, n, 0, y, n);
+        double s = tdm_clock_elapsed_ms(t0) / 1e3;
+        if (2.0 * n * n * n / s > best) {
+            best = 2.0 * n * n * n / s;
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    bench_cfg_t cfg;
+    tdm_flags_action_t action;
+    engine_model_params_t mp;
+    engine_model_t *model = NULL;
+    engine_kv_pool_t *pool = NULL;
+    engine_fwd_t *fwd = NULL;
+    engine_fwd_params_t fp;
+    engine_tensor_spec_t *specs = NULL;
+    size_t n_specs = 0;
+    engine_param_counts_t counts;
+    char err[512];
+    int batches[BENCH_MAX_BATCHES];
+    int n_batches = 0;
+
+    memset(&cfg, 0, sizeof(cfg));
+    if (tdm_flags_parse(bench_flags, N_BENCH_FLAGS, argc, argv, "tandem-bench-engine",
+                        "CPU forward-pass throughput (prefill and batched decode) with rooflines.",
+                        &cfg, NULL, NULL, &action) != TDM_OK) {
+        return 2;
+    }
+    if (action == TDM_FLAGS_HELP) {
+        return 0;
+    }
+    for (const char *p = cfg.batches; *p != '\0' && n_batches < BENCH_MAX_BATCHES;) {
+        int v = atoi(p);
+        if (v < 1 || v > ENGINE_FWD_MAX_BATCH) {
+            fprintf(stderr, "tandem-bench-engine: --batches: %d not in 1..%d\n", v,
+                    ENGINE_FWD_MAX_BATCH);
+            return 2;
+        }
+        batches[n_batches++] = v;
+        while (*p != '\0' && *p != ',') {
+            p++;
+        }
+        if (*p == ',') {
+            p++;
+        }
+    }
+    engine_model_params_default(&mp);
+    mp.n_threads = (int)cfg.n_threads;
+    if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "tandem-bench-engine: %s\n", err);
+        return 1;
+    }
+    const engine_config_t *c = engine_model_config(model);
+    int64_t V = c->vocab_size;
+    engine_inventory_build(c, &specs, &n_specs);
+    engine_inventory_count(c, specs, n_specs, &counts);
+    free(specs);
+    engine_kv_pool_create(c, engine_model_fingerprint(model), 4096, &pool);
+    engine_fwd_params_default(model, &fp);
+    engine_fwd_create(model, pool, &fp, &fwd);
+
+    double bw = memcpy_rate();
+    double flops = gemm_rate((int)cfg.n_threads);
+    printf("model %s: layers %d, H %lld, V %lld, active decode params %.1f M, threads %u\n",
+           cfg.model_dir, c->n_layers, (long long)c->hidden_size, (long long)V,
+           counts.active_decode_params / 1e6, cfg.n_threads);
+    printf("memcpy bandwidth %.2f GB/s; kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d)\n",
+           bw / 1e9, flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM);
+
+    /* prefill: CED over one prompt; per-token FLOPs ~ 2 x active params x (c+1)/L + tail */
+    {
+        int64_t T = cfg.prompt_tokens;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        engine_seq_t *seq = NULL;
+        prompt_ids(1, V, ids, T);
+        engine_seq_create(model, pool, &seq);
+        uint64_t t0 = tdm_clock_now_ns();
+        tdm_status_t st = engine_fwd_prefill(fwd, seq, ids, T, 0, lg, NULL);
+        double s = tdm_clock_elapsed_ms(t0) / 1e3;
+        int64_t tail = T < c->sliding_window ? T : c->sliding_window;
+        double frac = (double)(c->ced_cut + 1) / c->n_layers;
+        double fl = 2.0 * (double)counts.active_decode_params *
+                    (frac * (double)T + (1.0 - frac) * (double)tail) / (double)T;
+        printf("prefill %lld tokens (CED): %s %.2f s, %.1f tok/s; roofline %.1f tok/s (%.2f "
+               "GFLOP/token)\n",
+               (long long)T, tdm_status_name(st), s, T / s, flops / fl, fl / 1e9);
+        engine_seq_destroy(seq);
+        free(ids);
+        free(lg);
+    }
+    /* decode at each batch size */
+    for (int bi = 0; bi < n_batches; bi++) {
+        int B = batches[bi];
+        engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
+        int32_t toks[ENGINE_FWD_MAX_BATCH];
+        int32_t *ids = malloc(sizeof(int32_t) * cfg.context_tokens);
+        float *lg = malloc(sizeof(float) * (size_t)(B * V));
+        for (int i = 0; i < B; i++) {
+            prompt_ids(10 + (uint64_t)i, V, ids, cfg.context_tokens);
+            engine_seq_create(model, pool, &seqs[i]);
+            engine_fwd_prefill(fwd, seqs[i], ids, cfg.context_tokens, 0, NULL, NULL);
+            toks[i] = ids[cfg.context_tokens - 1];
+        }
+        uint64_t t0 = tdm_clock_now_ns();
+        tdm_status_t st = TDM_OK;
+        for (uint32_t step = 0; step < cfg.decode_steps && st == TDM_OK; step++) {
+            st = engine_fwd_decode(fwd, seqs, toks, B, lg);
+            for (int i = 0; i < B; i++) {
+                toks[i] = (int32_t)((toks[i] * 7 + 13) % V);
+            }
+        }
+        double s = tdm_clock_elapsed_ms(t0) / 1e3;
+        double steps_per_s = cfg.decode_steps / s;
+        /* weights one step reads in the BF16 compute layout: the active set at batch 1;
+         * larger batches touch more experts, counted by the same active figure (lower bound) */
+        double bytes = 2.0 * (double)counts.active_decode_params;
+        printf("decode batch %2d: %s %.1f tok/s (%.1f steps/s); roofline %.1f steps/s (%.0f MB "
+               "weights/step)\n",
+               B, tdm_status_name(st), steps_per_s * B, steps_per_s, bw / bytes, bytes / 1e6);
+        for (int i = 0; i < B; i++) {
+            engine_seq_destroy(seqs[i]);
+        }
+        free(ids);
+        free(lg);
+    }
+    engine_fwd_destroy(fwd);
+    engine_kv_pool_destroy(pool);
+    engine_model_destroy(model);
+    return 0;
+}
