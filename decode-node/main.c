@@ -1,0 +1,325 @@
+/* tandem-decode - a decode node: holds sessions' KV pages, takes page writes from prefill
+ * nodes, decodes in continuous batches and streams tokens to the router (ARCHITECTURE.md,
+ * docs/PROTOCOL.md section 7). Runs until SIGINT or SIGTERM, then says Goodbye and stops.
+ */
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "decode-node/node_http.h"
+#include "decode-node/node_link.h"
+#include "decode-node/pool.h"
+#include "decode-node/sched.h"
+#include "decode-node/sessions.h"
+#include "engine/model.h"
+#include "kernels/kv_page.h"
+#include "transfer/context.h"
+#include "transfer/metrics.h"
+
+#define DECODE_ERR_BYTES 512
+#define DECODE_HOST_BYTES 256
+#define DECODE_BODY_BYTES 4096
+#define DECODE_XFER_POLL_MS 5u
+#define DECODE_EXIT_REFUSED 3
+
+typedef struct {
+    const char *model_dir;
+    const char *router;
+    const char *http;
+    const char *rack;
+    uint32_t pages;
+    uint32_t max_sessions;
+    uint32_t max_batch;
+    uint32_t threads;
+    uint32_t chunk_tokens;
+    uint32_t fence_ms;
+    uint32_t register_timeout_ms;
+    const char *transports;
+    const char *log_level;
+} decode_cfg_t;
+
+static const tdm_flag_t decode_flags[] = {
+    {"model", TDM_FLAG_PATH, NULL, offsetof(decode_cfg_t, model_dir), "model directory", 0, 0, 1},
+    {"router", TDM_FLAG_STRING, "tcp://127.0.0.1:5557", offsetof(decode_cfg_t, router),
+     "the router's control endpoint", 0, 0, 0},
+    {"http", TDM_FLAG_STRING, "127.0.0.1:0", offsetof(decode_cfg_t, http),
+     "HOST:PORT of /health and /metrics (port 0: any free port)", 0, 0, 0},
+    {"rack", TDM_FLAG_STRING, "rack0", offsetof(decode_cfg_t, rack), "NVLink domain id", 0, 0, 0},
+    {"pages", TDM_FLAG_U32, "4096", offsetof(decode_cfg_t, pages), "KV pages in the pool", 16,
+     16777216, 0},
+    {"max-sessions", TDM_FLAG_U32, "1024", offsetof(decode_cfg_t, max_sessions),
+     "sessions kept resident (idle ones evicted least recently used first)", 1, 1048576, 0},
+    {"max-batch", TDM_FLAG_U32, "64", offsetof(decode_cfg_t, max_batch),
+     "sequences per decode step", 1, 64, 0},
+    {"threads", TDM_FLAG_U32, "0", offsetof(decode_cfg_t, threads),
+     "kernel threads (0: every online CPU)", 0, 1024, 0},
+    {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(decode_cfg_t, chunk_tokens),
+     "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
+    {"fence-ms", TDM_FLAG_U32, "1000", offsetof(decode_cfg_t, fence_ms),
+     "an aborted or lapsed reservation keeps its pages this long (remote writes stop by then)", 0,
+     600000, 0},
+    {"register-timeout-ms", TDM_FLAG_U32, "10000", offsetof(decode_cfg_t, register_timeout_ms),
+     "how long to wait for the router's RegisterAck", 100, 600000, 0},
+    {"transports", TDM_FLAG_STRING, NULL, offsetof(decode_cfg_t, transports),
+     "UCX transports (UCX_TLS syntax; default: UCX's choice)", 0, 0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(decode_cfg_t, log_level),
+     "trace, debug, info, warn or error", 0, 0, 0},
+};
+
+/* Process state, made in main() and passed down. */
+typedef struct {
+    decode_cfg_t cfg;
+    char id[NODE_ID_BYTES + 1];
+    engine_model_t *model;
+    xfer_context_t *xfer;
+    decode_pool_t *pool;
+    decode_sessions_t *sessions;
+    node_http_t *http;
+    node_link_t *link;
+    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
+} decode_node_t;
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig)
+{
+    g_stop_signal = sig;
+}
+
+static int render(void *arg, node_http_page_t page, char **body_out)
+{
+    decode_node_t *n = arg;
+    decode_stats_t st;
+    char *body = malloc(DECODE_BODY_BYTES);
+    char *xfer_text = NULL;
+    size_t xfer_bytes = 0;
+    int ready = __atomic_load_n(&n->sched, __ATOMIC_ACQUIRE) != NULL;
+
+    if (body == NULL) {
+        return 500;
+    }
+    memset(&st, 0, sizeof(st));
+    if (ready) {
+        decode_sched_stats(n->sched, &st);
+    }
+    if (page == NODE_HTTP_HEALTH) {
+        snprintf(body, DECODE_BODY_BYTES,
+                 "{\"status\":\"%s\",\"role\":\"decode\",\"id\":\"%s\",\"free_pages\":%u,"
+                 "\"total_pages\":%u,\"running_sequences\":%u}\n",
+                 ready ? "ok" : "starting", n->id, st.free_pages, st.total_pages,
+                 st.running_sequences);
+        *body_out = body;
+        return ready ? 200 : 503;
+    }
+    snprintf(body, DECODE_BODY_BYTES,
+             "tandem_decode_requests_total %llu\n"
+             "tandem_decode_generated_tokens_total %llu\n"
+             "tandem_decode_local_prefill_tokens_total %llu\n"
+             "tandem_decode_handoffs_total %llu\n"
+             "tandem_decode_handoff_failures_total %llu\n"
+             "tandem_decode_reservations_total %llu\n"
+             "tandem_decode_reservations_lapsed_total %llu\n"
+             "tandem_decode_aborts_total %llu\n"
+             "tandem_decode_state_lost_total %llu\n"
+             "tandem_decode_evictions_total %llu\n"
+             "tandem_decode_running_sequences %u\n"
+             "tandem_decode_pending_prefills %u\n"
+             "tandem_decode_free_pages %u\n"
+             "tandem_decode_total_pages %u\n"
+             "tandem_decode_reserved_pages %u\n"
+             "tandem_decode_resident_sessions %u\n"
+             "tandem_decode_recent_tokens_per_second %.3f\n",
+             (unsigned long long)st.requests_total, (unsigned long long)st.generated_tokens_total,
+             (unsigned long long)st.local_prefill_tokens_total,
+             (unsigned long long)st.handoffs_total, (unsigned long long)st.handoff_failures_total,
+             (unsigned long long)st.reservations_total,
+             (unsigned long long)st.reservations_lapsed_total,
+             (unsigned long long)st.aborts_total, (unsigned long long)st.state_lost_total,
+             (unsigned long long)st.evictions_total, st.running_sequences, st.pending_prefills,
+             st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions,
+             st.recent_tokens_per_s);
+    if (n->xfer != NULL &&
+        xfer_metrics_render(xfer_context_metrics(n->xfer), &xfer_text, &xfer_bytes) == TDM_OK) {
+        size_t used = strlen(body);
+        char *all = realloc(body, used + xfer_bytes + 1);
+        if (all != NULL) {
+            memcpy(all + used, xfer_text, xfer_bytes + 1);
+            body = all;
+        }
+        free(xfer_text);
+    }
+    *body_out = body;
+    return 200;
+}
+
+static int setup(decode_node_t *n)
+{
+    char err[DECODE_ERR_BYTES] = "";
+    char host[DECODE_HOST_BYTES];
+    char endpoint[DECODE_HOST_BYTES + 8];
+    uint16_t port;
+    engine_model_params_t mp;
+    xfer_context_params_t xp;
+    node_link_params_t lp;
+    decode_sched_params_t sp;
+    const engine_config_t *c;
+    kern_kv_page_layout_t layout;
+    const uint8_t *desc;
+    size_t n_desc;
+    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
+    int max_ratio = 1;
+    tdm_status_t status;
+
+    if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
+        fprintf(stderr, "tandem-decode: --http=%s is invalid: expected HOST:PORT\n", n->cfg.http);
+        return 2;
+    }
+    node_link_make_id("decode", n->id, sizeof(n->id));
+    engine_model_params_default(&mp);
+    mp.n_threads = threads;
+    status = engine_model_load(n->cfg.model_dir, &mp, &n->model, err, sizeof(err));
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-decode: loading %s: %s\n", n->cfg.model_dir, err);
+        return 1;
+    }
+    c = engine_model_config(n->model);
+    xfer_context_params_default(&xp);
+    xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
+    xp.transports = n->cfg.transports;
+    status = xfer_context_create(&xp, &n->xfer);
+    if (status == TDM_OK) {
+        status = decode_pool_create(n->model, n->cfg.pages, n->xfer, &n->pool);
+    }
+    if (status == TDM_OK) {
+        status = decode_sessions_create(n->cfg.max_sessions, &n->sessions);
+    }
+    if (status == TDM_OK) {
+        status = node_http_create(host, port, render, n, &n->http);
+    }
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-decode: setup failed: %s\n", tdm_status_message(status));
+        return 1;
+    }
+    for (int l = 0; l < c->n_kv_source_layer_ids; l++) {
+        int r = (int)c->compress_ratios[c->kv_source_layer_ids[l]];
+        max_ratio = r > max_ratio ? r : max_ratio;
+    }
+    kern_kv_page_layout((uint32_t)c->head_dim, (uint32_t)c->index_head_dim, &layout);
+    decode_pool_descriptor(n->pool, &desc, &n_desc);
+    snprintf(endpoint, sizeof(endpoint), "%s:%u", host, (unsigned)node_http_port(n->http));
+    memset(&lp, 0, sizeof(lp));
+    lp.router_endpoint = n->cfg.router;
+    lp.role = TANDEM__ROLE__ROLE_DECODE;
+    lp.incarnation_id = n->id;
+    lp.rack = n->cfg.rack;
+    lp.node = host;
+    lp.model_fingerprint = engine_model_fingerprint(n->model);
+    lp.page_bytes = (uint32_t)layout.page_bytes;
+    lp.tokens_per_block = KERN_KV_PAGE_ROWS * (uint32_t)max_ratio;
+    lp.max_context = (uint32_t)c->max_position_embeddings;
+    lp.transfer_descriptor = desc;
+    lp.n_transfer_descriptor = n_desc;
+    lp.total_pages = n->cfg.pages;
+    lp.max_sequences = n->cfg.max_batch;
+    lp.max_batch_tokens = n->cfg.chunk_tokens;
+    lp.http_endpoint = endpoint;
+    lp.register_timeout_ms = n->cfg.register_timeout_ms;
+    status = node_link_create(&lp, &n->link, err, sizeof(err));
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "decode", "cannot join the cluster: %s", err);
+        fprintf(stderr, "tandem-decode: %s\n", err);
+        return status == TDM_ERR_MISMATCH ? DECODE_EXIT_REFUSED : 1;
+    }
+    sp.fence_ms = n->cfg.fence_ms;
+    sp.max_batch = n->cfg.max_batch;
+    sp.chunk_tokens = n->cfg.chunk_tokens;
+    sp.n_threads = threads;
+    {
+        decode_sched_t *sched = NULL;
+        status = decode_sched_create(&sp, n->model, n->pool, n->sessions, n->link, &sched);
+        if (status != TDM_OK) {
+            fprintf(stderr, "tandem-decode: scheduler: %s\n", tdm_status_message(status));
+            return 1;
+        }
+        __atomic_store_n(&n->sched, sched, __ATOMIC_RELEASE);
+    }
+    tdm_log(TDM_LOG_INFO, "decode", "serving: id=%s http=%s pages=%u page_bytes=%u threads=%d",
+            n->id, endpoint, n->cfg.pages, lp.page_bytes, threads);
+    return 0;
+}
+
+static void run(decode_node_t *n)
+{
+    while (g_stop_signal == 0) {
+        uint32_t wait_ms = decode_sched_step(n->sched);
+        Tandem__Envelope *env = NULL;
+
+        if (decode_pool_n_reserved(n->pool) > 0 && wait_ms > DECODE_XFER_POLL_MS) {
+            wait_ms = DECODE_XFER_POLL_MS; /* keep UCX progressing while peers write */
+        }
+        xfer_context_progress(n->xfer);
+        while (node_link_recv(n->link, wait_ms, &env) == TDM_OK) {
+            decode_sched_on_message(n->sched, env);
+            proto_envelope_free(env);
+            wait_ms = 0;
+        }
+    }
+}
+
+static void teardown(decode_node_t *n)
+{
+    decode_sched_t *sched = n->sched;
+
+    node_http_destroy(n->http);
+    __atomic_store_n(&n->sched, NULL, __ATOMIC_RELEASE);
+    decode_sched_destroy(sched);
+    node_link_destroy(n->link, g_stop_signal != 0 ? "shutting down" : NULL);
+    decode_sessions_destroy(n->sessions);
+    decode_pool_destroy(n->pool);
+    xfer_context_destroy(n->xfer);
+    engine_model_destroy(n->model);
+}
+
+int main(int argc, char **argv)
+{
+    static const char summary[] =
+        "Tandem decode node: KV page pool, continuous batching, token streaming";
+    decode_node_t node;
+    tdm_flags_action_t action;
+    tdm_log_level_t level;
+    struct sigaction sa;
+    int rc;
+
+    memset(&node, 0, sizeof(node));
+    if (tdm_flags_parse(decode_flags, sizeof(decode_flags) / sizeof(decode_flags[0]), argc, argv,
+                        "tandem-decode", summary, &node.cfg, NULL, NULL, &action) != TDM_OK) {
+        return 2;
+    }
+    if (action == TDM_FLAGS_HELP) {
+        return 0;
+    }
+    if (tdm_log_level_parse(node.cfg.log_level, &level) != TDM_OK) {
+        fprintf(stderr, "tandem-decode: --log-level=%s is invalid\n", node.cfg.log_level);
+        return 2;
+    }
+    tdm_log_set_level(level);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    rc = setup(&node);
+    if (rc == 0) {
+        run(&node);
+        tdm_log(TDM_LOG_INFO, "decode", "stopping: signal=%d", (int)g_stop_signal);
+    }
+    teardown(&node);
+    return rc;
+}

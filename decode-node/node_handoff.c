@@ -1,0 +1,261 @@
+/* node_handoff.c - reservation descriptors and sequence blobs (node_handoff.h). */
+#include "decode-node/node_handoff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+
+#define RESV_MAGIC "TDRV"
+#define RESV_VERSION 1u
+#define RESV_MAX_PAGES (1u << 24)
+#define BLOB_HEADER_BYTES 64u
+#define BLOB_FLAGS_OFFSET 52u
+#define BLOB_TRAILER_BYTES 8u
+
+typedef struct {
+    uint8_t *p;
+    size_t used;
+} writer_t;
+
+static void put(writer_t *w, const void *src, size_t n)
+{
+    if (w->p != NULL && n > 0) {
+        memcpy(w->p + w->used, src, n);
+    }
+    w->used += n;
+}
+
+static void put_u32(writer_t *w, uint32_t v)
+{
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void put_u64(writer_t *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n, at;
+    int bad;
+} reader_t;
+
+static const uint8_t *get(reader_t *r, size_t n)
+{
+    const uint8_t *at;
+    if (r->bad || n > r->n - r->at) {
+        r->bad = 1;
+        return NULL;
+    }
+    at = r->p + r->at;
+    r->at += n;
+    return at;
+}
+
+static uint32_t get_u32(reader_t *r)
+{
+    const uint8_t *b = get(r, 4);
+    return b == NULL ? 0 : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                               (uint32_t)b[3] << 24;
+}
+
+static uint64_t get_u64(reader_t *r)
+{
+    uint64_t lo = get_u32(r);
+    return lo | (uint64_t)get_u32(r) << 32;
+}
+
+static void write_desc(const node_resv_desc_t *d, writer_t *w)
+{
+    put(w, RESV_MAGIC, 4);
+    put_u32(w, RESV_VERSION);
+    put_u64(w, d->reservation_id);
+    put_u64(w, d->cached_len);
+    put_u64(w, d->total_len);
+    put_u32(w, d->n_sources);
+    for (uint32_t s = 0; s < d->n_sources; s++) {
+        const node_resv_source_t *src = &d->src[s];
+        put_u32(w, (uint32_t)src->layer);
+        put_u32(w, src->n_history);
+        put_u32(w, src->first_target);
+        put_u32(w, src->n_targets);
+        for (uint32_t i = 0; i < src->n_history; i++) {
+            put_u32(w, src->history[i]);
+        }
+        for (uint32_t i = 0; i < src->n_targets; i++) {
+            put_u32(w, src->targets[i]);
+        }
+    }
+    put_u64(w, d->n_record);
+    put(w, d->record, d->n_record);
+}
+
+tdm_status_t node_resv_desc_encode(const node_resv_desc_t *desc, uint8_t **buf_out,
+                                   size_t *n_bytes_out)
+{
+    writer_t w = {NULL, 0};
+    uint8_t *buf;
+    uint64_t sum;
+
+    if (desc == NULL || buf_out == NULL || n_bytes_out == NULL ||
+        desc->n_sources > NODE_MAX_SOURCES) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    write_desc(desc, &w);
+    buf = malloc(w.used + 8);
+    if (buf == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    w.p = buf;
+    w.used = 0;
+    write_desc(desc, &w);
+    sum = tdm_hash_xxh3_64(buf, w.used);
+    put_u64(&w, sum);
+    *buf_out = buf;
+    *n_bytes_out = w.used;
+    return TDM_OK;
+}
+
+static tdm_status_t read_ids(reader_t *r, uint32_t n, uint32_t **ids_out)
+{
+    uint32_t *ids;
+
+    if (n > RESV_MAX_PAGES || (size_t)n * 4 > r->n - r->at) {
+        r->bad = 1;
+        return TDM_ERR_FORMAT;
+    }
+    ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint32_t));
+    if (ids == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ids[i] = get_u32(r);
+    }
+    *ids_out = ids;
+    return TDM_OK;
+}
+
+tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_resv_desc_t *desc_out)
+{
+    reader_t r = {bytes, n_bytes, 0, 0};
+    node_resv_desc_t d;
+    const uint8_t *magic;
+    const uint8_t *rec;
+    tdm_status_t status = TDM_OK;
+    uint64_t n_record;
+
+    memset(&d, 0, sizeof(d));
+    memset(desc_out, 0, sizeof(*desc_out));
+    if (bytes == NULL || n_bytes < 8) {
+        return TDM_ERR_FORMAT;
+    }
+    {
+        reader_t t = {bytes + n_bytes - 8, 8, 0, 0};
+        if (get_u64(&t) != tdm_hash_xxh3_64(bytes, n_bytes - 8)) {
+            return TDM_ERR_FORMAT;
+        }
+        r.n = n_bytes - 8;
+    }
+    magic = get(&r, 4);
+    if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 || get_u32(&r) != RESV_VERSION) {
+        return TDM_ERR_FORMAT;
+    }
+    d.reservation_id = get_u64(&r);
+    d.cached_len = get_u64(&r);
+    d.total_len = get_u64(&r);
+    d.n_sources = get_u32(&r);
+    if (r.bad || d.n_sources > NODE_MAX_SOURCES || d.cached_len >= d.total_len) {
+        return TDM_ERR_FORMAT;
+    }
+    for (uint32_t s = 0; s < d.n_sources && status == TDM_OK; s++) {
+        node_resv_source_t *src = &d.src[s];
+        src->layer = (int32_t)get_u32(&r);
+        src->n_history = get_u32(&r);
+        src->first_target = get_u32(&r);
+        src->n_targets = get_u32(&r);
+        status = r.bad ? TDM_ERR_FORMAT : read_ids(&r, src->n_history, &src->history);
+        if (status == TDM_OK) {
+            status = read_ids(&r, src->n_targets, &src->targets);
+        }
+    }
+    n_record = get_u64(&r);
+    rec = status == TDM_OK ? get(&r, (size_t)n_record) : NULL;
+    if (status == TDM_OK && (r.bad || r.at != r.n)) {
+        status = TDM_ERR_FORMAT;
+    }
+    if (status == TDM_OK && n_record > 0) {
+        d.record = malloc((size_t)n_record);
+        if (d.record == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+        } else {
+            memcpy(d.record, rec, (size_t)n_record);
+            d.n_record = (size_t)n_record;
+        }
+    }
+    if (status != TDM_OK) {
+        node_resv_desc_fini(&d);
+        return status;
+    }
+    *desc_out = d;
+    return TDM_OK;
+}
+
+void node_resv_desc_fini(node_resv_desc_t *desc)
+{
+    if (desc == NULL) {
+        return;
+    }
+    for (uint32_t s = 0; s < desc->n_sources && s < NODE_MAX_SOURCES; s++) {
+        free(desc->src[s].history);
+        free(desc->src[s].targets);
+    }
+    free(desc->record);
+    memset(desc, 0, sizeof(*desc));
+}
+
+tdm_status_t node_blob_with_pages(const uint8_t *record, size_t n_record, uint32_t n_sources,
+                                  const int64_t *n_rows, const uint32_t *n_pages,
+                                  const void *const *pages, size_t page_bytes, uint8_t **blob_out,
+                                  size_t *n_blob_out)
+{
+    size_t body = n_record - BLOB_TRAILER_BYTES;
+    size_t total = body;
+    size_t k = 0;
+    uint8_t *blob;
+    writer_t w;
+
+    if (record == NULL || n_record < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES ||
+        memcmp(record, "TDSQ", 4) != 0) {
+        return TDM_ERR_FORMAT;
+    }
+    for (uint32_t s = 0; s < n_sources; s++) {
+        total += 12 + (size_t)n_pages[s] * page_bytes;
+    }
+    total += BLOB_TRAILER_BYTES;
+    blob = malloc(total);
+    if (blob == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    w.p = blob;
+    w.used = 0;
+    put(&w, record, body);
+    blob[BLOB_FLAGS_OFFSET] = 1; /* pages follow (little-endian u32 flags = 1) */
+    blob[BLOB_FLAGS_OFFSET + 1] = 0;
+    blob[BLOB_FLAGS_OFFSET + 2] = 0;
+    blob[BLOB_FLAGS_OFFSET + 3] = 0;
+    for (uint32_t s = 0; s < n_sources; s++) {
+        put_u64(&w, (uint64_t)n_rows[s]);
+        put_u32(&w, n_pages[s]);
+        for (uint32_t i = 0; i < n_pages[s]; i++) {
+            put(&w, pages[k++], page_bytes);
+        }
+    }
+    put_u64(&w, tdm_hash_xxh3_64(blob, w.used));
+    *blob_out = blob;
+    *n_blob_out = w.used;
+    return TDM_OK;
+}

@@ -1,0 +1,75 @@
+/* node_handoff.h - what a decode node and a prefill node exchange about one disaggregated turn
+ * (docs/PROTOCOL.md 3b, MODEL.md 7 "Prefill -> decode handoff").
+ *
+ * Owns two byte formats:
+ *  - the reservation descriptor (PageReservation.descriptor, PrefillJob.page_descriptor): for each
+ *    KV source the decode node's pages that hold the session's rows below H (the prefill node
+ *    pulls them with UCX gets) and the reserved pages that receive page indices
+ *    floor(n_c(H)/64) .. of the sequence at T (UCX puts), plus the section-7 state record at H;
+ *    wire form, little-endian: "TDRV", u32 version 1, u64 reservation id, u64 H, u64 T,
+ *    u32 n_sources, per source {i32 layer, u32 n_history, u32 first_target, u32 n_targets,
+ *    u32 history[n_history], u32 targets[n_targets]}, u64 record bytes, record, u64 XXH3-64 of
+ *    every byte before it;
+ *  - a sequence blob with pages (engine/seq_state.h format, flag 1) assembled from a state record
+ *    blob (flag 0) and the pages of every source, so engine_seq_import can check and adopt them.
+ * Page ids are indices in the sender's xfer pool, which is the engine page pool's memory.
+ * Knows nothing of UCX, ZeroMQ or the engine's objects.
+ */
+#ifndef TANDEM_NODE_HANDOFF_H
+#define TANDEM_NODE_HANDOFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Most KV sources a descriptor carries. */
+#define NODE_MAX_SOURCES 64u
+
+/* One KV source's page lists (arrays owned by the descriptor). */
+typedef struct {
+    int32_t layer;
+    uint32_t n_history;      /* pages of the session at H (pulled) */
+    uint32_t first_target;   /* page index of the sequence at T that targets[0] receives */
+    uint32_t n_targets;      /* pages put: indices first_target .. first_target + n_targets - 1 */
+    uint32_t *history;       /* [n_history] decode-node page ids */
+    uint32_t *targets;       /* [n_targets] reserved decode-node page ids */
+} node_resv_source_t;
+
+/* A reservation descriptor. node_resv_desc_fini frees the arrays and the record. */
+typedef struct {
+    uint64_t reservation_id;
+    uint64_t cached_len; /* H */
+    uint64_t total_len;  /* T */
+    uint32_t n_sources;
+    node_resv_source_t src[NODE_MAX_SOURCES];
+    uint8_t *record; /* engine_seq_export record blob at H; NULL when H = 0 */
+    size_t n_record;
+} node_resv_desc_t;
+
+/* node_resv_desc_encode - the wire form into a malloc'ed *buf_out (caller frees). Returns TDM_OK,
+ * TDM_ERR_INVALID_ARG or TDM_ERR_NO_MEMORY. */
+tdm_status_t node_resv_desc_encode(const node_resv_desc_t *desc, uint8_t **buf_out,
+                                   size_t *n_bytes_out);
+
+/* node_resv_desc_parse - check and decode bytes from outside into *desc_out (arrays malloc'ed;
+ * free with node_resv_desc_fini). Returns TDM_OK, TDM_ERR_FORMAT (truncated, bad magic, counts
+ * over the limits, checksum) or TDM_ERR_NO_MEMORY; *desc_out zeroed on error. */
+tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_resv_desc_t *desc_out);
+
+/* node_resv_desc_fini - free what parse allocated; accepts a zeroed descriptor. */
+void node_resv_desc_fini(node_resv_desc_t *desc);
+
+/*
+ * node_blob_with_pages - a sequence blob with pages: `record` (an engine_seq_export RECORD blob,
+ * trailer included) with its flags set to "pages follow", then for each source s < n_sources:
+ * u64 n_rows[s], u32 n_pages[s], the n_pages[s] pages pages[k] (page_bytes each, in order,
+ * sources concatenated), then a fresh XXH3-64 trailer. *blob_out malloc'ed (caller frees).
+ * Returns TDM_OK, TDM_ERR_FORMAT (record too short or not a record) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t node_blob_with_pages(const uint8_t *record, size_t n_record, uint32_t n_sources,
+                                  const int64_t *n_rows, const uint32_t *n_pages,
+                                  const void *const *pages, size_t page_bytes, uint8_t **blob_out,
+                                  size_t *n_blob_out);
+
+#endif

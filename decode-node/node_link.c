@@ -1,0 +1,478 @@
+/* node_link.c - the worker's control link (node_link.h). */
+#include "decode-node/node_link.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#define LINK_NS_PER_MS 1000000ull
+#define LINK_HOST_BYTES 64
+#define LINK_REASON_BYTES 512
+
+/* One packed frame waiting in the outbox, or one envelope waiting in the inbox. */
+typedef struct link_item {
+    uint8_t *buf;
+    size_t n_bytes;
+    Tandem__Envelope *env;
+    struct link_item *next;
+} link_item_t;
+
+struct node_link {
+    void *zctx;
+    void *sock;
+    int wake_fd;
+    pthread_t thread;
+    int thread_started;
+    atomic_int stop;
+    uint8_t *register_buf; /* packed Register, re-sent after ERROR_NOT_REGISTERED */
+    size_t n_register;
+    uint32_t heartbeat_interval_ms;
+    pthread_mutex_t lock; /* guards the queues, load and wake flag */
+    pthread_cond_t cond;
+    link_item_t *out_head, *out_tail;
+    link_item_t *in_head, *in_tail;
+    node_load_t load;
+    int woken;
+};
+
+static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
+{
+    if (err != NULL && err_bytes > 0) {
+        snprintf(err, err_bytes, fmt, a, b);
+    }
+}
+
+void node_link_make_id(const char *role, char *id, size_t id_bytes)
+{
+    char host[LINK_HOST_BYTES] = "localhost";
+    uint64_t r = tdm_hash_splitmix64(tdm_clock_now_ns() ^ ((uint64_t)getpid() << 32));
+
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    for (char *p = host; *p != '\0'; p++) {
+        if (*p <= ' ' || *p > '~') {
+            *p = '_';
+        }
+    }
+    snprintf(id, id_bytes, "%s-%s-%d-%08llx", role, host, (int)getpid(),
+             (unsigned long long)(r & 0xffffffffull));
+}
+
+static tdm_status_t pack_register(node_link_t *link, const node_link_params_t *p)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Register reg = TANDEM__REGISTER__INIT;
+    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
+    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
+    char *formats[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
+
+    pf.version = 1;
+    pf.rows_per_page = 64;
+    pf.page_bytes = p->page_bytes;
+    pf.tokens_per_block = p->tokens_per_block;
+    cap.total_pages = p->total_pages;
+    cap.max_sequences = p->max_sequences;
+    cap.max_batch_tokens = p->max_batch_tokens;
+    reg.role = p->role;
+    reg.incarnation_id = (char *)p->incarnation_id;
+    reg.rack = (char *)(p->rack != NULL ? p->rack : "");
+    reg.node = (char *)(p->node != NULL ? p->node : "");
+    reg.model_fingerprint = p->model_fingerprint;
+    reg.page_format = &pf;
+    reg.n_kv_formats = 2;
+    reg.kv_formats = formats;
+    reg.max_context = p->max_context;
+    reg.protocol_version = PROTO_VERSION;
+    reg.transfer_descriptor.data = (uint8_t *)p->transfer_descriptor;
+    reg.transfer_descriptor.len = p->n_transfer_descriptor;
+    reg.capacity = &cap;
+    reg.http_endpoint = (char *)(p->http_endpoint != NULL ? p->http_endpoint : "");
+    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    return proto_pack(&env, &link->register_buf, &link->n_register);
+}
+
+/* Wait for the RegisterAck of the first registration (on the caller's thread). */
+static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err, size_t err_bytes)
+{
+    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)timeout_ms * LINK_NS_PER_MS;
+
+    for (;;) {
+        uint64_t now = tdm_clock_now_ns();
+        zmq_pollitem_t item = {link->sock, 0, ZMQ_POLLIN, 0};
+        Tandem__Envelope *env = NULL;
+        zmq_msg_t msg;
+        char why[LINK_REASON_BYTES];
+        tdm_status_t status;
+
+        if (now >= deadline) {
+            set_err(err, err_bytes, "no RegisterAck from the router within the deadline%s%s", "",
+                    "");
+            return TDM_ERR_TIMEOUT;
+        }
+        if (zmq_poll(&item, 1, (long)((deadline - now) / LINK_NS_PER_MS) + 1) <= 0) {
+            continue;
+        }
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, link->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            continue;
+        }
+        status = proto_unpack(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, why, sizeof(why));
+        zmq_msg_close(&msg);
+        if (status != TDM_OK) {
+            tdm_log(TDM_LOG_WARN, "link", "bad frame from router: %s", why);
+            continue;
+        }
+        if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER_ACK) {
+            Tandem__RegisterAck *ack = env->register_ack;
+            if (!ack->accepted) {
+                set_err(err, err_bytes, "registration refused by router %s: %s", ack->router_id,
+                        ack->reason);
+                proto_envelope_free(env);
+                return TDM_ERR_MISMATCH;
+            }
+            link->heartbeat_interval_ms =
+                ack->heartbeat_interval_ms > 0 ? ack->heartbeat_interval_ms
+                                               : PROTO_HEARTBEAT_INTERVAL_MS;
+            tdm_log(TDM_LOG_INFO, "link", "registered: router=%s heartbeat_interval_ms=%u",
+                    ack->router_id, link->heartbeat_interval_ms);
+            proto_envelope_free(env);
+            return TDM_OK;
+        }
+        proto_envelope_free(env);
+    }
+}
+
+static void push(link_item_t **head, link_item_t **tail, link_item_t *item)
+{
+    item->next = NULL;
+    if (*tail != NULL) {
+        (*tail)->next = item;
+    } else {
+        *head = item;
+    }
+    *tail = item;
+}
+
+static void send_heartbeat(node_link_t *link, uint64_t seq)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    Tandem__Load load = TANDEM__LOAD__INIT;
+    uint8_t *buf;
+    size_t n;
+
+    pthread_mutex_lock(&link->lock);
+    load.queued_prefill_tokens = link->load.queued_prefill_tokens;
+    load.running_sequences = link->load.running_sequences;
+    load.free_pages = link->load.free_pages;
+    load.total_pages = link->load.total_pages;
+    load.reserved_pages = link->load.reserved_pages;
+    load.resident_sessions = link->load.resident_sessions;
+    load.recent_tokens_per_s = link->load.recent_tokens_per_s;
+    pthread_mutex_unlock(&link->lock);
+    hb.seq = seq;
+    hb.load = &load;
+    env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    if (proto_pack(&env, &buf, &n) == TDM_OK) {
+        zmq_send(link->sock, buf, n, ZMQ_DONTWAIT);
+        free(buf);
+    }
+}
+
+/* Hand one received frame to the owner, or handle link-level messages here. */
+static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
+{
+    Tandem__Envelope *env = NULL;
+    char why[LINK_REASON_BYTES];
+    link_item_t *item;
+
+    if (proto_unpack(data, n_bytes, 0, &env, why, sizeof(why)) != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "link", "bad frame from router dropped: %s", why);
+        return;
+    }
+    if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER_ACK) {
+        if (!env->register_ack->accepted) {
+            tdm_log(TDM_LOG_ERROR, "link", "re-registration refused: %s",
+                    env->register_ack->reason);
+        }
+        proto_envelope_free(env);
+        return;
+    }
+    if (env->body_case == TANDEM__ENVELOPE__BODY_ERROR && env->error->request_id == 0 &&
+        env->error->code == TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED) {
+        tdm_log(TDM_LOG_WARN, "link", "router does not know us: registering again");
+        zmq_send(link->sock, link->register_buf, link->n_register, ZMQ_DONTWAIT);
+        proto_envelope_free(env);
+        return;
+    }
+    item = calloc(1, sizeof(*item));
+    if (item == NULL) {
+        proto_envelope_free(env);
+        return;
+    }
+    item->env = env;
+    pthread_mutex_lock(&link->lock);
+    push(&link->in_head, &link->in_tail, item);
+    pthread_cond_signal(&link->cond);
+    pthread_mutex_unlock(&link->lock);
+}
+
+static void flush_outbox(node_link_t *link)
+{
+    for (;;) {
+        link_item_t *item;
+
+        pthread_mutex_lock(&link->lock);
+        item = link->out_head;
+        if (item != NULL) {
+            link->out_head = item->next;
+            if (link->out_head == NULL) {
+                link->out_tail = NULL;
+            }
+        }
+        pthread_mutex_unlock(&link->lock);
+        if (item == NULL) {
+            return;
+        }
+        if (zmq_send(link->sock, item->buf, item->n_bytes, 0) < 0) {
+            tdm_log(TDM_LOG_WARN, "link", "send to router failed: %s", zmq_strerror(errno));
+        }
+        free(item->buf);
+        free(item);
+    }
+}
+
+static void *io_main(void *arg)
+{
+    node_link_t *link = arg;
+    uint64_t next_hb = tdm_clock_now_ns();
+    uint64_t seq = 0;
+
+    while (!atomic_load(&link->stop)) {
+        zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0}, {NULL, link->wake_fd, ZMQ_POLLIN, 0}};
+        uint64_t now = tdm_clock_now_ns();
+        long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / LINK_NS_PER_MS) + 1;
+
+        if (now >= next_hb) {
+            send_heartbeat(link, ++seq);
+            next_hb = now + (uint64_t)link->heartbeat_interval_ms * LINK_NS_PER_MS;
+            continue;
+        }
+        if (zmq_poll(items, 2, wait_ms) < 0) {
+            continue;
+        }
+        if ((items[1].revents & ZMQ_POLLIN) != 0) {
+            uint64_t v;
+            if (read(link->wake_fd, &v, sizeof(v)) < 0) {
+                /* nothing: the counter is reset either way */
+            }
+        }
+        flush_outbox(link);
+        for (int i = 0; i < 256; i++) {
+            zmq_msg_t msg;
+            zmq_msg_init(&msg);
+            if (zmq_msg_recv(&msg, link->sock, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&msg);
+                break;
+            }
+            on_frame(link, zmq_msg_data(&msg), zmq_msg_size(&msg));
+            zmq_msg_close(&msg);
+        }
+    }
+    flush_outbox(link);
+    return NULL;
+}
+
+tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **link_out, char *err,
+                              size_t err_bytes)
+{
+    node_link_t *link;
+    int zero = 0;
+    tdm_status_t status;
+
+    if (params == NULL || link_out == NULL || params->router_endpoint == NULL ||
+        params->incarnation_id == NULL || strlen(params->incarnation_id) > NODE_ID_BYTES) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    link = calloc(1, sizeof(*link));
+    if (link == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&link->lock, NULL);
+    pthread_cond_init(&link->cond, NULL);
+    link->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
+    link->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    link->zctx = zmq_ctx_new();
+    if (link->wake_fd < 0 || link->zctx == NULL) {
+        set_err(err, err_bytes, "cannot create the control link: %s%s", strerror(errno), "");
+        status = TDM_ERR_IO;
+        goto err_free;
+    }
+    link->sock = zmq_socket(link->zctx, ZMQ_DEALER);
+    if (link->sock == NULL ||
+        zmq_setsockopt(link->sock, ZMQ_ROUTING_ID, params->incarnation_id,
+                       strlen(params->incarnation_id)) != 0 ||
+        zmq_setsockopt(link->sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_connect(link->sock, params->router_endpoint) != 0) {
+        set_err(err, err_bytes, "cannot connect to %s: %s", params->router_endpoint,
+                zmq_strerror(errno));
+        status = TDM_ERR_IO;
+        goto err_free;
+    }
+    status = pack_register(link, params);
+    if (status != TDM_OK) {
+        set_err(err, err_bytes, "cannot pack Register%s%s", "", "");
+        goto err_free;
+    }
+    zmq_send(link->sock, link->register_buf, link->n_register, 0);
+    status = await_ack(link, params->register_timeout_ms, err, err_bytes);
+    if (status != TDM_OK) {
+        goto err_free;
+    }
+    if (pthread_create(&link->thread, NULL, io_main, link) != 0) {
+        status = TDM_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    link->thread_started = 1;
+    *link_out = link;
+    return TDM_OK;
+
+err_free:
+    node_link_destroy(link, NULL);
+    return status;
+}
+
+void node_link_destroy(node_link_t *link, const char *reason)
+{
+    if (link == NULL) {
+        return;
+    }
+    if (link->thread_started && reason != NULL) {
+        Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+        Tandem__Goodbye bye = TANDEM__GOODBYE__INIT;
+        bye.reason = (char *)reason;
+        env.body_case = TANDEM__ENVELOPE__BODY_GOODBYE;
+        env.goodbye = &bye;
+        node_link_send(link, &env);
+    }
+    atomic_store(&link->stop, 1);
+    if (link->thread_started) {
+        uint64_t one = 1;
+        if (write(link->wake_fd, &one, sizeof(one)) < 0) {
+            /* the thread still wakes within one heartbeat interval */
+        }
+        pthread_join(link->thread, NULL);
+    }
+    while (link->out_head != NULL) {
+        link_item_t *item = link->out_head;
+        link->out_head = item->next;
+        free(item->buf);
+        free(item);
+    }
+    while (link->in_head != NULL) {
+        link_item_t *item = link->in_head;
+        link->in_head = item->next;
+        proto_envelope_free(item->env);
+        free(item);
+    }
+    if (link->sock != NULL) {
+        zmq_close(link->sock);
+    }
+    if (link->zctx != NULL) {
+        zmq_ctx_term(link->zctx);
+    }
+    if (link->wake_fd >= 0) {
+        close(link->wake_fd);
+    }
+    free(link->register_buf);
+    pthread_cond_destroy(&link->cond);
+    pthread_mutex_destroy(&link->lock);
+    free(link);
+}
+
+tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env)
+{
+    link_item_t *item = calloc(1, sizeof(*item));
+    uint64_t one = 1;
+    tdm_status_t status;
+
+    if (item == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    status = proto_pack(env, &item->buf, &item->n_bytes);
+    if (status != TDM_OK) {
+        free(item);
+        return status;
+    }
+    pthread_mutex_lock(&link->lock);
+    push(&link->out_head, &link->out_tail, item);
+    pthread_mutex_unlock(&link->lock);
+    if (write(link->wake_fd, &one, sizeof(one)) < 0) {
+        /* counter saturated: the thread is already due to wake */
+    }
+    return TDM_OK;
+}
+
+tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Envelope **env_out)
+{
+    link_item_t *item;
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000u;
+    until.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&link->lock);
+    while (link->in_head == NULL && timeout_ms > 0 && !link->woken) {
+        if (pthread_cond_timedwait(&link->cond, &link->lock, &until) != 0) {
+            break;
+        }
+    }
+    link->woken = 0;
+    item = link->in_head;
+    if (item != NULL) {
+        link->in_head = item->next;
+        if (link->in_head == NULL) {
+            link->in_tail = NULL;
+        }
+    }
+    pthread_mutex_unlock(&link->lock);
+    if (item == NULL) {
+        return TDM_ERR_TIMEOUT;
+    }
+    *env_out = item->env;
+    free(item);
+    return TDM_OK;
+}
+
+void node_link_wake(node_link_t *link)
+{
+    pthread_mutex_lock(&link->lock);
+    link->woken = 1;
+    pthread_cond_signal(&link->cond);
+    pthread_mutex_unlock(&link->lock);
+}
+
+void node_link_set_load(node_link_t *link, const node_load_t *load)
+{
+    pthread_mutex_lock(&link->lock);
+    link->load = *load;
+    pthread_mutex_unlock(&link->lock);
+}

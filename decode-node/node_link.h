@@ -1,0 +1,92 @@
+/* node_link.h - a worker's control link to the router (docs/PROTOCOL.md sections 1-2).
+ *
+ * Owns one ZeroMQ DEALER socket (routing id = the incarnation id) and the I/O thread that alone
+ * touches it: registration (and re-registration after ERROR_NOT_REGISTERED), heartbeats with the
+ * load the owner last published, an outbox of packed envelopes and an inbox of received ones.
+ * The owner's compute thread never blocks on the network: node_link_send queues, node_link_recv
+ * pops. Knows nothing of the engine, pages or what the messages mean. Shared by tandem-decode and
+ * tandem-prefill (library tandem_node).
+ */
+#ifndef TANDEM_NODE_LINK_H
+#define TANDEM_NODE_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "proto/proto.h"
+
+/* Longest incarnation id, bytes without NUL (PROTO_MAX_ID_BYTES). */
+#define NODE_ID_BYTES 128u
+
+/* A worker's load as published for heartbeats (plain data; mirrors tandem.Load). */
+typedef struct {
+    uint64_t queued_prefill_tokens;
+    uint32_t running_sequences;
+    uint32_t free_pages;
+    uint32_t total_pages;
+    uint32_t reserved_pages;
+    uint32_t resident_sessions;
+    double recent_tokens_per_s;
+} node_load_t;
+
+/* What the worker registers with (plain data; strings and bytes borrowed for the call). */
+typedef struct {
+    const char *router_endpoint; /* tcp://HOST:PORT of the router's control socket */
+    Tandem__Role role;
+    const char *incarnation_id; /* unique per process start; printable, no spaces */
+    const char *rack;
+    const char *node;
+    uint64_t model_fingerprint;
+    uint32_t page_bytes;
+    uint32_t tokens_per_block;
+    uint32_t max_context;
+    const uint8_t *transfer_descriptor; /* xfer_pool_descriptor bytes, or NULL */
+    size_t n_transfer_descriptor;
+    uint32_t total_pages;
+    uint32_t max_sequences;
+    uint32_t max_batch_tokens;
+    const char *http_endpoint; /* HOST:PORT of /health and /metrics */
+    uint32_t register_timeout_ms;
+} node_link_params_t;
+
+typedef struct node_link node_link_t;
+
+/*
+ * node_link_create - connect, register and wait for the RegisterAck (up to register_timeout_ms),
+ * then start the I/O thread (heartbeats at the interval the router announced).
+ *
+ * Returns TDM_OK with *link_out; TDM_ERR_MISMATCH when the router refused the registration (its
+ * reason in err); TDM_ERR_TIMEOUT (no answer); TDM_ERR_IO (ZeroMQ failure, errno text in err);
+ * TDM_ERR_INVALID_ARG; TDM_ERR_NO_MEMORY. err: err_bytes, may be 0. Copies what it keeps.
+ */
+tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **link_out, char *err,
+                              size_t err_bytes);
+
+/* node_link_destroy - send Goodbye{reason}, stop the thread, close the socket. Accepts NULL. */
+void node_link_destroy(node_link_t *link, const char *reason);
+
+/*
+ * node_link_send - pack `env` (borrowed) and queue it for the router. Thread-safe. Returns TDM_OK,
+ * or proto_pack's error (the message is dropped, logged by proto_pack).
+ */
+tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env);
+
+/*
+ * node_link_recv - the next message from the router, waiting up to timeout_ms (0: do not wait).
+ * Returns TDM_OK with *env_out (caller frees with proto_envelope_free) or TDM_ERR_TIMEOUT.
+ * RegisterAck and ERROR_NOT_REGISTERED are handled by the link and never returned. Thread-safe.
+ */
+tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Envelope **env_out);
+
+/* node_link_wake - make a waiting node_link_recv return early (signal handlers may not call
+ * it; the owner's other threads may). */
+void node_link_wake(node_link_t *link);
+
+/* node_link_set_load - publish the load the next heartbeats carry. Thread-safe. */
+void node_link_set_load(node_link_t *link, const node_load_t *load);
+
+/* node_link_make_id - "ROLE-HOST-PID-RANDOM" into id (NODE_ID_BYTES + 1 bytes). */
+void node_link_make_id(const char *role, char *id, size_t id_bytes);
+
+#endif

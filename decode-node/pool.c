@@ -1,0 +1,230 @@
+/* pool.c - page pool and reservations of the decode node (pool.h). */
+#include "decode-node/pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "kernels/kv_page.h"
+
+#define NS_PER_MS 1000000ull
+
+struct decode_pool {
+    const engine_model_t *model;
+    engine_kv_pool_t *kv;
+    xfer_pool_t *xpool;
+    decode_resv_t *resvs;
+    uint32_t n_reserved;
+    uint64_t next_id;
+};
+
+tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
+                                xfer_context_t *xfer, decode_pool_t **pool_out)
+{
+    const engine_config_t *cfg = engine_model_config(model);
+    decode_pool_t *pool = calloc(1, sizeof(*pool));
+    kern_kv_page_layout_t layout;
+    tdm_status_t status;
+
+    if (pool == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    pool->model = model;
+    pool->next_id = tdm_hash_splitmix64(tdm_clock_now_ns()) | 1u;
+    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
+    if (status == TDM_OK && xfer != NULL) {
+        /* UCX allocates the pages (shared memory a peer reaches with one-sided copies) and the
+         * engine pool lays its pages over them: page i is xfer page i. */
+        xfer_pool_params_t xp = {
+            .page_size_bytes = (uint32_t)layout.page_bytes,
+            .n_pages = n_pages,
+            .mem_type = XFER_MEM_HOST,
+            .base = NULL,
+        };
+        status = xfer_pool_create(xfer, &xp, &pool->xpool);
+    }
+    if (status == TDM_OK) {
+        status = engine_kv_pool_create_in(cfg, engine_model_fingerprint(model), n_pages,
+                                          pool->xpool != NULL ? xfer_pool_page(pool->xpool, 0)
+                                                              : NULL,
+                                          &pool->kv);
+    }
+    if (status != TDM_OK) {
+        decode_pool_destroy(pool);
+        return status;
+    }
+    *pool_out = pool;
+    return TDM_OK;
+}
+
+static void free_resv(decode_pool_t *pool, decode_resv_t *resv)
+{
+    decode_resv_t **link = &pool->resvs;
+
+    while (*link != NULL && *link != resv) {
+        link = &(*link)->next;
+    }
+    if (*link == resv) {
+        *link = resv->next;
+    }
+    for (uint32_t s = 0; s < resv->n_sources; s++) {
+        engine_kv_table_release(pool->kv, &resv->tables[s]);
+    }
+    pool->n_reserved -= resv->n_pages;
+    free(resv);
+}
+
+void decode_pool_destroy(decode_pool_t *pool)
+{
+    if (pool == NULL) {
+        return;
+    }
+    while (pool->resvs != NULL) {
+        free_resv(pool, pool->resvs);
+    }
+    engine_kv_pool_destroy(pool->kv); /* before the memory it lies in */
+    xfer_pool_destroy(pool->xpool);
+    free(pool);
+}
+
+engine_kv_pool_t *decode_pool_engine(decode_pool_t *pool)
+{
+    return pool->kv;
+}
+
+void decode_pool_descriptor(const decode_pool_t *pool, const uint8_t **bytes_out, size_t *n_out)
+{
+    if (pool->xpool == NULL) {
+        *bytes_out = NULL;
+        *n_out = 0;
+        return;
+    }
+    xfer_pool_descriptor(pool->xpool, bytes_out, n_out);
+}
+
+uint32_t decode_pool_n_total(const decode_pool_t *pool)
+{
+    return engine_kv_pool_n_pages(pool->kv);
+}
+
+uint32_t decode_pool_n_free(const decode_pool_t *pool)
+{
+    return engine_kv_pool_n_free(pool->kv);
+}
+
+uint32_t decode_pool_n_reserved(const decode_pool_t *pool)
+{
+    return pool->n_reserved;
+}
+
+tdm_status_t decode_pool_reserve(decode_pool_t *pool, uint64_t request_id, const char *session_id,
+                                 uint64_t cached_len, uint64_t total_len,
+                                 const uint32_t *first_target, const uint32_t *pages_per_source,
+                                 uint32_t timeout_ms, decode_resv_t **resv_out)
+{
+    const engine_config_t *cfg = engine_model_config(pool->model);
+    uint32_t need = 0;
+    decode_resv_t *resv;
+    tdm_status_t status = TDM_OK;
+
+    for (int s = 0; s < cfg->n_kv_source_layer_ids; s++) {
+        need += pages_per_source[s];
+    }
+    if (need > engine_kv_pool_n_free(pool->kv)) {
+        return TDM_ERR_NO_PAGES;
+    }
+    resv = calloc(1, sizeof(*resv));
+    if (resv == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    resv->id = pool->next_id;
+    pool->next_id = tdm_hash_splitmix64(pool->next_id) | 1u;
+    resv->request_id = request_id;
+    snprintf(resv->session_id, sizeof(resv->session_id), "%s", session_id);
+    resv->cached_len = cached_len;
+    resv->total_len = total_len;
+    resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)timeout_ms * NS_PER_MS;
+    resv->n_sources = (uint32_t)cfg->n_kv_source_layer_ids;
+    for (uint32_t s = 0; s < resv->n_sources && status == TDM_OK; s++) {
+        int layer = (int)cfg->kv_source_layer_ids[s];
+        int ratio = (int)cfg->compress_ratios[layer];
+        resv->first_target[s] = first_target[s];
+        status = engine_kv_table_init(&resv->tables[s], layer, ratio);
+        if (status == TDM_OK) {
+            status = engine_kv_table_reserve(pool->kv, &resv->tables[s],
+                                             (int64_t)pages_per_source[s] * KERN_KV_PAGE_ROWS);
+        }
+    }
+    if (status != TDM_OK) {
+        for (uint32_t s = 0; s < resv->n_sources; s++) {
+            engine_kv_table_release(pool->kv, &resv->tables[s]);
+        }
+        free(resv);
+        return status;
+    }
+    resv->n_pages = need;
+    pool->n_reserved += need;
+    resv->next = pool->resvs;
+    pool->resvs = resv;
+    *resv_out = resv;
+    return TDM_OK;
+}
+
+decode_resv_t *decode_pool_find(decode_pool_t *pool, uint64_t id)
+{
+    for (decode_resv_t *r = pool->resvs; r != NULL; r = r->next) {
+        if (r->id == id) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms)
+{
+    (void)pool;
+    if (resv->state == DECODE_RESV_ACTIVE) {
+        resv->state = DECODE_RESV_FENCED;
+        resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)fence_ms * NS_PER_MS;
+    }
+}
+
+void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv)
+{
+    free_resv(pool, resv);
+}
+
+uint64_t decode_pool_expire(decode_pool_t *pool, uint64_t now_ns, uint32_t fence_ms,
+                            void (*on_lapse)(void *arg, decode_resv_t *resv), void *arg)
+{
+    uint64_t next = UINT64_MAX;
+    decode_resv_t *r = pool->resvs;
+
+    while (r != NULL) {
+        decode_resv_t *after = r->next;
+        if (r->deadline_ns <= now_ns) {
+            if (r->state == DECODE_RESV_ACTIVE) {
+                tdm_log(TDM_LOG_WARN, "pool", "reservation timed out: reservation=%llu pages=%u",
+                        (unsigned long long)r->id, r->n_pages);
+                decode_pool_fence(pool, r, fence_ms);
+                if (on_lapse != NULL) {
+                    on_lapse(arg, r);
+                }
+            } else {
+                tdm_log(TDM_LOG_DEBUG, "pool", "reservation fenced and freed: reservation=%llu",
+                        (unsigned long long)r->id);
+                free_resv(pool, r);
+                r = after;
+                continue;
+            }
+        }
+        if (r->deadline_ns - (r->deadline_ns > now_ns ? now_ns : r->deadline_ns) < next) {
+            next = r->deadline_ns > now_ns ? r->deadline_ns - now_ns : 0;
+        }
+        r = after;
+    }
+    return next;
+}

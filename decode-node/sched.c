@@ -1,0 +1,837 @@
+/* sched.c - turns of the decode node (sched.h). */
+#include "decode-node/sched.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/arena.h"
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "kernels/kv_page.h"
+#include "transfer/notice.h"
+
+#define NS_PER_MS 1000000ull
+#define NS_PER_S 1e9
+#define IDLE_WAIT_MS 100u
+#define RATE_WINDOW_NS (10ull * 1000000000ull)
+#define MSG_BYTES 256
+
+typedef enum {
+    REQ_PREFILL = 0, /* local delta waiting for the prefill */
+    REQ_RUNNING = 1, /* in the decode batch */
+} req_phase_t;
+
+typedef struct req {
+    uint64_t id;
+    decode_session_t *session;
+    engine_sampler_params_t sp;
+    uint32_t max_tokens;
+    uint32_t n_generated;
+    int32_t last_token; /* sampled and sent, not yet fed */
+    req_phase_t phase;
+    int32_t *delta;
+    int64_t n_delta;
+    int canonical;
+    uint64_t n_prefilled;
+    struct req *next;
+} req_t;
+
+struct decode_sched {
+    decode_sched_params_t params;
+    const engine_model_t *model;
+    const engine_config_t *cfg;
+    decode_pool_t *pool;
+    decode_sessions_t *sessions;
+    node_link_t *link;
+    engine_fwd_t *fwd;
+    float *logits; /* [max_batch, V] */
+    int32_t *ids;  /* replay ids, W + N - 1 */
+    int64_t n_ids_cap;
+    tdm_arena_t arena;
+    req_t *reqs;
+    uint64_t rate_t0_ns;
+    uint64_t rate_tokens;
+    decode_stats_t stats;  /* the compute thread's counters */
+    pthread_mutex_t stats_lock;
+    decode_stats_t shared; /* the last published copy, guarded by stats_lock */
+};
+
+/* ---- messages ------------------------------------------------------------------------ */
+
+static void send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
+                       uint64_t cached_len, const char *message)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Error e = TANDEM__ERROR__INIT;
+
+    e.request_id = request_id;
+    e.code = code;
+    e.message = (char *)message;
+    e.cached_len = cached_len;
+    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    tdm_log(TDM_LOG_DEBUG, "sched", "error sent: request=%llu code=%s message=\"%s\"",
+            (unsigned long long)request_id, proto_error_code_name(code), message);
+    node_link_send(s->link, &env);
+}
+
+static void send_token(decode_sched_t *s, const req_t *r, uint64_t position, int32_t token,
+                       const engine_sample_t *sample, float logprob)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__TokenChunk c = TANDEM__TOKEN_CHUNK__INIT;
+    Tandem__TopLogprobs top = TANDEM__TOP_LOGPROBS__INIT;
+    Tandem__TopLogprobs *tops[1] = {&top};
+    int32_t top_tokens[ENGINE_SAMPLER_MAX_LOGPROBS];
+    float top_lps[ENGINE_SAMPLER_MAX_LOGPROBS];
+
+    c.request_id = r->id;
+    c.first_position = position;
+    c.n_tokens = 1;
+    c.tokens = &token;
+    if (r->sp.n_logprobs >= 0) {
+        c.n_logprobs = 1;
+        c.logprobs = &logprob;
+        if (sample != NULL && r->sp.n_logprobs > 0) {
+            for (int i = 0; i < sample->n_top; i++) {
+                top_tokens[i] = sample->top[i].token;
+                top_lps[i] = (float)sample->top[i].logprob;
+            }
+            top.n_tokens = (size_t)sample->n_top;
+            top.tokens = top_tokens;
+            top.n_logprobs = (size_t)sample->n_top;
+            top.logprobs = top_lps;
+            c.n_top = 1;
+            c.top = tops;
+        }
+    }
+    env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &c;
+    node_link_send(s->link, &env);
+}
+
+static void send_finish(decode_sched_t *s, const req_t *r, Tandem__FinishReason reason)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Finish f = TANDEM__FINISH__INIT;
+
+    f.request_id = r->id;
+    f.reason = reason;
+    f.n_generated = r->n_generated;
+    f.cached_len = r->session->seq != NULL ? (uint64_t)engine_seq_length(r->session->seq) : 0;
+    f.n_prefilled = r->n_prefilled;
+    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
+    env.finish = &f;
+    tdm_log(TDM_LOG_DEBUG, "sched", "finish: request=%llu reason=%s generated=%u cached_len=%llu",
+            (unsigned long long)r->id, proto_finish_reason_name(reason), r->n_generated,
+            (unsigned long long)f.cached_len);
+    node_link_send(s->link, &env);
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+static req_t *find_req(decode_sched_t *s, uint64_t id)
+{
+    for (req_t *r = s->reqs; r != NULL; r = r->next) {
+        if (r->id == id) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* Forget r; its session becomes idle. */
+static void end_req(decode_sched_t *s, req_t *r)
+{
+    req_t **link = &s->reqs;
+
+    while (*link != r) {
+        link = &(*link)->next;
+    }
+    *link = r->next;
+    r->session->busy = 0;
+    r->session->last_used_ns = tdm_clock_now_ns();
+    free(r->delta);
+    free(r);
+}
+
+static tdm_status_t sampling_from(const decode_sched_t *s, const Tandem__SamplingParams *in,
+                                  engine_sampler_params_t *sp, char *err, size_t err_bytes)
+{
+    engine_sampler_params_default(sp);
+    if (in != NULL) {
+        sp->temperature = in->temperature;
+        sp->top_k = in->top_k;
+        sp->top_p = in->top_p == 0.0 ? 1.0 : in->top_p;
+        sp->min_p = in->min_p;
+        sp->seed = in->seed;
+        sp->n_logprobs = in->n_logprobs > ENGINE_SAMPLER_MAX_LOGPROBS ? ENGINE_SAMPLER_MAX_LOGPROBS
+                                                                      : in->n_logprobs;
+        for (size_t i = 0; i < in->n_stop_token_ids && i < ENGINE_SAMPLER_MAX_STOP_IDS; i++) {
+            sp->stop_ids[sp->n_stop_ids++] = in->stop_token_ids[i];
+        }
+    }
+    return engine_sampler_params_validate(sp, s->cfg->vocab_size, err, err_bytes);
+}
+
+/* Send a freshly chosen token of r at `position`; finish r when it ends the turn. Returns 1 when
+ * r was finished (and freed). */
+static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
+                const engine_sample_t *sample, float logprob)
+{
+    Tandem__FinishReason reason = TANDEM__FINISH_REASON__FINISH_UNSPECIFIED;
+
+    send_token(s, r, position, token, sample, logprob);
+    r->n_generated++;
+    r->last_token = token;
+    s->rate_tokens++;
+    s->stats.generated_tokens_total++;
+    if (engine_sampler_is_stop(&r->sp, token)) {
+        reason = TANDEM__FINISH_REASON__FINISH_STOP_TOKEN;
+    } else if (r->n_generated >= r->max_tokens) {
+        reason = TANDEM__FINISH_REASON__FINISH_LENGTH;
+    } else if ((int64_t)position + 1 >= s->cfg->max_position_embeddings) {
+        reason = TANDEM__FINISH_REASON__FINISH_CONTEXT;
+    }
+    if (reason == TANDEM__FINISH_REASON__FINISH_UNSPECIFIED) {
+        r->phase = REQ_RUNNING;
+        return 0;
+    }
+    send_finish(s, r, reason);
+    end_req(s, r);
+    return 1;
+}
+
+/* ---- handlers ------------------------------------------------------------------------ */
+
+static req_t *new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_session_t *session)
+{
+    char err[MSG_BYTES] = "";
+    req_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "out of memory");
+        return NULL;
+    }
+    if (sampling_from(s, dr->sampling, &r->sp, err, sizeof(err)) != TDM_OK ||
+        dr->max_tokens == 0) {
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+                   dr->max_tokens == 0 ? "max_tokens is 0" : err);
+        free(r);
+        return NULL;
+    }
+    r->id = dr->request_id;
+    r->session = session;
+    r->max_tokens = dr->max_tokens;
+    r->canonical = dr->canonical_start;
+    session->busy = 1;
+    r->next = s->reqs;
+    s->reqs = r;
+    s->stats.requests_total++;
+    return r;
+}
+
+static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    decode_session_t *session = decode_sessions_get(s->sessions, dr->session_id);
+    uint64_t held;
+    req_t *r;
+
+    if (session == NULL || session->busy) {
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
+                   session == NULL ? "session table full" : "session busy");
+        return;
+    }
+    for (size_t i = 0; i < dr->n_delta_tokens; i++) {
+        if (dr->delta_tokens[i] >= s->cfg->vocab_size) {
+            send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+                       "token id outside the vocabulary");
+            return;
+        }
+    }
+    held = session->seq != NULL ? (uint64_t)engine_seq_length(session->seq) : 0;
+    if (held != dr->cached_len) {
+        /* The node cannot cut a sequence back (rings and ids of the cut positions are gone):
+         * drop it and have the router resend from 0 (docs/PROTOCOL.md 3c). */
+        decode_sessions_drop_state(session);
+        if (dr->cached_len != 0) {
+            s->stats.state_lost_total++;
+            send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
+                       "session state not held at cached_len");
+            return;
+        }
+    }
+    if (session->seq == NULL &&
+        engine_seq_create(s->model, decode_pool_engine(s->pool), &session->seq) != TDM_OK) {
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
+        return;
+    }
+    r = new_req(s, dr, session);
+    if (r == NULL) {
+        return;
+    }
+    r->delta = malloc(dr->n_delta_tokens * sizeof(int32_t));
+    if (r->delta == NULL) {
+        send_error(s, r->id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
+        end_req(s, r);
+        return;
+    }
+    memcpy(r->delta, dr->delta_tokens, dr->n_delta_tokens * sizeof(int32_t));
+    r->n_delta = (int64_t)dr->n_delta_tokens;
+    r->phase = REQ_PREFILL;
+}
+
+/* Import the sequence at T from the reservation's pages and the notice's state record. */
+static tdm_status_t adopt(decode_sched_t *s, decode_session_t *session, decode_resv_t *resv,
+                          const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
+                          const char **why)
+{
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    size_t page_bytes = engine_kv_pool_page_bytes(kv);
+    int64_t n_rows[NODE_MAX_SOURCES];
+    uint32_t n_pages[NODE_MAX_SOURCES];
+    uint32_t *targets;
+    const void **pages;
+    uint32_t n_all = 0, k = 0, n_bad = 0, first_bad = 0;
+    uint8_t *blob = NULL;
+    size_t n_blob = 0;
+    tdm_status_t status = TDM_OK;
+
+    if (h->n_page_checksums != resv->n_pages || h->state_record.len == 0 ||
+        tdm_hash_xxh3_64(h->state_record.data, h->state_record.len) != h->state_checksum ||
+        h->total_len != resv->total_len || h->cached_len != resv->cached_len) {
+        *why = "handoff does not match the reservation (pages, record or lengths)";
+        return TDM_ERR_MISMATCH;
+    }
+    for (uint32_t i = 0; i < resv->n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        n_rows[i] = engine_config_n_c(s->cfg, layer, (int64_t)resv->total_len - 1);
+        n_pages[i] = (uint32_t)((n_rows[i] + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        if (n_pages[i] != resv->first_target[i] + resv->tables[i].n_pages) {
+            *why = "reserved pages do not cover the sequence";
+            return TDM_ERR_MISMATCH;
+        }
+        n_all += n_pages[i];
+    }
+    targets = malloc((resv->n_pages + 1) * sizeof(uint32_t));
+    pages = malloc((n_all + 1) * sizeof(void *));
+    if (targets == NULL || pages == NULL) {
+        free(targets);
+        free(pages);
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < resv->n_sources; i++) {
+        for (uint32_t j = 0; j < resv->tables[i].n_pages; j++) {
+            targets[k++] = resv->tables[i].page_ids[j];
+        }
+    }
+    status = xfer_notice_check_pages(engine_kv_pool_page(kv, 0), (uint32_t)page_bytes,
+                                     engine_kv_pool_n_pages(kv), targets, h->page_checksums,
+                                     resv->n_pages, &n_bad, &first_bad);
+    if (status != TDM_OK) {
+        *why = "a page differs from its checksum in the notice";
+        status = TDM_ERR_MISMATCH;
+    }
+    k = 0;
+    for (uint32_t i = 0; i < resv->n_sources && status == TDM_OK; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        const engine_kv_table_t *old =
+            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
+        for (uint32_t j = 0; j < n_pages[i]; j++) {
+            if (j < resv->first_target[i]) {
+                if (old == NULL || j >= old->n_pages) {
+                    *why = "the session no longer holds its history pages";
+                    status = TDM_ERR_MISMATCH;
+                    break;
+                }
+                pages[k++] = engine_kv_pool_page(kv, old->page_ids[j]);
+            } else {
+                pages[k++] =
+                    engine_kv_pool_page(kv, resv->tables[i].page_ids[j - resv->first_target[i]]);
+            }
+        }
+    }
+    if (status == TDM_OK) {
+        status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
+                                      n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
+    }
+    for (;;) {
+        if (status != TDM_OK) {
+            break;
+        }
+        status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
+        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+            break;
+        }
+        s->stats.evictions_total++;
+    }
+    if (status != TDM_OK && *why == NULL) {
+        *why = "the state record or a page failed the engine's import check";
+    }
+    free(blob);
+    free(targets);
+    free(pages);
+    return status;
+}
+
+static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    const Tandem__CompletionNotice *h = dr->handoff;
+    decode_resv_t *resv = decode_pool_find(s->pool, h->reservation_id);
+    decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
+    engine_seq_t *seq = NULL;
+    const char *why = NULL;
+    tdm_status_t status;
+    req_t *r;
+
+    if (resv == NULL || resv->state != DECODE_RESV_ACTIVE || session == NULL ||
+        strcmp(resv->session_id, dr->session_id) != 0) {
+        s->stats.handoff_failures_total++;
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
+                   "no live reservation for this handoff");
+        return;
+    }
+    status = adopt(s, session, resv, h, &seq, &why);
+    decode_pool_release(s->pool, resv); /* the writer is done: its notice arrived */
+    if (status != TDM_OK) {
+        s->stats.handoff_failures_total++;
+        tdm_log(TDM_LOG_ERROR, "sched", "handoff refused: request=%llu status=%s reason=\"%s\"",
+                (unsigned long long)dr->request_id, tdm_status_name(status), why);
+        session->busy = 0;
+        decode_sessions_drop_state(session);
+        send_error(s, dr->request_id,
+                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                              : TANDEM__ERROR_CODE__ERROR_STATE_LOST,
+                   0, why);
+        return;
+    }
+    session->busy = 0;
+    decode_sessions_drop_state(session);
+    session->seq = seq;
+    r = new_req(s, dr, session);
+    if (r == NULL) {
+        return;
+    }
+    s->stats.handoffs_total++;
+    emit(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
+}
+
+static void on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
+{
+    decode_session_t *session = decode_sessions_get(s->sessions, rp->session_id);
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    uint32_t first[NODE_MAX_SOURCES], need[NODE_MAX_SOURCES];
+    node_resv_desc_t desc;
+    decode_resv_t *resv = NULL;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
+    uint8_t *bytes = NULL;
+    size_t n_bytes = 0;
+    uint64_t H = rp->cached_len, T = rp->total_len;
+    tdm_status_t status;
+
+    if (session == NULL || session->busy) {
+        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
+                   session == NULL ? "session table full" : "session busy");
+        return;
+    }
+    if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
+        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+                   "reservation lengths out of range");
+        return;
+    }
+    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) != H) {
+        decode_sessions_drop_state(session); /* cannot cut back: start from 0 */
+    }
+    if (session->seq == NULL) {
+        H = 0;
+    }
+    session->busy = 1;
+    memset(&desc, 0, sizeof(desc));
+    desc.cached_len = H;
+    desc.total_len = T;
+    desc.n_sources = (uint32_t)s->cfg->n_kv_source_layer_ids;
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        int64_t rows_T = engine_config_n_c(s->cfg, layer, (int64_t)T - 1);
+        int64_t rows_H = engine_config_n_c(s->cfg, layer, (int64_t)H - 1);
+        uint32_t pages_T = (uint32_t)((rows_T + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        first[i] = (uint32_t)(rows_H / KERN_KV_PAGE_ROWS);
+        need[i] = pages_T - first[i];
+    }
+    for (;;) {
+        status = decode_pool_reserve(s->pool, rp->request_id, rp->session_id, H, T, first, need,
+                                     rp->timeout_ms > 0 ? rp->timeout_ms : 10000u, &resv);
+        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+            break;
+        }
+        s->stats.evictions_total++;
+    }
+    if (status != TDM_OK) {
+        session->busy = 0;
+        send_error(s, rp->request_id,
+                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                              : TANDEM__ERROR_CODE__ERROR_INTERNAL,
+                   0, "cannot reserve pages");
+        return;
+    }
+    desc.reservation_id = resv->id;
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        const engine_kv_table_t *t =
+            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
+        desc.src[i].layer = layer;
+        desc.src[i].first_target = first[i];
+        desc.src[i].n_targets = resv->tables[i].n_pages;
+        desc.src[i].targets = resv->tables[i].page_ids;
+        desc.src[i].n_history = t != NULL ? t->n_pages : 0;
+        desc.src[i].history = t != NULL ? t->page_ids : NULL;
+        for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
+            kern_kv_page_seal(engine_kv_pool_page(kv, t->page_ids[j])); /* pulled and checked */
+        }
+    }
+    status = TDM_OK;
+    if (H > 0) {
+        desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
+        desc.record = malloc(desc.n_record);
+        status = desc.record == NULL ? TDM_ERR_NO_MEMORY
+                                     : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD,
+                                                         desc.record, desc.n_record, &desc.n_record);
+    }
+    if (status == TDM_OK) {
+        status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
+    }
+    free(desc.record);
+    if (status != TDM_OK) {
+        decode_pool_release(s->pool, resv);
+        session->busy = 0;
+        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0,
+                   "cannot describe the reservation");
+        return;
+    }
+    pr.request_id = rp->request_id;
+    pr.reservation_id = resv->id;
+    pr.cached_len = H;
+    pr.n_pages = resv->n_pages;
+    pr.descriptor.data = bytes;
+    pr.descriptor.len = n_bytes;
+    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+    env.page_reservation = &pr;
+    node_link_send(s->link, &env);
+    free(bytes);
+    s->stats.reservations_total++;
+    tdm_log(TDM_LOG_DEBUG, "sched", "reserved: request=%llu reservation=%llu H=%llu T=%llu pages=%u",
+            (unsigned long long)rp->request_id, (unsigned long long)resv->id,
+            (unsigned long long)H, (unsigned long long)T, resv->n_pages);
+}
+
+/* A reservation ended without its handoff: its session becomes idle again. */
+static void release_session_of(decode_sched_t *s, const decode_resv_t *resv)
+{
+    decode_session_t *session = decode_sessions_find(s->sessions, resv->session_id);
+
+    if (session != NULL && session->busy && find_req(s, resv->request_id) == NULL) {
+        session->busy = 0;
+    }
+}
+
+static void on_lapse(void *arg, decode_resv_t *resv)
+{
+    decode_sched_t *s = arg;
+
+    s->stats.reservations_lapsed_total++;
+    release_session_of(s, resv);
+}
+
+static void on_abort(decode_sched_t *s, const Tandem__Abort *a)
+{
+    req_t *r = a->request_id != 0 ? find_req(s, a->request_id) : NULL;
+
+    if (a->reservation_id != 0) {
+        decode_resv_t *resv = decode_pool_find(s->pool, a->reservation_id);
+        if (resv != NULL && resv->state == DECODE_RESV_ACTIVE) {
+            decode_pool_fence(s->pool, resv, s->params.fence_ms);
+            release_session_of(s, resv);
+        }
+    }
+    if (r != NULL) {
+        s->stats.aborts_total++;
+        send_finish(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
+        end_req(s, r);
+    }
+}
+
+void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
+{
+    switch (env->body_case) {
+    case TANDEM__ENVELOPE__BODY_DECODE_REQUEST:
+        if (find_req(s, env->decode_request->request_id) != NULL) {
+            send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
+                       0, "request id already running");
+        } else if (env->decode_request->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE) {
+            on_remote(s, env->decode_request);
+        } else {
+            on_local(s, env->decode_request);
+        }
+        break;
+    case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
+        on_reserve(s, env->reserve_pages);
+        break;
+    case TANDEM__ENVELOPE__BODY_ABORT:
+        on_abort(s, env->abort);
+        break;
+    default:
+        tdm_log(TDM_LOG_WARN, "sched", "unexpected message: type=%s",
+                proto_type_name(env->body_case));
+        break;
+    }
+}
+
+/* ---- compute ------------------------------------------------------------------------- */
+
+static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
+{
+    tdm_log(TDM_LOG_ERROR, "sched", "request failed: request=%llu status=%s",
+            (unsigned long long)r->id, tdm_status_name(status));
+    send_error(s, r->id,
+               status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                          : TANDEM__ERROR_CODE__ERROR_INTERNAL,
+               0, tdm_status_message(status));
+    if (status != TDM_ERR_NO_PAGES) {
+        decode_sessions_drop_state(r->session);
+    }
+    end_req(s, r);
+}
+
+static void run_prefill(decode_sched_t *s, req_t *r)
+{
+    engine_seq_t *seq = r->session->seq;
+    int64_t H = engine_seq_length(seq);
+    engine_sample_t sample;
+    tdm_status_t status = TDM_OK;
+
+    if (r->canonical && H > 0) {
+        /* MODEL.md 6(d)(1): a large delta starts from rings of layers 0..c replayed at H. */
+        int64_t n = engine_seq_last_ids(seq, s->ids, s->n_ids_cap);
+        engine_seq_reset_rings(seq);
+        status = engine_fwd_replay(s->fwd, seq, s->ids, n, ENGINE_REPLAY_CANONICAL, NULL);
+    }
+    for (;;) {
+        if (status != TDM_OK) {
+            break;
+        }
+        status = engine_fwd_prefill(s->fwd, seq, r->delta, r->n_delta, ENGINE_PREFILL_DEFAULT,
+                                    s->logits, NULL);
+        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+            break;
+        }
+        s->stats.evictions_total++;
+    }
+    if (status == TDM_OK) {
+        status = engine_sampler_sample(&r->sp, s->logits, s->cfg->vocab_size,
+                                       engine_seq_length(seq), &s->arena, &sample);
+    }
+    if (status != TDM_OK) {
+        fail_req(s, r, status);
+        return;
+    }
+    s->stats.local_prefill_tokens_total += (uint64_t)r->n_delta;
+    r->n_prefilled = (uint64_t)r->n_delta;
+    free(r->delta);
+    r->delta = NULL;
+    emit(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample, (float)sample.logprob);
+}
+
+static void run_decode(decode_sched_t *s)
+{
+    engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
+    int32_t ids[ENGINE_FWD_MAX_BATCH];
+    req_t *batch[ENGINE_FWD_MAX_BATCH];
+    int n = 0;
+    tdm_status_t status;
+
+    for (req_t *r = s->reqs; r != NULL && n < (int)s->params.max_batch; r = r->next) {
+        if (r->phase == REQ_RUNNING) {
+            batch[n] = r;
+            seqs[n] = r->session->seq;
+            ids[n] = r->last_token;
+            n++;
+        }
+    }
+    if (n == 0) {
+        return;
+    }
+    for (;;) {
+        status = engine_fwd_decode(s->fwd, seqs, ids, n, s->logits);
+        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+            break;
+        }
+        s->stats.evictions_total++;
+    }
+    if (status != TDM_OK) {
+        for (int i = 0; i < n; i++) {
+            fail_req(s, batch[i], status);
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        req_t *r = batch[i];
+        const float *row = s->logits + (size_t)i * (size_t)s->cfg->vocab_size;
+        int64_t q = engine_seq_length(r->session->seq);
+        engine_sample_t sample;
+
+        status = engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
+        if (status != TDM_OK) {
+            fail_req(s, r, status);
+            continue;
+        }
+        emit(s, r, (uint64_t)q, sample.token, &sample, (float)sample.logprob);
+    }
+}
+
+static void publish(decode_sched_t *s)
+{
+    uint64_t now = tdm_clock_now_ns();
+    decode_stats_t st;
+    node_load_t load;
+
+    if (now - s->rate_t0_ns >= RATE_WINDOW_NS) {
+        s->stats.recent_tokens_per_s = (double)s->rate_tokens * NS_PER_S / (double)(now - s->rate_t0_ns);
+        s->rate_t0_ns = now;
+        s->rate_tokens = 0;
+    }
+    s->stats.running_sequences = 0;
+    s->stats.pending_prefills = 0;
+    s->stats.queued_prefill_tokens = 0;
+    for (req_t *r = s->reqs; r != NULL; r = r->next) {
+        if (r->phase == REQ_RUNNING) {
+            s->stats.running_sequences++;
+        } else {
+            s->stats.pending_prefills++;
+            s->stats.queued_prefill_tokens += (uint64_t)r->n_delta;
+        }
+    }
+    s->stats.free_pages = decode_pool_n_free(s->pool);
+    s->stats.total_pages = decode_pool_n_total(s->pool);
+    s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
+    s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
+    st = s->stats;
+    pthread_mutex_lock(&s->stats_lock);
+    s->shared = st;
+    pthread_mutex_unlock(&s->stats_lock);
+    load.queued_prefill_tokens = st.queued_prefill_tokens;
+    load.running_sequences = st.running_sequences;
+    load.free_pages = st.free_pages;
+    load.total_pages = st.total_pages;
+    load.reserved_pages = st.reserved_pages;
+    load.resident_sessions = st.resident_sessions;
+    load.recent_tokens_per_s = st.recent_tokens_per_s;
+    node_link_set_load(s->link, &load);
+}
+
+uint32_t decode_sched_step(decode_sched_t *s)
+{
+    uint64_t next_ns;
+    uint32_t wait_ms = IDLE_WAIT_MS;
+    req_t *pending = NULL;
+
+    next_ns = decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, on_lapse, s);
+    for (req_t *r = s->reqs; r != NULL; r = r->next) {
+        if (r->phase == REQ_PREFILL) {
+            pending = r; /* the oldest: the list is newest first */
+        }
+    }
+    if (pending != NULL) {
+        run_prefill(s, pending);
+    }
+    run_decode(s);
+    publish(s);
+    if (s->reqs != NULL) {
+        wait_ms = 0;
+    }
+    if (wait_ms > 0 && next_ns != UINT64_MAX && next_ns / NS_PER_MS + 1 < wait_ms) {
+        wait_ms = (uint32_t)(next_ns / NS_PER_MS) + 1;
+    }
+    return wait_ms;
+}
+
+void decode_sched_stats(decode_sched_t *s, decode_stats_t *stats_out)
+{
+    pthread_mutex_lock(&s->stats_lock);
+    *stats_out = s->shared;
+    pthread_mutex_unlock(&s->stats_lock);
+}
+
+tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engine_model_t *model,
+                                 decode_pool_t *pool, decode_sessions_t *sessions,
+                                 node_link_t *link, decode_sched_t **sched_out)
+{
+    decode_sched_t *s = calloc(1, sizeof(*s));
+    engine_fwd_params_t fp;
+    tdm_status_t status;
+
+    if (s == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    s->params = *params;
+    if (s->params.max_batch == 0 || s->params.max_batch > ENGINE_FWD_MAX_BATCH) {
+        s->params.max_batch = ENGINE_FWD_MAX_BATCH;
+    }
+    s->model = model;
+    s->cfg = engine_model_config(model);
+    s->pool = pool;
+    s->sessions = sessions;
+    s->link = link;
+    s->rate_t0_ns = tdm_clock_now_ns();
+    pthread_mutex_init(&s->stats_lock, NULL);
+    engine_fwd_params_default(model, &fp);
+    if (params->chunk_tokens > 0) {
+        fp.max_chunk_tokens = params->chunk_tokens;
+    }
+    if (params->n_threads > 0) {
+        fp.n_threads = params->n_threads;
+    }
+    if (fp.max_chunk_tokens < (int64_t)s->params.max_batch) {
+        fp.max_chunk_tokens = s->params.max_batch;
+    }
+    s->n_ids_cap = s->cfg->sliding_window + (s->cfg->engram_max_ngram_size > 0
+                                                  ? s->cfg->engram_max_ngram_size - 1
+                                                  : 0);
+    s->logits = malloc((size_t)s->params.max_batch * (size_t)s->cfg->vocab_size * sizeof(float));
+    s->ids = malloc((size_t)(s->n_ids_cap + 1) * sizeof(int32_t));
+    status = s->logits == NULL || s->ids == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    if (status == TDM_OK) {
+        status = tdm_arena_init(&s->arena, engine_sampler_scratch_bytes(s->cfg->vocab_size));
+    }
+    if (status == TDM_OK) {
+        status = engine_fwd_create(model, decode_pool_engine(pool), &fp, &s->fwd);
+    }
+    if (status != TDM_OK) {
+        decode_sched_destroy(s);
+        return status;
+    }
+    *sched_out = s;
+    return TDM_OK;
+}
+
+void decode_sched_destroy(decode_sched_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    while (s->reqs != NULL) {
+        send_finish(s, s->reqs, TANDEM__FINISH_REASON__FINISH_ABORTED);
+        end_req(s, s->reqs);
+    }
+    engine_fwd_destroy(s->fwd);
+    tdm_arena_fini(&s->arena);
+    free(s->logits);
+    free(s->ids);
+    pthread_mutex_destroy(&s->stats_lock);
+    free(s);
+}

@@ -1,0 +1,76 @@
+/* sched.h - the decode node's turns: local prefill, handoff adoption, continuous batching.
+ *
+ * Owns the requests in flight and the forward context. Handles the router's DecodeRequest
+ * (PREFILL_LOCAL: prefill the delta here, with the canonical start of MODEL.md 6(d)(1) when asked;
+ * PREFILL_REMOTE: check the pages a prefill node put into a reservation against the notice's
+ * checksums, adopt them with the state record, emit the notice's first token), ReservePages
+ * (reserve pages, describe them with the session's pages and state at H) and Abort. Each step
+ * runs at most one pending local prefill, then one engine_fwd_decode over every running sequence,
+ * samples each (MODEL.md 8, position = sequence position) and streams the tokens as TokenChunks,
+ * then Finish. Borrows the model, pool, sessions and link. Single-threaded (the compute thread);
+ * decode_sched_stats may be called from any thread.
+ */
+#ifndef TANDEM_DECODE_SCHED_H
+#define TANDEM_DECODE_SCHED_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "decode-node/node_link.h"
+#include "decode-node/pool.h"
+#include "decode-node/sessions.h"
+#include "engine/model.h"
+
+typedef struct {
+    uint32_t fence_ms;         /* pages of an aborted or lapsed reservation wait this long */
+    uint32_t max_batch;        /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
+    uint32_t chunk_tokens;     /* prefill chunk (engine max_chunk_tokens) */
+    int n_threads;             /* kernel threads */
+} decode_sched_params_t;
+
+/* Counters and gauges for /metrics and heartbeats (plain data snapshot). */
+typedef struct {
+    uint64_t requests_total;
+    uint64_t generated_tokens_total;
+    uint64_t local_prefill_tokens_total;
+    uint64_t handoffs_total;
+    uint64_t handoff_failures_total;
+    uint64_t reservations_total;
+    uint64_t reservations_lapsed_total;
+    uint64_t aborts_total;
+    uint64_t state_lost_total;
+    uint64_t evictions_total;
+    uint32_t running_sequences;
+    uint32_t pending_prefills;
+    uint64_t queued_prefill_tokens;
+    uint32_t free_pages;
+    uint32_t total_pages;
+    uint32_t reserved_pages;
+    uint32_t resident_sessions;
+    double recent_tokens_per_s;
+} decode_stats_t;
+
+typedef struct decode_sched decode_sched_t;
+
+/* decode_sched_create - borrows everything; returns TDM_OK, TDM_ERR_NO_MEMORY or the engine's
+ * status. */
+tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engine_model_t *model,
+                                 decode_pool_t *pool, decode_sessions_t *sessions,
+                                 node_link_t *link, decode_sched_t **sched_out);
+
+/* decode_sched_destroy - abort what runs (Finish ABORTED) and free. Accepts NULL. */
+void decode_sched_destroy(decode_sched_t *sched);
+
+/* decode_sched_on_message - handle one message from the router (borrowed). */
+void decode_sched_on_message(decode_sched_t *sched, const Tandem__Envelope *env);
+
+/*
+ * decode_sched_step - expire reservations, run one pending prefill and one decode step. Returns
+ * the longest the caller may wait for messages before calling again, ms (0: work is ready).
+ */
+uint32_t decode_sched_step(decode_sched_t *sched);
+
+/* decode_sched_stats - a consistent snapshot of the counters (thread-safe). */
+void decode_sched_stats(decode_sched_t *sched, decode_stats_t *stats_out);
+
+#endif

@@ -1,0 +1,138 @@
+/* sessions.c - resident sessions of the decode node (sessions.h). */
+#include "decode-node/sessions.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+struct decode_sessions {
+    decode_session_t **items;
+    uint32_t n;
+    uint32_t cap;
+};
+
+tdm_status_t decode_sessions_create(uint32_t max_sessions, decode_sessions_t **sessions_out)
+{
+    decode_sessions_t *t = calloc(1, sizeof(*t));
+
+    if (t == NULL || max_sessions == 0) {
+        free(t);
+        return t == NULL ? TDM_ERR_NO_MEMORY : TDM_ERR_INVALID_ARG;
+    }
+    t->items = calloc(max_sessions, sizeof(*t->items));
+    if (t->items == NULL) {
+        free(t);
+        return TDM_ERR_NO_MEMORY;
+    }
+    t->cap = max_sessions;
+    *sessions_out = t;
+    return TDM_OK;
+}
+
+void decode_sessions_destroy(decode_sessions_t *sessions)
+{
+    if (sessions == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        engine_seq_destroy(sessions->items[i]->seq);
+        free(sessions->items[i]);
+    }
+    free(sessions->items);
+    free(sessions);
+}
+
+decode_session_t *decode_sessions_find(decode_sessions_t *sessions, const char *id)
+{
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        if (strcmp(sessions->items[i]->id, id) == 0) {
+            return sessions->items[i];
+        }
+    }
+    return NULL;
+}
+
+/* Index of the least recently used idle session (with state when want_state), or -1. */
+static int lru_idle(const decode_sessions_t *sessions, int want_state)
+{
+    int best = -1;
+
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        const decode_session_t *s = sessions->items[i];
+        if (s->busy || (want_state && s->seq == NULL)) {
+            continue;
+        }
+        if (best < 0 || s->last_used_ns < sessions->items[best]->last_used_ns) {
+            best = (int)i;
+        }
+    }
+    return best;
+}
+
+decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *id)
+{
+    decode_session_t *s = decode_sessions_find(sessions, id);
+
+    if (s != NULL) {
+        return s;
+    }
+    if (sessions->n == sessions->cap) {
+        int victim = lru_idle(sessions, 0);
+        if (victim < 0) {
+            return NULL;
+        }
+        decode_sessions_remove(sessions, sessions->items[victim]);
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return NULL;
+    }
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    s->last_used_ns = tdm_clock_now_ns();
+    sessions->items[sessions->n++] = s;
+    return s;
+}
+
+void decode_sessions_drop_state(decode_session_t *session)
+{
+    engine_seq_destroy(session->seq);
+    session->seq = NULL;
+}
+
+void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *session)
+{
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        if (sessions->items[i] == session) {
+            sessions->items[i] = sessions->items[--sessions->n];
+            engine_seq_destroy(session->seq);
+            free(session);
+            return;
+        }
+    }
+}
+
+int decode_sessions_evict_lru(decode_sessions_t *sessions)
+{
+    int victim = lru_idle(sessions, 1);
+
+    if (victim < 0) {
+        return 0;
+    }
+    tdm_log(TDM_LOG_INFO, "sessions", "idle session evicted under page pressure: session=%s",
+            sessions->items[victim]->id);
+    decode_sessions_drop_state(sessions->items[victim]);
+    return 1;
+}
+
+uint32_t decode_sessions_n_resident(const decode_sessions_t *sessions)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        n += sessions->items[i]->seq != NULL;
+    }
+    return n;
+}

@@ -1,0 +1,53 @@
+/* sessions.h - the sessions resident on a decode node.
+ *
+ * Owns each session's engine sequence (its rings, pending halves, ids and the block tables that
+ * own its pages) and its bookkeeping: busy (a turn or a reservation uses it) and last use, for
+ * least-recently-used eviction of idle sessions under page pressure (the router rebuilds an
+ * evicted session from its token history: the next turn gets ERROR_STATE_LOST). Knows nothing of
+ * requests or the network.
+ */
+#ifndef TANDEM_DECODE_SESSIONS_H
+#define TANDEM_DECODE_SESSIONS_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/seq_state.h"
+
+/* One session (owned by the table). seq NULL: known but holding no state. */
+typedef struct {
+    char id[129];
+    engine_seq_t *seq;
+    int busy;
+    uint64_t last_used_ns;
+} decode_session_t;
+
+typedef struct decode_sessions decode_sessions_t;
+
+/* decode_sessions_create - an empty table of at most max_sessions. */
+tdm_status_t decode_sessions_create(uint32_t max_sessions, decode_sessions_t **sessions_out);
+
+/* decode_sessions_destroy - destroy every sequence (pages back to the pool). Accepts NULL. */
+void decode_sessions_destroy(decode_sessions_t *sessions);
+
+/* decode_sessions_find - the session `id`, or NULL. */
+decode_session_t *decode_sessions_find(decode_sessions_t *sessions, const char *id);
+
+/* decode_sessions_get - the session `id`, created empty when absent (evicting the least recently
+ * used idle one when the table is full). Returns NULL when full of busy sessions or no memory. */
+decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *id);
+
+/* decode_sessions_drop_state - destroy the session's sequence (pages back), keep the entry. */
+void decode_sessions_drop_state(decode_session_t *session);
+
+/* decode_sessions_remove - destroy the session and its entry. */
+void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *session);
+
+/* decode_sessions_evict_lru - drop the state of the least recently used idle session holding
+ * pages. Returns 1 when one was evicted, 0 when none could be. */
+int decode_sessions_evict_lru(decode_sessions_t *sessions);
+
+/* decode_sessions_n_resident - sessions holding a sequence. */
+uint32_t decode_sessions_n_resident(const decode_sessions_t *sessions);
+
+#endif
