@@ -13,10 +13,18 @@ struct engine_kv_pool {
     uint32_t n_free;
     uint32_t *free_ids; /* stack of free page ids, [n_free] valid */
     unsigned char *pages; /* n_pages * page_bytes */
+    int external;         /* pages are the caller's memory (engine_kv_pool_create_in) */
 };
 
 tdm_status_t engine_kv_pool_create(const engine_config_t *cfg, uint64_t fingerprint,
                                    uint32_t n_pages, engine_kv_pool_t **pool_out)
+{
+    return engine_kv_pool_create_in(cfg, fingerprint, n_pages, NULL, pool_out);
+}
+
+tdm_status_t engine_kv_pool_create_in(const engine_config_t *cfg, uint64_t fingerprint,
+                                      uint32_t n_pages, void *pages_mem,
+                                      engine_kv_pool_t **pool_out)
 {
     engine_kv_pool_t *pool;
     tdm_status_t st;
@@ -37,7 +45,8 @@ tdm_status_t engine_kv_pool_create(const engine_config_t *cfg, uint64_t fingerpr
     pool->fingerprint = fingerprint;
     pool->n_pages = n_pages;
     pool->free_ids = malloc((size_t)n_pages * sizeof(uint32_t));
-    pool->pages = malloc((size_t)n_pages * pool->layout.page_bytes);
+    pool->external = pages_mem != NULL;
+    pool->pages = pages_mem != NULL ? pages_mem : malloc((size_t)n_pages * pool->layout.page_bytes);
     if (pool->free_ids == NULL || pool->pages == NULL) {
         engine_kv_pool_destroy(pool);
         return TDM_ERR_NO_MEMORY;
@@ -56,7 +65,9 @@ void engine_kv_pool_destroy(engine_kv_pool_t *pool)
         return;
     }
     free(pool->free_ids);
-    free(pool->pages);
+    if (!pool->external) {
+        free(pool->pages);
+    }
     free(pool);
 }
 

@@ -49,6 +49,16 @@ typedef struct {
 tdm_status_t engine_kv_pool_create(const engine_config_t *cfg, uint64_t fingerprint,
                                    uint32_t n_pages, engine_kv_pool_t **pool_out);
 
+/*
+ * engine_kv_pool_create_in - as engine_kv_pool_create, but the pages live in caller memory
+ * `pages_mem` of n_pages * page bytes (kern_kv_page_layout of cfg), e.g. memory registered for
+ * remote access (transfer/pool.h). Borrows pages_mem: it must outlive the pool, which never frees
+ * it. Same returns, plus TDM_ERR_INVALID_ARG for pages_mem NULL.
+ */
+tdm_status_t engine_kv_pool_create_in(const engine_config_t *cfg, uint64_t fingerprint,
+                                      uint32_t n_pages, void *pages_mem,
+                                      engine_kv_pool_t **pool_out);
+
 /* engine_kv_pool_destroy - free the pool and all its pages; accepts NULL. Tables still holding
  * pages must not be used afterwards. */
 void engine_kv_pool_destroy(engine_kv_pool_t *pool);
