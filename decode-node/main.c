@@ -42,6 +42,7 @@ typedef struct {
     uint32_t fence_ms;
     uint32_t register_timeout_ms;
     const char *transports;
+    const char *ucx_protocols;
     const char *log_level;
 } decode_cfg_t;
 
@@ -69,6 +70,9 @@ static const tdm_flag_t decode_flags[] = {
      "how long to wait for the router's RegisterAck", 100, 600000, 0},
     {"transports", TDM_FLAG_STRING, NULL, offsetof(decode_cfg_t, transports),
      "UCX transports (UCX_TLS syntax; default: UCX's choice)", 0, 0, 0},
+    {"ucx-protocols", TDM_FLAG_STRING, "v1", offsetof(decode_cfg_t, ucx_protocols),
+     "UCX protocol generation: v1, or v2 (UCX 1.13.1's v2 put lost every page in our loopback "
+     "tests)", 0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(decode_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -194,6 +198,9 @@ static int setup(decode_node_t *n)
     xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
     xp.transports = n->cfg.transports;
+    if (strcmp(n->cfg.ucx_protocols, "v2") != 0) {
+        xp.flags |= XFER_CONTEXT_PROTO_V1;
+    }
     status = xfer_context_create(&xp, &n->xfer);
     if (status == TDM_OK) {
         status = decode_pool_create(n->model, n->cfg.pages, n->xfer, &n->pool);

@@ -334,6 +334,8 @@ static tdm_status_t adopt(decode_sched_t *s, decode_session_t *session, decode_r
                                      engine_kv_pool_n_pages(kv), targets, h->page_checksums,
                                      resv->n_pages, &n_bad, &first_bad);
     if (status != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "sched", "handoff page check failed: status=%s bad=%u first=%u of=%u",
+                tdm_status_name(status), n_bad, first_bad, resv->n_pages);
         *why = "a page differs from its checksum in the notice";
         status = TDM_ERR_MISMATCH;
     }

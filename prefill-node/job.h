@@ -1,0 +1,61 @@
+/* job.h - one prefill job of a prefill node, start to finish (docs/PROTOCOL.md 3b).
+ *
+ * For a delta [H, T) of a session held by a decode node: pulls the session's pages below H from
+ * the decode node (one UCX get batch into local pages), imports them with the state record at H
+ * from the reservation descriptor (engine_seq_import checks identity, fingerprint and checksum of
+ * every page), replays the rings of layers 0..c at H (MODEL.md 6(d)(1), canonical start), runs
+ * the CED prefill of the delta (engine_fwd_prefill, chunked inside the engine), samples the first
+ * token at position T (MODEL.md 8), puts the pages holding rows n_c(H) .. into the reserved pages
+ * (one UCX put batch, flushed), and builds the CompletionNotice: page checksums in reservation
+ * order, first token, its log-probability, the state record at T and its checksum.
+ * Borrows the model, the engine pool and the transfer context; owns the job's sequence until it
+ * returns. Single-threaded (the node's compute thread).
+ */
+#ifndef TANDEM_PREFILL_JOB_H
+#define TANDEM_PREFILL_JOB_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "proto/proto.h"
+#include "transfer/context.h"
+#include "transfer/pool.h"
+
+/* What a job needs from the node (borrowed). */
+typedef struct {
+    const engine_model_t *model;
+    engine_kv_pool_t *kv;   /* pages lie in xpool's memory: page i is xfer page i */
+    xfer_context_t *xfer;
+    xfer_pool_t *xpool;
+    engine_fwd_t *fwd;
+    /* Called between phases; returns nonzero when the job was aborted (stop, put nothing). */
+    int (*aborted)(void *arg, uint64_t request_id);
+    void *aborted_arg;
+} prefill_job_env_t;
+
+/* What a job did (plain data, for metrics). */
+typedef struct {
+    uint64_t n_prefilled;  /* delta tokens */
+    uint32_t n_pulled;     /* pages got from the decode node */
+    uint32_t n_put;        /* pages put into the reservation */
+    uint64_t pull_ns, compute_ns, put_ns;
+} prefill_job_report_t;
+
+/*
+ * prefill_job_run - run `job` (borrowed). On TDM_OK, *notice_out is filled: its arrays
+ * (page_checksums, state_record.data) are malloc'ed; free them with prefill_job_notice_fini.
+ * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing put after the abort was seen);
+ * TDM_ERR_FORMAT / TDM_ERR_MISMATCH (descriptor or pages do not check: err says which);
+ * TDM_ERR_PEER_LOST (the decode node vanished); TDM_ERR_NO_PAGES (local pool too small);
+ * TDM_ERR_INTERNAL. err: err_bytes, may be 0.
+ */
+tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
+                             Tandem__CompletionNotice *notice_out, prefill_job_report_t *report_out,
+                             char *err, size_t err_bytes);
+
+/* prefill_job_notice_fini - free what prefill_job_run allocated in a notice. */
+void prefill_job_notice_fini(Tandem__CompletionNotice *notice);
+
+#endif
