@@ -1,0 +1,374 @@
+/* tandem - the local-cluster launcher: `tandem local --model DIR --prefill N --decode M
+ * [--http HOST:PORT]` starts a router, N prefill nodes and M decode nodes on loopback (the
+ * executables next to this one), waits until each answers /health with 200 within a deadline,
+ * prints the endpoint and one "started:" line per process (role, pid, /health address), and on
+ * SIGINT or SIGTERM stops them all (SIGTERM by PID, then SIGKILL after a grace period) and reaps
+ * them. A worker that exits while starting (exit 3: the router refused its registration, e.g. a
+ * model fingerprint mismatch) stops the launch with its reason. Owns only child processes.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/flags.h"
+
+#define LAUNCH_MAX_PROCS 65
+#define LAUNCH_ARG_BYTES 256
+#define LAUNCH_POLL_MS 50
+#define LAUNCH_GRACE_MS 5000
+#define LAUNCH_EXIT_REFUSED 3
+#define NS_PER_MS 1000000ull
+
+typedef struct {
+    const char *model_dir;
+    uint32_t n_prefill;
+    uint32_t n_decode;
+    const char *http;
+    uint32_t local_prefill_tokens;
+    uint32_t threads;
+    uint32_t pages;
+    uint32_t health_timeout_ms;
+    const char *worker_model_dir;
+    const char *log_level;
+} launch_cfg_t;
+
+static const tdm_flag_t launch_flags[] = {
+    {"model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, model_dir), "model directory", 0, 0, 1},
+    {"prefill", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_prefill), "prefill nodes", 0, 32, 0},
+    {"decode", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_decode), "decode nodes", 1, 32, 0},
+    {"http", TDM_FLAG_STRING, "127.0.0.1:8000", offsetof(launch_cfg_t, http),
+     "HOST:PORT of the OpenAI API (port 0: any free port)", 0, 0, 0},
+    {"local-prefill-tokens", TDM_FLAG_U32, "512", offsetof(launch_cfg_t, local_prefill_tokens),
+     "router: deltas shorter than this prefill on the decode node", 1, 4294967295.0, 0},
+    {"threads", TDM_FLAG_U32, "0", offsetof(launch_cfg_t, threads),
+     "kernel threads per worker (0: every online CPU)", 0, 1024, 0},
+    {"pages", TDM_FLAG_U32, "4096", offsetof(launch_cfg_t, pages), "KV pages per worker", 16,
+     16777216, 0},
+    {"health-timeout-ms", TDM_FLAG_U32, "120000", offsetof(launch_cfg_t, health_timeout_ms),
+     "deadline for every process to answer /health", 100, 3600000, 0},
+    {"worker-model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, worker_model_dir),
+     "model directory the workers load (default --model; tests use it to provoke a refusal)", 0,
+     0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(launch_cfg_t, log_level),
+     "log level of every process", 0, 0, 0},
+};
+
+typedef struct {
+    const char *role;
+    pid_t pid;
+    uint16_t http_port;
+    int exited;
+    int status;
+} proc_t;
+
+typedef struct {
+    proc_t procs[LAUNCH_MAX_PROCS];
+    int n_procs;
+    char bin_dir[PATH_MAX];
+} launch_t;
+
+/* A free loopback TCP port (bound and released; loopback races are the caller's risk). */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t n = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    uint16_t port = 0;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &n) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
+}
+
+/* HTTP status of GET /health on 127.0.0.1:port, or -1 when nothing answers. */
+static int health_status(uint16_t port)
+{
+    struct sockaddr_in a;
+    char buf[256];
+    static const char req[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int status = -1;
+    ssize_t n;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1)) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (n > 12) {
+            buf[n] = '\0';
+            status = atoi(buf + 9);
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return status;
+}
+
+static int spawn(launch_t *l, const char *role, const char *exe, char *const *argv,
+                 uint16_t http_port)
+{
+    char path[PATH_MAX + 64];
+    pid_t pid;
+
+    snprintf(path, sizeof(path), "%s/%s", l->bin_dir, exe);
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "tandem local: fork failed: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execv(path, argv);
+        fprintf(stderr, "tandem local: cannot run %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    l->procs[l->n_procs].role = role;
+    l->procs[l->n_procs].pid = pid;
+    l->procs[l->n_procs].http_port = http_port;
+    l->n_procs++;
+    printf("started: role=%s pid=%d health=127.0.0.1:%u\n", role, (int)pid, (unsigned)http_port);
+    fflush(stdout);
+    return 0;
+}
+
+/* Reap exited children; report the first that died unexpectedly. Returns its index or -1. */
+static int reap(launch_t *l)
+{
+    int died = -1;
+
+    for (int i = 0; i < l->n_procs; i++) {
+        proc_t *p = &l->procs[i];
+        if (!p->exited && waitpid(p->pid, &p->status, WNOHANG) == p->pid) {
+            p->exited = 1;
+            if (died < 0) {
+                died = i;
+            }
+        }
+    }
+    return died;
+}
+
+static void describe_exit(const proc_t *p)
+{
+    if (WIFEXITED(p->status) && WEXITSTATUS(p->status) == LAUNCH_EXIT_REFUSED) {
+        fprintf(stderr,
+                "tandem local: %s (pid %d) was refused at registration (see its log line "
+                "above: model fingerprint, page format, KV formats or max context mismatch)\n",
+                p->role, (int)p->pid);
+    } else if (WIFEXITED(p->status)) {
+        fprintf(stderr, "tandem local: %s (pid %d) exited with status %d\n", p->role,
+                (int)p->pid, WEXITSTATUS(p->status));
+    } else if (WIFSIGNALED(p->status)) {
+        fprintf(stderr, "tandem local: %s (pid %d) was killed by signal %d\n", p->role,
+                (int)p->pid, WTERMSIG(p->status));
+    }
+}
+
+/* Wait until process i answers /health 200. Returns 0, or -1 (deadline, a child died). */
+static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
+{
+    while (tdm_clock_now_ns() < deadline_ns) {
+        struct timespec ts = {0, LAUNCH_POLL_MS * 1000000L};
+        int died = reap(l);
+
+        if (died >= 0) {
+            describe_exit(&l->procs[died]);
+            return -1;
+        }
+        if (health_status(l->procs[i].http_port) == 200) {
+            return 0;
+        }
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "tandem local: %s (pid %d) not healthy before the deadline\n",
+            l->procs[i].role, (int)l->procs[i].pid);
+    return -1;
+}
+
+/* Stop every child: SIGTERM newest first, then SIGKILL after the grace period; reap all. */
+static void stop_all(launch_t *l)
+{
+    uint64_t deadline;
+
+    for (int i = l->n_procs - 1; i >= 0; i--) {
+        if (!l->procs[i].exited) {
+            kill(l->procs[i].pid, SIGTERM);
+        }
+    }
+    deadline = tdm_clock_now_ns() + LAUNCH_GRACE_MS * NS_PER_MS;
+    for (;;) {
+        int alive = 0;
+        struct timespec ts = {0, 20 * 1000000L};
+
+        reap(l);
+        for (int i = 0; i < l->n_procs; i++) {
+            alive += !l->procs[i].exited;
+        }
+        if (alive == 0) {
+            break;
+        }
+        if (tdm_clock_now_ns() >= deadline) {
+            for (int i = 0; i < l->n_procs; i++) {
+                if (!l->procs[i].exited) {
+                    kill(l->procs[i].pid, SIGKILL);
+                    waitpid(l->procs[i].pid, &l->procs[i].status, 0);
+                    l->procs[i].exited = 1;
+                }
+            }
+            break;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
+                         const char *http_host)
+{
+    char control[LAUNCH_ARG_BYTES], http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32];
+    char whttp[LAUNCH_ARG_BYTES];
+    uint16_t control_port = free_port();
+    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * NS_PER_MS;
+    const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
+
+    snprintf(control, sizeof(control), "tcp://127.0.0.1:%u", (unsigned)control_port);
+    snprintf(http, sizeof(http), "%s:%u", http_host, (unsigned)http_port);
+    snprintf(lpt, sizeof(lpt), "%u", c->local_prefill_tokens);
+    snprintf(threads, sizeof(threads), "%u", c->threads);
+    snprintf(pages, sizeof(pages), "%u", c->pages);
+    {
+        char *argv[] = {"tandem-router", "--model", (char *)c->model_dir, "--http", http,
+                        "--control", control, "--local-prefill-tokens", lpt, "--log-level",
+                        (char *)c->log_level, NULL};
+        if (spawn(l, "router", "tandem-router", argv, http_port) != 0) {
+            return -1;
+        }
+    }
+    /* The router answers /health (503 until a decode node registers) once it listens. */
+    while (health_status(http_port) < 0) {
+        struct timespec ts = {0, LAUNCH_POLL_MS * 1000000L};
+        if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
+            describe_exit(&l->procs[0]);
+            return -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    for (uint32_t i = 0; i < c->n_decode + c->n_prefill; i++) {
+        int is_decode = i < c->n_decode;
+        uint16_t port = free_port();
+        char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill", "--model", (char *)wmodel,
+                        "--router", control, "--http", whttp, "--threads", threads, "--pages",
+                        pages, "--log-level", (char *)c->log_level, NULL};
+        snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
+        if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
+            await_healthy(l, l->n_procs - 1, deadline) != 0) {
+            return -1;
+        }
+    }
+    return await_healthy(l, 0, deadline);
+}
+
+int main(int argc, char **argv)
+{
+    static const char summary[] =
+        "tandem local: run a router, prefill and decode nodes on loopback until SIGINT/SIGTERM";
+    launch_t l;
+    launch_cfg_t cfg;
+    tdm_flags_action_t action;
+    char host[LAUNCH_ARG_BYTES];
+    const char *colon;
+    uint16_t port;
+    sigset_t signals;
+    int sig = 0;
+    ssize_t n;
+    int rc = 0;
+
+    memset(&l, 0, sizeof(l));
+    memset(&cfg, 0, sizeof(cfg));
+    if (argc < 2 || strcmp(argv[1], "local") != 0) {
+        fprintf(stderr, "usage: tandem local --model DIR --prefill N --decode M [--http HOST:PORT]"
+                        " (tandem local --help)\n");
+        return 2;
+    }
+    if (tdm_flags_parse(launch_flags, sizeof(launch_flags) / sizeof(launch_flags[0]), argc - 1,
+                        argv + 1, "tandem local", summary, &cfg, NULL, NULL, &action) != TDM_OK) {
+        return 2;
+    }
+    if (action == TDM_FLAGS_HELP) {
+        return 0;
+    }
+    colon = strrchr(cfg.http, ':');
+    if (colon == NULL || (size_t)(colon - cfg.http) >= sizeof(host) || colon == cfg.http) {
+        fprintf(stderr, "tandem local: --http=%s is invalid: expected HOST:PORT\n", cfg.http);
+        return 2;
+    }
+    memcpy(host, cfg.http, (size_t)(colon - cfg.http));
+    host[colon - cfg.http] = '\0';
+    port = (uint16_t)atoi(colon + 1);
+    if (port == 0) {
+        port = free_port();
+    }
+    n = readlink("/proc/self/exe", l.bin_dir, sizeof(l.bin_dir) - 1);
+    if (n <= 0) {
+        fprintf(stderr, "tandem local: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    l.bin_dir[n] = '\0';
+    *strrchr(l.bin_dir, '/') = '\0';
+
+    /* Signals arrive synchronously here; children unblock them after fork. */
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &signals, NULL);
+    if (start_cluster(&l, &cfg, port, host) != 0) {
+        stop_all(&l);
+        return 1;
+    }
+    printf("ready: http://%s:%u/v1 prefill=%u decode=%u\n", host, (unsigned)port, cfg.n_prefill,
+           cfg.n_decode);
+    fflush(stdout);
+    for (;;) {
+        int died;
+        sigwait(&signals, &sig);
+        if (sig != SIGCHLD) {
+            break;
+        }
+        died = reap(&l);
+        if (died >= 0) {
+            describe_exit(&l.procs[died]); /* keep serving: the router handles lost workers */
+            if (died == 0) {
+                rc = 1;
+                break;
+            }
+        }
+    }
+    fprintf(stderr, "tandem local: stopping (signal %d)\n", sig);
+    stop_all(&l);
+    return rc;
+}
