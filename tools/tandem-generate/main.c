@@ -5,7 +5,7 @@
  *   tandem-generate --model DIR (--prompt TEXT | --chat FILE.json | --prompt-ids 1,2,3)
  *                   --max-tokens N [--temperature X --top-p X --top-k N --min-p X --seed N]
  *                   [--schedule oracle|ced] [--dump-logits FILE] [--dump-layers DIR]
- *                   [--threads N]
+ *                   [--threads N] [--output text|ids] [--ignore-eos] [--thinking]
  *
  * Schedules (MODEL.md 6): "oracle" runs the whole prompt through every layer with window floor 0
  * (engine_fwd_prefill with ENGINE_PREFILL_TAIL_FROM_H, which is how engine_fwd_oracle computes,
@@ -19,6 +19,8 @@
  * one row per generated token (the logits computed when that token is fed at its position; the
  * last generated token is fed once more, untimed, for its row). --dump-layers writes the layer
  * directory of gen_dump.h for the same positions, with the ids of the whole fed sequence.
+ * Without tokenizer.json in the model directory (or with --output ids) the generated token ids
+ * are printed instead of text.
  * Exit status: 0 done, 1 runtime failure, 2 bad flags or prompt.
  */
 #include <stddef.h>
@@ -67,6 +69,7 @@ typedef struct {
     const char *schedule;
     const char *dump_logits;
     const char *dump_layers;
+    const char *output;
     uint32_t threads;
     uint32_t chunk_tokens;
     int ignore_eos;
@@ -100,6 +103,8 @@ static const tdm_flag_t gen_flags[] = {
      "write the logits as TDLOGIT1 (MODEL.md 12.10)", 0, 0, 0},
     {"dump-layers", TDM_FLAG_PATH, NULL, offsetof(gen_cfg_t, dump_layers),
      "write per-layer dumps and manifest.json into this directory (MODEL.md 12.10)", 0, 0, 0},
+    {"output", TDM_FLAG_STRING, "text", offsetof(gen_cfg_t, output),
+     "what streams to stdout: text (UTF-8 safe) or ids (space-separated token ids)", 0, 0, 0},
     {"threads", TDM_FLAG_U32, "0", offsetof(gen_cfg_t, threads),
      "kernel threads; 0 = every online CPU", 0, 1024, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(gen_cfg_t, chunk_tokens),
@@ -117,7 +122,8 @@ static const tdm_flag_t gen_flags[] = {
 /* Everything one run holds; made in main(), released by gen_state_fini(). */
 typedef struct {
     gen_cfg_t flags;
-    int oracle; /* 1: --schedule oracle */
+    int oracle;     /* 1: --schedule oracle */
+    int output_ids; /* 1: --output ids */
     engine_config_t *cfg;
     engine_tokenizer_t *tok;
     engine_detok_t *detok;
@@ -189,6 +195,11 @@ static int check_flags(gen_state_t *g)
         g->oracle = 1;
     } else if (strcmp(f->schedule, "ced") != 0) {
         return usage_error("--schedule=%s: expected oracle or ced", f->schedule);
+    }
+    if (strcmp(f->output, "ids") == 0) {
+        g->output_ids = 1;
+    } else if (strcmp(f->output, "text") != 0) {
+        return usage_error("--output=%s: expected text or ids", f->output);
     }
     if (n_sources != 1) {
         return usage_error("%s", "give exactly one of --prompt, --chat and --prompt-ids");
@@ -431,7 +442,7 @@ static tdm_status_t emit(gen_state_t *g, int32_t token)
     size_t n = 0;
     tdm_status_t status;
 
-    if (g->detok == NULL) {
+    if (g->output_ids || g->detok == NULL) {
         printf("%s%d", g->printed_text ? " " : "", token);
         g->printed_text = 1;
         fflush(stdout);
@@ -455,7 +466,8 @@ static void emit_flush(gen_state_t *g)
         return;
     }
     g->flushed = 1;
-    if (g->detok != NULL && engine_detok_flush(g->detok, &text, &n) == TDM_OK && n > 0) {
+    if (!g->output_ids && g->detok != NULL && engine_detok_flush(g->detok, &text, &n) == TDM_OK &&
+        n > 0) {
         fwrite(text, 1, n, stdout);
         g->printed_text = 1;
     }
