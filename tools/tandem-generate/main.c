@@ -259,6 +259,7 @@ static int build_prompt(gen_state_t *g)
     int32_t *ids = NULL;
     int64_t n = 0;
     int64_t limit;
+    int dumping;
     tdm_status_t status;
 
     if (f->prompt_ids != NULL) {
@@ -295,13 +296,16 @@ static int build_prompt(gen_state_t *g)
             return GEN_EXIT_USAGE;
         }
     }
+    /* every token's position (the last generated one fed too when dumping) below the limit */
     limit = c->max_position_embeddings < ENGINE_SAMPLER_MAX_POSITION ? c->max_position_embeddings
                                                                      : ENGINE_SAMPLER_MAX_POSITION;
-    if (n + (int64_t)f->max_tokens + 1 > limit) {
+    dumping = f->dump_logits != NULL || f->dump_layers != NULL;
+    if (n + (int64_t)f->max_tokens + dumping > limit) {
         fprintf(stderr,
-                GEN_PROGRAM ": prompt of %lld tokens plus --max-tokens=%llu exceeds the "
+                GEN_PROGRAM ": prompt of %lld tokens plus --max-tokens=%llu%s exceeds the "
                             "context limit of %lld tokens\n",
-                (long long)n, (unsigned long long)f->max_tokens, (long long)limit - 1);
+                (long long)n, (unsigned long long)f->max_tokens,
+                dumping ? " (plus one fed for the dumps)" : "", (long long)limit);
         free(ids);
         return GEN_EXIT_USAGE;
     }
