@@ -115,7 +115,7 @@ static inline void ftu_dump_cb(void *user, const engine_dump_layer_t *rec)
 
 static inline int ftu_write_file(const char *dir, const char *name, const void *data, size_t n)
 {
-    char path[FTU_PATH_BYTES + 64];
+    char path[FTU_PATH_BYTES * 2 + 128];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     if (f == NULL) {
