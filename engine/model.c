@@ -13,11 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #define NAME_BYTES 160
 #define FINGERPRINT_DATA_BYTES (1u << 20) /* = PROTO_FINGERPRINT_DATA_BYTES */
 #define FINGERPRINT_MAX_FILES 4096
+#define FINGERPRINT_READ_BYTES (1u << 16) /* = proto_hash.c HASH_READ_BYTES */
 #define PATH_BYTES 4096
 
 void engine_model_params_default(engine_model_params_t *params)
@@ -432,41 +432,70 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Chain XXH3 over up to max_bytes of `path` from `offset`; 0 bytes when absent (optional). */
-static tdm_status_t hash_file_part(const char *path, uint64_t offset, uint64_t max_bytes,
-                                   int optional, uint64_t *h)
+/* Chain XXH3 over up to max_bytes of an open file from its offset: one seeded step per
+ * FINGERPRINT_READ_BYTES read (the chunking is part of the definition, as in proto_hash.c). */
+static tdm_status_t chain_stream(FILE *f, uint64_t max_bytes, uint64_t *h)
+{
+    unsigned char *buf = malloc(FINGERPRINT_READ_BYTES);
+    uint64_t total = 0;
+
+    if (buf == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    while (total < max_bytes) {
+        size_t want = max_bytes - total < FINGERPRINT_READ_BYTES ? (size_t)(max_bytes - total)
+                                                                 : FINGERPRINT_READ_BYTES;
+        size_t got = fread(buf, 1, want, f);
+        if (got > 0) {
+            *h = tdm_hash_xxh3_64_seeded(buf, got, *h);
+            total += got;
+        }
+        if (got < want) {
+            break;
+        }
+    }
+    free(buf);
+    return ferror(f) ? TDM_ERR_IO : TDM_OK;
+}
+
+/* Chain a whole file; 0 bytes when absent and optional. */
+static tdm_status_t hash_file(const char *path, int optional, uint64_t *h)
 {
     FILE *f = fopen(path, "rb");
-    XXH3_state_t *state;
-    unsigned char buf[65536];
-    uint64_t left = max_bytes;
-
+    tdm_status_t st;
     if (f == NULL) {
         return optional ? TDM_OK : TDM_ERR_NOT_FOUND;
     }
-    if (fseek(f, (long)offset, SEEK_SET) != 0) {
-        fclose(f);
+    st = chain_stream(f, UINT64_MAX, h);
+    fclose(f);
+    return st;
+}
+
+/* Chain a shard: its 8-byte header length, its header, the first 1 MiB of its data. */
+static tdm_status_t hash_shard(const char *path, uint64_t *h)
+{
+    unsigned char len_bytes[8];
+    uint64_t header_len = 0;
+    tdm_status_t st;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL) {
         return TDM_ERR_IO;
     }
-    state = XXH3_createState();
-    if (state == NULL) {
+    if (fread(len_bytes, 1, 8, f) != 8) {
         fclose(f);
-        return TDM_ERR_NO_MEMORY;
+        return TDM_ERR_FORMAT;
     }
-    XXH3_64bits_reset_withSeed(state, *h);
-    while (left > 0) {
-        size_t want = left < sizeof(buf) ? (size_t)left : sizeof(buf);
-        size_t got = fread(buf, 1, want, f);
-        if (got == 0) {
-            break;
-        }
-        XXH3_64bits_update(state, buf, got);
-        left -= got;
+    for (int b = 7; b >= 0; b--) {
+        header_len = (header_len << 8) | len_bytes[b];
     }
-    *h = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
+    *h = tdm_hash_xxh3_64_seeded(len_bytes, 8, *h);
+    st = chain_stream(f, header_len, h);
+    if (st == TDM_OK) {
+        st = chain_stream(f, FINGERPRINT_DATA_BYTES, h);
+    }
     fclose(f);
-    return TDM_OK;
+    return st;
 }
 
 /* The fingerprint of engine/model.h (= proto_model_fingerprint). */
@@ -481,12 +510,12 @@ static tdm_status_t compute_fingerprint(const char *dir, uint64_t *fp_out)
     struct dirent *ent;
 
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    st = hash_file_part(path, 0, UINT64_MAX, 0, &h);
+    st = hash_file(path, 0, &h);
     if (st != TDM_OK) {
         return st;
     }
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    st = hash_file_part(path, 0, UINT64_MAX, 1, &h);
+    st = hash_file(path, 1, &h);
     if (st != TDM_OK) {
         return st;
     }
@@ -506,24 +535,8 @@ static tdm_status_t compute_fingerprint(const char *dir, uint64_t *fp_out)
     closedir(dp);
     qsort(names, n_names, sizeof(char *), cmp_str);
     for (size_t i = 0; i < n_names && st == TDM_OK; i++) {
-        unsigned char len_bytes[8];
-        uint64_t header_len = 0;
-        FILE *f;
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        f = fopen(path, "rb");
-        if (f == NULL || fread(len_bytes, 1, 8, f) != 8) {
-            st = TDM_ERR_FORMAT;
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-        if (st != TDM_OK) {
-            break;
-        }
-        for (int b = 7; b >= 0; b--) {
-            header_len = (header_len << 8) | len_bytes[b];
-        }
-        st = hash_file_part(path, 0, 8 + header_len + FINGERPRINT_DATA_BYTES, 0, &h);
+        st = hash_shard(path, &h);
     }
     for (size_t i = 0; i < n_names; i++) {
         free(names[i]);
