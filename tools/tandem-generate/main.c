@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/arena.h"
@@ -148,8 +149,10 @@ typedef struct {
 typedef struct {
     int64_t tail_start;
     uint64_t prefill_ns;
+    uint64_t prefill_cpu_ns; /* CPU time of every thread of the process during prefill */
     uint64_t ttft_ns;
     uint64_t decode_ns;
+    uint64_t decode_cpu_ns;
     int64_t n_decoded; /* tokens that came out of decode steps */
     int64_t n_generated;
     int stopped_on_eos;
@@ -496,11 +499,23 @@ static tdm_status_t sample_next(gen_state_t *g, const float *logits, int64_t pos
     return TDM_OK;
 }
 
+/* CPU time of the whole process (all threads), ns: the speed a loaded host cannot skew as much
+ * as wall time (benchmarks on shared machines). Not a duration clock (tdm_clock is). */
+static uint64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) {
+        return 0;
+    }
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static tdm_status_t run_prefill(gen_state_t *g, gen_stats_t *stats)
 {
     uint32_t flags = g->oracle ? ENGINE_PREFILL_TAIL_FROM_H : ENGINE_PREFILL_DEFAULT;
     int64_t R = 0;
     uint64_t t0 = tdm_clock_now_ns();
+    uint64_t cpu0 = process_cpu_ns();
     tdm_status_t status;
 
     if (g->logits_dump != NULL) {
@@ -508,6 +523,7 @@ static tdm_status_t run_prefill(gen_state_t *g, gen_stats_t *stats)
     }
     status = engine_fwd_prefill(g->fwd, g->seq, g->ids, g->n_prompt, flags, g->logits, &R);
     stats->prefill_ns = tdm_clock_now_ns() - t0;
+    stats->prefill_cpu_ns = process_cpu_ns() - cpu0;
     if (status != TDM_OK) {
         return status;
     }
@@ -536,7 +552,7 @@ static tdm_status_t decode_step(gen_state_t *g, int32_t token)
 static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
 {
     uint64_t t_start = tdm_clock_now_ns();
-    uint64_t t_decode;
+    uint64_t t_decode, cpu_decode;
     int64_t max_tokens = (int64_t)g->flags.max_tokens;
     int32_t token = -1;
     tdm_status_t status;
@@ -556,6 +572,7 @@ static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
     stats->n_generated = 1;
     stats->stopped_on_eos = engine_sampler_is_stop(&g->sampling, token);
     t_decode = tdm_clock_now_ns();
+    cpu_decode = process_cpu_ns();
     while (!stats->stopped_on_eos && stats->n_generated < max_tokens) {
         status = decode_step(g, token);
         if (status == TDM_OK) {
@@ -572,6 +589,7 @@ static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
         stats->stopped_on_eos = engine_sampler_is_stop(&g->sampling, token);
     }
     stats->decode_ns = tdm_clock_now_ns() - t_decode;
+    stats->decode_cpu_ns = process_cpu_ns() - cpu_decode;
     emit_flush(g);
     if (g->logits_dump != NULL || g->layer_dump != NULL) {
         status = decode_step(g, token); /* the last token's row (untimed) */
@@ -590,13 +608,15 @@ static void print_stats(const gen_state_t *g, const gen_stats_t *s)
             "prompt_tokens=%lld generated_tokens=%lld stop=%s schedule=%s tail_start=%lld\n",
             (long long)g->n_prompt, (long long)s->n_generated, s->stopped_on_eos ? "eos" : "length",
             g->flags.schedule, (long long)s->tail_start);
-    fprintf(stderr, "prefill: %lld tokens in %.1f ms = %.1f tok/s\n", (long long)g->n_prompt,
-            (double)s->prefill_ns / GEN_NS_PER_MS, per_second(g->n_prompt, s->prefill_ns));
+    fprintf(stderr, "prefill: %lld tokens in %.1f ms = %.1f tok/s (cpu %.1f ms)\n",
+            (long long)g->n_prompt, (double)s->prefill_ns / GEN_NS_PER_MS,
+            per_second(g->n_prompt, s->prefill_ns), (double)s->prefill_cpu_ns / GEN_NS_PER_MS);
     if (s->n_generated > 0) {
         fprintf(stderr, "ttft: %.1f ms\n", (double)s->ttft_ns / GEN_NS_PER_MS);
     }
-    fprintf(stderr, "decode: %lld tokens in %.1f ms = %.1f tok/s\n", (long long)s->n_decoded,
-            (double)s->decode_ns / GEN_NS_PER_MS, per_second(s->n_decoded, s->decode_ns));
+    fprintf(stderr, "decode: %lld tokens in %.1f ms = %.1f tok/s (cpu %.1f ms)\n",
+            (long long)s->n_decoded, (double)s->decode_ns / GEN_NS_PER_MS,
+            per_second(s->n_decoded, s->decode_ns), (double)s->decode_cpu_ns / GEN_NS_PER_MS);
 }
 
 static int finish_dumps(gen_state_t *g)
