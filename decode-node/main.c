@@ -139,6 +139,7 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              "tandem_decode_total_pages %u\n"
              "tandem_decode_reserved_pages %u\n"
              "tandem_decode_resident_sessions %u\n"
+             "tandem_decode_session_pages %u\n"
              "tandem_decode_recent_tokens_per_second %.3f\n",
              (unsigned long long)st.requests_total, (unsigned long long)st.generated_tokens_total,
              (unsigned long long)st.local_prefill_tokens_total,
@@ -147,7 +148,7 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              (unsigned long long)st.reservations_lapsed_total,
              (unsigned long long)st.aborts_total, (unsigned long long)st.state_lost_total,
              (unsigned long long)st.evictions_total, st.running_sequences, st.pending_prefills,
-             st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions,
+             st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions, st.session_pages,
              st.recent_tokens_per_s);
     if (n->xfer != NULL &&
         xfer_metrics_render(xfer_context_metrics(n->xfer), &xfer_text, &xfer_bytes) == TDM_OK) {

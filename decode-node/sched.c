@@ -722,6 +722,7 @@ static void publish(decode_sched_t *s)
     s->stats.total_pages = decode_pool_n_total(s->pool);
     s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
+    s->stats.session_pages = decode_sessions_n_pages(s->sessions);
     st = s->stats;
     pthread_mutex_lock(&s->stats_lock);
     s->shared = st;

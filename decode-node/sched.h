@@ -47,6 +47,7 @@ typedef struct {
     uint32_t total_pages;
     uint32_t reserved_pages;
     uint32_t resident_sessions;
+    uint32_t session_pages; /* pages held by resident sessions */
     double recent_tokens_per_s;
 } decode_stats_t;
 

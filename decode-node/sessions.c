@@ -136,3 +136,15 @@ uint32_t decode_sessions_n_resident(const decode_sessions_t *sessions)
     }
     return n;
 }
+
+uint32_t decode_sessions_n_pages(const decode_sessions_t *sessions)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        if (sessions->items[i]->seq != NULL) {
+            n += engine_seq_n_pages(sessions->items[i]->seq);
+        }
+    }
+    return n;
+}

@@ -50,4 +50,7 @@ int decode_sessions_evict_lru(decode_sessions_t *sessions);
 /* decode_sessions_n_resident - sessions holding a sequence. */
 uint32_t decode_sessions_n_resident(const decode_sessions_t *sessions);
 
+/* decode_sessions_n_pages - KV pages held by every resident session's block tables. */
+uint32_t decode_sessions_n_pages(const decode_sessions_t *sessions);
+
 #endif
