@@ -485,7 +485,7 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
     chunk = fwd->params.max_chunk_tokens;
     for (int64_t a = H; a < T && st == TDM_OK; a += chunk) {
         int64_t n = T - a < chunk ? T - a : chunk;
-        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, ids + (a - H)};
+        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, ids + (a - H), 0};
         fwd_batch_t b;
         int64_t want = 0;
         int64_t tail = R;
@@ -542,23 +542,35 @@ tdm_status_t engine_fwd_oracle(engine_fwd_t *fwd, const int32_t *ids, int64_t n_
 tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int32_t *ids,
                                int n_seqs, float *logits_out)
 {
+    int64_t n_ids[ENGINE_FWD_MAX_BATCH];
+
+    if (n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        n_ids[i] = 1;
+    }
+    return engine_fwd_decode_multi(fwd, seqs, ids, n_ids, n_seqs, logits_out);
+}
+
+tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *ids, const int64_t *n_ids, int n_seqs,
+                                     float *logits_out)
+{
     fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
     int64_t new_len[ENGINE_FWD_MAX_BATCH];
     int64_t tail[ENGINE_FWD_MAX_BATCH];
-    int64_t want[ENGINE_FWD_MAX_BATCH];
     fwd_batch_t b;
+    int64_t n_rows = 0;
     tdm_status_t st;
 
-    if (fwd == NULL || seqs == NULL || logits_out == NULL || n_seqs < 1 ||
-        n_seqs > ENGINE_FWD_MAX_BATCH) {
+    if (fwd == NULL || seqs == NULL || ids == NULL || n_ids == NULL || logits_out == NULL ||
+        n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(fwd->cfg, ids, n_seqs);
-    if (st != TDM_OK) {
-        return st;
-    }
     for (int i = 0; i < n_seqs; i++) {
-        if (seqs[i] == NULL || seqs[i]->length + 1 > fwd->cfg->max_position_embeddings) {
+        if (seqs[i] == NULL || n_ids[i] < 1 || n_ids[i] > fwd->cfg->sliding_window ||
+            seqs[i]->length + n_ids[i] > fwd->cfg->max_position_embeddings) {
             return TDM_ERR_INVALID_ARG;
         }
         for (int j = 0; j < i; j++) {
@@ -566,10 +578,18 @@ tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
                 return TDM_ERR_INVALID_ARG;
             }
         }
-        new_len[i] = seqs[i]->length + 1;
-        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, 1, i, 0, 1, ids + i};
+        new_len[i] = seqs[i]->length + n_ids[i];
+        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, n_ids[i], n_rows, 0, 1, ids + n_rows,
+                               0};
         tail[i] = seqs[i]->length;
-        want[i] = 1;
+        n_rows += n_ids[i];
+    }
+    if (n_rows > max_rows(fwd)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(fwd->cfg, ids, n_rows);
+    if (st != TDM_OK) {
+        return st;
     }
     st = reserve_pages(fwd, seqs, new_len, n_seqs);
     if (st != TDM_OK) {
@@ -579,12 +599,69 @@ tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
     tdm_arena_reset(&fwd->batch_arena);
     b.segs = segs;
     b.n_segs = n_seqs;
-    st = batch_alloc(fwd, &b, n_seqs);
+    st = batch_alloc(fwd, &b, n_rows);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, tail, 0, want, 1, logits_out);
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, tail, 0, n_ids, 1, logits_out);
     }
     for (int i = 0; i < n_seqs && st == TDM_OK; i++) {
         commit_rows(&segs[i]);
+    }
+    return st;
+}
+
+tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *anchors, int n_seqs, float *x_out)
+{
+    const engine_config_t *c;
+    fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
+    fwd_batch_t b;
+    int32_t *block_ids;
+    int64_t B, N;
+    tdm_status_t st;
+
+    if (fwd == NULL || seqs == NULL || anchors == NULL || x_out == NULL || n_seqs < 1 ||
+        n_seqs > ENGINE_FWD_MAX_BATCH || fwd->cfg->n_blocks == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    c = fwd->cfg;
+    B = c->dspark_block_size;
+    N = B * n_seqs;
+    if (N > max_rows(fwd)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(c, anchors, n_seqs);
+    if (st != TDM_OK) {
+        return st;
+    }
+    memset(&b, 0, sizeof(b));
+    tdm_arena_reset(&fwd->batch_arena);
+    block_ids = tdm_arena_alloc(&fwd->batch_arena, (size_t)N * sizeof(int32_t), 64);
+    if (block_ids == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i] == NULL || seqs[i]->length < 1) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        block_ids[i * B] = anchors[i];
+        for (int64_t k = 1; k < B; k++) {
+            block_ids[i * B + k] = (int32_t)c->dspark_noise_token_id;
+        }
+        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, B, i * B, 0, 0, block_ids + i * B, 1};
+    }
+    b.segs = segs;
+    b.n_segs = n_seqs;
+    st = batch_alloc(fwd, &b, N);
+    if (st != TDM_OK) {
+        return st;
+    }
+    batch_embed(fwd, &b); /* X = m copies of the block tokens' embeddings, pre = e0 */
+    for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
+        st = fwd_layer_run(fwd, &b, c->n_layers + k);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mhc_collapse(&fwd->kctx, b.pre, b.X, N, (int)c->hc_mult, c->hidden_size,
+                                    x_out);
     }
     return st;
 }
@@ -613,7 +690,7 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     if (st != TDM_OK) {
         return st;
     }
-    seg = (fwd_seg_t){seq, 0, seq->length, n_ids, 0, 0, 1, ids};
+    seg = (fwd_seg_t){seq, 0, seq->length, n_ids, 0, 0, 1, ids, 0};
     tail = seq->length;
     want = n_ids;
     memset(&b, 0, sizeof(b));
@@ -658,7 +735,7 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
         int64_t p = H - 1 - i;
         engine_seq_set_id(seq, p, ids[n_ids - 1 - i]);
     }
-    seg = (fwd_seg_t){seq, 0, H - Wp, Wp, 0, H - Wp, 0, ids + (n_ids - Wp)};
+    seg = (fwd_seg_t){seq, 0, H - Wp, Wp, 0, H - Wp, 0, ids + (n_ids - Wp), 0};
     tail = H - Wp;
     want = recovery && logits_out != NULL ? 1 : 0;
     memset(&b, 0, sizeof(b));

@@ -153,6 +153,37 @@ tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
                                int n_seqs, float *logits_out);
 
 /*
+ * engine_fwd_decode_multi - the batched multi-token decode of MODEL.md 8 (verify inside a decode
+ * batch): for each of n_seqs distinct sequences, n_ids[i] (1 <= n_ids[i] <= W) consecutive
+ * tokens at positions engine_seq_length(seqs[i]) ..; ids holds them concatenated in sequence
+ * order, logits_out [sum n_ids, V] one row per token in the same order (row of token k gives the
+ * distribution of the position after it). All layers, exact: each row is bit-identical to
+ * decoding its sequence's tokens one at a time alone, whatever else is in the batch. Rows,
+ * index keys, pending halves, rings, DSpark context and ids are written as for a commit; a
+ * partial accept shrinks the sequence with engine_seq_rollback. Total rows <= max(
+ * max_chunk_tokens, ENGINE_FWD_MAX_BATCH). Errors as engine_fwd_decode.
+ */
+tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *ids, const int64_t *n_ids, int n_seqs,
+                                     float *logits_out);
+
+/*
+ * engine_fwd_dspark_draft - the DSpark draft forward (MODEL.md 8) for each sequence i of length
+ * a_i >= 1 with anchor anchors[i] (sampled for position a_i, not yet run): block tokens
+ * [anchor, noise x (B - 1)] at a_i .. a_i + B - 1 run blocks mtp.0 .. mtp.{n_d-1} (5.1, 5.2,
+ * 5.5; ratio 0, E_d/K_d experts, no Engram, first pre e0), every block query attending its
+ * block's context ring entries max(a_i - W, 0) .. a_i - 1 and all B block tokens (non-causal).
+ * Nothing is written to the sequences. x_out [n_seqs, B, H] FP32 holding BF16 values: the
+ * collapse x = BF16(sum_j pre_j X_j) with the last block's FFN pre, the input of the heads.
+ * n_seqs * B <= max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH).
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, a sequence of length 0, an id >= V, a model without
+ * DSpark blocks, too many rows), TDM_ERR_NO_MEMORY, TDM_ERR_INTERNAL.
+ */
+tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *anchors, int n_seqs, float *x_out);
+
+/*
  * engine_fwd_verify - exact multi-token decode of ids [n_ids] at positions n .. n + n_ids - 1 of
  * one sequence (MODEL.md 8 verify; every layer, full rings); logits_out [n_ids, V]. Equals n_ids
  * successive engine_fwd_decode calls bit for bit.

@@ -127,6 +127,7 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
             memcpy(pa, a + row * d, FLOAT_BYTES(d));
             memcpy(pb, bg + row * d, FLOAT_BYTES(d));
             seq->has_pend[slot] = 1;
+            engine_seq_keep_pending(seq, slot, p); /* verify scratch (MODEL.md 7, 8 rollback) */
             continue;
         } else {
             if (!seq->has_pend[slot]) {
@@ -333,7 +334,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *o = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
     float *oa = fwd_alloc(fwd, FLOAT_BYTES(N * G * ro));
     float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
-    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + kI + 16));
+    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + cfg->dspark_block_size + kI + 16));
     float *qI = NULL;
     float *wI = NULL;
 
@@ -445,7 +446,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     for (int s = 0; s < b->n_segs; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         engine_seq_t *seq = seg->seq;
-        int64_t wstart = seg->pos0 - W + 1;
+        int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
         int64_t n_ring;
         float *win;
         const engine_kv_table_t *tab = NULL;
@@ -490,6 +491,12 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             int32_t *srow = sel_used + row * kI;
             int64_t n_b = 0;
             int64_t ws = t - W + 1 < wstart ? wstart : t - W + 1;
+            int64_t n_keys = t - ws + 1;
+
+            if (seg->draft) {
+                ws = wstart; /* every ring entry and all block tokens (non-causal) */
+                n_keys = n_ring + seg->n;
+            }
 
             for (int64_t k = 0; k < kI; k++) {
                 srow[k] = -1;
@@ -515,7 +522,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             }
             if (st == TDM_OK) {
                 st = fwd->ops->attention(&fwd->kctx, q + row * nh * d, win + (ws - wstart) * d,
-                                         t - ws + 1, sel_rows, n_b, lw->attn_sink, nh, d,
+                                         n_keys, sel_rows, n_b, lw->attn_sink, nh, d,
                                          (float)(1.0 / sqrt((double)d)), att_scratch,
                                          o + row * nh * d);
             }
@@ -548,7 +555,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     /* window ring writes (after every read of this layer) */
     for (int s = 0; s < b->n_segs; s++) {
         const fwd_seg_t *seg = &b->segs[s];
-        for (int64_t i = 0; i < seg->n; i++) {
+        for (int64_t i = 0; i < seg->n && !seg->draft; i++) {
             int64_t row = seg->row0 + i;
             memcpy(engine_seq_ring_codes_at(seg->seq, l, seg->pos0 + i), kc + row * d, (size_t)d);
             memcpy(engine_seq_ring_scales_at(seg->seq, l, seg->pos0 + i), ks + row * d / 32,

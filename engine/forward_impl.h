@@ -16,7 +16,7 @@
 /*
  * fwd_seg_t - the rows of one sequence in a batch: positions [pos0, pos0 + n), batch rows
  * [row0, row0 + n), window floor lo. write_rows = 0 in a replay (rows and index keys below H
- * are never rewritten). ids: [n] the rows' token ids.
+ * are never rewritten) and a draft. ids: [n] the rows' token ids.
  */
 typedef struct {
     engine_seq_t *seq;
@@ -27,6 +27,8 @@ typedef struct {
     int64_t lo;
     int write_rows;
     const int32_t *ids;
+    int draft; /* DSpark block tokens: non-causal over ring [max(pos0 - W, 0), pos0) plus all n
+                  rows, never written to a ring (MODEL.md 8, draft forward) */
 } fwd_seg_t;
 
 /*

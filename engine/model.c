@@ -374,6 +374,39 @@ static tdm_status_t load_layer(loader_t *ld, int l)
     return st;
 }
 
+/* The DSpark heads on the last block (MODEL.md 3, 8): norm, Markov embed/head, confidence. */
+static tdm_status_t load_heads(loader_t *ld, engine_model_t *model)
+{
+    const engine_config_t *c = &model->cfg;
+    int64_t V = c->vocab_size, H = c->hidden_size, r_m = c->dspark_markov_rank;
+    char p[32];
+    char n[NAME_BYTES];
+    tdm_status_t st = TDM_OK;
+    uint16_t *membed = model_alloc(model, (size_t)(V * r_m) * sizeof(uint16_t));
+
+    if (membed == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    snprintf(p, sizeof(p), "mtp.%d.", c->n_blocks - 1);
+    model->mtp_norm = load_vec(ld, join_name(n, sizeof(n), p, "norm.weight"), ENGINE_DTYPE_BF16,
+                               H, &st);
+    if (st == TDM_OK) {
+        st = load_rows(ld, join_name(n, sizeof(n), p, "markov_head.embed"), MAT_BF16, V, r_m,
+                       membed);
+        model->markov_embed = membed;
+    }
+    if (st == TDM_OK) {
+        st = load_mat(ld, join_name(n, sizeof(n), p, "markov_head.head"), MAT_BF16, V, r_m,
+                      &model->markov_head);
+    }
+    if (st == TDM_OK) {
+        model->conf_proj = load_mat_vec_bf16(ld, join_name(n, sizeof(n), p,
+                                                           "confidence_head.proj.weight"),
+                                             H + r_m, H + r_m, &st);
+    }
+    return st;
+}
+
 static tdm_status_t load_globals(loader_t *ld)
 {
     engine_model_t *model = ld->model;
@@ -398,6 +431,9 @@ static tdm_status_t load_globals(loader_t *ld)
                       &model->main_proj);
         if (st == TDM_OK) {
             model->main_norm = load_vec(ld, "mtp.0.main_norm.weight", ENGINE_DTYPE_BF16, H, &st);
+        }
+        if (st == TDM_OK) {
+            st = load_heads(ld, model);
         }
     }
     return st;

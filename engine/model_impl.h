@@ -71,6 +71,11 @@ struct engine_model {
     /* DSpark taps (mtp.0) */
     kern_mat_t main_proj;    /* [H, n_t H] */
     const float *main_norm;  /* [H] */
+    /* DSpark heads (last block mtp.{n_d-1}): norm, Markov head, confidence head (MODEL.md 8) */
+    const float *mtp_norm;       /* [H] */
+    const uint16_t *markov_embed; /* [V, r_m] BF16 bits (row gather) */
+    kern_mat_t markov_head;      /* [V, r_m] */
+    const float *conf_proj;      /* [H + r_m] */
     engine_layer_weights_t layers[ENGINE_CONFIG_MAX_LAYERS]; /* roles: L backbone + n_d blocks */
     float *rope_freqs[ENGINE_CONFIG_MAX_LAYERS];              /* [d_r/2] per role */
     /* every buffer the model allocated, freed at destroy */

@@ -47,6 +47,16 @@ void engine_seq_set_id(engine_seq_t *seq, int64_t p, int32_t id)
     seq->ids[p % seq->n_ids_cap] = id;
 }
 
+void engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p)
+{
+    int64_t k = (int64_t)slot * seq->n_keep + (p / 2) % seq->n_keep;
+    memcpy(seq->keep_a + k * seq->d, seq->pend_a + (int64_t)slot * seq->d,
+           (size_t)seq->d * sizeof(float));
+    memcpy(seq->keep_b + k * seq->d, seq->pend_b + (int64_t)slot * seq->d,
+           (size_t)seq->d * sizeof(float));
+    seq->keep_pos[k] = p;
+}
+
 /* An empty sequence without checks on the pool's fingerprint. */
 static tdm_status_t seq_alloc(const engine_model_t *model, engine_kv_pool_t *pool,
                               engine_seq_t **seq_out)
@@ -75,10 +85,18 @@ static tdm_status_t seq_alloc(const engine_model_t *model, engine_kv_pool_t *poo
     seq->pend_a = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
     seq->pend_b = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
     seq->ids = calloc((size_t)seq->n_ids_cap, sizeof(int32_t));
+    seq->n_keep = cfg->dspark_block_size / 2 + 2;
+    seq->keep_a = calloc((size_t)(seq->n_sources * seq->n_keep * seq->d), sizeof(float));
+    seq->keep_b = calloc((size_t)(seq->n_sources * seq->n_keep * seq->d), sizeof(float));
+    seq->keep_pos = malloc((size_t)(seq->n_sources * seq->n_keep + 1) * sizeof(int64_t));
     if (seq->ring_codes == NULL || seq->ring_scales == NULL || seq->pend_a == NULL ||
-        seq->pend_b == NULL || seq->ids == NULL) {
+        seq->pend_b == NULL || seq->ids == NULL || seq->keep_a == NULL || seq->keep_b == NULL ||
+        seq->keep_pos == NULL) {
         engine_seq_destroy(seq);
         return TDM_ERR_NO_MEMORY;
+    }
+    for (int64_t k = 0; k < seq->n_sources * seq->n_keep; k++) {
+        seq->keep_pos[k] = -1;
     }
     *seq_out = seq;
     return TDM_OK;
@@ -109,6 +127,9 @@ void engine_seq_destroy(engine_seq_t *seq)
     free(seq->pend_a);
     free(seq->pend_b);
     free(seq->ids);
+    free(seq->keep_a);
+    free(seq->keep_b);
+    free(seq->keep_pos);
     free(seq);
 }
 
@@ -157,6 +178,59 @@ tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
     }
     *codes_out = engine_seq_ring_codes_at((engine_seq_t *)seq, ring, p);
     *scales_out = engine_seq_ring_scales_at((engine_seq_t *)seq, ring, p);
+    return TDM_OK;
+}
+
+int64_t engine_seq_rollback_floor(const engine_seq_t *seq)
+{
+    int64_t floor = seq->length;
+    const engine_config_t *cfg = engine_model_config(seq->model);
+    int64_t B = cfg->dspark_block_size;
+    /* ring entries and ids below length survive up to B + 1 newer positions (C = W + B + 1) */
+    floor = floor - B - 1 > 0 ? floor - B - 1 : 0;
+    return floor;
+}
+
+tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n)
+{
+    if (seq == NULL || n > seq->length || n < engine_seq_rollback_floor(seq)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    /* check first: each ratio-2 source needs the half of token n - 1 when n is odd */
+    for (int s = 0; s < seq->n_sources && n % 2 == 1 && n < seq->length; s++) {
+        int64_t k = (int64_t)s * seq->n_keep + ((n - 1) / 2) % seq->n_keep;
+        if (seq->tables[s].ratio == 2 && seq->keep_pos[k] != n - 1) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    if (n == seq->length) {
+        for (int s = 0; s < seq->n_sources; s++) {
+            /* give back pages reserved beyond the rows (a failed verify) */
+            engine_kv_table_truncate(seq->pool, &seq->tables[s], seq->tables[s].n_rows);
+        }
+        return TDM_OK;
+    }
+    for (int s = 0; s < seq->n_sources; s++) {
+        engine_kv_table_t *t = &seq->tables[s];
+        int64_t keep_rows = n / t->ratio; /* n_c(n - 1): a group missing its second token goes */
+        engine_kv_table_truncate(seq->pool, t, keep_rows < t->n_rows ? keep_rows : t->n_rows);
+        if (t->ratio != 2) {
+            continue;
+        }
+        if (n % 2 == 1) {
+            int64_t k = (int64_t)s * seq->n_keep + ((n - 1) / 2) % seq->n_keep;
+            memcpy(seq->pend_a + s * seq->d, seq->keep_a + k * seq->d,
+                   (size_t)seq->d * sizeof(float));
+            memcpy(seq->pend_b + s * seq->d, seq->keep_b + k * seq->d,
+                   (size_t)seq->d * sizeof(float));
+            seq->has_pend[s] = 1;
+        } else {
+            seq->has_pend[s] = 0;
+        }
+    }
+    /* ring entries (backbone and DSpark context) and ids at positions >= n are now invalid;
+     * C = W + B + 1 guarantees none of the last W was overwritten, so nothing is copied */
+    seq->length = n;
     return TDM_OK;
 }
 
@@ -271,8 +345,15 @@ static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
             continue;
         }
         put_u32(w, (uint32_t)seq->has_pend[s]);
-        put(w, seq->pend_a + s * seq->d, (size_t)seq->d * sizeof(float));
-        put(w, seq->pend_b + s * seq->d, (size_t)seq->d * sizeof(float));
+        if (seq->has_pend[s]) {
+            put(w, seq->pend_a + s * seq->d, (size_t)seq->d * sizeof(float));
+            put(w, seq->pend_b + s * seq->d, (size_t)seq->d * sizeof(float));
+        } else {
+            static const float zero = 0.0f; /* zeros when absent (format above) */
+            for (int64_t i = 0; i < 2 * seq->d; i++) {
+                put(w, &zero, sizeof(zero));
+            }
+        }
     }
     for (int i = 0; i < n_ids; i++) {
         put_u32(w, (uint32_t)engine_seq_id_at(seq, seq->length - n_ids + i));

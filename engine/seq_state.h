@@ -88,6 +88,24 @@ tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
                                    const uint8_t **codes_out, const uint8_t **scales_out);
 
 /*
+ * engine_seq_rollback - shrink the committed length to n after a partial speculative accept
+ * (MODEL.md 8, rollback): every KV source keeps n_c(n - 1) = floor(n / ratio) rows and index
+ * keys (a ratio-2 row whose second token was dropped goes, with its pages); each ratio-2 pending
+ * half becomes the verify scratch of token n - 1 when n is odd, else empty; ring entries (window
+ * and DSpark context) and ids at positions >= n become invalid (C = W + B + 1 means no live
+ * entry was overwritten: nothing is copied). n = length only gives back pages reserved beyond
+ * the rows. The result equals, byte for byte in engine_seq_export, a sequence that ran only
+ * tokens [0, n).
+ *
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (nothing changed) for NULL, n > length, or n below
+ * engine_seq_rollback_floor (the scratch and rings no longer hold what n needs).
+ */
+tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n);
+
+/* engine_seq_rollback_floor - the smallest n engine_seq_rollback accepts: length - (B + 1). */
+int64_t engine_seq_rollback_floor(const engine_seq_t *seq);
+
+/*
  * engine_seq_reset_rings - forget every ring entry (the window state), keeping pages, pending
  * halves, ids and the length. Used before a bounded replay (engine_fwd_replay).
  */

@@ -35,6 +35,12 @@ struct engine_seq {
     int has_pend[ENGINE_SEQ_MAX_SOURCES];
     int32_t *ids;
     int64_t n_ids_cap;
+    /* verify scratch (MODEL.md 7): the (a, b) half of the last n_keep even positions of each
+     * ratio-2 source, slot (p / 2) mod n_keep, keep_pos[s * n_keep + slot] = p (-1: empty) */
+    int64_t n_keep;
+    float *keep_a;
+    float *keep_b;
+    int64_t *keep_pos;
 };
 
 /* seq_source_slot - index of KV source `layer` in seq->tables, or -1. */
@@ -49,5 +55,9 @@ int32_t engine_seq_id_at(const engine_seq_t *seq, int64_t p);
 
 /* engine_seq_set_id - store the id of position p. */
 void engine_seq_set_id(engine_seq_t *seq, int64_t p, int32_t id);
+
+/* engine_seq_keep_pending - copy the pending half of source slot `slot`, just set by the even
+ * position p, into the verify scratch (engine_seq_rollback restores it from there). */
+void engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p);
 
 #endif
