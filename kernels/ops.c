@@ -2,6 +2,9 @@
 #include "kernels/ops.h"
 
 #include "kernels/backend.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "kernels/cuda/ops_cuda.h"
+#endif
 
 #include <stddef.h>
 
@@ -38,6 +41,20 @@ static const kern_ops_t ops_cuda = {
     .dequant_act8 = kern_dequant_act8_cuda,
     .dequant_ckv = kern_dequant_ckv_cuda,
     .dequant_mx4 = kern_dequant_mx4_cuda,
+    .qdq_act8 = kern_qdq_act8_rows_cuda,
+    .gemm = kern_gemm_cuda,
+    .rmsnorm = kern_rmsnorm_cuda,
+    .rope = kern_rope_cuda,
+    .mhc_coeffs = kern_mhc_coeffs_cuda,
+    .mhc_collapse = kern_mhc_collapse_cuda,
+    .mhc_update = kern_mhc_update_cuda,
+    .engram_gate = kern_engram_gate_cuda,
+    .moe_route = kern_moe_route_cuda,
+    .swiglu = kern_swiglu_cuda,
+    .attention = kern_attention_cuda,
+    .compress_pool = kern_compress_pool_cuda,
+    .index_scores = kern_index_scores_cuda,
+    .topk = kern_topk_cuda,
 };
 #endif
 

@@ -1,0 +1,164 @@
+/* cuda_common.cuh - helpers shared by the CUDA forward-pass kernels (internal to kernels/cuda).
+ *
+ * The stream of a kern_ctx_t, launch-error reporting (one error line, TDM_ERR_INTERNAL), BF16
+ * rounding with the bits of kern_bf16_round, the 16-lane dot-product order of kernels/gemm.h
+ * for a half-warp, and fixed-order block reductions. Every reduction here has a fixed shape
+ * (block size, lane tree), so a result depends only on its own inputs: never on the grid, the
+ * batch size or scheduling. Kernels must be compiled with --fmad=false (kernels/CMakeLists.txt)
+ * so that "a * b + c" is two roundings, as in the CPU reference (ISO C11, no contraction).
+ * Owns no state.
+ */
+#ifndef TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH
+#define TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH
+
+extern "C" {
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/backend.h"
+}
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define KC_LOG          "kernels"
+#define KC_WARP         32
+#define KC_FULL_MASK    0xFFFFFFFFu
+#define KC_DOT_LANES    16    /* partial sums of the batch-invariant dot (kernels/gemm.h) */
+#define KC_BLOCK        256   /* threads per block of the row kernels */
+#define KC_MAX_BLOCKS   65535 /* grid-stride kernels cap their grid here */
+#define KC_BF16_QNAN    0x0040u
+#define KC_F32_ABS_MASK 0x7FFFFFFFu
+#define KC_F32_INF_BITS 0x7F800000u
+
+static inline cudaStream_t kc_stream(const kern_ctx_t *ctx)
+{
+    return ctx != NULL ? (cudaStream_t)ctx->cuda_stream : (cudaStream_t)0;
+}
+
+/* Blocks for n items at `per_block` items each, capped for grid-stride loops. */
+static inline unsigned int kc_grid(int64_t n, int64_t per_block)
+{
+    int64_t blocks = (n + per_block - 1) / per_block;
+
+    if (blocks < 1) {
+        blocks = 1;
+    }
+    return (unsigned int)(blocks < KC_MAX_BLOCKS ? blocks : KC_MAX_BLOCKS);
+}
+
+/* The status of the launches just queued: TDM_ERR_INTERNAL (logged once) on a CUDA error. */
+static inline tdm_status_t kc_launch_status(const char *op, int64_t n_rows, int64_t dim)
+{
+    cudaError_t err = cudaGetLastError();
+
+    if (err != cudaSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "%s launch failed: n_rows=%lld dim=%lld cuda=%s", op,
+                (long long)n_rows, (long long)dim, cudaGetErrorString(err));
+        return TDM_ERR_INTERNAL;
+    }
+    return TDM_OK;
+}
+
+/* Same as kc_launch_status for a CUDA runtime call's result. */
+static inline tdm_status_t kc_call_status(const char *op, const char *call, cudaError_t err)
+{
+    if (err != cudaSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "%s failed: call=%s cuda=%s", op, call,
+                cudaGetErrorString(err));
+        return TDM_ERR_INTERNAL;
+    }
+    return TDM_OK;
+}
+
+/* BF16(x) as FP32, round to nearest even; NaN stays NaN (quiet bit set), as kern_bf16_round. */
+__device__ __forceinline__ float kc_bf16_round(float x)
+{
+    uint32_t bits = __float_as_uint(x);
+
+    if ((bits & KC_F32_ABS_MASK) > KC_F32_INF_BITS) {
+        return __uint_as_float(((bits >> 16) | KC_BF16_QNAN) << 16);
+    }
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return __uint_as_float(bits & 0xFFFF0000u);
+}
+
+__device__ __forceinline__ float kc_bf16_to_f32(uint32_t bf16_bits)
+{
+    return __uint_as_float(bf16_bits << 16);
+}
+
+/*
+ * The lane tree of kernels/gemm.h over the 16 lanes of a half-warp: lane j holds partial sum j
+ * (k = j, j + 16, ... in ascending k); lane j += lane j + s for s = 8, 4, 2, 1. Lane 0 of the
+ * half-warp returns the dot product with the bits of kern_dot_cpu; other lanes return partial
+ * values. All 32 lanes of the warp must call it.
+ */
+__device__ __forceinline__ float kc_lane_tree16(float acc)
+{
+    for (int s = KC_DOT_LANES / 2; s >= 1; s /= 2) {
+        float other = __shfl_down_sync(KC_FULL_MASK, acc, s, KC_DOT_LANES);
+        acc = __fadd_rn(acc, other);
+    }
+    return acc;
+}
+
+/*
+ * Sum over a block of KC_BLOCK threads in a fixed order (per-warp shuffle tree, then warp
+ * totals in ascending warp order by thread 0). Every thread gets the total. `red` is
+ * KC_BLOCK / KC_WARP + 1 floats of shared memory; the call ends with a barrier, so `red` may
+ * be reused right after. All threads of the block must call it.
+ */
+__device__ __forceinline__ float kc_block_sum(float v, float *red)
+{
+    const int lane = (int)(threadIdx.x % KC_WARP);
+    const int warp = (int)(threadIdx.x / KC_WARP);
+
+    for (int s = KC_WARP / 2; s >= 1; s /= 2) {
+        v = __fadd_rn(v, __shfl_down_sync(KC_FULL_MASK, v, s));
+    }
+    if (lane == 0) {
+        red[warp] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = red[0];
+        for (int w = 1; w < KC_BLOCK / KC_WARP; w++) {
+            total = __fadd_rn(total, red[w]);
+        }
+        red[KC_BLOCK / KC_WARP] = total;
+    }
+    __syncthreads();
+    v = red[KC_BLOCK / KC_WARP];
+    __syncthreads();
+    return v;
+}
+
+/* Maximum over a block of KC_BLOCK threads (exact, order-free for non-NaN values); as
+ * kc_block_sum. */
+__device__ __forceinline__ float kc_block_max(float v, float *red)
+{
+    const int lane = (int)(threadIdx.x % KC_WARP);
+    const int warp = (int)(threadIdx.x / KC_WARP);
+
+    for (int s = KC_WARP / 2; s >= 1; s /= 2) {
+        float other = __shfl_down_sync(KC_FULL_MASK, v, s);
+        v = other > v ? other : v;
+    }
+    if (lane == 0) {
+        red[warp] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = red[0];
+        for (int w = 1; w < KC_BLOCK / KC_WARP; w++) {
+            total = red[w] > total ? red[w] : total;
+        }
+        red[KC_BLOCK / KC_WARP] = total;
+    }
+    __syncthreads();
+    v = red[KC_BLOCK / KC_WARP];
+    __syncthreads();
+    return v;
+}
+
+#endif
