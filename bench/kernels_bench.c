@@ -1,11 +1,15 @@
 /* kernels_bench.c - tandem-bench-kernels: throughput of the row quantizers and dequantizers
- * (kernels/codec.h) on the CPU and CUDA backends.
+ * (kernels/codec.h) and of the forward GEMM (kernels/gemm.h, bench/kernels_bench_gemm.c) on the
+ * CPU and CUDA backends.
  *
- * For each op and shape, prints GB/s counted as bytes read plus bytes written (f32 input or
- * output, codes, scales), and the CUDA/CPU ratio. CUDA times come from CUDA events around
- * back-to-back launches on the default stream (device memory already resident; no copies).
- * With --verify (default) the CUDA outputs of every case are compared with the CPU bytes.
+ * For each quantizer op and shape, prints GB/s counted as bytes read plus bytes written (f32
+ * input or output, codes, scales), and the CUDA/CPU ratio. CUDA times come from CUDA events
+ * around back-to-back launches on the default stream (device memory already resident; no
+ * copies). With --verify (default) the CUDA outputs of every case are compared with the CPU
+ * bytes. With --gemm (default) the GEMM cases follow (decode and prefill shapes of the small and
+ * full presets).
  */
+#include "bench/kernels_bench.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/hash.h"
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -28,10 +33,14 @@
 #define N_OPS     6
 
 typedef struct {
-    double min_ms;     /* minimum measured time per case and backend */
-    int require_cuda;  /* fail when no CUDA device */
-    int verify;        /* compare CUDA outputs with CPU bytes */
-    uint64_t max_rows; /* largest shape's rows (dim 4096) */
+    double min_ms;            /* minimum measured time per case and backend */
+    int require_cuda;         /* fail when no CUDA device */
+    int verify;               /* compare CUDA outputs with CPU bytes */
+    uint64_t max_rows;        /* largest shape's rows (dim 4096) */
+    int gemm;                 /* also time the forward GEMM */
+    uint64_t gemm_rows;       /* rows of the GEMM prefill shape */
+    const char *gemm_presets; /* "small", "full" or "small,full" */
+    uint32_t gemm_threads;    /* CPU threads of the GEMM (0: every online CPU) */
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -43,6 +52,14 @@ static const tdm_flag_t bench_flags[] = {
      "check that CUDA outputs equal the CPU bytes", 0, 0, 0},
     {"max-rows", TDM_FLAG_U64, "4096", offsetof(bench_cfg_t, max_rows),
      "rows of the largest shape (dim 4096); shapes are 1, 64 and this", 64, 65536, 0},
+    {"gemm", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, gemm),
+     "also time the forward GEMM at decode and prefill shapes", 0, 0, 0},
+    {"gemm-rows", TDM_FLAG_U64, "256", offsetof(bench_cfg_t, gemm_rows),
+     "rows of the GEMM prefill shape", 2, 4096, 0},
+    {"gemm-presets", TDM_FLAG_STRING, "small,full", offsetof(bench_cfg_t, gemm_presets),
+     "GEMM shapes of these presets: small, full or small,full", 0, 0, 0},
+    {"gemm-threads", TDM_FLAG_U32, "0", offsetof(bench_cfg_t, gemm_threads),
+     "CPU threads of the GEMM (0: every online CPU)", 0, 1024, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -339,9 +356,29 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    printf("summary: cases=%d cuda=%s best_cuda_over_cpu=%.1fx cuda_vs_cpu_mismatches=%d\n",
-           n_cases, cuda_ops != NULL ? "yes" : "no", best_ratio, n_mismatch);
-    if (n_mismatch != 0) {
+    bench_gemm_summary_t gemm_summary;
+    memset(&gemm_summary, 0, sizeof(gemm_summary));
+    if (cfg.gemm) {
+        long n_online = sysconf(_SC_NPROCESSORS_ONLN);
+        bench_gemm_params_t gp = {
+            .min_ms = cfg.min_ms,
+            .verify = cfg.verify,
+            .n_threads =
+                cfg.gemm_threads > 0 ? (int)cfg.gemm_threads : (int)(n_online > 0 ? n_online : 1),
+            .prefill_rows = (int64_t)cfg.gemm_rows,
+            .presets = cfg.gemm_presets,
+        };
+        if (bench_gemm_run(&gp, cuda_ops, &gemm_summary) != 0) {
+            status = 1;
+        }
+    }
+    printf("summary: cases=%d cuda=%s best_cuda_over_cpu=%.1fx cuda_vs_cpu_mismatches=%d "
+           "gemm_cases=%d gemm_decode_best_GBps=%.1f gemm_prefill_best_TFLOPs=%.2f "
+           "gemm_best_cuda_over_cpu=%.1fx gemm_cuda_vs_cpu_mismatches=%d\n",
+           n_cases, cuda_ops != NULL ? "yes" : "no", best_ratio, n_mismatch, gemm_summary.n_cases,
+           gemm_summary.best_decode_gbps, gemm_summary.best_prefill_tflops, gemm_summary.best_ratio,
+           gemm_summary.n_mismatch);
+    if (n_mismatch != 0 || gemm_summary.n_mismatch != 0) {
         status = 1;
     }
 

@@ -1,0 +1,41 @@
+/* kernels_bench.h - the GEMM part of tandem-bench-kernels (internal to bench/).
+ *
+ * kernels_bench.c owns the flags, the quantizer benchmark and the summary line;
+ * kernels_bench_gemm.c times the forward GEMM (kernels/gemm.h) on the CPU and the CUDA backend
+ * at decode (1 row) and prefill shapes of the small and full presets (MODEL.md 9).
+ */
+#ifndef TANDEM_BENCH_KERNELS_BENCH_H
+#define TANDEM_BENCH_KERNELS_BENCH_H
+
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+/* What to run. */
+typedef struct {
+    double min_ms;        /* minimum measured milliseconds per case and backend */
+    int verify;           /* compare CUDA outputs with the CPU bits */
+    int n_threads;        /* CPU threads of kern_gemm_cpu */
+    int64_t prefill_rows; /* rows of the prefill shape */
+    const char *presets;  /* "small", "full" or "small,full" */
+} bench_gemm_params_t;
+
+/* What it found, for the summary line. */
+typedef struct {
+    int n_cases;                /* (shape, rows) pairs timed */
+    int n_mismatch;             /* CUDA outputs that differ from the CPU bits */
+    double best_decode_gbps;    /* best CUDA weight bandwidth at 1 row */
+    double best_prefill_tflops; /* best CUDA rate at the prefill shape */
+    double best_ratio;          /* best CPU time / CUDA time (same weights) */
+} bench_gemm_summary_t;
+
+/*
+ * bench_gemm_run - time every GEMM case and print one line each (CPU BF16; CUDA BF16; CUDA on
+ * the checkpoint format, FP8 or MXFP4, dequantized on the fly). cuda is the CUDA table or NULL
+ * (CPU only). Returns 0, or 1 after printing the reason (out of memory, a CUDA error, a kernel
+ * error); summary_out is filled either way.
+ */
+int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
+                   bench_gemm_summary_t *summary_out);
+
+#endif
