@@ -40,6 +40,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/spec.h"
 #include "engine/seq_state.h"
 #include "engine/tokenizer.h"
 #include "gen_dump.h"
@@ -76,6 +77,9 @@ typedef struct {
     int ignore_eos;
     int thinking;
     const char *log_level;
+    const char *spec;
+    const char *spec_accept;
+    double spec_threshold;
 } gen_cfg_t;
 
 static const tdm_flag_t gen_flags[] = {
@@ -116,6 +120,14 @@ static const tdm_flag_t gen_flags[] = {
      "--chat: open the assistant turn in thinking mode", 0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "warn", offsetof(gen_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
+    {"spec", TDM_FLAG_STRING, "off", offsetof(gen_cfg_t, spec),
+     "speculative decoding drafter: off, dspark or ngram (MODEL.md 8; output unchanged)", 0, 0, 0},
+    {"spec-accept", TDM_FLAG_STRING, "coupled", offsetof(gen_cfg_t, spec_accept),
+     "acceptance: coupled (token-identical to --spec off) or rejection (same distribution)", 0, 0,
+     0},
+    {"spec-confidence-threshold", TDM_FLAG_F64, "0.3", offsetof(gen_cfg_t, spec_threshold),
+     "DSpark verify length: longest prefix whose confidence product >= this; 0 = always B", 0, 1,
+     0},
 };
 
 #define GEN_N_FLAGS (sizeof(gen_flags) / sizeof(gen_flags[0]))
@@ -134,7 +146,10 @@ typedef struct {
     engine_seq_t *seq;
     engine_sampler_params_t sampling;
     tdm_arena_t sample_arena;
-    int32_t *ids; /* [n_ids_cap]: the prompt, then each generated token */
+    engine_spec_drafter_t drafter; /* --spec */
+    engine_spec_accept_t accept;   /* --spec-accept */
+    engine_spec_t *spec;           /* NULL with --spec off */
+    int32_t *ids;                  /* [n_ids_cap]: the prompt, then each generated token */
     int64_t n_prompt;
     int64_t n_ids;
     int64_t n_ids_cap;
@@ -165,6 +180,7 @@ static void gen_state_fini(gen_state_t *g)
     free(g->logits);
     free(g->ids);
     tdm_arena_fini(&g->sample_arena);
+    engine_spec_destroy(g->spec);
     engine_seq_destroy(g->seq);
     engine_fwd_destroy(g->fwd);
     engine_kv_pool_destroy(g->pool);
@@ -209,6 +225,15 @@ static int check_flags(gen_state_t *g)
     }
     if (f->thinking && f->chat_path == NULL) {
         return usage_error("%s", "--thinking applies to --chat only");
+    }
+    if (engine_spec_drafter_parse(f->spec, &g->drafter) != TDM_OK) {
+        return usage_error("--spec=%s: expected off, dspark or ngram", f->spec);
+    }
+    if (engine_spec_accept_parse(f->spec_accept, &g->accept) != TDM_OK) {
+        return usage_error("--spec-accept=%s: expected coupled or rejection", f->spec_accept);
+    }
+    if (g->drafter != ENGINE_SPEC_OFF && (f->dump_logits != NULL || f->dump_layers != NULL)) {
+        return usage_error("%s", "--spec applies without --dump-logits and --dump-layers");
     }
     return GEN_EXIT_OK;
 }
@@ -395,6 +420,18 @@ static int load_engine(gen_state_t *g)
     if (status == TDM_OK) {
         status = engine_seq_create(g->model, g->pool, &g->seq);
     }
+    if (status == TDM_OK && g->drafter != ENGINE_SPEC_OFF) {
+        engine_spec_params_t sp;
+        engine_spec_params_default(g->model, &sp);
+        sp.accept = g->accept;
+        sp.confidence_threshold = g->flags.spec_threshold;
+        sp.max_batch = 1;
+        if (g->drafter == ENGINE_SPEC_DSPARK && c->n_blocks == 0) {
+            fprintf(stderr, GEN_PROGRAM ": --spec=dspark: the checkpoint has no DSpark blocks\n");
+            return GEN_EXIT_USAGE;
+        }
+        status = engine_spec_create(g->fwd, &sp, &g->spec);
+    }
     if (status != TDM_OK) {
         fprintf(stderr, GEN_PROGRAM ": engine setup: %s\n", tdm_status_message(status));
         return GEN_EXIT_FAILED;
@@ -549,6 +586,34 @@ static tdm_status_t decode_step(gen_state_t *g, int32_t token)
     return status;
 }
 
+/* One speculative step from anchor `token` (the newest id): emits 1..max_emit tokens. */
+static tdm_status_t spec_step(gen_state_t *g, int32_t token, int64_t max_emit, gen_stats_t *stats,
+                              int32_t *last_out)
+{
+    engine_spec_req_t req;
+    engine_spec_result_t res;
+    tdm_status_t status;
+
+    memset(&req, 0, sizeof(req));
+    req.seq = g->seq;
+    req.anchor = token;
+    req.drafter = g->drafter;
+    req.sampling = &g->sampling;
+    req.history = g->ids;
+    req.n_history = g->n_ids;
+    req.max_emit = max_emit > ENGINE_SPEC_MAX_EMIT ? ENGINE_SPEC_MAX_EMIT : (int)max_emit;
+    status = engine_spec_step(g->spec, &req, 1, &res);
+    for (int k = 0; k < res.n_emitted && status == TDM_OK; k++) {
+        *last_out = res.samples[k].token;
+        g->ids[g->n_ids++] = *last_out;
+        status = emit(g, *last_out);
+        stats->n_generated++;
+        stats->n_decoded++;
+        stats->stopped_on_eos = engine_sampler_is_stop(&g->sampling, *last_out);
+    }
+    return status;
+}
+
 static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
 {
     uint64_t t_start = tdm_clock_now_ns();
@@ -573,6 +638,12 @@ static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
     stats->stopped_on_eos = engine_sampler_is_stop(&g->sampling, token);
     t_decode = tdm_clock_now_ns();
     cpu_decode = process_cpu_ns();
+    while (g->spec != NULL && !stats->stopped_on_eos && stats->n_generated < max_tokens) {
+        status = spec_step(g, token, max_tokens - stats->n_generated, stats, &token);
+        if (status != TDM_OK) {
+            return status;
+        }
+    }
     while (!stats->stopped_on_eos && stats->n_generated < max_tokens) {
         status = decode_step(g, token);
         if (status == TDM_OK) {
@@ -617,6 +688,17 @@ static void print_stats(const gen_state_t *g, const gen_stats_t *s)
     fprintf(stderr, "decode: %lld tokens in %.1f ms = %.1f tok/s (cpu %.1f ms)\n",
             (long long)s->n_decoded, (double)s->decode_ns / GEN_NS_PER_MS,
             per_second(s->n_decoded, s->decode_ns), (double)s->decode_cpu_ns / GEN_NS_PER_MS);
+    if (g->spec != NULL) {
+        engine_spec_metrics_t m;
+        engine_spec_metrics(g->spec, g->drafter, &m);
+        fprintf(stderr,
+                "spec: drafter=%s accept=%s steps=%llu drafted=%llu verified=%llu accepted=%llu "
+                "acceptance_rate=%.3f mean_accepted_length=%.2f\n",
+                engine_spec_drafter_name(g->drafter), g->flags.spec_accept,
+                (unsigned long long)m.n_steps, (unsigned long long)m.drafted,
+                (unsigned long long)m.verified, (unsigned long long)m.accepted, m.acceptance_rate,
+                m.mean_accepted_length);
+    }
 }
 
 static int finish_dumps(gen_state_t *g)
