@@ -121,9 +121,9 @@ static void batch_advance(xfer_batch_t *batch)
             }
             batch->stage = BATCH_NOTICE;
             op_param_init(&param, batch);
-            if (track_request(batch, ucp_am_send_nbx(peer->ep, XFER_AM_NOTICE_ID, NULL, 0,
-                                                     batch->notice, batch->notice_n_bytes,
-                                                     &param))) {
+            if (track_request(batch,
+                              ucp_am_send_nbx(peer->ep, XFER_AM_NOTICE_ID, NULL, 0, batch->notice,
+                                              batch->notice_n_bytes, &param))) {
                 return;
             }
             break;
@@ -179,8 +179,7 @@ static tdm_status_t validate(const xfer_peer_t *peer, const xfer_batch_params_t 
         return TDM_ERR_MISMATCH;
     }
     for (uint32_t i = 0; i < params->n_pages; i++) {
-        if (params->local_pages[i] >= pool->n_pages ||
-            params->remote_pages[i] >= peer->n_pages) {
+        if (params->local_pages[i] >= pool->n_pages || params->remote_pages[i] >= peer->n_pages) {
             return TDM_ERR_INVALID_ARG;
         }
     }
@@ -240,8 +239,8 @@ static tdm_status_t build_notice(xfer_batch_t *batch, const xfer_peer_t *peer,
         free(checksums);
         return TDM_ERR_NO_MEMORY;
     }
-    status = xfer_notice_encode(&frame, batch->notice, batch->notice_n_bytes,
-                                &batch->notice_n_bytes);
+    status =
+        xfer_notice_encode(&frame, batch->notice, batch->notice_n_bytes, &batch->notice_n_bytes);
     free(checksums);
     if (status != TDM_OK) {
         free(batch->notice);
@@ -295,9 +294,9 @@ static void refuse_lane(xfer_batch_t *batch)
     peer->lane_status = TDM_ERR_UNSUPPORTED;
     xfer_metrics_event(ctx->metrics, XFER_EVENT_LANE_REFUSAL);
     tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE,
-            "transport refused: peer=%s op=%s lane=%s ucx_protocol=\"%s\" required=%s",
-            peer->name, batch->op == XFER_OP_PUT ? "put" : "get",
-            xfer_lane_class_name(batch->lane.cls), batch->lane.text, required);
+            "transport refused: peer=%s op=%s lane=%s ucx_protocol=\"%s\" required=%s", peer->name,
+            batch->op == XFER_OP_PUT ? "put" : "get", xfer_lane_class_name(batch->lane.cls),
+            batch->lane.text, required);
 }
 
 tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *params)
@@ -355,8 +354,8 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
     if (params->n_pages > 0) {
         if (!peer->lane_known[params->op]) {
             /* First batch of this op to this peer: probe one page to learn the lane. */
-            void *request = post_run(batch, pool, params->local_pages[0],
-                                     params->remote_pages[0], 1, 1);
+            void *request =
+                post_run(batch, pool, params->local_pages[0], params->remote_pages[0], 1, 1);
 
             query_lane(request, &peer->lane_cache[params->op]);
             peer->lane_known[params->op] = UCS_PTR_IS_PTR(request);
@@ -377,8 +376,8 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
                params->remote_pages[i + run] == params->remote_pages[i] + run) {
             run++;
         }
-        track_request(batch, post_run(batch, pool, params->local_pages[i],
-                                      params->remote_pages[i], run, 0));
+        track_request(
+            batch, post_run(batch, pool, params->local_pages[i], params->remote_pages[i], run, 0));
         i += run;
     }
     batch->posting = 0;

@@ -49,9 +49,9 @@ typedef void xfer_batch_done_fn(void *arg, const xfer_batch_result_t *result);
 /* Parameters of xfer_batch_post. Plain data; arrays borrowed during the call only. */
 typedef struct {
     xfer_op_t op;
-    uint32_t flags;           /* xfer_batch_flags_t */
-    uint64_t job_id;          /* echoed in the result and the notice */
-    xfer_pool_t *local_pool;  /* same page size as the peer's pool */
+    uint32_t flags;               /* xfer_batch_flags_t */
+    uint64_t job_id;              /* echoed in the result and the notice */
+    xfer_pool_t *local_pool;      /* same page size as the peer's pool */
     const uint32_t *local_pages;  /* [n_pages] slots in local_pool (put: sources; get: targets) */
     const uint32_t *remote_pages; /* [n_pages] slots in the peer's pool */
     uint32_t n_pages;             /* 1..XFER_NOTICE_MAX_PAGES; 0 only with XFER_BATCH_NOTICE

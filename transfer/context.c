@@ -227,8 +227,8 @@ tdm_status_t xfer_context_create(const xfer_context_params_t *params, xfer_conte
     name_len = params->name != NULL ? strnlen(params->name, XFER_NAME_MAX_BYTES) : 0;
     if (name_len == 0 || name_len >= XFER_NAME_MAX_BYTES || params->max_batches == 0) {
         tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE,
-                "context rejected: name_len=%zu allowed=1..%d max_batches=%u allowed=1..",
-                name_len, XFER_NAME_MAX_BYTES - 1, params->max_batches);
+                "context rejected: name_len=%zu allowed=1..%d max_batches=%u allowed=1..", name_len,
+                XFER_NAME_MAX_BYTES - 1, params->max_batches);
         return TDM_ERR_INVALID_ARG;
     }
 
@@ -269,8 +269,8 @@ tdm_status_t xfer_context_create(const xfer_context_params_t *params, xfer_conte
     }
 
     tdm_log(TDM_LOG_INFO, XFER_LOG_MODULE,
-            "context started: name=%s incarnation=%016llx transports=%s keepalive_ms=%u",
-            ctx->name, (unsigned long long)ctx->incarnation_id,
+            "context started: name=%s incarnation=%016llx transports=%s keepalive_ms=%u", ctx->name,
+            (unsigned long long)ctx->incarnation_id,
             params->transports != NULL ? params->transports : "(default)",
             params->keepalive_interval_ms);
     *ctx_out = ctx;
@@ -376,8 +376,8 @@ uint32_t xfer_context_n_inflight(const xfer_context_t *ctx)
 
 uint32_t xfer_context_max_sleep_ms(const xfer_context_t *ctx)
 {
-    uint32_t sleep_ms = ctx->params.keepalive_interval_ms > 0 ? ctx->params.keepalive_interval_ms
-                                                              : 20000u;
+    uint32_t sleep_ms =
+        ctx->params.keepalive_interval_ms > 0 ? ctx->params.keepalive_interval_ms : 20000u;
 
     /* A wireup deadline is checked from progress too. */
     if (ctx->n_wiring > 0 && sleep_ms > 100u) {
@@ -414,8 +414,8 @@ static ucs_status_t am_notice_cb(void *arg, const void *header, size_t header_le
 {
     xfer_context_t *ctx = arg;
     rx_notice_t *rx;
-    size_t max_bytes = xfer_notice_encoded_bytes(XFER_NOTICE_MAX_PAGES,
-                                                 XFER_NOTICE_MAX_PAYLOAD_BYTES);
+    size_t max_bytes =
+        xfer_notice_encoded_bytes(XFER_NOTICE_MAX_PAGES, XFER_NOTICE_MAX_PAYLOAD_BYTES);
 
     (void)header;
     (void)header_length;
@@ -505,8 +505,7 @@ static tdm_status_t check_notice_pages(const xfer_pool_t *pool, const uint32_t *
     for (uint32_t i = 0; i < n_pages; i++) {
         const uint8_t *page = xfer_pool_host_page(pool, pages[i], staging);
 
-        if (page == NULL ||
-            tdm_hash_xxh3_64(page, pool->page_size_bytes) != checksums[i]) {
+        if (page == NULL || tdm_hash_xxh3_64(page, pool->page_size_bytes) != checksums[i]) {
             if (n_bad == 0) {
                 first_bad = i;
             }
@@ -728,8 +727,7 @@ tdm_status_t xfer_context_wait(xfer_context_t *ctx, uint32_t timeout_ms)
         pfd.revents = 0;
         rc = poll(&pfd, 1, (int)sleep_ms);
         if (rc < 0 && errno != EINTR) {
-            tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE, "poll on ucx efd failed: %s",
-                    strerror(errno));
+            tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE, "poll on ucx efd failed: %s", strerror(errno));
             return TDM_ERR_IO;
         }
     }

@@ -36,9 +36,9 @@ typedef enum {
     XFER_CONTEXT_PROTO_V1 = 1u << 0,
 } xfer_context_flags_t;
 
-#define XFER_DEFAULT_KEEPALIVE_MS 1000u
-#define XFER_DEFAULT_MAX_BATCHES 1024u
-#define XFER_DEFAULT_CLOSE_TIMEOUT_MS 2000u
+#define XFER_DEFAULT_KEEPALIVE_MS       1000u
+#define XFER_DEFAULT_MAX_BATCHES        1024u
+#define XFER_DEFAULT_CLOSE_TIMEOUT_MS   2000u
 #define XFER_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 
 /* Parameters of xfer_context_create. Plain data; strings are copied. */

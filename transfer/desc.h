@@ -37,10 +37,10 @@
 #include "common/status.h"
 #include "transfer/proc.h"
 
-#define XFER_DESC_VERSION 1
-#define XFER_DESC_HEADER_BYTES 144
+#define XFER_DESC_VERSION        1
+#define XFER_DESC_HEADER_BYTES   144
 #define XFER_DESC_CHECKSUM_BYTES 8
-#define XFER_NAME_MAX_BYTES 64 /* worker name including its NUL */
+#define XFER_NAME_MAX_BYTES      64    /* worker name including its NUL */
 #define XFER_DESC_MAX_BLOB_BYTES 65535 /* limit of the worker address and of the rkey */
 
 /* Where a pool's pages live. */

@@ -23,7 +23,7 @@
 #include "transfer/proc.h"
 
 #define XFER_AM_NOTICE_ID 0x7d1 /* UCX active-message id of completion notices */
-#define XFER_LOG_MODULE "xfer"
+#define XFER_LOG_MODULE   "xfer"
 
 typedef enum {
     PEER_CONNECTED = 0, /* usable */
@@ -48,14 +48,14 @@ struct xfer_peer {
     void *wireup_req;      /* flush posted at connect: completes once UCX wired the endpoint up */
     uint64_t t_connect_ns; /* when the connect started (wireup deadline) */
     peer_state_t state;
-    tdm_status_t lane_status; /* TDM_OK, or TDM_ERR_UNSUPPORTED after a refused lane */
-    uint32_t n_refs;          /* caller references */
-    uint32_t n_inflight;      /* batches posted on it whose callback has not run */
-    int close_wanted;         /* endpoint to be force-closed from progress */
-    xfer_lane_t lane;         /* lane of the most recent batch */
+    tdm_status_t lane_status;          /* TDM_OK, or TDM_ERR_UNSUPPORTED after a refused lane */
+    uint32_t n_refs;                   /* caller references */
+    uint32_t n_inflight;               /* batches posted on it whose callback has not run */
+    int close_wanted;                  /* endpoint to be force-closed from progress */
+    xfer_lane_t lane;                  /* lane of the most recent batch */
     xfer_lane_t lane_cache[XFER_OP_N]; /* lane UCX chose for each op (from a probe) */
-    xfer_proc_id_t owner;     /* the peer process, from its descriptor */
-    int proc_checked;         /* same host and pid namespace: checked by xfer_proc_check */
+    xfer_proc_id_t owner;              /* the peer process, from its descriptor */
+    int proc_checked;                  /* same host and pid namespace: checked by xfer_proc_check */
     int lane_known[XFER_OP_N];
 };
 
@@ -69,7 +69,7 @@ struct xfer_pool {
     uint8_t *base;
     size_t n_bytes;
     ucp_mem_h memh;
-    void *owned_device;    /* device memory the pool allocated (cudaFree at destroy) */
+    void *owned_device; /* device memory the pool allocated (cudaFree at destroy) */
     uint8_t *desc_bytes;
     size_t desc_n_bytes;
 };
@@ -99,7 +99,7 @@ struct xfer_batch {
     uint64_t t_start_ns;
     uint64_t latency_ns;
     xfer_lane_t lane;
-    uint8_t *notice;        /* encoded notice frame (malloc), sent after the flush */
+    uint8_t *notice; /* encoded notice frame (malloc), sent after the flush */
     size_t notice_n_bytes;
     xfer_batch_done_fn *done;
     void *done_arg;
@@ -109,10 +109,10 @@ struct xfer_batch {
 typedef struct rx_notice rx_notice_t;
 struct rx_notice {
     rx_notice_t *next;
-    uint8_t *bytes;      /* the frame */
+    uint8_t *bytes; /* the frame */
     size_t n_bytes;
-    void *ucx_data;      /* non-NULL: bytes are UCX's, release with ucp_am_data_release */
-    int receiving;       /* rendezvous data still arriving */
+    void *ucx_data; /* non-NULL: bytes are UCX's, release with ucp_am_data_release */
+    int receiving;  /* rendezvous data still arriving */
     ucs_status_t recv_status;
 };
 
@@ -154,7 +154,7 @@ tdm_status_t xfer_map_ucs_status(ucs_status_t status);
 void xfer_peer_mark_failed(xfer_peer_t *peer, const char *cause); /* logs the cause once */
 int xfer_peer_incarnation_retired(const xfer_context_t *ctx, const char *name,
                                   uint64_t incarnation_id);
-void xfer_peer_collect(xfer_context_t *ctx); /* close wanted endpoints, free idle dead peers */
+void xfer_peer_collect(xfer_context_t *ctx);      /* close wanted endpoints, free idle dead peers */
 void xfer_peer_check_wireup(xfer_context_t *ctx); /* finish or time out endpoint wireups */
 void xfer_peer_check_liveness(xfer_context_t *ctx); /* same-host peers: is the process alive */
 void xfer_peer_release_all(xfer_context_t *ctx, uint32_t timeout_ms);

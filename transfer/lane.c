@@ -13,21 +13,32 @@ typedef struct {
 
 /* UCX 1.13 transport names (ucx_info -d); prefixes cover the verbs/mlx5 variants. */
 static const tl_entry_t tl_table[] = {
-    {"self", 0, XFER_LANE_SELF},         {"tcp", 0, XFER_LANE_TCP},
-    {"sysv", 0, XFER_LANE_SHM},          {"posix", 0, XFER_LANE_SHM},
-    {"cma", 0, XFER_LANE_SHM},           {"knem", 0, XFER_LANE_SHM},
-    {"xpmem", 0, XFER_LANE_SHM},         {"rc_", 1, XFER_LANE_RC},
-    {"dc_", 1, XFER_LANE_DC},            {"ud_", 1, XFER_LANE_UD},
-    {"cuda_ipc", 0, XFER_LANE_CUDA_IPC}, {"cuda_copy", 0, XFER_LANE_CUDA_COPY},
+    {"self", 0, XFER_LANE_SELF},
+    {"tcp", 0, XFER_LANE_TCP},
+    {"sysv", 0, XFER_LANE_SHM},
+    {"posix", 0, XFER_LANE_SHM},
+    {"cma", 0, XFER_LANE_SHM},
+    {"knem", 0, XFER_LANE_SHM},
+    {"xpmem", 0, XFER_LANE_SHM},
+    {"rc_", 1, XFER_LANE_RC},
+    {"dc_", 1, XFER_LANE_DC},
+    {"ud_", 1, XFER_LANE_UD},
+    {"cuda_ipc", 0, XFER_LANE_CUDA_IPC},
+    {"cuda_copy", 0, XFER_LANE_CUDA_COPY},
     {"gdr_copy", 0, XFER_LANE_GDR_COPY},
 };
 
 static const char *const class_names[XFER_LANE_N_CLASSES] = {
-    [XFER_LANE_UNKNOWN] = "unknown",     [XFER_LANE_SELF] = "self",
-    [XFER_LANE_TCP] = "tcp",             [XFER_LANE_SHM] = "shm",
-    [XFER_LANE_RC] = "rc",               [XFER_LANE_DC] = "dc",
-    [XFER_LANE_UD] = "ud",               [XFER_LANE_CUDA_IPC] = "cuda_ipc",
-    [XFER_LANE_CUDA_COPY] = "cuda_copy", [XFER_LANE_GDR_COPY] = "gdr_copy",
+    [XFER_LANE_UNKNOWN] = "unknown",
+    [XFER_LANE_SELF] = "self",
+    [XFER_LANE_TCP] = "tcp",
+    [XFER_LANE_SHM] = "shm",
+    [XFER_LANE_RC] = "rc",
+    [XFER_LANE_DC] = "dc",
+    [XFER_LANE_UD] = "ud",
+    [XFER_LANE_CUDA_IPC] = "cuda_ipc",
+    [XFER_LANE_CUDA_COPY] = "cuda_copy",
+    [XFER_LANE_GDR_COPY] = "gdr_copy",
 };
 
 const char *xfer_lane_class_name(xfer_lane_class_t cls)

@@ -7,9 +7,9 @@
 
 /* Upper bounds, seconds: 10 us (one small page over shm) to 30 s (a 100K-token history over a
  * slow lane). */
-static const double BUCKETS_S[XFER_METRICS_N_BUCKETS] = {
-    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
-    5e-3, 1e-2,   2.5e-2, 0.1, 0.5,  1.0,  5.0,  30.0};
+static const double BUCKETS_S[XFER_METRICS_N_BUCKETS] = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+                                                         1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1,
+                                                         0.5,  1.0,    5.0,  30.0};
 
 static const char *const OP_NAMES[XFER_OP_N] = {"put", "get"};
 
@@ -199,7 +199,7 @@ tdm_status_t xfer_metrics_render(xfer_metrics_t *metrics, char **text_out, size_
     if (out == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    render(out, &counts, (const uint64_t(*)[XFER_METRICS_N_BUCKETS + 1])buckets);
+    render(out, &counts, (const uint64_t(*)[XFER_METRICS_N_BUCKETS + 1]) buckets);
     if (ferror(out) != 0) {
         fclose(out);
         free(text);

@@ -27,19 +27,19 @@ typedef enum {
 
 /* Snapshot of every counter (tests, /health, benchmarks). Plain data. */
 typedef struct {
-    uint64_t n_batches[XFER_OP_N];        /* batches completed, any status */
-    uint64_t n_batches_failed[XFER_OP_N]; /* batches completed with an error */
-    uint64_t n_pages[XFER_OP_N];          /* pages moved by successful batches */
-    uint64_t n_bytes[XFER_OP_N];          /* bytes moved by successful batches */
+    uint64_t n_batches[XFER_OP_N];                /* batches completed, any status */
+    uint64_t n_batches_failed[XFER_OP_N];         /* batches completed with an error */
+    uint64_t n_pages[XFER_OP_N];                  /* pages moved by successful batches */
+    uint64_t n_bytes[XFER_OP_N];                  /* bytes moved by successful batches */
     uint64_t n_lane_batches[XFER_LANE_N_CLASSES]; /* batches by the lane UCX used */
-    uint64_t n_lane_refusals;             /* batches refused by the transport requirement */
+    uint64_t n_lane_refusals;                     /* batches refused by the transport requirement */
     uint64_t n_notices_sent;
-    uint64_t n_notices_received;          /* well-formed notices delivered */
-    uint64_t n_notice_mismatches;         /* delivered notices whose page checksums disagreed */
-    uint64_t n_notices_malformed;         /* dropped: bad magic, version, length or checksum */
-    uint64_t n_peer_failures;             /* peer incarnations lost (error callback) */
-    uint64_t n_peers_refused;             /* connects or batches refused: old incarnation */
-    uint64_t latency_count[XFER_OP_N];    /* observations in the latency histograms */
+    uint64_t n_notices_received;       /* well-formed notices delivered */
+    uint64_t n_notice_mismatches;      /* delivered notices whose page checksums disagreed */
+    uint64_t n_notices_malformed;      /* dropped: bad magic, version, length or checksum */
+    uint64_t n_peer_failures;          /* peer incarnations lost (error callback) */
+    uint64_t n_peers_refused;          /* connects or batches refused: old incarnation */
+    uint64_t latency_count[XFER_OP_N]; /* observations in the latency histograms */
     double latency_sum_s[XFER_OP_N];
 } xfer_metrics_snapshot_t;
 

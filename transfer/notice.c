@@ -12,8 +12,8 @@ size_t xfer_notice_encoded_bytes(uint32_t n_pages, size_t payload_bytes)
     return XFER_NOTICE_HEADER_BYTES + (size_t)n_pages * 12u + payload_bytes + 8u;
 }
 
-tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf,
-                                size_t n_buf_bytes, size_t *n_bytes_out)
+tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf, size_t n_buf_bytes,
+                                size_t *n_bytes_out)
 {
     size_t name_len;
     size_t n_bytes;
@@ -23,7 +23,8 @@ tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf,
         return TDM_ERR_INVALID_ARG;
     }
     name_len = strnlen(frame->sender_name, XFER_NAME_MAX_BYTES);
-    if (name_len == 0 || name_len >= XFER_NAME_MAX_BYTES || frame->n_pages > XFER_NOTICE_MAX_PAGES ||
+    if (name_len == 0 || name_len >= XFER_NAME_MAX_BYTES ||
+        frame->n_pages > XFER_NOTICE_MAX_PAGES ||
         frame->payload_bytes > XFER_NOTICE_MAX_PAYLOAD_BYTES ||
         (frame->n_pages > 0 && (frame->pages == NULL || frame->checksums == NULL)) ||
         (frame->payload_bytes > 0 && frame->payload == NULL)) {
@@ -60,8 +61,7 @@ tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf,
     return TDM_OK;
 }
 
-tdm_status_t xfer_notice_decode(const uint8_t *bytes, size_t n_bytes,
-                                xfer_notice_view_t *view_out)
+tdm_status_t xfer_notice_decode(const uint8_t *bytes, size_t n_bytes, xfer_notice_view_t *view_out)
 {
     xfer_notice_view_t view;
     size_t body_bytes;

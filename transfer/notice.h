@@ -33,11 +33,11 @@
 #include "common/status.h"
 #include "transfer/desc.h"
 
-#define XFER_NOTICE_VERSION 1
-#define XFER_NOTICE_HEADER_BYTES 112
-#define XFER_NOTICE_MAX_PAGES (1u << 20)              /* 23 GB of full-size pages */
-#define XFER_NOTICE_MAX_PAYLOAD_BYTES (64u << 20)     /* the state record is ~2.9 MB */
-#define XFER_NOTICE_NO_BAD_PAGE UINT32_MAX
+#define XFER_NOTICE_VERSION           1
+#define XFER_NOTICE_HEADER_BYTES      112
+#define XFER_NOTICE_MAX_PAGES         (1u << 20)  /* 23 GB of full-size pages */
+#define XFER_NOTICE_MAX_PAYLOAD_BYTES (64u << 20) /* the state record is ~2.9 MB */
+#define XFER_NOTICE_NO_BAD_PAGE       UINT32_MAX
 
 /*
  * A received notice as handed to xfer_notice_fn. Plain data; every pointer is borrowed and
@@ -47,7 +47,7 @@ typedef struct {
     uint64_t job_id;
     char sender_name[XFER_NAME_MAX_BYTES];
     uint64_t sender_incarnation_id;
-    uint32_t pool_id;          /* the receiving pool (xfer_pool_id) */
+    uint32_t pool_id; /* the receiving pool (xfer_pool_id) */
     uint32_t n_pages;
     const uint32_t *pages;     /* [n_pages] page indices in that pool */
     const uint64_t *checksums; /* [n_pages] XXH3-64 of each page as the sender saw it */
@@ -110,8 +110,8 @@ size_t xfer_notice_encoded_bytes(uint32_t n_pages, size_t payload_bytes);
  * empty or too long, over XFER_NOTICE_MAX_PAGES or XFER_NOTICE_MAX_PAYLOAD_BYTES, NULL arrays,
  * buffer too small); buf untouched on error.
  */
-tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf,
-                                size_t n_buf_bytes, size_t *n_bytes_out);
+tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf, size_t n_buf_bytes,
+                                size_t *n_bytes_out);
 
 /*
  * xfer_notice_decode - check and decode n_bytes from outside. Returns TDM_OK with *view_out
@@ -119,8 +119,7 @@ tdm_status_t xfer_notice_encode(const xfer_notice_frame_t *frame, uint8_t *buf,
  * unterminated name), TDM_ERR_UNSUPPORTED (version) or TDM_ERR_MISMATCH (frame checksum).
  * *view_out untouched on error.
  */
-tdm_status_t xfer_notice_decode(const uint8_t *bytes, size_t n_bytes,
-                                xfer_notice_view_t *view_out);
+tdm_status_t xfer_notice_decode(const uint8_t *bytes, size_t n_bytes, xfer_notice_view_t *view_out);
 
 /* xfer_notice_frame_page / _checksum - entry i (< n_pages) of a decoded frame's arrays. */
 uint32_t xfer_notice_frame_page(const xfer_notice_view_t *view, uint32_t i);

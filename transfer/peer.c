@@ -56,9 +56,10 @@ static void retire_incarnation(xfer_context_t *ctx, const char *name, uint64_t i
         retired_t *grown = realloc(ctx->retired, (size_t)cap * sizeof(*grown));
 
         if (grown == NULL) {
-            tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE,
-                    "retired incarnation not recorded: peer=%s incarnation=%016llx reason=no memory",
-                    name, (unsigned long long)incarnation_id);
+            tdm_log(
+                TDM_LOG_ERROR, XFER_LOG_MODULE,
+                "retired incarnation not recorded: peer=%s incarnation=%016llx reason=no memory",
+                name, (unsigned long long)incarnation_id);
             return;
         }
         ctx->retired = grown;
@@ -84,8 +85,8 @@ void xfer_peer_mark_failed(xfer_peer_t *peer, const char *cause)
     xfer_metrics_event(ctx->metrics, XFER_EVENT_PEER_FAILURE);
     tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE,
             "peer lost: peer=%s incarnation=%016llx pool_id=%u inflight_batches=%u cause=\"%s\"",
-            peer->name, (unsigned long long)peer->incarnation_id, peer->pool_id,
-            peer->n_inflight, cause);
+            peer->name, (unsigned long long)peer->incarnation_id, peer->pool_id, peer->n_inflight,
+            cause);
 }
 
 static void retire_peer(xfer_peer_t *peer, uint64_t new_incarnation_id)
@@ -181,9 +182,8 @@ void xfer_peer_check_wireup(xfer_context_t *ctx)
             if (status != UCS_OK) {
                 xfer_peer_mark_failed(peer, ucs_status_string(status));
             }
-        } else if (peer->state == PEER_CONNECTED &&
-                   tdm_clock_elapsed_ms(peer->t_connect_ns) >=
-                       (double)ctx->params.connect_timeout_ms) {
+        } else if (peer->state == PEER_CONNECTED && tdm_clock_elapsed_ms(peer->t_connect_ns) >=
+                                                        (double)ctx->params.connect_timeout_ms) {
             xfer_peer_mark_failed(peer, "wireup not finished within connect_timeout_ms");
         }
     }
@@ -227,8 +227,7 @@ void xfer_peer_collect(xfer_context_t *ctx)
     ctx->peers_dirty |= still_dirty;
 }
 
-tdm_status_t xfer_peer_connect(xfer_context_t *ctx, const xfer_desc_t *desc,
-                               xfer_peer_t **peer_out)
+tdm_status_t xfer_peer_connect(xfer_context_t *ctx, const xfer_desc_t *desc, xfer_peer_t **peer_out)
 {
     xfer_peer_t *peer;
     ucp_ep_params_t ep_params;
@@ -283,8 +282,8 @@ tdm_status_t xfer_peer_connect(xfer_context_t *ctx, const xfer_desc_t *desc,
 
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_NAME;
+                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                           UCP_EP_PARAM_FIELD_NAME;
     ep_params.address = (const ucp_address_t *)desc->worker_address;
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep_params.err_handler.cb = ep_error_cb;
@@ -302,9 +301,8 @@ tdm_status_t xfer_peer_connect(xfer_context_t *ctx, const xfer_desc_t *desc,
     ucs = ucp_ep_rkey_unpack(peer->ep, desc->rkey, &peer->rkey);
     if (ucs != UCS_OK) {
         tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE,
-                "rkey unpack failed: peer=%s incarnation=%016llx pool_id=%u ucx=\"%s\"",
-                desc->name, (unsigned long long)desc->incarnation_id, desc->pool_id,
-                ucs_status_string(ucs));
+                "rkey unpack failed: peer=%s incarnation=%016llx pool_id=%u ucx=\"%s\"", desc->name,
+                (unsigned long long)desc->incarnation_id, desc->pool_id, ucs_status_string(ucs));
         status = ucs == UCS_ERR_NO_MEMORY ? TDM_ERR_NO_MEMORY : TDM_ERR_UNSUPPORTED;
         goto err_close_ep;
     }

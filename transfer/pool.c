@@ -67,8 +67,7 @@ const uint8_t *xfer_pool_host_page(const xfer_pool_t *pool, uint32_t page, uint8
     }
 #ifdef TANDEM_HAVE_CUDA
     {
-        cudaError_t err =
-            cudaMemcpy(staging, src, pool->page_size_bytes, cudaMemcpyDeviceToHost);
+        cudaError_t err = cudaMemcpy(staging, src, pool->page_size_bytes, cudaMemcpyDeviceToHost);
 
         if (err != cudaSuccess) {
             tdm_log(TDM_LOG_ERROR, XFER_LOG_MODULE, "device page read failed: page=%u cuda=%s",
@@ -240,8 +239,7 @@ tdm_status_t xfer_pool_create(xfer_context_t *ctx, const xfer_pool_params_t *par
     tdm_log(TDM_LOG_INFO, XFER_LOG_MODULE,
             "pool registered: pool_id=%u pages=%u page_bytes=%u mem_type=%s allocated=%s",
             pool->pool_id, pool->n_pages, pool->page_size_bytes,
-            pool->mem_type == XFER_MEM_CUDA ? "cuda" : "host",
-            params->base == NULL ? "yes" : "no");
+            pool->mem_type == XFER_MEM_CUDA ? "cuda" : "host", params->base == NULL ? "yes" : "no");
     *pool_out = pool;
     return TDM_OK;
 
@@ -315,8 +313,7 @@ xfer_mem_type_t xfer_pool_mem_type(const xfer_pool_t *pool)
     return pool->mem_type;
 }
 
-void xfer_pool_descriptor(const xfer_pool_t *pool, const uint8_t **bytes_out,
-                          size_t *n_bytes_out)
+void xfer_pool_descriptor(const xfer_pool_t *pool, const uint8_t **bytes_out, size_t *n_bytes_out)
 {
     *bytes_out = pool->desc_bytes;
     *n_bytes_out = pool->desc_n_bytes;

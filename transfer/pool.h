@@ -68,8 +68,7 @@ xfer_mem_type_t xfer_pool_mem_type(const xfer_pool_t *pool);
  * xfer_pool_descriptor - the pool's encoded descriptor (desc.h wire form), to hand to peers.
  * The bytes are owned by the pool and valid until xfer_pool_destroy.
  */
-void xfer_pool_descriptor(const xfer_pool_t *pool, const uint8_t **bytes_out,
-                          size_t *n_bytes_out);
+void xfer_pool_descriptor(const xfer_pool_t *pool, const uint8_t **bytes_out, size_t *n_bytes_out);
 
 /*
  * xfer_pool_device_memory_available - 1 when this build has CUDA (TANDEM_HAVE_CUDA) and the CUDA

@@ -9,7 +9,7 @@
 
 #include "common/hash.h"
 
-#define STAT_BYTES 1024
+#define STAT_BYTES                 1024
 #define STARTTIME_FIELD_AFTER_COMM 20 /* field 22 of /proc/<pid>/stat; state is field 3 */
 
 /* Read /proc/<pid>/stat: the state letter and the start time. Returns 0, or an errno. */
@@ -79,9 +79,8 @@ void xfer_proc_id_self(xfer_proc_id_t *id_out)
 
 int xfer_proc_id_comparable(const xfer_proc_id_t *self, const xfer_proc_id_t *other)
 {
-    return self->host_id != 0 && self->pid_ns != 0 && other->pid != 0 &&
-           other->start_ticks != 0 && self->host_id == other->host_id &&
-           self->pid_ns == other->pid_ns;
+    return self->host_id != 0 && self->pid_ns != 0 && other->pid != 0 && other->start_ticks != 0 &&
+           self->host_id == other->host_id && self->pid_ns == other->pid_ns;
 }
 
 tdm_status_t xfer_proc_check(const xfer_proc_id_t *id)

@@ -27,6 +27,10 @@
 
 #include <cmocka.h>
 
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -37,11 +41,11 @@
 #include "transfer/peer.h"
 #include "transfer/pool.h"
 
-#define PAGE_BYTES 1088u /* any size works for tests (64 + 1024: not a power of two on purpose) */
-#define POOL_PAGES 4100u
-#define KEEPALIVE_MS 100u
+#define PAGE_BYTES         1088u /* any size works for tests (64 + 1024: not a power of two on purpose) */
+#define POOL_PAGES         4100u
+#define KEEPALIVE_MS       100u
 #define CONNECT_TIMEOUT_MS 3000u
-#define DEADLINE_MS 20000u
+#define DEADLINE_MS        20000u
 #define STATE_RECORD_BYTES 2906112u /* MODEL.md 7: the handoff state record */
 
 enum {
@@ -177,9 +181,8 @@ static int recv_msg(int fd, msg_header_t *header_out, uint8_t **body_out)
     return 0;
 }
 
-static tdm_status_t make_context(const char *name, xfer_lane_mask_t required,
-                                 uint32_t max_batches, xfer_notice_fn *on_notice, void *arg,
-                                 xfer_context_t **ctx_out)
+static tdm_status_t make_context(const char *name, xfer_lane_mask_t required, uint32_t max_batches,
+                                 xfer_notice_fn *on_notice, void *arg, xfer_context_t **ctx_out)
 {
     xfer_context_params_t params;
 
@@ -394,7 +397,7 @@ static int child_main(int argc, char **argv)
     if (argc < 4) {
         return 2;
     }
-    tdm_log_set_level(TDM_LOG_INFO);
+    tdm_log_set_level(TDM_LOG_WARN);
     child.sock = atoi(argv[2]);
     if (make_context(argv[3], 0, 64, child_on_notice, &child, &child.ctx) != TDM_OK) {
         return 3;
@@ -619,8 +622,8 @@ static int setup(void **state)
 {
     fixture_t *fx = calloc(1, sizeof(*fx));
 
-    if (fx == NULL || make_context("prefill-test", 0, 64, parent_on_notice, fx, &fx->ctx) !=
-                          TDM_OK) {
+    if (fx == NULL ||
+        make_context("prefill-test", 0, 64, parent_on_notice, fx, &fx->ctx) != TDM_OK) {
         free(fx);
         return -1;
     }
@@ -664,11 +667,8 @@ static void make_layout(uint32_t n, uint32_t *local, uint32_t *remote)
     }
 }
 
-static void put_pages_bit_exact(void **state, uint32_t n)
+static void put_pages_bit_exact(fixture_t *fx, remote_t *remote, xfer_peer_t *peer, uint32_t n)
 {
-    fixture_t *fx = *state;
-    remote_t remote;
-    xfer_peer_t *peer = NULL;
     xfer_batch_params_t params;
     batch_wait_t wait = {0};
     notice_report_t report;
@@ -679,8 +679,6 @@ static void put_pages_bit_exact(void **state, uint32_t n)
 
     assert_non_null(local);
     assert_non_null(slots);
-    spawn("decode-put", &remote);
-    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
     make_layout(n, local, slots);
     for (uint32_t i = 0; i < n; i++) {
         fill_pattern(xfer_pool_page(fx->pool, local[i]), fx->seed, local[i]);
@@ -711,36 +709,26 @@ static void put_pages_bit_exact(void **state, uint32_t n)
                   xfer_lane_class_name(wait.result.lane.cls), wait.result.lane.text,
                   (double)wait.result.latency_ns * 1e-6);
 
-    await_msg(fx, &remote, MSG_NOTICE, &report, sizeof(report));
+    await_msg(fx, remote, MSG_NOTICE, &report, sizeof(report));
     assert_int_equal(report.job_id, 1000 + n);
     assert_int_equal(report.status, TDM_OK);
     assert_int_equal(report.n_pages, n);
     assert_int_equal(report.n_bad_pages, 0);
     assert_int_equal(report.n_exact_bad, 0);
-
-    xfer_peer_close(peer);
-    finish(&remote);
     free(local);
     free(slots);
 }
 
-static void get_pages_bit_exact(void **state, uint32_t n)
+static void get_pages_bit_exact(fixture_t *fx, xfer_peer_t *peer, uint64_t seed, uint32_t n)
 {
-    fixture_t *fx = *state;
-    remote_t remote;
-    xfer_peer_t *peer = NULL;
     xfer_batch_params_t params;
     batch_wait_t wait = {0};
     uint32_t *local = malloc(n * sizeof(*local));
     uint32_t *slots = malloc(n * sizeof(*slots));
-    uint64_t seed = fx->seed ^ 0x6e7;
     uint32_t n_bad = 0;
 
     assert_non_null(local);
     assert_non_null(slots);
-    spawn("decode-get", &remote);
-    command(fx, &remote, MSG_FILL, &seed, sizeof(seed), TDM_OK);
-    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
     make_layout(n, local, slots);
     memset(xfer_pool_page(fx->pool, 0), 0, (size_t)PAGE_BYTES * POOL_PAGES);
 
@@ -766,51 +754,42 @@ static void get_pages_bit_exact(void **state, uint32_t n)
     print_message("get %u pages: lane %s (%s) in %.3f ms\n", n,
                   xfer_lane_class_name(wait.result.lane.cls), wait.result.lane.text,
                   (double)wait.result.latency_ns * 1e-6);
-
-    xfer_peer_close(peer);
-    finish(&remote);
     free(local);
     free(slots);
 }
 
-static void test_put_1_page_bit_exact(void **state)
+static void test_put_1_7_64_4096_pages_bit_exact(void **state)
 {
-    put_pages_bit_exact(state, 1);
+    fixture_t *fx = *state;
+    static const uint32_t sizes[] = {1, 7, 64, 4096};
+    remote_t remote;
+    xfer_peer_t *peer = NULL;
+
+    spawn("decode-put", &remote);
+    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        put_pages_bit_exact(fx, &remote, peer, sizes[i]);
+    }
+    xfer_peer_close(peer);
+    finish(&remote);
 }
 
-static void test_put_7_pages_bit_exact(void **state)
+static void test_get_1_7_64_4096_pages_bit_exact(void **state)
 {
-    put_pages_bit_exact(state, 7);
-}
+    fixture_t *fx = *state;
+    static const uint32_t sizes[] = {1, 7, 64, 4096};
+    remote_t remote;
+    xfer_peer_t *peer = NULL;
+    uint64_t seed = fx->seed ^ 0x6e7;
 
-static void test_put_64_pages_bit_exact(void **state)
-{
-    put_pages_bit_exact(state, 64);
-}
-
-static void test_put_4096_pages_bit_exact(void **state)
-{
-    put_pages_bit_exact(state, 4096);
-}
-
-static void test_get_1_page_bit_exact(void **state)
-{
-    get_pages_bit_exact(state, 1);
-}
-
-static void test_get_7_pages_bit_exact(void **state)
-{
-    get_pages_bit_exact(state, 7);
-}
-
-static void test_get_64_pages_bit_exact(void **state)
-{
-    get_pages_bit_exact(state, 64);
-}
-
-static void test_get_4096_pages_bit_exact(void **state)
-{
-    get_pages_bit_exact(state, 4096);
+    spawn("decode-get", &remote);
+    command(fx, &remote, MSG_FILL, &seed, sizeof(seed), TDM_OK);
+    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        get_pages_bit_exact(fx, peer, seed, sizes[i]);
+    }
+    xfer_peer_close(peer);
+    finish(&remote);
 }
 
 static void test_notice_checksum_mismatch_is_detected(void **state)
@@ -1272,31 +1251,186 @@ static void test_metrics_render_as_prometheus_text(void **state)
     finish(&remote);
 }
 
+static void test_create_and_connect_errors_change_nothing(void **state)
+{
+    fixture_t *fx = *state;
+    xfer_context_params_t params;
+    xfer_context_t *ctx = NULL;
+    xfer_pool_params_t pool_params;
+    xfer_pool_t *pool = NULL;
+    xfer_peer_t *peer = NULL;
+    xfer_desc_t own;
+    const uint8_t *bytes;
+    size_t n_bytes;
+    char long_name[80];
+
+    xfer_context_params_default(&params);
+    params.name = "";
+    assert_int_equal(xfer_context_create(&params, &ctx), TDM_ERR_INVALID_ARG);
+    memset(long_name, 'w', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    params.name = long_name;
+    assert_int_equal(xfer_context_create(&params, &ctx), TDM_ERR_INVALID_ARG);
+    params.name = "ok";
+    params.max_batches = 0;
+    assert_int_equal(xfer_context_create(&params, &ctx), TDM_ERR_INVALID_ARG);
+    xfer_context_params_default(&params);
+    params.transports = "no_such_transport";
+    assert_int_equal(xfer_context_create(&params, &ctx), TDM_ERR_UNSUPPORTED);
+    assert_null(ctx);
+
+    memset(&pool_params, 0, sizeof(pool_params));
+    pool_params.page_size_bytes = 0;
+    pool_params.n_pages = 4;
+    assert_int_equal(xfer_pool_create(fx->ctx, &pool_params, &pool), TDM_ERR_INVALID_ARG);
+    pool_params.page_size_bytes = PAGE_BYTES;
+    pool_params.mem_type = (xfer_mem_type_t)7;
+    assert_int_equal(xfer_pool_create(fx->ctx, &pool_params, &pool), TDM_ERR_INVALID_ARG);
+    if (!xfer_pool_device_memory_available()) {
+        pool_params.mem_type = XFER_MEM_CUDA; /* no CUDA in the build, or no device */
+        assert_int_equal(xfer_pool_create(fx->ctx, &pool_params, &pool), TDM_ERR_UNSUPPORTED);
+    }
+    assert_null(pool);
+
+    /* Our own descriptor is not a peer. */
+    xfer_pool_descriptor(fx->pool, &bytes, &n_bytes);
+    assert_int_equal(xfer_desc_parse(bytes, n_bytes, &own), TDM_OK);
+    assert_true(own.incarnation_id == xfer_context_incarnation_id(fx->ctx));
+    assert_string_equal(own.name, xfer_context_name(fx->ctx));
+    assert_int_equal(xfer_peer_connect(fx->ctx, &own, &peer), TDM_ERR_INVALID_ARG);
+    assert_null(peer);
+    assert_int_equal(xfer_context_n_peers(fx->ctx), 0);
+
+    /* Nothing to do: waiting times out; arming succeeds. */
+    assert_int_equal(xfer_context_wait(fx->ctx, 20), TDM_ERR_TIMEOUT);
+    xfer_context_progress(fx->ctx);
+    assert_int_equal(xfer_context_arm(fx->ctx), TDM_OK);
+    xfer_context_destroy(NULL);
+    xfer_pool_destroy(NULL);
+    xfer_peer_close(NULL);
+}
+
+static void test_device_pool_put_and_get(void **state)
+{
+#ifndef TANDEM_HAVE_CUDA
+    (void)state;
+    print_message("built without CUDA (TANDEM_HAVE_CUDA off): skipping\n");
+    skip();
+#else
+    fixture_t *fx = *state;
+    xfer_pool_params_t pool_params;
+    xfer_pool_t *device_pool = NULL;
+    remote_t remote;
+    xfer_peer_t *peer = NULL;
+    xfer_batch_params_t params;
+    batch_wait_t wait = {0};
+    notice_report_t report;
+    uint32_t pages[64];
+    uint8_t host[PAGE_BYTES];
+    uint8_t *payload;
+    size_t payload_bytes = 0;
+    uint64_t seed = fx->seed ^ 0xd;
+    tdm_status_t status;
+    uint32_t n_bad = 0;
+
+    if (!xfer_pool_device_memory_available()) {
+        print_message("no CUDA device: skipping\n");
+        skip();
+    }
+    memset(&pool_params, 0, sizeof(pool_params));
+    pool_params.page_size_bytes = PAGE_BYTES;
+    pool_params.n_pages = 64;
+    pool_params.mem_type = XFER_MEM_CUDA;
+    status = xfer_pool_create(fx->ctx, &pool_params, &device_pool);
+    if (status == TDM_ERR_UNSUPPORTED) {
+        print_message("UCX cannot register CUDA memory (libucx built without CUDA): skipping\n");
+        skip();
+    }
+    assert_int_equal(status, TDM_OK);
+    for (uint32_t i = 0; i < 64; i++) {
+        pages[i] = i;
+        fill_pattern(host, seed, i);
+        assert_int_equal(
+            cudaMemcpy(xfer_pool_page(device_pool, i), host, PAGE_BYTES, cudaMemcpyHostToDevice),
+            cudaSuccess);
+    }
+
+    /* Device pages -> the child's host pool, with a notice (checksums via staging copies). */
+    spawn("decode-device", &remote);
+    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
+    payload = pattern_payload(seed, pages, 64, &payload_bytes);
+    assert_non_null(payload);
+    memset(&params, 0, sizeof(params));
+    params.op = XFER_OP_PUT;
+    params.flags = XFER_BATCH_NOTICE;
+    params.job_id = 64;
+    params.local_pool = device_pool;
+    params.local_pages = pages;
+    params.remote_pages = pages;
+    params.n_pages = 64;
+    params.payload = payload;
+    params.payload_bytes = payload_bytes;
+    params.done = batch_done;
+    params.done_arg = &wait;
+    assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
+    free(payload);
+    await_batch(fx, &wait);
+    assert_int_equal(wait.result.status, TDM_OK);
+    print_message("device put: lane %s (%s)\n", xfer_lane_class_name(wait.result.lane.cls),
+                  wait.result.lane.text);
+    await_msg(fx, &remote, MSG_NOTICE, &report, sizeof(report));
+    assert_int_equal(report.status, TDM_OK);
+    assert_int_equal(report.n_exact_bad, 0);
+
+    /* The child's host pages -> device pages. */
+    seed ^= 0x77;
+    command(fx, &remote, MSG_FILL, &seed, sizeof(seed), TDM_OK);
+    memset(&params, 0, sizeof(params));
+    memset(&wait, 0, sizeof(wait));
+    params.op = XFER_OP_GET;
+    params.local_pool = device_pool;
+    params.local_pages = pages;
+    params.remote_pages = pages;
+    params.n_pages = 64;
+    params.done = batch_done;
+    params.done_arg = &wait;
+    assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
+    await_batch(fx, &wait);
+    assert_int_equal(wait.result.status, TDM_OK);
+    for (uint32_t i = 0; i < 64; i++) {
+        assert_int_equal(
+            cudaMemcpy(host, xfer_pool_page(device_pool, i), PAGE_BYTES, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+        if (!pattern_matches(host, seed, i)) {
+            n_bad++;
+        }
+    }
+    assert_int_equal(n_bad, 0);
+    xfer_peer_close(peer);
+    finish(&remote);
+    xfer_pool_destroy(device_pool);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_put_1_page_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_put_7_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_put_64_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_put_4096_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_get_1_page_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_get_7_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_get_64_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_get_4096_pages_bit_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_notice_checksum_mismatch_is_detected, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_state_record_payload_arrives_whole, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_put_1_7_64_4096_pages_bit_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_1_7_64_4096_pages_bit_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_notice_checksum_mismatch_is_detected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_record_payload_arrives_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_receiver_killed_mid_transfer_fails_only_that_peer,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_peer_reached_by_new_descriptor_old_refused,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_required_transport_refuses_other_lanes, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_notice_into_parent_wakes_efd_poller, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_notice_into_parent_wakes_efd_poller, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_errors_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_render_as_prometheus_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_and_connect_errors_change_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_device_pool_put_and_get, setup, teardown),
     };
 
     if (argc >= 2 && strcmp(argv[1], "--xfer-child") == 0) {
@@ -1306,7 +1440,7 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(getenv("TANDEM_TEST_FILTER")); /* run one test while debugging */
     }
     signal(SIGPIPE, SIG_IGN);
-    tdm_log_set_level(TDM_LOG_INFO);
+    tdm_log_set_level(TDM_LOG_WARN);
     print_message("transport: %s\n", test_tls());
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
