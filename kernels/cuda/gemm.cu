@@ -20,6 +20,8 @@
 #include "kernels/codec_bits.h"
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -95,23 +97,20 @@ __device__ __forceinline__ uint32_t vec_word(const uint4 &v, int i)
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-/* Two E4M3 codes (low byte first) -> FP32, exact: the sm_89+ conversion to f16x2 (every E4M3
- * value is an f16), else the shared scalar codec. Equal for every code a weight can hold
- * (0x7F / 0xFF, NaN, are never written). */
+/* Two E4M3 codes (low byte first) -> FP32, exact: cuda_fp8.h's conversion to f16x2 (one
+ * cvt.rn.f16x2.e4m3x2 on sm_89+; every E4M3 value is an f16), then f16 -> f32. Equal to
+ * codec_e4m3_to_f32 for every code a weight can hold (0x7F / 0xFF, NaN, are never written). */
 __device__ __forceinline__ void e4m3x2_to_f32(uint32_t pair, float *lo, float *hi)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    const unsigned short in = (unsigned short)(pair & 0xFFFFu);
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(in));
-    const unsigned short h_lo = (unsigned short)(h2 & 0xFFFFu);
-    const unsigned short h_hi = (unsigned short)(h2 >> 16);
-    asm("cvt.f32.f16 %0, %1;" : "=f"(*lo) : "h"(h_lo));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(*hi) : "h"(h_hi));
-#else
-    *lo = codec_e4m3_to_f32((uint8_t)(pair & 0xFFu));
-    *hi = codec_e4m3_to_f32((uint8_t)((pair >> 8) & 0xFFu));
-#endif
+    const __half2_raw h2 =
+        __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFFu), __NV_E4M3);
+    __half_raw l;
+    __half_raw h;
+
+    l.x = h2.x;
+    h.x = h2.y;
+    *lo = __half2float(__half(l));
+    *hi = __half2float(__half(h));
 }
 
 /* Smallest UE8M0 byte for which every E4M3 code times the scale is a normal FP32 number:
