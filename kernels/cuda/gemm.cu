@@ -188,7 +188,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
     constexpr int W_VECS = TO * TK / PER_VEC; /* vectors per chunk */
     constexpr int W_PER_THREAD = (W_VECS + GEMM_THREADS - 1) / GEMM_THREADS;
     constexpr int X_PER_THREAD = TR * TK / GEMM_THREADS;
-    static_assert(MT_O * MT_R == GEMM_MICROTILES, "16 micro-tiles per block");
+    static_assert(MT_O * MT_R <= GEMM_MICROTILES && (MT_O * MT_R) % 2 == 0,
+                  "at most 16 micro-tiles per block, whole warps");
     static_assert(TK % 32 == 0 && (TR * TK) % GEMM_THREADS == 0, "chunk shape");
 
     __shared__ float ws[TO * W_STRIDE];
@@ -200,6 +201,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
     const int mt = tid / KC_DOT_LANES;
     const int mt_r = mt % MT_R;
     const int mt_o = mt / MT_R;
+    /* warps past the micro-tiles only help to load (warp-uniform: micro-tiles come in pairs) */
+    const int computes = mt < MT_O * MT_R;
     const int64_t o_blk = (int64_t)blockIdx.x * TO;
     const int64_t r_blk = (int64_t)blockIdx.y * TR;
 
@@ -274,9 +277,10 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
             load_chunk(kc + TK);
         }
         /* only whole groups of 16 inside the matrix: no FMA beyond n_in (bits as the CPU) */
-        const int n_steps = (int)((w.n_in - kc < TK ? w.n_in - kc : TK) / KC_DOT_LANES);
-        const float *wrow = ws + (mt_o * MO) * W_STRIDE + lane;
-        const float *xrow = xs + (mt_r * MR) * X_STRIDE + lane;
+        const int n_steps =
+            computes ? (int)((w.n_in - kc < TK ? w.n_in - kc : TK) / KC_DOT_LANES) : 0;
+        const float *wrow = ws + (computes ? mt_o * MO : 0) * W_STRIDE + lane;
+        const float *xrow = xs + (computes ? mt_r * MR : 0) * X_STRIDE + lane;
         for (int t = 0; t < n_steps; t++) {
             float wv[MO];
             float xv[MR];
@@ -299,6 +303,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
         __syncthreads();
     }
 
+    if (!computes) {
+        return;
+    }
 #pragma unroll
     for (int a = 0; a < MO; a++) {
 #pragma unroll
@@ -326,14 +333,18 @@ static void launch_tile(const wview &w, const float *x, int64_t ldx, int64_t n_r
         <<<grid, GEMM_THREADS, 0, stream>>>(w, x, ldx, n_rows, flags, y, ldy);
 }
 
-/* Tile shape by batch size (bits do not depend on it): decode GEMV (1 row; up to 4 rows),
- * small batches, prefill. The last parameter is the resident blocks per SM that the register
- * budget must allow (__launch_bounds__). */
+/* Tile shape by batch size (bits do not depend on it): decode GEMV (1 row: 2 outputs per block
+ * up to GEMM_NARROW_MAX_OUT outputs, so that small matrices such as the mHC mixes [24, 4H] still
+ * spread over many SMs, else 16; up to 4 rows), small batches, prefill. The last parameter is
+ * the resident blocks per SM that the register budget must allow (__launch_bounds__). */
+#define GEMM_NARROW_MAX_OUT 2048
 template <int KIND>
 static void launch_gemm(const wview &w, const float *x, int64_t ldx, int64_t n_rows, uint32_t flags,
                         float *y, int64_t ldy, cudaStream_t stream)
 {
-    if (n_rows == 1) {
+    if (n_rows == 1 && w.n_out <= GEMM_NARROW_MAX_OUT) {
+        launch_tile<KIND, 1, 1, 2, 1, 2048, 3>(w, x, ldx, n_rows, flags, y, ldy, stream);
+    } else if (n_rows == 1) {
         launch_tile<KIND, 1, 1, 16, 1, 512, 4>(w, x, ldx, n_rows, flags, y, ldy, stream);
     } else if (n_rows <= 4) {
         launch_tile<KIND, 1, 4, 16, 1, 512, 2>(w, x, ldx, n_rows, flags, y, ldy, stream);

@@ -303,11 +303,13 @@ typedef struct {
     int64_t ldy_pad; /* ldy = n_out + ldy_pad */
 } gemm_shape_t;
 
-/* Shapes that cover every tile shape (1, <= 4, <= 32, > 32 rows), partial tiles in both
- * directions, partial K chunks (n_in not a multiple of 64 / 256 / 512) and padded strides. */
+/* Shapes that cover every tile shape (1 row with at most 2048 or more outputs, <= 4, <= 32,
+ * > 32 rows), partial tiles in both directions, partial K chunks (n_in not a multiple of 64 /
+ * 256 / 512 / 2048) and padded strides. */
 static const gemm_shape_t gemm_shapes[] = {
     {1, 16, 1, 0, 0},     {37, 48, 3, 5, 2},   {300, 528, 7, 0, 3}, {65, 1040, 33, 16, 0},
     {130, 272, 70, 0, 1}, {512, 512, 1, 0, 0}, {24, 2048, 2, 0, 0}, {70, 784, 12, 3, 0},
+    {2100, 96, 1, 0, 0},  {24, 4608, 1, 0, 0},
 };
 #define N_GEMM_SHAPES (sizeof(gemm_shapes) / sizeof(gemm_shapes[0]))
 
