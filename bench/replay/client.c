@@ -90,7 +90,8 @@ static void on_data(bench_client_t *client, const char *payload, uint64_t now_ns
         client->done = 1;
         return;
     }
-    event = json_loads(payload, 0, &jerr);
+    /* A token may decode to U+0000; the server escapes it as \u0000, which is valid JSON. */
+    event = json_loads(payload, JSON_ALLOW_NUL, &jerr);
     if (event == NULL) {
         client->stream_error = 1;
         snprintf(client->error, sizeof(client->error), "bad JSON in stream: %s", jerr.text);
