@@ -18,6 +18,7 @@
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "engine/model.h"
+#include "engine/spec.h"
 #include "proto/proto_hash.h"
 #include "kernels/kv_page.h"
 #include "transfer/context.h"
@@ -25,7 +26,7 @@
 
 #define DECODE_ERR_BYTES 512
 #define DECODE_HOST_BYTES 256
-#define DECODE_BODY_BYTES 4096
+#define DECODE_BODY_BYTES 8192
 #define DECODE_XFER_POLL_MS 5u
 #define DECODE_EXIT_REFUSED 3
 
@@ -43,6 +44,9 @@ typedef struct {
     uint32_t register_timeout_ms;
     const char *transports;
     const char *ucx_protocols;
+    const char *spec;
+    const char *spec_accept;
+    double spec_threshold;
     const char *log_level;
 } decode_cfg_t;
 
@@ -73,6 +77,14 @@ static const tdm_flag_t decode_flags[] = {
     {"ucx-protocols", TDM_FLAG_STRING, "v1", offsetof(decode_cfg_t, ucx_protocols),
      "UCX protocol generation: v1, or v2 (UCX 1.13.1's v2 put lost every page in our loopback "
      "tests)", 0, 0, 0},
+    {"spec", TDM_FLAG_STRING, "off", offsetof(decode_cfg_t, spec),
+     "speculative decoding drafter: off, dspark or ngram (MODEL.md 8; output unchanged); a "
+     "request's spec field overrides it unless it is off", 0, 0, 0},
+    {"spec-accept", TDM_FLAG_STRING, "coupled", offsetof(decode_cfg_t, spec_accept),
+     "acceptance: coupled (token-identical to --spec off) or rejection (same distribution)", 0, 0,
+     0},
+    {"spec-confidence-threshold", TDM_FLAG_F64, "0.3", offsetof(decode_cfg_t, spec_threshold),
+     "DSpark verify length: drafts while the confidence product stays above this", 0, 1, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(decode_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -95,6 +107,36 @@ static volatile sig_atomic_t g_stop_signal;
 static void on_signal(int sig)
 {
     g_stop_signal = sig;
+}
+
+/* Append the speculative decoding counters of the drafters a node can run to body. */
+static void render_spec(const decode_stats_t *st, char *body, size_t body_bytes)
+{
+    static const engine_spec_drafter_t drafters[] = {ENGINE_SPEC_OFF, ENGINE_SPEC_DSPARK,
+                                                     ENGINE_SPEC_NGRAM};
+    size_t used = strlen(body);
+
+    for (size_t i = 0; i < sizeof(drafters) / sizeof(drafters[0]) && used < body_bytes; i++) {
+        const engine_spec_metrics_t *m = &st->spec[drafters[i]];
+        const char *name = engine_spec_drafter_name(drafters[i]);
+        int n = snprintf(body + used, body_bytes - used,
+                         "tandem_spec_steps_total{drafter=\"%s\"} %llu\n"
+                         "tandem_spec_drafted_tokens_total{drafter=\"%s\"} %llu\n"
+                         "tandem_spec_verified_tokens_total{drafter=\"%s\"} %llu\n"
+                         "tandem_spec_accepted_tokens_total{drafter=\"%s\"} %llu\n"
+                         "tandem_spec_emitted_tokens_total{drafter=\"%s\"} %llu\n"
+                         "tandem_spec_acceptance_rate{drafter=\"%s\"} %.6f\n"
+                         "tandem_spec_mean_accepted_length{drafter=\"%s\"} %.6f\n",
+                         name, (unsigned long long)m->n_steps, name,
+                         (unsigned long long)m->drafted, name, (unsigned long long)m->verified,
+                         name, (unsigned long long)m->accepted, name,
+                         (unsigned long long)m->emitted, name, m->acceptance_rate, name,
+                         m->mean_accepted_length);
+        if (n < 0) {
+            break;
+        }
+        used += (size_t)n;
+    }
 }
 
 static int render(void *arg, node_http_page_t page, char **body_out)
@@ -150,6 +192,7 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              (unsigned long long)st.evictions_total, st.running_sequences, st.pending_prefills,
              st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions, st.session_pages,
              st.recent_tokens_per_s);
+    render_spec(&st, body, DECODE_BODY_BYTES);
     if (n->xfer != NULL &&
         xfer_metrics_render(xfer_context_metrics(n->xfer), &xfer_text, &xfer_bytes) == TDM_OK) {
         size_t used = strlen(body);
@@ -187,6 +230,17 @@ static int setup(decode_node_t *n)
         fprintf(stderr, "tandem-decode: --http=%s is invalid: expected HOST:PORT\n", n->cfg.http);
         return 2;
     }
+    memset(&sp, 0, sizeof(sp));
+    if (engine_spec_drafter_parse(n->cfg.spec, &sp.spec_drafter) != TDM_OK) {
+        fprintf(stderr, "tandem-decode: --spec=%s is invalid: expected off, dspark or ngram\n",
+                n->cfg.spec);
+        return 2;
+    }
+    if (engine_spec_accept_parse(n->cfg.spec_accept, &sp.spec.accept) != TDM_OK) {
+        fprintf(stderr, "tandem-decode: --spec-accept=%s is invalid: expected coupled or "
+                        "rejection\n", n->cfg.spec_accept);
+        return 2;
+    }
     node_link_make_id("decode", n->id, sizeof(n->id));
     engine_model_params_default(&mp);
     mp.n_threads = threads;
@@ -196,6 +250,17 @@ static int setup(decode_node_t *n)
         return 1;
     }
     c = engine_model_config(n->model);
+    if (sp.spec_drafter == ENGINE_SPEC_DSPARK && c->n_blocks == 0) {
+        fprintf(stderr, "tandem-decode: --spec=dspark: %s has no DSpark blocks\n",
+                n->cfg.model_dir);
+        return 2;
+    }
+    {
+        engine_spec_accept_t accept = sp.spec.accept;
+        engine_spec_params_default(n->model, &sp.spec);
+        sp.spec.accept = accept;
+        sp.spec.confidence_threshold = n->cfg.spec_threshold;
+    }
     xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
     xp.transports = n->cfg.transports;

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "engine/spec.h"
 #include "kernels/kv_page.h"
 #include "transfer/notice.h"
 
@@ -38,6 +39,9 @@ typedef struct req {
     int64_t n_delta;
     int canonical;
     uint64_t n_prefilled;
+    engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
+    int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
+    int64_t n_history;
     struct req *next;
 } req_t;
 
@@ -49,6 +53,8 @@ struct decode_sched {
     decode_sessions_t *sessions;
     node_link_t *link;
     engine_fwd_t *fwd;
+    engine_spec_t *spec;               /* NULL with --spec off */
+    engine_spec_result_t *spec_results; /* [max_batch] */
     float *logits; /* [max_batch, V] */
     int32_t *ids;  /* replay ids, W + N - 1 */
     int64_t n_ids_cap;
@@ -157,6 +163,7 @@ static void end_req(decode_sched_t *s, req_t *r)
     r->session->busy = 0;
     r->session->last_used_ns = tdm_clock_now_ns();
     free(r->delta);
+    free(r->history);
     free(r);
 }
 
@@ -177,6 +184,25 @@ static tdm_status_t sampling_from(const decode_sched_t *s, const Tandem__Samplin
         }
     }
     return engine_sampler_params_validate(sp, s->cfg->vocab_size, err, err_bytes);
+}
+
+/* The drafter of a request: its spec field, else the node's; OFF on a node without a
+ * speculative context (plain decode gives the same tokens). */
+static tdm_status_t drafter_from(const decode_sched_t *s, const char *name,
+                                 engine_spec_drafter_t *drafter_out, const char **why)
+{
+    engine_spec_drafter_t d = s->params.spec_drafter;
+
+    if (name != NULL && name[0] != '\0' && engine_spec_drafter_parse(name, &d) != TDM_OK) {
+        *why = "spec must be off, dspark or ngram";
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (d == ENGINE_SPEC_DSPARK && s->cfg->n_blocks == 0) {
+        *why = "spec dspark: the model has no DSpark blocks";
+        return TDM_ERR_INVALID_ARG;
+    }
+    *drafter_out = s->spec != NULL ? d : ENGINE_SPEC_OFF;
+    return TDM_OK;
 }
 
 /* Send a freshly chosen token of r at `position`; finish r when it ends the turn. Returns 1 when
@@ -212,10 +238,16 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
 static req_t *new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_session_t *session)
 {
     char err[MSG_BYTES] = "";
+    const char *why = NULL;
     req_t *r = calloc(1, sizeof(*r));
 
     if (r == NULL) {
         send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "out of memory");
+        return NULL;
+    }
+    if (drafter_from(s, dr->spec, &r->drafter, &why) != TDM_OK) {
+        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, why);
+        free(r);
         return NULL;
     }
     if (sampling_from(s, dr->sampling, &r->sp, err, sizeof(err)) != TDM_OK ||
@@ -610,6 +642,33 @@ static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
     end_req(s, r);
 }
 
+/* The n-gram drafter's history of r, made once before r first decodes: the turn's local delta
+ * when r still holds it and it is longer than what the sequence keeps, else the sequence's kept
+ * ids (the last W + N - 1 committed); then the anchor. Every emitted id is appended after. */
+static tdm_status_t make_history(decode_sched_t *s, req_t *r)
+{
+    int64_t n_left = (int64_t)(r->max_tokens - r->n_generated);
+    int use_delta = r->delta != NULL && r->n_delta > s->n_ids_cap;
+    int64_t cap;
+
+    if (n_left > s->cfg->max_position_embeddings) {
+        n_left = s->cfg->max_position_embeddings;
+    }
+    cap = (use_delta ? r->n_delta : s->n_ids_cap) + 1 + n_left;
+    r->history = malloc((size_t)cap * sizeof(int32_t));
+    if (r->history == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if (use_delta) {
+        memcpy(r->history, r->delta, (size_t)r->n_delta * sizeof(int32_t));
+        r->n_history = r->n_delta;
+    } else {
+        r->n_history = engine_seq_last_ids(r->session->seq, r->history, s->n_ids_cap);
+    }
+    r->history[r->n_history++] = r->last_token;
+    return TDM_OK;
+}
+
 static void run_prefill(decode_sched_t *s, req_t *r)
 {
     engine_seq_t *seq = r->session->seq;
@@ -644,9 +703,73 @@ static void run_prefill(decode_sched_t *s, req_t *r)
     }
     s->stats.local_prefill_tokens_total += (uint64_t)r->n_delta;
     r->n_prefilled = (uint64_t)r->n_delta;
+    r->last_token = sample.token; /* the anchor of the history */
+    if (r->drafter == ENGINE_SPEC_NGRAM && make_history(s, r) != TDM_OK) {
+        fail_req(s, r, TDM_ERR_NO_MEMORY);
+        return;
+    }
     free(r->delta);
     r->delta = NULL;
     emit(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample, (float)sample.logprob);
+}
+
+/* One engine_spec_step over batch[0..n): draft, verify in one pass, stream what each kept. */
+static void run_spec(decode_sched_t *s, req_t **batch, int n)
+{
+    engine_spec_req_t reqs[ENGINE_FWD_MAX_BATCH];
+    int64_t anchor_pos[ENGINE_FWD_MAX_BATCH];
+    tdm_status_t status;
+
+    memset(reqs, 0, (size_t)n * sizeof(reqs[0]));
+    for (int i = 0; i < n; i++) {
+        req_t *r = batch[i];
+        int64_t a = engine_seq_length(r->session->seq);
+        int64_t max_emit = (int64_t)(r->max_tokens - r->n_generated);
+
+        /* emit() ends the turn at the context limit: a + 1 + k + 1 >= max_position_embeddings */
+        if (max_emit > s->cfg->max_position_embeddings - a - 1) {
+            max_emit = s->cfg->max_position_embeddings - a - 1;
+        }
+        if (max_emit > ENGINE_SPEC_MAX_EMIT) {
+            max_emit = ENGINE_SPEC_MAX_EMIT;
+        }
+        anchor_pos[i] = a;
+        reqs[i].seq = r->session->seq;
+        reqs[i].anchor = r->last_token;
+        reqs[i].drafter = r->drafter;
+        reqs[i].sampling = &r->sp;
+        reqs[i].history = r->history;
+        reqs[i].n_history = r->n_history;
+        reqs[i].max_emit = max_emit < 1 ? 1 : (int)max_emit;
+    }
+    for (;;) {
+        status = engine_spec_step(s->spec, reqs, n, s->spec_results);
+        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+            break;
+        }
+        s->stats.evictions_total++;
+    }
+    if (status != TDM_OK) {
+        for (int i = 0; i < n; i++) {
+            fail_req(s, batch[i], status);
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        req_t *r = batch[i];
+        const engine_spec_result_t *res = &s->spec_results[i];
+
+        for (int k = 0; k < res->n_emitted; k++) {
+            const engine_sample_t *sample = &res->samples[k];
+            if (r->history != NULL) {
+                r->history[r->n_history++] = sample->token;
+            }
+            if (emit(s, r, (uint64_t)(anchor_pos[i] + 1 + k), sample->token, sample,
+                     (float)sample->logprob) != 0) {
+                break; /* r finished and freed */
+            }
+        }
+    }
 }
 
 static void run_decode(decode_sched_t *s)
@@ -654,18 +777,32 @@ static void run_decode(decode_sched_t *s)
     engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
     int32_t ids[ENGINE_FWD_MAX_BATCH];
     req_t *batch[ENGINE_FWD_MAX_BATCH];
+    req_t *next;
     int n = 0;
     tdm_status_t status;
 
-    for (req_t *r = s->reqs; r != NULL && n < (int)s->params.max_batch; r = r->next) {
-        if (r->phase == REQ_RUNNING) {
-            batch[n] = r;
-            seqs[n] = r->session->seq;
-            ids[n] = r->last_token;
-            n++;
+    for (req_t *r = s->reqs; r != NULL && n < (int)s->params.max_batch; r = next) {
+        next = r->next;
+        if (r->phase != REQ_RUNNING) {
+            continue;
         }
+        if (r->drafter == ENGINE_SPEC_NGRAM && r->history == NULL) {
+            status = make_history(s, r);
+            if (status != TDM_OK) {
+                fail_req(s, r, status);
+                continue;
+            }
+        }
+        batch[n] = r;
+        seqs[n] = r->session->seq;
+        ids[n] = r->last_token;
+        n++;
     }
     if (n == 0) {
+        return;
+    }
+    if (s->spec != NULL) {
+        run_spec(s, batch, n);
         return;
     }
     for (;;) {
@@ -723,6 +860,9 @@ static void publish(decode_sched_t *s)
     s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
     s->stats.session_pages = decode_sessions_n_pages(s->sessions);
+    for (int d = 0; d < ENGINE_SPEC_N_DRAFTERS && s->spec != NULL; d++) {
+        engine_spec_metrics(s->spec, (engine_spec_drafter_t)d, &s->stats.spec[d]);
+    }
     st = s->stats;
     pthread_mutex_lock(&s->stats_lock);
     s->shared = st;
@@ -802,6 +942,14 @@ tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engi
     if (fp.max_chunk_tokens < (int64_t)s->params.max_batch) {
         fp.max_chunk_tokens = s->params.max_batch;
     }
+    if (s->params.spec_drafter != ENGINE_SPEC_OFF) {
+        /* engine_spec_create: the context holds max_batch * (max_drafts + 1) verify rows */
+        int64_t rows = (int64_t)s->params.max_batch * (s->params.spec.max_drafts + 1);
+        s->params.spec.max_batch = (int)s->params.max_batch;
+        if (fp.max_chunk_tokens < rows) {
+            fp.max_chunk_tokens = rows;
+        }
+    }
     s->n_ids_cap = s->cfg->sliding_window + (s->cfg->engram_max_ngram_size > 0
                                                   ? s->cfg->engram_max_ngram_size - 1
                                                   : 0);
@@ -813,6 +961,12 @@ tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engi
     }
     if (status == TDM_OK) {
         status = engine_fwd_create(model, decode_pool_engine(pool), &fp, &s->fwd);
+    }
+    if (status == TDM_OK && s->params.spec_drafter != ENGINE_SPEC_OFF) {
+        s->spec_results = calloc(s->params.max_batch, sizeof(*s->spec_results));
+        status = s->spec_results == NULL
+                     ? TDM_ERR_NO_MEMORY
+                     : engine_spec_create(s->fwd, &s->params.spec, &s->spec);
     }
     if (status != TDM_OK) {
         decode_sched_destroy(s);
@@ -831,6 +985,8 @@ void decode_sched_destroy(decode_sched_t *s)
         send_finish(s, s->reqs, TANDEM__FINISH_REASON__FINISH_ABORTED);
         end_req(s, s->reqs);
     }
+    engine_spec_destroy(s->spec);
+    free(s->spec_results);
     engine_fwd_destroy(s->fwd);
     tdm_arena_fini(&s->arena);
     free(s->logits);

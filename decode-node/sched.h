@@ -7,7 +7,12 @@
  * (reserve pages, describe them with the session's pages and state at H) and Abort. Each step
  * runs at most one pending local prefill, then one engine_fwd_decode over every running sequence,
  * samples each (MODEL.md 8, position = sequence position) and streams the tokens as TokenChunks,
- * then Finish. Borrows the model, pool, sessions and link. Single-threaded (the compute thread);
+ * then Finish. With a drafter (--spec, or the request's spec field on such a node) the decode
+ * step is one engine_spec_step instead: each sequence drafts (DSpark, or n-gram lookup over the
+ * turn's local delta or else the last W + N - 1 committed ids, plus the tokens generated since;
+ * a remotely prefilled prompt is not on this node), the target verifies every
+ * sequence's drafts in one pass, and each accepted token is streamed in order. Borrows the
+ * model, pool, sessions and link. Single-threaded (the compute thread);
  * decode_sched_stats may be called from any thread.
  */
 #ifndef TANDEM_DECODE_SCHED_H
@@ -20,12 +25,19 @@
 #include "decode-node/pool.h"
 #include "decode-node/sessions.h"
 #include "engine/model.h"
+#include "engine/spec.h"
 
 typedef struct {
     uint32_t fence_ms;         /* pages of an aborted or lapsed reservation wait this long */
     uint32_t max_batch;        /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
     uint32_t chunk_tokens;     /* prefill chunk (engine max_chunk_tokens) */
     int n_threads;             /* kernel threads */
+    /* Speculative decoding (MODEL.md 8). spec_drafter is the node's default drafter (--spec);
+     * ENGINE_SPEC_OFF makes no speculative context, and every request then decodes plainly
+     * whatever its DecodeRequest.spec says (the output is the same either way). spec holds the
+     * acceptance rule and threshold; the scheduler sets its max_batch to max_batch. */
+    engine_spec_drafter_t spec_drafter;
+    engine_spec_params_t spec;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */
@@ -49,6 +61,7 @@ typedef struct {
     uint32_t resident_sessions;
     uint32_t session_pages; /* pages held by resident sessions */
     double recent_tokens_per_s;
+    engine_spec_metrics_t spec[ENGINE_SPEC_N_DRAFTERS]; /* per drafter; zero without --spec */
 } decode_stats_t;
 
 typedef struct decode_sched decode_sched_t;

@@ -3,8 +3,10 @@
  * disaggregated turns token-identical to tandem-generate --schedule ced and to colocated service,
  * the second turn of a session prefilling only its new tokens, a cancelled turn giving its
  * reserved pages back, a SIGKILLed decode node detected and its session rebuilt elsewhere, a
- * worker of another model refused at registration. No sleeps as synchronisation: every wait is
- * a poll of /health or /metrics against a deadline, or a blocking read of the launcher's output.
+ * worker of another model refused at registration, a decode node with --spec ngram giving the
+ * same greedy tokens as one without and counting its drafts on /metrics. No sleeps as
+ * synchronisation: every wait is a poll of /health or /metrics against a deadline, or a blocking
+ * read of the launcher's output.
  */
 #include <curl/curl.h>
 #include <setjmp.h>
@@ -98,9 +100,10 @@ static int teardown_models(void **state)
     return 0;
 }
 
-/* Start `tandem local`; returns 0 when it printed "ready:", else its exit status (> 0). */
-static int cluster_start(cluster_t *c, int n_prefill, int n_decode, const char *worker_model,
-                         int quiet_stderr)
+/* Start `tandem local`; returns 0 when it printed "ready:", else its exit status (> 0). A
+ * non-NULL spec reaches the decode nodes as TANDEM_SPEC (their --spec flag). */
+static int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode, const char *worker_model,
+                              int quiet_stderr, const char *spec)
 {
     int fds[2];
     char line[512];
@@ -120,6 +123,9 @@ static int cluster_start(cluster_t *c, int n_prefill, int n_decode, const char *
                         "--local-prefill-tokens", lpt, "--log-level", "warn",
                         worker_model != NULL ? "--worker-model" : NULL, (char *)worker_model,
                         NULL};
+        if (spec != NULL && setenv("TANDEM_SPEC", spec, 1) != 0) {
+            _exit(126);
+        }
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
@@ -161,6 +167,12 @@ static int cluster_start(cluster_t *c, int n_prefill, int n_decode, const char *
         cluster_stop(c);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
     }
+}
+
+static int cluster_start(cluster_t *c, int n_prefill, int n_decode, const char *worker_model,
+                         int quiet_stderr)
+{
+    return cluster_start_spec(c, n_prefill, n_decode, worker_model, quiet_stderr, NULL);
 }
 
 static void cluster_stop(cluster_t *c)
@@ -481,6 +493,77 @@ static void test_killed_decode_node_is_detected_and_session_rebuilt(void **state
     free(resp);
 }
 
+/* Two greedy turns, texts into t1/t2 (caller frees): the first prompt is P, its greedy
+ * continuation G, then P again (the model continues the second P as it did the first, so the
+ * n-gram drafter has drafts to offer once the prompt is in its history); the second has 20 ids
+ * (below the threshold: prefilled on the decode node). */
+static void spec_turns(const cluster_t *c, char **t1, char **t2)
+{
+    char p[2048], g[2048], ids[6144];
+
+    make_ids(p, sizeof(p), 100, 100, 7);
+    generate_ids(p, 24, g, sizeof(g));
+    snprintf(ids, sizeof(ids), "%s,%s,%s", p, g, p);
+    *t1 = complete(c->http_port, "spec-1", ids, 24);
+    make_ids(ids, sizeof(ids), 20, 17, 1);
+    *t2 = complete(c->http_port, "spec-2", ids, 24);
+}
+
+static void test_spec_ngram_decode_node_matches_spec_off(void **state)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    char *off1, *off2, *ng1, *ng2;
+    char *col1, *col2;
+    double steps, drafted, verified, accepted, emitted;
+
+    (void)state;
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "off"), 0);
+    spec_turns(&c, &off1, &off2);
+    assert_true(metric(c.decode_port[0], "tandem_spec_steps_total{drafter=\"ngram\"}") == 0);
+    cluster_stop(&c);
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "ngram"), 0);
+    spec_turns(&c, &ng1, &ng2);
+    steps = metric(c.decode_port[0], "tandem_spec_steps_total{drafter=\"ngram\"}");
+    drafted = metric(c.decode_port[0], "tandem_spec_drafted_tokens_total{drafter=\"ngram\"}");
+    verified = metric(c.decode_port[0], "tandem_spec_verified_tokens_total{drafter=\"ngram\"}");
+    accepted = metric(c.decode_port[0], "tandem_spec_accepted_tokens_total{drafter=\"ngram\"}");
+    emitted = metric(c.decode_port[0], "tandem_spec_emitted_tokens_total{drafter=\"ngram\"}");
+    print_message("ngram: steps=%.0f drafted=%.0f verified=%.0f accepted=%.0f emitted=%.0f "
+                  "rate=%.3f mean_len=%.3f\n",
+                  steps, drafted, verified, accepted, emitted,
+                  metric(c.decode_port[0], "tandem_spec_acceptance_rate{drafter=\"ngram\"}"),
+                  metric(c.decode_port[0], "tandem_spec_mean_accepted_length{drafter=\"ngram\"}"));
+    cluster_stop(&c);
+    /* Disaggregated: the first turn's prompt came from the prefill node, so the drafter saw only
+     * the ids the sequence keeps. Both turns decode 23 tokens after the first (sampled by the
+     * prefill): every one came out of a speculative step, and the counters are consistent. */
+    assert_true(emitted == 2 * 23);
+    assert_true(steps > 0 && steps <= emitted);
+    assert_true(verified <= drafted && accepted <= verified);
+    assert_true(emitted == steps + accepted);
+    assert_string_equal(ng1, off1);
+    assert_string_equal(ng2, off2);
+    /* Colocated: the decode node prefills the whole prompt, the drafter looks it up and drafts. */
+    assert_int_equal(cluster_start_spec(&c, 0, 1, NULL, 0, "ngram"), 0);
+    spec_turns(&c, &col1, &col2);
+    drafted = metric(c.decode_port[0], "tandem_spec_drafted_tokens_total{drafter=\"ngram\"}");
+    verified = metric(c.decode_port[0], "tandem_spec_verified_tokens_total{drafter=\"ngram\"}");
+    accepted = metric(c.decode_port[0], "tandem_spec_accepted_tokens_total{drafter=\"ngram\"}");
+    print_message("ngram colocated: drafted=%.0f verified=%.0f accepted=%.0f\n", drafted,
+                  verified, accepted);
+    cluster_stop(&c);
+    assert_true(drafted > 0 && accepted > 0);
+    assert_true(verified <= drafted && accepted <= verified);
+    assert_string_equal(col1, off1);
+    assert_string_equal(col2, off2);
+    free(col1);
+    free(col2);
+    free(off1);
+    free(off2);
+    free(ng1);
+    free(ng2);
+}
+
 static void test_worker_of_another_model_is_refused(void **state)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
@@ -496,6 +579,7 @@ int main(void)
         cmocka_unit_test_teardown(test_first_turn_matches_generate_ced, stop_leftovers),
         cmocka_unit_test_teardown(test_disaggregated_turns_match_generate_and_colocated, stop_leftovers),
         cmocka_unit_test_teardown(test_cancelled_turn_returns_reserved_pages, stop_leftovers),
+        cmocka_unit_test_teardown(test_spec_ngram_decode_node_matches_spec_off, stop_leftovers),
         cmocka_unit_test_teardown(test_killed_decode_node_is_detected_and_session_rebuilt, stop_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
