@@ -371,7 +371,7 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
     while (i < params->n_pages && batch->status == TDM_OK) {
         uint32_t run = 1;
 
-        while (i + run < params->n_pages &&
+        while (i + run < params->n_pages && run < ctx->params.max_run_pages &&
                params->local_pages[i + run] == params->local_pages[i] + run &&
                params->remote_pages[i + run] == params->remote_pages[i] + run) {
             run++;

@@ -1,15 +1,15 @@
 /* batch.h - non-blocking batches of page puts and gets to one peer, with completion callbacks.
  *
- * A batch moves n pages between local pool slots and the peer's pool slots. Runs of pages
- * consecutive on both sides go as one UCX operation. The lane: the first batch of each op to a
- * peer also posts its first page once more as a probe that UCX must describe (ucp_request_query),
- * which names the protocol and transport UCX chose for that endpoint; it is cached for the
- * endpoint's life (UCX fixes its choice per endpoint and size), recorded in every batch's result
- * and checked against the context's transport requirement before anything else is posted. A
- * put batch flushes the endpoint, so
- * its completion means the bytes are in the peer's memory; with XFER_BATCH_NOTICE it then sends
- * the completion notice (notice.h) and completes when the notice has been handed to UCX.
- * Owns nothing past the callback; the caller keeps the pages unchanged until then.
+ * A batch moves n pages between local pool slots and the peer's pool slots, one UCX operation
+ * per page, or per run of pages consecutive on both sides up to the context's max_run_pages. The
+ * lane: the first batch of each op to a peer also posts its first page once more as a probe that
+ * UCX must describe (ucp_request_query), which names the protocol and transport UCX chose for that
+ * endpoint; it is cached for the endpoint's life (UCX fixes its choice per endpoint and size),
+ * recorded in every batch's result and checked against the context's transport requirement before
+ * anything else is posted. A put batch flushes the endpoint, so its completion means the bytes are
+ * in the peer's memory; with XFER_BATCH_NOTICE it then sends the completion notice (notice.h) and
+ * completes when the notice has been handed to UCX. Owns nothing past the callback; the caller
+ * keeps the pages unchanged until then.
  */
 #ifndef TANDEM_TRANSFER_BATCH_H
 #define TANDEM_TRANSFER_BATCH_H

@@ -24,6 +24,7 @@ void xfer_context_params_default(xfer_context_params_t *params)
     params->max_batches = XFER_DEFAULT_MAX_BATCHES;
     params->close_timeout_ms = XFER_DEFAULT_CLOSE_TIMEOUT_MS;
     params->connect_timeout_ms = XFER_DEFAULT_CONNECT_TIMEOUT_MS;
+    params->max_run_pages = 1;
 }
 
 tdm_status_t xfer_map_ucs_status(ucs_status_t status)
@@ -240,6 +241,9 @@ tdm_status_t xfer_context_create(const xfer_context_params_t *params, xfer_conte
     ctx->params = *params;
     ctx->params.name = NULL;
     ctx->params.transports = NULL;
+    if (ctx->params.max_run_pages == 0) {
+        ctx->params.max_run_pages = 1;
+    }
     ctx->efd = -1;
     ctx->next_pool_id = 1;
 

@@ -57,6 +57,11 @@ typedef struct {
     uint32_t connect_timeout_ms;     /* a new endpoint must finish UCX wireup within this, else
                                         the peer fails (TDM_ERR_PEER_LOST): a peer that dies
                                         before answering is otherwise never noticed */
+    uint32_t max_run_pages;          /* pages consecutive on both sides that may go as one UCX
+                                        operation; 1 (default): one operation per page. UCX
+                                        1.13's v2 protocols emulate shm puts above ~40 KB over
+                                        active messages (one copy becomes two, and the receiver
+                                        must progress), so larger runs are slower there */
     uint32_t flags;                  /* xfer_context_flags_t */
     xfer_notice_fn *on_notice;       /* receives notices; NULL: notices are checked, counted and
                                         dropped */
@@ -64,8 +69,8 @@ typedef struct {
 } xfer_context_params_t;
 
 /* xfer_context_params_default - name "tandem", UCX default transports, no lane requirement,
- * keepalive 1 s, 1024 batches, close timeout 2 s, connect timeout 5 s, no flags, no notice
- * callback. */
+ * keepalive 1 s, 1024 batches, close timeout 2 s, connect timeout 5 s, runs of 1 page, no
+ * flags, no notice callback. */
 void xfer_context_params_default(xfer_context_params_t *params);
 
 /*

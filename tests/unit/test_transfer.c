@@ -45,6 +45,7 @@
 #define POOL_PAGES         4100u
 #define KEEPALIVE_MS       100u
 #define CONNECT_TIMEOUT_MS 3000u
+#define MAX_RUN_PAGES      8u /* coalesce runs (the default is one operation per page) */
 #define DEADLINE_MS        20000u
 #define STATE_RECORD_BYTES 2906112u /* MODEL.md 7: the handoff state record */
 
@@ -192,6 +193,7 @@ static tdm_status_t make_context(const char *name, xfer_lane_mask_t required, ui
     params.required_lanes = required;
     params.keepalive_interval_ms = KEEPALIVE_MS;
     params.connect_timeout_ms = CONNECT_TIMEOUT_MS;
+    params.max_run_pages = MAX_RUN_PAGES;
     params.max_batches = max_batches;
     params.on_notice = on_notice;
     params.on_notice_arg = arg;
