@@ -249,12 +249,22 @@ static tdm_status_t build_notice(xfer_batch_t *batch, const xfer_peer_t *peer,
     return status;
 }
 
-/* Post one UCX operation for `n_pages` pages consecutive on both sides. With `probe`, the
- * request is kept (UCP_OP_ATTR_FLAG_NO_IMM_CMPL) so UCX describes the protocol and lane it chose;
- * UCX 1.13's v2 shm "short" put drops the data of such a request, so a probe only ever repeats
- * a page the batch also moves normally. */
+/* How post_run asks UCX for an operation. */
+typedef enum {
+    RUN_PROBE = 1u << 0, /* keep a request (UCP_OP_ATTR_FLAG_NO_IMM_CMPL) so UCX describes the
+                            protocol and lane it chose; UCX 1.13's v2 shm "short" put drops the
+                            data of such a request, so a probe only ever repeats a page that the
+                            batch also moves normally */
+    RUN_MULTI = 1u << 1, /* one of several operations in flight (UCP_OP_ATTR_FLAG_MULTI_SEND) */
+    RUN_FAST = 1u << 2,  /* put over a shm lane: UCP_OP_ATTR_FLAG_FAST_CMPL keeps UCX 1.13's v2
+                            protocols on the direct copy at every size (without it, puts above
+                            ~32 KB are emulated over active messages: two copies, and only when
+                            the receiver progresses) */
+} run_flags_t;
+
+/* Post one UCX operation for `n_pages` pages consecutive on both sides. */
 static void *post_run(xfer_batch_t *batch, const xfer_pool_t *pool, uint32_t local_page,
-                      uint32_t remote_page, uint32_t n_pages, int probe)
+                      uint32_t remote_page, uint32_t n_pages, uint32_t run_flags)
 {
     xfer_peer_t *peer = batch->peer;
     ucp_request_param_t param;
@@ -267,8 +277,14 @@ static void *post_run(xfer_batch_t *batch, const xfer_pool_t *pool, uint32_t loc
     param.memory_type =
         pool->mem_type == XFER_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
     param.memh = pool->memh;
-    if (probe) {
+    if (run_flags & RUN_PROBE) {
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    }
+    if (run_flags & RUN_MULTI) {
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_MULTI_SEND;
+    }
+    if (run_flags & RUN_FAST) {
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL;
     }
     if (batch->op == XFER_OP_PUT) {
         return ucp_put_nbx(peer->ep, local, n_bytes, remote, peer->rkey, &param);
@@ -305,6 +321,7 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
     const xfer_pool_t *pool = params->local_pool;
     xfer_batch_t *batch;
     tdm_status_t status;
+    uint32_t run_flags = 0;
     uint32_t i = 0;
 
     status = validate(peer, params);
@@ -354,8 +371,8 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
     if (params->n_pages > 0) {
         if (!peer->lane_known[params->op]) {
             /* First batch of this op to this peer: probe one page to learn the lane. */
-            void *request =
-                post_run(batch, pool, params->local_pages[0], params->remote_pages[0], 1, 1);
+            void *request = post_run(batch, pool, params->local_pages[0], params->remote_pages[0],
+                                     1, RUN_PROBE);
 
             query_lane(request, &peer->lane_cache[params->op]);
             peer->lane_known[params->op] = UCS_PTR_IS_PTR(request);
@@ -368,6 +385,12 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
             refuse_lane(batch);
         }
     }
+    if (params->n_pages > 1) {
+        run_flags |= RUN_MULTI;
+    }
+    if (params->op == XFER_OP_PUT && batch->lane.cls == XFER_LANE_SHM) {
+        run_flags |= RUN_FAST;
+    }
     while (i < params->n_pages && batch->status == TDM_OK) {
         uint32_t run = 1;
 
@@ -376,8 +399,8 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
                params->remote_pages[i + run] == params->remote_pages[i] + run) {
             run++;
         }
-        track_request(
-            batch, post_run(batch, pool, params->local_pages[i], params->remote_pages[i], run, 0));
+        track_request(batch, post_run(batch, pool, params->local_pages[i], params->remote_pages[i],
+                                      run, run_flags));
         i += run;
     }
     batch->posting = 0;

@@ -129,6 +129,7 @@ struct xfer_context {
     uint64_t incarnation_id;
     xfer_proc_id_t self;          /* this process on its host (descriptors carry it) */
     uint64_t t_liveness_ns;       /* last same-host liveness round */
+    uint32_t n_progress_calls;    /* busy progress calls (the liveness clock is read every 256) */
     xfer_context_params_t params; /* name/transports pointers cleared after create */
     xfer_metrics_t *metrics;
     xfer_peer_t *peers;
