@@ -64,6 +64,7 @@ typedef struct {
     const char *protocols; /* "v2" (default: lane reporting) or "v1" */
     int markdown;          /* print the table as Markdown */
     uint32_t coalesce;     /* pages per UCX operation (context max_run_pages) */
+    const char *require;   /* --require-transport for the sender's context */
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -88,6 +89,9 @@ static const tdm_flag_t bench_flags[] = {
      "UCX protocol selection: v2 (lane reporting) or v1; ucx_perftest gets the same", 0, 0, 0},
     {"markdown", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, markdown),
      "print the results as a Markdown table", 0, 0, 0},
+    {"require-transport", TDM_FLAG_STRING, "any", offsetof(bench_cfg_t, require),
+     "lanes the sender accepts (rc, cuda_ipc, shm, tcp, ...); a weaker lane fails the run", 0, 0,
+     0},
     {"coalesce", TDM_FLAG_U32, "1", offsetof(bench_cfg_t, coalesce),
      "pages per UCX operation (max_run_pages); ucx_perftest's message is as large", 1, 4096, 0},
 };
@@ -178,6 +182,10 @@ static tdm_status_t make_context(const bench_cfg_t *cfg, const char *name, xfer_
     params.transports = cfg->transport;
     params.max_batches = 1024;
     params.max_run_pages = cfg->coalesce;
+    if (cfg->require != NULL &&
+        xfer_lane_mask_parse(cfg->require, &params.required_lanes) != TDM_OK) {
+        return TDM_ERR_INVALID_ARG;
+    }
     if (strcmp(cfg->protocols, "v1") == 0) {
         params.flags |= XFER_CONTEXT_PROTO_V1;
     }
@@ -220,6 +228,7 @@ static int receiver_main(int argc, char **argv)
     n_pages = (uint32_t)strtoul(argv[5], NULL, 10);
     cfg.protocols = argv[6];
     cfg.coalesce = 1;
+    cfg.require = NULL;
     tdm_log_set_level(TDM_LOG_WARN);
     if (make_context(&cfg, "bench-receiver", &ctx) != TDM_OK) {
         return 3;

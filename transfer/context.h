@@ -58,10 +58,10 @@ typedef struct {
                                         the peer fails (TDM_ERR_PEER_LOST): a peer that dies
                                         before answering is otherwise never noticed */
     uint32_t max_run_pages;          /* pages consecutive on both sides that may go as one UCX
-                                        operation; 1 (default): one operation per page. UCX
-                                        1.13's v2 protocols emulate shm puts above ~40 KB over
-                                        active messages (one copy becomes two, and the receiver
-                                        must progress), so larger runs are slower there */
+                                        operation; 1 (default): one operation per page, the
+                                        message size ucx_perftest is compared at. Larger runs
+                                        mean fewer, larger operations (puts on shm lanes stay a
+                                        direct copy at any size: batch.h) */
     uint32_t flags;                  /* xfer_context_flags_t */
     xfer_notice_fn *on_notice;       /* receives notices; NULL: notices are checked, counted and
                                         dropped */
