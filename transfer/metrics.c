@@ -157,7 +157,7 @@ static void render(FILE *out, const xfer_metrics_snapshot_t *c,
                    c->n_notice_mismatches);
     render_counter(out, "notices_malformed_total", "Received notices dropped as malformed.",
                    c->n_notices_malformed);
-    render_counter(out, "peer_failures_total", "Peer incarnations lost.", c->n_peer_failures);
+    render_counter(out, "peer_failures_total", "Peers (remote pools) lost.", c->n_peer_failures);
     render_counter(out, "peer_refusals_total",
                    "Connects or batches refused because they named an old incarnation.",
                    c->n_peers_refused);

@@ -37,7 +37,7 @@ typedef struct {
     uint64_t n_notices_received;       /* well-formed notices delivered */
     uint64_t n_notice_mismatches;      /* delivered notices whose page checksums disagreed */
     uint64_t n_notices_malformed;      /* dropped: bad magic, version, length or checksum */
-    uint64_t n_peer_failures;          /* peer incarnations lost (error callback) */
+    uint64_t n_peer_failures;          /* peers (remote pools) lost */
     uint64_t n_peers_refused;          /* connects or batches refused: old incarnation */
     uint64_t latency_count[XFER_OP_N]; /* observations in the latency histograms */
     double latency_sum_s[XFER_OP_N];

@@ -87,6 +87,13 @@ void xfer_peer_mark_failed(xfer_peer_t *peer, const char *cause)
             "peer lost: peer=%s incarnation=%016llx pool_id=%u inflight_batches=%u cause=\"%s\"",
             peer->name, (unsigned long long)peer->incarnation_id, peer->pool_id, peer->n_inflight,
             cause);
+    /* The incarnation is gone: its other pools go with it. */
+    for (xfer_peer_t *other = ctx->peers; other != NULL; other = other->next) {
+        if (other != peer && other->state == PEER_CONNECTED &&
+            other->incarnation_id == peer->incarnation_id && strcmp(other->name, peer->name) == 0) {
+            xfer_peer_mark_failed(other, "another pool of the same incarnation was lost");
+        }
+    }
 }
 
 static void retire_peer(xfer_peer_t *peer, uint64_t new_incarnation_id)

@@ -833,7 +833,6 @@ static void test_notice_checksum_mismatch_is_detected(void **state)
     params.done = batch_done;
     params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
-    free(payload);
     await_batch(fx, &wait);
     assert_int_equal(wait.result.status, TDM_OK);
     await_msg(fx, &remote, MSG_NOTICE, &report, sizeof(report));
@@ -846,6 +845,25 @@ static void test_notice_checksum_mismatch_is_detected(void **state)
     xfer_metrics_get(xfer_context_metrics(fx->ctx), &snap);
     assert_int_equal(snap.n_notices_sent, 1);
     xfer_peer_close(peer);
+
+    /* A notice naming a pool the receiver does not have is delivered as NOT_FOUND. */
+    {
+        xfer_desc_t wrong_pool = remote.desc;
+
+        wrong_pool.pool_id += 100;
+        assert_int_equal(xfer_peer_connect(fx->ctx, &wrong_pool, &peer), TDM_OK);
+        memset(&wait, 0, sizeof(wait));
+        params.checksums = NULL;
+        params.job_id = 78;
+        assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
+        await_batch(fx, &wait);
+        assert_int_equal(wait.result.status, TDM_OK);
+        await_msg(fx, &remote, MSG_NOTICE, &report, sizeof(report));
+        assert_int_equal(report.job_id, 78);
+        assert_int_equal(report.status, TDM_ERR_NOT_FOUND);
+        xfer_peer_close(peer);
+    }
+    free(payload);
     finish(&remote);
 }
 
@@ -1048,6 +1066,22 @@ static void test_required_transport_refuses_other_lanes(void **state)
     spawn("decode-lane", &remote);
     assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &ok_peer), TDM_OK);
     xfer_peer_close(ok_peer);
+
+    /* A context whose transports cannot reach the peer at all: refused at connect. */
+    {
+        xfer_context_params_t params_other;
+        xfer_context_t *other = NULL;
+        xfer_peer_t *none = NULL;
+
+        xfer_context_params_default(&params_other);
+        params_other.name = "prefill-other";
+        params_other.transports = strcmp(test_tls(), "tcp") == 0 ? "shm" : "tcp";
+        assert_int_equal(xfer_context_create(&params_other, &other), TDM_OK);
+        assert_int_equal(xfer_peer_connect(other, &remote.desc, &none), TDM_ERR_UNSUPPORTED);
+        assert_null(none);
+        assert_int_equal(xfer_context_n_peers(other), 0);
+        xfer_context_destroy(other);
+    }
 
     /* A context that accepts only rc (and cuda_ipc) must refuse shm and tcp. */
     assert_int_equal(xfer_lane_mask_parse("rc,cuda_ipc", &other), TDM_OK);
