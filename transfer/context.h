@@ -31,8 +31,9 @@ typedef struct xfer_context xfer_context_t;
 
 /* Flags of xfer_context_params_t. */
 typedef enum {
-    /* Keep UCX 1.13's default v1 protocols. They report no lane, so batches record
-     * XFER_LANE_UNKNOWN and any transport requirement refuses them. For comparisons only. */
+    /* Keep UCX 1.13's default v1 protocols instead of the v2 ones the context asks for. v1
+     * describes no request, so batches record XFER_LANE_UNKNOWN and any transport requirement
+     * refuses every batch (no silent fallback). */
     XFER_CONTEXT_PROTO_V1 = 1u << 0,
 } xfer_context_flags_t;
 
@@ -49,9 +50,10 @@ typedef struct {
                                NULL: UCX's own choice (its environment, else all) */
     xfer_lane_mask_t required_lanes; /* --require-transport: a batch whose lane UCX chose outside
                                         this set fails with TDM_ERR_UNSUPPORTED; 0: any */
-    uint32_t keepalive_interval_ms;  /* UCX keepalive round: a dead peer whose lane has no other
-                                        failure signal (shm) is noticed within about two rounds;
-                                        0: UCX default (20 s) */
+    uint32_t keepalive_interval_ms;  /* UCX keepalive round, and the period of the same-host
+                                        liveness check (proc.h): a dead shm peer is noticed
+                                        within about one to two intervals; 0: UCX default
+                                        (20 s) */
     uint32_t max_batches;            /* batches in flight at once (posted, callback not yet run) */
     uint32_t close_timeout_ms;       /* graceful endpoint close budget in xfer_context_destroy */
     uint32_t connect_timeout_ms;     /* a new endpoint must finish UCX wireup within this, else
@@ -74,8 +76,11 @@ typedef struct {
 void xfer_context_params_default(xfer_context_params_t *params);
 
 /*
- * xfer_context_create - initialise UCP (features RMA, AM, WAKEUP; peer error handling enabled
- * on shared-memory transports) and one worker, and draw a random nonzero incarnation id.
+ * xfer_context_create - initialise UCP (features RMA, AM, WAKEUP) and one worker, and draw a
+ * random nonzero incarnation id. UCX configuration applied on top of UCX's environment: TLS =
+ * params->transports, PROTO_ENABLE=y (v2 protocols, unless XFER_CONTEXT_PROTO_V1),
+ * MM_ERROR_HANDLING=y when the transports may include shm (UCX 1.13 refuses shm lanes to
+ * endpoints in peer error handling mode without it), KEEPALIVE_INTERVAL.
  *
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (name empty or too long, max_batches 0; logged),
  * TDM_ERR_NO_MEMORY, or TDM_ERR_UNSUPPORTED when UCX cannot start with these transports (UCX's
@@ -85,10 +90,11 @@ void xfer_context_params_default(xfer_context_params_t *params);
 tdm_status_t xfer_context_create(const xfer_context_params_t *params, xfer_context_t **ctx_out);
 
 /*
- * xfer_context_destroy - close every peer (gracefully within close_timeout_ms, then forced),
- * fail the batches still in flight with TDM_ERR_PEER_LOST (their callbacks run here), drop
- * undelivered notices, and release UCX. Pools must be destroyed first (a pool left over is
- * logged and leaked rather than unmapped under a live reference). Accepts NULL.
+ * xfer_context_destroy - flush every live endpoint (within close_timeout_ms), then force-close
+ * all of them: batches still in flight complete with TDM_ERR_PEER_LOST (their callbacks run
+ * here), peers see us go, every xfer_peer_t handle becomes invalid. Drops undelivered notices
+ * and releases UCX. Destroy pools first; a pool left over is unregistered here (logged) and
+ * its later xfer_pool_destroy only frees it. Accepts NULL.
  */
 void xfer_context_destroy(xfer_context_t *ctx);
 
