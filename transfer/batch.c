@@ -1,13 +1,13 @@
 #include "transfer/batch.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "transfer/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define LANE_INFO_BYTES 256
 

@@ -1,16 +1,16 @@
 #include "transfer/context.h"
 
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "transfer/internal.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-
-#include "common/clock.h"
-#include "common/hash.h"
-#include "common/log.h"
-#include "transfer/internal.h"
 
 /* ucp_worker_progress calls per xfer_context_progress before deferred work runs, so a peer that
  * floods us cannot starve callbacks. */

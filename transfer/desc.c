@@ -1,9 +1,9 @@
 #include "transfer/desc.h"
 
-#include <string.h>
-
 #include "common/hash.h"
 #include "transfer/wire.h"
+
+#include <string.h>
 
 static const uint8_t DESC_MAGIC[4] = {'T', 'D', 'X', 'D'};
 

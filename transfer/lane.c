@@ -1,9 +1,9 @@
 #include "transfer/lane.h"
 
+#include "common/log.h"
+
 #include <stdio.h>
 #include <string.h>
-
-#include "common/log.h"
 
 typedef struct {
     const char *tl_name; /* UCX transport name, or a prefix when `is_prefix` */

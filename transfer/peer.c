@@ -1,11 +1,11 @@
 #include "transfer/peer.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/clock.h"
 #include "common/log.h"
 #include "transfer/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static void peer_link(xfer_context_t *ctx, xfer_peer_t *peer)
 {

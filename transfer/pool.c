@@ -1,10 +1,10 @@
 #include "transfer/pool.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/log.h"
 #include "transfer/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>

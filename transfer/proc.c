@@ -1,13 +1,13 @@
 #include "transfer/proc.h"
 
+#include "common/hash.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include "common/hash.h"
 
 #define STAT_BYTES                 1024
 #define STARTTIME_FIELD_AFTER_COMM 20 /* field 22 of /proc/<pid>/stat; state is field 3 */
