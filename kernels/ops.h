@@ -35,7 +35,7 @@ typedef struct {
     kern_dequant_act8_fn *dequant_act8; /* codes * scale of Q_act8 */
     kern_dequant_ckv_fn *dequant_ckv;   /* codes * scale of Q_ckv */
     kern_dequant_mx4_fn *dequant_mx4;   /* codes * scale of Q_mx4 */
-    /* Forward-pass ops (kernels/gemm.h ... topk.h). The CUDA table has none yet (NULL). */
+    /* Forward-pass ops (kernels/gemm.h ... topk.h); CUDA versions in kernels/cuda/. */
     kern_qdq_act8_fn *qdq_act8;           /* Q_act8 QDQ rows: the FP8/FP4 GEMM operand (R4) */
     kern_gemm_fn *gemm;                   /* y = x W^T, batch-invariant FP32, opt. BF16 out */
     kern_rmsnorm_fn *rmsnorm;             /* RMSNorm -> BF16 (R2) */
