@@ -161,6 +161,36 @@ static void query_lane(void *request, xfer_lane_t *lane_out)
     (void)xfer_lane_parse_info(info, lane_out);
 }
 
+/* Under the v1 protocols (which describe no request): read the lane out of the endpoint's
+ * configuration as UCX prints it (lane.h, xfer_lane_parse_ep_info). Returns 1 when a lane was
+ * found. */
+static int ep_info_lane(const xfer_peer_t *peer, xfer_op_t op, xfer_lane_t *lane_out)
+{
+    char *text = NULL;
+    size_t n_chars = 0;
+    FILE *stream = open_memstream(&text, &n_chars);
+    tdm_status_t status = TDM_ERR_IO;
+
+    memset(lane_out, 0, sizeof(*lane_out));
+    if (stream == NULL) {
+        return 0;
+    }
+    ucp_ep_print_info(peer->ep, stream);
+    if (fclose(stream) == 0 && text != NULL) {
+        status =
+            xfer_lane_parse_ep_info(text, op == XFER_OP_GET, peer->page_size_bytes,
+                                    peer->rkey_md_map_known ? &peer->rkey_md_map : NULL, lane_out);
+    }
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, XFER_LOG_MODULE,
+                "lane unknown: peer=%s op=%s reason=\"endpoint configuration names no known "
+                "lane\"",
+                peer->name, op == XFER_OP_GET ? "get" : "put");
+    }
+    free(text);
+    return status == TDM_OK;
+}
+
 static tdm_status_t validate(const xfer_peer_t *peer, const xfer_batch_params_t *params)
 {
     const xfer_pool_t *pool = params->local_pool;
@@ -369,8 +399,12 @@ tdm_status_t xfer_batch_post(xfer_peer_t *peer, const xfer_batch_params_t *param
     peer->n_inflight++;
 
     if (params->n_pages > 0) {
-        if (!peer->lane_known[params->op]) {
-            /* First batch of this op to this peer: probe one page to learn the lane. */
+        if (!peer->lane_known[params->op] && (ctx->params.flags & XFER_CONTEXT_PROTO_V1)) {
+            /* v1: the endpoint's configuration and the peer's rkey decide the lane. */
+            peer->lane_known[params->op] =
+                ep_info_lane(peer, params->op, &peer->lane_cache[params->op]);
+        } else if (!peer->lane_known[params->op]) {
+            /* v2, first batch of this op to this peer: probe one page to learn the lane. */
             void *request = post_run(batch, pool, params->local_pages[0], params->remote_pages[0],
                                      1, RUN_PROBE);
 

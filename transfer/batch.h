@@ -2,14 +2,16 @@
  *
  * A batch moves n pages between local pool slots and the peer's pool slots, one UCX operation
  * per page, or per run of pages consecutive on both sides up to the context's max_run_pages. The
- * lane: the first batch of each op to a peer also posts its first page once more as a probe that
- * UCX must describe (ucp_request_query), which names the protocol and transport UCX chose for that
- * endpoint; it is cached for the endpoint's life (UCX fixes its choice per endpoint and size),
- * recorded in every batch's result and checked against the context's transport requirement before
- * anything else is posted. A put batch flushes the endpoint, so its completion means the bytes are
- * in the peer's memory; with XFER_BATCH_NOTICE it then sends the completion notice (notice.h) and
- * completes when the notice has been handed to UCX. Owns nothing past the callback; the caller
- * keeps the pages unchanged until then.
+ * lane: under the v2 protocols the first batch of each op to a peer also posts its first page
+ * once more as a probe that UCX must describe (ucp_request_query), which names the protocol and
+ * transport UCX chose for that endpoint; under v1 (XFER_CONTEXT_PROTO_V1), which describes no
+ * request, it is read from the endpoint's configuration (ucp_ep_print_info) and the peer's rkey
+ * (xfer_lane_parse_ep_info). Either way it is cached for the endpoint's life (UCX fixes its
+ * choice per endpoint and size), recorded in every batch's result and checked against the
+ * context's transport requirement before anything else is posted. A put batch flushes the endpoint,
+ * so its completion means the bytes are in the peer's memory; with XFER_BATCH_NOTICE it then sends
+ * the completion notice (notice.h) and completes when the notice has been handed to UCX. Owns
+ * nothing past the callback; the caller keeps the pages unchanged until then.
  */
 #ifndef TANDEM_TRANSFER_BATCH_H
 #define TANDEM_TRANSFER_BATCH_H

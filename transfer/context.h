@@ -32,8 +32,9 @@ typedef struct xfer_context xfer_context_t;
 /* Flags of xfer_context_params_t. */
 typedef enum {
     /* Keep UCX 1.13's default v1 protocols instead of the v2 ones the context asks for. v1
-     * describes no request, so batches record XFER_LANE_UNKNOWN and any transport requirement
-     * refuses every batch (no silent fallback). */
+     * describes no request, so batches learn their lane from the endpoint's configuration
+     * (ucp_ep_print_info) and the peer's rkey instead of a probe (batch.h); the transport
+     * requirement applies the same way. */
     XFER_CONTEXT_PROTO_V1 = 1u << 0,
 } xfer_context_flags_t;
 

@@ -57,6 +57,8 @@ struct xfer_peer {
     xfer_proc_id_t owner;              /* the peer process, from its descriptor */
     int proc_checked;                  /* same host and pid namespace: checked by xfer_proc_check */
     int lane_known[XFER_OP_N];
+    uint64_t rkey_md_map;  /* memory domains the peer's packed rkey has keys for (v1 lanes) */
+    int rkey_md_map_known; /* 0: the rkey's packed form was not recognised */
 };
 
 struct xfer_pool {

@@ -2,8 +2,9 @@
  * deployment accepts.
  *
  * Owns the lane classes Tandem reports (tcp, shm, rc, cuda_ipc, ...), the mapping from UCX
- * transport names to them, the parsing of UCX's per-request protocol description and of the
- * `--require-transport` list. Pure functions: knows nothing of endpoints, pools or metrics.
+ * transport names to them, the parsing of the `--require-transport` list, of UCX's per-request
+ * protocol description (v2 protocols) and of its endpoint configuration text with the peer's
+ * packed rkey (v1). Pure functions: knows nothing of endpoints, pools or metrics.
  */
 #ifndef TANDEM_TRANSFER_LANE_H
 #define TANDEM_TRANSFER_LANE_H
@@ -75,6 +76,38 @@ xfer_lane_class_t xfer_lane_class_of_transport(const char *tl_name, size_t n_cha
  * Never fails on NULL-free input of any length; `info` must be NUL-terminated.
  */
 tdm_status_t xfer_lane_parse_info(const char *info, xfer_lane_t *lane_out);
+
+/*
+ * xfer_lane_rkey_md_map - the set of UCX memory domains a packed rkey carries keys for (bit i:
+ * the packer's md[i]), read from UCX 1.13's packed form: a little-endian 64-bit md map, one
+ * memory-type byte, then for each set bit a size byte and that many key bytes. The walk must
+ * end exactly at `n_bytes`; anything else returns TDM_ERR_FORMAT (another UCX version, or not
+ * an rkey) and leaves *md_map_out untouched. Pure.
+ */
+tdm_status_t xfer_lane_rkey_md_map(const uint8_t *packed, size_t n_bytes, uint64_t *md_map_out);
+
+/*
+ * xfer_lane_parse_ep_info - the lane of a put (is_get 0) or get (is_get 1) of `msg_bytes` bytes,
+ * read out of UCX's description of an endpoint's configuration (ucp_ep_print_info text, UCX
+ * 1.13). This is how a batch learns its lane under the v1 protocols, which describe no request.
+ *
+ * The text lists the endpoint's lanes ("lane[0]:  0:sysv/memory.0 md[0] -> md[0]/sysv/... am
+ * am_bw#0 keepalive") and, per RMA lane, the protocol thresholds ("put[0]: 0..<short>..
+ * 4294967296..<bcopy>..(inf)"). UCX 1.13's v1 RMA uses the first RMA lane whose remote memory
+ * domain holds a key in the peer's rkey (`rkey_md_map`, from xfer_lane_rkey_md_map), and
+ * emulates the operation over the active-message lane when none does ("software emulation",
+ * XFER_LANE_EMULATED). Lanes are taken in the order printed. With `rkey_md_map` NULL (unknown)
+ * every RMA lane and the active-message lane count as possible: `classes` holds all of them, so
+ * a transport requirement only passes when every possibility satisfies it. lane_out->text is
+ * "<protocol> <transport>/<device>" with the protocol of the threshold range holding
+ * msg_bytes, e.g. "short sysv/memory" or "software emulation tcp/lo".
+ *
+ * Returns TDM_OK, or TDM_ERR_FORMAT when the text names no lane Tandem knows for the operation
+ * (*lane_out then holds XFER_LANE_UNKNOWN, classes 0, and the start of the text). `info` must
+ * be NUL-terminated; any content is accepted.
+ */
+tdm_status_t xfer_lane_parse_ep_info(const char *info, int is_get, size_t msg_bytes,
+                                     const uint64_t *rkey_md_map, xfer_lane_t *lane_out);
 
 /*
  * xfer_lane_mask_parse - the `--require-transport` value: a comma-separated list of class names

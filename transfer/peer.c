@@ -286,6 +286,8 @@ tdm_status_t xfer_peer_connect(xfer_context_t *ctx, const xfer_desc_t *desc, xfe
     peer->lane_status = TDM_OK;
     peer->owner = desc->owner;
     peer->proc_checked = xfer_proc_id_comparable(&ctx->self, &desc->owner);
+    peer->rkey_md_map_known =
+        xfer_lane_rkey_md_map(desc->rkey, desc->rkey_bytes, &peer->rkey_md_map) == TDM_OK;
 
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |

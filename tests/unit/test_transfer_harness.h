@@ -92,6 +92,15 @@ static inline const char *test_tls(void)
     return tls != NULL && tls[0] != '\0' ? tls : "shm";
 }
 
+/* The UCX protocol generation under test: TANDEM_XFER_TEST_PROTO=v1 runs every context with
+ * XFER_CONTEXT_PROTO_V1 (the nodes' setting), anything else with the library default (v2). */
+static inline uint32_t test_context_flags(void)
+{
+    const char *proto = getenv("TANDEM_XFER_TEST_PROTO");
+
+    return proto != NULL && strcmp(proto, "v1") == 0 ? XFER_CONTEXT_PROTO_V1 : 0u;
+}
+
 static inline xfer_lane_class_t expected_lane(void)
 {
     return strcmp(test_tls(), "tcp") == 0 ? XFER_LANE_TCP : XFER_LANE_SHM;
@@ -196,6 +205,7 @@ static inline tdm_status_t make_context(const char *name, xfer_lane_mask_t requi
     params.connect_timeout_ms = CONNECT_TIMEOUT_MS;
     params.max_run_pages = MAX_RUN_PAGES;
     params.max_batches = max_batches;
+    params.flags = test_context_flags();
     params.on_notice = on_notice;
     params.on_notice_arg = arg;
     return xfer_context_create(&params, ctx_out);

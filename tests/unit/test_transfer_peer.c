@@ -133,7 +133,6 @@ static void test_restarted_peer_reached_by_new_descriptor_old_refused(void **sta
 
 static void test_required_transport_refuses_other_lanes(void **state)
 {
-    fixture_t *fx = *state;
     remote_t remote;
     xfer_context_t *strict = NULL;
     xfer_pool_t *pool = NULL;
@@ -145,10 +144,45 @@ static void test_required_transport_refuses_other_lanes(void **state)
     xfer_lane_mask_t other;
     xfer_metrics_snapshot_t snap;
 
-    /* Requiring the lane in use is fine. */
+    (void)state;
+    /* Requiring the lane in use is fine: puts and gets go through and report it. */
     spawn("decode-lane", &remote);
-    assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &ok_peer), TDM_OK);
-    xfer_peer_close(ok_peer);
+    {
+        xfer_context_t *ok_ctx = NULL;
+        xfer_pool_t *ok_pool = NULL;
+
+        assert_int_equal(
+            make_context("prefill-lane-ok", XFER_LANE_BIT(expected_lane()), 8, NULL, NULL, &ok_ctx),
+            TDM_OK);
+        assert_int_equal(make_pool(ok_ctx, PAGE_BYTES, &ok_pool), TDM_OK);
+        assert_int_equal(xfer_peer_connect(ok_ctx, &remote.desc, &ok_peer), TDM_OK);
+        for (int op = XFER_OP_PUT; op <= XFER_OP_GET; op++) {
+            memset(&params, 0, sizeof(params));
+            memset(&wait, 0, sizeof(wait));
+            params.op = (xfer_op_t)op;
+            params.local_pool = ok_pool;
+            params.local_pages = pages;
+            params.remote_pages = pages;
+            params.n_pages = 4;
+            params.done = batch_done;
+            params.done_arg = &wait;
+            assert_int_equal(xfer_batch_post(ok_peer, &params), TDM_IN_PROGRESS);
+            while (!wait.done) {
+                xfer_context_wait(ok_ctx, 100);
+            }
+            assert_int_equal(wait.result.status, TDM_OK);
+            assert_int_equal(wait.result.lane.cls, expected_lane());
+            assert_int_equal(wait.result.lane.classes, XFER_LANE_BIT(expected_lane()));
+            print_message("required %s, %s: lane %s (%s)\n", xfer_lane_class_name(expected_lane()),
+                          op == XFER_OP_PUT ? "put" : "get",
+                          xfer_lane_class_name(wait.result.lane.cls), wait.result.lane.text);
+        }
+        assert_int_equal(xfer_peer_status(ok_peer), TDM_OK);
+        xfer_peer_close(ok_peer);
+        xfer_pool_destroy(ok_pool);
+        xfer_context_destroy(ok_ctx);
+        memset(&wait, 0, sizeof(wait));
+    }
 
     /* A context whose transports cannot reach the peer at all: refused at connect. */
     {
@@ -159,6 +193,7 @@ static void test_required_transport_refuses_other_lanes(void **state)
         xfer_context_params_default(&params_other);
         params_other.name = "prefill-other";
         params_other.transports = strcmp(test_tls(), "tcp") == 0 ? "shm" : "tcp";
+        params_other.flags = test_context_flags();
         assert_int_equal(xfer_context_create(&params_other, &other), TDM_OK);
         assert_int_equal(xfer_peer_connect(other, &remote.desc, &none), TDM_ERR_UNSUPPORTED);
         assert_null(none);
