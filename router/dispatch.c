@@ -308,6 +308,7 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     dr.max_tokens = gen->max_tokens - f->n_generated;
     dr.canonical_start = delta >= d->params.local_prefill_tokens;
     dr.prefix_session_id = f->prefix_session;
+    dr.spec = (char *)router_spec_name(gen->spec); /* "": the node's --spec */
     if (handoff != NULL) {
         dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
         dr.handoff = (Tandem__CompletionNotice *)handoff;
@@ -322,9 +323,10 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     f->stage = STAGE_DECODING;
     f->deadline_ns = 0;
     tdm_log(TDM_LOG_DEBUG, "dispatch",
-            "decode: request=%llu session=%s mode=%s cached_len=%zu total_len=%zu attempt=%u",
+            "decode: request=%llu session=%s mode=%s cached_len=%zu total_len=%zu attempt=%u "
+            "spec=%s",
             (unsigned long long)f->id, s->id, handoff != NULL ? "remote" : "local", f->cached_len,
-            f->total_len, f->attempts);
+            f->total_len, f->attempts, gen->spec != ROUTER_SPEC_DEFAULT ? dr.spec : "default");
     (void)now_ns;
     send_to(d, f->decode_slot, f->decode_gen, &env);
 }

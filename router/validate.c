@@ -228,6 +228,39 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     return TDM_OK;
 }
 
+/* The names of router_spec_t, indexed by value; DEFAULT is the empty string. */
+static const char *const SPEC_NAMES[] = {"", "off", "dspark", "ngram"};
+
+const char *router_spec_name(router_spec_t spec)
+{
+    return (size_t)spec < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]) ? SPEC_NAMES[spec] : "";
+}
+
+/* The Tandem extension "spec": absent or null (the decode node's default), or a drafter name. */
+static tdm_status_t get_spec(const json_t *root, router_gen_request_t *req, router_apierr_t *err)
+{
+    json_t *value = member(root, "spec");
+
+    req->spec = ROUTER_SPEC_DEFAULT;
+    if (value == NULL) {
+        return TDM_OK;
+    }
+    if (!json_is_string(value)) {
+        return bad(err, "invalid_type", "spec",
+                   "'spec' must be a string: \"off\", \"dspark\" or \"ngram\"");
+    }
+    for (size_t i = ROUTER_SPEC_OFF; i < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]); i++) {
+        if (strcmp(json_string_value(value), SPEC_NAMES[i]) == 0) {
+            req->spec = (router_spec_t)i;
+            return TDM_OK;
+        }
+    }
+    router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value", "spec",
+                      "'spec' must be \"off\", \"dspark\" or \"ngram\" (got '%.64s')",
+                      json_string_value(value));
+    return TDM_ERR_INVALID_ARG;
+}
+
 static tdm_status_t get_stream(const json_t *root, router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *options;
@@ -729,6 +762,9 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
     }
     if (status == TDM_OK) {
         status = get_sampling(root, &req, err_out);
+    }
+    if (status == TDM_OK) {
+        status = get_spec(root, &req, err_out);
     }
     if (status == TDM_OK) {
         status = get_stop(root, &req, err_out);

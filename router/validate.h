@@ -37,6 +37,23 @@ typedef enum {
 } router_api_t;
 
 /*
+ * The drafter a request asks the decode node for (Tandem extension field "spec"; MODEL.md 8).
+ * Speculative decoding never changes the tokens (coupled acceptance), only how fast they come.
+ */
+typedef enum {
+    ROUTER_SPEC_DEFAULT = 0, /* field absent or null: the decode node's own --spec */
+    ROUTER_SPEC_OFF = 1,     /* "off": plain decoding */
+    ROUTER_SPEC_DSPARK = 2,  /* "dspark": the model's DSpark drafter */
+    ROUTER_SPEC_NGRAM = 3,   /* "ngram": prompt-lookup drafter */
+} router_spec_t;
+
+/*
+ * router_spec_name - the DecodeRequest.spec string of `spec` (tandem.proto): "" for
+ * ROUTER_SPEC_DEFAULT (the node decides), else "off", "dspark" or "ngram". Static storage.
+ */
+const char *router_spec_name(router_spec_t spec);
+
+/*
  * A checked generation request (plain data; owns prompt_ids and the stop strings, released by
  * router_gen_request_fini). Sampling fields follow MODEL.md section 8.
  */
@@ -57,6 +74,7 @@ typedef struct {
     int n_stop;          /* stop strings */
     char *stop[ROUTER_MAX_STOP_STRINGS];
     size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
+    router_spec_t spec; /* "spec": the drafter; DEFAULT when absent or null */
 } router_gen_request_t;
 
 /*
@@ -69,7 +87,8 @@ typedef struct {
  *   400 invalid_type / invalid_value / missing_parameter / unsupported_parameter
  *                                a field of the wrong type or out of range (max_tokens not a
  *                                positive integer, temperature or top_p NaN, infinite or out
- *                                of range, n != 1, penalties, ...)
+ *                                of range, n != 1, penalties, "spec" not one of "off",
+ *                                "dspark", "ngram", ...)
  *   404 model_not_found          "model" is not the served model
  *   400 empty_prompt             no messages, or an empty prompt
  *   400 unsupported_input        image content, or the image token id in a prompt

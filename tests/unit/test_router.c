@@ -1010,6 +1010,103 @@ static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
     fake_fini(&dec);
 }
 
+/* The "param" of an OpenAI-shaped error body, copied into out ("" when absent). */
+static void error_param(const char *body, char *out, size_t out_bytes)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(body, 0, &jerr);
+    json_t *param = json_object_get(json_object_get(root, "error"), "param");
+
+    snprintf(out, out_bytes, "%s", json_is_string(param) ? json_string_value(param) : "");
+    json_decref(root);
+}
+
+static void test_spec_field_selects_the_drafter_and_bad_values_are_refused(void **state)
+{
+    fixture_t *fx = *state;
+    static const struct {
+        const char *path;
+        const char *body;
+        const char *want_spec; /* DecodeRequest.spec the worker must see */
+    } good[] = {
+        {"/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"a\",\"stream\":%s}", ""},
+        {"/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"b\",\"stream\":%s,\"spec\":null}",
+         ""},
+        {"/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":\"c\",\"stream\":%s,\"spec\":\"ngram\"}", "ngram"},
+        {"/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"d\"}],"
+         "\"stream\":%s,\"spec\":\"dspark\"}",
+         "dspark"},
+        {"/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"e\"}],"
+         "\"stream\":%s,\"spec\":\"off\"}",
+         "off"},
+    };
+    static const struct {
+        const char *body;
+        const char *code;
+    } bad[] = {
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"spec\":\"medusa\"}", "invalid_value"},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"spec\":\"NGRAM\"}", "invalid_value"},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"spec\":\"\"}", "invalid_value"},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"spec\":true}", "invalid_type"},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"spec\":{\"drafter\":\"ngram\"}}", "invalid_type"},
+    };
+    fake_worker_t dec;
+    fake_record_t rec;
+    http_resp_t r;
+    char body[512];
+    char param[32];
+    int n_before;
+    int n_reserve_before;
+
+    start_worker(fx, &dec, "decode-spec", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "ok", 1, 1);
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        for (int streamed = 0; streamed <= 1; streamed++) {
+            result_t res;
+            snprintf(body, sizeof(body), good[i].body, streamed ? "true" : "false");
+            n_before = fake_n_records(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+            post(fx, good[i].path, body, NULL, &r);
+            assert_int_equal(r.status, 200);
+            if (streamed) {
+                parse_sse(r.body, &res);
+                assert_true(res.saw_done);
+            } else {
+                parse_whole(r.body, &res);
+            }
+            assert_string_equal(res.text, "ok");
+            free(r.body);
+            assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST),
+                             n_before + 1);
+            assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+            assert_string_equal(rec.spec, good[i].want_spec);
+        }
+    }
+    /* A bad value is an OpenAI-shaped 400 naming the parameter; nothing reaches a worker. */
+    n_before = fake_n_records(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    n_reserve_before = fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        post(fx, "/v1/completions", bad[i].body, NULL, &r);
+        assert_error(&r, 400, bad[i].code);
+        error_param(r.body, param, sizeof(param));
+        assert_string_equal(param, "spec");
+        free(r.body);
+    }
+    post(fx, "/v1/chat/completions",
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"spec\":\"eagle\"}",
+         NULL, &r);
+    assert_error(&r, 400, "invalid_value");
+    assert_non_null(strstr(r.body, "eagle"));
+    free(r.body);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), n_before);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), n_reserve_before);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
 static void test_no_decode_worker_is_a_503_not_a_hang(void **state)
 {
     fixture_t *fx = *state;
@@ -1068,6 +1165,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_client_leaving_mid_stream_aborts_the_worker, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_spec_field_selects_the_drafter_and_bad_values_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
     };

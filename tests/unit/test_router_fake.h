@@ -37,6 +37,7 @@ typedef struct {
     int canonical_start;
     uint32_t max_tokens;
     uint64_t seed;
+    char spec[16]; /* DecodeRequest.spec ("" = the node's default drafter) */
 } fake_record_t;
 
 typedef struct {
@@ -207,6 +208,7 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         r.canonical_start = dr->canonical_start;
         r.max_tokens = dr->max_tokens;
         r.seed = dr->sampling->seed;
+        snprintf(r.spec, sizeof(r.spec), "%s", dr->spec != NULL ? dr->spec : "");
         fake_record(w, &r);
         fake_decode(w, sock, dr);
         break;
