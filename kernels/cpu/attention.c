@@ -2,6 +2,7 @@
 #include "kernels/attention.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
 #include "kernels/gemm.h"
 
 #include <math.h>
@@ -13,6 +14,26 @@ static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b
 {
     return e < n_a ? keys_a + e * d : keys_b + (e - n_a) * d;
 }
+
+#if CPU_HAVE_X86
+/* oh[c] += p * k[c] over d columns (d % 16 == 0): the scalar loop's multiply then add. */
+__attribute__((target("avx512f"))) static void axpy_avx512(float p, const float *k, int64_t d,
+                                                           float *oh)
+{
+    __m512 pv = _mm512_set1_ps(p);
+    for (int64_t c = 0; c < d; c += 16) {
+        _mm512_storeu_ps(oh + c, _mm512_add_ps(_mm512_loadu_ps(oh + c),
+                                               _mm512_mul_ps(pv, _mm512_loadu_ps(k + c))));
+    }
+}
+
+__attribute__((target("avx512f"))) static void bf16_round_avx512(float *x, int64_t d)
+{
+    for (int64_t c = 0; c < d; c += 16) {
+        _mm512_storeu_ps(x + c, cpu_bf16_round16(_mm512_loadu_ps(x + c)));
+    }
+}
+#endif
 
 tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
                                 const float *keys_b, int64_t n_b, const float *sink,
@@ -27,6 +48,11 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         (n_b > 0 && keys_b == NULL) || (n_keys > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
+#if CPU_HAVE_X86
+    int vec = d % 16 == 0 && cpu_have_avx512();
+#else
+    int vec = 0;
+#endif
     for (int64_t h = 0; h < n_heads; h++) {
         const float *qh = q + h * d;
         float *oh = o_out + h * d;
@@ -50,12 +76,24 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
             const float *k = key_at(keys_a, n_a, keys_b, e, d);
+#if CPU_HAVE_X86
+            if (vec) {
+                axpy_avx512(p, k, d, oh);
+                continue;
+            }
+#endif
             for (int64_t c = 0; c < d; c++) {
                 oh[c] += p * k[c];
             }
         }
+#if CPU_HAVE_X86
+        if (vec) {
+            bf16_round_avx512(oh, d);
+            continue;
+        }
+#endif
         for (int64_t c = 0; c < d; c++) {
-            oh[c] = kern_bf16_round(oh[c]);
+            oh[c] = cpu_bf16_round(oh[c]);
         }
     }
     return TDM_OK;
@@ -81,7 +119,7 @@ tdm_status_t kern_compress_pool_cpu(kern_ctx_t *ctx, const float *a, const float
         for (int p = 0; p < r; p++) {
             acc += (expf(b[p * d + c] - mx) / den) * a[p * d + c];
         }
-        v_out[c] = kern_bf16_round(acc);
+        v_out[c] = cpu_bf16_round(acc);
     }
     return TDM_OK;
 }

@@ -7,6 +7,7 @@
 #include "kernels/gemm.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -27,6 +28,7 @@
 #define TILE_OUT 4   /* outputs per register tile */
 #define TILE_ROWS 4  /* activation rows per register tile */
 #define ROW_BLOCK 32 /* activation rows kept hot while a weight tile streams past */
+#define GEMV_OUT 8   /* outputs per tile of the one-row path */
 #define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
 /* The fixed reduction tree of the 16 lane sums. */
@@ -50,7 +52,7 @@ static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
 
 static float finish(float v, uint32_t flags)
 {
-    return (flags & KERN_GEMM_OUT_BF16) != 0 ? kern_bf16_round(v) : v;
+    return (flags & KERN_GEMM_OUT_BF16) != 0 ? cpu_bf16_round(v) : v;
 }
 
 static int gemm_args_ok(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
@@ -152,6 +154,66 @@ __attribute__((target("avx512f"))) static void tile_avx512(const kern_mat_t *w, 
     }
 }
 
+/*
+ * One activation row against outputs [o0, o1) (decode at batch 1): eight weight rows stream
+ * side by side; each output keeps the module's order (16 FMA lanes over ascending k, then the
+ * fixed tree), so the bits equal tile_avx512's. f32: FP32 weights, else BF16 (a constant in
+ * each caller, so the branch folds away).
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+gemv_avx512(const kern_mat_t *w, const float *x, int64_t o0, int64_t o1, uint32_t flags,
+            float *y, int f32)
+{
+    int64_t K = w->n_in;
+    int64_t o = o0;
+    float lanes[LANES];
+
+    for (; o + GEMV_OUT <= o1; o += GEMV_OUT) {
+        __m512 acc[GEMV_OUT];
+        for (int j = 0; j < GEMV_OUT; j++) {
+            acc[j] = _mm512_setzero_ps();
+        }
+        for (int64_t k = 0; k < K; k += LANES) {
+            __m512 xv = _mm512_loadu_ps(x + k);
+            for (int j = 0; j < GEMV_OUT; j++) {
+                __m512 wv;
+                if (f32) {
+                    wv = _mm512_loadu_ps((const float *)w->data + (o + j) * K + k);
+                } else {
+                    __m256i h = _mm256_loadu_si256(
+                        (const __m256i *)((const uint16_t *)w->data + (o + j) * K + k));
+                    wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                }
+                acc[j] = _mm512_fmadd_ps(wv, xv, acc[j]);
+            }
+        }
+        for (int j = 0; j < GEMV_OUT; j++) {
+            _mm512_storeu_ps(lanes, acc[j]);
+            y[o + j] = finish(lane_reduce(lanes), flags);
+        }
+    }
+    for (; o < o1; o += TILE_OUT) {
+        int n_o = (int)(o1 - o < TILE_OUT ? o1 - o : TILE_OUT);
+        tile_avx512(w, x, 0, 0, 1, o, n_o, flags, y, 0);
+    }
+}
+
+__attribute__((target("avx512f"))) static void gemv_bf16_avx512(const kern_mat_t *w,
+                                                                const float *x, int64_t o0,
+                                                                int64_t o1, uint32_t flags,
+                                                                float *y)
+{
+    gemv_avx512(w, x, o0, o1, flags, y, 0);
+}
+
+__attribute__((target("avx512f"))) static void gemv_f32_avx512(const kern_mat_t *w,
+                                                               const float *x, int64_t o0,
+                                                               int64_t o1, uint32_t flags,
+                                                               float *y)
+{
+    gemv_avx512(w, x, o0, o1, flags, y, 1);
+}
+
 static int have_avx512(void)
 {
     return __builtin_cpu_supports("avx512f");
@@ -203,6 +265,17 @@ static void gemm_quads(const kern_mat_t *w, const float *x, int64_t ldx, int64_t
                        uint32_t flags, float *y_out, int64_t ldy, int64_t q0, int64_t q1,
                        int use_avx)
 {
+#if GEMM_HAVE_X86
+    if (use_avx && n_rows == 1) {
+        int64_t o1 = q1 * TILE_OUT < w->n_out ? q1 * TILE_OUT : w->n_out;
+        if (w->dtype == KERN_MAT_F32) {
+            gemv_f32_avx512(w, x, q0 * TILE_OUT, o1, flags, y_out);
+        } else {
+            gemv_bf16_avx512(w, x, q0 * TILE_OUT, o1, flags, y_out);
+        }
+        return;
+    }
+#endif
     for (int64_t rb = 0; rb < n_rows; rb += ROW_BLOCK) {
         int64_t r_end = rb + ROW_BLOCK < n_rows ? rb + ROW_BLOCK : n_rows;
         for (int64_t q = q0; q < q1; q++) {

@@ -2,6 +2,7 @@
 #include "kernels/moe.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
 #include "kernels/topk.h"
 
 #include <math.h>
@@ -72,7 +73,7 @@ tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, i
             float gm = g < lambda ? g : lambda;
             float uc = u < -lambda ? -lambda : (u > lambda ? lambda : u);
             float h = (gm * (1.0f / (1.0f + expf(-gm)))) * uc;
-            h_out[r * I + i] = kern_bf16_round(wr * h);
+            h_out[r * I + i] = cpu_bf16_round(wr * h);
         }
     }
     return TDM_OK;

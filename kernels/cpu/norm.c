@@ -2,6 +2,7 @@
 #include "kernels/norm.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -29,7 +30,7 @@ tdm_status_t kern_rmsnorm_cpu(kern_ctx_t *ctx, const float *x, int64_t ldx, int6
         float *yr = y_out + r * ldy;
         float s = kern_rms_scale_cpu(xr, dim, eps);
         for (int64_t i = 0; i < dim; i++) {
-            yr[i] = kern_bf16_round((xr[i] * s) * gamma[i]);
+            yr[i] = cpu_bf16_round((xr[i] * s) * gamma[i]);
         }
     }
     return TDM_OK;

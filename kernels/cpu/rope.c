@@ -2,6 +2,7 @@
 #include "kernels/rope.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -72,7 +73,7 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
             float *v = x + (r * n_heads + h) * dim;
             float *tail = v + dim - d_r;
             for (int64_t i = 0; i < dim - d_r; i++) {
-                v[i] = kern_bf16_round(v[i]);
+                v[i] = cpu_bf16_round(v[i]);
             }
             for (int i = 0; i < d_r / 2; i++) {
                 float a = tail[2 * i];
@@ -86,8 +87,8 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
                     ra = a * cs[i] + b * sn[i];
                     rb = b * cs[i] - a * sn[i];
                 }
-                tail[2 * i] = kern_bf16_round(ra);
-                tail[2 * i + 1] = kern_bf16_round(rb);
+                tail[2 * i] = cpu_bf16_round(ra);
+                tail[2 * i + 1] = cpu_bf16_round(rb);
             }
         }
     }
