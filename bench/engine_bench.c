@@ -27,6 +27,7 @@ typedef struct {
     uint32_t context_tokens;
     uint32_t decode_steps;
     const char *batches;
+    int decode_only;
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -41,6 +42,8 @@ static const tdm_flag_t bench_flags[] = {
      1, 100000, 0},
     {"batches", TDM_FLAG_STRING, "1,4,8,16", offsetof(bench_cfg_t, batches),
      "comma-separated decode batch sizes", 0, 0, 0},
+    {"decode-only", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, decode_only),
+     "skip the prefill measurement (profiling the decode loop)", 0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -168,7 +171,7 @@ int main(int argc, char **argv)
            bw / 1e9, flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM);
 
     /* prefill: CED over one prompt; per-token FLOPs ~ 2 x active params x (c+1)/L + tail */
-    {
+    if (!cfg.decode_only) {
         int64_t T = cfg.prompt_tokens;
         int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
         float *lg = malloc(sizeof(float) * (size_t)V);
@@ -202,6 +205,8 @@ int main(int argc, char **argv)
             engine_fwd_prefill(fwd, seqs[i], ids, cfg.context_tokens, 0, NULL, NULL);
             toks[i] = ids[cfg.context_tokens - 1];
         }
+        uint64_t wbytes = 0, kvbytes = 0;
+        engine_fwd_reset_read_bytes(fwd);
         uint64_t t0 = tdm_clock_now_ns();
         tdm_status_t st = TDM_OK;
         for (uint32_t step = 0; step < cfg.decode_steps && st == TDM_OK; step++) {
@@ -212,12 +217,18 @@ int main(int argc, char **argv)
         }
         double s = tdm_clock_elapsed_ms(t0) / 1e3;
         double steps_per_s = cfg.decode_steps / s;
-        /* weights one step reads in the BF16 compute layout: the active set at batch 1;
-         * larger batches touch more experts, counted by the same active figure (lower bound) */
-        double bytes = 2.0 * (double)counts.active_decode_params;
-        printf("decode batch %2d: %s %.1f tok/s (%.1f steps/s); roofline %.1f steps/s (%.0f MB "
-               "weights/step)\n",
-               B, tdm_status_name(st), steps_per_s * B, steps_per_s, bw / bytes, bytes / 1e6);
+        /* bytes one step reads, as the forward pass counted them (engine_fwd_read_bytes):
+         * every GEMM matrix in its compute layout (BF16 2 B, mHC's FP32 4 B; each expert a
+         * batch runs), embedding and Engram rows, and the KV state (ring entries, index keys,
+         * selected compressed rows) of every sequence */
+        engine_fwd_read_bytes(fwd, &wbytes, &kvbytes);
+        double wstep = (double)wbytes / cfg.decode_steps;
+        double kvstep = (double)kvbytes / cfg.decode_steps;
+        double bytes = wstep + kvstep;
+        printf("decode batch %2d: %s %.1f tok/s (%.1f steps/s); roofline %.1f steps/s (%.1f MB "
+               "weights + %.2f MB KV/step) = %.0f %%\n",
+               B, tdm_status_name(st), steps_per_s * B, steps_per_s, bw / bytes, wstep / 1e6,
+               kvstep / 1e6, 100.0 * steps_per_s * bytes / bw);
         for (int i = 0; i < B; i++) {
             engine_seq_destroy(seqs[i]);
         }

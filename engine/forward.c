@@ -141,6 +141,25 @@ void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink)
     }
 }
 
+void engine_fwd_read_bytes(const engine_fwd_t *fwd, uint64_t *weight_bytes_out,
+                           uint64_t *kv_bytes_out)
+{
+    if (weight_bytes_out != NULL) {
+        *weight_bytes_out = fwd != NULL ? fwd->read_weight_bytes : 0;
+    }
+    if (kv_bytes_out != NULL) {
+        *kv_bytes_out = fwd != NULL ? fwd->read_kv_bytes : 0;
+    }
+}
+
+void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
+{
+    if (fwd != NULL) {
+        fwd->read_weight_bytes = 0;
+        fwd->read_kv_bytes = 0;
+    }
+}
+
 /* ---- batches -------------------------------------------------------------------------- */
 
 /* Allocate the per-row arrays of a batch of N rows from the batch arena. */
@@ -188,6 +207,7 @@ static void batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
         for (int64_t i = 0; i < seg->n; i++) {
             int64_t r = seg->row0 + i;
             const uint16_t *e = fwd->model->embed + (int64_t)seg->ids[i] * H;
+            fwd->read_weight_bytes += (uint64_t)H * sizeof(uint16_t);
             for (int64_t k = 0; k < m; k++) {
                 float *x = b->X + (r * m + k) * H;
                 for (int64_t col = 0; col < H; col++) {
@@ -248,7 +268,7 @@ static tdm_status_t head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r
                                (float)c->rms_norm_eps, h, H);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32,
+        st = fwd_gemm(fwd, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32,
                             logits_out, c->vocab_size);
     }
     return st;
@@ -289,7 +309,7 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     }
     st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx,
+        st = fwd_gemm(fwd, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx,
                             H);
     }
     if (st == TDM_OK) {
@@ -302,7 +322,7 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
         int l = c->n_layers + k;
         const engine_layer_weights_t *lw = &model->layers[l];
-        st = fwd->ops->gemm(&fwd->kctx, &lw->wkv, mx, H, N, KERN_GEMM_OUT_BF16, kv, d);
+        st = fwd_gemm(fwd, &lw->wkv, mx, H, N, KERN_GEMM_OUT_BF16, kv, d);
         if (st == TDM_OK) {
             st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, (float)c->rms_norm_eps,
                                    kv, d);
@@ -440,13 +460,23 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
     if (st == TDM_OK) {
         st = dspark_rings(fwd, ub);
     }
-    for (int s = 0; s < ub->n_segs && st == TDM_OK; s++) {
-        const fwd_seg_t *seg = &ub->segs[s];
-        int64_t n = logit_rows[s] < seg->n ? logit_rows[s] : seg->n;
-        if (n > 0 && logits_out != NULL) {
-            st = head_rows(fwd, ub, seg->row0 + seg->n - n, n, logits_out + out_row * V);
-            out_row += n;
+    /* the head once over each run of adjacent logit rows (a decode batch: one call, the head
+     * read once per step; rows are independent in the GEMM, so the bits do not change) */
+    int64_t run0 = 0, run_n = 0;
+    for (int s = 0; s <= ub->n_segs && st == TDM_OK && logits_out != NULL; s++) {
+        const fwd_seg_t *seg = s < ub->n_segs ? &ub->segs[s] : NULL;
+        int64_t n = seg == NULL ? 0 : (logit_rows[s] < seg->n ? logit_rows[s] : seg->n);
+        int64_t first = seg == NULL ? 0 : seg->row0 + seg->n - n;
+        if (n > 0 && run_n > 0 && first == run0 + run_n) {
+            run_n += n;
+            continue;
         }
+        if (run_n > 0) {
+            st = head_rows(fwd, ub, run0, run_n, logits_out + out_row * V);
+            out_row += run_n;
+        }
+        run0 = first;
+        run_n = n;
     }
     return st;
 }

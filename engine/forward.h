@@ -116,6 +116,21 @@ void engine_fwd_destroy(engine_fwd_t *fwd);
 void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink);
 
 /*
+ * engine_fwd_read_bytes - bytes the context's forward calls read since it was created or last
+ * reset, for rooflines (bench/engine_bench.c). weight_bytes_out: every GEMM's matrix in compute
+ * layout (BF16 2 B, FP32 4 B per element; a matrix used by a batch counts once per call, an
+ * expert once per call that runs it), embedding rows (BF16) and Engram table rows (codes and
+ * scales); norm and bias vectors are not counted (under 0.5 % of a small-preset step).
+ * kv_bytes_out: window-ring entries (Q_swa codes and scales), index keys (Q_mx4) and selected
+ * compressed rows (Q_ckv) read from the sequences' state. Either pointer may be NULL.
+ */
+void engine_fwd_read_bytes(const engine_fwd_t *fwd, uint64_t *weight_bytes_out,
+                           uint64_t *kv_bytes_out);
+
+/* engine_fwd_reset_read_bytes - zero the engine_fwd_read_bytes counters. */
+void engine_fwd_reset_read_bytes(engine_fwd_t *fwd);
+
+/*
  * engine_fwd_oracle - schedule 6(a) on a fresh sequence: ids [n_ids] (each < V) through every
  * layer, window floor 0; logits_out [n_ids, V] FP32 for every position. The temporary sequence's
  * pages are returned before the call returns.

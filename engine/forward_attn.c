@@ -45,6 +45,7 @@ static tdm_status_t read_main_row(engine_fwd_t *fwd, const page_geom_t *g,
     if (page == NULL) {
         return TDM_ERR_INTERNAL;
     }
+    fwd->read_kv_bytes += (uint64_t)(g->ly.main_codes_row_bytes + g->ly.main_scales_row_bytes);
     return fwd->ops->dequant_ckv(&fwd->kctx,
                                  page + g->ly.main_codes_offset + slot * g->ly.main_codes_row_bytes,
                                  page + g->ly.main_scales_offset +
@@ -77,6 +78,7 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
         if (page == NULL) {
             return TDM_ERR_INTERNAL;
         }
+        fwd->read_kv_bytes += (uint64_t)(cnt * (dI / 2 + dI / 32));
         st = fwd->ops->dequant_mx4(&fwd->kctx, page + g->ly.index_codes_offset,
                                    page + g->ly.index_scales_offset, cnt, dI,
                                    fwd->ikey_cache + j0 * dI);
@@ -178,7 +180,7 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         st = fwd->ops->quant_ckv(&fwd->kctx, main_rows, n_new, d, mc, ms);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->i_wk, V, d, n_new, KERN_GEMM_OUT_BF16, kI, dI);
+        st = fwd_gemm(fwd, &lw->i_wk, V, d, n_new, KERN_GEMM_OUT_BF16, kI, dI);
     }
     if (st == TDM_OK) {
         st = fwd->ops->rmsnorm(&fwd->kctx, kI, dI, n_new, dI, lw->i_k_norm,
@@ -353,7 +355,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     /* q and window KV (5.2, 12.3) */
     st = fwd->ops->qdq_act8(&fwd->kctx, xn, N, H, xq);
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->wq_a, xq, H, N, KERN_GEMM_OUT_BF16, qr, rq);
+        st = fwd_gemm(fwd, &lw->wq_a, xq, H, N, KERN_GEMM_OUT_BF16, qr, rq);
     }
     if (st == TDM_OK) {
         st = fwd->ops->rmsnorm(&fwd->kctx, qr, rq, N, rq, lw->q_norm, eps, qr, rq);
@@ -362,13 +364,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         st = fwd->ops->qdq_act8(&fwd->kctx, qr, N, rq, qrq);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, q, nh * d);
+        st = fwd_gemm(fwd, &lw->wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, q, nh * d);
     }
     if (st == TDM_OK) {
         st = fwd->ops->rope(&fwd->kctx, q, N, nh, d, dr, pos, freqs, KERN_ROPE_FORWARD);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->wkv, xq, H, N, KERN_GEMM_OUT_BF16, kv, d);
+        st = fwd_gemm(fwd, &lw->wkv, xq, H, N, KERN_GEMM_OUT_BF16, kv, d);
     }
     if (st == TDM_OK) {
         st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, eps, kv, d);
@@ -393,10 +395,10 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (ca == NULL || (role->ratio == 2 && cb == NULL)) {
             return TDM_ERR_NO_MEMORY;
         }
-        st = fwd->ops->gemm(&fwd->kctx, &lw->c_wkv, xn, H, N,
+        st = fwd_gemm(fwd, &lw->c_wkv, xn, H, N,
                             role->ratio == 2 ? KERN_GEMM_OUT_F32 : KERN_GEMM_OUT_BF16, ca, d);
         if (st == TDM_OK && cb != NULL) {
-            st = fwd->ops->gemm(&fwd->kctx, &lw->c_wgate, xn, H, N, KERN_GEMM_OUT_F32, cb, d);
+            st = fwd_gemm(fwd, &lw->c_wgate, xn, H, N, KERN_GEMM_OUT_F32, cb, d);
         }
         for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
             if (b->segs[s].write_rows) {
@@ -421,7 +423,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (qI == NULL || wI == NULL || icodes == NULL || iscales == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
-        st = fwd->ops->gemm(&fwd->kctx, &lw->i_wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, qI, HI * dI);
+        st = fwd_gemm(fwd, &lw->i_wq_b, qrq, rq, N, KERN_GEMM_OUT_BF16, qI, HI * dI);
         if (st == TDM_OK) {
             st = fwd->ops->rope(&fwd->kctx, qI, N, HI, dI, dr, pos, freqs, KERN_ROPE_FORWARD);
         }
@@ -432,7 +434,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             st = fwd->ops->dequant_mx4(&fwd->kctx, icodes, iscales, N * HI, dI, qI);
         }
         if (st == TDM_OK) {
-            st = fwd->ops->gemm(&fwd->kctx, &lw->i_wp, xn, H, N, KERN_GEMM_OUT_BF16, wI, HI);
+            st = fwd_gemm(fwd, &lw->i_wp, xn, H, N, KERN_GEMM_OUT_BF16, wI, HI);
         }
         if (st != TDM_OK) {
             return st;
@@ -464,6 +466,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (win == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
+        fwd->read_kv_bytes += (uint64_t)(n_ring * (d + d / 32));
         for (int64_t p = wstart; p < seg->pos0 && st == TDM_OK; p++) {
             st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seq, l, p),
                                         engine_seq_ring_scales_at(seq, l, p), 1, d,
@@ -539,14 +542,14 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         kern_mat_t wg = lw->wo_a;
         wg.n_out = ro;
         wg.data = (const uint16_t *)lw->wo_a.data + gi * ro * gin;
-        st = fwd->ops->gemm(&fwd->kctx, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16,
+        st = fwd_gemm(fwd, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16,
                             oa + gi * ro, G * ro);
     }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, oa, N, G * ro, oa);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->wo_b, oa, G * ro, N, KERN_GEMM_OUT_BF16, out, H);
+        st = fwd_gemm(fwd, &lw->wo_b, oa, G * ro, N, KERN_GEMM_OUT_BF16, out, H);
     }
     if (st != TDM_OK) {
         return st;

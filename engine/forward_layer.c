@@ -50,6 +50,7 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
             }
             engine_engram_hash_rows(&model->engram_layout, slot,
                                     model->sidecar.multipliers + (int64_t)slot * ngram, ids, rows);
+            fwd->read_weight_bytes += (uint64_t)(n_cols * (de + de / 32));
             for (int c = 0; c < n_cols && st == TDM_OK; c++) {
                 st = fwd->ops->dequant_act8(&fwd->kctx, lw->e_codes + rows[c] * de,
                                             lw->e_scales + rows[c] * (de / 32), 1, de,
@@ -61,7 +62,7 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
         st = fwd->ops->qdq_act8(&fwd->kctx, e, N, n_e, e);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->e_wkv, e, n_e, N, KERN_GEMM_OUT_BF16, kv, (m + 1) * H);
+        st = fwd_gemm(fwd, &lw->e_wkv, e, n_e, N, KERN_GEMM_OUT_BF16, kv, (m + 1) * H);
     }
     if (st == TDM_OK) {
         st = fwd->ops->engram_gate(&fwd->kctx, b->X, kv, lw->e_qw, lw->e_kw, N, (int)m, H,
@@ -86,7 +87,7 @@ static tdm_status_t site_coeffs(engine_fwd_t *fwd, fwd_batch_t *b, int l, int si
     if (raw == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    st = fwd->ops->gemm(&fwd->kctx, &lw->hc_fn[site], b->X, m * H, N, KERN_GEMM_OUT_F32, raw,
+    st = fwd_gemm(fwd, &lw->hc_fn[site], b->X, m * H, N, KERN_GEMM_OUT_F32, raw,
                         n_mix);
     if (st == TDM_OK) {
         st = fwd->ops->mhc_coeffs(&fwd->kctx, &hp, b->X, N, H, raw, pre, post, M);
@@ -121,7 +122,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         h == NULL || ye == NULL || we == NULL || rows == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    st = fwd->ops->gemm(&fwd->kctx, &lw->gate, xn, H, N, KERN_GEMM_OUT_F32, logits, E);
+    st = fwd_gemm(fwd, &lw->gate, xn, H, N, KERN_GEMM_OUT_F32, logits, E);
     if (st == TDM_OK) {
         st = fwd->ops->moe_route(&fwd->kctx, logits, lw->gate_bias, N, E, K,
                                  (float)cfg->routed_scaling_factor, experts_out, wts);
@@ -151,7 +152,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         if (ne == 0) {
             continue;
         }
-        st = fwd->ops->gemm(&fwd->kctx, &lw->w13[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        st = fwd_gemm(fwd, &lw->w13[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
         if (st == TDM_OK) {
             st = fwd->ops->swiglu(&fwd->kctx, gu, we, ne, I, lambda, h);
         }
@@ -159,7 +160,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
             st = fwd->ops->qdq_act8(&fwd->kctx, h, ne, I, h);
         }
         if (st == TDM_OK) {
-            st = fwd->ops->gemm(&fwd->kctx, &lw->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, ye, H);
+            st = fwd_gemm(fwd, &lw->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, ye, H);
         }
         for (int64_t k = 0; k < ne && st == TDM_OK; k++) {
             float *a = acc + rows[k] * H;
@@ -170,7 +171,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     }
     /* shared expert, weight 1, same clamp */
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->s_w13, xq, H, N, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        st = fwd_gemm(fwd, &lw->s_w13, xq, H, N, KERN_GEMM_OUT_BF16, gu, 2 * I);
     }
     if (st == TDM_OK) {
         st = fwd->ops->swiglu(&fwd->kctx, gu, NULL, N, I, lambda, h);
@@ -179,7 +180,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         st = fwd->ops->qdq_act8(&fwd->kctx, h, N, I, h);
     }
     if (st == TDM_OK) {
-        st = fwd->ops->gemm(&fwd->kctx, &lw->s_w2, h, I, N, KERN_GEMM_OUT_BF16, ye, H);
+        st = fwd_gemm(fwd, &lw->s_w2, h, I, N, KERN_GEMM_OUT_BF16, ye, H);
     }
     if (st != TDM_OK) {
         return st;
