@@ -150,57 +150,221 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
     return status;
 }
 
-/* Seal and put the pages of the sequence at T that the reservation receives. */
-static tdm_status_t put_pages(const prefill_job_env_t *env, xfer_peer_t *peer,
-                              const node_resv_desc_t *rd, engine_seq_t *seq, uint64_t job_id,
-                              uint64_t **checksums_out, uint32_t *n_out, char *err,
-                              size_t err_bytes)
-{
-    size_t page_bytes = engine_kv_pool_page_bytes(env->kv);
-    uint32_t n_all = 0, k = 0;
-    uint32_t *local, *remote;
-    uint64_t *sums;
-    tdm_status_t status = TDM_OK;
+/*
+ * Per-chunk puts (ARCHITECTURE.md, life of a turn 4; MODEL.md 7 handoff (1)).
+ *
+ * engine_fwd_prefill runs the delta chunk by chunk (--chunk-tokens rows per layer pass), each
+ * chunk through layers 0..c before the next one starts. Every KV source is a layer <= c
+ * (c = max(kv_source_layer_ids)) and writes its rows when it processes the chunk that publishes
+ * them, so once layer c has finished the chunk ending at position e, each source s holds its
+ * final rows j < n_c_s(e - 1) and no later chunk writes any of them again. The stream listens to
+ * the engine's per-layer hook (engine_dump_sink_t: called after each layer of each chunk, on the
+ * compute thread, between kernel calls) and at layer c of every chunk seals, checksums and posts
+ * (one non-blocking put batch) every reserved page whose 64 slots are all below that row count:
+ * those pages are final, so UCX may read them while the next chunk computes (batch.h: the pages
+ * stay unchanged until the callback). At every layer it also progresses the transfer context so
+ * the puts move during the compute.
+ *
+ * A page with a free slot left is still being appended to (its rows, its header's row_count and
+ * checksum change with the next chunk): that is each source's last page at T (and any reserved
+ * page not yet reached), and the partly filled first page until it fills. Those are never put
+ * mid-compute; after the prefill returns they are sealed and put once, in a last batch. Every
+ * page is thus put exactly once, with the bytes and checksum the notice names; the notice
+ * (checksums in reservation order, first token, state record) is sent only after every batch
+ * has completed, and no return path leaves a batch in flight (its pages are the sequence's).
+ */
+typedef struct {
+    const prefill_job_env_t *env;
+    xfer_peer_t *peer;
+    const node_resv_desc_t *rd;
+    engine_seq_t *seq;
+    uint64_t job_id;
+    size_t page_bytes;
+    uint32_t base[NODE_MAX_SOURCES]; /* index of source s's first target in the arrays below */
+    uint32_t next[NODE_MAX_SOURCES]; /* targets of source s sealed and queued so far */
+    uint32_t n_all;
+    uint32_t *local, *remote;        /* [n_all] reservation order */
+    uint64_t *sums;                  /* [n_all] XXH3-64 of each sealed page */
+    uint32_t *pend;                  /* [n_all] indices sealed, not yet posted (post was BUSY) */
+    uint32_t n_pend;
+    int checked;                     /* tables at T compared with the reservation */
+    uint32_t n_in_flight;            /* batches posted, callback not yet run */
+    uint32_t n_chunk_batches;        /* batches posted while the prefill computed */
+    uint32_t n_early_pages;          /* pages posted while the prefill computed */
+    uint32_t n_posted_pages;
+    tdm_status_t status;             /* first failure: a table mismatch, a post or a batch */
+} put_stream_t;
 
-    for (uint32_t s = 0; s < rd->n_sources; s++) {
-        const engine_kv_table_t *t = engine_seq_table(seq, rd->src[s].layer);
-        if (t == NULL || t->n_pages != rd->src[s].first_target + rd->src[s].n_targets) {
-            set_err(err, err_bytes, "reserved pages do not match the sequence at T");
-            return TDM_ERR_MISMATCH;
-        }
-        n_all += rd->src[s].n_targets;
+static void on_stream_batch_done(void *arg, const xfer_batch_result_t *result)
+{
+    put_stream_t *ps = arg;
+
+    if (result->status != TDM_OK && ps->status == TDM_OK) {
+        ps->status = result->status;
     }
-    local = malloc((n_all + 1) * sizeof(uint32_t));
-    remote = malloc((n_all + 1) * sizeof(uint32_t));
-    sums = malloc((n_all + 1) * sizeof(uint64_t));
-    if (local == NULL || remote == NULL || sums == NULL) {
-        free(local);
-        free(remote);
-        free(sums);
+    ps->n_in_flight--;
+}
+
+static tdm_status_t stream_init(put_stream_t *ps, const prefill_job_env_t *env, xfer_peer_t *peer,
+                                const node_resv_desc_t *rd, engine_seq_t *seq, uint64_t job_id)
+{
+    memset(ps, 0, sizeof(*ps));
+    ps->env = env;
+    ps->peer = peer;
+    ps->rd = rd;
+    ps->seq = seq;
+    ps->job_id = job_id;
+    ps->page_bytes = engine_kv_pool_page_bytes(env->kv);
+    ps->status = TDM_OK;
+    for (uint32_t s = 0; s < rd->n_sources; s++) {
+        ps->base[s] = ps->n_all;
+        ps->n_all += rd->src[s].n_targets;
+    }
+    ps->local = malloc((ps->n_all + 1) * sizeof(uint32_t));
+    ps->remote = malloc((ps->n_all + 1) * sizeof(uint32_t));
+    ps->sums = malloc((ps->n_all + 1) * sizeof(uint64_t));
+    ps->pend = malloc((ps->n_all + 1) * sizeof(uint32_t));
+    if (ps->local == NULL || ps->remote == NULL || ps->sums == NULL || ps->pend == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    for (uint32_t s = 0; s < rd->n_sources; s++) {
-        const engine_kv_table_t *t = engine_seq_table(seq, rd->src[s].layer);
-        for (uint32_t j = 0; j < rd->src[s].n_targets; j++) {
-            uint32_t id = t->page_ids[rd->src[s].first_target + j];
-            void *page = engine_kv_pool_page(env->kv, id);
-            kern_kv_page_seal(page);
-            sums[k] = tdm_hash_xxh3_64(page, page_bytes);
-            local[k] = id;
-            remote[k++] = rd->src[s].targets[j];
+    return TDM_OK;
+}
+
+/* Free the arrays; the caller has drained the stream (no batch in flight). */
+static void stream_fini(put_stream_t *ps)
+{
+    free(ps->local);
+    free(ps->remote);
+    free(ps->sums);
+    free(ps->pend);
+    ps->local = ps->remote = ps->pend = NULL;
+    ps->sums = NULL;
+}
+
+/* The sequence's tables must hold exactly the reserved pages at T (checked once they exist). */
+static tdm_status_t stream_check(put_stream_t *ps)
+{
+    if (ps->checked) {
+        return ps->status;
+    }
+    ps->checked = 1;
+    for (uint32_t s = 0; s < ps->rd->n_sources; s++) {
+        const engine_kv_table_t *t = engine_seq_table(ps->seq, ps->rd->src[s].layer);
+        if (t == NULL || t->n_pages != ps->rd->src[s].first_target + ps->rd->src[s].n_targets) {
+            ps->status = TDM_ERR_MISMATCH;
+            break;
         }
     }
-    status = move_pages(env, peer, XFER_OP_PUT, job_id, local, remote, n_all);
+    return ps->status;
+}
+
+/* Seal, checksum and queue the targets of every source whose pages are final once the rows
+ * below n_c(end - 1) are written (end = INT64_MAX: every remaining target). */
+static void stream_collect(put_stream_t *ps, int64_t end)
+{
+    const engine_config_t *cfg = engine_model_config(ps->env->model);
+
+    for (uint32_t s = 0; s < ps->rd->n_sources; s++) {
+        const node_resv_source_t *src = &ps->rd->src[s];
+        const engine_kv_table_t *t = engine_seq_table(ps->seq, src->layer);
+        int64_t rows = end == INT64_MAX ? INT64_MAX : engine_config_n_c(cfg, src->layer, end - 1);
+
+        while (ps->next[s] < src->n_targets) {
+            uint32_t p = src->first_target + ps->next[s];
+            uint32_t k = ps->base[s] + ps->next[s];
+            void *page;
+
+            if (rows != INT64_MAX && (int64_t)(p + 1) * KERN_KV_PAGE_ROWS > rows) {
+                break; /* a slot of page p is still to be written */
+            }
+            page = engine_kv_pool_page(ps->env->kv, t->page_ids[p]);
+            kern_kv_page_seal(page);
+            ps->sums[k] = tdm_hash_xxh3_64(page, ps->page_bytes);
+            ps->local[k] = t->page_ids[p];
+            ps->remote[k] = src->targets[ps->next[s]];
+            ps->pend[ps->n_pend++] = k;
+            ps->next[s]++;
+        }
+    }
+}
+
+/* Post the queued pages as one put batch; BUSY keeps them queued for the next try. */
+static void stream_post(put_stream_t *ps, int computing)
+{
+    xfer_batch_params_t bp;
+    uint32_t *local, *remote;
+    tdm_status_t status;
+
+    if (ps->n_pend == 0 || ps->status != TDM_OK) {
+        return;
+    }
+    local = malloc(ps->n_pend * sizeof(uint32_t));
+    remote = malloc(ps->n_pend * sizeof(uint32_t));
+    if (local == NULL || remote == NULL) {
+        free(local);
+        free(remote);
+        ps->status = TDM_ERR_NO_MEMORY;
+        return;
+    }
+    for (uint32_t i = 0; i < ps->n_pend; i++) {
+        local[i] = ps->local[ps->pend[i]];
+        remote[i] = ps->remote[ps->pend[i]];
+    }
+    memset(&bp, 0, sizeof(bp));
+    bp.op = XFER_OP_PUT;
+    bp.job_id = ps->job_id;
+    bp.local_pool = ps->env->xpool;
+    bp.local_pages = local;
+    bp.remote_pages = remote;
+    bp.n_pages = ps->n_pend;
+    bp.done = on_stream_batch_done;
+    bp.done_arg = ps;
+    status = xfer_batch_post(ps->peer, &bp);
     free(local);
     free(remote);
-    if (status != TDM_OK) {
-        set_err(err, err_bytes, "putting the pages into the reservation failed");
-        free(sums);
-        return status;
+    if (status == TDM_IN_PROGRESS) {
+        ps->n_in_flight++;
+        ps->n_posted_pages += ps->n_pend;
+        if (computing) {
+            ps->n_chunk_batches++;
+            ps->n_early_pages += ps->n_pend;
+        }
+        ps->n_pend = 0;
+    } else if (status != TDM_ERR_BUSY) {
+        ps->status = status;
     }
-    *checksums_out = sums;
-    *n_out = n_all;
-    return TDM_OK;
+}
+
+/* The engine's per-layer hook during the prefill: progress the puts; at layer c, post the
+ * chunk's final pages. Touches only the pool's pages and the transfer context, never the
+ * forward context (engine_dump_sink_t's rule). */
+static void stream_on_layer(void *user, const engine_dump_layer_t *rec)
+{
+    put_stream_t *ps = user;
+
+    xfer_context_progress(ps->env->xfer);
+    if (rec->layer != engine_model_config(ps->env->model)->ced_cut ||
+        stream_check(ps) != TDM_OK) {
+        return;
+    }
+    stream_collect(ps, rec->first_position + rec->n_rows);
+    stream_post(ps, 1);
+}
+
+/* Post whatever is queued, retrying while BUSY, then wait for every batch in flight. Always
+ * returns with nothing in flight. */
+static tdm_status_t stream_drain(put_stream_t *ps)
+{
+    while (ps->n_pend > 0 && ps->status == TDM_OK) {
+        stream_post(ps, 0);
+        if (ps->n_pend > 0 && ps->status == TDM_OK) {
+            xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
+        }
+    }
+    while (ps->n_in_flight > 0) {
+        xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
+    }
+    return ps->status;
 }
 
 static tdm_status_t sample_first(const engine_model_t *model, const Tandem__SamplingParams *in,
@@ -231,6 +395,20 @@ static tdm_status_t sample_first(const engine_model_t *model, const Tandem__Samp
     return status;
 }
 
+/* Run the CED prefill of the delta with the put stream on the engine's per-layer hook. */
+static tdm_status_t compute_streaming(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
+                                      engine_seq_t *seq, put_stream_t *ps, float *logits)
+{
+    engine_dump_sink_t sink = {ps, stream_on_layer};
+    tdm_status_t status;
+
+    engine_fwd_set_dump(env->fwd, &sink);
+    status = engine_fwd_prefill(env->fwd, seq, job->delta_tokens, (int64_t)job->n_delta_tokens,
+                                ENGINE_PREFILL_DEFAULT, logits, NULL);
+    engine_fwd_set_dump(env->fwd, NULL);
+    return status;
+}
+
 tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
                              Tandem__CompletionNotice *notice_out, prefill_job_report_t *report_out,
                              char *err, size_t err_bytes)
@@ -242,15 +420,17 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     engine_seq_t *seq = NULL;
     float *logits = NULL;
     engine_sample_t sample;
+    put_stream_t ps;
+    int streaming = 0;
     uint64_t *sums = NULL;
-    uint32_t n_sums = 0;
     uint8_t *record = NULL;
     size_t n_record = 0;
     uint64_t T = job->cached_len + job->n_delta_tokens;
     uint64_t t0;
-    tdm_status_t status;
+    tdm_status_t status, drained;
 
     memset(report_out, 0, sizeof(*report_out));
+    memset(&ps, 0, sizeof(ps));
     status = node_resv_desc_parse(job->page_descriptor.data, job->page_descriptor.len, &rd);
     if (status != TDM_OK) {
         set_err(err, err_bytes, "page descriptor does not parse");
@@ -298,9 +478,11 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         status = TDM_ERR_NO_MEMORY;
     }
     if (status == TDM_OK) {
-        status = engine_fwd_prefill(env->fwd, seq, job->delta_tokens,
-                                    (int64_t)job->n_delta_tokens, ENGINE_PREFILL_DEFAULT, logits,
-                                    NULL);
+        status = stream_init(&ps, env, peer, &rd, seq, job->request_id);
+        streaming = 1;
+    }
+    if (status == TDM_OK) {
+        status = compute_streaming(env, job, seq, &ps, logits);
     }
     if (status == TDM_OK) {
         status = sample_first(env->model, job->sampling, logits, (int64_t)T, &sample);
@@ -311,34 +493,51 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         goto out;
     }
     if (env->aborted(env->aborted_arg, job->request_id)) {
-        status = TDM_ERR_TIMEOUT;
+        status = TDM_ERR_TIMEOUT; /* pages put mid-compute stay the reservation's (timeout) */
         goto out;
     }
+    /* The pages still open during the compute (each source's last one, ...) are final now. */
     t0 = tdm_clock_now_ns();
-    status = put_pages(env, peer, &rd, seq, job->request_id, &sums, &n_sums, err, err_bytes);
-    report_out->put_ns = tdm_clock_now_ns() - t0;
-    if (status != TDM_OK) {
-        goto out;
+    status = stream_check(&ps);
+    if (status == TDM_OK) {
+        stream_collect(&ps, INT64_MAX);
+        stream_post(&ps, 0);
+        /* The state record at T does not touch the pages: built while the last puts fly. */
+        n_record = engine_seq_export_bytes(seq, ENGINE_SEQ_EXPORT_RECORD);
+        record = malloc(n_record);
+        status = record == NULL ? TDM_ERR_NO_MEMORY
+                                : engine_seq_export(seq, ENGINE_SEQ_EXPORT_RECORD, record,
+                                                    n_record, &n_record);
     }
-    report_out->n_put = n_sums;
-    report_out->n_prefilled = job->n_delta_tokens;
-    n_record = engine_seq_export_bytes(seq, ENGINE_SEQ_EXPORT_RECORD);
-    record = malloc(n_record);
-    status = record == NULL ? TDM_ERR_NO_MEMORY
-                            : engine_seq_export(seq, ENGINE_SEQ_EXPORT_RECORD, record, n_record,
-                                                &n_record);
+    drained = stream_drain(&ps);
+    status = status != TDM_OK ? status : drained;
+    report_out->put_ns = tdm_clock_now_ns() - t0;
+    report_out->n_put = ps.n_posted_pages;
+    report_out->n_put_early = ps.n_early_pages;
+    report_out->n_chunk_puts = ps.n_chunk_batches;
+    tdm_log(TDM_LOG_DEBUG, "prefill",
+            "job puts: request=%llu pages=%u during_compute=%u in_batches=%u after_compute=%u "
+            "compute_ms=%.1f put_tail_ms=%.1f",
+            (unsigned long long)job->request_id, ps.n_posted_pages, ps.n_early_pages,
+            ps.n_chunk_batches, ps.n_posted_pages - ps.n_early_pages,
+            (double)report_out->compute_ns / 1e6, (double)report_out->put_ns / 1e6);
     if (status != TDM_OK) {
-        free(sums);
+        set_err(err, err_bytes,
+                status == TDM_ERR_MISMATCH ? "reserved pages do not match the sequence at T"
+                                           : "putting the pages into the reservation failed");
         free(record);
         goto out;
     }
+    report_out->n_prefilled = job->n_delta_tokens;
+    sums = ps.sums;
+    ps.sums = NULL; /* the notice owns the checksums */
     tandem__completion_notice__init(notice_out);
     notice_out->request_id = job->request_id;
     notice_out->reservation_id = job->reservation_id;
     notice_out->cached_len = job->cached_len;
     notice_out->total_len = T;
     notice_out->page_checksums = sums;
-    notice_out->n_page_checksums = n_sums;
+    notice_out->n_page_checksums = ps.n_all;
     notice_out->first_token = sample.token;
     notice_out->first_logprob = (float)sample.logprob;
     notice_out->sampler_counter = T;
@@ -348,6 +547,10 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     notice_out->prefill_ns = report_out->compute_ns;
 
 out:
+    if (streaming) {
+        stream_drain(&ps); /* no batch may outlive the sequence's pages or `ps` */
+        stream_fini(&ps);
+    }
     free(logits);
     engine_seq_destroy(seq);
     xfer_peer_close(peer);

@@ -5,9 +5,13 @@
  * from the reservation descriptor (engine_seq_import checks identity, fingerprint and checksum of
  * every page), replays the rings of layers 0..c at H (MODEL.md 6(d)(1), canonical start), runs
  * the CED prefill of the delta (engine_fwd_prefill, chunked inside the engine), samples the first
- * token at position T (MODEL.md 8), puts the pages holding rows n_c(H) .. into the reserved pages
- * (one UCX put batch, flushed), and builds the CompletionNotice: page checksums in reservation
- * order, first token, its log-probability, the state record at T and its checksum.
+ * token at position T (MODEL.md 8), and puts the pages holding rows n_c(H) .. into the reserved
+ * pages: each page as soon as it is final, one non-blocking UCX put batch per prefill chunk (its
+ * pages that the chunk completed) while the next chunk computes, and the pages still being
+ * appended to at the end (each source's last one) in a last batch after the compute (job.c
+ * explains the choice). Once every batch has completed (flushed) it builds the CompletionNotice:
+ * page checksums in reservation order, first token, its log-probability, the state record at T
+ * and its checksum.
  * Borrows the model, the engine pool and the transfer context; owns the job's sequence until it
  * returns. Single-threaded (the node's compute thread).
  */
@@ -40,13 +44,20 @@ typedef struct {
     uint64_t n_prefilled;  /* delta tokens */
     uint32_t n_pulled;     /* pages got from the decode node */
     uint32_t n_put;        /* pages put into the reservation */
-    uint64_t pull_ns, compute_ns, put_ns;
+    uint32_t n_put_early;  /* of which posted while the prefill still computed */
+    uint32_t n_chunk_puts; /* put batches posted while the prefill computed (one per chunk that
+                              completed a page) */
+    uint64_t pull_ns;      /* history gets */
+    uint64_t compute_ns;   /* replay, CED prefill (with the per-chunk puts) and sampling */
+    uint64_t put_ns;       /* after the compute: the last batch and the wait for every batch */
 } prefill_job_report_t;
 
 /*
  * prefill_job_run - run `job` (borrowed). On TDM_OK, *notice_out is filled: its arrays
  * (page_checksums, state_record.data) are malloc'ed; free them with prefill_job_notice_fini.
- * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing put after the abort was seen);
+ * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing posted after the abort was seen; pages
+ * already put mid-compute stay the reservation's until its timeout, as the decode node's page
+ * ownership rule requires); every return leaves no transfer in flight;
  * TDM_ERR_FORMAT / TDM_ERR_MISMATCH (descriptor or pages do not check: err says which);
  * TDM_ERR_PEER_LOST (the decode node vanished); TDM_ERR_NO_PAGES (local pool too small);
  * TDM_ERR_INTERNAL. err: err_bytes, may be 0.

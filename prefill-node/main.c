@@ -83,6 +83,8 @@ typedef struct {
     uint64_t prefilled_tokens_total;
     uint64_t pulled_pages_total;
     uint64_t put_pages_total;
+    uint64_t chunk_puts_total;       /* put batches posted while a prefill computed */
+    uint64_t early_put_pages_total;  /* pages they carried */
     uint32_t queued_jobs;
     uint64_t queued_tokens;
     double last_job_ms;
@@ -145,6 +147,8 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              "tandem_prefill_tokens_total %llu\n"
              "tandem_prefill_pulled_pages_total %llu\n"
              "tandem_prefill_put_pages_total %llu\n"
+             "tandem_prefill_chunk_puts_total %llu\n"
+             "tandem_prefill_chunk_put_pages_total %llu\n"
              "tandem_prefill_queued_jobs %u\n"
              "tandem_prefill_queued_tokens %llu\n"
              "tandem_prefill_last_job_ms %.3f\n"
@@ -154,6 +158,8 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              (unsigned long long)st.jobs_aborted_total,
              (unsigned long long)st.prefilled_tokens_total,
              (unsigned long long)st.pulled_pages_total, (unsigned long long)st.put_pages_total,
+             (unsigned long long)st.chunk_puts_total,
+             (unsigned long long)st.early_put_pages_total,
              st.queued_jobs, (unsigned long long)st.queued_tokens, st.last_job_ms,
              st.last_compute_ms, st.recent_tokens_per_s);
     if (n->xfer != NULL &&
@@ -286,6 +292,8 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
         n->stats.prefilled_tokens_total += rep.n_prefilled;
         n->stats.pulled_pages_total += rep.n_pulled;
         n->stats.put_pages_total += rep.n_put;
+        n->stats.chunk_puts_total += rep.n_chunk_puts;
+        n->stats.early_put_pages_total += rep.n_put_early;
         n->stats.last_job_ms = ms;
         n->stats.last_compute_ms = (double)rep.compute_ns / NS_PER_MS;
         n->stats.recent_tokens_per_s =
