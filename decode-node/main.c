@@ -12,6 +12,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/startup.h"
 #include "decode-node/node_http.h"
 #include "decode-node/node_link.h"
 #include "decode-node/pool.h"
@@ -371,29 +372,22 @@ int main(int argc, char **argv)
     static const char summary[] =
         "Tandem decode node: KV page pool, continuous batching, token streaming";
     decode_node_t node;
+    const tdm_main_spec_t spec = {"tandem-decode", summary, decode_flags,
+                                  sizeof(decode_flags) / sizeof(decode_flags[0]),
+                                  offsetof(decode_cfg_t, log_level)};
     tdm_flags_action_t action;
-    tdm_log_level_t level;
-    struct sigaction sa;
     int rc;
 
     memset(&node, 0, sizeof(node));
-    if (tdm_flags_parse(decode_flags, sizeof(decode_flags) / sizeof(decode_flags[0]), argc, argv,
-                        "tandem-decode", summary, &node.cfg, NULL, NULL, &action) != TDM_OK) {
+    if (tdm_main_start(&spec, argc, argv, &node.cfg, &action) != TDM_OK) {
         return 2;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
     }
-    if (tdm_log_level_parse(node.cfg.log_level, &level) != TDM_OK) {
-        fprintf(stderr, "tandem-decode: --log-level=%s is invalid\n", node.cfg.log_level);
-        return 2;
+    if (tdm_signals_install(on_signal, TDM_SIGNALS_IGNORE_PIPE) != TDM_OK) {
+        return 1;
     }
-    tdm_log_set_level(level);
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     rc = setup(&node);
     if (rc == 0) {
         run(&node);

@@ -11,6 +11,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/startup.h"
 #include "router/router.h"
 
 #define ROUTER_ERR_BYTES  512
@@ -105,10 +106,12 @@ int main(int argc, char **argv)
 {
     static const char summary[] =
         "OpenAI-compatible router of a Tandem prefill/decode cluster (docs/PROTOCOL.md)";
+    static const tdm_main_spec_t spec = {"tandem-router", summary, router_flags,
+                                         sizeof(router_flags) / sizeof(router_flags[0]),
+                                         offsetof(router_cfg_t, log_level)};
     router_cfg_t cfg;
     router_params_t params;
     tdm_flags_action_t action;
-    tdm_log_level_t level;
     char host[ROUTER_HOST_BYTES];
     char err[ROUTER_ERR_BYTES] = "";
     router_t *router;
@@ -116,21 +119,12 @@ int main(int argc, char **argv)
     int sig = 0;
 
     memset(&cfg, 0, sizeof(cfg));
-    if (tdm_flags_parse(router_flags, sizeof(router_flags) / sizeof(router_flags[0]), argc, argv,
-                        "tandem-router", summary, &cfg, NULL, NULL, &action) != TDM_OK) {
+    if (tdm_main_start(&spec, argc, argv, &cfg, &action) != TDM_OK) {
         return 2;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
     }
-    if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
-        fprintf(stderr,
-                "tandem-router: --log-level=%s is invalid: expected trace, debug, info, "
-                "warn, error or off\n",
-                cfg.log_level);
-        return 2;
-    }
-    tdm_log_set_level(level);
     router_params_default(&params);
     if (parse_host_port(cfg.http, host, sizeof(host), &params.http.port) != 0) {
         fprintf(stderr,
@@ -163,11 +157,9 @@ int main(int argc, char **argv)
     params.control.dispatch.prefill_timeout_ms = cfg.prefill_timeout_ms;
 
     /* Every thread inherits the blocked mask; main waits for the signals synchronously. */
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    if (tdm_signals_block(TDM_SIGNALS_IGNORE_PIPE, &signals) != TDM_OK) {
+        return 1;
+    }
 
     if (router_create(&params, &router, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-router: cannot start: %s\n", err);

@@ -15,6 +15,7 @@
 #include "bench/replay/trace.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/startup.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -43,28 +44,6 @@ static void on_signal(int signo)
 {
     (void)signo;
     atomic_store(&bench_interrupted, 1);
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-static int set_log_level(const char *program, const char *text)
-{
-    tdm_log_level_t level;
-    if (tdm_log_level_parse(text, &level) != TDM_OK) {
-        fprintf(stderr, "%s: --log-level=%s: expected trace, debug, info, warn or error\n", program,
-                text);
-        return 0;
-    }
-    tdm_log_set_level(level);
-    return 1;
 }
 
 /* ---- replay ---- */
@@ -232,6 +211,13 @@ static int make_dir(const char *path)
 
 static int cmd_replay(int argc, char **argv)
 {
+    static const tdm_main_spec_t replay_spec = {
+        "tandem-bench replay",
+        "Replay agent sessions (Mooncake JSONL or SWE-agent .traj) against an OpenAI-compatible "
+        "streaming server at each concurrency level; print a table, write results.json, "
+        "requests.csv and throughput.png.",
+        replay_flags, sizeof(replay_flags) / sizeof(replay_flags[0]),
+        offsetof(replay_cfg_t, log_level)};
     replay_cfg_t cfg;
     tdm_flags_action_t action;
     bench_replay_params_t params;
@@ -253,20 +239,11 @@ static int cmd_replay(int argc, char **argv)
 
     memset(&cfg, 0, sizeof(cfg));
     memset(&run, 0, sizeof(run));
-    status = tdm_flags_parse(replay_flags, sizeof(replay_flags) / sizeof(replay_flags[0]), argc,
-                             argv, "tandem-bench replay",
-                             "Replay agent sessions (Mooncake JSONL or SWE-agent .traj) against an "
-                             "OpenAI-compatible streaming server at each concurrency level; print "
-                             "a table, write results.json, requests.csv and throughput.png.",
-                             &cfg, NULL, NULL, &action);
-    if (status != TDM_OK) {
+    if (tdm_main_start(&replay_spec, argc, argv, &cfg, &action) != TDM_OK) {
         return BENCH_EXIT_USAGE;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
-    }
-    if (!set_log_level("tandem-bench replay", cfg.log_level)) {
-        return BENCH_EXIT_USAGE;
     }
     bench_replay_params_default(&params);
     if (!parse_concurrency(cfg.concurrency, &params)) {
@@ -290,8 +267,10 @@ static int cmd_replay(int argc, char **argv)
         base_url[n_url - 3] = '\0';
     }
 
+    if (tdm_signals_install(on_signal, TDM_SIGNALS_DEFAULT) != TDM_OK) {
+        return 1;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    install_signals();
     status = bench_trace_load(cfg.trace, format, &trace, err, sizeof(err));
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-bench replay: %s\n", err);
@@ -419,6 +398,12 @@ static const tdm_flag_t synth_flags[] = {
 
 static int cmd_synth(int argc, char **argv)
 {
+    static const tdm_main_spec_t synth_spec = {
+        "tandem-bench synth",
+        "Write coding-agent-shaped sessions as Mooncake JSONL with session_id and delay "
+        "(distributions: docs/BENCH.md).",
+        synth_flags, sizeof(synth_flags) / sizeof(synth_flags[0]),
+        offsetof(synth_cfg_t, log_level)};
     synth_cfg_t cfg;
     tdm_flags_action_t action;
     bench_synth_params_t params;
@@ -427,19 +412,11 @@ static int cmd_synth(int argc, char **argv)
     tdm_status_t status;
 
     memset(&cfg, 0, sizeof(cfg));
-    status = tdm_flags_parse(synth_flags, sizeof(synth_flags) / sizeof(synth_flags[0]), argc, argv,
-                             "tandem-bench synth",
-                             "Write coding-agent-shaped sessions as Mooncake JSONL with "
-                             "session_id and delay (distributions: docs/BENCH.md).",
-                             &cfg, NULL, NULL, &action);
-    if (status != TDM_OK) {
+    if (tdm_main_start(&synth_spec, argc, argv, &cfg, &action) != TDM_OK) {
         return BENCH_EXIT_USAGE;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
-    }
-    if (!set_log_level("tandem-bench synth", cfg.log_level)) {
-        return BENCH_EXIT_USAGE;
     }
     out = strcmp(cfg.out, "-") == 0 ? stdout : fopen(cfg.out, "w");
     if (out == NULL) {
@@ -508,6 +485,11 @@ static const tdm_flag_t fake_flags[] = {
 
 static int cmd_fake_server(int argc, char **argv)
 {
+    static const tdm_main_spec_t fake_spec = {
+        "tandem-bench fake-server",
+        "Serve a fake OpenAI-compatible streaming API with controlled timing and Tandem's /metrics "
+        "counters, until SIGINT or SIGTERM.",
+        fake_flags, sizeof(fake_flags) / sizeof(fake_flags[0]), offsetof(fake_cfg_t, log_level)};
     fake_cfg_t cfg;
     tdm_flags_action_t action;
     bench_fake_params_t params;
@@ -517,19 +499,11 @@ static int cmd_fake_server(int argc, char **argv)
     tdm_status_t status;
 
     memset(&cfg, 0, sizeof(cfg));
-    status = tdm_flags_parse(fake_flags, sizeof(fake_flags) / sizeof(fake_flags[0]), argc, argv,
-                             "tandem-bench fake-server",
-                             "Serve a fake OpenAI-compatible streaming API with controlled "
-                             "timing and Tandem's /metrics counters, until SIGINT or SIGTERM.",
-                             &cfg, NULL, NULL, &action);
-    if (status != TDM_OK) {
+    if (tdm_main_start(&fake_spec, argc, argv, &cfg, &action) != TDM_OK) {
         return BENCH_EXIT_USAGE;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
-    }
-    if (!set_log_level("tandem-bench fake-server", cfg.log_level)) {
-        return BENCH_EXIT_USAGE;
     }
     bench_fake_params_default(&params);
     params.port = (uint16_t)cfg.port;
@@ -543,10 +517,10 @@ static int cmd_fake_server(int argc, char **argv)
     params.fail_every = cfg.fail_every;
     params.model = cfg.model;
 
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* the daemon's threads inherit the mask */
+    /* The daemon's threads inherit the mask. */
+    if (tdm_signals_block(TDM_SIGNALS_DEFAULT, &set) != TDM_OK) {
+        return 1;
+    }
     status = bench_fake_create(&params, &fake);
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-bench fake-server: %s\n", tdm_status_message(status));

@@ -1,5 +1,8 @@
-/* test_common.c - status codes, logging levels, flags, arena, clock and hashing in common/. */
+/* test_common.c - status codes, logging levels, flags, start-up, arena, clock and hashing in
+ * common/. */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +17,7 @@
 #include "common/hash.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/startup.h"
 #include "common/status.h"
 
 typedef struct {
@@ -22,6 +26,7 @@ typedef struct {
     double temperature;
     int verbose;
     int64_t offset;
+    const char *log_level;
 } demo_cfg_t;
 
 static const tdm_flag_t demo_flags[] = {
@@ -30,6 +35,7 @@ static const tdm_flag_t demo_flags[] = {
     {"temperature", TDM_FLAG_F64, "1.0", offsetof(demo_cfg_t, temperature), "temp", 0, 2, 0},
     {"verbose", TDM_FLAG_BOOL, "false", offsetof(demo_cfg_t, verbose), "log more", 0, 0, 0},
     {"offset", TDM_FLAG_I64, "-3", offsetof(demo_cfg_t, offset), "an offset", 0, 0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(demo_cfg_t, log_level), "level", 0, 0, 0},
 };
 #define N_DEMO_FLAGS (sizeof(demo_flags) / sizeof(demo_flags[0]))
 
@@ -108,6 +114,128 @@ static void test_flags_help(void **state)
     assert_int_equal(action, TDM_FLAGS_HELP);
 }
 
+static tdm_status_t start(int argc, char **argv, size_t log_level_offset, demo_cfg_t *cfg,
+                          tdm_flags_action_t *action)
+{
+    const tdm_main_spec_t spec = {"demo", "a demo", demo_flags, N_DEMO_FLAGS, log_level_offset};
+
+    memset(cfg, 0, sizeof(*cfg));
+    return tdm_main_start(&spec, argc, argv, cfg, action);
+}
+
+static void test_main_start_parses_flags_and_sets_log_level(void **state)
+{
+    demo_cfg_t cfg;
+    tdm_flags_action_t action = TDM_FLAGS_HELP;
+    char *argv[] = {"demo", "--model", "/m", "--pages", "7", "--log-level", "error"};
+    tdm_log_level_t saved = tdm_log_get_level();
+    (void)state;
+
+    tdm_log_set_level(TDM_LOG_DEBUG);
+    assert_int_equal(start(7, argv, offsetof(demo_cfg_t, log_level), &cfg, &action), TDM_OK);
+    assert_int_equal(action, TDM_FLAGS_RUN);
+    assert_string_equal(cfg.model_dir, "/m");
+    assert_int_equal(cfg.n_pages, 7);
+    assert_int_equal(tdm_log_get_level(), TDM_LOG_ERROR);
+    tdm_log_set_level(saved);
+}
+
+static void test_main_start_rejects_bad_log_level_and_keeps_threshold(void **state)
+{
+    demo_cfg_t cfg;
+    tdm_flags_action_t action;
+    char *bad_level[] = {"demo", "--model", "/m", "--log-level", "loud"};
+    char *bad_flag[] = {"demo", "--model", "/m", "--nope"};
+    tdm_log_level_t saved = tdm_log_get_level();
+    (void)state;
+
+    tdm_log_set_level(TDM_LOG_WARN);
+    assert_int_equal(start(5, bad_level, offsetof(demo_cfg_t, log_level), &cfg, &action),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(tdm_log_get_level(), TDM_LOG_WARN);
+    assert_int_equal(start(4, bad_flag, offsetof(demo_cfg_t, log_level), &cfg, &action),
+                     TDM_ERR_INVALID_ARG);
+    /* Without a log-level field the text is never read, so "loud" is just a string. */
+    assert_int_equal(start(5, bad_level, TDM_MAIN_NO_LOG_LEVEL, &cfg, &action), TDM_OK);
+    assert_int_equal(action, TDM_FLAGS_RUN);
+    assert_string_equal(cfg.log_level, "loud");
+    assert_int_equal(tdm_log_get_level(), TDM_LOG_WARN);
+    tdm_log_set_level(saved);
+}
+
+static void test_main_start_help_skips_validation(void **state)
+{
+    demo_cfg_t cfg;
+    tdm_flags_action_t action = TDM_FLAGS_RUN;
+    char *argv[] = {"demo", "--log-level", "loud", "--help"};
+    (void)state;
+
+    /* --help needs no --model and ignores a bad level: it prints and asks for exit 0. */
+    assert_int_equal(start(4, argv, offsetof(demo_cfg_t, log_level), &cfg, &action), TDM_OK);
+    assert_int_equal(action, TDM_FLAGS_HELP);
+}
+
+static volatile sig_atomic_t demo_stop_signal;
+
+static void demo_on_stop(int signo)
+{
+    demo_stop_signal = signo;
+}
+
+static void test_signals_install_routes_stop_and_ignores_pipe(void **state)
+{
+    struct sigaction old_int, old_term, old_pipe, now;
+    (void)state;
+
+    sigaction(SIGINT, NULL, &old_int);
+    sigaction(SIGTERM, NULL, &old_term);
+    sigaction(SIGPIPE, NULL, &old_pipe);
+    assert_int_equal(tdm_signals_install(NULL, TDM_SIGNALS_DEFAULT), TDM_ERR_INVALID_ARG);
+    assert_int_equal(tdm_signals_install(demo_on_stop, TDM_SIGNALS_CHILD), TDM_ERR_INVALID_ARG);
+    sigaction(SIGTERM, NULL, &now);
+    assert_true(now.sa_handler == old_term.sa_handler); /* nothing changed */
+
+    assert_int_equal(tdm_signals_install(demo_on_stop, TDM_SIGNALS_IGNORE_PIPE), TDM_OK);
+    demo_stop_signal = 0;
+    raise(SIGTERM);
+    assert_int_equal(demo_stop_signal, SIGTERM);
+    raise(SIGINT);
+    assert_int_equal(demo_stop_signal, SIGINT);
+    sigaction(SIGPIPE, NULL, &now);
+    assert_true(now.sa_handler == SIG_IGN);
+    raise(SIGPIPE); /* would end the process if it were not ignored */
+
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+}
+
+static void test_signals_block_queues_stop_for_sigwait(void **state)
+{
+    sigset_t old_mask, set, pending;
+    struct sigaction old_pipe, now;
+    int signo = 0;
+    (void)state;
+
+    pthread_sigmask(SIG_SETMASK, NULL, &old_mask);
+    sigaction(SIGPIPE, NULL, &old_pipe);
+    assert_int_equal(tdm_signals_block(TDM_SIGNALS_CHILD, &set), TDM_OK);
+    assert_true(sigismember(&set, SIGINT) == 1);
+    assert_true(sigismember(&set, SIGTERM) == 1);
+    assert_true(sigismember(&set, SIGCHLD) == 1);
+    assert_true(sigismember(&set, SIGPIPE) == 0);
+    sigaction(SIGPIPE, NULL, &now);
+    assert_true(now.sa_handler == old_pipe.sa_handler); /* not asked to ignore it */
+
+    raise(SIGTERM); /* blocked: stays pending until sigwait takes it */
+    sigpending(&pending);
+    assert_true(sigismember(&pending, SIGTERM) == 1);
+    assert_int_equal(sigwait(&set, &signo), 0);
+    assert_int_equal(signo, SIGTERM);
+
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+}
+
 static void test_arena_alignment_capacity_and_reset(void **state)
 {
     tdm_arena_t arena;
@@ -179,6 +307,11 @@ int main(void)
         cmocka_unit_test(test_flags_command_line_env_and_defaults),
         cmocka_unit_test(test_flags_rejects_bad_values),
         cmocka_unit_test(test_flags_help),
+        cmocka_unit_test(test_main_start_parses_flags_and_sets_log_level),
+        cmocka_unit_test(test_main_start_rejects_bad_log_level_and_keeps_threshold),
+        cmocka_unit_test(test_main_start_help_skips_validation),
+        cmocka_unit_test(test_signals_install_routes_stop_and_ignores_pipe),
+        cmocka_unit_test(test_signals_block_queues_stop_for_sigwait),
         cmocka_unit_test(test_arena_alignment_capacity_and_reset),
         cmocka_unit_test(test_clock_is_monotonic),
         cmocka_unit_test(test_hashes_match_reference_values),

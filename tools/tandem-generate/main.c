@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/startup.h"
 #include "engine/config.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
@@ -198,18 +199,12 @@ static int usage_error(const char *fmt, const char *a)
     return GEN_EXIT_USAGE;
 }
 
-/* Flags that do not need the model. Returns GEN_EXIT_OK or GEN_EXIT_USAGE (message printed). */
+/* Flags that do not need the model (--log-level: tdm_main_start). Returns GEN_EXIT_OK or GEN_EXIT_USAGE (message printed). */
 static int check_flags(gen_state_t *g)
 {
     const gen_cfg_t *f = &g->flags;
-    tdm_log_level_t level;
     int n_sources = (f->prompt != NULL) + (f->chat_path != NULL) + (f->prompt_ids != NULL);
 
-    if (tdm_log_level_parse(f->log_level, &level) != TDM_OK) {
-        return usage_error("--log-level=%s: expected trace, debug, info, warn or error",
-                           f->log_level);
-    }
-    tdm_log_set_level(level);
     if (strcmp(f->schedule, "oracle") == 0) {
         g->oracle = 1;
     } else if (strcmp(f->schedule, "ced") != 0) {
@@ -719,6 +714,11 @@ static int finish_dumps(gen_state_t *g)
 
 int main(int argc, char **argv)
 {
+    static const tdm_main_spec_t spec = {
+        GEN_PROGRAM,
+        "Generate text from a DeepSeek-V4.1-Flash checkpoint on the CPU engine; streams the text, "
+        "then prints prefill and decode tok/s.",
+        gen_flags, GEN_N_FLAGS, offsetof(gen_cfg_t, log_level)};
     gen_state_t g;
     gen_stats_t stats;
     tdm_flags_action_t action;
@@ -727,10 +727,7 @@ int main(int argc, char **argv)
 
     memset(&g, 0, sizeof(g));
     memset(&stats, 0, sizeof(stats));
-    status = tdm_flags_parse(gen_flags, GEN_N_FLAGS, argc, argv, GEN_PROGRAM,
-                             "Generate text from a DeepSeek-V4.1-Flash checkpoint on the CPU "
-                             "engine; streams the text, then prints prefill and decode tok/s.",
-                             &g.flags, NULL, NULL, &action);
+    status = tdm_main_start(&spec, argc, argv, &g.flags, &action);
     if (status != TDM_OK) {
         return GEN_EXIT_USAGE;
     }

@@ -15,6 +15,7 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/startup.h"
 #include "engine/config.h"
 #include "engine/engram_hash.h"
 #include "engine/inventory.h"
@@ -515,9 +516,14 @@ static tdm_status_t make_dir(const char *dir)
 
 int main(int argc, char **argv)
 {
+    static const tdm_main_spec_t spec = {
+        "tandem-mkmodel",
+        "Write a random-weight DeepSeek-V4.1-Flash test checkpoint (MODEL.md section 9) in the "
+        "release layout.",
+        mkmodel_flags, sizeof(mkmodel_flags) / sizeof(mkmodel_flags[0]),
+        offsetof(mkmodel_cfg_t, log_level)};
     mkmodel_cfg_t flags_cfg;
     tdm_flags_action_t action;
-    tdm_log_level_t level;
     engine_config_t *cfg = NULL;
     engine_tensor_spec_t *specs = NULL;
     size_t n_specs = 0;
@@ -530,23 +536,13 @@ int main(int argc, char **argv)
     int exit_code = 1;
 
     memset(&flags_cfg, 0, sizeof(flags_cfg));
-    status = tdm_flags_parse(mkmodel_flags, sizeof(mkmodel_flags) / sizeof(mkmodel_flags[0]),
-                             argc, argv, "tandem-mkmodel",
-                             "Write a random-weight DeepSeek-V4.1-Flash test checkpoint "
-                             "(MODEL.md section 9) in the release layout.",
-                             &flags_cfg, NULL, NULL, &action);
+    status = tdm_main_start(&spec, argc, argv, &flags_cfg, &action);
     if (status != TDM_OK) {
         return 2;
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
     }
-    if (tdm_log_level_parse(flags_cfg.log_level, &level) != TDM_OK) {
-        fprintf(stderr, "tandem-mkmodel: --log-level=%s: expected trace, debug, info, warn or "
-                        "error\n", flags_cfg.log_level);
-        return 2;
-    }
-    tdm_log_set_level(level);
     if (strcmp(flags_cfg.preset, "tiny") != 0 && strcmp(flags_cfg.preset, "small") != 0) {
         fprintf(stderr, "tandem-mkmodel: --preset=%s: expected tiny or small\n",
                 flags_cfg.preset);

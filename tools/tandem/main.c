@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/startup.h"
 
 #define LAUNCH_MAX_PROCS 65
 #define LAUNCH_ARG_BYTES 256
@@ -296,6 +297,9 @@ int main(int argc, char **argv)
 {
     static const char summary[] =
         "tandem local: run a router, prefill and decode nodes on loopback until SIGINT/SIGTERM";
+    static const tdm_main_spec_t spec = {"tandem local", summary, launch_flags,
+                                         sizeof(launch_flags) / sizeof(launch_flags[0]),
+                                         offsetof(launch_cfg_t, log_level)};
     launch_t l;
     launch_cfg_t cfg;
     tdm_flags_action_t action;
@@ -314,8 +318,7 @@ int main(int argc, char **argv)
                         " (tandem local --help)\n");
         return 2;
     }
-    if (tdm_flags_parse(launch_flags, sizeof(launch_flags) / sizeof(launch_flags[0]), argc - 1,
-                        argv + 1, "tandem local", summary, &cfg, NULL, NULL, &action) != TDM_OK) {
+    if (tdm_main_start(&spec, argc - 1, argv + 1, &cfg, &action) != TDM_OK) {
         return 2;
     }
     if (action == TDM_FLAGS_HELP) {
@@ -341,11 +344,9 @@ int main(int argc, char **argv)
     *strrchr(l.bin_dir, '/') = '\0';
 
     /* Signals arrive synchronously here; children unblock them after fork. */
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &signals, NULL);
+    if (tdm_signals_block(TDM_SIGNALS_CHILD, &signals) != TDM_OK) {
+        return 1;
+    }
     if (start_cluster(&l, &cfg, port, host) != 0) {
         stop_all(&l);
         return 1;
