@@ -1,10 +1,10 @@
 #include "engine/safetensors.h"
 
+#include "common/errbuf.h"
 #include "common/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +30,6 @@ struct engine_st_file {
     meta_entry_t *meta; /* sorted by key */
     size_t n_meta;
 };
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list args;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(args, fmt);
-    vsnprintf(err, err_bytes, fmt, args);
-    va_end(args);
-}
 
 /* ---- shapes ---------------------------------------------------------------------------- */
 
@@ -148,39 +133,41 @@ static tdm_status_t parse_tensor_entry(const char *path, const char *name, const
     char shape_text[ENGINE_ST_SHAPE_TEXT_BYTES];
 
     if (!json_is_object(entry)) {
-        set_err(err, err_bytes, "%s: tensor '%s': entry is not a JSON object", path, name);
+        tdm_errbuf_set(err, err_bytes, "%s: tensor '%s': entry is not a JSON object", path, name);
         return TDM_ERR_FORMAT;
     }
     dtype_json = json_object_get(entry, "dtype");
     if (!json_is_string(dtype_json)) {
-        set_err(err, err_bytes, "%s: tensor '%s': \"dtype\" missing or not a string", path, name);
+        tdm_errbuf_set(err, err_bytes, "%s: tensor '%s': \"dtype\" missing or not a string", path,
+                       name);
         return TDM_ERR_FORMAT;
     }
     if (strlen(json_string_value(dtype_json)) != json_string_length(dtype_json) ||
         engine_dtype_parse(json_string_value(dtype_json), &t->dtype) != TDM_OK) {
-        set_err(err, err_bytes, "%s: tensor '%s': unsupported dtype \"%s\"", path, name,
-                json_string_value(dtype_json));
+        tdm_errbuf_set(err, err_bytes, "%s: tensor '%s': unsupported dtype \"%s\"", path, name,
+                       json_string_value(dtype_json));
         return TDM_ERR_UNSUPPORTED;
     }
 
     shape_json = json_object_get(entry, "shape");
     if (!json_is_array(shape_json)) {
-        set_err(err, err_bytes, "%s: tensor '%s': \"shape\" missing or not a list", path, name);
+        tdm_errbuf_set(err, err_bytes, "%s: tensor '%s': \"shape\" missing or not a list", path,
+                       name);
         return TDM_ERR_FORMAT;
     }
     n_dims = json_array_size(shape_json);
     if (n_dims > ENGINE_TENSOR_MAX_DIMS) {
-        set_err(err, err_bytes, "%s: tensor '%s': %zu dimensions, at most %d supported", path, name,
-                n_dims, ENGINE_TENSOR_MAX_DIMS);
+        tdm_errbuf_set(err, err_bytes, "%s: tensor '%s': %zu dimensions, at most %d supported",
+                       path, name, n_dims, ENGINE_TENSOR_MAX_DIMS);
         return TDM_ERR_UNSUPPORTED;
     }
     t->n_dims = (int)n_dims;
     for (size_t d = 0; d < n_dims; d++) {
         uint64_t dim;
         if (read_u64(json_array_get(shape_json, d), &dim) != 0) {
-            set_err(err, err_bytes,
-                    "%s: tensor '%s': shape entry %zu is not a non-negative integer", path, name,
-                    d);
+            tdm_errbuf_set(err, err_bytes,
+                           "%s: tensor '%s': shape entry %zu is not a non-negative integer", path,
+                           name, d);
             return TDM_ERR_FORMAT;
         }
         t->shape[d] = (int64_t)dim;
@@ -191,37 +178,39 @@ static tdm_status_t parse_tensor_entry(const char *path, const char *name, const
     if (!json_is_array(offsets_json) || json_array_size(offsets_json) != 2 ||
         read_u64(json_array_get(offsets_json, 0), &begin) != 0 ||
         read_u64(json_array_get(offsets_json, 1), &end) != 0) {
-        set_err(err, err_bytes,
-                "%s: tensor '%s': \"data_offsets\" missing or not [begin, end] of "
-                "non-negative integers",
-                path, name);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: tensor '%s': \"data_offsets\" missing or not [begin, end] of "
+                       "non-negative integers",
+                       path, name);
         return TDM_ERR_FORMAT;
     }
     if (end < begin) {
-        set_err(err, err_bytes, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", path,
-                name, (unsigned long long)begin, (unsigned long long)end);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", path, name,
+                       (unsigned long long)begin, (unsigned long long)end);
         return TDM_ERR_FORMAT;
     }
     if (end > data_bytes) {
-        set_err(err, err_bytes,
-                "%s: tensor '%s': data_offsets [%llu, %llu] past the %llu-byte data region "
-                "(file truncated?)",
-                path, name, (unsigned long long)begin, (unsigned long long)end,
-                (unsigned long long)data_bytes);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] past the %llu-byte data region "
+                       "(file truncated?)",
+                       path, name, (unsigned long long)begin, (unsigned long long)end,
+                       (unsigned long long)data_bytes);
         return TDM_ERR_FORMAT;
     }
     if (engine_st_shape_bytes(t->dtype, t->n_dims, t->shape, &need_bytes) != TDM_OK) {
-        set_err(err, err_bytes, "%s: tensor '%s': shape %s of %s overflows a 64-bit byte count",
-                path, name, shape_text, engine_dtype_name(t->dtype));
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: tensor '%s': shape %s of %s overflows a 64-bit byte count", path, name,
+                       shape_text, engine_dtype_name(t->dtype));
         return TDM_ERR_FORMAT;
     }
     if (end - begin != need_bytes) {
-        set_err(err, err_bytes,
-                "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, shape %s of %s "
-                "needs %llu",
-                path, name, (unsigned long long)begin, (unsigned long long)end,
-                (unsigned long long)(end - begin), shape_text, engine_dtype_name(t->dtype),
-                (unsigned long long)need_bytes);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, shape %s of %s "
+                       "needs %llu",
+                       path, name, (unsigned long long)begin, (unsigned long long)end,
+                       (unsigned long long)(end - begin), shape_text, engine_dtype_name(t->dtype),
+                       (unsigned long long)need_bytes);
         return TDM_ERR_FORMAT;
     }
     t->data_offset = begin;
@@ -248,8 +237,9 @@ static tdm_status_t parse_metadata(engine_st_file_t *file, const json_t *meta_js
         meta_entry_t *entry = &file->meta[file->n_meta];
         if (!json_is_string(value) ||
             strlen(json_string_value(value)) != json_string_length(value)) {
-            set_err(err, err_bytes, "%s: __metadata__ \"%s\" is not a string without NUL bytes",
-                    file->path, key);
+            tdm_errbuf_set(err, err_bytes,
+                           "%s: __metadata__ \"%s\" is not a string without NUL bytes", file->path,
+                           key);
             return TDM_ERR_FORMAT;
         }
         entry->key = strdup(key);
@@ -289,11 +279,12 @@ static tdm_status_t check_overlaps(const engine_st_file_t *file, char *err, size
             continue;
         }
         if (reach != NULL && t->data_offset < reach->data_offset + reach->n_bytes) {
-            set_err(err, err_bytes, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
-                    file->path, reach->name, (unsigned long long)reach->data_offset,
-                    (unsigned long long)(reach->data_offset + reach->n_bytes), t->name,
-                    (unsigned long long)t->data_offset,
-                    (unsigned long long)(t->data_offset + t->n_bytes));
+            tdm_errbuf_set(err, err_bytes,
+                           "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
+                           file->path, reach->name, (unsigned long long)reach->data_offset,
+                           (unsigned long long)(reach->data_offset + reach->n_bytes), t->name,
+                           (unsigned long long)t->data_offset,
+                           (unsigned long long)(t->data_offset + t->n_bytes));
             status = TDM_ERR_FORMAT;
             break;
         }
@@ -317,7 +308,7 @@ static tdm_status_t parse_header(engine_st_file_t *file, char *err, size_t err_b
     tdm_status_t status;
 
     if (file->header_bytes == 0 || header[0] != '{') {
-        set_err(err, err_bytes, "%s: header does not start with '{'", file->path);
+        tdm_errbuf_set(err, err_bytes, "%s: header does not start with '{'", file->path);
         return TDM_ERR_FORMAT;
     }
     status =
@@ -326,7 +317,7 @@ static tdm_status_t parse_header(engine_st_file_t *file, char *err, size_t err_b
         return status;
     }
     if (!json_is_object(root)) {
-        set_err(err, err_bytes, "%s: header is not a JSON object", file->path);
+        tdm_errbuf_set(err, err_bytes, "%s: header is not a JSON object", file->path);
         status = TDM_ERR_FORMAT;
         goto out_decref;
     }
@@ -335,7 +326,7 @@ static tdm_status_t parse_header(engine_st_file_t *file, char *err, size_t err_b
     n_tensors = json_object_size(root);
     if (meta_json != NULL) {
         if (!json_is_object(meta_json)) {
-            set_err(err, err_bytes, "%s: __metadata__ is not a JSON object", file->path);
+            tdm_errbuf_set(err, err_bytes, "%s: __metadata__ is not a JSON object", file->path);
             status = TDM_ERR_FORMAT;
             goto out_decref;
         }
@@ -368,7 +359,7 @@ static tdm_status_t parse_header(engine_st_file_t *file, char *err, size_t err_b
             continue;
         }
         if (key[0] == '\0') {
-            set_err(err, err_bytes, "%s: a tensor has an empty name", file->path);
+            tdm_errbuf_set(err, err_bytes, "%s: a tensor has an empty name", file->path);
             status = TDM_ERR_FORMAT;
             goto out_decref;
         }
@@ -421,35 +412,35 @@ static tdm_status_t map_file(engine_st_file_t *file, char *err, size_t err_bytes
 
     fd = open(file->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, err_bytes, "%s: %s", file->path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", file->path, strerror(errno));
         return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
     if (fstat(fd, &st) != 0) {
-        set_err(err, err_bytes, "%s: fstat: %s", file->path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: fstat: %s", file->path, strerror(errno));
         status = TDM_ERR_IO;
         goto out_close;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, err_bytes, "%s: not a regular file", file->path);
+        tdm_errbuf_set(err, err_bytes, "%s: not a regular file", file->path);
         status = TDM_ERR_IO;
         goto out_close;
     }
     if ((uint64_t)st.st_size < LENGTH_FIELD_BYTES) {
-        set_err(err, err_bytes, "%s: %lld bytes, shorter than the 8-byte header length", file->path,
-                (long long)st.st_size);
+        tdm_errbuf_set(err, err_bytes, "%s: %lld bytes, shorter than the 8-byte header length",
+                       file->path, (long long)st.st_size);
         status = TDM_ERR_FORMAT;
         goto out_close;
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
-        set_err(err, err_bytes, "%s: %lld bytes do not fit the address space", file->path,
-                (long long)st.st_size);
+        tdm_errbuf_set(err, err_bytes, "%s: %lld bytes do not fit the address space", file->path,
+                       (long long)st.st_size);
         status = TDM_ERR_UNSUPPORTED;
         goto out_close;
     }
     map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        set_err(err, err_bytes, "%s: mmap of %lld bytes: %s", file->path, (long long)st.st_size,
-                strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: mmap of %lld bytes: %s", file->path,
+                       (long long)st.st_size, strerror(errno));
         status = TDM_ERR_IO;
         goto out_close;
     }
@@ -459,15 +450,15 @@ static tdm_status_t map_file(engine_st_file_t *file, char *err, size_t err_bytes
         header_bytes |= (uint64_t)file->map[b] << (8 * b);
     }
     if (header_bytes > ENGINE_ST_MAX_HEADER_BYTES) {
-        set_err(err, err_bytes, "%s: header length %llu exceeds the %u-byte limit", file->path,
-                (unsigned long long)header_bytes, ENGINE_ST_MAX_HEADER_BYTES);
+        tdm_errbuf_set(err, err_bytes, "%s: header length %llu exceeds the %u-byte limit",
+                       file->path, (unsigned long long)header_bytes, ENGINE_ST_MAX_HEADER_BYTES);
         status = TDM_ERR_FORMAT;
         goto out_close;
     }
     if (header_bytes > file->map_bytes - LENGTH_FIELD_BYTES) {
-        set_err(err, err_bytes,
-                "%s: header length %llu runs past the end of the %zu-byte file (truncated?)",
-                file->path, (unsigned long long)header_bytes, file->map_bytes);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: header length %llu runs past the end of the %zu-byte file (truncated?)",
+                       file->path, (unsigned long long)header_bytes, file->map_bytes);
         status = TDM_ERR_FORMAT;
         goto out_close;
     }
@@ -485,7 +476,7 @@ tdm_status_t engine_st_file_open(const char *path, engine_st_file_t **file_out, 
     tdm_status_t status;
 
     if (path == NULL || file_out == NULL) {
-        set_err(err, err_bytes, "engine_st_file_open: path and file_out are required");
+        tdm_errbuf_set(err, err_bytes, "engine_st_file_open: path and file_out are required");
         return TDM_ERR_INVALID_ARG;
     }
     file = calloc(1, sizeof(*file));
@@ -510,7 +501,7 @@ tdm_status_t engine_st_file_open(const char *path, engine_st_file_t **file_out, 
 
 err_free_file:
     if (status == TDM_ERR_NO_MEMORY) {
-        set_err(err, err_bytes, "%s: out of memory", path);
+        tdm_errbuf_set(err, err_bytes, "%s: out of memory", path);
     }
     free_file(file);
     return status;

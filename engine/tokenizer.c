@@ -8,11 +8,11 @@
  */
 #include "engine/tokenizer.h"
 
+#include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "engine/tokenizer_impl.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,18 +20,6 @@
 #define EMPTY_MERGE UINT64_MAX
 #define LSTRIP_BIT  1u
 #define RSTRIP_BIT  2u
-
-void engine_tokenizer_set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- string maps ----------------------------------------------------------------------------- */
 
@@ -122,13 +110,13 @@ tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32
 
     memset(b, 0, sizeof(*b));
     if (n_vocab == 0 || n_vocab > ENGINE_TOKENIZER_MAX_VOCAB) {
-        engine_tokenizer_set_err(err, err_bytes, "vocabulary size %u outside 1..%u", n_vocab,
-                                 ENGINE_TOKENIZER_MAX_VOCAB);
+        tdm_errbuf_set(err, err_bytes, "vocabulary size %u outside 1..%u", n_vocab,
+                       ENGINE_TOKENIZER_MAX_VOCAB);
         return TDM_ERR_FORMAT;
     }
     if (max_merges > ENGINE_TOKENIZER_MAX_VOCAB * 4u) {
-        engine_tokenizer_set_err(err, err_bytes, "%u merges exceed the limit %u", max_merges,
-                                 ENGINE_TOKENIZER_MAX_VOCAB * 4u);
+        tdm_errbuf_set(err, err_bytes, "%u merges exceed the limit %u", max_merges,
+                       ENGINE_TOKENIZER_MAX_VOCAB * 4u);
         return TDM_ERR_FORMAT;
     }
     tok = calloc(1, sizeof(*tok));
@@ -168,13 +156,13 @@ tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, u
     engine_tokenizer_text_ref_t *refs = b->refs;
 
     if (id >= tok->n_vocab) {
-        engine_tokenizer_set_err(err, err_bytes, "token id %u outside the vocabulary (0..%u)", id,
-                                 tok->n_vocab - 1);
+        tdm_errbuf_set(err, err_bytes, "token id %u outside the vocabulary (0..%u)", id,
+                       tok->n_vocab - 1);
         return TDM_ERR_FORMAT;
     }
     if (n_bytes == 0 || n_bytes > ENGINE_TOKENIZER_MAX_TOKEN_BYTES) {
-        engine_tokenizer_set_err(err, err_bytes, "token id %u has text of %zu bytes (1..%u)", id,
-                                 n_bytes, ENGINE_TOKENIZER_MAX_TOKEN_BYTES);
+        tdm_errbuf_set(err, err_bytes, "token id %u has text of %zu bytes (1..%u)", id, n_bytes,
+                       ENGINE_TOKENIZER_MAX_TOKEN_BYTES);
         return TDM_ERR_FORMAT;
     }
     if (b->is_set[id]) {
@@ -182,11 +170,11 @@ tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, u
             memcmp(tok->text_pool + refs[id].offset, text, n_bytes) == 0) {
             return TDM_OK;
         }
-        engine_tokenizer_set_err(err, err_bytes, "token id %u given two different texts", id);
+        tdm_errbuf_set(err, err_bytes, "token id %u given two different texts", id);
         return TDM_ERR_FORMAT;
     }
     if (b->n_text + n_bytes > UINT32_MAX - 1) {
-        engine_tokenizer_set_err(err, err_bytes, "token texts exceed 4 GiB");
+        tdm_errbuf_set(err, err_bytes, "token texts exceed 4 GiB");
         return TDM_ERR_FORMAT;
     }
     if (b->n_text + n_bytes > b->cap_text) {
@@ -338,9 +326,9 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
     if (b->n_set != tok->n_vocab) {
         for (uint32_t id = 0; id < tok->n_vocab; id++) {
             if (!b->is_set[id]) {
-                engine_tokenizer_set_err(err, err_bytes,
-                                         "token ids not contiguous: id %u of 0..%u is missing", id,
-                                         tok->n_vocab - 1);
+                tdm_errbuf_set(err, err_bytes,
+                               "token ids not contiguous: id %u of 0..%u is missing", id,
+                               tok->n_vocab - 1);
                 break;
             }
         }
@@ -362,8 +350,8 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
         size_t len = tok->text_offset[id + 1] - tok->text_offset[id];
         uint32_t slot = strmap_slot(&tok->text_map, tok->text_pool, tok->text_offset, text, len);
         if (tok->text_map.slots[slot] >= 0) {
-            engine_tokenizer_set_err(err, err_bytes, "duplicate token text at ids %d and %u",
-                                     tok->text_map.slots[slot], id);
+            tdm_errbuf_set(err, err_bytes, "duplicate token text at ids %d and %u",
+                           tok->text_map.slots[slot], id);
             return TDM_ERR_FORMAT;
         }
         tok->text_map.slots[slot] = (int32_t)id;

@@ -9,6 +9,7 @@
  */
 #include "engine/tokenizer.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "engine/tokenizer_impl.h"
 
@@ -105,9 +106,9 @@ static const char *const key_names[KEY_COUNT] = {
 
 static tdm_status_t fail(cursor_t *c, size_t offset, const char *reason)
 {
-    engine_tokenizer_set_err(c->err, c->err_bytes, "%s: offset %zu%s%s%s: %s", c->what, offset,
-                             c->key[0] != '\0' ? ": key '" : "", c->key,
-                             c->key[0] != '\0' ? "'" : "", reason);
+    tdm_errbuf_set(c->err, c->err_bytes, "%s: offset %zu%s%s%s: %s", c->what, offset,
+                   c->key[0] != '\0' ? ": key '" : "", c->key, c->key[0] != '\0' ? "'" : "",
+                   reason);
     return TDM_ERR_FORMAT;
 }
 
@@ -273,14 +274,13 @@ static tdm_status_t parse_header(cursor_t *c, uint64_t *n_tensors_out, uint64_t 
         return status;
     }
     if (version == 1) {
-        engine_tokenizer_set_err(c->err, c->err_bytes, "%s: GGUF version 1 is not supported",
-                                 c->what);
+        tdm_errbuf_set(c->err, c->err_bytes, "%s: GGUF version 1 is not supported", c->what);
         return TDM_ERR_UNSUPPORTED;
     }
     if ((version & 0xffffu) == 0 && (version >> 16) != 0) {
-        engine_tokenizer_set_err(c->err, c->err_bytes,
-                                 "%s: big-endian GGUF (version field 0x%08llx) is not supported",
-                                 c->what, (unsigned long long)version);
+        tdm_errbuf_set(c->err, c->err_bytes,
+                       "%s: big-endian GGUF (version field 0x%08llx) is not supported", c->what,
+                       (unsigned long long)version);
         return TDM_ERR_UNSUPPORTED;
     }
     if (version != 2 && version != 3) {
@@ -655,10 +655,10 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
     ref_string(c, &refs[KEY_MODEL], model, sizeof(model));
     spm = strcmp(model, "llama") == 0;
     if (!spm && strcmp(model, "gpt2") != 0) {
-        engine_tokenizer_set_err(c->err, c->err_bytes,
-                                 "%s: tokenizer.ggml.model \"%s\" is not supported (byte-level BPE "
-                                 "\"gpt2\" and SentencePiece \"llama\" are)",
-                                 c->what, model);
+        tdm_errbuf_set(c->err, c->err_bytes,
+                       "%s: tokenizer.ggml.model \"%s\" is not supported (byte-level BPE "
+                       "\"gpt2\" and SentencePiece \"llama\" are)",
+                       c->what, model);
         return TDM_ERR_UNSUPPORTED;
     }
     status = check_common_keys(c, refs, spm, pre, sizeof(pre));
@@ -690,8 +690,7 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
         status = engine_tokenizer_pretok_preset(&b.tok->pretok, refs[KEY_PRE].present ? pre : NULL,
                                                 &ignore_merges, reason, sizeof(reason));
         if (status != TDM_OK) {
-            engine_tokenizer_set_err(c->err, c->err_bytes, "%s: pre-tokenizer %s: %s", c->what, pre,
-                                     reason);
+            tdm_errbuf_set(c->err, c->err_bytes, "%s: pre-tokenizer %s: %s", c->what, pre, reason);
         }
     }
     if (status != TDM_OK) {
@@ -749,26 +748,26 @@ tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **t
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
     if (fstat(fd, &st) != 0) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: fstat: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: fstat: %s", path, strerror(errno));
         close(fd);
         return TDM_ERR_IO;
     }
     if (st.st_size < (off_t)GGUF_HEADER_BYTES) {
-        engine_tokenizer_set_err(err, err_bytes,
-                                 "%s: offset 0: %lld bytes is shorter than the "
-                                 "GGUF header",
-                                 path, (long long)st.st_size);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: offset 0: %lld bytes is shorter than the "
+                       "GGUF header",
+                       path, (long long)st.st_size);
         close(fd);
         return TDM_ERR_FORMAT;
     }
     map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: mmap: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: mmap: %s", path, strerror(errno));
         return TDM_ERR_IO;
     }
     status =

@@ -8,6 +8,7 @@
  */
 #include "engine/tokenizer.h"
 
+#include "common/errbuf.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "engine/tokenizer_impl.h"
@@ -38,7 +39,7 @@ typedef struct {
 static tdm_status_t hf_fail(const hf_ctx_t *ctx, tdm_status_t status, const char *field,
                             const char *reason)
 {
-    engine_tokenizer_set_err(ctx->err, ctx->err_bytes, "%s: %s: %s", ctx->what, field, reason);
+    tdm_errbuf_set(ctx->err, ctx->err_bytes, "%s: %s: %s", ctx->what, field, reason);
     return status;
 }
 
@@ -489,11 +490,11 @@ tdm_status_t engine_tokenizer_load_hf(const char *path, engine_tokenizer_t **tok
         return TDM_ERR_INVALID_ARG;
     }
     if (stat(path, &st) != 0) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
     if (!S_ISREG(st.st_mode)) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: not a regular file", path);
+        tdm_errbuf_set(err, err_bytes, "%s: not a regular file", path);
         return TDM_ERR_IO;
     }
     status = tdm_json_load_file(path, &root, err, err_bytes);

@@ -272,8 +272,4 @@ size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4]);
  * return its length, or 0 if the bytes there are ill-formed or incomplete. */
 size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out);
 
-/* engine_tokenizer_set_err - snprintf into err when err_bytes > 0 (no-op otherwise). */
-void engine_tokenizer_set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 #endif

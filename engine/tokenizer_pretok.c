@@ -8,6 +8,7 @@
  */
 #include "engine/tokenizer.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "engine/tokenizer_impl.h"
 
@@ -149,8 +150,8 @@ static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *patt
     pcre2_code *code = NULL;
 
     if (pretok->n_steps == ENGINE_TOKENIZER_MAX_PRETOK_STEPS) {
-        engine_tokenizer_set_err(err, err_bytes, "more than %d pre-tokenizer steps",
-                                 ENGINE_TOKENIZER_MAX_PRETOK_STEPS);
+        tdm_errbuf_set(err, err_bytes, "more than %d pre-tokenizer steps",
+                       ENGINE_TOKENIZER_MAX_PRETOK_STEPS);
         return TDM_ERR_UNSUPPORTED;
     }
     if (pattern != NULL) {
@@ -161,9 +162,9 @@ static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *patt
         if (code == NULL) {
             PCRE2_UCHAR message[256];
             pcre2_get_error_message(error_code, message, sizeof(message));
-            engine_tokenizer_set_err(err, err_bytes, "bad regex at offset %zu: %s: \"%.*s\"",
-                                     (size_t)error_offset, (const char *)message,
-                                     n_bytes > 200 ? 200 : (int)n_bytes, pattern);
+            tdm_errbuf_set(err, err_bytes, "bad regex at offset %zu: %s: \"%.*s\"",
+                           (size_t)error_offset, (const char *)message,
+                           n_bytes > 200 ? 200 : (int)n_bytes, pattern);
             return error_code == PCRE2_ERROR_NOMEMORY ? TDM_ERR_NO_MEMORY : TDM_ERR_FORMAT;
         }
         /* JIT is an optimisation only: without it (unsupported CPU) the interpreter runs. */

@@ -9,6 +9,7 @@
  */
 #include "engine/tokenizer.h"
 
+#include "common/errbuf.h"
 #include "common/hash.h"
 #include "engine/tokenizer_impl.h"
 
@@ -629,9 +630,8 @@ tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json
 
     if (json_out == NULL || n_bytes_out == NULL || vocab_size < ENGINE_TOKENIZER_SYNTH_MIN_VOCAB ||
         vocab_size > ENGINE_TOKENIZER_SYNTH_MAX_VOCAB) {
-        engine_tokenizer_set_err(err, err_bytes, "synthetic vocab_size %u outside %u..%u",
-                                 vocab_size, ENGINE_TOKENIZER_SYNTH_MIN_VOCAB,
-                                 ENGINE_TOKENIZER_SYNTH_MAX_VOCAB);
+        tdm_errbuf_set(err, err_bytes, "synthetic vocab_size %u outside %u..%u", vocab_size,
+                       ENGINE_TOKENIZER_SYNTH_MIN_VOCAB, ENGINE_TOKENIZER_SYNTH_MAX_VOCAB);
         return TDM_ERR_INVALID_ARG;
     }
     /* Normal tokens: the 256 bytes plus merged tokens fill the ids between the specials. */
@@ -661,8 +661,7 @@ tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json
         status = enumerate(&t, &m, n_normal);
     }
     if (status == TDM_OK && t.n != n_normal) {
-        engine_tokenizer_set_err(err, err_bytes, "synthetic vocabulary ran out of merges at %u",
-                                 t.n);
+        tdm_errbuf_set(err, err_bytes, "synthetic vocabulary ran out of merges at %u", t.n);
         status = TDM_ERR_INTERNAL;
     }
     if (status == TDM_OK) {
@@ -692,7 +691,7 @@ tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t voca
     tdm_status_t status;
 
     if (path == NULL || (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
-        engine_tokenizer_set_err(err, err_bytes, "path missing or too long");
+        tdm_errbuf_set(err, err_bytes, "path missing or too long");
         return TDM_ERR_INVALID_ARG;
     }
     status = engine_tokenizer_synthetic_hf_text(vocab_size, &json, &n, err, err_bytes);
@@ -701,12 +700,12 @@ tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t voca
     }
     f = fopen(tmp, "wb");
     if (f == NULL) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: %s", tmp, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", tmp, strerror(errno));
         free(json);
         return TDM_ERR_IO;
     }
     if (fwrite(json, 1, n, f) != n) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: write: %s", tmp, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: write: %s", tmp, strerror(errno));
         fclose(f);
         remove(tmp);
         free(json);
@@ -714,12 +713,12 @@ tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t voca
     }
     free(json);
     if (fclose(f) != 0) {
-        engine_tokenizer_set_err(err, err_bytes, "%s: close: %s", tmp, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: close: %s", tmp, strerror(errno));
         remove(tmp);
         return TDM_ERR_IO;
     }
     if (rename(tmp, path) != 0) {
-        engine_tokenizer_set_err(err, err_bytes, "rename %s -> %s: %s", tmp, path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "rename %s -> %s: %s", tmp, path, strerror(errno));
         remove(tmp);
         return TDM_ERR_IO;
     }

@@ -1,5 +1,6 @@
 #include "engine/weights.h"
 
+#include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -42,21 +43,6 @@ struct engine_weights {
 
 static const char *const scale_alias_suffixes[] = {".weight.scale", ".weight_scale_inv"};
 #define SCALE_SUFFIX ".scale"
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list args;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(args, fmt);
-    vsnprintf(err, err_bytes, fmt, args);
-    va_end(args);
-}
 
 /* "dir/name", malloc'd (NULL when out of memory). */
 static char *join_path(const char *dir, const char *name)
@@ -111,8 +97,8 @@ static tdm_status_t build_table(engine_weights_t *weights, char *err, size_t err
     size_t n_slots = MIN_HASH_SLOTS;
 
     if (weights->n_entries >= UINT32_MAX / 2) {
-        set_err(err, err_bytes, "%s: %zu tensors are more than supported", weights->dir,
-                weights->n_entries);
+        tdm_errbuf_set(err, err_bytes, "%s: %zu tensors are more than supported", weights->dir,
+                       weights->n_entries);
         return TDM_ERR_UNSUPPORTED;
     }
     if (weights->n_entries > 1) {
@@ -122,9 +108,9 @@ static tdm_status_t build_table(engine_weights_t *weights, char *err, size_t err
         const entry_t *a = &weights->entries[i - 1];
         const entry_t *b = &weights->entries[i];
         if (strcmp(a->tensor->name, b->tensor->name) == 0) {
-            set_err(err, err_bytes, "%s: tensor '%s' is in both shard %s and shard %s",
-                    weights->dir, a->tensor->name, weights->shard_names[a->shard],
-                    weights->shard_names[b->shard]);
+            tdm_errbuf_set(err, err_bytes, "%s: tensor '%s' is in both shard %s and shard %s",
+                           weights->dir, a->tensor->name, weights->shard_names[a->shard],
+                           weights->shard_names[b->shard]);
             return TDM_ERR_MISMATCH;
         }
     }
@@ -229,8 +215,9 @@ static tdm_status_t open_shard(engine_weights_t *weights, size_t s, const char *
         return TDM_ERR_NO_MEMORY;
     }
     if (example != NULL && !file_exists(path)) {
-        set_err(err, err_bytes, "%s: weight_map maps '%s' to shard %s, which does not exist (%s)",
-                index_path, example, weights->shard_names[s], path);
+        tdm_errbuf_set(err, err_bytes,
+                       "%s: weight_map maps '%s' to shard %s, which does not exist (%s)",
+                       index_path, example, weights->shard_names[s], path);
         free(path);
         return TDM_ERR_NOT_FOUND;
     }
@@ -251,7 +238,7 @@ static tdm_status_t read_total_size(const json_t *root, const char *index_path,
         return TDM_OK;
     }
     if (!json_is_object(metadata)) {
-        set_err(err, err_bytes, "%s: \"metadata\" is not an object", index_path);
+        tdm_errbuf_set(err, err_bytes, "%s: \"metadata\" is not an object", index_path);
         return TDM_ERR_FORMAT;
     }
     total = json_object_get(metadata, "total_size");
@@ -259,8 +246,8 @@ static tdm_status_t read_total_size(const json_t *root, const char *index_path,
         return TDM_OK;
     }
     if (tdm_json_int_exact(total, total_size_out) != TDM_OK || *total_size_out < 0) {
-        set_err(err, err_bytes, "%s: metadata.total_size is not a non-negative integer",
-                index_path);
+        tdm_errbuf_set(err, err_bytes, "%s: metadata.total_size is not a non-negative integer",
+                       index_path);
         return TDM_ERR_FORMAT;
     }
     return TDM_OK;
@@ -281,16 +268,17 @@ static tdm_status_t match_index(engine_weights_t *weights, const index_entry_t *
         const index_entry_t *ie = &index_entries[k];
         size_t index = lookup(weights, ie->name);
         if (index == NO_ENTRY) {
-            set_err(err, err_bytes,
-                    "%s: '%s': the index maps it to shard %s, which does not hold it", index_path,
-                    ie->name, weights->shard_names[ie->shard]);
+            tdm_errbuf_set(err, err_bytes,
+                           "%s: '%s': the index maps it to shard %s, which does not hold it",
+                           index_path, ie->name, weights->shard_names[ie->shard]);
             status = TDM_ERR_MISMATCH;
             goto out_free_seen;
         }
         if (weights->entries[index].shard != ie->shard) {
-            set_err(err, err_bytes, "%s: '%s': the index maps it to shard %s but it is in %s",
-                    index_path, ie->name, weights->shard_names[ie->shard],
-                    weights->shard_names[weights->entries[index].shard]);
+            tdm_errbuf_set(err, err_bytes,
+                           "%s: '%s': the index maps it to shard %s but it is in %s", index_path,
+                           ie->name, weights->shard_names[ie->shard],
+                           weights->shard_names[weights->entries[index].shard]);
             status = TDM_ERR_MISMATCH;
             goto out_free_seen;
         }
@@ -298,9 +286,9 @@ static tdm_status_t match_index(engine_weights_t *weights, const index_entry_t *
     }
     for (size_t i = 0; i < weights->n_entries; i++) {
         if (!seen[i]) {
-            set_err(err, err_bytes, "%s: '%s' is in shard %s but not in the index", index_path,
-                    weights->entries[i].tensor->name,
-                    weights->shard_names[weights->entries[i].shard]);
+            tdm_errbuf_set(err, err_bytes, "%s: '%s' is in shard %s but not in the index",
+                           index_path, weights->entries[i].tensor->name,
+                           weights->shard_names[weights->entries[i].shard]);
             status = TDM_ERR_MISMATCH;
             goto out_free_seen;
         }
@@ -325,8 +313,8 @@ static tdm_status_t read_weight_map(engine_weights_t *weights, const json_t *wei
         const json_t *value = json_object_iter_value(it);
         size_t s;
         if (!shard_name_valid(value)) {
-            set_err(err, err_bytes, "%s: weight_map['%s'] is not a shard file name in %s",
-                    index_path, name, weights->dir);
+            tdm_errbuf_set(err, err_bytes, "%s: weight_map['%s'] is not a shard file name in %s",
+                           index_path, name, weights->dir);
             return TDM_ERR_FORMAT;
         }
         s = shard_slot(weights, json_string_value(value), &cap_shards);
@@ -357,7 +345,8 @@ static tdm_status_t open_indexed(engine_weights_t *weights, const char *index_pa
     }
     weight_map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(weight_map) || json_object_size(weight_map) == 0) {
-        set_err(err, err_bytes, "%s: \"weight_map\" missing, not an object or empty", index_path);
+        tdm_errbuf_set(err, err_bytes, "%s: \"weight_map\" missing, not an object or empty",
+                       index_path);
         status = TDM_ERR_FORMAT;
         goto out_free;
     }
@@ -438,7 +427,7 @@ tdm_status_t engine_weights_open(const char *dir, engine_weights_t **weights_out
     tdm_status_t status;
 
     if (dir == NULL || weights_out == NULL) {
-        set_err(err, err_bytes, "engine_weights_open: dir and weights_out are required");
+        tdm_errbuf_set(err, err_bytes, "engine_weights_open: dir and weights_out are required");
         return TDM_ERR_INVALID_ARG;
     }
     weights = calloc(1, sizeof(*weights));
@@ -457,8 +446,8 @@ tdm_status_t engine_weights_open(const char *dir, engine_weights_t **weights_out
     } else if (file_exists(single_path)) {
         status = open_single(weights, err, err_bytes);
     } else {
-        set_err(err, err_bytes, "%s: neither %s nor %s exists", dir, ENGINE_WEIGHTS_INDEX_FILE,
-                ENGINE_WEIGHTS_SINGLE_FILE);
+        tdm_errbuf_set(err, err_bytes, "%s: neither %s nor %s exists", dir,
+                       ENGINE_WEIGHTS_INDEX_FILE, ENGINE_WEIGHTS_SINGLE_FILE);
         status = TDM_ERR_NOT_FOUND;
     }
     if (status != TDM_OK) {
@@ -473,7 +462,7 @@ tdm_status_t engine_weights_open(const char *dir, engine_weights_t **weights_out
 
 err_close:
     if (status == TDM_ERR_NO_MEMORY) {
-        set_err(err, err_bytes, "%s: out of memory", dir);
+        tdm_errbuf_set(err, err_bytes, "%s: out of memory", dir);
     }
     free(single_path);
     free(index_path);
@@ -678,12 +667,12 @@ tdm_status_t engine_weights_check(const engine_weights_t *weights,
     problems_t problems;
 
     if (weights == NULL || (specs == NULL && n_specs > 0)) {
-        set_err(err, err_bytes, "engine_weights_check: weights and specs are required");
+        tdm_errbuf_set(err, err_bytes, "engine_weights_check: weights and specs are required");
         return TDM_ERR_INVALID_ARG;
     }
     used = calloc(weights->n_entries > 0 ? weights->n_entries : 1, 1);
     if (used == NULL) {
-        set_err(err, err_bytes, "%s: out of memory", weights->dir);
+        tdm_errbuf_set(err, err_bytes, "%s: out of memory", weights->dir);
         return TDM_ERR_NO_MEMORY;
     }
     memset(&problems, 0, sizeof(problems));
@@ -702,10 +691,10 @@ tdm_status_t engine_weights_check(const engine_weights_t *weights,
         return TDM_OK;
     }
     if (problems.n_problems == 1) {
-        set_err(err, err_bytes, "%s", problems.first_text);
+        tdm_errbuf_set(err, err_bytes, "%s", problems.first_text);
     } else {
-        set_err(err, err_bytes, "%s (and %zu more problems, all logged)", problems.first_text,
-                problems.n_problems - 1);
+        tdm_errbuf_set(err, err_bytes, "%s (and %zu more problems, all logged)",
+                       problems.first_text, problems.n_problems - 1);
     }
     return problems.first_status;
 }
@@ -726,17 +715,17 @@ static tdm_status_t validate_record(const engine_st_tensor_t *t, char *err, size
     uint64_t n_bytes;
 
     if (t->name == NULL || t->name[0] == '\0') {
-        set_err(err, err_bytes, "write_sharded: a tensor has no name");
+        tdm_errbuf_set(err, err_bytes, "write_sharded: a tensor has no name");
         return TDM_ERR_INVALID_ARG;
     }
     if (engine_st_shape_bytes(t->dtype, t->n_dims, t->shape, &n_bytes) != TDM_OK) {
-        set_err(err, err_bytes, "%s: bad dtype %d, n_dims %d or shape", t->name, (int)t->dtype,
-                t->n_dims);
+        tdm_errbuf_set(err, err_bytes, "%s: bad dtype %d, n_dims %d or shape", t->name,
+                       (int)t->dtype, t->n_dims);
         return TDM_ERR_INVALID_ARG;
     }
     if (n_bytes != t->n_bytes || (t->data == NULL && t->n_bytes > 0)) {
-        set_err(err, err_bytes, "%s: n_bytes %zu but shape and dtype need %llu", t->name,
-                t->n_bytes, (unsigned long long)n_bytes);
+        tdm_errbuf_set(err, err_bytes, "%s: n_bytes %zu but shape and dtype need %llu", t->name,
+                       t->n_bytes, (unsigned long long)n_bytes);
         return TDM_ERR_INVALID_ARG;
     }
     return TDM_OK;
@@ -759,8 +748,8 @@ static tdm_status_t write_shard(const char *path, const engine_st_tensor_t *cons
     }
     engine_st_writer_destroy(writer);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "%s: write failed: %s (details logged)", path,
-                tdm_status_name(status));
+        tdm_errbuf_set(err, err_bytes, "%s: write failed: %s (details logged)", path,
+                       tdm_status_name(status));
     }
     return status;
 }
@@ -779,7 +768,7 @@ static tdm_status_t write_text_file(const char *path, const char *text, char *er
     snprintf(tmp_path, tmp_bytes, "%s.tmp.%ld", path, (long)getpid());
     f = fopen(tmp_path, "wb");
     if (f == NULL) {
-        set_err(err, err_bytes, "%s: cannot create: %s", tmp_path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: cannot create: %s", tmp_path, strerror(errno));
         free(tmp_path);
         return TDM_ERR_IO;
     }
@@ -787,7 +776,7 @@ static tdm_status_t write_text_file(const char *path, const char *text, char *er
     failed = fclose(f) != 0 || failed;
     failed = failed || rename(tmp_path, path) != 0;
     if (failed) {
-        set_err(err, err_bytes, "%s: write failed: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: write failed: %s", path, strerror(errno));
         unlink(tmp_path);
         free(tmp_path);
         return TDM_ERR_IO;
@@ -846,7 +835,7 @@ static tdm_status_t make_dir(const char *dir, char *err, size_t err_bytes)
     if (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
         return TDM_OK;
     }
-    set_err(err, err_bytes, "%s: cannot create the directory: %s", dir, strerror(errno));
+    tdm_errbuf_set(err, err_bytes, "%s: cannot create the directory: %s", dir, strerror(errno));
     return TDM_ERR_IO;
 }
 
@@ -863,9 +852,9 @@ tdm_status_t engine_weights_write_sharded(const char *dir, const engine_st_tenso
     tdm_status_t status = TDM_OK;
 
     if (dir == NULL || tensors == NULL || n_tensors == 0 || max_shard_bytes == 0) {
-        set_err(err, err_bytes,
-                "write_sharded: dir, >= 1 tensors and max_shard_bytes > 0 "
-                "are required");
+        tdm_errbuf_set(err, err_bytes,
+                       "write_sharded: dir, >= 1 tensors and max_shard_bytes > 0 "
+                       "are required");
         return TDM_ERR_INVALID_ARG;
     }
     for (size_t i = 0; i < n_tensors; i++) {
@@ -888,7 +877,7 @@ tdm_status_t engine_weights_write_sharded(const char *dir, const engine_st_tenso
     }
     for (size_t i = 0; i < n_tensors; i++) {
         if (i > 0 && strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            set_err(err, err_bytes, "%s: tensor named twice", sorted[i]->name);
+            tdm_errbuf_set(err, err_bytes, "%s: tensor named twice", sorted[i]->name);
             status = TDM_ERR_INVALID_ARG;
             goto out_free;
         }
@@ -931,7 +920,7 @@ tdm_status_t engine_weights_write_sharded(const char *dir, const engine_st_tenso
 
 out_free:
     if (status == TDM_ERR_NO_MEMORY) {
-        set_err(err, err_bytes, "%s: out of memory", dir);
+        tdm_errbuf_set(err, err_bytes, "%s: out of memory", dir);
     }
     free(path);
     free(text);

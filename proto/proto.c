@@ -1,28 +1,13 @@
 #include "proto/proto.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 
 #define PROTO_ERR_BYTES 256
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-}
 
 tdm_status_t proto_pack(const Tandem__Envelope *env, uint8_t **buf_out, size_t *n_bytes_out)
 {
@@ -66,26 +51,26 @@ tdm_status_t proto_unpack(const void *buf, size_t n_bytes, uint32_t flags,
     tdm_status_t status;
 
     if (buf == NULL || env_out == NULL || (flags & ~(uint32_t)PROTO_UNPACK_ANY_VERSION) != 0) {
-        set_err(err, err_bytes, "invalid argument");
+        tdm_errbuf_set(err, err_bytes, "invalid argument");
         return TDM_ERR_INVALID_ARG;
     }
     if (n_bytes == 0) {
-        set_err(err, err_bytes, "empty frame");
+        tdm_errbuf_set(err, err_bytes, "empty frame");
         return TDM_ERR_FORMAT;
     }
     if (n_bytes > PROTO_MAX_MESSAGE_BYTES) {
-        set_err(err, err_bytes, "frame of %zu bytes exceeds limit of %u", n_bytes,
-                PROTO_MAX_MESSAGE_BYTES);
+        tdm_errbuf_set(err, err_bytes, "frame of %zu bytes exceeds limit of %u", n_bytes,
+                       PROTO_MAX_MESSAGE_BYTES);
         return TDM_ERR_FORMAT;
     }
     env = tandem__envelope__unpack(NULL, n_bytes, buf);
     if (env == NULL) {
-        set_err(err, err_bytes, "not a valid envelope (%zu bytes)", n_bytes);
+        tdm_errbuf_set(err, err_bytes, "not a valid envelope (%zu bytes)", n_bytes);
         return TDM_ERR_FORMAT;
     }
     if ((flags & PROTO_UNPACK_ANY_VERSION) == 0 && env->protocol_version != PROTO_VERSION) {
-        set_err(err, err_bytes, "protocol version %u, expected %u", env->protocol_version,
-                PROTO_VERSION);
+        tdm_errbuf_set(err, err_bytes, "protocol version %u, expected %u", env->protocol_version,
+                       PROTO_VERSION);
         status = TDM_ERR_UNSUPPORTED;
         goto err_free_env;
     }
@@ -247,32 +232,32 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
     char want_names[PROTO_ERR_BYTES];
 
     if (want == NULL || reg == NULL) {
-        set_err(reason, reason_bytes, "invalid argument");
+        tdm_errbuf_set(reason, reason_bytes, "invalid argument");
         return TDM_ERR_MISMATCH;
     }
     if (reg->protocol_version != want->protocol_version) {
-        set_err(reason, reason_bytes, "protocol version mismatch: worker %u router %u",
-                reg->protocol_version, want->protocol_version);
+        tdm_errbuf_set(reason, reason_bytes, "protocol version mismatch: worker %u router %u",
+                       reg->protocol_version, want->protocol_version);
         return TDM_ERR_MISMATCH;
     }
     if (reg->model_fingerprint != want->model_fingerprint) {
-        set_err(reason, reason_bytes,
-                "model fingerprint mismatch: worker 0x%016llx router 0x%016llx",
-                (unsigned long long)reg->model_fingerprint,
-                (unsigned long long)want->model_fingerprint);
+        tdm_errbuf_set(reason, reason_bytes,
+                       "model fingerprint mismatch: worker 0x%016llx router 0x%016llx",
+                       (unsigned long long)reg->model_fingerprint,
+                       (unsigned long long)want->model_fingerprint);
         return TDM_ERR_MISMATCH;
     }
     pf = reg->page_format;
     if (pf == NULL || pf->version != want->page_format_version ||
         pf->rows_per_page != want->page_rows || pf->page_bytes != want->page_bytes ||
         pf->tokens_per_block != want->tokens_per_block) {
-        set_err(reason, reason_bytes,
-                "page format mismatch: worker version=%u rows=%u bytes=%u block_tokens=%u "
-                "router version=%u rows=%u bytes=%u block_tokens=%u",
-                pf != NULL ? pf->version : 0, pf != NULL ? pf->rows_per_page : 0,
-                pf != NULL ? pf->page_bytes : 0, pf != NULL ? pf->tokens_per_block : 0,
-                want->page_format_version, want->page_rows, want->page_bytes,
-                want->tokens_per_block);
+        tdm_errbuf_set(reason, reason_bytes,
+                       "page format mismatch: worker version=%u rows=%u bytes=%u block_tokens=%u "
+                       "router version=%u rows=%u bytes=%u block_tokens=%u",
+                       pf != NULL ? pf->version : 0, pf != NULL ? pf->rows_per_page : 0,
+                       pf != NULL ? pf->page_bytes : 0, pf != NULL ? pf->tokens_per_block : 0,
+                       want->page_format_version, want->page_rows, want->page_bytes,
+                       want->tokens_per_block);
         return TDM_ERR_MISMATCH;
     }
     if (!kv_format_sets_equal(want->kv_formats, want->n_kv_formats, reg->kv_formats,
@@ -280,14 +265,14 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
         join_names(reg->kv_formats, reg->n_kv_formats, have_names, sizeof(have_names));
         join_names((char *const *)want->kv_formats, want->n_kv_formats, want_names,
                    sizeof(want_names));
-        set_err(reason, reason_bytes, "kv formats mismatch: worker [%s] router [%s]", have_names,
-                want_names);
+        tdm_errbuf_set(reason, reason_bytes, "kv formats mismatch: worker [%s] router [%s]",
+                       have_names, want_names);
         return TDM_ERR_MISMATCH;
     }
     if (reg->max_context < want->max_context) {
-        set_err(reason, reason_bytes,
-                "max context mismatch: worker serves %u tokens, router needs %u", reg->max_context,
-                want->max_context);
+        tdm_errbuf_set(reason, reason_bytes,
+                       "max context mismatch: worker serves %u tokens, router needs %u",
+                       reg->max_context, want->max_context);
         return TDM_ERR_MISMATCH;
     }
     return TDM_OK;

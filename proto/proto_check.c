@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/errbuf.h"
+
 static tdm_status_t fail(char *err, size_t err_bytes, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -12,11 +14,9 @@ static tdm_status_t fail(char *err, size_t err_bytes, const char *fmt, ...)
 {
     va_list ap;
 
-    if (err != NULL && err_bytes > 0) {
-        va_start(ap, fmt);
-        vsnprintf(err, err_bytes, fmt, ap);
-        va_end(ap);
-    }
+    va_start(ap, fmt);
+    tdm_errbuf_vset(err, err_bytes, fmt, ap);
+    va_end(ap);
     return TDM_ERR_INVALID_ARG;
 }
 

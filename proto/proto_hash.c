@@ -2,11 +2,11 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/hash.h"
 
 #define HASH_PATH_BYTES              4096
@@ -14,21 +14,6 @@
 #define HASH_READ_BYTES              (1u << 16)
 #define SAFETENSORS_LEN_BYTES        8
 #define SAFETENSORS_MAX_HEADER_BYTES (100u * 1024u * 1024u)
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-}
 
 /* Chain up to `limit_bytes` of an open file into *h (from its current offset); n_read_out gets
  * the bytes consumed. */
@@ -67,13 +52,13 @@ static tdm_status_t chain_whole_file(const char *path, uint64_t *h, char *err, s
     tdm_status_t status;
 
     if (f == NULL) {
-        set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
     status = chain_stream(f, UINT64_MAX, h, &n_read);
     fclose(f);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "%s: read failed", path);
+        tdm_errbuf_set(err, err_bytes, "%s: read failed", path);
     }
     return status;
 }
@@ -87,11 +72,11 @@ static tdm_status_t chain_shard(const char *path, uint64_t *h, char *err, size_t
     FILE *f = fopen(path, "rb");
 
     if (f == NULL) {
-        set_err(err, err_bytes, "%s: %s", path, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
         return TDM_ERR_IO;
     }
     if (fread(len_bytes, 1, sizeof(len_bytes), f) != sizeof(len_bytes)) {
-        set_err(err, err_bytes, "%s: shorter than the 8-byte header length", path);
+        tdm_errbuf_set(err, err_bytes, "%s: shorter than the 8-byte header length", path);
         status = TDM_ERR_FORMAT;
         goto out_close;
     }
@@ -99,23 +84,23 @@ static tdm_status_t chain_shard(const char *path, uint64_t *h, char *err, size_t
         header_bytes = (header_bytes << 8) | len_bytes[i];
     }
     if (header_bytes > SAFETENSORS_MAX_HEADER_BYTES) {
-        set_err(err, err_bytes, "%s: header length %llu too large", path,
-                (unsigned long long)header_bytes);
+        tdm_errbuf_set(err, err_bytes, "%s: header length %llu too large", path,
+                       (unsigned long long)header_bytes);
         status = TDM_ERR_FORMAT;
         goto out_close;
     }
     *h = tdm_hash_xxh3_64_seeded(len_bytes, sizeof(len_bytes), *h);
     status = chain_stream(f, header_bytes, h, &n_read);
     if (status == TDM_OK && n_read != header_bytes) {
-        set_err(err, err_bytes, "%s: header truncated (%llu of %llu bytes)", path,
-                (unsigned long long)n_read, (unsigned long long)header_bytes);
+        tdm_errbuf_set(err, err_bytes, "%s: header truncated (%llu of %llu bytes)", path,
+                       (unsigned long long)n_read, (unsigned long long)header_bytes);
         status = TDM_ERR_FORMAT;
     }
     if (status == TDM_OK) {
         status = chain_stream(f, PROTO_FINGERPRINT_DATA_BYTES, h, &n_read);
     }
     if (status == TDM_ERR_IO) {
-        set_err(err, err_bytes, "%s: read failed", path);
+        tdm_errbuf_set(err, err_bytes, "%s: read failed", path);
     }
 out_close:
     fclose(f);
@@ -145,7 +130,7 @@ static tdm_status_t list_shards(const char *dir, char ***names_out, size_t *n_na
     tdm_status_t status = TDM_OK;
 
     if (d == NULL) {
-        set_err(err, err_bytes, "%s: %s", dir, strerror(errno));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", dir, strerror(errno));
         return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
     names = calloc(HASH_MAX_SHARDS, sizeof(*names));
@@ -158,7 +143,8 @@ static tdm_status_t list_shards(const char *dir, char ***names_out, size_t *n_na
             continue;
         }
         if (n_names == HASH_MAX_SHARDS) {
-            set_err(err, err_bytes, "%s: more than %d safetensors files", dir, HASH_MAX_SHARDS);
+            tdm_errbuf_set(err, err_bytes, "%s: more than %d safetensors files", dir,
+                           HASH_MAX_SHARDS);
             status = TDM_ERR_FORMAT;
             break;
         }
@@ -193,7 +179,7 @@ tdm_status_t proto_model_fingerprint(const char *model_dir, uint64_t *fingerprin
     tdm_status_t status;
 
     if (model_dir == NULL || fingerprint_out == NULL) {
-        set_err(err, err_bytes, "invalid argument");
+        tdm_errbuf_set(err, err_bytes, "invalid argument");
         return TDM_ERR_INVALID_ARG;
     }
     snprintf(path, sizeof(path), "%s/config.json", model_dir);

@@ -1,11 +1,11 @@
 #include "router/model.h"
 
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "engine/config.h"
 #include "kernels/kv_page.h"
 #include "proto/proto_hash.h"
@@ -18,21 +18,6 @@ struct router_model {
     proto_compat_t compat;
     const char *kv_formats[2];
 };
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-}
 
 static tdm_status_t fill_name(const router_model_params_t *params, router_model_info_t *info,
                               char *err, size_t err_bytes)
@@ -51,7 +36,8 @@ static tdm_status_t fill_name(const router_model_params_t *params, router_model_
     }
     n = strlen(name);
     if (n == 0 || n > ROUTER_MODEL_NAME_BYTES) {
-        set_err(err, err_bytes, "served model name must be 1..%d bytes", ROUTER_MODEL_NAME_BYTES);
+        tdm_errbuf_set(err, err_bytes, "served model name must be 1..%d bytes",
+                       ROUTER_MODEL_NAME_BYTES);
         return TDM_ERR_INVALID_ARG;
     }
     memcpy(info->name, name, n + 1);
@@ -77,13 +63,13 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
     tdm_status_t status;
 
     if (cfg->max_position_embeddings <= 0 || cfg->max_position_embeddings > UINT32_MAX) {
-        set_err(err, err_bytes, "config max_position_embeddings %lld out of range",
-                (long long)cfg->max_position_embeddings);
+        tdm_errbuf_set(err, err_bytes, "config max_position_embeddings %lld out of range",
+                       (long long)cfg->max_position_embeddings);
         return TDM_ERR_INVALID_ARG;
     }
     if (params->max_context > (uint64_t)cfg->max_position_embeddings) {
-        set_err(err, err_bytes, "max context %u exceeds the model's %lld tokens",
-                params->max_context, (long long)cfg->max_position_embeddings);
+        tdm_errbuf_set(err, err_bytes, "max context %u exceeds the model's %lld tokens",
+                       params->max_context, (long long)cfg->max_position_embeddings);
         return TDM_ERR_INVALID_ARG;
     }
     info->max_context =
@@ -104,8 +90,9 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
     }
     status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "config head_dim %lld / index_head_dim %lld give no page layout",
-                (long long)cfg->head_dim, (long long)cfg->index_head_dim);
+        tdm_errbuf_set(err, err_bytes,
+                       "config head_dim %lld / index_head_dim %lld give no page layout",
+                       (long long)cfg->head_dim, (long long)cfg->index_head_dim);
         return status;
     }
     info->page_bytes = (uint32_t)layout.page_bytes;
@@ -121,7 +108,7 @@ tdm_status_t router_model_load(const router_model_params_t *params, router_model
     tdm_status_t status;
 
     if (params == NULL || params->model_dir == NULL || model_out == NULL) {
-        set_err(err, err_bytes, "invalid argument");
+        tdm_errbuf_set(err, err_bytes, "invalid argument");
         return TDM_ERR_INVALID_ARG;
     }
     model = calloc(1, sizeof(*model));

@@ -3,10 +3,10 @@
 
 #include "bench/replay/strbuf.h"
 #include "bench/replay/u64map.h"
+#include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/json.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +30,6 @@ typedef struct {
     size_t n_sessions;
     size_t capacity;
 } session_table_t;
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, ...)
-{
-    va_list args;
-
-    if (err == NULL || err_bytes == 0) {
-        return;
-    }
-    va_start(args, fmt);
-    vsnprintf(err, err_bytes, fmt, args);
-    va_end(args);
-}
 
 static void turn_fini(bench_turn_t *turn)
 {
@@ -512,7 +497,7 @@ tdm_status_t bench_trace_parse_mooncake(const char *text, size_t n_bytes, const 
         }
         obj = json_loadb(start, n_line, JSON_DECODE_ANY, &jerr);
         if (obj == NULL) {
-            set_err(err, err_bytes, "%s:%zu: bad JSON: %s", what, line, jerr.text);
+            tdm_errbuf_set(err, err_bytes, "%s:%zu: bad JSON: %s", what, line, jerr.text);
             status = TDM_ERR_FORMAT;
             goto free_requests;
         }
@@ -530,14 +515,14 @@ tdm_status_t bench_trace_parse_mooncake(const char *text, size_t n_bytes, const 
         status = parse_request(obj, &reqs[n_reqs], reason, sizeof(reason));
         json_decref(obj);
         if (status != TDM_OK) {
-            set_err(err, err_bytes, "%s:%zu: %s", what, line, reason);
+            tdm_errbuf_set(err, err_bytes, "%s:%zu: %s", what, line, reason);
             goto free_requests;
         }
         reqs[n_reqs].turn.line = line;
         n_reqs++;
     }
     if (n_reqs == 0) {
-        set_err(err, err_bytes, "%s: no requests", what);
+        tdm_errbuf_set(err, err_bytes, "%s: no requests", what);
         status = TDM_ERR_FORMAT;
         goto free_requests;
     }
@@ -566,8 +551,8 @@ tdm_status_t bench_trace_load(const char *path, bench_trace_format_t format,
     }
     status = bench_strbuf_read_file(&text, path);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "%s: %s", path,
-                status == TDM_ERR_NOT_FOUND ? "no such file" : tdm_status_message(status));
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path,
+                       status == TDM_ERR_NOT_FOUND ? "no such file" : tdm_status_message(status));
         return status;
     }
     status = bench_trace_parse_mooncake(text.data, text.n_bytes, path, trace_out, err, err_bytes);

@@ -1,5 +1,5 @@
-/* test_common.c - status codes, logging levels, flags, start-up, arena, clock and hashing in
- * common/. */
+/* test_common.c - status codes, logging levels, flags, start-up, error buffers, arena, clock and
+ * hashing in common/. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -13,6 +13,7 @@
 
 #include "common/arena.h"
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/flags.h"
 #include "common/hash.h"
 #include "common/json.h"
@@ -236,6 +237,22 @@ static void test_signals_block_queues_stop_for_sigwait(void **state)
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 }
 
+static void test_errbuf_formats_truncates_and_accepts_null(void **state)
+{
+    char err[8];
+    (void)state;
+
+    memset(err, 'x', sizeof(err));
+    tdm_errbuf_set(err, sizeof(err), "%s=%d", "pages", 12);
+    assert_string_equal(err, "pages=1"); /* truncated to 7 characters and terminated */
+    tdm_errbuf_set(err, sizeof(err), "ok");
+    assert_string_equal(err, "ok");
+    tdm_errbuf_set(NULL, 16, "not written %d", 1);
+    memset(err, 'x', sizeof(err));
+    tdm_errbuf_set(err, 0, "not written");
+    assert_int_equal(err[0], 'x');
+}
+
 static void test_arena_alignment_capacity_and_reset(void **state)
 {
     tdm_arena_t arena;
@@ -312,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_main_start_help_skips_validation),
         cmocka_unit_test(test_signals_install_routes_stop_and_ignores_pipe),
         cmocka_unit_test(test_signals_block_queues_stop_for_sigwait),
+        cmocka_unit_test(test_errbuf_formats_truncates_and_accepts_null),
         cmocka_unit_test(test_arena_alignment_capacity_and_reset),
         cmocka_unit_test(test_clock_is_monotonic),
         cmocka_unit_test(test_hashes_match_reference_values),
