@@ -5,13 +5,11 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "engine/seq_state.h"
 
 #define RESV_MAGIC "TDRV"
 #define RESV_VERSION 1u
 #define RESV_MAX_PAGES (1u << 24)
-#define BLOB_HEADER_BYTES 64u
-#define BLOB_FLAGS_OFFSET 52u
-#define BLOB_TRAILER_BYTES 8u
 
 typedef struct {
     uint8_t *p;
@@ -222,40 +220,6 @@ tdm_status_t node_blob_with_pages(const uint8_t *record, size_t n_record, uint32
                                   const void *const *pages, size_t page_bytes, uint8_t **blob_out,
                                   size_t *n_blob_out)
 {
-    size_t body = n_record - BLOB_TRAILER_BYTES;
-    size_t total = body;
-    size_t k = 0;
-    uint8_t *blob;
-    writer_t w;
-
-    if (record == NULL || n_record < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES ||
-        memcmp(record, "TDSQ", 4) != 0) {
-        return TDM_ERR_FORMAT;
-    }
-    for (uint32_t s = 0; s < n_sources; s++) {
-        total += 12 + (size_t)n_pages[s] * page_bytes;
-    }
-    total += BLOB_TRAILER_BYTES;
-    blob = malloc(total);
-    if (blob == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    w.p = blob;
-    w.used = 0;
-    put(&w, record, body);
-    blob[BLOB_FLAGS_OFFSET] = 1; /* pages follow (little-endian u32 flags = 1) */
-    blob[BLOB_FLAGS_OFFSET + 1] = 0;
-    blob[BLOB_FLAGS_OFFSET + 2] = 0;
-    blob[BLOB_FLAGS_OFFSET + 3] = 0;
-    for (uint32_t s = 0; s < n_sources; s++) {
-        put_u64(&w, (uint64_t)n_rows[s]);
-        put_u32(&w, n_pages[s]);
-        for (uint32_t i = 0; i < n_pages[s]; i++) {
-            put(&w, pages[k++], page_bytes);
-        }
-    }
-    put_u64(&w, tdm_hash_xxh3_64(blob, w.used));
-    *blob_out = blob;
-    *n_blob_out = w.used;
-    return TDM_OK;
+    return engine_seq_blob_add_pages(record, n_record, n_sources, n_rows, n_pages, pages,
+                                     page_bytes, blob_out, n_blob_out);
 }

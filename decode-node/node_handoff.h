@@ -65,7 +65,8 @@ void node_resv_desc_fini(node_resv_desc_t *desc);
  * trailer included) with its flags set to "pages follow", then for each source s < n_sources:
  * u64 n_rows[s], u32 n_pages[s], the n_pages[s] pages pages[k] (page_bytes each, in order,
  * sources concatenated), then a fresh XXH3-64 trailer. *blob_out malloc'ed (caller frees).
- * Returns TDM_OK, TDM_ERR_FORMAT (record too short or not a record) or TDM_ERR_NO_MEMORY.
+ * Returns TDM_OK, TDM_ERR_FORMAT (record too short, not a record, or another blob version) or
+ * TDM_ERR_NO_MEMORY. The engine owns the format: this is engine_seq_blob_add_pages.
  */
 tdm_status_t node_blob_with_pages(const uint8_t *record, size_t n_record, uint32_t n_sources,
                                   const int64_t *n_rows, const uint32_t *n_pages,

@@ -563,3 +563,51 @@ err_destroy:
     engine_seq_destroy(seq);
     return st;
 }
+
+/* ---- a record blob plus pages ------------------------------------------------------------ */
+
+/* Byte offset of the u32 flags in the 64-byte header (format in seq_state.h). */
+#define BLOB_FLAGS_OFFSET 52u
+
+tdm_status_t engine_seq_blob_add_pages(const uint8_t *record, size_t n_record, uint32_t n_sources,
+                                       const int64_t *n_rows, const uint32_t *n_pages,
+                                       const void *const *pages, size_t page_bytes,
+                                       uint8_t **blob_out, size_t *n_blob_out)
+{
+    reader_t r = {record, 4, n_record, 0};
+    size_t body = n_record - 8;
+    size_t total = body + 8;
+    size_t k = 0;
+    uint8_t *blob;
+    writer_t w;
+
+    if (record == NULL || n_record < ENGINE_SEQ_BLOB_HEADER_BYTES + 8 ||
+        memcmp(record, ENGINE_SEQ_BLOB_MAGIC, 4) != 0 || get_u32(&r) != ENGINE_SEQ_BLOB_VERSION) {
+        return TDM_ERR_FORMAT;
+    }
+    for (uint32_t s = 0; s < n_sources; s++) {
+        total += 12 + (size_t)n_pages[s] * page_bytes;
+    }
+    blob = malloc(total);
+    if (blob == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    w.p = blob;
+    w.used = 0;
+    w.cap = total;
+    put(&w, record, body);
+    w.used = BLOB_FLAGS_OFFSET;
+    put_u32(&w, BLOB_FLAG_PAGES);
+    w.used = body;
+    for (uint32_t s = 0; s < n_sources; s++) {
+        put_u64(&w, (uint64_t)n_rows[s]);
+        put_u32(&w, n_pages[s]);
+        for (uint32_t i = 0; i < n_pages[s]; i++) {
+            put(&w, pages[k++], page_bytes);
+        }
+    }
+    put_u64(&w, tdm_hash_xxh3_64(blob, w.used));
+    *blob_out = blob;
+    *n_blob_out = w.used;
+    return TDM_OK;
+}

@@ -141,4 +141,22 @@ tdm_status_t engine_seq_export(engine_seq_t *seq, uint32_t flags, uint8_t *blob_
 tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *pool,
                                const uint8_t *blob, size_t blob_bytes, engine_seq_t **seq_out);
 
+/*
+ * engine_seq_blob_add_pages - a blob with pages (flags ENGINE_SEQ_EXPORT_PAGES) made without the
+ * sequence: `record` (an ENGINE_SEQ_EXPORT_RECORD blob of n_record bytes, trailer included) with
+ * its flags set to 1, then for each of n_sources KV sources in kv_source_layer_ids order
+ * i64 n_rows[s], u32 n_pages[s] and its n_pages[s] pages of page_bytes (pages[] holds every
+ * source's pages back to back), then a fresh XXH3-64 trailer (format at the top of this file).
+ * For a node that holds a sequence's record and pages but not the sequence (a handoff);
+ * engine_seq_import checks the result. Reads the record's magic and version only: its trailer is
+ * replaced, and the import checks the pages and every size.
+ *
+ * Returns TDM_OK with *blob_out (malloc'ed, caller frees) and *n_blob_out, TDM_ERR_FORMAT (NULL
+ * or short record, bad magic or version) or TDM_ERR_NO_MEMORY; outputs untouched on error.
+ */
+tdm_status_t engine_seq_blob_add_pages(const uint8_t *record, size_t n_record, uint32_t n_sources,
+                                       const int64_t *n_rows, const uint32_t *n_pages,
+                                       const void *const *pages, size_t page_bytes,
+                                       uint8_t **blob_out, size_t *n_blob_out);
+
 #endif

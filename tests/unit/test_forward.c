@@ -1,7 +1,7 @@
 /* test_forward.c - the schedules of MODEL.md section 6 on the tiny preset: CED vs oracle
  * (bit-identical where 6(e) says so, statistics elsewhere), chunked prefill, decode continuing a
- * prefill, batch composition, verify, export/import, replay, and the page pool's baseline and
- * error paths. */
+ * prefill, batch composition, verify, export/import (and a record plus pages), replay, and the
+ * page pool's baseline and error paths. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -374,6 +374,86 @@ static void test_export_import_then_continue_is_uninterrupted(void **state)
     free(lb);
 }
 
+/* Little-endian integer of `n_bytes` at p (the blob format's byte order). */
+static uint64_t le_at(const uint8_t *p, int n_bytes)
+{
+    uint64_t v = 0;
+    for (int b = n_bytes - 1; b >= 0; b--) {
+        v = (v << 8) | p[b];
+    }
+    return v;
+}
+
+/* A record blob plus the pages, put together without the sequence (a handoff), is byte for byte
+ * the sequence's own export with pages; a short or foreign record is refused. */
+static void test_record_plus_pages_equals_export_with_pages(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t ids[70];
+    engine_seq_t *a = new_seq(fx);
+    uint8_t *want, *record, *got = NULL;
+    size_t n_want, n_record, n_got = 0, written = 0;
+    ftu_prompt(13, fx->V, ids, 70);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, 69, 0, NULL, NULL), TDM_OK);
+    n_want = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_PAGES);
+    n_record = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_RECORD);
+    want = malloc(n_want);
+    record = malloc(n_record);
+    assert_int_equal(engine_seq_export(a, ENGINE_SEQ_EXPORT_PAGES, want, n_want, &written),
+                     TDM_OK);
+    assert_int_equal(engine_seq_export(a, ENGINE_SEQ_EXPORT_RECORD, record, n_record, &written),
+                     TDM_OK);
+
+    /* Take each source's rows, page count and page pointers out of the pages section. */
+    uint32_t n_sources = (uint32_t)le_at(want + 48, 4); /* header: u32 n_kv_sources */
+    size_t page_bytes = (size_t)le_at(want + 56, 8);    /* header: u64 page bytes */
+    int64_t *n_rows = calloc(n_sources, sizeof(*n_rows));
+    uint32_t *n_pages = calloc(n_sources, sizeof(*n_pages));
+    const void **pages = calloc(n_want / page_bytes + 1, sizeof(*pages));
+    size_t at = n_record - 8, k = 0;
+    assert_true(n_sources > 0);
+    for (uint32_t s = 0; s < n_sources; s++) {
+        n_rows[s] = (int64_t)le_at(want + at, 8);
+        n_pages[s] = (uint32_t)le_at(want + at + 8, 4);
+        at += 12;
+        for (uint32_t i = 0; i < n_pages[s]; i++, at += page_bytes) {
+            pages[k++] = want + at;
+        }
+    }
+    assert_int_equal(at + 8, n_want);
+    assert_true(k > 0);
+
+    assert_int_equal(engine_seq_blob_add_pages(record, n_record, n_sources, n_rows, n_pages,
+                                               pages, page_bytes, &got, &n_got),
+                     TDM_OK);
+    assert_int_equal(n_got, n_want);
+    assert_memory_equal(got, want, n_want);
+    free(got);
+
+    got = NULL;
+    n_got = 0;
+    assert_int_equal(engine_seq_blob_add_pages(record, ENGINE_SEQ_BLOB_HEADER_BYTES, n_sources,
+                                               n_rows, n_pages, pages, page_bytes, &got, &n_got),
+                     TDM_ERR_FORMAT);
+    record[0] ^= 1; /* not "TDSQ" */
+    assert_int_equal(engine_seq_blob_add_pages(record, n_record, n_sources, n_rows, n_pages,
+                                               pages, page_bytes, &got, &n_got),
+                     TDM_ERR_FORMAT);
+    record[0] ^= 1;
+    record[4] ^= 1; /* another version */
+    assert_int_equal(engine_seq_blob_add_pages(record, n_record, n_sources, n_rows, n_pages,
+                                               pages, page_bytes, &got, &n_got),
+                     TDM_ERR_FORMAT);
+    assert_null(got);
+    assert_int_equal(n_got, 0);
+    free(pages);
+    free(n_pages);
+    free(n_rows);
+    free(record);
+    free(want);
+    engine_seq_destroy(a);
+}
+
 /* Replay (recovery) of a short sequence (H <= W) rebuilds exactly the lost rings. */
 static void test_replay_recovery_rebuilds_rings(void **state)
 {
@@ -504,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_batch_of_8_equals_each_alone),
         cmocka_unit_test(test_verify_equals_successive_decodes),
         cmocka_unit_test(test_export_import_then_continue_is_uninterrupted),
+        cmocka_unit_test(test_record_plus_pages_equals_export_with_pages),
         cmocka_unit_test(test_replay_recovery_rebuilds_rings),
         cmocka_unit_test(test_replay_vs_continuation_statistics),
         cmocka_unit_test(test_pool_exhaustion_fails_and_changes_nothing),
