@@ -1,5 +1,6 @@
 /* forward_test_util.h - helpers shared by the forward-pass tests: make the tiny checkpoint with
- * the built tandem-mkmodel, load it, and collect --dump-layers records (MODEL.md 12.10). */
+ * the built tandem-mkmodel, load it with a page pool and a forward context (ftu_engine_t), and
+ * collect --dump-layers records (MODEL.md 12.10). */
 #ifndef TANDEM_TESTS_FORWARD_TEST_UTIL_H
 #define TANDEM_TESTS_FORWARD_TEST_UTIL_H
 
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/arena.h"
 #include "engine/forward.h"
 
 #define FTU_PATH_BYTES 4096
@@ -36,6 +38,63 @@ static inline int ftu_make_model(const char *preset, uint64_t seed, const char *
              bin, preset, (unsigned long long)seed, path_out);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A loaded checkpoint with its page pool and forward context: a forward test's fixture. */
+typedef struct {
+    engine_model_t *model;
+    const engine_config_t *cfg; /* the model's; borrowed */
+    engine_kv_pool_t *pool;
+    engine_fwd_t *fwd;
+    uint32_t free_at_start; /* pool pages free after setup: teardown checks they all came back */
+    int64_t V;              /* vocab_size */
+    tdm_arena_t arena;      /* scratch a test may tdm_arena_init; zeroed otherwise */
+} ftu_engine_t;
+
+/* Make (once) and load the tiny preset (seed 1) with 2 threads, a pool of n_pages pages and a
+ * forward context with default parameters into the zeroed *e. Returns 0, or -1 after printing why
+ * (*e may hold what was made: ftu_engine_close releases it). */
+static inline int ftu_engine_open(ftu_engine_t *e, uint32_t n_pages)
+{
+    char dir[FTU_PATH_BYTES];
+    char err[256];
+    engine_model_params_t mp;
+    engine_fwd_params_t fp;
+
+    if (ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
+        return -1;
+    }
+    engine_model_params_default(&mp);
+    mp.n_threads = 2;
+    if (engine_model_load(dir, &mp, &e->model, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "load: %s\n", err);
+        return -1;
+    }
+    e->cfg = engine_model_config(e->model);
+    e->V = e->cfg->vocab_size;
+    if (engine_kv_pool_create(e->cfg, engine_model_fingerprint(e->model), n_pages, &e->pool) !=
+        TDM_OK) {
+        return -1;
+    }
+    engine_fwd_params_default(e->model, &fp);
+    if (engine_fwd_create(e->model, e->pool, &fp, &e->fwd) != TDM_OK) {
+        return -1;
+    }
+    e->free_at_start = engine_kv_pool_n_free(e->pool);
+    return 0;
+}
+
+/* Release everything ftu_engine_open (and the test, for the arena) made. Returns 0 when every
+ * pool page came back (the teardown check), else -1. */
+static inline int ftu_engine_close(ftu_engine_t *e)
+{
+    int ok = e->pool == NULL || engine_kv_pool_n_free(e->pool) == e->free_at_start;
+
+    tdm_arena_fini(&e->arena);
+    engine_fwd_destroy(e->fwd);
+    engine_kv_pool_destroy(e->pool);
+    engine_model_destroy(e->model);
+    return ok ? 0 : -1;
 }
 
 /* Random prompt of n ids in [3, V - 3) (no image or noise token), seeded. */

@@ -20,46 +20,17 @@
 #define MAX_PROMPT 64
 #define MAX_HIST   (MAX_PROMPT + GEN_TOKENS + 4)
 
-typedef struct {
-    engine_model_t *model;
-    const engine_config_t *cfg;
-    engine_kv_pool_t *pool;
-    engine_fwd_t *fwd;
-    uint32_t free_at_start;
-    int64_t V;
-    tdm_arena_t arena;
-} fixture_t;
+typedef ftu_engine_t fixture_t; /* with the sampler's scratch in `arena` */
 
 static int setup(void **state)
 {
-    char dir[FTU_PATH_BYTES];
-    char err[256];
-    engine_model_params_t mp;
-    engine_fwd_params_t fp;
     fixture_t *fx = calloc(1, sizeof(*fx));
-    if (fx == NULL || ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
-        return -1;
-    }
-    engine_model_params_default(&mp);
-    mp.n_threads = 2;
-    if (engine_model_load(dir, &mp, &fx->model, err, sizeof(err)) != TDM_OK) {
-        print_message("load: %s\n", err);
-        return -1;
-    }
-    fx->cfg = engine_model_config(fx->model);
-    fx->V = fx->cfg->vocab_size;
-    if (engine_kv_pool_create(fx->cfg, engine_model_fingerprint(fx->model), POOL_PAGES,
-                              &fx->pool) != TDM_OK) {
-        return -1;
-    }
-    engine_fwd_params_default(fx->model, &fp);
-    if (engine_fwd_create(fx->model, fx->pool, &fp, &fx->fwd) != TDM_OK) {
+    if (fx == NULL || ftu_engine_open(fx, POOL_PAGES) != 0) {
         return -1;
     }
     if (tdm_arena_init(&fx->arena, engine_sampler_scratch_bytes(fx->V) + 4096) != TDM_OK) {
         return -1;
     }
-    fx->free_at_start = engine_kv_pool_n_free(fx->pool);
     *state = fx;
     return 0;
 }
@@ -67,11 +38,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *fx = *state;
-    int ok = engine_kv_pool_n_free(fx->pool) == fx->free_at_start;
-    tdm_arena_fini(&fx->arena);
-    engine_fwd_destroy(fx->fwd);
-    engine_kv_pool_destroy(fx->pool);
-    engine_model_destroy(fx->model);
+    int ok = ftu_engine_close(fx) == 0;
     free(fx);
     return ok ? 0 : -1;
 }
