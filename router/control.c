@@ -98,6 +98,10 @@ static tdm_status_t send_to_worker(void *ctx, const char *worker_id, const Tande
     router_control_t *c = ctx;
     tdm_status_t status = send_raw(c, worker_id, strlen(worker_id), env);
 
+    if (status == TDM_OK && env->body_case == TANDEM__ENVELOPE__BODY_DECODE_REQUEST) {
+        router_metrics_decode_request(c->metrics, env->decode_request,
+                                      router_model_info(c->model)->page_bytes);
+    }
     /* A message we could not pack is our bug, not the peer's: report it as lost anyway so the
      * turn is retried elsewhere rather than hanging. */
     return status == TDM_OK ? TDM_OK : TDM_ERR_PEER_LOST;

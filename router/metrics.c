@@ -76,6 +76,22 @@ uint64_t router_metrics_get(router_metrics_t *metrics, router_metric_t which)
     return value;
 }
 
+void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr,
+                                   uint32_t page_bytes)
+{
+    uint64_t computed = dr->total_len > dr->cached_len ? dr->total_len - dr->cached_len : 0;
+    uint64_t moved = 0;
+
+    if (dr->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE && dr->handoff != NULL) {
+        moved = (uint64_t)dr->handoff->n_page_checksums * page_bytes;
+    }
+    pthread_mutex_lock(&metrics->lock);
+    metrics->counters[ROUTER_METRIC_TOKENS_COMPUTED] += computed;
+    metrics->counters[ROUTER_METRIC_TOKENS_REUSED] += dr->cached_len;
+    metrics->counters[ROUTER_METRIC_KV_BYTES_MOVED] += moved;
+    pthread_mutex_unlock(&metrics->lock);
+}
+
 void router_metrics_error(router_metrics_t *metrics, const char *code, int http_status)
 {
     int i;
@@ -237,6 +253,20 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
          "tandem_router_prefill_tokens_total{mode=\"remote\"} %llu\n",
          (unsigned long long)c[ROUTER_METRIC_PREFILL_LOCAL_TOKENS],
          (unsigned long long)c[ROUTER_METRIC_PREFILL_REMOTE_TOKENS]);
+    /* The names tandem-bench reads (bench/replay/metrics.h); only the router exports them, so a
+     * scrape of the router and its workers sums each once. */
+    emit_counter(&o, "tandem_prefill_tokens_computed_total",
+                 "prompt tokens prefilled (the delta of each decode request sent: by a prefill "
+                 "node before its handoff, or locally by the decode node)",
+                 c[ROUTER_METRIC_TOKENS_COMPUTED]);
+    emit_counter(&o, "tandem_prefill_tokens_reused_total",
+                 "prompt tokens served from cached KV (the cached length each decode request "
+                 "continued from)",
+                 c[ROUTER_METRIC_TOKENS_REUSED]);
+    emit_counter(&o, "tandem_kv_bytes_moved_total",
+                 "bytes of KV pages prefill nodes put into decode nodes (pages of each handoff "
+                 "times the page size)",
+                 c[ROUTER_METRIC_KV_BYTES_MOVED]);
     emit_counter(&o, "tandem_router_prefix_hits_total",
                  "requests without a session id matched to a session by cached prefix",
                  c[ROUTER_METRIC_PREFIX_HITS]);

@@ -1,7 +1,9 @@
 /* metrics.h - the router's counters and latency histograms, rendered as Prometheus text.
  *
  * Owns request and error counters (errors by API error code), token counters, prefill-dispatch
- * counters (local and remote delta tokens: what a turn really prefilled) and the TTFT and
+ * counters (local and remote delta tokens: what a turn really prefilled), the prompt counters
+ * tandem-bench reads (tokens computed, tokens reused from cached KV, KV bytes moved: counted
+ * from the DecodeRequests sent, bench/replay/metrics.h) and the TTFT and
  * inter-token latency histograms. Gauges that describe the cluster (workers, sessions, prefill
  * backlog, KV occupancy) are passed in at render time. Thread-safe: one internal mutex; every
  * call is short.
@@ -33,6 +35,9 @@ typedef enum {
     ROUTER_METRIC_PREFIX_HITS,           /* requests matched to a session by prefix */
     ROUTER_METRIC_RETRIES,               /* turn attempts repeated (worker lost, state lost) */
     ROUTER_METRIC_CLIENT_ABORTS,         /* clients gone before the end */
+    ROUTER_METRIC_TOKENS_COMPUTED,       /* delta tokens of decode requests sent (prefilled) */
+    ROUTER_METRIC_TOKENS_REUSED,         /* cached tokens decode requests continued from */
+    ROUTER_METRIC_KV_BYTES_MOVED,        /* bytes of pages prefill nodes put into decode nodes */
     ROUTER_METRIC_COUNT
 } router_metric_t;
 
@@ -61,6 +66,21 @@ void router_metrics_ttft(router_metrics_t *metrics, double seconds);
 
 /* router_metrics_itl - observe one inter-token latency, seconds. */
 void router_metrics_itl(router_metrics_t *metrics, double seconds);
+
+/*
+ * router_metrics_decode_request - count what one DecodeRequest the router sent to a decode node
+ * says about its turn's prompt (call once per request sent successfully; one per attempt that
+ * reached a decode node, so a turn rerun after a lost worker counts each attempt):
+ *   tandem_prefill_tokens_computed_total += total_len - cached_len (the delta a prefill node
+ *       computed before the handoff, or the decode node computes locally);
+ *   tandem_prefill_tokens_reused_total   += cached_len (prompt tokens served from cached KV);
+ *   tandem_kv_bytes_moved_total          += pages written by the prefill node (one checksum per
+ *       page in the handoff's notice) x page_bytes, for PREFILL_REMOTE only.
+ * page_bytes: bytes of one KV page (router_model_info()->page_bytes, MODEL.md 7). A request with
+ * total_len < cached_len is counted as 0 computed. Thread-safe.
+ */
+void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr,
+                                   uint32_t page_bytes);
 
 /* router_metrics_get - the current value of counter `which` (tests, /health). */
 uint64_t router_metrics_get(router_metrics_t *metrics, router_metric_t which);

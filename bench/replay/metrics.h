@@ -2,8 +2,11 @@
  *
  * Names are the contract with the router and workers (docs/BENCH.md): each is a counter, summed
  * over every sample of that name (any labels) and over every endpoint scraped; the benchmark
- * reports the difference between a scrape before and after each concurrency level. Owns
- * nothing beyond the snapshots callers hold. Knows nothing of traces or requests.
+ * reports the difference between a scrape before and after each concurrency level. Tandem's
+ * router exports the three BENCH_METRIC_* names below (router/metrics.c, counted from the
+ * DecodeRequests it sends) and its workers export none of them, so scraping the router and every
+ * worker (scripts/demo) counts each once. Owns nothing beyond the snapshots callers hold. Knows
+ * nothing of traces or requests.
  */
 #ifndef TANDEM_BENCH_METRICS_H
 #define TANDEM_BENCH_METRICS_H
@@ -12,11 +15,14 @@
 
 #include "common/status.h"
 
-/* Prompt tokens that went through prefill compute (not found in any KV cache). */
+/* Prompt tokens that went through prefill compute (not found in any KV cache). Tandem: the
+ * delta of every turn attempt that reached a decode node (prefilled remotely or locally). */
 #define BENCH_METRIC_PREFILL_COMPUTED "tandem_prefill_tokens_computed_total"
-/* Prompt tokens served from cached KV (prefix reuse), never recomputed. */
+/* Prompt tokens served from cached KV (prefix reuse), never recomputed. Tandem: the cached
+ * length each decode request continued from. */
 #define BENCH_METRIC_PREFILL_REUSED "tandem_prefill_tokens_reused_total"
-/* KV bytes moved between workers (prefill-to-decode puts, history pulls, offload returns). */
+/* KV bytes moved between workers (prefill-to-decode puts, history pulls, offload returns).
+ * Tandem counts the pages prefill nodes put into decode nodes (handoffs x page bytes). */
 #define BENCH_METRIC_KV_BYTES_MOVED "tandem_kv_bytes_moved_total"
 
 typedef enum {
