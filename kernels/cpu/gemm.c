@@ -8,14 +8,12 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/pool.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -29,6 +27,7 @@
 #define TILE_ROWS 4  /* activation rows per register tile */
 #define ROW_BLOCK 32 /* activation rows kept hot while a weight tile streams past */
 #define GEMV_OUT 8   /* outputs per tile of the one-row path */
+#define GEMM_CHUNKS_PER_THREAD 8 /* work items per thread of a threaded GEMM */
 #define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
 /* The fixed reduction tree of the 16 lane sums. */
@@ -295,6 +294,27 @@ static void gemm_quads(const kern_mat_t *w, const float *x, int64_t ldx, int64_t
     }
 }
 
+/* One threaded GEMM call: chunk c covers quads [n_quads c / n_chunks, n_quads (c+1) / n_chunks). */
+typedef struct {
+    const kern_mat_t *w;
+    const float *x;
+    int64_t ldx;
+    int64_t n_rows;
+    uint32_t flags;
+    float *y_out;
+    int64_t ldy;
+    int64_t n_quads;
+    int64_t n_chunks;
+    int use_avx;
+} gemm_job_t;
+
+static void gemm_chunk(void *arg, int64_t c)
+{
+    const gemm_job_t *j = arg;
+    gemm_quads(j->w, j->x, j->ldx, j->n_rows, j->flags, j->y_out, j->ldy,
+               j->n_quads * c / j->n_chunks, j->n_quads * (c + 1) / j->n_chunks, j->use_avx);
+}
+
 tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,
                            int64_t n_rows, uint32_t flags, float *y_out, int64_t ldy)
 {
@@ -311,24 +331,22 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
     if ((double)n_rows * (double)w->n_out * (double)w->n_in < GEMM_THREAD_MIN_MACS ||
         n_quads < 2 * n_threads) {
-        n_threads = 1; /* too little work to pay for a fork/join */
+        n_threads = 1; /* too little work to pay for waking a worker */
     }
     if (n_threads == 1) {
         gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, 0, n_quads, use_avx);
         return TDM_OK;
     }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n_threads)
-    {
-        int64_t t = omp_get_thread_num();
-        int64_t nt = omp_get_num_threads();
-        int64_t q0 = n_quads * t / nt;
-        int64_t q1 = n_quads * (t + 1) / nt;
-        gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, q0, q1, use_avx);
+    /* Chunks of quads on the kernels' worker pool (kernels/cpu/pool.h): on a shared,
+     * oversubscribed box a worker that is scheduled late finds the work done instead of holding
+     * the call up for a fixed share, and idle workers sleep rather than spin. Outputs are
+     * independent, so the bits do not change. */
+    gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, use_avx};
+    job.n_chunks = (int64_t)n_threads * GEMM_CHUNKS_PER_THREAD;
+    if (job.n_chunks > n_quads) {
+        job.n_chunks = n_quads;
     }
-#else
-    gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, 0, n_quads, use_avx);
-#endif
+    cpu_pool_run(n_threads, job.n_chunks, gemm_chunk, &job);
     return TDM_OK;
 }
 

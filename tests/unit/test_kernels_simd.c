@@ -1,0 +1,305 @@
+/* test_kernels_simd.c - the CPU kernels' vector paths (AVX-512 where the CPU has it) and worker
+ * pool give the bits of the plain scalar definitions: dequantizers and Q_act8 round trips
+ * against kernels/codec_bits.h on every code and special values, the one-row GEMV (BF16, FP32)
+ * and the pooled GEMM against kern_gemm_ref_cpu, mHC collapse/update and attention against the
+ * scalar loops written here, and two threads sharing the pool. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/attention.h"
+#include "kernels/codec.h"
+#include "kernels/codec_bits.h"
+#include "kernels/gemm.h"
+#include "kernels/mhc.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float frand(float scale)
+{
+    return ((float)(rnd32() % 2000001u) / 1000000.0f - 1.0f) * scale;
+}
+
+static float from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof(f));
+    return f;
+}
+
+static void assert_bits_equal(const float *got, const float *want, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            fail_msg("%s: element %lld: got %a want %a", what, (long long)i, (double)got[i],
+                     (double)want[i]);
+        }
+    }
+}
+
+static void test_dequant_every_code_and_scale(void **state)
+{
+    enum { N = 4096 };
+    uint8_t codes[N], scales[N / 16];
+    float y[N], want[N];
+    (void)state;
+    for (int rep = 0; rep < 64; rep++) {
+        for (int i = 0; i < N; i++) {
+            codes[i] = (uint8_t)(rep == 0 ? (uint32_t)i : rnd32());
+        }
+        for (int i = 0; i < N / 16; i++) {
+            scales[i] = (uint8_t)(rep == 0 ? (uint32_t)i : rnd32()); /* 0 and 0xFF (NaN) included */
+        }
+        assert_int_equal(kern_dequant_act8_cpu(NULL, codes, scales, N / 128, 128, y), TDM_OK);
+        for (int i = 0; i < N; i++) {
+            want[i] = codec_e4m3_to_f32(codes[i]) * codec_ue8m0_to_f32(scales[i / 32]);
+        }
+        assert_bits_equal(y, want, N, "dequant_act8");
+        assert_int_equal(kern_dequant_ckv_cpu(NULL, codes, scales, N / 128, 128, y), TDM_OK);
+        for (int i = 0; i < N; i++) {
+            uint8_t nib = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
+            want[i] = codec_e2m1_to_f32(nib) * codec_e4m3_to_f32(scales[i / 16]);
+        }
+        assert_bits_equal(y, want, N, "dequant_ckv");
+        assert_int_equal(kern_dequant_mx4_cpu(NULL, codes, scales, N / 64, 64, y), TDM_OK);
+        for (int i = 0; i < N; i++) {
+            uint8_t nib = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
+            want[i] = codec_e2m1_to_f32(nib) * codec_ue8m0_to_f32(scales[i / 32]);
+        }
+        assert_bits_equal(y, want, N, "dequant_mx4");
+    }
+}
+
+/* One value of a Q_act8 test group: random bits, the e4m3 grid (ties), subnormal and huge. */
+static float qdq_input(int mode, int i)
+{
+    switch (mode) {
+    case 0:
+        return from_bits(rnd32()); /* NaN, infinities, subnormals */
+    case 1:
+        return ldexpf(frand(1.0f), (int)(rnd32() % 60) - 30);
+    case 2: /* exact midpoints between grid points of the group's scale */
+        return (i == 0 ? 448.0f : (float)((int)(rnd32() % 1793) - 896) / 4.0f) *
+               ldexpf(1.0f, (int)(rnd32() % 20) - 10);
+    case 3:
+        return from_bits((rnd32() & 0x80FFFFFFu) | ((rnd32() % 3u) << 23));
+    default:
+        return (float)((int)(rnd32() % 33) - 16) * ldexpf(1.0f, (int)(rnd32() % 14) - 16);
+    }
+}
+
+static void test_qdq_act8_matches_scalar_composition(void **state)
+{
+    enum { N = 1024 };
+    float x[N], y[N], want[N];
+    (void)state;
+    for (int rep = 0; rep < 500; rep++) {
+        for (int i = 0; i < N; i++) {
+            x[i] = qdq_input(rep % 5, i % 32);
+        }
+        for (int g = 0; g < N; g += 32) {
+            float amax = 0.0f;
+            float s;
+            for (int i = g; i < g + 32; i++) {
+                amax = codec_amax_merge(amax, codec_amax_term(x[i]));
+            }
+            s = codec_ue8m0_to_f32(codec_act8_scale(amax));
+            for (int i = g; i < g + 32; i++) {
+                want[i] = codec_e4m3_to_f32(codec_e4m3_from_f32(codec_div_rn(x[i], s))) * s;
+            }
+        }
+        assert_int_equal(kern_qdq_act8_cpu(x, N, y), TDM_OK);
+        assert_bits_equal(y, want, N, "qdq_act8");
+        assert_int_equal(kern_qdq_act8_cpu(x, N, x), TDM_OK); /* in place */
+        assert_bits_equal(x, want, N, "qdq_act8 in place");
+    }
+}
+
+/* kern_gemm_cpu equals kern_gemm_ref_cpu bit for bit at n_rows rows and n_threads threads. */
+static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, int n_threads,
+                       uint32_t flags)
+{
+    int64_t nw = n_out * n_in;
+    void *wd = malloc((size_t)nw * (dtype == KERN_MAT_F32 ? 4 : 2));
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd};
+    kern_ctx_t ctx = {.n_threads = n_threads};
+
+    for (int64_t i = 0; i < nw; i++) {
+        if (dtype == KERN_MAT_F32) {
+            ((float *)wd)[i] = frand(0.1f);
+        } else {
+            ((uint16_t *)wd)[i] = kern_bf16_from_f32(frand(0.1f));
+        }
+    }
+    for (int64_t i = 0; i < n_rows * n_in; i++) {
+        x[i] = frand(3.0f);
+    }
+    assert_int_equal(kern_gemm_cpu(&ctx, &m, x, n_in, n_rows, flags, y, n_out), TDM_OK);
+    assert_int_equal(kern_gemm_ref_cpu(NULL, &m, x, n_in, n_rows, flags, y_ref, n_out), TDM_OK);
+    assert_bits_equal(y, y_ref, n_rows * n_out, "gemm");
+    free(wd);
+    free(x);
+    free(y);
+    free(y_ref);
+}
+
+static void test_gemv_and_pooled_gemm_match_reference(void **state)
+{
+    static const int64_t outs[] = {1, 3, 4, 7, 8, 9, 15, 16, 17, 24, 37, 100};
+    (void)state;
+    for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+        check_gemm(KERN_MAT_BF16, outs[i], 64, 1, 1, 0);
+        check_gemm(KERN_MAT_F32, outs[i], 2048, 1, 1, KERN_GEMM_OUT_BF16);
+        check_gemm(KERN_MAT_BF16, outs[i], 48, 3, 1, KERN_GEMM_OUT_BF16);
+    }
+    /* above the threading threshold (4 M MACs): chunks on the pool, 2 and 3 threads */
+    check_gemm(KERN_MAT_BF16, 8200, 512, 1, 2, 0);
+    check_gemm(KERN_MAT_BF16, 1030, 512, 9, 3, KERN_GEMM_OUT_BF16);
+    check_gemm(KERN_MAT_F32, 4100, 1024, 2, 2, 0);
+}
+
+typedef struct {
+    int ok;
+} pool_arg_t;
+
+static void *gemm_thread(void *arg)
+{
+    pool_arg_t *a = arg;
+    for (int rep = 0; rep < 3; rep++) {
+        check_gemm(KERN_MAT_BF16, 4100, 1024, 1, 2, 0); /* fails the test on a mismatch */
+    }
+    a->ok = 1;
+    return NULL;
+}
+
+static void test_two_callers_share_the_pool(void **state)
+{
+    pthread_t th;
+    pool_arg_t a = {0};
+    (void)state;
+    assert_int_equal(pthread_create(&th, NULL, gemm_thread, &a), 0);
+    for (int rep = 0; rep < 3; rep++) {
+        check_gemm(KERN_MAT_F32, 2050, 2048, 1, 2, KERN_GEMM_OUT_BF16);
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(a.ok, 1);
+}
+
+static void test_mhc_and_attention_match_scalar_loops(void **state)
+{
+    enum { M = 4, H = 96, D = 64, NH = 3, NA = 21, NB = 5 };
+    float pre[M], post[M], Mx[M * M], X[M * H], X2[M * H], F[H], y[H], want[H * M];
+    float q[NH * D], ka[NA * D], kb[NB * D], sink[NH], o[NH * D], scratch[NA + NB];
+    (void)state;
+    for (int rep = 0; rep < 50; rep++) {
+        for (int i = 0; i < M; i++) {
+            pre[i] = frand(1.0f);
+            post[i] = frand(2.0f);
+        }
+        for (int i = 0; i < M * M; i++) {
+            Mx[i] = frand(1.0f);
+        }
+        for (int i = 0; i < M * H; i++) {
+            X[i] = kern_bf16_round(frand(4.0f));
+        }
+        for (int i = 0; i < H; i++) {
+            F[i] = frand(4.0f);
+        }
+        /* collapse */
+        assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X, 1, M, H, y), TDM_OK);
+        for (int c = 0; c < H; c++) {
+            float acc = 0.0f;
+            for (int i = 0; i < M; i++) {
+                acc += pre[i] * X[i * H + c];
+            }
+            want[c] = kern_bf16_round(acc);
+        }
+        assert_bits_equal(y, want, H, "mhc_collapse");
+        /* update */
+        memcpy(X2, X, sizeof(X));
+        assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, M, H, X2), TDM_OK);
+        for (int c = 0; c < H; c++) {
+            for (int j = 0; j < M; j++) {
+                float acc = 0.0f;
+                for (int i = 0; i < M; i++) {
+                    acc += Mx[i * M + j] * X[i * H + c];
+                }
+                want[j * H + c] = kern_bf16_round(post[j] * F[c] + acc);
+            }
+        }
+        assert_bits_equal(X2, want, M * H, "mhc_update");
+        /* attention over a window part and a selected part, with sinks */
+        for (int i = 0; i < NH * D; i++) {
+            q[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NA * D; i++) {
+            ka[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NB * D; i++) {
+            kb[i] = frand(1.0f);
+        }
+        for (int h = 0; h < NH; h++) {
+            sink[h] = frand(2.0f);
+        }
+        assert_int_equal(kern_attention_cpu(NULL, q, ka, NA, kb, NB, sink, NH, D, 0.125f, scratch,
+                                            o),
+                         TDM_OK);
+        for (int h = 0; h < NH; h++) {
+            float s[NA + NB], mu = -INFINITY, den = 0.0f, acc[D];
+            for (int e = 0; e < NA + NB; e++) {
+                const float *k = e < NA ? ka + e * D : kb + (e - NA) * D;
+                s[e] = kern_dot_cpu(q + h * D, k, D) * 0.125f;
+                mu = s[e] > mu ? s[e] : mu;
+            }
+            for (int e = 0; e < NA + NB; e++) {
+                s[e] = expf(s[e] - mu);
+                den += s[e];
+            }
+            den += expf(sink[h] - mu);
+            for (int c = 0; c < D; c++) {
+                acc[c] = 0.0f;
+            }
+            for (int e = 0; e < NA + NB; e++) {
+                const float *k = e < NA ? ka + e * D : kb + (e - NA) * D;
+                float p = s[e] / den;
+                for (int c = 0; c < D; c++) {
+                    acc[c] += p * k[c];
+                }
+            }
+            for (int c = 0; c < D; c++) {
+                want[h * D + c] = kern_bf16_round(acc[c]);
+            }
+        }
+        assert_bits_equal(o, want, NH * D, "attention");
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dequant_every_code_and_scale),
+        cmocka_unit_test(test_qdq_act8_matches_scalar_composition),
+        cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
+        cmocka_unit_test(test_two_callers_share_the_pool),
+        cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
