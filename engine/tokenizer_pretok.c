@@ -458,14 +458,37 @@ static tdm_status_t find_matches(const pcre2_code *code, const uint8_t *subject,
     return TDM_OK;
 }
 
+/* The output piece split_piece holds back: [start, end) of the piece, and whether it came from a
+ * match. */
+typedef struct {
+    size_t start;
+    size_t end;
+    int have;
+    int is_match;
+} pending_t;
+
+/* Emit the pending piece, if any, and hold [a, b) in its place. */
+static tdm_status_t pending_replace(pending_t *pend, engine_tokenizer_scratch_t *s, size_t offset,
+                                    size_t a, size_t b, int is_match)
+{
+    tdm_status_t status = TDM_OK;
+
+    if (pend->have) {
+        status = push_next(s, offset + pend->start, pend->end - pend->start);
+    }
+    pend->start = a;
+    pend->end = b;
+    pend->is_match = is_match;
+    pend->have = 1;
+    return status;
+}
+
 /* Split one piece by its matches according to the behaviour (Hugging Face semantics). */
 static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size_t offset, size_t n,
                                 engine_tokenizer_scratch_t *s)
 {
     size_t prev_end = 0;
-    /* Pending output piece [pend_start, pend_end) and whether it came from a match. */
-    size_t pend_start = 0, pend_end = 0;
-    int have_pend = 0, pend_is_match = 0;
+    pending_t pend = {0, 0, 0, 0};
     tdm_status_t status = find_matches(step->code, s->work + offset, n, s);
 
     for (size_t i = 0; status == TDM_OK && i <= s->n_matches; i++) {
@@ -499,53 +522,35 @@ static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size
                 break;
             case ENGINE_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS:
                 /* A match joins the piece before it unless that piece was a match. */
-                if (is_match && have_pend && !pend_is_match) {
-                    pend_end = b;
-                    pend_is_match = 1;
+                if (is_match && pend.have && !pend.is_match) {
+                    pend.end = b;
+                    pend.is_match = 1;
                     break;
                 }
-                if (have_pend) {
-                    status = push_next(s, offset + pend_start, pend_end - pend_start);
-                }
-                pend_start = a;
-                pend_end = b;
-                pend_is_match = is_match;
-                have_pend = 1;
+                status = pending_replace(&pend, s, offset, a, b, is_match);
                 break;
             case ENGINE_TOKENIZER_SPLIT_MERGED_WITH_NEXT:
                 /* A match joins the piece after it unless that piece is a match. */
-                if (have_pend && pend_is_match && !is_match) {
-                    pend_end = b;
-                    pend_is_match = 0;
+                if (pend.have && pend.is_match && !is_match) {
+                    pend.end = b;
+                    pend.is_match = 0;
                     break;
                 }
-                if (have_pend) {
-                    status = push_next(s, offset + pend_start, pend_end - pend_start);
-                }
-                pend_start = a;
-                pend_end = b;
-                pend_is_match = is_match;
-                have_pend = 1;
+                status = pending_replace(&pend, s, offset, a, b, is_match);
                 break;
             case ENGINE_TOKENIZER_SPLIT_CONTIGUOUS:
                 /* Runs of matches (and runs of non-matches) become one piece each. */
-                if (have_pend && pend_is_match == is_match) {
-                    pend_end = b;
+                if (pend.have && pend.is_match == is_match) {
+                    pend.end = b;
                     break;
                 }
-                if (have_pend) {
-                    status = push_next(s, offset + pend_start, pend_end - pend_start);
-                }
-                pend_start = a;
-                pend_end = b;
-                pend_is_match = is_match;
-                have_pend = 1;
+                status = pending_replace(&pend, s, offset, a, b, is_match);
                 break;
             }
         }
     }
-    if (status == TDM_OK && have_pend) {
-        status = push_next(s, offset + pend_start, pend_end - pend_start);
+    if (status == TDM_OK && pend.have) {
+        status = push_next(s, offset + pend.start, pend.end - pend.start);
     }
     return status;
 }
