@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/hash.h"
 #include "engine/seq_state.h"
 
@@ -11,91 +12,35 @@
 #define RESV_VERSION 1u
 #define RESV_MAX_PAGES (1u << 24)
 
-typedef struct {
-    uint8_t *p;
-    size_t used;
-} writer_t;
-
-static void put(writer_t *w, const void *src, size_t n)
+static void write_desc(const node_resv_desc_t *d, tdm_bytes_writer_t *w)
 {
-    if (w->p != NULL && n > 0) {
-        memcpy(w->p + w->used, src, n);
-    }
-    w->used += n;
-}
-
-static void put_u32(writer_t *w, uint32_t v)
-{
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    put(w, b, 4);
-}
-
-static void put_u64(writer_t *w, uint64_t v)
-{
-    put_u32(w, (uint32_t)v);
-    put_u32(w, (uint32_t)(v >> 32));
-}
-
-typedef struct {
-    const uint8_t *p;
-    size_t n, at;
-    int bad;
-} reader_t;
-
-static const uint8_t *get(reader_t *r, size_t n)
-{
-    const uint8_t *at;
-    if (r->bad || n > r->n - r->at) {
-        r->bad = 1;
-        return NULL;
-    }
-    at = r->p + r->at;
-    r->at += n;
-    return at;
-}
-
-static uint32_t get_u32(reader_t *r)
-{
-    const uint8_t *b = get(r, 4);
-    return b == NULL ? 0 : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                               (uint32_t)b[3] << 24;
-}
-
-static uint64_t get_u64(reader_t *r)
-{
-    uint64_t lo = get_u32(r);
-    return lo | (uint64_t)get_u32(r) << 32;
-}
-
-static void write_desc(const node_resv_desc_t *d, writer_t *w)
-{
-    put(w, RESV_MAGIC, 4);
-    put_u32(w, RESV_VERSION);
-    put_u64(w, d->reservation_id);
-    put_u64(w, d->cached_len);
-    put_u64(w, d->total_len);
-    put_u32(w, d->n_sources);
+    tdm_bytes_put(w, RESV_MAGIC, 4);
+    tdm_bytes_put_u32(w, RESV_VERSION);
+    tdm_bytes_put_u64(w, d->reservation_id);
+    tdm_bytes_put_u64(w, d->cached_len);
+    tdm_bytes_put_u64(w, d->total_len);
+    tdm_bytes_put_u32(w, d->n_sources);
     for (uint32_t s = 0; s < d->n_sources; s++) {
         const node_resv_source_t *src = &d->src[s];
-        put_u32(w, (uint32_t)src->layer);
-        put_u32(w, src->n_history);
-        put_u32(w, src->first_target);
-        put_u32(w, src->n_targets);
+        tdm_bytes_put_u32(w, (uint32_t)src->layer);
+        tdm_bytes_put_u32(w, src->n_history);
+        tdm_bytes_put_u32(w, src->first_target);
+        tdm_bytes_put_u32(w, src->n_targets);
         for (uint32_t i = 0; i < src->n_history; i++) {
-            put_u32(w, src->history[i]);
+            tdm_bytes_put_u32(w, src->history[i]);
         }
         for (uint32_t i = 0; i < src->n_targets; i++) {
-            put_u32(w, src->targets[i]);
+            tdm_bytes_put_u32(w, src->targets[i]);
         }
     }
-    put_u64(w, d->n_record);
-    put(w, d->record, d->n_record);
+    tdm_bytes_put_u64(w, d->n_record);
+    tdm_bytes_put(w, d->record, d->n_record);
 }
 
 tdm_status_t node_resv_desc_encode(const node_resv_desc_t *desc, uint8_t **buf_out,
                                    size_t *n_bytes_out)
 {
-    writer_t w = {NULL, 0};
+    tdm_bytes_writer_t w = {NULL, 0, 0};
     uint8_t *buf;
     uint64_t sum;
 
@@ -109,16 +54,17 @@ tdm_status_t node_resv_desc_encode(const node_resv_desc_t *desc, uint8_t **buf_o
         return TDM_ERR_NO_MEMORY;
     }
     w.p = buf;
+    w.cap = w.used + 8;
     w.used = 0;
     write_desc(desc, &w);
     sum = tdm_hash_xxh3_64(buf, w.used);
-    put_u64(&w, sum);
+    tdm_bytes_put_u64(&w, sum);
     *buf_out = buf;
     *n_bytes_out = w.used;
     return TDM_OK;
 }
 
-static tdm_status_t read_ids(reader_t *r, uint32_t n, uint32_t **ids_out)
+static tdm_status_t read_ids(tdm_bytes_reader_t *r, uint32_t n, uint32_t **ids_out)
 {
     uint32_t *ids;
 
@@ -131,7 +77,7 @@ static tdm_status_t read_ids(reader_t *r, uint32_t n, uint32_t **ids_out)
         return TDM_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < n; i++) {
-        ids[i] = get_u32(r);
+        ids[i] = tdm_bytes_get_u32(r);
     }
     *ids_out = ids;
     return TDM_OK;
@@ -139,7 +85,7 @@ static tdm_status_t read_ids(reader_t *r, uint32_t n, uint32_t **ids_out)
 
 tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_resv_desc_t *desc_out)
 {
-    reader_t r = {bytes, n_bytes, 0, 0};
+    tdm_bytes_reader_t r = {bytes, n_bytes, 0, 0};
     node_resv_desc_t d;
     const uint8_t *magic;
     const uint8_t *rec;
@@ -152,36 +98,36 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
         return TDM_ERR_FORMAT;
     }
     {
-        reader_t t = {bytes + n_bytes - 8, 8, 0, 0};
-        if (get_u64(&t) != tdm_hash_xxh3_64(bytes, n_bytes - 8)) {
+        tdm_bytes_reader_t t = {bytes + n_bytes - 8, 8, 0, 0};
+        if (tdm_bytes_get_u64(&t) != tdm_hash_xxh3_64(bytes, n_bytes - 8)) {
             return TDM_ERR_FORMAT;
         }
         r.n = n_bytes - 8;
     }
-    magic = get(&r, 4);
-    if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 || get_u32(&r) != RESV_VERSION) {
+    magic = tdm_bytes_get(&r, 4);
+    if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 || tdm_bytes_get_u32(&r) != RESV_VERSION) {
         return TDM_ERR_FORMAT;
     }
-    d.reservation_id = get_u64(&r);
-    d.cached_len = get_u64(&r);
-    d.total_len = get_u64(&r);
-    d.n_sources = get_u32(&r);
+    d.reservation_id = tdm_bytes_get_u64(&r);
+    d.cached_len = tdm_bytes_get_u64(&r);
+    d.total_len = tdm_bytes_get_u64(&r);
+    d.n_sources = tdm_bytes_get_u32(&r);
     if (r.bad || d.n_sources > NODE_MAX_SOURCES || d.cached_len >= d.total_len) {
         return TDM_ERR_FORMAT;
     }
     for (uint32_t s = 0; s < d.n_sources && status == TDM_OK; s++) {
         node_resv_source_t *src = &d.src[s];
-        src->layer = (int32_t)get_u32(&r);
-        src->n_history = get_u32(&r);
-        src->first_target = get_u32(&r);
-        src->n_targets = get_u32(&r);
+        src->layer = (int32_t)tdm_bytes_get_u32(&r);
+        src->n_history = tdm_bytes_get_u32(&r);
+        src->first_target = tdm_bytes_get_u32(&r);
+        src->n_targets = tdm_bytes_get_u32(&r);
         status = r.bad ? TDM_ERR_FORMAT : read_ids(&r, src->n_history, &src->history);
         if (status == TDM_OK) {
             status = read_ids(&r, src->n_targets, &src->targets);
         }
     }
-    n_record = get_u64(&r);
-    rec = status == TDM_OK ? get(&r, (size_t)n_record) : NULL;
+    n_record = tdm_bytes_get_u64(&r);
+    rec = status == TDM_OK ? tdm_bytes_get(&r, (size_t)n_record) : NULL;
     if (status == TDM_OK && (r.bad || r.at != r.n)) {
         status = TDM_ERR_FORMAT;
     }

@@ -1,5 +1,5 @@
-/* test_common.c - status codes, logging levels, flags, start-up, error buffers, arena, clock and
- * hashing in common/. */
+/* test_common.c - status codes, logging levels, flags, start-up, error buffers, byte blobs, arena,
+ * clock and hashing in common/. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "common/arena.h"
+#include "common/bytes.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/flags.h"
@@ -253,6 +254,57 @@ static void test_errbuf_formats_truncates_and_accepts_null(void **state)
     assert_int_equal(err[0], 'x');
 }
 
+static void test_bytes_measure_write_and_read_back_little_endian(void **state)
+{
+    uint8_t buf[16];
+    tdm_bytes_writer_t measure = {NULL, 0, 0};
+    tdm_bytes_writer_t w = {buf, 0, sizeof(buf)};
+    tdm_bytes_reader_t r = {buf, sizeof(buf), 0, 0};
+    (void)state;
+
+    tdm_bytes_put(&measure, "TD", 2);
+    tdm_bytes_put_u32(&measure, 1);
+    tdm_bytes_put_u64(&measure, 2);
+    assert_int_equal(measure.used, 14);
+
+    memset(buf, 0xee, sizeof(buf));
+    tdm_bytes_put(&w, "TD", 2);
+    tdm_bytes_put_u32(&w, 0x04030201u);
+    tdm_bytes_put_u64(&w, 0x0c0b0a0908070605ull);
+    assert_int_equal(w.used, 14);
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(buf[2 + i], i + 1); /* least significant byte first */
+    }
+    assert_int_equal(buf[14], 0xee);
+
+    assert_memory_equal(tdm_bytes_get(&r, 2), "TD", 2);
+    assert_int_equal(tdm_bytes_get_u32(&r), 0x04030201u);
+    assert_true(tdm_bytes_get_u64(&r) == 0x0c0b0a0908070605ull);
+    assert_int_equal(r.at, 14);
+    assert_int_equal(r.bad, 0);
+}
+
+static void test_bytes_overflow_is_counted_and_reads_past_end_stay_bad(void **state)
+{
+    uint8_t buf[6] = {0};
+    tdm_bytes_writer_t w = {buf, 0, 4};
+    tdm_bytes_reader_t r = {buf, 6, 0, 0};
+    (void)state;
+
+    tdm_bytes_put_u32(&w, 0xffffffffu);
+    tdm_bytes_put_u32(&w, 0xffffffffu); /* does not fit: counted, not copied */
+    assert_int_equal(w.used, 8);
+    assert_int_equal(buf[4], 0);
+    assert_int_equal(buf[5], 0);
+
+    assert_int_equal(tdm_bytes_get_u32(&r), 0xffffffffu);
+    assert_true(tdm_bytes_get_u64(&r) == 0); /* 2 bytes left */
+    assert_int_equal(r.bad, 1);
+    assert_int_equal(r.at, 4);
+    assert_null(tdm_bytes_get(&r, 1)); /* sticky, though one byte is there */
+    assert_int_equal(r.at, 4);
+}
+
 static void test_arena_alignment_capacity_and_reset(void **state)
 {
     tdm_arena_t arena;
@@ -330,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_signals_install_routes_stop_and_ignores_pipe),
         cmocka_unit_test(test_signals_block_queues_stop_for_sigwait),
         cmocka_unit_test(test_errbuf_formats_truncates_and_accepts_null),
+        cmocka_unit_test(test_bytes_measure_write_and_read_back_little_endian),
+        cmocka_unit_test(test_bytes_overflow_is_counted_and_reads_past_end_stay_bad),
         cmocka_unit_test(test_arena_alignment_capacity_and_reset),
         cmocka_unit_test(test_clock_is_monotonic),
         cmocka_unit_test(test_hashes_match_reference_values),
