@@ -99,8 +99,7 @@ static tdm_status_t send_to_worker(void *ctx, const char *worker_id, const Tande
     tdm_status_t status = send_raw(c, worker_id, strlen(worker_id), env);
 
     if (status == TDM_OK && env->body_case == TANDEM__ENVELOPE__BODY_DECODE_REQUEST) {
-        router_metrics_decode_request(c->metrics, env->decode_request,
-                                      router_model_info(c->model)->page_bytes);
+        router_metrics_decode_request(c->metrics, env->decode_request);
     }
     /* A message we could not pack is our bug, not the peer's: report it as lost anyway so the
      * turn is retried elsewhere rather than hanging. */
@@ -219,6 +218,7 @@ static void handle_frame(router_control_t *c, const unsigned char *identity, siz
             send_error(c, identity, n_identity, 0, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
                        "protocol version mismatch");
         } else {
+            router_metrics_worker_message(c->metrics, env, router_model_info(c->model)->page_bytes);
             router_dispatch_on_message(c->dispatch, slot, env, now_ns);
         }
         break;

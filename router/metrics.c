@@ -24,8 +24,16 @@ typedef struct {
     uint64_t n;
 } error_count_t;
 
+/* A DecodeRequest sent and not yet answered by a token (request_id 0: free slot). */
+typedef struct {
+    uint64_t request_id;
+    uint64_t cached_len; /* prompt tokens the decode node continues from */
+    uint64_t n_local;    /* PREFILL_LOCAL: delta the decode node prefills; else 0 */
+} pending_t;
+
 struct router_metrics {
     pthread_mutex_t lock;
+    pending_t pending[ROUTER_METRICS_PENDING]; /* by request_id mod ROUTER_METRICS_PENDING */
     uint64_t counters[ROUTER_METRIC_COUNT];
     error_count_t errors[ROUTER_METRICS_MAX_CODES + 1];
     int n_errors;
@@ -76,19 +84,66 @@ uint64_t router_metrics_get(router_metrics_t *metrics, router_metric_t which)
     return value;
 }
 
-void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr,
+void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr)
+{
+    pending_t *p = &metrics->pending[dr->request_id & (ROUTER_METRICS_PENDING - 1)];
+
+    pthread_mutex_lock(&metrics->lock);
+    p->request_id = dr->request_id;
+    p->cached_len = dr->cached_len;
+    p->n_local = dr->mode == TANDEM__PREFILL_MODE__PREFILL_LOCAL && dr->total_len > dr->cached_len
+                     ? dr->total_len - dr->cached_len
+                     : 0;
+    pthread_mutex_unlock(&metrics->lock);
+}
+
+/* The noted DecodeRequest of request_id, or NULL. Called with the lock held. */
+static pending_t *pending_of(router_metrics_t *metrics, uint64_t request_id)
+{
+    pending_t *p = &metrics->pending[request_id & (ROUTER_METRICS_PENDING - 1)];
+
+    return request_id != 0 && p->request_id == request_id ? p : NULL;
+}
+
+void router_metrics_worker_message(router_metrics_t *metrics, const Tandem__Envelope *env,
                                    uint32_t page_bytes)
 {
-    uint64_t computed = dr->total_len > dr->cached_len ? dr->total_len - dr->cached_len : 0;
-    uint64_t moved = 0;
+    uint64_t *c = metrics->counters;
+    const Tandem__CompletionNotice *notice;
+    pending_t *p;
 
-    if (dr->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE && dr->handoff != NULL) {
-        moved = (uint64_t)dr->handoff->n_page_checksums * page_bytes;
-    }
     pthread_mutex_lock(&metrics->lock);
-    metrics->counters[ROUTER_METRIC_TOKENS_COMPUTED] += computed;
-    metrics->counters[ROUTER_METRIC_TOKENS_REUSED] += dr->cached_len;
-    metrics->counters[ROUTER_METRIC_KV_BYTES_MOVED] += moved;
+    switch (env->body_case) {
+    case TANDEM__ENVELOPE__BODY_COMPLETION:
+        notice = env->completion;
+        if (notice->total_len > notice->cached_len) {
+            c[ROUTER_METRIC_TOKENS_COMPUTED] += notice->total_len - notice->cached_len;
+        }
+        c[ROUTER_METRIC_KV_BYTES_MOVED] += (uint64_t)notice->n_page_checksums * page_bytes;
+        break;
+    case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
+        p = pending_of(metrics, env->token_chunk->request_id);
+        if (p != NULL && env->token_chunk->n_tokens > 0) {
+            c[ROUTER_METRIC_TOKENS_REUSED] += p->cached_len;
+            c[ROUTER_METRIC_TOKENS_COMPUTED] += p->n_local;
+            p->request_id = 0;
+        }
+        break;
+    case TANDEM__ENVELOPE__BODY_FINISH:
+        p = pending_of(metrics, env->finish->request_id);
+        if (p != NULL) {
+            p->request_id = 0;
+        }
+        break;
+    case TANDEM__ENVELOPE__BODY_ERROR:
+        p = pending_of(metrics, env->error->request_id);
+        if (p != NULL) {
+            p->request_id = 0;
+        }
+        break;
+    default:
+        break;
+    }
     pthread_mutex_unlock(&metrics->lock);
 }
 
@@ -256,16 +311,16 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
     /* The names tandem-bench reads (bench/replay/metrics.h); only the router exports them, so a
      * scrape of the router and its workers sums each once. */
     emit_counter(&o, "tandem_prefill_tokens_computed_total",
-                 "prompt tokens prefilled (the delta of each decode request sent: by a prefill "
-                 "node before its handoff, or locally by the decode node)",
+                 "prompt tokens prefilled: the delta of every completed prefill job and of every "
+                 "local prefill that produced a first token",
                  c[ROUTER_METRIC_TOKENS_COMPUTED]);
     emit_counter(&o, "tandem_prefill_tokens_reused_total",
-                 "prompt tokens served from cached KV (the cached length each decode request "
-                 "continued from)",
+                 "prompt tokens served from cached KV: the cached length of every decode request "
+                 "that produced a first token",
                  c[ROUTER_METRIC_TOKENS_REUSED]);
     emit_counter(&o, "tandem_kv_bytes_moved_total",
-                 "bytes of KV pages prefill nodes put into decode nodes (pages of each handoff "
-                 "times the page size)",
+                 "bytes of KV pages prefill nodes put into decode nodes (pages of every completed "
+                 "prefill job times the page size)",
                  c[ROUTER_METRIC_KV_BYTES_MOVED]);
     emit_counter(&o, "tandem_router_prefix_hits_total",
                  "requests without a session id matched to a session by cached prefix",

@@ -3,7 +3,7 @@
  * Owns request and error counters (errors by API error code), token counters, prefill-dispatch
  * counters (local and remote delta tokens: what a turn really prefilled), the prompt counters
  * tandem-bench reads (tokens computed, tokens reused from cached KV, KV bytes moved: counted
- * from the DecodeRequests sent, bench/replay/metrics.h) and the TTFT and
+ * from the control messages, bench/replay/metrics.h) and the TTFT and
  * inter-token latency histograms. Gauges that describe the cluster (workers, sessions, prefill
  * backlog, KV occupancy) are passed in at render time. Thread-safe: one internal mutex; every
  * call is short.
@@ -35,8 +35,8 @@ typedef enum {
     ROUTER_METRIC_PREFIX_HITS,           /* requests matched to a session by prefix */
     ROUTER_METRIC_RETRIES,               /* turn attempts repeated (worker lost, state lost) */
     ROUTER_METRIC_CLIENT_ABORTS,         /* clients gone before the end */
-    ROUTER_METRIC_TOKENS_COMPUTED,       /* delta tokens of decode requests sent (prefilled) */
-    ROUTER_METRIC_TOKENS_REUSED,         /* cached tokens decode requests continued from */
+    ROUTER_METRIC_TOKENS_COMPUTED,       /* prompt tokens workers prefilled (see below) */
+    ROUTER_METRIC_TOKENS_REUSED,         /* prompt tokens served from cached KV */
     ROUTER_METRIC_KV_BYTES_MOVED,        /* bytes of pages prefill nodes put into decode nodes */
     ROUTER_METRIC_COUNT
 } router_metric_t;
@@ -68,18 +68,37 @@ void router_metrics_ttft(router_metrics_t *metrics, double seconds);
 void router_metrics_itl(router_metrics_t *metrics, double seconds);
 
 /*
- * router_metrics_decode_request - count what one DecodeRequest the router sent to a decode node
- * says about its turn's prompt (call once per request sent successfully; one per attempt that
- * reached a decode node, so a turn rerun after a lost worker counts each attempt):
- *   tandem_prefill_tokens_computed_total += total_len - cached_len (the delta a prefill node
- *       computed before the handoff, or the decode node computes locally);
- *   tandem_prefill_tokens_reused_total   += cached_len (prompt tokens served from cached KV);
- *   tandem_kv_bytes_moved_total          += pages written by the prefill node (one checksum per
- *       page in the handoff's notice) x page_bytes, for PREFILL_REMOTE only.
- * page_bytes: bytes of one KV page (router_model_info()->page_bytes, MODEL.md 7). A request with
- * total_len < cached_len is counted as 0 computed. Thread-safe.
+ * The prompt counters tandem-bench reads (bench/replay/metrics.h), counted from the control
+ * messages themselves, so that they say what the workers did, not what the router asked:
+ *   tandem_prefill_tokens_computed_total: total_len - cached_len of every CompletionNotice (a
+ *       prefill job finished, whether or not its handoff is then used), plus the local delta of
+ *       every PREFILL_LOCAL DecodeRequest whose first token arrived (the decode node prefilled
+ *       it); a job on a worker that died, or a request refused with STATE_LOST, adds nothing;
+ *   tandem_prefill_tokens_reused_total: cached_len of every DecodeRequest whose first token
+ *       arrived (prompt tokens served from KV the decode node already held or shared);
+ *   tandem_kv_bytes_moved_total: pages of every CompletionNotice (one checksum per page put
+ *       into the decode node's reservation) x page_bytes.
+ * A turn served without waste adds its prompt length to computed + reused exactly.
  */
-void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr,
+
+/*
+ * router_metrics_decode_request - note a DecodeRequest the router has sent to a decode node:
+ * its cached_len and (PREFILL_LOCAL) its delta are counted when its first token arrives
+ * (router_metrics_worker_message). Remembered per request id in a table of
+ * ROUTER_METRICS_PENDING slots (a newer request in the same slot replaces an older one that never
+ * got a token). Thread-safe.
+ */
+#define ROUTER_METRICS_PENDING 4096
+void router_metrics_decode_request(router_metrics_t *metrics, const Tandem__DecodeRequest *dr);
+
+/*
+ * router_metrics_worker_message - count what a message from a registered worker says: a
+ * CompletionNotice (computed delta, page_bytes x pages moved), the first TokenChunk of a noted
+ * DecodeRequest (its reused and local computed tokens), a Finish or Error (the noted request is
+ * forgotten uncounted if no token came). Other messages are ignored. page_bytes: bytes of one KV
+ * page (router_model_info()->page_bytes, MODEL.md 7). Thread-safe.
+ */
+void router_metrics_worker_message(router_metrics_t *metrics, const Tandem__Envelope *env,
                                    uint32_t page_bytes);
 
 /* router_metrics_get - the current value of counter `which` (tests, /health). */
