@@ -341,7 +341,12 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     rp.cached_len = f->cached_len;
     rp.total_len = f->total_len;
     rp.prefix_session_id = f->prefix_session;
-    rp.timeout_ms = d->params.reservation_timeout_ms;
+    /* The pages must outlive the prefill job too: the handoff comes only after its notice, so
+     * the reservation lapses past both stage deadlines (a lost or late job is aborted sooner). */
+    rp.timeout_ms = d->params.reservation_timeout_ms + d->params.prefill_timeout_ms;
+    if (rp.timeout_ms < d->params.prefill_timeout_ms) {
+        rp.timeout_ms = UINT32_MAX;
+    }
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     f->stage = STAGE_RESERVING;

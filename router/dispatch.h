@@ -31,8 +31,9 @@
 typedef struct {
     uint32_t local_prefill_tokens;   /* deltas shorter than this prefill on the decode node */
     uint32_t max_attempts;           /* tries per turn (worker lost, state lost) */
-    uint32_t reservation_timeout_ms; /* ReservePages.timeout_ms; also the stage deadline */
-    uint32_t prefill_timeout_ms;     /* deadline for a CompletionNotice */
+    uint32_t reservation_timeout_ms; /* deadline for a PageReservation */
+    uint32_t prefill_timeout_ms;     /* deadline for a CompletionNotice; ReservePages.timeout_ms
+                                        is the sum of both (the pages wait for the prefill) */
 } router_dispatch_params_t;
 
 /* router_dispatch_params_default - 512 tokens, 4 attempts, 10 s reservation, 600 s prefill. */
