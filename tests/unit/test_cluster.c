@@ -51,6 +51,10 @@ static void test_disaggregated_turns_match_colocated(void **state)
     assert_int_equal(cluster_start(&c, 0, 1, NULL, 0), 0);
     two_turns(c.http_port, "col-1", &c1, &c2, ids1, ids2, T_BODY);
     assert_true(metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total") == 100 + 61);
+    /* The router counts the local prefills too (from their first tokens), and the reuse. */
+    assert_true(metric(c.http_port, "tandem_prefill_tokens_computed_total") == 100 + 61);
+    assert_true(metric(c.http_port, "tandem_prefill_tokens_reused_total") == 0 + 107);
+    assert_true(metric(c.http_port, "tandem_kv_bytes_moved_total") == 0);
     cluster_check_pages(&c, "colocated two turns");
     cluster_stop(&c);
     assert_string_equal(d1, c1);

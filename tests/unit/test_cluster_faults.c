@@ -112,13 +112,14 @@ static void test_killed_prefill_node_mid_job_reruns_elsewhere(void **state)
                   metric(c.http_port, "tandem_prefill_tokens_computed_total") - computed_before);
     assert_string_equal(text, want);
     /* The job ran again, whole, on the survivor; the router retried the turn once and counts
-     * only the attempt that reached the decode node. */
+     * only the job that completed (the killed one sent no notice). */
     assert_true(metric(c.prefill_port[survivor], "tandem_prefill_tokens_total") -
                     tokens_before[survivor] ==
                 T_KILL_PROMPT_TOKENS);
     assert_true(metric(c.http_port, "tandem_router_retries_total") - retries_before == 1);
     assert_true(metric(c.http_port, "tandem_prefill_tokens_computed_total") - computed_before ==
                 T_KILL_PROMPT_TOKENS);
+    assert_true(metric(c.http_port, "tandem_prefill_tokens_reused_total") == 0);
     cluster_check_pages(&c, "killed prefill node");
     cluster_stop(&c);
     free(text);
