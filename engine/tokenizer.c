@@ -535,75 +535,73 @@ tdm_status_t engine_tokenizer_ids_push(engine_tokenizer_ids_t *v, int32_t id)
     return TDM_OK;
 }
 
-/* A candidate merge of the symbols at `left` and its right neighbour. */
-typedef struct {
-    uint32_t rank;
-    uint32_t left;
-    int32_t left_id;
-    int32_t right_id;
-} bpe_cand_t;
-
 /* Symbol list and candidate heap of one pre-token. */
 typedef struct {
     int32_t *sym_id;   /* -1 once merged away */
     int32_t *sym_next; /* -1 at the end */
     int32_t *sym_prev;
     size_t cap_sym;
-    bpe_cand_t *heap;
-    size_t n_heap, cap_heap;
+    engine_tokenizer_heap_t heap; /* candidates: rank, left, left_id, right_id */
 } bpe_scratch_t;
 
-static int cand_less(const bpe_cand_t *a, const bpe_cand_t *b)
+/* Candidate a goes before b: the smaller key, then the leftmost. */
+static int cand_before(const engine_tokenizer_cand_t *a, const engine_tokenizer_cand_t *b)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+    return a->key < b->key || (a->key == b->key && a->left < b->left);
 }
 
-static tdm_status_t heap_push(bpe_scratch_t *s, bpe_cand_t c)
+tdm_status_t engine_tokenizer_heap_push(engine_tokenizer_heap_t *heap, engine_tokenizer_cand_t cand)
 {
     size_t i;
 
-    if (s->n_heap == s->cap_heap) {
-        size_t cap = s->cap_heap == 0 ? 64 : s->cap_heap * 2;
-        bpe_cand_t *heap = realloc(s->heap, cap * sizeof(*heap));
-        if (heap == NULL) {
+    if (heap->n == heap->cap) {
+        size_t cap = heap->cap == 0 ? 64 : heap->cap * 2;
+        engine_tokenizer_cand_t *items = realloc(heap->items, cap * sizeof(*items));
+        if (items == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
-        s->heap = heap;
-        s->cap_heap = cap;
+        heap->items = items;
+        heap->cap = cap;
     }
-    i = s->n_heap++;
-    while (i > 0 && cand_less(&c, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
+    i = heap->n++;
+    while (i > 0 && cand_before(&cand, &heap->items[(i - 1) / 2])) {
+        heap->items[i] = heap->items[(i - 1) / 2];
         i = (i - 1) / 2;
     }
-    s->heap[i] = c;
+    heap->items[i] = cand;
     return TDM_OK;
 }
 
-static bpe_cand_t heap_pop(bpe_scratch_t *s)
+engine_tokenizer_cand_t engine_tokenizer_heap_pop(engine_tokenizer_heap_t *heap)
 {
-    bpe_cand_t top = s->heap[0];
-    bpe_cand_t last = s->heap[--s->n_heap];
+    engine_tokenizer_cand_t top = heap->items[0];
+    engine_tokenizer_cand_t last = heap->items[--heap->n];
     size_t i = 0;
 
     for (;;) {
         size_t child = 2 * i + 1;
-        if (child >= s->n_heap) {
+        if (child >= heap->n) {
             break;
         }
-        if (child + 1 < s->n_heap && cand_less(&s->heap[child + 1], &s->heap[child])) {
+        if (child + 1 < heap->n && cand_before(&heap->items[child + 1], &heap->items[child])) {
             child++;
         }
-        if (!cand_less(&s->heap[child], &last)) {
+        if (!cand_before(&heap->items[child], &last)) {
             break;
         }
-        s->heap[i] = s->heap[child];
+        heap->items[i] = heap->items[child];
         i = child;
     }
-    if (s->n_heap > 0) {
-        s->heap[i] = last;
+    if (heap->n > 0) {
+        heap->items[i] = last;
     }
     return top;
+}
+
+void engine_tokenizer_heap_fini(engine_tokenizer_heap_t *heap)
+{
+    free(heap->items);
+    memset(heap, 0, sizeof(*heap));
 }
 
 static tdm_status_t push_candidate(const engine_tokenizer_t *tok, bpe_scratch_t *s, int32_t left)
@@ -622,7 +620,12 @@ static tdm_status_t push_candidate(const engine_tokenizer_t *tok, bpe_scratch_t 
     if (m == NULL) {
         return TDM_OK;
     }
-    return heap_push(s, (bpe_cand_t){m->rank, (uint32_t)left, s->sym_id[left], s->sym_id[right]});
+    return engine_tokenizer_heap_push(&s->heap, (engine_tokenizer_cand_t){
+                                                    .key = m->rank,
+                                                    .left = (uint32_t)left,
+                                                    .left_id = s->sym_id[left],
+                                                    .right_id = s->sym_id[right],
+                                                });
 }
 
 /* Merge one pre-token's bytes into ids appended to `out`. */
@@ -663,15 +666,15 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
         s->sym_prev[i] = (int32_t)i - 1;
         s->sym_next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    s->n_heap = 0;
+    s->heap.n = 0;
     for (size_t i = 0; i + 1 < n; i++) {
         status = push_candidate(tok, s, (int32_t)i);
         if (status != TDM_OK) {
             return status;
         }
     }
-    while (s->n_heap > 0) {
-        bpe_cand_t c = heap_pop(s);
+    while (s->heap.n > 0) {
+        engine_tokenizer_cand_t c = engine_tokenizer_heap_pop(&s->heap);
         int32_t left = (int32_t)c.left;
         int32_t right = s->sym_next[left];
         if (s->sym_id[left] != c.left_id || right < 0 || s->sym_id[right] != c.right_id) {
@@ -822,7 +825,7 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
     free(bpe.sym_id);
     free(bpe.sym_next);
     free(bpe.sym_prev);
-    free(bpe.heap);
+    engine_tokenizer_heap_fini(&bpe.heap);
     if (status != TDM_OK) {
         free(out.ids);
         return status;

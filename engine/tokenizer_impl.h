@@ -272,4 +272,35 @@ size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4]);
  * return its length, or 0 if the bytes there are ill-formed or incomplete. */
 size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out);
 
+/* A merge the BPE (tokenizer.c) or SentencePiece (tokenizer_spm.c) encoder may make: the symbols
+ * or pieces at `left` and `right`. Queued smallest key first, then leftmost. What the encoder
+ * re-checks when it pops the candidate (a neighbour may have merged since) rides along. */
+typedef struct {
+    double key;      /* BPE: merge rank; SentencePiece: -score (the best score first) */
+    uint32_t left;   /* symbol or piece index */
+    uint32_t right;  /* SentencePiece: piece index (BPE follows its symbol list instead) */
+    int32_t left_id; /* BPE: the two token ids at push time */
+    int32_t right_id;
+    uint32_t size; /* SentencePiece: bytes of the joined text at push time */
+} engine_tokenizer_cand_t;
+
+/* A binary min-heap of candidates; zero it to start, engine_tokenizer_heap_fini frees it. Set
+ * n = 0 to empty it and keep its storage. */
+typedef struct {
+    engine_tokenizer_cand_t *items;
+    size_t n;
+    size_t cap;
+} engine_tokenizer_heap_t;
+
+/* engine_tokenizer_heap_push - add `cand`. Returns TDM_OK or TDM_ERR_NO_MEMORY (heap unchanged). */
+tdm_status_t engine_tokenizer_heap_push(engine_tokenizer_heap_t *heap,
+                                        engine_tokenizer_cand_t cand);
+
+/* engine_tokenizer_heap_pop - remove and return the first candidate: the smallest key, the
+ * smallest left among equal keys. heap->n must be > 0. */
+engine_tokenizer_cand_t engine_tokenizer_heap_pop(engine_tokenizer_heap_t *heap);
+
+/* engine_tokenizer_heap_fini - free the storage; accepts a zeroed heap. */
+void engine_tokenizer_heap_fini(engine_tokenizer_heap_t *heap);
+
 #endif

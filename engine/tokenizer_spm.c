@@ -22,75 +22,12 @@ typedef struct {
     int32_t next;
 } piece_t;
 
-/* A candidate merge of pieces left and right whose joined text (size bytes) is a token. */
-typedef struct {
-    float score;
-    uint32_t left;
-    uint32_t right;
-    uint32_t size;
-} cand_t;
-
 typedef struct {
     const engine_tokenizer_t *tok;
     const uint8_t *text; /* escaped */
     piece_t *pieces;
-    cand_t *heap;
-    size_t n_heap, cap_heap;
+    engine_tokenizer_heap_t heap; /* candidates: -score, left, right, size */
 } spm_state_t;
-
-/* Higher score first, then the leftmost pair. */
-static int cand_before(const cand_t *a, const cand_t *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static tdm_status_t heap_push(spm_state_t *st, cand_t c)
-{
-    size_t i;
-
-    if (st->n_heap == st->cap_heap) {
-        size_t cap = st->cap_heap == 0 ? 64 : st->cap_heap * 2;
-        cand_t *heap = realloc(st->heap, cap * sizeof(*heap));
-        if (heap == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        st->heap = heap;
-        st->cap_heap = cap;
-    }
-    i = st->n_heap++;
-    while (i > 0 && cand_before(&c, &st->heap[(i - 1) / 2])) {
-        st->heap[i] = st->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    st->heap[i] = c;
-    return TDM_OK;
-}
-
-static cand_t heap_pop(spm_state_t *st)
-{
-    cand_t top = st->heap[0];
-    cand_t last = st->heap[--st->n_heap];
-    size_t i = 0;
-
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= st->n_heap) {
-            break;
-        }
-        if (child + 1 < st->n_heap && cand_before(&st->heap[child + 1], &st->heap[child])) {
-            child++;
-        }
-        if (!cand_before(&st->heap[child], &last)) {
-            break;
-        }
-        st->heap[i] = st->heap[child];
-        i = child;
-    }
-    if (st->n_heap > 0) {
-        st->heap[i] = last;
-    }
-    return top;
-}
 
 /* Queue the merge of pieces left and right if their joined text is a token. */
 static tdm_status_t try_pair(spm_state_t *st, int32_t left, int32_t right)
@@ -107,8 +44,12 @@ static tdm_status_t try_pair(spm_state_t *st, int32_t left, int32_t right)
     if (id < 0) {
         return TDM_OK;
     }
-    return heap_push(st,
-                     (cand_t){st->tok->scores[id], (uint32_t)left, (uint32_t)right, l->n + r->n});
+    return engine_tokenizer_heap_push(&st->heap, (engine_tokenizer_cand_t){
+                                                     .key = -(double)st->tok->scores[id],
+                                                     .left = (uint32_t)left,
+                                                     .right = (uint32_t)right,
+                                                     .size = l->n + r->n,
+                                                 });
 }
 
 /* Bytes of the UTF-8 sequence led by b, as llama.cpp's unicode_len_utf8 (ill-formed: 1). */
@@ -162,7 +103,7 @@ tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const ui
                                          size_t n_bytes, int prefix_space,
                                          engine_tokenizer_ids_t *out)
 {
-    spm_state_t st = {tok, NULL, NULL, NULL, 0, 0};
+    spm_state_t st = {tok, NULL, NULL, {NULL, 0, 0}};
     uint8_t *escaped;
     size_t n_esc, n_pieces = 0;
     tdm_status_t status = TDM_OK;
@@ -195,8 +136,8 @@ tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const ui
     for (size_t i = 1; i < n_pieces && status == TDM_OK; i++) {
         status = try_pair(&st, (int32_t)i - 1, (int32_t)i);
     }
-    while (status == TDM_OK && st.n_heap > 0) {
-        cand_t c = heap_pop(&st);
+    while (status == TDM_OK && st.heap.n > 0) {
+        engine_tokenizer_cand_t c = engine_tokenizer_heap_pop(&st.heap);
         piece_t *l = &st.pieces[c.left], *r = &st.pieces[c.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) {
             continue; /* stale: one side merged since this candidate was queued */
@@ -215,7 +156,7 @@ tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const ui
     for (int32_t i = n_pieces > 0 ? 0 : -1; i >= 0 && status == TDM_OK; i = st.pieces[i].next) {
         status = emit_piece(&st, &st.pieces[i], out);
     }
-    free(st.heap);
+    engine_tokenizer_heap_fini(&st.heap);
     free(st.pieces);
     free(escaped);
     return status;
