@@ -15,8 +15,8 @@ tdm_status_t tdm_main_start(const tdm_main_spec_t *spec, int argc, char **argv, 
     const char *text;
     tdm_status_t status;
 
-    status = tdm_flags_parse(spec->flags, spec->n_flags, argc, argv, spec->program,
-                             spec->summary, cfg, NULL, NULL, &action);
+    status = tdm_flags_parse(spec->flags, spec->n_flags, argc, argv, spec->program, spec->summary,
+                             cfg, NULL, NULL, &action);
     if (status != TDM_OK) {
         return status;
     }

@@ -213,8 +213,8 @@ static void set_ratios(engine_config_t *cfg, int n_ratio2, int n_ratio1)
 /* The constants every preset shares (memset first). */
 static void fill_constants(engine_config_t *cfg)
 {
-    static const preset_list_t block_size = {2, {ENGINE_CONFIG_QUANT_BLOCK,
-                                                 ENGINE_CONFIG_QUANT_BLOCK}};
+    static const preset_list_t block_size = {
+        2, {ENGINE_CONFIG_QUANT_BLOCK, ENGINE_CONFIG_QUANT_BLOCK}};
 
     memset(cfg, 0, sizeof(*cfg));
     set_name(cfg->architectures, "DeepseekV41ForCausalLM");
