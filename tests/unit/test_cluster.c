@@ -7,6 +7,7 @@
  * decode node's pages back at the baseline it had when the cluster came up (printed).
  * Failures of workers are in test_cluster_faults.c; the harness is test_cluster_harness.h.
  */
+#define T_MODEL_PREFIX "cluster"
 #include "test_cluster_harness.h"
 
 /* Two turns of one session; the texts go to text1/text2 (caller frees). */
@@ -187,9 +188,9 @@ static void test_cancelled_turn_returns_reserved_pages(void **state)
     assert_true(metric(c.decode_port[0], "tandem_decode_session_pages") == 0);
     make_ids(ids, sizeof(ids), 600, 17, 1);
     snprintf(body, T_BODY,
-             "{\"model\":\"cluster-tiny-1\",\"prompt\":[%s],\"max_tokens\":64,\"temperature\":0,"
+             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":64,\"temperature\":0,"
              "\"stream\":true}",
-             ids);
+             T_MODEL_NAME, ids);
     /* The client leaves during the prefill: curl gives up after 150 ms. Reserved pages come
      * back after the fence; a session that got its handoff before the client left stays
      * resident (cluster_check_pages). */

@@ -6,6 +6,7 @@
  * refused at registration. Every test ends with the surviving decode nodes' pages back at their
  * baseline (printed). The harness is test_cluster_harness.h.
  */
+#define T_MODEL_PREFIX "cluster-faults"
 #include "test_cluster_harness.h"
 
 /* Prompt of the prefill-kill test: long enough that its prefill job is still running when the

@@ -7,6 +7,9 @@
  * so each test binary carries its own copy.
  *
  * Environment (tests/CMakeLists.txt): TANDEM_BIN_DIR (built executables), TANDEM_TEST_TMP.
+ * Each test binary defines T_MODEL_PREFIX before including this header: its checkpoints are
+ * TANDEM_TEST_TMP/<prefix>-tiny-1 and -2, so binaries that ctest runs in parallel never write
+ * a checkpoint another one is serving.
  */
 #ifndef TANDEM_TESTS_TEST_CLUSTER_HARNESS_H
 #define TANDEM_TESTS_TEST_CLUSTER_HARNESS_H
@@ -37,6 +40,10 @@
 #define T_THRESHOLD     32    /* --local-prefill-tokens in these tests */
 #define T_PAGES         1024  /* --pages of every worker */
 #define T_PAGES_WAIT_MS 20000 /* reservations come back after their fence within this */
+#ifndef T_MODEL_PREFIX
+#define T_MODEL_PREFIX "cluster"
+#endif
+#define T_MODEL_NAME T_MODEL_PREFIX "-tiny-1" /* the model the router serves (directory name) */
 
 typedef struct {
     pid_t launcher;
@@ -79,8 +86,8 @@ static inline int setup_models(void **state)
         return -1;
     }
     snprintf(g_bin, sizeof(g_bin), "%s", bin);
-    snprintf(g_model, sizeof(g_model), "%s/cluster-tiny-1", tmp);
-    snprintf(g_model2, sizeof(g_model2), "%s/cluster-tiny-2", tmp);
+    snprintf(g_model, sizeof(g_model), "%s/%s", tmp, T_MODEL_NAME);
+    snprintf(g_model2, sizeof(g_model2), "%s/%s-tiny-2", tmp, T_MODEL_PREFIX);
     snprintf(cmd, sizeof(cmd),
              "%s/tandem-mkmodel --preset tiny --seed 1 --out %s >/dev/null 2>&1 && "
              "%s/tandem-mkmodel --preset tiny --seed 2 --out %s >/dev/null 2>&1",
@@ -414,9 +421,9 @@ static inline char *completion_body(const char *ids, int max_tokens)
 
     assert_non_null(body);
     snprintf(body, T_BODY,
-             "{\"model\":\"cluster-tiny-1\",\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,"
+             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,"
              "\"ignore_eos\":true}",
-             ids, max_tokens);
+             T_MODEL_NAME, ids, max_tokens);
     return body;
 }
 
