@@ -1,7 +1,8 @@
-/* gemm.c - kern_gemm_cpu (AVX-512 when the CPU has it, else the plain loop), kern_gemm_ref_cpu,
- * Q_act8 rows and the weight dequantizers of kernels/gemm.h.
+/* gemm.c - kern_gemm_cpu (AVX-512 when the CPU has it, else the plain loop; a one-row GEMV
+ * path for decode; large calls split by output quads over the worker pool of kernels/cpu/pool.h),
+ * kern_gemm_ref_cpu, Q_act8 rows and the weight dequantizers of kernels/gemm.h.
  *
- * Both versions compute every output in the same order (16 FMA lanes over ascending k, then the
+ * Every version computes every output in the same order (16 FMA lanes over ascending k, then the
  * tree 8, 4, 2, 1), so they give identical bits whatever the batch shape or thread split.
  */
 #include "kernels/gemm.h"
