@@ -268,8 +268,8 @@ static tdm_status_t head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r
                                (float)c->rms_norm_eps, h, H);
     }
     if (st == TDM_OK) {
-        st = fwd_gemm(fwd, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32,
-                            logits_out, c->vocab_size);
+        st =
+            fwd_gemm(fwd, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32, logits_out, c->vocab_size);
     }
     return st;
 }
@@ -309,8 +309,7 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     }
     st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
     if (st == TDM_OK) {
-        st = fwd_gemm(fwd, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx,
-                            H);
+        st = fwd_gemm(fwd, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx, H);
     }
     if (st == TDM_OK) {
         st = fwd->ops->rmsnorm(&fwd->kctx, mx, H, N, H, model->main_norm, (float)c->rms_norm_eps,

@@ -396,7 +396,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             return TDM_ERR_NO_MEMORY;
         }
         st = fwd_gemm(fwd, &lw->c_wkv, xn, H, N,
-                            role->ratio == 2 ? KERN_GEMM_OUT_F32 : KERN_GEMM_OUT_BF16, ca, d);
+                      role->ratio == 2 ? KERN_GEMM_OUT_F32 : KERN_GEMM_OUT_BF16, ca, d);
         if (st == TDM_OK && cb != NULL) {
             st = fwd_gemm(fwd, &lw->c_wgate, xn, H, N, KERN_GEMM_OUT_F32, cb, d);
         }
@@ -542,8 +542,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         kern_mat_t wg = lw->wo_a;
         wg.n_out = ro;
         wg.data = (const uint16_t *)lw->wo_a.data + gi * ro * gin;
-        st = fwd_gemm(fwd, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16,
-                            oa + gi * ro, G * ro);
+        st = fwd_gemm(fwd, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16, oa + gi * ro, G * ro);
     }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, oa, N, G * ro, oa);

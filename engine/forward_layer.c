@@ -87,8 +87,7 @@ static tdm_status_t site_coeffs(engine_fwd_t *fwd, fwd_batch_t *b, int l, int si
     if (raw == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    st = fwd_gemm(fwd, &lw->hc_fn[site], b->X, m * H, N, KERN_GEMM_OUT_F32, raw,
-                        n_mix);
+    st = fwd_gemm(fwd, &lw->hc_fn[site], b->X, m * H, N, KERN_GEMM_OUT_F32, raw, n_mix);
     if (st == TDM_OK) {
         st = fwd->ops->mhc_coeffs(&fwd->kctx, &hp, b->X, N, H, raw, pre, post, M);
     }

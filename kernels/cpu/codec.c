@@ -224,9 +224,9 @@ __attribute__((target("avx512f"))) static inline __m512 e4m3x16_to_f32(__m512i c
     __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
     __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(0xF));
     __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(0x7));
-    __m512i norm = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)),
-                                                     23),
-                                   _mm512_slli_epi32(m, 20));
+    __m512i norm =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                        _mm512_slli_epi32(m, 20));
     __m512i sub = _mm512_castps_si512(
         _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f))); /* exact */
     __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
@@ -246,9 +246,8 @@ __attribute__((target("avx512f"))) static inline __m512i nibbles16(const uint8_t
     return _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(0xF));
 }
 
-__attribute__((target("avx512f"))) static void dequant_act8_avx512(const uint8_t *codes,
-                                                                   const uint8_t *scales,
-                                                                   int64_t n, float *y)
+__attribute__((target("avx512f"))) static void
+dequant_act8_avx512(const uint8_t *codes, const uint8_t *scales, int64_t n, float *y)
 {
     for (int64_t g = 0; g < n; g += KERN_ACT8_GROUP) {
         __m512 s = _mm512_set1_ps(codec_ue8m0_to_f32(scales[g / KERN_ACT8_GROUP]));
@@ -261,9 +260,9 @@ __attribute__((target("avx512f"))) static void dequant_act8_avx512(const uint8_t
 
 /* E2M1 codes x per-group scale; group 16 (Q_ckv, E4M3 scales) or 32 (Q_mx4, UE8M0 scales). */
 __attribute__((target("avx512f"))) static void dequant_e2m1_avx512(const uint8_t *codes,
-                                                                   const uint8_t *scales,
-                                                                   int64_t n, int64_t group,
-                                                                   int e4m3_scales, float *y)
+                                                                   const uint8_t *scales, int64_t n,
+                                                                   int64_t group, int e4m3_scales,
+                                                                   float *y)
 {
     float table[16];
     __m512 t;
@@ -302,24 +301,22 @@ __attribute__((target("avx512f"))) static inline __m512 e4m3_round16(__m512 v)
     __m512i sign = _mm512_and_si512(b, _mm512_set1_epi32((int)0x80000000u));
     __m512i a = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
-    __m512i norm = _mm512_and_si512(
-        _mm512_add_epi32(a, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF), lsb)),
-        _mm512_set1_epi32((int)0xFFF00000u));
+    __m512i norm =
+        _mm512_and_si512(_mm512_add_epi32(a, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF), lsb)),
+                         _mm512_set1_epi32((int)0xFFF00000u));
     __m512 av = _mm512_castsi512_ps(a);
-    __m512 sub = _mm512_mul_ps(
-        _mm512_roundscale_ps(_mm512_mul_ps(av, _mm512_set1_ps(0x1p9f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        _mm512_set1_ps(0x1p-9f));
+    __m512 sub = _mm512_mul_ps(_mm512_roundscale_ps(_mm512_mul_ps(av, _mm512_set1_ps(0x1p9f)),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                               _mm512_set1_ps(0x1p-9f));
     __mmask16 is_norm = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x3C800000)); /* 2^-6 */
-    __mmask16 is_sat = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x43E00000)); /* 448 */
+    __mmask16 is_sat = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x43E00000));  /* 448 */
     __m512i mag = _mm512_mask_blend_epi32(is_norm, _mm512_castps_si512(sub), norm);
     mag = _mm512_mask_blend_epi32(is_sat, mag, _mm512_set1_epi32(0x43E00000));
     return _mm512_castsi512_ps(_mm512_or_si512(mag, sign));
 }
 
 /* kern_qdq_act8_cpu's loop (n % 32 == 0); y may alias x (a group is read before it is written). */
-__attribute__((target("avx512f"))) static void qdq_act8_avx512(const float *x, int64_t n,
-                                                               float *y)
+__attribute__((target("avx512f"))) static void qdq_act8_avx512(const float *x, int64_t n, float *y)
 {
     for (int64_t g = 0; g < n; g += KERN_ACT8_GROUP) {
         __m512 x0 = _mm512_loadu_ps(x + g);

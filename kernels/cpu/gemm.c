@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <string.h>
 
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define GEMM_HAVE_X86 1
@@ -27,8 +26,8 @@
 #define TILE_OUT 4   /* outputs per register tile */
 #define TILE_ROWS 4  /* activation rows per register tile */
 #define ROW_BLOCK 32 /* activation rows kept hot while a weight tile streams past */
-#define GEMV_OUT 8   /* outputs per tile of the one-row path */
-#define GEMM_CHUNKS_PER_THREAD 8 /* work items per thread of a threaded GEMM */
+#define GEMV_OUT               8  /* outputs per tile of the one-row path */
+#define GEMM_CHUNKS_PER_THREAD 8  /* work items per thread of a threaded GEMM */
 #define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
 /* The fixed reduction tree of the 16 lane sums. */
@@ -161,8 +160,8 @@ __attribute__((target("avx512f"))) static void tile_avx512(const kern_mat_t *w, 
  * each caller, so the branch folds away).
  */
 __attribute__((target("avx512f"), always_inline)) static inline void
-gemv_avx512(const kern_mat_t *w, const float *x, int64_t o0, int64_t o1, uint32_t flags,
-            float *y, int f32)
+gemv_avx512(const kern_mat_t *w, const float *x, int64_t o0, int64_t o1, uint32_t flags, float *y,
+            int f32)
 {
     int64_t K = w->n_in;
     int64_t o = o0;
@@ -198,18 +197,16 @@ gemv_avx512(const kern_mat_t *w, const float *x, int64_t o0, int64_t o1, uint32_
     }
 }
 
-__attribute__((target("avx512f"))) static void gemv_bf16_avx512(const kern_mat_t *w,
-                                                                const float *x, int64_t o0,
-                                                                int64_t o1, uint32_t flags,
-                                                                float *y)
+__attribute__((target("avx512f"))) static void gemv_bf16_avx512(const kern_mat_t *w, const float *x,
+                                                                int64_t o0, int64_t o1,
+                                                                uint32_t flags, float *y)
 {
     gemv_avx512(w, x, o0, o1, flags, y, 0);
 }
 
-__attribute__((target("avx512f"))) static void gemv_f32_avx512(const kern_mat_t *w,
-                                                               const float *x, int64_t o0,
-                                                               int64_t o1, uint32_t flags,
-                                                               float *y)
+__attribute__((target("avx512f"))) static void gemv_f32_avx512(const kern_mat_t *w, const float *x,
+                                                               int64_t o0, int64_t o1,
+                                                               uint32_t flags, float *y)
 {
     gemv_avx512(w, x, o0, o1, flags, y, 1);
 }

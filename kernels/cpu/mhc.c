@@ -91,16 +91,15 @@ __attribute__((target("avx512f"))) static void collapse_avx512(const float *pre,
     for (int64_t c = 0; c < H; c += 16) {
         __m512 acc = _mm512_setzero_ps();
         for (int i = 0; i < m; i++) {
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(pre[i]),
-                                                   _mm512_loadu_ps(X + i * H + c)));
+            acc = _mm512_add_ps(
+                acc, _mm512_mul_ps(_mm512_set1_ps(pre[i]), _mm512_loadu_ps(X + i * H + c)));
         }
         _mm512_storeu_ps(y + c, cpu_bf16_round16(acc));
     }
 }
 
-__attribute__((target("avx512f"))) static void update_avx512(const float *post, const float *F,
-                                                             const float *Mr, int m, int64_t H,
-                                                             float *Xr)
+__attribute__((target("avx512f"))) static void
+update_avx512(const float *post, const float *F, const float *Mr, int m, int64_t H, float *Xr)
 {
     for (int64_t c = 0; c < H; c += 16) {
         __m512 old[KERN_MHC_MAX_STREAMS];

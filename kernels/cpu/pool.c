@@ -8,8 +8,8 @@
 
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t work; /* a new job was posted */
-    pthread_cond_t done; /* a job's last chunk finished */
+    pthread_cond_t work;     /* a new job was posted */
+    pthread_cond_t done;     /* a job's last chunk finished */
     pthread_mutex_t call_mu; /* one job at a time; others run on their caller */
     int n_workers;
     uint64_t gen; /* job generation, bumped per job */
@@ -21,9 +21,18 @@ typedef struct {
     int helpers_left; /* workers still allowed to join the current job */
 } cpu_pool_t;
 
-static cpu_pool_t g_pool = {
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-    PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0};
+static cpu_pool_t g_pool = {PTHREAD_MUTEX_INITIALIZER,
+                            PTHREAD_COND_INITIALIZER,
+                            PTHREAD_COND_INITIALIZER,
+                            PTHREAD_MUTEX_INITIALIZER,
+                            0,
+                            0,
+                            NULL,
+                            NULL,
+                            0,
+                            0,
+                            0,
+                            0};
 
 /* Claim and run chunks of the current job until none is left; called with mu held, returns
  * with it held. */

@@ -259,9 +259,8 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
         for (int h = 0; h < NH; h++) {
             sink[h] = frand(2.0f);
         }
-        assert_int_equal(kern_attention_cpu(NULL, q, ka, NA, kb, NB, sink, NH, D, 0.125f, scratch,
-                                            o),
-                         TDM_OK);
+        assert_int_equal(
+            kern_attention_cpu(NULL, q, ka, NA, kb, NB, sink, NH, D, 0.125f, scratch, o), TDM_OK);
         for (int h = 0; h < NH; h++) {
             float s[NA + NB], mu = -INFINITY, den = 0.0f, acc[D];
             for (int e = 0; e < NA + NB; e++) {
