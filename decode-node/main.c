@@ -23,6 +23,7 @@
 #include "proto/proto_hash.h"
 #include "kernels/kv_page.h"
 #include "transfer/context.h"
+#include "transfer/lane.h"
 #include "transfer/metrics.h"
 
 #define DECODE_ERR_BYTES 512
@@ -45,6 +46,7 @@ typedef struct {
     uint32_t register_timeout_ms;
     const char *transports;
     const char *ucx_protocols;
+    const char *require_transport;
     const char *spec;
     const char *spec_accept;
     double spec_threshold;
@@ -76,8 +78,11 @@ static const tdm_flag_t decode_flags[] = {
     {"transports", TDM_FLAG_STRING, NULL, offsetof(decode_cfg_t, transports),
      "UCX transports (UCX_TLS syntax; default: UCX's choice)", 0, 0, 0},
     {"ucx-protocols", TDM_FLAG_STRING, "v1", offsetof(decode_cfg_t, ucx_protocols),
-     "UCX protocol generation: v1, or v2 (UCX 1.13.1's v2 put lost every page in our loopback "
-     "tests)", 0, 0, 0},
+     "UCX protocol generation: v1 (UCX 1.13's default; lanes read from the endpoint "
+     "configuration) or v2 (lanes described by UCX per request)", 0, 0, 0},
+    {"require-transport", TDM_FLAG_STRING, NULL, offsetof(decode_cfg_t, require_transport),
+     "lanes KV transfers may use (tcp,shm,rc,dc,ud,cuda_ipc,cuda_copy,gdr_copy; default "
+     "any): a transfer over another lane fails instead of falling back", 0, 0, 0},
     {"spec", TDM_FLAG_STRING, "off", offsetof(decode_cfg_t, spec),
      "speculative decoding drafter: off, dspark or ngram (MODEL.md 8; output unchanged); a "
      "request's spec field overrides it unless it is off", 0, 0, 0},
@@ -225,10 +230,17 @@ static int setup(decode_node_t *n)
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
     int max_ratio = 1;
+    xfer_lane_mask_t required_lanes = 0;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
         fprintf(stderr, "tandem-decode: --http=%s is invalid: expected HOST:PORT\n", n->cfg.http);
+        return 2;
+    }
+    /* Checked before the model loads (minutes on a real fleet). */
+    if (xfer_lane_mask_parse(n->cfg.require_transport, &required_lanes) != TDM_OK) {
+        fprintf(stderr, "tandem-decode: --require-transport=%s: unknown lane class\n",
+                n->cfg.require_transport);
         return 2;
     }
     memset(&sp, 0, sizeof(sp));
@@ -265,6 +277,7 @@ static int setup(decode_node_t *n)
     xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
     xp.transports = n->cfg.transports;
+    xp.required_lanes = required_lanes;
     if (strcmp(n->cfg.ucx_protocols, "v2") != 0) {
         xp.flags |= XFER_CONTEXT_PROTO_V1;
     }

@@ -25,6 +25,7 @@
 #include "prefill-node/queue.h"
 #include "proto/proto_hash.h"
 #include "transfer/context.h"
+#include "transfer/lane.h"
 #include "transfer/metrics.h"
 #include "transfer/pool.h"
 
@@ -47,6 +48,7 @@ typedef struct {
     uint32_t register_timeout_ms;
     const char *transports;
     const char *ucx_protocols;
+    const char *require_transport;
     const char *log_level;
 } prefill_cfg_t;
 
@@ -70,8 +72,11 @@ static const tdm_flag_t prefill_flags[] = {
     {"transports", TDM_FLAG_STRING, NULL, offsetof(prefill_cfg_t, transports),
      "UCX transports (UCX_TLS syntax; default: UCX's choice)", 0, 0, 0},
     {"ucx-protocols", TDM_FLAG_STRING, "v1", offsetof(prefill_cfg_t, ucx_protocols),
-     "UCX protocol generation: v1, or v2 (UCX 1.13.1's v2 put lost every page in our loopback "
-     "tests)", 0, 0, 0},
+     "UCX protocol generation: v1 (UCX 1.13's default; lanes read from the endpoint "
+     "configuration) or v2 (lanes described by UCX per request)", 0, 0, 0},
+    {"require-transport", TDM_FLAG_STRING, NULL, offsetof(prefill_cfg_t, require_transport),
+     "lanes KV transfers may use (tcp,shm,rc,dc,ud,cuda_ipc,cuda_copy,gdr_copy; default "
+     "any): a transfer over another lane fails instead of falling back", 0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(prefill_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -109,6 +114,7 @@ typedef struct {
     pthread_mutex_t lock;
     prefill_stats_t stats;
     uint64_t running_tokens;
+    uint64_t running_reservation_id; /* the running job's reservation (its abort key) */
 } prefill_node_t;
 
 static volatile sig_atomic_t g_stop_signal;
@@ -200,9 +206,11 @@ static void on_message(prefill_node_t *n, Tandem__Envelope *env)
             return; /* the queue owns it */
         }
     } else if (env->body_case == TANDEM__ENVELOPE__BODY_ABORT) {
-        if (prefill_queue_abort(n->queue, env->abort->request_id)) {
+        int n_dropped =
+            prefill_queue_abort(n->queue, env->abort->request_id, env->abort->reservation_id);
+        if (n_dropped > 0) {
             pthread_mutex_lock(&n->lock);
-            n->stats.jobs_aborted_total++;
+            n->stats.jobs_aborted_total += (uint64_t)n_dropped;
             pthread_mutex_unlock(&n->lock);
         }
     } else {
@@ -228,7 +236,8 @@ static int job_aborted(void *arg, uint64_t request_id)
     prefill_node_t *n = arg;
 
     drain(n, 0);
-    return g_stop_signal != 0 || prefill_queue_is_aborted(n->queue, request_id);
+    return g_stop_signal != 0 ||
+           prefill_queue_is_aborted(n->queue, request_id, n->running_reservation_id);
 }
 
 static void send_error(prefill_node_t *n, uint64_t request_id, tdm_status_t status,
@@ -262,6 +271,7 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
 
     pthread_mutex_lock(&n->lock);
     n->running_tokens = job->n_delta_tokens;
+    n->running_reservation_id = job->reservation_id;
     pthread_mutex_unlock(&n->lock);
     status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
     ms = (double)(tdm_clock_now_ns() - t0) / NS_PER_MS;
@@ -320,10 +330,17 @@ static int setup(prefill_node_t *n)
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
     int max_ratio = 1;
+    xfer_lane_mask_t required_lanes = 0;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
         fprintf(stderr, "tandem-prefill: --http=%s is invalid: expected HOST:PORT\n", n->cfg.http);
+        return 2;
+    }
+    /* Checked before the model loads (minutes on a real fleet). */
+    if (xfer_lane_mask_parse(n->cfg.require_transport, &required_lanes) != TDM_OK) {
+        fprintf(stderr, "tandem-prefill: --require-transport=%s: unknown lane class\n",
+                n->cfg.require_transport);
         return 2;
     }
     node_link_make_id("prefill", n->id, sizeof(n->id));
@@ -339,6 +356,7 @@ static int setup(prefill_node_t *n)
     xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
     xp.transports = n->cfg.transports;
+    xp.required_lanes = required_lanes;
     if (strcmp(n->cfg.ucx_protocols, "v2") != 0) {
         xp.flags |= XFER_CONTEXT_PROTO_V1;
     }

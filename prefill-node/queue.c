@@ -12,7 +12,9 @@ struct prefill_queue {
     item_t *head, *tail;
     uint32_t n_jobs;
     uint64_t n_tokens;
-    uint64_t aborted[PREFILL_QUEUE_ABORTS];
+    struct {
+        uint64_t request_id, reservation_id; /* reservation 0: every attempt */
+    } aborted[PREFILL_QUEUE_ABORTS];
     uint32_t next_abort;
 };
 
@@ -78,35 +80,51 @@ Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue)
     return env;
 }
 
-int prefill_queue_abort(prefill_queue_t *queue, uint64_t request_id)
+/* Whether an abort of (request_id, abort_reservation) covers a job of job_reservation. */
+static int abort_covers(uint64_t abort_reservation, uint64_t job_reservation)
+{
+    return abort_reservation == 0 || abort_reservation == job_reservation;
+}
+
+int prefill_queue_abort(prefill_queue_t *queue, uint64_t request_id, uint64_t reservation_id)
 {
     item_t **link = &queue->head;
     item_t *prev = NULL;
+    int n_dropped = 0;
+    uint32_t slot = queue->next_abort++ % PREFILL_QUEUE_ABORTS;
 
-    queue->aborted[queue->next_abort++ % PREFILL_QUEUE_ABORTS] = request_id;
+    queue->aborted[slot].request_id = request_id;
+    queue->aborted[slot].reservation_id = reservation_id;
     while (*link != NULL) {
         item_t *it = *link;
-        if (it->env->prefill_job->request_id == request_id) {
+        const Tandem__PrefillJob *job = it->env->prefill_job;
+        if (job->request_id == request_id && abort_covers(reservation_id, job->reservation_id)) {
             *link = it->next;
             if (queue->tail == it) {
                 queue->tail = prev;
             }
             queue->n_jobs--;
-            queue->n_tokens -= it->env->prefill_job->n_delta_tokens;
+            queue->n_tokens -= job->n_delta_tokens;
             proto_envelope_free(it->env);
             free(it);
-            return 1;
+            n_dropped++;
+            continue;
         }
         prev = it;
         link = &it->next;
     }
-    return 0;
+    return n_dropped;
 }
 
-int prefill_queue_is_aborted(const prefill_queue_t *queue, uint64_t request_id)
+int prefill_queue_is_aborted(const prefill_queue_t *queue, uint64_t request_id,
+                             uint64_t reservation_id)
 {
+    if (request_id == 0) {
+        return 0;
+    }
     for (uint32_t i = 0; i < PREFILL_QUEUE_ABORTS; i++) {
-        if (queue->aborted[i] == request_id && request_id != 0) {
+        if (queue->aborted[i].request_id == request_id &&
+            abort_covers(queue->aborted[i].reservation_id, reservation_id)) {
             return 1;
         }
     }

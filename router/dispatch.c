@@ -239,7 +239,8 @@ static void send_abort(router_dispatch_t *d, int slot, uint64_t gen, uint64_t re
 static void abort_workers(router_dispatch_t *d, inflight_t *f, const char *reason)
 {
     if (f->stage == STAGE_PREFILLING) {
-        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, 0, reason);
+        /* The reservation names the attempt: a retry of this request gets a new one. */
+        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id, reason);
     }
     send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, reason);
     f->reservation_id = 0;

@@ -3,7 +3,8 @@
  * is rebuilt on another decode node from the router's history; a prefill node SIGKILLed in the
  * middle of a prefill job is reported on /health, the job reruns on the other prefill node and
  * the request completes with the text of an undisturbed run; a worker of another model is
- * refused at registration. Every test ends with the surviving decode nodes' pages back at their
+ * refused at registration; a prefill node held to a lane UCX does not offer (--require-transport)
+ * fails its jobs and the request ends in a 503, not a hang. Every test ends with the surviving decode nodes' pages back at their
  * baseline (printed). The harness is test_cluster_harness.h.
  */
 #define T_MODEL_PREFIX "cluster-faults"
@@ -137,10 +138,49 @@ static void test_worker_of_another_model_is_refused(void **state)
     assert_int_equal(cluster_start(&c, 0, 1, g_model2, 1), 1);
 }
 
+/* --require-transport: a prefill node that may only use a lane this host lacks (rc) refuses every
+ * put instead of falling back to shm; each attempt fails with its reason (an abort of one attempt
+ * never stops the next), the request ends in a 503 rather than hanging, and no page stays
+ * reserved. Requiring the lane UCX does use here (shm) serves the same request. */
+static void test_required_transport_refuses_weaker_lane(void **state)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    char ids[4096];
+    char *body, *resp = malloc(T_BODY);
+    long status;
+
+    (void)state;
+    assert_non_null(resp);
+    make_ids(ids, sizeof(ids), 200, 17, 5);
+    body = completion_body(ids, 4);
+    assert_int_equal(setenv("TANDEM_REQUIRE_TRANSPORT", "shm", 1), 0);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 1), 0);
+    status = http(c.http_port, "/v1/completions", body, "lane-shm", 0, 120000, resp);
+    print_message("require shm: HTTP %ld\n", status);
+    assert_int_equal(status, 200);
+    assert_true(metric(c.prefill_port[0], "tandem_prefill_jobs_failed_total") == 0);
+    cluster_check_pages(&c, "require shm");
+    cluster_stop(&c);
+
+    assert_int_equal(setenv("TANDEM_REQUIRE_TRANSPORT", "rc", 1), 0);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 1), 0);
+    assert_int_equal(unsetenv("TANDEM_REQUIRE_TRANSPORT"), 0);
+    status = http(c.http_port, "/v1/completions", body, "lane-rc", 0, 120000, resp);
+    print_message("require rc: HTTP %ld %s\n", status, resp);
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(resp, "retries_exhausted"));
+    assert_true(metric(c.prefill_port[0], "tandem_prefill_jobs_failed_total") >= 2);
+    cluster_check_pages(&c, "require rc");
+    cluster_stop(&c);
+    free(body);
+    free(resp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_worker_of_another_model_is_refused, stop_leftovers),
+        cmocka_unit_test_teardown(test_required_transport_refuses_weaker_lane, stop_leftovers),
         cmocka_unit_test_teardown(test_killed_prefill_node_mid_job_reruns_elsewhere,
                                   stop_leftovers),
         cmocka_unit_test_teardown(test_killed_decode_node_is_detected_and_session_rebuilt,
