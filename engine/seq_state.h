@@ -159,4 +159,22 @@ tdm_status_t engine_seq_blob_add_pages(const uint8_t *record, size_t n_record, u
                                        const void *const *pages, size_t page_bytes,
                                        uint8_t **blob_out, size_t *n_blob_out);
 
+/*
+ * engine_seq_truncate - cut the sequence back to its first p tokens, p in [0, length], whatever
+ * the distance (MODEL.md 6(d)(2), a prefix-cache hit: pages only). Every KV source keeps
+ * n_c(p - 1) = floor(p / ratio) rows and index keys (rows below p are never rewritten; pages past
+ * them go back to the pool, dropped slots of a kept page zeroed); pending halves are dropped, the
+ * verify scratch forgotten, every ring (window and DSpark context) reset and the length set to p.
+ * The sequence then lacks its window state: the caller MUST run engine_fwd_replay(...,
+ * ENGINE_REPLAY_RECOVERY, ...) with the ids of [p - min(W, p) - N + 1, p) (or all p) before any
+ * forward call (the replay also rebuilds the pending half when p is odd and rewrites the kept
+ * ids). For p > 0 the result then equals, byte for byte in engine_seq_export, a sequence that
+ * held only the pages of tokens [0, p) and was replayed the same way, and one that prefilled
+ * only [0, p) when p <= W (the replay then runs from 0); it is approximate against a loss-free
+ * continuation when p > W (MODEL.md 6(e)). p = 0 leaves an empty sequence (no replay).
+ *
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (nothing changed) for NULL or p outside [0, length].
+ */
+tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p);
+
 #endif
