@@ -96,6 +96,8 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
         return status;
     }
     info->page_bytes = (uint32_t)layout.page_bytes;
+    info->n_dspark_blocks =
+        cfg->num_nextn_predict_layers > 0 ? (uint32_t)cfg->num_nextn_predict_layers : 0;
     return TDM_OK;
 }
 

@@ -38,6 +38,7 @@ typedef struct {
     uint32_t context_tokens;                /* ids before H a prefill job carries: W + N - 1 */
     uint64_t fingerprint;                   /* proto_model_fingerprint of the directory */
     uint32_t page_bytes;                    /* bytes of one KV page (MODEL.md 7) */
+    uint32_t n_dspark_blocks;               /* n_d: 0 means requests cannot ask for DSpark */
 } router_model_info_t;
 
 /* The loaded model; opaque. */

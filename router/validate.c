@@ -236,8 +236,10 @@ const char *router_spec_name(router_spec_t spec)
     return (size_t)spec < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]) ? SPEC_NAMES[spec] : "";
 }
 
-/* The Tandem extension "spec": absent or null (the decode node's default), or a drafter name. */
-static tdm_status_t get_spec(const json_t *root, router_gen_request_t *req, router_apierr_t *err)
+/* The Tandem extension "spec": absent or null (the decode node's default), or a drafter name;
+ * "dspark" only when the checkpoint has DSpark blocks. */
+static tdm_status_t get_spec(const router_model_info_t *info, const json_t *root,
+                             router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *value = member(root, "spec");
 
@@ -251,6 +253,14 @@ static tdm_status_t get_spec(const json_t *root, router_gen_request_t *req, rout
     }
     for (size_t i = ROUTER_SPEC_OFF; i < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]); i++) {
         if (strcmp(json_string_value(value), SPEC_NAMES[i]) == 0) {
+            if (i == ROUTER_SPEC_DSPARK && info->n_dspark_blocks == 0) {
+                router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                                  "invalid_value", "spec",
+                                  "'spec' is \"dspark\" but model '%s' has no DSpark blocks "
+                                  "(num_nextn_predict_layers = 0); use \"ngram\" or \"off\"",
+                                  info->name);
+                return TDM_ERR_INVALID_ARG;
+            }
             req->spec = (router_spec_t)i;
             return TDM_OK;
         }
@@ -764,7 +774,7 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
         status = get_sampling(root, &req, err_out);
     }
     if (status == TDM_OK) {
-        status = get_spec(root, &req, err_out);
+        status = get_spec(info, root, &req, err_out);
     }
     if (status == TDM_OK) {
         status = get_stop(root, &req, err_out);

@@ -88,7 +88,8 @@ typedef struct {
  *                                a field of the wrong type or out of range (max_tokens not a
  *                                positive integer, temperature or top_p NaN, infinite or out
  *                                of range, n != 1, penalties, "spec" not one of "off",
- *                                "dspark", "ngram", ...)
+ *                                "dspark", "ngram", or "dspark" for a model without DSpark
+ *                                blocks, ...)
  *   404 model_not_found          "model" is not the served model
  *   400 empty_prompt             no messages, or an empty prompt
  *   400 unsupported_input        image content, or the image token id in a prompt

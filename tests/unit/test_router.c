@@ -19,7 +19,9 @@
 #include <jansson.h>
 
 #include "common/log.h"
+#include "router/model.h"
 #include "router/router.h"
+#include "router/validate.h"
 #include "test_router_fake.h"
 
 #define PATH_BYTES           4096
@@ -1142,6 +1144,66 @@ static void test_executable_prints_help_and_rejects_bad_flags(void **state)
     assert_int_equal(run_shell(command), 1);
 }
 
+/* "spec": "dspark" for a checkpoint without DSpark blocks (num_nextn_predict_layers 0) is a 400
+ * naming the field, before any worker; "ngram" is still accepted for it. */
+static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
+{
+    fixture_t *fx = *state;
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char dir[PATH_BYTES], command[PATH_BYTES * 8], err[ERR_BYTES] = "";
+    static const char body_dspark[] = "{\"model\":\"nodspark\",\"prompt\":\"x\",\"spec\":\"dspark\"}";
+    static const char body_ngram[] = "{\"model\":\"nodspark\",\"prompt\":\"x\",\"spec\":\"ngram\"}";
+    router_model_params_t mp = {0};
+    router_model_t *model = NULL;
+    router_gen_request_t req;
+    router_apierr_t apierr;
+    json_t *config, *text;
+    json_int_t n_layers;
+
+    assert_non_null(tmp);
+    snprintf(dir, sizeof(dir), "%s/router-model-nodspark", tmp);
+    snprintf(command, sizeof(command), "rm -rf %s && mkdir -p %s && cp %s/tokenizer.json %s/",
+             dir, dir, fx->model_dir, dir);
+    assert_int_equal(run_shell(command), 0);
+    /* The tiny config without its DSpark blocks: n_d = 0 and one compress ratio per layer. */
+    snprintf(command, sizeof(command), "%s/config.json", fx->model_dir);
+    config = json_load_file(command, 0, NULL);
+    assert_non_null(config);
+    text = json_object_get(config, "text_config");
+    assert_non_null(text);
+    n_layers = json_integer_value(json_object_get(text, "num_hidden_layers"));
+    assert_true(n_layers > 0);
+    assert_int_equal(json_object_set_new(text, "num_nextn_predict_layers", json_integer(0)), 0);
+    assert_int_equal(json_array_size(json_object_get(text, "compress_ratios")) >
+                         (size_t)n_layers,
+                     1);
+    while (json_array_size(json_object_get(text, "compress_ratios")) > (size_t)n_layers) {
+        json_array_remove(json_object_get(text, "compress_ratios"),
+                          json_array_size(json_object_get(text, "compress_ratios")) - 1);
+    }
+    snprintf(command, sizeof(command), "%s/config.json", dir);
+    assert_int_equal(json_dump_file(config, command, JSON_INDENT(2)), 0);
+    json_decref(config);
+    mp.model_dir = dir;
+    mp.served_name = "nodspark";
+    if (router_model_load(&mp, &model, err, sizeof(err)) != TDM_OK) {
+        fail_msg("router_model_load(%s): %s", dir, err);
+    }
+    assert_int_equal(router_model_info(model)->n_dspark_blocks, 0);
+    assert_int_equal(router_validate_request(model, ROUTER_API_COMPLETIONS, "application/json",
+                                             body_dspark, strlen(body_dspark), 1, &req, &apierr),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(apierr.http_status, 400);
+    assert_string_equal(apierr.param, "spec");
+    assert_non_null(strstr(apierr.message, "no DSpark blocks"));
+    assert_int_equal(router_validate_request(model, ROUTER_API_COMPLETIONS, "application/json",
+                                             body_ngram, strlen(body_ngram), 1, &req, &apierr),
+                     TDM_OK);
+    assert_int_equal(req.spec, ROUTER_SPEC_NGRAM);
+    router_gen_request_fini(&req);
+    router_model_destroy(model);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1167,6 +1229,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_spec_field_selects_the_drafter_and_bad_values_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dspark_refused_for_a_model_without_dspark_blocks,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
     };
