@@ -180,6 +180,8 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              "tandem_decode_reservations_lapsed_total %llu\n"
              "tandem_decode_aborts_total %llu\n"
              "tandem_decode_state_lost_total %llu\n"
+             "tandem_decode_rewinds_total %llu\n"
+             "tandem_decode_rewind_kept_tokens_total %llu\n"
              "tandem_decode_evictions_total %llu\n"
              "tandem_decode_running_sequences %u\n"
              "tandem_decode_pending_prefills %u\n"
@@ -195,6 +197,7 @@ static int render(void *arg, node_http_page_t page, char **body_out)
              (unsigned long long)st.reservations_total,
              (unsigned long long)st.reservations_lapsed_total,
              (unsigned long long)st.aborts_total, (unsigned long long)st.state_lost_total,
+             (unsigned long long)st.rewinds_total, (unsigned long long)st.rewind_kept_tokens_total,
              (unsigned long long)st.evictions_total, st.running_sequences, st.pending_prefills,
              st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions, st.session_pages,
              st.recent_tokens_per_s);

@@ -213,6 +213,8 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
     Tandem__FinishReason reason = TANDEM__FINISH_REASON__FINISH_UNSPECIFIED;
 
     send_token(s, r, position, token, sample, logprob);
+    /* the history a later rewind replays from; a failed record only shortens it */
+    (void)decode_sessions_note_ids(r->session, (int64_t)position, &token, 1);
     r->n_generated++;
     r->last_token = token;
     s->rate_tokens++;
@@ -268,6 +270,49 @@ static req_t *new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode
     return r;
 }
 
+/*
+ * MODEL.md 6(d)(2): cut the session's sequence back to its first p positions (0 < p < held,
+ * p <= the recorded ids) and replay every layer's rings and the DSpark taps at p from the
+ * recorded ids, so that a prompt sharing only p tokens with the history continues from there
+ * instead of from 0. Returns TDM_OK, TDM_ERR_UNSUPPORTED (p out of that range: nothing changed)
+ * or the engine's status (the state is dropped).
+ */
+static tdm_status_t rewind_session(decode_sched_t *s, decode_session_t *session, int64_t p)
+{
+    int64_t held = session->seq != NULL ? engine_seq_length(session->seq) : 0;
+    tdm_status_t status;
+
+    if (p <= 0 || p >= held || p > session->n_ids) {
+        return TDM_ERR_UNSUPPORTED;
+    }
+    status = engine_seq_truncate(session->seq, p);
+    if (status == TDM_OK) {
+        status =
+            engine_fwd_replay(s->fwd, session->seq, session->ids, p, ENGINE_REPLAY_RECOVERY, NULL);
+    }
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "sched", "rewind failed: session=%s held=%lld p=%lld status=%s",
+                session->id, (long long)held, (long long)p, tdm_status_name(status));
+        decode_sessions_drop_state(session);
+        return status;
+    }
+    decode_sessions_forget_ids_from(session, p);
+    s->stats.rewinds_total++;
+    s->stats.rewind_kept_tokens_total += (uint64_t)p;
+    tdm_log(TDM_LOG_DEBUG, "sched", "rewound: session=%s held=%lld kept=%lld", session->id,
+            (long long)held, (long long)p);
+    return TDM_OK;
+}
+
+/* The longest prefix <= want of the session that a rewind can rebuild (0: none). */
+static int64_t rewind_target(const decode_session_t *session, int64_t want)
+{
+    int64_t held = session->seq != NULL ? engine_seq_length(session->seq) : 0;
+    int64_t p = want < session->n_ids ? want : session->n_ids;
+
+    return p > 0 && p < held ? p : 0;
+}
+
 static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
 {
     decode_session_t *session = decode_sessions_get(s->sessions, dr->session_id);
@@ -287,9 +332,24 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         }
     }
     held = session->seq != NULL ? (uint64_t)engine_seq_length(session->seq) : 0;
+    if (held > dr->cached_len && dr->cached_len > 0) {
+        /* The prompt shares only cached_len tokens with what the node holds: rewind to the
+         * longest prefix <= cached_len it can rebuild (docs/PROTOCOL.md 3c). */
+        int64_t p = rewind_target(session, (int64_t)dr->cached_len);
+        if (p > 0 && rewind_session(s, session, p) == TDM_OK) {
+            held = (uint64_t)p;
+            if (held < dr->cached_len) {
+                /* the router retries from p, which the node now holds */
+                s->stats.state_lost_total++;
+                send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held,
+                           "session state rewound to a shorter prefix than cached_len");
+                return;
+            }
+        }
+    }
     if (held != dr->cached_len) {
-        /* The node cannot cut a sequence back (rings and ids of the cut positions are gone):
-         * drop it and have the router resend from 0 (docs/PROTOCOL.md 3c). */
+        /* Nothing to continue from: drop the state and have the router resend from 0
+         * (docs/PROTOCOL.md 3c). */
         decode_sessions_drop_state(session);
         if (dr->cached_len != 0) {
             s->stats.state_lost_total++;
@@ -420,6 +480,7 @@ static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
     engine_seq_t *seq = NULL;
     const char *why = NULL;
+    int64_t known;
     tdm_status_t status;
     req_t *r;
 
@@ -430,6 +491,8 @@ static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
                    "no live reservation for this handoff");
         return;
     }
+    /* the recorded history keeps [0, H); the delta's ids follow when the router sent them */
+    known = session->n_ids < (int64_t)resv->cached_len ? session->n_ids : (int64_t)resv->cached_len;
     status = adopt(s, session, resv, h, &seq, &why);
     decode_pool_release(s->pool, resv); /* the writer is done: its notice arrived */
     if (status != TDM_OK) {
@@ -447,6 +510,13 @@ static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     session->busy = 0;
     decode_sessions_drop_state(session);
     session->seq = seq;
+    session->n_ids = known; /* drop_state forgot them; the buffer is still there */
+    if (dr->n_delta_tokens > 0 && dr->n_delta_tokens == h->total_len - h->cached_len &&
+        known == (int64_t)h->cached_len) {
+        /* the router sends a remote delta's ids too (docs/PROTOCOL.md 3b): record them */
+        (void)decode_sessions_note_ids(session, known, dr->delta_tokens,
+                                       (int64_t)dr->n_delta_tokens);
+    }
     r = new_req(s, dr, session);
     if (r == NULL) {
         return;
@@ -479,8 +549,16 @@ static void on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                    "reservation lengths out of range");
         return;
     }
+    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) > H && H > 0) {
+        /* rewind to the longest prefix <= H the node can rebuild; the reservation then says
+         * the H it holds (docs/PROTOCOL.md 3c) */
+        int64_t p = rewind_target(session, (int64_t)H);
+        if (p > 0 && rewind_session(s, session, p) == TDM_OK) {
+            H = (uint64_t)p;
+        }
+    }
     if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) != H) {
-        decode_sessions_drop_state(session); /* cannot cut back: start from 0 */
+        decode_sessions_drop_state(session); /* nothing to continue from: start from 0 */
     }
     if (session->seq == NULL) {
         H = 0;
@@ -692,6 +770,10 @@ static void run_prefill(decode_sched_t *s, req_t *r)
             break;
         }
         s->stats.evictions_total++;
+    }
+    if (status == TDM_OK) {
+        /* the history a later rewind replays from; a failed record only shortens it */
+        (void)decode_sessions_note_ids(r->session, H, r->delta, r->n_delta);
     }
     if (status == TDM_OK) {
         status = engine_sampler_sample(&r->sp, s->logits, s->cfg->vocab_size,

@@ -51,6 +51,8 @@ typedef struct {
     uint64_t reservations_lapsed_total;
     uint64_t aborts_total;
     uint64_t state_lost_total;
+    uint64_t rewinds_total;            /* sessions cut back to a shorter prefix and replayed */
+    uint64_t rewind_kept_tokens_total; /* positions those rewinds kept (not prefilled again) */
     uint64_t evictions_total;
     uint32_t running_sequences;
     uint32_t pending_prefills;

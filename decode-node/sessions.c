@@ -39,6 +39,7 @@ void decode_sessions_destroy(decode_sessions_t *sessions)
     }
     for (uint32_t i = 0; i < sessions->n; i++) {
         engine_seq_destroy(sessions->items[i]->seq);
+        free(sessions->items[i]->ids);
         free(sessions->items[i]);
     }
     free(sessions->items);
@@ -96,10 +97,45 @@ decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *i
     return s;
 }
 
+tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, const int32_t *ids,
+                                      int64_t n)
+{
+    if (pos > session->n_ids || n < 0) {
+        return TDM_OK; /* a gap: the history past n_ids is unknown here */
+    }
+    if (pos + n > session->ids_cap) {
+        int64_t cap = session->ids_cap > 0 ? session->ids_cap : 256;
+        int32_t *grown;
+        while (cap < pos + n) {
+            cap *= 2;
+        }
+        grown = realloc(session->ids, (size_t)cap * sizeof(int32_t));
+        if (grown == NULL) {
+            session->n_ids = pos;
+            return TDM_ERR_NO_MEMORY;
+        }
+        session->ids = grown;
+        session->ids_cap = cap;
+    }
+    if (n > 0) {
+        memcpy(session->ids + pos, ids, (size_t)n * sizeof(int32_t));
+    }
+    session->n_ids = pos + n;
+    return TDM_OK;
+}
+
+void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos)
+{
+    if (pos < session->n_ids) {
+        session->n_ids = pos > 0 ? pos : 0;
+    }
+}
+
 void decode_sessions_drop_state(decode_session_t *session)
 {
     engine_seq_destroy(session->seq);
     session->seq = NULL;
+    session->n_ids = 0;
 }
 
 void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *session)
@@ -108,6 +144,7 @@ void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *sessi
         if (sessions->items[i] == session) {
             sessions->items[i] = sessions->items[--sessions->n];
             engine_seq_destroy(session->seq);
+            free(session->ids);
             free(session);
             return;
         }

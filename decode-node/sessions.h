@@ -14,12 +14,19 @@
 #include "common/status.h"
 #include "engine/seq_state.h"
 
-/* One session (owned by the table). seq NULL: known but holding no state. */
+/* One session (owned by the table). seq NULL: known but holding no state.
+ * ids: the session's token ids of positions [0, n_ids) as far as the node saw them (deltas and
+ * emitted tokens; a remote handoff without its delta's ids stops n_ids at its H), for a rewind
+ * (engine_seq_truncate + replay, MODEL.md 6(d)(2)) to any p <= n_ids; malloc'ed, ids_cap
+ * entries. */
 typedef struct {
     char id[129];
     engine_seq_t *seq;
     int busy;
     uint64_t last_used_ns;
+    int32_t *ids;
+    int64_t n_ids;
+    int64_t ids_cap;
 } decode_session_t;
 
 typedef struct decode_sessions decode_sessions_t;
@@ -37,7 +44,18 @@ decode_session_t *decode_sessions_find(decode_sessions_t *sessions, const char *
  * used idle one when the table is full). Returns NULL when full of busy sessions or no memory. */
 decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *id);
 
-/* decode_sessions_drop_state - destroy the session's sequence (pages back), keep the entry. */
+/* decode_sessions_note_ids - record the ids of positions [pos, pos + n) of the session's history:
+ * when pos <= n_ids they replace what was there and n_ids becomes pos + n (positions after them
+ * are forgotten); when pos > n_ids (a gap the node never saw) nothing is recorded. Returns TDM_OK,
+ * or TDM_ERR_NO_MEMORY (n_ids cut to pos: the history stays a true prefix). */
+tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, const int32_t *ids,
+                                      int64_t n);
+
+/* decode_sessions_forget_ids_from - cut the recorded history to positions [0, min(n_ids, pos)). */
+void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos);
+
+/* decode_sessions_drop_state - destroy the session's sequence (pages back) and forget its ids,
+ * keep the entry. */
 void decode_sessions_drop_state(decode_session_t *session);
 
 /* decode_sessions_remove - destroy the session and its entry. */

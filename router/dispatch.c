@@ -310,13 +310,14 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     dr.canonical_start = delta >= d->params.local_prefill_tokens;
     dr.prefix_session_id = f->prefix_session;
     dr.spec = (char *)router_spec_name(gen->spec); /* "": the node's --spec */
+    /* REMOTE too: the decode node records the session's ids for a later rewind (PROTOCOL.md 3c) */
+    dr.delta_tokens = s->tokens + f->cached_len;
+    dr.n_delta_tokens = delta;
     if (handoff != NULL) {
         dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
         dr.handoff = (Tandem__CompletionNotice *)handoff;
     } else {
         dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
-        dr.delta_tokens = s->tokens + f->cached_len;
-        dr.n_delta_tokens = delta;
         router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_LOCAL_TOKENS, delta);
     }
     env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
