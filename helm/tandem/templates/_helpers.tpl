@@ -375,12 +375,6 @@ spec:
         {{- include "tandem.podEnv" . | nindent 8 }}
         - name: TANDEM_RACK
           value: {{ .rack.name | quote }}
-        - name: TANDEM_NODE
-          value: "$(NODE_NAME)"
-        {{- if and (eq .role "decode") $root.Values.decode.spill.enabled }}
-        - name: TANDEM_SPILL_DIR
-          value: {{ $root.Values.decode.spill.mountPath | quote }}
-        {{- end }}
         {{- with $w.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
