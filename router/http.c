@@ -1,7 +1,9 @@
 #include "router/http.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +163,39 @@ static void sse_free(void *cls)
     router_turn_destroy(cls);
 }
 
+/*
+ * The turn's client watch (router_turn_gone_fn_t; ctx is the MHD connection): nonzero once the
+ * client closed or reset its connection. The request is fully read and this thread is the only
+ * reader while the turn runs, so a readable socket means end of file, a reset, or (rarely) a
+ * pipelined next request, which a peek tells apart.
+ */
+static int client_gone(void *ctx)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(ctx, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd pfd;
+    char byte;
+    ssize_t n;
+
+    if (info == NULL) {
+        return 0;
+    }
+    pfd.fd = info->connect_fd;
+    pfd.events = POLLIN | POLLRDHUP;
+    pfd.revents = 0;
+    if (poll(&pfd, 1, 0) <= 0) {
+        return 0;
+    }
+    if ((pfd.revents & (POLLHUP | POLLERR)) != 0) {
+        return 1;
+    }
+    if ((pfd.revents & (POLLIN | POLLRDHUP)) == 0) {
+        return 0;
+    }
+    n = recv(pfd.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static int session_id_ok(const char *id)
 {
     size_t n = strlen(id);
@@ -190,6 +225,7 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     uint64_t id;
     uint64_t now_ns = tdm_clock_now_ns();
     enum MHD_Result ret;
+    tdm_status_t tstatus;
     int stream;
     char *body;
     size_t n_body;
@@ -236,7 +272,15 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
         return MHD_NO;
     }
     router_request_unref(request);
-    if (router_turn_wait_first(turn, &err) != TDM_OK) {
+    /* Nothing is written until the first token (or the whole body): watch for the client leaving.
+     * A client gone is released as a client abort; the connection is then just closed. */
+    router_turn_watch_client(turn, client_gone, conn);
+    tstatus = router_turn_wait_first(turn, &err);
+    if (tstatus == TDM_ERR_PEER_LOST) {
+        router_turn_destroy(turn);
+        return MHD_NO;
+    }
+    if (tstatus != TDM_OK) {
         ret = respond_error(h, conn, &err);
         router_turn_destroy(turn);
         return ret;
@@ -250,6 +294,8 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
         router_turn_destroy(turn);
         return ret;
     }
+    /* Streamed: the HTTP server notices a closed connection at its next write (sse_free). */
+    router_turn_watch_client(turn, NULL, NULL);
     resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, sse_reader, turn,
                                              sse_free);
     if (resp == NULL) {

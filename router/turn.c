@@ -51,6 +51,10 @@ struct router_turn {
     int sse_started;
     int sse_done;
     uint64_t t_progress_ns; /* monotonic time of the last event */
+    /* client watch (non-streamed waits) */
+    router_turn_gone_fn_t gone;
+    void *gone_ctx;
+    int client_gone;
 };
 
 static tdm_status_t grow(char **buf, size_t *cap, size_t need)
@@ -157,6 +161,22 @@ void router_turn_destroy(router_turn_t *turn)
     free(turn);
 }
 
+void router_turn_watch_client(router_turn_t *turn, router_turn_gone_fn_t gone, void *ctx)
+{
+    turn->gone = gone;
+    turn->gone_ctx = ctx;
+}
+
+/* Whether the watched client has left; on the first yes, release the request as a client abort. */
+static int client_left(router_turn_t *t)
+{
+    if (!t->client_gone && t->gone != NULL && t->gone(t->gone_ctx)) {
+        t->client_gone = 1;
+        release(t, 1);
+    }
+    return t->client_gone;
+}
+
 static void set_failed(router_turn_t *t, const router_apierr_t *err)
 {
     t->failed = 1;
@@ -247,13 +267,33 @@ static void absorb(router_turn_t *t)
     }
 }
 
-/* Wait up to wait_ms for the next events. Returns TDM_OK (batch pending) or TDM_ERR_TIMEOUT. */
+/*
+ * Wait up to wait_ms for the next events, asking a watched client every ROUTER_TURN_WATCH_MS.
+ * Returns TDM_OK (batch pending), TDM_ERR_TIMEOUT or TDM_ERR_PEER_LOST (the client left).
+ */
 static tdm_status_t take(router_turn_t *t, uint32_t wait_ms)
 {
+    uint64_t deadline_ns = tdm_clock_now_ns() + (uint64_t)wait_ms * NS_PER_MS;
+    uint64_t until_ns;
+    uint64_t now_ns;
     tdm_status_t status;
 
-    status = router_request_take(t->request, tdm_clock_now_ns() + (uint64_t)wait_ms * NS_PER_MS,
-                                 &t->batch);
+    for (;;) {
+        if (client_left(t)) {
+            return TDM_ERR_PEER_LOST;
+        }
+        until_ns = deadline_ns;
+        if (t->gone != NULL) {
+            now_ns = tdm_clock_now_ns();
+            if (now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * NS_PER_MS < deadline_ns) {
+                until_ns = now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * NS_PER_MS;
+            }
+        }
+        status = router_request_take(t->request, until_ns, &t->batch);
+        if (status != TDM_ERR_TIMEOUT || until_ns >= deadline_ns) {
+            break;
+        }
+    }
     if (status == TDM_ERR_NO_MEMORY) {
         fail_oom(t);
         return TDM_OK;
@@ -277,8 +317,13 @@ static void fail_timeout(router_turn_t *t)
 tdm_status_t router_turn_wait_first(router_turn_t *turn, router_apierr_t *err_out)
 {
     router_turn_t *t = turn;
+    tdm_status_t status;
 
-    if (take(t, t->params.timeout_ms) == TDM_ERR_TIMEOUT) {
+    status = take(t, t->params.timeout_ms);
+    if (status == TDM_ERR_PEER_LOST) {
+        return TDM_ERR_PEER_LOST;
+    }
+    if (status == TDM_ERR_TIMEOUT) {
         fail_timeout(t);
     }
     router_request_session(t->request, t->session, sizeof(t->session));
@@ -329,13 +374,18 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
     size_t n_text;
     json_t *logprobs;
     char *body;
+    tdm_status_t status;
 
     for (;;) {
         absorb(t);
         if (t->ended) {
             break;
         }
-        if (take(t, t->params.timeout_ms) == TDM_ERR_TIMEOUT) {
+        status = take(t, t->params.timeout_ms);
+        if (status == TDM_ERR_PEER_LOST) {
+            return TDM_ERR_PEER_LOST;
+        }
+        if (status == TDM_ERR_TIMEOUT) {
             fail_timeout(t);
         }
     }

@@ -1012,6 +1012,56 @@ static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
     fake_fini(&dec);
 }
 
+static void test_client_leaving_a_non_streamed_request_aborts_the_worker(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    char url[128];
+    uint64_t end;
+    http_resp_t r;
+
+    start_worker(fx, &dec, "decode-leave-body", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "a long answer nobody waits for", 1, 1);
+    dec.hold_after = 3;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/chat/completions", fx->port);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
+                     "{\"model\":\"tiny\",\"stream\":false,"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"talk\"}]}");
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 500L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    /* The worker holds after a few tokens, so the body never completes: the client gives up. */
+    assert_int_equal(curl_easy_perform(curl), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(curl);
+    curl_slist_free_all(headers);
+    /* Well before the router's own 10 s token timeout, the router notices and aborts the turn. */
+    end = tdm_clock_now_ns() + 5000000000ull;
+    while (fake_n_aborts(&dec) == 0 && tdm_clock_now_ns() < end) {
+        zmq_poll(NULL, 0, 5);
+    }
+    assert_int_equal(fake_n_aborts(&dec), 1);
+    end = tdm_clock_now_ns() + 5000000000ull;
+    do {
+        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+        if (strstr(r.body, "\"inflight\":0") != NULL) {
+            break;
+        }
+        free(r.body);
+        r.body = NULL;
+        zmq_poll(NULL, 0, 5);
+    } while (tdm_clock_now_ns() < end);
+    assert_non_null(r.body);
+    assert_non_null(strstr(r.body, "\"inflight\":0"));
+    free(r.body);
+    assert_int_equal(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_CLIENT_ABORTS),
+                     1);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
 /* The "param" of an OpenAI-shaped error body, copied into out ("" when absent). */
 static void error_param(const char *body, char *out, size_t out_bytes)
 {
@@ -1227,6 +1277,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_client_leaving_mid_stream_aborts_the_worker, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_client_leaving_a_non_streamed_request_aborts_the_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_spec_field_selects_the_drafter_and_bad_values_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dspark_refused_for_a_model_without_dspark_blocks,
