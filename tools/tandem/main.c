@@ -293,6 +293,19 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     return await_healthy(l, 0, deadline);
 }
 
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: tandem COMMAND [FLAGS]\n"
+                 "\n"
+                 "commands:\n"
+                 "  local   run a router, N prefill nodes and M decode nodes on loopback until\n"
+                 "          SIGINT/SIGTERM: tandem local --model DIR --prefill N --decode M\n"
+                 "          [--http HOST:PORT] (flags: tandem local --help)\n"
+                 "\n"
+                 "Each process of a cluster is also its own executable (tandem-router,\n"
+                 "tandem-prefill, tandem-decode; each takes --help).\n");
+}
+
 int main(int argc, char **argv)
 {
     static const char summary[] =
@@ -313,9 +326,16 @@ int main(int argc, char **argv)
 
     memset(&l, 0, sizeof(l));
     memset(&cfg, 0, sizeof(cfg));
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+                      strcmp(argv[1], "help") == 0)) {
+        print_usage(stdout);
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "local") != 0) {
-        fprintf(stderr, "usage: tandem local --model DIR --prefill N --decode M [--http HOST:PORT]"
-                        " (tandem local --help)\n");
+        if (argc >= 2) {
+            fprintf(stderr, "tandem: unknown command '%s'\n", argv[1]);
+        }
+        print_usage(stderr);
         return 2;
     }
     if (tdm_main_start(&spec, argc - 1, argv + 1, &cfg, &action) != TDM_OK) {
