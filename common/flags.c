@@ -43,12 +43,26 @@ static int has_range(const tdm_flag_t *flag)
     return flag->min != 0.0 || flag->max != 0.0;
 }
 
+/* "[min..max]" (help) or "[min, max]" (errors): integer flags print their bounds as integers
+ * (%.0f is exact for every bound below 2^53), not %g's 4.29497e+09. */
+static void format_range(const tdm_flag_t *flag, const char *sep, char *buf, size_t n_buf)
+{
+    if (flag->type == TDM_FLAG_U32 || flag->type == TDM_FLAG_U64 || flag->type == TDM_FLAG_I64) {
+        snprintf(buf, n_buf, "[%.0f%s%.0f]", flag->min, sep, flag->max);
+    } else {
+        snprintf(buf, n_buf, "[%g%s%g]", flag->min, sep, flag->max);
+    }
+}
+
 static tdm_status_t range_error(const char *program, const tdm_flag_t *flag, const char *text,
                                 const char *source)
 {
+    char range[96];
+
     if (has_range(flag)) {
-        fprintf(stderr, "%s: --%s=%s (from %s) is invalid: expected %s in [%g, %g]\n", program,
-                flag->name, text, source, type_label(flag->type), flag->min, flag->max);
+        format_range(flag, ", ", range, sizeof(range));
+        fprintf(stderr, "%s: --%s=%s (from %s) is invalid: expected %s in %s\n", program,
+                flag->name, text, source, type_label(flag->type), range);
     } else {
         fprintf(stderr, "%s: --%s=%s (from %s) is invalid: expected %s\n", program, flag->name,
                 text, source, flag->type == TDM_FLAG_I64 ? "an integer" : "a number");
@@ -166,7 +180,10 @@ void tdm_flags_print_help(const tdm_flag_t *flags, size_t n_flags, const char *p
             fprintf(out, " (default %s)", flags[i].default_value);
         }
         if (has_range(&flags[i])) {
-            fprintf(out, " [%g..%g]", flags[i].min, flags[i].max);
+            char range[96];
+
+            format_range(&flags[i], "..", range, sizeof(range));
+            fprintf(out, " %s", range);
         }
         fprintf(out, " [%s]\n", env);
     }
