@@ -140,7 +140,7 @@ static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *co
 static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *conn)
 {
     const router_model_info_t *info = router_model_info(h->model);
-    char *body = router_openai_models(info->name, info->max_context);
+    char *body = router_openai_models(info->name, info->max_context, info->n_vocab);
 
     if (body == NULL) {
         return MHD_NO;

@@ -226,7 +226,7 @@ char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, s
     return dump(root);
 }
 
-char *router_openai_models(const char *model, uint32_t max_context)
+char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_vocab)
 {
     json_t *root = json_object();
     json_t *data = json_array();
@@ -243,6 +243,7 @@ char *router_openai_models(const char *model, uint32_t max_context)
     json_object_set_new(entry, "created", json_integer(0));
     json_object_set_new(entry, "owned_by", json_string("tandem"));
     json_object_set_new(entry, "max_model_len", json_integer(max_context));
+    json_object_set_new(entry, "vocab_size", json_integer(n_vocab));
     json_array_append_new(data, entry);
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", data);

@@ -64,7 +64,9 @@ char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, s
                              const char *finish_reason, const json_t *logprobs,
                              uint64_t prompt_tokens, uint64_t completion_tokens);
 
-/* router_openai_models - the GET /v1/models body for one served model (free()). */
-char *router_openai_models(const char *model, uint32_t max_context);
+/* router_openai_models - the GET /v1/models body for one served model (free()): its id,
+ * max_model_len (tokens, prompt + completion) and vocab_size (valid token ids are 0 .. n_vocab-1,
+ * for clients that send token-id prompts, e.g. tandem-bench). NULL when out of memory. */
+char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_vocab);
 
 #endif

@@ -569,6 +569,12 @@ static void test_chat_and_completions_streamed_equal_whole(void **state)
     http_do(fx->port, "GET", "/v1/models", NULL, NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"id\":\"tiny\""));
+    {
+        char want[64];
+        snprintf(want, sizeof(want), "\"vocab_size\":%u",
+                 router_model_info(router_model(fx->router))->n_vocab);
+        assert_non_null(strstr(r.body, want));
+    }
     free(r.body);
     fake_kill(&dec);
     fake_fini(&dec);
