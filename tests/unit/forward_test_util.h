@@ -4,12 +4,19 @@
 #ifndef TANDEM_TESTS_FORWARD_TEST_UTIL_H
 #define TANDEM_TESTS_FORWARD_TEST_UTIL_H
 
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #include "common/arena.h"
 #include "engine/forward.h"
@@ -95,6 +102,60 @@ static inline int ftu_engine_close(ftu_engine_t *e)
     engine_kv_pool_destroy(e->pool);
     engine_model_destroy(e->model);
     return ok ? 0 : -1;
+}
+
+/* cmocka group/test setup: a calloc'ed ftu_engine_t opened with n_pages pool pages into *state.
+ * Returns 0, or -1 (the test does not run). */
+static inline int ftu_fixture_setup(void **state, uint32_t n_pages)
+{
+    ftu_engine_t *fx = calloc(1, sizeof(*fx));
+    if (fx == NULL || ftu_engine_open(fx, n_pages) != 0) {
+        return -1;
+    }
+    *state = fx;
+    return 0;
+}
+
+/* cmocka teardown of ftu_fixture_setup: closes and frees *state; -1 (a failure) when a pool page
+ * did not come back. */
+static inline int ftu_fixture_teardown(void **state)
+{
+    ftu_engine_t *fx = *state;
+    int ok = ftu_engine_close(fx) == 0; /* every test returns its pages */
+    free(fx);
+    return ok ? 0 : -1;
+}
+
+/* A new empty sequence on the fixture's model and pool (asserts success). */
+static inline engine_seq_t *ftu_new_seq(ftu_engine_t *fx)
+{
+    engine_seq_t *seq = NULL;
+    assert_int_equal(engine_seq_create(fx->model, fx->pool, &seq), TDM_OK);
+    return seq;
+}
+
+/* Cosine similarity of two [n] FP32 vectors, accumulated in double. */
+static inline double ftu_cosine(const float *a, const float *b, int64_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb + 1e-300);
+}
+
+/* Index of the largest of v[n] (the lowest index on ties). */
+static inline int64_t ftu_argmax(const float *v, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            best = i;
+        }
+    }
+    return best;
 }
 
 /* Random prompt of n ids in [3, V - 3) (no image or noise token), seeded. */

@@ -19,49 +19,7 @@ typedef ftu_engine_t fixture_t;
 
 static int setup(void **state)
 {
-    fixture_t *fx = calloc(1, sizeof(*fx));
-    if (fx == NULL || ftu_engine_open(fx, POOL_PAGES) != 0) {
-        return -1;
-    }
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *fx = *state;
-    int ok = ftu_engine_close(fx) == 0; /* every test returns its pages */
-    free(fx);
-    return ok ? 0 : -1;
-}
-
-static engine_seq_t *new_seq(fixture_t *fx)
-{
-    engine_seq_t *seq = NULL;
-    assert_int_equal(engine_seq_create(fx->model, fx->pool, &seq), TDM_OK);
-    return seq;
-}
-
-static double cosine(const float *a, const float *b, int64_t n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb + 1e-300);
-}
-
-static int64_t argmax(const float *v, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            best = i;
-        }
-    }
-    return best;
+    return ftu_fixture_setup(state, POOL_PAGES);
 }
 
 /* Compare every page byte of two sequences' KV sources. */
@@ -92,7 +50,7 @@ static void test_ced_equals_oracle_when_prompt_fits_window(void **state)
     int64_t R = -1;
     ftu_prompt(3, fx->V, ids, T);
     assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
-    engine_seq_t *seq = new_seq(fx);
+    engine_seq_t *seq = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, ced, &R), TDM_OK);
     assert_int_equal(R, 0);
     assert_memory_equal(ced, oracle + (T - 1) * fx->V, sizeof(float) * (size_t)fx->V);
@@ -111,7 +69,7 @@ static void test_ced_with_tail_override_equals_oracle_everywhere(void **state)
     float *ced = malloc(sizeof(float) * (size_t)(T * fx->V));
     ftu_prompt(4, fx->V, ids, T);
     assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
-    engine_seq_t *seq = new_seq(fx);
+    engine_seq_t *seq = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, 100, ENGINE_PREFILL_TAIL_FROM_H |
                                         ENGINE_PREFILL_ALL_LOGITS, ced, NULL), TDM_OK);
     assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids + 100, 50, ENGINE_PREFILL_TAIL_FROM_H |
@@ -134,8 +92,8 @@ static void test_ced_pages_and_lower_layers_bit_identical(void **state)
     engine_dump_sink_t sink = {NULL, ftu_dump_cb};
     float *logits = malloc(sizeof(float) * (size_t)(T * fx->V));
     ftu_prompt(5, fx->V, ids, T);
-    engine_seq_t *a = new_seq(fx);
-    engine_seq_t *b = new_seq(fx);
+    engine_seq_t *a = ftu_new_seq(fx);
+    engine_seq_t *b = ftu_new_seq(fx);
     ftu_dump_init(&d_or, fx->cfg, 0, T);
     ftu_dump_init(&d_ced, fx->cfg, 0, T);
     sink.user = &d_or;
@@ -176,11 +134,11 @@ static void test_ced_vs_oracle_statistics_beyond_window(void **state)
         int64_t T = 32 + (k * 97) % 321;
         ftu_prompt(100 + (uint64_t)k, fx->V, ids, T);
         assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
-        engine_seq_t *seq = new_seq(fx);
+        engine_seq_t *seq = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, ced, NULL), TDM_OK);
         const float *o = oracle + (T - 1) * fx->V;
-        cos_sum += cosine(o, ced, fx->V);
-        top1 += argmax(o, fx->V) == argmax(ced, fx->V);
+        cos_sum += ftu_cosine(o, ced, fx->V);
+        top1 += ftu_argmax(o, fx->V) == ftu_argmax(ced, fx->V);
         engine_seq_destroy(seq);
     }
     print_message("ced vs oracle: mean cosine %.4f top-1 %.1f %%\n", cos_sum / n_prompts,
@@ -201,7 +159,7 @@ static void test_chunked_prefill_equals_one_shot(void **state)
     float *one = malloc(sizeof(float) * (size_t)fx->V);
     float *got = malloc(sizeof(float) * (size_t)fx->V);
     ftu_prompt(6, fx->V, ids, T);
-    engine_seq_t *ref = new_seq(fx);
+    engine_seq_t *ref = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, ref, ids, T, 0, one, NULL), TDM_OK);
     for (int k = 0; k < 3; k++) {
         engine_fwd_params_t fp;
@@ -209,7 +167,7 @@ static void test_chunked_prefill_equals_one_shot(void **state)
         engine_fwd_params_default(fx->model, &fp);
         fp.max_chunk_tokens = chunks[k];
         assert_int_equal(engine_fwd_create(fx->model, fx->pool, &fp, &fwd), TDM_OK);
-        engine_seq_t *seq = new_seq(fx);
+        engine_seq_t *seq = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fwd, seq, ids, T, 0, got, NULL), TDM_OK);
         assert_memory_equal(one, got, sizeof(float) * (size_t)fx->V);
         assert_same_pages(fx, ref, seq);
@@ -231,7 +189,7 @@ static void test_decode_after_prefill_equals_oracle(void **state)
     float *lg = malloc(sizeof(float) * (size_t)fx->V);
     ftu_prompt(7, fx->V, ids, T);
     assert_int_equal(engine_fwd_oracle(fx->fwd, ids, T, oracle), TDM_OK);
-    engine_seq_t *seq = new_seq(fx);
+    engine_seq_t *seq = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, P, 0, lg, NULL), TDM_OK);
     assert_memory_equal(lg, oracle + (P - 1) * fx->V, sizeof(float) * (size_t)fx->V);
     for (int64_t t = P; t < T; t++) {
@@ -255,8 +213,8 @@ static void test_batch_of_8_equals_each_alone(void **state)
     for (int i = 0; i < B; i++) {
         int64_t n = 5 + 23 * i;
         ftu_prompt(200 + (uint64_t)i, fx->V, prompt, n);
-        batch[i] = new_seq(fx);
-        alone[i] = new_seq(fx);
+        batch[i] = ftu_new_seq(fx);
+        alone[i] = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, batch[i], prompt, n, 0, NULL, NULL), TDM_OK);
         assert_int_equal(engine_fwd_prefill(fx->fwd, alone[i], prompt, n, 0, NULL, NULL), TDM_OK);
     }
@@ -286,8 +244,8 @@ static void test_verify_equals_successive_decodes(void **state)
     float *lv = malloc(sizeof(float) * (size_t)(4 * fx->V));
     float *ld = malloc(sizeof(float) * (size_t)fx->V);
     ftu_prompt(9, fx->V, ids, 40);
-    engine_seq_t *a = new_seq(fx);
-    engine_seq_t *b = new_seq(fx);
+    engine_seq_t *a = ftu_new_seq(fx);
+    engine_seq_t *b = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, 35, 0, NULL, NULL), TDM_OK);
     assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, 35, 0, NULL, NULL), TDM_OK);
     assert_int_equal(engine_fwd_verify(fx->fwd, a, ids + 35, 4, lv), TDM_OK);
@@ -311,7 +269,7 @@ static void test_export_import_then_continue_is_uninterrupted(void **state)
     ftu_prompt(11, fx->V, ids, 80);
     for (int odd = 0; odd < 2; odd++) {
         int64_t P = 67 + odd; /* odd and even lengths: with and without pending halves */
-        engine_seq_t *a = new_seq(fx);
+        engine_seq_t *a = ftu_new_seq(fx);
         engine_seq_t *b = NULL;
         assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, P, 0, NULL, NULL), TDM_OK);
         size_t n = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_PAGES);
@@ -358,7 +316,7 @@ static void test_record_plus_pages_equals_export_with_pages(void **state)
 {
     fixture_t *fx = *state;
     int32_t ids[70];
-    engine_seq_t *a = new_seq(fx);
+    engine_seq_t *a = ftu_new_seq(fx);
     uint8_t *want, *record, *got = NULL;
     size_t n_want, n_record, n_got = 0, written = 0;
     ftu_prompt(13, fx->V, ids, 70);
@@ -432,8 +390,8 @@ static void test_replay_recovery_rebuilds_rings(void **state)
     float *lb = malloc(sizeof(float) * (size_t)fx->V);
     float *lr = malloc(sizeof(float) * (size_t)fx->V);
     ftu_prompt(12, fx->V, ids, T);
-    engine_seq_t *a = new_seq(fx);
-    engine_seq_t *b = new_seq(fx);
+    engine_seq_t *a = ftu_new_seq(fx);
+    engine_seq_t *b = ftu_new_seq(fx);
     assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, H, 0, la, NULL), TDM_OK);
     assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, H, 0, NULL, NULL), TDM_OK);
     engine_seq_reset_rings(b);
@@ -463,8 +421,8 @@ static void test_replay_vs_continuation_statistics(void **state)
     for (int k = 0; k < n_prompts; k++) {
         int64_t H = 40 + 29 * k;
         ftu_prompt(300 + (uint64_t)k, fx->V, ids, H + 1);
-        engine_seq_t *a = new_seq(fx);
-        engine_seq_t *b = new_seq(fx);
+        engine_seq_t *a = ftu_new_seq(fx);
+        engine_seq_t *b = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, H, 0, NULL, NULL), TDM_OK);
         assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, H, 0, NULL, NULL), TDM_OK);
         engine_seq_reset_rings(b);
@@ -472,8 +430,8 @@ static void test_replay_vs_continuation_statistics(void **state)
                          TDM_OK);
         assert_int_equal(engine_fwd_decode(fx->fwd, &a, ids + H, 1, la), TDM_OK);
         assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + H, 1, lb), TDM_OK);
-        cos_sum += cosine(la, lb, fx->V);
-        top1 += argmax(la, fx->V) == argmax(lb, fx->V);
+        cos_sum += ftu_cosine(la, lb, fx->V);
+        top1 += ftu_argmax(la, fx->V) == ftu_argmax(lb, fx->V);
         engine_seq_destroy(a);
         engine_seq_destroy(b);
     }
@@ -558,5 +516,5 @@ int main(void)
         cmocka_unit_test(test_pool_exhaustion_fails_and_changes_nothing),
         cmocka_unit_test(test_fingerprint_is_stamped_and_checked),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, ftu_fixture_teardown);
 }

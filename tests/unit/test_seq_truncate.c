@@ -20,49 +20,7 @@ typedef ftu_engine_t fixture_t;
 
 static int setup(void **state)
 {
-    fixture_t *fx = calloc(1, sizeof(*fx));
-    if (fx == NULL || ftu_engine_open(fx, POOL_PAGES) != 0) {
-        return -1;
-    }
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *fx = *state;
-    int ok = ftu_engine_close(fx) == 0; /* every test returns its pages */
-    free(fx);
-    return ok ? 0 : -1;
-}
-
-static engine_seq_t *new_seq(fixture_t *fx)
-{
-    engine_seq_t *seq = NULL;
-    assert_int_equal(engine_seq_create(fx->model, fx->pool, &seq), TDM_OK);
-    return seq;
-}
-
-static double cosine(const float *a, const float *b, int64_t n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb + 1e-300);
-}
-
-static int64_t argmax(const float *v, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            best = i;
-        }
-    }
-    return best;
+    return ftu_fixture_setup(state, POOL_PAGES);
 }
 
 /* The export of seq with its pages (malloc'ed; *n_out bytes). */
@@ -90,8 +48,8 @@ static int decode_both(fixture_t *fx, engine_seq_t *a, engine_seq_t *b, const in
         assert_int_equal(engine_fwd_decode(fx->fwd, &b, ids + t, 1, lb), TDM_OK);
         same &= memcmp(la, lb, sizeof(float) * (size_t)fx->V) == 0;
         if (cos != NULL) {
-            *cos += cosine(la, lb, fx->V);
-            *top1 += argmax(la, fx->V) == argmax(lb, fx->V);
+            *cos += ftu_cosine(la, lb, fx->V);
+            *top1 += ftu_argmax(la, fx->V) == ftu_argmax(lb, fx->V);
         }
     }
     free(la);
@@ -118,8 +76,8 @@ static void test_truncate_equals_pages_only_recovery(void **state)
 
         ftu_prompt(40 + k, fx->V, ids, T);
         ftu_prompt(90 + k, fx->V, c_ids, n_c);
-        engine_seq_t *a = new_seq(fx);
-        engine_seq_t *b = new_seq(fx);
+        engine_seq_t *a = ftu_new_seq(fx);
+        engine_seq_t *b = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
         assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, p, 0, NULL, NULL), TDM_OK);
         assert_true(engine_seq_n_pages(a) >= engine_seq_n_pages(b));
@@ -173,8 +131,8 @@ static void test_truncate_within_window_equals_plain_prefix(void **state)
         size_t na = 0, nb = 0;
         ftu_prompt(500 + (uint64_t)p, fx->V, ids, T);
         ftu_prompt(600 + (uint64_t)p, fx->V, c_ids, 6);
-        engine_seq_t *a = new_seq(fx);
-        engine_seq_t *b = new_seq(fx);
+        engine_seq_t *a = ftu_new_seq(fx);
+        engine_seq_t *b = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
         assert_int_equal(engine_seq_truncate(a, p), TDM_OK);
         assert_int_equal(engine_fwd_replay(fx->fwd, a, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
@@ -204,8 +162,8 @@ static void test_truncate_beyond_window_statistics(void **state)
     for (int k = 0; k < n_prompts; k++) {
         int64_t p = 40 + 29 * k, T = p + 50;
         ftu_prompt(700 + (uint64_t)k, fx->V, ids, T);
-        engine_seq_t *a = new_seq(fx);
-        engine_seq_t *b = new_seq(fx);
+        engine_seq_t *a = ftu_new_seq(fx);
+        engine_seq_t *b = ftu_new_seq(fx);
         assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
         assert_int_equal(engine_seq_truncate(a, p), TDM_OK);
         assert_int_equal(engine_fwd_replay(fx->fwd, a, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
@@ -232,7 +190,7 @@ static void test_truncate_bad_args_change_nothing(void **state)
     int32_t ids[40];
     uint32_t free0 = engine_kv_pool_n_free(fx->pool);
     ftu_prompt(3, fx->V, ids, 40);
-    engine_seq_t *a = new_seq(fx);
+    engine_seq_t *a = ftu_new_seq(fx);
     assert_int_equal(engine_seq_truncate(NULL, 0), TDM_ERR_INVALID_ARG);
     assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, 40, 0, NULL, NULL), TDM_OK);
     uint32_t pages = engine_seq_n_pages(a);
@@ -258,5 +216,5 @@ int main(void)
         cmocka_unit_test(test_truncate_beyond_window_statistics),
         cmocka_unit_test(test_truncate_bad_args_change_nothing),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, ftu_fixture_teardown);
 }

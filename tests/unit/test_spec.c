@@ -24,23 +24,14 @@ typedef ftu_engine_t fixture_t; /* with the sampler's scratch in `arena` */
 
 static int setup(void **state)
 {
-    fixture_t *fx = calloc(1, sizeof(*fx));
-    if (fx == NULL || ftu_engine_open(fx, POOL_PAGES) != 0) {
-        return -1;
-    }
-    if (tdm_arena_init(&fx->arena, engine_sampler_scratch_bytes(fx->V) + 4096) != TDM_OK) {
-        return -1;
-    }
-    *state = fx;
-    return 0;
-}
+    fixture_t *fx;
 
-static int teardown(void **state)
-{
-    fixture_t *fx = *state;
-    int ok = ftu_engine_close(fx) == 0;
-    free(fx);
-    return ok ? 0 : -1;
+    if (ftu_fixture_setup(state, POOL_PAGES) != 0) {
+        return -1;
+    }
+    fx = *state;
+    return tdm_arena_init(&fx->arena, engine_sampler_scratch_bytes(fx->V) + 4096) == TDM_OK ? 0
+                                                                                          : -1;
 }
 
 /* Prompt i: a 6-token motif repeated (so prompt lookup finds matches) then random tokens. */
@@ -502,5 +493,5 @@ int main(void)
         cmocka_unit_test(test_ngram_lookup_proposes_latest_continuation),
         cmocka_unit_test(test_bad_params_and_requests_are_refused),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, ftu_fixture_teardown);
 }
