@@ -15,6 +15,7 @@
 #include "common/startup.h"
 #include "decode-node/node_http.h"
 #include "decode-node/node_link.h"
+#include "decode-node/node_xfer.h"
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
@@ -23,7 +24,6 @@
 #include "proto/proto_hash.h"
 #include "kernels/kv_page.h"
 #include "transfer/context.h"
-#include "transfer/lane.h"
 #include "transfer/metrics.h"
 
 #define DECODE_ERR_BYTES 512
@@ -233,7 +233,6 @@ static int setup(decode_node_t *n)
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
     int max_ratio = 1;
-    xfer_lane_mask_t required_lanes = 0;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
@@ -241,9 +240,8 @@ static int setup(decode_node_t *n)
         return 2;
     }
     /* Checked before the model loads (minutes on a real fleet). */
-    if (xfer_lane_mask_parse(n->cfg.require_transport, &required_lanes) != TDM_OK) {
-        fprintf(stderr, "tandem-decode: --require-transport=%s: unknown lane class\n",
-                n->cfg.require_transport);
+    if (node_xfer_params("tandem-decode", n->cfg.transports, n->cfg.ucx_protocols,
+                         n->cfg.require_transport, &xp) != TDM_OK) {
         return 2;
     }
     memset(&sp, 0, sizeof(sp));
@@ -277,13 +275,7 @@ static int setup(decode_node_t *n)
         sp.spec.accept = accept;
         sp.spec.confidence_threshold = n->cfg.spec_threshold;
     }
-    xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
-    xp.transports = n->cfg.transports;
-    xp.required_lanes = required_lanes;
-    if (strcmp(n->cfg.ucx_protocols, "v2") != 0) {
-        xp.flags |= XFER_CONTEXT_PROTO_V1;
-    }
     status = xfer_context_create(&xp, &n->xfer);
     if (status == TDM_OK) {
         status = decode_pool_create(n->model, n->cfg.pages, n->xfer, &n->pool);

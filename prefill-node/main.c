@@ -18,6 +18,7 @@
 #include "common/startup.h"
 #include "decode-node/node_http.h"
 #include "decode-node/node_link.h"
+#include "decode-node/node_xfer.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "kernels/kv_page.h"
@@ -25,7 +26,6 @@
 #include "prefill-node/queue.h"
 #include "proto/proto_hash.h"
 #include "transfer/context.h"
-#include "transfer/lane.h"
 #include "transfer/metrics.h"
 #include "transfer/pool.h"
 
@@ -330,7 +330,6 @@ static int setup(prefill_node_t *n)
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
     int max_ratio = 1;
-    xfer_lane_mask_t required_lanes = 0;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
@@ -338,9 +337,8 @@ static int setup(prefill_node_t *n)
         return 2;
     }
     /* Checked before the model loads (minutes on a real fleet). */
-    if (xfer_lane_mask_parse(n->cfg.require_transport, &required_lanes) != TDM_OK) {
-        fprintf(stderr, "tandem-prefill: --require-transport=%s: unknown lane class\n",
-                n->cfg.require_transport);
+    if (node_xfer_params("tandem-prefill", n->cfg.transports, n->cfg.ucx_protocols,
+                         n->cfg.require_transport, &xp) != TDM_OK) {
         return 2;
     }
     node_link_make_id("prefill", n->id, sizeof(n->id));
@@ -353,13 +351,7 @@ static int setup(prefill_node_t *n)
     }
     c = engine_model_config(n->model);
     kern_kv_page_layout((uint32_t)c->head_dim, (uint32_t)c->index_head_dim, &layout);
-    xfer_context_params_default(&xp);
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
-    xp.transports = n->cfg.transports;
-    xp.required_lanes = required_lanes;
-    if (strcmp(n->cfg.ucx_protocols, "v2") != 0) {
-        xp.flags |= XFER_CONTEXT_PROTO_V1;
-    }
     status = xfer_context_create(&xp, &n->xfer);
     if (status == TDM_OK) {
         pp.page_size_bytes = (uint32_t)layout.page_bytes;
