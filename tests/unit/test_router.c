@@ -967,6 +967,34 @@ static size_t hang_up_after_first_data(char *data, size_t size, size_t n, void *
     return *n_calls >= 2 ? 0 : size * n; /* the role chunk, then the first text: hang up */
 }
 
+/* After a client left: within 5 s the worker got exactly one Abort, /health shows nothing in
+ * flight, and the router counted one client abort. */
+static void assert_client_abort_reached_the_worker(fixture_t *fx, fake_worker_t *dec)
+{
+    uint64_t end = tdm_clock_now_ns() + 5000000000ull;
+    http_resp_t r;
+
+    while (fake_n_aborts(dec) == 0 && tdm_clock_now_ns() < end) {
+        zmq_poll(NULL, 0, 5);
+    }
+    assert_int_equal(fake_n_aborts(dec), 1);
+    end = tdm_clock_now_ns() + 5000000000ull;
+    do {
+        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
+        if (strstr(r.body, "\"inflight\":0") != NULL) {
+            break;
+        }
+        free(r.body);
+        r.body = NULL;
+        zmq_poll(NULL, 0, 5);
+    } while (tdm_clock_now_ns() < end);
+    assert_non_null(r.body);
+    assert_non_null(strstr(r.body, "\"inflight\":0"));
+    free(r.body);
+    assert_int_equal(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_CLIENT_ABORTS),
+                     1);
+}
+
 static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
 {
     fixture_t *fx = *state;
@@ -975,8 +1003,6 @@ static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     char url[128];
     int n_calls = 0;
-    uint64_t end;
-    http_resp_t r;
 
     start_worker(fx, &dec, "decode-leave", TANDEM__ROLE__ROLE_DECODE, "rack0");
     set_script(&dec, "a long answer nobody reads", 1, 1);
@@ -994,26 +1020,7 @@ static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
     curl_easy_cleanup(curl);
     curl_slist_free_all(headers);
     /* The router notices at its next write (keep-alive) and aborts the turn on the worker. */
-    end = tdm_clock_now_ns() + 5000000000ull;
-    while (fake_n_aborts(&dec) == 0 && tdm_clock_now_ns() < end) {
-        zmq_poll(NULL, 0, 5);
-    }
-    assert_int_equal(fake_n_aborts(&dec), 1);
-    end = tdm_clock_now_ns() + 5000000000ull;
-    do {
-        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
-        if (strstr(r.body, "\"inflight\":0") != NULL) {
-            break;
-        }
-        free(r.body);
-        r.body = NULL;
-        zmq_poll(NULL, 0, 5);
-    } while (tdm_clock_now_ns() < end);
-    assert_non_null(r.body);
-    assert_non_null(strstr(r.body, "\"inflight\":0"));
-    free(r.body);
-    assert_int_equal(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_CLIENT_ABORTS),
-                     1);
+    assert_client_abort_reached_the_worker(fx, &dec);
     fake_kill(&dec);
     fake_fini(&dec);
 }
@@ -1025,8 +1032,6 @@ static void test_client_leaving_a_non_streamed_request_aborts_the_worker(void **
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     char url[128];
-    uint64_t end;
-    http_resp_t r;
 
     start_worker(fx, &dec, "decode-leave-body", TANDEM__ROLE__ROLE_DECODE, "rack0");
     set_script(&dec, "a long answer nobody waits for", 1, 1);
@@ -1044,26 +1049,7 @@ static void test_client_leaving_a_non_streamed_request_aborts_the_worker(void **
     curl_easy_cleanup(curl);
     curl_slist_free_all(headers);
     /* Well before the router's own 10 s token timeout, the router notices and aborts the turn. */
-    end = tdm_clock_now_ns() + 5000000000ull;
-    while (fake_n_aborts(&dec) == 0 && tdm_clock_now_ns() < end) {
-        zmq_poll(NULL, 0, 5);
-    }
-    assert_int_equal(fake_n_aborts(&dec), 1);
-    end = tdm_clock_now_ns() + 5000000000ull;
-    do {
-        http_do(fx->port, "GET", "/health", NULL, NULL, NULL, &r);
-        if (strstr(r.body, "\"inflight\":0") != NULL) {
-            break;
-        }
-        free(r.body);
-        r.body = NULL;
-        zmq_poll(NULL, 0, 5);
-    } while (tdm_clock_now_ns() < end);
-    assert_non_null(r.body);
-    assert_non_null(strstr(r.body, "\"inflight\":0"));
-    free(r.body);
-    assert_int_equal(router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_CLIENT_ABORTS),
-                     1);
+    assert_client_abort_reached_the_worker(fx, &dec);
     fake_kill(&dec);
     fake_fini(&dec);
 }
