@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/spec.h"
 
+/* How the scheduler runs (from the decode node's flags; plain data, copied at create). */
 typedef struct {
     uint32_t fence_ms;         /* pages of an aborted or lapsed reservation wait this long */
     uint32_t max_batch;        /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
