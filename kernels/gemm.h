@@ -1,18 +1,21 @@
 /* gemm.h - dense matrix products of the forward pass: y = x . W^T with FP32 accumulation in a
  * fixed, batch-invariant order (MODEL.md 4, 5, 12.6).
  *
- * Owns the compute layout of weights (kern_mat_t): FP8 dense, MXFP4 expert and BF16 checkpoint
- * weights are dequantized exactly to BF16 once at load (MODEL.md 3: "Dequantizing to BF16 is
- * exact"); FP32 weights (mHC) stay FP32. The activation quantizer Q_act8 (R4) is a separate op
- * (kern_qdq_act8_fn) so one GEMM serves FP8, FP4 and BF16 weights alike.
+ * Owns the compute layout of weights (kern_mat_t). Weights stay in their checkpoint formats:
+ * FP8 E4M3 dense weights with their 32x32 UE8M0 block scales and MXFP4 experts with their
+ * (row, 32) UE8M0 scales are read as stored (in place from the mapped safetensors) and
+ * dequantized in registers, exactly (MODEL.md 3: "Dequantizing to BF16 is exact"), so a product
+ * gives the bits it gives on the BF16-expanded matrix; BF16 and FP32 (mHC) weights are read as
+ * they are. The activation quantizer Q_act8 (R4) is a separate op (kern_qdq_act8_fn) so one GEMM
+ * serves every weight format.
  *
  * Batch invariance [tandem]: every output y[r, o] is computed the same way whatever n_rows, the
- * row's place in the batch, the thread split or the CPU's vector width: 16 partial sums, lane
- * j += w[k] * x[k] (one fused multiply-add) for k = j, j + 16, ... in ascending k, then a fixed
- * pairwise tree (lane j += lane j + 8, + 4, + 2, + 1). The plain C version and the AVX-512
- * version produce identical bits. This is what makes a batch of sequences bit-identical to each
- * sequence alone (MODEL.md 6(e)). Knows nothing of layers, checkpoints or quantization of
- * activations.
+ * row's place in the batch, the thread split or the CPU's instruction set (kernels/cpu_isa.h):
+ * 16 partial sums, lane j += w[k] * x[k] (one fused multiply-add) for k = j, j + 16, ... in
+ * ascending k, then a fixed pairwise tree (lane j += lane j + 8, + 4, + 2, + 1). The plain C,
+ * AVX2, AVX-512 and NEON versions produce identical bits. This is what makes a batch of
+ * sequences bit-identical to each sequence alone (MODEL.md 6(e)). Knows nothing of layers,
+ * checkpoints or quantization of activations.
  */
 #ifndef TANDEM_KERNELS_GEMM_H
 #define TANDEM_KERNELS_GEMM_H
@@ -31,21 +34,43 @@ extern "C" {
 
 /* Element type of a compute-layout weight matrix. */
 typedef enum {
-    KERN_MAT_BF16 = 0, /* uint16_t BF16 bits (FP8, FP4 and BF16 checkpoint weights) */
-    KERN_MAT_F32 = 1,  /* float (mHC hc_*_fn) */
+    KERN_MAT_BF16 = 0,  /* uint16_t BF16 bits [n_out, n_in] (BF16 checkpoint weights) */
+    KERN_MAT_F32 = 1,   /* float [n_out, n_in] (mHC hc_*_fn) */
+    KERN_MAT_FP8 = 2,   /* E4M3 codes [n_out, n_in] + UE8M0 scales [ceil(n_out/32), n_in/32]:
+                         * W[o,i] = e4m3(code) * 2^(S[o/32, i/32] - 127) (MODEL.md 3) */
+    KERN_MAT_MXFP4 = 3, /* packed E2M1 [n_out, n_in/2] (element 2b low nibble of byte b, 2b+1
+                         * high) + UE8M0 scales [n_out, n_in/32]:
+                         * W[o,i] = e2m1(nibble) * 2^(S[o, i/32] - 127) (MODEL.md 3, OCP MX) */
 } kern_mat_dtype_t;
 
 /*
  * kern_mat_t - a weight matrix [n_out, n_in] in compute layout, row-major, rows contiguous
- * (row o starts at data + o * n_in elements). Plain data; `data` is borrowed from whoever made
- * it (the model owns its weights). Host memory for the CPU backend.
+ * (row o starts at element o * n_in of `data`; for MXFP4 at byte o * n_in / 2). `scales` is the
+ * UE8M0 scale array of FP8 and MXFP4 matrices (NULL for BF16 and F32). Plain data; both arrays
+ * are borrowed from whoever made it (the model owns or maps its weights). Host memory for the
+ * CPU backend. FP8 and MXFP4 need n_in % 32 == 0; FP8 scale bytes in [3, 134] and MXFP4 scale
+ * bytes <= 254 (kern_mat_check_scales: then the in-register dequantization is exact), no E4M3
+ * NaN code (0x7F, 0xFF).
  */
 typedef struct {
     kern_mat_dtype_t dtype;
     int64_t n_out;
     int64_t n_in;
     const void *data;
+    const uint8_t *scales;
 } kern_mat_t;
+
+/* kern_mat_bytes - bytes of w's data plus its scales (its resident size); 0 for NULL. */
+int64_t kern_mat_bytes(const kern_mat_t *w);
+
+/*
+ * kern_mat_check_quantized - 1 when an FP8 or MXFP4 matrix can be used as stored: shapes as
+ * above, every scale byte in range (FP8: 3..134, where 2^(s-127) times any E4M3 value is an
+ * exact BF16 and FP32 number; MXFP4: <= 254) and, for FP8, no NaN code. Reads every byte. 0
+ * otherwise (the loader then expands the matrix to BF16 with kern_mat_bf16_from_*, which gives
+ * the same products). BF16 and F32 matrices give 1.
+ */
+int kern_mat_check_quantized(const kern_mat_t *w);
 
 /* kern_gemm flags. */
 typedef enum {
@@ -57,7 +82,7 @@ typedef enum {
  * kern_gemm_fn - y[r, o] = sum_k x[r, k] * W[o, k] for r < n_rows, o < w->n_out, accumulated in
  * FP32 in the batch-invariant order above, rounded to BF16 when flags has KERN_GEMM_OUT_BF16.
  *
- * w:     weight [n_out, n_in], n_in a multiple of KERN_GEMM_K_MULTIPLE.
+ * w:     weight [n_out, n_in], n_in a multiple of KERN_GEMM_K_MULTIPLE (32 for FP8 / MXFP4).
  * x:     [n_rows, n_in] f32 with row stride ldx (>= n_in) elements.
  * y_out: [n_rows, n_out] f32 with row stride ldy (>= n_out), written; must not alias x.
  *
@@ -72,7 +97,8 @@ kern_gemm_fn kern_gemm_cpu;
 
 /*
  * kern_gemm_ref_cpu - the plain-loop version of kern_gemm_cpu (same order, same bits; no vector
- * instructions, one thread). The test oracle and the fallback on CPUs without AVX-512.
+ * instructions, one thread; weights dequantized one element at a time with kernels/codec.h's
+ * scalar decoders). The test oracle. kern_gemm_cpu uses the instruction set of kern_cpu_isa().
  */
 kern_gemm_fn kern_gemm_ref_cpu;
 

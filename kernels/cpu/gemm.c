@@ -1,32 +1,26 @@
-/* gemm.c - kern_gemm_cpu (AVX-512 when the CPU has it, else the plain loop; a one-row GEMV
- * path for decode; large calls split by output quads over the worker pool of kernels/cpu/pool.h),
- * kern_gemm_ref_cpu, Q_act8 rows and the weight dequantizers of kernels/gemm.h.
+/* gemm.c - kern_gemm_cpu (argument checks, the instruction set of kern_cpu_isa(), large calls
+ * split by output quads over the worker pool of kernels/cpu/pool.h; the work itself is in
+ * gemm_<isa>.c), kern_gemm_ref_cpu (the plain loop), Q_act8 rows, the weight dequantizers and
+ * the resident-format checks of kernels/gemm.h.
  *
  * Every version computes every output in the same order (16 FMA lanes over ascending k, then the
- * tree 8, 4, 2, 1), so they give identical bits whatever the batch shape or thread split.
+ * tree 8, 4, 2, 1), so they give identical bits whatever the batch shape, thread split or
+ * instruction set.
  */
 #include "kernels/gemm.h"
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/gemm_isa.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu_isa.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define GEMM_HAVE_X86 1
-#else
-#define GEMM_HAVE_X86 0
-#endif
-
 #define LANES 16     /* partial sums per output (the normative order of this module) */
-#define TILE_OUT 4   /* outputs per register tile */
-#define TILE_ROWS 4  /* activation rows per register tile */
-#define ROW_BLOCK 32 /* activation rows kept hot while a weight tile streams past */
-#define GEMV_OUT               8  /* outputs per tile of the one-row path */
+#define TILE_OUT 4   /* outputs per unit of the thread split */
 #define GEMM_CHUNKS_PER_THREAD 8  /* work items per thread of a threaded GEMM */
 #define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
@@ -41,12 +35,24 @@ static float lane_reduce(float *acc)
     return acc[0];
 }
 
+/* W[o, k] as FP32, exactly (MODEL.md 3), one element at a time. */
 static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
 {
-    if (w->dtype == KERN_MAT_F32) {
-        return ((const float *)w->data)[o * w->n_in + k];
+    int64_t K = w->n_in;
+    switch (w->dtype) {
+    case KERN_MAT_F32:
+        return ((const float *)w->data)[o * K + k];
+    case KERN_MAT_FP8:
+        return kern_e4m3_to_f32(((const uint8_t *)w->data)[o * K + k]) *
+               kern_ue8m0_to_f32(w->scales[(o / 32) * (K / 32) + k / 32]);
+    case KERN_MAT_MXFP4: {
+        uint8_t byte = ((const uint8_t *)w->data)[o * (K / 2) + k / 2];
+        return kern_e2m1_to_f32(k % 2 == 0 ? (uint8_t)(byte & 0xF) : (uint8_t)(byte >> 4)) *
+               kern_ue8m0_to_f32(w->scales[o * (K / 32) + k / 32]);
     }
-    return kern_bf16_to_f32(((const uint16_t *)w->data)[o * w->n_in + k]);
+    default:
+        return kern_bf16_to_f32(((const uint16_t *)w->data)[o * K + k]);
+    }
 }
 
 static float finish(float v, uint32_t flags)
@@ -61,10 +67,65 @@ static int gemm_args_ok(const kern_mat_t *w, const float *x, int64_t ldx, int64_
         w->n_in <= 0 || w->n_in % KERN_GEMM_K_MULTIPLE != 0 || ldx < w->n_in || ldy < w->n_out) {
         return 0;
     }
+    if (w->dtype == KERN_MAT_FP8 || w->dtype == KERN_MAT_MXFP4) {
+        return w->scales != NULL && w->n_in % 32 == 0;
+    }
     return w->dtype == KERN_MAT_BF16 || w->dtype == KERN_MAT_F32;
 }
 
-/* One output of the reference order. */
+int64_t kern_mat_bytes(const kern_mat_t *w)
+{
+    if (w == NULL) {
+        return 0;
+    }
+    switch (w->dtype) {
+    case KERN_MAT_F32:
+        return w->n_out * w->n_in * 4;
+    case KERN_MAT_FP8:
+        return w->n_out * w->n_in + (w->n_out + 31) / 32 * (w->n_in / 32);
+    case KERN_MAT_MXFP4:
+        return w->n_out * w->n_in / 2 + w->n_out * (w->n_in / 32);
+    default:
+        return w->n_out * w->n_in * 2;
+    }
+}
+
+int kern_mat_check_quantized(const kern_mat_t *w)
+{
+    int64_t n_scales;
+    if (w == NULL || w->data == NULL || w->n_out <= 0 || w->n_in <= 0) {
+        return 0;
+    }
+    if (w->dtype != KERN_MAT_FP8 && w->dtype != KERN_MAT_MXFP4) {
+        return w->dtype == KERN_MAT_BF16 || w->dtype == KERN_MAT_F32;
+    }
+    if (w->scales == NULL || w->n_in % 32 != 0) {
+        return 0;
+    }
+    if (w->dtype == KERN_MAT_MXFP4) {
+        n_scales = w->n_out * (w->n_in / 32);
+        return memchr(w->scales, 255, (size_t)n_scales) == NULL;
+    }
+    n_scales = (w->n_out + 31) / 32 * (w->n_in / 32);
+    for (int64_t i = 0; i < n_scales; i++) {
+        if (w->scales[i] < 3 || w->scales[i] > 134) {
+            return 0;
+        }
+    }
+    const uint8_t *codes = w->data;
+    for (int64_t i = 0; i < w->n_out * w->n_in; i++) {
+        if ((codes[i] & 0x7F) == 0x7F) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One output of the reference order. On x86-64 compiled twice (target_clones): with FMA where
+ * the CPU has it, so fmaf is one instruction rather than a libm call; the bits are the same. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("fma", "default")))
+#endif
 static float dot_ref(const kern_mat_t *w, int64_t o, const float *x)
 {
     float acc[LANES];
@@ -92,207 +153,48 @@ tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float
     return TDM_OK;
 }
 
-#if GEMM_HAVE_X86
-__attribute__((target("avx512f"))) static inline __m512 load_w16(const kern_mat_t *w, int64_t o,
-                                                                  int64_t k)
+/* The instruction set's range function (gemm_isa.h). */
+typedef int gemm_range_fn(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
+                          uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);
+
+static gemm_range_fn *range_fn(kern_cpu_isa_t isa)
 {
-    if (w->dtype == KERN_MAT_F32) {
-        return _mm512_loadu_ps((const float *)w->data + o * w->n_in + k);
-    }
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w->data + o * w->n_in + k));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Outputs [o0, o0 + n_o) x rows [r0, r0 + n_r), n_o <= 4, n_r <= 4. */
-__attribute__((target("avx512f"))) static void tile_avx512(const kern_mat_t *w, const float *x,
-                                                           int64_t ldx, int64_t r0, int n_r,
-                                                           int64_t o0, int n_o, uint32_t flags,
-                                                           float *y, int64_t ldy)
-{
-    __m512 acc[TILE_ROWS][TILE_OUT];
-    float lanes[LANES];
-
-    for (int r = 0; r < TILE_ROWS; r++) {
-        for (int o = 0; o < TILE_OUT; o++) {
-            acc[r][o] = _mm512_setzero_ps();
-        }
-    }
-    if (n_r == TILE_ROWS && n_o == TILE_OUT) {
-        for (int64_t k = 0; k < w->n_in; k += LANES) {
-            __m512 wv0 = load_w16(w, o0 + 0, k);
-            __m512 wv1 = load_w16(w, o0 + 1, k);
-            __m512 wv2 = load_w16(w, o0 + 2, k);
-            __m512 wv3 = load_w16(w, o0 + 3, k);
-            for (int r = 0; r < TILE_ROWS; r++) {
-                __m512 xv = _mm512_loadu_ps(x + (r0 + r) * ldx + k);
-                acc[r][0] = _mm512_fmadd_ps(wv0, xv, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(wv1, xv, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(wv2, xv, acc[r][2]);
-                acc[r][3] = _mm512_fmadd_ps(wv3, xv, acc[r][3]);
-            }
-        }
-    } else {
-        for (int64_t k = 0; k < w->n_in; k += LANES) {
-            __m512 wv[TILE_OUT];
-            for (int o = 0; o < n_o; o++) {
-                wv[o] = load_w16(w, o0 + o, k);
-            }
-            for (int r = 0; r < n_r; r++) {
-                __m512 xv = _mm512_loadu_ps(x + (r0 + r) * ldx + k);
-                for (int o = 0; o < n_o; o++) {
-                    acc[r][o] = _mm512_fmadd_ps(wv[o], xv, acc[r][o]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < n_r; r++) {
-        for (int o = 0; o < n_o; o++) {
-            _mm512_storeu_ps(lanes, acc[r][o]);
-            y[(r0 + r) * ldy + o0 + o] = finish(lane_reduce(lanes), flags);
-        }
-    }
-}
-
-/*
- * One activation row against outputs [o0, o1) (decode at batch 1): eight weight rows stream
- * side by side; each output keeps the module's order (16 FMA lanes over ascending k, then the
- * fixed tree), so the bits equal tile_avx512's. f32: FP32 weights, else BF16 (a constant in
- * each caller, so the branch folds away).
- */
-__attribute__((target("avx512f"), always_inline)) static inline void
-gemv_avx512(const kern_mat_t *w, const float *x, int64_t o0, int64_t o1, uint32_t flags, float *y,
-            int f32)
-{
-    int64_t K = w->n_in;
-    int64_t o = o0;
-    float lanes[LANES];
-
-    for (; o + GEMV_OUT <= o1; o += GEMV_OUT) {
-        __m512 acc[GEMV_OUT];
-        for (int j = 0; j < GEMV_OUT; j++) {
-            acc[j] = _mm512_setzero_ps();
-        }
-        for (int64_t k = 0; k < K; k += LANES) {
-            __m512 xv = _mm512_loadu_ps(x + k);
-            for (int j = 0; j < GEMV_OUT; j++) {
-                __m512 wv;
-                if (f32) {
-                    wv = _mm512_loadu_ps((const float *)w->data + (o + j) * K + k);
-                } else {
-                    __m256i h = _mm256_loadu_si256(
-                        (const __m256i *)((const uint16_t *)w->data + (o + j) * K + k));
-                    wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-                }
-                acc[j] = _mm512_fmadd_ps(wv, xv, acc[j]);
-            }
-        }
-        for (int j = 0; j < GEMV_OUT; j++) {
-            _mm512_storeu_ps(lanes, acc[j]);
-            y[o + j] = finish(lane_reduce(lanes), flags);
-        }
-    }
-    for (; o < o1; o += TILE_OUT) {
-        int n_o = (int)(o1 - o < TILE_OUT ? o1 - o : TILE_OUT);
-        tile_avx512(w, x, 0, 0, 1, o, n_o, flags, y, 0);
-    }
-}
-
-__attribute__((target("avx512f"))) static void gemv_bf16_avx512(const kern_mat_t *w, const float *x,
-                                                                int64_t o0, int64_t o1,
-                                                                uint32_t flags, float *y)
-{
-    gemv_avx512(w, x, o0, o1, flags, y, 0);
-}
-
-__attribute__((target("avx512f"))) static void gemv_f32_avx512(const kern_mat_t *w, const float *x,
-                                                               int64_t o0, int64_t o1,
-                                                               uint32_t flags, float *y)
-{
-    gemv_avx512(w, x, o0, o1, flags, y, 1);
-}
-
-static int have_avx512(void)
-{
-    return __builtin_cpu_supports("avx512f");
-}
-
-__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b,
-                                                           int64_t n)
-{
-    __m512 acc = _mm512_setzero_ps();
-    float lanes[LANES];
-    for (int64_t k = 0; k < n; k += LANES) {
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
-    }
-    _mm512_storeu_ps(lanes, acc);
-    return lane_reduce(lanes);
-}
+    switch (isa) {
+#if defined(__x86_64__)
+    case KERN_ISA_AVX512:
+        return cpu_gemm_range_avx512;
+    case KERN_ISA_AVX2:
+        return cpu_gemm_range_avx2;
 #endif
+#if defined(__aarch64__)
+    case KERN_ISA_NEON:
+        return cpu_gemm_range_neon;
+#endif
+    default:
+        return cpu_gemm_range_scalar;
+    }
+}
 
 float kern_dot_cpu(const float *a, const float *b, int64_t n)
 {
-    float acc[LANES];
-#if GEMM_HAVE_X86
-    if (have_avx512()) {
-        return dot_avx512(a, b, n);
-    }
+    switch (kern_cpu_isa()) {
+#if defined(__x86_64__)
+    case KERN_ISA_AVX512:
+        return cpu_dot_avx512(a, b, n);
+    case KERN_ISA_AVX2:
+        return cpu_dot_avx2(a, b, n);
 #endif
-    memset(acc, 0, sizeof(acc));
-    for (int64_t k0 = 0; k0 < n; k0 += LANES) {
-        for (int j = 0; j < LANES; j++) {
-            acc[j] = fmaf(a[k0 + j], b[k0 + j], acc[j]);
-        }
-    }
-    return lane_reduce(acc);
-}
-
-/* Plain tile with the same order (CPUs without AVX-512). */
-static void tile_plain(const kern_mat_t *w, const float *x, int64_t ldx, int64_t r0, int n_r,
-                       int64_t o0, int n_o, uint32_t flags, float *y, int64_t ldy)
-{
-    for (int r = 0; r < n_r; r++) {
-        for (int o = 0; o < n_o; o++) {
-            y[(r0 + r) * ldy + o0 + o] = finish(dot_ref(w, o0 + o, x + (r0 + r) * ldx), flags);
-        }
+#if defined(__aarch64__)
+    case KERN_ISA_NEON:
+        return cpu_dot_neon(a, b, n);
+#endif
+    default:
+        return cpu_dot_scalar(a, b, n);
     }
 }
 
-/* Every row of the batch against weight quads [q0, q1). */
-static void gemm_quads(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
-                       uint32_t flags, float *y_out, int64_t ldy, int64_t q0, int64_t q1,
-                       int use_avx)
-{
-#if GEMM_HAVE_X86
-    if (use_avx && n_rows == 1) {
-        int64_t o1 = q1 * TILE_OUT < w->n_out ? q1 * TILE_OUT : w->n_out;
-        if (w->dtype == KERN_MAT_F32) {
-            gemv_f32_avx512(w, x, q0 * TILE_OUT, o1, flags, y_out);
-        } else {
-            gemv_bf16_avx512(w, x, q0 * TILE_OUT, o1, flags, y_out);
-        }
-        return;
-    }
-#endif
-    for (int64_t rb = 0; rb < n_rows; rb += ROW_BLOCK) {
-        int64_t r_end = rb + ROW_BLOCK < n_rows ? rb + ROW_BLOCK : n_rows;
-        for (int64_t q = q0; q < q1; q++) {
-            int64_t o0 = q * TILE_OUT;
-            int n_o = (int)(w->n_out - o0 < TILE_OUT ? w->n_out - o0 : TILE_OUT);
-            for (int64_t r0 = rb; r0 < r_end; r0 += TILE_ROWS) {
-                int n_r = (int)(r_end - r0 < TILE_ROWS ? r_end - r0 : TILE_ROWS);
-#if GEMM_HAVE_X86
-                if (use_avx) {
-                    tile_avx512(w, x, ldx, r0, n_r, o0, n_o, flags, y_out, ldy);
-                    continue;
-                }
-#endif
-                tile_plain(w, x, ldx, r0, n_r, o0, n_o, flags, y_out, ldy);
-            }
-        }
-    }
-}
-
-/* One threaded GEMM call: chunk c covers quads [n_quads c / n_chunks, n_quads (c+1) / n_chunks). */
+/* One threaded GEMM call: chunk c covers quads [n_quads c / n_chunks, n_quads (c+1) / n_chunks).
+ * failed: set (under no lock: any writer stores 1) when a chunk could not get its panel. */
 typedef struct {
     const kern_mat_t *w;
     const float *x;
@@ -303,14 +205,21 @@ typedef struct {
     int64_t ldy;
     int64_t n_quads;
     int64_t n_chunks;
-    int use_avx;
+    gemm_range_fn *fn;
+    _Atomic int failed;
 } gemm_job_t;
 
 static void gemm_chunk(void *arg, int64_t c)
 {
-    const gemm_job_t *j = arg;
-    gemm_quads(j->w, j->x, j->ldx, j->n_rows, j->flags, j->y_out, j->ldy,
-               j->n_quads * c / j->n_chunks, j->n_quads * (c + 1) / j->n_chunks, j->use_avx);
+    gemm_job_t *j = arg;
+    int64_t o0 = j->n_quads * c / j->n_chunks * TILE_OUT;
+    int64_t o1 = j->n_quads * (c + 1) / j->n_chunks * TILE_OUT;
+    if (o1 > j->w->n_out) {
+        o1 = j->w->n_out;
+    }
+    if (!j->fn(j->w, j->x, j->ldx, j->n_rows, j->flags, j->y_out, j->ldy, o0, o1)) {
+        j->failed = 1;
+    }
 }
 
 tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,
@@ -318,34 +227,35 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
 {
     int n_threads = (ctx != NULL && ctx->n_threads > 1) ? ctx->n_threads : 1;
     int64_t n_quads;
-    int use_avx = 0;
+    gemm_range_fn *fn;
 
     if (!gemm_args_ok(w, x, ldx, n_rows, y_out, ldy)) {
         return TDM_ERR_INVALID_ARG;
     }
-#if GEMM_HAVE_X86
-    use_avx = have_avx512();
-#endif
+    if (n_rows == 0) {
+        return TDM_OK;
+    }
+    fn = range_fn(kern_cpu_isa());
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
     if ((double)n_rows * (double)w->n_out * (double)w->n_in < GEMM_THREAD_MIN_MACS ||
         n_quads < 2 * n_threads) {
         n_threads = 1; /* too little work to pay for waking a worker */
     }
     if (n_threads == 1) {
-        gemm_quads(w, x, ldx, n_rows, flags, y_out, ldy, 0, n_quads, use_avx);
-        return TDM_OK;
+        return fn(w, x, ldx, n_rows, flags, y_out, ldy, 0, w->n_out) ? TDM_OK
+                                                                      : TDM_ERR_NO_MEMORY;
     }
     /* Chunks of quads on the kernels' worker pool (kernels/cpu/pool.h): on a shared,
      * oversubscribed box a worker that is scheduled late finds the work done instead of holding
      * the call up for a fixed share, and idle workers sleep rather than spin. Outputs are
      * independent, so the bits do not change. */
-    gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, use_avx};
+    gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, fn, 0};
     job.n_chunks = (int64_t)n_threads * GEMM_CHUNKS_PER_THREAD;
     if (job.n_chunks > n_quads) {
         job.n_chunks = n_quads;
     }
     cpu_pool_run(n_threads, job.n_chunks, gemm_chunk, &job);
-    return TDM_OK;
+    return job.failed ? TDM_ERR_NO_MEMORY : TDM_OK;
 }
 
 tdm_status_t kern_qdq_act8_rows_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,

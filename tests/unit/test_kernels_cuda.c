@@ -342,8 +342,8 @@ static void make_mat(rng_t *rng, mat_kind_t kind, int64_t n_out, int64_t n_in, i
         float *w = random_f32(rng, n, 1.0f / sqrtf((float)n_in));
         m->host_data = w;
         m->dev_data = dev_floats_from(w, n);
-        m->host = (kern_mat_t){KERN_MAT_F32, n_out, n_in, w};
-        m->dev = (kern_mat_t){KERN_MAT_F32, n_out, n_in, m->dev_data};
+        m->host = (kern_mat_t){KERN_MAT_F32, n_out, n_in, w, NULL};
+        m->dev = (kern_mat_t){KERN_MAT_F32, n_out, n_in, m->dev_data, NULL};
         return;
     }
     uint16_t *bits = malloc(sizeof(uint16_t) * (size_t)n);
@@ -385,8 +385,8 @@ static void make_mat(rng_t *rng, mat_kind_t kind, int64_t n_out, int64_t n_in, i
         free(codes);
     }
     m->host_data = bits;
-    m->host = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, bits};
-    m->dev = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, m->dev_data};
+    m->host = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, bits, NULL};
+    m->dev = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, m->dev_data, NULL};
 }
 
 static void free_mat(test_mat_t *m)
@@ -1389,8 +1389,8 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
     (void)state;
     const kern_ops_t *cuda = require_cuda();
     float *d = dev_alloc(sizeof(float) * 64);
-    const kern_mat_t w24 = {KERN_MAT_BF16, 2, 24, d};
-    const kern_mat_t w16 = {KERN_MAT_BF16, 2, 16, d};
+    const kern_mat_t w24 = {KERN_MAT_BF16, 2, 24, d, NULL};
+    const kern_mat_t w16 = {KERN_MAT_BF16, 2, 16, d, NULL};
     const kern_qmat_t q48 = {KERN_QMAT_MXFP4, 2, 48, (const uint8_t *)d, (const uint8_t *)d};
     const kern_mhc_params_t p17 = {d, d, 17, 1, 1e-6f, 1e-6f};
     int64_t n_out = 0;
@@ -1398,8 +1398,8 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
     for (int b = 0; b < 2; b++) { /* the same conditions on both backends */
         const kern_ops_t *ops = b == 0 ? cpu : cuda;
         float *buf = b == 0 ? host_buf : d;
-        const kern_mat_t *wm16 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 16, host_buf} : &w16;
-        const kern_mat_t *wm24 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 24, host_buf} : &w24;
+        const kern_mat_t *wm16 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 16, host_buf, NULL} : &w16;
+        const kern_mat_t *wm24 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 24, host_buf, NULL} : &w24;
         assert_int_equal(ops->qdq_act8(&ctx, buf, 1, 48, buf), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm24, buf, 24, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, buf, 8, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "kernels/codec.h"
 #include "kernels/codec_bits.h"
 #include "kernels/gemm.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/mhc.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -139,7 +141,7 @@ static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, i
     float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
     float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
-    kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd};
+    kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd, NULL};
     kern_ctx_t ctx = {.n_threads = n_threads};
 
     for (int64_t i = 0; i < nw; i++) {
@@ -174,6 +176,119 @@ static void test_gemv_and_pooled_gemm_match_reference(void **state)
     check_gemm(KERN_MAT_BF16, 8200, 512, 1, 2, 0);
     check_gemm(KERN_MAT_BF16, 1030, 512, 9, 3, KERN_GEMM_OUT_BF16);
     check_gemm(KERN_MAT_F32, 4100, 1024, 2, 2, 0);
+}
+
+/* An FP8 or MXFP4 matrix [n_out, n_in]: random codes (no E4M3 NaN) and scales in
+ * [s_lo, s_hi]; bf16_out gets its BF16 expansion (kern_mat_bf16_from_*). Caller frees data,
+ * scales (in m) and bf16_out. */
+static void make_quant_mat(int dtype, int64_t n_out, int64_t n_in, int s_lo, int s_hi,
+                           kern_mat_t *m, uint16_t **bf16_out)
+{
+    int64_t n_codes = dtype == KERN_MAT_FP8 ? n_out * n_in : n_out * n_in / 2;
+    int64_t n_sc = dtype == KERN_MAT_FP8 ? (n_out + 31) / 32 * (n_in / 32) : n_out * (n_in / 32);
+    uint8_t *codes = malloc((size_t)n_codes);
+    uint8_t *scales = malloc((size_t)n_sc);
+    uint16_t *bf16 = malloc((size_t)(n_out * n_in) * 2);
+    assert_non_null(codes);
+    assert_non_null(scales);
+    assert_non_null(bf16);
+    for (int64_t i = 0; i < n_codes; i++) {
+        codes[i] = (uint8_t)rnd32();
+        if (dtype == KERN_MAT_FP8 && (codes[i] & 0x7F) == 0x7F) {
+            codes[i] ^= 1; /* NaN is never written (MODEL.md 4) */
+        }
+    }
+    for (int64_t i = 0; i < n_sc; i++) {
+        scales[i] = (uint8_t)(s_lo + (int)(rnd32() % (uint32_t)(s_hi - s_lo + 1)));
+    }
+    if (dtype == KERN_MAT_FP8) {
+        assert_int_equal(kern_mat_bf16_from_fp8(codes, scales, n_out, n_in, bf16), TDM_OK);
+    } else {
+        assert_int_equal(kern_mat_bf16_from_mxfp4(codes, scales, n_out, n_in, bf16), TDM_OK);
+    }
+    *m = (kern_mat_t){(kern_mat_dtype_t)dtype, n_out, n_in, codes, scales};
+    *bf16_out = bf16;
+}
+
+/* kern_gemm_cpu on an FP8 / MXFP4 matrix as stored equals kern_gemm_ref_cpu on it and on its
+ * BF16 expansion, bit for bit. */
+static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows,
+                             int n_threads, uint32_t flags, int s_lo, int s_hi)
+{
+    kern_mat_t m;
+    uint16_t *bf16;
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    kern_ctx_t ctx = {.n_threads = n_threads};
+
+    make_quant_mat(dtype, n_out, n_in, s_lo, s_hi, &m, &bf16);
+    kern_mat_t mb = {KERN_MAT_BF16, n_out, n_in, bf16, NULL};
+    assert_int_equal(kern_mat_check_quantized(&m), 1);
+    for (int64_t i = 0; i < n_rows * n_in; i++) {
+        x[i] = frand(3.0f);
+    }
+    assert_int_equal(kern_gemm_cpu(&ctx, &m, x, n_in, n_rows, flags, y, n_out), TDM_OK);
+    assert_int_equal(kern_gemm_ref_cpu(NULL, &m, x, n_in, n_rows, flags, y_ref, n_out), TDM_OK);
+    assert_bits_equal(y, y_ref, n_rows * n_out, dtype == KERN_MAT_FP8 ? "gemm fp8" : "gemm mxfp4");
+    assert_int_equal(kern_gemm_ref_cpu(NULL, &mb, x, n_in, n_rows, flags, y_ref, n_out), TDM_OK);
+    assert_bits_equal(y, y_ref, n_rows * n_out, "gemm quantized vs BF16 expansion");
+    free((void *)m.data);
+    free((void *)m.scales);
+    free(bf16);
+    free(x);
+    free(y);
+    free(y_ref);
+}
+
+static void test_quantized_gemm_matches_bf16_expansion(void **state)
+{
+    static const int64_t outs[] = {1, 3, 4, 7, 8, 9, 17, 33, 70};
+    static const int64_t rows[] = {1, 2, 3, 5, 7, 16};
+    (void)state;
+    for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+        for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+            check_gemm_quant(KERN_MAT_FP8, outs[i], 96, rows[r], 1, 0, 3, 134);
+            check_gemm_quant(KERN_MAT_FP8, outs[i], 64, rows[r], 1, KERN_GEMM_OUT_BF16, 110, 130);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[i], 96, rows[r], 1, 0, 0, 200);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[i], 64, rows[r], 1, KERN_GEMM_OUT_BF16, 115, 130);
+        }
+    }
+    /* threaded, and inner dimensions past a register tile's reach */
+    check_gemm_quant(KERN_MAT_FP8, 1030, 1024, 1, 2, KERN_GEMM_OUT_BF16, 100, 134);
+    check_gemm_quant(KERN_MAT_MXFP4, 1030, 1024, 1, 2, 0, 100, 140);
+    check_gemm_quant(KERN_MAT_FP8, 300, 512, 40, 2, 0, 100, 134);
+    check_gemm_quant(KERN_MAT_MXFP4, 300, 512, 40, 3, KERN_GEMM_OUT_BF16, 100, 140);
+}
+
+static void test_quantized_checks(void **state)
+{
+    kern_mat_t m;
+    uint16_t *bf16;
+    (void)state;
+    make_quant_mat(KERN_MAT_FP8, 40, 64, 3, 134, &m, &bf16);
+    assert_int_equal(kern_mat_check_quantized(&m), 1);
+    assert_int_equal(kern_mat_bytes(&m), 40 * 64 + 2 * 2);
+    ((uint8_t *)m.scales)[1] = 2; /* a product could be a BF16 subnormal */
+    assert_int_equal(kern_mat_check_quantized(&m), 0);
+    ((uint8_t *)m.scales)[1] = 135;
+    assert_int_equal(kern_mat_check_quantized(&m), 0);
+    ((uint8_t *)m.scales)[1] = 127;
+    ((uint8_t *)m.data)[77] = 0xFF; /* NaN code */
+    assert_int_equal(kern_mat_check_quantized(&m), 0);
+    free((void *)m.data);
+    free((void *)m.scales);
+    free(bf16);
+    make_quant_mat(KERN_MAT_MXFP4, 5, 64, 0, 254, &m, &bf16);
+    assert_int_equal(kern_mat_check_quantized(&m), 1);
+    assert_int_equal(kern_mat_bytes(&m), 5 * 32 + 5 * 2);
+    ((uint8_t *)m.scales)[3] = 255;
+    assert_int_equal(kern_mat_check_quantized(&m), 0);
+    m.n_in = 48; /* not a multiple of 32 */
+    assert_int_equal(kern_mat_check_quantized(&m), 0);
+    free((void *)m.data);
+    free((void *)m.scales);
+    free(bf16);
 }
 
 typedef struct {
@@ -291,14 +406,33 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
     }
 }
 
+/* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
+ * the scalar definitions' bits. */
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_every_code_and_scale),
         cmocka_unit_test(test_qdq_act8_matches_scalar_composition),
         cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
+        cmocka_unit_test(test_quantized_gemm_matches_bf16_expansion),
+        cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failures = 0;
+    int n_run = 0;
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        char name[64];
+        if (!kern_cpu_isa_supported((kern_cpu_isa_t)isa)) {
+            printf("[ SKIPPED  ] isa %s: this CPU or build lacks it\n",
+                   kern_cpu_isa_name((kern_cpu_isa_t)isa));
+            continue;
+        }
+        assert_int_equal(kern_cpu_isa_set((kern_cpu_isa_t)isa), TDM_OK);
+        snprintf(name, sizeof(name), "kernels_simd[%s]", kern_cpu_isa_name((kern_cpu_isa_t)isa));
+        failures += _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL,
+                                            NULL);
+        n_run++;
+    }
+    return failures != 0 || n_run == 0;
 }

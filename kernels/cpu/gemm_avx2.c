@@ -1,0 +1,13 @@
+/* gemm_avx2.c - kern_gemm_cpu for AVX2 + FMA (x86-64-v3; gemm_body.inc; built with -mavx2 -mfma
+ * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX2). 16 registers and two per
+ * 16-lane vector: a 3 x 2 tile (12 registers of accumulators), 4 weight rows per GEMV block. */
+#if defined(__x86_64__)
+#define CPU_SIMD16_AVX2 1
+#define CPU_SIMD16_SUFFIX avx2
+#define GEMV_OUT 4
+#define TILE_O 2
+#define TILE_R 3
+#include "kernels/cpu/simd16.h"
+
+#include "kernels/cpu/gemm_body.inc"
+#endif

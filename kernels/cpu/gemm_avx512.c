@@ -1,0 +1,13 @@
+/* gemm_avx512.c - kern_gemm_cpu for AVX-512F (gemm_body.inc; built with -mavx512f -mfma
+ * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX512). 32 registers: a 6 x 4
+ * tile (24 accumulators), 8 weight rows per GEMV block. */
+#if defined(__x86_64__)
+#define CPU_SIMD16_AVX512 1
+#define CPU_SIMD16_SUFFIX avx512
+#define GEMV_OUT 8
+#define TILE_O 4
+#define TILE_R 6
+#include "kernels/cpu/simd16.h"
+
+#include "kernels/cpu/gemm_body.inc"
+#endif

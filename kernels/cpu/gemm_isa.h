@@ -1,0 +1,34 @@
+/* gemm_isa.h - the per-instruction-set halves of kern_gemm_cpu (private to kernels/cpu).
+ *
+ * cpu_gemm_range_<isa> (one per kernels/cpu/gemm_<isa>.c, all from gemm_body.inc): every row of
+ * x [n_rows, n_in] (stride ldx) against outputs [o0, o1) of w, written to y (stride ldy), in the
+ * order of kernels/gemm.h; arguments already checked by kern_gemm_cpu. Returns 1, or 0 when a
+ * scratch panel could not be allocated (then nothing was written). Thread-safe.
+ *
+ * cpu_dot_<isa>: sum_k a[k] b[k], n a multiple of 16, the same order (kern_dot_cpu).
+ *
+ * Only the sets this build compiles exist (x86-64: scalar, avx2, avx512; aarch64: scalar, neon);
+ * kern_cpu_isa() (kernels/cpu_isa.h) says which one the CPU runs.
+ */
+#ifndef TANDEM_KERNELS_CPU_GEMM_ISA_H
+#define TANDEM_KERNELS_CPU_GEMM_ISA_H
+
+#include <stdint.h>
+
+#include "kernels/gemm.h"
+
+#define CPU_GEMM_ISA_DECLARE(isa)                                                              \
+    int cpu_gemm_range_##isa(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,  \
+                             uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);   \
+    float cpu_dot_##isa(const float *a, const float *b, int64_t n);
+
+CPU_GEMM_ISA_DECLARE(scalar)
+#if defined(__x86_64__)
+CPU_GEMM_ISA_DECLARE(avx2)
+CPU_GEMM_ISA_DECLARE(avx512)
+#endif
+#if defined(__aarch64__)
+CPU_GEMM_ISA_DECLARE(neon)
+#endif
+
+#endif

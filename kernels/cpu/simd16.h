@@ -1,0 +1,308 @@
+/* simd16.h - the CPU kernels' 16-lane FP32 vector, one implementation per instruction set
+ * (private to kernels/cpu; kernels/cpu_isa.h says why they give identical bits).
+ *
+ * A kernel written once against these inline functions (a *_body.inc file) is compiled once per
+ * set by a small file that defines exactly one of
+ *   CPU_SIMD16_AVX512  one __m512                (file compiled with -mavx512f -mfma)
+ *   CPU_SIMD16_AVX2    two __m256, lanes 0-7 / 8-15 (file compiled with -mavx2 -mfma)
+ *   CPU_SIMD16_NEON    four float32x4_t          (aarch64)
+ *   CPU_SIMD16_SCALAR  sixteen floats, plain C   (the reference order, fmaf per lane)
+ * and CPU_SIMD16_SUFFIX (the name suffix of the functions it defines: avx512, avx2, ...), then
+ * includes this header. Lane j of every operation is the IEEE-754 single-precision operation on
+ * lane j alone (v16_fma is one fused multiply-add, never split, never contracted elsewhere: the
+ * files are built with -ffp-contract=off), so every implementation gives the same bits.
+ *
+ * Weight decoders return exact values (MODEL.md 3, 4):
+ *   v16_e4m3_raw(p): 16 E4M3 codes -> e4m3(code) * 2^-120, exact (the code's 7 magnitude bits
+ *     placed at FP32 bits 20-26: normals and subnormals alike). Multiply by 2^(s - 7) for the
+ *     UE8M0 scale s (exact while 3 <= s <= 134; callers check). NaN codes (0x7F/0xFF, never
+ *     written) give 480 * 2^-120 here: callers refuse them.
+ *   v16_e2m1x2(p): 8 packed bytes (element 2b low nibble, 2b+1 high) -> 2 * e2m1(nibble), exact;
+ *     negative zero comes back as +0 (harmless inside a dot product: an FP32 sum that starts at
+ *     +0 never becomes -0, so +-0 products add nothing either way). Multiply by 2^(s - 128).
+ */
+#ifndef TANDEM_KERNELS_CPU_SIMD16_H
+#define TANDEM_KERNELS_CPU_SIMD16_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define V16_LANES 16
+
+/* 2 * e2m1(code) for codes 0-15 (code | 8 negative; -0 as 0). */
+#define V16_E2M1X2_TABLE 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+
+#if defined(CPU_SIMD16_AVX512)
+#include <immintrin.h>
+
+typedef __m512 v16;
+
+static inline v16 v16_zero(void) { return _mm512_setzero_ps(); }
+static inline v16 v16_set1(float a) { return _mm512_set1_ps(a); }
+static inline v16 v16_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v16_store(float *p, v16 a) { _mm512_storeu_ps(p, a); }
+static inline v16 v16_fma(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline v16 v16_mul(v16 a, v16 b) { return _mm512_mul_ps(a, b); }
+static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+static inline v16 v16_bf16(const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static inline v16 v16_e4m3_raw(const uint8_t *p)
+{
+    __m512i i = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+    i = _mm512_and_si512(_mm512_slli_epi32(i, 20), _mm512_set1_epi32((int)0x87F00000u));
+    return _mm512_castsi512_ps(i);
+}
+static inline v16 v16_e2m1x2(const uint8_t *p)
+{
+    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+
+#elif defined(CPU_SIMD16_AVX2)
+#include <immintrin.h>
+
+typedef struct {
+    __m256 a, b;
+} v16;
+
+static inline v16 v16_zero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline v16 v16_set1(float x) { return (v16){_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+static inline v16 v16_load(const float *p)
+{
+    return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
+static inline void v16_store(float *p, v16 x)
+{
+    _mm256_storeu_ps(p, x.a);
+    _mm256_storeu_ps(p + 8, x.b);
+}
+static inline v16 v16_fma(v16 x, v16 y, v16 z)
+{
+    return (v16){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
+}
+static inline v16 v16_mul(v16 x, v16 y) { return (v16){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+static inline v16 v16_add(v16 x, v16 y) { return (v16){_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+static inline __m256 v8_bf16(const uint16_t *p)
+{
+    __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(i, 16));
+}
+static inline v16 v16_bf16(const uint16_t *p) { return (v16){v8_bf16(p), v8_bf16(p + 8)}; }
+static inline __m256 v8_e4m3_raw(const uint8_t *p)
+{
+    __m256i i = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    i = _mm256_and_si256(_mm256_slli_epi32(i, 20), _mm256_set1_epi32((int)0x87F00000u));
+    return _mm256_castsi256_ps(i);
+}
+static inline v16 v16_e4m3_raw(const uint8_t *p) { return (v16){v8_e4m3_raw(p), v8_e4m3_raw(p + 8)}; }
+static inline v16 v16_e2m1x2(const uint8_t *p)
+{
+    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
+}
+
+#elif defined(CPU_SIMD16_NEON)
+#include <arm_neon.h>
+
+typedef struct {
+    float32x4_t q[4];
+} v16;
+
+static inline v16 v16_zero(void)
+{
+    float32x4_t z = vdupq_n_f32(0.0f);
+    return (v16){{z, z, z, z}};
+}
+static inline v16 v16_set1(float x)
+{
+    float32x4_t s = vdupq_n_f32(x);
+    return (v16){{s, s, s, s}};
+}
+static inline v16 v16_load(const float *p)
+{
+    return (v16){{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}};
+}
+static inline void v16_store(float *p, v16 x)
+{
+    for (int i = 0; i < 4; i++) {
+        vst1q_f32(p + 4 * i, x.q[i]);
+    }
+}
+static inline v16 v16_fma(v16 x, v16 y, v16 z)
+{
+    v16 r;
+    for (int i = 0; i < 4; i++) {
+        r.q[i] = vfmaq_f32(z.q[i], x.q[i], y.q[i]); /* z + x * y, fused */
+    }
+    return r;
+}
+static inline v16 v16_mul(v16 x, v16 y)
+{
+    v16 r;
+    for (int i = 0; i < 4; i++) {
+        r.q[i] = vmulq_f32(x.q[i], y.q[i]);
+    }
+    return r;
+}
+static inline v16 v16_add(v16 x, v16 y)
+{
+    v16 r;
+    for (int i = 0; i < 4; i++) {
+        r.q[i] = vaddq_f32(x.q[i], y.q[i]);
+    }
+    return r;
+}
+static inline v16 v16_bf16(const uint16_t *p)
+{
+    uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
+    return (v16){{vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(a), 16)),
+                  vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(a), 16)),
+                  vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(b), 16)),
+                  vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(b), 16))}};
+}
+/* Sign-extended codes -> bits 20-26 plus the sign (see the header comment). */
+static inline float32x4_t v4_e4m3_bits(int16x4_t h)
+{
+    int32x4_t i = vshlq_n_s32(vmovl_s16(h), 20);
+    return vreinterpretq_f32_s32(vandq_s32(i, vdupq_n_s32((int32_t)0x87F00000u)));
+}
+static inline v16 v16_e4m3_raw(const uint8_t *p)
+{
+    int8x16_t c = vreinterpretq_s8_u8(vld1q_u8(p));
+    int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_s8(vget_high_s8(c));
+    return (v16){{v4_e4m3_bits(vget_low_s16(lo)), v4_e4m3_bits(vget_high_s16(lo)),
+                  v4_e4m3_bits(vget_low_s16(hi)), v4_e4m3_bits(vget_high_s16(hi))}};
+}
+static inline v16 v16_e2m1x2(const uint8_t *p)
+{
+    static const int8_t table_bytes[16] = {V16_E2M1X2_TABLE};
+    int8x16_t table = vld1q_s8(table_bytes);
+    uint8x8_t b = vld1_u8(p);
+    uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(0x0F)), vshr_n_u8(b, 4));
+    int8x16_t v = vqtbl1q_s8(table, vcombine_u8(z.val[0], z.val[1]));
+    int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_s8(vget_high_s8(v));
+    return (v16){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+                  vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))),
+                  vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+                  vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
+}
+
+#elif defined(CPU_SIMD16_SCALAR)
+
+typedef struct {
+    float f[V16_LANES];
+} v16;
+
+static inline v16 v16_zero(void)
+{
+    v16 r;
+    memset(&r, 0, sizeof(r));
+    return r;
+}
+static inline v16 v16_set1(float x)
+{
+    v16 r;
+    for (int j = 0; j < V16_LANES; j++) {
+        r.f[j] = x;
+    }
+    return r;
+}
+static inline v16 v16_load(const float *p)
+{
+    v16 r;
+    memcpy(r.f, p, sizeof(r.f));
+    return r;
+}
+static inline void v16_store(float *p, v16 x) { memcpy(p, x.f, sizeof(x.f)); }
+static inline v16 v16_fma(v16 x, v16 y, v16 z)
+{
+    for (int j = 0; j < V16_LANES; j++) {
+        z.f[j] = fmaf(x.f[j], y.f[j], z.f[j]);
+    }
+    return z;
+}
+static inline v16 v16_mul(v16 x, v16 y)
+{
+    for (int j = 0; j < V16_LANES; j++) {
+        x.f[j] = x.f[j] * y.f[j];
+    }
+    return x;
+}
+static inline v16 v16_add(v16 x, v16 y)
+{
+    for (int j = 0; j < V16_LANES; j++) {
+        x.f[j] = x.f[j] + y.f[j];
+    }
+    return x;
+}
+static inline v16 v16_bf16(const uint16_t *p)
+{
+    v16 r;
+    for (int j = 0; j < V16_LANES; j++) {
+        uint32_t bits = (uint32_t)p[j] << 16;
+        memcpy(&r.f[j], &bits, 4);
+    }
+    return r;
+}
+static inline v16 v16_e4m3_raw(const uint8_t *p)
+{
+    v16 r;
+    for (int j = 0; j < V16_LANES; j++) {
+        uint32_t bits = ((uint32_t)(p[j] & 0x80u) << 24) | ((uint32_t)(p[j] & 0x7Fu) << 20);
+        memcpy(&r.f[j], &bits, 4);
+    }
+    return r;
+}
+static inline v16 v16_e2m1x2(const uint8_t *p)
+{
+    static const int8_t table[16] = {V16_E2M1X2_TABLE};
+    v16 r;
+    for (int b = 0; b < V16_LANES / 2; b++) {
+        r.f[2 * b] = (float)table[p[b] & 0xF];
+        r.f[2 * b + 1] = (float)table[p[b] >> 4];
+    }
+    return r;
+}
+
+#else
+#error "simd16.h: define one of CPU_SIMD16_AVX512, _AVX2, _NEON, _SCALAR"
+#endif
+
+/* v16_pow2 - 2^e as FP32, exact for -149 <= e <= 127 (subnormal below -126); the UE8M0 scale
+ * factors of the weight decoders. */
+static inline float v16_pow2(int e)
+{
+    uint32_t bits = e >= -126 ? (uint32_t)(e + 127) << 23 : 1u << (e + 149);
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,
+ * + 2, + 1), as the scalar definition does it. */
+static inline float v16_reduce(v16 x)
+{
+    float l[V16_LANES];
+    v16_store(l, x);
+    for (int s = V16_LANES / 2; s >= 1; s /= 2) {
+        for (int j = 0; j < s; j++) {
+            l[j] = l[j] + l[j + s];
+        }
+    }
+    return l[0];
+}
+
+#endif
