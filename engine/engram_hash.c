@@ -3,6 +3,7 @@
 #include "engine/engram_hash.h"
 
 #include "common/hash.h"
+#include "engine/np_random.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,6 +121,25 @@ void engine_engram_random_multipliers(const engine_config_t *cfg, int64_t *mult_
         for (int64_t s = 0; s < ngram; s++) {
             uint64_t x = tdm_hash_splitmix64(ENGINE_ENGRAM_SEED_STRIDE * layer + (uint64_t)s);
             mult_out[slot * ngram + s] = (int64_t)(2 * (x % bound) + 1);
+        }
+    }
+}
+
+void engine_engram_release_multipliers(const engine_config_t *cfg, int64_t *mult_out)
+{
+    int64_t bound = engine_engram_mult_bound(cfg->engram_compressed_vocab_size);
+    int64_t ngram = cfg->engram_max_ngram_size;
+
+    for (int slot = 0; slot < cfg->n_engram_layer_ids; slot++) {
+        uint64_t layer = (uint64_t)cfg->engram_layer_ids[slot];
+        int64_t *row = mult_out + slot * ngram;
+        engine_np_rng_t rng;
+
+        engine_np_rng_seed(ENGINE_ENGRAM_SEED_STRIDE * layer, &rng);
+        /* bound >= 1 > 0 = low, so the draw cannot fail */
+        (void)engine_np_rng_integers_i64(&rng, 0, bound, (size_t)ngram, row);
+        for (int64_t s = 0; s < ngram; s++) {
+            row[s] = row[s] * 2 + 1;
         }
     }
 }

@@ -124,6 +124,16 @@ void engine_engram_random_token_map(int64_t n_vocab, int32_t *token_map_out);
 void engine_engram_random_multipliers(const engine_config_t *cfg, int64_t *mult_out);
 
 /*
+ * engine_engram_release_multipliers - multipliers of a real (released) checkpoint (MODEL.md 9.2):
+ * row i = numpy `default_rng(10007 * l).integers(0, b_mu, size=N, dtype=int64) * 2 + 1` for
+ * Engram slot i, l = engram_layer_ids[i], b_mu from cfg's engram_compressed_vocab_size (numpy's
+ * generator reproduced by engine/np_random.h). mult_out: [n_engram_layer_ids, N] int64, written.
+ * Full model: layer 1 [76632096046245, 4839876093313, 35959672319349, 73987337458391], layer 14
+ * [67716810739261, 51510806800915, 30921347202721, 82619226485591]. Pure function.
+ */
+void engine_engram_release_multipliers(const engine_config_t *cfg, int64_t *mult_out);
+
+/*
  * engine_engram_window_ids - the N compressed ids hashed at position p (MODEL.md 5.6):
  * ids_out[s] = token_map[tokens[p-s]] for p-s >= 0, else token_map[engram_pad_token_id] (a
  * blocked shift blocks every longer one). tokens: the sequence's token ids, [p+1] at least, each
@@ -180,6 +190,40 @@ tdm_status_t engine_engram_sidecar_check(const engine_config_t *cfg, const int32
 tdm_status_t engine_engram_sidecar_load(const char *dir, const engine_config_t *cfg,
                                         engine_engram_sidecar_t *sidecar_out, char *err,
                                         size_t err_bytes);
+
+/* Bytes of a SHA-256 digest in lowercase hex, NUL included (engine_engram_file_sha256). */
+#define ENGINE_ENGRAM_SHA256_HEX_BYTES 65
+
+/*
+ * engine_engram_file_sha256 - hex_out = the lowercase hex SHA-256 of the file at `path` (OpenSSL
+ * EVP), the sidecar's tokenizer_sha256 metadata. hex_out: ENGINE_ENGRAM_SHA256_HEX_BYTES bytes,
+ * written only on success.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL), TDM_ERR_NOT_FOUND (no such file), TDM_ERR_IO
+ * (unreadable; strerror in err) or TDM_ERR_INTERNAL (the digest failed), with one line in err.
+ */
+tdm_status_t engine_engram_file_sha256(const char *path, char *hex_out, char *err,
+                                       size_t err_bytes);
+
+/*
+ * engine_engram_sidecar_write - write `dir`/engram-hash.safetensors (MODEL.md 9.2): token_map I32
+ * [V], multipliers I64 [#Engram layers, N], primes and offsets I64 [#Engram layers, (N-1)*h_e]
+ * (recomputed from cfg by engine_engram_layout_init), metadata compressed_vocab_size (decimal),
+ * tokenizer_sha256 and origin. Deterministic bytes (engine_st_writer_finish), written through a
+ * temporary file and a rename.
+ *
+ * token_map:   [cfg->vocab_size] int32; multipliers: [n_engram_layer_ids, N] int64; both
+ *              borrowed for the call and checked with engine_engram_sidecar_check() first.
+ * compressed_vocab_size: the map's own count, in [1, V_c].
+ * tokenizer_sha256, origin: metadata strings (UTF-8, non-NULL).
+ * Returns TDM_OK, or with one line in err and no sidecar written or changed: TDM_ERR_INVALID_ARG
+ * (NULL argument, count out of range), TDM_ERR_MISMATCH (the arrays fail the sidecar check),
+ * TDM_ERR_IO, TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_engram_sidecar_write(const char *dir, const engine_config_t *cfg,
+                                         const int32_t *token_map, int64_t compressed_vocab_size,
+                                         const int64_t *multipliers, const char *tokenizer_sha256,
+                                         const char *origin, char *err, size_t err_bytes);
 
 /* engine_engram_sidecar_fini - free the arrays of *sidecar and zero it; accepts NULL or a zeroed
  * struct. */

@@ -873,6 +873,18 @@ tdm_status_t engine_tokenizer_token_bytes(const engine_tokenizer_t *tok, int32_t
     return TDM_OK;
 }
 
+tdm_status_t engine_tokenizer_token_text(const engine_tokenizer_t *tok, int32_t id,
+                                         const char **text_out, size_t *n_bytes_out)
+{
+    if (tok == NULL || text_out == NULL || n_bytes_out == NULL || id < 0 ||
+        (uint32_t)id >= tok->n_vocab) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    *text_out = tok->text_pool + tok->text_offset[id];
+    *n_bytes_out = tok->text_offset[id + 1] - tok->text_offset[id];
+    return TDM_OK;
+}
+
 tdm_status_t engine_tokenizer_token_kind(const engine_tokenizer_t *tok, int32_t id,
                                          engine_token_kind_t *kind_out)
 {

@@ -160,6 +160,15 @@ void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_i
 tdm_status_t engine_tokenizer_token_bytes(const engine_tokenizer_t *tok, int32_t id,
                                           const uint8_t **bytes_out, size_t *n_bytes_out);
 
+/*
+ * engine_tokenizer_token_text - the token's text as stored in the vocabulary, e.g. "\u0120the" for
+ * " the" in a byte-level BPE (Hugging Face convert_ids_to_tokens; for GGUF the tokens array
+ * entry). *text_out is borrowed from the tokenizer (valid until destroy, not NUL-terminated).
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (id out of range; outputs untouched).
+ */
+tdm_status_t engine_tokenizer_token_text(const engine_tokenizer_t *tok, int32_t id,
+                                         const char **text_out, size_t *n_bytes_out);
+
 /* engine_tokenizer_token_kind - *kind_out = the kind of `id`. TDM_ERR_INVALID_ARG if out of range.
  */
 tdm_status_t engine_tokenizer_token_kind(const engine_tokenizer_t *tok, int32_t id,

@@ -1,7 +1,8 @@
 /* tandem-mkmodel - write a random-weight DeepSeek-V4.1-Flash checkpoint of a test preset in the
  * release layout (MODEL.md section 9): nested config.json, bare tensor names, FP8 dense weights
  * with UE8M0 32x32 scales, packed MXFP4 experts, BF16/F32 tensors, sharded safetensors plus
- * model.safetensors.index.json, the Engram sidecar and tokenizer.json. Same seed, same bytes.
+ * model.safetensors.index.json, the Engram sidecar (unless --no-sidecar) and tokenizer.json. Same
+ * seed, same bytes.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -9,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include <openssl/evp.h>
+#include <unistd.h>
 
 #include "common/flags.h"
 #include "common/json.h"
@@ -36,6 +36,7 @@ typedef struct {
     const char *out_dir;
     const char *tokenizer_path;
     uint64_t shard_mib;
+    int no_sidecar;
     const char *log_level;
 } mkmodel_cfg_t;
 
@@ -51,6 +52,10 @@ static const tdm_flag_t mkmodel_flags[] = {
      0},
     {"shard-mib", TDM_FLAG_U64, "64", offsetof(mkmodel_cfg_t, shard_mib),
      "largest safetensors shard, MiB", 1, 65536, 0},
+    {"no-sidecar", TDM_FLAG_BOOL, "false", offsetof(mkmodel_cfg_t, no_sidecar),
+     "leave out engram-hash.safetensors (the checkpoint is checked with it, then it is removed): "
+     "a release-layout checkpoint for tandem-convert --random-weights",
+     0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(mkmodel_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -244,39 +249,6 @@ err_free:
     return status;
 }
 
-static tdm_status_t sha256_file(const char *path, char hex_out[65])
-{
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned char buf[65536];
-    unsigned int n_digest = 0;
-    EVP_MD_CTX *ctx;
-    FILE *file = fopen(path, "rb");
-    size_t n;
-
-    if (file == NULL) {
-        tdm_log(TDM_LOG_ERROR, "mkmodel", "cannot open file: path=%s error=%s", path,
-                strerror(errno));
-        return TDM_ERR_IO;
-    }
-    ctx = EVP_MD_CTX_new();
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        fclose(file);
-        EVP_MD_CTX_free(ctx);
-        return TDM_ERR_INTERNAL;
-    }
-    while ((n = fread(buf, 1, sizeof(buf), file)) > 0) {
-        EVP_DigestUpdate(ctx, buf, n);
-    }
-    fclose(file);
-    EVP_DigestFinal_ex(ctx, digest, &n_digest);
-    EVP_MD_CTX_free(ctx);
-    for (unsigned int i = 0; i < n_digest && i < 32; i++) {
-        snprintf(hex_out + 2 * i, 3, "%02x", digest[i]);
-    }
-    hex_out[64] = '\0';
-    return TDM_OK;
-}
-
 static tdm_status_t copy_file(const char *from, const char *to)
 {
     unsigned char buf[65536];
@@ -312,93 +284,27 @@ static tdm_status_t copy_file(const char *from, const char *to)
 
 /* Write engram-hash.safetensors (MODEL.md 9.2, random checkpoints). */
 static tdm_status_t write_engram_sidecar(const engine_config_t *cfg, const char *dir,
-                                         const char *tokenizer_sha256, uint64_t seed)
+                                         const char *tokenizer_sha256, uint64_t seed, char *err,
+                                         size_t err_bytes)
 {
-    char path[MKMODEL_PATH_BYTES];
-    char text[128];
-    engine_engram_layout_t *layout = NULL;
-    engine_st_writer_t *writer = NULL;
-    int32_t *token_map = NULL;
-    int64_t *multipliers = NULL;
-    int64_t *primes = NULL;
-    int64_t *offsets = NULL;
-    int n_layers = cfg->n_engram_layer_ids;
-    int ngram = (int)cfg->engram_max_ngram_size;
-    tdm_status_t status;
+    char origin[128];
+    int32_t *token_map = malloc((size_t)cfg->vocab_size * sizeof(int32_t));
+    int64_t *multipliers = malloc((size_t)cfg->n_engram_layer_ids *
+                                  (size_t)cfg->engram_max_ngram_size * sizeof(int64_t) + 1);
+    tdm_status_t status = TDM_ERR_NO_MEMORY;
 
-    layout = malloc(sizeof(*layout));
-    token_map = malloc((size_t)cfg->vocab_size * sizeof(int32_t));
-    multipliers = malloc((size_t)n_layers * (size_t)ngram * sizeof(int64_t));
-    if (layout == NULL || token_map == NULL || multipliers == NULL) {
-        status = TDM_ERR_NO_MEMORY;
-        goto out;
+    if (token_map != NULL && multipliers != NULL) {
+        engine_engram_random_token_map(cfg->vocab_size, token_map);
+        engine_engram_random_multipliers(cfg, multipliers);
+        snprintf(origin, sizeof(origin), "tandem-mkmodel random seed=%llu",
+                 (unsigned long long)seed);
+        status = engine_engram_sidecar_write(dir, cfg, token_map,
+                                             engine_engram_random_vocab(cfg->vocab_size),
+                                             multipliers, tokenizer_sha256, origin, err,
+                                             err_bytes);
     }
-    status = engine_engram_layout_init(cfg, layout);
-    if (status != TDM_OK) {
-        goto out;
-    }
-    primes = malloc((size_t)n_layers * (size_t)layout->n_cols * sizeof(int64_t));
-    offsets = malloc((size_t)n_layers * (size_t)layout->n_cols * sizeof(int64_t));
-    if (primes == NULL || offsets == NULL) {
-        status = TDM_ERR_NO_MEMORY;
-        goto out;
-    }
-    for (int i = 0; i < n_layers; i++) {
-        memcpy(primes + (size_t)i * (size_t)layout->n_cols, layout->primes[i],
-               (size_t)layout->n_cols * sizeof(int64_t));
-        memcpy(offsets + (size_t)i * (size_t)layout->n_cols, layout->offsets[i],
-               (size_t)layout->n_cols * sizeof(int64_t));
-    }
-    engine_engram_random_token_map(cfg->vocab_size, token_map);
-    engine_engram_random_multipliers(cfg, multipliers);
-
-    snprintf(path, sizeof(path), "%s/%s", dir, ENGINE_ENGRAM_SIDECAR_FILE);
-    status = engine_st_writer_create(path, &writer);
-    if (status != TDM_OK) {
-        goto out;
-    }
-    {
-        int64_t shape_map[1] = {cfg->vocab_size};
-        int64_t shape_mult[2] = {n_layers, ngram};
-        int64_t shape_cols[2] = {n_layers, layout->n_cols};
-        size_t n_col_bytes = (size_t)n_layers * (size_t)layout->n_cols * sizeof(int64_t);
-        status = engine_st_writer_add(writer, "token_map", ENGINE_DTYPE_I32, 1, shape_map,
-                                      token_map, (size_t)cfg->vocab_size * sizeof(int32_t));
-        if (status == TDM_OK) {
-            status = engine_st_writer_add(writer, "multipliers", ENGINE_DTYPE_I64, 2, shape_mult,
-                                          multipliers,
-                                          (size_t)n_layers * (size_t)ngram * sizeof(int64_t));
-        }
-        if (status == TDM_OK) {
-            status = engine_st_writer_add(writer, "primes", ENGINE_DTYPE_I64, 2, shape_cols,
-                                          primes, n_col_bytes);
-        }
-        if (status == TDM_OK) {
-            status = engine_st_writer_add(writer, "offsets", ENGINE_DTYPE_I64, 2, shape_cols,
-                                          offsets, n_col_bytes);
-        }
-    }
-    snprintf(text, sizeof(text), "%lld", (long long)engine_engram_random_vocab(cfg->vocab_size));
-    if (status == TDM_OK) {
-        status = engine_st_writer_set_metadata(writer, "compressed_vocab_size", text);
-    }
-    if (status == TDM_OK) {
-        status = engine_st_writer_set_metadata(writer, "tokenizer_sha256", tokenizer_sha256);
-    }
-    snprintf(text, sizeof(text), "tandem-mkmodel random seed=%llu", (unsigned long long)seed);
-    if (status == TDM_OK) {
-        status = engine_st_writer_set_metadata(writer, "origin", text);
-    }
-    if (status == TDM_OK) {
-        status = engine_st_writer_finish(writer);
-    }
-out:
-    engine_st_writer_destroy(writer);
-    free(offsets);
-    free(primes);
     free(multipliers);
     free(token_map);
-    free(layout);
     return status;
 }
 
@@ -531,7 +437,7 @@ int main(int argc, char **argv)
     tensor_list_t list = {0};
     char err[MKMODEL_ERR_BYTES] = "";
     char path[MKMODEL_PATH_BYTES];
-    char tokenizer_sha256[65];
+    char tokenizer_sha256[ENGINE_ENGRAM_SHA256_HEX_BYTES];
     tdm_status_t status;
     int exit_code = 1;
 
@@ -615,14 +521,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-mkmodel: writing tokenizer.json: %s\n", err);
         goto out;
     }
-    status = sha256_file(path, tokenizer_sha256);
+    status = engine_engram_file_sha256(path, tokenizer_sha256, err, sizeof(err));
     if (status != TDM_OK) {
+        fprintf(stderr, "tandem-mkmodel: %s\n", err);
         goto out;
     }
-    status = write_engram_sidecar(cfg, flags_cfg.out_dir, tokenizer_sha256, flags_cfg.seed);
+    status = write_engram_sidecar(cfg, flags_cfg.out_dir, tokenizer_sha256, flags_cfg.seed, err,
+                                  sizeof(err));
     if (status != TDM_OK) {
-        fprintf(stderr, "tandem-mkmodel: writing Engram sidecar: %s\n",
-                tdm_status_message(status));
+        fprintf(stderr, "tandem-mkmodel: writing Engram sidecar: %s\n", err);
         goto out;
     }
 
@@ -651,6 +558,15 @@ int main(int argc, char **argv)
            flags_cfg.preset, (unsigned long long)flags_cfg.seed, list.n_tensors,
            (unsigned long long)list.total_bytes);
     print_figures(cfg, &counts, list.total_bytes);
+    if (flags_cfg.no_sidecar) {
+        snprintf(path, sizeof(path), "%s/%s", flags_cfg.out_dir, ENGINE_ENGRAM_SIDECAR_FILE);
+        if (unlink(path) != 0) {
+            fprintf(stderr, "tandem-mkmodel: cannot remove %s: %s\n", path, strerror(errno));
+            goto out;
+        }
+        printf("--no-sidecar: removed %s (tandem-convert --random-weights makes it again)\n",
+               path);
+    }
     exit_code = 0;
 
 out:
