@@ -3,6 +3,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/gemm.h"
 
 #include <math.h>
@@ -15,25 +16,6 @@ static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b
     return e < n_a ? keys_a + e * d : keys_b + (e - n_a) * d;
 }
 
-#if CPU_HAVE_X86
-/* oh[c] += p * k[c] over d columns (d % 16 == 0): the scalar loop's multiply then add. */
-__attribute__((target("avx512f"))) static void axpy_avx512(float p, const float *k, int64_t d,
-                                                           float *oh)
-{
-    __m512 pv = _mm512_set1_ps(p);
-    for (int64_t c = 0; c < d; c += 16) {
-        _mm512_storeu_ps(oh + c, _mm512_add_ps(_mm512_loadu_ps(oh + c),
-                                               _mm512_mul_ps(pv, _mm512_loadu_ps(k + c))));
-    }
-}
-
-__attribute__((target("avx512f"))) static void bf16_round_avx512(float *x, int64_t d)
-{
-    for (int64_t c = 0; c < d; c += 16) {
-        _mm512_storeu_ps(x + c, cpu_bf16_round16(_mm512_loadu_ps(x + c)));
-    }
-}
-#endif
 
 tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
                                 const float *keys_b, int64_t n_b, const float *sink,
@@ -48,11 +30,7 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         (n_b > 0 && keys_b == NULL) || (n_keys > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
-#if CPU_HAVE_X86
-    int vec = d % 16 == 0 && cpu_have_avx512();
-#else
-    int vec = 0;
-#endif
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
     for (int64_t h = 0; h < n_heads; h++) {
         const float *qh = q + h * d;
         float *oh = o_out + h * d;
@@ -73,25 +51,20 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
             den += scratch[e];
         }
         den += expf(sink[h] - mu);
+        if (vec != NULL) { /* the same sums, column blocks kept in registers over all keys */
+            for (int64_t e = 0; e < n_keys; e++) {
+                scratch[e] = scratch[e] / den;
+            }
+            vec->attn_accum(scratch, keys_a, n_a, keys_b, n_keys, d, oh);
+            continue;
+        }
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
             const float *k = key_at(keys_a, n_a, keys_b, e, d);
-#if CPU_HAVE_X86
-            if (vec) {
-                axpy_avx512(p, k, d, oh);
-                continue;
-            }
-#endif
             for (int64_t c = 0; c < d; c++) {
                 oh[c] += p * k[c];
             }
         }
-#if CPU_HAVE_X86
-        if (vec) {
-            bf16_round_avx512(oh, d);
-            continue;
-        }
-#endif
         for (int64_t c = 0; c < d; c++) {
             oh[c] = cpu_bf16_round(oh[c]);
         }

@@ -3,6 +3,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/norm.h"
 
 #include <math.h>
@@ -82,42 +83,6 @@ tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *param
     return TDM_OK;
 }
 
-#if CPU_HAVE_X86
-/* Collapse and update on 16 columns at a time: each lane does the scalar loop's operations in
- * its order (products, then sums from 0.0f, then the BF16 rounding), so the bits are equal. */
-__attribute__((target("avx512f"))) static void collapse_avx512(const float *pre, const float *X,
-                                                               int m, int64_t H, float *y)
-{
-    for (int64_t c = 0; c < H; c += 16) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int i = 0; i < m; i++) {
-            acc = _mm512_add_ps(
-                acc, _mm512_mul_ps(_mm512_set1_ps(pre[i]), _mm512_loadu_ps(X + i * H + c)));
-        }
-        _mm512_storeu_ps(y + c, cpu_bf16_round16(acc));
-    }
-}
-
-__attribute__((target("avx512f"))) static void
-update_avx512(const float *post, const float *F, const float *Mr, int m, int64_t H, float *Xr)
-{
-    for (int64_t c = 0; c < H; c += 16) {
-        __m512 old[KERN_MHC_MAX_STREAMS];
-        __m512 f = _mm512_loadu_ps(F + c);
-        for (int i = 0; i < m; i++) {
-            old[i] = _mm512_loadu_ps(Xr + i * H + c);
-        }
-        for (int j = 0; j < m; j++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int i = 0; i < m; i++) {
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(Mr[i * m + j]), old[i]));
-            }
-            acc = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(post[j]), f), acc);
-            _mm512_storeu_ps(Xr + j * H + c, cpu_bf16_round16(acc));
-        }
-    }
-}
-#endif
 
 tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const float *X,
                                    int64_t n_rows, int m, int64_t H, float *y_out)
@@ -126,14 +91,13 @@ tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const floa
     if (pre == NULL || X == NULL || y_out == NULL || m < 1 || H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
-#if CPU_HAVE_X86
-    if (H % 16 == 0 && cpu_have_avx512()) {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+    if (vec != NULL) { /* each lane: the loop below on one column */
         for (int64_t r = 0; r < n_rows; r++) {
-            collapse_avx512(pre + r * m, X + r * m * H, m, H, y_out + r * H);
+            vec->mhc_collapse(pre + r * m, X + r * m * H, m, H, y_out + r * H);
         }
         return TDM_OK;
     }
-#endif
     for (int64_t r = 0; r < n_rows; r++) {
         for (int64_t c = 0; c < H; c++) {
             float acc = 0.0f;
@@ -154,14 +118,13 @@ tdm_status_t kern_mhc_update_cpu(kern_ctx_t *ctx, const float *post, const float
         m > KERN_MHC_MAX_STREAMS || H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
-#if CPU_HAVE_X86
-    if (H % 16 == 0 && cpu_have_avx512()) {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+    if (vec != NULL) { /* each lane: the loop below on one column */
         for (int64_t r = 0; r < n_rows; r++) {
-            update_avx512(post + r * m, F + r * H, M + r * m * m, m, H, X + r * m * H);
+            vec->mhc_update(post + r * m, F + r * H, M + r * m * m, m, H, X + r * m * H);
         }
         return TDM_OK;
     }
-#endif
     for (int64_t r = 0; r < n_rows; r++) {
         const float *Mr = M + r * m * m;
         float *Xr = X + r * m * H;
@@ -190,6 +153,7 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
         return TDM_ERR_INVALID_ARG;
     }
     float sqrt_h = (float)sqrt((double)H);
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
     for (int64_t r = 0; r < n_rows; r++) {
         const float *kvr = kv + r * (m + 1) * H;
         const float *value = kvr + m * H;
@@ -205,6 +169,10 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
             float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
             float z = (gam >= 0.0f ? 1.0f : -1.0f) * sqrtf(mag);
             float g = 1.0f / (1.0f + expf(-z));
+            if (vec != NULL) {
+                vec->axpy_bf16(xi, g, value, H);
+                continue;
+            }
             for (int64_t c = 0; c < H; c++) {
                 xi[c] = cpu_bf16_round(xi[c] + g * value[c]);
             }

@@ -3,6 +3,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/vec_isa.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -61,6 +62,7 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
 {
     float cs[KERN_ROPE_MAX_DIMS / 2];
     float sn[KERN_ROPE_MAX_DIMS / 2];
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
 
     (void)ctx;
     if (x == NULL || pos == NULL || freqs == NULL || d_r <= 0 || d_r % 2 != 0 ||
@@ -72,8 +74,12 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (r * n_heads + h) * dim;
             float *tail = v + dim - d_r;
-            for (int64_t i = 0; i < dim - d_r; i++) {
-                v[i] = cpu_bf16_round(v[i]);
+            if (vec != NULL) {
+                vec->axpy_bf16(v, 0.0f, NULL, dim - d_r);
+            } else {
+                for (int64_t i = 0; i < dim - d_r; i++) {
+                    v[i] = cpu_bf16_round(v[i]);
+                }
             }
             for (int i = 0; i < d_r / 2; i++) {
                 float a = tail[2 * i];

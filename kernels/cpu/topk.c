@@ -1,6 +1,7 @@
 /* topk.c - indexer scores and the tie-ordered top-k (kernels/topk.h). */
 #include "kernels/topk.h"
 
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/gemm.h"
 
 #include <math.h>
@@ -10,10 +11,16 @@ tdm_status_t kern_index_scores_cpu(kern_ctx_t *ctx, const float *q, const float 
                                    int64_t n_heads, int64_t d_I, const float *keys,
                                    int64_t n_keys, float *scores_out)
 {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+
     (void)ctx;
     if (q == NULL || w == NULL || (keys == NULL && n_keys > 0) || scores_out == NULL ||
         d_I % KERN_GEMM_K_MULTIPLE != 0 || n_heads <= 0) {
         return TDM_ERR_INVALID_ARG;
+    }
+    if (vec != NULL) { /* the same dots and sums, four heads per pass over a key */
+        vec->index_scores(q, w, n_heads, d_I, keys, n_keys, scores_out);
+        return TDM_OK;
     }
     for (int64_t j = 0; j < n_keys; j++) {
         float s = 0.0f;

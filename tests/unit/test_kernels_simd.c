@@ -1,8 +1,10 @@
-/* test_kernels_simd.c - the CPU kernels' vector paths (AVX-512 where the CPU has it) and worker
- * pool give the bits of the plain scalar definitions: dequantizers and Q_act8 round trips
- * against kernels/codec_bits.h on every code and special values, the one-row GEMV (BF16, FP32)
- * and the pooled GEMM against kern_gemm_ref_cpu, mHC collapse/update and attention against the
- * scalar loops written here, and two threads sharing the pool. */
+/* test_kernels_simd.c - the CPU kernels' vector paths (every instruction set the CPU runs) and
+ * worker pool give the bits of the plain scalar definitions: dequantizers, Q_act8 round trips
+ * and the Q_act8 / Q_ckv / Q_mx4 quantizers against kernels/codec_bits.h on every code and
+ * special values, the one-row GEMV (BF16, FP32) and the pooled GEMM against kern_gemm_ref_cpu,
+ * mHC collapse/update and attention against the scalar loops written here, index scores,
+ * RMSNorm, RoPE, the Engram gate, mHC and attention at sizes with tails against the scalar
+ * set's plain loops, and two threads sharing the pool. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,6 +23,9 @@
 #include "kernels/gemm.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/mhc.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/topk.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -406,6 +411,176 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
     }
 }
 
+/* Q_act8, Q_ckv and Q_mx4 codes and scales against kernels/codec_bits.h composed per group. */
+static void test_quantizers_match_scalar_codec(void **state)
+{
+    enum { N = 1024 };
+    float x[N];
+    uint8_t codes[N], want_codes[N], scales[N / 16], want_scales[N / 16];
+    (void)state;
+    for (int rep = 0; rep < 300; rep++) {
+        for (int i = 0; i < N; i++) {
+            x[i] = qdq_input(rep % 5, i % 32);
+        }
+        if (rep % 7 == 6) {
+            x[rnd32() % N] = 0.0f; /* groups of one value, zeros and -0 */
+            x[rnd32() % N] = -0.0f;
+        }
+        /* Q_act8 */
+        for (int g = 0; g < N; g += 32) {
+            float amax = 0.0f;
+            float s;
+            for (int i = g; i < g + 32; i++) {
+                amax = codec_amax_merge(amax, codec_amax_term(x[i]));
+            }
+            want_scales[g / 32] = codec_act8_scale(amax);
+            s = codec_ue8m0_to_f32(want_scales[g / 32]);
+            for (int i = g; i < g + 32; i++) {
+                want_codes[i] = codec_e4m3_from_f32(codec_div_rn(x[i], s));
+            }
+        }
+        assert_int_equal(kern_quant_act8_cpu(NULL, x, N / 128, 128, codes, scales), TDM_OK);
+        assert_memory_equal(codes, want_codes, N);
+        assert_memory_equal(scales, want_scales, N / 32);
+        /* Q_ckv (group 16, E4M3 scales) and Q_mx4 (group 32, UE8M0 scales) */
+        for (int kind = 0; kind < 2; kind++) {
+            int group = kind == 0 ? 16 : 32;
+            for (int g = 0; g < N; g += group) {
+                float amax = 0.0f;
+                float s;
+                for (int i = g; i < g + group; i++) {
+                    amax = codec_amax_merge(amax, codec_amax_term(x[i]));
+                }
+                want_scales[g / group] = kind == 0 ? codec_ckv_scale(amax) : codec_mx4_scale(amax);
+                s = kind == 0 ? codec_e4m3_to_f32(want_scales[g / group])
+                              : codec_ue8m0_to_f32(want_scales[g / group]);
+                for (int i = g; i < g + group; i += 2) {
+                    uint8_t lo = codec_e2m1_from_f32(codec_div_rn(x[i], s));
+                    uint8_t hi = codec_e2m1_from_f32(codec_div_rn(x[i + 1], s));
+                    want_codes[i / 2] = (uint8_t)(lo | (hi << 4));
+                }
+            }
+            if (kind == 0) {
+                assert_int_equal(kern_quant_ckv_cpu(NULL, x, N / 64, 64, codes, scales), TDM_OK);
+            } else {
+                assert_int_equal(kern_quant_mx4_cpu(NULL, x, N / 64, 64, codes, scales), TDM_OK);
+            }
+            assert_memory_equal(codes, want_codes, N / 2);
+            assert_memory_equal(scales, want_scales, N / group);
+        }
+    }
+}
+
+/* Runs under kern_cpu_isa() and under the scalar set (the plain loops, the definition). */
+static kern_cpu_isa_t g_test_isa;
+
+static void use_scalar(void) { assert_int_equal(kern_cpu_isa_set(KERN_ISA_SCALAR), TDM_OK); }
+
+static void use_test_isa(void) { assert_int_equal(kern_cpu_isa_set(g_test_isa), TDM_OK); }
+
+/* Index scores, RMSNorm, RoPE, the Engram gate, mHC and attention at sizes with tails (heads not
+ * a multiple of 4, H and dim not multiples of 16, d not a multiple of 64), against the scalar
+ * set's plain loops, bit for bit. */
+static void test_other_kernels_match_scalar_set(void **state)
+{
+    enum { NH = 7, DI = 48, NK = 37, DIM = 101, ROWS = 3, M = 4, H = 40, D = 80, NA = 9, NB = 4 };
+    static float q[NH * DI], w[NH], keys[NK * DI], sc[NK], sc_ref[NK];
+    static float x[ROWS * DIM], gamma[DIM], y[ROWS * DIM], y_ref[ROWS * DIM];
+    static float rx[ROWS * 2 * 64], rx_ref[ROWS * 2 * 64], freqs[32];
+    static float X[M * H], X_ref[M * H], Xt[M * H], kv[(M + 1) * H], qw[M * H], kw[M * H];
+    static float yc[H], yc_ref[H];
+    static float pre[M], post[M], Mx[M * M], F[H], o[2 * D], o_ref[2 * D];
+    static float aq[2 * D], ka[NA * D], kb[NB * D], sink[2], scratch[NA + NB];
+    int64_t pos[ROWS] = {0, 17, 4099};
+    (void)state;
+    g_test_isa = kern_cpu_isa();
+    assert_int_equal(kern_rope_freqs(32, 10000.0, NULL, freqs), TDM_OK);
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NH * DI; i++) {
+            q[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NH; i++) {
+            w[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NK * DI; i++) {
+            keys[i] = frand(1.0f);
+        }
+        for (int i = 0; i < ROWS * DIM; i++) {
+            x[i] = frand(8.0f);
+        }
+        for (int i = 0; i < DIM; i++) {
+            gamma[i] = frand(2.0f);
+        }
+        for (int i = 0; i < ROWS * 2 * 64; i++) {
+            rx[i] = i % 61 == 0 ? from_bits(rnd32() | 0x7F800001u) : frand(4.0f); /* NaNs too */
+        }
+        for (int i = 0; i < M * H; i++) {
+            X[i] = kern_bf16_round(frand(3.0f));
+            qw[i] = frand(1.0f);
+            kw[i] = frand(1.0f);
+        }
+        for (int i = 0; i < (M + 1) * H; i++) {
+            kv[i] = frand(2.0f);
+        }
+        for (int i = 0; i < M; i++) {
+            pre[i] = frand(1.0f);
+            post[i] = frand(2.0f);
+        }
+        for (int i = 0; i < M * M; i++) {
+            Mx[i] = frand(1.0f);
+        }
+        for (int i = 0; i < H; i++) {
+            F[i] = frand(4.0f);
+        }
+        for (int i = 0; i < 2 * D; i++) {
+            aq[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NA * D; i++) {
+            ka[i] = frand(1.0f);
+        }
+        for (int i = 0; i < NB * D; i++) {
+            kb[i] = frand(1.0f);
+        }
+        sink[0] = frand(2.0f);
+        sink[1] = frand(2.0f);
+
+        use_scalar();
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, NH, DI, keys, NK, sc_ref), TDM_OK);
+        assert_int_equal(kern_rmsnorm_cpu(NULL, x, DIM, ROWS, DIM, gamma, 1e-6f, y_ref, DIM),
+                         TDM_OK);
+        memcpy(rx_ref, rx, sizeof(rx));
+        assert_int_equal(kern_rope_cpu(NULL, rx_ref, ROWS, 2, 64, 32, pos, freqs,
+                                       (kern_rope_dir_t)(rep % 2)),
+                         TDM_OK);
+        memcpy(X_ref, X, sizeof(X));
+        assert_int_equal(kern_engram_gate_cpu(NULL, X_ref, kv, qw, kw, 1, M, H, 1e-6f), TDM_OK);
+        assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, M, H, X_ref), TDM_OK);
+        assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X_ref, 1, M, H, yc_ref), TDM_OK);
+        assert_int_equal(
+            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o_ref),
+            TDM_OK);
+        use_test_isa();
+
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, NH, DI, keys, NK, sc), TDM_OK);
+        assert_bits_equal(sc, sc_ref, NK, "index_scores");
+        assert_int_equal(kern_rmsnorm_cpu(NULL, x, DIM, ROWS, DIM, gamma, 1e-6f, y, DIM), TDM_OK);
+        assert_bits_equal(y, y_ref, ROWS * DIM, "rmsnorm");
+        assert_int_equal(
+            kern_rope_cpu(NULL, rx, ROWS, 2, 64, 32, pos, freqs, (kern_rope_dir_t)(rep % 2)),
+            TDM_OK);
+        assert_bits_equal(rx, rx_ref, ROWS * 2 * 64, "rope");
+        memcpy(Xt, X, sizeof(X));
+        assert_int_equal(kern_engram_gate_cpu(NULL, Xt, kv, qw, kw, 1, M, H, 1e-6f), TDM_OK);
+        assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, M, H, Xt), TDM_OK);
+        assert_bits_equal(Xt, X_ref, M * H, "engram gate + mhc_update");
+        assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, Xt, 1, M, H, yc), TDM_OK);
+        assert_bits_equal(yc, yc_ref, H, "mhc_collapse");
+        assert_int_equal(
+            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o), TDM_OK);
+        assert_bits_equal(o, o_ref, 2 * D, "attention d=80");
+    }
+}
+
 /* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
  * the scalar definitions' bits. */
 int main(void)
@@ -418,6 +593,8 @@ int main(void)
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
+        cmocka_unit_test(test_quantizers_match_scalar_codec),
+        cmocka_unit_test(test_other_kernels_match_scalar_set),
     };
     int failures = 0;
     int n_run = 0;
