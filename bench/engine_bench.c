@@ -30,6 +30,7 @@ typedef struct {
     const char *batches;
     int decode_only;
     uint32_t repeat;
+    int expand_bf16;
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -50,6 +51,10 @@ static const tdm_flag_t bench_flags[] = {
      1, 1000, 0},
     {"decode-only", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, decode_only),
      "skip the prefill measurement (profiling the decode loop)", 0, 0, 0},
+    {"expand-bf16", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, expand_bf16),
+     "load FP8/MXFP4 weights expanded to BF16 (the reference layout, 2 B/param) instead of as "
+     "stored: the baseline of the resident formats",
+     0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -163,6 +168,7 @@ int main(int argc, char **argv)
     }
     engine_model_params_default(&mp);
     mp.n_threads = (int)cfg.n_threads;
+    mp.expand_bf16 = cfg.expand_bf16;
     if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: %s\n", err);
         return 1;

@@ -539,9 +539,11 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     st = fwd->ops->rope(&fwd->kctx, o, N, nh, d, dr, pos, freqs, KERN_ROPE_INVERSE);
     for (int64_t gi = 0; gi < G && st == TDM_OK; gi++) {
         int64_t gin = nh * d / G;
-        kern_mat_t wg = lw->wo_a;
-        wg.n_out = ro;
-        wg.data = (const uint16_t *)lw->wo_a.data + gi * ro * gin;
+        kern_mat_t wg;
+        st = kern_mat_rows(&lw->wo_a, gi * ro, ro, &wg);
+        if (st != TDM_OK) {
+            break;
+        }
         st = fwd_gemm(fwd, &wg, o + gi * gin, nh * d, N, KERN_GEMM_OUT_BF16, oa + gi * ro, G * ro);
     }
     if (st == TDM_OK) {

@@ -74,14 +74,13 @@ struct engine_fwd {
     uint64_t read_kv_bytes;
 };
 
-/* fwd_gemm - ops->gemm on the context's kernel context, counting the matrix's bytes (BF16 2,
- * FP32 4 per element) into read_weight_bytes. */
+/* fwd_gemm - ops->gemm on the context's kernel context, counting the matrix's resident bytes
+ * (kern_mat_bytes: its format's bytes, scales included) into read_weight_bytes. */
 static inline tdm_status_t fwd_gemm(engine_fwd_t *fwd, const kern_mat_t *w, const float *x,
                                     int64_t ldx, int64_t n_rows, uint32_t flags, float *y_out,
                                     int64_t ldy)
 {
-    fwd->read_weight_bytes +=
-        (uint64_t)(w->n_out * w->n_in) * (w->dtype == KERN_MAT_F32 ? sizeof(float) : 2u);
+    fwd->read_weight_bytes += (uint64_t)kern_mat_bytes(w);
     return fwd->ops->gemm(&fwd->kctx, w, x, ldx, n_rows, flags, y_out, ldy);
 }
 

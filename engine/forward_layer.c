@@ -151,7 +151,11 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         if (ne == 0) {
             continue;
         }
-        st = fwd_gemm(fwd, &lw->w13[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        /* gate then up, side by side in gu [ne, 2I] */
+        st = fwd_gemm(fwd, &lw->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        if (st == TDM_OK) {
+            st = fwd_gemm(fwd, &lw->w3[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu + I, 2 * I);
+        }
         if (st == TDM_OK) {
             st = fwd->ops->swiglu(&fwd->kctx, gu, we, ne, I, lambda, h);
         }
@@ -170,7 +174,10 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     }
     /* shared expert, weight 1, same clamp */
     if (st == TDM_OK) {
-        st = fwd_gemm(fwd, &lw->s_w13, xq, H, N, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        st = fwd_gemm(fwd, &lw->s_w1, xq, H, N, KERN_GEMM_OUT_BF16, gu, 2 * I);
+    }
+    if (st == TDM_OK) {
+        st = fwd_gemm(fwd, &lw->s_w3, xq, H, N, KERN_GEMM_OUT_BF16, gu + I, 2 * I);
     }
     if (st == TDM_OK) {
         st = fwd->ops->swiglu(&fwd->kctx, gu, NULL, N, I, lambda, h);

@@ -89,6 +89,8 @@ static const float *load_vec(loader_t *ld, const char *name, engine_dtype_t dtyp
         *status = TDM_ERR_NO_MEMORY;
         return NULL;
     }
+    ld->model->resident.vectors += (uint64_t)n * sizeof(float);
+    ld->model->resident.n_params += (uint64_t)n;
     if (dtype == ENGINE_DTYPE_F32) {
         memcpy(v, t->data, (size_t)n * sizeof(float));
     } else {
@@ -115,6 +117,8 @@ static const float *load_mat_vec_bf16(loader_t *ld, const char *name, int64_t n,
         *status = TDM_ERR_NO_MEMORY;
         return NULL;
     }
+    ld->model->resident.vectors += (uint64_t)n * sizeof(float);
+    ld->model->resident.n_params += (uint64_t)n;
     for (int64_t i = 0; i < n; i++) {
         uint16_t b;
         memcpy(&b, (const uint8_t *)t->data + 2 * i, 2);
@@ -126,58 +130,116 @@ static const float *load_mat_vec_bf16(loader_t *ld, const char *name, int64_t n,
 /* The checkpoint formats a matrix can be stored in. */
 typedef enum { MAT_BF16, MAT_F32, MAT_FP8, MAT_FP4 } mat_format_t;
 
-/* Load [n_out, n_in] into out (rows [row0, row0 + n_out) of a buffer of `total_rows`). */
-static tdm_status_t load_rows(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
-                              int64_t n_in, void *dst)
+/* A tensor's data used in place when its element alignment allows (safetensors data offsets
+ * need not be aligned): 1, else 0 (then copied). */
+static int aligned_for(const void *p, size_t elem)
+{
+    return ((uintptr_t)p % elem) == 0;
+}
+
+/* The checkpoint tensors of `module` as a kern_mat_t pointing into the mapped files (nothing
+ * copied, nothing checked beyond dtype and shape). */
+static tdm_status_t find_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                             int64_t n_in, kern_mat_t *mat_out)
 {
     char name[NAME_BYTES];
     char sname[NAME_BYTES];
     tdm_status_t status = TDM_OK;
     const engine_st_tensor_t *w;
-    const engine_st_tensor_t *s;
+    const engine_st_tensor_t *s = NULL;
 
     snprintf(name, sizeof(name), "%s%s", module, fmt == MAT_F32 ? "" : ".weight");
+    snprintf(sname, sizeof(sname), "%s.scale", module);
     switch (fmt) {
     case MAT_F32:
         w = need(ld, name, ENGINE_DTYPE_F32, n_out, n_in, &status);
-        if (w != NULL) {
-            memcpy(dst, w->data, (size_t)(n_out * n_in) * sizeof(float));
-        }
-        return status;
+        break;
     case MAT_BF16:
         w = need(ld, name, ENGINE_DTYPE_BF16, n_out, n_in, &status);
-        if (w != NULL) {
-            memcpy(dst, w->data, (size_t)(n_out * n_in) * sizeof(uint16_t));
-        }
-        return status;
+        break;
     case MAT_FP8:
-        snprintf(sname, sizeof(sname), "%s.scale", module);
         w = need(ld, name, ENGINE_DTYPE_F8_E4M3, n_out, n_in, &status);
         s = w == NULL ? NULL
                       : need(ld, sname, ENGINE_DTYPE_F8_E8M0, (n_out + 31) / 32, (n_in + 31) / 32,
                              &status);
-        if (s == NULL) {
-            return status;
-        }
-        return kern_mat_bf16_from_fp8(w->data, s->data, n_out, n_in, dst);
-    case MAT_FP4:
-        snprintf(sname, sizeof(sname), "%s.scale", module);
+        break;
+    default:
         w = need(ld, name, ENGINE_DTYPE_I8, n_out, n_in / 2, &status);
         s = w == NULL ? NULL : need(ld, sname, ENGINE_DTYPE_F8_E8M0, n_out, n_in / 32, &status);
-        if (s == NULL) {
-            return status;
-        }
-        return kern_mat_bf16_from_mxfp4(w->data, s->data, n_out, n_in, dst);
+        break;
     }
-    return TDM_ERR_INVALID_ARG;
+    if (status != TDM_OK) {
+        return status;
+    }
+    static const kern_mat_dtype_t dtypes[] = {KERN_MAT_BF16, KERN_MAT_F32, KERN_MAT_FP8,
+                                              KERN_MAT_MXFP4};
+    *mat_out = (kern_mat_t){dtypes[fmt], n_out, n_in, w->data, s == NULL ? NULL : s->data};
+    return TDM_OK;
 }
 
+/* Load [n_out, n_in] of the stored module into dst as BF16 bits (FP8 / FP4 dequantized exactly,
+ * BF16 copied) or FP32 (F32 copied). */
+static tdm_status_t load_rows(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                              int64_t n_in, void *dst)
+{
+    kern_mat_t m;
+    tdm_status_t status = find_mat(ld, module, fmt, n_out, n_in, &m);
+    if (status != TDM_OK) {
+        return status;
+    }
+    switch (fmt) {
+    case MAT_F32:
+        memcpy(dst, m.data, (size_t)(n_out * n_in) * sizeof(float));
+        return TDM_OK;
+    case MAT_BF16:
+        memcpy(dst, m.data, (size_t)(n_out * n_in) * sizeof(uint16_t));
+        return TDM_OK;
+    case MAT_FP8:
+        return kern_mat_bf16_from_fp8(m.data, m.scales, n_out, n_in, dst);
+    default:
+        return kern_mat_bf16_from_mxfp4(m.data, m.scales, n_out, n_in, dst);
+    }
+}
+
+/*
+ * A weight matrix in its resident format: FP8 / MXFP4 as stored (unless params.expand_bf16 or
+ * scales outside the exact range: then expanded to BF16), BF16 / F32 in place when aligned,
+ * else copied. Counts the bytes into model->resident.
+ */
 static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
                              int64_t n_in, kern_mat_t *mat_out)
 {
+    engine_model_t *model = ld->model;
+    engine_model_resident_t *res = &model->resident;
     size_t elem = fmt == MAT_F32 ? sizeof(float) : sizeof(uint16_t);
-    void *buf = model_alloc(ld->model, (size_t)(n_out * n_in) * elem);
-    tdm_status_t status;
+    kern_mat_t m;
+    void *buf;
+    tdm_status_t status = find_mat(ld, module, fmt, n_out, n_in, &m);
+
+    if (status != TDM_OK) {
+        return status;
+    }
+    res->n_params += (uint64_t)(n_out * n_in);
+    if (fmt == MAT_FP8 || fmt == MAT_FP4) {
+        if (!model->params.expand_bf16) {
+            if (kern_mat_check_quantized(&m)) {
+                uint64_t n_scales = fmt == MAT_FP8 ? (uint64_t)((n_out + 31) / 32 * (n_in / 32))
+                                                   : (uint64_t)(n_out * (n_in / 32));
+                *(fmt == MAT_FP8 ? &res->fp8 : &res->mxfp4) +=
+                    (uint64_t)kern_mat_bytes(&m) - n_scales;
+                res->scales += n_scales;
+                *mat_out = m;
+                return TDM_OK;
+            }
+            tdm_log(TDM_LOG_INFO, "engine",
+                    "%s: scales outside the exact in-register range; expanded to BF16", module);
+        }
+    } else if (aligned_for(m.data, elem)) {
+        *(fmt == MAT_F32 ? &res->f32 : &res->bf16) += (uint64_t)kern_mat_bytes(&m);
+        *mat_out = m;
+        return TDM_OK;
+    }
+    buf = model_alloc(model, (size_t)(n_out * n_in) * elem);
     if (buf == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
@@ -185,34 +247,20 @@ static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt,
     if (status != TDM_OK) {
         return status;
     }
-    mat_out->dtype = fmt == MAT_F32 ? KERN_MAT_F32 : KERN_MAT_BF16;
-    mat_out->n_out = n_out;
-    mat_out->n_in = n_in;
-    mat_out->data = buf;
+    *(fmt == MAT_F32 ? &res->f32 : fmt == MAT_BF16 ? &res->bf16 : &res->expanded) +=
+        (uint64_t)(n_out * n_in) * elem;
+    *mat_out = (kern_mat_t){fmt == MAT_F32 ? KERN_MAT_F32 : KERN_MAT_BF16, n_out, n_in, buf,
+                            NULL};
     return TDM_OK;
 }
 
-/* Two [n_out, n_in] matrices stacked into one [2 n_out, n_in] (w1 over w3). */
-static tdm_status_t load_mat2(loader_t *ld, const char *m1, const char *m3, mat_format_t fmt,
-                              int64_t n_out, int64_t n_in, kern_mat_t *mat_out)
+/* BF16 rows [n_out, n_in] read by row (embedding, Markov embedding): in place when aligned. */
+static const uint16_t *load_bf16_rows(loader_t *ld, const char *module, int64_t n_out,
+                                      int64_t n_in, tdm_status_t *status)
 {
-    uint16_t *buf = model_alloc(ld->model, (size_t)(2 * n_out * n_in) * sizeof(uint16_t));
-    tdm_status_t status;
-    if (buf == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    status = load_rows(ld, m1, fmt, n_out, n_in, buf);
-    if (status == TDM_OK) {
-        status = load_rows(ld, m3, fmt, n_out, n_in, buf + n_out * n_in);
-    }
-    if (status != TDM_OK) {
-        return status;
-    }
-    mat_out->dtype = KERN_MAT_BF16;
-    mat_out->n_out = 2 * n_out;
-    mat_out->n_in = n_in;
-    mat_out->data = buf;
-    return TDM_OK;
+    kern_mat_t m;
+    *status = load_mat(ld, module, MAT_BF16, n_out, n_in, &m);
+    return *status == TDM_OK ? m.data : NULL;
 }
 
 /* prefix + suffix into buf (names are short: truncation is a load error downstream). */
@@ -323,9 +371,10 @@ static tdm_status_t load_layer(loader_t *ld, int l)
         lw->gate_bias = load_vec(ld, join_name(n, sizeof(n), p, "ffn.gate.bias"), ENGINE_DTYPE_F32, lw->n_experts, &st);
     }
     if (st == TDM_OK) {
-        lw->w13 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
+        lw->w1 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
+        lw->w3 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
         lw->w2 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
-        if (lw->w13 == NULL || lw->w2 == NULL) {
+        if (lw->w1 == NULL || lw->w3 == NULL || lw->w2 == NULL) {
             st = TDM_ERR_NO_MEMORY;
         }
     }
@@ -333,7 +382,10 @@ static tdm_status_t load_layer(loader_t *ld, int l)
         char sfx[96];
         snprintf(sfx, sizeof(sfx), "%sffn.experts.%d.w1", p, e);
         snprintf(n3, sizeof(n3), "%sffn.experts.%d.w3", p, e);
-        st = load_mat2(ld, sfx, n3, MAT_FP4, I, H, &lw->w13[e]);
+        st = load_mat(ld, sfx, MAT_FP4, I, H, &lw->w1[e]);
+        if (st == TDM_OK) {
+            st = load_mat(ld, n3, MAT_FP4, I, H, &lw->w3[e]);
+        }
         if (st == TDM_OK) {
             snprintf(sfx, sizeof(sfx), "ffn.experts.%d.w2", e);
             st = load_mat(ld, join_name(n, sizeof(n), p, sfx), MAT_FP4, H, I, &lw->w2[e]);
@@ -343,7 +395,10 @@ static tdm_status_t load_layer(loader_t *ld, int l)
         snprintf(n3, sizeof(n3), "%sffn.shared_experts.w3", p);
         char n1[NAME_BYTES];
         snprintf(n1, sizeof(n1), "%sffn.shared_experts.w1", p);
-        st = load_mat2(ld, n1, n3, MAT_FP8, I, H, &lw->s_w13);
+        st = load_mat(ld, n1, MAT_FP8, I, H, &lw->s_w1);
+        if (st == TDM_OK) {
+            st = load_mat(ld, n3, MAT_FP8, I, H, &lw->s_w3);
+        }
     }
     if (st == TDM_OK) {
         st = load_mat(ld, join_name(n, sizeof(n), p, "ffn.shared_experts.w2"), MAT_FP8, H, I, &lw->s_w2);
@@ -358,6 +413,8 @@ static tdm_status_t load_layer(loader_t *ld, int l)
                           : need(ld, join_name(n, sizeof(n), p, "engram.embed.scale"), ENGINE_DTYPE_F8_E8M0, R, de / 32,
                                  &st);
         if (scales != NULL) {
+            model->resident.engram += (uint64_t)(R * de + R * (de / 32));
+            model->resident.n_params += (uint64_t)(R * de);
             lw->e_codes = codes->data;
             lw->e_scales = scales->data;
             lw->e_rows = R;
@@ -382,18 +439,12 @@ static tdm_status_t load_heads(loader_t *ld, engine_model_t *model)
     char p[32];
     char n[NAME_BYTES];
     tdm_status_t st = TDM_OK;
-    uint16_t *membed = model_alloc(model, (size_t)(V * r_m) * sizeof(uint16_t));
-
-    if (membed == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
     snprintf(p, sizeof(p), "mtp.%d.", c->n_blocks - 1);
     model->mtp_norm = load_vec(ld, join_name(n, sizeof(n), p, "norm.weight"), ENGINE_DTYPE_BF16,
                                H, &st);
     if (st == TDM_OK) {
-        st = load_rows(ld, join_name(n, sizeof(n), p, "markov_head.embed"), MAT_BF16, V, r_m,
-                       membed);
-        model->markov_embed = membed;
+        model->markov_embed = load_bf16_rows(ld, join_name(n, sizeof(n), p, "markov_head.embed"), V,
+                                             r_m, &st);
     }
     if (st == TDM_OK) {
         st = load_mat(ld, join_name(n, sizeof(n), p, "markov_head.head"), MAT_BF16, V, r_m,
@@ -413,13 +464,7 @@ static tdm_status_t load_globals(loader_t *ld)
     const engine_config_t *c = &model->cfg;
     int64_t V = c->vocab_size, H = c->hidden_size;
     tdm_status_t st = TDM_OK;
-    uint16_t *embed = model_alloc(model, (size_t)(V * H) * sizeof(uint16_t));
-
-    if (embed == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    st = load_rows(ld, "embed", MAT_BF16, V, H, embed);
-    model->embed = embed;
+    model->embed = load_bf16_rows(ld, "embed", V, H, &st);
     if (st == TDM_OK) {
         model->norm = load_vec(ld, "norm.weight", ENGINE_DTYPE_BF16, H, &st);
     }
@@ -656,9 +701,20 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
     if (st != TDM_OK) {
         goto err_free;
     }
-    tdm_log(TDM_LOG_DEBUG, "engine", "model loaded: dir=%s layers=%d blocks=%d weight_bytes=%llu",
-            dir, model->cfg.n_layers, model->cfg.n_blocks,
-            (unsigned long long)model->weight_bytes);
+    {
+        const engine_model_resident_t *r = &model->resident;
+        uint64_t total = engine_model_resident_total(r);
+        tdm_log(TDM_LOG_INFO, "engine",
+                "model resident: %.1f MB for %.1f M params = %.3f B/param (fp8 %.1f, mxfp4 %.1f, "
+                "scales %.1f, bf16 %.1f, f32 %.1f, expanded-to-bf16 %.1f, vectors %.1f, "
+                "engram tables %.1f MB); allocated %.1f MB",
+                (double)total / 1e6, (double)r->n_params / 1e6,
+                r->n_params > 0 ? (double)total / (double)r->n_params : 0.0,
+                (double)r->fp8 / 1e6, (double)r->mxfp4 / 1e6, (double)r->scales / 1e6,
+                (double)r->bf16 / 1e6, (double)r->f32 / 1e6, (double)r->expanded / 1e6,
+                (double)r->vectors / 1e6, (double)r->engram / 1e6,
+                (double)model->weight_bytes / 1e6);
+    }
     *model_out = model;
     return TDM_OK;
 
@@ -710,6 +766,17 @@ const float *engine_model_rope_freqs(const engine_model_t *model, int layer)
         return NULL;
     }
     return model->rope_freqs[layer];
+}
+
+void engine_model_resident(const engine_model_t *model, engine_model_resident_t *out)
+{
+    *out = model->resident;
+}
+
+uint64_t engine_model_resident_total(const engine_model_resident_t *r)
+{
+    return r->fp8 + r->mxfp4 + r->scales + r->bf16 + r->f32 + r->expanded + r->vectors +
+           r->engram;
 }
 
 uint64_t engine_model_weight_bytes(const engine_model_t *model)

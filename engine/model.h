@@ -3,7 +3,8 @@
  * Owns: the config (engine/config.h), the checkpoint mapping (engine/weights.h, checked against
  * the inventory of MODEL.md section 3), the Engram sidecar (token map, multipliers) and layout,
  * the per-layer weight views in the kernel backend's compute layout (kern_mat_t: FP8 and MXFP4
- * weights dequantized exactly to BF16, MODEL.md section 3 "Dequantizing to BF16 is exact"), the
+ * weights as stored, used in place from the mapped safetensors and dequantized exactly in the
+ * GEMM's registers, MODEL.md section 3; BF16 and FP32 matrices in place too), the
  * RoPE frequency tables (MODEL.md 5 [tandem] rule, computed once on the host) and the 64-bit model
  * fingerprint. Read-only after load: any number of forward contexts and threads may share one
  * model. Knows nothing of sequences, KV pages or schedules (engine/forward.h), nor of the
@@ -37,12 +38,42 @@ typedef struct engine_model engine_model_t;
  * n_threads: CPU worker threads the model's kernels may use (kern_ctx_t.n_threads), >= 1.
  * ops:       kernel table (kern_ops_cpu() by default). Only the CPU backend is supported now.
  * skip_weight_check: 0 = compare every tensor with the inventory (engine_weights_check).
+ * expand_bf16: 0 (default) = FP8 and MXFP4 weights stay as stored; 1 = expand every one to BF16
+ *   at load (2 bytes per parameter) - the reference mode of the kernel tests, which prove that
+ *   both give the same logits byte for byte. A matrix whose scales fall outside the exact range
+ *   (kern_mat_check_quantized) is expanded either way.
  */
 typedef struct {
     int n_threads;
     const kern_ops_t *ops;
     int skip_weight_check;
+    int expand_bf16;
 } engine_model_params_t;
+
+/*
+ * engine_model_resident_t - the weights' resident bytes by format after load (host memory:
+ * mapped checkpoint pages used in place plus the loader's own buffers).
+ * fp8:      E4M3 codes of FP8 matrices used as stored (1 byte per parameter)
+ * mxfp4:    packed E2M1 expert weights used as stored (0.5 byte per parameter)
+ * scales:   their UE8M0 scale bytes
+ * bf16:     BF16 matrices and rows (embedding, head, compressors, router, Markov head)
+ * f32:      FP32 matrices (mHC mixes)
+ * expanded: FP8/MXFP4 matrices expanded to BF16 (expand_bf16, or scales out of range)
+ * vectors:  norm weights, biases and sinks widened to FP32 (small)
+ * engram:   Engram table rows (E4M3 + scales; read per token, a handful of rows)
+ * n_params: parameters of all of the above
+ */
+typedef struct {
+    uint64_t fp8;
+    uint64_t mxfp4;
+    uint64_t scales;
+    uint64_t bf16;
+    uint64_t f32;
+    uint64_t expanded;
+    uint64_t vectors;
+    uint64_t engram;
+    uint64_t n_params;
+} engine_model_resident_t;
 
 /* engine_model_params_default - one thread, CPU kernels, full weight check. */
 void engine_model_params_default(engine_model_params_t *params);
@@ -50,9 +81,9 @@ void engine_model_params_default(engine_model_params_t *params);
 /*
  * engine_model_load - open the checkpoint directory `dir`: config.json, the tensors (checked
  * against the inventory unless params->skip_weight_check), the Engram sidecar
- * (engram-hash.safetensors, when the config has Engram layers). Dequantizes every weight into
- * the compute layout (about 2 bytes per parameter of host memory) and tabulates the RoPE
- * frequencies.
+ * (engram-hash.safetensors, when the config has Engram layers). Uses the weights in place from
+ * the mapped files (their stored formats: about 0.6-1.1 bytes per parameter), logs the resident
+ * bytes per format at INFO, and tabulates the RoPE frequencies.
  *
  * Returns TDM_OK with *model_out (caller frees with engine_model_destroy), or the loader's status
  * (TDM_ERR_NOT_FOUND, TDM_ERR_FORMAT, TDM_ERR_MISMATCH, TDM_ERR_IO, TDM_ERR_NO_MEMORY,
@@ -86,7 +117,14 @@ int engine_model_n_threads(const engine_model_t *model);
  */
 const float *engine_model_rope_freqs(const engine_model_t *model, int layer);
 
-/* engine_model_weight_bytes - bytes of the compute-layout weights the model holds (host). */
+/* engine_model_resident - *out = the weights' resident bytes by format (above). */
+void engine_model_resident(const engine_model_t *model, engine_model_resident_t *out);
+
+/* engine_model_resident_total - the sum of every byte count of r (not n_params). */
+uint64_t engine_model_resident_total(const engine_model_resident_t *r);
+
+/* engine_model_weight_bytes - bytes of the buffers the model allocated (host; weights used in
+ * place from the mapped checkpoint are not in it: engine_model_resident has them). */
 uint64_t engine_model_weight_bytes(const engine_model_t *model);
 
 #endif

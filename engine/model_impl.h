@@ -43,9 +43,11 @@ typedef struct {
     kern_mat_t gate;        /* [E, H] */
     const float *gate_bias; /* [E] */
     int n_experts;
-    kern_mat_t *w13;        /* [n_experts] each [2I, H]: w1 rows then w3 rows */
+    kern_mat_t *w1;         /* [n_experts] each [I, H] (gate) */
+    kern_mat_t *w3;         /* [n_experts] each [I, H] (up) */
     kern_mat_t *w2;         /* [n_experts] each [H, I] */
-    kern_mat_t s_w13;       /* shared expert [2I, H] */
+    kern_mat_t s_w1;        /* shared expert [I, H] */
+    kern_mat_t s_w3;        /* [I, H] */
     kern_mat_t s_w2;        /* [H, I] */
     /* Engram (5.6) */
     const uint8_t *e_codes;  /* [R_l, d_e] E4M3, in the checkpoint mapping */
@@ -63,7 +65,8 @@ struct engine_model {
     engine_engram_sidecar_t sidecar;
     engine_engram_layout_t engram_layout;
     uint64_t fingerprint;
-    uint64_t weight_bytes;
+    uint64_t weight_bytes;          /* every buffer the model allocated */
+    engine_model_resident_t resident; /* weights by format (engine_model_resident) */
     /* globals */
     const uint16_t *embed; /* [V, H] BF16 bits */
     const float *norm;     /* [H] */

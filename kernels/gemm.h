@@ -60,6 +60,13 @@ typedef struct {
     const uint8_t *scales;
 } kern_mat_t;
 
+/*
+ * kern_mat_rows - *out = rows [row0, row0 + n_rows) of w as a matrix of its own (a view: the
+ * same storage, nothing copied). Returns TDM_OK, or TDM_ERR_INVALID_ARG (out untouched) when the
+ * range is outside w or, for FP8, row0 is not a multiple of 32 (a scale block row).
+ */
+tdm_status_t kern_mat_rows(const kern_mat_t *w, int64_t row0, int64_t n_rows, kern_mat_t *out);
+
 /* kern_mat_bytes - bytes of w's data plus its scales (its resident size); 0 for NULL. */
 int64_t kern_mat_bytes(const kern_mat_t *w);
 

@@ -73,6 +73,35 @@ static int gemm_args_ok(const kern_mat_t *w, const float *x, int64_t ldx, int64_
     return w->dtype == KERN_MAT_BF16 || w->dtype == KERN_MAT_F32;
 }
 
+tdm_status_t kern_mat_rows(const kern_mat_t *w, int64_t row0, int64_t n_rows, kern_mat_t *out)
+{
+    kern_mat_t v;
+    if (w == NULL || out == NULL || row0 < 0 || n_rows <= 0 || row0 + n_rows > w->n_out ||
+        (w->dtype == KERN_MAT_FP8 && row0 % 32 != 0)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    v = *w;
+    v.n_out = n_rows;
+    switch (w->dtype) {
+    case KERN_MAT_F32:
+        v.data = (const float *)w->data + row0 * w->n_in;
+        break;
+    case KERN_MAT_FP8:
+        v.data = (const uint8_t *)w->data + row0 * w->n_in;
+        v.scales = w->scales + row0 / 32 * (w->n_in / 32);
+        break;
+    case KERN_MAT_MXFP4:
+        v.data = (const uint8_t *)w->data + row0 * (w->n_in / 2);
+        v.scales = w->scales + row0 * (w->n_in / 32);
+        break;
+    default:
+        v.data = (const uint16_t *)w->data + row0 * w->n_in;
+        break;
+    }
+    *out = v;
+    return TDM_OK;
+}
+
 int64_t kern_mat_bytes(const kern_mat_t *w)
 {
     if (w == NULL) {
