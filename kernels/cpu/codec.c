@@ -237,8 +237,12 @@ tdm_status_t kern_dequant_act8_cpu(kern_ctx_t *ctx, const uint8_t *codes, const 
         vec->dequant_act8(codes, scales, n, y_out);
         return TDM_OK;
     }
+    /* A NaN code (0x7F/0xFF, never written) gives its own NaN whatever the scale: C leaves
+     * which NaN a product of two NaNs returns to the compiler's operand order. */
     for (int64_t i = 0; i < n; i++) {
-        y_out[i] = codec_e4m3_to_f32(codes[i]) * codec_ue8m0_to_f32(scales[i / KERN_ACT8_GROUP]);
+        float v = codec_e4m3_to_f32(codes[i]);
+        y_out[i] = (codes[i] & 0x7Fu) == 0x7Fu ? v
+                                              : v * codec_ue8m0_to_f32(scales[i / KERN_ACT8_GROUP]);
     }
     return TDM_OK;
 }
