@@ -24,7 +24,8 @@ int kern_cpu_isa_supported(kern_cpu_isa_t isa)
         return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     case KERN_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
     case KERN_ISA_AVX512:
         return __builtin_cpu_supports("avx512f");
 #endif

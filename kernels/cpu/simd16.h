@@ -17,9 +17,16 @@
  *     placed at FP32 bits 20-26: normals and subnormals alike). Multiply by 2^(s - 7) for the
  *     UE8M0 scale s (exact while 3 <= s <= 134; callers check). NaN codes (0x7F/0xFF, never
  *     written) give 480 * 2^-120 here: callers refuse them.
+ *   v16_e4m3_h(p): 16 E4M3 codes -> e4m3(code) * 2^-8, exact, through FP16 (the code's bits
+ *     placed in an FP16 whose exponent bias is 15 instead of 7, widened by the hardware's
+ *     FP16->FP32 conversion): every result is an FP32 normal, so no denormal operand ever
+ *     reaches a multiply (x86 cores slow those down). Multiply by 2^(s - 119) for the UE8M0
+ *     scale s (exact while 3 <= s <= 134). NaN codes are refused by callers as above.
  *   v16_e2m1x2(p): 8 packed bytes (element 2b low nibble, 2b+1 high) -> 2 * e2m1(nibble), exact;
  *     negative zero comes back as +0 (harmless inside a dot product: an FP32 sum that starts at
  *     +0 never becomes -0, so +-0 products add nothing either way). Multiply by 2^(s - 128).
+ *   v16_e2m1x2_32(p, lo, hi): 16 packed bytes -> elements 0-15 in *lo, 16-31 in *hi (the same
+ *     values as two v16_e2m1x2 calls, one nibble split for both).
  */
 #ifndef TANDEM_KERNELS_CPU_SIMD16_H
 #define TANDEM_KERNELS_CPU_SIMD16_H
@@ -64,6 +71,23 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
     __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+static inline v16 v16_e4m3_h(const uint8_t *p)
+{
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+    return _mm512_cvtph_ps(w);
+}
+static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+{
+    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+    *lo_out = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v0));
+    *hi_out = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v1));
 }
 
 #elif defined(CPU_SIMD16_AVX2)
@@ -112,6 +136,26 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
     __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
     return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
                  _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
+}
+static inline v16 v16_e4m3_h(const uint8_t *p)
+{
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+    return (v16){_mm256_cvtph_ps(_mm256_castsi256_si128(w)),
+                 _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1))};
+}
+static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+{
+    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+    *lo_out = (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8)))};
+    *hi_out = (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)))};
 }
 
 #elif defined(CPU_SIMD16_NEON)
@@ -199,6 +243,24 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
                   vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
                   vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
 }
+/* Sign-extended codes -> FP16 bits (see the header comment), widened. */
+static inline float16x8_t v8_e4m3_f16(int8x8_t c)
+{
+    int16x8_t w = vshlq_n_s16(vmovl_s8(c), 7);
+    return vreinterpretq_f16_s16(vandq_s16(w, vdupq_n_s16((int16_t)0xBFFF)));
+}
+static inline v16 v16_e4m3_h(const uint8_t *p)
+{
+    int8x16_t c = vreinterpretq_s8_u8(vld1q_u8(p));
+    float16x8_t a = v8_e4m3_f16(vget_low_s8(c)), b = v8_e4m3_f16(vget_high_s8(c));
+    return (v16){{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a), vcvt_f32_f16(vget_low_f16(b)),
+                  vcvt_high_f32_f16(b)}};
+}
+static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+{
+    *lo_out = v16_e2m1x2(p);
+    *hi_out = v16_e2m1x2(p + 8);
+}
 
 #elif defined(CPU_SIMD16_SCALAR)
 
@@ -275,6 +337,21 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
         r.f[2 * b + 1] = (float)table[p[b] >> 4];
     }
     return r;
+}
+
+static inline v16 v16_e4m3_h(const uint8_t *p)
+{
+    /* e4m3(code) * 2^-120 (exact), times 2^112 (exact): e4m3(code) * 2^-8 */
+    v16 r = v16_e4m3_raw(p);
+    for (int j = 0; j < V16_LANES; j++) {
+        r.f[j] = r.f[j] * 0x1p112f;
+    }
+    return r;
+}
+static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+{
+    *lo_out = v16_e2m1x2(p);
+    *hi_out = v16_e2m1x2(p + 8);
 }
 
 #else
