@@ -6,6 +6,7 @@
  */
 #include "common/clock.h"
 #include "common/flags.h"
+#include "kernels/cpu_isa.h"
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
@@ -183,12 +184,28 @@ int main(int argc, char **argv)
     engine_fwd_create(model, pool, &fp, &fwd);
 
     double bw = memcpy_rate();
+    double rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5);
     double flops = gemm_rate((int)cfg.n_threads);
+    /* the FMA peak of all kernel threads (one thread measured, times the threads) */
+    double peak = kern_fma_peak_cpu(100.0) * cfg.n_threads;
+    engine_model_resident_t res;
+    engine_model_resident(model, &res);
     printf("model %s: layers %d, H %lld, V %lld, active decode params %.1f M, threads %u\n",
            cfg.model_dir, c->n_layers, (long long)c->hidden_size, (long long)V,
            counts.active_decode_params / 1e6, cfg.n_threads);
-    printf("memcpy bandwidth %.2f GB/s; kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d)\n",
-           bw / 1e9, flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM);
+    printf("cpu kernels: %s; FP32 FMA peak %.1f GFLOP/s (%u thread%s); read bandwidth %.2f GB/s, "
+           "memcpy %.2f GB/s (the memory roofline uses the higher)\n",
+           kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, cfg.n_threads,
+           cfg.n_threads == 1 ? "" : "s", rbw / 1e9, bw / 1e9);
+    printf("kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d) = %.0f %% of the FMA peak\n",
+           flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM, 100.0 * flops / peak);
+    printf("weights resident %.1f MB = %.3f B/param (fp8 %.1f + mxfp4 %.1f + scales %.1f + bf16 "
+           "%.1f + f32 %.1f + expanded %.1f + vectors %.1f + engram %.1f MB)\n",
+           engine_model_resident_total(&res) / 1e6,
+           (double)engine_model_resident_total(&res) / (double)res.n_params, res.fp8 / 1e6,
+           res.mxfp4 / 1e6, res.scales / 1e6, res.bf16 / 1e6, res.f32 / 1e6, res.expanded / 1e6,
+           res.vectors / 1e6, res.engram / 1e6);
+    bw = rbw > bw ? rbw : bw;
 
     /* prefill: CED over one prompt; per-token FLOPs ~ 2 x active params x (c+1)/L + tail */
     if (!cfg.decode_only) {
@@ -205,9 +222,10 @@ int main(int argc, char **argv)
         double frac = (double)(c->ced_cut + 1) / c->n_layers;
         double fl = 2.0 * (double)counts.active_decode_params *
                     (frac * (double)T + (1.0 - frac) * (double)tail) / (double)T;
-        printf("prefill %lld tokens (CED): %s %.2f s, %.1f tok/s; roofline %.1f tok/s (%.2f "
-               "GFLOP/token)\n",
-               (long long)T, tdm_status_name(st), s, T / s, flops / fl, fl / 1e9);
+        printf("prefill %lld tokens (CED): %s %.2f s, %.1f tok/s = %.1f GFLOP/s = %.0f %% of the "
+               "FMA peak (%.3f GFLOP/token; kernel-GEMM roofline %.1f tok/s)\n",
+               (long long)T, tdm_status_name(st), s, T / s, T / s * fl / 1e9,
+               100.0 * (T / s) * fl / peak, fl / 1e9, flops / fl);
         engine_seq_destroy(seq);
         free(ids);
         free(lg);
@@ -233,6 +251,10 @@ int main(int argc, char **argv)
         engine_fwd_reset_read_bytes(fwd);
         for (uint32_t rep = 0; rep < cfg.repeat && st == TDM_OK; rep++) {
             double bw_r = rep == 0 && bi == 0 ? bw : memcpy_rate();
+            if (rep > 0 || bi > 0) {
+                double r = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 2);
+                bw_r = r > bw_r ? r : bw_r;
+            }
             bw_b = bw_r > bw_b ? bw_r : bw_b;
             uint64_t t0 = tdm_clock_now_ns();
             double c0 = cpu_seconds();
@@ -258,10 +280,18 @@ int main(int argc, char **argv)
         double kvstep = (double)kvbytes / n_steps;
         double bytes = wstep + kvstep;
         bw = bw_b;
+        /* compute roofline: 2 FLOPs per active parameter per token (the GEMMs) */
+        double step_flops = 2.0 * (double)counts.active_decode_params * B;
+        double mem_roof = bw / bytes;
+        double fma_roof = peak / step_flops;
+        int mem_binds = mem_roof <= fma_roof;
         printf("decode batch %2d: %s %.1f tok/s (%.1f steps/s); roofline %.1f steps/s (%.1f MB "
-               "weights + %.2f MB KV/step, memcpy %.2f GB/s) = %.0f %%\n",
-               B, tdm_status_name(st), steps_per_s * B, steps_per_s, bw / bytes, wstep / 1e6,
-               kvstep / 1e6, bw / 1e9, 100.0 * steps_per_s * bytes / bw);
+               "weights + %.2f MB KV/step, read %.2f GB/s) = %.0f %%; FMA roofline %.1f steps/s "
+               "= %.0f %%; %s binds: %.0f %%\n",
+               B, tdm_status_name(st), steps_per_s * B, steps_per_s, mem_roof, wstep / 1e6,
+               kvstep / 1e6, bw / 1e9, 100.0 * steps_per_s / mem_roof, fma_roof,
+               100.0 * steps_per_s / fma_roof, mem_binds ? "memory" : "compute",
+               100.0 * steps_per_s / (mem_binds ? mem_roof : fma_roof));
         printf("                 CPU-time rate %.1f steps/s (steps per process CPU second, all "
                "threads: near what an uncontended box reaches when this one is shared)\n",
                cpu_steps_per_s);

@@ -20,6 +20,7 @@
 #ifndef TANDEM_KERNELS_GEMM_H
 #define TANDEM_KERNELS_GEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -114,6 +115,20 @@ kern_gemm_fn kern_gemm_ref_cpu;
  * fixed tree): bit-identical to one output of kern_gemm_cpu. Host memory; thread-safe.
  */
 float kern_dot_cpu(const float *a, const float *b, int64_t n);
+
+/*
+ * kern_fma_peak_cpu - the FP32 FMA peak of one thread under kern_cpu_isa(), in FLOP/s: the best
+ * of a few runs of independent 16-lane FMA chains on registers (no memory), each about
+ * min_ms milliseconds. The compute roofline of the benchmarks. Thread-safe.
+ */
+double kern_fma_peak_cpu(double min_ms);
+
+/*
+ * kern_read_bandwidth_cpu - bytes/s one thread reads streaming `n_bytes` (>= 64 MiB for a
+ * figure of DRAM, not cache) with kern_dot_cpu, best of `reps` passes; 0 when the buffer
+ * cannot be allocated. The memory-read roofline of the benchmarks.
+ */
+double kern_read_bandwidth_cpu(size_t n_bytes, int reps);
 
 /*
  * kern_qdq_act8_fn - Q_act8 quantize-dequantize of n_rows rows of dim elements (MODEL.md 4, R4):

@@ -18,6 +18,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+#include <stdlib.h>
+#include <time.h>
 
 #define LANES 16     /* partial sums per output (the normative order of this module) */
 #define TILE_OUT 4   /* outputs per unit of the thread split */
@@ -220,6 +222,70 @@ float kern_dot_cpu(const float *a, const float *b, int64_t n)
     default:
         return cpu_dot_scalar(a, b, n);
     }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double kern_fma_peak_cpu(double min_ms)
+{
+    double (*fn)(int64_t) = cpu_fma_flops_scalar;
+    double best = 0.0;
+    switch (kern_cpu_isa()) {
+#if defined(__x86_64__)
+    case KERN_ISA_AVX512:
+        fn = cpu_fma_flops_avx512;
+        break;
+    case KERN_ISA_AVX2:
+        fn = cpu_fma_flops_avx2;
+        break;
+#endif
+#if defined(__aarch64__)
+    case KERN_ISA_NEON:
+        fn = cpu_fma_flops_neon;
+        break;
+#endif
+    default:
+        break;
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t iters = 1 << 16;
+        double t0 = now_s(), flops = 0.0, t = 0.0;
+        while (t * 1e3 < min_ms) {
+            flops += fn(iters);
+            t = now_s() - t0;
+            iters *= 2;
+        }
+        best = flops / t > best ? flops / t : best;
+    }
+    return best;
+}
+
+double kern_read_bandwidth_cpu(size_t n_bytes, int reps)
+{
+    int64_t n = (int64_t)(n_bytes / sizeof(float)) / 16 * 16;
+    float *a = malloc((size_t)n * sizeof(float));
+    double best = 0.0;
+    volatile float sink = 0.0f;
+    if (a == NULL || n <= 0) {
+        free(a);
+        return 0.0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = 1.0f;
+    }
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = now_s();
+        sink = sink + kern_dot_cpu(a, a, n);
+        double t = now_s() - t0;
+        best = (double)n * sizeof(float) / t > best ? (double)n * sizeof(float) / t : best;
+    }
+    free(a);
+    return best;
 }
 
 /* One threaded GEMM call: chunk c covers quads [n_quads c / n_chunks, n_quads (c+1) / n_chunks).

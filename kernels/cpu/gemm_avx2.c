@@ -6,6 +6,7 @@
 #define CPU_SIMD16_SUFFIX avx2
 #define GEMV_OUT 4
 #define TILE_O 2
+#define FMA_CHAINS 6
 #define TILE_R 3
 #include "kernels/cpu/simd16.h"
 

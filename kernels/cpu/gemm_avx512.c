@@ -6,6 +6,7 @@
 #define CPU_SIMD16_SUFFIX avx512
 #define GEMV_OUT 8
 #define TILE_O 4
+#define FMA_CHAINS 10
 #define TILE_R 6
 #include "kernels/cpu/simd16.h"
 

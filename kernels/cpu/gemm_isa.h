@@ -6,6 +6,8 @@
  * scratch panel could not be allocated (then nothing was written). Thread-safe.
  *
  * cpu_dot_<isa>: sum_k a[k] b[k], n a multiple of 16, the same order (kern_dot_cpu).
+ * cpu_fma_flops_<isa>: n_iters rounds of independent 16-lane FMA chains on registers; returns
+ * the FLOPs done (2 per lane per FMA) - kern_fma_peak_cpu's loop.
  *
  * Only the sets this build compiles exist (x86-64: scalar, avx2, avx512; aarch64: scalar, neon);
  * kern_cpu_isa() (kernels/cpu_isa.h) says which one the CPU runs.
@@ -20,7 +22,8 @@
 #define CPU_GEMM_ISA_DECLARE(isa)                                                              \
     int cpu_gemm_range_##isa(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,  \
                              uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);   \
-    float cpu_dot_##isa(const float *a, const float *b, int64_t n);
+    float cpu_dot_##isa(const float *a, const float *b, int64_t n);                            \
+    double cpu_fma_flops_##isa(int64_t n_iters);
 
 CPU_GEMM_ISA_DECLARE(scalar)
 #if defined(__x86_64__)

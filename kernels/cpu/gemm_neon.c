@@ -6,6 +6,7 @@
 #define CPU_SIMD16_SUFFIX neon
 #define GEMV_OUT 4
 #define TILE_O 3
+#define FMA_CHAINS 6
 #define TILE_R 2
 #include "kernels/cpu/simd16.h"
 

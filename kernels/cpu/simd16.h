@@ -369,9 +369,28 @@ static inline float v16_pow2(int e)
 }
 
 /* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,
- * + 2, + 1), as the scalar definition does it. */
+ * + 2, + 1), as the scalar definition does it; each step adds the same pairs of lanes, in
+ * registers where the set has the shuffles. */
 static inline float v16_reduce(v16 x)
 {
+#if defined(CPU_SIMD16_AVX512)
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+#elif defined(CPU_SIMD16_AVX2)
+    __m256 h = _mm256_add_ps(x.a, x.b);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+#elif defined(CPU_SIMD16_NEON)
+    float32x4_t q = vaddq_f32(vaddq_f32(x.q[0], x.q[2]), vaddq_f32(x.q[1], x.q[3]));
+    float32x2_t d = vadd_f32(vget_low_f32(q), vget_high_f32(q));
+    return vget_lane_f32(d, 0) + vget_lane_f32(d, 1);
+#else
     float l[V16_LANES];
     v16_store(l, x);
     for (int s = V16_LANES / 2; s >= 1; s /= 2) {
@@ -380,6 +399,7 @@ static inline float v16_reduce(v16 x)
         }
     }
     return l[0];
+#endif
 }
 
 #endif
