@@ -7,6 +7,8 @@
 #define GEMV_OUT 4
 #define TILE_O 3
 #define FMA_CHAINS 6
+#define GEMVR_OUT 2
+#define GEMVR_ROWS 3
 #define TILE_R 2
 #include "kernels/cpu/simd16.h"
 

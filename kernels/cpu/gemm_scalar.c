@@ -8,6 +8,8 @@
 #define GEMV_OUT 4
 #define TILE_O 2
 #define FMA_CHAINS 2
+#define GEMVR_OUT 2
+#define GEMVR_ROWS 2
 #define TILE_R 2
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GB_ENTRY_ATTR __attribute__((target_clones("fma", "default")))
