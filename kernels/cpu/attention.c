@@ -42,9 +42,16 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         if (n_keys == 0) {
             continue;
         }
-        for (int64_t e = 0; e < n_keys; e++) {
-            scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
-            mu = scratch[e] > mu ? scratch[e] : mu;
+        if (vec != NULL) { /* the same dots, four keys per pass over qh */
+            vec->attn_scores(qh, keys_a, n_a, keys_b, n_keys, d, scale, scratch);
+            for (int64_t e = 0; e < n_keys; e++) {
+                mu = scratch[e] > mu ? scratch[e] : mu;
+            }
+        } else {
+            for (int64_t e = 0; e < n_keys; e++) {
+                scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
+                mu = scratch[e] > mu ? scratch[e] : mu;
+            }
         }
         for (int64_t e = 0; e < n_keys; e++) {
             scratch[e] = expf(scratch[e] - mu);

@@ -27,6 +27,10 @@ typedef struct {
     /* kern_quant_ckv_cpu (e4m3_scales 1, group 16) or kern_quant_mx4_cpu (0, group 32) */
     void (*quant_e2m1)(const float *x, int64_t n, int64_t group, int e4m3_scales, uint8_t *codes,
                        uint8_t *scales);
+    /* s[e] = kern_dot_cpu(q, key_e, d) * scale for e < n_keys, keys e < n_a in keys_a, the rest
+     * in keys_b; d % 16 == 0 (kern_attention_cpu's logits of one head) */
+    void (*attn_scores)(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
+                        int64_t n_keys, int64_t d, float scale, float *s);
     /* o[c] = bf16(sum over e ascending of p[e] * key_e[c]) from 0.0f, keys e < n_a in keys_a,
      * the rest in keys_b; d % 16 == 0 (kern_attention_cpu's weighted sum of one head) */
     void (*attn_accum)(const float *p, const float *keys_a, int64_t n_a, const float *keys_b,
