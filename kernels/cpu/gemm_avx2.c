@@ -2,14 +2,14 @@
  * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX2). 16 registers and two per
  * 16-lane vector: a 3 x 2 tile (12 registers of accumulators), 4 weight rows per GEMV block. */
 #if defined(__x86_64__)
-#define CPU_SIMD16_AVX2 1
+#define CPU_SIMD16_AVX2   1
 #define CPU_SIMD16_SUFFIX avx2
-#define GEMV_OUT 4
-#define TILE_O 2
-#define FMA_CHAINS 6
-#define GEMVR_OUT 2
-#define GEMVR_ROWS 3
-#define TILE_R 3
+#define GEMV_OUT          4
+#define TILE_O            2
+#define FMA_CHAINS        6
+#define GEMVR_OUT         2
+#define GEMVR_ROWS        3
+#define TILE_R            3
 #include "kernels/cpu/simd16.h"
 
 #include "kernels/cpu/gemm_body.inc"

@@ -4,12 +4,12 @@
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX512 1
 #define CPU_SIMD16_SUFFIX avx512
-#define GEMV_OUT 8
-#define TILE_O 4
-#define FMA_CHAINS 10
-#define GEMVR_OUT 4
-#define GEMVR_ROWS 4
-#define TILE_R 6
+#define GEMV_OUT          8
+#define TILE_O            4
+#define FMA_CHAINS        10
+#define GEMVR_OUT         4
+#define GEMVR_ROWS        4
+#define TILE_R            6
 #include "kernels/cpu/simd16.h"
 
 #include "kernels/cpu/gemm_body.inc"

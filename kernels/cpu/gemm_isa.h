@@ -19,10 +19,10 @@
 
 #include "kernels/gemm.h"
 
-#define CPU_GEMM_ISA_DECLARE(isa)                                                              \
-    int cpu_gemm_range_##isa(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,  \
-                             uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);   \
-    float cpu_dot_##isa(const float *a, const float *b, int64_t n);                            \
+#define CPU_GEMM_ISA_DECLARE(isa)                                                                  \
+    int cpu_gemm_range_##isa(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,     \
+                             uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);       \
+    float cpu_dot_##isa(const float *a, const float *b, int64_t n);                                \
     double cpu_fma_flops_##isa(int64_t n_iters);
 
 CPU_GEMM_ISA_DECLARE(scalar)

@@ -5,12 +5,12 @@
  * same bits as the libm call, without a call per multiply-add). */
 #define CPU_SIMD16_SCALAR 1
 #define CPU_SIMD16_SUFFIX scalar
-#define GEMV_OUT 4
-#define TILE_O 2
-#define FMA_CHAINS 2
-#define GEMVR_OUT 2
-#define GEMVR_ROWS 2
-#define TILE_R 2
+#define GEMV_OUT          4
+#define TILE_O            2
+#define FMA_CHAINS        2
+#define GEMVR_OUT         2
+#define GEMVR_ROWS        2
+#define TILE_R            2
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GB_ENTRY_ATTR __attribute__((target_clones("fma", "default")))
 #endif

@@ -45,13 +45,34 @@
 
 typedef __m512 v16;
 
-static inline v16 v16_zero(void) { return _mm512_setzero_ps(); }
-static inline v16 v16_set1(float a) { return _mm512_set1_ps(a); }
-static inline v16 v16_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline void v16_store(float *p, v16 a) { _mm512_storeu_ps(p, a); }
-static inline v16 v16_fma(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
-static inline v16 v16_mul(v16 a, v16 b) { return _mm512_mul_ps(a, b); }
-static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+static inline v16 v16_zero(void)
+{
+    return _mm512_setzero_ps();
+}
+static inline v16 v16_set1(float a)
+{
+    return _mm512_set1_ps(a);
+}
+static inline v16 v16_load(const float *p)
+{
+    return _mm512_loadu_ps(p);
+}
+static inline void v16_store(float *p, v16 a)
+{
+    _mm512_storeu_ps(p, a);
+}
+static inline v16 v16_fma(v16 a, v16 b, v16 c)
+{
+    return _mm512_fmadd_ps(a, b, c);
+}
+static inline v16 v16_mul(v16 a, v16 b)
+{
+    return _mm512_mul_ps(a, b);
+}
+static inline v16 v16_add(v16 a, v16 b)
+{
+    return _mm512_add_ps(a, b);
+}
 static inline v16 v16_bf16(const uint16_t *p)
 {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -97,8 +118,14 @@ typedef struct {
     __m256 a, b;
 } v16;
 
-static inline v16 v16_zero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-static inline v16 v16_set1(float x) { return (v16){_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+static inline v16 v16_zero(void)
+{
+    return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()};
+}
+static inline v16 v16_set1(float x)
+{
+    return (v16){_mm256_set1_ps(x), _mm256_set1_ps(x)};
+}
 static inline v16 v16_load(const float *p)
 {
     return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
@@ -112,21 +139,33 @@ static inline v16 v16_fma(v16 x, v16 y, v16 z)
 {
     return (v16){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
 }
-static inline v16 v16_mul(v16 x, v16 y) { return (v16){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
-static inline v16 v16_add(v16 x, v16 y) { return (v16){_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+static inline v16 v16_mul(v16 x, v16 y)
+{
+    return (v16){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)};
+}
+static inline v16 v16_add(v16 x, v16 y)
+{
+    return (v16){_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)};
+}
 static inline __m256 v8_bf16(const uint16_t *p)
 {
     __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(i, 16));
 }
-static inline v16 v16_bf16(const uint16_t *p) { return (v16){v8_bf16(p), v8_bf16(p + 8)}; }
+static inline v16 v16_bf16(const uint16_t *p)
+{
+    return (v16){v8_bf16(p), v8_bf16(p + 8)};
+}
 static inline __m256 v8_e4m3_raw(const uint8_t *p)
 {
     __m256i i = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
     i = _mm256_and_si256(_mm256_slli_epi32(i, 20), _mm256_set1_epi32((int)0x87F00000u));
     return _mm256_castsi256_ps(i);
 }
-static inline v16 v16_e4m3_raw(const uint8_t *p) { return (v16){v8_e4m3_raw(p), v8_e4m3_raw(p + 8)}; }
+static inline v16 v16_e4m3_raw(const uint8_t *p)
+{
+    return (v16){v8_e4m3_raw(p), v8_e4m3_raw(p + 8)};
+}
 static inline v16 v16_e2m1x2(const uint8_t *p)
 {
     const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
@@ -238,10 +277,9 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
     uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(0x0F)), vshr_n_u8(b, 4));
     int8x16_t v = vqtbl1q_s8(table, vcombine_u8(z.val[0], z.val[1]));
     int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_s8(vget_high_s8(v));
-    return (v16){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
-                  vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))),
-                  vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
-                  vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
+    return (v16){
+        {vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))),
+         vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
 }
 /* Sign-extended codes -> FP16 bits (see the header comment), widened. */
 static inline float16x8_t v8_e4m3_f16(int8x8_t c)
@@ -253,8 +291,8 @@ static inline v16 v16_e4m3_h(const uint8_t *p)
 {
     int8x16_t c = vreinterpretq_s8_u8(vld1q_u8(p));
     float16x8_t a = v8_e4m3_f16(vget_low_s8(c)), b = v8_e4m3_f16(vget_high_s8(c));
-    return (v16){{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a), vcvt_f32_f16(vget_low_f16(b)),
-                  vcvt_high_f32_f16(b)}};
+    return (v16){{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a),
+                  vcvt_f32_f16(vget_low_f16(b)), vcvt_high_f32_f16(b)}};
 }
 static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
@@ -288,7 +326,10 @@ static inline v16 v16_load(const float *p)
     memcpy(r.f, p, sizeof(r.f));
     return r;
 }
-static inline void v16_store(float *p, v16 x) { memcpy(p, x.f, sizeof(x.f)); }
+static inline void v16_store(float *p, v16 x)
+{
+    memcpy(p, x.f, sizeof(x.f));
+}
 static inline v16 v16_fma(v16 x, v16 y, v16 z)
 {
     for (int j = 0; j < V16_LANES; j++) {
