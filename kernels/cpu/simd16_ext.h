@@ -30,29 +30,86 @@
 typedef __m512i v16i;
 typedef __mmask16 v16m;
 
-static inline v16 v16_sub(v16 a, v16 b) { return _mm512_sub_ps(a, b); }
-static inline v16 v16_div(v16 a, v16 b) { return _mm512_div_ps(a, b); }
+static inline v16 v16_sub(v16 a, v16 b)
+{
+    return _mm512_sub_ps(a, b);
+}
+static inline v16 v16_div(v16 a, v16 b)
+{
+    return _mm512_div_ps(a, b);
+}
 static inline v16 v16_rint(v16 a)
 {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-static inline v16i v16_as_i(v16 a) { return _mm512_castps_si512(a); }
-static inline v16 v16i_as_f(v16i a) { return _mm512_castsi512_ps(a); }
-static inline v16 v16_from_i(v16i a) { return _mm512_cvtepi32_ps(a); }
-static inline v16i v16_to_i(v16 a) { return _mm512_cvttps_epi32(a); }
-static inline v16i v16i_set1(int32_t x) { return _mm512_set1_epi32(x); }
-static inline v16i v16i_and(v16i a, v16i b) { return _mm512_and_si512(a, b); }
-static inline v16i v16i_or(v16i a, v16i b) { return _mm512_or_si512(a, b); }
-static inline v16i v16i_add(v16i a, v16i b) { return _mm512_add_epi32(a, b); }
-static inline v16i v16i_sub(v16i a, v16i b) { return _mm512_sub_epi32(a, b); }
-static inline v16i v16i_shl(v16i a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
-static inline v16i v16i_shr(v16i a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
-static inline v16m v16i_eq(v16i a, v16i b) { return _mm512_cmpeq_epi32_mask(a, b); }
-static inline v16m v16i_gt(v16i a, v16i b) { return _mm512_cmpgt_epi32_mask(a, b); }
-static inline v16m v16_gt(v16 a, v16 b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-static inline int v16m_any(v16m m) { return m != 0; }
-static inline v16i v16i_select(v16m m, v16i a, v16i b) { return _mm512_mask_blend_epi32(m, b, a); }
-static inline v16 v16_select(v16m m, v16 a, v16 b) { return _mm512_mask_blend_ps(m, b, a); }
+static inline v16i v16_as_i(v16 a)
+{
+    return _mm512_castps_si512(a);
+}
+static inline v16 v16i_as_f(v16i a)
+{
+    return _mm512_castsi512_ps(a);
+}
+static inline v16 v16_from_i(v16i a)
+{
+    return _mm512_cvtepi32_ps(a);
+}
+static inline v16i v16_to_i(v16 a)
+{
+    return _mm512_cvttps_epi32(a);
+}
+static inline v16i v16i_set1(int32_t x)
+{
+    return _mm512_set1_epi32(x);
+}
+static inline v16i v16i_and(v16i a, v16i b)
+{
+    return _mm512_and_si512(a, b);
+}
+static inline v16i v16i_or(v16i a, v16i b)
+{
+    return _mm512_or_si512(a, b);
+}
+static inline v16i v16i_add(v16i a, v16i b)
+{
+    return _mm512_add_epi32(a, b);
+}
+static inline v16i v16i_sub(v16i a, v16i b)
+{
+    return _mm512_sub_epi32(a, b);
+}
+static inline v16i v16i_shl(v16i a, int n)
+{
+    return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n));
+}
+static inline v16i v16i_shr(v16i a, int n)
+{
+    return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n));
+}
+static inline v16m v16i_eq(v16i a, v16i b)
+{
+    return _mm512_cmpeq_epi32_mask(a, b);
+}
+static inline v16m v16i_gt(v16i a, v16i b)
+{
+    return _mm512_cmpgt_epi32_mask(a, b);
+}
+static inline v16m v16_gt(v16 a, v16 b)
+{
+    return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ);
+}
+static inline int v16m_any(v16m m)
+{
+    return m != 0;
+}
+static inline v16i v16i_select(v16m m, v16i a, v16i b)
+{
+    return _mm512_mask_blend_epi32(m, b, a);
+}
+static inline v16 v16_select(v16m m, v16 a, v16 b)
+{
+    return _mm512_mask_blend_ps(m, b, a);
+}
 static inline v16i v16i_load_u8(const uint8_t *p)
 {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -90,26 +147,56 @@ typedef struct {
     __m256i a, b; /* all-ones / zero lanes */
 } v16m;
 
-static inline v16 v16_sub(v16 x, v16 y) { return (v16){_mm256_sub_ps(x.a, y.a), _mm256_sub_ps(x.b, y.b)}; }
-static inline v16 v16_div(v16 x, v16 y) { return (v16){_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)}; }
+static inline v16 v16_sub(v16 x, v16 y)
+{
+    return (v16){_mm256_sub_ps(x.a, y.a), _mm256_sub_ps(x.b, y.b)};
+}
+static inline v16 v16_div(v16 x, v16 y)
+{
+    return (v16){_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)};
+}
 static inline v16 v16_rint(v16 x)
 {
     return (v16){_mm256_round_ps(x.a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                  _mm256_round_ps(x.b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-static inline v16i v16_as_i(v16 x) { return (v16i){_mm256_castps_si256(x.a), _mm256_castps_si256(x.b)}; }
-static inline v16 v16i_as_f(v16i x) { return (v16){_mm256_castsi256_ps(x.a), _mm256_castsi256_ps(x.b)}; }
-static inline v16 v16_from_i(v16i x) { return (v16){_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
-static inline v16i v16_to_i(v16 x) { return (v16i){_mm256_cvttps_epi32(x.a), _mm256_cvttps_epi32(x.b)}; }
+static inline v16i v16_as_i(v16 x)
+{
+    return (v16i){_mm256_castps_si256(x.a), _mm256_castps_si256(x.b)};
+}
+static inline v16 v16i_as_f(v16i x)
+{
+    return (v16){_mm256_castsi256_ps(x.a), _mm256_castsi256_ps(x.b)};
+}
+static inline v16 v16_from_i(v16i x)
+{
+    return (v16){_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)};
+}
+static inline v16i v16_to_i(v16 x)
+{
+    return (v16i){_mm256_cvttps_epi32(x.a), _mm256_cvttps_epi32(x.b)};
+}
 static inline v16i v16i_set1(int32_t v)
 {
     __m256i s = _mm256_set1_epi32(v);
     return (v16i){s, s};
 }
-static inline v16i v16i_and(v16i x, v16i y) { return (v16i){_mm256_and_si256(x.a, y.a), _mm256_and_si256(x.b, y.b)}; }
-static inline v16i v16i_or(v16i x, v16i y) { return (v16i){_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
-static inline v16i v16i_add(v16i x, v16i y) { return (v16i){_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)}; }
-static inline v16i v16i_sub(v16i x, v16i y) { return (v16i){_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)}; }
+static inline v16i v16i_and(v16i x, v16i y)
+{
+    return (v16i){_mm256_and_si256(x.a, y.a), _mm256_and_si256(x.b, y.b)};
+}
+static inline v16i v16i_or(v16i x, v16i y)
+{
+    return (v16i){_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)};
+}
+static inline v16i v16i_add(v16i x, v16i y)
+{
+    return (v16i){_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)};
+}
+static inline v16i v16i_sub(v16i x, v16i y)
+{
+    return (v16i){_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)};
+}
 static inline v16i v16i_shl(v16i x, int n)
 {
     __m128i c = _mm_cvtsi32_si128(n);
@@ -120,14 +207,23 @@ static inline v16i v16i_shr(v16i x, int n)
     __m128i c = _mm_cvtsi32_si128(n);
     return (v16i){_mm256_srl_epi32(x.a, c), _mm256_srl_epi32(x.b, c)};
 }
-static inline v16m v16i_eq(v16i x, v16i y) { return (v16m){_mm256_cmpeq_epi32(x.a, y.a), _mm256_cmpeq_epi32(x.b, y.b)}; }
-static inline v16m v16i_gt(v16i x, v16i y) { return (v16m){_mm256_cmpgt_epi32(x.a, y.a), _mm256_cmpgt_epi32(x.b, y.b)}; }
+static inline v16m v16i_eq(v16i x, v16i y)
+{
+    return (v16m){_mm256_cmpeq_epi32(x.a, y.a), _mm256_cmpeq_epi32(x.b, y.b)};
+}
+static inline v16m v16i_gt(v16i x, v16i y)
+{
+    return (v16m){_mm256_cmpgt_epi32(x.a, y.a), _mm256_cmpgt_epi32(x.b, y.b)};
+}
 static inline v16m v16_gt(v16 x, v16 y)
 {
     return (v16m){_mm256_castps_si256(_mm256_cmp_ps(x.a, y.a, _CMP_GT_OQ)),
                   _mm256_castps_si256(_mm256_cmp_ps(x.b, y.b, _CMP_GT_OQ))};
 }
-static inline int v16m_any(v16m m) { return !_mm256_testz_si256(_mm256_or_si256(m.a, m.b), _mm256_set1_epi32(-1)); }
+static inline int v16m_any(v16m m)
+{
+    return !_mm256_testz_si256(_mm256_or_si256(m.a, m.b), _mm256_set1_epi32(-1));
+}
 static inline v16i v16i_select(v16m m, v16i x, v16i y)
 {
     return (v16i){_mm256_blendv_epi8(y.a, x.a, m.a), _mm256_blendv_epi8(y.b, x.b, m.b)};
@@ -183,39 +279,93 @@ typedef struct {
     uint32x4_t q[4]; /* all-ones / zero lanes */
 } v16m;
 
-#define V16_EXT_MAP2(T, expr)                                                                  \
-    T r;                                                                                       \
-    for (int i = 0; i < 4; i++) {                                                              \
-        r.q[i] = expr;                                                                         \
-    }                                                                                          \
+#define V16_EXT_MAP2(T, expr)                                                                      \
+    T r;                                                                                           \
+    for (int i = 0; i < 4; i++) {                                                                  \
+        r.q[i] = expr;                                                                             \
+    }                                                                                              \
     return r
 
-static inline v16 v16_sub(v16 x, v16 y) { V16_EXT_MAP2(v16, vsubq_f32(x.q[i], y.q[i])); }
-static inline v16 v16_div(v16 x, v16 y) { V16_EXT_MAP2(v16, vdivq_f32(x.q[i], y.q[i])); }
-static inline v16 v16_rint(v16 x) { V16_EXT_MAP2(v16, vrndnq_f32(x.q[i])); }
-static inline v16i v16_as_i(v16 x) { V16_EXT_MAP2(v16i, vreinterpretq_u32_f32(x.q[i])); }
-static inline v16 v16i_as_f(v16i x) { V16_EXT_MAP2(v16, vreinterpretq_f32_u32(x.q[i])); }
-static inline v16 v16_from_i(v16i x) { V16_EXT_MAP2(v16, vcvtq_f32_s32(vreinterpretq_s32_u32(x.q[i]))); }
-static inline v16i v16_to_i(v16 x) { V16_EXT_MAP2(v16i, vreinterpretq_u32_s32(vcvtq_s32_f32(x.q[i]))); }
-static inline v16i v16i_set1(int32_t v) { V16_EXT_MAP2(v16i, vdupq_n_u32((uint32_t)v)); }
-static inline v16i v16i_and(v16i x, v16i y) { V16_EXT_MAP2(v16i, vandq_u32(x.q[i], y.q[i])); }
-static inline v16i v16i_or(v16i x, v16i y) { V16_EXT_MAP2(v16i, vorrq_u32(x.q[i], y.q[i])); }
-static inline v16i v16i_add(v16i x, v16i y) { V16_EXT_MAP2(v16i, vaddq_u32(x.q[i], y.q[i])); }
-static inline v16i v16i_sub(v16i x, v16i y) { V16_EXT_MAP2(v16i, vsubq_u32(x.q[i], y.q[i])); }
-static inline v16i v16i_shl(v16i x, int n) { V16_EXT_MAP2(v16i, vshlq_u32(x.q[i], vdupq_n_s32(n))); }
-static inline v16i v16i_shr(v16i x, int n) { V16_EXT_MAP2(v16i, vshlq_u32(x.q[i], vdupq_n_s32(-n))); }
-static inline v16m v16i_eq(v16i x, v16i y) { V16_EXT_MAP2(v16m, vceqq_u32(x.q[i], y.q[i])); }
+static inline v16 v16_sub(v16 x, v16 y)
+{
+    V16_EXT_MAP2(v16, vsubq_f32(x.q[i], y.q[i]));
+}
+static inline v16 v16_div(v16 x, v16 y)
+{
+    V16_EXT_MAP2(v16, vdivq_f32(x.q[i], y.q[i]));
+}
+static inline v16 v16_rint(v16 x)
+{
+    V16_EXT_MAP2(v16, vrndnq_f32(x.q[i]));
+}
+static inline v16i v16_as_i(v16 x)
+{
+    V16_EXT_MAP2(v16i, vreinterpretq_u32_f32(x.q[i]));
+}
+static inline v16 v16i_as_f(v16i x)
+{
+    V16_EXT_MAP2(v16, vreinterpretq_f32_u32(x.q[i]));
+}
+static inline v16 v16_from_i(v16i x)
+{
+    V16_EXT_MAP2(v16, vcvtq_f32_s32(vreinterpretq_s32_u32(x.q[i])));
+}
+static inline v16i v16_to_i(v16 x)
+{
+    V16_EXT_MAP2(v16i, vreinterpretq_u32_s32(vcvtq_s32_f32(x.q[i])));
+}
+static inline v16i v16i_set1(int32_t v)
+{
+    V16_EXT_MAP2(v16i, vdupq_n_u32((uint32_t)v));
+}
+static inline v16i v16i_and(v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16i, vandq_u32(x.q[i], y.q[i]));
+}
+static inline v16i v16i_or(v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16i, vorrq_u32(x.q[i], y.q[i]));
+}
+static inline v16i v16i_add(v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16i, vaddq_u32(x.q[i], y.q[i]));
+}
+static inline v16i v16i_sub(v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16i, vsubq_u32(x.q[i], y.q[i]));
+}
+static inline v16i v16i_shl(v16i x, int n)
+{
+    V16_EXT_MAP2(v16i, vshlq_u32(x.q[i], vdupq_n_s32(n)));
+}
+static inline v16i v16i_shr(v16i x, int n)
+{
+    V16_EXT_MAP2(v16i, vshlq_u32(x.q[i], vdupq_n_s32(-n)));
+}
+static inline v16m v16i_eq(v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16m, vceqq_u32(x.q[i], y.q[i]));
+}
 static inline v16m v16i_gt(v16i x, v16i y)
 {
     V16_EXT_MAP2(v16m, vcgtq_s32(vreinterpretq_s32_u32(x.q[i]), vreinterpretq_s32_u32(y.q[i])));
 }
-static inline v16m v16_gt(v16 x, v16 y) { V16_EXT_MAP2(v16m, vcgtq_f32(x.q[i], y.q[i])); }
+static inline v16m v16_gt(v16 x, v16 y)
+{
+    V16_EXT_MAP2(v16m, vcgtq_f32(x.q[i], y.q[i]));
+}
 static inline int v16m_any(v16m m)
 {
     return vmaxvq_u32(vorrq_u32(vorrq_u32(m.q[0], m.q[1]), vorrq_u32(m.q[2], m.q[3]))) != 0;
 }
-static inline v16i v16i_select(v16m m, v16i x, v16i y) { V16_EXT_MAP2(v16i, vbslq_u32(m.q[i], x.q[i], y.q[i])); }
-static inline v16 v16_select(v16m m, v16 x, v16 y) { V16_EXT_MAP2(v16, vbslq_f32(m.q[i], x.q[i], y.q[i])); }
+static inline v16i v16i_select(v16m m, v16i x, v16i y)
+{
+    V16_EXT_MAP2(v16i, vbslq_u32(m.q[i], x.q[i], y.q[i]));
+}
+static inline v16 v16_select(v16m m, v16 x, v16 y)
+{
+    V16_EXT_MAP2(v16, vbslq_f32(m.q[i], x.q[i], y.q[i]));
+}
 static inline v16i v16i_load_u8(const uint8_t *p)
 {
     uint8x16_t b = vld1q_u8(p);
@@ -265,7 +415,10 @@ static inline v16 v16_e2m1(const uint8_t *p)
 
 /* ---- built on the above, the same for every set ------------------------------------------ */
 
-static inline v16 v16_f_set1i(uint32_t bits) { return v16i_as_f(v16i_set1((int32_t)bits)); }
+static inline v16 v16_f_set1i(uint32_t bits)
+{
+    return v16i_as_f(v16i_set1((int32_t)bits));
+}
 
 /* cpu_bf16_round on each lane: round to nearest even on the upper 16 bits, NaN quieted. */
 static inline v16 v16_bf16_round(v16 x)
@@ -287,7 +440,10 @@ static inline v16 v16_amax_term(v16 x)
 }
 
 /* codec_amax_merge on each lane: b > a ? b : a. */
-static inline v16 v16_amax_merge(v16 a, v16 b) { return v16_select(v16_gt(b, a), b, a); }
+static inline v16 v16_amax_merge(v16 a, v16 b)
+{
+    return v16_select(v16_gt(b, a), b, a);
+}
 
 /* The largest of 16 non-NaN, non-negative lanes (any order gives it). */
 static inline float v16_amax_lanes(v16 x)

@@ -2,7 +2,7 @@
  * -ffp-contract=off; FPCR as Linux leaves it: round to nearest, no flush to zero, NaNs
  * propagated). */
 #if defined(__aarch64__)
-#define CPU_SIMD16_NEON 1
+#define CPU_SIMD16_NEON   1
 #define CPU_SIMD16_SUFFIX neon
 #include "kernels/cpu/simd16.h"
 #include "kernels/cpu/simd16_ext.h"
