@@ -121,21 +121,27 @@ static void send_token(decode_sched_t *s, const req_t *r, uint64_t position, int
     node_link_send(s->link, &env);
 }
 
+/* The Finish of r's turn (plain data: no pointer into r). */
+static void finish_of(const req_t *r, Tandem__FinishReason reason, Tandem__Finish *f)
+{
+    f->request_id = r->id;
+    f->reason = reason;
+    f->n_generated = r->n_generated;
+    f->cached_len = r->session->seq != NULL ? (uint64_t)engine_seq_length(r->session->seq) : 0;
+    f->n_prefilled = r->n_prefilled;
+    tdm_log(TDM_LOG_DEBUG, "sched", "finish: request=%llu reason=%s generated=%u cached_len=%llu",
+            (unsigned long long)r->id, proto_finish_reason_name(reason), r->n_generated,
+            (unsigned long long)f->cached_len);
+}
+
 static void send_finish(decode_sched_t *s, const req_t *r, Tandem__FinishReason reason)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Finish f = TANDEM__FINISH__INIT;
 
-    f.request_id = r->id;
-    f.reason = reason;
-    f.n_generated = r->n_generated;
-    f.cached_len = r->session->seq != NULL ? (uint64_t)engine_seq_length(r->session->seq) : 0;
-    f.n_prefilled = r->n_prefilled;
+    finish_of(r, reason, &f);
     env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
     env.finish = &f;
-    tdm_log(TDM_LOG_DEBUG, "sched", "finish: request=%llu reason=%s generated=%u cached_len=%llu",
-            (unsigned long long)r->id, proto_finish_reason_name(reason), r->n_generated,
-            (unsigned long long)f.cached_len);
     node_link_send(s->link, &env);
 }
 
@@ -165,6 +171,28 @@ static void end_req(decode_sched_t *s, req_t *r)
     free(r->delta);
     free(r->history);
     free(r);
+}
+
+static void publish(decode_sched_t *s);
+
+/*
+ * finish_req - end r's turn: r leaves the batch, publish() puts the counters that include the
+ * turn (its tokens, speculative steps, local prefill or handoff, an abort) where /metrics reads
+ * them, and only then does its Finish go out. The router answers the client on the Finish, so in
+ * this order whoever saw a turn end reads that turn on /metrics; sent first, the counters lagged
+ * until the end of the step (publish in decode_sched_step), a window a loaded host widens.
+ */
+static void finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Finish f = TANDEM__FINISH__INIT;
+
+    finish_of(r, reason, &f);
+    end_req(s, r);
+    publish(s);
+    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
+    env.finish = &f;
+    node_link_send(s->link, &env);
 }
 
 static tdm_status_t sampling_from(const decode_sched_t *s, const Tandem__SamplingParams *in,
@@ -230,8 +258,7 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
         r->phase = REQ_RUNNING;
         return 0;
     }
-    send_finish(s, r, reason);
-    end_req(s, r);
+    finish_req(s, r, reason);
     return 1;
 }
 
@@ -673,8 +700,7 @@ static void on_abort(decode_sched_t *s, const Tandem__Abort *a)
     }
     if (r != NULL) {
         s->stats.aborts_total++;
-        send_finish(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
-        end_req(s, r);
+        finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
     }
 }
 

@@ -87,7 +87,8 @@ void decode_sched_on_message(decode_sched_t *sched, const Tandem__Envelope *env)
  */
 uint32_t decode_sched_step(decode_sched_t *sched);
 
-/* decode_sched_stats - a consistent snapshot of the counters (thread-safe). */
+/* decode_sched_stats - a consistent snapshot of the counters (thread-safe). Published at the end
+ * of every step and before every Finish, so it counts each turn whose Finish has gone out. */
 void decode_sched_stats(decode_sched_t *sched, decode_stats_t *stats_out);
 
 #endif

@@ -275,6 +275,27 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
     pthread_mutex_unlock(&n->lock);
     status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
     ms = (double)(tdm_clock_now_ns() - t0) / NS_PER_MS;
+    /* The counters first, then the notice: the router starts the decode on the notice, so a
+     * client whose turn has ended reads this job on /metrics (sent first, the counters lagged
+     * behind the whole decode whenever this thread lost the CPU right after the send). */
+    pthread_mutex_lock(&n->lock);
+    n->running_tokens = 0;
+    n->stats.jobs_total++;
+    n->stats.jobs_failed_total += status != TDM_OK && status != TDM_ERR_TIMEOUT;
+    n->stats.jobs_aborted_total += status == TDM_ERR_TIMEOUT;
+    if (status == TDM_OK) {
+        n->stats.prefilled_tokens_total += rep.n_prefilled;
+        n->stats.pulled_pages_total += rep.n_pulled;
+        n->stats.put_pages_total += rep.n_put;
+        n->stats.chunk_puts_total += rep.n_chunk_puts;
+        n->stats.early_put_pages_total += rep.n_put_early;
+        n->stats.last_job_ms = ms;
+        n->stats.last_compute_ms = (double)rep.compute_ns / NS_PER_MS;
+        n->stats.recent_tokens_per_s =
+            rep.compute_ns > 0 ? (double)rep.n_prefilled * NS_PER_S / (double)rep.compute_ns
+                               : 0.0;
+    }
+    pthread_mutex_unlock(&n->lock);
     if (status == TDM_OK) {
         out.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
         out.completion = &notice;
@@ -294,24 +315,6 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
                 (unsigned long long)job->request_id, tdm_status_name(status), err);
         send_error(n, job->request_id, status, err);
     }
-    pthread_mutex_lock(&n->lock);
-    n->running_tokens = 0;
-    n->stats.jobs_total++;
-    n->stats.jobs_failed_total += status != TDM_OK && status != TDM_ERR_TIMEOUT;
-    n->stats.jobs_aborted_total += status == TDM_ERR_TIMEOUT;
-    if (status == TDM_OK) {
-        n->stats.prefilled_tokens_total += rep.n_prefilled;
-        n->stats.pulled_pages_total += rep.n_pulled;
-        n->stats.put_pages_total += rep.n_put;
-        n->stats.chunk_puts_total += rep.n_chunk_puts;
-        n->stats.early_put_pages_total += rep.n_put_early;
-        n->stats.last_job_ms = ms;
-        n->stats.last_compute_ms = (double)rep.compute_ns / NS_PER_MS;
-        n->stats.recent_tokens_per_s =
-            rep.compute_ns > 0 ? (double)rep.n_prefilled * NS_PER_S / (double)rep.compute_ns
-                               : 0.0;
-    }
-    pthread_mutex_unlock(&n->lock);
 }
 
 static int setup(prefill_node_t *n)

@@ -4,7 +4,9 @@
  * prefills only its new tokens (prefill node and router counters, exactly, per turn), a
  * cancelled turn giving its reserved pages back, a decode node with --spec ngram giving the same
  * greedy tokens as one without and counting its drafts on /metrics. Every test ends with each
- * decode node's pages back at the baseline it had when the cluster came up (printed).
+ * decode node's pages back at the baseline it had when the cluster came up (printed). Counters
+ * are read as soon as a response ends, without waiting: a worker counts a turn or job on /metrics
+ * before it sends the Finish or CompletionNotice that ends it (docs/PROTOCOL.md section 7).
  * Failures of workers are in test_cluster_faults.c; the harness is test_cluster_harness.h.
  */
 #define T_MODEL_PREFIX "cluster"
