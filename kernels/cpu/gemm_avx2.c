@@ -1,10 +1,13 @@
 /* gemm_avx2.c - kern_gemm_cpu for AVX2 + FMA (x86-64-v3; gemm_body.inc; built with -mavx2 -mfma
  * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX2). 16 registers and two per
- * 16-lane vector: a 3 x 2 tile (12 registers of accumulators), 4 weight rows per GEMV block. */
+ * 16-lane vector: a 3 x 2 tile (12 registers of accumulators); weight rows per GEMV block: 2
+ * BF16/F32, 4 FP8/MXFP4. */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX2   1
 #define CPU_SIMD16_SUFFIX avx2
 #define GEMV_OUT          4
+#define GEMV_OUT_W        2
+#define GEMV_OUT_Q        4
 #define TILE_O            2
 #define FMA_CHAINS        6
 #define GEMVR_OUT         2

@@ -6,6 +6,8 @@
 #define CPU_SIMD16_SCALAR 1
 #define CPU_SIMD16_SUFFIX scalar
 #define GEMV_OUT          4
+#define GEMV_OUT_W        2
+#define GEMV_OUT_Q        4
 #define TILE_O            2
 #define FMA_CHAINS        2
 #define GEMVR_OUT         2
