@@ -157,8 +157,8 @@ static req_t *find_req(decode_sched_t *s, uint64_t id)
     return NULL;
 }
 
-/* Forget r; its session becomes idle. */
-static void end_req(decode_sched_t *s, req_t *r)
+/* r leaves the batch (it stays allocated: free_req); its session becomes idle. */
+static void unlink_req(decode_sched_t *s, req_t *r)
 {
     req_t **link = &s->reqs;
 
@@ -168,9 +168,20 @@ static void end_req(decode_sched_t *s, req_t *r)
     *link = r->next;
     r->session->busy = 0;
     r->session->last_used_ns = tdm_clock_now_ns();
+}
+
+static void free_req(req_t *r)
+{
     free(r->delta);
     free(r->history);
     free(r);
+}
+
+/* Forget r; its session becomes idle. */
+static void end_req(decode_sched_t *s, req_t *r)
+{
+    unlink_req(s, r);
+    free_req(r);
 }
 
 static void publish(decode_sched_t *s);
@@ -240,7 +251,6 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
 {
     Tandem__FinishReason reason = TANDEM__FINISH_REASON__FINISH_UNSPECIFIED;
 
-    send_token(s, r, position, token, sample, logprob);
     /* the history a later rewind replays from; a failed record only shortens it */
     (void)decode_sessions_note_ids(r->session, (int64_t)position, &token, 1);
     r->n_generated++;
@@ -255,10 +265,24 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
         reason = TANDEM__FINISH_REASON__FINISH_CONTEXT;
     }
     if (reason == TANDEM__FINISH_REASON__FINISH_UNSPECIFIED) {
+        send_token(s, r, position, token, sample, logprob);
         r->phase = REQ_RUNNING;
         return 0;
     }
-    finish_req(s, r, reason);
+    /* The turn's last token. The router can answer its client on this token alone (its stream
+     * reaches max_tokens or a stop id before the Finish arrives), so, as in finish_req, the
+     * counters that include the turn are published before anything of its end goes out: r
+     * leaves the batch, publish, then the token, then the Finish. */
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Finish f = TANDEM__FINISH__INIT;
+    finish_of(r, reason, &f);
+    unlink_req(s, r);
+    publish(s);
+    send_token(s, r, position, token, sample, logprob);
+    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
+    env.finish = &f;
+    node_link_send(s->link, &env);
+    free_req(r);
     return 1;
 }
 
