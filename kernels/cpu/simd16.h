@@ -40,6 +40,28 @@
 /* 2 * e2m1(code) for codes 0-15 (code | 8 negative; -0 as 0). */
 #define V16_E2M1X2_TABLE 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 
+#if defined(CPU_SIMD16_AVX512) || defined(CPU_SIMD16_AVX2)
+#include <immintrin.h>
+
+/* x86: 2 * e2m1 of the nibbles of the bytes of b as int8 in element order (v0: bytes 0-7,
+ * v1: bytes 8-15; see V16_E2M1X2_TABLE). */
+static inline void v16_x86_e2m1x2_i8(__m128i b, __m128i *v0, __m128i *v1)
+{
+    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    *v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    *v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+}
+
+/* x86: 16 E4M3 codes as the FP16 bits of e4m3(code) * 2^-8 (v16_e4m3_h). */
+static inline __m256i v16_x86_e4m3_f16(const uint8_t *p)
+{
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+}
+#endif
+
 #if defined(CPU_SIMD16_AVX512)
 #include <immintrin.h>
 
@@ -86,27 +108,18 @@ static inline v16 v16_e4m3_raw(const uint8_t *p)
 }
 static inline v16 v16_e2m1x2(const uint8_t *p)
 {
-    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
-    __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    __m128i v, unused;
+    v16_x86_e2m1x2_i8(_mm_loadl_epi64((const __m128i *)p), &v, &unused);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
 }
 static inline v16 v16_e4m3_h(const uint8_t *p)
 {
-    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
-    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
-    return _mm512_cvtph_ps(w);
+    return _mm512_cvtph_ps(v16_x86_e4m3_f16(p));
 }
 static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
-    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
-    __m128i b = _mm_loadu_si128((const __m128i *)p);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
-    __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+    __m128i v0, v1;
+    v16_x86_e2m1x2_i8(_mm_loadu_si128((const __m128i *)p), &v0, &v1);
     *lo_out = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v0));
     *hi_out = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v1));
 }
@@ -168,29 +181,21 @@ static inline v16 v16_e4m3_raw(const uint8_t *p)
 }
 static inline v16 v16_e2m1x2(const uint8_t *p)
 {
-    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
-    __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    __m128i v = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    __m128i v, unused;
+    v16_x86_e2m1x2_i8(_mm_loadl_epi64((const __m128i *)p), &v, &unused);
     return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
                  _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
 }
 static inline v16 v16_e4m3_h(const uint8_t *p)
 {
-    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
-    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+    __m256i w = v16_x86_e4m3_f16(p);
     return (v16){_mm256_cvtph_ps(_mm256_castsi256_si128(w)),
                  _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1))};
 }
 static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
-    const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
-    __m128i b = _mm_loadu_si128((const __m128i *)p);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
-    __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+    __m128i v0, v1;
+    v16_x86_e2m1x2_i8(_mm_loadu_si128((const __m128i *)p), &v0, &v1);
     *lo_out = (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)),
                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8)))};
     *hi_out = (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
