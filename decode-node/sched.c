@@ -86,33 +86,44 @@ static void send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode
     node_link_send(s->link, &env);
 }
 
-static void send_token(decode_sched_t *s, const req_t *r, uint64_t position, int32_t token,
-                       const engine_sample_t *sample, float logprob)
+/*
+ * send_tokens - tokens[0..n) of r, the first at `position`, in ONE TokenChunk (a speculative
+ * step keeps several): their logprobs (logprobs[k]) and, when r asked for alternatives,
+ * samples[k]'s top list (samples may be NULL: no alternatives). n <= ENGINE_SPEC_MAX_EMIT.
+ */
+static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position,
+                        const int32_t *tokens, const engine_sample_t *samples,
+                        const float *logprobs, int n)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__TokenChunk c = TANDEM__TOKEN_CHUNK__INIT;
-    Tandem__TopLogprobs top = TANDEM__TOP_LOGPROBS__INIT;
-    Tandem__TopLogprobs *tops[1] = {&top};
-    int32_t top_tokens[ENGINE_SAMPLER_MAX_LOGPROBS];
-    float top_lps[ENGINE_SAMPLER_MAX_LOGPROBS];
+    Tandem__TopLogprobs top[ENGINE_SPEC_MAX_EMIT];
+    Tandem__TopLogprobs *tops[ENGINE_SPEC_MAX_EMIT];
+    int32_t top_tokens[ENGINE_SPEC_MAX_EMIT][ENGINE_SAMPLER_MAX_LOGPROBS];
+    float top_lps[ENGINE_SPEC_MAX_EMIT][ENGINE_SAMPLER_MAX_LOGPROBS];
 
     c.request_id = r->id;
     c.first_position = position;
-    c.n_tokens = 1;
-    c.tokens = &token;
+    c.n_tokens = (size_t)n;
+    c.tokens = (int32_t *)tokens;
     if (r->sp.n_logprobs >= 0) {
-        c.n_logprobs = 1;
-        c.logprobs = &logprob;
-        if (sample != NULL && r->sp.n_logprobs > 0) {
-            for (int i = 0; i < sample->n_top; i++) {
-                top_tokens[i] = sample->top[i].token;
-                top_lps[i] = (float)sample->top[i].logprob;
+        c.n_logprobs = (size_t)n;
+        c.logprobs = (float *)logprobs;
+        if (samples != NULL && r->sp.n_logprobs > 0) {
+            for (int k = 0; k < n; k++) {
+                const engine_sample_t *sample = &samples[k];
+                tandem__top_logprobs__init(&top[k]);
+                for (int i = 0; i < sample->n_top; i++) {
+                    top_tokens[k][i] = sample->top[i].token;
+                    top_lps[k][i] = (float)sample->top[i].logprob;
+                }
+                top[k].n_tokens = (size_t)sample->n_top;
+                top[k].tokens = top_tokens[k];
+                top[k].n_logprobs = (size_t)sample->n_top;
+                top[k].logprobs = top_lps[k];
+                tops[k] = &top[k];
             }
-            top.n_tokens = (size_t)sample->n_top;
-            top.tokens = top_tokens;
-            top.n_logprobs = (size_t)sample->n_top;
-            top.logprobs = top_lps;
-            c.n_top = 1;
+            c.n_top = (size_t)n;
             c.top = tops;
         }
     }
@@ -244,46 +255,68 @@ static tdm_status_t drafter_from(const decode_sched_t *s, const char *name,
     return TDM_OK;
 }
 
-/* Send a freshly chosen token of r at `position`; finish r when it ends the turn. Returns 1 when
- * r was finished (and freed). */
-static int emit(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
-                const engine_sample_t *sample, float logprob)
+/*
+ * emit - tokens[0..n) freshly chosen for r, the first at `position` (one step's: one token, or
+ * what a speculative step kept): count them, note them in the session's history (and the
+ * n-gram drafter's), stop at the first that ends the turn, and send the kept ones in one
+ * TokenChunk. samples may be NULL (no top alternatives); logprobs[k] is token k's. Returns 1
+ * when r was finished (and freed).
+ *
+ * A turn's last chunk goes out after the counters that include the turn are published: the
+ * router can answer its client on that chunk alone (its stream reaches max_tokens or a stop
+ * id before the Finish arrives), so, as in finish_req, r leaves the batch, publish, then the
+ * chunk, then the Finish.
+ */
+static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *tokens,
+                const engine_sample_t *samples, const float *logprobs, int n, int to_history)
 {
     Tandem__FinishReason reason = TANDEM__FINISH_REASON__FINISH_UNSPECIFIED;
+    int used = 0;
 
-    /* the history a later rewind replays from; a failed record only shortens it */
-    (void)decode_sessions_note_ids(r->session, (int64_t)position, &token, 1);
-    r->n_generated++;
-    r->last_token = token;
-    s->rate_tokens++;
-    s->stats.generated_tokens_total++;
-    if (engine_sampler_is_stop(&r->sp, token)) {
-        reason = TANDEM__FINISH_REASON__FINISH_STOP_TOKEN;
-    } else if (r->n_generated >= r->max_tokens) {
-        reason = TANDEM__FINISH_REASON__FINISH_LENGTH;
-    } else if ((int64_t)position + 1 >= s->cfg->max_position_embeddings) {
-        reason = TANDEM__FINISH_REASON__FINISH_CONTEXT;
+    while (used < n && reason == TANDEM__FINISH_REASON__FINISH_UNSPECIFIED) {
+        int32_t token = tokens[used];
+        uint64_t q = position + (uint64_t)used;
+        /* the history a later rewind replays from; a failed record only shortens it */
+        (void)decode_sessions_note_ids(r->session, (int64_t)q, &token, 1);
+        if (to_history && r->history != NULL) {
+            r->history[r->n_history++] = token;
+        }
+        r->n_generated++;
+        r->last_token = token;
+        s->rate_tokens++;
+        s->stats.generated_tokens_total++;
+        used++;
+        if (engine_sampler_is_stop(&r->sp, token)) {
+            reason = TANDEM__FINISH_REASON__FINISH_STOP_TOKEN;
+        } else if (r->n_generated >= r->max_tokens) {
+            reason = TANDEM__FINISH_REASON__FINISH_LENGTH;
+        } else if ((int64_t)q + 1 >= s->cfg->max_position_embeddings) {
+            reason = TANDEM__FINISH_REASON__FINISH_CONTEXT;
+        }
     }
     if (reason == TANDEM__FINISH_REASON__FINISH_UNSPECIFIED) {
-        send_token(s, r, position, token, sample, logprob);
+        send_tokens(s, r, position, tokens, samples, logprobs, used);
         r->phase = REQ_RUNNING;
         return 0;
     }
-    /* The turn's last token. The router can answer its client on this token alone (its stream
-     * reaches max_tokens or a stop id before the Finish arrives), so, as in finish_req, the
-     * counters that include the turn are published before anything of its end goes out: r
-     * leaves the batch, publish, then the token, then the Finish. */
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Finish f = TANDEM__FINISH__INIT;
     finish_of(r, reason, &f);
     unlink_req(s, r);
     publish(s);
-    send_token(s, r, position, token, sample, logprob);
+    send_tokens(s, r, position, tokens, samples, logprobs, used);
     env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
     env.finish = &f;
     node_link_send(s->link, &env);
     free_req(r);
     return 1;
+}
+
+/* emit() of one token (a plain decode step, a prefill's or handoff's first token). */
+static int emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
+                    const engine_sample_t *sample, float logprob)
+{
+    return emit(s, r, position, &token, sample, &logprob, 1, 0);
 }
 
 /* ---- handlers ------------------------------------------------------------------------ */
@@ -573,7 +606,7 @@ static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         return;
     }
     s->stats.handoffs_total++;
-    emit(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
+    emit_one(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
 }
 
 static void on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
@@ -842,7 +875,8 @@ static void run_prefill(decode_sched_t *s, req_t *r)
     }
     free(r->delta);
     r->delta = NULL;
-    emit(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample, (float)sample.logprob);
+    emit_one(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample,
+             (float)sample.logprob);
 }
 
 /* One engine_spec_step over batch[0..n): draft, verify in one pass, stream what each kept. */
@@ -891,15 +925,15 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
         req_t *r = batch[i];
         const engine_spec_result_t *res = &s->spec_results[i];
 
+        int32_t toks[ENGINE_SPEC_MAX_EMIT];
+        float lps[ENGINE_SPEC_MAX_EMIT];
         for (int k = 0; k < res->n_emitted; k++) {
-            const engine_sample_t *sample = &res->samples[k];
-            if (r->history != NULL) {
-                r->history[r->n_history++] = sample->token;
-            }
-            if (emit(s, r, (uint64_t)(anchor_pos[i] + 1 + k), sample->token, sample,
-                     (float)sample->logprob) != 0) {
-                break; /* r finished and freed */
-            }
+            toks[k] = res->samples[k].token;
+            lps[k] = (float)res->samples[k].logprob;
+        }
+        if (res->n_emitted > 0) { /* every kept token in one chunk */
+            emit(s, r, (uint64_t)(anchor_pos[i] + 1), toks, res->samples, lps, res->n_emitted,
+                 1);
         }
     }
 }
@@ -961,7 +995,7 @@ static void run_decode(decode_sched_t *s)
             fail_req(s, r, status);
             continue;
         }
-        emit(s, r, (uint64_t)q, sample.token, &sample, (float)sample.logprob);
+        emit_one(s, r, (uint64_t)q, sample.token, &sample, (float)sample.logprob);
     }
 }
 
