@@ -109,6 +109,9 @@ static double gemm_rate(int n_threads)
     kern_mat_t m = {KERN_MAT_BF16, n, n, w, NULL};
     kern_ctx_t ctx = {.n_threads = n_threads};
     double best = 0;
+    if (n_threads > 1 && kern_pool_create(n_threads, &ctx.pool) != TDM_OK) {
+        ctx.n_threads = 1; /* the caller alone (logged by kern_pool_create) */
+    }
     for (int64_t i = 0; i < n * n; i++) {
         w[i] = 0x3f80;
         x[i] = 0.5f;
@@ -121,6 +124,7 @@ static double gemm_rate(int n_threads)
             best = 2.0 * n * n * n / s;
         }
     }
+    kern_pool_destroy(ctx.pool);
     free(w);
     free(x);
     free(y);

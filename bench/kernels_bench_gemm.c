@@ -292,6 +292,9 @@ int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
     int status = 0;
 
     memset(summary_out, 0, sizeof(*summary_out));
+    if (params->n_threads > 1 && kern_pool_create(params->n_threads, &cpu_ctx.pool) != TDM_OK) {
+        cpu_ctx.n_threads = 1; /* the caller alone (logged by kern_pool_create) */
+    }
     printf("\ngemm: y = x W^T, BF16 out; cpu = kern_gemm_cpu on BF16 weights (%d threads); cuda = "
            "kern_gemm_cuda on the same BF16 weights; cuda-q = kern_gemm_q_cuda on the FP8/MXFP4 "
            "codes. rate: GB/s of weight bytes at 1 row, TFLOP/s at %lld rows\n",
@@ -400,5 +403,6 @@ int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
         free(y);
         free(x);
     }
+    kern_pool_destroy(cpu_ctx.pool);
     return status;
 }

@@ -96,6 +96,13 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
     fwd->params = *params;
     fwd->kctx.backend = KERN_BACKEND_CPU;
     fwd->kctx.n_threads = params->n_threads;
+    if (params->n_threads > 1) {
+        st = kern_pool_create(params->n_threads, &fwd->kctx.pool); /* joined in fwd_destroy */
+        if (st != TDM_OK) {
+            free(fwd);
+            return st;
+        }
+    }
     fwd->n_index_sources = c->n_index_source_layer_ids;
     for (int i = 0; i < c->n_index_source_layer_ids; i++) {
         fwd->index_source_layer[i] = (int)c->index_source_layer_ids[i];
@@ -127,6 +134,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->batch_arena);
     free(fwd->ikey_cache);
+    kern_pool_destroy(fwd->kctx.pool);
     free(fwd);
 }
 

@@ -86,7 +86,9 @@ typedef struct {
  *
  * max_chunk_tokens: most tokens one layer pass processes at once (prefill chunks; >= 1). Also
  *                   the largest total of a decode/verify batch.
- * n_threads:        kernel threads (kern_ctx_t), default the model's.
+ * n_threads:        kernel threads (kern_ctx_t), default the model's; 1..KERN_POOL_MAX_THREADS.
+ *                   Above 1 the context starts its own worker pool (n_threads - 1 threads,
+ *                   kernels/backend.h), which engine_fwd_destroy joins.
  */
 typedef struct {
     int64_t max_chunk_tokens;
@@ -101,7 +103,7 @@ typedef struct engine_fwd engine_fwd_t;
 
 /*
  * engine_fwd_create - a forward context for `model` using `pool`; both borrowed (must outlive
- * it). Sizes its scratch arenas from params.
+ * it). Sizes its scratch arenas from params and starts its kernel worker pool (params.n_threads).
  *
  * Returns TDM_OK and *fwd_out (engine_fwd_destroy frees it), TDM_ERR_INVALID_ARG (NULL, bad
  * params, a pool of another model), or TDM_ERR_NO_MEMORY.
@@ -109,7 +111,7 @@ typedef struct engine_fwd engine_fwd_t;
 tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *pool,
                                const engine_fwd_params_t *params, engine_fwd_t **fwd_out);
 
-/* engine_fwd_destroy - free the context; accepts NULL. */
+/* engine_fwd_destroy - free the context and join its kernel workers; accepts NULL. */
 void engine_fwd_destroy(engine_fwd_t *fwd);
 
 /* engine_fwd_set_dump - install (sink != NULL, copied) or remove (NULL) the dump sink. */

@@ -122,6 +122,7 @@ tdm_status_t engine_spec_create(engine_fwd_t *fwd, const engine_spec_params_t *p
     spec->ops = engine_model_ops(model);
     spec->kctx.backend = KERN_BACKEND_CPU;
     spec->kctx.n_threads = engine_model_n_threads(model);
+    spec->kctx.pool = fwd->kctx.pool; /* borrowed: fwd outlives spec, and both run on one thread */
     spec->params = *params;
     spec->V = c->vocab_size;
     spec->H = c->hidden_size;

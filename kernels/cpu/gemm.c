@@ -321,6 +321,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
                            int64_t n_rows, uint32_t flags, float *y_out, int64_t ldy)
 {
     int n_threads = (ctx != NULL && ctx->n_threads > 1) ? ctx->n_threads : 1;
+    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL); /* 1 without one */
     int64_t n_quads;
     gemm_range_fn *fn;
 
@@ -331,6 +332,9 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
         return TDM_OK;
     }
     fn = range_fn(kern_cpu_isa());
+    if (n_threads > pool_threads) {
+        n_threads = pool_threads;
+    }
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
     if ((double)n_rows * (double)w->n_out * (double)w->n_in < GEMM_THREAD_MIN_MACS ||
         n_quads < 2 * n_threads) {
@@ -349,7 +353,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     if (job.n_chunks > n_quads) {
         job.n_chunks = n_quads;
     }
-    cpu_pool_run(n_threads, job.n_chunks, gemm_chunk, &job);
+    cpu_pool_run(ctx->pool, n_threads, job.n_chunks, gemm_chunk, &job);
     return job.failed ? TDM_ERR_NO_MEMORY : TDM_OK;
 }
 

@@ -139,9 +139,10 @@ static void test_qdq_act8_matches_scalar_composition(void **state)
     }
 }
 
-/* kern_gemm_cpu equals kern_gemm_ref_cpu bit for bit at n_rows rows and n_threads threads. */
-static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, int n_threads,
-                       uint32_t flags)
+/* kern_gemm_cpu equals kern_gemm_ref_cpu bit for bit at n_rows rows and n_threads threads of
+ * pool (borrowed; NULL = the caller alone). */
+static void check_gemm_on(kern_pool_t *pool, int dtype, int64_t n_out, int64_t n_in, int64_t n_rows,
+                          int n_threads, uint32_t flags)
 {
     int64_t nw = n_out * n_in;
     void *wd = malloc((size_t)nw * (dtype == KERN_MAT_F32 ? 4 : 2));
@@ -149,7 +150,7 @@ static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, i
     float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd, NULL};
-    kern_ctx_t ctx = {.n_threads = n_threads};
+    kern_ctx_t ctx = {.n_threads = n_threads, .pool = pool};
 
     for (int64_t i = 0; i < nw; i++) {
         if (dtype == KERN_MAT_F32) {
@@ -168,6 +169,18 @@ static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, i
     free(x);
     free(y);
     free(y_ref);
+}
+
+/* check_gemm_on with a pool of n_threads made for the call (none for one thread). */
+static void check_gemm(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, int n_threads,
+                       uint32_t flags)
+{
+    kern_pool_t *pool = NULL;
+    if (n_threads > 1) {
+        assert_int_equal(kern_pool_create(n_threads, &pool), TDM_OK);
+    }
+    check_gemm_on(pool, dtype, n_out, n_in, n_rows, n_threads, flags);
+    kern_pool_destroy(pool);
 }
 
 static void test_gemv_and_pooled_gemm_match_reference(void **state)
@@ -229,6 +242,9 @@ static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_r
     float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     kern_ctx_t ctx = {.n_threads = n_threads};
 
+    if (n_threads > 1) {
+        assert_int_equal(kern_pool_create(n_threads, &ctx.pool), TDM_OK);
+    }
     make_quant_mat(dtype, n_out, n_in, s_lo, s_hi, &m, &bf16);
     kern_mat_t mb = {KERN_MAT_BF16, n_out, n_in, bf16, NULL};
     assert_int_equal(kern_mat_check_quantized(&m), 1);
@@ -240,6 +256,7 @@ static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_r
     assert_bits_equal(y, y_ref, n_rows * n_out, dtype == KERN_MAT_FP8 ? "gemm fp8" : "gemm mxfp4");
     assert_int_equal(kern_gemm_ref_cpu(NULL, &mb, x, n_in, n_rows, flags, y_ref, n_out), TDM_OK);
     assert_bits_equal(y, y_ref, n_rows * n_out, "gemm quantized vs BF16 expansion");
+    kern_pool_destroy(ctx.pool);
     free((void *)m.data);
     free((void *)m.scales);
     free(bf16);
@@ -299,6 +316,7 @@ static void test_quantized_checks(void **state)
 }
 
 typedef struct {
+    kern_pool_t *pool;
     int ok;
 } pool_arg_t;
 
@@ -306,7 +324,7 @@ static void *gemm_thread(void *arg)
 {
     pool_arg_t *a = arg;
     for (int rep = 0; rep < 3; rep++) {
-        check_gemm(KERN_MAT_BF16, 4100, 1024, 1, 2, 0); /* fails the test on a mismatch */
+        check_gemm_on(a->pool, KERN_MAT_BF16, 4100, 1024, 1, 2, 0); /* fails on a mismatch */
     }
     a->ok = 1;
     return NULL;
@@ -317,12 +335,14 @@ static void test_two_callers_share_the_pool(void **state)
     pthread_t th;
     pool_arg_t a = {0};
     (void)state;
+    assert_int_equal(kern_pool_create(2, &a.pool), TDM_OK);
     assert_int_equal(pthread_create(&th, NULL, gemm_thread, &a), 0);
     for (int rep = 0; rep < 3; rep++) {
-        check_gemm(KERN_MAT_F32, 2050, 2048, 1, 2, KERN_GEMM_OUT_BF16);
+        check_gemm_on(a.pool, KERN_MAT_F32, 2050, 2048, 1, 2, KERN_GEMM_OUT_BF16);
     }
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(a.ok, 1);
+    kern_pool_destroy(a.pool);
 }
 
 static void test_mhc_and_attention_match_scalar_loops(void **state)

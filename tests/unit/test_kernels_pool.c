@@ -1,0 +1,220 @@
+/* test_kernels_pool.c - the CPU kernels' worker pool (kern_pool_t, kernels/backend.h): argument
+ * errors, workers that really run chunks, two kernel contexts with pools of their own used from
+ * two threads at once (bit-identical GEMMs), and every worker joined at destroy. */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <time.h>
+#include <cmocka.h>
+#include "kernels/backend.h"
+#include "kernels/codec.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/gemm.h"
+
+#define WAIT_LIMIT_NS (10LL * 1000000000LL) /* a worker that never comes fails, not hangs */
+
+/* Threads of this process (entries of /proc/self/task), or -1 where that is not readable. */
+static int count_threads(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    if (dir == NULL) {
+        return -1;
+    }
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] != '.') {
+            n++;
+        }
+    }
+    closedir(dir);
+    return n;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void test_create_rejects_bad_arguments_and_destroy_accepts_null(void **state)
+{
+    kern_pool_t *pool = (kern_pool_t *)&pool; /* a value create must leave alone */
+    (void)state;
+    assert_int_equal(kern_pool_create(0, &pool), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_pool_create(KERN_POOL_MAX_THREADS + 1, &pool), TDM_ERR_INVALID_ARG);
+    assert_ptr_equal(pool, (kern_pool_t *)&pool);
+    assert_int_equal(kern_pool_create(2, NULL), TDM_ERR_INVALID_ARG);
+    kern_pool_destroy(NULL);
+    assert_int_equal(kern_pool_n_threads(NULL), 1);
+    assert_int_equal(kern_pool_create(1, &pool), TDM_OK); /* no workers: the caller alone */
+    assert_int_equal(kern_pool_n_threads(pool), 1);
+    kern_pool_destroy(pool);
+}
+
+/* Chunk 0 waits until chunk 1 has run: only a second thread can run chunk 1 while the caller is
+ * inside chunk 0, so the job finishes only if a worker takes part. */
+typedef struct {
+    pthread_mutex_t mu;
+    int chunk1_done;
+    int chunk0_saw_it;
+} handshake_t;
+
+static void handshake_chunk(void *arg, int64_t c)
+{
+    handshake_t *h = arg;
+    if (c == 1) {
+        pthread_mutex_lock(&h->mu);
+        h->chunk1_done = 1;
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    int64_t t_end_ns = now_ns() + WAIT_LIMIT_NS;
+    for (;;) {
+        int done;
+        pthread_mutex_lock(&h->mu);
+        done = h->chunk1_done;
+        pthread_mutex_unlock(&h->mu);
+        if (done || now_ns() > t_end_ns) {
+            h->chunk0_saw_it = done;
+            return;
+        }
+        sched_yield();
+    }
+}
+
+static void test_workers_run_chunks_beside_the_caller_and_are_joined(void **state)
+{
+    int n_before = count_threads();
+    kern_pool_t *pool = NULL;
+    (void)state;
+    assert_int_equal(kern_pool_create(3, &pool), TDM_OK);
+    assert_int_equal(kern_pool_n_threads(pool), 3);
+    if (n_before > 0) {
+        assert_int_equal(count_threads(), n_before + 2);
+    }
+    for (int rep = 0; rep < 20; rep++) {
+        handshake_t h = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+        cpu_pool_run(pool, 2, 2, handshake_chunk, &h);
+        assert_int_equal(h.chunk0_saw_it, 1);
+        pthread_mutex_destroy(&h.mu);
+    }
+    kern_pool_destroy(pool);
+    if (n_before > 0) {
+        assert_int_equal(count_threads(), n_before);
+    } else {
+        print_message("/proc/self/task unreadable: thread counts not checked\n");
+    }
+}
+
+/* One kernel context with its own pool, used by one thread: GEMMs on it equal the reference bit
+ * for bit. */
+typedef struct {
+    int n_threads;
+    uint32_t seed;
+    int ok;
+} ctx_job_t;
+
+static float next_rand(uint32_t *s, float scale)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return ((float)(*s >> 8) / 16777216.0f * 2.0f - 1.0f) * scale;
+}
+
+static void *ctx_thread(void *arg)
+{
+    ctx_job_t *job = arg;
+    const int64_t n_out = 2056, n_in = 1024, n_rows = 3;
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n_out * n_in));
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+    kern_ctx_t ctx = {.backend = KERN_BACKEND_CPU, .n_threads = job->n_threads};
+    kern_mat_t m = {KERN_MAT_BF16, n_out, n_in, w, NULL};
+    uint32_t s = job->seed;
+    int ok = w != NULL && x != NULL && y != NULL && y_ref != NULL &&
+             kern_pool_create(job->n_threads, &ctx.pool) == TDM_OK;
+
+    if (ok) {
+        for (int64_t i = 0; i < n_out * n_in; i++) {
+            w[i] = kern_bf16_from_f32(next_rand(&s, 0.1f));
+        }
+        for (int64_t i = 0; i < n_rows * n_in; i++) {
+            x[i] = next_rand(&s, 3.0f);
+        }
+        ok = kern_gemm_ref_cpu(NULL, &m, x, n_in, n_rows, 0, y_ref, n_out) == TDM_OK;
+    }
+    for (int rep = 0; ok && rep < 10; rep++) {
+        memset(y, 0, sizeof(float) * (size_t)(n_rows * n_out));
+        ok = kern_gemm_cpu(&ctx, &m, x, n_in, n_rows, 0, y, n_out) == TDM_OK &&
+             memcmp(y, y_ref, sizeof(float) * (size_t)(n_rows * n_out)) == 0;
+    }
+    kern_pool_destroy(ctx.pool);
+    free(w);
+    free(x);
+    free(y);
+    free(y_ref);
+    job->ok = ok;
+    return NULL;
+}
+
+static void test_two_contexts_with_own_pools_run_at_once_and_join(void **state)
+{
+    int n_before = count_threads();
+    pthread_t th[2];
+    ctx_job_t jobs[2] = {{2, 1u, 0}, {3, 7u, 0}};
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, ctx_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(jobs[i].ok, 1);
+    }
+    if (n_before > 0) {
+        assert_int_equal(count_threads(), n_before); /* every worker of both pools joined */
+    }
+}
+
+static void test_context_without_pool_runs_on_the_caller(void **state)
+{
+    const int64_t n_out = 4100, n_in = 1024;
+    float *w = calloc((size_t)(n_out * n_in), sizeof(float));
+    float *x = calloc((size_t)n_in, sizeof(float));
+    float *y = malloc(sizeof(float) * (size_t)n_out);
+    kern_ctx_t ctx = {.n_threads = 4}; /* no pool: one thread, same results */
+    kern_mat_t m = {KERN_MAT_F32, n_out, n_in, w, NULL};
+    (void)state;
+    assert_non_null(w);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int64_t i = 0; i < n_in; i++) {
+        x[i] = 1.0f;
+        w[5 * n_in + i] = 0.5f;
+    }
+    assert_int_equal(kern_gemm_cpu(&ctx, &m, x, n_in, 1, 0, y, n_out), TDM_OK);
+    assert_true(y[5] == 0.5f * (float)n_in);
+    assert_true(y[6] == 0.0f);
+    free(w);
+    free(x);
+    free(y);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_rejects_bad_arguments_and_destroy_accepts_null),
+        cmocka_unit_test(test_workers_run_chunks_beside_the_caller_and_are_joined),
+        cmocka_unit_test(test_two_contexts_with_own_pools_run_at_once_and_join),
+        cmocka_unit_test(test_context_without_pool_runs_on_the_caller),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
