@@ -12,6 +12,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/startup.h"
 #include "decode-node/node_http.h"
 #include "decode-node/node_link.h"
@@ -115,105 +116,127 @@ static void on_signal(int sig)
     g_stop_signal = sig;
 }
 
-/* Append the speculative decoding counters of the drafters a node can run to body. */
-static void render_spec(const decode_stats_t *st, char *body, size_t body_bytes)
+/* The speculative decoding families, one sample per drafter a node can run. */
+static void render_spec(const decode_stats_t *st, tdm_prom_t *p)
 {
     static const engine_spec_drafter_t drafters[] = {ENGINE_SPEC_OFF, ENGINE_SPEC_DSPARK,
                                                      ENGINE_SPEC_NGRAM};
-    size_t used = strlen(body);
+    static const struct {
+        const char *name;
+        tdm_prom_type_t type;
+        const char *help;
+    } families[] = {
+        {"tandem_spec_steps_total", TDM_PROM_COUNTER, "sequence-steps that used the drafter"},
+        {"tandem_spec_drafted_tokens_total", TDM_PROM_COUNTER, "draft tokens proposed"},
+        {"tandem_spec_verified_tokens_total", TDM_PROM_COUNTER, "draft tokens verified"},
+        {"tandem_spec_accepted_tokens_total", TDM_PROM_COUNTER, "draft tokens accepted"},
+        {"tandem_spec_emitted_tokens_total", TDM_PROM_COUNTER,
+         "tokens emitted by speculative steps"},
+        {"tandem_spec_acceptance_rate", TDM_PROM_GAUGE,
+         "accepted over verified draft tokens (0 without verifies)"},
+        {"tandem_spec_mean_accepted_length", TDM_PROM_GAUGE, "draft tokens accepted per step"},
+    };
 
-    for (size_t i = 0; i < sizeof(drafters) / sizeof(drafters[0]) && used < body_bytes; i++) {
-        const engine_spec_metrics_t *m = &st->spec[drafters[i]];
-        const char *name = engine_spec_drafter_name(drafters[i]);
-        int n = snprintf(body + used, body_bytes - used,
-                         "tandem_spec_steps_total{drafter=\"%s\"} %llu\n"
-                         "tandem_spec_drafted_tokens_total{drafter=\"%s\"} %llu\n"
-                         "tandem_spec_verified_tokens_total{drafter=\"%s\"} %llu\n"
-                         "tandem_spec_accepted_tokens_total{drafter=\"%s\"} %llu\n"
-                         "tandem_spec_emitted_tokens_total{drafter=\"%s\"} %llu\n"
-                         "tandem_spec_acceptance_rate{drafter=\"%s\"} %.6f\n"
-                         "tandem_spec_mean_accepted_length{drafter=\"%s\"} %.6f\n",
-                         name, (unsigned long long)m->n_steps, name,
-                         (unsigned long long)m->drafted, name, (unsigned long long)m->verified,
-                         name, (unsigned long long)m->accepted, name,
-                         (unsigned long long)m->emitted, name, m->acceptance_rate, name,
-                         m->mean_accepted_length);
-        if (n < 0) {
-            break;
+    for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+        tdm_prom_family(p, families[f].name, families[f].type, families[f].help);
+        for (size_t i = 0; i < sizeof(drafters) / sizeof(drafters[0]); i++) {
+            const engine_spec_metrics_t *m = &st->spec[drafters[i]];
+            const tdm_prom_label_t label = {"drafter", engine_spec_drafter_name(drafters[i])};
+            const uint64_t counts[] = {m->n_steps, m->drafted, m->verified, m->accepted,
+                                       m->emitted};
+
+            if (families[f].type == TDM_PROM_COUNTER) {
+                tdm_prom_sample_u64(p, &label, 1, counts[f]);
+            } else {
+                const double rates[] = {m->acceptance_rate, m->mean_accepted_length};
+
+                tdm_prom_sample(p, &label, 1, rates[f - sizeof(counts) / sizeof(counts[0])]);
+            }
         }
-        used += (size_t)n;
     }
+}
+
+/* The /metrics page: the node's families, then transfer/'s. NULL when out of memory. */
+static char *render_metrics(decode_node_t *n, const decode_stats_t *st)
+{
+    tdm_prom_t *p;
+    char *text = NULL;
+    size_t n_bytes = 0;
+
+    if (tdm_prom_create(&p) != TDM_OK) {
+        return NULL;
+    }
+    tdm_prom_counter(p, "tandem_decode_requests_total", "decode requests accepted",
+                     st->requests_total);
+    tdm_prom_counter(p, "tandem_decode_generated_tokens_total", "tokens generated",
+                     st->generated_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_local_prefill_tokens_total",
+                     "prompt tokens prefilled on this node", st->local_prefill_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_handoffs_total",
+                     "prefill handoffs adopted (pages put by a prefill node)", st->handoffs_total);
+    tdm_prom_counter(p, "tandem_decode_handoff_failures_total", "prefill handoffs that failed",
+                     st->handoff_failures_total);
+    tdm_prom_counter(p, "tandem_decode_reservations_total", "page reservations granted",
+                     st->reservations_total);
+    tdm_prom_counter(p, "tandem_decode_reservations_lapsed_total",
+                     "page reservations that lapsed unused", st->reservations_lapsed_total);
+    tdm_prom_counter(p, "tandem_decode_aborts_total", "requests and reservations aborted",
+                     st->aborts_total);
+    tdm_prom_counter(p, "tandem_decode_state_lost_total",
+                     "requests refused because the session's state was gone", st->state_lost_total);
+    tdm_prom_counter(p, "tandem_decode_rewinds_total",
+                     "sessions cut back to a shorter prefix and replayed", st->rewinds_total);
+    tdm_prom_counter(p, "tandem_decode_rewind_kept_tokens_total",
+                     "positions rewinds kept (not prefilled again)", st->rewind_kept_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_evictions_total", "idle sessions evicted for pages",
+                     st->evictions_total);
+    tdm_prom_gauge(p, "tandem_decode_running_sequences", "sequences in the decode batch",
+                   st->running_sequences);
+    tdm_prom_gauge(p, "tandem_decode_pending_prefills", "local prefills waiting",
+                   st->pending_prefills);
+    tdm_prom_gauge(p, "tandem_decode_free_pages", "KV pages free", st->free_pages);
+    tdm_prom_gauge(p, "tandem_decode_total_pages", "KV pages in the pool", st->total_pages);
+    tdm_prom_gauge(p, "tandem_decode_reserved_pages", "KV pages reserved for incoming prefills",
+                   st->reserved_pages);
+    tdm_prom_gauge(p, "tandem_decode_resident_sessions", "sessions holding KV pages",
+                   st->resident_sessions);
+    tdm_prom_gauge(p, "tandem_decode_session_pages", "KV pages held by resident sessions",
+                   st->session_pages);
+    tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
+                   "recent generation throughput, tokens per second", st->recent_tokens_per_s);
+    render_spec(st, p);
+    if (n->xfer != NULL) {
+        xfer_metrics_render_to(xfer_context_metrics(n->xfer), p);
+    }
+    return tdm_prom_finish(p, &text, &n_bytes) == TDM_OK ? text : NULL;
 }
 
 static int render(void *arg, node_http_page_t page, char **body_out)
 {
     decode_node_t *n = arg;
     decode_stats_t st;
-    char *body = malloc(DECODE_BODY_BYTES);
-    char *xfer_text = NULL;
-    size_t xfer_bytes = 0;
+    char *body;
     int ready = __atomic_load_n(&n->sched, __ATOMIC_ACQUIRE) != NULL;
 
-    if (body == NULL) {
-        return 500;
-    }
     memset(&st, 0, sizeof(st));
     if (ready) {
         decode_sched_stats(n->sched, &st);
     }
-    if (page == NODE_HTTP_HEALTH) {
-        snprintf(body, DECODE_BODY_BYTES,
-                 "{\"status\":\"%s\",\"role\":\"decode\",\"id\":\"%s\",\"free_pages\":%u,"
-                 "\"total_pages\":%u,\"running_sequences\":%u}\n",
-                 ready ? "ok" : "starting", n->id, st.free_pages, st.total_pages,
-                 st.running_sequences);
+    if (page == NODE_HTTP_METRICS) {
+        body = render_metrics(n, &st);
         *body_out = body;
-        return ready ? 200 : 503;
+        return body != NULL ? 200 : 500;
+    }
+    body = malloc(DECODE_BODY_BYTES);
+    if (body == NULL) {
+        return 500;
     }
     snprintf(body, DECODE_BODY_BYTES,
-             "tandem_decode_requests_total %llu\n"
-             "tandem_decode_generated_tokens_total %llu\n"
-             "tandem_decode_local_prefill_tokens_total %llu\n"
-             "tandem_decode_handoffs_total %llu\n"
-             "tandem_decode_handoff_failures_total %llu\n"
-             "tandem_decode_reservations_total %llu\n"
-             "tandem_decode_reservations_lapsed_total %llu\n"
-             "tandem_decode_aborts_total %llu\n"
-             "tandem_decode_state_lost_total %llu\n"
-             "tandem_decode_rewinds_total %llu\n"
-             "tandem_decode_rewind_kept_tokens_total %llu\n"
-             "tandem_decode_evictions_total %llu\n"
-             "tandem_decode_running_sequences %u\n"
-             "tandem_decode_pending_prefills %u\n"
-             "tandem_decode_free_pages %u\n"
-             "tandem_decode_total_pages %u\n"
-             "tandem_decode_reserved_pages %u\n"
-             "tandem_decode_resident_sessions %u\n"
-             "tandem_decode_session_pages %u\n"
-             "tandem_decode_recent_tokens_per_second %.3f\n",
-             (unsigned long long)st.requests_total, (unsigned long long)st.generated_tokens_total,
-             (unsigned long long)st.local_prefill_tokens_total,
-             (unsigned long long)st.handoffs_total, (unsigned long long)st.handoff_failures_total,
-             (unsigned long long)st.reservations_total,
-             (unsigned long long)st.reservations_lapsed_total,
-             (unsigned long long)st.aborts_total, (unsigned long long)st.state_lost_total,
-             (unsigned long long)st.rewinds_total, (unsigned long long)st.rewind_kept_tokens_total,
-             (unsigned long long)st.evictions_total, st.running_sequences, st.pending_prefills,
-             st.free_pages, st.total_pages, st.reserved_pages, st.resident_sessions, st.session_pages,
-             st.recent_tokens_per_s);
-    render_spec(&st, body, DECODE_BODY_BYTES);
-    if (n->xfer != NULL &&
-        xfer_metrics_render(xfer_context_metrics(n->xfer), &xfer_text, &xfer_bytes) == TDM_OK) {
-        size_t used = strlen(body);
-        char *all = realloc(body, used + xfer_bytes + 1);
-        if (all != NULL) {
-            memcpy(all + used, xfer_text, xfer_bytes + 1);
-            body = all;
-        }
-        free(xfer_text);
-    }
+             "{\"status\":\"%s\",\"role\":\"decode\",\"id\":\"%s\",\"free_pages\":%u,"
+             "\"total_pages\":%u,\"running_sequences\":%u}\n",
+             ready ? "ok" : "starting", n->id, st.free_pages, st.total_pages, st.running_sequences);
     *body_out = body;
-    return 200;
+    return ready ? 200 : 503;
 }
 
 static int setup(decode_node_t *n)

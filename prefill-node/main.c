@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/startup.h"
 #include "decode-node/node_http.h"
 #include "decode-node/node_link.h"
@@ -93,8 +94,8 @@ typedef struct {
     uint64_t early_put_pages_total;  /* pages they carried */
     uint32_t queued_jobs;
     uint64_t queued_tokens;
-    double last_job_ms;
-    double last_compute_ms;
+    double last_job_s;
+    double last_compute_s;
     double recent_tokens_per_s;
 } prefill_stats_t;
 
@@ -124,63 +125,73 @@ static void on_signal(int sig)
     g_stop_signal = sig;
 }
 
+/* The /metrics page: the node's families, then transfer/'s. NULL when out of memory. */
+static char *render_metrics(prefill_node_t *n, const prefill_stats_t *st)
+{
+    tdm_prom_t *p;
+    char *text = NULL;
+    size_t n_bytes = 0;
+
+    if (tdm_prom_create(&p) != TDM_OK) {
+        return NULL;
+    }
+    tdm_prom_counter(p, "tandem_prefill_jobs_total", "prefill jobs finished (any status)",
+                     st->jobs_total);
+    tdm_prom_counter(p, "tandem_prefill_jobs_failed_total", "prefill jobs failed",
+                     st->jobs_failed_total);
+    tdm_prom_counter(p, "tandem_prefill_jobs_aborted_total", "prefill jobs aborted or timed out",
+                     st->jobs_aborted_total);
+    tdm_prom_counter(p, "tandem_prefill_tokens_total", "prompt tokens prefilled by this node",
+                     st->prefilled_tokens_total);
+    tdm_prom_counter(p, "tandem_prefill_pulled_pages_total",
+                     "KV pages pulled from decode nodes (cached prefix)", st->pulled_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_put_pages_total", "KV pages put into decode nodes",
+                     st->put_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_chunk_puts_total",
+                     "put batches posted while a later chunk computed", st->chunk_puts_total);
+    tdm_prom_counter(p, "tandem_prefill_chunk_put_pages_total", "KV pages those batches carried",
+                     st->early_put_pages_total);
+    tdm_prom_gauge(p, "tandem_prefill_queued_jobs", "prefill jobs waiting", st->queued_jobs);
+    tdm_prom_gauge(p, "tandem_prefill_queued_tokens", "tokens queued or running for prefill",
+                   (double)st->queued_tokens);
+    tdm_prom_gauge(p, "tandem_prefill_last_job_seconds", "duration of the last successful job",
+                   st->last_job_s);
+    tdm_prom_gauge(p, "tandem_prefill_last_compute_seconds",
+                   "compute time of the last successful job", st->last_compute_s);
+    tdm_prom_gauge(p, "tandem_prefill_recent_tokens_per_second",
+                   "prefill throughput of the last job, tokens per second",
+                   st->recent_tokens_per_s);
+    if (n->xfer != NULL) {
+        xfer_metrics_render_to(xfer_context_metrics(n->xfer), p);
+    }
+    return tdm_prom_finish(p, &text, &n_bytes) == TDM_OK ? text : NULL;
+}
+
 static int render(void *arg, node_http_page_t page, char **body_out)
 {
     prefill_node_t *n = arg;
     prefill_stats_t st;
-    char *body = malloc(PREFILL_BODY_BYTES);
-    char *xfer_text = NULL;
-    size_t xfer_bytes = 0;
+    char *body;
     int ready;
 
-    if (body == NULL) {
-        return 500;
-    }
     pthread_mutex_lock(&n->lock);
     st = n->stats;
     ready = n->ready;
     pthread_mutex_unlock(&n->lock);
-    if (page == NODE_HTTP_HEALTH) {
-        snprintf(body, PREFILL_BODY_BYTES,
-                 "{\"status\":\"%s\",\"role\":\"prefill\",\"id\":\"%s\",\"queued_jobs\":%u}\n",
-                 ready ? "ok" : "starting", n->id, st.queued_jobs);
+    if (page == NODE_HTTP_METRICS) {
+        body = render_metrics(n, &st);
         *body_out = body;
-        return ready ? 200 : 503;
+        return body != NULL ? 200 : 500;
+    }
+    body = malloc(PREFILL_BODY_BYTES);
+    if (body == NULL) {
+        return 500;
     }
     snprintf(body, PREFILL_BODY_BYTES,
-             "tandem_prefill_jobs_total %llu\n"
-             "tandem_prefill_jobs_failed_total %llu\n"
-             "tandem_prefill_jobs_aborted_total %llu\n"
-             "tandem_prefill_tokens_total %llu\n"
-             "tandem_prefill_pulled_pages_total %llu\n"
-             "tandem_prefill_put_pages_total %llu\n"
-             "tandem_prefill_chunk_puts_total %llu\n"
-             "tandem_prefill_chunk_put_pages_total %llu\n"
-             "tandem_prefill_queued_jobs %u\n"
-             "tandem_prefill_queued_tokens %llu\n"
-             "tandem_prefill_last_job_ms %.3f\n"
-             "tandem_prefill_last_compute_ms %.3f\n"
-             "tandem_prefill_recent_tokens_per_second %.3f\n",
-             (unsigned long long)st.jobs_total, (unsigned long long)st.jobs_failed_total,
-             (unsigned long long)st.jobs_aborted_total,
-             (unsigned long long)st.prefilled_tokens_total,
-             (unsigned long long)st.pulled_pages_total, (unsigned long long)st.put_pages_total,
-             (unsigned long long)st.chunk_puts_total,
-             (unsigned long long)st.early_put_pages_total,
-             st.queued_jobs, (unsigned long long)st.queued_tokens, st.last_job_ms,
-             st.last_compute_ms, st.recent_tokens_per_s);
-    if (n->xfer != NULL &&
-        xfer_metrics_render(xfer_context_metrics(n->xfer), &xfer_text, &xfer_bytes) == TDM_OK) {
-        size_t used = strlen(body);
-        char *all = realloc(body, used + xfer_bytes + 1);
-        if (all != NULL) {
-            memcpy(all + used, xfer_text, xfer_bytes + 1);
-            body = all;
-        }
-        free(xfer_text);
-    }
+             "{\"status\":\"%s\",\"role\":\"prefill\",\"id\":\"%s\",\"queued_jobs\":%u}\n",
+             ready ? "ok" : "starting", n->id, st.queued_jobs);
     *body_out = body;
-    return 200;
+    return ready ? 200 : 503;
 }
 
 static void publish(prefill_node_t *n)
@@ -289,8 +300,8 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
         n->stats.put_pages_total += rep.n_put;
         n->stats.chunk_puts_total += rep.n_chunk_puts;
         n->stats.early_put_pages_total += rep.n_put_early;
-        n->stats.last_job_ms = ms;
-        n->stats.last_compute_ms = (double)rep.compute_ns / NS_PER_MS;
+        n->stats.last_job_s = ms / 1e3;
+        n->stats.last_compute_s = (double)rep.compute_ns / NS_PER_S;
         n->stats.recent_tokens_per_s =
             rep.compute_ns > 0 ? (double)rep.n_prefilled * NS_PER_S / (double)rep.compute_ns
                                : 0.0;

@@ -1,7 +1,8 @@
 #include "router/metrics.h"
 
+#include "common/prom.h"
+
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,176 +203,113 @@ void router_metrics_itl(router_metrics_t *metrics, double seconds)
     pthread_mutex_unlock(&metrics->lock);
 }
 
-/* A growing text buffer; `failed` sticks after an allocation failure. */
-typedef struct {
-    char *text;
-    size_t n;
-    size_t cap;
-    int failed;
-} out_t;
-
-static void emit(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void emit(out_t *o, const char *fmt, ...)
+static void render_histogram(tdm_prom_t *p, const char *name, const char *help,
+                             const histogram_t *h)
 {
-    va_list ap;
-    int n;
+    const tdm_prom_histogram_t hist = {BUCKETS_S, N_BUCKETS, h->counts, h->sum_s};
 
-    if (o->failed) {
-        return;
-    }
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(o->text + o->n, o->cap - o->n, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            o->failed = 1;
-            return;
-        }
-        if ((size_t)n < o->cap - o->n) {
-            o->n += (size_t)n;
-            return;
-        }
-        char *grown = realloc(o->text, o->cap * 2 + (size_t)n);
-        if (grown == NULL) {
-            o->failed = 1;
-            return;
-        }
-        o->text = grown;
-        o->cap = o->cap * 2 + (size_t)n;
-    }
+    tdm_prom_family(p, name, TDM_PROM_HISTOGRAM, help);
+    tdm_prom_histogram(p, NULL, 0, &hist);
 }
 
-static void emit_histogram(out_t *o, const char *name, const char *help, const histogram_t *h)
+/* One labelled counter sample: label `name`="value". */
+static void count1(tdm_prom_t *p, const char *name, const char *value, uint64_t v)
 {
-    uint64_t cumulative = 0;
+    const tdm_prom_label_t label = {name, value};
 
-    emit(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int b = 0; b < N_BUCKETS; b++) {
-        cumulative += h->counts[b];
-        emit(o, "%s_bucket{le=\"%g\"} %llu\n", name, BUCKETS_S[b], (unsigned long long)cumulative);
-    }
-    cumulative += h->counts[N_BUCKETS];
-    emit(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    emit(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum_s, name, (unsigned long long)h->n);
+    tdm_prom_sample_u64(p, &label, 1, v);
 }
 
-static void emit_counter(out_t *o, const char *name, const char *help, uint64_t value)
+/* One labelled gauge sample. */
+static void sample1(tdm_prom_t *p, const char *name, const char *value, double v)
 {
-    emit(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-         (unsigned long long)value);
-}
+    const tdm_prom_label_t label = {name, value};
 
-static void emit_gauge(out_t *o, const char *name, const char *help, double value)
-{
-    emit(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, value);
+    tdm_prom_sample(p, &label, 1, v);
 }
 
 tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metrics_gauges_t *gauges,
                                    char **text_out, size_t *n_bytes_out)
 {
-    out_t o = {0};
+    tdm_prom_t *p;
     const uint64_t *c = metrics->counters;
     const router_registry_stats_t *w = &gauges->workers;
 
-    o.cap = 8192;
-    o.text = malloc(o.cap);
-    if (o.text == NULL) {
+    if (tdm_prom_create(&p) != TDM_OK) {
         return TDM_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&metrics->lock);
-    emit(&o,
-         "# HELP tandem_router_requests_total generation requests received, by endpoint\n"
-         "# TYPE tandem_router_requests_total counter\n"
-         "tandem_router_requests_total{endpoint=\"chat\"} %llu\n"
-         "tandem_router_requests_total{endpoint=\"completions\"} %llu\n",
-         (unsigned long long)c[ROUTER_METRIC_REQUESTS_CHAT],
-         (unsigned long long)c[ROUTER_METRIC_REQUESTS_COMPLETIONS]);
-    emit(&o, "# HELP tandem_router_errors_total API errors answered, by code and HTTP status\n"
-             "# TYPE tandem_router_errors_total counter\n");
+    tdm_prom_family(p, "tandem_router_requests_total", TDM_PROM_COUNTER,
+                    "generation requests received, by endpoint");
+    count1(p, "endpoint", "chat", c[ROUTER_METRIC_REQUESTS_CHAT]);
+    count1(p, "endpoint", "completions", c[ROUTER_METRIC_REQUESTS_COMPLETIONS]);
+    tdm_prom_family(p, "tandem_router_errors_total", TDM_PROM_COUNTER,
+                    "API errors answered, by code and HTTP status");
     for (int i = 0; i <= ROUTER_METRICS_MAX_CODES; i++) {
         if (metrics->errors[i].n > 0) {
-            emit(&o, "tandem_router_errors_total{code=\"%s\",status=\"%d\"} %llu\n",
-                 metrics->errors[i].code, metrics->errors[i].http_status,
-                 (unsigned long long)metrics->errors[i].n);
+            char status[16];
+            snprintf(status, sizeof(status), "%d", metrics->errors[i].http_status);
+            const tdm_prom_label_t labels[] = {{"code", metrics->errors[i].code},
+                                               {"status", status}};
+            tdm_prom_sample_u64(p, labels, 2, metrics->errors[i].n);
         }
     }
-    emit_counter(&o, "tandem_router_prompt_tokens_total", "prompt tokens of served requests",
-                 c[ROUTER_METRIC_PROMPT_TOKENS]);
-    emit_counter(&o, "tandem_router_completion_tokens_total", "completion tokens returned",
-                 c[ROUTER_METRIC_COMPLETION_TOKENS]);
-    emit(&o,
-         "# HELP tandem_router_prefill_tokens_total delta tokens dispatched for prefill, "
-         "by where they ran\n"
-         "# TYPE tandem_router_prefill_tokens_total counter\n"
-         "tandem_router_prefill_tokens_total{mode=\"local\"} %llu\n"
-         "tandem_router_prefill_tokens_total{mode=\"remote\"} %llu\n",
-         (unsigned long long)c[ROUTER_METRIC_PREFILL_LOCAL_TOKENS],
-         (unsigned long long)c[ROUTER_METRIC_PREFILL_REMOTE_TOKENS]);
+    tdm_prom_counter(p, "tandem_router_prompt_tokens_total", "prompt tokens of served requests",
+                     c[ROUTER_METRIC_PROMPT_TOKENS]);
+    tdm_prom_counter(p, "tandem_router_completion_tokens_total", "completion tokens returned",
+                     c[ROUTER_METRIC_COMPLETION_TOKENS]);
+    tdm_prom_family(p, "tandem_router_prefill_tokens_total", TDM_PROM_COUNTER,
+                    "delta tokens dispatched for prefill, by where they ran");
+    count1(p, "mode", "local", c[ROUTER_METRIC_PREFILL_LOCAL_TOKENS]);
+    count1(p, "mode", "remote", c[ROUTER_METRIC_PREFILL_REMOTE_TOKENS]);
     /* The names tandem-bench reads (bench/replay/metrics.h); only the router exports them, so a
      * scrape of the router and its workers sums each once. */
-    emit_counter(&o, "tandem_prefill_tokens_computed_total",
-                 "prompt tokens prefilled: the delta of every completed prefill job and of every "
-                 "local prefill that produced a first token",
-                 c[ROUTER_METRIC_TOKENS_COMPUTED]);
-    emit_counter(&o, "tandem_prefill_tokens_reused_total",
-                 "prompt tokens served from cached KV: the cached length of every decode request "
-                 "that produced a first token",
-                 c[ROUTER_METRIC_TOKENS_REUSED]);
-    emit_counter(&o, "tandem_kv_bytes_moved_total",
-                 "bytes of KV pages prefill nodes put into decode nodes (pages of every completed "
-                 "prefill job times the page size)",
-                 c[ROUTER_METRIC_KV_BYTES_MOVED]);
-    emit_counter(&o, "tandem_router_prefix_hits_total",
-                 "requests without a session id matched to a session by cached prefix",
-                 c[ROUTER_METRIC_PREFIX_HITS]);
-    emit_counter(&o, "tandem_router_retries_total",
-                 "turn attempts repeated after a lost worker or lost state",
-                 c[ROUTER_METRIC_RETRIES]);
-    emit_counter(&o, "tandem_router_client_aborts_total", "clients gone before the end",
-                 c[ROUTER_METRIC_CLIENT_ABORTS]);
-    emit_histogram(&o, "tandem_router_ttft_seconds", "time to first token", &metrics->ttft);
-    emit_histogram(&o, "tandem_router_itl_seconds", "inter-token latency", &metrics->itl);
+    tdm_prom_counter(p, "tandem_prefill_tokens_computed_total",
+                     "prompt tokens prefilled: the delta of every completed prefill job and of "
+                     "every local prefill that produced a first token",
+                     c[ROUTER_METRIC_TOKENS_COMPUTED]);
+    tdm_prom_counter(p, "tandem_prefill_tokens_reused_total",
+                     "prompt tokens served from cached KV: the cached length of every decode "
+                     "request that produced a first token",
+                     c[ROUTER_METRIC_TOKENS_REUSED]);
+    tdm_prom_counter(p, "tandem_kv_bytes_moved_total",
+                     "bytes of KV pages prefill nodes put into decode nodes (pages of every "
+                     "completed prefill job times the page size)",
+                     c[ROUTER_METRIC_KV_BYTES_MOVED]);
+    tdm_prom_counter(p, "tandem_router_prefix_hits_total",
+                     "requests without a session id matched to a session by cached prefix",
+                     c[ROUTER_METRIC_PREFIX_HITS]);
+    tdm_prom_counter(p, "tandem_router_retries_total",
+                     "turn attempts repeated after a lost worker or lost state",
+                     c[ROUTER_METRIC_RETRIES]);
+    tdm_prom_counter(p, "tandem_router_client_aborts_total", "clients gone before the end",
+                     c[ROUTER_METRIC_CLIENT_ABORTS]);
+    render_histogram(p, "tandem_router_ttft_seconds", "time to first token", &metrics->ttft);
+    render_histogram(p, "tandem_router_itl_seconds", "inter-token latency", &metrics->itl);
     pthread_mutex_unlock(&metrics->lock);
 
-    emit_gauge(&o, "tandem_router_sessions", "sessions in the table", (double)gauges->n_sessions);
-    emit_gauge(&o, "tandem_router_inflight_requests", "requests being served",
-               (double)gauges->n_inflight);
-    emit(&o,
-         "# HELP tandem_router_workers live workers, by role\n"
-         "# TYPE tandem_router_workers gauge\n"
-         "tandem_router_workers{role=\"prefill\"} %u\n"
-         "tandem_router_workers{role=\"decode\"} %u\n",
-         w->n_prefill, w->n_decode);
-    emit_counter(&o, "tandem_router_workers_lost_total", "workers declared lost", w->n_lost_total);
-    emit_counter(&o, "tandem_router_registrations_refused_total",
-                 "registrations refused as incompatible", w->n_refused_total);
-    emit(&o,
-         "# HELP tandem_router_prefill_backlog_seconds queued prefill tokens over measured "
-         "prefill throughput, by role\n"
-         "# TYPE tandem_router_prefill_backlog_seconds gauge\n"
-         "tandem_router_prefill_backlog_seconds{role=\"prefill\"} %.9g\n",
-         w->prefill_backlog_s);
-    emit(&o,
-         "# HELP tandem_router_queued_prefill_tokens tokens waiting for prefill, by role\n"
-         "# TYPE tandem_router_queued_prefill_tokens gauge\n"
-         "tandem_router_queued_prefill_tokens{role=\"prefill\"} %llu\n",
-         (unsigned long long)w->queued_prefill_tokens);
-    emit(&o,
-         "# HELP tandem_router_kv_occupancy fraction of KV pages in use, by role\n"
-         "# TYPE tandem_router_kv_occupancy gauge\n"
-         "tandem_router_kv_occupancy{role=\"decode\"} %.9g\n",
-         w->decode_kv_occupancy);
-    emit(&o,
-         "# HELP tandem_router_running_sequences sequences in decode batches, by role\n"
-         "# TYPE tandem_router_running_sequences gauge\n"
-         "tandem_router_running_sequences{role=\"decode\"} %u\n",
-         w->running_sequences);
-    if (o.failed) {
-        free(o.text);
-        return TDM_ERR_NO_MEMORY;
-    }
-    *text_out = o.text;
-    *n_bytes_out = o.n;
-    return TDM_OK;
+    tdm_prom_gauge(p, "tandem_router_sessions", "sessions in the table",
+                   (double)gauges->n_sessions);
+    tdm_prom_gauge(p, "tandem_router_inflight_requests", "requests being served",
+                   (double)gauges->n_inflight);
+    tdm_prom_family(p, "tandem_router_workers", TDM_PROM_GAUGE, "live workers, by role");
+    sample1(p, "role", "prefill", w->n_prefill);
+    sample1(p, "role", "decode", w->n_decode);
+    tdm_prom_counter(p, "tandem_router_workers_lost_total", "workers declared lost",
+                     w->n_lost_total);
+    tdm_prom_counter(p, "tandem_router_registrations_refused_total",
+                     "registrations refused as incompatible", w->n_refused_total);
+    tdm_prom_family(p, "tandem_router_prefill_backlog_seconds", TDM_PROM_GAUGE,
+                    "queued prefill tokens over measured prefill throughput, by role");
+    sample1(p, "role", "prefill", w->prefill_backlog_s);
+    tdm_prom_family(p, "tandem_router_queued_prefill_tokens", TDM_PROM_GAUGE,
+                    "tokens waiting for prefill, by role");
+    sample1(p, "role", "prefill", (double)w->queued_prefill_tokens);
+    tdm_prom_family(p, "tandem_router_kv_occupancy", TDM_PROM_GAUGE,
+                    "fraction of KV pages in use, by role");
+    sample1(p, "role", "decode", w->decode_kv_occupancy);
+    tdm_prom_family(p, "tandem_router_running_sequences", TDM_PROM_GAUGE,
+                    "sequences in decode batches, by role");
+    sample1(p, "role", "decode", w->running_sequences);
+    return tdm_prom_finish(p, text_out, n_bytes_out);
 }

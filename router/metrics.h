@@ -1,4 +1,5 @@
-/* metrics.h - the router's counters and latency histograms, rendered as Prometheus text.
+/* metrics.h - the router's counters and latency histograms, rendered as Prometheus text
+ * (common/prom.h).
  *
  * Owns request and error counters (errors by API error code), token counters, prefill-dispatch
  * counters (local and remote delta tokens: what a turn really prefilled), the prompt counters

@@ -1,7 +1,6 @@
 #include "transfer/metrics.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,103 +112,84 @@ void xfer_metrics_get(xfer_metrics_t *metrics, xfer_metrics_snapshot_t *snapshot
     pthread_mutex_unlock(&metrics->lock);
 }
 
-static void render_op_counter(FILE *out, const char *name, const char *help,
+static void render_op_counter(tdm_prom_t *p, const char *name, const char *help,
                               const uint64_t values[XFER_OP_N])
 {
-    fprintf(out, "# HELP tandem_xfer_%s %s\n# TYPE tandem_xfer_%s counter\n", name, help, name);
+    tdm_prom_family(p, name, TDM_PROM_COUNTER, help);
     for (unsigned op = 0; op < XFER_OP_N; op++) {
-        fprintf(out, "tandem_xfer_%s{op=\"%s\"} %llu\n", name, OP_NAMES[op],
-                (unsigned long long)values[op]);
+        const tdm_prom_label_t label = {"op", OP_NAMES[op]};
+
+        tdm_prom_sample_u64(p, &label, 1, values[op]);
     }
 }
 
-static void render_counter(FILE *out, const char *name, const char *help, uint64_t value)
-{
-    fprintf(out, "# HELP tandem_xfer_%s %s\n# TYPE tandem_xfer_%s counter\ntandem_xfer_%s %llu\n",
-            name, help, name, name, (unsigned long long)value);
-}
-
-static void render(FILE *out, const xfer_metrics_snapshot_t *c,
+static void render(tdm_prom_t *p, const xfer_metrics_snapshot_t *c,
                    const uint64_t buckets[XFER_OP_N][XFER_METRICS_N_BUCKETS + 1])
 {
-    render_op_counter(out, "batches_total", "Transfer batches completed (any status).",
+    render_op_counter(p, "tandem_xfer_batches_total", "Transfer batches completed (any status).",
                       c->n_batches);
-    render_op_counter(out, "batch_failures_total", "Transfer batches completed with an error.",
-                      c->n_batches_failed);
-    render_op_counter(out, "pages_total", "KV pages moved by successful batches.", c->n_pages);
-    render_op_counter(out, "bytes_total", "Bytes moved by successful batches.", c->n_bytes);
+    render_op_counter(p, "tandem_xfer_batch_failures_total",
+                      "Transfer batches completed with an error.", c->n_batches_failed);
+    render_op_counter(p, "tandem_xfer_pages_total", "KV pages moved by successful batches.",
+                      c->n_pages);
+    render_op_counter(p, "tandem_xfer_bytes_total", "Bytes moved by successful batches.",
+                      c->n_bytes);
 
-    fprintf(out, "# HELP tandem_xfer_lane_batches_total Batches by the transport lane UCX used."
-                 "\n# TYPE tandem_xfer_lane_batches_total counter\n");
+    tdm_prom_family(p, "tandem_xfer_lane_batches_total", TDM_PROM_COUNTER,
+                    "Batches by the transport lane UCX used.");
     for (unsigned lane = 0; lane < XFER_LANE_N_CLASSES; lane++) {
-        fprintf(out, "tandem_xfer_lane_batches_total{lane=\"%s\"} %llu\n",
-                xfer_lane_class_name((xfer_lane_class_t)lane),
-                (unsigned long long)c->n_lane_batches[lane]);
+        const tdm_prom_label_t label = {"lane", xfer_lane_class_name((xfer_lane_class_t)lane)};
+
+        tdm_prom_sample_u64(p, &label, 1, c->n_lane_batches[lane]);
     }
-    render_counter(out, "lane_refusals_total",
-                   "Batches refused because UCX chose a lane outside --require-transport.",
-                   c->n_lane_refusals);
-    render_counter(out, "notices_sent_total", "Completion notices sent.", c->n_notices_sent);
-    render_counter(out, "notices_received_total", "Well-formed completion notices received.",
-                   c->n_notices_received);
-    render_counter(out, "notice_mismatches_total",
-                   "Received notices whose page checksums disagreed with the pages.",
-                   c->n_notice_mismatches);
-    render_counter(out, "notices_malformed_total", "Received notices dropped as malformed.",
-                   c->n_notices_malformed);
-    render_counter(out, "peer_failures_total", "Peers (remote pools) lost.", c->n_peer_failures);
-    render_counter(out, "peer_refusals_total",
-                   "Connects or batches refused because they named an old incarnation.",
-                   c->n_peers_refused);
+    tdm_prom_counter(p, "tandem_xfer_lane_refusals_total",
+                     "Batches refused because UCX chose a lane outside --require-transport.",
+                     c->n_lane_refusals);
+    tdm_prom_counter(p, "tandem_xfer_notices_sent_total", "Completion notices sent.",
+                     c->n_notices_sent);
+    tdm_prom_counter(p, "tandem_xfer_notices_received_total",
+                     "Well-formed completion notices received.", c->n_notices_received);
+    tdm_prom_counter(p, "tandem_xfer_notice_mismatches_total",
+                     "Received notices whose page checksums disagreed with the pages.",
+                     c->n_notice_mismatches);
+    tdm_prom_counter(p, "tandem_xfer_notices_malformed_total",
+                     "Received notices dropped as malformed.", c->n_notices_malformed);
+    tdm_prom_counter(p, "tandem_xfer_peer_failures_total", "Peers (remote pools) lost.",
+                     c->n_peer_failures);
+    tdm_prom_counter(p, "tandem_xfer_peer_refusals_total",
+                     "Connects or batches refused because they named an old incarnation.",
+                     c->n_peers_refused);
 
-    fprintf(out, "# HELP tandem_xfer_batch_latency_seconds Batch latency, post to completion."
-                 "\n# TYPE tandem_xfer_batch_latency_seconds histogram\n");
+    tdm_prom_family(p, "tandem_xfer_batch_latency_seconds", TDM_PROM_HISTOGRAM,
+                    "Batch latency, post to completion.");
     for (unsigned op = 0; op < XFER_OP_N; op++) {
-        uint64_t cumulative = 0;
+        const tdm_prom_label_t label = {"op", OP_NAMES[op]};
+        const tdm_prom_histogram_t hist = {BUCKETS_S, XFER_METRICS_N_BUCKETS, buckets[op],
+                                           c->latency_sum_s[op]};
 
-        for (unsigned b = 0; b < XFER_METRICS_N_BUCKETS; b++) {
-            cumulative += buckets[op][b];
-            fprintf(out, "tandem_xfer_batch_latency_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
-                    OP_NAMES[op], BUCKETS_S[b], (unsigned long long)cumulative);
-        }
-        cumulative += buckets[op][XFER_METRICS_N_BUCKETS];
-        fprintf(out, "tandem_xfer_batch_latency_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
-                OP_NAMES[op], (unsigned long long)cumulative);
-        fprintf(out, "tandem_xfer_batch_latency_seconds_sum{op=\"%s\"} %.9g\n", OP_NAMES[op],
-                c->latency_sum_s[op]);
-        fprintf(out, "tandem_xfer_batch_latency_seconds_count{op=\"%s\"} %llu\n", OP_NAMES[op],
-                (unsigned long long)c->latency_count[op]);
+        tdm_prom_histogram(p, &label, 1, &hist);
     }
 }
 
-tdm_status_t xfer_metrics_render(xfer_metrics_t *metrics, char **text_out, size_t *n_bytes_out)
+void xfer_metrics_render_to(xfer_metrics_t *metrics, tdm_prom_t *prom)
 {
     xfer_metrics_snapshot_t counts;
     uint64_t buckets[XFER_OP_N][XFER_METRICS_N_BUCKETS + 1];
-    char *text = NULL;
-    size_t n_bytes = 0;
-    FILE *out;
 
     pthread_mutex_lock(&metrics->lock);
     counts = metrics->counts;
     memcpy(buckets, metrics->buckets, sizeof(buckets));
     pthread_mutex_unlock(&metrics->lock);
+    render(prom, &counts, (const uint64_t(*)[XFER_METRICS_N_BUCKETS + 1]) buckets);
+}
 
-    out = open_memstream(&text, &n_bytes);
-    if (out == NULL) {
+tdm_status_t xfer_metrics_render(xfer_metrics_t *metrics, char **text_out, size_t *n_bytes_out)
+{
+    tdm_prom_t *prom;
+
+    if (tdm_prom_create(&prom) != TDM_OK) {
         return TDM_ERR_NO_MEMORY;
     }
-    render(out, &counts, (const uint64_t(*)[XFER_METRICS_N_BUCKETS + 1]) buckets);
-    if (ferror(out) != 0) {
-        fclose(out);
-        free(text);
-        return TDM_ERR_NO_MEMORY;
-    }
-    if (fclose(out) != 0) {
-        free(text);
-        return TDM_ERR_NO_MEMORY;
-    }
-    *text_out = text;
-    *n_bytes_out = n_bytes;
-    return TDM_OK;
+    xfer_metrics_render_to(metrics, prom);
+    return tdm_prom_finish(prom, text_out, n_bytes_out);
 }

@@ -1,4 +1,5 @@
-/* metrics.h - transfer/'s counters and latency histograms, rendered as Prometheus text.
+/* metrics.h - transfer/'s counters and latency histograms, rendered as Prometheus text
+ * (common/prom.h).
  *
  * Owns per-operation counters (batches, pages, bytes, failures), notice counters (sent,
  * received, checksum mismatches, malformed), peer failures, batches per lane class, and
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/prom.h"
 #include "common/status.h"
 #include "transfer/lane.h"
 
@@ -84,5 +86,9 @@ void xfer_metrics_get(xfer_metrics_t *metrics, xfer_metrics_snapshot_t *snapshot
  * free(); *n_bytes_out excludes the NUL. Returns TDM_OK or TDM_ERR_NO_MEMORY (outputs untouched).
  */
 tdm_status_t xfer_metrics_render(xfer_metrics_t *metrics, char **text_out, size_t *n_bytes_out);
+
+/* xfer_metrics_render_to - the same families written into a page being built (common/prom.h),
+ * so a worker serves them on its own /metrics beside its other families. */
+void xfer_metrics_render_to(xfer_metrics_t *metrics, tdm_prom_t *prom);
 
 #endif
