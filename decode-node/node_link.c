@@ -301,6 +301,7 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
                               size_t err_bytes)
 {
     node_link_t *link;
+    pthread_condattr_t cond_attr;
     int zero = 0;
     tdm_status_t status;
 
@@ -313,7 +314,12 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
         return TDM_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&link->lock, NULL);
-    pthread_cond_init(&link->cond, NULL);
+    /* node_link_recv's deadline is on CLOCK_MONOTONIC: a wall-clock step must not stretch or cut
+     * the wait */
+    pthread_condattr_init(&cond_attr);
+    pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&link->cond, &cond_attr);
+    pthread_condattr_destroy(&cond_attr);
     link->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
     link->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     link->zctx = zmq_ctx_new();
@@ -432,7 +438,7 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
     link_item_t *item;
     struct timespec until;
 
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until); /* the condvar's clock (node_link_create) */
     until.tv_sec += timeout_ms / 1000u;
     until.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
     if (until.tv_nsec >= 1000000000L) {
