@@ -27,7 +27,6 @@
 #define BENCH_MAX_LIST   16
 #define BENCH_MAX_SEQS   16
 #define BENCH_POOL_PAGES 8192
-#define BENCH_NS_PER_S   1e9
 #define BENCH_NAME_BYTES 32
 /* Summary rows: DSpark, n-gram, then one per controlled p. */
 #define BENCH_ROW_DSPARK 0
@@ -232,7 +231,7 @@ static tdm_status_t run(bench_t *b, engine_spec_drafter_t drafter, double prob, 
             total += (uint64_t)res[r].n_emitted;
         }
     }
-    out->tok_per_s = (double)total * BENCH_NS_PER_S / (double)(bench_now_ns(b) - t0);
+    out->tok_per_s = (double)total * TDM_NS_PER_S / (double)(bench_now_ns(b) - t0);
     for (int i = 0; i < b->n; i++) {
         engine_seq_destroy(seqs[i]);
     }

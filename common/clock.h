@@ -7,6 +7,12 @@
 
 #include <stdint.h>
 
+/* Nanoseconds per second, millisecond and microsecond: the one definition (integers; divide a
+ * double by them for fractional units). */
+#define TDM_NS_PER_S  1000000000ull
+#define TDM_NS_PER_MS 1000000ull
+#define TDM_NS_PER_US 1000ull
+
 /* tdm_clock_now_ns - CLOCK_MONOTONIC in nanoseconds since an arbitrary fixed point. */
 uint64_t tdm_clock_now_ns(void);
 

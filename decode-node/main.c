@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/flags.h"
+#include "common/http_status.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/startup.h"
@@ -225,18 +226,18 @@ static int render(void *arg, node_http_page_t page, char **body_out)
     if (page == NODE_HTTP_METRICS) {
         body = render_metrics(n, &st);
         *body_out = body;
-        return body != NULL ? 200 : 500;
+        return body != NULL ? TDM_HTTP_OK : TDM_HTTP_INTERNAL;
     }
     body = malloc(DECODE_BODY_BYTES);
     if (body == NULL) {
-        return 500;
+        return TDM_HTTP_INTERNAL;
     }
     snprintf(body, DECODE_BODY_BYTES,
              "{\"status\":\"%s\",\"role\":\"decode\",\"id\":\"%s\",\"free_pages\":%u,"
              "\"total_pages\":%u,\"running_sequences\":%u}\n",
              ready ? "ok" : "starting", n->id, st.free_pages, st.total_pages, st.running_sequences);
     *body_out = body;
-    return ready ? 200 : 503;
+    return ready ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
 }
 
 static int setup(decode_node_t *n)

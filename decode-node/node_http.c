@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http_status.h"
 #include "common/log.h"
 
 struct node_http {
@@ -33,7 +34,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)upload_data_size;
     (void)req_cls;
     if (strcmp(method, "GET") != 0) {
-        status = 405;
+        status = TDM_HTTP_METHOD_NOT_ALLOWED;
         body = strdup("method not allowed\n");
     } else if (strcmp(url, "/health") == 0) {
         status = h->render(h->arg, NODE_HTTP_HEALTH, &body);
@@ -41,7 +42,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else if (strcmp(url, "/metrics") == 0) {
         status = h->render(h->arg, NODE_HTTP_METRICS, &body);
     } else {
-        status = 404;
+        status = TDM_HTTP_NOT_FOUND;
         body = strdup("not found\n");
     }
     if (body == NULL) {

@@ -16,7 +16,6 @@
 #include "common/hash.h"
 #include "common/log.h"
 
-#define LINK_NS_PER_MS 1000000ull
 #define LINK_HOST_BYTES 64
 #define LINK_REASON_BYTES 512
 
@@ -106,7 +105,7 @@ static tdm_status_t pack_register(node_link_t *link, const node_link_params_t *p
 /* Wait for the RegisterAck of the first registration (on the caller's thread). */
 static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err, size_t err_bytes)
 {
-    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)timeout_ms * LINK_NS_PER_MS;
+    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)timeout_ms * TDM_NS_PER_MS;
 
     for (;;) {
         uint64_t now = tdm_clock_now_ns();
@@ -121,7 +120,7 @@ static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err,
                     "");
             return TDM_ERR_TIMEOUT;
         }
-        if (zmq_poll(&item, 1, (long)((deadline - now) / LINK_NS_PER_MS) + 1) <= 0) {
+        if (zmq_poll(&item, 1, (long)((deadline - now) / TDM_NS_PER_MS) + 1) <= 0) {
             continue;
         }
         zmq_msg_init(&msg);
@@ -265,11 +264,11 @@ static void *io_main(void *arg)
     while (!atomic_load(&link->stop)) {
         zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0}, {NULL, link->wake_fd, ZMQ_POLLIN, 0}};
         uint64_t now = tdm_clock_now_ns();
-        long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / LINK_NS_PER_MS) + 1;
+        long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / TDM_NS_PER_MS) + 1;
 
         if (now >= next_hb) {
             send_heartbeat(link, ++seq);
-            next_hb = now + (uint64_t)link->heartbeat_interval_ms * LINK_NS_PER_MS;
+            next_hb = now + (uint64_t)link->heartbeat_interval_ms * TDM_NS_PER_MS;
             continue;
         }
         if (zmq_poll(items, 2, wait_ms) < 0) {

@@ -10,8 +10,6 @@
 #include "common/log.h"
 #include "kernels/kv_page.h"
 
-#define NS_PER_MS 1000000ull
-
 struct decode_pool {
     const engine_model_t *model;
     engine_kv_pool_t *kv;
@@ -146,7 +144,7 @@ tdm_status_t decode_pool_reserve(decode_pool_t *pool, uint64_t request_id, const
     snprintf(resv->session_id, sizeof(resv->session_id), "%s", session_id);
     resv->cached_len = cached_len;
     resv->total_len = total_len;
-    resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)timeout_ms * NS_PER_MS;
+    resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)timeout_ms * TDM_NS_PER_MS;
     resv->n_sources = (uint32_t)cfg->n_kv_source_layer_ids;
     for (uint32_t s = 0; s < resv->n_sources && status == TDM_OK; s++) {
         int layer = (int)cfg->kv_source_layer_ids[s];
@@ -188,7 +186,7 @@ void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_
     (void)pool;
     if (resv->state == DECODE_RESV_ACTIVE) {
         resv->state = DECODE_RESV_FENCED;
-        resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)fence_ms * NS_PER_MS;
+        resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)fence_ms * TDM_NS_PER_MS;
     }
 }
 

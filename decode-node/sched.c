@@ -16,8 +16,6 @@
 #include "kernels/kv_page.h"
 #include "transfer/notice.h"
 
-#define NS_PER_MS 1000000ull
-#define NS_PER_S 1e9
 #define IDLE_WAIT_MS 100u
 #define RATE_WINDOW_NS (10ull * 1000000000ull)
 #define MSG_BYTES 256
@@ -1006,7 +1004,8 @@ static void publish(decode_sched_t *s)
     node_load_t load;
 
     if (now - s->rate_t0_ns >= RATE_WINDOW_NS) {
-        s->stats.recent_tokens_per_s = (double)s->rate_tokens * NS_PER_S / (double)(now - s->rate_t0_ns);
+        s->stats.recent_tokens_per_s =
+            (double)s->rate_tokens * TDM_NS_PER_S / (double)(now - s->rate_t0_ns);
         s->rate_t0_ns = now;
         s->rate_tokens = 0;
     }
@@ -1063,8 +1062,8 @@ uint32_t decode_sched_step(decode_sched_t *s)
     if (s->reqs != NULL) {
         wait_ms = 0;
     }
-    if (wait_ms > 0 && next_ns != UINT64_MAX && next_ns / NS_PER_MS + 1 < wait_ms) {
-        wait_ms = (uint32_t)(next_ns / NS_PER_MS) + 1;
+    if (wait_ms > 0 && next_ns != UINT64_MAX && next_ns / TDM_NS_PER_MS + 1 < wait_ms) {
+        wait_ms = (uint32_t)(next_ns / TDM_NS_PER_MS) + 1;
     }
     return wait_ms;
 }

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/http_status.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/startup.h"
@@ -35,8 +36,6 @@
 #define PREFILL_BODY_BYTES 4096
 #define PREFILL_IDLE_MS 100u
 #define PREFILL_EXIT_REFUSED 3
-#define NS_PER_MS 1e6
-#define NS_PER_S 1e9
 
 typedef struct {
     const char *model_dir;
@@ -181,17 +180,17 @@ static int render(void *arg, node_http_page_t page, char **body_out)
     if (page == NODE_HTTP_METRICS) {
         body = render_metrics(n, &st);
         *body_out = body;
-        return body != NULL ? 200 : 500;
+        return body != NULL ? TDM_HTTP_OK : TDM_HTTP_INTERNAL;
     }
     body = malloc(PREFILL_BODY_BYTES);
     if (body == NULL) {
-        return 500;
+        return TDM_HTTP_INTERNAL;
     }
     snprintf(body, PREFILL_BODY_BYTES,
              "{\"status\":\"%s\",\"role\":\"prefill\",\"id\":\"%s\",\"queued_jobs\":%u}\n",
              ready ? "ok" : "starting", n->id, st.queued_jobs);
     *body_out = body;
-    return ready ? 200 : 503;
+    return ready ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
 }
 
 static void publish(prefill_node_t *n)
@@ -285,7 +284,7 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
     n->running_reservation_id = job->reservation_id;
     pthread_mutex_unlock(&n->lock);
     status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
-    ms = (double)(tdm_clock_now_ns() - t0) / NS_PER_MS;
+    ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
     /* The counters first, then the notice: the router starts the decode on the notice, so a
      * client whose turn has ended reads this job on /metrics (sent first, the counters lagged
      * behind the whole decode whenever this thread lost the CPU right after the send). */
@@ -301,9 +300,9 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
         n->stats.chunk_puts_total += rep.n_chunk_puts;
         n->stats.early_put_pages_total += rep.n_put_early;
         n->stats.last_job_s = ms / 1e3;
-        n->stats.last_compute_s = (double)rep.compute_ns / NS_PER_S;
+        n->stats.last_compute_s = (double)rep.compute_ns / TDM_NS_PER_S;
         n->stats.recent_tokens_per_s =
-            rep.compute_ns > 0 ? (double)rep.n_prefilled * NS_PER_S / (double)rep.compute_ns
+            rep.compute_ns > 0 ? (double)rep.n_prefilled * TDM_NS_PER_S / (double)rep.compute_ns
                                : 0.0;
     }
     pthread_mutex_unlock(&n->lock);
@@ -317,7 +316,7 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
                 "compute_ms=%.1f",
                 (unsigned long long)job->request_id, (unsigned long long)job->cached_len,
                 (unsigned long long)rep.n_prefilled, rep.n_pulled, rep.n_put, ms,
-                (double)rep.compute_ns / NS_PER_MS);
+                (double)rep.compute_ns / TDM_NS_PER_MS);
     } else if (status == TDM_ERR_TIMEOUT) {
         tdm_log(TDM_LOG_INFO, "prefill", "job aborted: request=%llu",
                 (unsigned long long)job->request_id);

@@ -7,16 +7,11 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "common/http_status.h"
 #include "common/log.h"
 #include "router/placement.h"
 
 #define INFLIGHT_BUCKETS 1024u
-#define NS_PER_MS        1000000ull
-#define NS_PER_S         1e9
-#define HTTP_CONFLICT    409
-#define HTTP_INTERNAL    500
-#define HTTP_BAD_GATEWAY 502
-#define HTTP_UNAVAILABLE 503
 
 typedef enum {
     STAGE_RESERVING = 0,  /* ReservePages sent to the decode worker */
@@ -352,7 +347,7 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     f->stage = STAGE_RESERVING;
-    f->deadline_ns = now_ns + (uint64_t)d->params.reservation_timeout_ms * NS_PER_MS;
+    f->deadline_ns = now_ns + (uint64_t)d->params.reservation_timeout_ms * TDM_NS_PER_MS;
     send_to(d, f->decode_slot, f->decode_gen, &env);
 }
 
@@ -375,7 +370,7 @@ static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     if (w == NULL) {
         slot = router_place_decode(d->registry, &gen_id);
         if (slot < 0) {
-            fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
                  "no decode worker is available");
             return;
         }
@@ -405,7 +400,7 @@ static void retry(router_dispatch_t *d, inflight_t *f, const char *why, uint64_t
     f->attempts++;
     set_prefill(d, f, -1, 0, 0);
     if (f->attempts >= d->params.max_attempts) {
-        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
+        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
              "the request could not be served after %u attempts (last: %s)", f->attempts, why);
         return;
     }
@@ -460,7 +455,7 @@ static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_
     if (asked != NULL) {
         s = router_sessions_get(d->sessions, asked);
         if (s != NULL && s->active_request != 0) {
-            fail(d, f, HTTP_CONFLICT, ROUTER_APIERR_INVALID_REQUEST, "session_busy",
+            fail(d, f, TDM_HTTP_CONFLICT, ROUTER_APIERR_INVALID_REQUEST, "session_busy",
                  "session '%s' already has a request in flight", asked);
             return TDM_ERR_BUSY;
         }
@@ -485,13 +480,13 @@ static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_
         }
     }
     if (status != TDM_OK) {
-        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "sessions_full",
+        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "sessions_full",
              "the session table is full of active sessions");
         return status;
     }
     status = router_sessions_set_history(d->sessions, s, gen->prompt_ids, gen->n_prompt_ids);
     if (status != TDM_OK) {
-        fail(d, f, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+        fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
         return status;
     }
     if (share) {
@@ -518,7 +513,7 @@ void router_dispatch_submit(router_dispatch_t *dispatch, router_request_t *reque
     router_apierr_t err;
 
     if (f == NULL) {
-        router_apierr_set(&err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+        router_apierr_set(&err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                           "out of memory");
         router_request_post_error(request, &err);
         return;
@@ -617,7 +612,7 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     env.prefill_job = &job;
     set_prefill(d, f, pslot, pgen, job.n_delta_tokens);
     f->stage = STAGE_PREFILLING;
-    f->deadline_ns = now_ns + (uint64_t)d->params.prefill_timeout_ms * NS_PER_MS;
+    f->deadline_ns = now_ns + (uint64_t)d->params.prefill_timeout_ms * TDM_NS_PER_MS;
     router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_REMOTE_TOKENS, job.n_delta_tokens);
     tdm_log(TDM_LOG_DEBUG, "dispatch", "prefill job: request=%llu prefill=%s decode=%s tokens=%zu",
             (unsigned long long)f->id, pw->id, dw->id, job.n_delta_tokens);
@@ -652,7 +647,7 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
     gen = router_request_gen(f->req);
     for (size_t i = 0; i < t->n_tokens; i++) {
         if ((uint32_t)t->tokens[i] >= d->info->n_vocab) {
-            fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
+            fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
                  "decode worker sent token id %d outside the vocabulary", t->tokens[i]);
             return;
         }
@@ -667,14 +662,14 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
     if (router_sessions_append(d->sessions, f->session, t->tokens, n) != TDM_OK ||
         router_request_post_tokens(f->req, t->tokens, t->n_logprobs > 0 ? t->logprobs : NULL,
                                    t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
-        fail(d, f, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+        fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
         return;
     }
     if (f->n_generated == 0) {
         router_metrics_ttft(d->metrics,
-                            (double)(now_ns - router_request_t_start_ns(f->req)) / NS_PER_S);
+                            (double)(now_ns - router_request_t_start_ns(f->req)) / TDM_NS_PER_S);
     } else {
-        gap_s = (double)(now_ns - f->t_last_token_ns) / NS_PER_S / (double)n;
+        gap_s = (double)(now_ns - f->t_last_token_ns) / TDM_NS_PER_S / (double)n;
         for (size_t i = 0; i < n; i++) {
             router_metrics_itl(d->metrics, gap_s);
         }
@@ -735,11 +730,11 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
     }
     if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES ||
         e->code == TANDEM__ERROR_CODE__ERROR_BUSY) {
-        fail(d, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
+        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
              "the decode worker is out of capacity: %s", e->message);
         return;
     }
-    fail(d, f, HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error",
+    fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error",
          "decode worker failed (%s): %s", proto_error_code_name(e->code), e->message);
 }
 
@@ -853,7 +848,7 @@ void router_dispatch_destroy(router_dispatch_t *dispatch)
     for (size_t i = 0; i < n_ids; i++) {
         inflight_t *f = find(dispatch, ids[i]);
         if (f != NULL) {
-            fail(dispatch, f, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
+            fail(dispatch, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
                  "the router is shutting down");
         }
     }

@@ -12,19 +12,13 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "common/http_status.h"
 #include "common/log.h"
 #include "router/apierr.h"
 #include "router/openai.h"
 #include "router/request.h"
 #include "router/validate.h"
 
-#define HTTP_OK                 200
-#define HTTP_BAD_REQUEST        400
-#define HTTP_NOT_FOUND          404
-#define HTTP_METHOD_NOT_ALLOWED 405
-#define HTTP_TOO_LARGE          413
-#define HTTP_INTERNAL           500
-#define HTTP_UNAVAILABLE        503
 #define SSE_BLOCK_BYTES         (16u * 1024u)
 #define MIB                     (1024u * 1024u)
 
@@ -121,7 +115,8 @@ static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *con
              healthy ? "ok" : "no_decode_workers", g.workers.n_prefill, g.workers.n_decode,
              (unsigned long long)g.workers.n_lost_total, (unsigned long long)g.n_sessions,
              (unsigned long long)g.n_inflight);
-    return respond_text(conn, healthy ? HTTP_OK : HTTP_UNAVAILABLE, "application/json", body);
+    return respond_text(conn, healthy ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE, "application/json",
+                        body);
 }
 
 static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *conn)
@@ -134,7 +129,7 @@ static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *co
     if (router_metrics_render(h->metrics, &g, &text, &n) != TDM_OK) {
         return MHD_NO;
     }
-    return respond(conn, HTTP_OK, "text/plain; version=0.0.4", text, n, NULL);
+    return respond(conn, TDM_HTTP_OK, "text/plain; version=0.0.4", text, n, NULL);
 }
 
 static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *conn)
@@ -145,7 +140,7 @@ static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *con
     if (body == NULL) {
         return MHD_NO;
     }
-    return respond(conn, HTTP_OK, "application/json", body, strlen(body), NULL);
+    return respond(conn, TDM_HTTP_OK, "application/json", body, strlen(body), NULL);
 }
 
 /* ---- generation ------------------------------------------------------------------------- */
@@ -236,13 +231,14 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
                                                 : ROUTER_METRIC_REQUESTS_COMPLETIONS,
                          1);
     if (cc->too_large) {
-        router_apierr_set(&err, HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST, "request_too_large",
-                          NULL, "the request body exceeds %zu bytes", h->params.max_body_bytes);
+        router_apierr_set(&err, TDM_HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST,
+                          "request_too_large", NULL, "the request body exceeds %zu bytes",
+                          h->params.max_body_bytes);
         return respond_error(h, conn, &err);
     }
     session_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Session-Id");
     if (session_id != NULL && !session_id_ok(session_id)) {
-        router_apierr_set(&err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+        router_apierr_set(&err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                           "invalid_session_id", NULL,
                           "X-Session-Id must be 1..%d printable ASCII bytes without spaces",
                           ROUTER_SESSION_ID_BYTES);
@@ -261,8 +257,8 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     }
     if (router_control_submit(h->control, request) != TDM_OK) {
         router_request_unref(request);
-        router_apierr_set(&err, HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down", NULL,
-                          "the router is shutting down");
+        router_apierr_set(&err, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
+                          NULL, "the router is shutting down");
         return respond_error(h, conn, &err);
     }
     if (router_turn_create(&h->params.turn, h->model, h->control, h->metrics, request, &turn) !=
@@ -305,7 +301,7 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Session-Id", router_turn_session(turn));
-    ret = MHD_queue_response(conn, HTTP_OK, resp);
+    ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -317,7 +313,7 @@ static enum MHD_Result wrong_method(router_http_t *h, struct MHD_Connection *con
 {
     router_apierr_t err;
 
-    router_apierr_set(&err, HTTP_METHOD_NOT_ALLOWED, ROUTER_APIERR_INVALID_REQUEST,
+    router_apierr_set(&err, TDM_HTTP_METHOD_NOT_ALLOWED, ROUTER_APIERR_INVALID_REQUEST,
                       "method_not_allowed", NULL, "use %s for this path", allowed);
     return respond_error(h, conn, &err);
 }
@@ -346,7 +342,7 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
         }
         return url[1] == 'm' ? serve_metrics(h, conn) : serve_models(h, conn);
     }
-    router_apierr_set(&err, HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "not_found", NULL,
+    router_apierr_set(&err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "not_found", NULL,
                       "no such endpoint: %.200s %.200s", method, url);
     return respond_error(h, conn, &err);
 }

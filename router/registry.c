@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
-
-#define NS_PER_MS 1000000ull
 
 struct router_registry {
     const proto_compat_t *compat;
@@ -30,7 +29,7 @@ tdm_status_t router_registry_create(const proto_compat_t *compat, uint32_t timeo
         return TDM_ERR_NO_MEMORY;
     }
     r->compat = compat;
-    r->timeout_ns = (uint64_t)timeout_ms * NS_PER_MS;
+    r->timeout_ns = (uint64_t)timeout_ms * TDM_NS_PER_MS;
     r->next_generation = 1;
     *registry_out = r;
     return TDM_OK;

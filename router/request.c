@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NS_PER_S 1000000000ull
+#include "common/clock.h"
 
 struct router_request {
     pthread_mutex_t lock;
@@ -223,8 +223,8 @@ tdm_status_t router_request_take(router_request_t *request, uint64_t deadline_ns
     router_request_batch_t swap;
     tdm_status_t status = TDM_OK;
 
-    deadline.tv_sec = (time_t)(deadline_ns / NS_PER_S);
-    deadline.tv_nsec = (long)(deadline_ns % NS_PER_S);
+    deadline.tv_sec = (time_t)(deadline_ns / TDM_NS_PER_S);
+    deadline.tv_nsec = (long)(deadline_ns % TDM_NS_PER_S);
     batch->n = 0;
     pthread_mutex_lock(&request->lock);
     while (request->pending.n == 0 && request->pending.end == batch->end) {

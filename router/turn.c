@@ -9,13 +9,10 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "common/http_status.h"
 #include "router/openai.h"
 #include "router/stream.h"
 
-#define NS_PER_MS              1000000ull
-#define HTTP_OK                200
-#define HTTP_INTERNAL          500
-#define HTTP_GATEWAY_TIMEOUT   504
 #define TURN_ID_BYTES          64
 #define TURN_OUT_INITIAL_BYTES 4096
 
@@ -188,7 +185,7 @@ static void fail_oom(router_turn_t *t)
 {
     router_apierr_t err;
 
-    router_apierr_set(&err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+    router_apierr_set(&err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                       "out of memory");
     set_failed(t, &err);
 }
@@ -273,7 +270,7 @@ static void absorb(router_turn_t *t)
  */
 static tdm_status_t take(router_turn_t *t, uint32_t wait_ms)
 {
-    uint64_t deadline_ns = tdm_clock_now_ns() + (uint64_t)wait_ms * NS_PER_MS;
+    uint64_t deadline_ns = tdm_clock_now_ns() + (uint64_t)wait_ms * TDM_NS_PER_MS;
     uint64_t until_ns;
     uint64_t now_ns;
     tdm_status_t status;
@@ -285,8 +282,8 @@ static tdm_status_t take(router_turn_t *t, uint32_t wait_ms)
         until_ns = deadline_ns;
         if (t->gone != NULL) {
             now_ns = tdm_clock_now_ns();
-            if (now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * NS_PER_MS < deadline_ns) {
-                until_ns = now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * NS_PER_MS;
+            if (now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * TDM_NS_PER_MS < deadline_ns) {
+                until_ns = now_ns + (uint64_t)ROUTER_TURN_WATCH_MS * TDM_NS_PER_MS;
             }
         }
         status = router_request_take(t->request, until_ns, &t->batch);
@@ -309,7 +306,7 @@ static void fail_timeout(router_turn_t *t)
 {
     router_apierr_t err;
 
-    router_apierr_set(&err, HTTP_GATEWAY_TIMEOUT, ROUTER_APIERR_SERVER, "timeout", NULL,
+    router_apierr_set(&err, TDM_HTTP_GATEWAY_TIMEOUT, ROUTER_APIERR_SERVER, "timeout", NULL,
                       "no token arrived within %u ms", t->params.timeout_ms);
     set_failed(t, &err);
 }
@@ -334,7 +331,8 @@ tdm_status_t router_turn_wait_first(router_turn_t *turn, router_apierr_t *err_ou
     if (t->failed) {
         *err_out = t->error;
         release(t, 0);
-        return t->error.http_status == HTTP_GATEWAY_TIMEOUT ? TDM_ERR_TIMEOUT : TDM_ERR_UNSUPPORTED;
+        return t->error.http_status == TDM_HTTP_GATEWAY_TIMEOUT ? TDM_ERR_TIMEOUT
+                                                                : TDM_ERR_UNSUPPORTED;
     }
     return TDM_OK;
 }
@@ -399,7 +397,7 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
         body = router_openai_response(&t->octx, text, n_text, finish_reason(t), logprobs,
                                       t->gen->n_prompt_ids, router_stream_n_tokens(t->stream));
         json_decref(logprobs);
-        *status_out = HTTP_OK;
+        *status_out = TDM_HTTP_OK;
     }
     if (body == NULL) {
         return TDM_ERR_NO_MEMORY;
@@ -455,7 +453,7 @@ static void produce(router_turn_t *t)
     if (!t->ended && !t->batch_pending) {
         if (take(t, t->params.keepalive_ms) == TDM_ERR_TIMEOUT) {
             if (tdm_clock_now_ns() - t->t_progress_ns <
-                (uint64_t)t->params.timeout_ms * NS_PER_MS) {
+                (uint64_t)t->params.timeout_ms * TDM_NS_PER_MS) {
                 emit_raw(t, ": keep-alive\n\n");
                 return;
             }

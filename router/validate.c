@@ -6,27 +6,23 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/http_status.h"
 #include "common/json.h"
 #include "engine/tokenizer.h"
-
-#define HTTP_BAD_REQUEST            400
-#define HTTP_NOT_FOUND              404
-#define HTTP_UNSUPPORTED_MEDIA_TYPE 415
-#define HTTP_INTERNAL               500
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
 
 static tdm_status_t bad(router_apierr_t *err, const char *code, const char *param,
                         const char *message)
 {
-    router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, code, param, "%s",
+    router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, code, param, "%s",
                       message);
     return TDM_ERR_INVALID_ARG;
 }
 
 static tdm_status_t no_memory(router_apierr_t *err)
 {
-    router_apierr_set(err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                       "out of memory");
     return TDM_ERR_NO_MEMORY;
 }
@@ -76,13 +72,13 @@ static tdm_status_t get_number(const json_t *root, const char *key, double lo, i
         return TDM_OK;
     }
     if (!json_is_number(value)) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
-                          "'%s' must be a number", key);
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
+                          key, "'%s' must be a number", key);
         return TDM_ERR_INVALID_ARG;
     }
     x = json_number_value(value);
     if (!isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
                           key, "'%s' must be a finite number in %s%g, %g]", key,
                           lo_open ? "(" : "[", lo, hi);
         return TDM_ERR_INVALID_ARG;
@@ -102,12 +98,12 @@ static tdm_status_t get_int(const json_t *root, const char *key, int64_t lo, int
         return TDM_OK;
     }
     if (!json_is_number(value) || tdm_json_int_exact(value, &x) != TDM_OK) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
-                          "'%s' must be an integer", key);
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
+                          key, "'%s' must be an integer", key);
         return TDM_ERR_INVALID_ARG;
     }
     if (x < lo || x > hi) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
                           key, "'%s' must be an integer in [%lld, %lld]", key, (long long)lo,
                           (long long)hi);
         return TDM_ERR_INVALID_ARG;
@@ -128,8 +124,8 @@ static tdm_status_t get_bool(const json_t *root, const char *key, int *value_out
         return TDM_OK;
     }
     if (!json_is_boolean(value)) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type", key,
-                          "'%s' must be a boolean", key);
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
+                          key, "'%s' must be a boolean", key);
         return TDM_ERR_INVALID_ARG;
     }
     *value_out = json_is_true(value);
@@ -149,13 +145,14 @@ static tdm_status_t check_unsupported(const json_t *root, router_apierr_t *err)
             continue;
         }
         if (!json_is_number(value) || !isfinite(json_number_value(value))) {
-            router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_type",
-                              PENALTIES[i], "'%s' must be a finite number", PENALTIES[i]);
+            router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                              "invalid_type", PENALTIES[i], "'%s' must be a finite number",
+                              PENALTIES[i]);
             return TDM_ERR_INVALID_ARG;
         }
         if (json_number_value(value) !=
             (strcmp(PENALTIES[i], "repetition_penalty") == 0 ? 1.0 : 0.0)) {
-            router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+            router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                               "unsupported_parameter", PENALTIES[i],
                               "'%s' is not supported by this deployment", PENALTIES[i]);
             return TDM_ERR_INVALID_ARG;
@@ -254,7 +251,7 @@ static tdm_status_t get_spec(const router_model_info_t *info, const json_t *root
     for (size_t i = ROUTER_SPEC_OFF; i < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]); i++) {
         if (strcmp(json_string_value(value), SPEC_NAMES[i]) == 0) {
             if (i == ROUTER_SPEC_DSPARK && info->n_dspark_blocks == 0) {
-                router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                                   "invalid_value", "spec",
                                   "'spec' is \"dspark\" but model '%s' has no DSpark blocks "
                                   "(num_nextn_predict_layers = 0); use \"ngram\" or \"off\"",
@@ -265,8 +262,8 @@ static tdm_status_t get_spec(const router_model_info_t *info, const json_t *root
             return TDM_OK;
         }
     }
-    router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value", "spec",
-                      "'spec' must be \"off\", \"dspark\" or \"ngram\" (got '%.64s')",
+    router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
+                      "spec", "'spec' must be \"off\", \"dspark\" or \"ngram\" (got '%.64s')",
                       json_string_value(value));
     return TDM_ERR_INVALID_ARG;
 }
@@ -542,7 +539,7 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
     } else if (status == TDM_ERR_NO_MEMORY) {
         no_memory(err);
     } else if (status != TDM_OK) {
-        router_apierr_set(err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+        router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                           "chat template failed: %s", tdm_status_message(status));
     }
 out:
@@ -626,7 +623,7 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
         return no_memory(err);
     }
     if (status != TDM_OK) {
-        router_apierr_set(err, HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+        router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                           "tokenizer failed: %s", tdm_status_message(status));
     }
     return status;
@@ -642,7 +639,7 @@ static tdm_status_t check_prompt_ids(const router_model_info_t *info, router_api
     }
     for (size_t i = 0; i < req->n_prompt_ids; i++) {
         if (req->prompt_ids[i] < 0 || (uint32_t)req->prompt_ids[i] >= info->n_vocab) {
-            router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+            router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                               "invalid_token_id", param,
                               "token id %d at position %zu is outside [0, %u)", req->prompt_ids[i],
                               i, info->n_vocab);
@@ -653,7 +650,7 @@ static tdm_status_t check_prompt_ids(const router_model_info_t *info, router_api
         }
     }
     if (req->n_prompt_ids >= info->max_context) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                           "context_length_exceeded", param,
                           "the prompt has %zu tokens; this model's maximum context is %u tokens",
                           req->n_prompt_ids, info->max_context);
@@ -677,7 +674,7 @@ static tdm_status_t get_max_tokens(const json_t *root, const router_model_info_t
     status = get_int(root, key, 1, INT64_MAX, &max_tokens, &given, err);
     if (status != TDM_OK) {
         err->code = "invalid_value";
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_value",
                           key, "'%s' must be a positive integer", key);
         return status;
     }
@@ -689,7 +686,7 @@ static tdm_status_t get_max_tokens(const json_t *root, const router_model_info_t
         return TDM_OK;
     }
     if ((uint64_t)max_tokens > room) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                           "context_length_exceeded", key,
                           "the prompt (%zu tokens) plus %s (%lld) exceeds this model's maximum "
                           "context of %u tokens",
@@ -712,8 +709,8 @@ static tdm_status_t check_model(const router_model_info_t *info, const json_t *r
         return bad(err, "invalid_type", "model", "'model' must be a string");
     }
     if (strcmp(json_string_value(name), info->name) != 0) {
-        router_apierr_set(err, HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found", "model",
-                          "the model '%.200s' does not exist; this deployment serves '%s'",
+        router_apierr_set(err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found",
+                          "model", "the model '%.200s' does not exist; this deployment serves '%s'",
                           json_string_value(name), info->name);
         return TDM_ERR_INVALID_ARG;
     }
@@ -728,7 +725,7 @@ static tdm_status_t parse_body(const char *body, size_t n_body, json_t **root_ou
 
     root = json_loadb(body != NULL ? body : "", n_body, 0, &jerr);
     if (root == NULL) {
-        router_apierr_set(err, HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_json",
+        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_json",
                           NULL, "malformed JSON body: line %d column %d: %s", jerr.line,
                           jerr.column, jerr.text);
         return TDM_ERR_INVALID_ARG;
@@ -756,7 +753,7 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
     req.api = api;
     req.seed = seed_fallback;
     if (!content_type_is_json(content_type)) {
-        router_apierr_set(err_out, HTTP_UNSUPPORTED_MEDIA_TYPE, ROUTER_APIERR_INVALID_REQUEST,
+        router_apierr_set(err_out, TDM_HTTP_UNSUPPORTED_MEDIA_TYPE, ROUTER_APIERR_INVALID_REQUEST,
                           "unsupported_media_type", NULL,
                           "Content-Type must be application/json (got '%.100s')",
                           content_type != NULL ? content_type : "");

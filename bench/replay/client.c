@@ -12,7 +12,6 @@
 #define CLIENT_URL_BYTES        2048
 #define CLIENT_HEADER_BYTES     512
 #define CLIENT_ERROR_BODY_BYTES 160 /* of a non-200 body kept for the error text */
-#define CLIENT_NS_PER_MS        1e6
 
 struct bench_client {
     bench_client_params_t params;
@@ -132,8 +131,8 @@ static void on_data(bench_client_t *client, const char *payload, uint64_t now_ns
     if (content) {
         if (req->t_first_ns == 0) {
             req->t_first_ns = now_ns;
-        } else if (bench_request_add_gap(req, (double)(now_ns - req->t_last_ns) /
-                                                  CLIENT_NS_PER_MS) != TDM_OK) {
+        } else if (bench_request_add_gap(req, (double)(now_ns - req->t_last_ns) / TDM_NS_PER_MS) !=
+                   TDM_OK) {
             client->no_memory = 1;
         }
         req->t_last_ns = now_ns;

@@ -20,9 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#define FAKE_NS_PER_MS            1000000ULL
-#define FAKE_NS_PER_US            1000ULL
-#define FAKE_SLEEP_SLICE_NS       (20ULL * FAKE_NS_PER_MS) /* streams check for shutdown this often */
+#define FAKE_SLEEP_SLICE_NS       (20ULL * TDM_NS_PER_MS) /* streams check for shutdown this often */
 #define FAKE_CHAT_BYTES_PER_TOKEN 4
 #define FAKE_MAX_BODY_BYTES       (64u << 20)
 #define FAKE_SPECIAL_LOW          3 /* ids below this are special */
@@ -161,7 +159,7 @@ static uint64_t itl_ns(bench_fake_t *fake)
     int n_others = atomic_load(&fake->n_streams) - 1;
     double ms = fake->params.itl_ms +
                 fake->params.itl_per_stream_ms * (double)(n_others > 0 ? n_others : 0);
-    return (uint64_t)(ms * (double)FAKE_NS_PER_MS);
+    return (uint64_t)(ms * (double)TDM_NS_PER_MS);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -413,8 +411,8 @@ static enum MHD_Result handle_generate(bench_fake_t *fake, struct MHD_Connection
     stream->include_usage =
         json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     stream->t_next_ns =
-        tdm_clock_now_ns() + (uint64_t)(fake->params.ttft_ms * (double)FAKE_NS_PER_MS) +
-        (uint64_t)(fake->params.prefill_us_per_token * (double)n_computed * (double)FAKE_NS_PER_US);
+        tdm_clock_now_ns() + (uint64_t)(fake->params.ttft_ms * (double)TDM_NS_PER_MS) +
+        (uint64_t)(fake->params.prefill_us_per_token * (double)n_computed * (double)TDM_NS_PER_US);
     json_decref(body);
 
     response =

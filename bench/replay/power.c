@@ -17,7 +17,6 @@
 #define POWER_UJ_PER_J     1e6
 #define POWER_MJ_PER_J     1e3
 #define POWER_MW_PER_W     1e3
-#define POWER_NS_PER_S     1e9
 #define POWER_NVML_SUCCESS 0
 
 /* NVML's ABI, declared here so the build needs no NVIDIA headers. */
@@ -261,7 +260,7 @@ const char *bench_power_sources(const bench_power_t *power)
 void bench_power_tick(bench_power_t *power)
 {
     uint64_t now = tdm_clock_now_ns();
-    double dt_s = (double)(now - power->t_last_ns) / POWER_NS_PER_S;
+    double dt_s = (double)(now - power->t_last_ns) / TDM_NS_PER_S;
 
     for (size_t z = 0; z < power->n_zones; z++) {
         rapl_zone_t *zone = &power->zones[z];
@@ -322,7 +321,7 @@ bench_power_reading_t bench_power_end(bench_power_t *power)
     for (size_t g = 0; g < power->n_gpus; g++) {
         reading.energy_j += power->gpus[g].total_j;
     }
-    reading.seconds = (double)(power->t_last_ns - power->t_begin_ns) / POWER_NS_PER_S;
+    reading.seconds = (double)(power->t_last_ns - power->t_begin_ns) / TDM_NS_PER_S;
     reading.average_w = reading.seconds > 0.0 ? reading.energy_j / reading.seconds : 0.0;
     reading.measured = 1;
     return reading;

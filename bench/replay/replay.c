@@ -15,8 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-#define REPLAY_NS_PER_MS            1000000ULL
-#define REPLAY_NS_PER_S             1000000000ULL
 #define REPLAY_TICK_MS              200  /* main thread: power ticks, deadline checks */
 #define REPLAY_PROGRESS_TTY_MS      500  /* progress line rewrite period on a terminal */
 #define REPLAY_PROGRESS_LOG_MS      5000 /* progress line period otherwise */
@@ -192,8 +190,8 @@ static void level_stop(level_ctx_t *level, const char *reason)
 static struct timespec timespec_of(uint64_t t_ns)
 {
     struct timespec ts;
-    ts.tv_sec = (time_t)(t_ns / REPLAY_NS_PER_S);
-    ts.tv_nsec = (long)(t_ns % REPLAY_NS_PER_S);
+    ts.tv_sec = (time_t)(t_ns / TDM_NS_PER_S);
+    ts.tv_nsec = (long)(t_ns % TDM_NS_PER_S);
     return ts;
 }
 
@@ -201,7 +199,7 @@ static struct timespec timespec_of(uint64_t t_ns)
 static int wait_pause(level_ctx_t *level, double pause_ms)
 {
     uint64_t t_start = tdm_clock_now_ns();
-    uint64_t t_until = t_start + (uint64_t)(pause_ms * (double)REPLAY_NS_PER_MS);
+    uint64_t t_until = t_start + (uint64_t)(pause_ms * (double)TDM_NS_PER_MS);
     int completed = 1;
 
     pthread_mutex_lock(&level->lock);
@@ -417,7 +415,7 @@ static int run_session(agent_t *agent, uint64_t seq)
         atomic_fetch_sub(&level->n_in_flight, 1);
         agent->n_reqs++;
         atomic_fetch_add(&level->n_done, 1);
-        prev_service_ms = (double)(req->t_end_ns - req->t_send_ns) / (double)REPLAY_NS_PER_MS;
+        prev_service_ms = (double)(req->t_end_ns - req->t_send_ns) / (double)TDM_NS_PER_MS;
         if (status != TDM_OK) {
             uint64_t n_errors = atomic_fetch_add(&level->n_errors, 1) + 1;
             tdm_log(n_errors <= REPLAY_WARN_ERRORS ? TDM_LOG_WARN : TDM_LOG_DEBUG, "bench",
@@ -465,7 +463,7 @@ static void *agent_main(void *arg)
 static void print_progress(const bench_replay_params_t *params, level_ctx_t *level, size_t level_no,
                            uint32_t concurrency, uint64_t t_start_ns, int final)
 {
-    double elapsed_s = (double)(tdm_clock_now_ns() - t_start_ns) / (double)REPLAY_NS_PER_S;
+    double elapsed_s = (double)(tdm_clock_now_ns() - t_start_ns) / (double)TDM_NS_PER_S;
     uint64_t out = atomic_load(&level->output_tokens);
 
     if (params->progress == NULL) {
@@ -636,7 +634,7 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
     t_start_ns = tdm_clock_now_ns();
     t_progress_ns = t_start_ns;
     if (params->duration_s > 0.0) {
-        level.t_deadline_ns = t_start_ns + (uint64_t)(params->duration_s * (double)REPLAY_NS_PER_S);
+        level.t_deadline_ns = t_start_ns + (uint64_t)(params->duration_s * (double)TDM_NS_PER_S);
     }
     pthread_mutex_lock(&level.lock);
     for (uint32_t a = 0; a < n_agents; a++) {
@@ -655,7 +653,7 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
 
     pthread_mutex_lock(&level.lock);
     while (level.n_running > 0) {
-        struct timespec ts = timespec_of(tdm_clock_now_ns() + REPLAY_TICK_MS * REPLAY_NS_PER_MS);
+        struct timespec ts = timespec_of(tdm_clock_now_ns() + REPLAY_TICK_MS * TDM_NS_PER_MS);
         uint64_t now;
         uint64_t period_ms =
             params->progress_is_tty ? REPLAY_PROGRESS_TTY_MS : REPLAY_PROGRESS_LOG_MS;
@@ -671,7 +669,7 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
         if (params->abort_flag != NULL && atomic_load(params->abort_flag)) {
             level_stop(&level, "aborted");
         }
-        if (now - t_progress_ns >= period_ms * REPLAY_NS_PER_MS) {
+        if (now - t_progress_ns >= period_ms * TDM_NS_PER_MS) {
             print_progress(params, &level, level_index, n_agents, t_start_ns, 0);
             t_progress_ns = now;
         }

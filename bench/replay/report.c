@@ -1,6 +1,7 @@
 /* report.c - table, JSON, CSV and gnuplot chart; see report.h. */
 #include "bench/replay/report.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -12,7 +13,6 @@
 
 #define REPORT_PATH_BYTES   4096
 #define REPORT_W_PER_MW     1e6
-#define REPORT_NS_PER_MS    1e6
 #define REPORT_BYTES_PER_MB 1e6
 
 extern char **environ;
@@ -338,13 +338,13 @@ tdm_status_t bench_report_write_csv(const char *path, const bench_run_result_t *
         for (size_t r = 0; r < level->n_requests; r++) {
             const bench_request_t *req = &level->requests[r];
             double ttft = req->t_first_ns != 0
-                              ? (double)(req->t_first_ns - req->t_send_ns) / REPORT_NS_PER_MS
+                              ? (double)(req->t_first_ns - req->t_send_ns) / TDM_NS_PER_MS
                               : -1.0;
             fprintf(out, "%zu,%u,%u,%llu,%u,%d,%d,%.3f,%.3f,%.3f,%lld,%lld,%lld,%u,%d\n", l,
                     level->concurrency, req->agent, (unsigned long long)req->session, req->turn,
                     (int)req->result, req->http_status,
-                    (double)(req->t_send_ns - t0) / REPORT_NS_PER_MS, ttft,
-                    (double)(req->t_end_ns - req->t_send_ns) / REPORT_NS_PER_MS,
+                    (double)(req->t_send_ns - t0) / TDM_NS_PER_MS, ttft,
+                    (double)(req->t_end_ns - req->t_send_ns) / TDM_NS_PER_MS,
                     (long long)req->input_tokens, (long long)req->output_tokens,
                     (long long)req->max_tokens, req->n_chunks, req->usage_reported);
         }

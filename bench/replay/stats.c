@@ -1,12 +1,10 @@
 /* stats.c - percentiles and level figures; see stats.h for the definitions. */
 #include "bench/replay/stats.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define STATS_NS_PER_MS 1e6
-#define STATS_NS_PER_S  1e9
 
 void bench_request_fini(bench_request_t *req)
 {
@@ -105,10 +103,10 @@ tdm_status_t bench_level_stats_compute(const bench_request_t *reqs, size_t n_req
         stats.output_tokens += req->output_tokens > 0 ? (uint64_t)req->output_tokens : 0;
         stats.input_tokens += req->input_tokens > 0 ? (uint64_t)req->input_tokens : 0;
         if (req->t_first_ns != 0 && req->t_first_ns >= req->t_send_ns) {
-            ttft[n_ttft++] = (double)(req->t_first_ns - req->t_send_ns) / STATS_NS_PER_MS;
+            ttft[n_ttft++] = (double)(req->t_first_ns - req->t_send_ns) / TDM_NS_PER_MS;
         }
         if (req->output_tokens >= 2 && req->t_first_ns != 0 && req->t_last_ns > req->t_first_ns) {
-            double span_s = (double)(req->t_last_ns - req->t_first_ns) / STATS_NS_PER_S;
+            double span_s = (double)(req->t_last_ns - req->t_first_ns) / TDM_NS_PER_S;
             speed[n_speed] = (double)(req->output_tokens - 1) / span_s;
             speed_sum += speed[n_speed];
             n_speed++;
@@ -117,7 +115,7 @@ tdm_status_t bench_level_stats_compute(const bench_request_t *reqs, size_t n_req
             itl[n_itl++] = req->gaps_ms[g];
         }
     }
-    stats.wall_s = (double)(t_end_ns - t_start_ns) / STATS_NS_PER_S;
+    stats.wall_s = (double)(t_end_ns - t_start_ns) / TDM_NS_PER_S;
     stats.output_tok_s = stats.wall_s > 0.0 ? (double)stats.output_tokens / stats.wall_s : 0.0;
     stats.speed_p50_tok_s = bench_percentile(speed, n_speed, 50.0);
     stats.speed_p10_tok_s = bench_percentile(speed, n_speed, 10.0);

@@ -40,7 +40,7 @@ static void test_disaggregated_turns_match_colocated(void **state)
     t0 = tdm_clock_now_ns();
     two_turns(c.http_port, "dis-1", &d1, &d2, ids1, ids2, T_BODY);
     print_message("disaggregated two turns: %.1f ms\n",
-                  (double)(tdm_clock_now_ns() - t0) / T_NS_PER_MS);
+                  (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS);
     prefilled = metric(c.prefill_port[0], "tandem_prefill_tokens_total");
     local_tokens = metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total");
     assert_true(metric(c.prefill_port[0], "tandem_prefill_pulled_pages_total") > 0);

@@ -70,7 +70,7 @@ static void test_killed_prefill_node_mid_job_reruns_elsewhere(void **state)
     /* The undisturbed run: another session, same prompt. */
     t0 = tdm_clock_now_ns();
     want = complete(c.http_port, "pkill-ref", ids, 8);
-    ref_ms = (double)(tdm_clock_now_ns() - t0) / T_NS_PER_MS;
+    ref_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
     for (int i = 0; i < 2; i++) {
         tokens_before[i] = metric(c.prefill_port[i], "tandem_prefill_tokens_total");
         /* A node publishes its queue on its next idle poll: wait for both to read 0 so that the
@@ -85,12 +85,12 @@ static void test_killed_prefill_node_mid_job_reruns_elsewhere(void **state)
      * its /metrics) and SIGKILL it there. */
     t0 = tdm_clock_now_ns();
     complete_start(&run, c.http_port, "pkill-1", ids, 8);
-    end = t0 + 60000 * T_NS_PER_MS;
+    end = t0 + 60000 * TDM_NS_PER_MS;
     while (victim < 0 && tdm_clock_now_ns() < end) {
         for (int i = 0; i < 2 && victim < 0; i++) {
             if (metric(c.prefill_port[i], "tandem_prefill_queued_tokens") > 0) {
                 victim = i;
-                seen_ms = (double)(tdm_clock_now_ns() - t0) / T_NS_PER_MS;
+                seen_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
             }
         }
     }
@@ -105,7 +105,7 @@ static void test_killed_prefill_node_mid_job_reruns_elsewhere(void **state)
     assert_non_null(strstr(resp, "\"prefill\":1"));
     text = complete_join(&run);
     print_message("disturbed run done %.0f ms after it started\n",
-                  (double)(tdm_clock_now_ns() - t0) / T_NS_PER_MS);
+                  (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS);
     print_message("after the run: survivor prefilled %.0f tokens, router retries %.0f, router "
                   "computed %.0f tokens\n",
                   metric(c.prefill_port[survivor], "tandem_prefill_tokens_total") -

@@ -36,7 +36,6 @@
 #define T_BODY          (1u << 20)
 #define T_MAX_WORKERS   8
 #define T_MAX_CLUSTERS  4
-#define T_NS_PER_MS     1000000ull
 #define T_THRESHOLD     32    /* --local-prefill-tokens in these tests */
 #define T_PAGES         1024  /* --pages of every worker */
 #define T_PAGES_WAIT_MS 20000 /* reservations come back after their fence within this */
@@ -220,7 +219,7 @@ static inline double metric(unsigned port, const char *name)
 static inline double await_metric(unsigned port, const char *name, double want,
                                   uint64_t deadline_ms)
 {
-    uint64_t end = tdm_clock_now_ns() + deadline_ms * T_NS_PER_MS;
+    uint64_t end = tdm_clock_now_ns() + deadline_ms * TDM_NS_PER_MS;
     double v;
 
     do {
@@ -334,12 +333,12 @@ static inline double await_health(unsigned port, const char *needle, uint64_t de
                                   char *body_out)
 {
     uint64_t t0 = tdm_clock_now_ns();
-    uint64_t end = t0 + deadline_ms * T_NS_PER_MS;
+    uint64_t end = t0 + deadline_ms * TDM_NS_PER_MS;
 
     while (tdm_clock_now_ns() < end) {
         http(port, "/health", NULL, NULL, 0, 2000, body_out);
         if (strstr(body_out, needle) != NULL) {
-            return (double)(tdm_clock_now_ns() - t0) / T_NS_PER_MS;
+            return (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
         }
     }
     return -1.0;
@@ -355,7 +354,7 @@ static inline double await_health(unsigned port, const char *needle, uint64_t de
 static inline void cluster_check_pages(const cluster_t *c, const char *test)
 {
     for (int i = 0; i < c->n_decode; i++) {
-        uint64_t end = tdm_clock_now_ns() + T_PAGES_WAIT_MS * T_NS_PER_MS;
+        uint64_t end = tdm_clock_now_ns() + T_PAGES_WAIT_MS * TDM_NS_PER_MS;
         unsigned port = c->decode_port[i];
         double reserved, n_free, n_session, n_sessions;
 

@@ -55,7 +55,6 @@
 #define GEN_EXIT_USAGE    2
 #define GEN_ROWS_PER_PAGE 64 /* MODEL.md 7: a page holds 64 rows of one source */
 #define GEN_SPARE_PAGES   4
-#define GEN_NS_PER_MS     1e6
 #define GEN_MS_PER_S      1e3
 
 typedef struct {
@@ -665,7 +664,7 @@ static tdm_status_t generate(gen_state_t *g, gen_stats_t *stats)
 
 static double per_second(int64_t n, uint64_t ns)
 {
-    return ns > 0 ? (double)n * GEN_MS_PER_S * GEN_NS_PER_MS / (double)ns : 0.0;
+    return ns > 0 ? (double)n * GEN_MS_PER_S * TDM_NS_PER_MS / (double)ns : 0.0;
 }
 
 static void print_stats(const gen_state_t *g, const gen_stats_t *s)
@@ -675,14 +674,14 @@ static void print_stats(const gen_state_t *g, const gen_stats_t *s)
             (long long)g->n_prompt, (long long)s->n_generated, s->stopped_on_eos ? "eos" : "length",
             g->flags.schedule, (long long)s->tail_start);
     fprintf(stderr, "prefill: %lld tokens in %.1f ms = %.1f tok/s (cpu %.1f ms)\n",
-            (long long)g->n_prompt, (double)s->prefill_ns / GEN_NS_PER_MS,
-            per_second(g->n_prompt, s->prefill_ns), (double)s->prefill_cpu_ns / GEN_NS_PER_MS);
+            (long long)g->n_prompt, (double)s->prefill_ns / TDM_NS_PER_MS,
+            per_second(g->n_prompt, s->prefill_ns), (double)s->prefill_cpu_ns / TDM_NS_PER_MS);
     if (s->n_generated > 0) {
-        fprintf(stderr, "ttft: %.1f ms\n", (double)s->ttft_ns / GEN_NS_PER_MS);
+        fprintf(stderr, "ttft: %.1f ms\n", (double)s->ttft_ns / TDM_NS_PER_MS);
     }
     fprintf(stderr, "decode: %lld tokens in %.1f ms = %.1f tok/s (cpu %.1f ms)\n",
-            (long long)s->n_decoded, (double)s->decode_ns / GEN_NS_PER_MS,
-            per_second(s->n_decoded, s->decode_ns), (double)s->decode_cpu_ns / GEN_NS_PER_MS);
+            (long long)s->n_decoded, (double)s->decode_ns / TDM_NS_PER_MS,
+            per_second(s->n_decoded, s->decode_ns), (double)s->decode_cpu_ns / TDM_NS_PER_MS);
     if (g->spec != NULL) {
         engine_spec_metrics_t m;
         engine_spec_metrics(g->spec, g->drafter, &m);

@@ -29,7 +29,6 @@
 #define LAUNCH_POLL_MS 50
 #define LAUNCH_GRACE_MS 5000
 #define LAUNCH_EXIT_REFUSED 3
-#define NS_PER_MS 1000000ull
 
 typedef struct {
     const char *model_dir;
@@ -221,7 +220,7 @@ static void stop_all(launch_t *l)
             kill(l->procs[i].pid, SIGTERM);
         }
     }
-    deadline = tdm_clock_now_ns() + LAUNCH_GRACE_MS * NS_PER_MS;
+    deadline = tdm_clock_now_ns() + LAUNCH_GRACE_MS * TDM_NS_PER_MS;
     for (;;) {
         int alive = 0;
         struct timespec ts = {0, 20 * 1000000L};
@@ -253,7 +252,7 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     char control[LAUNCH_ARG_BYTES], http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32];
     char whttp[LAUNCH_ARG_BYTES];
     uint16_t control_port = free_port();
-    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * NS_PER_MS;
+    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
 
     snprintf(control, sizeof(control), "tcp://127.0.0.1:%u", (unsigned)control_port);
