@@ -158,62 +158,49 @@ tdm_status_t kern_quant_act8_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows
     return TDM_OK;
 }
 
-tdm_status_t kern_quant_ckv_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
-                                uint8_t *codes_out, uint8_t *scales_out)
+/* Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 scale per 32) codes of rows. */
+static tdm_status_t quant_e2m1_rows(const char *what, const float *x, int64_t n_rows,
+                                    int64_t dim, int e4m3_scales, uint8_t *codes_out,
+                                    uint8_t *scales_out)
 {
     const cpu_vec_ops_t *vec = cpu_vec_ops();
+    int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
     tdm_status_t status;
     int64_t n_groups;
 
-    (void)ctx;
-    status = kern_codec_check_rows("quant_ckv", x, x, codes_out, scales_out, n_rows, dim,
-                                   KERN_CKV_GROUP);
+    status = kern_codec_check_rows(what, x, x, codes_out, scales_out, n_rows, dim, group);
     if (status != TDM_OK) {
         return status;
     }
     if (vec != NULL) {
-        vec->quant_e2m1(x, n_rows * dim, KERN_CKV_GROUP, 1, codes_out, scales_out);
+        vec->quant_e2m1(x, n_rows * dim, group, e4m3_scales, codes_out, scales_out);
         return TDM_OK;
     }
-    n_groups = n_rows * dim / KERN_CKV_GROUP;
+    n_groups = n_rows * dim / group;
     for (int64_t g = 0; g < n_groups; g++) {
-        const float *xg = x + g * KERN_CKV_GROUP;
-        uint8_t scale = codec_ckv_scale(group_amax(xg, KERN_CKV_GROUP));
+        const float *xg = x + g * group;
+        float amax = group_amax(xg, group);
+        uint8_t scale = e4m3_scales ? codec_ckv_scale(amax) : codec_mx4_scale(amax);
 
-        pack_e2m1(xg, KERN_CKV_GROUP, codec_e4m3_to_f32(scale),
-                  codes_out + g * (KERN_CKV_GROUP / 2));
+        pack_e2m1(xg, group, e4m3_scales ? codec_e4m3_to_f32(scale) : codec_ue8m0_to_f32(scale),
+                  codes_out + g * (group / 2));
         scales_out[g] = scale;
     }
     return TDM_OK;
 }
 
+tdm_status_t kern_quant_ckv_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
+                                uint8_t *codes_out, uint8_t *scales_out)
+{
+    (void)ctx;
+    return quant_e2m1_rows("quant_ckv", x, n_rows, dim, 1, codes_out, scales_out);
+}
+
 tdm_status_t kern_quant_mx4_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
                                 uint8_t *codes_out, uint8_t *scales_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    tdm_status_t status;
-    int64_t n_groups;
-
     (void)ctx;
-    status = kern_codec_check_rows("quant_mx4", x, x, codes_out, scales_out, n_rows, dim,
-                                   KERN_MX4_GROUP);
-    if (status != TDM_OK) {
-        return status;
-    }
-    if (vec != NULL) {
-        vec->quant_e2m1(x, n_rows * dim, KERN_MX4_GROUP, 0, codes_out, scales_out);
-        return TDM_OK;
-    }
-    n_groups = n_rows * dim / KERN_MX4_GROUP;
-    for (int64_t g = 0; g < n_groups; g++) {
-        const float *xg = x + g * KERN_MX4_GROUP;
-        uint8_t scale = codec_mx4_scale(group_amax(xg, KERN_MX4_GROUP));
-
-        pack_e2m1(xg, KERN_MX4_GROUP, codec_ue8m0_to_f32(scale),
-                  codes_out + g * (KERN_MX4_GROUP / 2));
-        scales_out[g] = scale;
-    }
-    return TDM_OK;
+    return quant_e2m1_rows("quant_mx4", x, n_rows, dim, 0, codes_out, scales_out);
 }
 
 /* ---- row dequantizers -------------------------------------------------------------------- */
@@ -247,54 +234,46 @@ tdm_status_t kern_dequant_act8_cpu(kern_ctx_t *ctx, const uint8_t *codes, const 
     return TDM_OK;
 }
 
-tdm_status_t kern_dequant_ckv_cpu(kern_ctx_t *ctx, const uint8_t *codes, const uint8_t *scales,
-                                  int64_t n_rows, int64_t dim, float *y_out)
+/* codes * scale of Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 per 32) rows. */
+static tdm_status_t dequant_e2m1_rows(const char *what, const uint8_t *codes,
+                                      const uint8_t *scales, int64_t n_rows, int64_t dim,
+                                      int e4m3_scales, float *y_out)
 {
     const cpu_vec_ops_t *vec = cpu_vec_ops();
+    int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
     tdm_status_t status;
     int64_t n;
 
-    (void)ctx;
-    status = kern_codec_check_rows("dequant_ckv", codes, scales, y_out, y_out, n_rows, dim,
-                                   KERN_CKV_GROUP);
+    status = kern_codec_check_rows(what, codes, scales, y_out, y_out, n_rows, dim, group);
     if (status != TDM_OK) {
         return status;
     }
     n = n_rows * dim;
     if (vec != NULL) {
-        vec->dequant_e2m1(codes, scales, n, KERN_CKV_GROUP, 1, y_out);
+        vec->dequant_e2m1(codes, scales, n, group, e4m3_scales, y_out);
         return TDM_OK;
     }
     for (int64_t i = 0; i < n; i++) {
         uint8_t nibble = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
-        y_out[i] = codec_e2m1_to_f32(nibble) * codec_e4m3_to_f32(scales[i / KERN_CKV_GROUP]);
+        uint8_t sc = scales[i / group];
+        y_out[i] = codec_e2m1_to_f32(nibble) *
+                   (e4m3_scales ? codec_e4m3_to_f32(sc) : codec_ue8m0_to_f32(sc));
     }
     return TDM_OK;
+}
+
+tdm_status_t kern_dequant_ckv_cpu(kern_ctx_t *ctx, const uint8_t *codes, const uint8_t *scales,
+                                  int64_t n_rows, int64_t dim, float *y_out)
+{
+    (void)ctx;
+    return dequant_e2m1_rows("dequant_ckv", codes, scales, n_rows, dim, 1, y_out);
 }
 
 tdm_status_t kern_dequant_mx4_cpu(kern_ctx_t *ctx, const uint8_t *codes, const uint8_t *scales,
                                   int64_t n_rows, int64_t dim, float *y_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    tdm_status_t status;
-    int64_t n;
-
     (void)ctx;
-    status = kern_codec_check_rows("dequant_mx4", codes, scales, y_out, y_out, n_rows, dim,
-                                   KERN_MX4_GROUP);
-    if (status != TDM_OK) {
-        return status;
-    }
-    n = n_rows * dim;
-    if (vec != NULL) {
-        vec->dequant_e2m1(codes, scales, n, KERN_MX4_GROUP, 0, y_out);
-        return TDM_OK;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        uint8_t nibble = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
-        y_out[i] = codec_e2m1_to_f32(nibble) * codec_ue8m0_to_f32(scales[i / KERN_MX4_GROUP]);
-    }
-    return TDM_OK;
+    return dequant_e2m1_rows("dequant_mx4", codes, scales, n_rows, dim, 0, y_out);
 }
 
 tdm_status_t kern_qdq_act8_cpu(const float *x, int64_t n, float *y_out)
