@@ -83,6 +83,19 @@ tdm_status_t kern_topk_cpu(kern_ctx_t *ctx, const float *vals, int64_t n, int64_
     }
     /* heap of the best k seen so far, root = worst of them */
     for (int64_t i = 0; i < n; i++) {
+        if (n_heap == k && (i & 15) == 0 && i + 16 <= n) {
+            /* A later index never wins a tie, so a run of 16 none of which beats the root's
+             * value changes nothing: skip it (most of a long run, once the heap is full). */
+            float root = vals[scratch[0]];
+            int any = 0;
+            for (int j = 0; j < 16; j++) {
+                any |= vals[i + j] > root;
+            }
+            if (!any) {
+                i += 15;
+                continue;
+            }
+        }
         if (vals[i] == -INFINITY) {
             continue;
         }

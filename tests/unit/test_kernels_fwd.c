@@ -258,6 +258,60 @@ static void test_topk_tie_order_skips_minus_inf_and_rejects_nan(void **state)
     assert_int_equal(kern_topk_cpu(NULL, v, 8, 2, scratch, idx, &n), TDM_ERR_INTERNAL);
 }
 
+/* Long inputs (the heap fills, then runs of 16 are skipped when none beats its worst): the same
+ * selection and order as a full sort in the tie order (value descending, index ascending), with
+ * many ties and -inf entries. */
+static int32_t topk_cmp_vals_idx(const float *v, int32_t a, int32_t b)
+{
+    if (v[a] != v[b]) {
+        return v[a] > v[b] ? -1 : 1;
+    }
+    return a < b ? -1 : (a > b);
+}
+
+static void test_topk_long_inputs_match_a_full_sort(void **state)
+{
+    enum { N = 1000 };
+    static const int64_t ns[] = {16, 17, 31, 32, 100, 257, N};
+    static const int64_t ks[] = {1, 3, 16, 64, 128};
+    float v[N];
+    int32_t scratch[N], idx[N], want[N];
+    (void)state;
+    for (int rep = 0; rep < 20; rep++) {
+        for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
+            int64_t n = ns[a];
+            for (int64_t i = 0; i < n; i++) {
+                /* few distinct values (ties), rising or random, some -inf */
+                double u = urand();
+                v[i] = u < 0.05 ? -INFINITY
+                                : (rep % 2 == 0 ? (float)(int)(urand() * 8)
+                                                : (float)i * 0.01f + (float)(int)(u * 4));
+            }
+            for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++) {
+                int64_t k = ks[b], got = 0, n_fin = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    if (v[i] != -INFINITY) {
+                        want[n_fin++] = (int32_t)i;
+                    }
+                }
+                /* insertion sort in the tie order; keep the first k */
+                for (int64_t i = 1; i < n_fin; i++) {
+                    int32_t t = want[i];
+                    int64_t j = i;
+                    while (j > 0 && topk_cmp_vals_idx(v, t, want[j - 1]) < 0) {
+                        want[j] = want[j - 1];
+                        j--;
+                    }
+                    want[j] = t;
+                }
+                assert_int_equal(kern_topk_cpu(NULL, v, n, k, scratch, idx, &got), TDM_OK);
+                assert_int_equal(got, k < n_fin ? k : n_fin);
+                assert_memory_equal(idx, want, (size_t)got * sizeof(int32_t));
+            }
+        }
+    }
+}
+
 static void test_moe_route_weights_and_order(void **state)
 {
     (void)state;
@@ -393,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_yarn_ramp_of_full_model),
         cmocka_unit_test(test_mhc_coeffs_doubly_stochastic_and_collapse),
         cmocka_unit_test(test_topk_tie_order_skips_minus_inf_and_rejects_nan),
+        cmocka_unit_test(test_topk_long_inputs_match_a_full_sort),
         cmocka_unit_test(test_moe_route_weights_and_order),
         cmocka_unit_test(test_swiglu_clamps),
         cmocka_unit_test(test_attention_matches_double_with_sink),
