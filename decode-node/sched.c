@@ -196,6 +196,21 @@ static void end_req(decode_sched_t *s, req_t *r)
 static void publish(decode_sched_t *s);
 
 /*
+ * evicted_for_retry - after an operation that returned `status`: when it ran out of pages and
+ * the least recently used idle session could be evicted to free some, count the eviction and
+ * return 1 (run the operation again); else 0. Every page-hungry step of the scheduler retries
+ * through this one rule.
+ */
+static int evicted_for_retry(decode_sched_t *s, tdm_status_t status)
+{
+    if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+        return 0;
+    }
+    s->stats.evictions_total++;
+    return 1;
+}
+
+/*
  * finish_req - end r's turn: r leaves the batch, publish() puts the counters that include the
  * turn (its tokens, speculative steps, local prefill or handoff, an abort) where /metrics reads
  * them, and only then does its Finish go out. The router answers the client on the Finish, so in
@@ -536,15 +551,10 @@ static tdm_status_t adopt(decode_sched_t *s, decode_session_t *session, decode_r
         status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
                                       n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
     }
-    for (;;) {
-        if (status != TDM_OK) {
-            break;
-        }
-        status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
-        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
-            break;
-        }
-        s->stats.evictions_total++;
+    if (status == TDM_OK) {
+        do {
+            status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
+        } while (evicted_for_retry(s, status));
     }
     if (status != TDM_OK && *why == NULL) {
         *why = "the state record or a page failed the engine's import check";
@@ -658,14 +668,10 @@ static void on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         first[i] = (uint32_t)(rows_H / KERN_KV_PAGE_ROWS);
         need[i] = pages_T - first[i];
     }
-    for (;;) {
+    do {
         status = decode_pool_reserve(s->pool, rp->request_id, rp->session_id, H, T, first, need,
                                      rp->timeout_ms > 0 ? rp->timeout_ms : 10000u, &resv);
-        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
-            break;
-        }
-        s->stats.evictions_total++;
-    }
+    } while (evicted_for_retry(s, status));
     if (status != TDM_OK) {
         session->busy = 0;
         send_error(s, rp->request_id,
@@ -841,16 +847,11 @@ static void run_prefill(decode_sched_t *s, req_t *r)
         engine_seq_reset_rings(seq);
         status = engine_fwd_replay(s->fwd, seq, s->ids, n, ENGINE_REPLAY_CANONICAL, NULL);
     }
-    for (;;) {
-        if (status != TDM_OK) {
-            break;
-        }
-        status = engine_fwd_prefill(s->fwd, seq, r->delta, r->n_delta, ENGINE_PREFILL_DEFAULT,
-                                    s->logits, NULL);
-        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
-            break;
-        }
-        s->stats.evictions_total++;
+    if (status == TDM_OK) {
+        do {
+            status = engine_fwd_prefill(s->fwd, seq, r->delta, r->n_delta, ENGINE_PREFILL_DEFAULT,
+                                        s->logits, NULL);
+        } while (evicted_for_retry(s, status));
     }
     if (status == TDM_OK) {
         /* the history a later rewind replays from; a failed record only shortens it */
@@ -906,13 +907,9 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
         reqs[i].n_history = r->n_history;
         reqs[i].max_emit = max_emit < 1 ? 1 : (int)max_emit;
     }
-    for (;;) {
+    do {
         status = engine_spec_step(s->spec, reqs, n, s->spec_results);
-        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
-            break;
-        }
-        s->stats.evictions_total++;
-    }
+    } while (evicted_for_retry(s, status));
     if (status != TDM_OK) {
         for (int i = 0; i < n; i++) {
             fail_req(s, batch[i], status);
@@ -969,13 +966,9 @@ static void run_decode(decode_sched_t *s)
         run_spec(s, batch, n);
         return;
     }
-    for (;;) {
+    do {
         status = engine_fwd_decode(s->fwd, seqs, ids, n, s->logits);
-        if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
-            break;
-        }
-        s->stats.evictions_total++;
-    }
+    } while (evicted_for_retry(s, status));
     if (status != TDM_OK) {
         for (int i = 0; i < n; i++) {
             fail_req(s, batch[i], status);
