@@ -1,5 +1,6 @@
 /* sched.c - turns of the decode node (sched.h). */
 #include "decode-node/sched.h"
+#include "decode-node/sched_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -20,54 +21,9 @@
 #define RATE_WINDOW_NS (10ull * 1000000000ull)
 #define MSG_BYTES 256
 
-typedef enum {
-    REQ_PREFILL = 0, /* local delta waiting for the prefill */
-    REQ_RUNNING = 1, /* in the decode batch */
-} req_phase_t;
-
-typedef struct req {
-    uint64_t id;
-    decode_session_t *session;
-    engine_sampler_params_t sp;
-    uint32_t max_tokens;
-    uint32_t n_generated;
-    int32_t last_token; /* sampled and sent, not yet fed */
-    req_phase_t phase;
-    int32_t *delta;
-    int64_t n_delta;
-    int canonical;
-    uint64_t n_prefilled;
-    engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
-    int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
-    int64_t n_history;
-    struct req *next;
-} req_t;
-
-struct decode_sched {
-    decode_sched_params_t params;
-    const engine_model_t *model;
-    const engine_config_t *cfg;
-    decode_pool_t *pool;
-    decode_sessions_t *sessions;
-    node_link_t *link;
-    engine_fwd_t *fwd;
-    engine_spec_t *spec;               /* NULL with --spec off */
-    engine_spec_result_t *spec_results; /* [max_batch] */
-    float *logits; /* [max_batch, V] */
-    int32_t *ids;  /* replay ids, W + N - 1 */
-    int64_t n_ids_cap;
-    tdm_arena_t arena;
-    req_t *reqs;
-    uint64_t rate_t0_ns;
-    uint64_t rate_tokens;
-    decode_stats_t stats;  /* the compute thread's counters */
-    pthread_mutex_t stats_lock;
-    decode_stats_t shared; /* the last published copy, guarded by stats_lock */
-};
-
 /* ---- messages ------------------------------------------------------------------------ */
 
-static void send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
+void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
                        uint64_t cached_len, const char *message)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
@@ -156,7 +112,7 @@ static void send_finish(decode_sched_t *s, const req_t *r, Tandem__FinishReason 
 
 /* ---- requests ------------------------------------------------------------------------ */
 
-static req_t *find_req(decode_sched_t *s, uint64_t id)
+req_t *sched_find_req(decode_sched_t *s, uint64_t id)
 {
     for (req_t *r = s->reqs; r != NULL; r = r->next) {
         if (r->id == id) {
@@ -193,7 +149,6 @@ static void end_req(decode_sched_t *s, req_t *r)
     free_req(r);
 }
 
-static void publish(decode_sched_t *s);
 
 /*
  * evicted_for_retry - after an operation that returned `status`: when it ran out of pages and
@@ -201,7 +156,7 @@ static void publish(decode_sched_t *s);
  * return 1 (run the operation again); else 0. Every page-hungry step of the scheduler retries
  * through this one rule.
  */
-static int evicted_for_retry(decode_sched_t *s, tdm_status_t status)
+int sched_evicted_for_retry(decode_sched_t *s, tdm_status_t status)
 {
     if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
         return 0;
@@ -211,20 +166,20 @@ static int evicted_for_retry(decode_sched_t *s, tdm_status_t status)
 }
 
 /*
- * finish_req - end r's turn: r leaves the batch, publish() puts the counters that include the
+ * finish_req - end r's turn: r leaves the batch, sched_publish() puts the counters that include the
  * turn (its tokens, speculative steps, local prefill or handoff, an abort) where /metrics reads
  * them, and only then does its Finish go out. The router answers the client on the Finish, so in
  * this order whoever saw a turn end reads that turn on /metrics; sent first, the counters lagged
  * until the end of the step (publish in decode_sched_step), a window a loaded host widens.
  */
-static void finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason)
+void sched_finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Finish f = TANDEM__FINISH__INIT;
 
     finish_of(r, reason, &f);
     end_req(s, r);
-    publish(s);
+    sched_publish(s);
     env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
     env.finish = &f;
     node_link_send(s->link, &env);
@@ -316,7 +271,7 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
     Tandem__Finish f = TANDEM__FINISH__INIT;
     finish_of(r, reason, &f);
     unlink_req(s, r);
-    publish(s);
+    sched_publish(s);
     send_tokens(s, r, position, tokens, samples, logprobs, used);
     env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
     env.finish = &f;
@@ -326,7 +281,7 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
 }
 
 /* emit() of one token (a plain decode step, a prefill's or handoff's first token). */
-static int emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
+int sched_emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
                     const engine_sample_t *sample, float logprob)
 {
     return emit(s, r, position, &token, sample, &logprob, 1, 0);
@@ -334,24 +289,24 @@ static int emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t toke
 
 /* ---- handlers ------------------------------------------------------------------------ */
 
-static req_t *new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_session_t *session)
+req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_session_t *session)
 {
     char err[MSG_BYTES] = "";
     const char *why = NULL;
     req_t *r = calloc(1, sizeof(*r));
 
     if (r == NULL) {
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "out of memory");
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "out of memory");
         return NULL;
     }
     if (drafter_from(s, dr->spec, &r->drafter, &why) != TDM_OK) {
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, why);
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, why);
         free(r);
         return NULL;
     }
     if (sampling_from(s, dr->sampling, &r->sp, err, sizeof(err)) != TDM_OK ||
         dr->max_tokens == 0) {
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
                    dr->max_tokens == 0 ? "max_tokens is 0" : err);
         free(r);
         return NULL;
@@ -374,7 +329,7 @@ static req_t *new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode
  * instead of from 0. Returns TDM_OK, TDM_ERR_UNSUPPORTED (p out of that range: nothing changed)
  * or the engine's status (the state is dropped).
  */
-static tdm_status_t rewind_session(decode_sched_t *s, decode_session_t *session, int64_t p)
+tdm_status_t sched_rewind_session(decode_sched_t *s, decode_session_t *session, int64_t p)
 {
     int64_t held = session->seq != NULL ? engine_seq_length(session->seq) : 0;
     tdm_status_t status;
@@ -402,7 +357,7 @@ static tdm_status_t rewind_session(decode_sched_t *s, decode_session_t *session,
 }
 
 /* The longest prefix <= want of the session that a rewind can rebuild (0: none). */
-static int64_t rewind_target(const decode_session_t *session, int64_t want)
+int64_t sched_rewind_target(const decode_session_t *session, int64_t want)
 {
     int64_t held = session->seq != NULL ? engine_seq_length(session->seq) : 0;
     int64_t p = want < session->n_ids ? want : session->n_ids;
@@ -417,13 +372,13 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     req_t *r;
 
     if (session == NULL || session->busy) {
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
                    session == NULL ? "session table full" : "session busy");
         return;
     }
     for (size_t i = 0; i < dr->n_delta_tokens; i++) {
         if (dr->delta_tokens[i] >= s->cfg->vocab_size) {
-            send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+            sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
                        "token id outside the vocabulary");
             return;
         }
@@ -432,13 +387,13 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     if (held > dr->cached_len && dr->cached_len > 0) {
         /* The prompt shares only cached_len tokens with what the node holds: rewind to the
          * longest prefix <= cached_len it can rebuild (docs/PROTOCOL.md 3c). */
-        int64_t p = rewind_target(session, (int64_t)dr->cached_len);
-        if (p > 0 && rewind_session(s, session, p) == TDM_OK) {
+        int64_t p = sched_rewind_target(session, (int64_t)dr->cached_len);
+        if (p > 0 && sched_rewind_session(s, session, p) == TDM_OK) {
             held = (uint64_t)p;
             if (held < dr->cached_len) {
                 /* the router retries from p, which the node now holds */
                 s->stats.state_lost_total++;
-                send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held,
+                sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held,
                            "session state rewound to a shorter prefix than cached_len");
                 return;
             }
@@ -450,23 +405,23 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         decode_sessions_drop_state(session);
         if (dr->cached_len != 0) {
             s->stats.state_lost_total++;
-            send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
+            sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
                        "session state not held at cached_len");
             return;
         }
     }
     if (session->seq == NULL &&
         engine_seq_create(s->model, decode_pool_engine(s->pool), &session->seq) != TDM_OK) {
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
         return;
     }
-    r = new_req(s, dr, session);
+    r = sched_new_req(s, dr, session);
     if (r == NULL) {
         return;
     }
     r->delta = malloc(dr->n_delta_tokens * sizeof(int32_t));
     if (r->delta == NULL) {
-        send_error(s, r->id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
+        sched_send_error(s, r->id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0, "no memory");
         end_req(s, r);
         return;
     }
@@ -475,314 +430,24 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     r->phase = REQ_PREFILL;
 }
 
-/* Import the sequence at T from the reservation's pages and the notice's state record. */
-static tdm_status_t adopt(decode_sched_t *s, decode_session_t *session, decode_resv_t *resv,
-                          const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
-                          const char **why)
-{
-    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
-    size_t page_bytes = engine_kv_pool_page_bytes(kv);
-    int64_t n_rows[NODE_MAX_SOURCES];
-    uint32_t n_pages[NODE_MAX_SOURCES];
-    uint32_t *targets;
-    const void **pages;
-    uint32_t n_all = 0, k = 0, n_bad = 0, first_bad = 0;
-    uint8_t *blob = NULL;
-    size_t n_blob = 0;
-    tdm_status_t status = TDM_OK;
-
-    if (h->n_page_checksums != resv->n_pages || h->state_record.len == 0 ||
-        tdm_hash_xxh3_64(h->state_record.data, h->state_record.len) != h->state_checksum ||
-        h->total_len != resv->total_len || h->cached_len != resv->cached_len) {
-        *why = "handoff does not match the reservation (pages, record or lengths)";
-        return TDM_ERR_MISMATCH;
-    }
-    for (uint32_t i = 0; i < resv->n_sources; i++) {
-        int layer = (int)s->cfg->kv_source_layer_ids[i];
-        n_rows[i] = engine_config_n_c(s->cfg, layer, (int64_t)resv->total_len - 1);
-        n_pages[i] = (uint32_t)((n_rows[i] + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
-        if (n_pages[i] != resv->first_target[i] + resv->tables[i].n_pages) {
-            *why = "reserved pages do not cover the sequence";
-            return TDM_ERR_MISMATCH;
-        }
-        n_all += n_pages[i];
-    }
-    targets = malloc((resv->n_pages + 1) * sizeof(uint32_t));
-    pages = malloc((n_all + 1) * sizeof(void *));
-    if (targets == NULL || pages == NULL) {
-        free(targets);
-        free(pages);
-        return TDM_ERR_NO_MEMORY;
-    }
-    for (uint32_t i = 0; i < resv->n_sources; i++) {
-        for (uint32_t j = 0; j < resv->tables[i].n_pages; j++) {
-            targets[k++] = resv->tables[i].page_ids[j];
-        }
-    }
-    status = xfer_notice_check_pages(engine_kv_pool_page(kv, 0), (uint32_t)page_bytes,
-                                     engine_kv_pool_n_pages(kv), targets, h->page_checksums,
-                                     resv->n_pages, &n_bad, &first_bad);
-    if (status != TDM_OK) {
-        tdm_log(TDM_LOG_WARN, "sched", "handoff page check failed: status=%s bad=%u first=%u of=%u",
-                tdm_status_name(status), n_bad, first_bad, resv->n_pages);
-        *why = "a page differs from its checksum in the notice";
-        status = TDM_ERR_MISMATCH;
-    }
-    k = 0;
-    for (uint32_t i = 0; i < resv->n_sources && status == TDM_OK; i++) {
-        int layer = (int)s->cfg->kv_source_layer_ids[i];
-        const engine_kv_table_t *old =
-            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
-        for (uint32_t j = 0; j < n_pages[i]; j++) {
-            if (j < resv->first_target[i]) {
-                if (old == NULL || j >= old->n_pages) {
-                    *why = "the session no longer holds its history pages";
-                    status = TDM_ERR_MISMATCH;
-                    break;
-                }
-                pages[k++] = engine_kv_pool_page(kv, old->page_ids[j]);
-            } else {
-                pages[k++] =
-                    engine_kv_pool_page(kv, resv->tables[i].page_ids[j - resv->first_target[i]]);
-            }
-        }
-    }
-    if (status == TDM_OK) {
-        status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
-                                      n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
-    }
-    if (status == TDM_OK) {
-        do {
-            status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
-        } while (evicted_for_retry(s, status));
-    }
-    if (status != TDM_OK && *why == NULL) {
-        *why = "the state record or a page failed the engine's import check";
-    }
-    free(blob);
-    free(targets);
-    free(pages);
-    return status;
-}
-
-static void on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
-{
-    const Tandem__CompletionNotice *h = dr->handoff;
-    decode_resv_t *resv = decode_pool_find(s->pool, h->reservation_id);
-    decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
-    engine_seq_t *seq = NULL;
-    const char *why = NULL;
-    int64_t known;
-    tdm_status_t status;
-    req_t *r;
-
-    if (resv == NULL || resv->state != DECODE_RESV_ACTIVE || session == NULL ||
-        strcmp(resv->session_id, dr->session_id) != 0) {
-        s->stats.handoff_failures_total++;
-        send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
-                   "no live reservation for this handoff");
-        return;
-    }
-    /* the recorded history keeps [0, H); the delta's ids follow when the router sent them */
-    known = session->n_ids < (int64_t)resv->cached_len ? session->n_ids : (int64_t)resv->cached_len;
-    status = adopt(s, session, resv, h, &seq, &why);
-    decode_pool_release(s->pool, resv); /* the writer is done: its notice arrived */
-    if (status != TDM_OK) {
-        s->stats.handoff_failures_total++;
-        tdm_log(TDM_LOG_ERROR, "sched", "handoff refused: request=%llu status=%s reason=\"%s\"",
-                (unsigned long long)dr->request_id, tdm_status_name(status), why);
-        session->busy = 0;
-        decode_sessions_drop_state(session);
-        send_error(s, dr->request_id,
-                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-                                              : TANDEM__ERROR_CODE__ERROR_STATE_LOST,
-                   0, why);
-        return;
-    }
-    session->busy = 0;
-    decode_sessions_drop_state(session);
-    session->seq = seq;
-    session->n_ids = known; /* drop_state forgot them; the buffer is still there */
-    if (dr->n_delta_tokens > 0 && dr->n_delta_tokens == h->total_len - h->cached_len &&
-        known == (int64_t)h->cached_len) {
-        /* the router sends a remote delta's ids too (docs/PROTOCOL.md 3b): record them */
-        (void)decode_sessions_note_ids(session, known, dr->delta_tokens,
-                                       (int64_t)dr->n_delta_tokens);
-    }
-    r = new_req(s, dr, session);
-    if (r == NULL) {
-        return;
-    }
-    s->stats.handoffs_total++;
-    emit_one(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
-}
-
-static void on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
-{
-    decode_session_t *session = decode_sessions_get(s->sessions, rp->session_id);
-    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
-    uint32_t first[NODE_MAX_SOURCES], need[NODE_MAX_SOURCES];
-    node_resv_desc_t desc;
-    decode_resv_t *resv = NULL;
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
-    uint8_t *bytes = NULL;
-    size_t n_bytes = 0;
-    uint64_t H = rp->cached_len, T = rp->total_len;
-    tdm_status_t status;
-
-    if (session == NULL || session->busy) {
-        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
-                   session == NULL ? "session table full" : "session busy");
-        return;
-    }
-    if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
-        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
-                   "reservation lengths out of range");
-        return;
-    }
-    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) > H && H > 0) {
-        /* rewind to the longest prefix <= H the node can rebuild; the reservation then says
-         * the H it holds (docs/PROTOCOL.md 3c) */
-        int64_t p = rewind_target(session, (int64_t)H);
-        if (p > 0 && rewind_session(s, session, p) == TDM_OK) {
-            H = (uint64_t)p;
-        }
-    }
-    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) != H) {
-        decode_sessions_drop_state(session); /* nothing to continue from: start from 0 */
-    }
-    if (session->seq == NULL) {
-        H = 0;
-    }
-    session->busy = 1;
-    memset(&desc, 0, sizeof(desc));
-    desc.cached_len = H;
-    desc.total_len = T;
-    desc.n_sources = (uint32_t)s->cfg->n_kv_source_layer_ids;
-    for (uint32_t i = 0; i < desc.n_sources; i++) {
-        int layer = (int)s->cfg->kv_source_layer_ids[i];
-        int64_t rows_T = engine_config_n_c(s->cfg, layer, (int64_t)T - 1);
-        int64_t rows_H = engine_config_n_c(s->cfg, layer, (int64_t)H - 1);
-        uint32_t pages_T = (uint32_t)((rows_T + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
-        first[i] = (uint32_t)(rows_H / KERN_KV_PAGE_ROWS);
-        need[i] = pages_T - first[i];
-    }
-    do {
-        status = decode_pool_reserve(s->pool, rp->request_id, rp->session_id, H, T, first, need,
-                                     rp->timeout_ms > 0 ? rp->timeout_ms : 10000u, &resv);
-    } while (evicted_for_retry(s, status));
-    if (status != TDM_OK) {
-        session->busy = 0;
-        send_error(s, rp->request_id,
-                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-                                              : TANDEM__ERROR_CODE__ERROR_INTERNAL,
-                   0, "cannot reserve pages");
-        return;
-    }
-    desc.reservation_id = resv->id;
-    for (uint32_t i = 0; i < desc.n_sources; i++) {
-        int layer = (int)s->cfg->kv_source_layer_ids[i];
-        const engine_kv_table_t *t =
-            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
-        desc.src[i].layer = layer;
-        desc.src[i].first_target = first[i];
-        desc.src[i].n_targets = resv->tables[i].n_pages;
-        desc.src[i].targets = resv->tables[i].page_ids;
-        desc.src[i].n_history = t != NULL ? t->n_pages : 0;
-        desc.src[i].history = t != NULL ? t->page_ids : NULL;
-        for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
-            kern_kv_page_seal(engine_kv_pool_page(kv, t->page_ids[j])); /* pulled and checked */
-        }
-    }
-    status = TDM_OK;
-    if (H > 0) {
-        desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
-        desc.record = malloc(desc.n_record);
-        status = desc.record == NULL ? TDM_ERR_NO_MEMORY
-                                     : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD,
-                                                         desc.record, desc.n_record, &desc.n_record);
-    }
-    if (status == TDM_OK) {
-        status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
-    }
-    free(desc.record);
-    if (status != TDM_OK) {
-        decode_pool_release(s->pool, resv);
-        session->busy = 0;
-        send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0,
-                   "cannot describe the reservation");
-        return;
-    }
-    pr.request_id = rp->request_id;
-    pr.reservation_id = resv->id;
-    pr.cached_len = H;
-    pr.n_pages = resv->n_pages;
-    pr.descriptor.data = bytes;
-    pr.descriptor.len = n_bytes;
-    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
-    env.page_reservation = &pr;
-    node_link_send(s->link, &env);
-    free(bytes);
-    s->stats.reservations_total++;
-    tdm_log(TDM_LOG_DEBUG, "sched", "reserved: request=%llu reservation=%llu H=%llu T=%llu pages=%u",
-            (unsigned long long)rp->request_id, (unsigned long long)resv->id,
-            (unsigned long long)H, (unsigned long long)T, resv->n_pages);
-}
-
-/* A reservation ended without its handoff: its session becomes idle again. */
-static void release_session_of(decode_sched_t *s, const decode_resv_t *resv)
-{
-    decode_session_t *session = decode_sessions_find(s->sessions, resv->session_id);
-
-    if (session != NULL && session->busy && find_req(s, resv->request_id) == NULL) {
-        session->busy = 0;
-    }
-}
-
-static void on_lapse(void *arg, decode_resv_t *resv)
-{
-    decode_sched_t *s = arg;
-
-    s->stats.reservations_lapsed_total++;
-    release_session_of(s, resv);
-}
-
-static void on_abort(decode_sched_t *s, const Tandem__Abort *a)
-{
-    req_t *r = a->request_id != 0 ? find_req(s, a->request_id) : NULL;
-
-    if (a->reservation_id != 0) {
-        decode_resv_t *resv = decode_pool_find(s->pool, a->reservation_id);
-        if (resv != NULL && resv->state == DECODE_RESV_ACTIVE) {
-            decode_pool_fence(s->pool, resv, s->params.fence_ms);
-            release_session_of(s, resv);
-        }
-    }
-    if (r != NULL) {
-        s->stats.aborts_total++;
-        finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
-    }
-}
-
 void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
 {
     switch (env->body_case) {
     case TANDEM__ENVELOPE__BODY_DECODE_REQUEST:
-        if (find_req(s, env->decode_request->request_id) != NULL) {
-            send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
+        if (sched_find_req(s, env->decode_request->request_id) != NULL) {
+            sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
                        0, "request id already running");
         } else if (env->decode_request->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE) {
-            on_remote(s, env->decode_request);
+            sched_on_remote(s, env->decode_request);
         } else {
             on_local(s, env->decode_request);
         }
         break;
     case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
-        on_reserve(s, env->reserve_pages);
+        sched_on_reserve(s, env->reserve_pages);
         break;
     case TANDEM__ENVELOPE__BODY_ABORT:
-        on_abort(s, env->abort);
+        sched_on_abort(s, env->abort);
         break;
     default:
         tdm_log(TDM_LOG_WARN, "sched", "unexpected message: type=%s",
@@ -797,7 +462,7 @@ static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
 {
     tdm_log(TDM_LOG_ERROR, "sched", "request failed: request=%llu status=%s",
             (unsigned long long)r->id, tdm_status_name(status));
-    send_error(s, r->id,
+    sched_send_error(s, r->id,
                status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
                                           : TANDEM__ERROR_CODE__ERROR_INTERNAL,
                0, tdm_status_message(status));
@@ -851,7 +516,7 @@ static void run_prefill(decode_sched_t *s, req_t *r)
         do {
             status = engine_fwd_prefill(s->fwd, seq, r->delta, r->n_delta, ENGINE_PREFILL_DEFAULT,
                                         s->logits, NULL);
-        } while (evicted_for_retry(s, status));
+        } while (sched_evicted_for_retry(s, status));
     }
     if (status == TDM_OK) {
         /* the history a later rewind replays from; a failed record only shortens it */
@@ -874,7 +539,7 @@ static void run_prefill(decode_sched_t *s, req_t *r)
     }
     free(r->delta);
     r->delta = NULL;
-    emit_one(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample,
+    sched_emit_one(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample,
              (float)sample.logprob);
 }
 
@@ -909,7 +574,7 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
     }
     do {
         status = engine_spec_step(s->spec, reqs, n, s->spec_results);
-    } while (evicted_for_retry(s, status));
+    } while (sched_evicted_for_retry(s, status));
     if (status != TDM_OK) {
         for (int i = 0; i < n; i++) {
             fail_req(s, batch[i], status);
@@ -968,7 +633,7 @@ static void run_decode(decode_sched_t *s)
     }
     do {
         status = engine_fwd_decode(s->fwd, seqs, ids, n, s->logits);
-    } while (evicted_for_retry(s, status));
+    } while (sched_evicted_for_retry(s, status));
     if (status != TDM_OK) {
         for (int i = 0; i < n; i++) {
             fail_req(s, batch[i], status);
@@ -986,11 +651,11 @@ static void run_decode(decode_sched_t *s)
             fail_req(s, r, status);
             continue;
         }
-        emit_one(s, r, (uint64_t)q, sample.token, &sample, (float)sample.logprob);
+        sched_emit_one(s, r, (uint64_t)q, sample.token, &sample, (float)sample.logprob);
     }
 }
 
-static void publish(decode_sched_t *s)
+void sched_publish(decode_sched_t *s)
 {
     uint64_t now = tdm_clock_now_ns();
     decode_stats_t st;
@@ -1041,7 +706,7 @@ uint32_t decode_sched_step(decode_sched_t *s)
     uint32_t wait_ms = IDLE_WAIT_MS;
     req_t *pending = NULL;
 
-    next_ns = decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, on_lapse, s);
+    next_ns = decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
     for (req_t *r = s->reqs; r != NULL; r = r->next) {
         if (r->phase == REQ_PREFILL) {
             pending = r; /* the oldest: the list is newest first */
@@ -1051,7 +716,7 @@ uint32_t decode_sched_step(decode_sched_t *s)
         run_prefill(s, pending);
     }
     run_decode(s);
-    publish(s);
+    sched_publish(s);
     if (s->reqs != NULL) {
         wait_ms = 0;
     }

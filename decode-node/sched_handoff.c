@@ -1,0 +1,306 @@
+/* sched_handoff.c - the decode scheduler's handoff path (sched_impl.h): page reservations for
+ * a remote prefill, adopting the pages and state record of its CompletionNotice, aborts and
+ * lapsed reservations. Runs on the scheduler's thread. */
+#include "decode-node/sched_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "decode-node/node_handoff.h"
+#include "kernels/kv_page.h"
+#include "transfer/notice.h"
+
+/* Import the sequence at T from the reservation's pages and the notice's state record. */
+static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, decode_resv_t *resv,
+                          const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
+                          const char **why)
+{
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    size_t page_bytes = engine_kv_pool_page_bytes(kv);
+    int64_t n_rows[NODE_MAX_SOURCES];
+    uint32_t n_pages[NODE_MAX_SOURCES];
+    uint32_t *targets;
+    const void **pages;
+    uint32_t n_all = 0, k = 0, n_bad = 0, first_bad = 0;
+    uint8_t *blob = NULL;
+    size_t n_blob = 0;
+    tdm_status_t status = TDM_OK;
+
+    if (h->n_page_checksums != resv->n_pages || h->state_record.len == 0 ||
+        tdm_hash_xxh3_64(h->state_record.data, h->state_record.len) != h->state_checksum ||
+        h->total_len != resv->total_len || h->cached_len != resv->cached_len) {
+        *why = "handoff does not match the reservation (pages, record or lengths)";
+        return TDM_ERR_MISMATCH;
+    }
+    for (uint32_t i = 0; i < resv->n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        n_rows[i] = engine_config_n_c(s->cfg, layer, (int64_t)resv->total_len - 1);
+        n_pages[i] = (uint32_t)((n_rows[i] + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        if (n_pages[i] != resv->first_target[i] + resv->tables[i].n_pages) {
+            *why = "reserved pages do not cover the sequence";
+            return TDM_ERR_MISMATCH;
+        }
+        n_all += n_pages[i];
+    }
+    targets = malloc((resv->n_pages + 1) * sizeof(uint32_t));
+    pages = malloc((n_all + 1) * sizeof(void *));
+    if (targets == NULL || pages == NULL) {
+        free(targets);
+        free(pages);
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < resv->n_sources; i++) {
+        for (uint32_t j = 0; j < resv->tables[i].n_pages; j++) {
+            targets[k++] = resv->tables[i].page_ids[j];
+        }
+    }
+    status = xfer_notice_check_pages(engine_kv_pool_page(kv, 0), (uint32_t)page_bytes,
+                                     engine_kv_pool_n_pages(kv), targets, h->page_checksums,
+                                     resv->n_pages, &n_bad, &first_bad);
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "sched", "handoff page check failed: status=%s bad=%u first=%u of=%u",
+                tdm_status_name(status), n_bad, first_bad, resv->n_pages);
+        *why = "a page differs from its checksum in the notice";
+        status = TDM_ERR_MISMATCH;
+    }
+    k = 0;
+    for (uint32_t i = 0; i < resv->n_sources && status == TDM_OK; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        const engine_kv_table_t *old =
+            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
+        for (uint32_t j = 0; j < n_pages[i]; j++) {
+            if (j < resv->first_target[i]) {
+                if (old == NULL || j >= old->n_pages) {
+                    *why = "the session no longer holds its history pages";
+                    status = TDM_ERR_MISMATCH;
+                    break;
+                }
+                pages[k++] = engine_kv_pool_page(kv, old->page_ids[j]);
+            } else {
+                pages[k++] =
+                    engine_kv_pool_page(kv, resv->tables[i].page_ids[j - resv->first_target[i]]);
+            }
+        }
+    }
+    if (status == TDM_OK) {
+        status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
+                                      n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
+    }
+    if (status == TDM_OK) {
+        do {
+            status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
+        } while (sched_evicted_for_retry(s, status));
+    }
+    if (status != TDM_OK && *why == NULL) {
+        *why = "the state record or a page failed the engine's import check";
+    }
+    free(blob);
+    free(targets);
+    free(pages);
+    return status;
+}
+
+void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    const Tandem__CompletionNotice *h = dr->handoff;
+    decode_resv_t *resv = decode_pool_find(s->pool, h->reservation_id);
+    decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
+    engine_seq_t *seq = NULL;
+    const char *why = NULL;
+    int64_t known;
+    tdm_status_t status;
+    req_t *r;
+
+    if (resv == NULL || resv->state != DECODE_RESV_ACTIVE || session == NULL ||
+        strcmp(resv->session_id, dr->session_id) != 0) {
+        s->stats.handoff_failures_total++;
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
+                   "no live reservation for this handoff");
+        return;
+    }
+    /* the recorded history keeps [0, H); the delta's ids follow when the router sent them */
+    known = session->n_ids < (int64_t)resv->cached_len ? session->n_ids : (int64_t)resv->cached_len;
+    status = sched_adopt(s, session, resv, h, &seq, &why);
+    decode_pool_release(s->pool, resv); /* the writer is done: its notice arrived */
+    if (status != TDM_OK) {
+        s->stats.handoff_failures_total++;
+        tdm_log(TDM_LOG_ERROR, "sched", "handoff refused: request=%llu status=%s reason=\"%s\"",
+                (unsigned long long)dr->request_id, tdm_status_name(status), why);
+        session->busy = 0;
+        decode_sessions_drop_state(session);
+        sched_send_error(s, dr->request_id,
+                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                              : TANDEM__ERROR_CODE__ERROR_STATE_LOST,
+                   0, why);
+        return;
+    }
+    session->busy = 0;
+    decode_sessions_drop_state(session);
+    session->seq = seq;
+    session->n_ids = known; /* drop_state forgot them; the buffer is still there */
+    if (dr->n_delta_tokens > 0 && dr->n_delta_tokens == h->total_len - h->cached_len &&
+        known == (int64_t)h->cached_len) {
+        /* the router sends a remote delta's ids too (docs/PROTOCOL.md 3b): record them */
+        (void)decode_sessions_note_ids(session, known, dr->delta_tokens,
+                                       (int64_t)dr->n_delta_tokens);
+    }
+    r = sched_new_req(s, dr, session);
+    if (r == NULL) {
+        return;
+    }
+    s->stats.handoffs_total++;
+    sched_emit_one(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
+}
+
+void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
+{
+    decode_session_t *session = decode_sessions_get(s->sessions, rp->session_id);
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    uint32_t first[NODE_MAX_SOURCES], need[NODE_MAX_SOURCES];
+    node_resv_desc_t desc;
+    decode_resv_t *resv = NULL;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
+    uint8_t *bytes = NULL;
+    size_t n_bytes = 0;
+    uint64_t H = rp->cached_len, T = rp->total_len;
+    tdm_status_t status;
+
+    if (session == NULL || session->busy) {
+        sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
+                   session == NULL ? "session table full" : "session busy");
+        return;
+    }
+    if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
+        sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+                   "reservation lengths out of range");
+        return;
+    }
+    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) > H && H > 0) {
+        /* rewind to the longest prefix <= H the node can rebuild; the reservation then says
+         * the H it holds (docs/PROTOCOL.md 3c) */
+        int64_t p = sched_rewind_target(session, (int64_t)H);
+        if (p > 0 && sched_rewind_session(s, session, p) == TDM_OK) {
+            H = (uint64_t)p;
+        }
+    }
+    if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) != H) {
+        decode_sessions_drop_state(session); /* nothing to continue from: start from 0 */
+    }
+    if (session->seq == NULL) {
+        H = 0;
+    }
+    session->busy = 1;
+    memset(&desc, 0, sizeof(desc));
+    desc.cached_len = H;
+    desc.total_len = T;
+    desc.n_sources = (uint32_t)s->cfg->n_kv_source_layer_ids;
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        int64_t rows_T = engine_config_n_c(s->cfg, layer, (int64_t)T - 1);
+        int64_t rows_H = engine_config_n_c(s->cfg, layer, (int64_t)H - 1);
+        uint32_t pages_T = (uint32_t)((rows_T + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        first[i] = (uint32_t)(rows_H / KERN_KV_PAGE_ROWS);
+        need[i] = pages_T - first[i];
+    }
+    do {
+        status = decode_pool_reserve(s->pool, rp->request_id, rp->session_id, H, T, first, need,
+                                     rp->timeout_ms > 0 ? rp->timeout_ms : 10000u, &resv);
+    } while (sched_evicted_for_retry(s, status));
+    if (status != TDM_OK) {
+        session->busy = 0;
+        sched_send_error(s, rp->request_id,
+                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                              : TANDEM__ERROR_CODE__ERROR_INTERNAL,
+                   0, "cannot reserve pages");
+        return;
+    }
+    desc.reservation_id = resv->id;
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        int layer = (int)s->cfg->kv_source_layer_ids[i];
+        const engine_kv_table_t *t =
+            session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
+        desc.src[i].layer = layer;
+        desc.src[i].first_target = first[i];
+        desc.src[i].n_targets = resv->tables[i].n_pages;
+        desc.src[i].targets = resv->tables[i].page_ids;
+        desc.src[i].n_history = t != NULL ? t->n_pages : 0;
+        desc.src[i].history = t != NULL ? t->page_ids : NULL;
+        for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
+            kern_kv_page_seal(engine_kv_pool_page(kv, t->page_ids[j])); /* pulled and checked */
+        }
+    }
+    status = TDM_OK;
+    if (H > 0) {
+        desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
+        desc.record = malloc(desc.n_record);
+        status = desc.record == NULL ? TDM_ERR_NO_MEMORY
+                                     : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD,
+                                                         desc.record, desc.n_record, &desc.n_record);
+    }
+    if (status == TDM_OK) {
+        status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
+    }
+    free(desc.record);
+    if (status != TDM_OK) {
+        decode_pool_release(s->pool, resv);
+        session->busy = 0;
+        sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0,
+                   "cannot describe the reservation");
+        return;
+    }
+    pr.request_id = rp->request_id;
+    pr.reservation_id = resv->id;
+    pr.cached_len = H;
+    pr.n_pages = resv->n_pages;
+    pr.descriptor.data = bytes;
+    pr.descriptor.len = n_bytes;
+    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+    env.page_reservation = &pr;
+    node_link_send(s->link, &env);
+    free(bytes);
+    s->stats.reservations_total++;
+    tdm_log(TDM_LOG_DEBUG, "sched", "reserved: request=%llu reservation=%llu H=%llu T=%llu pages=%u",
+            (unsigned long long)rp->request_id, (unsigned long long)resv->id,
+            (unsigned long long)H, (unsigned long long)T, resv->n_pages);
+}
+
+/* A reservation ended without its handoff: its session becomes idle again. */
+static void sched_release_session_of(decode_sched_t *s, const decode_resv_t *resv)
+{
+    decode_session_t *session = decode_sessions_find(s->sessions, resv->session_id);
+
+    if (session != NULL && session->busy && sched_find_req(s, resv->request_id) == NULL) {
+        session->busy = 0;
+    }
+}
+
+void sched_on_lapse(void *arg, decode_resv_t *resv)
+{
+    decode_sched_t *s = arg;
+
+    s->stats.reservations_lapsed_total++;
+    sched_release_session_of(s, resv);
+}
+
+void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a)
+{
+    req_t *r = a->request_id != 0 ? sched_find_req(s, a->request_id) : NULL;
+
+    if (a->reservation_id != 0) {
+        decode_resv_t *resv = decode_pool_find(s->pool, a->reservation_id);
+        if (resv != NULL && resv->state == DECODE_RESV_ACTIVE) {
+            decode_pool_fence(s->pool, resv, s->params.fence_ms);
+            sched_release_session_of(s, resv);
+        }
+    }
+    if (r != NULL) {
+        s->stats.aborts_total++;
+        sched_finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
+    }
+}
+

@@ -1,0 +1,113 @@
+/* sched_impl.h - the decode scheduler's state and the helpers its two files share (private to
+ * decode-node/sched.c, which steps the batch, and decode-node/sched_handoff.c, which takes a
+ * remote prefill's pages: reservations, the CompletionNotice's import, aborts and lapses).
+ *
+ * Everything here runs on the scheduler's thread (the decode node's main thread, sched.h); only
+ * `shared` is read by other threads, under stats_lock.
+ */
+#ifndef TANDEM_DECODE_NODE_SCHED_IMPL_H
+#define TANDEM_DECODE_NODE_SCHED_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "decode-node/sched.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "engine/spec.h"
+
+typedef enum {
+    REQ_PREFILL = 0, /* local delta waiting for the prefill */
+    REQ_RUNNING = 1, /* in the decode batch */
+} req_phase_t;
+
+typedef struct req {
+    uint64_t id;
+    decode_session_t *session;
+    engine_sampler_params_t sp;
+    uint32_t max_tokens;
+    uint32_t n_generated;
+    int32_t last_token; /* sampled and sent, not yet fed */
+    req_phase_t phase;
+    int32_t *delta;
+    int64_t n_delta;
+    int canonical;
+    uint64_t n_prefilled;
+    engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
+    int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
+    int64_t n_history;
+    struct req *next;
+} req_t;
+
+struct decode_sched {
+    decode_sched_params_t params;
+    const engine_model_t *model;
+    const engine_config_t *cfg;
+    decode_pool_t *pool;
+    decode_sessions_t *sessions;
+    node_link_t *link;
+    engine_fwd_t *fwd;
+    engine_spec_t *spec;               /* NULL with --spec off */
+    engine_spec_result_t *spec_results; /* [max_batch] */
+    float *logits; /* [max_batch, V] */
+    int32_t *ids;  /* replay ids, W + N - 1 */
+    int64_t n_ids_cap;
+    tdm_arena_t arena;
+    req_t *reqs;
+    uint64_t rate_t0_ns;
+    uint64_t rate_tokens;
+    decode_stats_t stats;  /* the compute thread's counters */
+    pthread_mutex_t stats_lock;
+    decode_stats_t shared; /* the last published copy, guarded by stats_lock */
+};
+
+/* ---- shared by sched.c and sched_handoff.c (defined in sched.c) ---------------------- */
+
+/* An Error for request_id to the router (with the session's cached_len). */
+void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
+                      uint64_t cached_len, const char *message);
+
+/* The running or pending request with this id, or NULL. */
+req_t *sched_find_req(decode_sched_t *s, uint64_t id);
+
+/* After an operation that returned `status`: 1 when it ran out of pages and an idle session was
+ * evicted (run it again; counted), else 0. */
+int sched_evicted_for_retry(decode_sched_t *s, tdm_status_t status);
+
+/* End r's turn with `reason`: r leaves the batch, the counters are published, then the Finish. */
+void sched_finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason);
+
+/* Send a freshly chosen token of r at `position` (ends the turn when it should: returns 1, r
+ * freed). sample may be NULL. */
+int sched_emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
+                   const engine_sample_t *sample, float logprob);
+
+/* A new request of the batch for dr on session (NULL after an Error was sent). */
+req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr,
+                     decode_session_t *session);
+
+/* Cut the session's sequence back to p and replay its recorded ids (MODEL.md 6(d)(2)). */
+tdm_status_t sched_rewind_session(decode_sched_t *s, decode_session_t *session, int64_t p);
+
+/* The prefix the session can keep for a turn that shares `want` tokens with it. */
+int64_t sched_rewind_target(const decode_session_t *session, int64_t want);
+
+/* Put the compute thread's counters where /metrics and the link's load report read them. */
+void sched_publish(decode_sched_t *s);
+
+/* ---- defined in sched_handoff.c ---------------------------------------------------------- */
+
+/* A DecodeRequest with remote prefill: adopt the reservation's pages (its CompletionNotice). */
+void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr);
+
+/* ReservePages: reserve pages for a remote prefill, answer with the PageReservation. */
+void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp);
+
+/* decode_pool_expire's callback: a reservation lapsed without its handoff. arg: the sched. */
+void sched_on_lapse(void *arg, decode_resv_t *resv);
+
+/* Abort of a request and/or reservation (fenced). */
+void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a);
+
+#endif
