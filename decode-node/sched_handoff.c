@@ -16,8 +16,8 @@
 
 /* Import the sequence at T from the reservation's pages and the notice's state record. */
 static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, decode_resv_t *resv,
-                          const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
-                          const char **why)
+                                const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
+                                const char **why)
 {
     engine_kv_pool_t *kv = decode_pool_engine(s->pool);
     size_t page_bytes = engine_kv_pool_page_bytes(kv);
@@ -119,7 +119,7 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         strcmp(resv->session_id, dr->session_id) != 0) {
         s->stats.handoff_failures_total++;
         sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
-                   "no live reservation for this handoff");
+                         "no live reservation for this handoff");
         return;
     }
     /* the recorded history keeps [0, H); the delta's ids follow when the router sent them */
@@ -133,9 +133,9 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         session->busy = 0;
         decode_sessions_drop_state(session);
         sched_send_error(s, dr->request_id,
-                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-                                              : TANDEM__ERROR_CODE__ERROR_STATE_LOST,
-                   0, why);
+                         status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                                    : TANDEM__ERROR_CODE__ERROR_STATE_LOST,
+                         0, why);
         return;
     }
     session->busy = 0;
@@ -172,12 +172,12 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
 
     if (session == NULL || session->busy) {
         sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
-                   session == NULL ? "session table full" : "session busy");
+                         session == NULL ? "session table full" : "session busy");
         return;
     }
     if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
         sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
-                   "reservation lengths out of range");
+                         "reservation lengths out of range");
         return;
     }
     if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) > H && H > 0) {
@@ -214,9 +214,9 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     if (status != TDM_OK) {
         session->busy = 0;
         sched_send_error(s, rp->request_id,
-                   status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-                                              : TANDEM__ERROR_CODE__ERROR_INTERNAL,
-                   0, "cannot reserve pages");
+                         status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                                    : TANDEM__ERROR_CODE__ERROR_INTERNAL,
+                         0, "cannot reserve pages");
         return;
     }
     desc.reservation_id = resv->id;
@@ -238,9 +238,10 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     if (H > 0) {
         desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
         desc.record = malloc(desc.n_record);
-        status = desc.record == NULL ? TDM_ERR_NO_MEMORY
-                                     : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD,
-                                                         desc.record, desc.n_record, &desc.n_record);
+        status = desc.record == NULL
+                     ? TDM_ERR_NO_MEMORY
+                     : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD, desc.record,
+                                         desc.n_record, &desc.n_record);
     }
     if (status == TDM_OK) {
         status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
@@ -250,7 +251,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         decode_pool_release(s->pool, resv);
         session->busy = 0;
         sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_INTERNAL, 0,
-                   "cannot describe the reservation");
+                         "cannot describe the reservation");
         return;
     }
     pr.request_id = rp->request_id;
@@ -264,9 +265,10 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     node_link_send(s->link, &env);
     free(bytes);
     s->stats.reservations_total++;
-    tdm_log(TDM_LOG_DEBUG, "sched", "reserved: request=%llu reservation=%llu H=%llu T=%llu pages=%u",
-            (unsigned long long)rp->request_id, (unsigned long long)resv->id,
-            (unsigned long long)H, (unsigned long long)T, resv->n_pages);
+    tdm_log(TDM_LOG_DEBUG, "sched",
+            "reserved: request=%llu reservation=%llu H=%llu T=%llu pages=%u",
+            (unsigned long long)rp->request_id, (unsigned long long)resv->id, (unsigned long long)H,
+            (unsigned long long)T, resv->n_pages);
 }
 
 /* A reservation ended without its handoff: its session becomes idle again. */
@@ -303,4 +305,3 @@ void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a)
         sched_finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
     }
 }
-

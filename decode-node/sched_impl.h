@@ -48,16 +48,16 @@ struct decode_sched {
     decode_sessions_t *sessions;
     node_link_t *link;
     engine_fwd_t *fwd;
-    engine_spec_t *spec;               /* NULL with --spec off */
+    engine_spec_t *spec;                /* NULL with --spec off */
     engine_spec_result_t *spec_results; /* [max_batch] */
-    float *logits; /* [max_batch, V] */
-    int32_t *ids;  /* replay ids, W + N - 1 */
+    float *logits;                      /* [max_batch, V] */
+    int32_t *ids;                       /* replay ids, W + N - 1 */
     int64_t n_ids_cap;
     tdm_arena_t arena;
     req_t *reqs;
     uint64_t rate_t0_ns;
     uint64_t rate_tokens;
-    decode_stats_t stats;  /* the compute thread's counters */
+    decode_stats_t stats; /* the compute thread's counters */
     pthread_mutex_t stats_lock;
     decode_stats_t shared; /* the last published copy, guarded by stats_lock */
 };
@@ -84,8 +84,7 @@ int sched_emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token
                    const engine_sample_t *sample, float logprob);
 
 /* A new request of the batch for dr on session (NULL after an Error was sent). */
-req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr,
-                     decode_session_t *session);
+req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_session_t *session);
 
 /* Cut the session's sequence back to p and replay its recorded ids (MODEL.md 6(d)(2)). */
 tdm_status_t sched_rewind_session(decode_sched_t *s, decode_session_t *session, int64_t p);
