@@ -15,7 +15,6 @@
  *   v16_from_i   exact int -> float for |i| < 2^24; v16_to_i truncates toward zero
  *   v16_e2m1     8 packed bytes (element 2b in the low nibble) -> codec_e2m1_to_f32 of each
  *                nibble, exact, -0 included
- *   v16_sum_tree v16_reduce (simd16.h's fixed tree 8, 4, 2, 1) with the same adds, in registers
  *   v16_bf16_round  cpu_bf16_round (kernels/cpu/cpu_simd.h) on each lane
  * Multiplications keep their operand order (the NaN a lane returns when both are NaN follows it
  * on every set only as far as the compiler keeps it; callers never rely on that).
@@ -117,15 +116,6 @@ static inline v16i v16i_load_u8(const uint8_t *p)
 static inline void v16i_store_u8(uint8_t *p, v16i a)
 {
     _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(a));
-}
-/* v16_reduce's tree (lane j += lane j + 8, + 4, + 2, + 1) in registers: the same adds. */
-static inline float v16_sum_tree(v16 x)
-{
-    __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(x),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1)));
 }
 static inline v16 v16_e2m1(const uint8_t *p)
 {
@@ -246,13 +236,6 @@ static inline void v16i_store_u8(uint8_t *p, v16i x)
     w = _mm256_permute4x64_epi64(w, 0xD8);
     _mm_storeu_si128((__m128i *)p,
                      _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
-}
-static inline float v16_sum_tree(v16 x)
-{
-    __m256 t8 = _mm256_add_ps(x.a, x.b);
-    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1)));
 }
 static inline __m256 v8_e2m1(__m256i nib)
 {
@@ -378,12 +361,6 @@ static inline void v16i_store_u8(uint8_t *p, v16i x)
     uint16x8_t lo = vcombine_u16(vmovn_u32(x.q[0]), vmovn_u32(x.q[1]));
     uint16x8_t hi = vcombine_u16(vmovn_u32(x.q[2]), vmovn_u32(x.q[3]));
     vst1q_u8(p, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
-}
-static inline float v16_sum_tree(v16 x)
-{
-    float32x4_t t4 = vaddq_f32(vaddq_f32(x.q[0], x.q[2]), vaddq_f32(x.q[1], x.q[3]));
-    float32x2_t t2 = vadd_f32(vget_low_f32(t4), vget_high_f32(t4));
-    return vget_lane_f32(t2, 0) + vget_lane_f32(t2, 1);
 }
 static inline v16 v16_e2m1(const uint8_t *p)
 {
