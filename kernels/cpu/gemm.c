@@ -188,40 +188,45 @@ tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float
 typedef int gemm_range_fn(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
                           uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);
 
-static gemm_range_fn *range_fn(kern_cpu_isa_t isa)
+/* One instruction set's halves of this module (gemm_isa.h). */
+typedef struct {
+    gemm_range_fn *range;
+    float (*dot)(const float *a, const float *b, int64_t n);
+    double (*fma_flops)(int64_t n_iters);
+} gemm_isa_t;
+
+/* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks). */
+static const gemm_isa_t *gemm_isa(void)
 {
-    switch (isa) {
+    static const gemm_isa_t scalar = {cpu_gemm_range_scalar, cpu_dot_scalar,
+                                      cpu_fma_flops_scalar};
+#if defined(__x86_64__)
+    static const gemm_isa_t avx2 = {cpu_gemm_range_avx2, cpu_dot_avx2, cpu_fma_flops_avx2};
+    static const gemm_isa_t avx512 = {cpu_gemm_range_avx512, cpu_dot_avx512,
+                                      cpu_fma_flops_avx512};
+#endif
+#if defined(__aarch64__)
+    static const gemm_isa_t neon = {cpu_gemm_range_neon, cpu_dot_neon, cpu_fma_flops_neon};
+#endif
+    switch (kern_cpu_isa()) {
 #if defined(__x86_64__)
     case KERN_ISA_AVX512:
-        return cpu_gemm_range_avx512;
+        return &avx512;
     case KERN_ISA_AVX2:
-        return cpu_gemm_range_avx2;
+        return &avx2;
 #endif
 #if defined(__aarch64__)
     case KERN_ISA_NEON:
-        return cpu_gemm_range_neon;
+        return &neon;
 #endif
     default:
-        return cpu_gemm_range_scalar;
+        return &scalar;
     }
 }
 
 float kern_dot_cpu(const float *a, const float *b, int64_t n)
 {
-    switch (kern_cpu_isa()) {
-#if defined(__x86_64__)
-    case KERN_ISA_AVX512:
-        return cpu_dot_avx512(a, b, n);
-    case KERN_ISA_AVX2:
-        return cpu_dot_avx2(a, b, n);
-#endif
-#if defined(__aarch64__)
-    case KERN_ISA_NEON:
-        return cpu_dot_neon(a, b, n);
-#endif
-    default:
-        return cpu_dot_scalar(a, b, n);
-    }
+    return gemm_isa()->dot(a, b, n);
 }
 
 static double now_s(void)
@@ -233,25 +238,8 @@ static double now_s(void)
 
 double kern_fma_peak_cpu(double min_ms)
 {
-    double (*fn)(int64_t) = cpu_fma_flops_scalar;
+    double (*fn)(int64_t) = gemm_isa()->fma_flops;
     double best = 0.0;
-    switch (kern_cpu_isa()) {
-#if defined(__x86_64__)
-    case KERN_ISA_AVX512:
-        fn = cpu_fma_flops_avx512;
-        break;
-    case KERN_ISA_AVX2:
-        fn = cpu_fma_flops_avx2;
-        break;
-#endif
-#if defined(__aarch64__)
-    case KERN_ISA_NEON:
-        fn = cpu_fma_flops_neon;
-        break;
-#endif
-    default:
-        break;
-    }
     for (int rep = 0; rep < 3; rep++) {
         int64_t iters = 1 << 16;
         double t0 = now_s(), flops = 0.0, t = 0.0;
@@ -331,7 +319,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     if (n_rows == 0) {
         return TDM_OK;
     }
-    fn = range_fn(kern_cpu_isa());
+    fn = gemm_isa()->range;
     if (n_threads > pool_threads) {
         n_threads = pool_threads;
     }
