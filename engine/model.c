@@ -177,27 +177,21 @@ static tdm_status_t find_mat(loader_t *ld, const char *module, mat_format_t fmt,
     return TDM_OK;
 }
 
-/* Load [n_out, n_in] of the stored module into dst as BF16 bits (FP8 / FP4 dequantized exactly,
- * BF16 copied) or FP32 (F32 copied). */
-static tdm_status_t load_rows(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
-                              int64_t n_in, void *dst)
+/* The stored matrix m (find_mat) into dst as BF16 bits (FP8 / FP4 dequantized exactly, BF16
+ * copied) or FP32 (F32 copied). */
+static tdm_status_t copy_rows(const kern_mat_t *m, mat_format_t fmt, void *dst)
 {
-    kern_mat_t m;
-    tdm_status_t status = find_mat(ld, module, fmt, n_out, n_in, &m);
-    if (status != TDM_OK) {
-        return status;
-    }
     switch (fmt) {
     case MAT_F32:
-        memcpy(dst, m.data, (size_t)(n_out * n_in) * sizeof(float));
+        memcpy(dst, m->data, (size_t)(m->n_out * m->n_in) * sizeof(float));
         return TDM_OK;
     case MAT_BF16:
-        memcpy(dst, m.data, (size_t)(n_out * n_in) * sizeof(uint16_t));
+        memcpy(dst, m->data, (size_t)(m->n_out * m->n_in) * sizeof(uint16_t));
         return TDM_OK;
     case MAT_FP8:
-        return kern_mat_bf16_from_fp8(m.data, m.scales, n_out, n_in, dst);
+        return kern_mat_bf16_from_fp8(m->data, m->scales, m->n_out, m->n_in, dst);
     default:
-        return kern_mat_bf16_from_mxfp4(m.data, m.scales, n_out, n_in, dst);
+        return kern_mat_bf16_from_mxfp4(m->data, m->scales, m->n_out, m->n_in, dst);
     }
 }
 
@@ -223,11 +217,9 @@ static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt,
     if (fmt == MAT_FP8 || fmt == MAT_FP4) {
         if (!model->params.expand_bf16) {
             if (kern_mat_check_quantized(&m)) {
-                uint64_t n_scales = fmt == MAT_FP8 ? (uint64_t)((n_out + 31) / 32 * (n_in / 32))
-                                                   : (uint64_t)(n_out * (n_in / 32));
-                *(fmt == MAT_FP8 ? &res->fp8 : &res->mxfp4) +=
-                    (uint64_t)kern_mat_bytes(&m) - n_scales;
-                res->scales += n_scales;
+                uint64_t n_codes = (uint64_t)(fmt == MAT_FP8 ? n_out * n_in : n_out * n_in / 2);
+                *(fmt == MAT_FP8 ? &res->fp8 : &res->mxfp4) += n_codes;
+                res->scales += (uint64_t)kern_mat_bytes(&m) - n_codes;
                 *mat_out = m;
                 return TDM_OK;
             }
@@ -243,7 +235,7 @@ static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt,
     if (buf == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    status = load_rows(ld, module, fmt, n_out, n_in, buf);
+    status = copy_rows(&m, fmt, buf);
     if (status != TDM_OK) {
         return status;
     }
