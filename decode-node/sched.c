@@ -166,23 +166,30 @@ int sched_evicted_for_retry(decode_sched_t *s, tdm_status_t status)
 }
 
 /*
- * finish_req - end r's turn: r leaves the batch, sched_publish() puts the counters that include the
- * turn (its tokens, speculative steps, local prefill or handoff, an abort) where /metrics reads
- * them, and only then does its Finish go out. The router answers the client on the Finish, so in
- * this order whoever saw a turn end reads that turn on /metrics; sent first, the counters lagged
- * until the end of the step (publish in decode_sched_step), a window a loaded host widens.
+ * end_turn - r's turn ends with `reason`: r leaves the batch, sched_publish() puts the counters
+ * that include the turn (its tokens, speculative steps, local prefill or handoff, an abort) where
+ * /metrics reads them, and only then do its last chunk (tokens[0..n), the first at `position`;
+ * n = 0: none) and its Finish go out; r is freed. The router answers the client on the last
+ * token (its stream reaching max_tokens or a stop id) or on the Finish, so in this order whoever
+ * saw a turn end reads that turn on /metrics; sent first, the counters lagged until the end of
+ * the step (publish in decode_sched_step), a window a loaded host widens.
  */
+static void end_turn(decode_sched_t *s, req_t *r, Tandem__FinishReason reason, uint64_t position,
+                     const int32_t *tokens, const engine_sample_t *samples,
+                     const float *logprobs, int n)
+{
+    unlink_req(s, r);
+    sched_publish(s);
+    if (n > 0) {
+        send_tokens(s, r, position, tokens, samples, logprobs, n);
+    }
+    send_finish(s, r, reason);
+    free_req(r);
+}
+
 void sched_finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Finish f = TANDEM__FINISH__INIT;
-
-    finish_of(r, reason, &f);
-    end_req(s, r);
-    sched_publish(s);
-    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
-    env.finish = &f;
-    node_link_send(s->link, &env);
+    end_turn(s, r, reason, 0, NULL, NULL, NULL, 0);
 }
 
 static tdm_status_t sampling_from(const decode_sched_t *s, const Tandem__SamplingParams *in,
@@ -225,15 +232,11 @@ static tdm_status_t drafter_from(const decode_sched_t *s, const char *name,
 
 /*
  * emit - tokens[0..n) freshly chosen for r, the first at `position` (one step's: one token, or
- * what a speculative step kept): count them, note them in the session's history (and the
- * n-gram drafter's), stop at the first that ends the turn, and send the kept ones in one
- * TokenChunk. samples may be NULL (no top alternatives); logprobs[k] is token k's. Returns 1
- * when r was finished (and freed).
- *
- * A turn's last chunk goes out after the counters that include the turn are published: the
- * router can answer its client on that chunk alone (its stream reaches max_tokens or a stop
- * id before the Finish arrives), so, as in finish_req, r leaves the batch, publish, then the
- * chunk, then the Finish.
+ * what a speculative step kept): count them, note them in the session's history (and, when
+ * to_history, in the n-gram drafter's: speculative steps), stop at the first that ends the turn,
+ * and send the kept ones in one TokenChunk. samples may be NULL (no top alternatives);
+ * logprobs[k] is token k's. A turn's last chunk goes out through end_turn (after the counters
+ * that include the turn). Returns 1 when r was finished (and freed).
  */
 static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *tokens,
                 const engine_sample_t *samples, const float *logprobs, int n, int to_history)
@@ -267,16 +270,7 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
         r->phase = REQ_RUNNING;
         return 0;
     }
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Finish f = TANDEM__FINISH__INIT;
-    finish_of(r, reason, &f);
-    unlink_req(s, r);
-    sched_publish(s);
-    send_tokens(s, r, position, tokens, samples, logprobs, used);
-    env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
-    env.finish = &f;
-    node_link_send(s->link, &env);
-    free_req(r);
+    end_turn(s, r, reason, position, tokens, samples, logprobs, used);
     return 1;
 }
 
