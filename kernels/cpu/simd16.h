@@ -448,4 +448,101 @@ static inline float v16_reduce(v16 x)
 #endif
 }
 
+/*
+ * v16_reduce_group - out[i] = v16_reduce(a[i]) for i < n (n <= V16_GROUP), to the bit: the same
+ * tree on each vector (lane j += lane j + 8, + 4, + 2, + 1, lower lane first), but the vectors
+ * are reduced together through a transposing network (each level pairs two vectors, so one
+ * shuffle pair and one add serve two reductions) instead of one shuffle chain each: about 3
+ * instructions per output instead of 8. Slots n .. V16_GROUP - 1 are reduced as zeros and not
+ * written. V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere (plain v16_reduce per vector).
+ */
+#if defined(CPU_SIMD16_AVX512)
+#define V16_GROUP 16
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    /* After the 4 levels, output lane 4k + t holds the input in slot k + 4t: the inputs are
+     * taken in that (transposed) order so that lane i ends up holding a[i]. */
+    v16 pad[16], in[16], c[8], e[4], g[2];
+    for (int i = 0; i < 16; i++) {
+        pad[i] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < n; i++) {
+        pad[i] = a[i];
+    }
+    for (int i = 0; i < 16; i++) {
+        in[i] = pad[(i % 4) * 4 + i / 4];
+    }
+    for (int i = 0; i < 8; i++) { /* lanes 0-7: in[2i]'s j + (j + 8); lanes 8-15: in[2i + 1]'s */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0xEE));
+    }
+    for (int i = 0; i < 4; i++) { /* 128-bit block b: one input's j + (j + 4) */
+        e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+    }
+    for (int i = 0; i < 2; i++) { /* j + (j + 2), two inputs per block */
+        g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    v16 r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    if (n == 16) {
+        _mm512_storeu_ps(out, r);
+    } else {
+        _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1u), r);
+    }
+}
+#elif defined(CPU_SIMD16_AVX2)
+#define V16_GROUP 8
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    /* Output lane 4k + t holds the input in slot k + 2t (k < 2, t < 4). */
+    __m256 pad[8], p[8], e[4], g[2];
+    for (int i = 0; i < 8; i++) {
+        pad[i] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < n; i++) {
+        pad[i] = _mm256_add_ps(a[i].a, a[i].b); /* lane j + (j + 8) */
+    }
+    for (int i = 0; i < 8; i++) {
+        p[i] = pad[(i % 2) * 4 + i / 2];
+    }
+    for (int i = 0; i < 4; i++) { /* 128-bit half h: p[2i + h]'s j + (j + 4) */
+        e[i] = _mm256_add_ps(_mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x31));
+    }
+    for (int i = 0; i < 2; i++) {
+        g[i] = _mm256_add_ps(_mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    if (n == 8) {
+        _mm256_storeu_ps(out, r);
+    } else {
+        float t[8];
+        _mm256_storeu_ps(t, r);
+        for (int i = 0; i < n; i++) {
+            out[i] = t[i];
+        }
+    }
+}
+#else
+#define V16_GROUP 1
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = v16_reduce(a[i]);
+    }
+}
+#endif
+
+/* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n, V16_GROUP at a time. */
+static inline void v16_reduce_n(const v16 *a, int n, float *out)
+{
+    for (int i = 0; i < n; i += V16_GROUP) {
+        v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, out + i);
+    }
+}
+
 #endif

@@ -196,6 +196,10 @@ static void test_gemv_and_pooled_gemm_match_reference(void **state)
     check_gemm(KERN_MAT_BF16, 8200, 512, 1, 2, 0);
     check_gemm(KERN_MAT_BF16, 1030, 512, 9, 3, KERN_GEMM_OUT_BF16);
     check_gemm(KERN_MAT_F32, 4100, 1024, 2, 2, 0);
+    /* more rows than L1 holds at a short inner dimension: the output-block order (panels of
+     * many outputs, each tile of rows over all of them); blocks and tiles with ragged ends */
+    check_gemm(KERN_MAT_BF16, 1030, 256, 40, 1, KERN_GEMM_OUT_BF16);
+    check_gemm(KERN_MAT_F32, 203, 128, 70, 2, 0);
 }
 
 /* An FP8 or MXFP4 matrix [n_out, n_in]: random codes (no E4M3 NaN) and scales in
