@@ -75,16 +75,11 @@ static const engine_st_tensor_t *need(loader_t *ld, const char *name, engine_dty
     return t;
 }
 
-/* A BF16 or F32 vector [n] widened to FP32. */
-static const float *load_vec(loader_t *ld, const char *name, engine_dtype_t dtype, int64_t n,
-                             tdm_status_t *status)
+/* t's n BF16 or F32 values widened to FP32 in model memory, counted as resident vectors. */
+static const float *widen_to_f32(loader_t *ld, const engine_st_tensor_t *t, engine_dtype_t dtype,
+                                 int64_t n, tdm_status_t *status)
 {
-    const engine_st_tensor_t *t = need(ld, name, dtype, n, -1, status);
-    float *v;
-    if (t == NULL) {
-        return NULL;
-    }
-    v = model_alloc(ld->model, (size_t)n * sizeof(float));
+    float *v = model_alloc(ld->model, (size_t)n * sizeof(float));
     if (v == NULL) {
         *status = TDM_ERR_NO_MEMORY;
         return NULL;
@@ -103,28 +98,26 @@ static const float *load_vec(loader_t *ld, const char *name, engine_dtype_t dtyp
     return v;
 }
 
+/* A BF16 or F32 vector [n] widened to FP32. */
+static const float *load_vec(loader_t *ld, const char *name, engine_dtype_t dtype, int64_t n,
+                             tdm_status_t *status)
+{
+    const engine_st_tensor_t *t = need(ld, name, dtype, n, -1, status);
+    if (t == NULL) {
+        return NULL;
+    }
+    return widen_to_f32(ld, t, dtype, n, status);
+}
+
 /* A BF16 matrix [n / cols, cols] widened to FP32 [n]. */
 static const float *load_mat_vec_bf16(loader_t *ld, const char *name, int64_t n, int64_t cols,
                                       tdm_status_t *status)
 {
     const engine_st_tensor_t *t = need(ld, name, ENGINE_DTYPE_BF16, n / cols, cols, status);
-    float *v;
     if (t == NULL) {
         return NULL;
     }
-    v = model_alloc(ld->model, (size_t)n * sizeof(float));
-    if (v == NULL) {
-        *status = TDM_ERR_NO_MEMORY;
-        return NULL;
-    }
-    ld->model->resident.vectors += (uint64_t)n * sizeof(float);
-    ld->model->resident.n_params += (uint64_t)n;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t b;
-        memcpy(&b, (const uint8_t *)t->data + 2 * i, 2);
-        v[i] = kern_bf16_to_f32(b);
-    }
-    return v;
+    return widen_to_f32(ld, t, ENGINE_DTYPE_BF16, n, status);
 }
 
 /* The checkpoint formats a matrix can be stored in. */

@@ -135,38 +135,32 @@ static uint32_t next_u32(engine_np_rng_t *rng)
     return (uint32_t)next;
 }
 
-/* bounded_lemire_uint64: a draw in [0, range], range < 2^64 - 1. */
-static uint64_t lemire_u64(engine_np_rng_t *rng, uint64_t range)
+/* The next draw of `bits` (32 or 64) random bits: a whole u64, or the buffered half of one. */
+static uint64_t next_bits(engine_np_rng_t *rng, unsigned bits)
 {
-    const uint64_t range_excl = range + 1;
-    u128_t m = (u128_t)engine_np_rng_next_u64(rng) * range_excl;
-    uint64_t leftover = (uint64_t)m;
-
-    if (leftover < range_excl) {
-        const uint64_t threshold = (UINT64_MAX - range) % range_excl;
-        while (leftover < threshold) {
-            m = (u128_t)engine_np_rng_next_u64(rng) * range_excl;
-            leftover = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
+    return bits == 64 ? engine_np_rng_next_u64(rng) : next_u32(rng);
 }
 
-/* buffered_bounded_lemire_uint32: a draw in [0, range], range < 2^32 - 1. */
-static uint32_t lemire_u32(engine_np_rng_t *rng, uint32_t range)
+/*
+ * A draw in [0, range] by Lemire's method on `bits`-bit draws: bits 64 is numpy's
+ * bounded_lemire_uint64 (range < 2^64 - 1), bits 32 its buffered_bounded_lemire_uint32
+ * (range < 2^32 - 1). The same draws and rejections as numpy for either width.
+ */
+static uint64_t lemire(engine_np_rng_t *rng, uint64_t range, unsigned bits)
 {
-    const uint32_t range_excl = range + 1;
-    uint64_t m = (uint64_t)next_u32(rng) * range_excl;
-    uint32_t leftover = (uint32_t)m;
+    const uint64_t mask = bits == 64 ? UINT64_MAX : UINT32_MAX;
+    const uint64_t range_excl = range + 1;
+    u128_t m = (u128_t)next_bits(rng, bits) * range_excl;
+    uint64_t leftover = (uint64_t)m & mask;
 
     if (leftover < range_excl) {
-        const uint32_t threshold = (UINT32_MAX - range) % range_excl;
+        const uint64_t threshold = (mask - range) % range_excl;
         while (leftover < threshold) {
-            m = (uint64_t)next_u32(rng) * range_excl;
-            leftover = (uint32_t)m;
+            m = (u128_t)next_bits(rng, bits) * range_excl;
+            leftover = (uint64_t)m & mask;
         }
     }
-    return (uint32_t)(m >> 32);
+    return (uint64_t)(m >> bits);
 }
 
 tdm_status_t engine_np_rng_integers_i64(engine_np_rng_t *rng, int64_t low, int64_t high, size_t n,
@@ -183,11 +177,11 @@ tdm_status_t engine_np_rng_integers_i64(engine_np_rng_t *rng, int64_t low, int64
         if (range == 0) {
             draw = 0;
         } else if (range < UINT32_MAX) {
-            draw = lemire_u32(rng, (uint32_t)range);
+            draw = lemire(rng, range, 32);
         } else if (range == UINT32_MAX) {
             draw = next_u32(rng);
         } else {
-            draw = lemire_u64(rng, range); /* range <= 2^64 - 2 for int64 bounds */
+            draw = lemire(rng, range, 64); /* range <= 2^64 - 2 for int64 bounds */
         }
         values_out[i] = (int64_t)((uint64_t)low + draw);
     }

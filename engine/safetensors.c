@@ -102,6 +102,17 @@ static int compare_meta_keys(const void *a, const void *b)
     return strcmp(ma->key, mb->key);
 }
 
+/* bsearch comparators: a name (key) against a tensor, a key against a metadata entry. */
+static int compare_name_to_tensor(const void *name, const void *tensor)
+{
+    return strcmp(name, ((const engine_st_tensor_t *)tensor)->name);
+}
+
+static int compare_key_to_meta(const void *key, const void *entry)
+{
+    return strcmp(key, ((const meta_entry_t *)entry)->key);
+}
+
 /* Reads one non-negative JSON integer; returns 0, or -1 if value is anything else. */
 static int read_u64(const json_t *value, uint64_t *value_out)
 {
@@ -534,42 +545,22 @@ const engine_st_tensor_t *engine_st_file_tensor_at(const engine_st_file_t *file,
 
 const engine_st_tensor_t *engine_st_file_find(const engine_st_file_t *file, const char *name)
 {
-    size_t lo = 0;
-    size_t hi = file->n_tensors;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int cmp = strcmp(name, file->tensors[mid].name);
-        if (cmp == 0) {
-            return &file->tensors[mid];
-        }
-        if (cmp < 0) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
+    if (file->n_tensors == 0) {
+        return NULL;
     }
-    return NULL;
+    return bsearch(name, file->tensors, file->n_tensors, sizeof(*file->tensors),
+                   compare_name_to_tensor);
 }
 
 const char *engine_st_file_metadata(const engine_st_file_t *file, const char *key)
 {
-    size_t lo = 0;
-    size_t hi = file->n_meta;
+    const meta_entry_t *entry;
 
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int cmp = strcmp(key, file->meta[mid].key);
-        if (cmp == 0) {
-            return file->meta[mid].value;
-        }
-        if (cmp < 0) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
+    if (file->n_meta == 0) {
+        return NULL;
     }
-    return NULL;
+    entry = bsearch(key, file->meta, file->n_meta, sizeof(*file->meta), compare_key_to_meta);
+    return entry != NULL ? entry->value : NULL;
 }
 
 size_t engine_st_file_n_metadata(const engine_st_file_t *file)

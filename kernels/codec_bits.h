@@ -128,18 +128,29 @@ CODEC_HD static inline uint32_t codec_round_magnitude(uint32_t abs_bits, uint32_
     return value;
 }
 
+/* FP32 -> a small float code: sign_code when x's sign bit is set, then max_code when |x| has
+ * FP32 bits >= max_bits (NaN and infinities included), else the RNE magnitude of
+ * codec_round_magnitude(mant_bits, bias). */
+CODEC_HD static inline uint8_t codec_small_float_from_f32(float x, uint32_t sign_code,
+                                                          uint32_t max_bits, uint32_t max_code,
+                                                          uint32_t mant_bits, uint32_t bias)
+{
+    uint32_t bits = codec_f32_bits(x);
+    uint32_t sign = (bits & CODEC_F32_SIGN_MASK) != 0u ? sign_code : 0u;
+    uint32_t abs_bits = bits & CODEC_F32_ABS_MASK;
+
+    if (abs_bits >= max_bits) {
+        return (uint8_t)(sign | max_code);
+    }
+    return (uint8_t)(sign | codec_round_magnitude(abs_bits, mant_bits, bias));
+}
+
 /* FP32 -> E4M3FN: clamp to +-448 (NaN and infinities included, keeping their sign bit), then
  * RNE with subnormals; the sign bit is always the input's. Never returns 0x7F or 0xFF. */
 CODEC_HD static inline uint8_t codec_e4m3_from_f32(float x)
 {
-    uint32_t bits = codec_f32_bits(x);
-    uint32_t sign = (bits & CODEC_F32_SIGN_MASK) != 0u ? CODEC_E4M3_SIGN : 0u;
-    uint32_t abs_bits = bits & CODEC_F32_ABS_MASK;
-
-    if (abs_bits >= CODEC_E4M3_MAX_BITS) {
-        return (uint8_t)(sign | CODEC_E4M3_MAX_CODE);
-    }
-    return (uint8_t)(sign | codec_round_magnitude(abs_bits, 3u, 7u));
+    return codec_small_float_from_f32(x, CODEC_E4M3_SIGN, CODEC_E4M3_MAX_BITS,
+                                      CODEC_E4M3_MAX_CODE, 3u, 7u);
 }
 
 /* E4M3FN -> FP32, exact; 0x7F/0xFF decode to NaN. */
@@ -164,14 +175,8 @@ CODEC_HD static inline float codec_e4m3_to_f32(uint8_t code)
  * bit), else RNE, ties to even mantissa; the sign bit is always the input's. */
 CODEC_HD static inline uint8_t codec_e2m1_from_f32(float x)
 {
-    uint32_t bits = codec_f32_bits(x);
-    uint32_t sign = (bits & CODEC_F32_SIGN_MASK) != 0u ? CODEC_E2M1_SIGN : 0u;
-    uint32_t abs_bits = bits & CODEC_F32_ABS_MASK;
-
-    if (abs_bits >= CODEC_E2M1_MAX_BITS) {
-        return (uint8_t)(sign | CODEC_E2M1_MAX_CODE);
-    }
-    return (uint8_t)(sign | codec_round_magnitude(abs_bits, 1u, 1u));
+    return codec_small_float_from_f32(x, CODEC_E2M1_SIGN, CODEC_E2M1_MAX_BITS,
+                                      CODEC_E2M1_MAX_CODE, 1u, 1u);
 }
 
 /* E2M1 (low nibble; the high nibble is ignored) -> FP32, exact. */
