@@ -12,23 +12,8 @@
 #define T_MODEL_PREFIX "cluster"
 #include "test_cluster_harness.h"
 
-/* Two turns of one session; the texts go to text1/text2 (caller frees). */
-static void two_turns(unsigned port, const char *session, char **text1, char **text2, char *ids1,
-                      char *ids2, size_t ids_bytes)
-{
-    char gen[4096], more[4096];
-
-    make_ids(ids1, ids_bytes, 100, 7, 3);
-    *text1 = complete(port, session, ids1, 8);
-    generate_ids(ids1, 8, gen, sizeof(gen));
-    make_ids(more, sizeof(more), 60, 13, 5);
-    snprintf(ids2, ids_bytes, "%s,%s,%s", ids1, gen, more);
-    *text2 = complete(port, session, ids2, 8);
-}
-
 static void test_disaggregated_turns_match_colocated(void **state)
 {
-    char *ids1 = malloc(T_BODY), *ids2 = malloc(T_BODY);
     char *d1, *d2, *c1, *c2;
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
     double prefilled, local_tokens;
@@ -38,7 +23,7 @@ static void test_disaggregated_turns_match_colocated(void **state)
     /* Disaggregated: 1 prefill + 1 decode; both deltas (100, then 61 new) exceed the threshold. */
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
     t0 = tdm_clock_now_ns();
-    two_turns(c.http_port, "dis-1", &d1, &d2, ids1, ids2, T_BODY);
+    two_turns(c.http_port, "dis-1", 100, 60, &d1, &d2);
     print_message("disaggregated two turns: %.1f ms\n",
                   (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS);
     prefilled = metric(c.prefill_port[0], "tandem_prefill_tokens_total");
@@ -52,7 +37,7 @@ static void test_disaggregated_turns_match_colocated(void **state)
     assert_true(local_tokens == 0);
     /* Colocated: no prefill node; the decode node prefills both deltas (canonical start). */
     assert_int_equal(cluster_start(&c, 0, 1, NULL, 0), 0);
-    two_turns(c.http_port, "col-1", &c1, &c2, ids1, ids2, T_BODY);
+    two_turns(c.http_port, "col-1", 100, 60, &c1, &c2);
     assert_true(metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total") == 100 + 61);
     /* The router counts the local prefills too (from their first tokens), and the reuse. */
     assert_true(metric(c.http_port, "tandem_prefill_tokens_computed_total") == 100 + 61);
@@ -60,14 +45,7 @@ static void test_disaggregated_turns_match_colocated(void **state)
     assert_true(metric(c.http_port, "tandem_kv_bytes_moved_total") == 0);
     cluster_check_pages(&c, "colocated two turns");
     cluster_stop(&c);
-    assert_string_equal(d1, c1);
-    assert_string_equal(d2, c2);
-    free(d1);
-    free(d2);
-    free(c1);
-    free(c2);
-    free(ids1);
-    free(ids2);
+    expect_same_turns(d1, d2, c1, c2);
 }
 
 /* The router's prompt counters (tandem-bench reads them: bench/replay/metrics.h). */
@@ -182,24 +160,20 @@ static void test_first_turn_matches_generate_ced(void **state)
 
 static void test_cancelled_turn_returns_reserved_pages(void **state)
 {
-    char ids[16384], *body = malloc(T_BODY), *resp = malloc(T_BODY);
+    char ids[16384], *resp = malloc(T_BODY);
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
 
     (void)state;
+    assert_non_null(resp);
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
     assert_true(metric(c.decode_port[0], "tandem_decode_session_pages") == 0);
     make_ids(ids, sizeof(ids), 600, 17, 1);
-    snprintf(body, T_BODY,
-             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":64,\"temperature\":0,"
-             "\"stream\":true}",
-             T_MODEL_NAME, ids);
     /* The client leaves during the prefill: curl gives up after 150 ms. Reserved pages come
      * back after the fence; a session that got its handoff before the client left stays
      * resident (cluster_check_pages). */
-    http(c.http_port, "/v1/completions", body, "cancel-1", 0, 150, resp);
+    leave_streamed_completion(c.http_port, "cancel-1", ids, 150, resp);
     cluster_check_pages(&c, "cancelled turn");
     cluster_stop(&c);
-    free(body);
     free(resp);
 }
 

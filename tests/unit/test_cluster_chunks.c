@@ -28,37 +28,19 @@ static int setup_chunk_models(void **state)
     return setup_models(state);
 }
 
-/*
- * Two turns of one session (texts into t1/t2, caller frees): 400 prompt ids (tiny: 200 rows of
- * the ratio-2 source, 3 full pages and one of 8 rows; 400 rows of the ratio-1 source, 6 full
- * pages and one of 16 rows), 8 generated, then the history, tandem-generate's 8 ids and 300
- * more (the ratio-2 source's first reserved page starts at row 203 and fills at 256).
- */
-static void two_turns(unsigned port, const char *session, char **t1, char **t2, char *ids2,
-                      size_t ids2_bytes)
-{
-    char ids1[8192], gen[1024], more[8192];
-
-    make_ids(ids1, sizeof(ids1), 400, 7, 3);
-    *t1 = complete(port, session, ids1, 8);
-    generate_ids(ids1, 8, gen, sizeof(gen));
-    make_ids(more, sizeof(more), 300, 13, 5);
-    snprintf(ids2, ids2_bytes, "%s,%s,%s", ids1, gen, more);
-    *t2 = complete(port, session, ids2, 8);
-}
-
 static void test_chunk_puts_overlap_and_match_colocated(void **state)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
-    char *ids2 = malloc(T_BODY);
     char *d1, *d2, *c1, *c2;
     double chunk_puts, early_pages, put_pages, prefilled, handoffs;
 
     (void)state;
-    assert_non_null(ids2);
-    /* Disaggregated. */
+    /* Disaggregated. Two turns (two_turns): 400 prompt ids (tiny: 200 rows of the ratio-2
+     * source, 3 full pages and one of 8 rows; 400 rows of the ratio-1 source, 6 full pages and
+     * one of 16 rows), 8 generated, then the history, tandem-generate's 8 ids and 300 more (the
+     * ratio-2 source's first reserved page starts at row 203 and fills at 256). */
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
-    two_turns(c.http_port, "chunks-dis", &d1, &d2, ids2, T_BODY);
+    two_turns(c.http_port, "chunks-dis", 400, 300, &d1, &d2);
     chunk_puts = metric(c.prefill_port[0], "tandem_prefill_chunk_puts_total");
     early_pages = metric(c.prefill_port[0], "tandem_prefill_chunk_put_pages_total");
     put_pages = metric(c.prefill_port[0], "tandem_prefill_put_pages_total");
@@ -85,34 +67,23 @@ static void test_chunk_puts_overlap_and_match_colocated(void **state)
     assert_true(put_pages >= early_pages + 4);
     /* Colocated: the decode node prefills both deltas (canonical start, same chunk size). */
     assert_int_equal(cluster_start(&c, 0, 1, NULL, 0), 0);
-    two_turns(c.http_port, "chunks-col", &c1, &c2, ids2, T_BODY);
+    two_turns(c.http_port, "chunks-col", 400, 300, &c1, &c2);
     cluster_stop(&c);
-    assert_string_equal(d1, c1);
-    assert_string_equal(d2, c2);
-    free(d1);
-    free(d2);
-    free(c1);
-    free(c2);
-    free(ids2);
+    expect_same_turns(d1, d2, c1, c2);
 }
 
 static void test_client_leaving_mid_prefill_returns_reserved_pages(void **state)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
-    char ids[8192], *body = malloc(T_BODY), *resp = malloc(T_BODY), *text;
+    char ids[8192], *resp = malloc(T_BODY), *text;
     double reserved_after;
 
     (void)state;
-    assert_non_null(body);
     assert_non_null(resp);
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
     make_ids(ids, sizeof(ids), 900, 17, 1);
-    snprintf(body, T_BODY,
-             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":64,\"temperature\":0,"
-             "\"stream\":true}",
-             T_MODEL_NAME, ids);
     /* The client leaves during the prefill (a 900-token delta in 29 chunks of 32). */
-    http(c.http_port, "/v1/completions", body, "chunks-cancel", 0, 300, resp);
+    leave_streamed_completion(c.http_port, "chunks-cancel", ids, 300, resp);
     /* The reservation comes back after the abort's fence (30 s allows a slow sanitizer run). */
     reserved_after = await_metric(c.decode_port[0], "tandem_decode_reserved_pages", 0, 30000);
     print_message("client left mid-prefill: jobs=%.0f aborted=%.0f chunk put pages=%.0f\n",
@@ -127,7 +98,6 @@ static void test_client_leaving_mid_prefill_returns_reserved_pages(void **state)
     assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") >= 1);
     free(text);
     cluster_stop(&c);
-    free(body);
     free(resp);
 }
 

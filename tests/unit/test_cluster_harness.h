@@ -466,6 +466,58 @@ static inline char *complete(unsigned port, const char *session, const char *ids
     return text;
 }
 
+/*
+ * Two greedy turns of one session, 8 tokens each (texts into *text1_out and *text2_out; caller
+ * frees): n_first prompt ids, then that prompt, tandem-generate's 8 ids after it and n_more new
+ * ids.
+ */
+static inline void two_turns(unsigned port, const char *session, int n_first, int n_more,
+                             char **text1_out, char **text2_out)
+{
+    char *ids1 = malloc(T_BODY), *ids2 = malloc(T_BODY), *more = malloc(T_BODY);
+    char gen[4096];
+
+    assert_non_null(ids1);
+    assert_non_null(ids2);
+    assert_non_null(more);
+    make_ids(ids1, T_BODY, n_first, 7, 3);
+    *text1_out = complete(port, session, ids1, 8);
+    generate_ids(ids1, 8, gen, sizeof(gen));
+    make_ids(more, T_BODY, n_more, 13, 5);
+    snprintf(ids2, T_BODY, "%s,%s,%s", ids1, gen, more);
+    *text2_out = complete(port, session, ids2, 8);
+    free(more);
+    free(ids2);
+    free(ids1);
+}
+
+/* Asserts that two runs of two_turns gave the same texts (a1 as b1, a2 as b2); frees all four. */
+static inline void expect_same_turns(char *a1, char *a2, char *b1, char *b2)
+{
+    assert_string_equal(a1, b1);
+    assert_string_equal(a2, b2);
+    free(a1);
+    free(a2);
+    free(b1);
+    free(b2);
+}
+
+/* POSTs a streamed greedy completion of 64 tokens after ids and leaves after leave_ms (curl gives
+ * up); resp (T_BODY bytes) gets what came before. */
+static inline void leave_streamed_completion(unsigned port, const char *session, const char *ids,
+                                             long leave_ms, char *resp)
+{
+    char *body = malloc(T_BODY);
+
+    assert_non_null(body);
+    snprintf(body, T_BODY,
+             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":64,\"temperature\":0,"
+             "\"stream\":true}",
+             T_MODEL_NAME, ids);
+    http(port, "/v1/completions", body, session, 0, leave_ms, resp);
+    free(body);
+}
+
 /* A completion running on its own thread (complete_start .. complete_join). */
 typedef struct {
     unsigned port;

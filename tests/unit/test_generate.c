@@ -32,6 +32,7 @@
 #include "engine/config.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "forward_test_util.h"
 
 #define ROOT_BYTES   1024 /* directories from the environment */
 #define PATH_BYTES   4096
@@ -221,17 +222,6 @@ static void read_logits(const char *path, logits_t *out)
     fclose(f);
 }
 
-static double cosine(const float *a, const float *b, int64_t n)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb + 1e-300);
-}
-
 static double rel_l2(const float *a, const float *ref, int64_t n)
 {
     double d = 0, r = 0;
@@ -322,7 +312,7 @@ static void ref_stats_add(ref_stats_t *st, const logits_t *a, const logits_t *re
     for (int64_t r = 0; r < (int64_t)ref->rows && st->n_rows < REF_MAX_ROWS; r++) {
         const float *x = a->data + r * V;
         const float *y = ref->data + r * V;
-        double c = cosine(x, y, V);
+        double c = ftu_cosine(x, y, V);
         int same = argmax(x, V) == argmax(y, V);
         st->cos_sum += c;
         st->cos_min = c < st->cos_min ? c : st->cos_min;
@@ -480,7 +470,7 @@ static void test_ced_vs_oracle_first_token_statistics_64_prompts(void **state)
         {
             const float *a = o.data + (T - 1) * V;
             const float *b = c.data + (W - 1) * V;
-            double cs = cosine(a, b, V);
+            double cs = ftu_cosine(a, b, V);
             cos_sum += cs;
             cos_min = cs < cos_min ? cs : cos_min;
             n_top1 += argmax(a, V) == argmax(b, V);

@@ -314,32 +314,39 @@ static void test_tiny_specs_by_hand(void **state)
 
 static void test_tiny_and_small_figures_match_section_9(void **state)
 {
-    model_t m;
+    /* MODEL.md 9's rounded millions (backbone, Engram tables, DSpark, total, active decode),
+     * then the exact counts. */
+    static const struct {
+        const char *preset;
+        const char *format;        /* the table's rounding */
+        const char *active_format; /* active decode's rounding */
+        const char *backbone_m, *engram_m, *dspark_m, *total_m, *active_m;
+        uint64_t backbone, engram_table, dspark, active_decode;
+    } want[] = {
+        {"tiny", "%.2f", "%.1f", "2.05", "0.40", "0.49", "2.94", "1.3", 2051408,
+         (6126 + 6332) * 32, 490698, 1330512},
+        {"small", "%.1f", "%.1f", "93.9", "6.4", "8.0", "108.3", "44.0", 93856032,
+         (49796 + 50980) * 64, 7958374, 44048672},
+    };
     (void)state;
 
-    model_build("tiny", &m);
-    expect_rounded((double)m.counts.backbone_params, 1e6, "%.2f", "2.05");
-    expect_rounded((double)m.counts.engram_table_params, 1e6, "%.2f", "0.40");
-    expect_rounded((double)m.counts.dspark_params, 1e6, "%.2f", "0.49");
-    expect_rounded((double)m.counts.total_params, 1e6, "%.2f", "2.94");
-    expect_rounded((double)m.counts.active_decode_params, 1e6, "%.1f", "1.3");
-    assert_int_equal(m.counts.backbone_params, 2051408);
-    assert_int_equal(m.counts.engram_table_params, (6126 + 6332) * 32);
-    assert_int_equal(m.counts.dspark_params, 490698);
-    assert_int_equal(m.counts.active_decode_params, 1330512);
-    model_free(&m);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        model_t m;
 
-    model_build("small", &m);
-    expect_rounded((double)m.counts.backbone_params, 1e6, "%.1f", "93.9");
-    expect_rounded((double)m.counts.engram_table_params, 1e6, "%.1f", "6.4");
-    expect_rounded((double)m.counts.dspark_params, 1e6, "%.1f", "8.0");
-    expect_rounded((double)m.counts.total_params, 1e6, "%.1f", "108.3");
-    expect_rounded((double)m.counts.active_decode_params, 1e6, "%.1f", "44.0");
-    assert_int_equal(m.counts.backbone_params, 93856032);
-    assert_int_equal(m.counts.engram_table_params, (49796 + 50980) * 64);
-    assert_int_equal(m.counts.dspark_params, 7958374);
-    assert_int_equal(m.counts.active_decode_params, 44048672);
-    model_free(&m);
+        model_build(want[i].preset, &m);
+        expect_rounded((double)m.counts.backbone_params, 1e6, want[i].format, want[i].backbone_m);
+        expect_rounded((double)m.counts.engram_table_params, 1e6, want[i].format,
+                       want[i].engram_m);
+        expect_rounded((double)m.counts.dspark_params, 1e6, want[i].format, want[i].dspark_m);
+        expect_rounded((double)m.counts.total_params, 1e6, want[i].format, want[i].total_m);
+        expect_rounded((double)m.counts.active_decode_params, 1e6, want[i].active_format,
+                       want[i].active_m);
+        assert_int_equal(m.counts.backbone_params, want[i].backbone);
+        assert_int_equal(m.counts.engram_table_params, want[i].engram_table);
+        assert_int_equal(m.counts.dspark_params, want[i].dspark);
+        assert_int_equal(m.counts.active_decode_params, want[i].active_decode);
+        model_free(&m);
+    }
 }
 
 static void test_full_parameters_match_section_10(void **state)

@@ -230,48 +230,56 @@ static void fill_pattern(uint8_t *p, size_t n, unsigned seed)
     }
 }
 
+/* One row's records: main codes and scales, index codes and scales. */
+typedef struct {
+    uint8_t main_codes[256], main_scales[32], index_codes[64], index_scales[4];
+} row_t;
+
+/* The pattern row of `slot`: each record from its own seed. */
+static void fill_row(row_t *row, uint32_t slot)
+{
+    fill_pattern(row->main_codes, sizeof(row->main_codes), slot);
+    fill_pattern(row->main_scales, sizeof(row->main_scales), slot + 100);
+    fill_pattern(row->index_codes, sizeof(row->index_codes), slot + 200);
+    fill_pattern(row->index_scales, sizeof(row->index_scales), slot + 300);
+}
+
 static void test_rows_round_trip_and_row_count_grows(void **state)
 {
     uint8_t *page = new_full_page();
-    uint8_t main_codes[256], main_scales[32], index_codes[64], index_scales[4];
-    uint8_t got_codes[256], got_scales[32], got_index_codes[64], got_index_scales[4];
+    row_t want;
+    row_t got;
     static const uint32_t slots[] = {5, 0, 63};
     kern_kv_page_header_t header;
     (void)state;
 
     for (size_t k = 0; k < 3; k++) {
-        fill_pattern(main_codes, sizeof(main_codes), slots[k]);
-        fill_pattern(main_scales, sizeof(main_scales), slots[k] + 100);
-        fill_pattern(index_codes, sizeof(index_codes), slots[k] + 200);
-        fill_pattern(index_scales, sizeof(index_scales), slots[k] + 300);
-        assert_int_equal(kern_kv_page_write_row(page, slots[k], main_codes, main_scales,
-                                                index_codes, index_scales),
+        fill_row(&want, slots[k]);
+        assert_int_equal(kern_kv_page_write_row(page, slots[k], want.main_codes, want.main_scales,
+                                                want.index_codes, want.index_scales),
                          TDM_OK);
         assert_int_equal(kern_kv_page_header_read(page, FULL_PAGE, &header), TDM_OK);
         assert_int_equal(header.row_count, k == 0 ? 6 : (k == 1 ? 6 : 64));
         assert_int_equal(header.flags, KERN_KV_PAGE_FLAG_STALE);
     }
     for (size_t k = 0; k < 3; k++) {
-        fill_pattern(main_codes, sizeof(main_codes), slots[k]);
-        fill_pattern(main_scales, sizeof(main_scales), slots[k] + 100);
-        fill_pattern(index_codes, sizeof(index_codes), slots[k] + 200);
-        fill_pattern(index_scales, sizeof(index_scales), slots[k] + 300);
-        assert_int_equal(kern_kv_page_read_row(page, slots[k], got_codes, got_scales,
-                                               got_index_codes, got_index_scales),
+        fill_row(&want, slots[k]);
+        assert_int_equal(kern_kv_page_read_row(page, slots[k], got.main_codes, got.main_scales,
+                                               got.index_codes, got.index_scales),
                          TDM_OK);
-        assert_memory_equal(got_codes, main_codes, sizeof(main_codes));
-        assert_memory_equal(got_scales, main_scales, sizeof(main_scales));
-        assert_memory_equal(got_index_codes, index_codes, sizeof(index_codes));
-        assert_memory_equal(got_index_scales, index_scales, sizeof(index_scales));
+        assert_memory_equal(got.main_codes, want.main_codes, sizeof(want.main_codes));
+        assert_memory_equal(got.main_scales, want.main_scales, sizeof(want.main_scales));
+        assert_memory_equal(got.index_codes, want.index_codes, sizeof(want.index_codes));
+        assert_memory_equal(got.index_scales, want.index_scales, sizeof(want.index_scales));
     }
     /* records land at offset + slot * row_bytes: slot 5's first main scale byte */
     assert_int_equal(page[16448 + 5 * 32], (uint8_t)(105u * 31u + 1u));
     /* an unwritten slot below row_count reads as zeros */
-    assert_int_equal(
-        kern_kv_page_read_row(page, 1, got_codes, got_scales, got_index_codes, got_index_scales),
-        TDM_OK);
-    memset(main_codes, 0, sizeof(main_codes));
-    assert_memory_equal(got_codes, main_codes, sizeof(main_codes));
+    assert_int_equal(kern_kv_page_read_row(page, 1, got.main_codes, got.main_scales,
+                                           got.index_codes, got.index_scales),
+                     TDM_OK);
+    memset(want.main_codes, 0, sizeof(want.main_codes));
+    assert_memory_equal(got.main_codes, want.main_codes, sizeof(want.main_codes));
     free(page);
 }
 
