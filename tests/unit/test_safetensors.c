@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "engine/safetensors.h"
 #include "engine/tensor.h"
+#include "file_test_util.h"
 
 #define PATH_BYTES       1024
 #define ERR_BYTES        512
@@ -24,40 +25,7 @@ static engine_st_file_t *const untouched_file = (engine_st_file_t *)(uintptr_t)0
 
 static void tmp_path(const char *name, char *path_out)
 {
-    const char *dir = getenv("TANDEM_TEST_TMP");
-
-    snprintf(path_out, PATH_BYTES, "%s/st_%s", dir != NULL ? dir : "/tmp", name);
-}
-
-static void write_bytes(const char *path, const void *data, size_t n_bytes)
-{
-    FILE *f = fopen(path, "wb");
-
-    assert_non_null(f);
-    if (n_bytes > 0) {
-        assert_int_equal(fwrite(data, 1, n_bytes, f), n_bytes);
-    }
-    assert_int_equal(fclose(f), 0);
-}
-
-/* Reads a whole file into a malloc'd buffer; *n_bytes_out its size. */
-static uint8_t *read_bytes(const char *path, size_t *n_bytes_out)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *data;
-    long size;
-
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    size = ftell(f);
-    assert_true(size >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-    data = malloc((size_t)size + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *n_bytes_out = (size_t)size;
-    return data;
+    fu_tmp_path("st_", name, path_out, PATH_BYTES);
 }
 
 /* Writes a file with length field = strlen(header), the header, then n_data zero bytes. */
@@ -72,7 +40,7 @@ static void write_raw(const char *path, const char *header, size_t n_data)
         buf[b] = (uint8_t)((uint64_t)header_bytes >> (8 * b));
     }
     memcpy(buf + 8, header, header_bytes);
-    write_bytes(path, buf, n_bytes);
+    fu_write_bytes(path, buf, n_bytes);
     free(buf);
 }
 
@@ -258,8 +226,8 @@ static void test_writer_output_is_deterministic_and_matches_the_spec_layout(void
     tmp_path("det_b.safetensors", path_b);
     write_sample(path_a, 0);
     write_sample(path_b, 1);
-    a = read_bytes(path_a, &n_a);
-    b = read_bytes(path_b, &n_b);
+    a = fu_read_bytes(path_a, &n_a);
+    b = fu_read_bytes(path_b, &n_b);
     assert_int_equal(n_a, n_b);
     assert_memory_equal(a, b, n_a);
 
@@ -317,8 +285,8 @@ static void test_rewrite_of_a_read_file_is_byte_identical(void **state)
     assert_int_equal(engine_st_writer_finish(w), TDM_OK);
     engine_st_writer_destroy(w);
 
-    a = read_bytes(path, &n_a);
-    b = read_bytes(copy_path, &n_b);
+    a = fu_read_bytes(path, &n_a);
+    b = fu_read_bytes(copy_path, &n_b);
     assert_int_equal(n_a, n_b);
     assert_memory_equal(a, b, n_a);
     free(a);
@@ -339,7 +307,7 @@ static void test_empty_file_without_tensors_round_trips(void **state)
     assert_int_equal(engine_st_writer_create(path, &w), TDM_OK);
     assert_int_equal(engine_st_writer_finish(w), TDM_OK);
     engine_st_writer_destroy(w);
-    bytes = read_bytes(path, &n_bytes);
+    bytes = fu_read_bytes(path, &n_bytes);
     assert_int_equal(n_bytes, 16);
     assert_memory_equal(bytes + 8, "{}      ", 8);
     free(bytes);
@@ -499,7 +467,7 @@ static void test_file_shorter_than_length_field_is_rejected(void **state)
 
     tmp_path("short.safetensors", path);
     for (size_t n = 0; n < sizeof(bytes); n++) {
-        write_bytes(path, bytes, n);
+        fu_write_bytes(path, bytes, n);
         expect_open_fails(path, TDM_ERR_FORMAT, "shorter");
     }
 }
@@ -513,7 +481,7 @@ static void test_header_length_past_end_or_over_limit_is_rejected(void **state)
     tmp_path("len.safetensors", path);
     bytes[0] = 9; /* 9 > 8 header bytes present */
     memcpy(bytes + 8, "{}      ", 8);
-    write_bytes(path, bytes, sizeof(bytes));
+    fu_write_bytes(path, bytes, sizeof(bytes));
     expect_open_fails(path, TDM_ERR_FORMAT, "runs past the end");
 
     memset(bytes, 0, 8);
@@ -521,15 +489,15 @@ static void test_header_length_past_end_or_over_limit_is_rejected(void **state)
     bytes[1] = 0xE1;
     bytes[2] = 0xF5;
     bytes[3] = 0x05;
-    write_bytes(path, bytes, sizeof(bytes));
+    fu_write_bytes(path, bytes, sizeof(bytes));
     expect_open_fails(path, TDM_ERR_FORMAT, "exceeds");
 
     memset(bytes, 0xff, 8); /* 2^64 - 1: no overflow in the check */
-    write_bytes(path, bytes, sizeof(bytes));
+    fu_write_bytes(path, bytes, sizeof(bytes));
     expect_open_fails(path, TDM_ERR_FORMAT, "exceeds");
 
     memset(bytes, 0, 8); /* zero-length header */
-    write_bytes(path, bytes, sizeof(bytes));
+    fu_write_bytes(path, bytes, sizeof(bytes));
     expect_open_fails(path, TDM_ERR_FORMAT, "'{'");
 }
 
@@ -719,7 +687,7 @@ static void test_truncation_anywhere_is_an_error_never_a_crash(void **state)
     tmp_path("trunc_src.safetensors", path);
     tmp_path("trunc_cut.safetensors", cut_path);
     write_sample(path, 0);
-    bytes = read_bytes(path, &n_bytes);
+    bytes = fu_read_bytes(path, &n_bytes);
     for (int i = 0; i < 8; i++) {
         header_bytes |= (uint64_t)bytes[i] << (8 * i);
     }
@@ -730,7 +698,7 @@ static void test_truncation_anywhere_is_an_error_never_a_crash(void **state)
         if (n > data_start && n % 3 != 0 && n != n_bytes - 1) {
             continue; /* data offsets: every third is enough */
         }
-        write_bytes(cut_path, bytes, n);
+        fu_write_bytes(cut_path, bytes, n);
         expect_open_fails(cut_path, TDM_ERR_FORMAT, NULL);
     }
 
@@ -745,7 +713,7 @@ static void test_truncation_anywhere_is_an_error_never_a_crash(void **state)
             cut[b] = (uint8_t)((uint64_t)k >> (8 * b));
         }
         memcpy(cut + 8, bytes + 8, k);
-        write_bytes(cut_path, cut, 8 + k);
+        fu_write_bytes(cut_path, cut, 8 + k);
         free(cut);
         status = engine_st_file_open(cut_path, &file, err, sizeof(err));
         if (status == TDM_OK) {
@@ -785,7 +753,7 @@ static void test_random_header_byte_flips_never_crash(void **state)
     tmp_path("flip_src.safetensors", path);
     tmp_path("flip.safetensors", flip_path);
     write_sample(path, 0);
-    bytes = read_bytes(path, &n_bytes);
+    bytes = fu_read_bytes(path, &n_bytes);
     copy = malloc(n_bytes);
     assert_non_null(copy);
     for (int i = 0; i < 8; i++) {
@@ -806,7 +774,7 @@ static void test_random_header_byte_flips_never_crash(void **state)
                 copy[at] = (uint8_t)pick[next_random(&rng) % (sizeof(pick) - 1)];
             }
         }
-        write_bytes(flip_path, copy, n_bytes);
+        fu_write_bytes(flip_path, copy, n_bytes);
         if (engine_st_file_open(flip_path, &file, err, sizeof(err)) == TDM_OK) {
             sum += touch_all(file);
             n_ok++;
