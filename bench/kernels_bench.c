@@ -25,10 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef TANDEM_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #define BENCH_DIM 4096
 #define N_OPS     6
 
@@ -143,7 +139,7 @@ static double time_cpu(op_t op, bufs_t *b, int64_t n_rows, double min_ms)
 }
 
 #ifdef TANDEM_HAVE_CUDA
-static int cuda_ok(cudaError_t err, const char *what)
+int bench_cuda_ok(cudaError_t err, const char *what)
 {
     if (err != cudaSuccess) {
         fprintf(stderr, "tandem-bench-kernels: %s failed: %s\n", what, cudaGetErrorString(err));
@@ -152,39 +148,36 @@ static int cuda_ok(cudaError_t err, const char *what)
     return 1;
 }
 
-/* Seconds per call on the device (events around batches that double until min_ms), or a
- * negative value on a CUDA error. */
-static double time_cuda(const kern_ops_t *ops, op_t op, bufs_t *b, int64_t n_rows, double min_ms)
+double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms,
+                       int64_t max_batch)
 {
-    kern_ctx_t ctx = {.backend = KERN_BACKEND_CUDA};
     cudaEvent_t start;
     cudaEvent_t stop;
     float batch_ms = 0.0f;
     int64_t batch = 1;
     double result = -1.0;
 
-    if (!cuda_ok(cudaEventCreate(&start), "cudaEventCreate")) {
+    if (!bench_cuda_ok(cudaEventCreate(&start), "cudaEventCreate")) {
         return -1.0;
     }
-    if (!cuda_ok(cudaEventCreate(&stop), "cudaEventCreate")) {
+    if (!bench_cuda_ok(cudaEventCreate(&stop), "cudaEventCreate")) {
         cudaEventDestroy(start);
         return -1.0;
     }
-    if (run_op(ops, &ctx, op, b, n_rows) != TDM_OK ||
-        !cuda_ok(cudaDeviceSynchronize(), "warm-up")) {
+    if (call(arg) != TDM_OK || !bench_cuda_ok(cudaDeviceSynchronize(), "warm-up")) {
         goto out;
     }
     for (;;) {
         cudaEventRecord(start, NULL);
         for (int64_t i = 0; i < batch; i++) {
-            run_op(ops, &ctx, op, b, n_rows);
+            call(arg);
         }
         cudaEventRecord(stop, NULL);
-        if (!cuda_ok(cudaEventSynchronize(stop), "timed batch")) {
+        if (!bench_cuda_ok(cudaEventSynchronize(stop), "timed batch")) {
             goto out;
         }
         cudaEventElapsedTime(&batch_ms, start, stop);
-        if (batch_ms >= min_ms || batch >= ((int64_t)1 << 24)) {
+        if (batch_ms >= min_ms || batch >= max_batch) {
             break;
         }
         batch *= 2;
@@ -196,13 +189,37 @@ out:
     return result;
 }
 
+/* One quantizer call on the CUDA backend (bench_time_cuda's work). */
+typedef struct {
+    const kern_ops_t *ops;
+    op_t op;
+    bufs_t *b;
+    int64_t n_rows;
+} op_call_t;
+
+static tdm_status_t call_op_cuda(const void *arg)
+{
+    const op_call_t *c = arg;
+    kern_ctx_t ctx = {.backend = KERN_BACKEND_CUDA};
+
+    return run_op(c->ops, &ctx, c->op, c->b, c->n_rows);
+}
+
+/* Seconds per call on the device, or a negative value on a CUDA error. */
+static double time_cuda(const kern_ops_t *ops, op_t op, bufs_t *b, int64_t n_rows, double min_ms)
+{
+    const op_call_t c = {ops, op, b, n_rows};
+
+    return bench_time_cuda(call_op_cuda, &c, min_ms, (int64_t)1 << 24);
+}
+
 static int cuda_alloc(bufs_t *dev, int64_t n)
 {
     memset(dev, 0, sizeof(*dev));
-    return cuda_ok(cudaMalloc((void **)&dev->x, sizeof(float) * (size_t)n), "cudaMalloc") &&
-           cuda_ok(cudaMalloc((void **)&dev->codes, (size_t)n), "cudaMalloc") &&
-           cuda_ok(cudaMalloc((void **)&dev->scales, (size_t)n / KERN_CKV_GROUP), "cudaMalloc") &&
-           cuda_ok(cudaMalloc((void **)&dev->y, sizeof(float) * (size_t)n), "cudaMalloc");
+    return bench_cuda_ok(cudaMalloc((void **)&dev->x, sizeof(float) * (size_t)n), "cudaMalloc") &&
+           bench_cuda_ok(cudaMalloc((void **)&dev->codes, (size_t)n), "cudaMalloc") &&
+           bench_cuda_ok(cudaMalloc((void **)&dev->scales, (size_t)n / KERN_CKV_GROUP), "cudaMalloc") &&
+           bench_cuda_ok(cudaMalloc((void **)&dev->y, sizeof(float) * (size_t)n), "cudaMalloc");
 }
 
 static void cuda_free(bufs_t *dev)
@@ -221,16 +238,16 @@ static int cuda_matches(op_t op, const bufs_t *host, const bufs_t *dev, int64_t 
     if (is_quant) {
         size_t n_codes = (size_t)code_bytes_of(op, n);
         size_t n_scales = (size_t)(n / group_of(op));
-        if (!cuda_ok(cudaMemcpy(scratch, dev->codes, n_codes, cudaMemcpyDeviceToHost),
+        if (!bench_cuda_ok(cudaMemcpy(scratch, dev->codes, n_codes, cudaMemcpyDeviceToHost),
                      "cudaMemcpy") ||
             memcmp(scratch, host->codes, n_codes) != 0) {
             return 0;
         }
-        return cuda_ok(cudaMemcpy(scratch, dev->scales, n_scales, cudaMemcpyDeviceToHost),
+        return bench_cuda_ok(cudaMemcpy(scratch, dev->scales, n_scales, cudaMemcpyDeviceToHost),
                        "cudaMemcpy") &&
                memcmp(scratch, host->scales, n_scales) == 0;
     }
-    return cuda_ok(cudaMemcpy(scratch, dev->y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
+    return bench_cuda_ok(cudaMemcpy(scratch, dev->y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
                    "cudaMemcpy") &&
            memcmp(scratch, host->y, sizeof(float) * (size_t)n) == 0;
 }
@@ -298,7 +315,7 @@ int main(int argc, char **argv)
     bufs_t dev;
     if (cuda_ops != NULL) {
         if (!cuda_alloc(&dev, n_max) ||
-            !cuda_ok(
+            !bench_cuda_ok(
                 cudaMemcpy(dev.x, host.x, sizeof(float) * (size_t)n_max, cudaMemcpyHostToDevice),
                 "cudaMemcpy")) {
             status = 1;

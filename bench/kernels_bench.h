@@ -2,14 +2,36 @@
  *
  * kernels_bench.c owns the flags, the quantizer benchmark and the summary line;
  * kernels_bench_gemm.c times the forward GEMM (kernels/gemm.h) on the CPU and the CUDA backend
- * at decode (1 row) and prefill shapes of the small and full presets (MODEL.md 9).
+ * at decode (1 row) and prefill shapes of the small and full presets (MODEL.md 9). Both time
+ * CUDA calls with bench_time_cuda and report CUDA errors with bench_cuda_ok.
  */
 #ifndef TANDEM_BENCH_KERNELS_BENCH_H
 #define TANDEM_BENCH_KERNELS_BENCH_H
 
 #include <stdint.h>
 
+#include "common/status.h"
 #include "kernels/ops.h"
+
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+/* bench_cuda_ok - 1 when err is cudaSuccess; else prints "tandem-bench-kernels: <what> failed:
+ * <CUDA's reason>" to stderr and returns 0. */
+int bench_cuda_ok(cudaError_t err, const char *what);
+
+/* One call of the timed work on the default stream; arg is the caller's. */
+typedef tdm_status_t bench_cuda_call_fn(const void *arg);
+
+/*
+ * bench_time_cuda - seconds per call of call(arg) on the device: one warm-up call, then batches
+ * of back-to-back calls between two events, the batch doubling until it takes min_ms or holds
+ * max_batch calls. Returns a negative value when the warm-up call fails or on a CUDA error
+ * (printed by bench_cuda_ok).
+ */
+double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms,
+                       int64_t max_batch);
+#endif
 
 /* What to run. */
 typedef struct {

@@ -21,8 +21,6 @@
 
 #ifdef TANDEM_HAVE_CUDA
 #include "kernels/cuda/ops_cuda.h"
-
-#include <cuda_runtime_api.h>
 #endif
 
 #include <math.h>
@@ -145,15 +143,6 @@ typedef struct {
     float *y;        /* [prefill_rows, n_out] */
 } dev_case_t;
 
-static int cuda_ok(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess) {
-        fprintf(stderr, "tandem-bench-kernels: %s failed: %s\n", what, cudaGetErrorString(err));
-        return 0;
-    }
-    return 1;
-}
-
 static tdm_status_t cuda_call(const kern_ops_t *cuda, const dev_case_t *d, int quantized,
                               int64_t rows)
 {
@@ -167,47 +156,28 @@ static tdm_status_t cuda_call(const kern_ops_t *cuda, const dev_case_t *d, int q
                       d->bf16.n_out);
 }
 
-/* Seconds per call (events around batches that double until min_ms), negative on error. */
+/* One GEMM call on the device (bench_time_cuda's work). */
+typedef struct {
+    const kern_ops_t *cuda;
+    const dev_case_t *d;
+    int quantized;
+    int64_t rows;
+} gemm_call_t;
+
+static tdm_status_t call_gemm_cuda(const void *arg)
+{
+    const gemm_call_t *c = arg;
+
+    return cuda_call(c->cuda, c->d, c->quantized, c->rows);
+}
+
+/* Seconds per call, negative on error. */
 static double time_cuda(const kern_ops_t *cuda, const dev_case_t *d, int quantized, int64_t rows,
                         double min_ms)
 {
-    cudaEvent_t start;
-    cudaEvent_t stop;
-    float batch_ms = 0.0f;
-    int64_t batch = 1;
-    double result = -1.0;
+    const gemm_call_t c = {cuda, d, quantized, rows};
 
-    if (!cuda_ok(cudaEventCreate(&start), "cudaEventCreate")) {
-        return -1.0;
-    }
-    if (!cuda_ok(cudaEventCreate(&stop), "cudaEventCreate")) {
-        cudaEventDestroy(start);
-        return -1.0;
-    }
-    if (cuda_call(cuda, d, quantized, rows) != TDM_OK ||
-        !cuda_ok(cudaDeviceSynchronize(), "warm-up")) {
-        goto out;
-    }
-    for (;;) {
-        cudaEventRecord(start, NULL);
-        for (int64_t i = 0; i < batch; i++) {
-            cuda_call(cuda, d, quantized, rows);
-        }
-        cudaEventRecord(stop, NULL);
-        if (!cuda_ok(cudaEventSynchronize(stop), "timed batch")) {
-            goto out;
-        }
-        cudaEventElapsedTime(&batch_ms, start, stop);
-        if (batch_ms >= min_ms || batch >= ((int64_t)1 << 20)) {
-            break;
-        }
-        batch *= 2;
-    }
-    result = (double)batch_ms / 1e3 / (double)batch;
-out:
-    cudaEventDestroy(stop);
-    cudaEventDestroy(start);
-    return result;
+    return bench_time_cuda(call_gemm_cuda, &c, min_ms, (int64_t)1 << 20);
 }
 
 static void free_dev_case(dev_case_t *d)
@@ -222,8 +192,8 @@ static void free_dev_case(dev_case_t *d)
 
 static int upload(void **dev, const void *host, size_t bytes)
 {
-    return cuda_ok(cudaMalloc(dev, bytes), "cudaMalloc") &&
-           cuda_ok(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    return bench_cuda_ok(cudaMalloc(dev, bytes), "cudaMalloc") &&
+           bench_cuda_ok(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
 static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const float *x,
@@ -240,7 +210,7 @@ static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const fl
          upload(&codes, w->codes, (size_t)w->code_bytes) &&
          upload(&scales, w->scales, (size_t)w->scale_bytes) &&
          upload(&xd, x, sizeof(float) * (size_t)(max_rows * s->n_in)) &&
-         cuda_ok(cudaMalloc((void **)&d->y, sizeof(float) * (size_t)(max_rows * s->n_out)),
+         bench_cuda_ok(cudaMalloc((void **)&d->y, sizeof(float) * (size_t)(max_rows * s->n_out)),
                  "cudaMalloc");
     d->bf16 = (kern_mat_t){KERN_MAT_BF16, s->n_out, s->n_in, bf16, NULL};
     d->q = (kern_qmat_t){s->fmt == FMT_FP8 ? KERN_QMAT_FP8 : KERN_QMAT_MXFP4, s->n_out, s->n_in,
@@ -255,7 +225,7 @@ static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const fl
 /* 1 when the device output [rows, n_out] equals want bit for bit. */
 static int same_bits(const float *dev_y, const float *want, int64_t n, float *scratch)
 {
-    return cuda_ok(cudaMemcpy(scratch, dev_y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
+    return bench_cuda_ok(cudaMemcpy(scratch, dev_y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
                    "cudaMemcpy") &&
            memcmp(scratch, want, sizeof(float) * (size_t)n) == 0;
 }
