@@ -19,6 +19,7 @@
  * measured --reps times, alternating with ucx_perftest, and the best of each is reported.
  */
 #include "common/clock.h"
+#include "common/fdio.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -38,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,44 +141,6 @@ typedef struct {
 
 /* ---- helpers ---- */
 
-static int write_all(int fd, const void *buf, size_t n_bytes)
-{
-    const uint8_t *p = buf;
-
-    while (n_bytes > 0) {
-        ssize_t n = write(fd, p, n_bytes);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        n_bytes -= (size_t)n;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n_bytes)
-{
-    uint8_t *p = buf;
-
-    while (n_bytes > 0) {
-        ssize_t n = read(fd, p, n_bytes);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        n_bytes -= (size_t)n;
-    }
-    return 0;
-}
-
 static tdm_status_t make_context(const bench_cfg_t *cfg, const char *name, xfer_context_t **ctx_out)
 {
     xfer_context_params_t params;
@@ -245,7 +207,7 @@ static int receiver_main(int argc, char **argv)
     }
     xfer_pool_descriptor(pool, &desc, &desc_bytes);
     n_desc = (uint32_t)desc_bytes;
-    if (write_all(sock, &n_desc, sizeof(n_desc)) != 0 || write_all(sock, desc, desc_bytes) != 0) {
+    if (tdm_fd_write_all(sock, &n_desc, sizeof(n_desc)) != 0 || tdm_fd_write_all(sock, desc, desc_bytes) != 0) {
         xfer_pool_destroy(pool);
         xfer_context_destroy(ctx);
         return 5;
@@ -269,7 +231,7 @@ static int receiver_main(int argc, char **argv)
             break; /* the sender closed its end: done */
         }
         parked = command == CMD_PARK;
-        if (write_all(sock, &command, 1) != 0) {
+        if (tdm_fd_write_all(sock, &command, 1) != 0) {
             break;
         }
     }
@@ -281,50 +243,30 @@ static int receiver_main(int argc, char **argv)
 
 static tdm_status_t spawn_receiver(bench_t *b)
 {
-    int fds[2];
     char fd_text[16];
     char pages_text[16];
     char page_bytes_text[16];
+    char *argv[] = {"tandem-bench-transfer",
+                    RECEIVER_FLAG,
+                    fd_text,
+                    (char *)b->cfg.transport,
+                    page_bytes_text,
+                    pages_text,
+                    (char *)b->cfg.protocols,
+                    NULL};
     uint32_t n_desc = 0;
     uint8_t *desc_bytes;
     xfer_desc_t desc;
     tdm_status_t status;
-    pid_t pid;
 
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-        tdm_log(TDM_LOG_ERROR, "bench", "socketpair failed: %s", strerror(errno));
-        return TDM_ERR_IO;
-    }
-    snprintf(fd_text, sizeof(fd_text), "%d", 3);
+    snprintf(fd_text, sizeof(fd_text), "%d", TDM_SPAWN_CHILD_FD);
     snprintf(pages_text, sizeof(pages_text), "%u", b->max_pages);
     snprintf(page_bytes_text, sizeof(page_bytes_text), "%u", b->cfg.page_bytes);
-    pid = fork();
-    if (pid < 0) {
-        tdm_log(TDM_LOG_ERROR, "bench", "fork failed: %s", strerror(errno));
-        return TDM_ERR_IO;
+    status = tdm_spawn_self(argv, &b->receiver_pid, &b->receiver_sock);
+    if (status != TDM_OK) {
+        return status;
     }
-    if (pid == 0) {
-        char *argv[] = {"tandem-bench-transfer",
-                        RECEIVER_FLAG,
-                        fd_text,
-                        (char *)b->cfg.transport,
-                        page_bytes_text,
-                        pages_text,
-                        (char *)b->cfg.protocols,
-                        NULL};
-
-        if (dup2(fds[1], 3) != 3) {
-            _exit(126);
-        }
-        close_range(4, ~0u, 0);
-        execv("/proc/self/exe", argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-    b->receiver_pid = pid;
-    b->receiver_sock = fds[0];
-    if (read_all(b->receiver_sock, &n_desc, sizeof(n_desc)) != 0 || n_desc > (1u << 20)) {
+    if (tdm_fd_read_all(b->receiver_sock, &n_desc, sizeof(n_desc)) != 0 || n_desc > (1u << 20)) {
         tdm_log(TDM_LOG_ERROR, "bench", "receiver did not start (see its log above)");
         return TDM_ERR_IO;
     }
@@ -332,7 +274,7 @@ static tdm_status_t spawn_receiver(bench_t *b)
     if (desc_bytes == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    if (read_all(b->receiver_sock, desc_bytes, n_desc) != 0) {
+    if (tdm_fd_read_all(b->receiver_sock, desc_bytes, n_desc) != 0) {
         free(desc_bytes);
         return TDM_ERR_IO;
     }
@@ -349,7 +291,7 @@ static tdm_status_t command_receiver(bench_t *b, char command)
 {
     char ack = 0;
 
-    if (write_all(b->receiver_sock, &command, 1) != 0 || read_all(b->receiver_sock, &ack, 1) != 0 ||
+    if (tdm_fd_write_all(b->receiver_sock, &command, 1) != 0 || tdm_fd_read_all(b->receiver_sock, &ack, 1) != 0 ||
         ack != command) {
         tdm_log(TDM_LOG_ERROR, "bench", "receiver did not acknowledge command=%c", command);
         return TDM_ERR_IO;

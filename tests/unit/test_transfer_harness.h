@@ -15,7 +15,6 @@
 #define TANDEM_TESTS_TEST_TRANSFER_HARNESS_H
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -25,13 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "common/fdio.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "transfer/batch.h"
@@ -126,52 +125,14 @@ static inline int pattern_matches(const uint8_t *page_bytes, uint64_t seed, uint
     return memcmp(expect, page_bytes, PAGE_BYTES) == 0;
 }
 
-static inline int write_all(int fd, const void *buf, size_t n_bytes)
-{
-    const uint8_t *p = buf;
-
-    while (n_bytes > 0) {
-        ssize_t n = write(fd, p, n_bytes);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        n_bytes -= (size_t)n;
-    }
-    return 0;
-}
-
-static inline int read_all(int fd, void *buf, size_t n_bytes)
-{
-    uint8_t *p = buf;
-
-    while (n_bytes > 0) {
-        ssize_t n = read(fd, p, n_bytes);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        n_bytes -= (size_t)n;
-    }
-    return 0;
-}
-
 static inline int send_msg(int fd, uint32_t type, const void *body, uint32_t n_bytes)
 {
     msg_header_t header = {type, n_bytes};
 
-    if (write_all(fd, &header, sizeof(header)) != 0) {
+    if (tdm_fd_write_all(fd, &header, sizeof(header)) != 0) {
         return -1;
     }
-    return n_bytes > 0 ? write_all(fd, body, n_bytes) : 0;
+    return n_bytes > 0 ? tdm_fd_write_all(fd, body, n_bytes) : 0;
 }
 
 /* Read one message; *body_out is malloc'd (caller frees). */
@@ -179,11 +140,11 @@ static inline int recv_msg(int fd, msg_header_t *header_out, uint8_t **body_out)
 {
     uint8_t *body;
 
-    if (read_all(fd, header_out, sizeof(*header_out)) != 0) {
+    if (tdm_fd_read_all(fd, header_out, sizeof(*header_out)) != 0) {
         return -1;
     }
     body = malloc(header_out->n_bytes > 0 ? header_out->n_bytes : 1);
-    if (body == NULL || read_all(fd, body, header_out->n_bytes) != 0) {
+    if (body == NULL || tdm_fd_read_all(fd, body, header_out->n_bytes) != 0) {
         free(body);
         return -1;
     }
@@ -508,36 +469,13 @@ static inline void parent_on_notice(void *arg, const xfer_notice_t *notice)
 
 static inline void spawn(const char *name, remote_t *remote)
 {
-    int fds[2];
     char fd_text[16];
+    char *child_argv[] = {"test_transfer", "--xfer-child", fd_text, (char *)name, NULL};
     msg_header_t header;
-    pid_t pid;
 
     memset(remote, 0, sizeof(*remote));
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char *child_argv[5];
-
-        /* The child keeps only stdio and its socket (as fd 3). */
-        if (dup2(fds[1], 3) != 3) {
-            _exit(126);
-        }
-        close_range(4, ~0u, 0);
-        snprintf(fd_text, sizeof(fd_text), "%d", 3);
-        child_argv[0] = "test_transfer";
-        child_argv[1] = "--xfer-child";
-        child_argv[2] = fd_text;
-        child_argv[3] = (char *)name;
-        child_argv[4] = NULL;
-        execv("/proc/self/exe", child_argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-    remote->pid = pid;
-    remote->sock = fds[0];
+    snprintf(fd_text, sizeof(fd_text), "%d", TDM_SPAWN_CHILD_FD);
+    assert_int_equal(tdm_spawn_self(child_argv, &remote->pid, &remote->sock), TDM_OK);
     assert_int_equal(recv_msg(remote->sock, &header, &remote->desc_bytes), 0);
     assert_int_equal(header.type, MSG_DESC);
     remote->desc_n_bytes = header.n_bytes;
