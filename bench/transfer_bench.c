@@ -163,12 +163,9 @@ static tdm_status_t make_context(const bench_cfg_t *cfg, const char *name, xfer_
 static tdm_status_t make_pool(xfer_context_t *ctx, uint32_t page_bytes, uint32_t n_pages,
                               xfer_pool_t **pool_out)
 {
-    xfer_pool_params_t params;
+    const xfer_pool_params_t params = {
+        .page_size_bytes = page_bytes, .n_pages = n_pages, .mem_type = XFER_MEM_HOST};
 
-    memset(&params, 0, sizeof(params));
-    params.page_size_bytes = page_bytes;
-    params.n_pages = n_pages;
-    params.mem_type = XFER_MEM_HOST;
     return xfer_pool_create(ctx, &params, pool_out);
 }
 

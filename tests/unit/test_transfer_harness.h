@@ -175,12 +175,9 @@ static inline tdm_status_t make_context(const char *name, xfer_lane_mask_t requi
 static inline tdm_status_t make_pool(xfer_context_t *ctx, uint32_t page_bytes,
                                      xfer_pool_t **pool_out)
 {
-    xfer_pool_params_t params;
+    const xfer_pool_params_t params = {
+        .page_size_bytes = page_bytes, .n_pages = POOL_PAGES, .mem_type = XFER_MEM_HOST};
 
-    memset(&params, 0, sizeof(params));
-    params.page_size_bytes = page_bytes;
-    params.n_pages = POOL_PAGES;
-    params.mem_type = XFER_MEM_HOST;
     return xfer_pool_create(ctx, &params, pool_out);
 }
 
