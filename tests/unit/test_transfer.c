@@ -35,18 +35,11 @@ static void put_pages_bit_exact(fixture_t *fx, remote_t *remote, xfer_peer_t *pe
     payload = pattern_payload(fx->seed, local, n, &payload_bytes);
     assert_non_null(payload);
 
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
+    params = batch_params(XFER_OP_PUT, fx->pool, local, slots, n, &wait);
     params.flags = XFER_BATCH_NOTICE;
     params.job_id = 1000 + n;
-    params.local_pool = fx->pool;
-    params.local_pages = local;
-    params.remote_pages = slots;
-    params.n_pages = n;
     params.payload = payload;
     params.payload_bytes = payload_bytes;
-    params.done = batch_done;
-    params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     free(payload);
     await_batch(fx, &wait);
@@ -81,15 +74,8 @@ static void get_pages_bit_exact(fixture_t *fx, xfer_peer_t *peer, uint64_t seed,
     make_layout(n, local, slots);
     memset(xfer_pool_page(fx->pool, 0), 0, (size_t)PAGE_BYTES * POOL_PAGES);
 
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_GET;
+    params = batch_params(XFER_OP_GET, fx->pool, local, slots, n, &wait);
     params.job_id = 2000 + n;
-    params.local_pool = fx->pool;
-    params.local_pages = local;
-    params.remote_pages = slots;
-    params.n_pages = n;
-    params.done = batch_done;
-    params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     await_batch(fx, &wait);
     assert_int_equal(wait.result.status, TDM_OK);
@@ -166,19 +152,12 @@ static void test_notice_checksum_mismatch_is_detected(void **state)
     checksums[3] ^= 1; /* one page's checksum disagrees with the page that lands */
     payload = pattern_payload(fx->seed, local, 8, &payload_bytes);
     assert_non_null(payload);
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
+    params = batch_params(XFER_OP_PUT, fx->pool, local, slots, 8, &wait);
     params.flags = XFER_BATCH_NOTICE;
     params.job_id = 77;
-    params.local_pool = fx->pool;
-    params.local_pages = local;
-    params.remote_pages = slots;
-    params.n_pages = 8;
     params.checksums = checksums;
     params.payload = payload;
     params.payload_bytes = payload_bytes;
-    params.done = batch_done;
-    params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     await_batch(fx, &wait);
     assert_int_equal(wait.result.status, TDM_OK);
@@ -232,15 +211,11 @@ static void test_state_record_payload_arrives_whole(void **state)
     memcpy(record, &kind, 4);
     spawn("decode-rec", &remote);
     assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
+    params = batch_params(XFER_OP_PUT, fx->pool, NULL, NULL, 0, &wait);
     params.flags = XFER_BATCH_NOTICE; /* no pages: the notice carries only the record */
     params.job_id = 99;
-    params.local_pool = fx->pool;
     params.payload = record;
     params.payload_bytes = STATE_RECORD_BYTES;
-    params.done = batch_done;
-    params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     await_batch(fx, &wait);
     assert_int_equal(wait.result.status, TDM_OK);
@@ -322,14 +297,7 @@ static void test_post_errors_change_nothing(void **state)
     spawn("decode-err", &remote);
     assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
     xfer_metrics_get(xfer_context_metrics(fx->ctx), &before);
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
-    params.local_pool = fx->pool;
-    params.local_pages = pages;
-    params.remote_pages = bad;
-    params.n_pages = 2;
-    params.done = batch_done;
-    params.done_arg = &wait;
+    params = batch_params(XFER_OP_PUT, fx->pool, pages, bad, 2, &wait);
     assert_int_equal(xfer_batch_post(peer, &params), TDM_ERR_INVALID_ARG); /* remote index */
     params.remote_pages = pages;
     params.local_pages = bad;
@@ -366,14 +334,10 @@ static void test_post_errors_change_nothing(void **state)
     assert_int_equal(xfer_batch_post(small_peer, &params), TDM_IN_PROGRESS);
     params.done_arg = &wait2;
     assert_int_equal(xfer_batch_post(small_peer, &params), TDM_ERR_BUSY);
-    while (!wait.done) {
-        xfer_context_wait(small, 100);
-    }
+    await_batch_on(small, &wait);
     assert_int_equal(wait.result.status, TDM_OK);
     assert_int_equal(xfer_batch_post(small_peer, &params), TDM_IN_PROGRESS);
-    while (!wait2.done) {
-        xfer_context_wait(small, 100);
-    }
+    await_batch_on(small, &wait2);
     assert_int_equal(wait2.result.status, TDM_OK);
     xfer_peer_close(small_peer);
     xfer_pool_destroy(small_pool);
@@ -477,18 +441,11 @@ static void test_device_pool_put_and_get(void **state)
     assert_int_equal(xfer_peer_connect(fx->ctx, &remote.desc, &peer), TDM_OK);
     payload = pattern_payload(seed, pages, 64, &payload_bytes);
     assert_non_null(payload);
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
+    params = batch_params(XFER_OP_PUT, device_pool, pages, pages, 64, &wait);
     params.flags = XFER_BATCH_NOTICE;
     params.job_id = 64;
-    params.local_pool = device_pool;
-    params.local_pages = pages;
-    params.remote_pages = pages;
-    params.n_pages = 64;
     params.payload = payload;
     params.payload_bytes = payload_bytes;
-    params.done = batch_done;
-    params.done_arg = &wait;
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     free(payload);
     await_batch(fx, &wait);
@@ -502,15 +459,7 @@ static void test_device_pool_put_and_get(void **state)
     /* The child's host pages -> device pages. */
     seed ^= 0x77;
     command(fx, &remote, MSG_FILL, &seed, sizeof(seed), TDM_OK);
-    memset(&params, 0, sizeof(params));
-    memset(&wait, 0, sizeof(wait));
-    params.op = XFER_OP_GET;
-    params.local_pool = device_pool;
-    params.local_pages = pages;
-    params.remote_pages = pages;
-    params.n_pages = 64;
-    params.done = batch_done;
-    params.done_arg = &wait;
+    params = batch_params(XFER_OP_GET, device_pool, pages, pages, 64, &wait);
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
     await_batch(fx, &wait);
     assert_int_equal(wait.result.status, TDM_OK);

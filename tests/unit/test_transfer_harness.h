@@ -547,14 +547,20 @@ static inline void kill_remote(remote_t *remote)
     remote->reaped = 1;
 }
 
-static inline void await_batch(fixture_t *fx, batch_wait_t *wait)
+/* Progress ctx until the batch of *wait completes (fails the test after DEADLINE_MS). */
+static inline void await_batch_on(xfer_context_t *ctx, batch_wait_t *wait)
 {
     uint64_t t_start_ns = tdm_clock_now_ns();
 
     while (!wait->done) {
         assert_true(tdm_clock_elapsed_ms(t_start_ns) < DEADLINE_MS);
-        xfer_context_wait(fx->ctx, 100);
+        xfer_context_wait(ctx, 100);
     }
+}
+
+static inline void await_batch(fixture_t *fx, batch_wait_t *wait)
+{
+    await_batch_on(fx->ctx, wait);
 }
 
 /* Progress until the context holds n peer objects (dead ones are freed from progress). */
@@ -617,6 +623,27 @@ static inline void make_layout(uint32_t n, uint32_t *local, uint32_t *remote)
     }
 }
 
+/* The params of a batch of n pages of pool (local[i] -> remote[i] for a put, the reverse for a
+ * get) whose completion lands in *wait (zeroed here); flags, job id, checksums and payload are
+ * the caller's to add. */
+static inline xfer_batch_params_t batch_params(xfer_op_t op, xfer_pool_t *pool,
+                                               const uint32_t *local, const uint32_t *remote,
+                                               uint32_t n, batch_wait_t *wait)
+{
+    xfer_batch_params_t params;
+
+    memset(wait, 0, sizeof(*wait));
+    memset(&params, 0, sizeof(params));
+    params.op = op;
+    params.local_pool = pool;
+    params.local_pages = local;
+    params.remote_pages = remote;
+    params.n_pages = n;
+    params.done = batch_done;
+    params.done_arg = wait;
+    return params;
+}
+
 /* Post a put of n pages (local i -> remote i) to peer; returns xfer_batch_post's status. */
 static inline tdm_status_t post_put(fixture_t *fx, xfer_peer_t *peer, uint32_t n, uint32_t *pages,
                                     batch_wait_t *wait)
@@ -626,15 +653,7 @@ static inline tdm_status_t post_put(fixture_t *fx, xfer_peer_t *peer, uint32_t n
     for (uint32_t i = 0; i < n; i++) {
         pages[i] = i;
     }
-    memset(wait, 0, sizeof(*wait));
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
-    params.local_pool = fx->pool;
-    params.local_pages = pages;
-    params.remote_pages = pages;
-    params.n_pages = n;
-    params.done = batch_done;
-    params.done_arg = wait;
+    params = batch_params(XFER_OP_PUT, fx->pool, pages, pages, n, wait);
     return xfer_batch_post(peer, &params);
 }
 

@@ -157,19 +157,9 @@ static void test_required_transport_refuses_other_lanes(void **state)
         assert_int_equal(make_pool(ok_ctx, PAGE_BYTES, &ok_pool), TDM_OK);
         assert_int_equal(xfer_peer_connect(ok_ctx, &remote.desc, &ok_peer), TDM_OK);
         for (int op = XFER_OP_PUT; op <= XFER_OP_GET; op++) {
-            memset(&params, 0, sizeof(params));
-            memset(&wait, 0, sizeof(wait));
-            params.op = (xfer_op_t)op;
-            params.local_pool = ok_pool;
-            params.local_pages = pages;
-            params.remote_pages = pages;
-            params.n_pages = 4;
-            params.done = batch_done;
-            params.done_arg = &wait;
+            params = batch_params((xfer_op_t)op, ok_pool, pages, pages, 4, &wait);
             assert_int_equal(xfer_batch_post(ok_peer, &params), TDM_IN_PROGRESS);
-            while (!wait.done) {
-                xfer_context_wait(ok_ctx, 100);
-            }
+            await_batch_on(ok_ctx, &wait);
             assert_int_equal(wait.result.status, TDM_OK);
             assert_int_equal(wait.result.lane.cls, expected_lane());
             assert_int_equal(wait.result.lane.classes, XFER_LANE_BIT(expected_lane()));
@@ -206,18 +196,9 @@ static void test_required_transport_refuses_other_lanes(void **state)
     assert_int_equal(make_context("prefill-strict", other, 8, NULL, NULL, &strict), TDM_OK);
     assert_int_equal(make_pool(strict, PAGE_BYTES, &pool), TDM_OK);
     assert_int_equal(xfer_peer_connect(strict, &remote.desc, &peer), TDM_OK);
-    memset(&params, 0, sizeof(params));
-    params.op = XFER_OP_PUT;
-    params.local_pool = pool;
-    params.local_pages = pages;
-    params.remote_pages = pages;
-    params.n_pages = 4;
-    params.done = batch_done;
-    params.done_arg = &wait;
+    params = batch_params(XFER_OP_PUT, pool, pages, pages, 4, &wait);
     assert_int_equal(xfer_batch_post(peer, &params), TDM_IN_PROGRESS);
-    while (!wait.done) {
-        xfer_context_wait(strict, 100);
-    }
+    await_batch_on(strict, &wait);
     assert_int_equal(wait.result.status, TDM_ERR_UNSUPPORTED);
     assert_int_equal(wait.result.lane.cls, expected_lane());
     assert_int_equal(xfer_peer_status(peer), TDM_ERR_UNSUPPORTED);
