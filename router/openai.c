@@ -146,38 +146,48 @@ static json_t *logprobs_value(const json_t *logprobs)
     return logprobs != NULL ? json_deep_copy(logprobs) : json_null();
 }
 
-char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
-                          int role_first, const char *finish_reason, const json_t *logprobs)
+/* base(ctx, object) with one choice: index 0, `key` = value (taken, may be NULL: then nothing is
+ * built), logprobs and finish_reason. NULL when out of memory. */
+static json_t *one_choice(const router_openai_ctx_t *ctx, const char *object, const char *key,
+                          json_t *value, const json_t *logprobs, const char *finish_reason)
 {
-    int chat = ctx->api == ROUTER_API_CHAT;
-    json_t *root = base(ctx, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *root = base(ctx, object);
     json_t *choice = json_object();
     json_t *choices = json_array();
 
-    if (root == NULL || choice == NULL || choices == NULL) {
+    if (root == NULL || choice == NULL || choices == NULL || value == NULL) {
         json_decref(root);
         json_decref(choice);
         json_decref(choices);
+        json_decref(value);
         return NULL;
     }
     json_object_set_new(choice, "index", json_integer(0));
-    if (chat) {
-        json_t *delta = json_object();
-        if (role_first) {
-            json_object_set_new(delta, "role", json_string("assistant"));
-        }
-        if (n_text > 0 || role_first) {
-            json_object_set_new(delta, "content", text_value(text, n_text));
-        }
-        json_object_set_new(choice, "delta", delta);
-    } else {
-        json_object_set_new(choice, "text", text_value(text, n_text));
-    }
+    json_object_set_new(choice, key, value);
     json_object_set_new(choice, "logprobs", logprobs_value(logprobs));
     json_object_set_new(choice, "finish_reason", finish_value(finish_reason));
     json_array_append_new(choices, choice);
     json_object_set_new(root, "choices", choices);
-    return dump(root);
+    return root;
+}
+
+char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
+                          int role_first, const char *finish_reason, const json_t *logprobs)
+{
+    json_t *delta;
+
+    if (ctx->api != ROUTER_API_CHAT) {
+        return dump(one_choice(ctx, "text_completion", "text", text_value(text, n_text), logprobs,
+                               finish_reason));
+    }
+    delta = json_object();
+    if (delta != NULL && role_first) {
+        json_object_set_new(delta, "role", json_string("assistant"));
+    }
+    if (delta != NULL && (n_text > 0 || role_first)) {
+        json_object_set_new(delta, "content", text_value(text, n_text));
+    }
+    return dump(one_choice(ctx, "chat.completion.chunk", "delta", delta, logprobs, finish_reason));
 }
 
 char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_tokens,
@@ -198,31 +208,23 @@ char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, s
                              const char *finish_reason, const json_t *logprobs,
                              uint64_t prompt_tokens, uint64_t completion_tokens)
 {
-    int chat = ctx->api == ROUTER_API_CHAT;
-    json_t *root = base(ctx, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_object();
-    json_t *choices = json_array();
+    json_t *root;
 
-    if (root == NULL || choice == NULL || choices == NULL) {
-        json_decref(root);
-        json_decref(choice);
-        json_decref(choices);
-        return NULL;
-    }
-    json_object_set_new(choice, "index", json_integer(0));
-    if (chat) {
+    if (ctx->api == ROUTER_API_CHAT) {
         json_t *message = json_object();
-        json_object_set_new(message, "role", json_string("assistant"));
-        json_object_set_new(message, "content", text_value(text, n_text));
-        json_object_set_new(choice, "message", message);
+
+        if (message != NULL) {
+            json_object_set_new(message, "role", json_string("assistant"));
+            json_object_set_new(message, "content", text_value(text, n_text));
+        }
+        root = one_choice(ctx, "chat.completion", "message", message, logprobs, finish_reason);
     } else {
-        json_object_set_new(choice, "text", text_value(text, n_text));
+        root = one_choice(ctx, "text_completion", "text", text_value(text, n_text), logprobs,
+                          finish_reason);
     }
-    json_object_set_new(choice, "logprobs", logprobs_value(logprobs));
-    json_object_set_new(choice, "finish_reason", finish_value(finish_reason));
-    json_array_append_new(choices, choice);
-    json_object_set_new(root, "choices", choices);
-    json_object_set_new(root, "usage", usage(prompt_tokens, completion_tokens));
+    if (root != NULL) {
+        json_object_set_new(root, "usage", usage(prompt_tokens, completion_tokens));
+    }
     return dump(root);
 }
 
