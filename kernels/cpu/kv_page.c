@@ -203,28 +203,69 @@ static tdm_status_t check_slot_args(const char *op, const uint8_t *page, uint32_
     return TDM_OK;
 }
 
+/* A row's records in their page order: main codes, main scales, index codes, index scales. */
+#define KV_ROW_RECORDS 4
+
+/* Which slots an operation may touch: any of the page's, or only those below its row count. */
+typedef enum { SLOTS_ANY, SLOTS_WRITTEN } slot_range_t;
+
+/* Where one slot's records lie in a page. */
+typedef struct {
+    kern_kv_page_layout_t layout;
+    size_t offset[KV_ROW_RECORDS];  /* byte offset of each record in the page */
+    size_t n_bytes[KV_ROW_RECORDS]; /* its size */
+    int n_records;                  /* 2 without an indexer (d_I 0), else KV_ROW_RECORDS */
+} slot_row_t;
+
+/* check_slot_args for op on slot (in `range`), then where its records lie. */
+static tdm_status_t slot_row(const char *op, const uint8_t *page, uint32_t slot,
+                             slot_range_t range, const void *main_a, const void *main_b,
+                             const void *index_a, const void *index_b, slot_row_t *row_out)
+{
+    uint32_t limit = KERN_KV_PAGE_ROWS;
+    const kern_kv_page_layout_t *l = &row_out->layout;
+    tdm_status_t status;
+
+    if (range == SLOTS_WRITTEN) {
+        limit = page != NULL ? get_u16(page + HDR_ROW_COUNT) : 0;
+    }
+    status = check_slot_args(op, page, slot, limit, main_a, main_b, index_a, index_b,
+                             &row_out->layout);
+    if (status != TDM_OK) {
+        return status;
+    }
+    {
+        const size_t offsets[KV_ROW_RECORDS] = {l->main_codes_offset, l->main_scales_offset,
+                                                l->index_codes_offset, l->index_scales_offset};
+        const size_t row_bytes[KV_ROW_RECORDS] = {l->main_codes_row_bytes,
+                                                  l->main_scales_row_bytes,
+                                                  l->index_codes_row_bytes,
+                                                  l->index_scales_row_bytes};
+
+        for (int r = 0; r < KV_ROW_RECORDS; r++) {
+            row_out->offset[r] = offsets[r] + slot * row_bytes[r];
+            row_out->n_bytes[r] = row_bytes[r];
+        }
+    }
+    row_out->n_records = l->d_I > 0 ? KV_ROW_RECORDS : 2;
+    return TDM_OK;
+}
+
 tdm_status_t kern_kv_page_write_row(void *page, uint32_t slot, const uint8_t *main_codes,
                                     const uint8_t *main_scales, const uint8_t *index_codes,
                                     const uint8_t *index_scales)
 {
-    kern_kv_page_layout_t layout;
+    const uint8_t *records[KV_ROW_RECORDS] = {main_codes, main_scales, index_codes, index_scales};
     uint8_t *bytes = page;
-    tdm_status_t status;
+    slot_row_t row;
+    tdm_status_t status = slot_row("write_row", bytes, slot, SLOTS_ANY, main_codes, main_scales,
+                                   index_codes, index_scales, &row);
 
-    status = check_slot_args("write_row", bytes, slot, KERN_KV_PAGE_ROWS, main_codes, main_scales,
-                             index_codes, index_scales, &layout);
     if (status != TDM_OK) {
         return status;
     }
-    memcpy(bytes + layout.main_codes_offset + slot * layout.main_codes_row_bytes, main_codes,
-           layout.main_codes_row_bytes);
-    memcpy(bytes + layout.main_scales_offset + slot * layout.main_scales_row_bytes, main_scales,
-           layout.main_scales_row_bytes);
-    if (layout.d_I > 0) {
-        memcpy(bytes + layout.index_codes_offset + slot * layout.index_codes_row_bytes, index_codes,
-               layout.index_codes_row_bytes);
-        memcpy(bytes + layout.index_scales_offset + slot * layout.index_scales_row_bytes,
-               index_scales, layout.index_scales_row_bytes);
+    for (int r = 0; r < row.n_records; r++) {
+        memcpy(bytes + row.offset[r], records[r], row.n_bytes[r]);
     }
     mark_written(bytes, slot);
     return TDM_OK;
@@ -234,27 +275,18 @@ tdm_status_t kern_kv_page_read_row(const void *page, uint32_t slot, uint8_t *mai
                                    uint8_t *main_scales_out, uint8_t *index_codes_out,
                                    uint8_t *index_scales_out)
 {
-    kern_kv_page_layout_t layout;
+    uint8_t *records[KV_ROW_RECORDS] = {main_codes_out, main_scales_out, index_codes_out,
+                                        index_scales_out};
     const uint8_t *bytes = page;
-    tdm_status_t status;
+    slot_row_t row;
+    tdm_status_t status = slot_row("read_row", bytes, slot, SLOTS_WRITTEN, main_codes_out,
+                                   main_scales_out, index_codes_out, index_scales_out, &row);
 
-    status = check_slot_args("read_row", bytes, slot,
-                             bytes != NULL ? get_u16(bytes + HDR_ROW_COUNT) : 0, main_codes_out,
-                             main_scales_out, index_codes_out, index_scales_out, &layout);
     if (status != TDM_OK) {
         return status;
     }
-    memcpy(main_codes_out, bytes + layout.main_codes_offset + slot * layout.main_codes_row_bytes,
-           layout.main_codes_row_bytes);
-    memcpy(main_scales_out, bytes + layout.main_scales_offset + slot * layout.main_scales_row_bytes,
-           layout.main_scales_row_bytes);
-    if (layout.d_I > 0) {
-        memcpy(index_codes_out,
-               bytes + layout.index_codes_offset + slot * layout.index_codes_row_bytes,
-               layout.index_codes_row_bytes);
-        memcpy(index_scales_out,
-               bytes + layout.index_scales_offset + slot * layout.index_scales_row_bytes,
-               layout.index_scales_row_bytes);
+    for (int r = 0; r < row.n_records; r++) {
+        memcpy(records[r], bytes + row.offset[r], row.n_bytes[r]);
     }
     return TDM_OK;
 }
@@ -262,25 +294,20 @@ tdm_status_t kern_kv_page_read_row(const void *page, uint32_t slot, uint8_t *mai
 tdm_status_t kern_kv_page_encode_row(void *page, uint32_t slot, const float *main_row,
                                      const float *index_key)
 {
-    kern_kv_page_layout_t layout;
     uint8_t *bytes = page;
-    tdm_status_t status;
+    slot_row_t row;
+    tdm_status_t status = slot_row("encode_row", bytes, slot, SLOTS_ANY, main_row, main_row,
+                                   index_key, index_key, &row);
 
-    status = check_slot_args("encode_row", bytes, slot, KERN_KV_PAGE_ROWS, main_row, main_row,
-                             index_key, index_key, &layout);
     if (status != TDM_OK) {
         return status;
     }
     /* Arguments are valid, so neither quantizer can fail part-way. */
-    status =
-        kern_quant_ckv_cpu(NULL, main_row, 1, layout.d,
-                           bytes + layout.main_codes_offset + slot * layout.main_codes_row_bytes,
-                           bytes + layout.main_scales_offset + slot * layout.main_scales_row_bytes);
-    if (status == TDM_OK && layout.d_I > 0) {
-        status = kern_quant_mx4_cpu(
-            NULL, index_key, 1, layout.d_I,
-            bytes + layout.index_codes_offset + slot * layout.index_codes_row_bytes,
-            bytes + layout.index_scales_offset + slot * layout.index_scales_row_bytes);
+    status = kern_quant_ckv_cpu(NULL, main_row, 1, row.layout.d, bytes + row.offset[0],
+                                bytes + row.offset[1]);
+    if (status == TDM_OK && row.n_records == KV_ROW_RECORDS) {
+        status = kern_quant_mx4_cpu(NULL, index_key, 1, row.layout.d_I, bytes + row.offset[2],
+                                    bytes + row.offset[3]);
     }
     if (status != TDM_OK) {
         return status;
@@ -292,25 +319,19 @@ tdm_status_t kern_kv_page_encode_row(void *page, uint32_t slot, const float *mai
 tdm_status_t kern_kv_page_decode_row(const void *page, uint32_t slot, float *main_out,
                                      float *index_out)
 {
-    kern_kv_page_layout_t layout;
     const uint8_t *bytes = page;
-    tdm_status_t status;
+    slot_row_t row;
+    tdm_status_t status = slot_row("decode_row", bytes, slot, SLOTS_WRITTEN, main_out, main_out,
+                                   index_out, index_out, &row);
 
-    status = check_slot_args("decode_row", bytes, slot,
-                             bytes != NULL ? get_u16(bytes + HDR_ROW_COUNT) : 0, main_out, main_out,
-                             index_out, index_out, &layout);
     if (status != TDM_OK) {
         return status;
     }
-    status = kern_dequant_ckv_cpu(
-        NULL, bytes + layout.main_codes_offset + slot * layout.main_codes_row_bytes,
-        bytes + layout.main_scales_offset + slot * layout.main_scales_row_bytes, 1, layout.d,
-        main_out);
-    if (status == TDM_OK && layout.d_I > 0) {
-        status = kern_dequant_mx4_cpu(
-            NULL, bytes + layout.index_codes_offset + slot * layout.index_codes_row_bytes,
-            bytes + layout.index_scales_offset + slot * layout.index_scales_row_bytes, 1,
-            layout.d_I, index_out);
+    status = kern_dequant_ckv_cpu(NULL, bytes + row.offset[0], bytes + row.offset[1], 1,
+                                  row.layout.d, main_out);
+    if (status == TDM_OK && row.n_records == KV_ROW_RECORDS) {
+        status = kern_dequant_mx4_cpu(NULL, bytes + row.offset[2], bytes + row.offset[3], 1,
+                                      row.layout.d_I, index_out);
     }
     return status;
 }
@@ -450,20 +471,23 @@ tdm_status_t kern_kv_page_check(const void *page, size_t page_bytes,
         return status;
     }
     if (expected != NULL) {
-        if (header.d != expected->d) {
-            return mismatch("d", header.d, expected->d);
-        }
-        if (header.d_I != expected->d_I) {
-            return mismatch("d_I", header.d_I, expected->d_I);
-        }
-        if (header.source_layer != expected->source_layer) {
-            return mismatch("source_layer", header.source_layer, expected->source_layer);
-        }
-        if (header.first_row != expected->first_row) {
-            return mismatch("first_row", header.first_row, expected->first_row);
-        }
-        if (header.ratio != expected->ratio) {
-            return mismatch("ratio", header.ratio, expected->ratio);
+        /* In the order they are checked; the first that differs is reported. */
+        const struct {
+            const char *name;
+            uint64_t got;
+            uint64_t want;
+        } fields[] = {
+            {"d", header.d, expected->d},
+            {"d_I", header.d_I, expected->d_I},
+            {"source_layer", header.source_layer, expected->source_layer},
+            {"first_row", header.first_row, expected->first_row},
+            {"ratio", header.ratio, expected->ratio},
+        };
+
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+            if (fields[i].got != fields[i].want) {
+                return mismatch(fields[i].name, fields[i].got, fields[i].want);
+            }
         }
         if (header.fingerprint != expected->fingerprint) {
             return mismatch_hash("fingerprint", header.fingerprint, expected->fingerprint);
