@@ -174,9 +174,18 @@ static void test_metrics_resolve_prefers_tandem_names_then_router_counters(void 
                         "tandem_prefill_tokens_reused_total");
 }
 
-static void write_text(const char *path, const char *text)
+/* Writes text as the file root/rel, or makes the directory root/rel when text is NULL. */
+static void put_under(const char *root, const char *rel, const char *text)
 {
-    FILE *file = fopen(path, "w");
+    char path[PATH_BYTES];
+    FILE *file;
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    if (text == NULL) {
+        mkdir(path, 0755);
+        return;
+    }
+    file = fopen(path, "w");
     assert_non_null(file);
     fputs(text, file);
     assert_int_equal(fclose(file), 0);
@@ -186,44 +195,40 @@ static void write_text(const char *path, const char *text)
 static void test_rapl_energy_counts_packages_and_dram_across_wrap(void **state)
 {
     const char *tmp = getenv("TANDEM_TEST_TMP");
+    /* Directories (text NULL) before the files in them. */
+    static const struct {
+        const char *rel;
+        const char *text;
+    } tree[] = {
+        {"intel-rapl:0", NULL},
+        {"intel-rapl:0/intel-rapl:0:0", NULL},
+        {"intel-rapl:0/intel-rapl:0:1", NULL},
+        {"intel-rapl:0/name", "package-0\n"},
+        {"intel-rapl:0/max_energy_range_uj", "1000000\n"},
+        {"intel-rapl:0/energy_uj", "900000\n"},
+        {"intel-rapl:0/intel-rapl:0:0/name", "core\n"},
+        {"intel-rapl:0/intel-rapl:0:0/energy_uj", "5\n"},
+        {"intel-rapl:0/intel-rapl:0:1/name", "dram\n"},
+        {"intel-rapl:0/intel-rapl:0:1/energy_uj", "100\n"},
+    };
     char root[PATH_BYTES / 2];
-    char path[PATH_BYTES];
     bench_power_t *power = NULL;
     bench_power_reading_t r;
     (void)state;
 
     snprintf(root, sizeof(root), "%s/bench-powercap", tmp != NULL ? tmp : "/tmp");
     mkdir(root, 0755);
-    snprintf(path, sizeof(path), "%s/intel-rapl:0", root);
-    mkdir(path, 0755);
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:0", root);
-    mkdir(path, 0755);
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:1", root);
-    mkdir(path, 0755);
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/name", root);
-    write_text(path, "package-0\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/max_energy_range_uj", root);
-    write_text(path, "1000000\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/energy_uj", root);
-    write_text(path, "900000\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:0/name", root);
-    write_text(path, "core\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:0/energy_uj", root);
-    write_text(path, "5\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:1/name", root);
-    write_text(path, "dram\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:1/energy_uj", root);
-    write_text(path, "100\n");
+    for (size_t i = 0; i < sizeof(tree) / sizeof(tree[0]); i++) {
+        put_under(root, tree[i].rel, tree[i].text);
+    }
 
     assert_int_equal(bench_power_create(root, NULL, &power), TDM_OK);
     assert_true(bench_power_available(power));
     assert_string_equal(bench_power_sources(power), "rapl:package-0,dram");
     bench_power_begin(power);
     /* The package counter wraps: 900000 -> (1000000) -> 200000 is 300000 uJ. */
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/energy_uj", root);
-    write_text(path, "200000\n");
-    snprintf(path, sizeof(path), "%s/intel-rapl:0/intel-rapl:0:1/energy_uj", root);
-    write_text(path, "50100\n");
+    put_under(root, "intel-rapl:0/energy_uj", "200000\n");
+    put_under(root, "intel-rapl:0/intel-rapl:0:1/energy_uj", "50100\n");
     r = bench_power_end(power);
     assert_true(r.measured);
     assert_true(r.energy_j > 0.34999 && r.energy_j < 0.35001);

@@ -33,6 +33,30 @@ static uint8_t *export_all(engine_seq_t *seq, size_t *n_out)
     return blob;
 }
 
+/* Asserts that a and b export (with pages) the same bytes. */
+static void expect_same_export(engine_seq_t *a, engine_seq_t *b)
+{
+    size_t na = 0, nb = 0;
+    uint8_t *ea = export_all(a, &na);
+    uint8_t *eb = export_all(b, &nb);
+
+    assert_int_equal(na, nb);
+    assert_memory_equal(ea, eb, na);
+    free(ea);
+    free(eb);
+}
+
+/* Prefill ids[0..T) on seq, truncate it to p tokens and replay the rewind (recovery, no
+ * logits). */
+static void prefill_truncate_replay(fixture_t *fx, engine_seq_t *seq, const int32_t *ids,
+                                    int64_t T, int64_t p)
+{
+    assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, NULL, NULL), TDM_OK);
+    assert_int_equal(engine_seq_truncate(seq, p), TDM_OK);
+    assert_int_equal(engine_fwd_replay(fx->fwd, seq, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
+                     TDM_OK);
+}
+
 /* Decode ids[0..n) on a and b, logits of each step into la/lb; returns 1 when every step's
  * logits are bit-identical, and adds each step's cosine and top-1 agreement to *cos, *top1. */
 static int decode_both(fixture_t *fx, engine_seq_t *a, engine_seq_t *b, const int32_t *ids,
@@ -70,7 +94,6 @@ static void test_truncate_equals_pages_only_recovery(void **state)
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         int64_t p = cases[k][0], T = p + cases[k][1];
         uint32_t free0 = engine_kv_pool_n_free(fx->pool);
-        size_t na = 0, nb = 0;
         float *lr_a = malloc(sizeof(float) * (size_t)fx->V);
         float *lr_b = malloc(sizeof(float) * (size_t)fx->V);
 
@@ -96,19 +119,9 @@ static void test_truncate_equals_pages_only_recovery(void **state)
         assert_int_equal(engine_fwd_replay(fx->fwd, b, ids, p, ENGINE_REPLAY_RECOVERY, lr_b),
                          TDM_OK);
         assert_memory_equal(lr_a, lr_b, sizeof(float) * (size_t)fx->V);
-        uint8_t *ea = export_all(a, &na);
-        uint8_t *eb = export_all(b, &nb);
-        assert_int_equal(na, nb);
-        assert_memory_equal(ea, eb, na);
-        free(ea);
-        free(eb);
+        expect_same_export(a, b);
         assert_true(decode_both(fx, a, b, c_ids, n_c, NULL, NULL));
-        ea = export_all(a, &na);
-        eb = export_all(b, &nb);
-        assert_int_equal(na, nb);
-        assert_memory_equal(ea, eb, na);
-        free(ea);
-        free(eb);
+        expect_same_export(a, b);
         engine_seq_destroy(a);
         engine_seq_destroy(b);
         assert_int_equal(engine_kv_pool_n_free(fx->pool), free0);
@@ -128,22 +141,13 @@ static void test_truncate_within_window_equals_plain_prefix(void **state)
 
     for (int64_t p = 1; p <= W; p += 5) {
         int64_t T = p + 30;
-        size_t na = 0, nb = 0;
         ftu_prompt(500 + (uint64_t)p, fx->V, ids, T);
         ftu_prompt(600 + (uint64_t)p, fx->V, c_ids, 6);
         engine_seq_t *a = ftu_new_seq(fx);
         engine_seq_t *b = ftu_new_seq(fx);
-        assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
-        assert_int_equal(engine_seq_truncate(a, p), TDM_OK);
-        assert_int_equal(engine_fwd_replay(fx->fwd, a, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
-                         TDM_OK);
+        prefill_truncate_replay(fx, a, ids, T, p);
         assert_int_equal(engine_fwd_prefill(fx->fwd, b, ids, p, 0, NULL, NULL), TDM_OK);
-        uint8_t *ea = export_all(a, &na);
-        uint8_t *eb = export_all(b, &nb);
-        assert_int_equal(na, nb);
-        assert_memory_equal(ea, eb, na);
-        free(ea);
-        free(eb);
+        expect_same_export(a, b);
         assert_true(decode_both(fx, a, b, c_ids, 6, NULL, NULL));
         engine_seq_destroy(a);
         engine_seq_destroy(b);
@@ -164,10 +168,7 @@ static void test_truncate_beyond_window_statistics(void **state)
         ftu_prompt(700 + (uint64_t)k, fx->V, ids, T);
         engine_seq_t *a = ftu_new_seq(fx);
         engine_seq_t *b = ftu_new_seq(fx);
-        assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
-        assert_int_equal(engine_seq_truncate(a, p), TDM_OK);
-        assert_int_equal(engine_fwd_replay(fx->fwd, a, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
-                         TDM_OK);
+        prefill_truncate_replay(fx, a, ids, T, p);
         /* a loss-free continuation of [0, p): the oracle-exact R = H prefill */
         assert_int_equal(
             engine_fwd_prefill(fx->fwd, b, ids, p, ENGINE_PREFILL_TAIL_FROM_H, NULL, NULL), TDM_OK);
