@@ -148,8 +148,7 @@ int bench_cuda_ok(cudaError_t err, const char *what)
     return 1;
 }
 
-double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms,
-                       int64_t max_batch)
+double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms, int64_t max_batch)
 {
     cudaEvent_t start;
     cudaEvent_t stop;
@@ -218,7 +217,8 @@ static int cuda_alloc(bufs_t *dev, int64_t n)
     memset(dev, 0, sizeof(*dev));
     return bench_cuda_ok(cudaMalloc((void **)&dev->x, sizeof(float) * (size_t)n), "cudaMalloc") &&
            bench_cuda_ok(cudaMalloc((void **)&dev->codes, (size_t)n), "cudaMalloc") &&
-           bench_cuda_ok(cudaMalloc((void **)&dev->scales, (size_t)n / KERN_CKV_GROUP), "cudaMalloc") &&
+           bench_cuda_ok(cudaMalloc((void **)&dev->scales, (size_t)n / KERN_CKV_GROUP),
+                         "cudaMalloc") &&
            bench_cuda_ok(cudaMalloc((void **)&dev->y, sizeof(float) * (size_t)n), "cudaMalloc");
 }
 
@@ -239,16 +239,17 @@ static int cuda_matches(op_t op, const bufs_t *host, const bufs_t *dev, int64_t 
         size_t n_codes = (size_t)code_bytes_of(op, n);
         size_t n_scales = (size_t)(n / group_of(op));
         if (!bench_cuda_ok(cudaMemcpy(scratch, dev->codes, n_codes, cudaMemcpyDeviceToHost),
-                     "cudaMemcpy") ||
+                           "cudaMemcpy") ||
             memcmp(scratch, host->codes, n_codes) != 0) {
             return 0;
         }
         return bench_cuda_ok(cudaMemcpy(scratch, dev->scales, n_scales, cudaMemcpyDeviceToHost),
-                       "cudaMemcpy") &&
+                             "cudaMemcpy") &&
                memcmp(scratch, host->scales, n_scales) == 0;
     }
-    return bench_cuda_ok(cudaMemcpy(scratch, dev->y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
-                   "cudaMemcpy") &&
+    return bench_cuda_ok(
+               cudaMemcpy(scratch, dev->y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
+               "cudaMemcpy") &&
            memcmp(scratch, host->y, sizeof(float) * (size_t)n) == 0;
 }
 #endif

@@ -29,8 +29,7 @@ typedef tdm_status_t bench_cuda_call_fn(const void *arg);
  * max_batch calls. Returns a negative value when the warm-up call fails or on a CUDA error
  * (printed by bench_cuda_ok).
  */
-double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms,
-                       int64_t max_batch);
+double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms, int64_t max_batch);
 #endif
 
 /* What to run. */

@@ -211,7 +211,7 @@ static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const fl
          upload(&scales, w->scales, (size_t)w->scale_bytes) &&
          upload(&xd, x, sizeof(float) * (size_t)(max_rows * s->n_in)) &&
          bench_cuda_ok(cudaMalloc((void **)&d->y, sizeof(float) * (size_t)(max_rows * s->n_out)),
-                 "cudaMalloc");
+                       "cudaMalloc");
     d->bf16 = (kern_mat_t){KERN_MAT_BF16, s->n_out, s->n_in, bf16, NULL};
     d->q = (kern_qmat_t){s->fmt == FMT_FP8 ? KERN_QMAT_FP8 : KERN_QMAT_MXFP4, s->n_out, s->n_in,
                          codes, scales};
@@ -225,8 +225,9 @@ static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const fl
 /* 1 when the device output [rows, n_out] equals want bit for bit. */
 static int same_bits(const float *dev_y, const float *want, int64_t n, float *scratch)
 {
-    return bench_cuda_ok(cudaMemcpy(scratch, dev_y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
-                   "cudaMemcpy") &&
+    return bench_cuda_ok(
+               cudaMemcpy(scratch, dev_y, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost),
+               "cudaMemcpy") &&
            memcmp(scratch, want, sizeof(float) * (size_t)n) == 0;
 }
 #endif

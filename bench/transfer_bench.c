@@ -204,7 +204,8 @@ static int receiver_main(int argc, char **argv)
     }
     xfer_pool_descriptor(pool, &desc, &desc_bytes);
     n_desc = (uint32_t)desc_bytes;
-    if (tdm_fd_write_all(sock, &n_desc, sizeof(n_desc)) != 0 || tdm_fd_write_all(sock, desc, desc_bytes) != 0) {
+    if (tdm_fd_write_all(sock, &n_desc, sizeof(n_desc)) != 0 ||
+        tdm_fd_write_all(sock, desc, desc_bytes) != 0) {
         xfer_pool_destroy(pool);
         xfer_context_destroy(ctx);
         return 5;
@@ -288,8 +289,8 @@ static tdm_status_t command_receiver(bench_t *b, char command)
 {
     char ack = 0;
 
-    if (tdm_fd_write_all(b->receiver_sock, &command, 1) != 0 || tdm_fd_read_all(b->receiver_sock, &ack, 1) != 0 ||
-        ack != command) {
+    if (tdm_fd_write_all(b->receiver_sock, &command, 1) != 0 ||
+        tdm_fd_read_all(b->receiver_sock, &ack, 1) != 0 || ack != command) {
         tdm_log(TDM_LOG_ERROR, "bench", "receiver did not acknowledge command=%c", command);
         return TDM_ERR_IO;
     }

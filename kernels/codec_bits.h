@@ -149,8 +149,8 @@ CODEC_HD static inline uint8_t codec_small_float_from_f32(float x, uint32_t sign
  * RNE with subnormals; the sign bit is always the input's. Never returns 0x7F or 0xFF. */
 CODEC_HD static inline uint8_t codec_e4m3_from_f32(float x)
 {
-    return codec_small_float_from_f32(x, CODEC_E4M3_SIGN, CODEC_E4M3_MAX_BITS,
-                                      CODEC_E4M3_MAX_CODE, 3u, 7u);
+    return codec_small_float_from_f32(x, CODEC_E4M3_SIGN, CODEC_E4M3_MAX_BITS, CODEC_E4M3_MAX_CODE,
+                                      3u, 7u);
 }
 
 /* E4M3FN -> FP32, exact; 0x7F/0xFF decode to NaN. */
@@ -175,8 +175,8 @@ CODEC_HD static inline float codec_e4m3_to_f32(uint8_t code)
  * bit), else RNE, ties to even mantissa; the sign bit is always the input's. */
 CODEC_HD static inline uint8_t codec_e2m1_from_f32(float x)
 {
-    return codec_small_float_from_f32(x, CODEC_E2M1_SIGN, CODEC_E2M1_MAX_BITS,
-                                      CODEC_E2M1_MAX_CODE, 1u, 1u);
+    return codec_small_float_from_f32(x, CODEC_E2M1_SIGN, CODEC_E2M1_MAX_BITS, CODEC_E2M1_MAX_CODE,
+                                      1u, 1u);
 }
 
 /* E2M1 (low nibble; the high nibble is ignored) -> FP32, exact. */

@@ -218,9 +218,9 @@ typedef struct {
 } slot_row_t;
 
 /* check_slot_args for op on slot (in `range`), then where its records lie. */
-static tdm_status_t slot_row(const char *op, const uint8_t *page, uint32_t slot,
-                             slot_range_t range, const void *main_a, const void *main_b,
-                             const void *index_a, const void *index_b, slot_row_t *row_out)
+static tdm_status_t slot_row(const char *op, const uint8_t *page, uint32_t slot, slot_range_t range,
+                             const void *main_a, const void *main_b, const void *index_a,
+                             const void *index_b, slot_row_t *row_out)
 {
     uint32_t limit = KERN_KV_PAGE_ROWS;
     const kern_kv_page_layout_t *l = &row_out->layout;
@@ -229,16 +229,15 @@ static tdm_status_t slot_row(const char *op, const uint8_t *page, uint32_t slot,
     if (range == SLOTS_WRITTEN) {
         limit = page != NULL ? get_u16(page + HDR_ROW_COUNT) : 0;
     }
-    status = check_slot_args(op, page, slot, limit, main_a, main_b, index_a, index_b,
-                             &row_out->layout);
+    status =
+        check_slot_args(op, page, slot, limit, main_a, main_b, index_a, index_b, &row_out->layout);
     if (status != TDM_OK) {
         return status;
     }
     {
         const size_t offsets[KV_ROW_RECORDS] = {l->main_codes_offset, l->main_scales_offset,
                                                 l->index_codes_offset, l->index_scales_offset};
-        const size_t row_bytes[KV_ROW_RECORDS] = {l->main_codes_row_bytes,
-                                                  l->main_scales_row_bytes,
+        const size_t row_bytes[KV_ROW_RECORDS] = {l->main_codes_row_bytes, l->main_scales_row_bytes,
                                                   l->index_codes_row_bytes,
                                                   l->index_scales_row_bytes};
 

@@ -323,8 +323,8 @@ static void test_tiny_and_small_figures_match_section_9(void **state)
         const char *backbone_m, *engram_m, *dspark_m, *total_m, *active_m;
         uint64_t backbone, engram_table, dspark, active_decode;
     } want[] = {
-        {"tiny", "%.2f", "%.1f", "2.05", "0.40", "0.49", "2.94", "1.3", 2051408,
-         (6126 + 6332) * 32, 490698, 1330512},
+        {"tiny", "%.2f", "%.1f", "2.05", "0.40", "0.49", "2.94", "1.3", 2051408, (6126 + 6332) * 32,
+         490698, 1330512},
         {"small", "%.1f", "%.1f", "93.9", "6.4", "8.0", "108.3", "44.0", 93856032,
          (49796 + 50980) * 64, 7958374, 44048672},
     };
@@ -335,8 +335,7 @@ static void test_tiny_and_small_figures_match_section_9(void **state)
 
         model_build(want[i].preset, &m);
         expect_rounded((double)m.counts.backbone_params, 1e6, want[i].format, want[i].backbone_m);
-        expect_rounded((double)m.counts.engram_table_params, 1e6, want[i].format,
-                       want[i].engram_m);
+        expect_rounded((double)m.counts.engram_table_params, 1e6, want[i].format, want[i].engram_m);
         expect_rounded((double)m.counts.dspark_params, 1e6, want[i].format, want[i].dspark_m);
         expect_rounded((double)m.counts.total_params, 1e6, want[i].format, want[i].total_m);
         expect_rounded((double)m.counts.active_decode_params, 1e6, want[i].active_format,

@@ -28,16 +28,31 @@ static const char *env_or_skip(const char *name)
     return value;
 }
 
-/* Run tandem-mkmodel with `args`; stdout into output (may be NULL). Returns the exit status. */
-static int run_mkmodel(const char *args, char *output, size_t output_bytes)
+/* $TANDEM_TEST_TMP when it and TANDEM_BIN_DIR are set (ctest sets both); skips the test
+ * otherwise. */
+static const char *tmp_or_skip(void)
 {
-    char command[PATH_BYTES];
+    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
+
+    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
+        skip();
+    }
+    return tmp;
+}
+
+/* Run tandem-mkmodel with `args`, then `--out $TANDEM_TEST_TMP/<out>` unless out is NULL; stdout
+ * into output (may be NULL). Returns the exit status. */
+static int run_mkmodel(const char *args, const char *out, char *output, size_t output_bytes)
+{
+    char command[PATH_BYTES * 2];
     FILE *pipe;
     size_t used = 0;
     int rc;
 
-    snprintf(command, sizeof(command), "%s/tandem-mkmodel --log-level warn %s 2>/dev/null",
-             getenv("TANDEM_BIN_DIR"), args);
+    snprintf(command, sizeof(command), "%s/tandem-mkmodel --log-level warn %s%s%s%s%s 2>/dev/null",
+             getenv("TANDEM_BIN_DIR"), args, out != NULL ? " --out " : "",
+             out != NULL ? getenv("TANDEM_TEST_TMP") : "", out != NULL ? "/" : "",
+             out != NULL ? out : "");
     pipe = popen(command, "r");
     assert_non_null(pipe);
     if (output != NULL) {
@@ -87,19 +102,14 @@ static void assert_rounds_to(long long value, double table_value, double unit)
 
 static void test_same_seed_same_bytes_other_seed_differs(void **state)
 {
-    char args[PATH_BYTES * 2];
     char command[PATH_BYTES * 2];
-    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
+    const char *tmp;
     (void)state;
-    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
-        skip();
-    }
-    snprintf(args, sizeof(args), "--preset tiny --seed 7 --out %s/mk_a", tmp);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 0);
-    snprintf(args, sizeof(args), "--preset tiny --seed 7 --out %s/mk_b", tmp);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 0);
-    snprintf(args, sizeof(args), "--preset tiny --seed 8 --out %s/mk_c", tmp);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 0);
+
+    tmp = tmp_or_skip();
+    assert_int_equal(run_mkmodel("--preset tiny --seed 7", "mk_a", NULL, 0), 0);
+    assert_int_equal(run_mkmodel("--preset tiny --seed 7", "mk_b", NULL, 0), 0);
+    assert_int_equal(run_mkmodel("--preset tiny --seed 8", "mk_c", NULL, 0), 0);
 
     snprintf(command, sizeof(command), "diff -r %s/mk_a %s/mk_b >/dev/null", tmp, tmp);
     assert_int_equal(run_shell(command), 0);
@@ -114,71 +124,57 @@ static void test_same_seed_same_bytes_other_seed_differs(void **state)
     assert_int_equal(run_shell(command), 0);
 }
 
-static void test_tiny_figures_match_model_md_section_9(void **state)
+static void test_tiny_and_small_figures_match_model_md_section_9(void **state)
 {
-    char args[PATH_BYTES * 2];
-    char output[OUTPUT_BYTES];
-    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
+    /* MODEL.md section 9, tiny and small columns: params backbone / Engram tables / DSpark /
+     * total, active decode per token (to the table's rounding), KV bytes per row, rows per
+     * token, bytes per token, window ring entry. */
+    static const struct {
+        const char *args; /* beside --out */
+        const char *out;
+        double backbone, engram, dspark, total, active, rounding;
+        long kv_row_bytes;
+        double kv_rows_per_token, kv_bytes_per_token;
+        long ring_entry_bytes;
+    } want[] = {
+        {"--preset tiny --seed 1", "mk_tiny", 2.05e6, 0.40e6, 0.49e6, 2.94e6, 1.3e6, 0.01e6, 53,
+         1.5, 79.5, 66},
+        {"--preset small --seed 1 --shard-mib 32", "mk_small", 93.9e6, 6.4e6, 8.0e6, 108.3e6,
+         44.0e6, 0.1e6, 106, 2.0, 212.0, 132},
+    };
     (void)state;
-    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
-        skip();
-    }
-    snprintf(args, sizeof(args), "--preset tiny --seed 1 --out %s/mk_tiny", tmp);
-    assert_int_equal(run_mkmodel(args, output, sizeof(output)), 0);
-    /* MODEL.md section 9, tiny column: 2.05 M / 0.40 M / 0.49 M / 2.94 M; active 1.3 M;
-     * KV 53 B/row, 1.5 rows/token, 79.5 B/token; ring entry 66 B. */
-    assert_rounds_to(figure(output, "params backbone"), 2.05e6, 0.01e6);
-    assert_rounds_to(figure(output, "params Engram tables"), 0.40e6, 0.01e6);
-    assert_rounds_to(figure(output, "params DSpark"), 0.49e6, 0.01e6);
-    assert_rounds_to(figure(output, "params total"), 2.94e6, 0.01e6);
-    assert_rounds_to(figure(output, "active decode / token"), 1.3e6, 0.1e6);
-    assert_int_equal(figure(output, "KV bytes per row"), 53);
-    assert_true(figure_f(output, "KV rows per token") == 1.5);
-    assert_true(figure_f(output, "KV bytes per token") == 79.5);
-    assert_int_equal(figure(output, "window ring entry B"), 66);
-}
 
-static void test_small_figures_match_model_md_section_9(void **state)
-{
-    char args[PATH_BYTES * 2];
-    char output[OUTPUT_BYTES];
-    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
-    (void)state;
-    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
-        skip();
+    (void)tmp_or_skip();
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char output[OUTPUT_BYTES];
+
+        assert_int_equal(run_mkmodel(want[i].args, want[i].out, output, sizeof(output)), 0);
+        assert_rounds_to(figure(output, "params backbone"), want[i].backbone, want[i].rounding);
+        assert_rounds_to(figure(output, "params Engram tables"), want[i].engram, want[i].rounding);
+        assert_rounds_to(figure(output, "params DSpark"), want[i].dspark, want[i].rounding);
+        assert_rounds_to(figure(output, "params total"), want[i].total, want[i].rounding);
+        assert_rounds_to(figure(output, "active decode / token"), want[i].active, 0.1e6);
+        assert_int_equal(figure(output, "KV bytes per row"), want[i].kv_row_bytes);
+        assert_true(figure_f(output, "KV rows per token") == want[i].kv_rows_per_token);
+        assert_true(figure_f(output, "KV bytes per token") == want[i].kv_bytes_per_token);
+        assert_int_equal(figure(output, "window ring entry B"), want[i].ring_entry_bytes);
     }
-    snprintf(args, sizeof(args), "--preset small --seed 1 --shard-mib 32 --out %s/mk_small", tmp);
-    assert_int_equal(run_mkmodel(args, output, sizeof(output)), 0);
-    /* MODEL.md section 9, small column: 93.9 M / 6.4 M / 8.0 M / 108.3 M; active 44.0 M;
-     * KV 106 B/row, 2.0 rows/token, 212 B/token; ring entry 132 B. */
-    assert_rounds_to(figure(output, "params backbone"), 93.9e6, 0.1e6);
-    assert_rounds_to(figure(output, "params Engram tables"), 6.4e6, 0.1e6);
-    assert_rounds_to(figure(output, "params DSpark"), 8.0e6, 0.1e6);
-    assert_rounds_to(figure(output, "params total"), 108.3e6, 0.1e6);
-    assert_rounds_to(figure(output, "active decode / token"), 44.0e6, 0.1e6);
-    assert_int_equal(figure(output, "KV bytes per row"), 106);
-    assert_true(figure_f(output, "KV rows per token") == 2.0);
-    assert_true(figure_f(output, "KV bytes per token") == 212.0);
-    assert_int_equal(figure(output, "window ring entry B"), 132);
 }
 
 static void test_sharded_checkpoint_loads_and_matches_inventory(void **state)
 {
-    char args[PATH_BYTES * 2];
     char dir[PATH_BYTES];
     char err[512] = "";
-    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
     engine_config_t *cfg;
     engine_weights_t *weights = NULL;
     engine_tensor_spec_t *specs = NULL;
     size_t n_specs = 0;
+    const char *tmp;
     (void)state;
-    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
-        skip();
-    }
+
+    tmp = tmp_or_skip();
     snprintf(dir, sizeof(dir), "%s/mk_sharded", tmp);
-    snprintf(args, sizeof(args), "--preset tiny --seed 3 --shard-mib 1 --out %s", dir);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 0);
+    assert_int_equal(run_mkmodel("--preset tiny --seed 3 --shard-mib 1", "mk_sharded", NULL, 0), 0);
 
     cfg = calloc(1, sizeof(*cfg));
     assert_non_null(cfg);
@@ -209,25 +205,18 @@ static void test_sharded_checkpoint_loads_and_matches_inventory(void **state)
 
 static void test_bad_flags_are_refused(void **state)
 {
-    char args[PATH_BYTES * 2];
-    const char *tmp = env_or_skip("TANDEM_TEST_TMP");
     (void)state;
-    if (tmp == NULL || env_or_skip("TANDEM_BIN_DIR") == NULL) {
-        skip();
-    }
-    snprintf(args, sizeof(args), "--preset huge --out %s/mk_bad", tmp);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 2);
-    assert_int_equal(run_mkmodel("--preset tiny", NULL, 0), 2); /* --out is required */
-    snprintf(args, sizeof(args), "--preset tiny --shard-mib 0 --out %s/mk_bad", tmp);
-    assert_int_equal(run_mkmodel(args, NULL, 0), 2);
+    (void)tmp_or_skip();
+    assert_int_equal(run_mkmodel("--preset huge", "mk_bad", NULL, 0), 2);
+    assert_int_equal(run_mkmodel("--preset tiny", NULL, NULL, 0), 2); /* --out is required */
+    assert_int_equal(run_mkmodel("--preset tiny --shard-mib 0", "mk_bad", NULL, 0), 2);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes_other_seed_differs),
-        cmocka_unit_test(test_tiny_figures_match_model_md_section_9),
-        cmocka_unit_test(test_small_figures_match_model_md_section_9),
+        cmocka_unit_test(test_tiny_and_small_figures_match_model_md_section_9),
         cmocka_unit_test(test_sharded_checkpoint_loads_and_matches_inventory),
         cmocka_unit_test(test_bad_flags_are_refused),
     };

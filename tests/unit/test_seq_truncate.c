@@ -48,13 +48,12 @@ static void expect_same_export(engine_seq_t *a, engine_seq_t *b)
 
 /* Prefill ids[0..T) on seq, truncate it to p tokens and replay the rewind (recovery, no
  * logits). */
-static void prefill_truncate_replay(fixture_t *fx, engine_seq_t *seq, const int32_t *ids,
-                                    int64_t T, int64_t p)
+static void prefill_truncate_replay(fixture_t *fx, engine_seq_t *seq, const int32_t *ids, int64_t T,
+                                    int64_t p)
 {
     assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, T, 0, NULL, NULL), TDM_OK);
     assert_int_equal(engine_seq_truncate(seq, p), TDM_OK);
-    assert_int_equal(engine_fwd_replay(fx->fwd, seq, ids, p, ENGINE_REPLAY_RECOVERY, NULL),
-                     TDM_OK);
+    assert_int_equal(engine_fwd_replay(fx->fwd, seq, ids, p, ENGINE_REPLAY_RECOVERY, NULL), TDM_OK);
 }
 
 /* Decode ids[0..n) on a and b, logits of each step into la/lb; returns 1 when every step's

@@ -402,12 +402,12 @@ static void test_scale_aliases_are_found_and_checked_under_the_canonical_name(vo
 
 /* One spec edit of the canonical sample and what the check says of it. */
 typedef enum {
-    EDIT_NONE,         /* the exact specs (the vision tensors have none: skipped) */
-    EDIT_ADD_ABSENT,   /* a spec for a tensor the checkpoint lacks */
-    EDIT_NORM_DTYPE,   /* norm.weight expected F32 */
-    EDIT_EMBED_SHAPE,  /* embed.weight expected [8, 5] */
-    EDIT_NORM_N_DIMS,  /* norm.weight [4] expected [4, 0] */
-    EDIT_DROP_LAST,    /* no spec for the last tensor, layers.0.hc_attn_scale */
+    EDIT_NONE,        /* the exact specs (the vision tensors have none: skipped) */
+    EDIT_ADD_ABSENT,  /* a spec for a tensor the checkpoint lacks */
+    EDIT_NORM_DTYPE,  /* norm.weight expected F32 */
+    EDIT_EMBED_SHAPE, /* embed.weight expected [8, 5] */
+    EDIT_NORM_N_DIMS, /* norm.weight [4] expected [4, 0] */
+    EDIT_DROP_LAST,   /* no spec for the last tensor, layers.0.hc_attn_scale */
 } spec_edit_t;
 
 static void test_check_accepts_exact_specs_and_reports_each_mismatch(void **state)
@@ -587,10 +587,18 @@ static void test_tensor_in_two_shards_fails(void **state)
     static const uint16_t two[2] = {1, 2};
     static const uint16_t four[4] = {1, 2, 3, 4};
     const engine_st_tensor_t shard1[2] = {
-        {.name = "aligner.proj.weight", .dtype = ENGINE_DTYPE_BF16, .n_dims = 1, .shape = {2},
-         .data = two, .n_bytes = sizeof(two)},
-        {.name = "norm.weight", .dtype = ENGINE_DTYPE_BF16, .n_dims = 1, .shape = {4},
-         .data = four, .n_bytes = sizeof(four)},
+        {.name = "aligner.proj.weight",
+         .dtype = ENGINE_DTYPE_BF16,
+         .n_dims = 1,
+         .shape = {2},
+         .data = two,
+         .n_bytes = sizeof(two)},
+        {.name = "norm.weight",
+         .dtype = ENGINE_DTYPE_BF16,
+         .n_dims = 1,
+         .shape = {4},
+         .data = four,
+         .n_bytes = sizeof(four)},
     };
     char dir[PATH_BYTES];
     char path[PATH_BYTES];
