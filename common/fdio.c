@@ -11,12 +11,11 @@
 
 #define FDIO_LOG "common"
 
-tdm_status_t tdm_fd_write_all(int fd, const void *buf, size_t n_bytes)
+/* Moves n_bytes between fd and p (reads into p, or writes from it) until all have gone. */
+static tdm_status_t move_all(int fd, uint8_t *p, size_t n_bytes, int writing)
 {
-    const uint8_t *p = buf;
-
     while (n_bytes > 0) {
-        ssize_t n = write(fd, p, n_bytes);
+        ssize_t n = writing ? write(fd, p, n_bytes) : read(fd, p, n_bytes);
 
         if (n < 0 && errno == EINTR) {
             continue;
@@ -30,23 +29,14 @@ tdm_status_t tdm_fd_write_all(int fd, const void *buf, size_t n_bytes)
     return TDM_OK;
 }
 
+tdm_status_t tdm_fd_write_all(int fd, const void *buf, size_t n_bytes)
+{
+    return move_all(fd, (uint8_t *)buf, n_bytes, 1); /* write() only reads buf */
+}
+
 tdm_status_t tdm_fd_read_all(int fd, void *buf, size_t n_bytes)
 {
-    uint8_t *p = buf;
-
-    while (n_bytes > 0) {
-        ssize_t n = read(fd, p, n_bytes);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return TDM_ERR_IO;
-        }
-        p += n;
-        n_bytes -= (size_t)n;
-    }
-    return TDM_OK;
+    return move_all(fd, buf, n_bytes, 0);
 }
 
 tdm_status_t tdm_spawn_self(char *const argv[], pid_t *pid_out, int *sock_out)

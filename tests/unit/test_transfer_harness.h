@@ -630,17 +630,15 @@ static inline xfer_batch_params_t batch_params(xfer_op_t op, xfer_pool_t *pool,
                                                const uint32_t *local, const uint32_t *remote,
                                                uint32_t n, batch_wait_t *wait)
 {
-    xfer_batch_params_t params;
+    const xfer_batch_params_t params = {.op = op,
+                                        .local_pool = pool,
+                                        .local_pages = local,
+                                        .remote_pages = remote,
+                                        .n_pages = n,
+                                        .done = batch_done,
+                                        .done_arg = wait};
 
     memset(wait, 0, sizeof(*wait));
-    memset(&params, 0, sizeof(params));
-    params.op = op;
-    params.local_pool = pool;
-    params.local_pages = local;
-    params.remote_pages = remote;
-    params.n_pages = n;
-    params.done = batch_done;
-    params.done_arg = wait;
     return params;
 }
 

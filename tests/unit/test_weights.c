@@ -237,6 +237,21 @@ static void write_file(const char *path, const engine_st_tensor_t *tensors, size
     engine_st_writer_destroy(writer);
 }
 
+/* A BF16 vector tensor [n] over data. */
+static engine_st_tensor_t bf16_vector(const char *name, const uint16_t *data, int64_t n)
+{
+    engine_st_tensor_t t;
+
+    memset(&t, 0, sizeof(t));
+    t.name = name;
+    t.dtype = ENGINE_DTYPE_BF16;
+    t.n_dims = 1;
+    t.shape[0] = n;
+    t.data = data;
+    t.n_bytes = (size_t)n * sizeof(*data);
+    return t;
+}
+
 /* Replaces the file at path with text. */
 static void write_text(const char *path, const char *text)
 {
@@ -533,13 +548,9 @@ static void test_index_disagreeing_with_its_shards_fails(void **state)
     /* Each case edits a fresh sample: removes the shard file `removed`, or sets the weight_map
      * entry `name` to `shard`, or deletes that entry when shard is NULL. */
     static const struct {
-        const char *removed;
-        const char *dir;
-        const char *name;
-        const char *shard;
+        const char *removed, *dir, *name, *shard;
         tdm_status_t status;
-        const char *needle1;
-        const char *needle2;
+        const char *needle1, *needle2; /* what the error names */
     } cases[] = {
         {"model-00002-of-00004.safetensors", "missing_shard", NULL, NULL, TDM_ERR_NOT_FOUND,
          "model-00002-of-00004.safetensors", "'embed.weight'"},
@@ -586,20 +597,8 @@ static void test_tensor_in_two_shards_fails(void **state)
 {
     static const uint16_t two[2] = {1, 2};
     static const uint16_t four[4] = {1, 2, 3, 4};
-    const engine_st_tensor_t shard1[2] = {
-        {.name = "aligner.proj.weight",
-         .dtype = ENGINE_DTYPE_BF16,
-         .n_dims = 1,
-         .shape = {2},
-         .data = two,
-         .n_bytes = sizeof(two)},
-        {.name = "norm.weight",
-         .dtype = ENGINE_DTYPE_BF16,
-         .n_dims = 1,
-         .shape = {4},
-         .data = four,
-         .n_bytes = sizeof(four)},
-    };
+    const engine_st_tensor_t shard1[2] = {bf16_vector("aligner.proj.weight", two, 2),
+                                          bf16_vector("norm.weight", four, 4)};
     char dir[PATH_BYTES];
     char path[PATH_BYTES];
     sample_t s;
