@@ -141,13 +141,22 @@ static int run(fixture_t *fx, const char *cmd)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Run tandem-generate on the tiny model with `args`; asserts exit status 0. */
-static void generate(fixture_t *fx, const char *args)
+/* Runs tandem-generate on the fixture's model with one kernel thread and the flags that
+ * args_format (printf) gives; fails the test unless it exits 0. */
+__attribute__((format(printf, 2, 3))) static void generate(fixture_t *fx, const char *args_format,
+                                                           ...)
 {
     char cmd[CMD_BYTES];
+    va_list ap;
+    int used;
     int rc;
-    snprintf(cmd, sizeof(cmd), "'%s/tandem-generate' --model '%s' --threads 1 %s", fx->bin,
-             fx->model, args);
+
+    used = snprintf(cmd, sizeof(cmd), "'%s/tandem-generate' --model '%s' --threads 1 ", fx->bin,
+                    fx->model);
+    assert_true(used > 0 && (size_t)used < sizeof(cmd));
+    va_start(ap, args_format);
+    vsnprintf(cmd + used, sizeof(cmd) - (size_t)used, args_format, ap);
+    va_end(ap);
     rc = run(fx, cmd);
     if (rc != 0) {
         print_message("command failed (exit %d): %s\n%s\n", rc, cmd, fx->err);
@@ -358,7 +367,7 @@ static void test_oracle_logits_match_numpy_reference(void **state)
     fixture_t *fx = *state;
     int64_t V = fx->cfg.vocab_size;
     int32_t ids[MAX_IDS];
-    char ids_path[PATH_BYTES], args[CMD_BYTES];
+    char ids_path[PATH_BYTES];
     char eng_path[PATH_BYTES + 32], ref_path[PATH_BYTES + 32], f32_path[PATH_BYTES + 32];
     ref_stats_t eng_st = {0, 1, NULL, 0, 0, 0, 0, 0};
     ref_stats_t cal_st = {0, 1, NULL, 0, 0, 0, 0, 0};
@@ -382,11 +391,10 @@ static void test_oracle_logits_match_numpy_reference(void **state)
 
         make_prompt(1000 + (uint64_t)k, V, ids, T);
         write_ids(fx, "gen-ref-ids.txt", ids, T, ids_path);
-        snprintf(args, sizeof(args),
+        generate(fx,
                  "--schedule oracle --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
                  "--dump-logits '%s'",
                  ids_path, REF_DECODE_TOKENS, eng_path);
-        generate(fx, args);
         n_gen = parse_ids(fx->out, ids + T, MAX_IDS - T);
         assert_int_equal(n_gen, REF_DECODE_TOKENS);
         /* the reference runs the prompt plus the generated tokens: decoded positions too */
@@ -440,7 +448,7 @@ static void test_ced_vs_oracle_first_token_statistics_64_prompts(void **state)
     fixture_t *fx = *state;
     int64_t V = fx->cfg.vocab_size, W = fx->cfg.sliding_window;
     int32_t ids[MAX_IDS];
-    char ids_path[PATH_BYTES], args[CMD_BYTES];
+    char ids_path[PATH_BYTES];
     char or_path[PATH_BYTES + 32], ced_path[PATH_BYTES + 32];
     double cos_sum = 0, cos_min = 1;
     int n_top1 = 0;
@@ -452,14 +460,10 @@ static void test_ced_vs_oracle_first_token_statistics_64_prompts(void **state)
         logits_t o, c;
         make_prompt(5000 + (uint64_t)k, V, ids, T);
         write_ids(fx, "gen-ced-ids.txt", ids, T, ids_path);
-        snprintf(args, sizeof(args),
-                 "--schedule oracle --prompt-ids @'%s' --max-tokens 0 --dump-logits '%s'", ids_path,
-                 or_path);
-        generate(fx, args);
-        snprintf(args, sizeof(args),
-                 "--schedule ced --prompt-ids @'%s' --max-tokens 0 --dump-logits '%s'", ids_path,
-                 ced_path);
-        generate(fx, args);
+        generate(fx, "--schedule oracle --prompt-ids @'%s' --max-tokens 0 --dump-logits '%s'",
+                 ids_path, or_path);
+        generate(fx, "--schedule ced --prompt-ids @'%s' --max-tokens 0 --dump-logits '%s'",
+                 ids_path, ced_path);
         read_logits(or_path, &o);
         read_logits(ced_path, &c);
         assert_int_equal(o.rows, T);
@@ -508,7 +512,7 @@ static void test_greedy_is_deterministic_and_oracle_equals_ced_within_window(voi
     fixture_t *fx = *state;
     int64_t V = fx->cfg.vocab_size, W = fx->cfg.sliding_window;
     int32_t ids[MAX_IDS];
-    char ids_path[PATH_BYTES], args[CMD_BYTES];
+    char ids_path[PATH_BYTES];
     char first[OUT_BYTES];
     char dump[3][PATH_BYTES + 32];
     int64_t lengths[2] = {7, W}; /* T <= W: CED is exact everywhere (6(e)) */
@@ -520,35 +524,27 @@ static void test_greedy_is_deterministic_and_oracle_equals_ced_within_window(voi
         int64_t T = lengths[k];
         make_prompt(77 + (uint64_t)k, V, ids, T);
         write_ids(fx, "gen-greedy-ids.txt", ids, T, ids_path);
-        snprintf(args, sizeof(args),
+        generate(fx,
                  "--schedule ced --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
                  "--dump-logits '%s'",
                  ids_path, GREEDY_TOKENS, dump[0]);
-        generate(fx, args);
         snprintf(first, sizeof(first), "%s", fx->out);
         assert_int_equal(parse_ids(first, ids + T, MAX_IDS - T), GREEDY_TOKENS);
-        /* same run again: same tokens, same logits */
-        snprintf(args, sizeof(args),
-                 "--schedule ced --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
-                 "--dump-logits '%s'",
-                 ids_path, GREEDY_TOKENS, dump[1]);
-        generate(fx, args);
-        assert_string_equal(fx->out, first);
-        assert_same_logit_rows(dump[0], dump[1]);
-        /* oracle schedule: the same tokens and bit-identical logits at every position */
-        snprintf(args, sizeof(args),
-                 "--schedule oracle --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
-                 "--dump-logits '%s'",
-                 ids_path, GREEDY_TOKENS, dump[2]);
-        generate(fx, args);
-        assert_string_equal(fx->out, first);
-        assert_same_logit_rows(dump[0], dump[2]);
+        /* the same run again (ced), then the oracle schedule: the same tokens and bit-identical
+         * logits at every position */
+        for (int r = 1; r <= 2; r++) {
+            generate(fx,
+                     "--schedule %s --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
+                     "--dump-logits '%s'",
+                     r == 1 ? "ced" : "oracle", ids_path, GREEDY_TOKENS, dump[r]);
+            assert_string_equal(fx->out, first);
+            assert_same_logit_rows(dump[0], dump[r]);
+        }
         /* more kernel threads change nothing */
-        snprintf(args, sizeof(args),
+        generate(fx,
                  "--schedule ced --prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids "
                  "--threads 2",
                  ids_path, GREEDY_TOKENS);
-        generate(fx, args);
         assert_string_equal(fx->out, first);
         print_message("T=%lld greedy: %s", (long long)T, first);
     }
@@ -581,7 +577,7 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
     fixture_t *fx = *state;
     int64_t V = fx->cfg.vocab_size, T = 12;
     int32_t ids[MAX_IDS], gen[MAX_IDS];
-    char ids_path[PATH_BYTES], args[CMD_BYTES], dump[PATH_BYTES + 32];
+    char ids_path[PATH_BYTES], dump[PATH_BYTES + 32];
     char first[OUT_BYTES];
     const char *filters = "--temperature 0.9 --top-p 0.95 --top-k 200 --min-p 0.01";
     engine_sampler_params_t params;
@@ -589,11 +585,10 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
     snprintf(dump, sizeof(dump), "%s/gen-sample.bin", fx->tmp);
     make_prompt(91, V, ids, T);
     write_ids(fx, "gen-sample-ids.txt", ids, T, ids_path);
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s --seed 7 "
              "--dump-logits '%s'",
              ids_path, SAMPLE_TOKENS, filters, dump);
-    generate(fx, args);
     snprintf(first, sizeof(first), "%s", fx->out);
     assert_int_equal(parse_ids(first, gen, MAX_IDS), SAMPLE_TOKENS);
     engine_sampler_params_default(&params);
@@ -604,31 +599,27 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
     params.seed = 7;
     assert_tokens_follow_the_primitive(fx, dump, &params, gen, SAMPLE_TOKENS, T);
     /* same seed: same tokens, under either schedule (T <= W) */
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s "
              "--seed 7",
              ids_path, SAMPLE_TOKENS, filters);
-    generate(fx, args);
     assert_string_equal(fx->out, first);
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s "
              "--seed 7 --schedule oracle",
              ids_path, SAMPLE_TOKENS, filters);
-    generate(fx, args);
     assert_string_equal(fx->out, first);
     /* another seed: other tokens */
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s "
              "--seed 8",
              ids_path, SAMPLE_TOKENS, filters);
-    generate(fx, args);
     assert_string_not_equal(fx->out, first);
     /* temperature 0 is the argmax, whatever the seed */
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids --seed 5 "
              "--dump-logits '%s'",
              ids_path, SAMPLE_TOKENS, dump);
-    generate(fx, args);
     assert_int_equal(parse_ids(fx->out, gen, MAX_IDS), SAMPLE_TOKENS);
     params.temperature = 0.0;
     assert_tokens_follow_the_primitive(fx, dump, &params, gen, SAMPLE_TOKENS, T);
@@ -640,10 +631,8 @@ static void test_generation_stops_at_eos_or_max_tokens(void **state)
     fixture_t *fx = *state;
     int32_t gen[MAX_IDS];
     int64_t n;
-    char args[CMD_BYTES];
 
-    snprintf(args, sizeof(args), "--prompt-ids 5,6,7 --max-tokens 5 --output ids");
-    generate(fx, args);
+    generate(fx, "--prompt-ids 5,6,7 --max-tokens 5 --output ids");
     assert_non_null(strstr(fx->err, "generated_tokens="));
     n = parse_ids(fx->out, gen, MAX_IDS);
     if (strstr(fx->err, "stop=eos") != NULL) {
@@ -652,9 +641,7 @@ static void test_generation_stops_at_eos_or_max_tokens(void **state)
         assert_int_equal(n, 5);
     }
     /* a high temperature over many tokens reaches EOS (1 of 1024 ids) in practice */
-    snprintf(args, sizeof(args),
-             "--prompt-ids 5,6,7 --max-tokens 4000 --output ids --temperature 50 --seed 3");
-    generate(fx, args);
+    generate(fx, "--prompt-ids 5,6,7 --max-tokens 4000 --output ids --temperature 50 --seed 3");
     n = parse_ids(fx->out, gen, MAX_IDS);
     assert_non_null(strstr(fx->err, "stop=eos"));
     assert_true(n >= 1 && n < 4000);
@@ -675,7 +662,7 @@ static void test_generation_stops_at_eos_or_max_tokens(void **state)
 static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **state)
 {
     fixture_t *fx = *state;
-    char tok_path[PATH_BYTES + 32], chat_path[PATH_BYTES + 32], args[CMD_BYTES];
+    char tok_path[PATH_BYTES + 32], chat_path[PATH_BYTES + 32];
     char err[256];
     engine_tokenizer_t *tok = NULL;
     engine_chat_params_t cp;
@@ -693,15 +680,13 @@ static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **stat
     assert_int_equal(engine_tokenizer_encode(tok, prompt, strlen(prompt),
                                              ENGINE_TOKENIZE_PARSE_SPECIAL, &ids, &n_ids),
                      TDM_OK);
-    snprintf(args, sizeof(args), "--prompt '%s' --max-tokens 16 --ignore-eos --output ids", prompt);
-    generate(fx, args);
+    generate(fx, "--prompt '%s' --max-tokens 16 --ignore-eos --output ids", prompt);
     assert_int_equal(prompt_tokens(fx), (int64_t)n_ids + 1);
     n_gen = parse_ids(fx->out, gen, MAX_IDS);
     assert_int_equal(n_gen, 16);
     engine_tokens_free(ids);
     /* the streamed text equals the whole-sequence detokenization of the same tokens */
-    snprintf(args, sizeof(args), "--prompt '%s' --max-tokens 16 --ignore-eos", prompt);
-    generate(fx, args);
+    generate(fx, "--prompt '%s' --max-tokens 16 --ignore-eos", prompt);
     assert_int_equal(
         engine_detok_decode(tok, gen, (size_t)n_gen, ENGINE_DETOK_SKIP_CONTROL, &text, &n_text),
         TDM_OK);
@@ -725,8 +710,7 @@ static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **stat
     msgs[1].content = "Write a haiku about caches.";
     msgs[1].content_bytes = strlen(msgs[1].content);
     assert_int_equal(engine_chat_encode(tok, &cp, msgs, 2, &ids, &n_ids), TDM_OK);
-    snprintf(args, sizeof(args), "--chat '%s' --max-tokens 8", chat_path);
-    generate(fx, args);
+    generate(fx, "--chat '%s' --max-tokens 8", chat_path);
     assert_int_equal(prompt_tokens(fx), (int64_t)n_ids);
     engine_tokens_free(ids);
     engine_tokenizer_destroy(tok);
@@ -747,11 +731,10 @@ static void test_layer_dump_has_12_10_layout(void **state)
     snprintf(dir, sizeof(dir), "%s/gen-layers-ced", fx->tmp);
     make_prompt(123, c->vocab_size, ids, T);
     write_ids(fx, "gen-layers-ids.txt", ids, T, ids_path);
-    snprintf(args, sizeof(args),
+    generate(fx,
              "--schedule ced --prompt-ids @'%s' --max-tokens %lld --ignore-eos --dump-layers "
              "'%s'",
              ids_path, (long long)n_gen, dir);
-    generate(fx, args);
     for (int l = 0; l < c->n_layers; l++) {
         /* CED: layers <= c see every position, layers above the tail [T - W, T) (6(b)), then one
          * row per generated token */
