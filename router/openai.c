@@ -152,21 +152,16 @@ static json_t *one_choice(const router_openai_ctx_t *ctx, const char *object, co
                           json_t *value, const json_t *logprobs, const char *finish_reason)
 {
     json_t *root = base(ctx, object);
-    json_t *choice = json_object();
-    json_t *choices = json_array();
+    /* "o" takes each reference, also when packing fails */
+    json_t *choices =
+        json_pack("[{s:i, s:o, s:o, s:o}]", "index", 0, key, value, "logprobs",
+                  logprobs_value(logprobs), "finish_reason", finish_value(finish_reason));
 
-    if (root == NULL || choice == NULL || choices == NULL || value == NULL) {
+    if (root == NULL || choices == NULL) {
         json_decref(root);
-        json_decref(choice);
         json_decref(choices);
-        json_decref(value);
         return NULL;
     }
-    json_object_set_new(choice, "index", json_integer(0));
-    json_object_set_new(choice, key, value);
-    json_object_set_new(choice, "logprobs", logprobs_value(logprobs));
-    json_object_set_new(choice, "finish_reason", finish_value(finish_reason));
-    json_array_append_new(choices, choice);
     json_object_set_new(root, "choices", choices);
     return root;
 }

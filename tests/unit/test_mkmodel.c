@@ -124,41 +124,65 @@ static void test_same_seed_same_bytes_other_seed_differs(void **state)
     assert_int_equal(run_shell(command), 0);
 }
 
-static void test_tiny_and_small_figures_match_model_md_section_9(void **state)
+/* What tandem-mkmodel prints of a preset: MODEL.md section 9's column for it. */
+typedef struct {
+    const char *args; /* beside --out */
+    const char *out;
+    double backbone, engram, dspark, total, active; /* params, to `rounding` (active: 0.1 M) */
+    double rounding;
+    long kv_row_bytes;
+    double kv_rows_per_token, kv_bytes_per_token;
+    long ring_entry_bytes; /* window ring entry */
+} figures_t;
+
+static void expect_figures(const figures_t *want)
 {
-    /* MODEL.md section 9, tiny and small columns: params backbone / Engram tables / DSpark /
-     * total, active decode per token (to the table's rounding), KV bytes per row, rows per
-     * token, bytes per token, window ring entry. */
-    static const struct {
-        const char *args; /* beside --out */
-        const char *out;
-        double backbone, engram, dspark, total, active, rounding;
-        long kv_row_bytes;
-        double kv_rows_per_token, kv_bytes_per_token;
-        long ring_entry_bytes;
-    } want[] = {
-        {"--preset tiny --seed 1", "mk_tiny", 2.05e6, 0.40e6, 0.49e6, 2.94e6, 1.3e6, 0.01e6, 53,
-         1.5, 79.5, 66},
-        {"--preset small --seed 1 --shard-mib 32", "mk_small", 93.9e6, 6.4e6, 8.0e6, 108.3e6,
-         44.0e6, 0.1e6, 106, 2.0, 212.0, 132},
-    };
-    (void)state;
+    char output[OUTPUT_BYTES];
 
     (void)tmp_or_skip();
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        char output[OUTPUT_BYTES];
+    assert_int_equal(run_mkmodel(want->args, want->out, output, sizeof(output)), 0);
+    assert_rounds_to(figure(output, "params backbone"), want->backbone, want->rounding);
+    assert_rounds_to(figure(output, "params Engram tables"), want->engram, want->rounding);
+    assert_rounds_to(figure(output, "params DSpark"), want->dspark, want->rounding);
+    assert_rounds_to(figure(output, "params total"), want->total, want->rounding);
+    assert_rounds_to(figure(output, "active decode / token"), want->active, 0.1e6);
+    assert_int_equal(figure(output, "KV bytes per row"), want->kv_row_bytes);
+    assert_true(figure_f(output, "KV rows per token") == want->kv_rows_per_token);
+    assert_true(figure_f(output, "KV bytes per token") == want->kv_bytes_per_token);
+    assert_int_equal(figure(output, "window ring entry B"), want->ring_entry_bytes);
+}
 
-        assert_int_equal(run_mkmodel(want[i].args, want[i].out, output, sizeof(output)), 0);
-        assert_rounds_to(figure(output, "params backbone"), want[i].backbone, want[i].rounding);
-        assert_rounds_to(figure(output, "params Engram tables"), want[i].engram, want[i].rounding);
-        assert_rounds_to(figure(output, "params DSpark"), want[i].dspark, want[i].rounding);
-        assert_rounds_to(figure(output, "params total"), want[i].total, want[i].rounding);
-        assert_rounds_to(figure(output, "active decode / token"), want[i].active, 0.1e6);
-        assert_int_equal(figure(output, "KV bytes per row"), want[i].kv_row_bytes);
-        assert_true(figure_f(output, "KV rows per token") == want[i].kv_rows_per_token);
-        assert_true(figure_f(output, "KV bytes per token") == want[i].kv_bytes_per_token);
-        assert_int_equal(figure(output, "window ring entry B"), want[i].ring_entry_bytes);
-    }
+static void test_tiny_figures_match_model_md_section_9(void **state)
+{
+    /* 2.05 M / 0.40 M / 0.49 M / 2.94 M; active 1.3 M; KV 53 B/row, 1.5 rows/token,
+     * 79.5 B/token; ring entry 66 B. */
+    static const figures_t tiny = {"--preset tiny --seed 1",
+                                   "mk_tiny",
+                                   2.05e6,
+                                   0.40e6,
+                                   0.49e6,
+                                   2.94e6,
+                                   1.3e6,
+                                   0.01e6,
+                                   53,
+                                   1.5,
+                                   79.5,
+                                   66};
+    (void)state;
+
+    expect_figures(&tiny);
+}
+
+static void test_small_figures_match_model_md_section_9(void **state)
+{
+    /* 93.9 M / 6.4 M / 8.0 M / 108.3 M; active 44.0 M; KV 106 B/row, 2.0 rows/token,
+     * 212 B/token; ring entry 132 B. */
+    static const figures_t small = {
+        "--preset small --seed 1 --shard-mib 32", "mk_small", 93.9e6, 6.4e6, 8.0e6, 108.3e6,
+        44.0e6, 0.1e6, 106, 2.0, 212.0, 132};
+    (void)state;
+
+    expect_figures(&small);
 }
 
 static void test_sharded_checkpoint_loads_and_matches_inventory(void **state)
@@ -216,7 +240,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes_other_seed_differs),
-        cmocka_unit_test(test_tiny_and_small_figures_match_model_md_section_9),
+        cmocka_unit_test(test_tiny_figures_match_model_md_section_9),
+        cmocka_unit_test(test_small_figures_match_model_md_section_9),
         cmocka_unit_test(test_sharded_checkpoint_loads_and_matches_inventory),
         cmocka_unit_test(test_bad_flags_are_refused),
     };
