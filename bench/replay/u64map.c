@@ -36,15 +36,15 @@ static void place(uint64_t *keys, uint64_t *values, unsigned char *used, size_t 
 static tdm_status_t grow(bench_u64map_t *map)
 {
     size_t n_slots = map->n_slots == 0 ? U64MAP_MIN_SLOTS : map->n_slots * 2;
-    uint64_t *keys = malloc(n_slots * sizeof(*keys));
-    uint64_t *values = malloc(n_slots * sizeof(*values));
-    unsigned char *used = calloc(n_slots, 1);
+    bench_u64map_t bigger = {.keys = malloc(n_slots * sizeof(*map->keys)),
+                             .values = malloc(n_slots * sizeof(*map->values)),
+                             .used = calloc(n_slots, 1),
+                             .n_slots = n_slots,
+                             .n_entries = map->n_entries};
     size_t start = 0;
 
-    if (keys == NULL || values == NULL || used == NULL) {
-        free(keys);
-        free(values);
-        free(used);
+    if (bigger.keys == NULL || bigger.values == NULL || bigger.used == NULL) {
+        bench_u64map_fini(&bigger);
         return TDM_ERR_NO_MEMORY;
     }
     /* Re-insert starting just after an empty slot so that entries of a chain wrapping past
@@ -58,16 +58,11 @@ static tdm_status_t grow(bench_u64map_t *map)
     for (size_t n = 0; n < map->n_slots; n++) {
         size_t i = (start + n) & (map->n_slots - 1);
         if (map->used[i]) {
-            place(keys, values, used, n_slots, map->keys[i], map->values[i]);
+            place(bigger.keys, bigger.values, bigger.used, n_slots, map->keys[i], map->values[i]);
         }
     }
-    free(map->keys);
-    free(map->values);
-    free(map->used);
-    map->keys = keys;
-    map->values = values;
-    map->used = used;
-    map->n_slots = n_slots;
+    bench_u64map_fini(map);
+    *map = bigger;
     return TDM_OK;
 }
 
