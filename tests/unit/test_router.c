@@ -995,63 +995,61 @@ static void assert_client_abort_reached_the_worker(fixture_t *fx, fake_worker_t 
                      1);
 }
 
-static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
+/*
+ * A client that leaves a chat completion (body) on a decode worker scripted with `script` that
+ * holds after 3 tokens: a streamed one hangs up after the first text (curl: CURLE_WRITE_ERROR),
+ * a non-streamed one gives up after 500 ms (CURLE_OPERATION_TIMEDOUT). Then the abort reaches
+ * the worker (assert_client_abort_reached_the_worker).
+ */
+static void client_leaves(fixture_t *fx, const char *name, const char *script, const char *body,
+                          int streamed)
 {
-    fixture_t *fx = *state;
     fake_worker_t dec;
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     char url[128];
     int n_calls = 0;
 
-    start_worker(fx, &dec, "decode-leave", TANDEM__ROLE__ROLE_DECODE, "rack0");
-    set_script(&dec, "a long answer nobody reads", 1, 1);
+    start_worker(fx, &dec, name, TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, script, 1, 1);
     dec.hold_after = 3;
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/chat/completions", fx->port);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
-                     "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\","
-                     "\"content\":\"talk\"}]}");
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, hang_up_after_first_data);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &n_calls);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    assert_int_equal(curl_easy_perform(curl), CURLE_WRITE_ERROR);
+    if (streamed) {
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, hang_up_after_first_data);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &n_calls);
+        assert_int_equal(curl_easy_perform(curl), CURLE_WRITE_ERROR);
+    } else {
+        /* The worker holds after a few tokens, so the body never completes. */
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 500L);
+        assert_int_equal(curl_easy_perform(curl), CURLE_OPERATION_TIMEDOUT);
+    }
     curl_easy_cleanup(curl);
     curl_slist_free_all(headers);
-    /* The router notices at its next write (keep-alive) and aborts the turn on the worker. */
     assert_client_abort_reached_the_worker(fx, &dec);
     fake_kill(&dec);
     fake_fini(&dec);
 }
 
+static void test_client_leaving_mid_stream_aborts_the_worker(void **state)
+{
+    /* The router notices at its next write (keep-alive) and aborts the turn on the worker. */
+    client_leaves(*state, "decode-leave", "a long answer nobody reads",
+                  "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                  "\"content\":\"talk\"}]}",
+                  1);
+}
+
 static void test_client_leaving_a_non_streamed_request_aborts_the_worker(void **state)
 {
-    fixture_t *fx = *state;
-    fake_worker_t dec;
-    CURL *curl = curl_easy_init();
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    char url[128];
-
-    start_worker(fx, &dec, "decode-leave-body", TANDEM__ROLE__ROLE_DECODE, "rack0");
-    set_script(&dec, "a long answer nobody waits for", 1, 1);
-    dec.hold_after = 3;
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/chat/completions", fx->port);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
-                     "{\"model\":\"tiny\",\"stream\":false,"
-                     "\"messages\":[{\"role\":\"user\",\"content\":\"talk\"}]}");
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 500L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    /* The worker holds after a few tokens, so the body never completes: the client gives up. */
-    assert_int_equal(curl_easy_perform(curl), CURLE_OPERATION_TIMEDOUT);
-    curl_easy_cleanup(curl);
-    curl_slist_free_all(headers);
     /* Well before the router's own 10 s token timeout, the router notices and aborts the turn. */
-    assert_client_abort_reached_the_worker(fx, &dec);
-    fake_kill(&dec);
-    fake_fini(&dec);
+    client_leaves(*state, "decode-leave-body", "a long answer nobody waits for",
+                  "{\"model\":\"tiny\",\"stream\":false,"
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"talk\"}]}",
+                  0);
 }
 
 /* The "param" of an OpenAI-shaped error body, copied into out ("" when absent). */
