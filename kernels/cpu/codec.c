@@ -127,25 +127,12 @@ static void pack_e2m1(const float *x, int64_t n, float s, uint8_t *packed_out)
     }
 }
 
-tdm_status_t kern_quant_act8_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
-                                 uint8_t *codes_out, uint8_t *scales_out)
-{
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    tdm_status_t status;
-    int64_t n_groups;
+/* The scalar definitions of the row operations, with the signatures of cpu_vec_ops_t: a vector
+ * version, when kern_cpu_isa() has one, gives the same bytes. */
 
-    (void)ctx;
-    status = kern_codec_check_rows("quant_act8", x, x, codes_out, scales_out, n_rows, dim,
-                                   KERN_ACT8_GROUP);
-    if (status != TDM_OK) {
-        return status;
-    }
-    if (vec != NULL) {
-        vec->quant_act8(x, n_rows * dim, codes_out, scales_out);
-        return TDM_OK;
-    }
-    n_groups = n_rows * dim / KERN_ACT8_GROUP;
-    for (int64_t g = 0; g < n_groups; g++) {
+static void quant_act8_scalar(const float *x, int64_t n, uint8_t *codes_out, uint8_t *scales_out)
+{
+    for (int64_t g = 0; g < n / KERN_ACT8_GROUP; g++) {
         const float *xg = x + g * KERN_ACT8_GROUP;
         uint8_t scale = codec_act8_scale(group_amax(xg, KERN_ACT8_GROUP));
         float s = codec_ue8m0_to_f32(scale);
@@ -155,29 +142,13 @@ tdm_status_t kern_quant_act8_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows
         }
         scales_out[g] = scale;
     }
-    return TDM_OK;
 }
 
-/* Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 scale per 32) codes of rows. */
-static tdm_status_t quant_e2m1_rows(const char *what, const float *x, int64_t n_rows,
-                                    int64_t dim, int e4m3_scales, uint8_t *codes_out,
-                                    uint8_t *scales_out)
+/* Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 scale per 32) codes of n elements. */
+static void quant_e2m1_scalar(const float *x, int64_t n, int64_t group, int e4m3_scales,
+                              uint8_t *codes_out, uint8_t *scales_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
-    tdm_status_t status;
-    int64_t n_groups;
-
-    status = kern_codec_check_rows(what, x, x, codes_out, scales_out, n_rows, dim, group);
-    if (status != TDM_OK) {
-        return status;
-    }
-    if (vec != NULL) {
-        vec->quant_e2m1(x, n_rows * dim, group, e4m3_scales, codes_out, scales_out);
-        return TDM_OK;
-    }
-    n_groups = n_rows * dim / group;
-    for (int64_t g = 0; g < n_groups; g++) {
+    for (int64_t g = 0; g < n / group; g++) {
         const float *xg = x + g * group;
         float amax = group_amax(xg, group);
         uint8_t scale = e4m3_scales ? codec_ckv_scale(amax) : codec_mx4_scale(amax);
@@ -186,7 +157,85 @@ static tdm_status_t quant_e2m1_rows(const char *what, const float *x, int64_t n_
                   codes_out + g * (group / 2));
         scales_out[g] = scale;
     }
-    return TDM_OK;
+}
+
+static void dequant_act8_scalar(const uint8_t *codes, const uint8_t *scales, int64_t n,
+                                float *y_out)
+{
+    /* A NaN code (0x7F/0xFF, never written) gives its own NaN whatever the scale: C leaves
+     * which NaN a product of two NaNs returns to the compiler's operand order. */
+    for (int64_t i = 0; i < n; i++) {
+        float v = codec_e4m3_to_f32(codes[i]);
+        y_out[i] =
+            (codes[i] & 0x7Fu) == 0x7Fu ? v : v * codec_ue8m0_to_f32(scales[i / KERN_ACT8_GROUP]);
+    }
+}
+
+/* codes * scale of Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 per 32) elements. */
+static void dequant_e2m1_scalar(const uint8_t *codes, const uint8_t *scales, int64_t n,
+                                int64_t group, int e4m3_scales, float *y_out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t nibble = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
+        uint8_t sc = scales[i / group];
+        y_out[i] = codec_e2m1_to_f32(nibble) *
+                   (e4m3_scales ? codec_e4m3_to_f32(sc) : codec_ue8m0_to_f32(sc));
+    }
+}
+
+static void qdq_act8_scalar(const float *x, int64_t n, float *y_out)
+{
+    for (int64_t g = 0; g < n; g += KERN_ACT8_GROUP) {
+        float s = codec_ue8m0_to_f32(codec_act8_scale(group_amax(x + g, KERN_ACT8_GROUP)));
+
+        /* element i is read before y[i] is written, so y may alias x */
+        for (int64_t i = g; i < g + KERN_ACT8_GROUP; i++) {
+            y_out[i] = codec_e4m3_to_f32(codec_e4m3_from_f32(codec_div_rn(x[i], s))) * s;
+        }
+    }
+}
+
+/* The row operations of this CPU's vector version (kernels/cpu/vec_isa.h), or the scalar ones
+ * (a table with only the row operations). */
+static const cpu_vec_ops_t *row_ops(void)
+{
+    static const cpu_vec_ops_t scalar = {
+        .dequant_act8 = dequant_act8_scalar,
+        .dequant_e2m1 = dequant_e2m1_scalar,
+        .qdq_act8 = qdq_act8_scalar,
+        .quant_act8 = quant_act8_scalar,
+        .quant_e2m1 = quant_e2m1_scalar,
+    };
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+
+    return vec != NULL ? vec : &scalar;
+}
+
+tdm_status_t kern_quant_act8_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
+                                 uint8_t *codes_out, uint8_t *scales_out)
+{
+    tdm_status_t status = kern_codec_check_rows("quant_act8", x, x, codes_out, scales_out, n_rows,
+                                                dim, KERN_ACT8_GROUP);
+
+    (void)ctx;
+    if (status == TDM_OK) {
+        row_ops()->quant_act8(x, n_rows * dim, codes_out, scales_out);
+    }
+    return status;
+}
+
+/* Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 scale per 32) codes of rows. */
+static tdm_status_t quant_e2m1_rows(const char *what, const float *x, int64_t n_rows, int64_t dim,
+                                    int e4m3_scales, uint8_t *codes_out, uint8_t *scales_out)
+{
+    int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
+    tdm_status_t status =
+        kern_codec_check_rows(what, x, x, codes_out, scales_out, n_rows, dim, group);
+
+    if (status == TDM_OK) {
+        row_ops()->quant_e2m1(x, n_rows * dim, group, e4m3_scales, codes_out, scales_out);
+    }
+    return status;
 }
 
 tdm_status_t kern_quant_ckv_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int64_t dim,
@@ -205,33 +254,17 @@ tdm_status_t kern_quant_mx4_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows,
 
 /* ---- row dequantizers -------------------------------------------------------------------- */
 
-
 tdm_status_t kern_dequant_act8_cpu(kern_ctx_t *ctx, const uint8_t *codes, const uint8_t *scales,
                                    int64_t n_rows, int64_t dim, float *y_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    tdm_status_t status;
-    int64_t n;
+    tdm_status_t status = kern_codec_check_rows("dequant_act8", codes, scales, y_out, y_out, n_rows,
+                                                dim, KERN_ACT8_GROUP);
 
     (void)ctx;
-    status = kern_codec_check_rows("dequant_act8", codes, scales, y_out, y_out, n_rows, dim,
-                                   KERN_ACT8_GROUP);
-    if (status != TDM_OK) {
-        return status;
+    if (status == TDM_OK) {
+        row_ops()->dequant_act8(codes, scales, n_rows * dim, y_out);
     }
-    n = n_rows * dim;
-    if (vec != NULL) {
-        vec->dequant_act8(codes, scales, n, y_out);
-        return TDM_OK;
-    }
-    /* A NaN code (0x7F/0xFF, never written) gives its own NaN whatever the scale: C leaves
-     * which NaN a product of two NaNs returns to the compiler's operand order. */
-    for (int64_t i = 0; i < n; i++) {
-        float v = codec_e4m3_to_f32(codes[i]);
-        y_out[i] = (codes[i] & 0x7Fu) == 0x7Fu ? v
-                                              : v * codec_ue8m0_to_f32(scales[i / KERN_ACT8_GROUP]);
-    }
-    return TDM_OK;
+    return status;
 }
 
 /* codes * scale of Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 per 32) rows. */
@@ -239,27 +272,14 @@ static tdm_status_t dequant_e2m1_rows(const char *what, const uint8_t *codes,
                                       const uint8_t *scales, int64_t n_rows, int64_t dim,
                                       int e4m3_scales, float *y_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
     int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
-    tdm_status_t status;
-    int64_t n;
+    tdm_status_t status =
+        kern_codec_check_rows(what, codes, scales, y_out, y_out, n_rows, dim, group);
 
-    status = kern_codec_check_rows(what, codes, scales, y_out, y_out, n_rows, dim, group);
-    if (status != TDM_OK) {
-        return status;
+    if (status == TDM_OK) {
+        row_ops()->dequant_e2m1(codes, scales, n_rows * dim, group, e4m3_scales, y_out);
     }
-    n = n_rows * dim;
-    if (vec != NULL) {
-        vec->dequant_e2m1(codes, scales, n, group, e4m3_scales, y_out);
-        return TDM_OK;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        uint8_t nibble = (uint8_t)(codes[i / 2] >> (4 * (i % 2)));
-        uint8_t sc = scales[i / group];
-        y_out[i] = codec_e2m1_to_f32(nibble) *
-                   (e4m3_scales ? codec_e4m3_to_f32(sc) : codec_ue8m0_to_f32(sc));
-    }
-    return TDM_OK;
+    return status;
 }
 
 tdm_status_t kern_dequant_ckv_cpu(kern_ctx_t *ctx, const uint8_t *codes, const uint8_t *scales,
@@ -278,26 +298,13 @@ tdm_status_t kern_dequant_mx4_cpu(kern_ctx_t *ctx, const uint8_t *codes, const u
 
 tdm_status_t kern_qdq_act8_cpu(const float *x, int64_t n, float *y_out)
 {
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    tdm_status_t status;
+    tdm_status_t status =
+        kern_codec_check_rows("qdq_act8", x, x, y_out, y_out, 1, n, KERN_ACT8_GROUP);
 
-    status = kern_codec_check_rows("qdq_act8", x, x, y_out, y_out, 1, n, KERN_ACT8_GROUP);
-    if (status != TDM_OK) {
-        return status;
+    if (status == TDM_OK) {
+        row_ops()->qdq_act8(x, n, y_out);
     }
-    if (vec != NULL) {
-        vec->qdq_act8(x, n, y_out);
-        return TDM_OK;
-    }
-    for (int64_t g = 0; g < n; g += KERN_ACT8_GROUP) {
-        float s = codec_ue8m0_to_f32(codec_act8_scale(group_amax(x + g, KERN_ACT8_GROUP)));
-
-        /* element i is read before y[i] is written, so y may alias x */
-        for (int64_t i = g; i < g + KERN_ACT8_GROUP; i++) {
-            y_out[i] = codec_e4m3_to_f32(codec_e4m3_from_f32(codec_div_rn(x[i], s))) * s;
-        }
-    }
-    return TDM_OK;
+    return status;
 }
 
 /* ---- weight storage quantizers ----------------------------------------------------------- */
