@@ -397,6 +397,34 @@ static void test_full_preset_plan_matches_model_md_10(void **state)
     assert_int_equal(run_convert(bin, "", output, sizeof(output)), 2);
 }
 
+/* --gpu: the layout from the config alone; a set that cannot hold the model is refused with its
+ * minimum (exit 1), bad layout flags are usage errors (exit 2). */
+static void test_gpu_plan_fits_or_names_the_minimum(void **state)
+{
+    const char *bin;
+    const char *tmp;
+    char output[OUTPUT_BYTES];
+    (void)state;
+
+    need_env(&bin, &tmp);
+    assert_int_equal(run_convert(bin, "--preset full --gpu b300 --gpus 2", output, sizeof(output)),
+                     0);
+    assert_non_null(strstr(output, "384 over 2 GPUs: 192 on each"));
+    plan_bytes(output, "resident weights (one copy)", "306.56");
+    assert_non_null(strstr(output, "fits: "));
+    assert_int_equal(run_convert(bin, "--preset full --gpu h200 --gpus 1", output, sizeof(output)),
+                     1);
+    assert_non_null(strstr(output, "does not fit"));
+    assert_non_null(strstr(output, "minimum: 3 x h200"));
+    assert_int_equal(run_convert(bin, "--preset full --gpu h200", output, sizeof(output)), 0);
+    assert_non_null(strstr(output, ": 3 x h200"));
+    assert_int_equal(run_convert(bin, "--preset full --gpu tpu", output, sizeof(output)), 2);
+    assert_int_equal(
+        run_convert(bin, "--preset full --gpu h200 --gpus 8 --group 3", output, sizeof(output)), 2);
+    assert_int_equal(
+        run_convert(bin, "--preset tiny --gpu h200 --context 9000", output, sizeof(output)), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_missing_shard_is_refused_naming_it),
         cmocka_unit_test(test_wrong_dtype_and_shape_are_refused_naming_the_tensor),
         cmocka_unit_test(test_full_preset_plan_matches_model_md_10),
+        cmocka_unit_test(test_gpu_plan_fits_or_names_the_minimum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

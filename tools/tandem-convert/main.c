@@ -4,7 +4,9 @@
  * 9.2's converter once: the Engram token map from tokenizer.json, the numpy multipliers, primes
  * and offsets, written as engram-hash.safetensors next to the checkpoint. --random-weights applies
  * 9.2's random-checkpoint rules instead (a tandem-mkmodel --no-sidecar checkpoint). --preset
- * prints a test or full configuration's plan without any checkpoint. docs/CONVERT.md.
+ * prints a test or full configuration's plan without any checkpoint. --gpu adds the GPU layout
+ * (plan_gpu.h): experts sharded over --gpus, KV pages, tokens and sessions per GPU, from the
+ * config alone. docs/CONVERT.md, docs/DEPLOY.md section 9.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -23,6 +25,7 @@
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "plan.h"
+#include "plan_gpu.h"
 
 #define CONVERT_ERR_BYTES  8192
 #define CONVERT_PATH_BYTES 4096
@@ -35,6 +38,8 @@
 #define CONVERT_RELEASE_VISION_PARAMS  485268480LL
 #define CONVERT_RELEASE_VISION_TENSORS 266LL
 
+#define CONVERT_GB 1e9
+
 typedef struct {
     const char *model_dir;
     const char *preset;
@@ -42,6 +47,13 @@ typedef struct {
     int plan_only;
     int force;
     uint32_t n_pages;
+    const char *gpu;
+    uint32_t n_gpus;
+    uint32_t group_gpus;
+    uint32_t n_prefill_groups;
+    uint64_t context_tokens;
+    double reserve_gb;
+    double cuda_reserve_gb;
     const char *log_level;
 } convert_cfg_t;
 
@@ -64,6 +76,25 @@ static const tdm_flag_t convert_flags[] = {
      "replace an existing engram-hash.safetensors", 0, 0, 0},
     {"pages", TDM_FLAG_U32, "4096", offsetof(convert_cfg_t, n_pages),
      "KV pages to size the pool of in the plan", 1, 16777216, 0},
+    {"gpu", TDM_FLAG_STRING, NULL, offsetof(convert_cfg_t, gpu),
+     "add the GPU layout plan for h200, b200, b300 or gb300 (config only: no shard is read); "
+     "implies --plan",
+     0, 0, 0},
+    {"gpus", TDM_FLAG_U32, "0", offsetof(convert_cfg_t, n_gpus),
+     "GPUs of the layout (0: the smallest expert-parallel group that fits)", 0, 4608, 0},
+    {"group", TDM_FLAG_U32, "0", offsetof(convert_cfg_t, group_gpus),
+     "GPUs per expert-parallel group, one serving instance each; divides --gpus (0: all --gpus)", 0,
+     72, 0},
+    {"prefill-groups", TDM_FLAG_U32, "0", offsetof(convert_cfg_t, n_prefill_groups),
+     "groups that serve as prefill instances (fewer than the groups); the rest decode", 0, 4608, 0},
+    {"context", TDM_FLAG_U64, "0", offsetof(convert_cfg_t, context_tokens),
+     "session length in tokens to count sessions at (0: 131072 or the config's "
+     "max_position_embeddings when smaller)",
+     0, 1099511627776.0, 0},
+    {"reserve-gb", TDM_FLAG_F64, "8", offsetof(convert_cfg_t, reserve_gb),
+     "GB (1e9 B) per GPU kept for activations and workspace", 0, 10000, 0},
+    {"cuda-reserve-gb", TDM_FLAG_F64, "2", offsetof(convert_cfg_t, cuda_reserve_gb),
+     "GB per GPU kept for the CUDA context, NCCL buffers and cuBLASLt workspace", 0, 10000, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(convert_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -79,6 +110,7 @@ typedef struct {
     int32_t *token_map;
     int64_t *multipliers;
     plan_t plan;
+    plan_gpu_t gpu_plan;
     char err[CONVERT_ERR_BYTES];
 } convert_t;
 
@@ -109,6 +141,88 @@ static tdm_status_t build_inventory(convert_t *c, uint32_t n_pages)
     return status;
 }
 
+/*
+ * --gpu: the GPU layout of c->cfg (inventory built) from the flags. --gpus 0 first finds the
+ * smallest group that fits. Returns 0 (fits), 1 (does not fit: the plan says why) or 2 (flags).
+ */
+static int run_gpu_plan(convert_t *c, const convert_cfg_t *flags, const char *name)
+{
+    plan_gpu_params_t params;
+    tdm_status_t status;
+
+    plan_gpu_params_default(&params);
+    params.kind = plan_gpu_kind_find(flags->gpu);
+    if (params.kind == NULL) {
+        fprintf(stderr, "tandem-convert: --gpu=%s: expected %s\n", flags->gpu,
+                plan_gpu_kind_names());
+        return 2;
+    }
+    params.context_tokens = (int64_t)flags->context_tokens;
+    if (params.context_tokens == 0) {
+        params.context_tokens = c->cfg->max_position_embeddings < PLAN_GPU_DEFAULT_CONTEXT_TOKENS
+                                    ? c->cfg->max_position_embeddings
+                                    : PLAN_GPU_DEFAULT_CONTEXT_TOKENS;
+    }
+    if (params.context_tokens > c->cfg->max_position_embeddings) {
+        fprintf(stderr,
+                "tandem-convert: --context=%lld: above the config's "
+                "max_position_embeddings %lld\n",
+                (long long)params.context_tokens, (long long)c->cfg->max_position_embeddings);
+        return 2;
+    }
+    params.reserve_bytes = (int64_t)(flags->reserve_gb * CONVERT_GB);
+    params.cuda_reserve_bytes = (int64_t)(flags->cuda_reserve_gb * CONVERT_GB);
+    params.n_gpus =
+        flags->n_gpus != 0 ? flags->n_gpus : (flags->group_gpus != 0 ? flags->group_gpus : 1);
+    params.group_gpus = flags->group_gpus != 0 ? flags->group_gpus : params.n_gpus;
+    if (flags->n_gpus == 0 && flags->group_gpus == 0) {
+        /* the smallest group that fits: plan one GPU, read its minimum */
+        status = plan_gpu_build(c->cfg, c->specs, c->n_specs, &params, &c->gpu_plan);
+        if (status == TDM_OK && c->gpu_plan.min_group_gpus != 0) {
+            params.n_gpus = c->gpu_plan.min_group_gpus;
+            params.group_gpus = params.n_gpus;
+        }
+    }
+    params.n_prefill_groups = flags->n_prefill_groups;
+    if (params.group_gpus > PLAN_GPU_MAX_GROUP || params.n_gpus % params.group_gpus != 0) {
+        fprintf(stderr,
+                "tandem-convert: --gpus=%u --group=%u: a group is 1..%u GPUs and divides "
+                "--gpus (give --group for more than %u GPUs)\n",
+                params.n_gpus, params.group_gpus, PLAN_GPU_MAX_GROUP, PLAN_GPU_MAX_GROUP);
+        return 2;
+    }
+    if (params.n_prefill_groups >= params.n_gpus / params.group_gpus) {
+        fprintf(stderr, "tandem-convert: --prefill-groups=%u: leaves no decode group of the %u\n",
+                params.n_prefill_groups, params.n_gpus / params.group_gpus);
+        return 2;
+    }
+    status = plan_gpu_build(c->cfg, c->specs, c->n_specs, &params, &c->gpu_plan);
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-convert: GPU plan: %s\n", tdm_status_message(status));
+        return 1;
+    }
+    plan_gpu_print(&c->gpu_plan, name, stdout);
+    if (!c->gpu_plan.fits) {
+        fprintf(stderr, "tandem-convert: %s on %u x %s does not fit (see the plan above)\n", name,
+                params.group_gpus, params.kind->name);
+        return 1;
+    }
+    return 0;
+}
+
+/* --model with --gpu: config.json and the inventory only (no shard is opened). */
+static int run_config_gpu_plan(convert_t *c, const convert_cfg_t *flags)
+{
+    if (engine_config_load(flags->model_dir, c->cfg, c->err, sizeof(c->err)) != TDM_OK) {
+        fprintf(stderr, "tandem-convert: %s\n", c->err);
+        return 1;
+    }
+    if (build_inventory(c, flags->n_pages) != TDM_OK) {
+        return 1;
+    }
+    return run_gpu_plan(c, flags, flags->model_dir);
+}
+
 /* --preset: the plan from the config alone; for full also the release's skipped tensors. */
 static int run_preset(convert_t *c, const convert_cfg_t *flags)
 {
@@ -132,6 +246,9 @@ static int run_preset(convert_t *c, const convert_cfg_t *flags)
     printf("preset %s: %zu text tensors (no checkpoint read, nothing allocated)\n", flags->preset,
            c->n_specs);
     plan_print(&c->plan, stdout);
+    if (flags->gpu != NULL) {
+        return run_gpu_plan(c, flags, flags->preset);
+    }
     return 0;
 }
 
@@ -283,7 +400,8 @@ int main(int argc, char **argv)
         "tandem-convert",
         "Check a DeepSeek-V4.1-Flash checkpoint in the release layout, print its resident memory "
         "plan and write its Engram sidecar engram-hash.safetensors once (MODEL.md 9.2; "
-        "docs/CONVERT.md).",
+        "docs/CONVERT.md). --gpu prints the layout on a GPU set from the config alone "
+        "(docs/DEPLOY.md section 9).",
         convert_flags, sizeof(convert_flags) / sizeof(convert_flags[0]),
         offsetof(convert_cfg_t, log_level)};
     convert_cfg_t flags;
@@ -310,6 +428,10 @@ int main(int argc, char **argv)
     }
     if (flags.preset != NULL) {
         exit_code = run_preset(&c, &flags);
+        goto out;
+    }
+    if (flags.gpu != NULL) {
+        exit_code = run_config_gpu_plan(&c, &flags);
         goto out;
     }
 

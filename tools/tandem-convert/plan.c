@@ -32,29 +32,34 @@ tdm_status_t plan_init(const engine_config_t *cfg, const engine_param_counts_t *
     return TDM_OK;
 }
 
-void plan_add_skipped_bytes(plan_t *plan, engine_dtype_t dtype, int64_t n_bytes, int64_t n_tensors)
+void plan_formats_add(plan_formats_t *formats, engine_dtype_t dtype, int64_t n_bytes)
 {
     switch (dtype) {
     case ENGINE_DTYPE_F8_E4M3:
-        plan->skipped.fp8 += n_bytes;
+        formats->fp8 += n_bytes;
         break;
     case ENGINE_DTYPE_I8:
     case ENGINE_DTYPE_U8:
-        plan->skipped.fp4 += n_bytes;
+        formats->fp4 += n_bytes;
         break;
     case ENGINE_DTYPE_F8_E8M0:
-        plan->skipped.scale += n_bytes;
+        formats->scale += n_bytes;
         break;
     case ENGINE_DTYPE_BF16:
-        plan->skipped.bf16 += n_bytes;
+        formats->bf16 += n_bytes;
         break;
     case ENGINE_DTYPE_F32:
-        plan->skipped.f32 += n_bytes;
+        formats->f32 += n_bytes;
         break;
     default:
-        plan->skipped.other += n_bytes;
+        formats->other += n_bytes;
         break;
     }
+}
+
+void plan_add_skipped_bytes(plan_t *plan, engine_dtype_t dtype, int64_t n_bytes, int64_t n_tensors)
+{
+    plan_formats_add(&plan->skipped, dtype, n_bytes);
     plan->n_skipped += n_tensors;
 }
 
@@ -63,34 +68,34 @@ void plan_add_skipped(plan_t *plan, const engine_st_tensor_t *tensor)
     plan_add_skipped_bytes(plan, tensor->dtype, (int64_t)tensor->n_bytes, 1);
 }
 
-static int64_t formats_total(const plan_formats_t *f)
+int64_t plan_formats_total(const plan_formats_t *f)
 {
     return f->fp8 + f->fp4 + f->scale + f->bf16 + f->f32 + f->other;
 }
 
-static void line(FILE *out, const char *label, int64_t n_bytes)
+void plan_print_bytes(FILE *out, const char *label, int64_t n_bytes)
 {
     fprintf(out, "  %-34s %16lld B %10.2f GB\n", label, (long long)n_bytes,
             (double)n_bytes / PLAN_GB);
 }
 
-static void print_formats(FILE *out, const char *prefix, const plan_formats_t *f)
+void plan_print_formats(FILE *out, const char *prefix, const plan_formats_t *f)
 {
     char label[64];
 
     snprintf(label, sizeof(label), "%s FP8 E4M3 codes", prefix);
-    line(out, label, f->fp8);
+    plan_print_bytes(out, label, f->fp8);
     snprintf(label, sizeof(label), "%s FP4 experts (packed E2M1)", prefix);
-    line(out, label, f->fp4);
+    plan_print_bytes(out, label, f->fp4);
     snprintf(label, sizeof(label), "%s E8M0 scales", prefix);
-    line(out, label, f->scale);
+    plan_print_bytes(out, label, f->scale);
     snprintf(label, sizeof(label), "%s BF16", prefix);
-    line(out, label, f->bf16);
+    plan_print_bytes(out, label, f->bf16);
     snprintf(label, sizeof(label), "%s F32", prefix);
-    line(out, label, f->f32);
+    plan_print_bytes(out, label, f->f32);
     if (f->other != 0) {
         snprintf(label, sizeof(label), "%s other dtypes", prefix);
-        line(out, label, f->other);
+        plan_print_bytes(out, label, f->other);
     }
 }
 
@@ -107,16 +112,16 @@ void plan_print(const plan_t *plan, FILE *out)
     release.other = plan->text.other + plan->skipped.other;
 
     fprintf(out, "resident memory plan (stored formats; MODEL.md section 10):\n");
-    print_formats(out, "loaded", &plan->text);
-    line(out, "loaded weights total", formats_total(&plan->text));
-    line(out, "  of which DSpark blocks", plan->dspark_bytes);
+    plan_print_formats(out, "loaded", &plan->text);
+    plan_print_bytes(out, "loaded weights total", plan_formats_total(&plan->text));
+    plan_print_bytes(out, "  of which DSpark blocks", plan->dspark_bytes);
     fprintf(out, "  skipped tensors (vision, bias_vl)  %16lld\n", (long long)plan->n_skipped);
-    line(out, "skipped bytes", formats_total(&plan->skipped));
-    print_formats(out, "release", &release);
-    line(out, "release weights total", formats_total(&release));
-    line(out, "Engram tables (host memory)", plan->engram_table_bytes);
+    plan_print_bytes(out, "skipped bytes", plan_formats_total(&plan->skipped));
+    plan_print_formats(out, "release", &release);
+    plan_print_bytes(out, "release weights total", plan_formats_total(&release));
+    plan_print_bytes(out, "Engram tables (host memory)", plan->engram_table_bytes);
     fprintf(out, "  KV page bytes                      %16llu\n",
             (unsigned long long)plan->page_bytes);
     fprintf(out, "  KV pages                           %16u\n", plan->n_pages);
-    line(out, "KV pool", (int64_t)pool_bytes);
+    plan_print_bytes(out, "KV pool", (int64_t)pool_bytes);
 }

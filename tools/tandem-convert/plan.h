@@ -50,6 +50,29 @@ typedef struct {
 tdm_status_t plan_init(const engine_config_t *cfg, const engine_param_counts_t *counts,
                        uint32_t n_pages, plan_t *plan_out);
 
+/*
+ * plan_formats_add - add n_bytes of a tensor of `dtype` to the format it is stored in: F8_E4M3 to
+ * fp8, I8/U8 (packed E2M1) to fp4, F8_E8M0 to scale, BF16, F32, anything else to other. The
+ * caller decides which tensors count (Engram tables are not weights of any GPU). Cannot fail.
+ */
+void plan_formats_add(plan_formats_t *formats, engine_dtype_t dtype, int64_t n_bytes);
+
+/* plan_formats_total - the sum of every format's bytes in *formats. */
+int64_t plan_formats_total(const plan_formats_t *formats);
+
+/*
+ * plan_print_bytes - one plan line "  <label>  <bytes> B  <GB> GB" (label padded to 34 columns,
+ * GB = 1e9 bytes, two decimals), the layout every plan line with a byte count uses.
+ */
+void plan_print_bytes(FILE *out, const char *label, int64_t n_bytes);
+
+/*
+ * plan_print_formats - the five format lines of *formats (and "other dtypes" when non-zero), each
+ * labelled "<prefix> FP8 E4M3 codes", "<prefix> FP4 experts (packed E2M1)", "<prefix> E8M0
+ * scales", "<prefix> BF16", "<prefix> F32" (plan_print_bytes layout).
+ */
+void plan_print_formats(FILE *out, const char *prefix, const plan_formats_t *formats);
+
 /* plan_add_skipped - count one skipped tensor's bytes under its dtype's format. */
 void plan_add_skipped(plan_t *plan, const engine_st_tensor_t *tensor);
 
