@@ -12,6 +12,9 @@ Always (Python standard library + python3-yaml):
     carries the app.kubernetes.io/* labels, the role label and startup, readiness and liveness
     probes; every role's probes are on /health (readiness always; startup and liveness unless
     values.yaml names another path for that probe, as the router does).
+When the executables are built ($TANDEM_BIN_DIR, set by ctest):
+  - every numeric flag the defaults or an example set in a role's `config` (merged over the
+    top-level `config`) is within the range that executable's --help states.
 When a `helm` binary is on PATH (or named by $TANDEM_HELM):
   - `helm lint --strict` on the defaults and on each example;
   - `helm template` of the defaults, each example and the optional features, then checks of the
@@ -65,6 +68,11 @@ FREE_FORM_KEYS = {
     "extraVolumeMounts", "extraEnv", "imagePullSecrets", "accessModes",
 }
 GROUP_OVERRIDE_KEYS = {"replicas", "minReplicas", "maxReplicas"}
+# The executable each role's `config` flags go to.
+ROLE_EXECUTABLES = {"router": "tandem-router", "prefill": "tandem-prefill",
+                    "decode": "tandem-decode"}
+# A --help line of a numeric flag: "  --pages N   KV pages ... (default 4096) [16..16777216] ..."
+HELP_RANGE = re.compile(r"^\s+--([a-z0-9-]+) [A-Z]+\s.*?\[(-?[0-9.e+]+)\.\.(-?[0-9.e+]+)\]")
 
 
 class Results:
@@ -273,6 +281,56 @@ def check_examples(results, parsed, values):
 DEFINE = re.compile(r'\{\{-?\s*define\s+"([^"]+)"\s*-?\}\}(.*?)\{\{-?\s*end\s*-?\}\}\s*'
                     r'(?=\{\{-?\s*/\*|\{\{-?\s*define|\Z)', re.S)
 INCLUDE = re.compile(r'(?:include|template)\s+"([^"]+)"')
+
+
+def flag_ranges(executable):
+    """flag name -> (min, max) from `executable --help`."""
+    out = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=30)
+    ranges = {}
+    for line in out.stdout.splitlines():
+        match = HELP_RANGE.match(line)
+        if match:
+            ranges[match.group(1)] = (match.group(2), match.group(3))
+    return ranges
+
+
+def check_flag_ranges(results, parsed, values):
+    """Numeric role flags of the defaults and each example within the executables' ranges."""
+    name = "flag values in role configs are within the executables' --help ranges"
+    bin_dir = os.environ.get("TANDEM_BIN_DIR")
+    missing = [exe for exe in ROLE_EXECUTABLES.values()
+               if not bin_dir or not os.access(os.path.join(bin_dir, exe), os.X_OK)]
+    if missing:
+        results.skip(name, "not built in $TANDEM_BIN_DIR: %s" % ", ".join(missing))
+        return
+    ranges = {role: flag_ranges(os.path.join(bin_dir, exe))
+              for role, exe in ROLE_EXECUTABLES.items()}
+    problems = []
+    n_checked = 0
+    sources = [("values.yaml", {})] + [(rel(path), parsed.get(path) or {})
+                                       for path in example_files()]
+    for source, example in sources:
+        for role in ROLES:
+            config = dict(values.get("config") or {})
+            config.update((values.get(role) or {}).get("config") or {})
+            config.update(example.get("config") or {})
+            config.update((example.get(role) or {}).get("config") or {})
+            for flag, value in config.items():
+                if flag not in ranges[role] or value is None or value == "":
+                    continue
+                n_checked += 1
+                low, high = ranges[role][flag]
+                try:
+                    number = float(value)
+                except (TypeError, ValueError):
+                    problems.append("%s: %s.config.%s=%r is not a number"
+                                    % (source, role, flag, value))
+                    continue
+                if not float(low) <= number <= float(high):
+                    problems.append("%s: %s.config.%s=%s is outside %s's range %s..%s"
+                                    % (source, role, flag, value, ROLE_EXECUTABLES[role], low,
+                                       high))
+    results.check("%s (%d values)" % (name, n_checked), problems)
 
 
 def helper_defines():
@@ -658,6 +716,7 @@ def main():
         check_values_paths(results, values)
         check_examples(results, parsed, values)
         check_workload_templates(results, values)
+        check_flag_ranges(results, parsed, values)
     else:
         results.check("values.yaml is a mapping", ["values.yaml did not parse"])
 

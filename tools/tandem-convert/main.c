@@ -6,7 +6,7 @@
  * 9.2's random-checkpoint rules instead (a tandem-mkmodel --no-sidecar checkpoint). --preset
  * prints a test or full configuration's plan without any checkpoint. --gpu adds the GPU layout
  * (plan_gpu.h): experts sharded over --gpus, KV pages, tokens and sessions per GPU, from the
- * config alone. docs/CONVERT.md, docs/DEPLOY.md section 9.
+ * config alone. docs/CONVERT.md, docs/DEPLOY.md section 10.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -202,6 +202,7 @@ static int run_gpu_plan(convert_t *c, const convert_cfg_t *flags, const char *na
         return 1;
     }
     plan_gpu_print(&c->gpu_plan, name, stdout);
+    fflush(stdout);
     if (!c->gpu_plan.fits) {
         fprintf(stderr, "tandem-convert: %s on %u x %s does not fit (see the plan above)\n", name,
                 params.group_gpus, params.kind->name);
@@ -401,7 +402,7 @@ int main(int argc, char **argv)
         "Check a DeepSeek-V4.1-Flash checkpoint in the release layout, print its resident memory "
         "plan and write its Engram sidecar engram-hash.safetensors once (MODEL.md 9.2; "
         "docs/CONVERT.md). --gpu prints the layout on a GPU set from the config alone "
-        "(docs/DEPLOY.md section 9).",
+        "(docs/DEPLOY.md section 10).",
         convert_flags, sizeof(convert_flags) / sizeof(convert_flags[0]),
         offsetof(convert_cfg_t, log_level)};
     convert_cfg_t flags;

@@ -15,7 +15,7 @@
 #define PLAN_GPU_EXPERT_MARK    ".ffn.experts."
 
 /*
- * NVIDIA's per-GPU memory figures (docs/DEPLOY.md section 9 cites each): H200 141 GB at 4.8 TB/s;
+ * NVIDIA's per-GPU memory figures (docs/DEPLOY.md section 10 cites each): H200 141 GB at 4.8 TB/s;
  * B200 180 GB (the HGX/DGX B200 part) at 8 TB/s; B300 288 GB at 8 TB/s; GB300 288 GB per GPU,
  * 72 GPUs in one NVL72 NVLink domain.
  */

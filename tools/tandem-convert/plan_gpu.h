@@ -1,7 +1,7 @@
 /* plan_gpu.h - the GPU layout part of tandem-convert's memory plan: how the model's resident
  * weights spread over an expert-parallel group of GPUs, what each GPU has left for the KV page
  * pool after the weights and the reserves, and how many KV pages, tokens and sessions that is
- * (issue 14 item 6; MODEL.md sections 7 and 10; docs/DEPLOY.md section 9).
+ * (issue 14 item 6; MODEL.md sections 7 and 10; docs/DEPLOY.md section 10).
  *
  * Layout: the routed experts of every MoE layer (E per backbone layer, E_d per DSpark block) are
  * sharded over the GPUs of a group in contiguous ranges (expert parallel, EP); everything else
@@ -43,7 +43,7 @@
 
 /*
  * One GPU kind the plan knows by name. Capacities are NVIDIA's per-GPU figures read as decimal
- * bytes (1 GB = 1e9 B); docs/DEPLOY.md section 9 cites them. Static data.
+ * bytes (1 GB = 1e9 B); docs/DEPLOY.md section 10 cites them. Static data.
  */
 typedef struct {
     const char *name;        /* the --gpu value: "h200", "b200", "b300", "gb300" */
