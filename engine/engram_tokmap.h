@@ -4,7 +4,7 @@
  * normalised (NFKC -> NFD -> strip accents -> lowercase -> runs of [ \t\r\n] to one space ->
  * protect a lone space -> strip -> restore it), and ids whose keys are equal share one compressed
  * id, numbered in order of first appearance. Owns nothing past a call. Uses utf8proc for the
- * Unicode steps and engine/tokenizer.h for the vocabulary; knows nothing of files, hashing or
+ * Unicode steps and text/tokenizer.h for the vocabulary; knows nothing of files, hashing or
  * multipliers (engine/engram_hash.h). Random checkpoints use engine_engram_random_token_map()
  * instead. The reading of the reference's corner cases is in docs/CONVERT.md.
  */
@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 #include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 /*
  * engine_engram_normalize - the MODEL.md 9.2 normaliser on n_bytes of valid UTF-8 (embedded NUL

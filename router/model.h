@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "proto/proto.h"
 
 /* Longest served model name, bytes (no NUL). */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "router/validate.h"
 
 /* Identity shared by every body of one response (plain data; strings borrowed). */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* Where a stream stands. */
 typedef enum {

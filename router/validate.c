@@ -8,7 +8,7 @@
 
 #include "common/http_status.h"
 #include "common/json.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
 

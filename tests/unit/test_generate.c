@@ -31,7 +31,7 @@
 #include "common/arena.h"
 #include "engine/config.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "forward_test_util.h"
 
 #define ROOT_BYTES   1024 /* directories from the environment */

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "router/session.h"
 #include "router/stream.h"
 

@@ -1,4 +1,4 @@
-/* test_tokenizer.c - engine/tokenizer.h: llama.cpp test vectors for every BPE vocabulary in
+/* test_tokenizer.c - text/tokenizer.h: llama.cpp test vectors for every BPE vocabulary in
  * shared/data (through the GGUF loader, and through tokenizer.json files converted here from
  * the GGUFs by an independent reader), malformed tokenizer.json errors, split behaviours,
  * added-token options, ignore_merges, argument checks.
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 #define CASE_SEPARATOR "\n__ggml_vocab_test__\n"

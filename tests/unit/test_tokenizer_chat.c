@@ -1,4 +1,4 @@
-/* test_tokenizer_chat.c - engine/tokenizer.h: the synthetic tokenizer writer (determinism,
+/* test_tokenizer_chat.c - text/tokenizer.h: the synthetic tokenizer writer (determinism,
  * layout, round trip through the loader) and DeepSeek chat encoding (hand-derived expected
  * strings for DSV4 and DSV3.1, ids, injection safety, errors). Needs no shared data. */
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 #define TINY_VOCAB  1024u

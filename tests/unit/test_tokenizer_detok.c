@@ -1,4 +1,4 @@
-/* test_tokenizer_detok.c - engine/tokenizer.h streaming detokenizer: multi-byte characters and
+/* test_tokenizer_detok.c - text/tokenizer.h streaming detokenizer: multi-byte characters and
  * emoji split at every byte, ill-formed sequences to U+FFFD only once provably invalid,
  * whole-sequence decode equal to streaming, SKIP_CONTROL, errors. Uses the synthetic
  * tokenizer, whose ids 3..258 are the single bytes 0..255. Needs no shared data. */
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 #define VOCAB      1024u

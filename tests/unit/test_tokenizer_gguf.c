@@ -1,4 +1,4 @@
-/* test_tokenizer_gguf.c - engine/tokenizer.h GGUF reader: a tiny GGUF built here (every value
+/* test_tokenizer_gguf.c - text/tokenizer.h GGUF reader: a tiny GGUF built here (every value
  * type, nested arrays, a tensor info) loads and encodes; truncation at every offset and byte
  * flips at every position give TDM_ERR_FORMAT (or a valid load), never a crash; each header and
  * metadata error names its offset; the real vocabularies in shared/data are truncated and
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 /* ---- a tiny GGUF writer ---------------------------------------------------------------------- */

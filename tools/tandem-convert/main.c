@@ -22,7 +22,7 @@
 #include "engine/engram_hash.h"
 #include "engine/engram_tokmap.h"
 #include "engine/inventory.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "engine/weights.h"
 #include "plan.h"
 #include "plan_gpu.h"

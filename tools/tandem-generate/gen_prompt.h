@@ -4,7 +4,7 @@
  * tokenizer.json, BOS prepended, special-token text parsed: a command-line user is trusted), and
  * --chat FILE.json (a JSON list of {"role", "content"[, "reasoning_content"]} messages, or an
  * object with such a "messages" list, rendered with the DeepSeek chat encoding of
- * engine/tokenizer.h). Every id is checked against the model's vocabulary. Errors are written
+ * text/tokenizer.h). Every id is checked against the model's vocabulary. Errors are written
  * into the caller's buffer as one line naming the flag; nothing is logged. Owns nothing after
  * return except the id arrays it hands out.
  */
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 /*
  * gen_prompt_parse_ids - parse "--prompt-ids" text: decimal ids separated by commas, spaces or

@@ -43,7 +43,7 @@
 #include "engine/sampler.h"
 #include "engine/spec.h"
 #include "engine/seq_state.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "gen_dump.h"
 #include "gen_prompt.h"
 

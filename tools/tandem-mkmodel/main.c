@@ -21,7 +21,7 @@
 #include "engine/inventory.h"
 #include "engine/safetensors.h"
 #include "engine/sanity.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "engine/weights.h"
 #include "init.h"
 #include "kernels/codec.h"

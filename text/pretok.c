@@ -1,4 +1,4 @@
-/* tokenizer_pretok.c - the pre-tokenizer (regex splits through PCRE2), its llama.cpp presets, the
+/* pretok.c - the pre-tokenizer (regex splits through PCRE2), its llama.cpp presets, the
  * GPT-2 byte-to-unicode table and UTF-8 helpers.
  *
  * Split semantics follow Hugging Face tokenizers (pre_tokenizers/split.rs and
@@ -6,11 +6,11 @@
  * regex never sees past the piece), empty pieces are dropped. The presets are the regex lists of
  * llama.cpp src/llama-vocab.cpp (llm_tokenizer_bpe), matched here with PCRE2 in UTF + UCP mode.
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/errbuf.h"
 #include "common/log.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* tokenizer_gguf.c - the tokenizer metadata of a GGUF file -> engine_tokenizer_t.
+/* gguf.c - the tokenizer metadata of a GGUF file -> engine_tokenizer_t.
  *
  * Parses the GGUF v2/v3 little-endian header, every metadata key/value (all value types,
  * nested arrays included, so unneeded keys can be skipped) and the tensor-info table, checking
@@ -7,11 +7,11 @@
  * GGUF specification (ggml docs/gguf.md); token types and `pre` names as llama.cpp
  * (src/llama-vocab.cpp) interprets them.
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/errbuf.h"
 #include "common/log.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,17 +1,17 @@
-/* tokenizer.c - vocabulary building, BPE merging and encode for engine/tokenizer.h.
+/* tokenizer.c - vocabulary building, BPE merging and encode for text/tokenizer.h.
  *
- * The loaders (tokenizer_hf.c, tokenizer_gguf.c) feed tokens and merges through the builder
- * here; encode splits out added tokens, runs the pre-tokenizer (tokenizer_pretok.c) and merges
- * each pre-token by rank. Source of the algorithm: Sennrich, Haddow & Birch 2016 (BPE), GPT-2's
- * byte-level variant (Radford et al. 2019); the rank/leftmost priority matches Hugging Face
- * tokenizers (models/bpe/word.rs) and llama.cpp (llm_tokenizer_bpe_session).
+ * The loaders (hf.c, gguf.c) feed tokens and merges through the builder here; encode splits out
+ * added tokens, runs the pre-tokenizer (pretok.c) and merges each pre-token by rank. Source of the
+ * algorithm: Sennrich, Haddow & Birch 2016 (BPE), GPT-2's byte-level variant (Radford et al. 2019);
+ * the rank/leftmost priority matches Hugging Face tokenizers (models/bpe/word.rs) and llama.cpp
+ * (llm_tokenizer_bpe_session).
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
-/* tokenizer_impl.h - private layout and helpers shared by the engine/tokenizer*.c files.
+/* tokenizer_impl.h - private layout and helpers shared by the .c files of text/.
  *
- * Not part of the public API: only engine/tokenizer*.c include it. Owns the definition of
- * struct engine_tokenizer, the vocabulary builder used by both loaders (tokenizer_hf.c,
- * tokenizer_gguf.c), the pre-tokenizer (tokenizer_pretok.c) and the UTF-8 helpers the
- * detokenizer and the writer share. Knows nothing of file formats beyond what each loader passes.
+ * Not part of the public API: only the .c files of text/ include it. Owns the definition of struct
+ * engine_tokenizer, the vocabulary builder used by both loaders (hf.c, gguf.c), the pre-tokenizer
+ * (pretok.c) and the UTF-8 helpers the detokenizer and the writer share. Knows nothing of file
+ * formats beyond what each loader passes.
  */
 #ifndef TANDEM_ENGINE_TOKENIZER_IMPL_H
 #define TANDEM_ENGINE_TOKENIZER_IMPL_H
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* Longest token text a loader accepts, bytes. */
 #define ENGINE_TOKENIZER_MAX_TOKEN_BYTES (1u << 16)
@@ -272,7 +272,7 @@ size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4]);
  * return its length, or 0 if the bytes there are ill-formed or incomplete. */
 size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out);
 
-/* A merge the BPE (tokenizer.c) or SentencePiece (tokenizer_spm.c) encoder may make: the symbols
+/* A merge the BPE (tokenizer.c) or SentencePiece (spm.c) encoder may make: the symbols
  * or pieces at `left` and `right`. Queued smallest key first, then leftmost. What the encoder
  * re-checks when it pops the candidate (a neighbour may have merged since) rides along. */
 typedef struct {

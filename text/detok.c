@@ -1,4 +1,4 @@
-/* tokenizer_detok.c - ids -> UTF-8 text, streaming (engine_detok_t) and whole-sequence.
+/* detok.c - ids -> UTF-8 text, streaming (engine_detok_t) and whole-sequence.
  *
  * Token bytes are concatenated and passed through one UTF-8 validator that emits only complete
  * well-formed characters, holds an incomplete trailing prefix (at most 3 bytes) until the next
@@ -6,9 +6,9 @@
  * Source: Unicode 15.0 section 3.9 (table 3-7 well-formed byte sequences, "U+FFFD substitution
  * of maximal subparts"), RFC 3629.
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

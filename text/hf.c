@@ -1,17 +1,17 @@
-/* tokenizer_hf.c - Hugging Face tokenizer.json -> engine_tokenizer_t.
+/* hf.c - Hugging Face tokenizer.json -> engine_tokenizer_t.
  *
  * Reads model (type "BPE": vocab, merges as "a b" strings or [a, b] pairs, ignore_merges),
- * added_tokens, normalizer and pre_tokenizer; checks each against what engine/tokenizer.h
+ * added_tokens, normalizer and pre_tokenizer; checks each against what text/tokenizer.h
  * supports and names the offending field on failure. Format source: the serialisation of
  * huggingface/tokenizers (tokenizer/serialization.rs, models/bpe/serialization.rs,
  * pre_tokenizers/{byte_level,split,sequence}.rs).
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/errbuf.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* tokenizer_spm.c - SentencePiece-style encoding of GGUF "llama" vocabularies (Llama 2, Phi-3).
+/* spm.c - SentencePiece-style encoding of GGUF "llama" vocabularies (Llama 2, Phi-3).
  *
  * One segment (text between added tokens) at a time: spaces become U+2581 (with one prepended
  * when the vocabulary adds a space prefix), the text starts as one piece per UTF-8 character,
@@ -7,9 +7,9 @@
  * "<0xHH>" byte tokens. Source: llama.cpp src/llama-vocab.cpp (llm_tokenizer_spm_session, after
  * the original SentencePiece BPE mode), which reproduces Hugging Face's LlamaTokenizer.
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* tokenizer_synth.c - the deterministic synthetic tokenizer.json of random test checkpoints.
+/* synth.c - the deterministic synthetic tokenizer.json of random test checkpoints.
  *
  * Layout (docs/TOKENIZER.md): BOS/EOS/PAD at 0/1/2 (the model config fixes them), the 256 byte
  * tokens at 3..258, merged tokens, the chat/tool/FIM/task special tokens, then the image token at
@@ -7,11 +7,11 @@
  * byte order), then every 2- and 3-character string over tab, newline and printable ASCII in
  * byte order. The JSON is written by hand, so its bytes depend on nothing but vocab_size.
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/errbuf.h"
 #include "common/hash.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* tokenizer_chat.c - DeepSeek conversation rendering: messages -> prompt text or token ids.
+/* chat.c - DeepSeek conversation rendering: messages -> prompt text or token ids.
  *
  * A conversation is first rendered as a list of segments, each either a format marker (a special
  * token such as "<｜User｜>") or message text. engine_chat_render concatenates them;
@@ -7,10 +7,10 @@
  * encoding/encoding_dsv4.py (encode_messages, render_message, merge_tool_messages) and the
  * DeepSeek-V3.1 chat_template.jinja (as copied in llama.cpp models/templates).
  */
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "common/log.h"
-#include "engine/tokenizer_impl.h"
+#include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
