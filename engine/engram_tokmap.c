@@ -214,7 +214,7 @@ static tdm_status_t key_set_intern(key_set_t *set, const char *key, size_t n, in
 }
 
 /* The compressed id of tokenizer id `id` (MODEL.md 9.2's key rule). */
-static tdm_status_t map_one(const engine_tokenizer_t *tok, int32_t id, key_set_t *set,
+static tdm_status_t map_one(const text_tokenizer_t *tok, int32_t id, key_set_t *set,
                             int32_t *cid_out, char *err, size_t err_bytes)
 {
     char *text = NULL;
@@ -225,12 +225,12 @@ static tdm_status_t map_one(const engine_tokenizer_t *tok, int32_t id, key_set_t
     size_t n_key;
     tdm_status_t status;
 
-    status = engine_detok_decode(tok, &id, 1, 0, &text, &n_text);
+    status = text_detok_decode(tok, &id, 1, 0, &text, &n_text);
     if (status != TDM_OK) {
         return status;
     }
     if (memmem(text, n_text, TOKMAP_REPLACEMENT, strlen(TOKMAP_REPLACEMENT)) != NULL) {
-        status = engine_tokenizer_token_text(tok, id, &key, &n_key);
+        status = text_tokenizer_token_text(tok, id, &key, &n_key);
     } else {
         status = engine_engram_normalize(text, n_text, &norm, &n_norm);
         if (status == TDM_ERR_FORMAT && err != NULL && err_bytes > 0) {
@@ -247,9 +247,9 @@ static tdm_status_t map_one(const engine_tokenizer_t *tok, int32_t id, key_set_t
     return status;
 }
 
-tdm_status_t engine_engram_token_map_build(const engine_tokenizer_t *tok,
-                                           const engine_config_t *cfg, int32_t *token_map_out,
-                                           int64_t *n_compressed_out, char *err, size_t err_bytes)
+tdm_status_t engine_engram_token_map_build(const text_tokenizer_t *tok, const engine_config_t *cfg,
+                                           int32_t *token_map_out, int64_t *n_compressed_out,
+                                           char *err, size_t err_bytes)
 {
     uint32_t n_tok;
     int32_t *map;
@@ -259,7 +259,7 @@ tdm_status_t engine_engram_token_map_build(const engine_tokenizer_t *tok,
     if (tok == NULL || cfg == NULL || token_map_out == NULL || n_compressed_out == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
-    n_tok = engine_tokenizer_n_vocab(tok);
+    n_tok = text_tokenizer_n_vocab(tok);
     if ((int64_t)n_tok > cfg->vocab_size) {
         snprintf(err, err_bytes, "tokenizer has %u ids but config vocab_size is %lld", n_tok,
                  (long long)cfg->vocab_size);

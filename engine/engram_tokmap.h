@@ -36,9 +36,9 @@ tdm_status_t engine_engram_normalize(const char *text, size_t n_bytes, char **no
 
 /*
  * engine_engram_token_map_build - token_map_out[id] for every id < cfg->vocab_size (MODEL.md
- * 9.2): for a tokenizer id, the key is the id decoded alone (engine_detok_decode, no flags: raw,
+ * 9.2): for a tokenizer id, the key is the id decoded alone (text_detok_decode, no flags: raw,
  * special tokens kept, ill-formed bytes as U+FFFD); a decoding containing U+FFFD is keyed by the
- * raw token string (engine_tokenizer_token_text), otherwise by its normalised text, or by the
+ * raw token string (text_tokenizer_token_text), otherwise by its normalised text, or by the
  * decoding itself when that normalises to "" (the reference's `norm if norm else text`). Keys of
  * both kinds share one namespace; compressed ids are assigned in order of first appearance by
  * id. Ids at or past the tokenizer's vocabulary take token_map_out[engram_pad_token_id].
@@ -51,8 +51,8 @@ tdm_status_t engine_engram_normalize(const char *text, size_t n_bytes, char **no
  * the pad id is not a tokenizer id), TDM_ERR_FORMAT (a decoding that is not UTF-8),
  * TDM_ERR_NO_MEMORY. Thread-safe; allocates per call.
  */
-tdm_status_t engine_engram_token_map_build(const engine_tokenizer_t *tok,
-                                           const engine_config_t *cfg, int32_t *token_map_out,
-                                           int64_t *n_compressed_out, char *err, size_t err_bytes);
+tdm_status_t engine_engram_token_map_build(const text_tokenizer_t *tok, const engine_config_t *cfg,
+                                           int32_t *token_map_out, int64_t *n_compressed_out,
+                                           char *err, size_t err_bytes);
 
 #endif

@@ -14,7 +14,7 @@
 
 struct router_model {
     router_model_info_t info;
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
     proto_compat_t compat;
     const char *kv_formats[2];
 };
@@ -135,7 +135,7 @@ tdm_status_t router_model_load(const router_model_params_t *params, router_model
         goto err_free;
     }
     snprintf(path, sizeof(path), "%s/tokenizer.json", params->model_dir);
-    status = engine_tokenizer_load_hf(path, &model->tok, err, err_bytes);
+    status = text_tokenizer_load_hf(path, &model->tok, err, err_bytes);
     if (status != TDM_OK) {
         goto err_free;
     }
@@ -165,7 +165,7 @@ void router_model_destroy(router_model_t *model)
     if (model == NULL) {
         return;
     }
-    engine_tokenizer_destroy(model->tok);
+    text_tokenizer_destroy(model->tok);
     free(model);
 }
 
@@ -174,7 +174,7 @@ const router_model_info_t *router_model_info(const router_model_t *model)
     return &model->info;
 }
 
-const engine_tokenizer_t *router_model_tokenizer(const router_model_t *model)
+const text_tokenizer_t *router_model_tokenizer(const router_model_t *model)
 {
     return model->tok;
 }

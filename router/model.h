@@ -48,7 +48,7 @@ typedef struct router_model router_model_t;
  * router_model_load - read config.json and tokenizer.json of params->model_dir and compute the
  * fingerprint. Returns TDM_OK with *model_out (destroy with router_model_destroy), or
  * TDM_ERR_INVALID_ARG (NULL argument, max_context above the config's, name too long), or the
- * error of engine_config_load / engine_tokenizer_load_hf / proto_model_fingerprint, with one
+ * error of engine_config_load / text_tokenizer_load_hf / proto_model_fingerprint, with one
  * line in err (err_bytes, may be 0). *model_out untouched on failure.
  */
 tdm_status_t router_model_load(const router_model_params_t *params, router_model_t **model_out,
@@ -61,7 +61,7 @@ void router_model_destroy(router_model_t *model);
 const router_model_info_t *router_model_info(const router_model_t *model);
 
 /* router_model_tokenizer - the tokenizer; borrowed, valid until destroy, thread-safe to use. */
-const engine_tokenizer_t *router_model_tokenizer(const router_model_t *model);
+const text_tokenizer_t *router_model_tokenizer(const router_model_t *model);
 
 /*
  * router_model_compat - what a registering worker must match (proto_compat_check): this model's

@@ -4,13 +4,13 @@
 
 /* Token text as JSON: its bytes when they are valid UTF-8, else U+FFFD per invalid piece is
  * left to the "bytes" field and the string is "" (OpenAI does the same for partial chars). */
-static json_t *token_text(const engine_tokenizer_t *tok, int32_t id, json_t **bytes_out)
+static json_t *token_text(const text_tokenizer_t *tok, int32_t id, json_t **bytes_out)
 {
     const uint8_t *bytes = NULL;
     size_t n = 0;
     json_t *text;
 
-    if (engine_tokenizer_token_bytes(tok, id, &bytes, &n) != TDM_OK) {
+    if (text_tokenizer_token_bytes(tok, id, &bytes, &n) != TDM_OK) {
         n = 0;
     }
     if (bytes_out != NULL) {
@@ -23,7 +23,7 @@ static json_t *token_text(const engine_tokenizer_t *tok, int32_t id, json_t **by
     return text != NULL ? text : json_string("");
 }
 
-json_t *router_openai_logprob_entry(router_api_t api, const engine_tokenizer_t *tok, int32_t id,
+json_t *router_openai_logprob_entry(router_api_t api, const text_tokenizer_t *tok, int32_t id,
                                     float logprob, const int32_t *top_ids,
                                     const float *top_logprobs, size_t n_top)
 {

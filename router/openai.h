@@ -31,7 +31,7 @@ typedef struct {
  * router_openai_logprobs_fold). top: [n_top] ids and log-probabilities. New reference, or NULL
  * when out of memory.
  */
-json_t *router_openai_logprob_entry(router_api_t api, const engine_tokenizer_t *tok, int32_t id,
+json_t *router_openai_logprob_entry(router_api_t api, const text_tokenizer_t *tok, int32_t id,
                                     float logprob, const int32_t *top_ids,
                                     const float *top_logprobs, size_t n_top);
 

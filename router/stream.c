@@ -9,7 +9,7 @@
 #define STREAM_INITIAL_BYTES 256
 
 struct router_stream {
-    engine_detok_t *detok;
+    text_detok_t *detok;
     char *stop[ROUTER_MAX_STOP_STRINGS];
     size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
     int n_stop;
@@ -44,7 +44,7 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
     if (s == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    status = engine_detok_create(params->tok, ENGINE_DETOK_SKIP_CONTROL, &s->detok);
+    status = text_detok_create(params->tok, TEXT_DETOK_SKIP_CONTROL, &s->detok);
     if (status != TDM_OK) {
         free(s);
         return status;
@@ -80,7 +80,7 @@ void router_stream_destroy(router_stream_t *stream)
     if (stream == NULL) {
         return;
     }
-    engine_detok_destroy(stream->detok);
+    text_detok_destroy(stream->detok);
     for (int i = 0; i < stream->n_stop; i++) {
         free(stream->stop[i]);
     }
@@ -180,7 +180,7 @@ static tdm_status_t flush_into_text(router_stream_t *s)
 {
     const char *tail;
     size_t n_tail;
-    tdm_status_t status = engine_detok_flush(s->detok, &tail, &n_tail);
+    tdm_status_t status = text_detok_flush(s->detok, &tail, &n_tail);
 
     if (status == TDM_OK && n_tail > 0) {
         status = append(s, tail, n_tail);
@@ -210,7 +210,7 @@ tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char 
         stream->state = ROUTER_STREAM_STOP;
         return TDM_OK;
     }
-    status = engine_detok_push(stream->detok, id, &piece, &n_piece);
+    status = text_detok_push(stream->detok, id, &piece, &n_piece);
     if (status != TDM_OK) {
         return status;
     }

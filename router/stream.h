@@ -1,6 +1,6 @@
 /* stream.h - one request's output text: detokenization, stop strings, stop tokens, max_tokens.
  *
- * Owns one streaming detokenizer (engine_detok_*, UTF-8 safe: a character split across tokens
+ * Owns one streaming detokenizer (text_detok_*, UTF-8 safe: a character split across tokens
  * is released when complete) and the text produced so far. Text that could still turn into a
  * stop string is held back until it cannot; a stop string ends the output before it (the stop
  * string itself is never emitted), whether it spans tokens, chunks or a split character. Knows
@@ -24,8 +24,8 @@ typedef enum {
 
 /* Parameters of router_stream_create (plain data; arrays and strings borrowed for the call). */
 typedef struct {
-    const engine_tokenizer_t *tok; /* borrowed; must outlive the stream */
-    const char *const *stop;       /* [n_stop] stop strings, each stop_bytes[i] >= 1 bytes */
+    const text_tokenizer_t *tok; /* borrowed; must outlive the stream */
+    const char *const *stop;     /* [n_stop] stop strings, each stop_bytes[i] >= 1 bytes */
     const size_t *stop_bytes;
     int n_stop;
     const int32_t *stop_ids; /* [n_stop_ids] token ids that end the stream (EOS) */

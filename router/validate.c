@@ -364,20 +364,20 @@ static tdm_status_t get_logprobs(const json_t *root, router_api_t api, router_ge
     return TDM_OK;
 }
 
-/* Move ids from the tokenizer (engine_tokens_free) into req (free): one allocator per field. */
+/* Move ids from the tokenizer (text_tokens_free) into req (free): one allocator per field. */
 static tdm_status_t adopt_ids(int32_t *ids, size_t n_ids, router_gen_request_t *req,
                               router_apierr_t *err)
 {
     int32_t *copy = malloc((n_ids > 0 ? n_ids : 1) * sizeof(*copy));
 
     if (copy == NULL) {
-        engine_tokens_free(ids);
+        text_tokens_free(ids);
         return no_memory(err);
     }
     if (n_ids > 0) {
         memcpy(copy, ids, n_ids * sizeof(*copy));
     }
-    engine_tokens_free(ids);
+    text_tokens_free(ids);
     req->prompt_ids = copy;
     req->n_prompt_ids = n_ids;
     return TDM_OK;
@@ -453,7 +453,7 @@ static tdm_status_t content_text(const json_t *content, const char **text_out, s
     return TDM_OK;
 }
 
-static tdm_status_t message_role(const json_t *msg, engine_chat_role_t *role_out,
+static tdm_status_t message_role(const json_t *msg, text_chat_role_t *role_out,
                                  router_apierr_t *err)
 {
     json_t *role = json_object_get(msg, "role");
@@ -464,13 +464,13 @@ static tdm_status_t message_role(const json_t *msg, engine_chat_role_t *role_out
     }
     name = json_string_value(role);
     if (strcmp(name, "system") == 0 || strcmp(name, "developer") == 0) {
-        *role_out = ENGINE_CHAT_SYSTEM;
+        *role_out = TEXT_CHAT_SYSTEM;
     } else if (strcmp(name, "user") == 0) {
-        *role_out = ENGINE_CHAT_USER;
+        *role_out = TEXT_CHAT_USER;
     } else if (strcmp(name, "assistant") == 0) {
-        *role_out = ENGINE_CHAT_ASSISTANT;
+        *role_out = TEXT_CHAT_ASSISTANT;
     } else if (strcmp(name, "tool") == 0) {
-        *role_out = ENGINE_CHAT_TOOL;
+        *role_out = TEXT_CHAT_TOOL;
     } else {
         return bad(err, "invalid_value", "messages",
                    "message 'role' must be system, developer, user, assistant or tool");
@@ -482,11 +482,11 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
                                 router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *messages = member(root, "messages");
-    engine_chat_message_t *msgs = NULL;
+    text_chat_message_t *msgs = NULL;
     char **joined = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    engine_chat_params_t params;
+    text_chat_params_t params;
     size_t n_msgs;
     tdm_status_t status = TDM_OK;
 
@@ -532,8 +532,8 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
     if (status != TDM_OK) {
         goto out;
     }
-    engine_chat_params_default(&params);
-    status = engine_chat_encode(router_model_tokenizer(model), &params, msgs, n_msgs, &ids, &n_ids);
+    text_chat_params_default(&params);
+    status = text_chat_encode(router_model_tokenizer(model), &params, msgs, n_msgs, &ids, &n_ids);
     if (status == TDM_OK) {
         status = adopt_ids(ids, n_ids, req, err);
     } else if (status == TDM_ERR_NO_MEMORY) {
@@ -583,8 +583,8 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
                                       router_gen_request_t *req, router_apierr_t *err)
 {
     json_t *prompt = member(root, "prompt");
-    engine_tokenizer_info_t tok_info;
-    uint32_t flags = ENGINE_TOKENIZE_PARSE_SPECIAL;
+    text_tokenizer_info_t tok_info;
+    uint32_t flags = TEXT_TOKENIZE_PARSE_SPECIAL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     tdm_status_t status;
@@ -610,12 +610,12 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
     if (json_string_length(prompt) == 0) {
         return bad(err, "empty_prompt", "prompt", "'prompt' must not be empty");
     }
-    engine_tokenizer_get_info(router_model_tokenizer(model), &tok_info);
+    text_tokenizer_get_info(router_model_tokenizer(model), &tok_info);
     if (tok_info.bos_id >= 0) {
-        flags |= ENGINE_TOKENIZE_ADD_BOS;
+        flags |= TEXT_TOKENIZE_ADD_BOS;
     }
-    status = engine_tokenizer_encode(router_model_tokenizer(model), json_string_value(prompt),
-                                     json_string_length(prompt), flags, &ids, &n_ids);
+    status = text_tokenizer_encode(router_model_tokenizer(model), json_string_value(prompt),
+                                   json_string_length(prompt), flags, &ids, &n_ids);
     if (status == TDM_OK) {
         return adopt_ids(ids, n_ids, req, err);
     }

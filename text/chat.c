@@ -1,8 +1,8 @@
 /* chat.c - DeepSeek conversation rendering: messages -> prompt text or token ids.
  *
  * A conversation is first rendered as a list of segments, each either a format marker (a special
- * token such as "<｜User｜>") or message text. engine_chat_render concatenates them;
- * engine_chat_encode looks each marker up as an added token and encodes the text between markers
+ * token such as "<｜User｜>") or message text. text_chat_render concatenates them;
+ * text_chat_encode looks each marker up as an added token and encodes the text between markers
  * without special-token parsing. Sources (docs/TOKENIZER.md): DeepSeek-V4
  * encoding/encoding_dsv4.py (encode_messages, render_message, merge_tool_messages) and the
  * DeepSeek-V3.1 chat_template.jinja (as copied in llama.cpp models/templates).
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define ALL_CHAT_FLAGS                                                                             \
-    ((uint32_t)(ENGINE_CHAT_ADD_GENERATION_PROMPT | ENGINE_CHAT_THINKING | ENGINE_CHAT_NO_BOS))
+    ((uint32_t)(TEXT_CHAT_ADD_GENERATION_PROMPT | TEXT_CHAT_THINKING | TEXT_CHAT_NO_BOS))
 
 /* One piece of the rendered conversation; text is borrowed (a message or a literal). */
 typedef struct {
@@ -68,17 +68,17 @@ static void literal(segments_t *s, const char *t)
 
 /* A message after merge_tool_messages: tool results and user text fold into user turns. */
 typedef struct {
-    engine_chat_role_t role;             /* SYSTEM, USER or ASSISTANT */
-    const engine_chat_message_t *source; /* SYSTEM/ASSISTANT: the message */
-    size_t first_block, n_blocks;        /* USER: range of blocks (messages) */
+    text_chat_role_t role;             /* SYSTEM, USER or ASSISTANT */
+    const text_chat_message_t *source; /* SYSTEM/ASSISTANT: the message */
+    size_t first_block, n_blocks;      /* USER: range of blocks (messages) */
 } dsv4_turn_t;
 
-static void render_dsv4(const engine_chat_params_t *params, const engine_chat_message_t *msgs,
+static void render_dsv4(const text_chat_params_t *params, const text_chat_message_t *msgs,
                         size_t n_msgs, segments_t *out)
 {
     dsv4_turn_t *turns = calloc(n_msgs > 0 ? n_msgs : 1, sizeof(*turns));
-    const engine_chat_message_t **blocks = calloc(n_msgs > 0 ? n_msgs : 1, sizeof(*blocks));
-    int thinking = (params->flags & ENGINE_CHAT_THINKING) != 0;
+    const text_chat_message_t **blocks = calloc(n_msgs > 0 ? n_msgs : 1, sizeof(*blocks));
+    int thinking = (params->flags & TEXT_CHAT_THINKING) != 0;
     size_t n_turns = 0, n_blocks = 0, last_user = SIZE_MAX;
 
     if (turns == NULL || blocks == NULL) {
@@ -89,10 +89,10 @@ static void render_dsv4(const engine_chat_params_t *params, const engine_chat_me
     }
     /* merge_tool_messages: a tool result or user text joins a preceding user turn. */
     for (size_t i = 0; i < n_msgs; i++) {
-        const engine_chat_message_t *m = &msgs[i];
-        if (m->role == ENGINE_CHAT_USER || m->role == ENGINE_CHAT_TOOL) {
-            if (n_turns == 0 || turns[n_turns - 1].role != ENGINE_CHAT_USER) {
-                turns[n_turns++] = (dsv4_turn_t){ENGINE_CHAT_USER, NULL, n_blocks, 0};
+        const text_chat_message_t *m = &msgs[i];
+        if (m->role == TEXT_CHAT_USER || m->role == TEXT_CHAT_TOOL) {
+            if (n_turns == 0 || turns[n_turns - 1].role != TEXT_CHAT_USER) {
+                turns[n_turns++] = (dsv4_turn_t){TEXT_CHAT_USER, NULL, n_blocks, 0};
             }
             blocks[n_blocks++] = m;
             turns[n_turns - 1].n_blocks++;
@@ -101,30 +101,30 @@ static void render_dsv4(const engine_chat_params_t *params, const engine_chat_me
         }
     }
     for (size_t t = 0; t < n_turns; t++) {
-        if (turns[t].role == ENGINE_CHAT_USER) {
+        if (turns[t].role == TEXT_CHAT_USER) {
             last_user = t;
         }
     }
-    if ((params->flags & ENGINE_CHAT_NO_BOS) == 0) {
-        marker(out, ENGINE_TOKENIZER_DS_BOS);
+    if ((params->flags & TEXT_CHAT_NO_BOS) == 0) {
+        marker(out, TEXT_TOKENIZER_DS_BOS);
     }
     for (size_t t = 0; t < n_turns; t++) {
         const dsv4_turn_t *turn = &turns[t];
         int is_last = t + 1 == n_turns;
-        if (turn->role == ENGINE_CHAT_SYSTEM) {
+        if (turn->role == TEXT_CHAT_SYSTEM) {
             text(out, turn->source->content, turn->source->content_bytes);
-        } else if (turn->role == ENGINE_CHAT_USER) {
-            marker(out, ENGINE_TOKENIZER_DS_USER);
+        } else if (turn->role == TEXT_CHAT_USER) {
+            marker(out, TEXT_TOKENIZER_DS_USER);
             for (size_t k = 0; k < turn->n_blocks; k++) {
-                const engine_chat_message_t *b = blocks[turn->first_block + k];
+                const text_chat_message_t *b = blocks[turn->first_block + k];
                 if (k > 0) {
                     literal(out, "\n\n");
                 }
-                if (b->role == ENGINE_CHAT_TOOL) {
+                if (b->role == TEXT_CHAT_TOOL) {
                     literal(out, "<tool_result>");
                 }
                 text(out, b->content, b->content_bytes);
-                if (b->role == ENGINE_CHAT_TOOL) {
+                if (b->role == TEXT_CHAT_TOOL) {
                     literal(out, "</tool_result>");
                 }
             }
@@ -132,21 +132,21 @@ static void render_dsv4(const engine_chat_params_t *params, const engine_chat_me
             /* drop_thinking: reasoning is kept only after the last user turn. */
             if (thinking && (last_user == SIZE_MAX || t > last_user)) {
                 text(out, turn->source->reasoning, turn->source->reasoning_bytes);
-                marker(out, ENGINE_TOKENIZER_DS_END_THINK);
+                marker(out, TEXT_TOKENIZER_DS_END_THINK);
             }
             text(out, turn->source->content, turn->source->content_bytes);
-            marker(out, ENGINE_TOKENIZER_DS_EOS);
+            marker(out, TEXT_TOKENIZER_DS_EOS);
         }
         /* Transition into the assistant: only when the next turn is the assistant's or this is
          * the last turn (then only if a generation prompt is wanted). */
-        if (turn->role != ENGINE_CHAT_USER) {
+        if (turn->role != TEXT_CHAT_USER) {
             continue;
         }
-        if (is_last ? (params->flags & ENGINE_CHAT_ADD_GENERATION_PROMPT) != 0
-                    : turns[t + 1].role == ENGINE_CHAT_ASSISTANT) {
-            marker(out, ENGINE_TOKENIZER_DS_ASSISTANT);
-            marker(out, thinking && t >= last_user ? ENGINE_TOKENIZER_DS_THINK
-                                                   : ENGINE_TOKENIZER_DS_END_THINK);
+        if (is_last ? (params->flags & TEXT_CHAT_ADD_GENERATION_PROMPT) != 0
+                    : turns[t + 1].role == TEXT_CHAT_ASSISTANT) {
+            marker(out, TEXT_TOKENIZER_DS_ASSISTANT);
+            marker(out, thinking && t >= last_user ? TEXT_TOKENIZER_DS_THINK
+                                                   : TEXT_TOKENIZER_DS_END_THINK);
         }
     }
     free(turns);
@@ -156,9 +156,9 @@ static void render_dsv4(const engine_chat_params_t *params, const engine_chat_me
 /* ---- DeepSeek-V3.1 (chat_template.jinja) ----------------------------------------------------- */
 
 /* Text after the first "</think>" (the template's content.split('</think>', 1)[1]). */
-static void after_think(const engine_chat_message_t *m, const char **text_out, size_t *n_out)
+static void after_think(const text_chat_message_t *m, const char **text_out, size_t *n_out)
 {
-    static const char end_think[] = ENGINE_TOKENIZER_DS_END_THINK;
+    static const char end_think[] = TEXT_TOKENIZER_DS_END_THINK;
     size_t n_tag = sizeof(end_think) - 1;
 
     *text_out = m->content;
@@ -172,16 +172,16 @@ static void after_think(const engine_chat_message_t *m, const char **text_out, s
     }
 }
 
-static void render_dsv31(const engine_chat_params_t *params, const engine_chat_message_t *msgs,
+static void render_dsv31(const text_chat_params_t *params, const text_chat_message_t *msgs,
                          size_t n_msgs, segments_t *out)
 {
     int is_tool = 0, is_last_user = 0, first_system = 1;
 
-    if ((params->flags & ENGINE_CHAT_NO_BOS) == 0) {
-        marker(out, ENGINE_TOKENIZER_DS_BOS);
+    if ((params->flags & TEXT_CHAT_NO_BOS) == 0) {
+        marker(out, TEXT_TOKENIZER_DS_BOS);
     }
     for (size_t i = 0; i < n_msgs; i++) {
-        if (msgs[i].role == ENGINE_CHAT_SYSTEM) {
+        if (msgs[i].role == TEXT_CHAT_SYSTEM) {
             if (!first_system) {
                 literal(out, "\n\n");
             }
@@ -190,22 +190,22 @@ static void render_dsv31(const engine_chat_params_t *params, const engine_chat_m
         }
     }
     for (size_t i = 0; i < n_msgs; i++) {
-        const engine_chat_message_t *m = &msgs[i];
+        const text_chat_message_t *m = &msgs[i];
         const char *content;
         size_t n_content;
         switch (m->role) {
-        case ENGINE_CHAT_SYSTEM:
+        case TEXT_CHAT_SYSTEM:
             break;
-        case ENGINE_CHAT_USER:
+        case TEXT_CHAT_USER:
             is_tool = 0;
             is_last_user = 1;
-            marker(out, ENGINE_TOKENIZER_DS_USER);
+            marker(out, TEXT_TOKENIZER_DS_USER);
             text(out, m->content, m->content_bytes);
             break;
-        case ENGINE_CHAT_ASSISTANT:
+        case TEXT_CHAT_ASSISTANT:
             if (is_last_user) {
-                marker(out, ENGINE_TOKENIZER_DS_ASSISTANT);
-                marker(out, ENGINE_TOKENIZER_DS_END_THINK);
+                marker(out, TEXT_TOKENIZER_DS_ASSISTANT);
+                marker(out, TEXT_TOKENIZER_DS_END_THINK);
             }
             is_last_user = 0;
             if (is_tool) {
@@ -215,44 +215,44 @@ static void render_dsv31(const engine_chat_params_t *params, const engine_chat_m
                 after_think(m, &content, &n_content);
                 text(out, content, n_content);
             }
-            marker(out, ENGINE_TOKENIZER_DS_EOS);
+            marker(out, TEXT_TOKENIZER_DS_EOS);
             break;
-        case ENGINE_CHAT_TOOL:
+        case TEXT_CHAT_TOOL:
             is_last_user = 0;
             is_tool = 1;
-            marker(out, ENGINE_TOKENIZER_DS_TOOL_OUTPUT_BEGIN);
+            marker(out, TEXT_TOKENIZER_DS_TOOL_OUTPUT_BEGIN);
             text(out, m->content, m->content_bytes);
-            marker(out, ENGINE_TOKENIZER_DS_TOOL_OUTPUT_END);
+            marker(out, TEXT_TOKENIZER_DS_TOOL_OUTPUT_END);
             break;
         }
     }
-    if ((params->flags & ENGINE_CHAT_ADD_GENERATION_PROMPT) != 0 && is_last_user && !is_tool) {
-        marker(out, ENGINE_TOKENIZER_DS_ASSISTANT);
-        marker(out, (params->flags & ENGINE_CHAT_THINKING) != 0 ? ENGINE_TOKENIZER_DS_THINK
-                                                                : ENGINE_TOKENIZER_DS_END_THINK);
+    if ((params->flags & TEXT_CHAT_ADD_GENERATION_PROMPT) != 0 && is_last_user && !is_tool) {
+        marker(out, TEXT_TOKENIZER_DS_ASSISTANT);
+        marker(out, (params->flags & TEXT_CHAT_THINKING) != 0 ? TEXT_TOKENIZER_DS_THINK
+                                                              : TEXT_TOKENIZER_DS_END_THINK);
     }
 }
 
 /* ---- public ---------------------------------------------------------------------------------- */
 
-void engine_chat_params_default(engine_chat_params_t *params)
+void text_chat_params_default(text_chat_params_t *params)
 {
-    params->format = ENGINE_CHAT_FORMAT_DSV4;
-    params->flags = ENGINE_CHAT_ADD_GENERATION_PROMPT;
+    params->format = TEXT_CHAT_FORMAT_DSV4;
+    params->flags = TEXT_CHAT_ADD_GENERATION_PROMPT;
 }
 
-static tdm_status_t validate(const engine_chat_params_t *params,
-                             const engine_chat_message_t *messages, size_t n_messages)
+static tdm_status_t validate(const text_chat_params_t *params, const text_chat_message_t *messages,
+                             size_t n_messages)
 {
     if (params == NULL || (messages == NULL && n_messages > 0) ||
-        (params->format != ENGINE_CHAT_FORMAT_DSV4 && params->format != ENGINE_CHAT_FORMAT_DSV31) ||
+        (params->format != TEXT_CHAT_FORMAT_DSV4 && params->format != TEXT_CHAT_FORMAT_DSV31) ||
         (params->flags & ~ALL_CHAT_FLAGS) != 0) {
         return TDM_ERR_INVALID_ARG;
     }
     for (size_t i = 0; i < n_messages; i++) {
-        const engine_chat_message_t *m = &messages[i];
-        if ((m->role != ENGINE_CHAT_SYSTEM && m->role != ENGINE_CHAT_USER &&
-             m->role != ENGINE_CHAT_ASSISTANT && m->role != ENGINE_CHAT_TOOL) ||
+        const text_chat_message_t *m = &messages[i];
+        if ((m->role != TEXT_CHAT_SYSTEM && m->role != TEXT_CHAT_USER &&
+             m->role != TEXT_CHAT_ASSISTANT && m->role != TEXT_CHAT_TOOL) ||
             (m->content == NULL && m->content_bytes > 0) ||
             (m->reasoning == NULL && m->reasoning_bytes > 0)) {
             return TDM_ERR_INVALID_ARG;
@@ -261,8 +261,8 @@ static tdm_status_t validate(const engine_chat_params_t *params,
     return TDM_OK;
 }
 
-static tdm_status_t render_segments(const engine_chat_params_t *params,
-                                    const engine_chat_message_t *messages, size_t n_messages,
+static tdm_status_t render_segments(const text_chat_params_t *params,
+                                    const text_chat_message_t *messages, size_t n_messages,
                                     segments_t *out)
 {
     tdm_status_t status = validate(params, messages, n_messages);
@@ -271,7 +271,7 @@ static tdm_status_t render_segments(const engine_chat_params_t *params,
     if (status != TDM_OK) {
         return status;
     }
-    if (params->format == ENGINE_CHAT_FORMAT_DSV4) {
+    if (params->format == TEXT_CHAT_FORMAT_DSV4) {
         render_dsv4(params, messages, n_messages, out);
     } else {
         render_dsv31(params, messages, n_messages, out);
@@ -284,9 +284,8 @@ static tdm_status_t render_segments(const engine_chat_params_t *params,
     return TDM_OK;
 }
 
-tdm_status_t engine_chat_render(const engine_chat_params_t *params,
-                                const engine_chat_message_t *messages, size_t n_messages,
-                                char **text_out, size_t *n_bytes_out)
+tdm_status_t text_chat_render(const text_chat_params_t *params, const text_chat_message_t *messages,
+                              size_t n_messages, char **text_out, size_t *n_bytes_out)
 {
     segments_t segs;
     size_t n = 0;
@@ -343,7 +342,7 @@ static tdm_status_t append_ids(int32_t **ids, size_t *n, size_t *cap, const int3
 }
 
 /* Encode the run of text segments [first, end) as one string, as if rendered together. */
-static tdm_status_t encode_text_run(const engine_tokenizer_t *tok, const segments_t *segs,
+static tdm_status_t encode_text_run(const text_tokenizer_t *tok, const segments_t *segs,
                                     size_t first, size_t end, int32_t **ids, size_t *n, size_t *cap)
 {
     size_t n_text = 0;
@@ -364,18 +363,18 @@ static tdm_status_t encode_text_run(const engine_tokenizer_t *tok, const segment
         memcpy(buf + n_text, segs->items[i].text, segs->items[i].n_bytes);
         n_text += segs->items[i].n_bytes;
     }
-    status = engine_tokenizer_encode(tok, buf, n_text, 0, &run_ids, &n_run);
+    status = text_tokenizer_encode(tok, buf, n_text, 0, &run_ids, &n_run);
     free(buf);
     if (status == TDM_OK) {
         status = append_ids(ids, n, cap, run_ids, n_run);
     }
-    engine_tokens_free(run_ids);
+    text_tokens_free(run_ids);
     return status;
 }
 
-tdm_status_t engine_chat_encode(const engine_tokenizer_t *tok, const engine_chat_params_t *params,
-                                const engine_chat_message_t *messages, size_t n_messages,
-                                int32_t **ids_out, size_t *n_ids_out)
+tdm_status_t text_chat_encode(const text_tokenizer_t *tok, const text_chat_params_t *params,
+                              const text_chat_message_t *messages, size_t n_messages,
+                              int32_t **ids_out, size_t *n_ids_out)
 {
     segments_t segs;
     int32_t *ids = NULL;
@@ -389,7 +388,7 @@ tdm_status_t engine_chat_encode(const engine_tokenizer_t *tok, const engine_chat
     while (status == TDM_OK && i < segs.n) {
         if (segs.items[i].is_marker) {
             int32_t id;
-            status = engine_tokenizer_find_special(tok, segs.items[i].text, &id);
+            status = text_tokenizer_find_special(tok, segs.items[i].text, &id);
             if (status == TDM_ERR_NOT_FOUND) {
                 tdm_log(TDM_LOG_ERROR, "tokenizer",
                         "chat marker is not a token of this "

@@ -1,4 +1,4 @@
-/* detok.c - ids -> UTF-8 text, streaming (engine_detok_t) and whole-sequence.
+/* detok.c - ids -> UTF-8 text, streaming (text_detok_t) and whole-sequence.
  *
  * Token bytes are concatenated and passed through one UTF-8 validator that emits only complete
  * well-formed characters, holds an incomplete trailing prefix (at most 3 bytes) until the next
@@ -16,8 +16,8 @@
 /* U+FFFD REPLACEMENT CHARACTER in UTF-8. */
 static const uint8_t replacement[3] = {0xef, 0xbf, 0xbd};
 
-struct engine_detok {
-    const engine_tokenizer_t *tok;
+struct text_detok {
+    const text_tokenizer_t *tok;
     uint32_t flags;
     int started;     /* a token has produced bytes in this stream */
     uint8_t held[4]; /* incomplete character carried to the next push */
@@ -93,7 +93,7 @@ static size_t sanitize(const uint8_t *in, size_t n, int final, uint8_t *out, siz
 
 /* SentencePiece vocabularies that add a space prefix drop it again from the first token that
  * produces bytes (as SentencePiece decoding does). */
-static void strip_spm_prefix(const engine_tokenizer_t *tok, int *started, const uint8_t **bytes,
+static void strip_spm_prefix(const text_tokenizer_t *tok, int *started, const uint8_t **bytes,
                              size_t *n)
 {
     if (*started || *n == 0) {
@@ -122,12 +122,12 @@ static tdm_status_t reserve(uint8_t **buf, size_t *cap, size_t need)
     return TDM_OK;
 }
 
-tdm_status_t engine_detok_create(const engine_tokenizer_t *tok, uint32_t flags,
-                                 engine_detok_t **detok_out)
+tdm_status_t text_detok_create(const text_tokenizer_t *tok, uint32_t flags,
+                               text_detok_t **detok_out)
 {
-    engine_detok_t *detok;
+    text_detok_t *detok;
 
-    if (tok == NULL || detok_out == NULL || (flags & ~(uint32_t)ENGINE_DETOK_SKIP_CONTROL) != 0) {
+    if (tok == NULL || detok_out == NULL || (flags & ~(uint32_t)TEXT_DETOK_SKIP_CONTROL) != 0) {
         return TDM_ERR_INVALID_ARG;
     }
     detok = calloc(1, sizeof(*detok));
@@ -141,7 +141,7 @@ tdm_status_t engine_detok_create(const engine_tokenizer_t *tok, uint32_t flags,
 }
 
 /* Run held bytes + bytes[0..n) through the validator into detok->out. */
-static tdm_status_t feed(engine_detok_t *detok, const uint8_t *bytes, size_t n, int final,
+static tdm_status_t feed(text_detok_t *detok, const uint8_t *bytes, size_t n, int final,
                          const char **text_out, size_t *n_bytes_out)
 {
     size_t n_in = detok->n_held + n, n_used, n_text;
@@ -166,26 +166,26 @@ static tdm_status_t feed(engine_detok_t *detok, const uint8_t *bytes, size_t n, 
     return TDM_OK;
 }
 
-tdm_status_t engine_detok_push(engine_detok_t *detok, int32_t id, const char **text_out,
-                               size_t *n_bytes_out)
+tdm_status_t text_detok_push(text_detok_t *detok, int32_t id, const char **text_out,
+                             size_t *n_bytes_out)
 {
     const uint8_t *bytes;
     size_t n;
-    engine_token_kind_t kind;
+    text_token_kind_t kind;
 
     if (detok == NULL || text_out == NULL || n_bytes_out == NULL ||
-        engine_tokenizer_token_bytes(detok->tok, id, &bytes, &n) != TDM_OK) {
+        text_tokenizer_token_bytes(detok->tok, id, &bytes, &n) != TDM_OK) {
         return TDM_ERR_INVALID_ARG;
     }
-    (void)engine_tokenizer_token_kind(detok->tok, id, &kind);
-    if ((detok->flags & ENGINE_DETOK_SKIP_CONTROL) != 0 && kind == ENGINE_TOKEN_CONTROL) {
+    (void)text_tokenizer_token_kind(detok->tok, id, &kind);
+    if ((detok->flags & TEXT_DETOK_SKIP_CONTROL) != 0 && kind == TEXT_TOKEN_CONTROL) {
         n = 0;
     }
     strip_spm_prefix(detok->tok, &detok->started, &bytes, &n);
     return feed(detok, bytes, n, 0, text_out, n_bytes_out);
 }
 
-tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out, size_t *n_bytes_out)
+tdm_status_t text_detok_flush(text_detok_t *detok, const char **text_out, size_t *n_bytes_out)
 {
     if (detok == NULL || text_out == NULL || n_bytes_out == NULL) {
         return TDM_ERR_INVALID_ARG;
@@ -194,7 +194,7 @@ tdm_status_t engine_detok_flush(engine_detok_t *detok, const char **text_out, si
     return feed(detok, NULL, 0, 1, text_out, n_bytes_out);
 }
 
-void engine_detok_reset(engine_detok_t *detok)
+void text_detok_reset(text_detok_t *detok)
 {
     if (detok != NULL) {
         detok->n_held = 0;
@@ -202,7 +202,7 @@ void engine_detok_reset(engine_detok_t *detok)
     }
 }
 
-void engine_detok_destroy(engine_detok_t *detok)
+void text_detok_destroy(text_detok_t *detok)
 {
     if (detok == NULL) {
         return;
@@ -212,22 +212,22 @@ void engine_detok_destroy(engine_detok_t *detok)
     free(detok);
 }
 
-tdm_status_t engine_detok_decode(const engine_tokenizer_t *tok, const int32_t *ids, size_t n_ids,
-                                 uint32_t flags, char **text_out, size_t *n_bytes_out)
+tdm_status_t text_detok_decode(const text_tokenizer_t *tok, const int32_t *ids, size_t n_ids,
+                               uint32_t flags, char **text_out, size_t *n_bytes_out)
 {
     uint8_t *raw, *text;
     size_t n_raw = 0, n_text, n_used;
     int started = 0;
 
     if (tok == NULL || text_out == NULL || n_bytes_out == NULL || (ids == NULL && n_ids > 0) ||
-        (flags & ~(uint32_t)ENGINE_DETOK_SKIP_CONTROL) != 0) {
+        (flags & ~(uint32_t)TEXT_DETOK_SKIP_CONTROL) != 0) {
         return TDM_ERR_INVALID_ARG;
     }
     for (size_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= tok->n_vocab) {
             return TDM_ERR_INVALID_ARG;
         }
-        if ((flags & ENGINE_DETOK_SKIP_CONTROL) == 0 || tok->kind[ids[i]] != ENGINE_TOKEN_CONTROL) {
+        if ((flags & TEXT_DETOK_SKIP_CONTROL) == 0 || tok->kind[ids[i]] != TEXT_TOKEN_CONTROL) {
             n_raw += tok->bytes_offset[ids[i] + 1] - tok->bytes_offset[ids[i]];
         }
     }
@@ -242,7 +242,7 @@ tdm_status_t engine_detok_decode(const engine_tokenizer_t *tok, const int32_t *i
     for (size_t i = 0; i < n_ids; i++) {
         const uint8_t *bytes = tok->bytes_pool + tok->bytes_offset[ids[i]];
         size_t n = tok->bytes_offset[ids[i] + 1] - tok->bytes_offset[ids[i]];
-        if ((flags & ENGINE_DETOK_SKIP_CONTROL) != 0 && tok->kind[ids[i]] == ENGINE_TOKEN_CONTROL) {
+        if ((flags & TEXT_DETOK_SKIP_CONTROL) != 0 && tok->kind[ids[i]] == TEXT_TOKEN_CONTROL) {
             continue;
         }
         strip_spm_prefix(tok, &started, &bytes, &n);

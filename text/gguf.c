@@ -1,4 +1,4 @@
-/* gguf.c - the tokenizer metadata of a GGUF file -> engine_tokenizer_t.
+/* gguf.c - the tokenizer metadata of a GGUF file -> text_tokenizer_t.
  *
  * Parses the GGUF v2/v3 little-endian header, every metadata key/value (all value types,
  * nested arrays included, so unneeded keys can be skipped) and the tensor-info table, checking
@@ -442,23 +442,23 @@ static tdm_status_t require_array(cursor_t *c, const kv_ref_t *ref, int key, uin
     return TDM_OK;
 }
 
-static engine_token_kind_t kind_of(int64_t type)
+static text_token_kind_t kind_of(int64_t type)
 {
     switch (type) {
     case GGUF_TOKEN_CONTROL:
     case GGUF_TOKEN_UNKNOWN:
-        return ENGINE_TOKEN_CONTROL;
+        return TEXT_TOKEN_CONTROL;
     case GGUF_TOKEN_USER_DEFINED:
-        return ENGINE_TOKEN_USER_DEFINED;
+        return TEXT_TOKEN_USER_DEFINED;
     case GGUF_TOKEN_UNUSED:
-        return ENGINE_TOKEN_UNUSED;
+        return TEXT_TOKEN_UNUSED;
     default:
-        return ENGINE_TOKEN_NORMAL; /* normal, byte, undefined */
+        return TEXT_TOKEN_NORMAL; /* normal, byte, undefined */
     }
 }
 
 static tdm_status_t add_tokens(cursor_t *c, const kv_ref_t refs[KEY_COUNT],
-                               engine_tokenizer_builder_t *b)
+                               text_tokenizer_builder_t *b)
 {
     const kv_ref_t *tokens = &refs[KEY_TOKENS], *types = &refs[KEY_TOKEN_TYPE];
     char reason[256];
@@ -470,7 +470,7 @@ static tdm_status_t add_tokens(cursor_t *c, const kv_ref_t refs[KEY_COUNT],
         size_t start = c->pos;
         const uint8_t *text;
         uint64_t n;
-        engine_token_kind_t kind = ENGINE_TOKEN_NORMAL;
+        text_token_kind_t kind = TEXT_TOKEN_NORMAL;
         status = read_string(c, "token", &text, &n);
         if (status != TDM_OK) {
             return status;
@@ -478,19 +478,19 @@ static tdm_status_t add_tokens(cursor_t *c, const kv_ref_t refs[KEY_COUNT],
         if (types->present) {
             kind = kind_of((int32_t)load_le(c->data + types->value_offset + 4 * i, 4));
         }
-        status = engine_tokenizer_builder_set_token(b, (uint32_t)i, (const char *)text, n, kind,
-                                                    reason, sizeof(reason));
+        status = text_tokenizer_builder_set_token(b, (uint32_t)i, (const char *)text, n, kind,
+                                                  reason, sizeof(reason));
         if (status != TDM_OK) {
             return status == TDM_ERR_FORMAT ? fail(c, start, reason) : status;
         }
-        if (kind == ENGINE_TOKEN_CONTROL || kind == ENGINE_TOKEN_USER_DEFINED) {
-            engine_tokenizer_builder_mark_added(b, (uint32_t)i, kind, 0, 0);
+        if (kind == TEXT_TOKEN_CONTROL || kind == TEXT_TOKEN_USER_DEFINED) {
+            text_tokenizer_builder_mark_added(b, (uint32_t)i, kind, 0, 0);
         }
     }
     return TDM_OK;
 }
 
-static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, engine_tokenizer_builder_t *b)
+static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, text_tokenizer_builder_t *b)
 {
     uint32_t n_skipped = 0;
     tdm_status_t status;
@@ -514,7 +514,7 @@ static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, engine_token
                      (unsigned long long)i);
             return fail(c, start, reason);
         }
-        status = engine_tokenizer_builder_add_merge(
+        status = text_tokenizer_builder_add_merge(
             b, (const char *)text, space, (const char *)text + space + 1, (size_t)n - space - 1);
         if (status == TDM_ERR_NOT_FOUND) {
             n_skipped++;
@@ -530,7 +530,7 @@ static tdm_status_t add_merges(cursor_t *c, const kv_ref_t *merges, engine_token
 }
 
 static void set_special_ids(const cursor_t *c, const kv_ref_t refs[KEY_COUNT],
-                            engine_tokenizer_t *tok)
+                            text_tokenizer_t *tok)
 {
     static const int keys[3] = {KEY_BOS, KEY_EOS, KEY_PAD};
     int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
@@ -605,13 +605,13 @@ static tdm_status_t check_common_keys(cursor_t *c, const kv_ref_t refs[KEY_COUNT
         }
     }
     if (status == TDM_OK &&
-        (tokens->n_elems == 0 || tokens->n_elems > ENGINE_TOKENIZER_MAX_VOCAB ||
-         (!spm && refs[KEY_MERGES].n_elems > ENGINE_TOKENIZER_MAX_VOCAB * 4ull))) {
+        (tokens->n_elems == 0 || tokens->n_elems > TEXT_TOKENIZER_MAX_VOCAB ||
+         (!spm && refs[KEY_MERGES].n_elems > TEXT_TOKENIZER_MAX_VOCAB * 4ull))) {
         snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_TOKENS]);
         snprintf(reason, sizeof(reason), "%llu tokens and %llu merges (limits 1..%u and %u)",
                  (unsigned long long)tokens->n_elems,
-                 (unsigned long long)(spm ? 0 : refs[KEY_MERGES].n_elems),
-                 ENGINE_TOKENIZER_MAX_VOCAB, ENGINE_TOKENIZER_MAX_VOCAB * 4u);
+                 (unsigned long long)(spm ? 0 : refs[KEY_MERGES].n_elems), TEXT_TOKENIZER_MAX_VOCAB,
+                 TEXT_TOKENIZER_MAX_VOCAB * 4u);
         status = fail(c, tokens->key_offset, reason);
     }
     return status;
@@ -619,7 +619,7 @@ static tdm_status_t check_common_keys(cursor_t *c, const kv_ref_t refs[KEY_COUNT
 
 /* SentencePiece extras: scores (default 0) and add_space_prefix (default on, as llama.cpp). */
 static tdm_status_t set_spm_fields(const cursor_t *c, const kv_ref_t refs[KEY_COUNT],
-                                   engine_tokenizer_t *tok)
+                                   text_tokenizer_t *tok)
 {
     const kv_ref_t *prefix = &refs[KEY_ADD_SPACE_PREFIX];
 
@@ -640,9 +640,9 @@ static tdm_status_t set_spm_fields(const cursor_t *c, const kv_ref_t refs[KEY_CO
     return TDM_OK;
 }
 
-static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_tokenizer_t **tok_out)
+static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], text_tokenizer_t **tok_out)
 {
-    engine_tokenizer_builder_t b;
+    text_tokenizer_builder_t b;
     char model[32], pre[48] = "default", reason[256];
     int ignore_merges = 0, spm;
     tdm_status_t status;
@@ -665,16 +665,16 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
     if (status != TDM_OK) {
         return status;
     }
-    status = engine_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
-                                           spm ? 0 : (uint32_t)refs[KEY_MERGES].n_elems, reason,
-                                           sizeof(reason));
+    status = text_tokenizer_builder_init(&b, (uint32_t)refs[KEY_TOKENS].n_elems,
+                                         spm ? 0 : (uint32_t)refs[KEY_MERGES].n_elems, reason,
+                                         sizeof(reason));
     if (status != TDM_OK) {
         return status;
     }
     b.tok->spm = spm;
     status = add_tokens(c, refs, &b);
     if (status == TDM_OK) {
-        status = engine_tokenizer_builder_index(&b, reason, sizeof(reason));
+        status = text_tokenizer_builder_index(&b, reason, sizeof(reason));
         if (status == TDM_ERR_FORMAT) {
             snprintf(c->key, sizeof(c->key), "%s", key_names[KEY_TOKENS]);
             status = fail(c, refs[KEY_TOKENS].key_offset, reason);
@@ -687,25 +687,25 @@ static tdm_status_t build(cursor_t *c, const kv_ref_t refs[KEY_COUNT], engine_to
         status = add_merges(c, &refs[KEY_MERGES], &b);
     }
     if (status == TDM_OK && !spm) {
-        status = engine_tokenizer_pretok_preset(&b.tok->pretok, refs[KEY_PRE].present ? pre : NULL,
-                                                &ignore_merges, reason, sizeof(reason));
+        status = text_tokenizer_pretok_preset(&b.tok->pretok, refs[KEY_PRE].present ? pre : NULL,
+                                              &ignore_merges, reason, sizeof(reason));
         if (status != TDM_OK) {
             tdm_errbuf_set(c->err, c->err_bytes, "%s: pre-tokenizer %s: %s", c->what, pre, reason);
         }
     }
     if (status != TDM_OK) {
-        engine_tokenizer_builder_fini(&b);
+        text_tokenizer_builder_fini(&b);
         return status;
     }
     b.tok->ignore_merges = ignore_merges;
     snprintf(b.tok->pre_name, sizeof(b.tok->pre_name), "%s", pre);
     set_special_ids(c, refs, b.tok);
-    return engine_tokenizer_builder_finish(&b, tok_out);
+    return text_tokenizer_builder_finish(&b, tok_out);
 }
 
-tdm_status_t engine_tokenizer_load_gguf_buffer(const void *data, size_t n_bytes, const char *what,
-                                               engine_tokenizer_t **tok_out, char *err,
-                                               size_t err_bytes)
+tdm_status_t text_tokenizer_load_gguf_buffer(const void *data, size_t n_bytes, const char *what,
+                                             text_tokenizer_t **tok_out, char *err,
+                                             size_t err_bytes)
 {
     cursor_t c;
     kv_ref_t refs[KEY_COUNT];
@@ -735,8 +735,8 @@ tdm_status_t engine_tokenizer_load_gguf_buffer(const void *data, size_t n_bytes,
     return status;
 }
 
-tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **tok_out, char *err,
-                                        size_t err_bytes)
+tdm_status_t text_tokenizer_load_gguf(const char *path, text_tokenizer_t **tok_out, char *err,
+                                      size_t err_bytes)
 {
     struct stat st;
     void *map;
@@ -771,7 +771,7 @@ tdm_status_t engine_tokenizer_load_gguf(const char *path, engine_tokenizer_t **t
         return TDM_ERR_IO;
     }
     status =
-        engine_tokenizer_load_gguf_buffer(map, (size_t)st.st_size, path, tok_out, err, err_bytes);
+        text_tokenizer_load_gguf_buffer(map, (size_t)st.st_size, path, tok_out, err, err_bytes);
     munmap(map, (size_t)st.st_size);
     return status;
 }

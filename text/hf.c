@@ -1,4 +1,4 @@
-/* hf.c - Hugging Face tokenizer.json -> engine_tokenizer_t.
+/* hf.c - Hugging Face tokenizer.json -> text_tokenizer_t.
  *
  * Reads model (type "BPE": vocab, merges as "a b" strings or [a, b] pairs, ignore_merges),
  * added_tokens, normalizer and pre_tokenizer; checks each against what text/tokenizer.h
@@ -92,17 +92,17 @@ static tdm_status_t check_normalizer(const hf_ctx_t *ctx, const json_t *norm, in
     return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "normalizer", reason);
 }
 
-static int parse_behavior(const char *name, engine_tokenizer_split_behavior_t *out)
+static int parse_behavior(const char *name, text_tokenizer_split_behavior_t *out)
 {
     static const struct {
         const char *name;
-        engine_tokenizer_split_behavior_t behavior;
+        text_tokenizer_split_behavior_t behavior;
     } table[] = {
-        {"Removed", ENGINE_TOKENIZER_SPLIT_REMOVED},
-        {"Isolated", ENGINE_TOKENIZER_SPLIT_ISOLATED},
-        {"MergedWithPrevious", ENGINE_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS},
-        {"MergedWithNext", ENGINE_TOKENIZER_SPLIT_MERGED_WITH_NEXT},
-        {"Contiguous", ENGINE_TOKENIZER_SPLIT_CONTIGUOUS},
+        {"Removed", TEXT_TOKENIZER_SPLIT_REMOVED},
+        {"Isolated", TEXT_TOKENIZER_SPLIT_ISOLATED},
+        {"MergedWithPrevious", TEXT_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS},
+        {"MergedWithNext", TEXT_TOKENIZER_SPLIT_MERGED_WITH_NEXT},
+        {"Contiguous", TEXT_TOKENIZER_SPLIT_CONTIGUOUS},
     };
 
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
@@ -114,7 +114,7 @@ static int parse_behavior(const char *name, engine_tokenizer_split_behavior_t *o
     return 0;
 }
 
-static tdm_status_t add_split(const hf_ctx_t *ctx, engine_tokenizer_pretok_t *pretok,
+static tdm_status_t add_split(const hf_ctx_t *ctx, text_tokenizer_pretok_t *pretok,
                               const json_t *split)
 {
     const json_t *pattern = json_object_get(split, "pattern");
@@ -123,7 +123,7 @@ static tdm_status_t add_split(const hf_ctx_t *ctx, engine_tokenizer_pretok_t *pr
     const json_t *regex = json_is_object(pattern) ? json_object_get(pattern, "Regex") : NULL;
     const json_t *literal = json_is_object(pattern) ? json_object_get(pattern, "String") : NULL;
     const json_t *text = json_is_string(regex) ? regex : literal;
-    engine_tokenizer_split_behavior_t how;
+    text_tokenizer_split_behavior_t how;
     char reason[512];
     tdm_status_t status;
 
@@ -139,16 +139,16 @@ static tdm_status_t add_split(const hf_ctx_t *ctx, engine_tokenizer_pretok_t *pr
     if (invert != NULL && !json_is_boolean(invert)) {
         return hf_fail(ctx, TDM_ERR_FORMAT, "pre_tokenizer Split.invert", "not a boolean");
     }
-    status = engine_tokenizer_pretok_add_split(pretok, json_string_value(text),
-                                               json_string_length(text), text == literal, how,
-                                               json_is_true(invert), reason, sizeof(reason));
+    status = text_tokenizer_pretok_add_split(pretok, json_string_value(text),
+                                             json_string_length(text), text == literal, how,
+                                             json_is_true(invert), reason, sizeof(reason));
     if (status != TDM_OK) {
         return hf_fail(ctx, status, "pre_tokenizer Split.pattern", reason);
     }
     return TDM_OK;
 }
 
-static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, engine_tokenizer_pretok_t *pretok,
+static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, text_tokenizer_pretok_t *pretok,
                                       const json_t *pre, int depth)
 {
     const char *type = type_of(pre);
@@ -160,7 +160,7 @@ static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, engine_tokenizer_pret
     }
     if (strcmp(type, "ByteLevel") == 0) {
         const json_t *use_regex = json_object_get(pre, "use_regex");
-        status = engine_tokenizer_pretok_add_byte_level(
+        status = text_tokenizer_pretok_add_byte_level(
             pretok, json_is_true(json_object_get(pre, "add_prefix_space")),
             use_regex == NULL || json_is_true(use_regex), reason, sizeof(reason));
         return status == TDM_OK ? TDM_OK : hf_fail(ctx, status, "pre_tokenizer ByteLevel", reason);
@@ -189,13 +189,13 @@ static tdm_status_t add_pre_tokenizer(const hf_ctx_t *ctx, engine_tokenizer_pret
     return hf_fail(ctx, TDM_ERR_UNSUPPORTED, "pre_tokenizer", reason);
 }
 
-/* An id member: a non-negative integer below ENGINE_TOKENIZER_MAX_VOCAB. */
+/* An id member: a non-negative integer below TEXT_TOKENIZER_MAX_VOCAB. */
 static int get_id(const json_t *value, uint32_t *id_out)
 {
     int64_t id;
 
     if (value == NULL || tdm_json_int_exact(value, &id) != TDM_OK || id < 0 ||
-        id >= (int64_t)ENGINE_TOKENIZER_MAX_VOCAB) {
+        id >= (int64_t)TEXT_TOKENIZER_MAX_VOCAB) {
         return 0;
     }
     *id_out = (uint32_t)id;
@@ -216,7 +216,7 @@ static tdm_status_t count_vocab(const hf_ctx_t *ctx, const json_t *vocab, const 
     {
         if (!get_id(value, &id)) {
             snprintf(reason, sizeof(reason), "token \"%.*s\" has no valid id (0..%u)",
-                     key_len > 64 ? 64 : (int)key_len, key, ENGINE_TOKENIZER_MAX_VOCAB - 1);
+                     key_len > 64 ? 64 : (int)key_len, key, TEXT_TOKENIZER_MAX_VOCAB - 1);
             return hf_fail(ctx, TDM_ERR_FORMAT, "model.vocab", reason);
         }
         n = id + 1 > n ? id + 1 : n;
@@ -236,8 +236,8 @@ static tdm_status_t count_vocab(const hf_ctx_t *ctx, const json_t *vocab, const 
     return TDM_OK;
 }
 
-static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b,
-                              const json_t *vocab, const json_t *added)
+static tdm_status_t add_vocab(const hf_ctx_t *ctx, text_tokenizer_builder_t *b, const json_t *vocab,
+                              const json_t *added)
 {
     const char *key;
     size_t key_len, i;
@@ -249,8 +249,8 @@ static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b
     json_object_keylen_foreach((json_t *)vocab, key, key_len, value)
     {
         (void)get_id(value, &id); /* checked by count_vocab */
-        status = engine_tokenizer_builder_set_token(b, id, key, key_len, ENGINE_TOKEN_NORMAL,
-                                                    reason, sizeof(reason));
+        status = text_tokenizer_builder_set_token(b, id, key, key_len, TEXT_TOKEN_NORMAL, reason,
+                                                  sizeof(reason));
         if (status != TDM_OK) {
             return status == TDM_ERR_FORMAT ? hf_fail(ctx, status, "model.vocab", reason) : status;
         }
@@ -258,28 +258,28 @@ static tdm_status_t add_vocab(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b
     json_array_foreach(added, i, item)
     {
         const json_t *content = json_object_get(item, "content");
-        engine_token_kind_t kind = json_is_true(json_object_get(item, "special"))
-                                       ? ENGINE_TOKEN_CONTROL
-                                       : ENGINE_TOKEN_USER_DEFINED;
+        text_token_kind_t kind = json_is_true(json_object_get(item, "special"))
+                                     ? TEXT_TOKEN_CONTROL
+                                     : TEXT_TOKEN_USER_DEFINED;
         snprintf(field, sizeof(field), "added_tokens[%zu]", i);
         if (!json_is_string(content)) {
             return hf_fail(ctx, TDM_ERR_FORMAT, field, "\"content\" is not a string");
         }
         (void)get_id(json_object_get(item, "id"), &id);
-        status = engine_tokenizer_builder_set_token(b, id, json_string_value(content),
-                                                    json_string_length(content), kind, reason,
-                                                    sizeof(reason));
+        status = text_tokenizer_builder_set_token(b, id, json_string_value(content),
+                                                  json_string_length(content), kind, reason,
+                                                  sizeof(reason));
         if (status != TDM_OK) {
             return status == TDM_ERR_FORMAT ? hf_fail(ctx, status, field, reason) : status;
         }
-        engine_tokenizer_builder_mark_added(b, id, kind,
-                                            json_is_true(json_object_get(item, "lstrip")),
-                                            json_is_true(json_object_get(item, "rstrip")));
+        text_tokenizer_builder_mark_added(b, id, kind,
+                                          json_is_true(json_object_get(item, "lstrip")),
+                                          json_is_true(json_object_get(item, "rstrip")));
     }
     return TDM_OK;
 }
 
-static tdm_status_t add_merges(const hf_ctx_t *ctx, engine_tokenizer_builder_t *b,
+static tdm_status_t add_merges(const hf_ctx_t *ctx, text_tokenizer_builder_t *b,
                                const json_t *merges)
 {
     size_t i;
@@ -313,7 +313,7 @@ static tdm_status_t add_merges(const hf_ctx_t *ctx, engine_tokenizer_builder_t *
         } else {
             return hf_fail(ctx, TDM_ERR_FORMAT, field, "neither \"a b\" nor [\"a\", \"b\"]");
         }
-        status = engine_tokenizer_builder_add_merge(b, left, n_left, right, n_right);
+        status = text_tokenizer_builder_add_merge(b, left, n_left, right, n_right);
         if (status == TDM_ERR_NOT_FOUND) {
             snprintf(reason, sizeof(reason),
                      "\"%.*s\" + \"%.*s\": a part or the result is not "
@@ -350,11 +350,11 @@ static tdm_status_t check_model_options(const hf_ctx_t *ctx, const json_t *model
     return TDM_OK;
 }
 
-static void find_named(engine_tokenizer_t *tok, const char *const *names, size_t n_names,
+static void find_named(text_tokenizer_t *tok, const char *const *names, size_t n_names,
                        int32_t *id_out)
 {
     for (size_t i = 0; i < n_names; i++) {
-        int32_t id = engine_tokenizer_lookup_text(tok, names[i], strlen(names[i]));
+        int32_t id = text_tokenizer_lookup_text(tok, names[i], strlen(names[i]));
         if (id >= 0) {
             *id_out = id;
             return;
@@ -362,13 +362,13 @@ static void find_named(engine_tokenizer_t *tok, const char *const *names, size_t
     }
 }
 
-static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_tokenizer_t **tok_out)
+static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, text_tokenizer_t **tok_out)
 {
     const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
     const json_t *added = json_is_object(root) ? json_object_get(root, "added_tokens") : NULL;
     const json_t *vocab, *merges, *empty = NULL;
     const char *type;
-    engine_tokenizer_builder_t b;
+    text_tokenizer_builder_t b;
     uint32_t n_vocab = 0;
     char reason[256];
     tdm_status_t status;
@@ -409,15 +409,15 @@ static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_to
     if (status == TDM_OK) {
         status = count_vocab(ctx, vocab, added, &n_vocab);
     }
-    if (status == TDM_OK && json_array_size(merges) > ENGINE_TOKENIZER_MAX_VOCAB * 4u) {
+    if (status == TDM_OK && json_array_size(merges) > TEXT_TOKENIZER_MAX_VOCAB * 4u) {
         status = hf_fail(ctx, TDM_ERR_FORMAT, "model.merges", "too many merges");
     }
     if (status != TDM_OK) {
         json_decref((json_t *)empty);
         return status;
     }
-    status = engine_tokenizer_builder_init(&b, n_vocab, (uint32_t)json_array_size(merges), reason,
-                                           sizeof(reason));
+    status = text_tokenizer_builder_init(&b, n_vocab, (uint32_t)json_array_size(merges), reason,
+                                         sizeof(reason));
     if (status != TDM_OK) {
         json_decref((json_t *)empty);
         return status == TDM_ERR_FORMAT ? hf_fail(ctx, status, "model.vocab", reason) : status;
@@ -425,7 +425,7 @@ static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_to
     status = add_vocab(ctx, &b, vocab, added);
     json_decref((json_t *)empty);
     if (status == TDM_OK) {
-        status = engine_tokenizer_builder_index(&b, reason, sizeof(reason));
+        status = text_tokenizer_builder_index(&b, reason, sizeof(reason));
         if (status == TDM_ERR_FORMAT) {
             status = hf_fail(ctx, status, "model.vocab", reason);
         }
@@ -447,7 +447,7 @@ static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_to
                          "no ByteLevel step: only byte-level BPE is supported");
     }
     if (status != TDM_OK) {
-        engine_tokenizer_builder_fini(&b);
+        text_tokenizer_builder_fini(&b);
         return status;
     }
     b.tok->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
@@ -455,12 +455,11 @@ static tdm_status_t load_root(const hf_ctx_t *ctx, const json_t *root, engine_to
     find_named(b.tok, bos_names, sizeof(bos_names) / sizeof(bos_names[0]), &b.tok->bos_id);
     find_named(b.tok, eos_names, sizeof(eos_names) / sizeof(eos_names[0]), &b.tok->eos_id);
     find_named(b.tok, pad_names, sizeof(pad_names) / sizeof(pad_names[0]), &b.tok->pad_id);
-    return engine_tokenizer_builder_finish(&b, tok_out);
+    return text_tokenizer_builder_finish(&b, tok_out);
 }
 
-tdm_status_t engine_tokenizer_load_hf_buffer(const char *json, size_t n_bytes, const char *what,
-                                             engine_tokenizer_t **tok_out, char *err,
-                                             size_t err_bytes)
+tdm_status_t text_tokenizer_load_hf_buffer(const char *json, size_t n_bytes, const char *what,
+                                           text_tokenizer_t **tok_out, char *err, size_t err_bytes)
 {
     hf_ctx_t ctx = {what != NULL ? what : "<tokenizer.json>", err, err_bytes};
     json_t *root = NULL;
@@ -478,8 +477,8 @@ tdm_status_t engine_tokenizer_load_hf_buffer(const char *json, size_t n_bytes, c
     return status;
 }
 
-tdm_status_t engine_tokenizer_load_hf(const char *path, engine_tokenizer_t **tok_out, char *err,
-                                      size_t err_bytes)
+tdm_status_t text_tokenizer_load_hf(const char *path, text_tokenizer_t **tok_out, char *err,
+                                    size_t err_bytes)
 {
     hf_ctx_t ctx = {path, err, err_bytes};
     json_t *root = NULL;

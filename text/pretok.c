@@ -34,7 +34,7 @@ static int byte_is_printable_latin1(uint32_t b)
     return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
 }
 
-uint32_t engine_tokenizer_byte_to_cp(uint8_t b)
+uint32_t text_tokenizer_byte_to_cp(uint8_t b)
 {
     uint32_t n = 0;
 
@@ -47,7 +47,7 @@ uint32_t engine_tokenizer_byte_to_cp(uint8_t b)
     return 256 + n;
 }
 
-int engine_tokenizer_cp_to_byte(uint32_t cp)
+int text_tokenizer_cp_to_byte(uint32_t cp)
 {
     uint32_t n = 0;
 
@@ -68,7 +68,7 @@ int engine_tokenizer_cp_to_byte(uint32_t cp)
     return -1;
 }
 
-size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4])
+size_t text_tokenizer_utf8_put(uint32_t cp, uint8_t out[4])
 {
     if (cp < 0x80) {
         out[0] = (uint8_t)cp;
@@ -92,7 +92,7 @@ size_t engine_tokenizer_utf8_put(uint32_t cp, uint8_t out[4])
     return 4;
 }
 
-size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out)
+size_t text_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out)
 {
     uint8_t b0;
     size_t len;
@@ -142,16 +142,16 @@ size_t engine_tokenizer_utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out)
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *pattern, size_t n_bytes,
-                             uint32_t options, engine_tokenizer_split_behavior_t behavior,
-                             int invert, int add_prefix_space, char *err, size_t err_bytes)
+static tdm_status_t add_step(text_tokenizer_pretok_t *pretok, const char *pattern, size_t n_bytes,
+                             uint32_t options, text_tokenizer_split_behavior_t behavior, int invert,
+                             int add_prefix_space, char *err, size_t err_bytes)
 {
-    engine_tokenizer_pretok_step_t *step;
+    text_tokenizer_pretok_step_t *step;
     pcre2_code *code = NULL;
 
-    if (pretok->n_steps == ENGINE_TOKENIZER_MAX_PRETOK_STEPS) {
+    if (pretok->n_steps == TEXT_TOKENIZER_MAX_PRETOK_STEPS) {
         tdm_errbuf_set(err, err_bytes, "more than %d pre-tokenizer steps",
-                       ENGINE_TOKENIZER_MAX_PRETOK_STEPS);
+                       TEXT_TOKENIZER_MAX_PRETOK_STEPS);
         return TDM_ERR_UNSUPPORTED;
     }
     if (pattern != NULL) {
@@ -178,32 +178,32 @@ static tdm_status_t add_step(engine_tokenizer_pretok_t *pretok, const char *patt
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_pretok_add_split(engine_tokenizer_pretok_t *pretok,
-                                               const char *pattern, size_t n_bytes, int literal,
-                                               engine_tokenizer_split_behavior_t behavior,
-                                               int invert, char *err, size_t err_bytes)
+tdm_status_t text_tokenizer_pretok_add_split(text_tokenizer_pretok_t *pretok, const char *pattern,
+                                             size_t n_bytes, int literal,
+                                             text_tokenizer_split_behavior_t behavior, int invert,
+                                             char *err, size_t err_bytes)
 {
     return add_step(pretok, pattern, n_bytes,
                     literal ? PRETOK_PCRE2_LITERAL_OPTIONS : PRETOK_PCRE2_OPTIONS, behavior, invert,
                     0, err, err_bytes);
 }
 
-tdm_status_t engine_tokenizer_pretok_add_byte_level(engine_tokenizer_pretok_t *pretok,
-                                                    int add_prefix_space, int use_regex, char *err,
-                                                    size_t err_bytes)
+tdm_status_t text_tokenizer_pretok_add_byte_level(text_tokenizer_pretok_t *pretok,
+                                                  int add_prefix_space, int use_regex, char *err,
+                                                  size_t err_bytes)
 {
     tdm_status_t status;
 
     status = add_step(pretok, use_regex ? gpt2_pattern : NULL, strlen(gpt2_pattern),
-                      PRETOK_PCRE2_OPTIONS, ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, add_prefix_space,
-                      err, err_bytes);
+                      PRETOK_PCRE2_OPTIONS, TEXT_TOKENIZER_SPLIT_ISOLATED, 0, add_prefix_space, err,
+                      err_bytes);
     if (status == TDM_OK) {
         pretok->has_byte_level = 1;
     }
     return status;
 }
 
-void engine_tokenizer_pretok_fini(engine_tokenizer_pretok_t *pretok)
+void text_tokenizer_pretok_fini(text_tokenizer_pretok_t *pretok)
 {
     for (size_t i = 0; i < pretok->n_steps; i++) {
         pcre2_code_free(pretok->steps[i].code);
@@ -306,8 +306,8 @@ static int name_in_list(const char *name, const char *list)
     return 0;
 }
 
-tdm_status_t engine_tokenizer_pretok_preset(engine_tokenizer_pretok_t *pretok, const char *name,
-                                            int *ignore_merges_out, char *err, size_t err_bytes)
+tdm_status_t text_tokenizer_pretok_preset(text_tokenizer_pretok_t *pretok, const char *name,
+                                          int *ignore_merges_out, char *err, size_t err_bytes)
 {
     const pretok_preset_t *preset = &presets[0];
     tdm_status_t status = TDM_OK;
@@ -326,9 +326,9 @@ tdm_status_t engine_tokenizer_pretok_preset(engine_tokenizer_pretok_t *pretok, c
         }
     }
     for (size_t i = 0; i < 6 && preset->regexes[i] != NULL && status == TDM_OK; i++) {
-        status = engine_tokenizer_pretok_add_split(
-            pretok, preset->regexes[i], strlen(preset->regexes[i]), 0,
-            ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, err, err_bytes);
+        status =
+            text_tokenizer_pretok_add_split(pretok, preset->regexes[i], strlen(preset->regexes[i]),
+                                            0, TEXT_TOKENIZER_SPLIT_ISOLATED, 0, err, err_bytes);
     }
     if (status == TDM_OK) {
         pretok->has_byte_level = 1;
@@ -339,7 +339,7 @@ tdm_status_t engine_tokenizer_pretok_preset(engine_tokenizer_pretok_t *pretok, c
 
 /* ---- running --------------------------------------------------------------------------------- */
 
-tdm_status_t engine_tokenizer_scratch_init(engine_tokenizer_scratch_t *scratch)
+tdm_status_t text_tokenizer_scratch_init(text_tokenizer_scratch_t *scratch)
 {
     memset(scratch, 0, sizeof(*scratch));
     scratch->match_data = pcre2_match_data_create(PRETOK_OVECTOR_PAIRS, NULL);
@@ -347,7 +347,7 @@ tdm_status_t engine_tokenizer_scratch_init(engine_tokenizer_scratch_t *scratch)
     scratch->jit_stack =
         pcre2_jit_stack_create(PRETOK_JIT_STACK_MIN_BYTES, PRETOK_JIT_STACK_MAX_BYTES, NULL);
     if (scratch->match_data == NULL || scratch->match_ctx == NULL) {
-        engine_tokenizer_scratch_fini(scratch);
+        text_tokenizer_scratch_fini(scratch);
         return TDM_ERR_NO_MEMORY;
     }
     if (scratch->jit_stack != NULL) {
@@ -356,7 +356,7 @@ tdm_status_t engine_tokenizer_scratch_init(engine_tokenizer_scratch_t *scratch)
     return TDM_OK;
 }
 
-void engine_tokenizer_scratch_fini(engine_tokenizer_scratch_t *scratch)
+void text_tokenizer_scratch_fini(text_tokenizer_scratch_t *scratch)
 {
     free(scratch->work);
     free(scratch->pieces);
@@ -389,7 +389,7 @@ static tdm_status_t grow(void **buf, size_t *cap, size_t need, size_t elem_bytes
     return TDM_OK;
 }
 
-static tdm_status_t push_next(engine_tokenizer_scratch_t *s, size_t offset, size_t n_bytes)
+static tdm_status_t push_next(text_tokenizer_scratch_t *s, size_t offset, size_t n_bytes)
 {
     tdm_status_t status;
 
@@ -410,14 +410,14 @@ static tdm_status_t push_next(engine_tokenizer_scratch_t *s, size_t offset, size
 static size_t char_len(const uint8_t *s, size_t n)
 {
     uint32_t cp;
-    size_t len = engine_tokenizer_utf8_next(s, n, &cp);
+    size_t len = text_tokenizer_utf8_next(s, n, &cp);
 
     return len == 0 ? 1 : len;
 }
 
 /* All matches of `code` in the piece, as [start, end) pairs relative to it. */
 static tdm_status_t find_matches(const pcre2_code *code, const uint8_t *subject, size_t n,
-                                 engine_tokenizer_scratch_t *s)
+                                 text_tokenizer_scratch_t *s)
 {
     size_t start = 0;
     tdm_status_t status;
@@ -468,7 +468,7 @@ typedef struct {
 } pending_t;
 
 /* Emit the pending piece, if any, and hold [a, b) in its place. */
-static tdm_status_t pending_replace(pending_t *pend, engine_tokenizer_scratch_t *s, size_t offset,
+static tdm_status_t pending_replace(pending_t *pend, text_tokenizer_scratch_t *s, size_t offset,
                                     size_t a, size_t b, int is_match)
 {
     tdm_status_t status = TDM_OK;
@@ -484,8 +484,8 @@ static tdm_status_t pending_replace(pending_t *pend, engine_tokenizer_scratch_t 
 }
 
 /* Split one piece by its matches according to the behaviour (Hugging Face semantics). */
-static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size_t offset, size_t n,
-                                engine_tokenizer_scratch_t *s)
+static tdm_status_t split_piece(const text_tokenizer_pretok_step_t *step, size_t offset, size_t n,
+                                text_tokenizer_scratch_t *s)
 {
     size_t prev_end = 0;
     pending_t pend = {0, 0, 0, 0};
@@ -512,15 +512,15 @@ static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size
             int is_match = seg_match[k] != step->invert;
             size_t a = seg[k][0], b = seg[k][1];
             switch (step->behavior) {
-            case ENGINE_TOKENIZER_SPLIT_REMOVED:
+            case TEXT_TOKENIZER_SPLIT_REMOVED:
                 if (!is_match) {
                     status = push_next(s, offset + a, b - a);
                 }
                 break;
-            case ENGINE_TOKENIZER_SPLIT_ISOLATED:
+            case TEXT_TOKENIZER_SPLIT_ISOLATED:
                 status = push_next(s, offset + a, b - a);
                 break;
-            case ENGINE_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS:
+            case TEXT_TOKENIZER_SPLIT_MERGED_WITH_PREVIOUS:
                 /* A match joins the piece before it unless that piece was a match. */
                 if (is_match && pend.have && !pend.is_match) {
                     pend.end = b;
@@ -529,7 +529,7 @@ static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size
                 }
                 status = pending_replace(&pend, s, offset, a, b, is_match);
                 break;
-            case ENGINE_TOKENIZER_SPLIT_MERGED_WITH_NEXT:
+            case TEXT_TOKENIZER_SPLIT_MERGED_WITH_NEXT:
                 /* A match joins the piece after it unless that piece is a match. */
                 if (pend.have && pend.is_match && !is_match) {
                     pend.end = b;
@@ -538,7 +538,7 @@ static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size
                 }
                 status = pending_replace(&pend, s, offset, a, b, is_match);
                 break;
-            case ENGINE_TOKENIZER_SPLIT_CONTIGUOUS:
+            case TEXT_TOKENIZER_SPLIT_CONTIGUOUS:
                 /* Runs of matches (and runs of non-matches) become one piece each. */
                 if (pend.have && pend.is_match == is_match) {
                     pend.end = b;
@@ -556,7 +556,7 @@ static tdm_status_t split_piece(const engine_tokenizer_pretok_step_t *step, size
 }
 
 /* ByteLevel's prefix space: copy the piece after a ' ' at the end of the work buffer. */
-static tdm_status_t prefix_space(engine_tokenizer_scratch_t *s, engine_tokenizer_piece_t *piece)
+static tdm_status_t prefix_space(text_tokenizer_scratch_t *s, text_tokenizer_piece_t *piece)
 {
     size_t src = piece->offset;
     tdm_status_t status = grow((void **)&s->work, &s->cap_work, s->n_work + piece->n_bytes + 1, 1);
@@ -572,11 +572,10 @@ static tdm_status_t prefix_space(engine_tokenizer_scratch_t *s, engine_tokenizer
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_pretok_run(const engine_tokenizer_pretok_t *pretok,
-                                         const uint8_t *text, size_t n_bytes,
-                                         engine_tokenizer_scratch_t *scratch)
+tdm_status_t text_tokenizer_pretok_run(const text_tokenizer_pretok_t *pretok, const uint8_t *text,
+                                       size_t n_bytes, text_tokenizer_scratch_t *scratch)
 {
-    engine_tokenizer_scratch_t *s = scratch;
+    text_tokenizer_scratch_t *s = scratch;
     tdm_status_t status = grow((void **)&s->work, &s->cap_work, n_bytes, 1);
 
     if (status == TDM_OK) {
@@ -591,12 +590,12 @@ tdm_status_t engine_tokenizer_pretok_run(const engine_tokenizer_pretok_t *pretok
     s->pieces[0].n_bytes = n_bytes;
     s->n_pieces = n_bytes > 0 ? 1 : 0;
     for (size_t k = 0; k < pretok->n_steps; k++) {
-        const engine_tokenizer_pretok_step_t *step = &pretok->steps[k];
-        engine_tokenizer_piece_t *swap;
+        const text_tokenizer_pretok_step_t *step = &pretok->steps[k];
+        text_tokenizer_piece_t *swap;
         size_t swap_cap;
         s->n_next = 0;
         for (size_t i = 0; i < s->n_pieces && status == TDM_OK; i++) {
-            engine_tokenizer_piece_t piece = s->pieces[i];
+            text_tokenizer_piece_t piece = s->pieces[i];
             if (step->add_prefix_space && s->work[piece.offset] != ' ') {
                 status = prefix_space(s, &piece);
             }

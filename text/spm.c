@@ -23,10 +23,10 @@ typedef struct {
 } piece_t;
 
 typedef struct {
-    const engine_tokenizer_t *tok;
+    const text_tokenizer_t *tok;
     const uint8_t *text; /* escaped */
     piece_t *pieces;
-    engine_tokenizer_heap_t heap; /* candidates: -score, left, right, size */
+    text_tokenizer_heap_t heap; /* candidates: -score, left, right, size */
 } spm_state_t;
 
 /* Queue the merge of pieces left and right if their joined text is a token. */
@@ -40,16 +40,16 @@ static tdm_status_t try_pair(spm_state_t *st, int32_t left, int32_t right)
     }
     l = &st->pieces[left];
     r = &st->pieces[right];
-    id = engine_tokenizer_lookup_text(st->tok, (const char *)st->text + l->start, l->n + r->n);
+    id = text_tokenizer_lookup_text(st->tok, (const char *)st->text + l->start, l->n + r->n);
     if (id < 0) {
         return TDM_OK;
     }
-    return engine_tokenizer_heap_push(&st->heap, (engine_tokenizer_cand_t){
-                                                     .key = -(double)st->tok->scores[id],
-                                                     .left = (uint32_t)left,
-                                                     .right = (uint32_t)right,
-                                                     .size = l->n + r->n,
-                                                 });
+    return text_tokenizer_heap_push(&st->heap, (text_tokenizer_cand_t){
+                                                   .key = -(double)st->tok->scores[id],
+                                                   .left = (uint32_t)left,
+                                                   .right = (uint32_t)right,
+                                                   .size = l->n + r->n,
+                                               });
 }
 
 /* Bytes of the UTF-8 sequence led by b, as llama.cpp's unicode_len_utf8 (ill-formed: 1). */
@@ -82,26 +82,25 @@ static size_t escape(const uint8_t *text, size_t n, int prefix_space, uint8_t *o
 }
 
 /* Emit piece i: its token, or its bytes as byte tokens (bytes without a token are dropped). */
-static tdm_status_t emit_piece(const spm_state_t *st, const piece_t *p, engine_tokenizer_ids_t *out)
+static tdm_status_t emit_piece(const spm_state_t *st, const piece_t *p, text_tokenizer_ids_t *out)
 {
-    int32_t id = engine_tokenizer_lookup_text(st->tok, (const char *)st->text + p->start, p->n);
+    int32_t id = text_tokenizer_lookup_text(st->tok, (const char *)st->text + p->start, p->n);
     tdm_status_t status = TDM_OK;
 
     if (id >= 0) {
-        return engine_tokenizer_ids_push(out, id);
+        return text_tokenizer_ids_push(out, id);
     }
     for (uint32_t k = 0; k < p->n && status == TDM_OK; k++) {
         int32_t byte_id = st->tok->byte_id[st->text[p->start + k]];
         if (byte_id >= 0) {
-            status = engine_tokenizer_ids_push(out, byte_id);
+            status = text_tokenizer_ids_push(out, byte_id);
         }
     }
     return status;
 }
 
-tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const uint8_t *text,
-                                         size_t n_bytes, int prefix_space,
-                                         engine_tokenizer_ids_t *out)
+tdm_status_t text_tokenizer_spm_encode(const text_tokenizer_t *tok, const uint8_t *text,
+                                       size_t n_bytes, int prefix_space, text_tokenizer_ids_t *out)
 {
     spm_state_t st = {tok, NULL, NULL, {NULL, 0, 0}};
     uint8_t *escaped;
@@ -137,7 +136,7 @@ tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const ui
         status = try_pair(&st, (int32_t)i - 1, (int32_t)i);
     }
     while (status == TDM_OK && st.heap.n > 0) {
-        engine_tokenizer_cand_t c = engine_tokenizer_heap_pop(&st.heap);
+        text_tokenizer_cand_t c = text_tokenizer_heap_pop(&st.heap);
         piece_t *l = &st.pieces[c.left], *r = &st.pieces[c.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) {
             continue; /* stale: one side merged since this candidate was queued */
@@ -156,7 +155,7 @@ tdm_status_t engine_tokenizer_spm_encode(const engine_tokenizer_t *tok, const ui
     for (int32_t i = n_pieces > 0 ? 0 : -1; i >= 0 && status == TDM_OK; i = st.pieces[i].next) {
         status = emit_piece(&st, &st.pieces[i], out);
     }
-    engine_tokenizer_heap_fini(&st.heap);
+    text_tokenizer_heap_fini(&st.heap);
     free(st.pieces);
     free(escaped);
     return status;

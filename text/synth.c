@@ -23,10 +23,10 @@ static const struct {
     const char *text;
     int special;
 } chat_tokens[] = {
-    {ENGINE_TOKENIZER_DS_USER, 1},
-    {ENGINE_TOKENIZER_DS_ASSISTANT, 1},
-    {ENGINE_TOKENIZER_DS_THINK, 0},
-    {ENGINE_TOKENIZER_DS_END_THINK, 0},
+    {TEXT_TOKENIZER_DS_USER, 1},
+    {TEXT_TOKENIZER_DS_ASSISTANT, 1},
+    {TEXT_TOKENIZER_DS_THINK, 0},
+    {TEXT_TOKENIZER_DS_END_THINK, 0},
     {"<\uff5ctool\u2581calls\u2581begin\uff5c>", 1},
     {"<\uff5ctool\u2581calls\u2581end\uff5c>", 1},
     {"<\uff5ctool\u2581call\u2581begin\uff5c>", 1},
@@ -34,8 +34,8 @@ static const struct {
     {"<\uff5ctool\u2581sep\uff5c>", 1},
     {"<\uff5ctool\u2581outputs\u2581begin\uff5c>", 1},
     {"<\uff5ctool\u2581outputs\u2581end\uff5c>", 1},
-    {ENGINE_TOKENIZER_DS_TOOL_OUTPUT_BEGIN, 1},
-    {ENGINE_TOKENIZER_DS_TOOL_OUTPUT_END, 1},
+    {TEXT_TOKENIZER_DS_TOOL_OUTPUT_BEGIN, 1},
+    {TEXT_TOKENIZER_DS_TOOL_OUTPUT_END, 1},
     {"<\uff5cfim\u2581hole\uff5c>", 1},
     {"<\uff5cfim\u2581begin\uff5c>", 1},
     {"<\uff5cfim\u2581end\uff5c>", 1},
@@ -179,8 +179,7 @@ static tdm_status_t merge_add(merge_list_t *m, uint32_t left, uint32_t right)
 /* Special texts made only of printable ASCII could equal a normal token's byte-level text. */
 static int is_reserved(const uint8_t *bytes, size_t n)
 {
-    static const char *const reserved[] = {ENGINE_TOKENIZER_DS_THINK,
-                                           ENGINE_TOKENIZER_DS_END_THINK};
+    static const char *const reserved[] = {TEXT_TOKENIZER_DS_THINK, TEXT_TOKENIZER_DS_END_THINK};
 
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
         if (strlen(reserved[i]) == n && memcmp(reserved[i], bytes, n) == 0) {
@@ -253,8 +252,8 @@ static int pair_before(const table_t *t, uint32_t a1, uint32_t b1, uint32_t a2, 
 /* Pre-tokenize the corpus and collect its distinct words. */
 static tdm_status_t corpus_words(word_t **words_out, uint32_t *n_out)
 {
-    engine_tokenizer_pretok_t pretok;
-    engine_tokenizer_scratch_t scratch;
+    text_tokenizer_pretok_t pretok;
+    text_tokenizer_scratch_t scratch;
     word_t *words = NULL;
     uint32_t n_words = 0;
     tdm_status_t status = TDM_OK;
@@ -263,18 +262,18 @@ static tdm_status_t corpus_words(word_t **words_out, uint32_t *n_out)
     for (size_t i = 0; i < sizeof(split_patterns) / sizeof(split_patterns[0]) && status == TDM_OK;
          i++) {
         status =
-            engine_tokenizer_pretok_add_split(&pretok, split_patterns[i], strlen(split_patterns[i]),
-                                              0, ENGINE_TOKENIZER_SPLIT_ISOLATED, 0, NULL, 0);
+            text_tokenizer_pretok_add_split(&pretok, split_patterns[i], strlen(split_patterns[i]),
+                                            0, TEXT_TOKENIZER_SPLIT_ISOLATED, 0, NULL, 0);
     }
     if (status == TDM_OK) {
-        status = engine_tokenizer_scratch_init(&scratch);
+        status = text_tokenizer_scratch_init(&scratch);
     }
     if (status != TDM_OK) {
-        engine_tokenizer_pretok_fini(&pretok);
+        text_tokenizer_pretok_fini(&pretok);
         return status;
     }
     status =
-        engine_tokenizer_pretok_run(&pretok, (const uint8_t *)corpus, sizeof(corpus) - 1, &scratch);
+        text_tokenizer_pretok_run(&pretok, (const uint8_t *)corpus, sizeof(corpus) - 1, &scratch);
     if (status == TDM_OK) {
         words = calloc(scratch.n_pieces > 0 ? scratch.n_pieces : 1, sizeof(*words));
         status = words == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
@@ -309,8 +308,8 @@ static tdm_status_t corpus_words(word_t **words_out, uint32_t *n_out)
         words[n_words].freq = 1;
         n_words++;
     }
-    engine_tokenizer_scratch_fini(&scratch);
-    engine_tokenizer_pretok_fini(&pretok);
+    text_tokenizer_scratch_fini(&scratch);
+    text_tokenizer_pretok_fini(&pretok);
     if (status != TDM_OK) {
         for (uint32_t w = 0; words != NULL && w < n_words; w++) {
             free(words[w].syms);
@@ -529,8 +528,7 @@ static void put_byte_level(out_t *o, const table_t *t, uint32_t index)
     size_t n = 0;
 
     for (uint32_t i = t->offset[index]; i < t->offset[index + 1]; i++) {
-        n +=
-            engine_tokenizer_utf8_put(engine_tokenizer_byte_to_cp(t->pool[i]), (uint8_t *)text + n);
+        n += text_tokenizer_utf8_put(text_tokenizer_byte_to_cp(t->pool[i]), (uint8_t *)text + n);
     }
     put_json_string(o, text, n);
 }
@@ -538,8 +536,8 @@ static void put_byte_level(out_t *o, const table_t *t, uint32_t index)
 /* Text and special flag of added token id (vocab ids outside the merged range). */
 static void added_token(uint32_t vocab_size, uint32_t id, const char **text_out, int *special_out)
 {
-    static const char *const low[N_LOW_SPECIALS] = {
-        ENGINE_TOKENIZER_DS_BOS, ENGINE_TOKENIZER_DS_EOS, ENGINE_TOKENIZER_DS_PAD};
+    static const char *const low[N_LOW_SPECIALS] = {TEXT_TOKENIZER_DS_BOS, TEXT_TOKENIZER_DS_EOS,
+                                                    TEXT_TOKENIZER_DS_PAD};
     uint32_t first_chat = vocab_size - N_TOP_SPECIALS - (uint32_t)N_CHAT_TOKENS;
 
     *special_out = 1;
@@ -619,8 +617,8 @@ static void write_json(out_t *o, uint32_t vocab_size, const table_t *t, const me
     puts_(o, "\n    ]\n  }\n}\n");
 }
 
-tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json_out,
-                                                size_t *n_bytes_out, char *err, size_t err_bytes)
+tdm_status_t text_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json_out,
+                                              size_t *n_bytes_out, char *err, size_t err_bytes)
 {
     table_t t;
     merge_list_t m = {0};
@@ -628,10 +626,10 @@ tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json
     uint32_t n_normal, cap_set;
     tdm_status_t status = TDM_OK;
 
-    if (json_out == NULL || n_bytes_out == NULL || vocab_size < ENGINE_TOKENIZER_SYNTH_MIN_VOCAB ||
-        vocab_size > ENGINE_TOKENIZER_SYNTH_MAX_VOCAB) {
+    if (json_out == NULL || n_bytes_out == NULL || vocab_size < TEXT_TOKENIZER_SYNTH_MIN_VOCAB ||
+        vocab_size > TEXT_TOKENIZER_SYNTH_MAX_VOCAB) {
         tdm_errbuf_set(err, err_bytes, "synthetic vocab_size %u outside %u..%u", vocab_size,
-                       ENGINE_TOKENIZER_SYNTH_MIN_VOCAB, ENGINE_TOKENIZER_SYNTH_MAX_VOCAB);
+                       TEXT_TOKENIZER_SYNTH_MIN_VOCAB, TEXT_TOKENIZER_SYNTH_MAX_VOCAB);
         return TDM_ERR_INVALID_ARG;
     }
     /* Normal tokens: the 256 bytes plus merged tokens fill the ids between the specials. */
@@ -681,8 +679,8 @@ tdm_status_t engine_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t vocab_size, char *err,
-                                                 size_t err_bytes)
+tdm_status_t text_tokenizer_write_synthetic_hf(const char *path, uint32_t vocab_size, char *err,
+                                               size_t err_bytes)
 {
     char tmp[4096];
     char *json = NULL;
@@ -694,7 +692,7 @@ tdm_status_t engine_tokenizer_write_synthetic_hf(const char *path, uint32_t voca
         tdm_errbuf_set(err, err_bytes, "path missing or too long");
         return TDM_ERR_INVALID_ARG;
     }
-    status = engine_tokenizer_synthetic_hf_text(vocab_size, &json, &n, err, err_bytes);
+    status = text_tokenizer_synthetic_hf_text(vocab_size, &json, &n, err, err_bytes);
     if (status != TDM_OK) {
         return status;
     }

@@ -33,7 +33,7 @@ static uint32_t pow2_at_least(uint64_t n)
     return (uint32_t)cap;
 }
 
-static tdm_status_t strmap_init(engine_tokenizer_strmap_t *map, uint32_t n_keys)
+static tdm_status_t strmap_init(text_tokenizer_strmap_t *map, uint32_t n_keys)
 {
     uint32_t cap = pow2_at_least((uint64_t)n_keys * 2);
 
@@ -47,7 +47,7 @@ static tdm_status_t strmap_init(engine_tokenizer_strmap_t *map, uint32_t n_keys)
 }
 
 /* Slot holding the id whose pooled key equals key[0..n), or the empty slot where it would go. */
-static uint32_t strmap_slot(const engine_tokenizer_strmap_t *map, const void *pool,
+static uint32_t strmap_slot(const text_tokenizer_strmap_t *map, const void *pool,
                             const uint32_t *offset, const void *key, size_t n)
 {
     uint32_t slot = (uint32_t)tdm_hash_xxh3_64(key, n) & map->mask;
@@ -65,14 +65,14 @@ static uint32_t strmap_slot(const engine_tokenizer_strmap_t *map, const void *po
     }
 }
 
-int32_t engine_tokenizer_lookup_text(const engine_tokenizer_t *tok, const char *text, size_t n)
+int32_t text_tokenizer_lookup_text(const text_tokenizer_t *tok, const char *text, size_t n)
 {
     uint32_t slot = strmap_slot(&tok->text_map, tok->text_pool, tok->text_offset, text, n);
 
     return tok->text_map.slots[slot];
 }
 
-static int32_t lookup_bytes(const engine_tokenizer_t *tok, const uint8_t *bytes, size_t n)
+static int32_t lookup_bytes(const text_tokenizer_t *tok, const uint8_t *bytes, size_t n)
 {
     uint32_t slot = strmap_slot(&tok->bytes_map, tok->bytes_pool, tok->bytes_offset, bytes, n);
 
@@ -81,7 +81,7 @@ static int32_t lookup_bytes(const engine_tokenizer_t *tok, const uint8_t *bytes,
 
 /* ---- merges ---------------------------------------------------------------------------------- */
 
-static uint32_t merge_slot(const engine_tokenizer_t *tok, uint64_t key)
+static uint32_t merge_slot(const text_tokenizer_t *tok, uint64_t key)
 {
     uint32_t slot = (uint32_t)tdm_hash_splitmix64(key) & tok->merge_mask;
 
@@ -91,32 +91,32 @@ static uint32_t merge_slot(const engine_tokenizer_t *tok, uint64_t key)
     return slot;
 }
 
-static const engine_tokenizer_merge_t *find_merge(const engine_tokenizer_t *tok, int32_t left,
-                                                  int32_t right)
+static const text_tokenizer_merge_t *find_merge(const text_tokenizer_t *tok, int32_t left,
+                                                int32_t right)
 {
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
-    const engine_tokenizer_merge_t *m = &tok->merges[merge_slot(tok, key)];
+    const text_tokenizer_merge_t *m = &tok->merges[merge_slot(tok, key)];
 
     return m->key == EMPTY_MERGE ? NULL : m;
 }
 
 /* ---- builder --------------------------------------------------------------------------------- */
 
-tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32_t n_vocab,
-                                           uint32_t max_merges, char *err, size_t err_bytes)
+tdm_status_t text_tokenizer_builder_init(text_tokenizer_builder_t *b, uint32_t n_vocab,
+                                         uint32_t max_merges, char *err, size_t err_bytes)
 {
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
     uint32_t cap;
 
     memset(b, 0, sizeof(*b));
-    if (n_vocab == 0 || n_vocab > ENGINE_TOKENIZER_MAX_VOCAB) {
+    if (n_vocab == 0 || n_vocab > TEXT_TOKENIZER_MAX_VOCAB) {
         tdm_errbuf_set(err, err_bytes, "vocabulary size %u outside 1..%u", n_vocab,
-                       ENGINE_TOKENIZER_MAX_VOCAB);
+                       TEXT_TOKENIZER_MAX_VOCAB);
         return TDM_ERR_FORMAT;
     }
-    if (max_merges > ENGINE_TOKENIZER_MAX_VOCAB * 4u) {
+    if (max_merges > TEXT_TOKENIZER_MAX_VOCAB * 4u) {
         tdm_errbuf_set(err, err_bytes, "%u merges exceed the limit %u", max_merges,
-                       ENGINE_TOKENIZER_MAX_VOCAB * 4u);
+                       TEXT_TOKENIZER_MAX_VOCAB * 4u);
         return TDM_ERR_FORMAT;
     }
     tok = calloc(1, sizeof(*tok));
@@ -136,7 +136,7 @@ tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32
     tok->merges = malloc((size_t)cap * sizeof(*tok->merges));
     if (tok->kind == NULL || tok->lstrip_rstrip == NULL || b->refs == NULL || b->is_set == NULL ||
         tok->merges == NULL) {
-        engine_tokenizer_builder_fini(b);
+        text_tokenizer_builder_fini(b);
         return TDM_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < cap; i++) {
@@ -147,22 +147,21 @@ tdm_status_t engine_tokenizer_builder_init(engine_tokenizer_builder_t *b, uint32
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, uint32_t id,
-                                                const char *text, size_t n_bytes,
-                                                engine_token_kind_t kind, char *err,
-                                                size_t err_bytes)
+tdm_status_t text_tokenizer_builder_set_token(text_tokenizer_builder_t *b, uint32_t id,
+                                              const char *text, size_t n_bytes,
+                                              text_token_kind_t kind, char *err, size_t err_bytes)
 {
-    engine_tokenizer_t *tok = b->tok;
-    engine_tokenizer_text_ref_t *refs = b->refs;
+    text_tokenizer_t *tok = b->tok;
+    text_tokenizer_text_ref_t *refs = b->refs;
 
     if (id >= tok->n_vocab) {
         tdm_errbuf_set(err, err_bytes, "token id %u outside the vocabulary (0..%u)", id,
                        tok->n_vocab - 1);
         return TDM_ERR_FORMAT;
     }
-    if (n_bytes == 0 || n_bytes > ENGINE_TOKENIZER_MAX_TOKEN_BYTES) {
+    if (n_bytes == 0 || n_bytes > TEXT_TOKENIZER_MAX_TOKEN_BYTES) {
         tdm_errbuf_set(err, err_bytes, "token id %u has text of %zu bytes (1..%u)", id, n_bytes,
-                       ENGINE_TOKENIZER_MAX_TOKEN_BYTES);
+                       TEXT_TOKENIZER_MAX_TOKEN_BYTES);
         return TDM_ERR_FORMAT;
     }
     if (b->is_set[id]) {
@@ -200,8 +199,8 @@ tdm_status_t engine_tokenizer_builder_set_token(engine_tokenizer_builder_t *b, u
     return TDM_OK;
 }
 
-void engine_tokenizer_builder_mark_added(engine_tokenizer_builder_t *b, uint32_t id,
-                                         engine_token_kind_t kind, int lstrip, int rstrip)
+void text_tokenizer_builder_mark_added(text_tokenizer_builder_t *b, uint32_t id,
+                                       text_token_kind_t kind, int lstrip, int rstrip)
 {
     b->tok->kind[id] = (uint8_t)kind;
     b->tok->lstrip_rstrip[id] = (uint8_t)((lstrip ? LSTRIP_BIT : 0u) | (rstrip ? RSTRIP_BIT : 0u));
@@ -215,8 +214,8 @@ static size_t byte_level_decode(const uint8_t *text, size_t n, uint8_t *out)
 
     while (i < n) {
         uint32_t cp;
-        size_t len = engine_tokenizer_utf8_next(text + i, n - i, &cp);
-        int byte = len > 0 ? engine_tokenizer_cp_to_byte(cp) : -1;
+        size_t len = text_tokenizer_utf8_next(text + i, n - i, &cp);
+        int byte = len > 0 ? text_tokenizer_cp_to_byte(cp) : -1;
         if (byte >= 0) {
             out[n_out++] = (uint8_t)byte;
         } else {
@@ -269,10 +268,10 @@ static size_t spm_decode(const uint8_t *text, size_t n, uint8_t *out)
 }
 
 /* Pack the texts in id order and compute every token's bytes. */
-static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
+static tdm_status_t pack_texts(text_tokenizer_builder_t *b)
 {
-    engine_tokenizer_t *tok = b->tok;
-    const engine_tokenizer_text_ref_t *refs = b->refs;
+    text_tokenizer_t *tok = b->tok;
+    const text_tokenizer_text_ref_t *refs = b->refs;
     uint32_t n = tok->n_vocab;
     uint32_t *text_offset = malloc(((size_t)n + 1) * sizeof(*text_offset));
     uint32_t *bytes_offset = malloc(((size_t)n + 1) * sizeof(*bytes_offset));
@@ -294,10 +293,10 @@ static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
         memcpy(text_pool + pos, src, len);
         pos += len;
         bytes_offset[id] = (uint32_t)pos_bytes;
-        if ((tok->kind[id] == ENGINE_TOKEN_NORMAL || tok->kind[id] == ENGINE_TOKEN_UNUSED) &&
+        if ((tok->kind[id] == TEXT_TOKEN_NORMAL || tok->kind[id] == TEXT_TOKEN_UNUSED) &&
             tok->spm) {
             pos_bytes += spm_decode((const uint8_t *)src, len, bytes_pool + pos_bytes);
-        } else if (tok->kind[id] == ENGINE_TOKEN_NORMAL || tok->kind[id] == ENGINE_TOKEN_UNUSED) {
+        } else if (tok->kind[id] == TEXT_TOKEN_NORMAL || tok->kind[id] == TEXT_TOKEN_UNUSED) {
             pos_bytes += byte_level_decode((const uint8_t *)src, len, bytes_pool + pos_bytes);
         } else {
             memcpy(bytes_pool + pos_bytes, src, len);
@@ -316,10 +315,9 @@ static tdm_status_t pack_texts(engine_tokenizer_builder_t *b)
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char *err,
-                                            size_t err_bytes)
+tdm_status_t text_tokenizer_builder_index(text_tokenizer_builder_t *b, char *err, size_t err_bytes)
 {
-    engine_tokenizer_t *tok = b->tok;
+    text_tokenizer_t *tok = b->tok;
     int n_missing = 0;
     tdm_status_t status;
 
@@ -355,7 +353,7 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
             return TDM_ERR_FORMAT;
         }
         tok->text_map.slots[slot] = (int32_t)id;
-        if (tok->kind[id] == ENGINE_TOKEN_NORMAL) {
+        if (tok->kind[id] == TEXT_TOKEN_NORMAL) {
             const uint8_t *bytes = tok->bytes_pool + tok->bytes_offset[id];
             size_t n_bytes = tok->bytes_offset[id + 1] - tok->bytes_offset[id];
             slot = strmap_slot(&tok->bytes_map, tok->bytes_pool, tok->bytes_offset, bytes, n_bytes);
@@ -367,11 +365,11 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
     for (int byte = 0; byte < 256; byte++) {
         char utf8[8];
         size_t len = tok->spm ? (size_t)snprintf(utf8, sizeof(utf8), "<0x%02X>", byte)
-                              : engine_tokenizer_utf8_put(
-                                    engine_tokenizer_byte_to_cp((uint8_t)byte), (uint8_t *)utf8);
+                              : text_tokenizer_utf8_put(text_tokenizer_byte_to_cp((uint8_t)byte),
+                                                        (uint8_t *)utf8);
         /* Vocabularies often lack bytes that never occur in UTF-8 (C0, C1, F5..FF); such a
          * byte encodes to no token, as in Hugging Face and llama.cpp. */
-        tok->byte_id[byte] = engine_tokenizer_lookup_text(tok, utf8, len);
+        tok->byte_id[byte] = text_tokenizer_lookup_text(tok, utf8, len);
         if (tok->byte_id[byte] < 0) {
             n_missing++;
         }
@@ -382,12 +380,12 @@ tdm_status_t engine_tokenizer_builder_index(engine_tokenizer_builder_t *b, char 
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_builder_add_merge(engine_tokenizer_builder_t *b, const char *left,
-                                                size_t n_left, const char *right, size_t n_right)
+tdm_status_t text_tokenizer_builder_add_merge(text_tokenizer_builder_t *b, const char *left,
+                                              size_t n_left, const char *right, size_t n_right)
 {
-    engine_tokenizer_t *tok = b->tok;
-    int32_t l = engine_tokenizer_lookup_text(tok, left, n_left);
-    int32_t r = engine_tokenizer_lookup_text(tok, right, n_right);
+    text_tokenizer_t *tok = b->tok;
+    int32_t l = text_tokenizer_lookup_text(tok, left, n_left);
+    int32_t r = text_tokenizer_lookup_text(tok, right, n_right);
     int32_t m;
     uint64_t key;
     uint32_t slot;
@@ -405,7 +403,7 @@ tdm_status_t engine_tokenizer_builder_add_merge(engine_tokenizer_builder_t *b, c
     }
     memcpy(b->scratch, left, n_left);
     memcpy(b->scratch + n_left, right, n_right);
-    m = engine_tokenizer_lookup_text(tok, b->scratch, n_left + n_right);
+    m = text_tokenizer_lookup_text(tok, b->scratch, n_left + n_right);
     if (m < 0) {
         return TDM_ERR_NOT_FOUND;
     }
@@ -423,7 +421,7 @@ tdm_status_t engine_tokenizer_builder_add_merge(engine_tokenizer_builder_t *b, c
     return TDM_OK;
 }
 
-static int32_t trie_child(const engine_tokenizer_t *tok, int32_t node, uint8_t byte)
+static int32_t trie_child(const text_tokenizer_t *tok, int32_t node, uint8_t byte)
 {
     for (int32_t c = tok->trie[node].first_child; c >= 0; c = tok->trie[c].next_sibling) {
         if (tok->trie[c].byte == byte) {
@@ -433,12 +431,12 @@ static int32_t trie_child(const engine_tokenizer_t *tok, int32_t node, uint8_t b
     return -1;
 }
 
-static tdm_status_t build_trie(engine_tokenizer_t *tok)
+static tdm_status_t build_trie(text_tokenizer_t *tok)
 {
     size_t cap = 1;
 
     for (uint32_t id = 0; id < tok->n_vocab; id++) {
-        if (tok->kind[id] == ENGINE_TOKEN_CONTROL || tok->kind[id] == ENGINE_TOKEN_USER_DEFINED) {
+        if (tok->kind[id] == TEXT_TOKEN_CONTROL || tok->kind[id] == TEXT_TOKEN_USER_DEFINED) {
             cap += tok->text_offset[id + 1] - tok->text_offset[id];
             tok->n_added++;
         }
@@ -450,13 +448,13 @@ static tdm_status_t build_trie(engine_tokenizer_t *tok)
     if (tok->trie == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    tok->trie[0] = (engine_tokenizer_trie_node_t){-1, -1, -1, 0};
+    tok->trie[0] = (text_tokenizer_trie_node_t){-1, -1, -1, 0};
     tok->n_trie = 1;
     for (uint32_t id = 0; id < tok->n_vocab; id++) {
         const uint8_t *text = (const uint8_t *)tok->text_pool + tok->text_offset[id];
         size_t len = tok->text_offset[id + 1] - tok->text_offset[id];
         int32_t node = 0;
-        if (tok->kind[id] != ENGINE_TOKEN_CONTROL && tok->kind[id] != ENGINE_TOKEN_USER_DEFINED) {
+        if (tok->kind[id] != TEXT_TOKEN_CONTROL && tok->kind[id] != TEXT_TOKEN_USER_DEFINED) {
             continue;
         }
         tok->trie_first[text[0] >> 3] |= (uint8_t)(1u << (text[0] & 7));
@@ -465,7 +463,7 @@ static tdm_status_t build_trie(engine_tokenizer_t *tok)
             if (child < 0) {
                 child = (int32_t)tok->n_trie++;
                 tok->trie[child] =
-                    (engine_tokenizer_trie_node_t){-1, tok->trie[node].first_child, -1, text[i]};
+                    (text_tokenizer_trie_node_t){-1, tok->trie[node].first_child, -1, text[i]};
                 tok->trie[node].first_child = child;
             }
             node = child;
@@ -475,8 +473,7 @@ static tdm_status_t build_trie(engine_tokenizer_t *tok)
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_builder_finish(engine_tokenizer_builder_t *b,
-                                             engine_tokenizer_t **tok_out)
+tdm_status_t text_tokenizer_builder_finish(text_tokenizer_builder_t *b, text_tokenizer_t **tok_out)
 {
     tdm_status_t status = build_trie(b->tok);
 
@@ -485,25 +482,25 @@ tdm_status_t engine_tokenizer_builder_finish(engine_tokenizer_builder_t *b,
     }
     *tok_out = b->tok;
     b->tok = NULL;
-    engine_tokenizer_builder_fini(b);
+    text_tokenizer_builder_fini(b);
     return TDM_OK;
 }
 
-void engine_tokenizer_builder_fini(engine_tokenizer_builder_t *b)
+void text_tokenizer_builder_fini(text_tokenizer_builder_t *b)
 {
-    engine_tokenizer_destroy(b->tok);
+    text_tokenizer_destroy(b->tok);
     free(b->refs);
     free(b->is_set);
     free(b->scratch);
     memset(b, 0, sizeof(*b));
 }
 
-void engine_tokenizer_destroy(engine_tokenizer_t *tok)
+void text_tokenizer_destroy(text_tokenizer_t *tok)
 {
     if (tok == NULL) {
         return;
     }
-    engine_tokenizer_pretok_fini(&tok->pretok);
+    text_tokenizer_pretok_fini(&tok->pretok);
     free(tok->text_pool);
     free(tok->text_offset);
     free(tok->bytes_pool);
@@ -520,7 +517,7 @@ void engine_tokenizer_destroy(engine_tokenizer_t *tok)
 
 /* ---- encode ---------------------------------------------------------------------------------- */
 
-tdm_status_t engine_tokenizer_ids_push(engine_tokenizer_ids_t *v, int32_t id)
+tdm_status_t text_tokenizer_ids_push(text_tokenizer_ids_t *v, int32_t id)
 {
     if (v->n == v->cap) {
         size_t cap = v->cap == 0 ? 256 : v->cap * 2;
@@ -541,22 +538,22 @@ typedef struct {
     int32_t *sym_next; /* -1 at the end */
     int32_t *sym_prev;
     size_t cap_sym;
-    engine_tokenizer_heap_t heap; /* candidates: rank, left, left_id, right_id */
+    text_tokenizer_heap_t heap; /* candidates: rank, left, left_id, right_id */
 } bpe_scratch_t;
 
 /* Candidate a goes before b: the smaller key, then the leftmost. */
-static int cand_before(const engine_tokenizer_cand_t *a, const engine_tokenizer_cand_t *b)
+static int cand_before(const text_tokenizer_cand_t *a, const text_tokenizer_cand_t *b)
 {
     return a->key < b->key || (a->key == b->key && a->left < b->left);
 }
 
-tdm_status_t engine_tokenizer_heap_push(engine_tokenizer_heap_t *heap, engine_tokenizer_cand_t cand)
+tdm_status_t text_tokenizer_heap_push(text_tokenizer_heap_t *heap, text_tokenizer_cand_t cand)
 {
     size_t i;
 
     if (heap->n == heap->cap) {
         size_t cap = heap->cap == 0 ? 64 : heap->cap * 2;
-        engine_tokenizer_cand_t *items = realloc(heap->items, cap * sizeof(*items));
+        text_tokenizer_cand_t *items = realloc(heap->items, cap * sizeof(*items));
         if (items == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
@@ -572,10 +569,10 @@ tdm_status_t engine_tokenizer_heap_push(engine_tokenizer_heap_t *heap, engine_to
     return TDM_OK;
 }
 
-engine_tokenizer_cand_t engine_tokenizer_heap_pop(engine_tokenizer_heap_t *heap)
+text_tokenizer_cand_t text_tokenizer_heap_pop(text_tokenizer_heap_t *heap)
 {
-    engine_tokenizer_cand_t top = heap->items[0];
-    engine_tokenizer_cand_t last = heap->items[--heap->n];
+    text_tokenizer_cand_t top = heap->items[0];
+    text_tokenizer_cand_t last = heap->items[--heap->n];
     size_t i = 0;
 
     for (;;) {
@@ -598,15 +595,15 @@ engine_tokenizer_cand_t engine_tokenizer_heap_pop(engine_tokenizer_heap_t *heap)
     return top;
 }
 
-void engine_tokenizer_heap_fini(engine_tokenizer_heap_t *heap)
+void text_tokenizer_heap_fini(text_tokenizer_heap_t *heap)
 {
     free(heap->items);
     memset(heap, 0, sizeof(*heap));
 }
 
-static tdm_status_t push_candidate(const engine_tokenizer_t *tok, bpe_scratch_t *s, int32_t left)
+static tdm_status_t push_candidate(const text_tokenizer_t *tok, bpe_scratch_t *s, int32_t left)
 {
-    const engine_tokenizer_merge_t *m;
+    const text_tokenizer_merge_t *m;
     int32_t right;
 
     if (left < 0 || s->sym_next[left] < 0) {
@@ -620,28 +617,28 @@ static tdm_status_t push_candidate(const engine_tokenizer_t *tok, bpe_scratch_t 
     if (m == NULL) {
         return TDM_OK;
     }
-    return engine_tokenizer_heap_push(&s->heap, (engine_tokenizer_cand_t){
-                                                    .key = m->rank,
-                                                    .left = (uint32_t)left,
-                                                    .left_id = s->sym_id[left],
-                                                    .right_id = s->sym_id[right],
-                                                });
+    return text_tokenizer_heap_push(&s->heap, (text_tokenizer_cand_t){
+                                                  .key = m->rank,
+                                                  .left = (uint32_t)left,
+                                                  .left_id = s->sym_id[left],
+                                                  .right_id = s->sym_id[right],
+                                              });
 }
 
 /* Merge one pre-token's bytes into ids appended to `out`. */
-static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text, size_t n,
-                              bpe_scratch_t *s, engine_tokenizer_ids_t *out)
+static tdm_status_t bpe_piece(const text_tokenizer_t *tok, const uint8_t *text, size_t n,
+                              bpe_scratch_t *s, text_tokenizer_ids_t *out)
 {
     tdm_status_t status;
 
     if (n == 1) {
         return tok->byte_id[text[0]] < 0 ? TDM_OK
-                                         : engine_tokenizer_ids_push(out, tok->byte_id[text[0]]);
+                                         : text_tokenizer_ids_push(out, tok->byte_id[text[0]]);
     }
     if (tok->ignore_merges) {
         int32_t whole = lookup_bytes(tok, text, n);
         if (whole >= 0) {
-            return engine_tokenizer_ids_push(out, whole);
+            return text_tokenizer_ids_push(out, whole);
         }
     }
     if (n > s->cap_sym) {
@@ -674,7 +671,7 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
         }
     }
     while (s->heap.n > 0) {
-        engine_tokenizer_cand_t c = engine_tokenizer_heap_pop(&s->heap);
+        text_tokenizer_cand_t c = text_tokenizer_heap_pop(&s->heap);
         int32_t left = (int32_t)c.left;
         int32_t right = s->sym_next[left];
         if (s->sym_id[left] != c.left_id || right < 0 || s->sym_id[right] != c.right_id) {
@@ -698,7 +695,7 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
         if (s->sym_id[i] < 0) {
             continue;
         }
-        status = engine_tokenizer_ids_push(out, s->sym_id[i]);
+        status = text_tokenizer_ids_push(out, s->sym_id[i]);
         if (status != TDM_OK) {
             return status;
         }
@@ -709,9 +706,9 @@ static tdm_status_t bpe_piece(const engine_tokenizer_t *tok, const uint8_t *text
 /* Pre-tokenize and merge one segment free of added tokens. A segment always starts the text or
  * follows an added token, so SentencePiece prepends its space to every one (llama.cpp's
  * is_prev_special is true for each raw fragment). */
-static tdm_status_t encode_segment(const engine_tokenizer_t *tok, const uint8_t *text, size_t n,
-                                   engine_tokenizer_scratch_t *scratch, bpe_scratch_t *bpe,
-                                   engine_tokenizer_ids_t *out)
+static tdm_status_t encode_segment(const text_tokenizer_t *tok, const uint8_t *text, size_t n,
+                                   text_tokenizer_scratch_t *scratch, bpe_scratch_t *bpe,
+                                   text_tokenizer_ids_t *out)
 {
     tdm_status_t status;
 
@@ -719,14 +716,14 @@ static tdm_status_t encode_segment(const engine_tokenizer_t *tok, const uint8_t 
         return TDM_OK;
     }
     if (tok->spm) {
-        return engine_tokenizer_spm_encode(tok, text, n, tok->add_space_prefix, out);
+        return text_tokenizer_spm_encode(tok, text, n, tok->add_space_prefix, out);
     }
-    status = engine_tokenizer_pretok_run(&tok->pretok, text, n, scratch);
+    status = text_tokenizer_pretok_run(&tok->pretok, text, n, scratch);
     if (status != TDM_OK) {
         return status;
     }
     for (size_t i = 0; i < scratch->n_pieces; i++) {
-        const engine_tokenizer_piece_t *piece = &scratch->pieces[i];
+        const text_tokenizer_piece_t *piece = &scratch->pieces[i];
         if (piece->n_bytes == 0) {
             continue;
         }
@@ -739,7 +736,7 @@ static tdm_status_t encode_segment(const engine_tokenizer_t *tok, const uint8_t 
 }
 
 /* Longest added token allowed by `flags` starting at text[0..n): its id and length, or -1. */
-static int32_t match_added(const engine_tokenizer_t *tok, const uint8_t *text, size_t n,
+static int32_t match_added(const text_tokenizer_t *tok, const uint8_t *text, size_t n,
                            uint32_t flags, size_t *len_out)
 {
     int32_t node = 0, best = -1;
@@ -750,8 +747,8 @@ static int32_t match_added(const engine_tokenizer_t *tok, const uint8_t *text, s
             break;
         }
         int32_t id = tok->trie[node].token;
-        if (id >= 0 && (tok->kind[id] == ENGINE_TOKEN_USER_DEFINED ||
-                        (flags & ENGINE_TOKENIZE_PARSE_SPECIAL) != 0)) {
+        if (id >= 0 && (tok->kind[id] == TEXT_TOKEN_USER_DEFINED ||
+                        (flags & TEXT_TOKENIZE_PARSE_SPECIAL) != 0)) {
             best = id;
             *len_out = i + 1;
         }
@@ -764,31 +761,30 @@ static int is_ascii_space(uint8_t c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *text,
-                                     size_t n_bytes, uint32_t flags, int32_t **ids_out,
-                                     size_t *n_ids_out)
+tdm_status_t text_tokenizer_encode(const text_tokenizer_t *tok, const char *text, size_t n_bytes,
+                                   uint32_t flags, int32_t **ids_out, size_t *n_ids_out)
 {
     const uint8_t *s = (const uint8_t *)text;
-    engine_tokenizer_scratch_t scratch;
+    text_tokenizer_scratch_t scratch;
     bpe_scratch_t bpe = {0};
-    engine_tokenizer_ids_t out = {0};
+    text_tokenizer_ids_t out = {0};
     size_t pos = 0, seg_start = 0;
     tdm_status_t status;
 
     if (tok == NULL || ids_out == NULL || n_ids_out == NULL || (text == NULL && n_bytes > 0) ||
-        (flags & ~(uint32_t)(ENGINE_TOKENIZE_PARSE_SPECIAL | ENGINE_TOKENIZE_ADD_BOS)) != 0) {
+        (flags & ~(uint32_t)(TEXT_TOKENIZE_PARSE_SPECIAL | TEXT_TOKENIZE_ADD_BOS)) != 0) {
         return TDM_ERR_INVALID_ARG;
     }
-    if ((flags & ENGINE_TOKENIZE_ADD_BOS) != 0 && tok->bos_id < 0) {
+    if ((flags & TEXT_TOKENIZE_ADD_BOS) != 0 && tok->bos_id < 0) {
         tdm_log(TDM_LOG_WARN, "tokenizer", "encode with ADD_BOS but the vocabulary has no bos");
         return TDM_ERR_NOT_FOUND;
     }
-    status = engine_tokenizer_scratch_init(&scratch);
+    status = text_tokenizer_scratch_init(&scratch);
     if (status != TDM_OK) {
         return status;
     }
-    if ((flags & ENGINE_TOKENIZE_ADD_BOS) != 0) {
-        status = engine_tokenizer_ids_push(&out, tok->bos_id);
+    if ((flags & TEXT_TOKENIZE_ADD_BOS) != 0) {
+        status = text_tokenizer_ids_push(&out, tok->bos_id);
     }
     while (status == TDM_OK && pos < n_bytes) {
         size_t len = 0, start = pos, end;
@@ -813,7 +809,7 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
         }
         status = encode_segment(tok, s + seg_start, start - seg_start, &scratch, &bpe, &out);
         if (status == TDM_OK) {
-            status = engine_tokenizer_ids_push(&out, id);
+            status = text_tokenizer_ids_push(&out, id);
         }
         pos = end;
         seg_start = end;
@@ -821,11 +817,11 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
     if (status == TDM_OK) {
         status = encode_segment(tok, s + seg_start, n_bytes - seg_start, &scratch, &bpe, &out);
     }
-    engine_tokenizer_scratch_fini(&scratch);
+    text_tokenizer_scratch_fini(&scratch);
     free(bpe.sym_id);
     free(bpe.sym_next);
     free(bpe.sym_prev);
-    engine_tokenizer_heap_fini(&bpe.heap);
+    text_tokenizer_heap_fini(&bpe.heap);
     if (status != TDM_OK) {
         free(out.ids);
         return status;
@@ -835,19 +831,19 @@ tdm_status_t engine_tokenizer_encode(const engine_tokenizer_t *tok, const char *
     return TDM_OK;
 }
 
-void engine_tokens_free(int32_t *ids)
+void text_tokens_free(int32_t *ids)
 {
     free(ids);
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */
 
-uint32_t engine_tokenizer_n_vocab(const engine_tokenizer_t *tok)
+uint32_t text_tokenizer_n_vocab(const text_tokenizer_t *tok)
 {
     return tok->n_vocab;
 }
 
-void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_info_t *info_out)
+void text_tokenizer_get_info(const text_tokenizer_t *tok, text_tokenizer_info_t *info_out)
 {
     memset(info_out, 0, sizeof(*info_out));
     info_out->n_vocab = tok->n_vocab;
@@ -861,8 +857,8 @@ void engine_tokenizer_get_info(const engine_tokenizer_t *tok, engine_tokenizer_i
     memcpy(info_out->pre_name, tok->pre_name, sizeof(info_out->pre_name));
 }
 
-tdm_status_t engine_tokenizer_token_bytes(const engine_tokenizer_t *tok, int32_t id,
-                                          const uint8_t **bytes_out, size_t *n_bytes_out)
+tdm_status_t text_tokenizer_token_bytes(const text_tokenizer_t *tok, int32_t id,
+                                        const uint8_t **bytes_out, size_t *n_bytes_out)
 {
     if (tok == NULL || bytes_out == NULL || n_bytes_out == NULL || id < 0 ||
         (uint32_t)id >= tok->n_vocab) {
@@ -873,8 +869,8 @@ tdm_status_t engine_tokenizer_token_bytes(const engine_tokenizer_t *tok, int32_t
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_token_text(const engine_tokenizer_t *tok, int32_t id,
-                                         const char **text_out, size_t *n_bytes_out)
+tdm_status_t text_tokenizer_token_text(const text_tokenizer_t *tok, int32_t id,
+                                       const char **text_out, size_t *n_bytes_out)
 {
     if (tok == NULL || text_out == NULL || n_bytes_out == NULL || id < 0 ||
         (uint32_t)id >= tok->n_vocab) {
@@ -885,27 +881,27 @@ tdm_status_t engine_tokenizer_token_text(const engine_tokenizer_t *tok, int32_t 
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_token_kind(const engine_tokenizer_t *tok, int32_t id,
-                                         engine_token_kind_t *kind_out)
+tdm_status_t text_tokenizer_token_kind(const text_tokenizer_t *tok, int32_t id,
+                                       text_token_kind_t *kind_out)
 {
     if (tok == NULL || kind_out == NULL || id < 0 || (uint32_t)id >= tok->n_vocab) {
         return TDM_ERR_INVALID_ARG;
     }
-    *kind_out = (engine_token_kind_t)tok->kind[id];
+    *kind_out = (text_token_kind_t)tok->kind[id];
     return TDM_OK;
 }
 
-tdm_status_t engine_tokenizer_find_special(const engine_tokenizer_t *tok, const char *text,
-                                           int32_t *id_out)
+tdm_status_t text_tokenizer_find_special(const text_tokenizer_t *tok, const char *text,
+                                         int32_t *id_out)
 {
     int32_t id;
 
     if (tok == NULL || text == NULL || id_out == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
-    id = engine_tokenizer_lookup_text(tok, text, strlen(text));
+    id = text_tokenizer_lookup_text(tok, text, strlen(text));
     if (id < 0 ||
-        (tok->kind[id] != ENGINE_TOKEN_CONTROL && tok->kind[id] != ENGINE_TOKEN_USER_DEFINED)) {
+        (tok->kind[id] != TEXT_TOKEN_CONTROL && tok->kind[id] != TEXT_TOKEN_USER_DEFINED)) {
         return TDM_ERR_NOT_FOUND;
     }
     *id_out = id;

@@ -664,9 +664,9 @@ static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **stat
     fixture_t *fx = *state;
     char tok_path[PATH_BYTES + 32], chat_path[PATH_BYTES + 32];
     char err[256];
-    engine_tokenizer_t *tok = NULL;
-    engine_chat_params_t cp;
-    engine_chat_message_t msgs[2];
+    text_tokenizer_t *tok = NULL;
+    text_chat_params_t cp;
+    text_chat_message_t msgs[2];
     int32_t *ids = NULL, gen[MAX_IDS];
     size_t n_ids = 0, n_text = 0;
     char *text = NULL;
@@ -675,20 +675,20 @@ static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **stat
     FILE *f;
 
     snprintf(tok_path, sizeof(tok_path), "%s/tokenizer.json", fx->model);
-    assert_int_equal(engine_tokenizer_load_hf(tok_path, &tok, err, sizeof(err)), TDM_OK);
+    assert_int_equal(text_tokenizer_load_hf(tok_path, &tok, err, sizeof(err)), TDM_OK);
     /* --prompt: BOS + the encoded text */
-    assert_int_equal(engine_tokenizer_encode(tok, prompt, strlen(prompt),
-                                             ENGINE_TOKENIZE_PARSE_SPECIAL, &ids, &n_ids),
+    assert_int_equal(text_tokenizer_encode(tok, prompt, strlen(prompt), TEXT_TOKENIZE_PARSE_SPECIAL,
+                                           &ids, &n_ids),
                      TDM_OK);
     generate(fx, "--prompt '%s' --max-tokens 16 --ignore-eos --output ids", prompt);
     assert_int_equal(prompt_tokens(fx), (int64_t)n_ids + 1);
     n_gen = parse_ids(fx->out, gen, MAX_IDS);
     assert_int_equal(n_gen, 16);
-    engine_tokens_free(ids);
+    text_tokens_free(ids);
     /* the streamed text equals the whole-sequence detokenization of the same tokens */
     generate(fx, "--prompt '%s' --max-tokens 16 --ignore-eos", prompt);
     assert_int_equal(
-        engine_detok_decode(tok, gen, (size_t)n_gen, ENGINE_DETOK_SKIP_CONTROL, &text, &n_text),
+        text_detok_decode(tok, gen, (size_t)n_gen, TEXT_DETOK_SKIP_CONTROL, &text, &n_text),
         TDM_OK);
     assert_int_equal(strlen(fx->out), n_text + (n_text > 0 ? 1 : 0)); /* + final newline */
     assert_memory_equal(fx->out, text, n_text);
@@ -701,19 +701,19 @@ static void test_text_and_chat_prompts_use_tokenizer_and_stream_utf8(void **stat
           " {\"role\": \"user\", \"content\": \"Write a haiku about caches.\"}]\n",
           f);
     fclose(f);
-    engine_chat_params_default(&cp);
+    text_chat_params_default(&cp);
     memset(msgs, 0, sizeof(msgs));
-    msgs[0].role = ENGINE_CHAT_SYSTEM;
+    msgs[0].role = TEXT_CHAT_SYSTEM;
     msgs[0].content = "You are terse.";
     msgs[0].content_bytes = strlen(msgs[0].content);
-    msgs[1].role = ENGINE_CHAT_USER;
+    msgs[1].role = TEXT_CHAT_USER;
     msgs[1].content = "Write a haiku about caches.";
     msgs[1].content_bytes = strlen(msgs[1].content);
-    assert_int_equal(engine_chat_encode(tok, &cp, msgs, 2, &ids, &n_ids), TDM_OK);
+    assert_int_equal(text_chat_encode(tok, &cp, msgs, 2, &ids, &n_ids), TDM_OK);
     generate(fx, "--chat '%s' --max-tokens 8", chat_path);
     assert_int_equal(prompt_tokens(fx), (int64_t)n_ids);
-    engine_tokens_free(ids);
-    engine_tokenizer_destroy(tok);
+    text_tokens_free(ids);
+    text_tokenizer_destroy(tok);
 }
 
 /* ---- dumps --------------------------------------------------------------------------------- */

@@ -23,14 +23,14 @@
 
 static int setup_tokenizer(void **state)
 {
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char *json = NULL;
     size_t n = 0;
 
-    if (engine_tokenizer_synthetic_hf_text(VOCAB, &json, &n, NULL, 0) != TDM_OK) {
+    if (text_tokenizer_synthetic_hf_text(VOCAB, &json, &n, NULL, 0) != TDM_OK) {
         return -1;
     }
-    if (engine_tokenizer_load_hf_buffer(json, n, "synthetic", &tok, NULL, 0) != TDM_OK) {
+    if (text_tokenizer_load_hf_buffer(json, n, "synthetic", &tok, NULL, 0) != TDM_OK) {
         free(json);
         return -1;
     }
@@ -41,12 +41,12 @@ static int setup_tokenizer(void **state)
 
 static int teardown_tokenizer(void **state)
 {
-    engine_tokenizer_destroy(*state);
+    text_tokenizer_destroy(*state);
     return 0;
 }
 
 /* Push `text` byte by byte (plus EOS when eos) and collect what the stream releases. */
-static router_stream_state_t run(const engine_tokenizer_t *tok, const char *text, int eos,
+static router_stream_state_t run(const text_tokenizer_t *tok, const char *text, int eos,
                                  const char *stop, uint32_t max_tokens, char *out,
                                  uint32_t *n_tokens_out)
 {

@@ -96,7 +96,7 @@ static void print_ids(const char *label, const int32_t *ids, size_t n)
 }
 
 /* Encode every case of vocabulary `name` with `tok`; print the pass count; all must pass. */
-static void check_vectors(const char *name, const char *loader, const engine_tokenizer_t *tok)
+static void check_vectors(const char *name, const char *loader, const text_tokenizer_t *tok)
 {
     static vector_case_t cases[MAX_CASES];
     char *inp = NULL;
@@ -106,7 +106,7 @@ static void check_vectors(const char *name, const char *loader, const engine_tok
         int32_t *ids = NULL;
         size_t n_ids = 0;
         assert_int_equal(
-            engine_tokenizer_encode(tok, cases[i].text, cases[i].n_text, 0, &ids, &n_ids), TDM_OK);
+            text_tokenizer_encode(tok, cases[i].text, cases[i].n_text, 0, &ids, &n_ids), TDM_OK);
         if (n_ids == cases[i].n_ids &&
             (n_ids == 0 || memcmp(ids, cases[i].ids, n_ids * sizeof(*ids)) == 0)) {
             n_pass++;
@@ -116,7 +116,7 @@ static void check_vectors(const char *name, const char *loader, const engine_tok
             print_ids("expected", cases[i].ids, cases[i].n_ids);
             print_ids("got     ", ids, n_ids);
         }
-        engine_tokens_free(ids);
+        text_tokens_free(ids);
     }
     print_message("vocab %s (%s): %zu/%zu llama.cpp vectors pass\n", name, loader, n_pass, n_cases);
     free(inp);
@@ -126,14 +126,14 @@ static void check_vectors(const char *name, const char *loader, const engine_tok
 static void run_gguf_vectors(const char *name)
 {
     char path[1024], err[512] = "";
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
 
     if (!tt_vocab_path(name, "", path, sizeof(path))) {
         skip();
     }
-    assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_OK);
+    assert_int_equal(text_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_OK);
     check_vectors(name, "gguf", tok);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
 }
 
 static void test_vectors_deepseek_llm_all_pass(void **state)
@@ -332,7 +332,7 @@ static void test_hf_json_of_gpt2_reproduces_vectors(void **state)
     json_t *pre;
     char *json;
     size_t n = 0;
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char err[512] = "";
 
     (void)state;
@@ -343,10 +343,10 @@ static void test_hf_json_of_gpt2_reproduces_vectors(void **state)
     pre = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                     "trim_offsets", 1, "use_regex", 1);
     json = gguf_to_json("gpt-2", pre, 0, &n);
-    assert_int_equal(engine_tokenizer_load_hf_buffer(json, n, "gpt-2.json", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_hf_buffer(json, n, "gpt-2.json", &tok, err, sizeof(err)),
                      TDM_OK);
     check_vectors("gpt-2", "tokenizer.json", tok);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     free(json);
 }
 
@@ -357,7 +357,7 @@ static void test_hf_json_of_deepseek_coder_reproduces_vectors(void **state)
     json_t *pre;
     char *json;
     size_t n = 0;
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char err[512] = "";
     FILE *f;
 
@@ -379,9 +379,9 @@ static void test_hf_json_of_deepseek_coder_reproduces_vectors(void **state)
     assert_non_null(f);
     assert_int_equal(fwrite(json, 1, n, f), n);
     fclose(f);
-    assert_int_equal(engine_tokenizer_load_hf(file, &tok, err, sizeof(err)), TDM_OK);
+    assert_int_equal(text_tokenizer_load_hf(file, &tok, err, sizeof(err)), TDM_OK);
     check_vectors("deepseek-coder", "tokenizer.json", tok);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     remove(file);
     free(json);
 }
@@ -424,14 +424,14 @@ static char *byte_vocab_json(const char *extra_tokens[], size_t n_extra, const c
 /* Load `json`; expect `status`, `needle` in the error, and *tok_out untouched. */
 static void expect_hf(const char *json, tdm_status_t status, const char *needle)
 {
-    engine_tokenizer_t *sentinel = (engine_tokenizer_t *)&sentinel, *tok = sentinel;
+    text_tokenizer_t *sentinel = (text_tokenizer_t *)&sentinel, *tok = sentinel;
     char err[512] = "";
 
     assert_int_equal(
-        engine_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err, sizeof(err)),
+        text_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err, sizeof(err)),
         status);
     if (status == TDM_OK) {
-        engine_tokenizer_destroy(tok);
+        text_tokenizer_destroy(tok);
         return;
     }
     assert_ptr_equal(tok, sentinel);
@@ -534,31 +534,30 @@ static void test_hf_malformed_inputs_give_specific_errors(void **state)
 static void test_hf_file_errors(void **state)
 {
     const char *tmp = getenv("TANDEM_TEST_TMP");
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char err[512] = "";
 
     (void)state;
     /* A directory opens but cannot be read as JSON. */
-    assert_int_equal(engine_tokenizer_load_hf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_hf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
                      TDM_ERR_IO);
     assert_null(tok);
-    assert_int_equal(
-        engine_tokenizer_load_hf("/nonexistent/tokenizer.json", &tok, err, sizeof(err)),
-        TDM_ERR_NOT_FOUND);
+    assert_int_equal(text_tokenizer_load_hf("/nonexistent/tokenizer.json", &tok, err, sizeof(err)),
+                     TDM_ERR_NOT_FOUND);
     assert_null(tok);
-    assert_int_equal(engine_tokenizer_load_hf(NULL, &tok, err, sizeof(err)), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_load_hf_buffer(NULL, 3, "x", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_hf(NULL, &tok, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_tokenizer_load_hf_buffer(NULL, 3, "x", &tok, err, sizeof(err)),
                      TDM_ERR_INVALID_ARG);
 }
 
 /* ---- pre-tokenizer and added-token behaviour ------------------------------------------------- */
 
-static engine_tokenizer_t *load_json(char *json)
+static text_tokenizer_t *load_json(char *json)
 {
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char err[512] = "";
 
-    if (engine_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err, sizeof(err)) !=
+    if (text_tokenizer_load_hf_buffer(json, strlen(json), "t.json", &tok, err, sizeof(err)) !=
         TDM_OK) {
         print_message("load failed: %s\n", err);
     }
@@ -568,13 +567,13 @@ static engine_tokenizer_t *load_json(char *json)
 }
 
 /* Expect encode(text) to give exactly the tokens whose stored texts are listed. */
-static void expect_tokens(const engine_tokenizer_t *tok, const char *text, uint32_t flags,
+static void expect_tokens(const text_tokenizer_t *tok, const char *text, uint32_t flags,
                           const char *const expected[], size_t n_expected)
 {
     int32_t *ids = NULL;
     size_t n_ids = 0;
 
-    assert_int_equal(engine_tokenizer_encode(tok, text, strlen(text), flags, &ids, &n_ids), TDM_OK);
+    assert_int_equal(text_tokenizer_encode(tok, text, strlen(text), flags, &ids, &n_ids), TDM_OK);
     if (n_ids != n_expected) {
         print_message("\"%s\": %zu ids, expected %zu\n", text, n_ids, n_expected);
     }
@@ -582,7 +581,7 @@ static void expect_tokens(const engine_tokenizer_t *tok, const char *text, uint3
     for (size_t i = 0; i < n_ids; i++) {
         const uint8_t *bytes;
         size_t n;
-        assert_int_equal(engine_tokenizer_token_bytes(tok, ids[i], &bytes, &n), TDM_OK);
+        assert_int_equal(text_tokenizer_token_bytes(tok, ids[i], &bytes, &n), TDM_OK);
         if (n != strlen(expected[i]) || memcmp(bytes, expected[i], n) != 0) {
             print_message("\"%s\" token %zu is \"%.*s\", expected \"%s\"\n", text, i, (int)n,
                           (const char *)bytes, expected[i]);
@@ -590,10 +589,10 @@ static void expect_tokens(const engine_tokenizer_t *tok, const char *text, uint3
         assert_int_equal(n, strlen(expected[i]));
         assert_memory_equal(bytes, expected[i], n);
     }
-    engine_tokens_free(ids);
+    text_tokens_free(ids);
 }
 
-static engine_tokenizer_t *split_tokenizer(const char *behavior, int invert)
+static text_tokenizer_t *split_tokenizer(const char *behavior, int invert)
 {
     static const char *extra[] = {"a-", "-b", "--"};
     char pre[512];
@@ -612,29 +611,29 @@ static void test_split_behaviors_follow_hugging_face(void **state)
                              *const with_prev[] = {"a-", "b"}, *const with_next[] = {"a", "-b"},
                              *const contiguous[] = {"a", "--", "b"},
                              *const apart[] = {"a", "-", "-", "b"}, *const only_dashes[] = {"-"};
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
 
     (void)state;
     tok = split_tokenizer("Isolated", 0);
     expect_tokens(tok, "a-b", 0, isolated, 3);
     expect_tokens(tok, "a--b", 0, apart, 4);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = split_tokenizer("Removed", 0);
     expect_tokens(tok, "a-b", 0, removed, 2);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = split_tokenizer("MergedWithPrevious", 0);
     expect_tokens(tok, "a-b", 0, with_prev, 2);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = split_tokenizer("MergedWithNext", 0);
     expect_tokens(tok, "a-b", 0, with_next, 2);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = split_tokenizer("Contiguous", 0);
     expect_tokens(tok, "a--b", 0, contiguous, 3);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     /* invert: the pattern marks the pieces to keep; Removed then drops "a" and "b". */
     tok = split_tokenizer("Removed", 1);
     expect_tokens(tok, "a-b", 0, only_dashes, 1);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
 }
 
 static void test_byte_level_prefix_space_and_ignore_merges(void **state)
@@ -642,7 +641,7 @@ static void test_byte_level_prefix_space_and_ignore_merges(void **state)
     static const char *extra[] = {"\u0120a", "ab", "abc"};
     static const char *const prefixed[] = {" a"}, *const plain[] = {"a"},
                              *const merged[] = {"ab", "c"}, *const whole[] = {"abc"};
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
 
     (void)state;
     tok =
@@ -650,15 +649,15 @@ static void test_byte_level_prefix_space_and_ignore_merges(void **state)
                                   "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "", ""));
     expect_tokens(tok, "a", 0, prefixed, 1);
     expect_tokens(tok, " a", 0, prefixed, 1);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = load_json(byte_vocab_json(extra, 3, "[\"\u0120 a\", \"a b\"]", BYTE_LEVEL, "", ""));
     expect_tokens(tok, "a", 0, plain, 1);
     expect_tokens(tok, "abc", 0, merged, 2);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = load_json(byte_vocab_json(extra, 3, "[\"\u0120 a\", \"a b\"]", BYTE_LEVEL,
                                     ", \"ignore_merges\": true", ""));
     expect_tokens(tok, "abc", 0, whole, 1);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
 }
 
 static void test_added_tokens_lstrip_rstrip_and_special_flag(void **state)
@@ -666,26 +665,26 @@ static void test_added_tokens_lstrip_rstrip_and_special_flag(void **state)
     static const char *const stripped[] = {"x", "<mask>", "y"},
                              *const kept[] = {"x", " ", "<mask>", " ", "y"},
                              *const literal[] = {"x", " ", "<", "m", "a", "s", "k", ">", " ", "y"};
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
 
     (void)state;
     tok = load_json(byte_vocab_json(NULL, 0, "[]", BYTE_LEVEL, "",
                                     "\"added_tokens\": [{\"id\": 256, \"content\": \"<mask>\", "
                                     "\"lstrip\": true, \"rstrip\": true, \"special\": true}], "));
-    expect_tokens(tok, "x <mask> y", ENGINE_TOKENIZE_PARSE_SPECIAL, stripped, 3);
+    expect_tokens(tok, "x <mask> y", TEXT_TOKENIZE_PARSE_SPECIAL, stripped, 3);
     expect_tokens(tok, "x <mask> y", 0, literal, 10);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     tok = load_json(byte_vocab_json(NULL, 0, "[]", BYTE_LEVEL, "",
                                     "\"added_tokens\": [{\"id\": 256, \"content\": \"<mask>\", "
                                     "\"special\": false}], "));
     expect_tokens(tok, "x <mask> y", 0, kept, 5);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
 }
 
 static void test_regex_match_failure_is_internal_error_not_a_hang(void **state)
 {
     static const char text[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!";
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
     int32_t *ids = (int32_t *)&tok;
     size_t n_ids = 42;
 
@@ -696,45 +695,44 @@ static void test_regex_match_failure_is_internal_error_not_a_hang(void **state)
                                     "\"Split\", \"pattern\": {\"Regex\": \"(a+)+$\"}, "
                                     "\"behavior\": \"Isolated\"}, " BYTE_LEVEL "]}",
                                     "", ""));
-    assert_int_equal(engine_tokenizer_encode(tok, text, sizeof(text) - 1, 0, &ids, &n_ids),
+    assert_int_equal(text_tokenizer_encode(tok, text, sizeof(text) - 1, 0, &ids, &n_ids),
                      TDM_ERR_INTERNAL);
     assert_ptr_equal(ids, (int32_t *)&tok);
     assert_int_equal(n_ids, 42);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
 }
 
 static void test_encode_rejects_bad_arguments_and_keeps_outputs(void **state)
 {
     static const char *extra[] = {"ab"};
-    engine_tokenizer_t *tok = load_json(byte_vocab_json(extra, 1, "[\"a b\"]", BYTE_LEVEL, "", ""));
+    text_tokenizer_t *tok = load_json(byte_vocab_json(extra, 1, "[\"a b\"]", BYTE_LEVEL, "", ""));
     int32_t *ids = (int32_t *)&tok, sentinel_check;
     size_t n_ids = 42;
     const uint8_t *bytes = NULL;
     size_t n = 0;
-    engine_token_kind_t kind;
+    text_token_kind_t kind;
 
     (void)state;
-    assert_int_equal(engine_tokenizer_encode(tok, NULL, 3, 0, &ids, &n_ids), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_encode(tok, "ab", 2, 1u << 7, &ids, &n_ids),
+    assert_int_equal(text_tokenizer_encode(tok, NULL, 3, 0, &ids, &n_ids), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_tokenizer_encode(tok, "ab", 2, 1u << 7, &ids, &n_ids),
                      TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_encode(tok, "ab", 2, ENGINE_TOKENIZE_ADD_BOS, &ids, &n_ids),
+    assert_int_equal(text_tokenizer_encode(tok, "ab", 2, TEXT_TOKENIZE_ADD_BOS, &ids, &n_ids),
                      TDM_ERR_NOT_FOUND);
     assert_ptr_equal(ids, (int32_t *)&tok);
     assert_int_equal(n_ids, 42);
-    assert_int_equal(engine_tokenizer_encode(tok, NULL, 0, 0, &ids, &n_ids), TDM_OK);
+    assert_int_equal(text_tokenizer_encode(tok, NULL, 0, 0, &ids, &n_ids), TDM_OK);
     assert_int_equal(n_ids, 0);
-    engine_tokens_free(ids);
-    assert_int_equal(engine_tokenizer_token_bytes(tok, 257, &bytes, &n), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_token_bytes(tok, -1, &bytes, &n), TDM_ERR_INVALID_ARG);
+    text_tokens_free(ids);
+    assert_int_equal(text_tokenizer_token_bytes(tok, 257, &bytes, &n), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_tokenizer_token_bytes(tok, -1, &bytes, &n), TDM_ERR_INVALID_ARG);
     assert_null(bytes);
-    assert_int_equal(engine_tokenizer_token_kind(tok, 257, &kind), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_find_special(tok, "ab", &sentinel_check),
+    assert_int_equal(text_tokenizer_token_kind(tok, 257, &kind), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_tokenizer_find_special(tok, "ab", &sentinel_check),
                      TDM_ERR_NOT_FOUND); /* a normal token is not an added one */
-    assert_int_equal(engine_tokenizer_find_special(tok, NULL, &sentinel_check),
-                     TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_tokenizer_n_vocab(tok), 257);
-    engine_tokenizer_destroy(tok);
-    engine_tokenizer_destroy(NULL);
+    assert_int_equal(text_tokenizer_find_special(tok, NULL, &sentinel_check), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_tokenizer_n_vocab(tok), 257);
+    text_tokenizer_destroy(tok);
+    text_tokenizer_destroy(NULL);
 }
 
 int main(void)

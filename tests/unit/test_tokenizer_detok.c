@@ -21,12 +21,12 @@
 
 static int setup(void **state)
 {
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     char *json = NULL;
     size_t n = 0;
 
-    if (engine_tokenizer_synthetic_hf_text(VOCAB, &json, &n, NULL, 0) != TDM_OK ||
-        engine_tokenizer_load_hf_buffer(json, n, "synthetic", &tok, NULL, 0) != TDM_OK) {
+    if (text_tokenizer_synthetic_hf_text(VOCAB, &json, &n, NULL, 0) != TDM_OK ||
+        text_tokenizer_load_hf_buffer(json, n, "synthetic", &tok, NULL, 0) != TDM_OK) {
         free(json);
         return -1;
     }
@@ -37,7 +37,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    engine_tokenizer_destroy(*state);
+    text_tokenizer_destroy(*state);
     return 0;
 }
 
@@ -81,30 +81,30 @@ static int is_valid_utf8(const uint8_t *s, size_t n)
 }
 
 /* Push `ids`, then flush; every chunk must be valid UTF-8; returns the concatenation. */
-static char *stream(engine_tokenizer_t *tok, const int32_t *ids, size_t n_ids, uint32_t flags,
+static char *stream(text_tokenizer_t *tok, const int32_t *ids, size_t n_ids, uint32_t flags,
                     size_t *n_out)
 {
-    engine_detok_t *detok = NULL;
+    text_detok_t *detok = NULL;
     char *all = malloc(3 * 4096 + 1);
     size_t n_all = 0;
     const char *chunk;
     size_t n_chunk;
 
     assert_non_null(all);
-    assert_int_equal(engine_detok_create(tok, flags, &detok), TDM_OK);
+    assert_int_equal(text_detok_create(tok, flags, &detok), TDM_OK);
     for (size_t i = 0; i < n_ids; i++) {
-        assert_int_equal(engine_detok_push(detok, ids[i], &chunk, &n_chunk), TDM_OK);
+        assert_int_equal(text_detok_push(detok, ids[i], &chunk, &n_chunk), TDM_OK);
         assert_true(is_valid_utf8((const uint8_t *)chunk, n_chunk));
         assert_true(n_all + n_chunk <= 3 * 4096);
         memcpy(all + n_all, chunk, n_chunk);
         n_all += n_chunk;
     }
-    assert_int_equal(engine_detok_flush(detok, &chunk, &n_chunk), TDM_OK);
+    assert_int_equal(text_detok_flush(detok, &chunk, &n_chunk), TDM_OK);
     assert_true(is_valid_utf8((const uint8_t *)chunk, n_chunk));
     memcpy(all + n_all, chunk, n_chunk);
     n_all += n_chunk;
     all[n_all] = '\0';
-    engine_detok_destroy(detok);
+    text_detok_destroy(detok);
     *n_out = n_all;
     return all;
 }
@@ -138,19 +138,19 @@ static void test_multibyte_text_split_at_every_byte_streams_exactly(void **state
         "\xf4\x8f\xbf\xbf",
         "\xed\x9f\xbf",
     };
-    engine_tokenizer_t *tok = *state;
+    text_tokenizer_t *tok = *state;
 
     for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
         const uint8_t *s = (const uint8_t *)texts[t];
         size_t n = strlen(texts[t]);
         /* One token per byte: every split point of every character is exercised. */
-        engine_detok_t *detok = NULL;
+        text_detok_t *detok = NULL;
         const char *chunk;
         size_t n_chunk, emitted = 0;
         char out[256];
-        assert_int_equal(engine_detok_create(tok, 0, &detok), TDM_OK);
+        assert_int_equal(text_detok_create(tok, 0, &detok), TDM_OK);
         for (size_t i = 0; i < n; i++) {
-            assert_int_equal(engine_detok_push(detok, BYTE_ID(s[i]), &chunk, &n_chunk), TDM_OK);
+            assert_int_equal(text_detok_push(detok, BYTE_ID(s[i]), &chunk, &n_chunk), TDM_OK);
             assert_true(is_valid_utf8((const uint8_t *)chunk, n_chunk));
             memcpy(out + emitted, chunk, n_chunk);
             emitted += n_chunk;
@@ -158,17 +158,17 @@ static void test_multibyte_text_split_at_every_byte_streams_exactly(void **state
             assert_int_equal(emitted, complete_prefix(s, i + 1));
             assert_memory_equal(out, s, emitted);
         }
-        assert_int_equal(engine_detok_flush(detok, &chunk, &n_chunk), TDM_OK);
+        assert_int_equal(text_detok_flush(detok, &chunk, &n_chunk), TDM_OK);
         assert_int_equal(n_chunk, 0);
         assert_int_equal(emitted, n);
-        engine_detok_destroy(detok);
+        text_detok_destroy(detok);
     }
 }
 
 static void test_tokens_spanning_two_characters_stream_exactly(void **state)
 {
     static const char text[] = "x😀é€y日";
-    engine_tokenizer_t *tok = *state;
+    text_tokenizer_t *tok = *state;
     size_t n = sizeof(text) - 1;
 
     /* Two ids: bytes [0, cut) as byte tokens then one run; re-encode each part with encode(). */
@@ -176,8 +176,8 @@ static void test_tokens_spanning_two_characters_stream_exactly(void **state)
         int32_t *a = NULL, *b = NULL, ids[64];
         size_t n_a = 0, n_b = 0, n_out = 0;
         char *out;
-        assert_int_equal(engine_tokenizer_encode(tok, text, cut, 0, &a, &n_a), TDM_OK);
-        assert_int_equal(engine_tokenizer_encode(tok, text + cut, n - cut, 0, &b, &n_b), TDM_OK);
+        assert_int_equal(text_tokenizer_encode(tok, text, cut, 0, &a, &n_a), TDM_OK);
+        assert_int_equal(text_tokenizer_encode(tok, text + cut, n - cut, 0, &b, &n_b), TDM_OK);
         assert_true(n_a + n_b <= 64);
         if (n_a > 0) {
             memcpy(ids, a, n_a * sizeof(*ids));
@@ -189,13 +189,13 @@ static void test_tokens_spanning_two_characters_stream_exactly(void **state)
         assert_int_equal(n_out, n);
         assert_memory_equal(out, text, n);
         free(out);
-        engine_tokens_free(a);
-        engine_tokens_free(b);
+        text_tokens_free(a);
+        text_tokens_free(b);
     }
 }
 
 /* Stream raw bytes (one token each) and compare with the expected sanitized text. */
-static void assert_bytes_give(engine_tokenizer_t *tok, const char *raw, size_t n_raw,
+static void assert_bytes_give(text_tokenizer_t *tok, const char *raw, size_t n_raw,
                               const char *expected)
 {
     int32_t ids[64];
@@ -210,7 +210,7 @@ static void assert_bytes_give(engine_tokenizer_t *tok, const char *raw, size_t n
         print_message("got \"%s\" expected \"%s\"\n", out, expected);
     }
     assert_string_equal(out, expected);
-    assert_int_equal(engine_detok_decode(tok, ids, n_raw, 0, &whole, &n_whole), TDM_OK);
+    assert_int_equal(text_detok_decode(tok, ids, n_raw, 0, &whole, &n_whole), TDM_OK);
     assert_string_equal(whole, expected);
     free(out);
     free(whole);
@@ -218,7 +218,7 @@ static void assert_bytes_give(engine_tokenizer_t *tok, const char *raw, size_t n
 
 static void test_ill_formed_bytes_become_one_fffd_per_maximal_subpart(void **state)
 {
-    engine_tokenizer_t *tok = *state;
+    text_tokenizer_t *tok = *state;
 
     assert_bytes_give(tok, "\x80", 1, FFFD);          /* stray continuation */
     assert_bytes_give(tok, "\xc0\x80", 2, FFFD FFFD); /* overlong lead C0 */
@@ -242,37 +242,37 @@ static void test_ill_formed_bytes_become_one_fffd_per_maximal_subpart(void **sta
 
 static void test_fffd_waits_until_the_sequence_is_provably_invalid(void **state)
 {
-    engine_tokenizer_t *tok = *state;
-    engine_detok_t *detok = NULL;
+    text_tokenizer_t *tok = *state;
+    text_detok_t *detok = NULL;
     const char *chunk;
     size_t n;
 
-    assert_int_equal(engine_detok_create(tok, 0, &detok), TDM_OK);
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0xf0), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_create(tok, 0, &detok), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0xf0), &chunk, &n), TDM_OK);
     assert_int_equal(n, 0);
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0x9f), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0x9f), &chunk, &n), TDM_OK);
     assert_int_equal(n, 0);
     /* 'A' proves the prefix F0 9F can never complete: one U+FFFD, then 'A'. */
-    assert_int_equal(engine_detok_push(detok, BYTE_ID('A'), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID('A'), &chunk, &n), TDM_OK);
     assert_int_equal(n, 4);
     assert_memory_equal(chunk, FFFD "A", 4);
     /* An impossible second byte is known at once: E0 80 -> two U+FFFD immediately. */
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0xe0), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0xe0), &chunk, &n), TDM_OK);
     assert_int_equal(n, 0);
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0x80), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0x80), &chunk, &n), TDM_OK);
     assert_int_equal(n, 6);
     assert_memory_equal(chunk, FFFD FFFD, 6);
     /* reset drops a held prefix without emitting anything. */
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0xe2), &chunk, &n), TDM_OK);
-    engine_detok_reset(detok);
-    assert_int_equal(engine_detok_flush(detok, &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0xe2), &chunk, &n), TDM_OK);
+    text_detok_reset(detok);
+    assert_int_equal(text_detok_flush(detok, &chunk, &n), TDM_OK);
     assert_int_equal(n, 0);
-    engine_detok_destroy(detok);
+    text_detok_destroy(detok);
 }
 
 static void test_decode_equals_streaming_for_random_ids(void **state)
 {
-    engine_tokenizer_t *tok = *state;
+    text_tokenizer_t *tok = *state;
     uint64_t rng = 7;
 
     for (int round = 0; round < 300; round++) {
@@ -286,7 +286,7 @@ static void test_decode_equals_streaming_for_random_ids(void **state)
                 r % 4 != 0 ? BYTE_ID(0x80 + (r >> 8) % 128) : (int32_t)((r >> 8) % (VOCAB - 2));
         }
         streamed = stream(tok, ids, n_ids, 0, &n_stream);
-        assert_int_equal(engine_detok_decode(tok, ids, n_ids, 0, &whole, &n_whole), TDM_OK);
+        assert_int_equal(text_detok_decode(tok, ids, n_ids, 0, &whole, &n_whole), TDM_OK);
         assert_int_equal(n_whole, n_stream);
         assert_memory_equal(whole, streamed, n_whole);
         assert_true(is_valid_utf8((const uint8_t *)whole, n_whole));
@@ -297,53 +297,52 @@ static void test_decode_equals_streaming_for_random_ids(void **state)
 
 static void test_skip_control_drops_special_tokens_only(void **state)
 {
-    engine_tokenizer_t *tok = *state;
+    text_tokenizer_t *tok = *state;
     int32_t user = -1, think = -1;
     int32_t ids[6];
     char *text = NULL;
     size_t n = 0;
 
-    assert_int_equal(engine_tokenizer_find_special(tok, "<｜User｜>", &user), TDM_OK);
-    assert_int_equal(engine_tokenizer_find_special(tok, "<think>", &think), TDM_OK);
-    ids[0] = ENGINE_TOKENIZER_SYNTH_BOS_ID;
+    assert_int_equal(text_tokenizer_find_special(tok, "<｜User｜>", &user), TDM_OK);
+    assert_int_equal(text_tokenizer_find_special(tok, "<think>", &think), TDM_OK);
+    ids[0] = TEXT_TOKENIZER_SYNTH_BOS_ID;
     ids[1] = user;
     ids[2] = BYTE_ID('h');
     ids[3] = think;
     ids[4] = BYTE_ID('i');
-    ids[5] = ENGINE_TOKENIZER_SYNTH_EOS_ID;
-    assert_int_equal(engine_detok_decode(tok, ids, 6, ENGINE_DETOK_SKIP_CONTROL, &text, &n),
-                     TDM_OK);
+    ids[5] = TEXT_TOKENIZER_SYNTH_EOS_ID;
+    assert_int_equal(text_detok_decode(tok, ids, 6, TEXT_DETOK_SKIP_CONTROL, &text, &n), TDM_OK);
     assert_string_equal(text, "h<think>i"); /* <think> is not a control token */
     free(text);
-    assert_int_equal(engine_detok_decode(tok, ids, 6, 0, &text, &n), TDM_OK);
+    assert_int_equal(text_detok_decode(tok, ids, 6, 0, &text, &n), TDM_OK);
     assert_string_equal(text, "<｜begin▁of▁sentence｜><｜User｜>h<think>i<｜end▁of▁sentence｜>");
     free(text);
 }
 
 static void test_bad_ids_are_rejected_and_change_nothing(void **state)
 {
-    engine_tokenizer_t *tok = *state;
-    engine_detok_t *detok = NULL;
+    text_tokenizer_t *tok = *state;
+    text_detok_t *detok = NULL;
     int32_t ids[2] = {BYTE_ID('a'), (int32_t)VOCAB};
     char *text = (char *)"untouched";
     const char *chunk;
     size_t n = 3;
 
-    assert_int_equal(engine_detok_decode(tok, ids, 2, 0, &text, &n), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_detok_decode(tok, ids, 2, 0, &text, &n), TDM_ERR_INVALID_ARG);
     assert_string_equal(text, "untouched");
     assert_int_equal(n, 3);
-    assert_int_equal(engine_detok_create(tok, 1u << 9, &detok), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_detok_create(tok, 0, &detok), TDM_OK);
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0xe2), &chunk, &n), TDM_OK);
-    assert_int_equal(engine_detok_push(detok, -1, &chunk, &n), TDM_ERR_INVALID_ARG);
-    assert_int_equal(engine_detok_push(detok, (int32_t)VOCAB, &chunk, &n), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_detok_create(tok, 1u << 9, &detok), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_detok_create(tok, 0, &detok), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0xe2), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, -1, &chunk, &n), TDM_ERR_INVALID_ARG);
+    assert_int_equal(text_detok_push(detok, (int32_t)VOCAB, &chunk, &n), TDM_ERR_INVALID_ARG);
     /* The held E2 survived the rejected pushes. */
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0x82), &chunk, &n), TDM_OK);
-    assert_int_equal(engine_detok_push(detok, BYTE_ID(0xac), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0x82), &chunk, &n), TDM_OK);
+    assert_int_equal(text_detok_push(detok, BYTE_ID(0xac), &chunk, &n), TDM_OK);
     assert_int_equal(n, 3);
     assert_memory_equal(chunk, "€", 3);
-    engine_detok_destroy(detok);
-    engine_detok_destroy(NULL);
+    text_detok_destroy(detok);
+    text_detok_destroy(NULL);
 }
 
 int main(void)

@@ -159,19 +159,19 @@ static const tiny_opts_t default_opts = {"gpt2", 0, 0, 0, 2};
 /* Load a buffer; on success check it encodes and destroy it. */
 static tdm_status_t try_load(const uint8_t *data, size_t n, char *err, size_t err_bytes)
 {
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     tdm_status_t status =
-        engine_tokenizer_load_gguf_buffer(data, n, "test.gguf", &tok, err, err_bytes);
+        text_tokenizer_load_gguf_buffer(data, n, "test.gguf", &tok, err, err_bytes);
 
     if (status == TDM_OK) {
         int32_t *ids = NULL;
         size_t n_ids = 0;
         assert_non_null(tok);
-        assert_int_equal(engine_tokenizer_encode(tok, "hello world <|endoftext|>", 25,
-                                                 ENGINE_TOKENIZE_PARSE_SPECIAL, &ids, &n_ids),
+        assert_int_equal(text_tokenizer_encode(tok, "hello world <|endoftext|>", 25,
+                                               TEXT_TOKENIZE_PARSE_SPECIAL, &ids, &n_ids),
                          TDM_OK);
-        engine_tokens_free(ids);
-        engine_tokenizer_destroy(tok);
+        text_tokens_free(ids);
+        text_tokenizer_destroy(tok);
     } else {
         assert_null(tok);
     }
@@ -183,27 +183,27 @@ static tdm_status_t try_load(const uint8_t *data, size_t n, char *err, size_t er
 static void test_tiny_gguf_loads_and_encodes(void **state)
 {
     gbuf_t g = tiny_gguf(&default_opts);
-    engine_tokenizer_t *tok = NULL;
-    engine_tokenizer_info_t info;
+    text_tokenizer_t *tok = NULL;
+    text_tokenizer_info_t info;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     char err[256] = "";
 
     (void)state;
-    assert_int_equal(engine_tokenizer_load_gguf_buffer(g.buf, g.n, "tiny", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_gguf_buffer(g.buf, g.n, "tiny", &tok, err, sizeof(err)),
                      TDM_OK);
-    engine_tokenizer_get_info(tok, &info);
+    text_tokenizer_get_info(tok, &info);
     assert_int_equal(info.n_vocab, 261);
     assert_int_equal(info.n_merges, 4);
     assert_int_equal(info.bos_id, 260);
     assert_int_equal(info.eos_id, 260);
     assert_int_equal(info.pad_id, 260);
     assert_string_equal(info.pre_name, "gpt-2");
-    assert_int_equal(engine_tokenizer_encode(tok, "hello", 5, 0, &ids, &n_ids), TDM_OK);
+    assert_int_equal(text_tokenizer_encode(tok, "hello", 5, 0, &ids, &n_ids), TDM_OK);
     assert_int_equal(n_ids, 1);
     assert_int_equal(ids[0], 259);
-    engine_tokens_free(ids);
-    engine_tokenizer_destroy(tok);
+    text_tokens_free(ids);
+    text_tokenizer_destroy(tok);
     free(g.buf);
 }
 
@@ -334,16 +334,16 @@ static void test_gguf_file_errors(void **state)
 {
     const char *tmp = getenv("TANDEM_TEST_TMP");
     char path[1024], err[256] = "";
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     gbuf_t g = tiny_gguf(&default_opts);
     FILE *f;
 
     (void)state;
     snprintf(path, sizeof(path), "%s/tokenizer-missing.gguf", tmp != NULL ? tmp : "/tmp");
     remove(path);
-    assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_NOT_FOUND);
+    assert_int_equal(text_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_NOT_FOUND);
     /* A directory opens but cannot be mapped. */
-    assert_int_equal(engine_tokenizer_load_gguf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_gguf(tmp != NULL ? tmp : "/tmp", &tok, err, sizeof(err)),
                      TDM_ERR_IO);
     assert_null(tok);
     snprintf(path, sizeof(path), "%s/tokenizer-truncated.gguf", tmp != NULL ? tmp : "/tmp");
@@ -351,18 +351,18 @@ static void test_gguf_file_errors(void **state)
     assert_non_null(f);
     assert_int_equal(fwrite(g.buf, 1, g.n / 2, f), g.n / 2);
     fclose(f);
-    assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_FORMAT);
+    assert_int_equal(text_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_FORMAT);
     assert_non_null(strstr(err, "tokenizer-truncated.gguf: offset "));
     f = fopen(path, "wb");
     assert_non_null(f);
     fclose(f);
-    assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_FORMAT);
+    assert_int_equal(text_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_ERR_FORMAT);
     f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(g.buf, 1, g.n, f), g.n);
     fclose(f);
-    assert_int_equal(engine_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_OK);
-    engine_tokenizer_destroy(tok);
+    assert_int_equal(text_tokenizer_load_gguf(path, &tok, err, sizeof(err)), TDM_OK);
+    text_tokenizer_destroy(tok);
     remove(path);
     free(g.buf);
 }
@@ -465,35 +465,34 @@ static void check_spm_round_trip(const char *name)
     };
     size_t n = 0;
     uint8_t *data = read_vocab(name, &n);
-    engine_tokenizer_t *tok = NULL;
-    engine_tokenizer_info_t info;
+    text_tokenizer_t *tok = NULL;
+    text_tokenizer_info_t info;
     char err[256] = "";
 
     if (data == NULL) {
         skip();
     }
-    assert_int_equal(engine_tokenizer_load_gguf_buffer(data, n, name, &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_gguf_buffer(data, n, name, &tok, err, sizeof(err)),
                      TDM_OK);
-    engine_tokenizer_get_info(tok, &info);
+    text_tokenizer_get_info(tok, &info);
     assert_int_equal(info.sentencepiece, 1);
     assert_int_equal(info.bos_id, 1);
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
         int32_t *ids = NULL;
         size_t n_ids = 0, n_text = 0;
         char *text = NULL;
-        assert_int_equal(engine_tokenizer_encode(tok, texts[i], strlen(texts[i]),
-                                                 ENGINE_TOKENIZE_ADD_BOS, &ids, &n_ids),
+        assert_int_equal(text_tokenizer_encode(tok, texts[i], strlen(texts[i]),
+                                               TEXT_TOKENIZE_ADD_BOS, &ids, &n_ids),
                          TDM_OK);
         assert_int_equal(ids[0], 1);
         assert_int_equal(
-            engine_detok_decode(tok, ids, n_ids, ENGINE_DETOK_SKIP_CONTROL, &text, &n_text),
-            TDM_OK);
+            text_detok_decode(tok, ids, n_ids, TEXT_DETOK_SKIP_CONTROL, &text, &n_text), TDM_OK);
         assert_string_equal(text, texts[i]);
         free(text);
-        engine_tokens_free(ids);
+        text_tokens_free(ids);
     }
     print_message("vocab %s: SentencePiece round trips\n", name);
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     free(data);
 }
 
@@ -513,8 +512,8 @@ static void test_gpt_neox_vocab_without_pre_loads_with_default(void **state)
 {
     size_t n = 0, n_ids = 0;
     uint8_t *data = read_vocab("gpt-neox", &n);
-    engine_tokenizer_t *tok = NULL;
-    engine_tokenizer_info_t info;
+    text_tokenizer_t *tok = NULL;
+    text_tokenizer_info_t info;
     int32_t *ids = NULL;
     char *text = NULL, err[256] = "";
 
@@ -522,18 +521,18 @@ static void test_gpt_neox_vocab_without_pre_loads_with_default(void **state)
     if (data == NULL) {
         skip();
     }
-    assert_int_equal(engine_tokenizer_load_gguf_buffer(data, n, "gpt-neox", &tok, err, sizeof(err)),
+    assert_int_equal(text_tokenizer_load_gguf_buffer(data, n, "gpt-neox", &tok, err, sizeof(err)),
                      TDM_OK);
-    engine_tokenizer_get_info(tok, &info);
+    text_tokenizer_get_info(tok, &info);
     assert_string_equal(info.pre_name, "default");
     assert_int_equal(info.n_vocab, 50432);
-    assert_int_equal(engine_tokenizer_encode(tok, "Hello world  x", 14, 0, &ids, &n_ids), TDM_OK);
-    assert_int_equal(engine_detok_decode(tok, ids, n_ids, 0, &text, &n), TDM_OK);
+    assert_int_equal(text_tokenizer_encode(tok, "Hello world  x", 14, 0, &ids, &n_ids), TDM_OK);
+    assert_int_equal(text_detok_decode(tok, ids, n_ids, 0, &text, &n), TDM_OK);
     assert_string_equal(text, "Hello world  x");
     print_message("vocab gpt-neox: loads (no upstream .out vectors to check)\n");
     free(text);
-    engine_tokens_free(ids);
-    engine_tokenizer_destroy(tok);
+    text_tokens_free(ids);
+    text_tokenizer_destroy(tok);
     free(data);
 }
 

@@ -106,7 +106,7 @@ typedef struct {
     size_t n_specs;
     engine_param_counts_t counts;
     engine_weights_t *weights;
-    engine_tokenizer_t *tok;
+    text_tokenizer_t *tok;
     int32_t *token_map;
     int64_t *multipliers;
     plan_t plan;
@@ -118,7 +118,7 @@ static void convert_fini(convert_t *c)
 {
     free(c->multipliers);
     free(c->token_map);
-    engine_tokenizer_destroy(c->tok);
+    text_tokenizer_destroy(c->tok);
     engine_weights_close(c->weights);
     free(c->specs);
     free(c->cfg);
@@ -303,7 +303,7 @@ static tdm_status_t make_sidecar_arrays(convert_t *c, const convert_cfg_t *flags
     tdm_status_t status;
 
     snprintf(path, sizeof(path), "%s/tokenizer.json", flags->model_dir);
-    status = engine_tokenizer_load_hf(path, &c->tok, c->err, sizeof(c->err));
+    status = text_tokenizer_load_hf(path, &c->tok, c->err, sizeof(c->err));
     if (status != TDM_OK) {
         return status;
     }
@@ -320,7 +320,7 @@ static tdm_status_t make_sidecar_arrays(convert_t *c, const convert_cfg_t *flags
         return TDM_OK;
     }
     tdm_log(TDM_LOG_INFO, "convert", "building token map: tokenizer_ids=%u vocab=%lld",
-            engine_tokenizer_n_vocab(c->tok), (long long)c->cfg->vocab_size);
+            text_tokenizer_n_vocab(c->tok), (long long)c->cfg->vocab_size);
     status = engine_engram_token_map_build(c->tok, c->cfg, c->token_map, n_compressed_out, c->err,
                                            sizeof(c->err));
     if (status != TDM_OK) {

@@ -133,7 +133,7 @@ tdm_status_t gen_prompt_parse_ids(const char *text, int64_t vocab, int32_t **ids
     return TDM_OK;
 }
 
-/* Copy tokenizer-owned ids (engine_tokens_free) into a malloc'd array, BOS first if bos >= 0. */
+/* Copy tokenizer-owned ids (text_tokens_free) into a malloc'd array, BOS first if bos >= 0. */
 static tdm_status_t take_ids(int32_t *tok_ids, size_t n_tok_ids, int32_t bos, int32_t **ids_out,
                              int64_t *n_ids_out)
 {
@@ -141,7 +141,7 @@ static tdm_status_t take_ids(int32_t *tok_ids, size_t n_tok_ids, int32_t bos, in
     int32_t *ids = malloc((n > 0 ? n : 1) * sizeof(int32_t));
 
     if (ids == NULL) {
-        engine_tokens_free(tok_ids);
+        text_tokens_free(tok_ids);
         return TDM_ERR_NO_MEMORY;
     }
     if (bos >= 0) {
@@ -150,17 +150,17 @@ static tdm_status_t take_ids(int32_t *tok_ids, size_t n_tok_ids, int32_t bos, in
     if (n_tok_ids > 0) {
         memcpy(ids + (bos >= 0 ? 1 : 0), tok_ids, n_tok_ids * sizeof(int32_t));
     }
-    engine_tokens_free(tok_ids);
+    text_tokens_free(tok_ids);
     *ids_out = ids;
     *n_ids_out = (int64_t)n;
     return TDM_OK;
 }
 
-tdm_status_t gen_prompt_encode_text(const engine_tokenizer_t *tok, const char *text,
+tdm_status_t gen_prompt_encode_text(const text_tokenizer_t *tok, const char *text,
                                     int32_t **ids_out, int64_t *n_ids_out, char *err,
                                     size_t err_bytes)
 {
-    engine_tokenizer_info_t info;
+    text_tokenizer_info_t info;
     int32_t *tok_ids = NULL;
     size_t n_tok_ids = 0;
     tdm_status_t status;
@@ -172,30 +172,30 @@ tdm_status_t gen_prompt_encode_text(const engine_tokenizer_t *tok, const char *t
         snprintf(err, err_bytes, "--prompt: empty prompt");
         return TDM_ERR_INVALID_ARG;
     }
-    status = engine_tokenizer_encode(tok, text, strlen(text), ENGINE_TOKENIZE_PARSE_SPECIAL,
-                                     &tok_ids, &n_tok_ids);
+    status = text_tokenizer_encode(tok, text, strlen(text), TEXT_TOKENIZE_PARSE_SPECIAL, &tok_ids,
+                                   &n_tok_ids);
     if (status != TDM_OK) {
         snprintf(err, err_bytes, "--prompt: tokenizing failed: %s", tdm_status_message(status));
         return status;
     }
     if (n_tok_ids == 0) {
-        engine_tokens_free(tok_ids);
+        text_tokens_free(tok_ids);
         snprintf(err, err_bytes, "--prompt: the text gives no tokens");
         return TDM_ERR_INVALID_ARG;
     }
-    engine_tokenizer_get_info(tok, &info);
+    text_tokenizer_get_info(tok, &info);
     return take_ids(tok_ids, n_tok_ids, info.bos_id, ids_out, n_ids_out);
 }
 
-static int parse_role(const char *name, engine_chat_role_t *role_out)
+static int parse_role(const char *name, text_chat_role_t *role_out)
 {
     static const struct {
         const char *name;
-        engine_chat_role_t role;
-    } roles[] = {{"system", ENGINE_CHAT_SYSTEM},
-                 {"user", ENGINE_CHAT_USER},
-                 {"assistant", ENGINE_CHAT_ASSISTANT},
-                 {"tool", ENGINE_CHAT_TOOL}};
+        text_chat_role_t role;
+    } roles[] = {{"system", TEXT_CHAT_SYSTEM},
+                 {"user", TEXT_CHAT_USER},
+                 {"assistant", TEXT_CHAT_ASSISTANT},
+                 {"tool", TEXT_CHAT_TOOL}};
     for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++) {
         if (strcmp(name, roles[i].name) == 0) {
             *role_out = roles[i].role;
@@ -206,7 +206,7 @@ static int parse_role(const char *name, engine_chat_role_t *role_out)
 }
 
 /* Fill msgs[i] from the JSON message objects of `list` (borrowed strings). */
-static tdm_status_t chat_messages(const json_t *list, const char *path, engine_chat_message_t *msgs,
+static tdm_status_t chat_messages(const json_t *list, const char *path, text_chat_message_t *msgs,
                                   char *err, size_t err_bytes)
 {
     size_t i;
@@ -217,7 +217,7 @@ static tdm_status_t chat_messages(const json_t *list, const char *path, engine_c
         const json_t *role = json_object_get(item, "role");
         const json_t *content = json_object_get(item, "content");
         const json_t *reasoning = json_object_get(item, "reasoning_content");
-        engine_chat_message_t *m = &msgs[i];
+        text_chat_message_t *m = &msgs[i];
 
         if (!json_is_object(item) || !json_is_string(role) ||
             parse_role(json_string_value(role), &m->role) != 0) {
@@ -240,15 +240,15 @@ static tdm_status_t chat_messages(const json_t *list, const char *path, engine_c
     return TDM_OK;
 }
 
-tdm_status_t gen_prompt_encode_chat(const engine_tokenizer_t *tok, const char *path,
+tdm_status_t gen_prompt_encode_chat(const text_tokenizer_t *tok, const char *path,
                                     uint32_t chat_flags, int32_t **ids_out, int64_t *n_ids_out,
                                     char *err, size_t err_bytes)
 {
     char jerr[512];
     json_t *root = NULL;
     const json_t *list;
-    engine_chat_message_t *msgs = NULL;
-    engine_chat_params_t params;
+    text_chat_message_t *msgs = NULL;
+    text_chat_params_t params;
     int32_t *tok_ids = NULL;
     size_t n_tok_ids = 0, n_msgs;
     tdm_status_t status;
@@ -283,16 +283,16 @@ tdm_status_t gen_prompt_encode_chat(const engine_tokenizer_t *tok, const char *p
     if (status != TDM_OK) {
         goto out;
     }
-    engine_chat_params_default(&params);
+    text_chat_params_default(&params);
     params.flags |= chat_flags;
-    status = engine_chat_encode(tok, &params, msgs, n_msgs, &tok_ids, &n_tok_ids);
+    status = text_chat_encode(tok, &params, msgs, n_msgs, &tok_ids, &n_tok_ids);
     if (status != TDM_OK) {
         snprintf(err, err_bytes, "--chat: %s: chat encoding failed: %s", path,
                  tdm_status_message(status));
         goto out;
     }
     if (n_tok_ids == 0) {
-        engine_tokens_free(tok_ids);
+        text_tokens_free(tok_ids);
         snprintf(err, err_bytes, "--chat: %s: the conversation gives no tokens", path);
         status = TDM_ERR_INVALID_ARG;
         goto out;

@@ -33,19 +33,19 @@ tdm_status_t gen_prompt_parse_ids(const char *text, int64_t vocab, int32_t **ids
  * the text encoded with special-token parsing. An empty text is TDM_ERR_INVALID_ARG.
  * Outputs and errors as gen_prompt_parse_ids (ids freed with free()).
  */
-tdm_status_t gen_prompt_encode_text(const engine_tokenizer_t *tok, const char *text,
+tdm_status_t gen_prompt_encode_text(const text_tokenizer_t *tok, const char *text,
                                     int32_t **ids_out, int64_t *n_ids_out, char *err,
                                     size_t err_bytes);
 
 /*
  * gen_prompt_encode_chat - the ids of a --chat file: messages rendered with the DSV4 chat
- * encoding and the generation prompt (chat_flags: engine_chat_flags_t bits added to
- * ENGINE_CHAT_ADD_GENERATION_PROMPT, e.g. ENGINE_CHAT_THINKING). Roles: system, user,
+ * encoding and the generation prompt (chat_flags: text_chat_flags_t bits added to
+ * TEXT_CHAT_ADD_GENERATION_PROMPT, e.g. TEXT_CHAT_THINKING). Roles: system, user,
  * assistant, tool. An empty list, a message without a string content or an unknown role is
  * TDM_ERR_INVALID_ARG; an unreadable file TDM_ERR_NOT_FOUND / TDM_ERR_IO; bad JSON
  * TDM_ERR_FORMAT. Outputs as gen_prompt_parse_ids (ids freed with free()).
  */
-tdm_status_t gen_prompt_encode_chat(const engine_tokenizer_t *tok, const char *path,
+tdm_status_t gen_prompt_encode_chat(const text_tokenizer_t *tok, const char *path,
                                     uint32_t chat_flags, int32_t **ids_out, int64_t *n_ids_out,
                                     char *err, size_t err_bytes);
 

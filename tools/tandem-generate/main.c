@@ -138,8 +138,8 @@ typedef struct {
     int oracle;     /* 1: --schedule oracle */
     int output_ids; /* 1: --output ids */
     engine_config_t *cfg;
-    engine_tokenizer_t *tok;
-    engine_detok_t *detok;
+    text_tokenizer_t *tok;
+    text_detok_t *detok;
     engine_model_t *model;
     engine_kv_pool_t *pool;
     engine_fwd_t *fwd;
@@ -185,8 +185,8 @@ static void gen_state_fini(gen_state_t *g)
     engine_fwd_destroy(g->fwd);
     engine_kv_pool_destroy(g->pool);
     engine_model_destroy(g->model);
-    engine_detok_destroy(g->detok);
-    engine_tokenizer_destroy(g->tok);
+    text_detok_destroy(g->detok);
+    text_tokenizer_destroy(g->tok);
     free(g->cfg);
 }
 
@@ -261,9 +261,9 @@ static int load_config_and_tokenizer(gen_state_t *g)
         }
         return GEN_EXIT_OK; /* ids in, ids out */
     }
-    status = engine_tokenizer_load_hf(path, &g->tok, err, sizeof(err));
+    status = text_tokenizer_load_hf(path, &g->tok, err, sizeof(err));
     if (status == TDM_OK) {
-        status = engine_detok_create(g->tok, ENGINE_DETOK_SKIP_CONTROL, &g->detok);
+        status = text_detok_create(g->tok, TEXT_DETOK_SKIP_CONTROL, &g->detok);
     }
     if (status != TDM_OK) {
         fprintf(stderr, GEN_PROGRAM ": %s: %s (%s)\n", path, err, tdm_status_message(status));
@@ -289,9 +289,8 @@ static int build_prompt(gen_state_t *g)
     } else if (f->prompt != NULL) {
         status = gen_prompt_encode_text(g->tok, f->prompt, &ids, &n, err, sizeof(err));
     } else {
-        status =
-            gen_prompt_encode_chat(g->tok, f->chat_path, f->thinking ? ENGINE_CHAT_THINKING : 0,
-                                   &ids, &n, err, sizeof(err));
+        status = gen_prompt_encode_chat(g->tok, f->chat_path, f->thinking ? TEXT_CHAT_THINKING : 0,
+                                        &ids, &n, err, sizeof(err));
     }
     if (status != TDM_OK) {
         fprintf(stderr, GEN_PROGRAM ": %s\n", err[0] != '\0' ? err : tdm_status_message(status));
@@ -486,7 +485,7 @@ static tdm_status_t emit(gen_state_t *g, int32_t token)
         fflush(stdout);
         return TDM_OK;
     }
-    status = engine_detok_push(g->detok, token, &text, &n);
+    status = text_detok_push(g->detok, token, &text, &n);
     if (status == TDM_OK && n > 0) {
         fwrite(text, 1, n, stdout);
         fflush(stdout);
@@ -504,7 +503,7 @@ static void emit_flush(gen_state_t *g)
         return;
     }
     g->flushed = 1;
-    if (!g->output_ids && g->detok != NULL && engine_detok_flush(g->detok, &text, &n) == TDM_OK &&
+    if (!g->output_ids && g->detok != NULL && text_detok_flush(g->detok, &text, &n) == TDM_OK &&
         n > 0) {
         fwrite(text, 1, n, stdout);
         g->printed_text = 1;

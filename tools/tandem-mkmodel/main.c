@@ -340,7 +340,7 @@ static tdm_status_t verify_checkpoint(const char *dir, const engine_config_t *ex
     engine_config_t *loaded = NULL;
     engine_weights_t *weights = NULL;
     engine_engram_sidecar_t sidecar;
-    engine_tokenizer_t *tok = NULL;
+    text_tokenizer_t *tok = NULL;
     tdm_status_t status;
 
     memset(&sidecar, 0, sizeof(sidecar));
@@ -371,17 +371,17 @@ static tdm_status_t verify_checkpoint(const char *dir, const engine_config_t *ex
         goto out;
     }
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    status = engine_tokenizer_load_hf(path, &tok, err, err_bytes);
+    status = text_tokenizer_load_hf(path, &tok, err, err_bytes);
     if (status != TDM_OK) {
         goto out;
     }
-    if (engine_tokenizer_n_vocab(tok) > (uint32_t)loaded->vocab_size) {
+    if (text_tokenizer_n_vocab(tok) > (uint32_t)loaded->vocab_size) {
         snprintf(err, err_bytes, "tokenizer.json has %u ids but vocab_size is %lld",
-                 engine_tokenizer_n_vocab(tok), (long long)loaded->vocab_size);
+                 text_tokenizer_n_vocab(tok), (long long)loaded->vocab_size);
         status = TDM_ERR_MISMATCH;
     }
 out:
-    engine_tokenizer_destroy(tok);
+    text_tokenizer_destroy(tok);
     engine_engram_sidecar_fini(&sidecar);
     engine_weights_close(weights);
     free(loaded);
@@ -514,8 +514,8 @@ int main(int argc, char **argv)
     if (flags_cfg.tokenizer_path != NULL) {
         status = copy_file(flags_cfg.tokenizer_path, path);
     } else {
-        status = engine_tokenizer_write_synthetic_hf(path, (uint32_t)cfg->vocab_size, err,
-                                                     sizeof(err));
+        status =
+            text_tokenizer_write_synthetic_hf(path, (uint32_t)cfg->vocab_size, err, sizeof(err));
     }
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-mkmodel: writing tokenizer.json: %s\n", err);
