@@ -278,6 +278,13 @@ int64_t engine_config_ring_entry_bytes(const engine_config_t *cfg);
  */
 int64_t engine_config_ring_entries(const engine_config_t *cfg);
 
+/*
+ * engine_engram_prime_after - the smallest prime p > x (trial division by 6k+-1; x < 2^40 keeps
+ * it under a millisecond). Returns 2 for x < 2. Pure function. The Engram tables' row counts are
+ * sums of these primes (MODEL.md 5.6): the load-time check here and engine/engram_hash.c use it.
+ */
+int64_t engine_engram_prime_after(int64_t x);
+
 /* engine_config_layer_kind_name - "swa", "full", "reindex" or "reuse"; "?" otherwise. Static. */
 const char *engine_config_layer_kind_name(engine_layer_kind_t kind);
 

@@ -2,8 +2,6 @@
  * (see config_impl.h). */
 #include "engine/config_impl.h"
 
-#include "engine/engram_hash.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

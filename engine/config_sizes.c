@@ -1,5 +1,5 @@
 /* config_sizes.c - sizes that follow from a config alone: published rows, KV record and ring
- * entry bytes (MODEL.md 5.3 and 7; see config.h). */
+ * entry bytes, Engram primes (MODEL.md 5.3, 5.6 and 7; see config.h). */
 #include "engine/config_impl.h"
 
 int64_t engine_config_n_c(const engine_config_t *cfg, int layer, int64_t t)
@@ -78,4 +78,33 @@ const char *engine_config_layer_kind_name(engine_layer_kind_t kind)
         return "reuse";
     }
     return "?";
+}
+
+static int is_prime(int64_t n)
+{
+    if (n < 2) {
+        return 0;
+    }
+    if (n < 4) {
+        return 1;
+    }
+    if (n % 2 == 0 || n % 3 == 0) {
+        return 0;
+    }
+    for (int64_t i = 5; i <= n / i; i += 6) {
+        if (n % i == 0 || n % (i + 2) == 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int64_t engine_engram_prime_after(int64_t x)
+{
+    int64_t n = x < 1 ? 2 : x + 1;
+
+    while (!is_prime(n)) {
+        n++;
+    }
+    return n;
 }

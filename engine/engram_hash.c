@@ -10,35 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_prime(int64_t n)
-{
-    if (n < 2) {
-        return 0;
-    }
-    if (n < 4) {
-        return 1;
-    }
-    if (n % 2 == 0 || n % 3 == 0) {
-        return 0;
-    }
-    for (int64_t i = 5; i <= n / i; i += 6) {
-        if (n % i == 0 || n % (i + 2) == 0) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-int64_t engine_engram_prime_after(int64_t x)
-{
-    int64_t n = x < 1 ? 2 : x + 1;
-
-    while (!is_prime(n)) {
-        n++;
-    }
-    return n;
-}
-
 int64_t engine_engram_mult_bound(int64_t compressed_vocab_size)
 {
     int64_t bound;

@@ -4,7 +4,8 @@
  * offsets, the multiplier bound b_mu, the multipliers and token map of random checkpoints, the
  * hashed table rows of one position, and the checks a checkpoint's engram-hash.safetensors sidecar
  * must pass. Owns only the arrays of a loaded sidecar (engine_engram_sidecar_t). Knows nothing of
- * the tables' contents, the gate math or the tokenizer.
+ * the tables' contents, the gate math or the tokenizer. The primes come from
+ * engine_engram_prime_after (engine/config.h; the config check needs them too).
  */
 #ifndef TANDEM_ENGINE_ENGRAM_HASH_H
 #define TANDEM_ENGINE_ENGRAM_HASH_H
@@ -76,12 +77,6 @@ typedef struct {
     char tokenizer_sha256[72];
     char origin[64];
 } engine_engram_sidecar_t;
-
-/*
- * engine_engram_prime_after - the smallest prime p > x (trial division by 6k+-1; x < 2^40 keeps
- * it under a millisecond). Returns 2 for x < 2. Pure function.
- */
-int64_t engine_engram_prime_after(int64_t x);
 
 /*
  * engine_engram_mult_bound - b_mu = max(1, floor(floor((2^63-1)/V_c)/2)) for V_c >= 1, so that
