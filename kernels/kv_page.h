@@ -19,6 +19,7 @@ extern "C" {
 #endif
 
 #include "common/status.h"
+#include "kernels/codec.h"
 
 #define KERN_KV_PAGE_ROWS          64     /* rows per page (header rows_per_page) */
 #define KERN_KV_PAGE_HEADER_BYTES  64     /* header size; region 0 starts here */
@@ -26,6 +27,7 @@ extern "C" {
 #define KERN_KV_PAGE_VERSION       1      /* header format_version */
 #define KERN_KV_PAGE_MAGIC         "TDKV" /* header bytes 0..3 */
 #define KERN_KV_PAGE_CHECKSUM_FROM 64     /* the checksum covers bytes [64, page end) */
+#define KERN_KV_PAGE_DIM_LIMIT     65535u /* largest d and d_I (u16 header fields) */
 
 /* Header flag bits (byte 21). Any other bit set is a format error. */
 #define KERN_KV_PAGE_FLAG_STALE 0x01u /* rows written since the last seal: checksum invalid */
@@ -84,11 +86,57 @@ typedef struct {
     uint64_t fingerprint;
 } kern_kv_page_header_t;
 
+/* kern_kv_page_align_up - n rounded up to a multiple of KERN_KV_PAGE_ALIGN_BYTES. */
+static inline size_t kern_kv_page_align_up(size_t n)
+{
+    return (n + KERN_KV_PAGE_ALIGN_BYTES - 1) / KERN_KV_PAGE_ALIGN_BYTES * KERN_KV_PAGE_ALIGN_BYTES;
+}
+
 /*
- * kern_kv_page_layout - region offsets and page size for main dims d and index dims d_I.
+ * kern_kv_page_dims_valid - 1 when main dims d and index dims d_I give a page layout: d > 0, d a
+ * multiple of 16 (KERN_CKV_GROUP), d_I a multiple of 32 (KERN_MX4_GROUP, 0 allowed), both at most
+ * KERN_KV_PAGE_DIM_LIMIT; else 0. Header-only, like kern_kv_page_layout_of.
+ */
+static inline int kern_kv_page_dims_valid(uint32_t d, uint32_t d_I)
+{
+    return d > 0 && d <= KERN_KV_PAGE_DIM_LIMIT && d % KERN_CKV_GROUP == 0 &&
+           d_I <= KERN_KV_PAGE_DIM_LIMIT && d_I % KERN_MX4_GROUP == 0;
+}
+
+/*
+ * kern_kv_page_layout_of - the layout (region offsets, page size) for main dims d and index dims
+ * d_I that kern_kv_page_dims_valid accepts; other dims give meaningless sizes. Pure arithmetic,
+ * defined in this header (the one definition, kern_kv_page_layout uses it) so that a part that
+ * only sizes pages, the router, need not link the kernels library.
+ */
+static inline kern_kv_page_layout_t kern_kv_page_layout_of(uint32_t d, uint32_t d_I)
+{
+    kern_kv_page_layout_t layout;
+
+    layout.d = d;
+    layout.d_I = d_I;
+    layout.main_codes_row_bytes = d / 2;
+    layout.main_scales_row_bytes = d / KERN_CKV_GROUP;
+    layout.index_codes_row_bytes = d_I / 2;
+    layout.index_scales_row_bytes = d_I / KERN_MX4_GROUP;
+    layout.main_codes_offset = KERN_KV_PAGE_HEADER_BYTES;
+    layout.main_scales_offset = kern_kv_page_align_up(
+        layout.main_codes_offset + KERN_KV_PAGE_ROWS * layout.main_codes_row_bytes);
+    layout.index_codes_offset = kern_kv_page_align_up(
+        layout.main_scales_offset + KERN_KV_PAGE_ROWS * layout.main_scales_row_bytes);
+    layout.index_scales_offset = kern_kv_page_align_up(
+        layout.index_codes_offset + KERN_KV_PAGE_ROWS * layout.index_codes_row_bytes);
+    layout.page_bytes = kern_kv_page_align_up(layout.index_scales_offset +
+                                              KERN_KV_PAGE_ROWS * layout.index_scales_row_bytes);
+    return layout;
+}
+
+/*
+ * kern_kv_page_layout - the checked form of kern_kv_page_layout_of.
  *
- * Returns TDM_OK, or TDM_ERR_INVALID_ARG (layout_out untouched) if layout_out is NULL, d is 0,
- * not a multiple of 16 or above 65535, or d_I is not a multiple of 32 or above 65535.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (layout_out untouched, a warning logged) if layout_out
+ * is NULL, d is 0, not a multiple of 16 or above 65535, or d_I is not a multiple of 32 or above
+ * 65535.
  */
 tdm_status_t kern_kv_page_layout(uint32_t d, uint32_t d_I, kern_kv_page_layout_t *layout_out);
 

@@ -60,7 +60,6 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
                               router_model_info_t *info, char *err, size_t err_bytes)
 {
     kern_kv_page_layout_t layout;
-    tdm_status_t status;
 
     if (cfg->max_position_embeddings <= 0 || cfg->max_position_embeddings > UINT32_MAX) {
         tdm_errbuf_set(err, err_bytes, "config max_position_embeddings %lld out of range",
@@ -88,13 +87,14 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
     if (info->context_tokens > PROTO_MAX_CONTEXT_TOKENS) {
         info->context_tokens = PROTO_MAX_CONTEXT_TOKENS;
     }
-    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
-    if (status != TDM_OK) {
+    /* The header-only geometry (kernels/kv_page.h): the router does not link the kernels. */
+    if (!kern_kv_page_dims_valid((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim)) {
         tdm_errbuf_set(err, err_bytes,
                        "config head_dim %lld / index_head_dim %lld give no page layout",
                        (long long)cfg->head_dim, (long long)cfg->index_head_dim);
-        return status;
+        return TDM_ERR_INVALID_ARG;
     }
+    layout = kern_kv_page_layout_of((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim);
     info->page_bytes = (uint32_t)layout.page_bytes;
     info->n_dspark_blocks =
         cfg->num_nextn_predict_layers > 0 ? (uint32_t)cfg->num_nextn_predict_layers : 0;

@@ -31,7 +31,6 @@
 #define HDR_RESERVED_B    48 /* 16 bytes zero */
 #define HDR_RESERVED_B_N  16
 #define MAGIC_BYTES       4
-#define DIM_LIMIT         65535u
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -61,47 +60,19 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-static size_t align_up(size_t n)
-{
-    return (n + KERN_KV_PAGE_ALIGN_BYTES - 1) / KERN_KV_PAGE_ALIGN_BYTES * KERN_KV_PAGE_ALIGN_BYTES;
-}
-
-static int dims_valid(uint32_t d, uint32_t d_I)
-{
-    return d > 0 && d <= DIM_LIMIT && d % KERN_CKV_GROUP == 0 && d_I <= DIM_LIMIT &&
-           d_I % KERN_MX4_GROUP == 0;
-}
-
 tdm_status_t kern_kv_page_layout(uint32_t d, uint32_t d_I, kern_kv_page_layout_t *layout_out)
 {
-    kern_kv_page_layout_t layout;
-
     if (layout_out == NULL) {
         tdm_log(TDM_LOG_WARN, KV_LOG, "layout rejected: NULL layout_out");
         return TDM_ERR_INVALID_ARG;
     }
-    if (!dims_valid(d, d_I)) {
+    if (!kern_kv_page_dims_valid(d, d_I)) {
         tdm_log(TDM_LOG_WARN, KV_LOG,
                 "layout rejected: d=%u d_I=%u (need d>0, d%%16==0, d_I%%32==0, both<=65535)", d,
                 d_I);
         return TDM_ERR_INVALID_ARG;
     }
-    layout.d = d;
-    layout.d_I = d_I;
-    layout.main_codes_row_bytes = d / 2;
-    layout.main_scales_row_bytes = d / KERN_CKV_GROUP;
-    layout.index_codes_row_bytes = d_I / 2;
-    layout.index_scales_row_bytes = d_I / KERN_MX4_GROUP;
-    layout.main_codes_offset = KERN_KV_PAGE_HEADER_BYTES;
-    layout.main_scales_offset =
-        align_up(layout.main_codes_offset + KERN_KV_PAGE_ROWS * layout.main_codes_row_bytes);
-    layout.index_codes_offset =
-        align_up(layout.main_scales_offset + KERN_KV_PAGE_ROWS * layout.main_scales_row_bytes);
-    layout.index_scales_offset =
-        align_up(layout.index_codes_offset + KERN_KV_PAGE_ROWS * layout.index_codes_row_bytes);
-    layout.page_bytes =
-        align_up(layout.index_scales_offset + KERN_KV_PAGE_ROWS * layout.index_scales_row_bytes);
-    *layout_out = layout;
+    *layout_out = kern_kv_page_layout_of(d, d_I);
     return TDM_OK;
 }
 
@@ -117,7 +88,7 @@ static int trusted_layout(const uint8_t *page, kern_kv_page_layout_t *layout_out
     }
     d = get_u16(page + HDR_D);
     d_I = get_u16(page + HDR_D_I);
-    if (!dims_valid(d, d_I)) {
+    if (!kern_kv_page_dims_valid(d, d_I)) {
         return 0;
     }
     return kern_kv_page_layout(d, d_I, layout_out) == TDM_OK;
@@ -420,7 +391,7 @@ tdm_status_t kern_kv_page_header_read(const void *page, size_t page_bytes,
         !all_zero(bytes + HDR_RESERVED_B, HDR_RESERVED_B_N)) {
         return format_error("reserved", "reserved header bytes 26..31 and 48..63 must be zero");
     }
-    if (!dims_valid(header.d, header.d_I)) {
+    if (!kern_kv_page_dims_valid(header.d, header.d_I)) {
         snprintf(detail, sizeof(detail), "d=%u d_I=%u (need d>0, d%%16==0, d_I%%32==0)", header.d,
                  header.d_I);
         return format_error(header.d == 0 || header.d % KERN_CKV_GROUP != 0 ? "d" : "d_I", detail);

@@ -147,6 +147,29 @@ static void test_layout_rejects_bad_dims(void **state)
     assert_memory_equal(&layout, &before, sizeof(layout));
 }
 
+/* The header-only pair the router uses (kern_kv_page_dims_valid, kern_kv_page_layout_of) agrees
+ * with the checked kern_kv_page_layout on every dims pair around the limits. */
+static void test_layout_of_matches_checked_layout(void **state)
+{
+    static const uint32_t dims[] = {0, 16, 24, 32, 48, 64, 128, 512, 65520, 65535, 65536};
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
+        for (size_t j = 0; j < sizeof(dims) / sizeof(dims[0]); j++) {
+            kern_kv_page_layout_t checked;
+            kern_kv_page_layout_t pure;
+            int valid = kern_kv_page_dims_valid(dims[i], dims[j]);
+
+            assert_int_equal(kern_kv_page_layout(dims[i], dims[j], &checked),
+                             valid ? TDM_OK : TDM_ERR_INVALID_ARG);
+            if (valid) {
+                pure = kern_kv_page_layout_of(dims[i], dims[j]);
+                assert_memory_equal(&pure, &checked, sizeof(pure));
+            }
+        }
+    }
+}
+
 /* ---- header ------------------------------------------------------------------------------ */
 
 static void test_init_writes_header_byte_by_byte(void **state)
@@ -496,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_layout_full_size_matches_model_md),
         cmocka_unit_test(test_layout_tiny),
         cmocka_unit_test(test_layout_rejects_bad_dims),
+        cmocka_unit_test(test_layout_of_matches_checked_layout),
         cmocka_unit_test(test_init_writes_header_byte_by_byte),
         cmocka_unit_test(test_init_rejects_bad_params_and_leaves_page_untouched),
         cmocka_unit_test(test_rows_round_trip_and_row_count_grows),
