@@ -512,7 +512,7 @@ static tdm_status_t read_int_list(const parse_t *p, const field_t *field, const 
 {
     int64_t *dst = int_at(cfg, field->offset);
     size_t n = json_array_size(value);
-    char item_where[ENGINE_CONFIG_WHERE_BYTES + 16];
+    char item_where[ENGINE_CONFIG_WHERE_BYTES + 24]; /* where, "[", 20 digits, "]" */
     tdm_status_t status;
 
     if (!json_is_array(value)) {
@@ -524,7 +524,7 @@ static tdm_status_t read_int_list(const parse_t *p, const field_t *field, const 
                                   "%zu entries, at most %d", n, field->max_count);
     }
     for (size_t i = 0; i < n; i++) {
-        snprintf(item_where, sizeof(item_where), "%s[%zu]", where, i);
+        snprintf(item_where, sizeof(item_where), "%.*s[%zu]", ENGINE_CONFIG_WHERE_BYTES - 1, where, i);
         status = read_int(p, field, json_array_get(value, i), item_where, &dst[i]);
         if (status != TDM_OK) {
             return status;
@@ -546,8 +546,8 @@ static tdm_status_t read_string_list(const parse_t *p, const field_t *field, con
     for (size_t i = 0; i < json_array_size(value); i++) {
         const json_t *item = json_array_get(value, i);
         if (!json_is_string(item)) {
-            char item_where[ENGINE_CONFIG_WHERE_BYTES + 16];
-            snprintf(item_where, sizeof(item_where), "%s[%zu]", where, i);
+            char item_where[ENGINE_CONFIG_WHERE_BYTES + 24]; /* where, "[", 20 digits, "]" */
+            snprintf(item_where, sizeof(item_where), "%.*s[%zu]", ENGINE_CONFIG_WHERE_BYTES - 1, where, i);
             return engine_config_fail(p->what, item_where, p->err, p->err_bytes, TDM_ERR_FORMAT,
                                       "not a string");
         }
