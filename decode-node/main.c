@@ -23,7 +23,6 @@
 #include "decode-node/sessions.h"
 #include "engine/model.h"
 #include "engine/spec.h"
-#include "proto/proto_hash.h"
 #include "kernels/kv_page.h"
 #include "transfer/context.h"
 #include "transfer/metrics.h"
@@ -327,12 +326,7 @@ static int setup(decode_node_t *n)
     lp.incarnation_id = n->id;
     lp.rack = n->cfg.rack;
     lp.node = host;
-    /* docs/PROTOCOL.md: proto_model_fingerprint (engine_model_fingerprint differs today). */
-    status = proto_model_fingerprint(n->cfg.model_dir, &lp.model_fingerprint, err, sizeof(err));
-    if (status != TDM_OK) {
-        fprintf(stderr, "tandem-decode: fingerprint of %s: %s\n", n->cfg.model_dir, err);
-        return 1;
-    }
+    lp.model_fingerprint = engine_model_fingerprint(n->model); /* = the router's (PROTOCOL.md) */
     lp.page_bytes = (uint32_t)layout.page_bytes;
     lp.tokens_per_block = KERN_KV_PAGE_ROWS * (uint32_t)max_ratio;
     lp.max_context = (uint32_t)c->max_position_embeddings;

@@ -2,23 +2,18 @@
  * (engine/model.h). */
 #include "engine/model.h"
 
-#include "common/hash.h"
+#include "common/fingerprint.h"
 #include "common/log.h"
 #include "engine/inventory.h"
 #include "engine/model_impl.h"
 #include "kernels/codec.h"
 #include "kernels/rope.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NAME_BYTES 160
-#define FINGERPRINT_DATA_BYTES (1u << 20) /* = PROTO_FINGERPRINT_DATA_BYTES */
-#define FINGERPRINT_MAX_FILES 4096
-#define FINGERPRINT_READ_BYTES (1u << 16) /* = proto_hash.c HASH_READ_BYTES */
-#define PATH_BYTES 4096
 
 void engine_model_params_default(engine_model_params_t *params)
 {
@@ -493,126 +488,6 @@ static tdm_status_t load_rope(engine_model_t *model)
     return TDM_OK;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Chain XXH3 over up to max_bytes of an open file from its offset: one seeded step per
- * FINGERPRINT_READ_BYTES read (the chunking is part of the definition, as in proto_hash.c). */
-static tdm_status_t chain_stream(FILE *f, uint64_t max_bytes, uint64_t *h)
-{
-    unsigned char *buf = malloc(FINGERPRINT_READ_BYTES);
-    uint64_t total = 0;
-
-    if (buf == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    while (total < max_bytes) {
-        size_t want = max_bytes - total < FINGERPRINT_READ_BYTES ? (size_t)(max_bytes - total)
-                                                                 : FINGERPRINT_READ_BYTES;
-        size_t got = fread(buf, 1, want, f);
-        if (got > 0) {
-            *h = tdm_hash_xxh3_64_seeded(buf, got, *h);
-            total += got;
-        }
-        if (got < want) {
-            break;
-        }
-    }
-    free(buf);
-    return ferror(f) ? TDM_ERR_IO : TDM_OK;
-}
-
-/* Chain a whole file; 0 bytes when absent and optional. */
-static tdm_status_t hash_file(const char *path, int optional, uint64_t *h)
-{
-    FILE *f = fopen(path, "rb");
-    tdm_status_t st;
-    if (f == NULL) {
-        return optional ? TDM_OK : TDM_ERR_NOT_FOUND;
-    }
-    st = chain_stream(f, UINT64_MAX, h);
-    fclose(f);
-    return st;
-}
-
-/* Chain a shard: its 8-byte header length, its header, the first 1 MiB of its data. */
-static tdm_status_t hash_shard(const char *path, uint64_t *h)
-{
-    unsigned char len_bytes[8];
-    uint64_t header_len = 0;
-    tdm_status_t st;
-    FILE *f = fopen(path, "rb");
-
-    if (f == NULL) {
-        return TDM_ERR_IO;
-    }
-    if (fread(len_bytes, 1, 8, f) != 8) {
-        fclose(f);
-        return TDM_ERR_FORMAT;
-    }
-    for (int b = 7; b >= 0; b--) {
-        header_len = (header_len << 8) | len_bytes[b];
-    }
-    *h = tdm_hash_xxh3_64_seeded(len_bytes, 8, *h);
-    st = chain_stream(f, header_len, h);
-    if (st == TDM_OK) {
-        st = chain_stream(f, FINGERPRINT_DATA_BYTES, h);
-    }
-    fclose(f);
-    return st;
-}
-
-/* The fingerprint of engine/model.h (= proto_model_fingerprint). */
-static tdm_status_t compute_fingerprint(const char *dir, uint64_t *fp_out)
-{
-    char path[PATH_BYTES];
-    char *names[FINGERPRINT_MAX_FILES];
-    size_t n_names = 0;
-    uint64_t h = 0;
-    tdm_status_t st;
-    DIR *dp;
-    struct dirent *ent;
-
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    st = hash_file(path, 0, &h);
-    if (st != TDM_OK) {
-        return st;
-    }
-    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    st = hash_file(path, 1, &h);
-    if (st != TDM_OK) {
-        return st;
-    }
-    dp = opendir(dir);
-    if (dp == NULL) {
-        return TDM_ERR_NOT_FOUND;
-    }
-    while ((ent = readdir(dp)) != NULL && n_names < FINGERPRINT_MAX_FILES) {
-        size_t len = strlen(ent->d_name);
-        if (len > 12 && strcmp(ent->d_name + len - 12, ".safetensors") == 0) {
-            names[n_names] = strdup(ent->d_name);
-            if (names[n_names] != NULL) {
-                n_names++;
-            }
-        }
-    }
-    closedir(dp);
-    qsort(names, n_names, sizeof(char *), cmp_str);
-    for (size_t i = 0; i < n_names && st == TDM_OK; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        st = hash_shard(path, &h);
-    }
-    for (size_t i = 0; i < n_names; i++) {
-        free(names[i]);
-    }
-    if (st == TDM_OK) {
-        *fp_out = h;
-    }
-    return st;
-}
-
 tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *params,
                                engine_model_t **model_out, char *err, size_t err_bytes)
 {
@@ -678,10 +553,7 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
         st = load_rope(model);
     }
     if (st == TDM_OK) {
-        st = compute_fingerprint(dir, &model->fingerprint);
-        if (st != TDM_OK) {
-            snprintf(err, err_bytes, "%s: cannot compute the model fingerprint", dir);
-        }
+        st = tdm_model_fingerprint(dir, &model->fingerprint, err, err_bytes);
     }
     if (st != TDM_OK) {
         goto err_free;

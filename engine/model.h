@@ -10,12 +10,9 @@
  * model. Knows nothing of sequences, KV pages or schedules (engine/forward.h), nor of the
  * tokenizer.
  *
- * Model fingerprint [tandem] (docs/PROTOCOL.md, the same value as proto_model_fingerprint):
- * XXH3-64 chained (each step seeded with the previous value, starting at 0) over, in order, the
- * bytes of config.json, of tokenizer.json (skipped when absent), and for each *.safetensors
- * file of the directory in byte-wise name order (the Engram sidecar included): its 8-byte header
- * length, its JSON header and the first 1 MiB of its data region (fewer if shorter).
- * KV pages carry it (MODEL.md 7) and nodes compare it at registration.
+ * Model fingerprint [tandem]: tdm_model_fingerprint of the checkpoint directory
+ * (common/fingerprint.h, docs/PROTOCOL.md), the one value the workers register with and the
+ * router checks. KV pages and state records carry it (MODEL.md 7).
  */
 #ifndef TANDEM_ENGINE_MODEL_H
 #define TANDEM_ENGINE_MODEL_H
@@ -100,7 +97,8 @@ void engine_model_destroy(engine_model_t *model);
 /* engine_model_config - the model's config (owned by the model, valid until destroy). */
 const engine_config_t *engine_model_config(const engine_model_t *model);
 
-/* engine_model_fingerprint - the 64-bit model fingerprint defined above. */
+/* engine_model_fingerprint - the model fingerprint of the loaded directory, computed once at load
+ * by tdm_model_fingerprint (common/fingerprint.h). */
 uint64_t engine_model_fingerprint(const engine_model_t *model);
 
 /* engine_model_ops - the kernel table the model was loaded for. */

@@ -26,7 +26,6 @@
 #include "kernels/kv_page.h"
 #include "prefill-node/job.h"
 #include "prefill-node/queue.h"
-#include "proto/proto_hash.h"
 #include "transfer/context.h"
 #include "transfer/metrics.h"
 #include "transfer/pool.h"
@@ -389,11 +388,8 @@ static int setup(prefill_node_t *n)
     if (status == TDM_OK) {
         status = node_http_create(host, port, render, n, &n->http);
     }
-    if (status == TDM_OK) {
-        status = proto_model_fingerprint(n->cfg.model_dir, &lp.model_fingerprint, err, sizeof(err));
-    }
     if (status != TDM_OK) {
-        fprintf(stderr, "tandem-prefill: setup failed: %s %s\n", tdm_status_message(status), err);
+        fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return 1;
     }
     for (int l = 0; l < c->n_kv_source_layer_ids; l++) {
@@ -401,11 +397,8 @@ static int setup(prefill_node_t *n)
         max_ratio = r > max_ratio ? r : max_ratio;
     }
     snprintf(endpoint, sizeof(endpoint), "%s:%u", host, (unsigned)node_http_port(n->http));
-    {
-        uint64_t fingerprint = lp.model_fingerprint;
-        memset(&lp, 0, sizeof(lp));
-        lp.model_fingerprint = fingerprint;
-    }
+    memset(&lp, 0, sizeof(lp));
+    lp.model_fingerprint = engine_model_fingerprint(n->model); /* = the router's (PROTOCOL.md) */
     lp.router_endpoint = n->cfg.router;
     lp.role = TANDEM__ROLE__ROLE_PREFILL;
     lp.incarnation_id = n->id;

@@ -1,37 +1,16 @@
-/* proto_hash.h - the identities both ends of the protocol compute the same way: the model
- * fingerprint of a checkpoint directory and the block-hash chain over a token sequence.
+/* proto_hash.h - the block-hash chain over a token sequence, which both ends of the protocol
+ * compute the same way.
  *
- * The fingerprint goes into Register.model_fingerprint and every KV page header (MODEL.md 7);
- * the chain names full prefix-cache blocks (MODEL.md 7, "Prefix cache") in the router's session
- * table and in anything a worker reports about its cache. Owns nothing; thread-safe.
+ * The chain names full prefix-cache blocks (MODEL.md 7, "Prefix cache") in the router's session
+ * table and in anything a worker reports about its cache. The model fingerprint that
+ * Register.model_fingerprint carries is tdm_model_fingerprint (common/fingerprint.h), the value
+ * the engine stamps into every KV page. Owns nothing; thread-safe.
  */
 #ifndef TANDEM_PROTO_PROTO_HASH_H
 #define TANDEM_PROTO_PROTO_HASH_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "common/status.h"
-
-/* Bytes of a checkpoint's safetensors payload the fingerprint covers, per shard (from the start
- * of the data region): enough to tell random checkpoints of different seeds apart, cheap for a
- * full-size model. */
-#define PROTO_FINGERPRINT_DATA_BYTES (1u << 20)
-
-/*
- * proto_model_fingerprint - the model fingerprint of checkpoint directory `model_dir`:
- * XXH3-64 chained (each step seeded with the previous value, starting at 0) over, in order,
- * the bytes of config.json, of tokenizer.json, and for each `*.safetensors` shard in byte-wise
- * name order (the Engram sidecar included): its 8-byte header length, its JSON header and the
- * first PROTO_FINGERPRINT_DATA_BYTES of its data region (fewer if shorter). docs/PROTOCOL.md.
- *
- * Returns TDM_OK with *fingerprint_out set, or (untouched) TDM_ERR_INVALID_ARG (NULL argument),
- * TDM_ERR_NOT_FOUND (no directory, config.json or tokenizer.json), TDM_ERR_IO (unreadable),
- * TDM_ERR_FORMAT (a truncated safetensors header) or TDM_ERR_NO_MEMORY; err (err_bytes, may
- * be 0) names the file.
- */
-tdm_status_t proto_model_fingerprint(const char *model_dir, uint64_t *fingerprint_out, char *err,
-                                     size_t err_bytes);
 
 /* Longest block hashed in one XXH3 call; longer blocks chain pieces of this many ids. */
 #define PROTO_BLOCK_HASH_PIECE_TOKENS 1024u

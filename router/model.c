@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "common/fingerprint.h"
 #include "engine/config.h"
 #include "kernels/kv_page.h"
-#include "proto/proto_hash.h"
 
 #define MODEL_PATH_BYTES 4096
 
@@ -130,7 +130,7 @@ tdm_status_t router_model_load(const router_model_params_t *params, router_model
     if (status != TDM_OK) {
         goto err_free;
     }
-    status = proto_model_fingerprint(params->model_dir, &model->info.fingerprint, err, err_bytes);
+    status = tdm_model_fingerprint(params->model_dir, &model->info.fingerprint, err, err_bytes);
     if (status != TDM_OK) {
         goto err_free;
     }

@@ -1,6 +1,7 @@
 /* test_proto.c - the control protocol wrappers (proto/proto.h, proto/proto_hash.h): envelope
  * round trips of every message type, size and version limits, structural checks, the
- * registration compatibility check, the block-hash chain and the model fingerprint. */
+ * registration compatibility check and the block-hash chain (the model fingerprint is
+ * test_fingerprint.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,15 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <cmocka.h>
 
 #include "proto/proto.h"
 #include "proto/proto_hash.h"
 
-#define ERR_BYTES  512
-#define PATH_BYTES 4096
+#define ERR_BYTES 512
 
 static uint8_t *pack_ok(const Tandem__Envelope *env, size_t *n_out)
 {
@@ -462,51 +461,6 @@ static void test_block_hash_chain_depends_on_every_earlier_token(void **state)
     free(long_block);
 }
 
-static int run_shell(const char *command)
-{
-    int rc = system(command);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static void test_fingerprint_is_deterministic_and_tells_seeds_apart(void **state)
-{
-    const char *bin = getenv("TANDEM_BIN_DIR");
-    const char *tmp = getenv("TANDEM_TEST_TMP");
-    char command[PATH_BYTES * 4];
-    char dir1[PATH_BYTES / 2];
-    char dir2[PATH_BYTES / 2];
-    char err[ERR_BYTES] = "";
-    uint64_t f1 = 0;
-    uint64_t f1_again = 0;
-    uint64_t f2 = 0;
-    uint64_t untouched = 77;
-
-    (void)state;
-    if (bin == NULL || tmp == NULL) {
-        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest): skipping\n");
-        skip();
-    }
-    snprintf(dir1, sizeof(dir1), "%.1000s/proto-fp-1", tmp);
-    snprintf(dir2, sizeof(dir2), "%.1000s/proto-fp-2", tmp);
-    snprintf(
-        command, sizeof(command),
-        "rm -rf %s %s && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 1 --out %s "
-        ">/dev/null && %.1000s/tandem-mkmodel --log-level warn --preset tiny --seed 2 --out %s "
-        ">/dev/null",
-        dir1, dir2, bin, dir1, bin, dir2);
-    assert_true(strlen(command) + 1 < sizeof(command));
-    assert_int_equal(run_shell(command), 0);
-    assert_int_equal(proto_model_fingerprint(dir1, &f1, err, sizeof(err)), TDM_OK);
-    assert_int_equal(proto_model_fingerprint(dir1, &f1_again, err, sizeof(err)), TDM_OK);
-    assert_int_equal(proto_model_fingerprint(dir2, &f2, err, sizeof(err)), TDM_OK);
-    assert_true(f1 == f1_again);
-    assert_true(f1 != f2);
-    assert_int_equal(proto_model_fingerprint("/nonexistent/model", &untouched, err, sizeof(err)),
-                     TDM_ERR_NOT_FOUND);
-    assert_int_equal(untouched, 77);
-    assert_non_null(strstr(err, "config.json"));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -517,7 +471,6 @@ int main(void)
         cmocka_unit_test(test_structural_checks_refuse_malformed_messages),
         cmocka_unit_test(test_compat_check_names_each_mismatch),
         cmocka_unit_test(test_block_hash_chain_depends_on_every_earlier_token),
-        cmocka_unit_test(test_fingerprint_is_deterministic_and_tells_seeds_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
