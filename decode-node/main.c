@@ -250,12 +250,11 @@ static int setup(decode_node_t *n)
     node_link_params_t lp;
     decode_sched_params_t sp;
     const engine_config_t *c;
-    kern_kv_page_layout_t layout;
+    kern_kv_geometry_t geometry;
     const uint8_t *desc;
     size_t n_desc;
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
-    int max_ratio = 1;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
@@ -313,11 +312,8 @@ static int setup(decode_node_t *n)
         fprintf(stderr, "tandem-decode: setup failed: %s\n", tdm_status_message(status));
         return 1;
     }
-    for (int l = 0; l < c->n_kv_source_layer_ids; l++) {
-        int r = (int)c->compress_ratios[c->kv_source_layer_ids[l]];
-        max_ratio = r > max_ratio ? r : max_ratio;
-    }
-    kern_kv_page_layout((uint32_t)c->head_dim, (uint32_t)c->index_head_dim, &layout);
+    kern_kv_geometry((uint32_t)c->head_dim, (uint32_t)c->index_head_dim,
+                     engine_config_max_kv_ratio(c), &geometry); /* the pool was laid out with it */
     decode_pool_descriptor(n->pool, &desc, &n_desc);
     snprintf(endpoint, sizeof(endpoint), "%s:%u", host, (unsigned)node_http_port(n->http));
     memset(&lp, 0, sizeof(lp));
@@ -327,8 +323,8 @@ static int setup(decode_node_t *n)
     lp.rack = n->cfg.rack;
     lp.node = host;
     lp.model_fingerprint = engine_model_fingerprint(n->model); /* = the router's (PROTOCOL.md) */
-    lp.page_bytes = (uint32_t)layout.page_bytes;
-    lp.tokens_per_block = KERN_KV_PAGE_ROWS * (uint32_t)max_ratio;
+    lp.page_bytes = geometry.page_bytes;
+    lp.tokens_per_block = geometry.tokens_per_block;
     lp.max_context = (uint32_t)c->max_position_embeddings;
     lp.transfer_descriptor = desc;
     lp.n_transfer_descriptor = n_desc;

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "kernels/kv_page.h"
 
 #define LINK_HOST_BYTES 64
 #define LINK_REASON_BYTES 512
@@ -76,8 +77,8 @@ static tdm_status_t pack_register(node_link_t *link, const node_link_params_t *p
     Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
     char *formats[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
 
-    pf.version = 1;
-    pf.rows_per_page = 64;
+    pf.version = KERN_KV_PAGE_VERSION;
+    pf.rows_per_page = KERN_KV_PAGE_ROWS;
     pf.page_bytes = p->page_bytes;
     pf.tokens_per_block = p->tokens_per_block;
     cap.total_pages = p->total_pages;

@@ -24,7 +24,7 @@ tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
 {
     const engine_config_t *cfg = engine_model_config(model);
     decode_pool_t *pool = calloc(1, sizeof(*pool));
-    kern_kv_page_layout_t layout;
+    kern_kv_geometry_t geometry;
     tdm_status_t status;
 
     if (pool == NULL) {
@@ -32,12 +32,13 @@ tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
     }
     pool->model = model;
     pool->next_id = tdm_hash_splitmix64(tdm_clock_now_ns()) | 1u;
-    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
+    status = kern_kv_geometry((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
+                              engine_config_max_kv_ratio(cfg), &geometry);
     if (status == TDM_OK && xfer != NULL) {
         /* UCX allocates the pages (shared memory a peer reaches with one-sided copies) and the
          * engine pool lays its pages over them: page i is xfer page i. */
         xfer_pool_params_t xp = {
-            .page_size_bytes = (uint32_t)layout.page_bytes,
+            .page_size_bytes = geometry.page_bytes,
             .n_pages = n_pages,
             .mem_type = XFER_MEM_HOST,
             .base = NULL,

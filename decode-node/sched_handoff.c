@@ -39,7 +39,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
     for (uint32_t i = 0; i < resv->n_sources; i++) {
         int layer = (int)s->cfg->kv_source_layer_ids[i];
         n_rows[i] = engine_config_n_c(s->cfg, layer, (int64_t)resv->total_len - 1);
-        n_pages[i] = (uint32_t)((n_rows[i] + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        n_pages[i] = (uint32_t)kern_kv_page_count(n_rows[i]);
         if (n_pages[i] != resv->first_target[i] + resv->tables[i].n_pages) {
             *why = "reserved pages do not cover the sequence";
             return TDM_ERR_MISMATCH;
@@ -203,7 +203,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         int layer = (int)s->cfg->kv_source_layer_ids[i];
         int64_t rows_T = engine_config_n_c(s->cfg, layer, (int64_t)T - 1);
         int64_t rows_H = engine_config_n_c(s->cfg, layer, (int64_t)H - 1);
-        uint32_t pages_T = (uint32_t)((rows_T + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS);
+        uint32_t pages_T = (uint32_t)kern_kv_page_count(rows_T);
         first[i] = (uint32_t)(rows_H / KERN_KV_PAGE_ROWS);
         need[i] = pages_T - first[i];
     }

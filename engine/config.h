@@ -251,6 +251,13 @@ int64_t engine_config_n_c(const engine_config_t *cfg, int layer, int64_t t);
 int64_t engine_config_kv_row_bytes(const engine_config_t *cfg);
 
 /*
+ * engine_config_max_kv_ratio - the largest compression ratio among the KV sources, 1 when there
+ * is none: the max_ratio of kern_kv_geometry (kernels/kv_page.h), whose tokens_per_block and
+ * page_bytes the workers register and the router checks (docs/PROTOCOL.md, page_format).
+ */
+uint32_t engine_config_max_kv_ratio(const engine_config_t *cfg);
+
+/*
  * engine_config_kv_rows_per_token - sum over KV sources of 1/ratio (full 2.5, small 2.0,
  * tiny 1.5). Exact in double (ratios are 1 or 2).
  */

@@ -23,6 +23,19 @@ int64_t engine_config_kv_row_bytes(const engine_config_t *cfg)
            cfg->index_head_dim / ENGINE_CONFIG_QUANT_BLOCK;
 }
 
+uint32_t engine_config_max_kv_ratio(const engine_config_t *cfg)
+{
+    uint32_t max_ratio = 1;
+
+    for (int i = 0; i < cfg->n_kv_source_layer_ids; i++) {
+        int ratio = cfg->roles[cfg->kv_source_layer_ids[i]].ratio;
+        if (ratio > (int)max_ratio) {
+            max_ratio = (uint32_t)ratio;
+        }
+    }
+    return max_ratio;
+}
+
 double engine_config_kv_rows_per_token(const engine_config_t *cfg)
 {
     double rows = 0.0;

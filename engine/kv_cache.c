@@ -120,7 +120,7 @@ tdm_status_t engine_kv_table_init(engine_kv_table_t *table, int source_layer, in
 
 uint32_t engine_kv_table_pages_needed(const engine_kv_table_t *table, int64_t n_rows)
 {
-    int64_t pages = (n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+    int64_t pages = kern_kv_page_count(n_rows);
     return pages > (int64_t)table->n_pages ? (uint32_t)(pages - table->n_pages) : 0;
 }
 
@@ -181,7 +181,7 @@ void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, 
         return;
     }
     old_rows = table->n_rows;
-    keep_pages = (n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+    keep_pages = kern_kv_page_count(n_rows);
     while ((int64_t)table->n_pages > keep_pages) {
         pool->free_ids[pool->n_free++] = table->page_ids[--table->n_pages];
     }

@@ -525,7 +525,7 @@ tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *po
             int64_t n_rows = (int64_t)get_u64(&r);
             uint32_t n_pages = get_u32(&r);
             if (r.bad || n_rows != engine_config_n_c(cfg, t->source_layer, T - 1) ||
-                n_pages != (uint32_t)((n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS)) {
+                n_pages != (uint32_t)kern_kv_page_count(n_rows)) {
                 st = TDM_ERR_FORMAT;
                 break;
             }

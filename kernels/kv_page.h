@@ -132,6 +132,47 @@ static inline kern_kv_page_layout_t kern_kv_page_layout_of(uint32_t d, uint32_t 
 }
 
 /*
+ * kern_kv_geometry_t - what a worker registers and the router checks about pages
+ * (Register.page_format, docs/PROTOCOL.md), from kern_kv_geometry(). Plain data.
+ */
+typedef struct {
+    uint32_t rows_per_page;    /* KERN_KV_PAGE_ROWS */
+    uint32_t page_bytes;       /* kern_kv_page_layout_of(d, d_I).page_bytes */
+    uint32_t tokens_per_block; /* prefix-cache block: KERN_KV_PAGE_ROWS x the largest ratio, so
+                                * that one block fills exactly one page of every KV source */
+} kern_kv_geometry_t;
+
+/*
+ * kern_kv_geometry - the page geometry of main dims d, index dims d_I and `max_ratio`, the
+ * largest compression ratio among the KV sources (engine_config_max_kv_ratio: >= 1). The one
+ * derivation of page_bytes and tokens_per_block for the workers, the router and the planners.
+ * Header-only, like kern_kv_page_layout_of.
+ *
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (geometry_out untouched, nothing logged) if
+ * geometry_out is NULL, kern_kv_page_dims_valid(d, d_I) is 0, or max_ratio is 0 or so large
+ * that tokens_per_block overflows.
+ */
+static inline tdm_status_t kern_kv_geometry(uint32_t d, uint32_t d_I, uint32_t max_ratio,
+                                            kern_kv_geometry_t *geometry_out)
+{
+    if (geometry_out == NULL || max_ratio == 0 || max_ratio > UINT32_MAX / KERN_KV_PAGE_ROWS ||
+        !kern_kv_page_dims_valid(d, d_I)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    geometry_out->rows_per_page = KERN_KV_PAGE_ROWS;
+    geometry_out->page_bytes = (uint32_t)kern_kv_page_layout_of(d, d_I).page_bytes;
+    geometry_out->tokens_per_block = KERN_KV_PAGE_ROWS * max_ratio;
+    return TDM_OK;
+}
+
+/* kern_kv_page_count - the pages that hold n_rows rows of one source: ceil(n_rows / 64); 0 for
+ * n_rows <= 0. Header-only. */
+static inline int64_t kern_kv_page_count(int64_t n_rows)
+{
+    return n_rows <= 0 ? 0 : (n_rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+}
+
+/*
  * kern_kv_page_layout - the checked form of kern_kv_page_layout_of.
  *
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (layout_out untouched, a warning logged) if layout_out

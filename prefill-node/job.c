@@ -106,7 +106,7 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
     for (uint32_t s = 0; s < rd->n_sources; s++) {
         n_rows[s] = engine_config_n_c(cfg, rd->src[s].layer, (int64_t)rd->cached_len - 1);
         n_pages[s] = rd->src[s].n_history;
-        if (n_pages[s] != (uint32_t)((n_rows[s] + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS)) {
+        if (n_pages[s] != (uint32_t)kern_kv_page_count(n_rows[s])) {
             set_err(err, err_bytes, "history pages do not cover the rows below H");
             return TDM_ERR_FORMAT;
         }

@@ -338,10 +338,9 @@ static int setup(prefill_node_t *n)
     xfer_pool_params_t pp;
     node_link_params_t lp;
     const engine_config_t *c;
-    kern_kv_page_layout_t layout;
+    kern_kv_geometry_t geometry;
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = n->cfg.threads > 0 ? (int)n->cfg.threads : (n_cpu > 0 ? (int)n_cpu : 1);
-    int max_ratio = 1;
     tdm_status_t status;
 
     if (node_http_parse_host_port(n->cfg.http, host, sizeof(host), &port) != 0) {
@@ -362,11 +361,15 @@ static int setup(prefill_node_t *n)
         return 1;
     }
     c = engine_model_config(n->model);
-    kern_kv_page_layout((uint32_t)c->head_dim, (uint32_t)c->index_head_dim, &layout);
+    status =
+        kern_kv_geometry((uint32_t)c->head_dim, (uint32_t)c->index_head_dim,
+                         engine_config_max_kv_ratio(c), &geometry); /* valid: the model loaded */
     xp.name = n->id + (strlen(n->id) > 63 ? strlen(n->id) - 63 : 0);
-    status = xfer_context_create(&xp, &n->xfer);
     if (status == TDM_OK) {
-        pp.page_size_bytes = (uint32_t)layout.page_bytes;
+        status = xfer_context_create(&xp, &n->xfer);
+    }
+    if (status == TDM_OK) {
+        pp.page_size_bytes = geometry.page_bytes;
         pp.n_pages = n->cfg.pages;
         pp.mem_type = XFER_MEM_HOST;
         pp.base = NULL;
@@ -392,10 +395,6 @@ static int setup(prefill_node_t *n)
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return 1;
     }
-    for (int l = 0; l < c->n_kv_source_layer_ids; l++) {
-        int r = (int)c->compress_ratios[c->kv_source_layer_ids[l]];
-        max_ratio = r > max_ratio ? r : max_ratio;
-    }
     snprintf(endpoint, sizeof(endpoint), "%s:%u", host, (unsigned)node_http_port(n->http));
     memset(&lp, 0, sizeof(lp));
     lp.model_fingerprint = engine_model_fingerprint(n->model); /* = the router's (PROTOCOL.md) */
@@ -404,8 +403,8 @@ static int setup(prefill_node_t *n)
     lp.incarnation_id = n->id;
     lp.rack = n->cfg.rack;
     lp.node = host;
-    lp.page_bytes = (uint32_t)layout.page_bytes;
-    lp.tokens_per_block = KERN_KV_PAGE_ROWS * (uint32_t)max_ratio;
+    lp.page_bytes = geometry.page_bytes;
+    lp.tokens_per_block = geometry.tokens_per_block;
     lp.max_context = (uint32_t)c->max_position_embeddings;
     lp.max_sequences = 1;
     lp.max_batch_tokens = n->cfg.chunk_tokens;

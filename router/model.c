@@ -44,22 +44,10 @@ static tdm_status_t fill_name(const router_model_params_t *params, router_model_
     return TDM_OK;
 }
 
-static uint32_t max_ratio(const engine_config_t *cfg)
-{
-    int64_t best = 1;
-
-    for (int i = 0; i < cfg->n_compress_ratios && i < cfg->n_layers; i++) {
-        if (cfg->compress_ratios[i] > best) {
-            best = cfg->compress_ratios[i];
-        }
-    }
-    return (uint32_t)best;
-}
-
 static tdm_status_t fill_info(const router_model_params_t *params, const engine_config_t *cfg,
                               router_model_info_t *info, char *err, size_t err_bytes)
 {
-    kern_kv_page_layout_t layout;
+    kern_kv_geometry_t geometry;
 
     if (cfg->max_position_embeddings <= 0 || cfg->max_position_embeddings > UINT32_MAX) {
         tdm_errbuf_set(err, err_bytes, "config max_position_embeddings %lld out of range",
@@ -79,7 +67,6 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
     info->image_token_id = cfg->image_token_id >= 0 && cfg->image_token_id < cfg->vocab_size
                                ? (int32_t)cfg->image_token_id
                                : -1;
-    info->tokens_per_block = KERN_KV_PAGE_ROWS * max_ratio(cfg);
     info->sliding_window = (uint32_t)cfg->sliding_window;
     info->context_tokens =
         (uint32_t)(cfg->sliding_window +
@@ -88,14 +75,15 @@ static tdm_status_t fill_info(const router_model_params_t *params, const engine_
         info->context_tokens = PROTO_MAX_CONTEXT_TOKENS;
     }
     /* The header-only geometry (kernels/kv_page.h): the router does not link the kernels. */
-    if (!kern_kv_page_dims_valid((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim)) {
+    if (kern_kv_geometry((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
+                         engine_config_max_kv_ratio(cfg), &geometry) != TDM_OK) {
         tdm_errbuf_set(err, err_bytes,
                        "config head_dim %lld / index_head_dim %lld give no page layout",
                        (long long)cfg->head_dim, (long long)cfg->index_head_dim);
         return TDM_ERR_INVALID_ARG;
     }
-    layout = kern_kv_page_layout_of((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim);
-    info->page_bytes = (uint32_t)layout.page_bytes;
+    info->page_bytes = geometry.page_bytes;
+    info->tokens_per_block = geometry.tokens_per_block;
     info->n_dspark_blocks =
         cfg->num_nextn_predict_layers > 0 ? (uint32_t)cfg->num_nextn_predict_layers : 0;
     return TDM_OK;

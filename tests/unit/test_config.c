@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "engine/config.h"
+#include "kernels/kv_page.h"
 
 #define ERR_BYTES 512
 
@@ -492,6 +493,38 @@ static void test_kv_sizes_match_model_md_tables(void **state)
     }
 }
 
+/* The page geometry the workers register and the router checks (docs/PROTOCOL.md): page bytes
+ * of the (d, d_I) layout (MODEL.md 7: 22848 at full size), block = 64 x the largest ratio. */
+static void test_kv_geometry_is_the_page_layout_and_the_largest_ratio(void **state)
+{
+    static const struct {
+        const char *name;
+        uint32_t page_bytes;
+    } want[] = {{"tiny", 3456}, {"small", 6848}, {"full", 22848}};
+    kern_kv_geometry_t geometry;
+    engine_config_t cfg;
+    (void)state;
+
+    for (size_t i = 0; i < 3; i++) {
+        preset(want[i].name, &cfg);
+        assert_int_equal(engine_config_max_kv_ratio(&cfg),
+                         2); /* every preset has a ratio-2 source */
+        assert_int_equal(kern_kv_geometry((uint32_t)cfg.head_dim, (uint32_t)cfg.index_head_dim,
+                                          engine_config_max_kv_ratio(&cfg), &geometry),
+                         TDM_OK);
+        assert_int_equal(geometry.rows_per_page, KERN_KV_PAGE_ROWS);
+        assert_int_equal(geometry.page_bytes, want[i].page_bytes);
+        assert_int_equal(geometry.tokens_per_block, 128);
+    }
+    /* only ratio-1 sources: a block is one page of rows */
+    for (int i = 0; i < cfg.n_kv_source_layer_ids; i++) {
+        cfg.roles[cfg.kv_source_layer_ids[i]].ratio = 1;
+    }
+    assert_int_equal(engine_config_max_kv_ratio(&cfg), 1);
+    cfg.n_kv_source_layer_ids = 0; /* none at all: still 1 */
+    assert_int_equal(engine_config_max_kv_ratio(&cfg), 1);
+}
+
 static void test_n_c_counts_published_rows(void **state)
 {
     engine_config_t cfg;
@@ -752,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_roles_small),
         cmocka_unit_test(test_roles_full),
         cmocka_unit_test(test_kv_sizes_match_model_md_tables),
+        cmocka_unit_test(test_kv_geometry_is_the_page_layout_and_the_largest_ratio),
         cmocka_unit_test(test_n_c_counts_published_rows),
         cmocka_unit_test(test_every_check_fails_with_its_field_and_changes_nothing),
         cmocka_unit_test(test_valid_variations_load),

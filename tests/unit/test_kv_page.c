@@ -170,6 +170,35 @@ static void test_layout_of_matches_checked_layout(void **state)
     }
 }
 
+static void test_geometry_and_page_count(void **state)
+{
+    kern_kv_geometry_t geometry;
+    kern_kv_geometry_t before;
+    (void)state;
+
+    assert_int_equal(kern_kv_geometry(FULL_D, FULL_D_I, 2, &geometry), TDM_OK);
+    assert_int_equal(geometry.rows_per_page, 64);
+    assert_int_equal(geometry.page_bytes, FULL_PAGE);
+    assert_int_equal(geometry.tokens_per_block, 128);
+    assert_int_equal(kern_kv_geometry(64, 32, 1, &geometry), TDM_OK);
+    assert_int_equal(geometry.page_bytes, 3456);
+    assert_int_equal(geometry.tokens_per_block, 64);
+    memset(&geometry, 0x5A, sizeof(geometry));
+    before = geometry;
+    assert_int_equal(kern_kv_geometry(24, 32, 1, &geometry), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_geometry(64, 32, 0, &geometry), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_geometry(64, 32, UINT32_MAX, &geometry), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_geometry(64, 32, 1, NULL), TDM_ERR_INVALID_ARG);
+    assert_memory_equal(&geometry, &before, sizeof(geometry));
+
+    assert_int_equal(kern_kv_page_count(-5), 0);
+    assert_int_equal(kern_kv_page_count(0), 0);
+    assert_int_equal(kern_kv_page_count(1), 1);
+    assert_int_equal(kern_kv_page_count(64), 1);
+    assert_int_equal(kern_kv_page_count(65), 2);
+    assert_int_equal(kern_kv_page_count(128), 2);
+}
+
 /* ---- header ------------------------------------------------------------------------------ */
 
 static void test_init_writes_header_byte_by_byte(void **state)
@@ -519,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_layout_full_size_matches_model_md),
         cmocka_unit_test(test_layout_tiny),
         cmocka_unit_test(test_layout_rejects_bad_dims),
+        cmocka_unit_test(test_geometry_and_page_count),
         cmocka_unit_test(test_layout_of_matches_checked_layout),
         cmocka_unit_test(test_init_writes_header_byte_by_byte),
         cmocka_unit_test(test_init_rejects_bad_params_and_leaves_page_untouched),

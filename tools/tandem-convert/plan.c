@@ -10,11 +10,12 @@
 tdm_status_t plan_init(const engine_config_t *cfg, const engine_param_counts_t *counts,
                        uint32_t n_pages, plan_t *plan_out)
 {
-    kern_kv_page_layout_t layout;
+    kern_kv_geometry_t geometry;
     plan_t plan;
     tdm_status_t status;
 
-    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &layout);
+    status = kern_kv_geometry((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
+                              engine_config_max_kv_ratio(cfg), &geometry);
     if (status != TDM_OK) {
         return status;
     }
@@ -26,7 +27,7 @@ tdm_status_t plan_init(const engine_config_t *cfg, const engine_param_counts_t *
     plan.text.f32 = counts->f32_bytes;
     plan.engram_table_bytes = counts->engram_table_bytes;
     plan.dspark_bytes = counts->dspark_bytes;
-    plan.page_bytes = layout.page_bytes;
+    plan.page_bytes = geometry.page_bytes;
     plan.n_pages = n_pages;
     *plan_out = plan;
     return TDM_OK;

@@ -43,6 +43,7 @@
 #include "engine/sampler.h"
 #include "engine/spec.h"
 #include "engine/seq_state.h"
+#include "kernels/kv_page.h"
 #include "text/tokenizer.h"
 #include "gen_dump.h"
 #include "gen_prompt.h"
@@ -53,7 +54,6 @@
 #define GEN_EXIT_OK       0
 #define GEN_EXIT_FAILED   1
 #define GEN_EXIT_USAGE    2
-#define GEN_ROWS_PER_PAGE 64 /* MODEL.md 7: a page holds 64 rows of one source */
 #define GEN_SPARE_PAGES   4
 #define GEN_MS_PER_S      1e3
 
@@ -374,7 +374,7 @@ static uint32_t pages_for(const engine_config_t *c, int64_t n_tokens)
     uint64_t pages = GEN_SPARE_PAGES;
     for (int s = 0; s < c->n_kv_source_layer_ids; s++) {
         int64_t rows = engine_config_n_c(c, (int)c->kv_source_layer_ids[s], n_tokens - 1);
-        pages += (uint64_t)((rows + GEN_ROWS_PER_PAGE - 1) / GEN_ROWS_PER_PAGE) + 1;
+        pages += (uint64_t)kern_kv_page_count(rows) + 1;
     }
     return pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages;
 }
