@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BENCH_MAX_BATCHES 8
 #define BENCH_MEMCPY_BYTES (256u << 20)
@@ -73,9 +72,7 @@ static void prompt_ids(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
 /* Process CPU seconds (all threads). */
 static double cpu_seconds(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)tdm_clock_process_cpu_ns() / (double)TDM_NS_PER_S;
 }
 
 /* memcpy bandwidth, bytes/s (read + write counted as the bytes copied, i.e. read bandwidth). */

@@ -104,13 +104,10 @@ typedef struct {
 /* Now on the benchmark's clock: CLOCK_MONOTONIC, or the process's CPU time (--clock cpu). */
 static uint64_t bench_now_ns(const bench_t *b)
 {
-    struct timespec ts;
-
     if (!b->cpu_clock) {
         return tdm_clock_now_ns();
     }
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return tdm_clock_process_cpu_ns();
 }
 
 static uint64_t splitmix(uint64_t *s)

@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include "common/clock.h"
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -54,7 +56,7 @@ void tdm_log(tdm_log_level_t level, const char *module, const char *fmt, ...)
     gmtime_r(&now.tv_sec, &utc);
     used = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &utc);
     used += (size_t)snprintf(line + used, sizeof(line) - used, ".%03ldZ %c %s ",
-                             now.tv_nsec / 1000000L, letters[level],
+                             now.tv_nsec / (long)TDM_NS_PER_MS, letters[level],
                              module != NULL ? module : "-");
     if (used < sizeof(line) - 2) {
         va_start(args, fmt);

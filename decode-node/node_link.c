@@ -440,10 +440,10 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
 
     clock_gettime(CLOCK_MONOTONIC, &until); /* the condvar's clock (node_link_create) */
     until.tv_sec += timeout_ms / 1000u;
-    until.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
+    until.tv_nsec += (long)(timeout_ms % 1000u) * (long)TDM_NS_PER_MS;
+    if (until.tv_nsec >= (long)TDM_NS_PER_S) {
         until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
+        until.tv_nsec -= (long)TDM_NS_PER_S;
     }
     pthread_mutex_lock(&link->lock);
     while (link->in_head == NULL && timeout_ms > 0 && !link->woken) {

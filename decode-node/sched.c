@@ -18,7 +18,7 @@
 #include "transfer/notice.h"
 
 #define IDLE_WAIT_MS 100u
-#define RATE_WINDOW_NS (10ull * 1000000000ull)
+#define RATE_WINDOW_NS (10ull * TDM_NS_PER_S)
 #define MSG_BYTES 256
 
 /* ---- messages ------------------------------------------------------------------------ */

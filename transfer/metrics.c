@@ -1,5 +1,7 @@
 #include "transfer/metrics.h"
 
+#include "common/clock.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,7 @@ void xfer_metrics_batch(xfer_metrics_t *metrics, xfer_op_t op, tdm_status_t stat
                         uint64_t n_pages, uint64_t n_bytes, xfer_lane_class_t lane,
                         uint64_t latency_ns)
 {
-    double latency_s = (double)latency_ns * 1e-9;
+    double latency_s = (double)latency_ns / (double)TDM_NS_PER_S;
     unsigned bucket = 0;
 
     if ((unsigned)op >= XFER_OP_N) {

@@ -87,8 +87,8 @@ static int sleep_until(bench_fake_t *fake, uint64_t t_ns)
             return 1;
         }
         wait = t_ns - now < FAKE_SLEEP_SLICE_NS ? t_ns - now : FAKE_SLEEP_SLICE_NS;
-        ts.tv_sec = (time_t)(wait / 1000000000ULL);
-        ts.tv_nsec = (long)(wait % 1000000000ULL);
+        ts.tv_sec = (time_t)(wait / TDM_NS_PER_S);
+        ts.tv_nsec = (long)(wait % TDM_NS_PER_S);
         nanosleep(&ts, NULL);
     }
 }

@@ -9,6 +9,7 @@
  */
 #include "kernels/gemm.h"
 
+#include "common/clock.h"
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/gemm_isa.h"
@@ -19,7 +20,6 @@
 #include <stddef.h>
 #include <string.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define LANES 16     /* partial sums per output (the normative order of this module) */
 #define TILE_OUT 4   /* outputs per unit of the thread split */
@@ -231,9 +231,7 @@ float kern_dot_cpu(const float *a, const float *b, int64_t n)
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)tdm_clock_now_ns() / (double)TDM_NS_PER_S;
 }
 
 double kern_fma_peak_cpu(double min_ms)

@@ -13,12 +13,14 @@
 #include <dirent.h>
 #include <time.h>
 #include <cmocka.h>
+#include "common/clock.h"
 #include "kernels/backend.h"
 #include "kernels/codec.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/gemm.h"
 
-#define WAIT_LIMIT_NS (10LL * 1000000000LL) /* a worker that never comes fails, not hangs */
+/* A worker that never comes fails, not hangs. */
+#define WAIT_LIMIT_NS (10LL * (int64_t)TDM_NS_PER_S)
 
 /* Threads of this process (entries of /proc/self/task), or -1 where that is not readable. */
 static int count_threads(void)
@@ -40,9 +42,7 @@ static int count_threads(void)
 
 static int64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return (int64_t)tdm_clock_now_ns();
 }
 
 static void test_create_rejects_bad_arguments_and_destroy_accepts_null(void **state)
@@ -101,7 +101,7 @@ static int count_threads_settled(int limit, int at_least)
 {
     int n = count_threads();
     for (int i = 0; i < 200 && (at_least ? n < limit : n > limit); i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
+        struct timespec ts = {0, (long)(10 * TDM_NS_PER_MS)};
         nanosleep(&ts, NULL);
         n = count_threads();
     }

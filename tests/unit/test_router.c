@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "router/model.h"
 #include "router/router.h"
@@ -300,7 +301,7 @@ static void start_worker(const fixture_t *fx, fake_worker_t *w, const char *id, 
 /* Poll /health until it reports n_decode decode workers or the deadline passes. */
 static int wait_decode_workers(const fixture_t *fx, int n_decode, uint32_t deadline_ms)
 {
-    uint64_t end = tdm_clock_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    uint64_t end = tdm_clock_now_ns() + (uint64_t)deadline_ms * TDM_NS_PER_MS;
     char want[64];
 
     snprintf(want, sizeof(want), "\"decode\":%d", n_decode);
@@ -737,7 +738,7 @@ static void test_sessions_stick_and_move_when_their_worker_dies(void **state)
     t_kill_ns = tdm_clock_now_ns();
     fake_kill(first);
     assert_true(wait_decode_workers(fx, 1, HEALTH_DEADLINE_MS));
-    assert_true(tdm_clock_now_ns() - t_kill_ns < HEALTH_DEADLINE_MS * 1000000ull);
+    assert_true(tdm_clock_now_ns() - t_kill_ns < HEALTH_DEADLINE_MS * TDM_NS_PER_MS);
 
     /* Turn 3 is rebuilt on the surviving worker from the router's history. */
     nb = fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);

@@ -283,7 +283,7 @@ static void *fake_main(void *arg)
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_connect(sock, w->endpoint);
     fake_register(w, sock);
-    next_hb_ns = tdm_clock_now_ns() + FAKE_HEARTBEAT_MS * 1000000ull;
+    next_hb_ns = tdm_clock_now_ns() + FAKE_HEARTBEAT_MS * TDM_NS_PER_MS;
     while (!atomic_load(&w->stop)) {
         zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&item, 1, FAKE_POLL_MS);
@@ -303,7 +303,7 @@ static void *fake_main(void *arg)
         }
         if (tdm_clock_now_ns() >= next_hb_ns && atomic_load(&w->registered) == 1) {
             fake_heartbeat(w, sock, ++seq);
-            next_hb_ns = tdm_clock_now_ns() + FAKE_HEARTBEAT_MS * 1000000ull;
+            next_hb_ns = tdm_clock_now_ns() + FAKE_HEARTBEAT_MS * TDM_NS_PER_MS;
         }
     }
     zmq_close(sock);
@@ -345,7 +345,7 @@ static void fake_kill(fake_worker_t *w)
 /* Poll until the router answered the registration or deadline_ms passed. */
 static int fake_wait_registered(fake_worker_t *w, uint32_t deadline_ms)
 {
-    uint64_t end = tdm_clock_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    uint64_t end = tdm_clock_now_ns() + (uint64_t)deadline_ms * TDM_NS_PER_MS;
 
     while (atomic_load(&w->registered) == 0 && tdm_clock_now_ns() < end) {
         zmq_poll(NULL, 0, 2);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "engine/safetensors.h"
 #include "engine/tensor.h"
@@ -720,7 +721,8 @@ static double seconds_since(const struct timespec *t0)
     struct timespec t1;
 
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+    return (double)(t1.tv_sec - t0->tv_sec) +
+           (double)(t1.tv_nsec - t0->tv_nsec) / (double)TDM_NS_PER_S;
 }
 
 static void test_100k_tensors_open_find_and_check(void **state)

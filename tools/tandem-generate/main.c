@@ -533,11 +533,7 @@ static tdm_status_t sample_next(gen_state_t *g, const float *logits, int64_t pos
  * as wall time (benchmarks on shared machines). Not a duration clock (tdm_clock is). */
 static uint64_t process_cpu_ns(void)
 {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) {
-        return 0;
-    }
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return tdm_clock_process_cpu_ns();
 }
 
 static tdm_status_t run_prefill(gen_state_t *g, gen_stats_t *stats)

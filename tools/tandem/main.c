@@ -193,7 +193,7 @@ static void describe_exit(const proc_t *p)
 static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
 {
     while (tdm_clock_now_ns() < deadline_ns) {
-        struct timespec ts = {0, LAUNCH_POLL_MS * 1000000L};
+        struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
         int died = reap(l);
 
         if (died >= 0) {
@@ -223,7 +223,7 @@ static void stop_all(launch_t *l)
     deadline = tdm_clock_now_ns() + LAUNCH_GRACE_MS * TDM_NS_PER_MS;
     for (;;) {
         int alive = 0;
-        struct timespec ts = {0, 20 * 1000000L};
+        struct timespec ts = {0, (long)(20 * TDM_NS_PER_MS)};
 
         reap(l);
         for (int i = 0; i < l->n_procs; i++) {
@@ -270,7 +270,7 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     }
     /* The router answers /health (503 until a decode node registers) once it listens. */
     while (health_status(http_port) < 0) {
-        struct timespec ts = {0, LAUNCH_POLL_MS * 1000000L};
+        struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
         if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
             describe_exit(&l->procs[0]);
             return -1;
