@@ -16,8 +16,8 @@
 struct bench_client {
     bench_client_params_t params;
     CURL *curl;
-    bench_strbuf_t lines;    /* SSE bytes not yet split into lines */
-    bench_strbuf_t err_body; /* start of a non-200 body */
+    tdm_buf_t lines;         /* SSE bytes not yet split into lines */
+    tdm_buf_t err_body;      /* start of a non-200 body */
     bench_request_t *req;    /* record being filled */
     int done;                /* saw [DONE] */
     int finished;            /* saw a finish_reason */
@@ -54,8 +54,8 @@ void bench_client_destroy(bench_client_t *client)
         return;
     }
     curl_easy_cleanup(client->curl);
-    bench_strbuf_fini(&client->lines);
-    bench_strbuf_fini(&client->err_body);
+    tdm_buf_fini(&client->lines);
+    tdm_buf_fini(&client->err_body);
     free(client);
 }
 
@@ -153,11 +153,11 @@ static size_t on_write(char *bytes, size_t size, size_t n_items, void *userdata)
     if (status != 200) {
         if (client->err_body.n_bytes < CLIENT_ERROR_BODY_BYTES) {
             size_t room = CLIENT_ERROR_BODY_BYTES - client->err_body.n_bytes;
-            bench_strbuf_append(&client->err_body, bytes, n < room ? n : room);
+            tdm_buf_append(&client->err_body, bytes, n < room ? n : room);
         }
         return n;
     }
-    if (bench_strbuf_append(&client->lines, bytes, n) != TDM_OK) {
+    if (tdm_buf_append(&client->lines, bytes, n) != TDM_OK) {
         client->no_memory = 1;
         return 0;
     }
@@ -182,7 +182,7 @@ static size_t on_write(char *bytes, size_t size, size_t n_items, void *userdata)
             on_data(client, payload, now_ns);
         }
     }
-    bench_strbuf_consume(&client->lines, start);
+    tdm_buf_consume(&client->lines, start);
     return n;
 }
 
@@ -247,8 +247,8 @@ tdm_status_t bench_client_stream(bench_client_t *client, bench_api_t api, const 
         snprintf(client->error, sizeof(client->error), "out of memory");
         return TDM_ERR_NO_MEMORY;
     }
-    bench_strbuf_reset(&client->lines);
-    bench_strbuf_reset(&client->err_body);
+    tdm_buf_reset(&client->lines);
+    tdm_buf_reset(&client->err_body);
     client->req = req;
     client->done = 0;
     client->finished = 0;
@@ -319,13 +319,13 @@ tdm_status_t bench_client_stream(bench_client_t *client, bench_api_t api, const 
 
 static size_t on_get_write(char *bytes, size_t size, size_t n_items, void *userdata)
 {
-    bench_strbuf_t *body = userdata;
+    tdm_buf_t *body = userdata;
     size_t n = size * n_items;
-    return bench_strbuf_append(body, bytes, n) == TDM_OK ? n : 0;
+    return tdm_buf_append(body, bytes, n) == TDM_OK ? n : 0;
 }
 
 tdm_status_t bench_http_get(const char *url, const char *api_key, long timeout_ms,
-                            bench_strbuf_t *body_out, long *http_status_out)
+                            tdm_buf_t *body_out, long *http_status_out)
 {
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = NULL;
@@ -337,7 +337,7 @@ tdm_status_t bench_http_get(const char *url, const char *api_key, long timeout_m
     if (curl == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    bench_strbuf_reset(body_out);
+    tdm_buf_reset(body_out);
     if (api_key != NULL && api_key[0] != '\0') {
         snprintf(line, sizeof(line), "Authorization: Bearer %s", api_key);
         headers = curl_slist_append(NULL, line);

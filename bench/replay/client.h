@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "bench/replay/stats.h"
-#include "bench/replay/strbuf.h"
+#include "common/buf.h"
 #include "common/status.h"
 
 #define BENCH_CLIENT_ERR_BYTES 256
@@ -72,6 +72,6 @@ const char *bench_client_last_error(const bench_client_t *client);
  * on another status, TDM_ERR_PEER_LOST when no response came, TDM_ERR_NO_MEMORY.
  */
 tdm_status_t bench_http_get(const char *url, const char *api_key, long timeout_ms,
-                            bench_strbuf_t *body_out, long *http_status_out);
+                            tdm_buf_t *body_out, long *http_status_out);
 
 #endif

@@ -2,8 +2,8 @@
 #include "bench/replay/fake_server.h"
 
 #include "bench/replay/metrics.h"
-#include "bench/replay/strbuf.h"
 #include "bench/replay/u64map.h"
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -40,7 +40,7 @@ struct bench_fake {
 
 /* Per-connection upload state. */
 typedef struct {
-    bench_strbuf_t body;
+    tdm_buf_t body;
     int too_big;
 } fake_upload_t;
 
@@ -54,7 +54,7 @@ typedef struct {
     uint64_t prompt_tokens;
     int include_usage;
     int stage;              /* 0 content, 1 finish, 2 usage, 3 done, 4 end */
-    bench_strbuf_t pending; /* bytes of the current event not yet handed to MHD */
+    tdm_buf_t pending;      /* bytes of the current event not yet handed to MHD */
     size_t pending_off;
 } fake_stream_t;
 
@@ -97,26 +97,26 @@ static int sleep_until(bench_fake_t *fake, uint64_t t_ns)
 static int next_event(fake_stream_t *stream)
 {
     bench_fake_t *fake = stream->fake;
-    bench_strbuf_t *out = &stream->pending;
+    tdm_buf_t *out = &stream->pending;
 
-    bench_strbuf_reset(out);
+    tdm_buf_reset(out);
     stream->pending_off = 0;
     if (stream->stage == 0 && stream->n_emitted < stream->n_tokens) {
         uint64_t n = stream->n_tokens - stream->n_emitted;
         if (n > fake->params.tokens_per_chunk) {
             n = fake->params.tokens_per_chunk;
         }
-        if (bench_strbuf_printf(out, "data: {\"object\":\"%s\",\"model\":\"%s\",\"choices\":[{",
-                                stream->chat ? "chat.completion.chunk" : "text_completion",
-                                fake->params.model) != TDM_OK) {
+        if (tdm_buf_printf(out, "data: {\"object\":\"%s\",\"model\":\"%s\",\"choices\":[{",
+                           stream->chat ? "chat.completion.chunk" : "text_completion",
+                           fake->params.model) != TDM_OK) {
             return 0;
         }
-        bench_strbuf_printf(out, stream->chat ? "\"index\":0,\"delta\":{\"content\":\""
-                                              : "\"index\":0,\"text\":\"");
+        tdm_buf_printf(out, stream->chat ? "\"index\":0,\"delta\":{\"content\":\""
+                                         : "\"index\":0,\"text\":\"");
         for (uint64_t i = 0; i < n; i++) {
-            bench_strbuf_printf(out, " t%llu", (unsigned long long)(stream->n_emitted + i));
+            tdm_buf_printf(out, " t%llu", (unsigned long long)(stream->n_emitted + i));
         }
-        bench_strbuf_printf(out, "\"%s,\"finish_reason\":null}]}\n\n", stream->chat ? "}" : "");
+        tdm_buf_printf(out, "\"%s,\"finish_reason\":null}]}\n\n", stream->chat ? "}" : "");
         stream->n_emitted += n;
         pthread_mutex_lock(&fake->lock);
         fake->counters.output_tokens += n;
@@ -128,26 +128,26 @@ static int next_event(fake_stream_t *stream)
     }
     if (stream->stage <= 1) {
         stream->stage = stream->include_usage ? 2 : 3;
-        bench_strbuf_printf(out,
-                            "data: {\"object\":\"%s\",\"choices\":[{\"index\":0,%s"
-                            "\"finish_reason\":\"length\"}]}\n\n",
-                            stream->chat ? "chat.completion.chunk" : "text_completion",
-                            stream->chat ? "\"delta\":{}," : "\"text\":\"\",");
+        tdm_buf_printf(out,
+                       "data: {\"object\":\"%s\",\"choices\":[{\"index\":0,%s"
+                       "\"finish_reason\":\"length\"}]}\n\n",
+                       stream->chat ? "chat.completion.chunk" : "text_completion",
+                       stream->chat ? "\"delta\":{}," : "\"text\":\"\",");
         return 1;
     }
     if (stream->stage == 2) {
         stream->stage = 3;
-        bench_strbuf_printf(out,
-                            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%llu,"
-                            "\"completion_tokens\":%llu,\"total_tokens\":%llu}}\n\n",
-                            (unsigned long long)stream->prompt_tokens,
-                            (unsigned long long)stream->n_tokens,
-                            (unsigned long long)(stream->prompt_tokens + stream->n_tokens));
+        tdm_buf_printf(out,
+                       "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%llu,"
+                       "\"completion_tokens\":%llu,\"total_tokens\":%llu}}\n\n",
+                       (unsigned long long)stream->prompt_tokens,
+                       (unsigned long long)stream->n_tokens,
+                       (unsigned long long)(stream->prompt_tokens + stream->n_tokens));
         return 1;
     }
     if (stream->stage == 3) {
         stream->stage = 4;
-        bench_strbuf_printf(out, "data: [DONE]\n\n");
+        tdm_buf_printf(out, "data: [DONE]\n\n");
         return 1;
     }
     return 0;
@@ -193,7 +193,7 @@ static void stream_free(void *cls)
 {
     fake_stream_t *stream = cls;
     atomic_fetch_sub(&stream->fake->n_streams, 1);
-    bench_strbuf_fini(&stream->pending);
+    tdm_buf_fini(&stream->pending);
     free(stream);
 }
 
@@ -490,7 +490,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         }
         if (*upload_data_size > 0) {
             if (upload->body.n_bytes + *upload_data_size > FAKE_MAX_BODY_BYTES ||
-                bench_strbuf_append(&upload->body, upload_data, *upload_data_size) != TDM_OK) {
+                tdm_buf_append(&upload->body, upload_data, *upload_data_size) != TDM_OK) {
                 upload->too_big = 1;
             }
             *upload_data_size = 0;
@@ -531,7 +531,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     (void)connection;
     (void)code;
     if (upload != NULL) {
-        bench_strbuf_fini(&upload->body);
+        tdm_buf_fini(&upload->body);
         free(upload);
         *con_cls = NULL;
     }

@@ -2,7 +2,7 @@
 #include "bench/replay/metrics.h"
 
 #include "bench/replay/client.h"
-#include "bench/replay/strbuf.h"
+#include "common/buf.h"
 #include "common/log.h"
 
 #include <ctype.h>
@@ -143,7 +143,7 @@ void bench_metrics_resolve(bench_metrics_snapshot_t *snapshot)
 tdm_status_t bench_metrics_scrape(const char *const *urls, size_t n_urls, long timeout_ms,
                                   bench_metrics_snapshot_t *snapshot_out)
 {
-    bench_strbuf_t body = {0};
+    tdm_buf_t body = {0};
 
     memset(snapshot_out, 0, sizeof(*snapshot_out));
     for (size_t i = 0; i < n_urls; i++) {
@@ -157,7 +157,7 @@ tdm_status_t bench_metrics_scrape(const char *const *urls, size_t n_urls, long t
         snapshot_out->n_endpoints_ok++;
         bench_metrics_add_text(body.data, body.n_bytes, snapshot_out);
     }
-    bench_strbuf_fini(&body);
+    tdm_buf_fini(&body);
     bench_metrics_resolve(snapshot_out);
     return snapshot_out->n_endpoints_ok > 0 ? TDM_OK : TDM_ERR_NOT_FOUND;
 }

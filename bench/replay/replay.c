@@ -2,8 +2,8 @@
 #include "bench/replay/replay.h"
 
 #include "bench/replay/client.h"
-#include "bench/replay/strbuf.h"
 #include "bench/replay/tokens.h"
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -62,7 +62,7 @@ typedef struct {
     size_t reqs_capacity;
     uint32_t *tokens;
     size_t tokens_capacity;
-    bench_strbuf_t body;
+    tdm_buf_t body;
     tdm_status_t status;
 } agent_t;
 
@@ -100,7 +100,7 @@ tdm_status_t bench_replay_discover(const char *base_url, const char *api_key,
                                    bench_server_info_t *info_out)
 {
     char url[BENCH_URL_BYTES];
-    bench_strbuf_t body = {0};
+    tdm_buf_t body = {0};
     long http_status = 0;
     json_t *root;
     const json_t *first;
@@ -114,11 +114,11 @@ tdm_status_t bench_replay_discover(const char *base_url, const char *api_key,
     snprintf(url, sizeof(url), "%s/v1/models", base_url);
     status = bench_http_get(url, api_key, REPLAY_METRICS_TIMEOUT_MS, &body, &http_status);
     if (status != TDM_OK) {
-        bench_strbuf_fini(&body);
+        tdm_buf_fini(&body);
         return status;
     }
     root = json_loadb(body.data, body.n_bytes, 0, &jerr);
-    bench_strbuf_fini(&body);
+    tdm_buf_fini(&body);
     first = json_array_get(json_object_get(root, "data"), 0);
     if (!json_is_object(first)) {
         json_decref(root);
@@ -258,19 +258,18 @@ static tdm_status_t body_of_tokens(agent_t *agent, const bench_token_params_t *t
     if (status != TDM_OK) {
         return status;
     }
-    bench_strbuf_reset(&agent->body);
-    status =
-        bench_strbuf_printf(&agent->body, "{\"model\":%s,\"prompt\":[", agent->level->model_json);
+    tdm_buf_reset(&agent->body);
+    status = tdm_buf_printf(&agent->body, "{\"model\":%s,\"prompt\":[", agent->level->model_json);
     for (size_t i = 0; i < n && status == TDM_OK; i++) {
         char digits[16];
         int n_digits = snprintf(digits, sizeof(digits), i == 0 ? "%u" : ",%u", agent->tokens[i]);
-        status = bench_strbuf_append(&agent->body, digits, (size_t)n_digits);
+        status = tdm_buf_append(&agent->body, digits, (size_t)n_digits);
     }
     if (status == TDM_OK) {
-        status = bench_strbuf_printf(&agent->body, "],");
+        status = tdm_buf_printf(&agent->body, "],");
     }
     if (status == TDM_OK) {
-        status = bench_strbuf_printf(&agent->body, body_tail_fmt, n_out, n_out);
+        status = tdm_buf_printf(&agent->body, body_tail_fmt, n_out, n_out);
     }
     return status;
 }
@@ -295,18 +294,18 @@ static tdm_status_t body_of_messages(agent_t *agent, const bench_session_t *sess
         if ((long)i == session->tag_message && json_is_string(content)) {
             json_t *copy = json_copy(message);
             char tag[REPLAY_TAG_BYTES];
-            bench_strbuf_t tagged = {0};
+            tdm_buf_t tagged = {0};
             snprintf(tag, sizeof(tag), "[tandem-bench run %016llx]\n", (unsigned long long)salt);
-            if (copy == NULL || bench_strbuf_printf(&tagged, "%s", tag) != TDM_OK ||
-                bench_strbuf_append(&tagged, json_string_value(content),
-                                    json_string_length(content)) != TDM_OK ||
+            if (copy == NULL || tdm_buf_printf(&tagged, "%s", tag) != TDM_OK ||
+                tdm_buf_append(&tagged, json_string_value(content), json_string_length(content)) !=
+                    TDM_OK ||
                 json_object_set_new(copy, "content", json_stringn(tagged.data, tagged.n_bytes)) !=
                     0 ||
                 json_array_append_new(messages, copy) != 0) {
-                bench_strbuf_fini(&tagged);
+                tdm_buf_fini(&tagged);
                 goto free_messages;
             }
-            bench_strbuf_fini(&tagged);
+            tdm_buf_fini(&tagged);
         } else if (json_array_append(messages, message) != 0) {
             goto free_messages;
         }
@@ -315,10 +314,10 @@ static tdm_status_t body_of_messages(agent_t *agent, const bench_session_t *sess
     if (text == NULL) {
         goto free_messages;
     }
-    bench_strbuf_reset(&agent->body);
-    status = bench_strbuf_printf(&agent->body, "{\"model\":%s,\"messages\":%s,", model, text);
+    tdm_buf_reset(&agent->body);
+    status = tdm_buf_printf(&agent->body, "{\"model\":%s,\"messages\":%s,", model, text);
     if (status == TDM_OK) {
-        status = bench_strbuf_printf(&agent->body, body_tail_fmt, n_out, n_out);
+        status = tdm_buf_printf(&agent->body, body_tail_fmt, n_out, n_out);
     }
     free(text);
 
@@ -543,7 +542,7 @@ static void agents_fini(agent_t *agents, uint32_t n_agents)
         }
         free(agents[a].reqs);
         free(agents[a].tokens);
-        bench_strbuf_fini(&agents[a].body);
+        tdm_buf_fini(&agents[a].body);
         bench_client_destroy(agents[a].client);
     }
     free(agents);

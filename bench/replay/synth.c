@@ -1,8 +1,8 @@
 /* synth.c - synthetic coding-agent trace generator; see synth.h for the distributions. */
 #include "bench/replay/synth.h"
 
-#include "bench/replay/strbuf.h"
 #include "bench/replay/trace.h"
+#include "common/buf.h"
 #include "common/hash.h"
 
 #include <math.h>
@@ -205,7 +205,7 @@ tdm_status_t bench_synth_write(const bench_synth_params_t *params, FILE *out,
 {
     synth_req_t *reqs = NULL;
     size_t n = 0;
-    bench_strbuf_t line = {0};
+    tdm_buf_t line = {0};
     int64_t *inputs = NULL;
     int64_t *outputs = NULL;
     int64_t *pauses = NULL;
@@ -231,26 +231,24 @@ tdm_status_t bench_synth_write(const bench_synth_params_t *params, FILE *out,
     }
     for (size_t i = 0; i < n && status == TDM_OK; i++) {
         const synth_req_t *req = &reqs[i];
-        bench_strbuf_reset(&line);
-        status =
-            bench_strbuf_printf(&line, "{\"session_id\":\"synth-%llu-%llu\",\"timestamp\":%lld,",
+        tdm_buf_reset(&line);
+        status = tdm_buf_printf(&line, "{\"session_id\":\"synth-%llu-%llu\",\"timestamp\":%lld,",
                                 (unsigned long long)params->seed, (unsigned long long)req->session,
                                 (long long)req->timestamp_ms);
         if (status == TDM_OK && req->delay_ms >= 0) {
-            status = bench_strbuf_printf(&line, "\"delay\":%lld,", (long long)req->delay_ms);
+            status = tdm_buf_printf(&line, "\"delay\":%lld,", (long long)req->delay_ms);
         }
         if (status == TDM_OK) {
-            status =
-                bench_strbuf_printf(&line,
+            status = tdm_buf_printf(&line,
                                     "\"input_length\":%lld,\"output_length\":%lld,"
                                     "\"hash_ids\":[",
                                     (long long)req->input_length, (long long)req->output_length);
         }
         for (size_t b = 0; b < req->n_ids && status == TDM_OK; b++) {
-            status = bench_strbuf_printf(&line, b == 0 ? "%lld" : ",%lld", (long long)req->ids[b]);
+            status = tdm_buf_printf(&line, b == 0 ? "%lld" : ",%lld", (long long)req->ids[b]);
         }
         if (status == TDM_OK) {
-            status = bench_strbuf_printf(&line, "]}\n");
+            status = tdm_buf_printf(&line, "]}\n");
         }
         if (status == TDM_OK && fwrite(line.data, 1, line.n_bytes, out) != line.n_bytes) {
             status = TDM_ERR_IO;
@@ -280,7 +278,7 @@ free_all:
     free(inputs);
     free(outputs);
     free(pauses);
-    bench_strbuf_fini(&line);
+    tdm_buf_fini(&line);
     free_reqs(reqs, n);
     return status;
 }

@@ -1,8 +1,8 @@
 /* trace.c - Mooncake JSONL parsing and session rebuilding; see trace.h. */
 #include "bench/replay/trace.h"
 
-#include "bench/replay/strbuf.h"
 #include "bench/replay/u64map.h"
+#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/json.h"
@@ -543,19 +543,19 @@ free_requests:
 tdm_status_t bench_trace_load(const char *path, bench_trace_format_t format,
                               bench_trace_t **trace_out, char *err, size_t err_bytes)
 {
-    bench_strbuf_t text = {0};
+    tdm_buf_t text = {0};
     tdm_status_t status;
 
     if (format == BENCH_TRACE_SWE_AGENT) {
         return bench_trace_load_swe_agent(path, trace_out, err, err_bytes);
     }
-    status = bench_strbuf_read_file(&text, path);
+    status = tdm_buf_read_file(&text, path);
     if (status != TDM_OK) {
         tdm_errbuf_set(err, err_bytes, "%s: %s", path,
                        status == TDM_ERR_NOT_FOUND ? "no such file" : tdm_status_message(status));
         return status;
     }
     status = bench_trace_parse_mooncake(text.data, text.n_bytes, path, trace_out, err, err_bytes);
-    bench_strbuf_fini(&text);
+    tdm_buf_fini(&text);
     return status;
 }
