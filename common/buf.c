@@ -102,6 +102,14 @@ tdm_status_t tdm_buf_printf(tdm_buf_t *buf, const char *fmt, ...)
     return status;
 }
 
+void tdm_buf_truncate(tdm_buf_t *buf, size_t n_bytes)
+{
+    if (n_bytes < buf->n_bytes) {
+        buf->n_bytes = n_bytes;
+        buf->data[n_bytes] = '\0';
+    }
+}
+
 void tdm_buf_consume(tdm_buf_t *buf, size_t n_bytes)
 {
     if (n_bytes >= buf->n_bytes) {

@@ -54,6 +54,10 @@ tdm_status_t tdm_buf_printf(tdm_buf_t *buf, const char *fmt, ...)
 tdm_status_t tdm_buf_vprintf(tdm_buf_t *buf, const char *fmt, va_list args)
     __attribute__((format(printf, 2, 0)));
 
+/* tdm_buf_truncate - keep the first n_bytes (nothing changes when n_bytes >= the used bytes),
+ * NUL after them. Keeps the storage. */
+void tdm_buf_truncate(tdm_buf_t *buf, size_t n_bytes);
+
 /* tdm_buf_consume - drop the first n_bytes (all of them when n_bytes >= n_bytes used), moving the
  * rest down. Keeps the storage. */
 void tdm_buf_consume(tdm_buf_t *buf, size_t n_bytes);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/http_status.h"
@@ -35,9 +36,7 @@ struct router_http {
 
 /* Per-connection state of one HTTP request (MHD's con_cls). */
 typedef struct {
-    char *body;
-    size_t n_body;
-    size_t cap_body;
+    tdm_buf_t body; /* the request body so far */
     int too_large;
 } conn_t;
 
@@ -246,7 +245,7 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     }
     content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     id = atomic_fetch_add(&h->next_request_id, 1);
-    if (router_validate_request(h->model, api, content_type, cc->body, cc->n_body,
+    if (router_validate_request(h->model, api, content_type, cc->body.data, cc->body.n_bytes,
                                 tdm_hash_splitmix64(h->seed_salt ^ id), &gen, &err) != TDM_OK) {
         return respond_error(h, conn, &err);
     }
@@ -365,29 +364,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
-        if (!cc->too_large && cc->n_body + n > h->params.max_body_bytes) {
+        if (!cc->too_large && cc->body.n_bytes + n > h->params.max_body_bytes) {
             cc->too_large = 1;
-            free(cc->body);
-            cc->body = NULL;
-            cc->n_body = 0;
-            cc->cap_body = 0;
+            tdm_buf_fini(&cc->body);
         }
-        if (!cc->too_large) {
-            if (cc->n_body + n > cc->cap_body) {
-                size_t cap = cc->cap_body > 0 ? cc->cap_body : 4096;
-                char *grown;
-                while (cap < cc->n_body + n) {
-                    cap *= 2;
-                }
-                grown = realloc(cc->body, cap);
-                if (grown == NULL) {
-                    return MHD_NO;
-                }
-                cc->body = grown;
-                cc->cap_body = cap;
-            }
-            memcpy(cc->body + cc->n_body, upload_data, n);
-            cc->n_body += n;
+        if (!cc->too_large && tdm_buf_append(&cc->body, upload_data, n) != TDM_OK) {
+            return MHD_NO;
         }
         *upload_data_size = 0;
         return MHD_YES;
@@ -404,7 +386,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     (void)toe;
     if (cc != NULL) {
-        free(cc->body);
+        tdm_buf_fini(&cc->body);
         free(cc);
         *con_cls = NULL;
     }

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "router/validate.h"
 
-#define STREAM_MAX_STOP_IDS  64
-#define STREAM_INITIAL_BYTES 256
+#define STREAM_MAX_STOP_IDS 64
 
 struct router_stream {
     text_detok_t *detok;
@@ -18,9 +18,7 @@ struct router_stream {
     uint32_t max_tokens;
     uint32_t n_tokens;
     router_stream_state_t state;
-    char *text;    /* emitted and held text, NUL-terminated */
-    size_t n_text; /* bytes in text */
-    size_t cap_text;
+    tdm_buf_t text;   /* emitted and held text */
     size_t n_emitted; /* text[0, n_emitted) has been handed out */
 };
 
@@ -49,13 +47,10 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
         free(s);
         return status;
     }
-    s->text = malloc(STREAM_INITIAL_BYTES);
-    if (s->text == NULL) {
+    if (tdm_buf_reserve(&s->text, 0) != TDM_OK) { /* text_out points into it from the start */
         router_stream_destroy(s);
         return TDM_ERR_NO_MEMORY;
     }
-    s->text[0] = '\0';
-    s->cap_text = STREAM_INITIAL_BYTES;
     for (int i = 0; i < params->n_stop; i++) {
         s->stop[i] = malloc(params->stop_bytes[i]);
         if (s->stop[i] == NULL) {
@@ -84,29 +79,8 @@ void router_stream_destroy(router_stream_t *stream)
     for (int i = 0; i < stream->n_stop; i++) {
         free(stream->stop[i]);
     }
-    free(stream->text);
+    tdm_buf_fini(&stream->text);
     free(stream);
-}
-
-static tdm_status_t append(router_stream_t *s, const char *bytes, size_t n_bytes)
-{
-    if (s->n_text + n_bytes + 1 > s->cap_text) {
-        size_t cap = s->cap_text;
-        char *grown;
-        while (s->n_text + n_bytes + 1 > cap) {
-            cap *= 2;
-        }
-        grown = realloc(s->text, cap);
-        if (grown == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        s->text = grown;
-        s->cap_text = cap;
-    }
-    memcpy(s->text + s->n_text, bytes, n_bytes);
-    s->n_text += n_bytes;
-    s->text[s->n_text] = '\0';
-    return TDM_OK;
 }
 
 /* Earliest start >= from of any stop string in text, or SIZE_MAX. */
@@ -116,8 +90,8 @@ static size_t find_stop(const router_stream_t *s, size_t from)
 
     for (int i = 0; i < s->n_stop; i++) {
         size_t n = s->stop_bytes[i];
-        for (size_t at = from; at + n <= s->n_text && at < best; at++) {
-            if (memcmp(s->text + at, s->stop[i], n) == 0) {
+        for (size_t at = from; at + n <= s->text.n_bytes && at < best; at++) {
+            if (memcmp(s->text.data + at, s->stop[i], n) == 0) {
                 best = at;
                 break;
             }
@@ -129,13 +103,13 @@ static size_t find_stop(const router_stream_t *s, size_t from)
 /* Bytes at the end of the unemitted text that are a proper prefix of some stop string. */
 static size_t held_suffix(const router_stream_t *s)
 {
-    size_t pending = s->n_text - s->n_emitted;
+    size_t pending = s->text.n_bytes - s->n_emitted;
     size_t hold = 0;
 
     for (int i = 0; i < s->n_stop; i++) {
         size_t k = s->stop_bytes[i] - 1 < pending ? s->stop_bytes[i] - 1 : pending;
         for (; k > hold; k--) {
-            if (memcmp(s->text + s->n_text - k, s->stop[i], k) == 0) {
+            if (memcmp(s->text.data + s->text.n_bytes - k, s->stop[i], k) == 0) {
                 hold = k;
                 break;
             }
@@ -152,17 +126,16 @@ static void release(router_stream_t *s, int final, const char **text_out, size_t
     size_t upto;
 
     if (stop_at != SIZE_MAX) {
-        s->n_text = stop_at;
-        s->text[s->n_text] = '\0';
+        tdm_buf_truncate(&s->text, stop_at);
         s->state = ROUTER_STREAM_STOP;
-        upto = s->n_text;
+        upto = s->text.n_bytes;
     } else if (final) {
-        upto = s->n_text;
+        upto = s->text.n_bytes;
     } else {
-        upto = s->n_text - held_suffix(s);
+        upto = s->text.n_bytes - held_suffix(s);
     }
     s->n_emitted = upto;
-    *text_out = s->text + from;
+    *text_out = s->text.data + from;
     *n_bytes_out = upto - from;
 }
 
@@ -183,7 +156,7 @@ static tdm_status_t flush_into_text(router_stream_t *s)
     tdm_status_t status = text_detok_flush(s->detok, &tail, &n_tail);
 
     if (status == TDM_OK && n_tail > 0) {
-        status = append(s, tail, n_tail);
+        status = tdm_buf_append(&s->text, tail, n_tail);
     }
     return status;
 }
@@ -195,7 +168,7 @@ tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char 
     size_t n_piece;
     tdm_status_t status;
 
-    *text_out = stream->text + stream->n_emitted;
+    *text_out = stream->text.data + stream->n_emitted;
     *n_bytes_out = 0;
     if (stream->state != ROUTER_STREAM_RUNNING) {
         return TDM_OK;
@@ -215,7 +188,7 @@ tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char 
         return status;
     }
     stream->n_tokens++;
-    status = append(stream, piece, n_piece);
+    status = tdm_buf_append(&stream->text, piece, n_piece);
     if (status == TDM_OK && stream->n_tokens >= stream->max_tokens) {
         status = flush_into_text(stream);
         if (status == TDM_OK) {
@@ -237,7 +210,7 @@ tdm_status_t router_stream_finish(router_stream_t *stream, router_stream_state_t
 {
     tdm_status_t status;
 
-    *text_out = stream->text + stream->n_emitted;
+    *text_out = stream->text.data + stream->n_emitted;
     *n_bytes_out = 0;
     if (stream->state != ROUTER_STREAM_RUNNING) {
         return TDM_OK;
@@ -266,5 +239,5 @@ uint32_t router_stream_n_tokens(const router_stream_t *stream)
 const char *router_stream_text(const router_stream_t *stream, size_t *n_bytes_out)
 {
     *n_bytes_out = stream->n_emitted;
-    return stream->text;
+    return stream->text.data;
 }

@@ -7,14 +7,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/http_status.h"
 #include "router/openai.h"
 #include "router/stream.h"
 
-#define TURN_ID_BYTES          64
-#define TURN_OUT_INITIAL_BYTES 4096
+#define TURN_ID_BYTES 64
 
 struct router_turn {
     router_turn_params_t params;
@@ -37,14 +37,10 @@ struct router_turn {
     int released;
     int counted; /* usage counted in metrics */
     /* text produced since the last chunk */
-    char *delta;
-    size_t n_delta;
-    size_t cap_delta;
-    /* server-sent events */
-    char *out;
-    size_t n_out;
+    tdm_buf_t delta;
+    /* server-sent events: out[off_out, n_bytes) not yet handed to the HTTP server */
+    tdm_buf_t out;
     size_t off_out;
-    size_t cap_out;
     int sse_started;
     int sse_done;
     uint64_t t_progress_ns; /* monotonic time of the last event */
@@ -53,26 +49,6 @@ struct router_turn {
     void *gone_ctx;
     int client_gone;
 };
-
-static tdm_status_t grow(char **buf, size_t *cap, size_t need)
-{
-    size_t n = *cap > 0 ? *cap : TURN_OUT_INITIAL_BYTES;
-    char *p;
-
-    if (need <= *cap) {
-        return TDM_OK;
-    }
-    while (n < need) {
-        n *= 2;
-    }
-    p = realloc(*buf, n);
-    if (p == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    *buf = p;
-    *cap = n;
-    return TDM_OK;
-}
 
 tdm_status_t router_turn_create(const router_turn_params_t *params, const router_model_t *model,
                                 router_control_t *control, router_metrics_t *metrics,
@@ -153,8 +129,8 @@ void router_turn_destroy(router_turn_t *turn)
     router_request_batch_fini(&turn->batch);
     router_stream_destroy(turn->stream);
     json_decref(turn->lp_entries);
-    free(turn->delta);
-    free(turn->out);
+    tdm_buf_fini(&turn->delta);
+    tdm_buf_fini(&turn->out);
     free(turn);
 }
 
@@ -195,12 +171,9 @@ static void add_delta(router_turn_t *t, const char *text, size_t n)
     if (n == 0 || t->failed) {
         return;
     }
-    if (grow(&t->delta, &t->cap_delta, t->n_delta + n + 1) != TDM_OK) {
+    if (tdm_buf_append(&t->delta, text, n) != TDM_OK) {
         fail_oom(t);
-        return;
     }
-    memcpy(t->delta + t->n_delta, text, n);
-    t->n_delta += n;
 }
 
 static void add_logprob(router_turn_t *t, size_t i)
@@ -410,32 +383,16 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
 /* Append "data: <json>\n\n" (or a raw line) to the SSE output; takes ownership of json. */
 static void emit_event(router_turn_t *t, char *json)
 {
-    size_t n;
-
-    if (json == NULL) {
+    if (json == NULL || tdm_buf_printf(&t->out, "data: %s\n\n", json) != TDM_OK) {
         fail_oom(t);
-        return;
     }
-    n = strlen(json);
-    if (grow(&t->out, &t->cap_out, t->n_out + n + 9) != TDM_OK) {
-        free(json);
-        fail_oom(t);
-        return;
-    }
-    memcpy(t->out + t->n_out, "data: ", 6);
-    memcpy(t->out + t->n_out + 6, json, n);
-    memcpy(t->out + t->n_out + 6 + n, "\n\n", 2);
-    t->n_out += n + 8;
     free(json);
 }
 
 static void emit_raw(router_turn_t *t, const char *line)
 {
-    size_t n = strlen(line);
-
-    if (grow(&t->out, &t->cap_out, t->n_out + n + 1) == TDM_OK) {
-        memcpy(t->out + t->n_out, line, n);
-        t->n_out += n;
+    if (tdm_buf_append(&t->out, line, strlen(line)) != TDM_OK) {
+        fail_oom(t);
     }
 }
 
@@ -461,12 +418,13 @@ static void produce(router_turn_t *t)
         }
     }
     absorb(t);
-    if (t->n_delta > 0 && !t->failed) {
+    if (t->delta.n_bytes > 0 && !t->failed) {
         logprobs = folded_logprobs(t, t->lp_sent);
         t->lp_sent = t->lp_entries != NULL ? json_array_size(t->lp_entries) : 0;
-        emit_event(t, router_openai_chunk(&t->octx, t->delta, t->n_delta, 0, NULL, logprobs));
+        emit_event(
+            t, router_openai_chunk(&t->octx, t->delta.data, t->delta.n_bytes, 0, NULL, logprobs));
         json_decref(logprobs);
-        t->n_delta = 0;
+        tdm_buf_reset(&t->delta);
     }
     if (!t->ended) {
         return;
@@ -490,16 +448,18 @@ size_t router_turn_sse_read(router_turn_t *turn, char *buf, size_t max_bytes)
     router_turn_t *t = turn;
     size_t n;
 
-    while (t->off_out == t->n_out && !t->sse_done) {
+    while (t->off_out == t->out.n_bytes && !t->sse_done) {
         t->off_out = 0;
-        t->n_out = 0;
+        tdm_buf_reset(&t->out);
         produce(t);
     }
-    n = t->n_out - t->off_out;
+    n = t->out.n_bytes - t->off_out;
     if (n > max_bytes) {
         n = max_bytes;
     }
-    memcpy(buf, t->out + t->off_out, n);
+    if (n > 0) {
+        memcpy(buf, t->out.data + t->off_out, n);
+    }
     t->off_out += n;
     return n;
 }

@@ -112,7 +112,7 @@ static void test_printf_appends_formatted_text(void **state)
     tdm_buf_fini(&buf);
 }
 
-static void test_consume_moves_the_rest_down(void **state)
+static void test_consume_and_truncate_keep_the_storage(void **state)
 {
     tdm_buf_t buf = {0};
     size_t capacity;
@@ -123,6 +123,11 @@ static void test_consume_moves_the_rest_down(void **state)
     tdm_buf_consume(&buf, 6);
     assert_string_equal(buf.data, "world");
     assert_int_equal(buf.n_bytes, 5);
+    tdm_buf_truncate(&buf, 9);
+    assert_string_equal(buf.data, "world");
+    tdm_buf_truncate(&buf, 3);
+    assert_string_equal(buf.data, "wor");
+    assert_int_equal(buf.n_bytes, 3);
     tdm_buf_consume(&buf, 99);
     assert_string_equal(buf.data, "");
     assert_int_equal(buf.n_bytes, 0);
@@ -237,7 +242,7 @@ int main(void)
         cmocka_unit_test_setup(test_append_grows_by_doubling_and_keeps_a_nul, reset_switches),
         cmocka_unit_test_setup(test_reserve_makes_room_without_changing_contents, reset_switches),
         cmocka_unit_test_setup(test_printf_appends_formatted_text, reset_switches),
-        cmocka_unit_test_setup(test_consume_moves_the_rest_down, reset_switches),
+        cmocka_unit_test_setup(test_consume_and_truncate_keep_the_storage, reset_switches),
         cmocka_unit_test_setup(test_take_hands_over_the_storage, reset_switches),
         cmocka_unit_test_setup(test_failed_growth_returns_no_memory_and_changes_nothing,
                                reset_switches),
