@@ -4,6 +4,7 @@
  * Strip, Replace(U+E000, " ")) and its _build_lookup_table loop. */
 #include "engine/engram_tokmap.h"
 
+#include "common/buf.h"
 #include "common/hash.h"
 
 #include <stdio.h>
@@ -137,8 +138,7 @@ tdm_status_t engine_engram_normalize(const char *text, size_t n_bytes, char **no
 
 /* Distinct keys seen so far: pooled bytes plus an open-addressing table of compressed ids. */
 typedef struct {
-    char *pool;
-    size_t n_pool, cap_pool;
+    tdm_buf_t pool;     /* the keys' bytes, back to back */
     size_t *key_offset; /* [n_keys + 1] */
     int64_t n_keys;
     int32_t *slots; /* compressed id or -1; capacity mask + 1, a power of two */
@@ -147,7 +147,7 @@ typedef struct {
 
 static void key_set_fini(key_set_t *set)
 {
-    free(set->pool);
+    tdm_buf_fini(&set->pool);
     free(set->key_offset);
     free(set->slots);
     memset(set, 0, sizeof(*set));
@@ -185,30 +185,16 @@ static tdm_status_t key_set_intern(key_set_t *set, const char *key, size_t n, in
             break;
         }
         if (set->key_offset[id + 1] - set->key_offset[id] == n &&
-            memcmp(set->pool + set->key_offset[id], key, n) == 0) {
+            memcmp(set->pool.data + set->key_offset[id], key, n) == 0) {
             *id_out = id;
             return TDM_OK;
         }
     }
-    if (set->n_pool + n > set->cap_pool) {
-        size_t capacity = set->cap_pool == 0 ? 65536 : set->cap_pool;
-        char *grown;
-        while (capacity < set->n_pool + n) {
-            capacity *= 2;
-        }
-        grown = realloc(set->pool, capacity);
-        if (grown == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        set->pool = grown;
-        set->cap_pool = capacity;
+    if (tdm_buf_append(&set->pool, key, n) != TDM_OK) {
+        return TDM_ERR_NO_MEMORY;
     }
-    if (n > 0) {
-        memcpy(set->pool + set->n_pool, key, n);
-    }
-    set->n_pool += n;
     set->slots[slot] = (int32_t)set->n_keys;
-    set->key_offset[set->n_keys + 1] = set->n_pool;
+    set->key_offset[set->n_keys + 1] = set->pool.n_bytes;
     *id_out = (int32_t)set->n_keys++;
     return TDM_OK;
 }

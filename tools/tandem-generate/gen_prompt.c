@@ -1,6 +1,7 @@
 /* gen_prompt.c - prompt sources of tandem-generate (gen_prompt.h). */
 #include "gen_prompt.h"
 
+#include "common/buf.h"
 #include "common/json.h"
 
 #include <errno.h>
@@ -10,46 +11,43 @@
 
 /* Largest @file of ids read (bytes). */
 #define GEN_PROMPT_MAX_FILE_BYTES (64u << 20)
+#define GEN_PROMPT_READ_BYTES     4096
 
 static tdm_status_t read_file(const char *path, char **text_out, char *err, size_t err_bytes)
 {
     FILE *f = fopen(path, "rb");
-    char *text = NULL;
-    size_t n = 0, cap = 0;
+    tdm_buf_t text = {0};
+    char chunk[GEN_PROMPT_READ_BYTES];
+    size_t got;
+    tdm_status_t status = TDM_OK;
 
     if (f == NULL) {
-        snprintf(err, err_bytes, "--prompt-ids: cannot open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
+        int open_errno = errno;
+        snprintf(err, err_bytes, "--prompt-ids: cannot open %s: %s", path, strerror(open_errno));
+        return open_errno == ENOENT ? TDM_ERR_NOT_FOUND : TDM_ERR_IO;
     }
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            size_t grown = cap == 0 ? 8192 : cap * 2;
-            char *p = grown <= GEN_PROMPT_MAX_FILE_BYTES ? realloc(text, grown) : NULL;
-            if (p == NULL) {
-                snprintf(err, err_bytes, "--prompt-ids: %s is too large", path);
-                free(text);
-                fclose(f);
-                return TDM_ERR_NO_MEMORY;
-            }
-            text = p;
-            cap = grown;
-        }
-        size_t got = fread(text + n, 1, 4096, f);
-        n += got;
-        if (got < 4096) {
-            break;
+    while (status == TDM_OK && (got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (text.n_bytes + got >= GEN_PROMPT_MAX_FILE_BYTES ||
+            tdm_buf_append(&text, chunk, got) != TDM_OK) {
+            snprintf(err, err_bytes, "--prompt-ids: %s is too large", path);
+            status = TDM_ERR_NO_MEMORY;
         }
     }
-    if (ferror(f)) {
+    if (status == TDM_OK && ferror(f)) {
         snprintf(err, err_bytes, "--prompt-ids: cannot read %s: %s", path, strerror(errno));
-        free(text);
-        fclose(f);
-        return TDM_ERR_IO;
+        status = TDM_ERR_IO;
     }
     fclose(f);
-    text[n] = '\0';
-    *text_out = text;
-    return TDM_OK;
+    if (status == TDM_OK) {
+        char *taken = tdm_buf_take(&text, NULL); /* an empty file gives "" */
+        if (taken == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+        } else {
+            *text_out = taken;
+        }
+    }
+    tdm_buf_fini(&text);
+    return status;
 }
 
 static int is_separator(char c)
