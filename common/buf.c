@@ -27,10 +27,41 @@ void tdm_buf_reset(tdm_buf_t *buf)
     }
 }
 
+/* The growth policy of tdm_buf_t and tdm_array_grow: double from `capacity` (min_capacity when
+ * 0) until `need` fits; `need` itself when doubling would overflow. */
+static size_t grown_capacity(size_t capacity, size_t need, size_t min_capacity)
+{
+    capacity = capacity == 0 ? (min_capacity > 0 ? min_capacity : 1) : capacity;
+    while (capacity < need) {
+        capacity = capacity > SIZE_MAX / 2 ? need : capacity * 2;
+    }
+    return capacity;
+}
+
+void *tdm_array_grow(void *items, size_t elem_bytes, size_t n_needed, size_t min_capacity,
+                     size_t *capacity)
+{
+    size_t n_items;
+    void *grown;
+
+    if (n_needed <= *capacity) {
+        return items;
+    }
+    n_items = grown_capacity(*capacity, n_needed, min_capacity);
+    if (elem_bytes == 0 || n_items > SIZE_MAX / elem_bytes) {
+        return NULL;
+    }
+    grown = realloc(items, n_items * elem_bytes);
+    if (grown != NULL) {
+        *capacity = n_items;
+    }
+    return grown;
+}
+
 tdm_status_t tdm_buf_reserve(tdm_buf_t *buf, size_t n_more)
 {
     size_t need;
-    size_t capacity = buf->capacity == 0 ? TDM_BUF_MIN_CAPACITY : buf->capacity;
+    size_t capacity;
     char *grown;
 
     if (n_more > SIZE_MAX - 1 - buf->n_bytes) {
@@ -40,9 +71,7 @@ tdm_status_t tdm_buf_reserve(tdm_buf_t *buf, size_t n_more)
     if (need <= buf->capacity) {
         return TDM_OK;
     }
-    while (capacity < need) {
-        capacity = capacity > SIZE_MAX / 2 ? need : capacity * 2;
-    }
+    capacity = grown_capacity(buf->capacity, need, TDM_BUF_MIN_CAPACITY);
     grown = realloc(buf->data, capacity);
     if (grown == NULL) {
         return TDM_ERR_NO_MEMORY;

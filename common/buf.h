@@ -1,5 +1,5 @@
-/* buf.h - the growable byte buffer: request and response bodies, SSE text, report text, string
- * pools, files read whole.
+/* buf.h - the growable byte buffer (request and response bodies, SSE text, report text, string
+ * pools, files read whole) and the same growth for typed arrays (tdm_array_grow).
  *
  * Owns its heap storage. Capacity doubles from TDM_BUF_MIN_CAPACITY; a failed growth returns
  * TDM_ERR_NO_MEMORY and leaves the buffer as it was. Whenever data is not NULL the used bytes are
@@ -76,5 +76,21 @@ char *tdm_buf_take(tdm_buf_t *buf, size_t *n_bytes_out);
  * TDM_ERR_NO_MEMORY. On failure the buffer holds no contents (its storage is kept).
  */
 tdm_status_t tdm_buf_read_file(tdm_buf_t *buf, const char *path);
+
+/*
+ * tdm_array_grow - room for n_needed elements of elem_bytes each in the heap array `items` (NULL
+ * while empty) of *capacity elements: when n_needed > *capacity the capacity doubles, starting
+ * from min_capacity (>= 1), until it fits (the growth of tdm_buf_t), and the array is
+ * reallocated; elements [0, old *capacity) keep their values, the new ones are uninitialised.
+ *
+ * Returns the array to use from now on (`items` itself when it had room), with *capacity
+ * updated; or NULL when the allocation fails or the byte size overflows, leaving `items` (still
+ * valid, still the caller's) and *capacity unchanged. n_needed must be >= 1. Typical use:
+ *     int32_t *grown = tdm_array_grow(v->ids, sizeof(*grown), v->n + 1, 256, &v->cap);
+ *     if (grown == NULL) return TDM_ERR_NO_MEMORY;
+ *     v->ids = grown;
+ */
+void *tdm_array_grow(void *items, size_t elem_bytes, size_t n_needed, size_t min_capacity,
+                     size_t *capacity);
 
 #endif

@@ -1,5 +1,6 @@
 /* test_buf.c - the growable byte buffer (common/buf.h): growth by doubling, NUL termination,
- * printf, consume, take, read_file, and allocation failure leaving the buffer unchanged.
+ * printf, consume, take, read_file, and allocation failure leaving the buffer unchanged; the
+ * same growth for typed arrays (tdm_array_grow).
  *
  * This test links with -Wl,--wrap=realloc (tests/CMakeLists.txt): __wrap_realloc fails when
  * fail_reallocs is set, so the failure path of every growing call runs for real. */
@@ -199,6 +200,43 @@ static void test_failed_growth_returns_no_memory_and_changes_nothing(void **stat
     tdm_buf_fini(&buf);
 }
 
+static void test_array_grow_doubles_and_a_failure_keeps_the_array(void **state)
+{
+    int32_t *ids = NULL;
+    int32_t *grown;
+    size_t capacity = 0;
+    (void)state;
+
+    ids = tdm_array_grow(ids, sizeof(*ids), 1, 8, &capacity);
+    assert_non_null(ids);
+    assert_int_equal(capacity, 8);
+    for (int32_t i = 0; i < 8; i++) {
+        ids[i] = i;
+    }
+    assert_ptr_equal(tdm_array_grow(ids, sizeof(*ids), 8, 8, &capacity), ids); /* has room */
+    ids = tdm_array_grow(ids, sizeof(*ids), 9, 8, &capacity);
+    assert_non_null(ids);
+    assert_int_equal(capacity, 16);
+    ids = tdm_array_grow(ids, sizeof(*ids), 100, 8, &capacity);
+    assert_non_null(ids);
+    assert_int_equal(capacity, 128);
+    for (int32_t i = 0; i < 8; i++) {
+        assert_int_equal(ids[i], i);
+    }
+
+    fail_reallocs = 1;
+    n_reallocs = 0;
+    grown = tdm_array_grow(ids, sizeof(*ids), 129, 8, &capacity);
+    assert_null(grown);
+    assert_int_equal(n_reallocs, 1);
+    assert_int_equal(capacity, 128);
+    assert_int_equal(ids[7], 7); /* still the caller's, still valid */
+    fail_reallocs = 0;
+    assert_null(tdm_array_grow(ids, sizeof(*ids), SIZE_MAX / 2, 8, &capacity)); /* overflows */
+    assert_int_equal(capacity, 128);
+    free(ids);
+}
+
 static void test_read_file_replaces_the_contents(void **state)
 {
     const char *tmp = getenv("TANDEM_TEST_TMP");
@@ -245,6 +283,8 @@ int main(void)
         cmocka_unit_test_setup(test_consume_and_truncate_keep_the_storage, reset_switches),
         cmocka_unit_test_setup(test_take_hands_over_the_storage, reset_switches),
         cmocka_unit_test_setup(test_failed_growth_returns_no_memory_and_changes_nothing,
+                               reset_switches),
+        cmocka_unit_test_setup(test_array_grow_doubles_and_a_failure_keeps_the_array,
                                reset_switches),
         cmocka_unit_test_setup(test_read_file_replaces_the_contents, reset_switches),
     };
