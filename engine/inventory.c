@@ -1,6 +1,8 @@
 /* inventory.c - the tensor list of MODEL.md section 3 and its totals (see inventory.h). */
 #include "engine/inventory.h"
 
+#include "common/buf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +36,13 @@ static engine_tensor_spec_t *push(builder_t *b)
         return NULL;
     }
     if (b->n == b->cap) {
-        size_t cap = b->cap == 0 ? INITIAL_CAPACITY : 2 * b->cap;
-        engine_tensor_spec_t *grown = realloc(b->specs, cap * sizeof(*grown));
+        engine_tensor_spec_t *grown =
+            tdm_array_grow(b->specs, sizeof(*grown), b->n + 1, INITIAL_CAPACITY, &b->cap);
         if (grown == NULL) {
             b->failed = 1;
             return NULL;
         }
         b->specs = grown;
-        b->cap = cap;
     }
     return &b->specs[b->n++];
 }

@@ -2,6 +2,7 @@
  * (engine/model.h). */
 #include "engine/model.h"
 
+#include "common/buf.h"
 #include "common/fingerprint.h"
 #include "common/log.h"
 #include "engine/inventory.h"
@@ -27,13 +28,12 @@ static void *model_alloc(engine_model_t *model, size_t n_bytes)
 {
     void *p;
     if (model->n_allocs == model->cap_allocs) {
-        size_t cap = model->cap_allocs == 0 ? 256 : model->cap_allocs * 2;
-        void **grown = realloc(model->allocs, cap * sizeof(void *));
+        void **grown = tdm_array_grow(model->allocs, sizeof(*grown), model->n_allocs + 1, 256,
+                                      &model->cap_allocs);
         if (grown == NULL) {
             return NULL;
         }
         model->allocs = grown;
-        model->cap_allocs = cap;
     }
     p = malloc(n_bytes == 0 ? 1 : n_bytes);
     if (p != NULL) {

@@ -2,6 +2,7 @@
  * The reader and the shape helpers are in safetensors.c. */
 #include "engine/safetensors.h"
 
+#include "common/buf.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -170,13 +171,12 @@ tdm_status_t engine_st_writer_add(engine_st_writer_t *writer, const char *name,
         return status;
     }
     if (writer->n_tensors == writer->cap_tensors) {
-        size_t cap = writer->cap_tensors == 0 ? 16 : writer->cap_tensors * 2;
-        queued_tensor_t *grown = realloc(writer->tensors, cap * sizeof(*grown));
+        queued_tensor_t *grown = tdm_array_grow(writer->tensors, sizeof(*grown),
+                                                writer->n_tensors + 1, 16, &writer->cap_tensors);
         if (grown == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         writer->tensors = grown;
-        writer->cap_tensors = cap;
     }
     t = &writer->tensors[writer->n_tensors];
     memset(t, 0, sizeof(*t));
@@ -225,14 +225,13 @@ tdm_status_t engine_st_writer_set_metadata(engine_st_writer_t *writer, const cha
         }
     }
     if (writer->n_meta == writer->cap_meta) {
-        size_t cap = writer->cap_meta == 0 ? 4 : writer->cap_meta * 2;
-        meta_entry_t *grown = realloc(writer->meta, cap * sizeof(*grown));
+        meta_entry_t *grown =
+            tdm_array_grow(writer->meta, sizeof(*grown), writer->n_meta + 1, 4, &writer->cap_meta);
         if (grown == NULL) {
             free(value_copy);
             return TDM_ERR_NO_MEMORY;
         }
         writer->meta = grown;
-        writer->cap_meta = cap;
     }
     key_copy = strdup(key);
     if (key_copy == NULL) {

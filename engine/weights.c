@@ -1,5 +1,6 @@
 #include "engine/weights.h"
 
+#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/json.h"
@@ -171,18 +172,21 @@ static size_t shard_slot(engine_weights_t *weights, const char *name, size_t *ca
         }
     }
     if (weights->n_shards == *cap) {
-        size_t new_cap = *cap == 0 ? 8 : *cap * 2;
-        grown_names = realloc(weights->shard_names, new_cap * sizeof(*grown_names));
+        size_t cap_names = *cap;
+        size_t cap_shards = *cap;
+        grown_names = tdm_array_grow(weights->shard_names, sizeof(*grown_names),
+                                     weights->n_shards + 1, 8, &cap_names);
         if (grown_names == NULL) {
             return NO_ENTRY;
         }
         weights->shard_names = grown_names;
-        grown_shards = realloc(weights->shards, new_cap * sizeof(*grown_shards));
+        grown_shards = tdm_array_grow(weights->shards, sizeof(*grown_shards), weights->n_shards + 1,
+                                      8, &cap_shards);
         if (grown_shards == NULL) {
             return NO_ENTRY;
         }
         weights->shards = grown_shards;
-        *cap = new_cap;
+        *cap = cap_shards; /* both arrays now hold at least this many */
     }
     weights->shard_names[weights->n_shards] = strdup(name);
     if (weights->shard_names[weights->n_shards] == NULL) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/hash.h"
 #include "proto/proto_hash.h"
 
@@ -234,21 +235,17 @@ router_session_t *router_sessions_match_prefix(router_sessions_t *table, const i
 
 static tdm_status_t reserve_tokens(router_session_t *s, size_t n_tokens)
 {
-    size_t cap = s->cap_tokens > 0 ? s->cap_tokens : SESSION_INITIAL_TOKENS;
     int32_t *grown;
 
-    if (n_tokens <= s->cap_tokens) {
+    if (n_tokens == 0) {
         return TDM_OK;
     }
-    while (cap < n_tokens) {
-        cap *= 2;
-    }
-    grown = realloc(s->tokens, cap * sizeof(*grown));
+    grown =
+        tdm_array_grow(s->tokens, sizeof(*grown), n_tokens, SESSION_INITIAL_TOKENS, &s->cap_tokens);
     if (grown == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     s->tokens = grown;
-    s->cap_tokens = cap;
     return TDM_OK;
 }
 

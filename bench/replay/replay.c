@@ -331,13 +331,12 @@ static bench_request_t *next_record(agent_t *agent)
     bench_request_t *req;
 
     if (agent->n_reqs == agent->reqs_capacity) {
-        size_t capacity = agent->reqs_capacity == 0 ? 64 : agent->reqs_capacity * 2;
-        bench_request_t *grown = realloc(agent->reqs, capacity * sizeof(*grown));
+        bench_request_t *grown = tdm_array_grow(agent->reqs, sizeof(*grown), agent->n_reqs + 1, 64,
+                                                &agent->reqs_capacity);
         if (grown == NULL) {
             return NULL;
         }
         agent->reqs = grown;
-        agent->reqs_capacity = capacity;
     }
     req = &agent->reqs[agent->n_reqs];
     memset(req, 0, sizeof(*req));

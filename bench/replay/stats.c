@@ -1,5 +1,6 @@
 /* stats.c - percentiles and level figures; see stats.h for the definitions. */
 #include "bench/replay/stats.h"
+#include "common/buf.h"
 #include "common/clock.h"
 
 #include <math.h>
@@ -17,13 +18,12 @@ void bench_request_fini(bench_request_t *req)
 tdm_status_t bench_request_add_gap(bench_request_t *req, double gap_ms)
 {
     if (req->n_gaps == req->gaps_capacity) {
-        size_t capacity = req->gaps_capacity == 0 ? 64 : req->gaps_capacity * 2;
-        double *grown = realloc(req->gaps_ms, capacity * sizeof(double));
+        double *grown =
+            tdm_array_grow(req->gaps_ms, sizeof(*grown), req->n_gaps + 1, 64, &req->gaps_capacity);
         if (grown == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         req->gaps_ms = grown;
-        req->gaps_capacity = capacity;
     }
     req->gaps_ms[req->n_gaps++] = gap_ms;
     return TDM_OK;

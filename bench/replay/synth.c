@@ -150,14 +150,12 @@ static tdm_status_t generate(const bench_synth_params_t *params, synth_req_t **r
             int64_t input = (int64_t)context;
 
             if (n == capacity) {
-                size_t grown_capacity = capacity == 0 ? 1024 : capacity * 2;
-                synth_req_t *grown = realloc(reqs, grown_capacity * sizeof(*grown));
+                synth_req_t *grown = tdm_array_grow(reqs, sizeof(*grown), n + 1, 1024, &capacity);
                 if (grown == NULL) {
                     free_reqs(reqs, n);
                     return TDM_ERR_NO_MEMORY;
                 }
                 reqs = grown;
-                capacity = grown_capacity;
             }
             req = &reqs[n];
             memset(req, 0, sizeof(*req));

@@ -502,15 +502,13 @@ tdm_status_t bench_trace_parse_mooncake(const char *text, size_t n_bytes, const 
             goto free_requests;
         }
         if (n_reqs == capacity) {
-            size_t grown_capacity = capacity == 0 ? 256 : capacity * 2;
-            raw_request_t *grown = realloc(reqs, grown_capacity * sizeof(*grown));
+            raw_request_t *grown = tdm_array_grow(reqs, sizeof(*grown), n_reqs + 1, 256, &capacity);
             if (grown == NULL) {
                 json_decref(obj);
                 status = TDM_ERR_NO_MEMORY;
                 goto free_requests;
             }
             reqs = grown;
-            capacity = grown_capacity;
         }
         status = parse_request(obj, &reqs[n_reqs], reason, sizeof(reason));
         json_decref(obj);

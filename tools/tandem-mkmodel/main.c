@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -85,14 +86,13 @@ static tdm_status_t tensor_list_add(tensor_list_t *list, const engine_tensor_spe
     engine_st_tensor_t *tensor;
 
     if (list->n_tensors == list->capacity) {
-        size_t capacity = list->capacity == 0 ? 1024 : list->capacity * 2;
-        engine_st_tensor_t *grown = realloc(list->tensors, capacity * sizeof(*grown));
+        engine_st_tensor_t *grown = tdm_array_grow(list->tensors, sizeof(*grown),
+                                                   list->n_tensors + 1, 1024, &list->capacity);
         if (grown == NULL) {
             free(data);
             return TDM_ERR_NO_MEMORY;
         }
         list->tensors = grown;
-        list->capacity = capacity;
     }
     tensor = &list->tensors[list->n_tensors];
     memset(tensor, 0, sizeof(*tensor));
