@@ -8,7 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
+
+#define BATCH_MIN_TOKENS 64 /* first capacity of a token batch */
 
 struct router_request {
     pthread_mutex_t lock;
@@ -117,38 +120,44 @@ void router_request_session(router_request_t *request, char *out, size_t out_byt
     pthread_mutex_unlock(&request->lock);
 }
 
+/* Room for n tokens in each of the batch's parallel arrays; every array grows from b->cap the
+ * same way, so they agree on the capacity that is stored at the end. */
 static tdm_status_t batch_reserve(router_request_batch_t *b, size_t n)
 {
-    size_t cap = b->cap > 0 ? b->cap : 64;
+    size_t cap;
     void *p;
 
     if (n <= b->cap) {
         return TDM_OK;
     }
-    while (cap < n) {
-        cap *= 2;
-    }
-    p = realloc(b->ids, cap * sizeof(*b->ids));
+    cap = b->cap;
+    p = tdm_array_grow(b->ids, sizeof(*b->ids), n, BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     b->ids = p;
-    p = realloc(b->logprobs, cap * sizeof(*b->logprobs));
+    cap = b->cap;
+    p = tdm_array_grow(b->logprobs, sizeof(*b->logprobs), n, BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     b->logprobs = p;
-    p = realloc(b->n_top, cap * sizeof(*b->n_top));
+    cap = b->cap;
+    p = tdm_array_grow(b->n_top, sizeof(*b->n_top), n, BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     b->n_top = p;
-    p = realloc(b->top_ids, cap * ROUTER_REQUEST_MAX_TOP * sizeof(*b->top_ids));
+    cap = b->cap;
+    p = tdm_array_grow(b->top_ids, ROUTER_REQUEST_MAX_TOP * sizeof(*b->top_ids), n,
+                       BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     b->top_ids = p;
-    p = realloc(b->top_logprobs, cap * ROUTER_REQUEST_MAX_TOP * sizeof(*b->top_logprobs));
+    cap = b->cap;
+    p = tdm_array_grow(b->top_logprobs, ROUTER_REQUEST_MAX_TOP * sizeof(*b->top_logprobs), n,
+                       BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }

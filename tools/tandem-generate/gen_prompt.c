@@ -61,7 +61,7 @@ tdm_status_t gen_prompt_parse_ids(const char *text, int64_t vocab, int32_t **ids
     char *owned = NULL;
     const char *p;
     int32_t *ids = NULL;
-    int64_t n = 0, cap = 0;
+    size_t n = 0, cap = 0;
     tdm_status_t status = TDM_OK;
 
     if (text == NULL || ids_out == NULL || n_ids_out == NULL || vocab < 1) {
@@ -105,14 +105,12 @@ tdm_status_t gen_prompt_parse_ids(const char *text, int64_t vocab, int32_t **ids
             break;
         }
         if (n == cap) {
-            int64_t grown = cap == 0 ? 256 : cap * 2;
-            int32_t *q = realloc(ids, (size_t)grown * sizeof(int32_t));
+            int32_t *q = tdm_array_grow(ids, sizeof(*q), n + 1, 256, &cap);
             if (q == NULL) {
                 status = TDM_ERR_NO_MEMORY;
                 break;
             }
             ids = q;
-            cap = grown;
         }
         ids[n++] = (int32_t)v;
         p = end;
@@ -127,7 +125,7 @@ tdm_status_t gen_prompt_parse_ids(const char *text, int64_t vocab, int32_t **ids
         return status;
     }
     *ids_out = ids;
-    *n_ids_out = n;
+    *n_ids_out = (int64_t)n;
     return TDM_OK;
 }
 
