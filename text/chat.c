@@ -9,6 +9,7 @@
  */
 #include "text/tokenizer.h"
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "text/tokenizer_impl.h"
 
@@ -37,14 +38,12 @@ static void append(segments_t *s, int is_marker, const char *text, size_t n_byte
         return;
     }
     if (s->n == s->cap) {
-        size_t cap = s->cap == 0 ? 32 : s->cap * 2;
-        segment_t *items = realloc(s->items, cap * sizeof(*items));
+        segment_t *items = tdm_array_grow(s->items, sizeof(*items), s->n + 1, 32, &s->cap);
         if (items == NULL) {
             s->status = TDM_ERR_NO_MEMORY;
             return;
         }
         s->items = items;
-        s->cap = cap;
     }
     s->items[s->n++] = (segment_t){is_marker, text, n_bytes};
 }
@@ -324,17 +323,11 @@ static tdm_status_t append_ids(int32_t **ids, size_t *n, size_t *cap, const int3
                                size_t n_src)
 {
     if (*n + n_src > *cap) {
-        size_t new_cap = *cap == 0 ? 256 : *cap;
-        int32_t *p;
-        while (new_cap < *n + n_src) {
-            new_cap *= 2;
-        }
-        p = realloc(*ids, new_cap * sizeof(*p));
+        int32_t *p = tdm_array_grow(*ids, sizeof(*p), *n + n_src, 256, cap);
         if (p == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         *ids = p;
-        *cap = new_cap;
     }
     memcpy(*ids + *n, src, n_src * sizeof(*src));
     *n += n_src;

@@ -8,6 +8,7 @@
  */
 #include "text/tokenizer.h"
 
+#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/log.h"
 #include "text/tokenizer_impl.h"
@@ -370,22 +371,16 @@ void text_tokenizer_scratch_fini(text_tokenizer_scratch_t *scratch)
 
 static tdm_status_t grow(void **buf, size_t *cap, size_t need, size_t elem_bytes)
 {
-    size_t new_cap;
     void *p;
 
     if (need <= *cap) {
         return TDM_OK;
     }
-    new_cap = *cap == 0 ? 64 : *cap;
-    while (new_cap < need) {
-        new_cap *= 2;
-    }
-    p = realloc(*buf, new_cap * elem_bytes);
+    p = tdm_array_grow(*buf, elem_bytes, need, 64, cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     *buf = p;
-    *cap = new_cap;
     return TDM_OK;
 }
 

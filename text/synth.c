@@ -9,6 +9,7 @@
  */
 #include "text/tokenizer.h"
 
+#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/hash.h"
 #include "text/tokenizer_impl.h"
@@ -466,33 +467,15 @@ static tdm_status_t enumerate(table_t *t, merge_list_t *m, uint32_t target)
 /* ---- JSON output ----------------------------------------------------------------------------- */
 
 typedef struct {
-    char *buf;
-    size_t n, cap;
-    tdm_status_t status;
+    tdm_buf_t text;
+    tdm_status_t status; /* the first failure; later puts do nothing */
 } out_t;
 
 static void put(out_t *o, const char *s, size_t n)
 {
-    if (o->status != TDM_OK) {
-        return;
+    if (o->status == TDM_OK && tdm_buf_append(&o->text, s, n) != TDM_OK) {
+        o->status = TDM_ERR_NO_MEMORY;
     }
-    if (o->n + n + 1 > o->cap) {
-        size_t cap = o->cap == 0 ? 1u << 16 : o->cap;
-        char *buf;
-        while (cap < o->n + n + 1) {
-            cap *= 2;
-        }
-        buf = realloc(o->buf, cap);
-        if (buf == NULL) {
-            o->status = TDM_ERR_NO_MEMORY;
-            return;
-        }
-        o->buf = buf;
-        o->cap = cap;
-    }
-    memcpy(o->buf + o->n, s, n);
-    o->n += n;
-    o->buf[o->n] = '\0';
 }
 
 static void puts_(out_t *o, const char *s)
@@ -670,13 +653,18 @@ tdm_status_t text_tokenizer_synthetic_hf_text(uint32_t vocab_size, char **json_o
     free(t.offset);
     free(t.set);
     free(m.pairs);
-    if (status != TDM_OK) {
-        free(o.buf);
-        return status;
+    if (status == TDM_OK) {
+        size_t n_json = 0;
+        char *json = tdm_buf_take(&o.text, &n_json);
+        if (json == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+        } else {
+            *json_out = json;
+            *n_bytes_out = n_json;
+        }
     }
-    *json_out = o.buf;
-    *n_bytes_out = o.n;
-    return TDM_OK;
+    tdm_buf_fini(&o.text);
+    return status;
 }
 
 tdm_status_t text_tokenizer_write_synthetic_hf(const char *path, uint32_t vocab_size, char *err,

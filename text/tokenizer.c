@@ -8,6 +8,7 @@
  */
 #include "text/tokenizer.h"
 
+#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -177,17 +178,11 @@ tdm_status_t text_tokenizer_builder_set_token(text_tokenizer_builder_t *b, uint3
         return TDM_ERR_FORMAT;
     }
     if (b->n_text + n_bytes > b->cap_text) {
-        size_t cap = b->cap_text == 0 ? 4096 : b->cap_text;
-        char *pool;
-        while (cap < b->n_text + n_bytes) {
-            cap *= 2;
-        }
-        pool = realloc(tok->text_pool, cap);
+        char *pool = tdm_array_grow(tok->text_pool, 1, b->n_text + n_bytes, 4096, &b->cap_text);
         if (pool == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         tok->text_pool = pool;
-        b->cap_text = cap;
     }
     memcpy(tok->text_pool + b->n_text, text, n_bytes);
     refs[id].offset = (uint32_t)b->n_text;
@@ -520,13 +515,11 @@ void text_tokenizer_destroy(text_tokenizer_t *tok)
 tdm_status_t text_tokenizer_ids_push(text_tokenizer_ids_t *v, int32_t id)
 {
     if (v->n == v->cap) {
-        size_t cap = v->cap == 0 ? 256 : v->cap * 2;
-        int32_t *ids = realloc(v->ids, cap * sizeof(*ids));
+        int32_t *ids = tdm_array_grow(v->ids, sizeof(*ids), v->n + 1, 256, &v->cap);
         if (ids == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         v->ids = ids;
-        v->cap = cap;
     }
     v->ids[v->n++] = id;
     return TDM_OK;
@@ -552,13 +545,12 @@ tdm_status_t text_tokenizer_heap_push(text_tokenizer_heap_t *heap, text_tokenize
     size_t i;
 
     if (heap->n == heap->cap) {
-        size_t cap = heap->cap == 0 ? 64 : heap->cap * 2;
-        text_tokenizer_cand_t *items = realloc(heap->items, cap * sizeof(*items));
+        text_tokenizer_cand_t *items =
+            tdm_array_grow(heap->items, sizeof(*items), heap->n + 1, 64, &heap->cap);
         if (items == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         heap->items = items;
-        heap->cap = cap;
     }
     i = heap->n++;
     while (i > 0 && cand_before(&cand, &heap->items[(i - 1) / 2])) {
