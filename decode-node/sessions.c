@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -104,18 +105,14 @@ tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, co
         return TDM_OK; /* a gap: the history past n_ids is unknown here */
     }
     if (pos + n > session->ids_cap) {
-        int64_t cap = session->ids_cap > 0 ? session->ids_cap : 256;
-        int32_t *grown;
-        while (cap < pos + n) {
-            cap *= 2;
-        }
-        grown = realloc(session->ids, (size_t)cap * sizeof(int32_t));
+        size_t cap = (size_t)session->ids_cap;
+        int32_t *grown = tdm_array_grow(session->ids, sizeof(*grown), (size_t)(pos + n), 256, &cap);
         if (grown == NULL) {
             session->n_ids = pos;
             return TDM_ERR_NO_MEMORY;
         }
         session->ids = grown;
-        session->ids_cap = cap;
+        session->ids_cap = (int64_t)cap;
     }
     if (n > 0) {
         memcpy(session->ids + pos, ids, (size_t)n * sizeof(int32_t));

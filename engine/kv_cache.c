@@ -1,6 +1,7 @@
 /* kv_cache.c - the page pool and block tables (engine/kv_cache.h). */
 #include "engine/kv_cache.h"
 
+#include "common/buf.h"
 #include "common/log.h"
 
 #include <stdlib.h>
@@ -140,16 +141,14 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
         return TDM_ERR_NO_PAGES;
     }
     if (table->n_pages + need > table->capacity) {
-        uint32_t cap = table->capacity == 0 ? 8 : table->capacity;
-        while (cap < table->n_pages + need) {
-            cap *= 2;
-        }
-        uint32_t *grown = realloc(table->page_ids, (size_t)cap * sizeof(uint32_t));
+        size_t cap = table->capacity;
+        uint32_t *grown =
+            tdm_array_grow(table->page_ids, sizeof(*grown), (size_t)table->n_pages + need, 8, &cap);
         if (grown == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
         table->page_ids = grown;
-        table->capacity = cap;
+        table->capacity = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap; /* less is safe */
     }
     for (uint32_t i = 0; i < need; i++) {
         uint32_t id = pool->free_ids[--pool->n_free];

@@ -1,5 +1,6 @@
 #include "transfer/peer.h"
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "transfer/internal.h"
@@ -52,8 +53,9 @@ static void retire_incarnation(xfer_context_t *ctx, const char *name, uint64_t i
         return;
     }
     if (ctx->n_retired == ctx->cap_retired) {
-        uint32_t cap = ctx->cap_retired == 0 ? 16 : ctx->cap_retired * 2;
-        retired_t *grown = realloc(ctx->retired, (size_t)cap * sizeof(*grown));
+        size_t cap = ctx->cap_retired;
+        retired_t *grown =
+            tdm_array_grow(ctx->retired, sizeof(*grown), (size_t)ctx->n_retired + 1, 16, &cap);
 
         if (grown == NULL) {
             tdm_log(
@@ -63,7 +65,7 @@ static void retire_incarnation(xfer_context_t *ctx, const char *name, uint64_t i
             return;
         }
         ctx->retired = grown;
-        ctx->cap_retired = cap;
+        ctx->cap_retired = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap; /* less is safe */
     }
     memset(&ctx->retired[ctx->n_retired], 0, sizeof(ctx->retired[0]));
     memcpy(ctx->retired[ctx->n_retired].name, name, strnlen(name, XFER_NAME_MAX_BYTES - 1));

@@ -218,24 +218,19 @@ static void session_table_fini(session_table_t *table)
 static tdm_status_t session_table_add(session_table_t *table, size_t req_index, size_t *session_out)
 {
     if (table->n_sessions == table->capacity) {
-        size_t capacity = table->capacity == 0 ? 64 : table->capacity * 2;
-        size_t *latest = realloc(table->latest, capacity * sizeof(size_t));
-        size_t *n_turns;
-        size_t *first;
-        if (latest == NULL) {
-            return TDM_ERR_NO_MEMORY;
+        /* three parallel arrays: each grows from the stored capacity, which is set at the end */
+        size_t **arrays[] = {&table->latest, &table->n_turns, &table->first};
+        size_t capacity = table->capacity;
+        for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) {
+            size_t *grown;
+            capacity = table->capacity;
+            grown =
+                tdm_array_grow(*arrays[i], sizeof(*grown), table->n_sessions + 1, 64, &capacity);
+            if (grown == NULL) {
+                return TDM_ERR_NO_MEMORY;
+            }
+            *arrays[i] = grown;
         }
-        table->latest = latest;
-        n_turns = realloc(table->n_turns, capacity * sizeof(size_t));
-        if (n_turns == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        table->n_turns = n_turns;
-        first = realloc(table->first, capacity * sizeof(size_t));
-        if (first == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        table->first = first;
         table->capacity = capacity;
     }
     table->latest[table->n_sessions] = req_index;
