@@ -63,7 +63,7 @@ int64_t plan_gpu_session_pages(const engine_config_t *cfg, int64_t n_tokens)
     }
     for (int i = 0; i < cfg->n_kv_source_layer_ids; i++) {
         int64_t rows = engine_config_n_c(cfg, (int)cfg->kv_source_layer_ids[i], n_tokens - 1);
-        n_pages += (rows + KERN_KV_PAGE_ROWS - 1) / KERN_KV_PAGE_ROWS;
+        n_pages += kern_kv_page_count(rows);
     }
     return n_pages;
 }
@@ -240,7 +240,7 @@ static tdm_status_t sum_specs(const engine_tensor_spec_t *specs, size_t n_specs,
 tdm_status_t plan_gpu_build(const engine_config_t *cfg, const engine_tensor_spec_t *specs,
                             size_t n_specs, const plan_gpu_params_t *params, plan_gpu_t *plan_out)
 {
-    kern_kv_page_layout_t page;
+    kern_kv_geometry_t geometry;
     expert_bytes_t eb;
     plan_gpu_dev_t scratch[PLAN_GPU_MAX_GROUP];
     plan_gpu_t *plan;
@@ -250,7 +250,8 @@ tdm_status_t plan_gpu_build(const engine_config_t *cfg, const engine_tensor_spec
         !params_valid(cfg, params)) {
         return TDM_ERR_INVALID_ARG;
     }
-    status = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &page);
+    status = kern_kv_geometry((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
+                              engine_config_max_kv_ratio(cfg), &geometry);
     if (status != TDM_OK) {
         return status;
     }
@@ -265,7 +266,7 @@ tdm_status_t plan_gpu_build(const engine_config_t *cfg, const engine_tensor_spec
     plan->n_groups = params->n_gpus / params->group_gpus;
     plan->n_experts = cfg->n_routed_experts;
     plan->n_dspark_experts = cfg->n_blocks > 0 ? cfg->dspark_n_routed_experts : 0;
-    plan->page_bytes = (int64_t)page.page_bytes;
+    plan->page_bytes = (int64_t)geometry.page_bytes;
     plan->kv_rows_per_token = engine_config_kv_rows_per_token(cfg);
     plan->session_pages = plan_gpu_session_pages(cfg, params->context_tokens);
     plan->state_bytes = plan_gpu_state_bytes(cfg);
