@@ -38,7 +38,7 @@ function run(exe, args) {
 function tandemDecode(modelDir, steps) {
     const out = run("tandem-bench-engine", ["--model", modelDir, "--threads", "1", "--decode-only",
         "--batches", "1", "--context", String(PROMPT), "--steps", String(steps), "--repeat", "1"]);
-    const m = out.match(/decode batch\s+1: (\S+) ([\d.]+) tok\/s .*?\(([\d.]+) MB weights \+ ([\d.]+) MB KV\/step, (?:memcpy|read) ([\d.]+) GB\/s\)/);
+    const m = out.match(/decode batch\s+1: (\S+) ([\d.]+) tok\/s .*?\(([\d.]+) MB weights \+ ([\d.]+) MB KV\/step, (?:memcpy|read) ([\d.]+) GB\/s[;)]/);
     if (!m) fail(`cannot read the decode line of tandem-bench-engine:\n${out}`);
     if (m[1] !== "TDM_OK") fail(`tandem-bench-engine decode returned ${m[1]}:\n${out}`);
     const c = out.match(/CPU-time rate ([\d.]+) steps\/s/); // batch 1: steps = tokens
