@@ -47,6 +47,17 @@ static engine_tensor_spec_t *push(builder_t *b)
     return &b->specs[b->n++];
 }
 
+/* dst = a + c; a name that does not fit fails the build (b->failed) instead of being cut. */
+static int join_name(builder_t *b, char *dst, size_t size, const char *a, const char *c)
+{
+    int n = snprintf(dst, size, "%s%s", a, c);
+    if (n < 0 || (size_t)n >= size) {
+        b->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
 /* One tensor named prefix + name; d1 < 0 means one dimension. */
 static void add(builder_t *b, const char *name, engine_dtype_t dtype, int64_t d0, int64_t d1,
                 uint32_t flags, int64_t n_params)
@@ -57,7 +68,10 @@ static void add(builder_t *b, const char *name, engine_dtype_t dtype, int64_t d0
         return;
     }
     memset(spec, 0, sizeof(*spec));
-    snprintf(spec->name, sizeof(spec->name), "%s%s", b->prefix, name);
+    if (!join_name(b, spec->name, sizeof(spec->name), b->prefix, name)) {
+        b->n--; /* the slot push() gave is not a tensor */
+        return;
+    }
     spec->dtype = dtype;
     spec->n_dims = d1 < 0 ? 1 : 2;
     spec->shape[0] = d0;
@@ -79,8 +93,9 @@ static void add_mat(builder_t *b, const char *module, engine_dtype_t dtype, int6
 {
     char name[ENGINE_TENSOR_NAME_BYTES];
 
-    snprintf(name, sizeof(name), "%s.weight", module);
-    add(b, name, dtype, out, in, 0, out * in);
+    if (join_name(b, name, sizeof(name), module, ".weight")) {
+        add(b, name, dtype, out, in, 0, out * in);
+    }
 }
 
 /* FP8 dense: `module`.weight F8_E4M3 [out, in] + `module`.scale F8_E8M0 [ceil(out/32),
@@ -89,11 +104,13 @@ static void add_fp8(builder_t *b, const char *module, int64_t out, int64_t in)
 {
     char name[ENGINE_TENSOR_NAME_BYTES];
 
-    snprintf(name, sizeof(name), "%s.weight", module);
-    add(b, name, ENGINE_DTYPE_F8_E4M3, out, in, 0, out * in);
-    snprintf(name, sizeof(name), "%s.scale", module);
-    add(b, name, ENGINE_DTYPE_F8_E8M0, ceil_div(out, QUANT_BLOCK), ceil_div(in, QUANT_BLOCK),
-        ENGINE_SPEC_SCALE, 0);
+    if (join_name(b, name, sizeof(name), module, ".weight")) {
+        add(b, name, ENGINE_DTYPE_F8_E4M3, out, in, 0, out * in);
+    }
+    if (join_name(b, name, sizeof(name), module, ".scale")) {
+        add(b, name, ENGINE_DTYPE_F8_E8M0, ceil_div(out, QUANT_BLOCK), ceil_div(in, QUANT_BLOCK),
+            ENGINE_SPEC_SCALE, 0);
+    }
 }
 
 /* MXFP4 expert: `module`.weight I8 [out, in/2] + `module`.scale F8_E8M0 [out, in/32]. */
@@ -101,10 +118,12 @@ static void add_fp4(builder_t *b, const char *module, int64_t out, int64_t in)
 {
     char name[ENGINE_TENSOR_NAME_BYTES];
 
-    snprintf(name, sizeof(name), "%s.weight", module);
-    add(b, name, ENGINE_DTYPE_I8, out, in / 2, ENGINE_SPEC_FP4_PACKED, out * in);
-    snprintf(name, sizeof(name), "%s.scale", module);
-    add(b, name, ENGINE_DTYPE_F8_E8M0, out, in / QUANT_BLOCK, ENGINE_SPEC_SCALE, 0);
+    if (join_name(b, name, sizeof(name), module, ".weight")) {
+        add(b, name, ENGINE_DTYPE_I8, out, in / 2, ENGINE_SPEC_FP4_PACKED, out * in);
+    }
+    if (join_name(b, name, sizeof(name), module, ".scale")) {
+        add(b, name, ENGINE_DTYPE_F8_E8M0, out, in / QUANT_BLOCK, ENGINE_SPEC_SCALE, 0);
+    }
 }
 
 /* hc_<site>_fn [(2+m)m, mH], _base [(2+m)m], _scale [3], all F32 (MODEL.md 5.1). */
