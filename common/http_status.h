@@ -1,7 +1,7 @@
 /* http_status.h - the HTTP status codes Tandem's servers answer with (RFC 9110 section 15).
  *
  * One definition for the router (router/http.c, validate.c, dispatch.c, turn.c) and the
- * workers' /health and /metrics endpoint (decode-node/node_http.c and the pages it serves).
+ * workers' /health and /metrics endpoint (node/node_http.c and the pages it serves).
  * Plain constants; knows nothing of any HTTP library.
  */
 #ifndef TANDEM_COMMON_HTTP_STATUS_H

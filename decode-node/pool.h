@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "decode-node/node_handoff.h"
+#include "node/node_handoff.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "transfer/context.h"

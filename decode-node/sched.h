@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "decode-node/node_link.h"
+#include "node/node_link.h"
 #include "decode-node/pool.h"
 #include "decode-node/sessions.h"
 #include "engine/model.h"

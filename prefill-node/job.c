@@ -9,7 +9,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "decode-node/node_handoff.h"
+#include "node/node_handoff.h"
 #include "engine/sampler.h"
 #include "kernels/kv_page.h"
 #include "transfer/batch.h"

@@ -1,5 +1,5 @@
 /* node_http.c - /health and /metrics of a worker (node_http.h). */
-#include "decode-node/node_http.h"
+#include "node/node_http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>

@@ -1,5 +1,5 @@
 /* node_xfer.c - the workers' KV-transfer flags (node_xfer.h). */
-#include "decode-node/node_xfer.h"
+#include "node/node_xfer.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* node_handoff.c - reservation descriptors and sequence blobs (node_handoff.h). */
-#include "decode-node/node_handoff.h"
+#include "node/node_handoff.h"
 
 #include <stdlib.h>
 #include <string.h>

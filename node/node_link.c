@@ -1,5 +1,5 @@
 /* node_link.c - the worker's control link (node_link.h). */
-#include "decode-node/node_link.h"
+#include "node/node_link.h"
 
 #include <errno.h>
 #include <pthread.h>
