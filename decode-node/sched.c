@@ -23,6 +23,23 @@
 
 /* ---- messages ------------------------------------------------------------------------ */
 
+static void link_send(void *arg, const Tandem__Envelope *env)
+{
+    node_link_send(arg, env); /* a failed pack is logged there; the message is dropped */
+}
+
+static void link_set_load(void *arg, const node_load_t *load)
+{
+    node_link_set_load(arg, load);
+}
+
+void decode_sched_out_link(node_link_t *link, decode_sched_out_t *out)
+{
+    out->send = link_send;
+    out->set_load = link_set_load;
+    out->arg = link;
+}
+
 void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
                        uint64_t cached_len, const char *message)
 {
@@ -37,7 +54,7 @@ void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode 
     env.error = &e;
     tdm_log(TDM_LOG_DEBUG, "sched", "error sent: request=%llu code=%s message=\"%s\"",
             (unsigned long long)request_id, proto_error_code_name(code), message);
-    node_link_send(s->link, &env);
+    s->out.send(s->out.arg, &env);
 }
 
 /*
@@ -83,7 +100,7 @@ static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position,
     }
     env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
     env.token_chunk = &c;
-    node_link_send(s->link, &env);
+    s->out.send(s->out.arg, &env);
 }
 
 /* The Finish of r's turn (plain data: no pointer into r). */
@@ -107,7 +124,7 @@ static void send_finish(decode_sched_t *s, const req_t *r, Tandem__FinishReason 
     finish_of(r, reason, &f);
     env.body_case = TANDEM__ENVELOPE__BODY_FINISH;
     env.finish = &f;
-    node_link_send(s->link, &env);
+    s->out.send(s->out.arg, &env);
 }
 
 /* ---- requests ------------------------------------------------------------------------ */
@@ -691,7 +708,7 @@ void sched_publish(decode_sched_t *s)
     load.reserved_pages = st.reserved_pages;
     load.resident_sessions = st.resident_sessions;
     load.recent_tokens_per_s = st.recent_tokens_per_s;
-    node_link_set_load(s->link, &load);
+    s->out.set_load(s->out.arg, &load);
 }
 
 uint32_t decode_sched_step(decode_sched_t *s)
@@ -729,12 +746,16 @@ void decode_sched_stats(decode_sched_t *s, decode_stats_t *stats_out)
 
 tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engine_model_t *model,
                                  decode_pool_t *pool, decode_sessions_t *sessions,
-                                 node_link_t *link, decode_sched_t **sched_out)
+                                 const decode_sched_out_t *out, decode_sched_t **sched_out)
 {
-    decode_sched_t *s = calloc(1, sizeof(*s));
+    decode_sched_t *s;
     engine_fwd_params_t fp;
     tdm_status_t status;
 
+    if (out == NULL || out->send == NULL || out->set_load == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    s = calloc(1, sizeof(*s));
     if (s == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
@@ -746,7 +767,7 @@ tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engi
     s->cfg = engine_model_config(model);
     s->pool = pool;
     s->sessions = sessions;
-    s->link = link;
+    s->out = *out;
     s->rate_t0_ns = tdm_clock_now_ns();
     pthread_mutex_init(&s->stats_lock, NULL);
     engine_fwd_params_default(model, &fp);

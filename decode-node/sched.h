@@ -12,8 +12,9 @@
  * turn's local delta or else the last W + N - 1 committed ids, plus the tokens generated since;
  * a remotely prefilled prompt is not on this node), the target verifies every
  * sequence's drafts in one pass, and each accepted token is streamed in order. Borrows the
- * model, pool, sessions and link. Single-threaded (the compute thread);
- * decode_sched_stats may be called from any thread.
+ * model, pool and sessions; its messages and load go out through a decode_sched_out_t (the
+ * node's link in tandem-decode, a recorder in tests), so it runs in-process without sockets.
+ * Single-threaded (the compute thread); decode_sched_stats may be called from any thread.
  */
 #ifndef TANDEM_DECODE_SCHED_H
 #define TANDEM_DECODE_SCHED_H
@@ -21,11 +22,12 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "node/node_link.h"
 #include "decode-node/pool.h"
 #include "decode-node/sessions.h"
 #include "engine/model.h"
 #include "engine/spec.h"
+#include "node/node_link.h"
+#include "proto/proto.h"
 
 /* How the scheduler runs (from the decode node's flags; plain data, copied at create). */
 typedef struct {
@@ -67,13 +69,27 @@ typedef struct {
     engine_spec_metrics_t spec[ENGINE_SPEC_N_DRAFTERS]; /* per drafter; zero without --spec */
 } decode_stats_t;
 
+/* Where the scheduler's messages to the router and its load report go (plain data, copied at
+ * create). Both are called on the scheduler's thread with borrowed arguments that live only for
+ * the call: copy what is kept. tandem-decode passes its link (decode_sched_out_link). */
+typedef struct {
+    void (*send)(void *arg, const Tandem__Envelope *env);     /* a message for the router */
+    void (*set_load)(void *arg, const node_load_t *load);      /* the load heartbeats carry */
+    void *arg;                                                 /* passed to both */
+} decode_sched_out_t;
+
+/* decode_sched_out_link - a decode_sched_out_t that sends with node_link_send and publishes with
+ * node_link_set_load on `link` (borrowed; must outlive the scheduler). */
+void decode_sched_out_link(node_link_t *link, decode_sched_out_t *out);
+
 typedef struct decode_sched decode_sched_t;
 
-/* decode_sched_create - borrows everything; returns TDM_OK, TDM_ERR_NO_MEMORY or the engine's
- * status. */
+/* decode_sched_create - borrows the model, pool and sessions (they must outlive the scheduler);
+ * copies *out. Returns TDM_OK, TDM_ERR_INVALID_ARG (out has no send or set_load), TDM_ERR_NO_MEMORY
+ * or the engine's status. */
 tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engine_model_t *model,
                                  decode_pool_t *pool, decode_sessions_t *sessions,
-                                 node_link_t *link, decode_sched_t **sched_out);
+                                 const decode_sched_out_t *out, decode_sched_t **sched_out);
 
 /* decode_sched_destroy - abort what runs (Finish ABORTED) and free. Accepts NULL. */
 void decode_sched_destroy(decode_sched_t *sched);

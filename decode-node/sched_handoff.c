@@ -262,7 +262,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     pr.descriptor.len = n_bytes;
     env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
     env.page_reservation = &pr;
-    node_link_send(s->link, &env);
+    s->out.send(s->out.arg, &env);
     free(bytes);
     s->stats.reservations_total++;
     tdm_log(TDM_LOG_DEBUG, "sched",

@@ -46,7 +46,7 @@ struct decode_sched {
     const engine_config_t *cfg;
     decode_pool_t *pool;
     decode_sessions_t *sessions;
-    node_link_t *link;
+    decode_sched_out_t out; /* the router's messages and the load report */
     engine_fwd_t *fwd;
     engine_spec_t *spec;                /* NULL with --spec off */
     engine_spec_result_t *spec_results; /* [max_batch] */

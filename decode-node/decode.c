@@ -1,0 +1,266 @@
+/* decode.c - one decode node from its flags to its Goodbye (decode.h). */
+#include "decode-node/decode.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/prom.h"
+#include "decode-node/pool.h"
+#include "decode-node/sched.h"
+#include "decode-node/sessions.h"
+#include "engine/model.h"
+#include "engine/spec.h"
+#include "transfer/context.h"
+
+#define DECODE_FIELDS_BYTES 256
+#define DECODE_XFER_POLL_MS 5u
+
+/* Process state, made in decode_node_run and passed down. */
+typedef struct {
+    const decode_node_params_t *params;
+    node_worker_t worker; /* model, transfer context, /health + /metrics, link */
+    decode_pool_t *pool;
+    decode_sessions_t *sessions;
+    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
+} decode_node_t;
+
+/* The speculative decoding families, one sample per drafter a node can run. */
+static void render_spec(const decode_stats_t *st, tdm_prom_t *p)
+{
+    static const engine_spec_drafter_t drafters[] = {ENGINE_SPEC_OFF, ENGINE_SPEC_DSPARK,
+                                                     ENGINE_SPEC_NGRAM};
+    static const struct {
+        const char *name;
+        tdm_prom_type_t type;
+        const char *help;
+    } families[] = {
+        {"tandem_spec_steps_total", TDM_PROM_COUNTER, "sequence-steps that used the drafter"},
+        {"tandem_spec_drafted_tokens_total", TDM_PROM_COUNTER, "draft tokens proposed"},
+        {"tandem_spec_verified_tokens_total", TDM_PROM_COUNTER, "draft tokens verified"},
+        {"tandem_spec_accepted_tokens_total", TDM_PROM_COUNTER, "draft tokens accepted"},
+        {"tandem_spec_emitted_tokens_total", TDM_PROM_COUNTER,
+         "tokens emitted by speculative steps"},
+        {"tandem_spec_acceptance_rate", TDM_PROM_GAUGE,
+         "accepted over verified draft tokens (0 without verifies)"},
+        {"tandem_spec_mean_accepted_length", TDM_PROM_GAUGE, "draft tokens accepted per step"},
+    };
+
+    for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+        tdm_prom_family(p, families[f].name, families[f].type, families[f].help);
+        for (size_t i = 0; i < sizeof(drafters) / sizeof(drafters[0]); i++) {
+            const engine_spec_metrics_t *m = &st->spec[drafters[i]];
+            const tdm_prom_label_t label = {"drafter", engine_spec_drafter_name(drafters[i])};
+            const uint64_t counts[] = {m->n_steps, m->drafted, m->verified, m->accepted,
+                                       m->emitted};
+
+            if (families[f].type == TDM_PROM_COUNTER) {
+                tdm_prom_sample_u64(p, &label, 1, counts[f]);
+            } else {
+                const double rates[] = {m->acceptance_rate, m->mean_accepted_length};
+
+                tdm_prom_sample(p, &label, 1, rates[f - sizeof(counts) / sizeof(counts[0])]);
+            }
+        }
+    }
+}
+
+/* The node's /metrics families (node_worker_families_fn); arg: a decode_stats_t snapshot. */
+static void render_families(void *arg, tdm_prom_t *p)
+{
+    const decode_stats_t *st = arg;
+
+    tdm_prom_counter(p, "tandem_decode_requests_total", "decode requests accepted",
+                     st->requests_total);
+    tdm_prom_counter(p, "tandem_decode_generated_tokens_total", "tokens generated",
+                     st->generated_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_local_prefill_tokens_total",
+                     "prompt tokens prefilled on this node", st->local_prefill_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_handoffs_total",
+                     "prefill handoffs adopted (pages put by a prefill node)", st->handoffs_total);
+    tdm_prom_counter(p, "tandem_decode_handoff_failures_total", "prefill handoffs that failed",
+                     st->handoff_failures_total);
+    tdm_prom_counter(p, "tandem_decode_reservations_total", "page reservations granted",
+                     st->reservations_total);
+    tdm_prom_counter(p, "tandem_decode_reservations_lapsed_total",
+                     "page reservations that lapsed unused", st->reservations_lapsed_total);
+    tdm_prom_counter(p, "tandem_decode_aborts_total", "requests and reservations aborted",
+                     st->aborts_total);
+    tdm_prom_counter(p, "tandem_decode_state_lost_total",
+                     "requests refused because the session's state was gone", st->state_lost_total);
+    tdm_prom_counter(p, "tandem_decode_rewinds_total",
+                     "sessions cut back to a shorter prefix and replayed", st->rewinds_total);
+    tdm_prom_counter(p, "tandem_decode_rewind_kept_tokens_total",
+                     "positions rewinds kept (not prefilled again)", st->rewind_kept_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_evictions_total", "idle sessions evicted for pages",
+                     st->evictions_total);
+    tdm_prom_gauge(p, "tandem_decode_running_sequences", "sequences in the decode batch",
+                   st->running_sequences);
+    tdm_prom_gauge(p, "tandem_decode_pending_prefills", "local prefills waiting",
+                   st->pending_prefills);
+    tdm_prom_gauge(p, "tandem_decode_free_pages", "KV pages free", st->free_pages);
+    tdm_prom_gauge(p, "tandem_decode_total_pages", "KV pages in the pool", st->total_pages);
+    tdm_prom_gauge(p, "tandem_decode_reserved_pages", "KV pages reserved for incoming prefills",
+                   st->reserved_pages);
+    tdm_prom_gauge(p, "tandem_decode_resident_sessions", "sessions holding KV pages",
+                   st->resident_sessions);
+    tdm_prom_gauge(p, "tandem_decode_session_pages", "KV pages held by resident sessions",
+                   st->session_pages);
+    tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
+                   "recent generation throughput, tokens per second", st->recent_tokens_per_s);
+    render_spec(st, p);
+}
+
+static int render(void *arg, node_http_page_t page, char **body_out)
+{
+    decode_node_t *n = arg;
+    decode_stats_t st;
+    char fields[DECODE_FIELDS_BYTES];
+    int ready = __atomic_load_n(&n->sched, __ATOMIC_ACQUIRE) != NULL;
+
+    memset(&st, 0, sizeof(st));
+    if (ready) {
+        decode_sched_stats(n->sched, &st);
+    }
+    snprintf(fields, sizeof(fields),
+             "\"free_pages\":%u,\"total_pages\":%u,\"running_sequences\":%u", st.free_pages,
+             st.total_pages, st.running_sequences);
+    return node_worker_render(&n->worker, page, ready, fields, render_families, &st, body_out);
+}
+
+/* The flags only the decode node has; their values go into the scheduler's params. */
+static int parse_spec(const decode_node_params_t *params, decode_sched_params_t *sp)
+{
+    if (engine_spec_drafter_parse(params->spec, &sp->spec_drafter) != TDM_OK) {
+        fprintf(stderr, "tandem-decode: --spec=%s is invalid: expected off, dspark or ngram\n",
+                params->spec);
+        return NODE_EXIT_USAGE;
+    }
+    if (engine_spec_accept_parse(params->spec_accept, &sp->spec.accept) != TDM_OK) {
+        fprintf(stderr,
+                "tandem-decode: --spec-accept=%s is invalid: expected coupled or "
+                "rejection\n",
+                params->spec_accept);
+        return NODE_EXIT_USAGE;
+    }
+    return NODE_EXIT_OK;
+}
+
+static int setup(decode_node_t *n)
+{
+    const decode_node_params_t *cfg = n->params;
+    node_worker_t *w = &n->worker;
+    decode_sched_params_t sp;
+    decode_sched_out_t out;
+    node_worker_join_t join;
+    decode_sched_t *sched = NULL;
+    int rc;
+    tdm_status_t status;
+
+    rc = node_worker_open(w, &cfg->worker, "tandem-decode", "decode", TANDEM__ROLE__ROLE_DECODE);
+    memset(&sp, 0, sizeof(sp));
+    if (rc == NODE_EXIT_OK) {
+        rc = parse_spec(cfg, &sp);
+    }
+    if (rc == NODE_EXIT_OK) {
+        rc = node_worker_load(w);
+    }
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    if (sp.spec_drafter == ENGINE_SPEC_DSPARK && w->config->n_blocks == 0) {
+        fprintf(stderr, "tandem-decode: --spec=dspark: %s has no DSpark blocks\n",
+                cfg->worker.model_dir);
+        return NODE_EXIT_USAGE;
+    }
+    {
+        engine_spec_accept_t accept = sp.spec.accept;
+        engine_spec_params_default(w->model, &sp.spec);
+        sp.spec.accept = accept;
+        sp.spec.confidence_threshold = cfg->spec_threshold;
+    }
+    status = decode_pool_create(w->model, cfg->pages, w->xfer, &n->pool);
+    if (status == TDM_OK) {
+        status = decode_sessions_create(cfg->max_sessions, &n->sessions);
+    }
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-decode: setup failed: %s\n", tdm_status_message(status));
+        return NODE_EXIT_FAILED;
+    }
+    rc = node_worker_serve(w, render, n);
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    memset(&join, 0, sizeof(join));
+    decode_pool_descriptor(n->pool, &join.transfer_descriptor, &join.n_transfer_descriptor);
+    join.total_pages = cfg->pages;
+    join.max_sequences = cfg->max_batch;
+    rc = node_worker_join(w, &join);
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    sp.fence_ms = cfg->fence_ms;
+    sp.max_batch = cfg->max_batch;
+    sp.chunk_tokens = cfg->worker.chunk_tokens;
+    sp.n_threads = w->n_threads;
+    decode_sched_out_link(w->link, &out);
+    status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-decode: scheduler: %s\n", tdm_status_message(status));
+        return NODE_EXIT_FAILED;
+    }
+    __atomic_store_n(&n->sched, sched, __ATOMIC_RELEASE);
+    tdm_log(TDM_LOG_INFO, "decode", "serving: id=%s http=%s pages=%u page_bytes=%u threads=%d",
+            w->id, w->endpoint, cfg->pages, w->page_bytes, w->n_threads);
+    return NODE_EXIT_OK;
+}
+
+static void run(decode_node_t *n)
+{
+    while (node_worker_stop_signal() == 0) {
+        uint32_t wait_ms = decode_sched_step(n->sched);
+        Tandem__Envelope *env = NULL;
+
+        if (decode_pool_n_reserved(n->pool) > 0 && wait_ms > DECODE_XFER_POLL_MS) {
+            wait_ms = DECODE_XFER_POLL_MS; /* keep UCX progressing while peers write */
+        }
+        xfer_context_progress(n->worker.xfer);
+        while (node_link_recv(n->worker.link, wait_ms, &env) == TDM_OK) {
+            decode_sched_on_message(n->sched, env);
+            proto_envelope_free(env);
+            wait_ms = 0;
+        }
+    }
+}
+
+static void teardown(decode_node_t *n)
+{
+    decode_sched_t *sched = n->sched;
+
+    node_worker_stop_http(&n->worker);
+    __atomic_store_n(&n->sched, NULL, __ATOMIC_RELEASE);
+    decode_sched_destroy(sched);
+    node_worker_leave(&n->worker, node_worker_stop_signal() != 0 ? "shutting down" : NULL);
+    decode_sessions_destroy(n->sessions);
+    decode_pool_destroy(n->pool);
+    node_worker_close(&n->worker);
+}
+
+int decode_node_run(const decode_node_params_t *params)
+{
+    decode_node_t node;
+    int rc;
+
+    memset(&node, 0, sizeof(node));
+    node.params = params;
+    rc = setup(&node);
+    if (rc == NODE_EXIT_OK) {
+        run(&node);
+        tdm_log(TDM_LOG_INFO, "decode", "stopping: signal=%d", node_worker_stop_signal());
+    }
+    teardown(&node);
+    return rc;
+}

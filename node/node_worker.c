@@ -1,0 +1,271 @@
+/* node_worker.c - the workers' shared start-up and shutdown (node_worker.h). */
+#include "node/node_worker.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/http_status.h"
+#include "common/log.h"
+#include "common/startup.h"
+#include "kernels/kv_page.h"
+#include "node/node_xfer.h"
+#include "transfer/metrics.h"
+
+#define WORKER_ERR_BYTES       512
+#define WORKER_HEALTH_BYTES    8192
+#define WORKER_XFER_NAME_BYTES 63u /* the transfer context's name keeps the id's tail */
+
+/* The flags both workers take; --log-level (the last) goes after the worker's own. */
+static const tdm_flag_t shared_flags[] = {
+    {"model", TDM_FLAG_PATH, NULL, offsetof(node_worker_cfg_t, model_dir), "model directory", 0, 0,
+     1},
+    {"router", TDM_FLAG_STRING, "tcp://127.0.0.1:5557", offsetof(node_worker_cfg_t, router),
+     "the router's control endpoint", 0, 0, 0},
+    {"http", TDM_FLAG_STRING, "127.0.0.1:0", offsetof(node_worker_cfg_t, http),
+     "HOST:PORT of /health and /metrics (port 0: any free port)", 0, 0, 0},
+    {"rack", TDM_FLAG_STRING, "rack0", offsetof(node_worker_cfg_t, rack), "NVLink domain id", 0, 0,
+     0},
+    {"threads", TDM_FLAG_U32, "0", offsetof(node_worker_cfg_t, threads),
+     "kernel threads (0: every online CPU)", 0, 1024, 0},
+    {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(node_worker_cfg_t, chunk_tokens),
+     "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
+    {"register-timeout-ms", TDM_FLAG_U32, "10000", offsetof(node_worker_cfg_t, register_timeout_ms),
+     "how long to wait for the router's RegisterAck", 100, 600000, 0},
+    {"transports", TDM_FLAG_STRING, NULL, offsetof(node_worker_cfg_t, transports),
+     "UCX transports (UCX_TLS syntax; default: UCX's choice)", 0, 0, 0},
+    {"ucx-protocols", TDM_FLAG_STRING, "v1", offsetof(node_worker_cfg_t, ucx_protocols),
+     "UCX protocol generation: v1 (UCX 1.13's default; lanes read from the endpoint "
+     "configuration) or v2 (lanes described by UCX per request)",
+     0, 0, 0},
+    {"require-transport", TDM_FLAG_STRING, NULL, offsetof(node_worker_cfg_t, require_transport),
+     "lanes KV transfers may use (tcp,shm,rc,dc,ud,cuda_ipc,cuda_copy,gdr_copy; default "
+     "any): a transfer over another lane fails instead of falling back",
+     0, 0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(node_worker_cfg_t, log_level),
+     "trace, debug, info, warn or error", 0, 0, 0},
+};
+
+#define N_SHARED_FLAGS (sizeof(shared_flags) / sizeof(shared_flags[0]))
+
+/* The process's stop flag: written only by on_signal (signal context), read by every thread. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig)
+{
+    g_stop_signal = sig;
+}
+
+int node_worker_stop_signal(void)
+{
+    return (int)g_stop_signal;
+}
+
+/* A shared flag moved to its place in the worker's config struct. */
+static tdm_flag_t placed(const tdm_flag_t *flag, size_t worker_cfg_offset)
+{
+    tdm_flag_t f = *flag;
+
+    f.offset += worker_cfg_offset;
+    return f;
+}
+
+int node_worker_main_start(const node_worker_main_t *spec, int argc, char **argv, void *cfg,
+                           tdm_flags_action_t *action_out)
+{
+    tdm_flag_t flags[N_SHARED_FLAGS + NODE_WORKER_MAX_OWN_FLAGS];
+    size_t n = 0;
+    tdm_main_spec_t main_spec;
+
+    if (spec->n_flags > NODE_WORKER_MAX_OWN_FLAGS) {
+        fprintf(stderr, "%s: %zu flags of its own, at most %u\n", spec->program, spec->n_flags,
+                NODE_WORKER_MAX_OWN_FLAGS);
+        return NODE_EXIT_USAGE;
+    }
+    for (size_t i = 0; i + 1 < N_SHARED_FLAGS; i++) {
+        flags[n++] = placed(&shared_flags[i], spec->worker_cfg_offset);
+    }
+    for (size_t i = 0; i < spec->n_flags; i++) {
+        flags[n++] = spec->flags[i];
+    }
+    flags[n++] = placed(&shared_flags[N_SHARED_FLAGS - 1], spec->worker_cfg_offset);
+    main_spec.program = spec->program;
+    main_spec.summary = spec->summary;
+    main_spec.flags = flags;
+    main_spec.n_flags = n;
+    main_spec.log_level_offset = spec->worker_cfg_offset + offsetof(node_worker_cfg_t, log_level);
+    if (tdm_main_start(&main_spec, argc, argv, cfg, action_out) != TDM_OK) {
+        return NODE_EXIT_USAGE;
+    }
+    if (*action_out == TDM_FLAGS_HELP) {
+        return NODE_EXIT_OK;
+    }
+    if (tdm_signals_install(on_signal, TDM_SIGNALS_IGNORE_PIPE) != TDM_OK) {
+        return NODE_EXIT_FAILED;
+    }
+    return NODE_EXIT_OK;
+}
+
+int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char *program,
+                     const char *role, Tandem__Role proto_role)
+{
+    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+    memset(w, 0, sizeof(*w));
+    w->cfg = cfg;
+    w->program = program;
+    w->role = role;
+    w->proto_role = proto_role;
+    if (node_http_parse_host_port(cfg->http, w->host, sizeof(w->host), &w->port) != 0) {
+        fprintf(stderr, "%s: --http=%s is invalid: expected HOST:PORT\n", program, cfg->http);
+        return NODE_EXIT_USAGE;
+    }
+    if (node_xfer_params(program, cfg->transports, cfg->ucx_protocols, cfg->require_transport,
+                         &w->xfer_params) != TDM_OK) {
+        return NODE_EXIT_USAGE;
+    }
+    w->n_threads = cfg->threads > 0 ? (int)cfg->threads : (n_cpu > 0 ? (int)n_cpu : 1);
+    node_link_make_id(role, w->id, sizeof(w->id));
+    return NODE_EXIT_OK;
+}
+
+int node_worker_load(node_worker_t *w)
+{
+    char err[WORKER_ERR_BYTES] = "";
+    engine_model_params_t mp;
+    kern_kv_geometry_t geometry;
+    const engine_config_t *c;
+    size_t n_id = strlen(w->id);
+    tdm_status_t status;
+
+    engine_model_params_default(&mp);
+    mp.n_threads = w->n_threads;
+    status = engine_model_load(w->cfg->model_dir, &mp, &w->model, err, sizeof(err));
+    if (status != TDM_OK) {
+        fprintf(stderr, "%s: loading %s: %s\n", w->program, w->cfg->model_dir, err);
+        return NODE_EXIT_FAILED;
+    }
+    c = engine_model_config(w->model);
+    w->config = c;
+    status =
+        kern_kv_geometry((uint32_t)c->head_dim, (uint32_t)c->index_head_dim,
+                         engine_config_max_kv_ratio(c), &geometry); /* valid: the model loaded */
+    if (status == TDM_OK) {
+        w->page_bytes = geometry.page_bytes;
+        w->tokens_per_block = geometry.tokens_per_block;
+        w->xfer_params.name =
+            w->id + (n_id > WORKER_XFER_NAME_BYTES ? n_id - WORKER_XFER_NAME_BYTES : 0);
+        status = xfer_context_create(&w->xfer_params, &w->xfer);
+    }
+    if (status != TDM_OK) {
+        fprintf(stderr, "%s: setup failed: %s\n", w->program, tdm_status_message(status));
+        return NODE_EXIT_FAILED;
+    }
+    return NODE_EXIT_OK;
+}
+
+int node_worker_serve(node_worker_t *w, node_http_render_fn *render, void *arg)
+{
+    tdm_status_t status = node_http_create(w->host, w->port, render, arg, &w->http);
+
+    if (status != TDM_OK) {
+        fprintf(stderr, "%s: setup failed: %s\n", w->program, tdm_status_message(status));
+        return NODE_EXIT_FAILED;
+    }
+    snprintf(w->endpoint, sizeof(w->endpoint), "%s:%u", w->host, (unsigned)node_http_port(w->http));
+    return NODE_EXIT_OK;
+}
+
+int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
+{
+    char err[WORKER_ERR_BYTES] = "";
+    node_link_params_t lp;
+    tdm_status_t status;
+
+    memset(&lp, 0, sizeof(lp));
+    lp.model_fingerprint = engine_model_fingerprint(w->model); /* = the router's (PROTOCOL.md) */
+    lp.router_endpoint = w->cfg->router;
+    lp.role = w->proto_role;
+    lp.incarnation_id = w->id;
+    lp.rack = w->cfg->rack;
+    lp.node = w->host;
+    lp.page_bytes = w->page_bytes;
+    lp.tokens_per_block = w->tokens_per_block;
+    lp.max_context = (uint32_t)w->config->max_position_embeddings;
+    lp.transfer_descriptor = join->transfer_descriptor;
+    lp.n_transfer_descriptor = join->n_transfer_descriptor;
+    lp.total_pages = join->total_pages;
+    lp.max_sequences = join->max_sequences;
+    lp.max_batch_tokens = w->cfg->chunk_tokens;
+    lp.http_endpoint = w->endpoint;
+    lp.register_timeout_ms = w->cfg->register_timeout_ms;
+    status = node_link_create(&lp, &w->link, err, sizeof(err));
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, w->role, "cannot join the cluster: %s", err);
+        fprintf(stderr, "%s: %s\n", w->program, err);
+        return status == TDM_ERR_MISMATCH ? NODE_EXIT_REFUSED : NODE_EXIT_FAILED;
+    }
+    return NODE_EXIT_OK;
+}
+
+/* The /metrics text: the worker's families, then transfer/'s. NULL when out of memory. */
+static char *render_metrics(const node_worker_t *w, node_worker_families_fn *families, void *arg)
+{
+    tdm_prom_t *p;
+    char *text = NULL;
+    size_t n_bytes = 0;
+
+    if (tdm_prom_create(&p) != TDM_OK) {
+        return NULL;
+    }
+    families(arg, p);
+    if (w->xfer != NULL) {
+        xfer_metrics_render_to(xfer_context_metrics(w->xfer), p);
+    }
+    return tdm_prom_finish(p, &text, &n_bytes) == TDM_OK ? text : NULL;
+}
+
+int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
+                       const char *health_fields, node_worker_families_fn *families, void *arg,
+                       char **body_out)
+{
+    char *body;
+
+    if (page == NODE_HTTP_METRICS) {
+        body = render_metrics(w, families, arg);
+        *body_out = body;
+        return body != NULL ? TDM_HTTP_OK : TDM_HTTP_INTERNAL;
+    }
+    body = malloc(WORKER_HEALTH_BYTES);
+    if (body == NULL) {
+        return TDM_HTTP_INTERNAL;
+    }
+    snprintf(body, WORKER_HEALTH_BYTES, "{\"status\":\"%s\",\"role\":\"%s\",\"id\":\"%s\",%s}\n",
+             ready ? "ok" : "starting", w->role, w->id, health_fields);
+    *body_out = body;
+    return ready ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
+}
+
+void node_worker_stop_http(node_worker_t *w)
+{
+    node_http_destroy(w->http);
+    w->http = NULL;
+}
+
+void node_worker_leave(node_worker_t *w, const char *reason)
+{
+    node_worker_stop_http(w);
+    node_link_destroy(w->link, reason);
+    w->link = NULL;
+}
+
+void node_worker_close(node_worker_t *w)
+{
+    xfer_context_destroy(w->xfer);
+    w->xfer = NULL;
+    engine_model_destroy(w->model);
+    w->model = NULL;
+    w->config = NULL;
+}

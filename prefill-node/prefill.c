@@ -1,0 +1,334 @@
+/* prefill.c - one prefill node from its flags to its Goodbye (prefill.h). */
+#include "prefill-node/prefill.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/prom.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "prefill-node/job.h"
+#include "prefill-node/queue.h"
+#include "transfer/context.h"
+#include "transfer/pool.h"
+
+#define PREFILL_ERR_BYTES    512
+#define PREFILL_FIELDS_BYTES 64
+#define PREFILL_IDLE_MS      100u
+
+/* Counters for /metrics (written by the compute thread under `lock`). */
+typedef struct {
+    uint64_t jobs_total;
+    uint64_t jobs_failed_total;
+    uint64_t jobs_aborted_total;
+    uint64_t prefilled_tokens_total;
+    uint64_t pulled_pages_total;
+    uint64_t put_pages_total;
+    uint64_t chunk_puts_total;      /* put batches posted while a prefill computed */
+    uint64_t early_put_pages_total; /* pages they carried */
+    uint32_t queued_jobs;
+    uint64_t queued_tokens;
+    double last_job_s;
+    double last_compute_s;
+    double recent_tokens_per_s;
+} prefill_stats_t;
+
+/* Process state, made in prefill_node_run and passed down. */
+typedef struct {
+    const prefill_node_params_t *params;
+    node_worker_t worker; /* model, transfer context, /health + /metrics, link */
+    xfer_pool_t *xpool;
+    engine_kv_pool_t *kv;
+    engine_fwd_t *fwd;
+    prefill_queue_t *queue;
+    int ready;
+    pthread_mutex_t lock;
+    prefill_stats_t stats;
+    uint64_t running_tokens;
+    uint64_t running_reservation_id; /* the running job's reservation (its abort key) */
+} prefill_node_t;
+
+/* The node's /metrics families (node_worker_families_fn); arg: a prefill_stats_t snapshot. */
+static void render_families(void *arg, tdm_prom_t *p)
+{
+    const prefill_stats_t *st = arg;
+
+    tdm_prom_counter(p, "tandem_prefill_jobs_total", "prefill jobs finished (any status)",
+                     st->jobs_total);
+    tdm_prom_counter(p, "tandem_prefill_jobs_failed_total", "prefill jobs failed",
+                     st->jobs_failed_total);
+    tdm_prom_counter(p, "tandem_prefill_jobs_aborted_total", "prefill jobs aborted or timed out",
+                     st->jobs_aborted_total);
+    tdm_prom_counter(p, "tandem_prefill_tokens_total", "prompt tokens prefilled by this node",
+                     st->prefilled_tokens_total);
+    tdm_prom_counter(p, "tandem_prefill_pulled_pages_total",
+                     "KV pages pulled from decode nodes (cached prefix)", st->pulled_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_put_pages_total", "KV pages put into decode nodes",
+                     st->put_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_chunk_puts_total",
+                     "put batches posted while a later chunk computed", st->chunk_puts_total);
+    tdm_prom_counter(p, "tandem_prefill_chunk_put_pages_total", "KV pages those batches carried",
+                     st->early_put_pages_total);
+    tdm_prom_gauge(p, "tandem_prefill_queued_jobs", "prefill jobs waiting", st->queued_jobs);
+    tdm_prom_gauge(p, "tandem_prefill_queued_tokens", "tokens queued or running for prefill",
+                   (double)st->queued_tokens);
+    tdm_prom_gauge(p, "tandem_prefill_last_job_seconds", "duration of the last successful job",
+                   st->last_job_s);
+    tdm_prom_gauge(p, "tandem_prefill_last_compute_seconds",
+                   "compute time of the last successful job", st->last_compute_s);
+    tdm_prom_gauge(p, "tandem_prefill_recent_tokens_per_second",
+                   "prefill throughput of the last job, tokens per second",
+                   st->recent_tokens_per_s);
+}
+
+static int render(void *arg, node_http_page_t page, char **body_out)
+{
+    prefill_node_t *n = arg;
+    prefill_stats_t st;
+    char fields[PREFILL_FIELDS_BYTES];
+    int ready;
+
+    pthread_mutex_lock(&n->lock);
+    st = n->stats;
+    ready = n->ready;
+    pthread_mutex_unlock(&n->lock);
+    snprintf(fields, sizeof(fields), "\"queued_jobs\":%u", st.queued_jobs);
+    return node_worker_render(&n->worker, page, ready, fields, render_families, &st, body_out);
+}
+
+static void publish(prefill_node_t *n)
+{
+    node_load_t load;
+
+    memset(&load, 0, sizeof(load));
+    pthread_mutex_lock(&n->lock);
+    n->stats.queued_jobs = prefill_queue_n_jobs(n->queue);
+    n->stats.queued_tokens = prefill_queue_n_tokens(n->queue) + n->running_tokens;
+    load.queued_prefill_tokens = n->stats.queued_tokens;
+    load.running_sequences = n->running_tokens > 0;
+    load.recent_tokens_per_s = n->stats.recent_tokens_per_s;
+    pthread_mutex_unlock(&n->lock);
+    node_link_set_load(n->worker.link, &load);
+}
+
+/* Take one message: queue jobs, note aborts. */
+static void on_message(prefill_node_t *n, Tandem__Envelope *env)
+{
+    if (env->body_case == TANDEM__ENVELOPE__BODY_PREFILL_JOB) {
+        if (prefill_queue_push(n->queue, env) == TDM_OK) {
+            return; /* the queue owns it */
+        }
+    } else if (env->body_case == TANDEM__ENVELOPE__BODY_ABORT) {
+        int n_dropped =
+            prefill_queue_abort(n->queue, env->abort->request_id, env->abort->reservation_id);
+        if (n_dropped > 0) {
+            pthread_mutex_lock(&n->lock);
+            n->stats.jobs_aborted_total += (uint64_t)n_dropped;
+            pthread_mutex_unlock(&n->lock);
+        }
+    } else {
+        tdm_log(TDM_LOG_WARN, "prefill", "unexpected message: type=%s",
+                proto_type_name(env->body_case));
+    }
+    proto_envelope_free(env);
+}
+
+static void drain(prefill_node_t *n, uint32_t wait_ms)
+{
+    Tandem__Envelope *env = NULL;
+
+    while (node_link_recv(n->worker.link, wait_ms, &env) == TDM_OK) {
+        on_message(n, env);
+        wait_ms = 0;
+    }
+    publish(n);
+}
+
+static int job_aborted(void *arg, uint64_t request_id)
+{
+    prefill_node_t *n = arg;
+
+    drain(n, 0);
+    return node_worker_stop_signal() != 0 ||
+           prefill_queue_is_aborted(n->queue, request_id, n->running_reservation_id);
+}
+
+static void send_error(prefill_node_t *n, uint64_t request_id, tdm_status_t status,
+                       const char *message)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Error e = TANDEM__ERROR__INIT;
+
+    e.request_id = request_id;
+    e.code = status == TDM_ERR_PEER_LOST  ? TANDEM__ERROR_CODE__ERROR_PEER_LOST
+             : status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+             : status == TDM_ERR_FORMAT   ? TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE
+                                          : TANDEM__ERROR_CODE__ERROR_INTERNAL;
+    e.message = (char *)message;
+    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    node_link_send(n->worker.link, &env);
+}
+
+static void run_one(prefill_node_t *n, Tandem__Envelope *env)
+{
+    const Tandem__PrefillJob *job = env->prefill_job;
+    prefill_job_env_t je = {n->worker.model, n->kv, n->worker.xfer, n->xpool, n->fwd,
+                            job_aborted,     n};
+    Tandem__CompletionNotice notice;
+    Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
+    prefill_job_report_t rep;
+    char err[PREFILL_ERR_BYTES] = "";
+    uint64_t t0 = tdm_clock_now_ns();
+    tdm_status_t status;
+    double ms;
+
+    pthread_mutex_lock(&n->lock);
+    n->running_tokens = job->n_delta_tokens;
+    n->running_reservation_id = job->reservation_id;
+    pthread_mutex_unlock(&n->lock);
+    status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
+    ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+    /* The counters first, then the notice: the router starts the decode on the notice, so a
+     * client whose turn has ended reads this job on /metrics (sent first, the counters lagged
+     * behind the whole decode whenever this thread lost the CPU right after the send). */
+    pthread_mutex_lock(&n->lock);
+    n->running_tokens = 0;
+    n->stats.jobs_total++;
+    n->stats.jobs_failed_total += status != TDM_OK && status != TDM_ERR_TIMEOUT;
+    n->stats.jobs_aborted_total += status == TDM_ERR_TIMEOUT;
+    if (status == TDM_OK) {
+        n->stats.prefilled_tokens_total += rep.n_prefilled;
+        n->stats.pulled_pages_total += rep.n_pulled;
+        n->stats.put_pages_total += rep.n_put;
+        n->stats.chunk_puts_total += rep.n_chunk_puts;
+        n->stats.early_put_pages_total += rep.n_put_early;
+        n->stats.last_job_s = ms / 1e3;
+        n->stats.last_compute_s = (double)rep.compute_ns / TDM_NS_PER_S;
+        n->stats.recent_tokens_per_s =
+            rep.compute_ns > 0 ? (double)rep.n_prefilled * TDM_NS_PER_S / (double)rep.compute_ns
+                               : 0.0;
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (status == TDM_OK) {
+        out.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
+        out.completion = &notice;
+        node_link_send(n->worker.link, &out);
+        prefill_job_notice_fini(&notice);
+        tdm_log(TDM_LOG_DEBUG, "prefill",
+                "job done: request=%llu H=%llu tokens=%llu pulled=%u put=%u job_ms=%.1f "
+                "compute_ms=%.1f",
+                (unsigned long long)job->request_id, (unsigned long long)job->cached_len,
+                (unsigned long long)rep.n_prefilled, rep.n_pulled, rep.n_put, ms,
+                (double)rep.compute_ns / TDM_NS_PER_MS);
+    } else if (status == TDM_ERR_TIMEOUT) {
+        tdm_log(TDM_LOG_INFO, "prefill", "job aborted: request=%llu",
+                (unsigned long long)job->request_id);
+    } else {
+        tdm_log(TDM_LOG_ERROR, "prefill", "job failed: request=%llu status=%s reason=\"%s\"",
+                (unsigned long long)job->request_id, tdm_status_name(status), err);
+        send_error(n, job->request_id, status, err);
+    }
+}
+
+static int setup(prefill_node_t *n)
+{
+    const prefill_node_params_t *cfg = n->params;
+    node_worker_t *w = &n->worker;
+    engine_fwd_params_t fp;
+    xfer_pool_params_t pp;
+    node_worker_join_t join;
+    int rc;
+    tdm_status_t status;
+
+    rc = node_worker_open(w, &cfg->worker, "tandem-prefill", "prefill", TANDEM__ROLE__ROLE_PREFILL);
+    if (rc == NODE_EXIT_OK) {
+        rc = node_worker_load(w);
+    }
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    pp.page_size_bytes = w->page_bytes;
+    pp.n_pages = cfg->pages;
+    pp.mem_type = XFER_MEM_HOST;
+    pp.base = NULL;
+    status = xfer_pool_create(w->xfer, &pp, &n->xpool);
+    if (status == TDM_OK) {
+        status = engine_kv_pool_create_in(w->config, engine_model_fingerprint(w->model), cfg->pages,
+                                          xfer_pool_page(n->xpool, 0), &n->kv);
+    }
+    if (status == TDM_OK) {
+        engine_fwd_params_default(w->model, &fp);
+        fp.n_threads = w->n_threads;
+        fp.max_chunk_tokens = cfg->worker.chunk_tokens;
+        status = engine_fwd_create(w->model, n->kv, &fp, &n->fwd);
+    }
+    if (status == TDM_OK) {
+        status = prefill_queue_create(&n->queue);
+    }
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
+        return NODE_EXIT_FAILED;
+    }
+    rc = node_worker_serve(w, render, n);
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    memset(&join, 0, sizeof(join));
+    join.max_sequences = 1;
+    rc = node_worker_join(w, &join);
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
+    pthread_mutex_lock(&n->lock);
+    n->ready = 1;
+    pthread_mutex_unlock(&n->lock);
+    tdm_log(TDM_LOG_INFO, "prefill", "serving: id=%s http=%s pages=%u threads=%d", w->id,
+            w->endpoint, cfg->pages, w->n_threads);
+    return NODE_EXIT_OK;
+}
+
+static void run(prefill_node_t *n)
+{
+    while (node_worker_stop_signal() == 0) {
+        Tandem__Envelope *env = prefill_queue_pop(n->queue);
+
+        if (env != NULL) {
+            publish(n);
+            run_one(n, env);
+            proto_envelope_free(env);
+            continue;
+        }
+        xfer_context_progress(n->worker.xfer);
+        drain(n, PREFILL_IDLE_MS);
+    }
+}
+
+int prefill_node_run(const prefill_node_params_t *params)
+{
+    prefill_node_t node;
+    int rc;
+
+    memset(&node, 0, sizeof(node));
+    node.params = params;
+    pthread_mutex_init(&node.lock, NULL);
+    rc = setup(&node);
+    if (rc == NODE_EXIT_OK) {
+        run(&node);
+        tdm_log(TDM_LOG_INFO, "prefill", "stopping: signal=%d", node_worker_stop_signal());
+    }
+    node_worker_leave(&node.worker, rc == NODE_EXIT_OK ? "shutting down" : NULL);
+    prefill_queue_destroy(node.queue);
+    engine_fwd_destroy(node.fwd);
+    engine_kv_pool_destroy(node.kv);
+    xfer_pool_destroy(node.xpool);
+    node_worker_close(&node.worker);
+    pthread_mutex_destroy(&node.lock);
+    return rc;
+}

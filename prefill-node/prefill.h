@@ -1,0 +1,37 @@
+/* prefill.h - the tandem-prefill process as a library: one prefill node from its flags to its
+ * Goodbye (ARCHITECTURE.md, docs/PROTOCOL.md section 7).
+ *
+ * Owns the node's parts and their order of start and stop: the shared worker start-up
+ * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
+ * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
+ * i), the forward context and the job queue (queue.h). Its loop, on the calling thread until
+ * SIGINT or SIGTERM, queues the router's PrefillJobs, notes aborts, runs one job at a time
+ * (job.h) and sends its CompletionNotice or Error. Renders the node's /health and /metrics pages
+ * (the tandem_prefill_* families, then transfer/'s). Knows nothing of argv (main.c parses the
+ * flags into prefill_node_params_t).
+ */
+#ifndef TANDEM_PREFILL_NODE_PREFILL_H
+#define TANDEM_PREFILL_NODE_PREFILL_H
+
+#include <stdint.h>
+
+#include "node/node_worker.h"
+
+/* What a prefill node runs with (plain data: main.c's flag table writes it; strings borrowed). */
+typedef struct {
+    node_worker_cfg_t worker; /* the flags both workers take */
+    uint32_t pages;           /* --pages: local KV pages (a job's history plus its sequence at T) */
+} prefill_node_params_t;
+
+/*
+ * prefill_node_run - start a prefill node, serve until node_worker_stop_signal() is nonzero
+ * (a running job stops at its next phase boundary), then say Goodbye and free everything.
+ *
+ * params: borrowed for the call (the strings must live as long). Needs node_worker_main_start
+ * first (the stop flag). Returns the process exit status: NODE_EXIT_OK after a signal,
+ * NODE_EXIT_USAGE (a --http or transfer flag is invalid), NODE_EXIT_REFUSED (the router refused
+ * the registration) or NODE_EXIT_FAILED (another start-up step failed); the reason is on stderr.
+ */
+int prefill_node_run(const prefill_node_params_t *params);
+
+#endif
