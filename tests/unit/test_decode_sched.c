@@ -1,0 +1,465 @@
+/* test_decode_sched.c - the decode node's scheduler (decode-node/sched.h) driven in process on
+ * the tiny preset: no sockets, no router, no UCX. Its messages go to a recorder (a
+ * decode_sched_out_t that keeps a copy of each envelope) and the test feeds it the router's
+ * messages by hand. A local turn streams exactly max_tokens tokens at consecutive positions and
+ * finishes LENGTH with the right cached_len; the next turn continues at that cached_len; a turn
+ * whose cached_len the node does not hold gets ERROR_STATE_LOST; bad input gets ERROR_BAD_MESSAGE;
+ * an Abort ends a running turn; an aborted reservation's pages come back after the fence; under
+ * page pressure the one evict-and-retry rule evicts the idle session and the turn goes on; every
+ * page comes back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "decode-node/pool.h"
+#include "decode-node/sched.h"
+#include "decode-node/sessions.h"
+#include "forward_test_util.h"
+#include "proto/proto.h"
+
+#define MAX_MSGS      512
+#define MAX_STEPS     64
+#define POOL_PAGES    256u
+#define PROMPT_TOKENS 12
+#define MAX_TOKENS    4
+
+/* The router's side: every envelope the scheduler sent (copies), and its load reports. */
+typedef struct {
+    Tandem__Envelope *msgs[MAX_MSGS];
+    int n_msgs;
+    int n_loads;
+    node_load_t load;
+} recorder_t;
+
+/* One decode node's parts over the fixture's model. */
+typedef struct {
+    decode_pool_t *pool;
+    decode_sessions_t *sessions;
+    decode_sched_t *sched;
+    recorder_t rec;
+} node_t;
+
+typedef struct {
+    ftu_engine_t engine; /* the model (its own small pool is not used here) */
+    node_t node;
+} fixture_t;
+
+static void record_send(void *arg, const Tandem__Envelope *env)
+{
+    recorder_t *rec = arg;
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    Tandem__Envelope *copy = NULL;
+
+    assert_true(rec->n_msgs < MAX_MSGS);
+    assert_int_equal(proto_pack(env, &buf, &n), TDM_OK);
+    assert_int_equal(proto_unpack(buf, n, 0, &copy, NULL, 0), TDM_OK);
+    free(buf);
+    rec->msgs[rec->n_msgs++] = copy;
+}
+
+static void record_load(void *arg, const node_load_t *load)
+{
+    recorder_t *rec = arg;
+
+    rec->n_loads++;
+    rec->load = *load;
+}
+
+static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages)
+{
+    decode_sched_params_t sp;
+    decode_sched_out_t out = {record_send, record_load, &node->rec};
+
+    memset(node, 0, sizeof(*node));
+    memset(&sp, 0, sizeof(sp));
+    sp.fence_ms = 0; /* an aborted reservation's pages come back at the next step */
+    sp.max_batch = 4;
+    sp.chunk_tokens = 64;
+    sp.n_threads = 2;
+    sp.spec_drafter = ENGINE_SPEC_OFF;
+    assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
+    assert_int_equal(decode_sessions_create(8, &node->sessions), TDM_OK);
+    assert_int_equal(
+        decode_sched_create(&sp, fx->engine.model, node->pool, node->sessions, &out, &node->sched),
+        TDM_OK);
+}
+
+/* Close the node; returns 1 when every page was free before the pool went. */
+static int node_close(node_t *node)
+{
+    int all_back;
+
+    decode_sched_destroy(node->sched);
+    decode_sessions_destroy(node->sessions);
+    all_back = decode_pool_n_free(node->pool) == decode_pool_n_total(node->pool) &&
+               decode_pool_n_reserved(node->pool) == 0;
+    decode_pool_destroy(node->pool);
+    for (int i = 0; i < node->rec.n_msgs; i++) {
+        proto_envelope_free(node->rec.msgs[i]);
+    }
+    return all_back;
+}
+
+static int setup(void **state)
+{
+    fixture_t *fx = calloc(1, sizeof(*fx));
+
+    if (fx == NULL || ftu_engine_open(&fx->engine, 16) != 0) {
+        return -1;
+    }
+    node_open(fx, &fx->node, POOL_PAGES);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *fx = *state;
+    int ok = node_close(&fx->node);
+
+    ok = ftu_engine_close(&fx->engine) == 0 && ok;
+    free(fx);
+    return ok ? 0 : -1;
+}
+
+/* Hand the scheduler one DecodeRequest with local prefill of ids[0..n) at cached_len. */
+static void submit_local(node_t *node, uint64_t request_id, const char *session,
+                         uint64_t cached_len, const int32_t *ids, size_t n, uint32_t max_tokens)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+
+    sp.temperature = 0.0; /* greedy */
+    sp.top_p = 1.0;
+    sp.seed = 42;
+    sp.n_logprobs = 0;
+    dr.request_id = request_id;
+    dr.session_id = (char *)session;
+    dr.cached_len = cached_len;
+    dr.n_delta_tokens = n;
+    dr.delta_tokens = (int32_t *)ids;
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
+    dr.sampling = &sp;
+    dr.max_tokens = max_tokens;
+    dr.total_len = cached_len + n;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    decode_sched_on_message(node->sched, &env);
+}
+
+static void submit_abort(node_t *node, uint64_t request_id, uint64_t reservation_id)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Abort a = TANDEM__ABORT__INIT;
+
+    a.request_id = request_id;
+    a.reservation_id = reservation_id;
+    a.reason = (char *)"test";
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
+    env.abort = &a;
+    decode_sched_on_message(node->sched, &env);
+}
+
+/* The first recorded message of `type` for request_id at or after index *from (advanced past
+ * it), or NULL. */
+static const Tandem__Envelope *next_of(const node_t *node, Tandem__Envelope__BodyCase type,
+                                       uint64_t request_id, int *from)
+{
+    for (int i = *from; i < node->rec.n_msgs; i++) {
+        const Tandem__Envelope *e = node->rec.msgs[i];
+        uint64_t id = type == TANDEM__ENVELOPE__BODY_FINISH        ? e->finish->request_id
+                      : type == TANDEM__ENVELOPE__BODY_TOKEN_CHUNK ? e->token_chunk->request_id
+                      : type == TANDEM__ENVELOPE__BODY_ERROR       ? e->error->request_id
+                                                             : e->page_reservation->request_id;
+        if (e->body_case == type && id == request_id) {
+            *from = i + 1;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* request_id got an Error with `code`; returns it. */
+static const Tandem__Error *expect_error(const node_t *node, uint64_t request_id,
+                                         Tandem__ErrorCode code)
+{
+    int from = 0;
+    const Tandem__Envelope *e = next_of(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, &from);
+
+    assert_non_null(e);
+    assert_int_equal(e->error->code, code);
+    return e->error;
+}
+
+/* Step until request_id's Finish is out (at most MAX_STEPS steps); returns it. */
+static const Tandem__Finish *run_to_finish(node_t *node, uint64_t request_id)
+{
+    for (int step = 0; step < MAX_STEPS; step++) {
+        int from = 0;
+        const Tandem__Envelope *f = next_of(node, TANDEM__ENVELOPE__BODY_FINISH, request_id, &from);
+        if (f != NULL) {
+            return f->finish;
+        }
+        decode_sched_step(node->sched);
+    }
+    fail_msg("request %llu did not finish in %d steps", (unsigned long long)request_id, MAX_STEPS);
+    return NULL;
+}
+
+/* The tokens request_id streamed, checked to start at `first` and follow on; returns the count
+ * and the last token in *last_out. */
+static int streamed(const node_t *node, uint64_t request_id, uint64_t first, int32_t *last_out)
+{
+    int from = 0;
+    int n = 0;
+    const Tandem__Envelope *e;
+
+    while ((e = next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
+        const Tandem__TokenChunk *c = e->token_chunk;
+        assert_int_equal(c->first_position, first + (uint64_t)n);
+        assert_true(c->n_tokens > 0);
+        assert_int_equal(c->n_logprobs, c->n_tokens);
+        n += (int)c->n_tokens;
+        *last_out = c->tokens[c->n_tokens - 1];
+    }
+    return n;
+}
+
+static void test_local_turn_streams_max_tokens_then_finishes(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[PROMPT_TOKENS];
+    int32_t last = -1;
+    const Tandem__Finish *f;
+    decode_stats_t st;
+    int from = 0;
+
+    ftu_prompt(3, fx->engine.V, ids, PROMPT_TOKENS);
+    submit_local(node, 1, "s", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
+    f = run_to_finish(node, 1);
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    assert_int_equal(f->n_generated, MAX_TOKENS);
+    assert_int_equal(f->n_prefilled, PROMPT_TOKENS);
+    /* the last token is sent, not yet fed: the node holds the prompt and all but it */
+    assert_int_equal(f->cached_len, PROMPT_TOKENS + MAX_TOKENS - 1);
+    assert_int_equal(streamed(node, 1, PROMPT_TOKENS, &last), MAX_TOKENS);
+    assert_true(last >= 0 && last < fx->engine.V);
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 1, &from));
+
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.requests_total, 1);
+    assert_int_equal(st.generated_tokens_total, MAX_TOKENS);
+    assert_int_equal(st.local_prefill_tokens_total, PROMPT_TOKENS);
+    assert_int_equal(st.running_sequences, 0);
+    assert_int_equal(st.resident_sessions, 1);
+    assert_true(st.session_pages > 0);
+    assert_int_equal(st.free_pages + st.session_pages, POOL_PAGES);
+    assert_true(node->rec.n_loads > 0); /* the load went to the link's heartbeats */
+    assert_int_equal(node->rec.load.running_sequences, 0);
+    assert_int_equal(node->rec.load.resident_sessions, 1);
+}
+
+static void test_next_turn_continues_at_cached_len(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[PROMPT_TOKENS];
+    int32_t delta[3];
+    int32_t last = -1;
+    const Tandem__Finish *f;
+    int from = 0;
+
+    ftu_prompt(4, fx->engine.V, ids, PROMPT_TOKENS);
+    submit_local(node, 1, "s", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
+    f = run_to_finish(node, 1);
+    assert_int_equal(streamed(node, 1, PROMPT_TOKENS, &last), MAX_TOKENS);
+
+    /* the router's next delta starts with the token the node sent last (not yet fed) */
+    delta[0] = last;
+    ftu_prompt(5, fx->engine.V, delta + 1, 2);
+    submit_local(node, 2, "s", f->cached_len, delta, 3, 2);
+    f = run_to_finish(node, 2);
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    assert_int_equal(f->n_prefilled, 3);
+    assert_int_equal(f->cached_len, PROMPT_TOKENS + MAX_TOKENS - 1 + 3 + 2 - 1);
+    assert_int_equal(streamed(node, 2, PROMPT_TOKENS + MAX_TOKENS - 1 + 3, &last), 2);
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 2, &from));
+}
+
+static void test_unheld_cached_len_is_state_lost(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[4] = {1, 2, 3, 4};
+    decode_stats_t st;
+    int from = 0;
+
+    submit_local(node, 9, "fresh", 10, ids, 4, MAX_TOKENS);
+    assert_int_equal(expect_error(node, 9, TANDEM__ERROR_CODE__ERROR_STATE_LOST)->cached_len, 0);
+    decode_sched_step(node->sched);
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.state_lost_total, 1);
+    assert_int_equal(st.requests_total, 0);
+    assert_int_equal(st.running_sequences + st.pending_prefills, 0);
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 9, &from));
+
+    /* the session is not left busy: a turn from 0 now runs */
+    submit_local(node, 10, "fresh", 0, ids, 4, 1);
+    assert_int_equal(run_to_finish(node, 10)->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+}
+
+static void test_bad_requests_are_refused(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[PROMPT_TOKENS];
+    int32_t outside[2] = {1, (int32_t)fx->engine.V};
+    decode_stats_t st;
+
+    submit_local(node, 20, "v", 0, outside, 2, MAX_TOKENS); /* a token outside the vocabulary */
+    expect_error(node, 20, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+    submit_local(node, 21, "z", 0, outside, 1, 0); /* max_tokens 0 */
+    expect_error(node, 21, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+
+    ftu_prompt(6, fx->engine.V, ids, PROMPT_TOKENS);
+    submit_local(node, 22, "w", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
+    submit_local(node, 22, "w2", 0, ids, PROMPT_TOKENS, MAX_TOKENS); /* same id again */
+    expect_error(node, 22, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+    assert_null(decode_sessions_find(node->sessions, "w2"));
+    assert_int_equal(run_to_finish(node, 22)->n_generated, MAX_TOKENS); /* the first one runs */
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.requests_total, 1);
+}
+
+static void test_abort_ends_a_running_turn(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[PROMPT_TOKENS];
+    const Tandem__Finish *f;
+    decode_stats_t st;
+
+    ftu_prompt(7, fx->engine.V, ids, PROMPT_TOKENS);
+    submit_local(node, 30, "a", 0, ids, PROMPT_TOKENS, 1000);
+    decode_sched_step(node->sched); /* prefill and the first tokens */
+    submit_abort(node, 30, 0);
+    f = run_to_finish(node, 30);
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
+    assert_true(f->n_generated >= 1 && f->n_generated < 1000);
+    decode_sched_step(node->sched);
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.aborts_total, 1);
+    assert_int_equal(st.running_sequences, 0);
+}
+
+static void test_aborted_reservation_returns_its_pages_after_the_fence(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+    const Tandem__Envelope *e;
+    uint64_t reservation_id;
+    decode_stats_t st;
+    int from = 0;
+
+    rp.request_id = 40;
+    rp.session_id = (char *)"r";
+    rp.cached_len = 0;
+    rp.total_len = 300;
+    rp.timeout_ms = 60000;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    decode_sched_on_message(node->sched, &env);
+    e = next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, 40, &from);
+    assert_non_null(e);
+    reservation_id = e->page_reservation->reservation_id;
+    assert_true(e->page_reservation->n_pages > 0);
+    assert_int_equal(e->page_reservation->cached_len, 0);
+    assert_true(e->page_reservation->descriptor.len > 0);
+    assert_int_equal(decode_pool_n_reserved(node->pool), e->page_reservation->n_pages);
+    assert_true(decode_sessions_find(node->sessions, "r")->busy);
+
+    submit_abort(node, 40, reservation_id);
+    assert_false(decode_sessions_find(node->sessions, "r")->busy);
+    assert_int_equal(decode_pool_n_reserved(node->pool), e->page_reservation->n_pages);
+    decode_sched_step(node->sched); /* fence_ms 0: freed at the next expiry */
+    assert_int_equal(decode_pool_n_reserved(node->pool), 0);
+    assert_int_equal(decode_pool_n_free(node->pool), POOL_PAGES);
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.reservations_total, 1);
+    assert_int_equal(st.reserved_pages, 0);
+}
+
+static void test_page_pressure_evicts_the_idle_session_and_retries(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t ids[2][PROMPT_TOKENS * 4];
+    node_t small;
+    uint32_t one_session;
+    decode_stats_t st;
+
+    /* how many pages one finished turn keeps, measured on the fixture's roomy node */
+    ftu_prompt(8, fx->engine.V, ids[0], PROMPT_TOKENS * 4);
+    ftu_prompt(9, fx->engine.V, ids[1], PROMPT_TOKENS * 4);
+    submit_local(&fx->node, 50, "probe", 0, ids[0], PROMPT_TOKENS * 4, MAX_TOKENS);
+    run_to_finish(&fx->node, 50);
+    one_session = decode_sessions_n_pages(fx->node.sessions);
+    assert_true(one_session > 1);
+
+    /* a node with room for one such session and a half: the second turn needs the first's pages */
+    node_open(fx, &small, one_session + one_session / 2);
+    submit_local(&small, 1, "first", 0, ids[0], PROMPT_TOKENS * 4, MAX_TOKENS);
+    assert_int_equal(run_to_finish(&small, 1)->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    submit_local(&small, 2, "second", 0, ids[1], PROMPT_TOKENS * 4, MAX_TOKENS);
+    assert_int_equal(run_to_finish(&small, 2)->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    decode_sched_stats(small.sched, &st);
+    assert_int_equal(st.evictions_total, 1);
+    assert_int_equal(st.resident_sessions, 1);
+    assert_null(decode_sessions_find(small.sessions, "first")->seq);
+    assert_non_null(decode_sessions_find(small.sessions, "second")->seq);
+    assert_true(node_close(&small));
+}
+
+static void test_create_without_an_output_is_invalid(void **state)
+{
+    fixture_t *fx = *state;
+    decode_sched_params_t sp;
+    decode_sched_out_t out = {record_send, NULL, &fx->node.rec};
+    decode_sched_t *sched = NULL;
+
+    memset(&sp, 0, sizeof(sp));
+    assert_int_equal(
+        decode_sched_create(&sp, fx->engine.model, fx->node.pool, fx->node.sessions, &out, &sched),
+        TDM_ERR_INVALID_ARG);
+    assert_null(sched);
+    assert_int_equal(
+        decode_sched_create(&sp, fx->engine.model, fx->node.pool, fx->node.sessions, NULL, &sched),
+        TDM_ERR_INVALID_ARG);
+    assert_null(sched);
+    decode_sched_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_local_turn_streams_max_tokens_then_finishes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_next_turn_continues_at_cached_len, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unheld_cached_len_is_state_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_requests_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abort_ends_a_running_turn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_aborted_reservation_returns_its_pages_after_the_fence,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_page_pressure_evicts_the_idle_session_and_retries,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_without_an_output_is_invalid, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
