@@ -190,11 +190,9 @@ static int setup(decode_node_t *n)
         fprintf(stderr, "tandem-decode: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
     }
-    rc = node_worker_serve(w, render, n);
-    if (rc != NODE_EXIT_OK) {
-        return rc;
-    }
     memset(&join, 0, sizeof(join));
+    join.render = render;
+    join.render_arg = n;
     decode_pool_descriptor(n->pool, &join.transfer_descriptor, &join.n_transfer_descriptor);
     join.total_pages = cfg->pages;
     join.max_sequences = cfg->max_batch;

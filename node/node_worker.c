@@ -166,7 +166,8 @@ int node_worker_load(node_worker_t *w)
     return NODE_EXIT_OK;
 }
 
-int node_worker_serve(node_worker_t *w, node_http_render_fn *render, void *arg)
+/* Start /health and /metrics on --http; w->endpoint = HOST:bound-port. */
+static int serve(node_worker_t *w, node_http_render_fn *render, void *arg)
 {
     tdm_status_t status = node_http_create(w->host, w->port, render, arg, &w->http);
 
@@ -183,7 +184,11 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     char err[WORKER_ERR_BYTES] = "";
     node_link_params_t lp;
     tdm_status_t status;
+    int rc = serve(w, join->render, join->render_arg);
 
+    if (rc != NODE_EXIT_OK) {
+        return rc;
+    }
     memset(&lp, 0, sizeof(lp));
     lp.model_fingerprint = engine_model_fingerprint(w->model); /* = the router's (PROTOCOL.md) */
     lp.router_endpoint = w->cfg->router;

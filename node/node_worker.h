@@ -7,7 +7,7 @@
  * the HTTP endpoint and the control link (the node_worker_t fields below), plus the process's
  * stop flag, which the signal handler sets. The worker makes its own parts (the decode node's
  * pool, sessions and scheduler; the prefill node's pools, queue and forward context) between
- * node_worker_load and node_worker_serve, and frees them between node_worker_leave and
+ * node_worker_load and node_worker_join, and frees them between node_worker_leave and
  * node_worker_close. The steps print their failures on stderr prefixed with the program name and
  * return the process exit status (node_exit_t). Knows nothing of decoding, prefilling or what the
  * worker reports on its pages. Runs on the worker's main thread.
@@ -102,7 +102,7 @@ typedef struct {
     uint32_t tokens_per_block; /* kern_kv_geometry: KERN_KV_PAGE_ROWS times the largest KV
                                   source ratio, the router's block hash granularity */
     xfer_context_t *xfer;      /* node_worker_load */
-    node_http_t *http;         /* node_worker_serve */
+    node_http_t *http;         /* node_worker_join */
     node_link_t *link;         /* node_worker_join */
 } node_worker_t;
 
@@ -125,16 +125,12 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
  */
 int node_worker_load(node_worker_t *w);
 
-/*
- * node_worker_serve - start /health and /metrics on --http; `render` (borrowed, with `arg`, until
- * node_worker_leave) writes the pages from the HTTP thread. Sets w->endpoint to HOST:bound-port.
- * Returns NODE_EXIT_OK or NODE_EXIT_FAILED (cannot bind: on stderr).
- */
-int node_worker_serve(node_worker_t *w, node_http_render_fn *render, void *arg);
-
-/* What a worker tells the router at registration beyond the shared fields (plain data; the
- * descriptor bytes are borrowed for the call). */
+/* What a worker serves and tells the router at registration beyond the shared fields (plain
+ * data; the descriptor bytes are borrowed for the call). */
 typedef struct {
+    node_http_render_fn *render; /* the worker's /health and /metrics pages (with render_arg),
+                                    called on the HTTP thread; borrowed until node_worker_leave */
+    void *render_arg;
     const uint8_t *transfer_descriptor; /* the page pool's xfer descriptor, or NULL */
     size_t n_transfer_descriptor;
     uint32_t total_pages;
@@ -142,12 +138,14 @@ typedef struct {
 } node_worker_join_t;
 
 /*
- * node_worker_join - register with the router (node_link_create: --router, --rack, the id, the
- * model fingerprint engine_model_fingerprint that the router checks (docs/PROTOCOL.md), the HTTP
- * endpoint, page geometry, max_position_embeddings, --chunk-tokens as the batch token limit,
- * --register-timeout-ms) and start the link thread. Call after node_worker_serve.
+ * node_worker_join - go live: start /health and /metrics on --http (w->endpoint becomes
+ * HOST:bound-port), then register with the router (node_link_create: --router, --rack, the id,
+ * the model fingerprint engine_model_fingerprint that the router checks (docs/PROTOCOL.md), the
+ * HTTP endpoint, page geometry, max_position_embeddings, --chunk-tokens as the batch token limit,
+ * --register-timeout-ms) and start the link thread. Call after node_worker_load and once the
+ * worker's own parts exist (the pages may be asked for at once).
  * Returns NODE_EXIT_OK, NODE_EXIT_REFUSED (the router refused: its reason logged and on stderr)
- * or NODE_EXIT_FAILED.
+ * or NODE_EXIT_FAILED (cannot bind, or the link failed: on stderr).
  */
 int node_worker_join(node_worker_t *w, const node_worker_join_t *join);
 

@@ -276,11 +276,9 @@ static int setup(prefill_node_t *n)
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
     }
-    rc = node_worker_serve(w, render, n);
-    if (rc != NODE_EXIT_OK) {
-        return rc;
-    }
     memset(&join, 0, sizeof(join));
+    join.render = render;
+    join.render_arg = n;
     join.max_sequences = 1;
     rc = node_worker_join(w, &join);
     if (rc != NODE_EXIT_OK) {

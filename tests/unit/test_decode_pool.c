@@ -85,6 +85,17 @@ static tdm_status_t reserve(fixture_t *fx, uint32_t timeout_ms, decode_resv_t **
                                resv_out);
 }
 
+/* A reservation of per_source pages in every source, which must succeed. */
+static decode_resv_t *reserve_ok(fixture_t *fx, uint32_t per_source, uint32_t timeout_ms)
+{
+    decode_resv_t *resv = NULL;
+
+    ask(fx, per_source);
+    assert_int_equal(reserve(fx, timeout_ms, &resv), TDM_OK);
+    assert_non_null(resv);
+    return resv;
+}
+
 static void on_lapse(void *arg, decode_resv_t *resv)
 {
     fixture_t *fx = arg;
@@ -110,10 +121,9 @@ static void test_pool_starts_with_every_page_free(void **state)
 static void test_reserve_takes_its_pages_and_release_returns_them(void **state)
 {
     fixture_t *fx = *state;
-    decode_resv_t *resv = NULL;
+    decode_resv_t *resv;
 
-    ask(fx, 2);
-    assert_int_equal(reserve(fx, 10000, &resv), TDM_OK);
+    resv = reserve_ok(fx, 2, 10000);
     assert_non_null(resv);
     assert_int_equal(resv->n_pages, 2 * fx->n_sources);
     assert_int_equal(resv->n_sources, fx->n_sources);
@@ -134,12 +144,9 @@ static void test_reserve_takes_its_pages_and_release_returns_them(void **state)
 static void test_two_reservations_get_distinct_ids_and_pages(void **state)
 {
     fixture_t *fx = *state;
-    decode_resv_t *a = NULL;
-    decode_resv_t *b = NULL;
+    decode_resv_t *a = reserve_ok(fx, 1, 10000);
+    decode_resv_t *b = reserve_ok(fx, 1, 10000);
 
-    ask(fx, 1);
-    assert_int_equal(reserve(fx, 10000, &a), TDM_OK);
-    assert_int_equal(reserve(fx, 10000, &b), TDM_OK);
     assert_true(a->id != b->id);
     for (uint32_t s = 0; s < fx->n_sources; s++) {
         assert_true(a->tables[s].page_ids[0] != b->tables[s].page_ids[0]);
@@ -185,12 +192,11 @@ static void test_exhausted_pool_refuses_one_more_page(void **state)
 static void test_fenced_reservation_keeps_its_pages_until_the_fence(void **state)
 {
     fixture_t *fx = *state;
-    decode_resv_t *resv = NULL;
+    decode_resv_t *resv;
     uint64_t now;
     uint64_t next;
 
-    ask(fx, 1);
-    assert_int_equal(reserve(fx, 10000, &resv), TDM_OK);
+    resv = reserve_ok(fx, 1, 10000);
     decode_pool_fence(fx->pool, resv, FENCE_MS);
     assert_int_equal(resv->state, DECODE_RESV_FENCED);
     now = tdm_clock_now_ns();
@@ -212,12 +218,11 @@ static void test_fenced_reservation_keeps_its_pages_until_the_fence(void **state
 static void test_lapsed_reservation_is_reported_once_then_freed(void **state)
 {
     fixture_t *fx = *state;
-    decode_resv_t *resv = NULL;
+    decode_resv_t *resv;
     uint64_t id;
     uint64_t now;
 
-    ask(fx, 1);
-    assert_int_equal(reserve(fx, TIMEOUT_MS, &resv), TDM_OK);
+    resv = reserve_ok(fx, 1, TIMEOUT_MS);
     id = resv->id;
     now = tdm_clock_now_ns() + 2ull * TIMEOUT_MS * TDM_NS_PER_MS; /* past its timeout */
 
