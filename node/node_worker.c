@@ -244,12 +244,12 @@ int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
         return body != NULL ? TDM_HTTP_OK : TDM_HTTP_INTERNAL;
     }
     body = malloc(WORKER_HEALTH_BYTES);
+    *body_out = body;
     if (body == NULL) {
         return TDM_HTTP_INTERNAL;
     }
     snprintf(body, WORKER_HEALTH_BYTES, "{\"status\":\"%s\",\"role\":\"%s\",\"id\":\"%s\",%s}\n",
              ready ? "ok" : "starting", w->role, w->id, health_fields);
-    *body_out = body;
     return ready ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
 }
 
