@@ -752,6 +752,8 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
     memset(req_out, 0, sizeof(*req_out));
     req.api = api;
     req.seed = seed_fallback;
+    req.n_choices = 1;
+    req.parallel_tool_calls = 1;
     if (!content_type_is_json(content_type)) {
         router_apierr_set(err_out, TDM_HTTP_UNSUPPORTED_MEDIA_TYPE, ROUTER_APIERR_INVALID_REQUEST,
                           "unsupported_media_type", NULL,
@@ -807,5 +809,8 @@ void router_gen_request_fini(router_gen_request_t *req)
     for (int i = 0; i < req->n_stop; i++) {
         free(req->stop[i]);
     }
+    free(req->tools_json);
+    free(req->tool_choice_name);
+    free(req->response_format_json);
     memset(req, 0, sizeof(*req));
 }

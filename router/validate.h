@@ -53,6 +53,14 @@ typedef enum {
  */
 const char *router_spec_name(router_spec_t spec);
 
+/* tool_choice of a chat request (OpenAI; issue 15). */
+typedef enum {
+    ROUTER_TOOL_CHOICE_AUTO = 0,     /* absent or "auto": the model may call a tool */
+    ROUTER_TOOL_CHOICE_NONE = 1,     /* "none": no call (tools still rendered, as the encoder does) */
+    ROUTER_TOOL_CHOICE_REQUIRED = 2, /* "required": at least one call, forced by the constraint */
+    ROUTER_TOOL_CHOICE_NAMED = 3,    /* {"type":"function","function":{"name":...}}: that call */
+} router_tool_choice_t;
+
 /*
  * A checked generation request (plain data; owns prompt_ids and the stop strings, released by
  * router_gen_request_fini). Sampling fields follow MODEL.md section 8.
@@ -75,6 +83,20 @@ typedef struct {
     char *stop[ROUTER_MAX_STOP_STRINGS];
     size_t stop_bytes[ROUTER_MAX_STOP_STRINGS];
     router_spec_t spec; /* "spec": the drafter; DEFAULT when absent or null */
+    /* ---- agent protocol (issue 15; docs/PROTOCOL.md). All zero/NULL = plain chat. ---- */
+    int thinking;                     /* 1: thinking mode (the prompt opens <think>, output
+                                         before </think> is reasoning_content) */
+    char *tools_json;                 /* owned: compact JSON array of the request's function tools
+                                         as [{"type":"function","function":{name, description,
+                                         parameters}}], or NULL when none */
+    size_t n_tools;                   /* entries in tools_json */
+    router_tool_choice_t tool_choice; /* AUTO when absent */
+    char *tool_choice_name;           /* owned: NAMED only, the function's name; else NULL */
+    int parallel_tool_calls;          /* 1 (default): several calls may come in one turn */
+    char *response_format_json;       /* owned: compact JSON of response_format when it is
+                                         json_object or json_schema; NULL for absent or "text" */
+    uint32_t n_choices;               /* "n": choices forked from one prefilled prompt (>= 1) */
+    uint32_t min_tokens;              /* EOS and stop strings do not end before this many */
 } router_gen_request_t;
 
 /*
