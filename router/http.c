@@ -18,6 +18,7 @@
 #include "router/apierr.h"
 #include "router/openai.h"
 #include "router/request.h"
+#include "router/responses.h"
 #include "router/validate.h"
 
 #define SSE_BLOCK_BYTES         (16u * 1024u)
@@ -32,6 +33,7 @@ struct router_http {
     uint16_t port;
     atomic_uint_fast64_t next_request_id;
     uint64_t seed_salt;
+    router_responses_t *responses; /* stored responses of POST /v1/responses */
 };
 
 /* Per-connection state of one HTTP request (MHD's con_cls). */
@@ -157,6 +159,47 @@ static void sse_free(void *cls)
     router_turn_destroy(cls);
 }
 
+/* A streamed /v1/responses answer: the turn's chat events rewritten into typed events. */
+typedef struct {
+    router_turn_t *turn;
+    router_responses_req_t req;
+    router_responses_stream_t *rs;
+    int eof; /* the turn's stream ended */
+} resp_sse_t;
+
+static ssize_t resp_sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    resp_sse_t *r = cls;
+    char chat[SSE_BLOCK_BYTES];
+
+    (void)pos;
+    for (;;) {
+        size_t n = router_responses_stream_take(r->rs, buf, max);
+        if (n > 0) {
+            return (ssize_t)n;
+        }
+        if (r->eof) {
+            return (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        n = router_turn_sse_read(r->turn, chat, sizeof(chat));
+        if (n == 0) {
+            r->eof = 1;
+        } else if (router_responses_stream_feed(r->rs, chat, n) != TDM_OK) {
+            return (ssize_t)MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void resp_sse_free(void *cls)
+{
+    resp_sse_t *r = cls;
+
+    router_turn_destroy(r->turn);
+    router_responses_stream_destroy(r->rs);
+    router_responses_req_fini(&r->req);
+    free(r);
+}
+
 /*
  * The turn's client watch (router_turn_gone_fn_t; ctx is the MHD connection): nonzero once the
  * client closed or reset its connection. The request is fully read and this thread is the only
@@ -206,11 +249,53 @@ static int session_id_ok(const char *id)
     return 1;
 }
 
+/* A streamed /v1/responses turn: hand the turn and the rewritten request to the SSE reader. */
+static enum MHD_Result queue_responses_stream(router_http_t *h, struct MHD_Connection *conn,
+                                              router_turn_t *turn, router_responses_req_t *rreq)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    resp_sse_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        router_turn_destroy(turn);
+        router_responses_req_fini(rreq);
+        return MHD_NO;
+    }
+    r->turn = turn;
+    r->req = *rreq;
+    memset(rreq, 0, sizeof(*rreq));
+    if (router_responses_stream_create(h->responses, &r->req, router_turn_session(turn),
+                                       &r->rs) != TDM_OK) {
+        resp_sse_free(r);
+        return MHD_NO;
+    }
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, resp_sse_reader,
+                                             r, resp_sse_free);
+    if (resp == NULL) {
+        resp_sse_free(r);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Session-Id", router_turn_session(r->turn));
+    ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/*
+ * Serve one generation: /v1/chat/completions and /v1/completions with rreq NULL (the body is the
+ * client's), or /v1/responses with rreq the rewritten request (its chat body is served as a chat
+ * request and the answer rewritten back; rreq's contents are taken over and released here).
+ */
 static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *conn,
-                                      router_api_t api, conn_t *cc)
+                                      router_api_t api, conn_t *cc, router_responses_req_t *rreq)
 {
     const char *content_type;
     const char *session_id;
+    const char *body_in = rreq != NULL ? rreq->chat_body : cc->body.data;
+    size_t n_body_in = rreq != NULL ? rreq->n_chat_body : cc->body.n_bytes;
     router_gen_request_t gen;
     router_request_t *request = NULL;
     router_turn_t *turn = NULL;
@@ -225,10 +310,12 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     size_t n_body;
     int status;
 
-    router_metrics_count(h->metrics,
-                         api == ROUTER_API_CHAT ? ROUTER_METRIC_REQUESTS_CHAT
-                                                : ROUTER_METRIC_REQUESTS_COMPLETIONS,
-                         1);
+    if (rreq == NULL) {
+        router_metrics_count(h->metrics,
+                             api == ROUTER_API_CHAT ? ROUTER_METRIC_REQUESTS_CHAT
+                                                    : ROUTER_METRIC_REQUESTS_COMPLETIONS,
+                             1);
+    }
     if (cc->too_large) {
         router_apierr_set(&err, TDM_HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST,
                           "request_too_large", NULL, "the request body exceeds %zu bytes",
@@ -241,21 +328,28 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
                           "invalid_session_id", NULL,
                           "X-Session-Id must be 1..%d printable ASCII bytes without spaces",
                           ROUTER_SESSION_ID_BYTES);
+        router_responses_req_fini(rreq);
         return respond_error(h, conn, &err);
+    }
+    if (session_id == NULL && rreq != NULL) {
+        session_id = rreq->session_id; /* previous_response_id's session */
     }
     content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     id = atomic_fetch_add(&h->next_request_id, 1);
-    if (router_validate_request(h->model, api, content_type, cc->body.data, cc->body.n_bytes,
+    if (router_validate_request(h->model, api, content_type, body_in, n_body_in,
                                 tdm_hash_splitmix64(h->seed_salt ^ id), &gen, &err) != TDM_OK) {
+        router_responses_req_fini(rreq);
         return respond_error(h, conn, &err);
     }
     stream = gen.stream;
     if (router_request_create(&gen, session_id, id, now_ns, &request) != TDM_OK) {
         router_gen_request_fini(&gen);
+        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     if (router_control_submit(h->control, request) != TDM_OK) {
         router_request_unref(request);
+        router_responses_req_fini(rreq);
         router_apierr_set(&err, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
                           NULL, "the router is shutting down");
         return respond_error(h, conn, &err);
@@ -264,6 +358,7 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
         TDM_OK) {
         router_control_release(h->control, request, 1);
         router_request_unref(request);
+        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     router_request_unref(request);
@@ -273,21 +368,39 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     tstatus = router_turn_wait_first(turn, &err);
     if (tstatus == TDM_ERR_PEER_LOST) {
         router_turn_destroy(turn);
+        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     if (tstatus != TDM_OK) {
         ret = respond_error(h, conn, &err);
         router_turn_destroy(turn);
+        router_responses_req_fini(rreq);
         return ret;
     }
     if (!stream) {
         if (router_turn_body(turn, &body, &n_body, &status) != TDM_OK) {
             router_turn_destroy(turn);
+            router_responses_req_fini(rreq);
             return MHD_NO;
+        }
+        if (rreq != NULL) {
+            char *chat = body;
+            body = router_responses_body(h->responses, rreq, chat, n_body,
+                                         router_turn_session(turn), &n_body);
+            free(chat);
+            router_responses_req_fini(rreq);
+            if (body == NULL) {
+                router_turn_destroy(turn);
+                return MHD_NO;
+            }
         }
         ret = respond(conn, status, "application/json", body, n_body, router_turn_session(turn));
         router_turn_destroy(turn);
         return ret;
+    }
+    if (rreq != NULL) {
+        router_turn_watch_client(turn, NULL, NULL);
+        return queue_responses_stream(h, conn, turn, rreq);
     }
     /* Streamed: the HTTP server notices a closed connection at its next write (sse_free). */
     router_turn_watch_client(turn, NULL, NULL);
@@ -303,6 +416,27 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+/* POST /v1/responses: rewrite into a chat request (responses.h), then serve it as one. */
+static enum MHD_Result serve_responses(router_http_t *h, struct MHD_Connection *conn, conn_t *cc)
+{
+    router_responses_req_t rreq;
+    router_apierr_t err;
+
+    router_metrics_count(h->metrics, ROUTER_METRIC_REQUESTS_RESPONSES, 1);
+    if (cc->too_large) {
+        router_apierr_set(&err, TDM_HTTP_TOO_LARGE, ROUTER_APIERR_INVALID_REQUEST,
+                          "request_too_large", NULL, "the request body exceeds %zu bytes",
+                          h->params.max_body_bytes);
+        return respond_error(h, conn, &err);
+    }
+    if (router_responses_request(h->responses, cc->body.data, cc->body.n_bytes,
+                                 h->seed_salt ^ atomic_fetch_add(&h->next_request_id, 1), &rreq,
+                                 &err) != TDM_OK) {
+        return respond_error(h, conn, &err);
+    }
+    return serve_generate(h, conn, ROUTER_API_CHAT, cc, &rreq);
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
@@ -329,7 +463,14 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
             return wrong_method(h, conn, "POST");
         }
         return serve_generate(
-            h, conn, url[4] == 'c' && url[5] == 'h' ? ROUTER_API_CHAT : ROUTER_API_COMPLETIONS, cc);
+            h, conn, url[4] == 'c' && url[5] == 'h' ? ROUTER_API_CHAT : ROUTER_API_COMPLETIONS, cc,
+            NULL);
+    }
+    if (strcmp(url, "/v1/responses") == 0) {
+        if (!post) {
+            return wrong_method(h, conn, "POST");
+        }
+        return serve_responses(h, conn, cc);
     }
     if (strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0 ||
         strcmp(url, "/v1/models") == 0) {
@@ -433,6 +574,11 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     h->metrics = metrics;
     atomic_init(&h->next_request_id, 1);
     h->seed_salt = tdm_hash_splitmix64(tdm_clock_now_ns() ^ (uint64_t)(uintptr_t)h);
+    if (router_responses_create(ROUTER_RESPONSES_DEFAULT_MAX, &h->responses) != TDM_OK) {
+        freeaddrinfo(addr);
+        free(h);
+        return TDM_ERR_NO_MEMORY;
+    }
     if (addr->ai_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
@@ -444,6 +590,7 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,
                 params->port);
+        router_responses_destroy(h->responses);
         free(h);
         return TDM_ERR_IO;
     }
@@ -465,5 +612,6 @@ void router_http_destroy(router_http_t *http)
         return;
     }
     MHD_stop_daemon(http->daemon);
+    router_responses_destroy(http->responses);
     free(http);
 }

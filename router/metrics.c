@@ -243,6 +243,7 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                     "generation requests received, by endpoint");
     count1(p, "endpoint", "chat", c[ROUTER_METRIC_REQUESTS_CHAT]);
     count1(p, "endpoint", "completions", c[ROUTER_METRIC_REQUESTS_COMPLETIONS]);
+    count1(p, "endpoint", "responses", c[ROUTER_METRIC_REQUESTS_RESPONSES]);
     tdm_prom_family(p, "tandem_router_errors_total", TDM_PROM_COUNTER,
                     "API errors answered, by code and HTTP status");
     for (int i = 0; i <= ROUTER_METRICS_MAX_CODES; i++) {

@@ -29,6 +29,7 @@ typedef struct {
 typedef enum {
     ROUTER_METRIC_REQUESTS_CHAT = 0,     /* POST /v1/chat/completions accepted for validation */
     ROUTER_METRIC_REQUESTS_COMPLETIONS,  /* POST /v1/completions */
+    ROUTER_METRIC_REQUESTS_RESPONSES,    /* POST /v1/responses */
     ROUTER_METRIC_PROMPT_TOKENS,         /* prompt tokens of served requests */
     ROUTER_METRIC_COMPLETION_TOKENS,     /* tokens sent to clients' usage */
     ROUTER_METRIC_PREFILL_LOCAL_TOKENS,  /* delta tokens prefilled on decode nodes */
