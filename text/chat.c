@@ -1,16 +1,18 @@
 /* chat.c - DeepSeek conversation rendering: messages -> prompt text or token ids.
  *
- * A conversation is first rendered as a list of segments, each either a format marker (a special
- * token such as "<｜User｜>") or message text. text_chat_render concatenates them;
- * text_chat_encode looks each marker up as an added token and encodes the text between markers
- * without special-token parsing. Sources (docs/TOKENIZER.md): DeepSeek-V4
- * encoding/encoding_dsv4.py (encode_messages, render_message, merge_tool_messages) and the
- * DeepSeek-V3.1 chat_template.jinja (as copied in llama.cpp models/templates).
+ * A conversation is first rendered as a list of segments (text/chat_impl.h), each either a
+ * format marker (a special token such as "<｜User｜>") or message text. text_chat_render
+ * concatenates them; text_chat_encode looks each marker up as an added token and encodes the
+ * text between markers without special-token parsing. The DeepSeek-V4 format (encoding_dsv4.py)
+ * is rendered by text/chat_dsv4.c; this file holds the segment list, the DeepSeek-V3.1
+ * chat_template.jinja format (as copied in llama.cpp models/templates) and the public entry
+ * points. Sources: docs/TOKENIZER.md.
  */
 #include "text/tokenizer.h"
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "text/chat_impl.h"
 #include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
@@ -19,137 +21,125 @@
 #define ALL_CHAT_FLAGS                                                                             \
     ((uint32_t)(TEXT_CHAT_ADD_GENERATION_PROMPT | TEXT_CHAT_THINKING | TEXT_CHAT_NO_BOS))
 
-/* One piece of the rendered conversation; text is borrowed (a message or a literal). */
-typedef struct {
-    int is_marker;
-    const char *text;
-    size_t n_bytes;
-} segment_t;
+/* ---- segment list (chat_impl.h) -------------------------------------------------------------- */
 
-typedef struct {
-    segment_t *items;
-    size_t n, cap;
-    tdm_status_t status; /* first failure; later appends are ignored */
-} segments_t;
-
-static void append(segments_t *s, int is_marker, const char *text, size_t n_bytes)
+static void append(chat_segs_t *s, int is_marker, const char *text, size_t n_bytes)
 {
     if (s->status != TDM_OK || (!is_marker && n_bytes == 0)) {
         return;
     }
     if (s->n == s->cap) {
-        segment_t *items = tdm_array_grow(s->items, sizeof(*items), s->n + 1, 32, &s->cap);
+        chat_seg_t *items = tdm_array_grow(s->items, sizeof(*items), s->n + 1, 32, &s->cap);
         if (items == NULL) {
             s->status = TDM_ERR_NO_MEMORY;
             return;
         }
         s->items = items;
     }
-    s->items[s->n++] = (segment_t){is_marker, text, n_bytes};
+    s->items[s->n++] = (chat_seg_t){is_marker, text, n_bytes};
 }
 
-static void marker(segments_t *s, const char *text)
+void chat_seg_marker(chat_segs_t *s, const char *marker)
 {
-    append(s, 1, text, strlen(text));
+    append(s, 1, marker, strlen(marker));
 }
 
-static void text(segments_t *s, const char *t, size_t n_bytes)
+void chat_seg_text(chat_segs_t *s, const char *t, size_t n_bytes)
 {
     append(s, 0, t, n_bytes);
 }
 
-static void literal(segments_t *s, const char *t)
+void chat_seg_literal(chat_segs_t *s, const char *t)
 {
     append(s, 0, t, strlen(t));
 }
 
-/* ---- DeepSeek-V4 (encoding_dsv4.py) ---------------------------------------------------------- */
-
-/* A message after merge_tool_messages: tool results and user text fold into user turns. */
-typedef struct {
-    text_chat_role_t role;             /* SYSTEM, USER or ASSISTANT */
-    const text_chat_message_t *source; /* SYSTEM/ASSISTANT: the message */
-    size_t first_block, n_blocks;      /* USER: range of blocks (messages) */
-} dsv4_turn_t;
-
-static void render_dsv4(const text_chat_params_t *params, const text_chat_message_t *msgs,
-                        size_t n_msgs, segments_t *out)
+void chat_seg_template(chat_segs_t *s, const char *t)
 {
-    dsv4_turn_t *turns = calloc(n_msgs > 0 ? n_msgs : 1, sizeof(*turns));
-    const text_chat_message_t **blocks = calloc(n_msgs > 0 ? n_msgs : 1, sizeof(*blocks));
-    int thinking = (params->flags & TEXT_CHAT_THINKING) != 0;
-    size_t n_turns = 0, n_blocks = 0, last_user = SIZE_MAX;
+    static const char *const markers[] = {TEXT_CHAT_DSML, TEXT_TOKENIZER_DS_THINK,
+                                          TEXT_TOKENIZER_DS_END_THINK};
+    const char *run = t;
 
-    if (turns == NULL || blocks == NULL) {
-        out->status = TDM_ERR_NO_MEMORY;
-        free(turns);
-        free(blocks);
-        return;
-    }
-    /* merge_tool_messages: a tool result or user text joins a preceding user turn. */
-    for (size_t i = 0; i < n_msgs; i++) {
-        const text_chat_message_t *m = &msgs[i];
-        if (m->role == TEXT_CHAT_USER || m->role == TEXT_CHAT_TOOL) {
-            if (n_turns == 0 || turns[n_turns - 1].role != TEXT_CHAT_USER) {
-                turns[n_turns++] = (dsv4_turn_t){TEXT_CHAT_USER, NULL, n_blocks, 0};
-            }
-            blocks[n_blocks++] = m;
-            turns[n_turns - 1].n_blocks++;
-        } else {
-            turns[n_turns++] = (dsv4_turn_t){m->role, m, 0, 0};
+    while (*t != '\0') {
+        size_t k = 0;
+        while (k < sizeof(markers) / sizeof(markers[0]) &&
+               strncmp(t, markers[k], strlen(markers[k])) != 0) {
+            k++;
         }
-    }
-    for (size_t t = 0; t < n_turns; t++) {
-        if (turns[t].role == TEXT_CHAT_USER) {
-            last_user = t;
-        }
-    }
-    if ((params->flags & TEXT_CHAT_NO_BOS) == 0) {
-        marker(out, TEXT_TOKENIZER_DS_BOS);
-    }
-    for (size_t t = 0; t < n_turns; t++) {
-        const dsv4_turn_t *turn = &turns[t];
-        int is_last = t + 1 == n_turns;
-        if (turn->role == TEXT_CHAT_SYSTEM) {
-            text(out, turn->source->content, turn->source->content_bytes);
-        } else if (turn->role == TEXT_CHAT_USER) {
-            marker(out, TEXT_TOKENIZER_DS_USER);
-            for (size_t k = 0; k < turn->n_blocks; k++) {
-                const text_chat_message_t *b = blocks[turn->first_block + k];
-                if (k > 0) {
-                    literal(out, "\n\n");
-                }
-                if (b->role == TEXT_CHAT_TOOL) {
-                    literal(out, "<tool_result>");
-                }
-                text(out, b->content, b->content_bytes);
-                if (b->role == TEXT_CHAT_TOOL) {
-                    literal(out, "</tool_result>");
-                }
-            }
-        } else {
-            /* drop_thinking: reasoning is kept only after the last user turn. */
-            if (thinking && (last_user == SIZE_MAX || t > last_user)) {
-                text(out, turn->source->reasoning, turn->source->reasoning_bytes);
-                marker(out, TEXT_TOKENIZER_DS_END_THINK);
-            }
-            text(out, turn->source->content, turn->source->content_bytes);
-            marker(out, TEXT_TOKENIZER_DS_EOS);
-        }
-        /* Transition into the assistant: only when the next turn is the assistant's or this is
-         * the last turn (then only if a generation prompt is wanted). */
-        if (turn->role != TEXT_CHAT_USER) {
+        if (k == sizeof(markers) / sizeof(markers[0])) {
+            t++;
             continue;
         }
-        if (is_last ? (params->flags & TEXT_CHAT_ADD_GENERATION_PROMPT) != 0
-                    : turns[t + 1].role == TEXT_CHAT_ASSISTANT) {
-            marker(out, TEXT_TOKENIZER_DS_ASSISTANT);
-            marker(out, thinking && t >= last_user ? TEXT_TOKENIZER_DS_THINK
-                                                   : TEXT_TOKENIZER_DS_END_THINK);
+        chat_seg_text(s, run, (size_t)(t - run));
+        chat_seg_marker(s, markers[k]);
+        t += strlen(markers[k]);
+        run = t;
+    }
+    chat_seg_text(s, run, (size_t)(t - run));
+}
+
+void chat_seg_owned(chat_segs_t *s, char *buf, size_t n_bytes)
+{
+    if (s->status == TDM_OK && s->n_owned == s->cap_owned) {
+        char **owned = tdm_array_grow(s->owned, sizeof(*owned), s->n_owned + 1, 8, &s->cap_owned);
+        if (owned == NULL) {
+            s->status = TDM_ERR_NO_MEMORY;
+        } else {
+            s->owned = owned;
         }
     }
-    free(turns);
-    free(blocks);
+    if (s->status != TDM_OK) {
+        free(buf);
+        return;
+    }
+    s->owned[s->n_owned++] = buf;
+    chat_seg_text(s, buf, n_bytes);
+}
+
+void chat_seg_keep_json(chat_segs_t *s, json_t *root)
+{
+    if (s->status == TDM_OK && s->n_roots == s->cap_roots) {
+        json_t **roots = tdm_array_grow(s->roots, sizeof(*roots), s->n_roots + 1, 8, &s->cap_roots);
+        if (roots == NULL) {
+            s->status = TDM_ERR_NO_MEMORY;
+        } else {
+            s->roots = roots;
+        }
+    }
+    if (s->status != TDM_OK) {
+        json_decref(root);
+        return;
+    }
+    s->roots[s->n_roots++] = root;
+}
+
+void chat_segs_free(chat_segs_t *s)
+{
+    for (size_t i = 0; i < s->n_owned; i++) {
+        free(s->owned[i]);
+    }
+    for (size_t i = 0; i < s->n_roots; i++) {
+        json_decref(s->roots[i]);
+    }
+    free(s->owned);
+    free(s->roots);
+    free(s->items);
+    memset(s, 0, sizeof(*s));
+}
+
+static void marker(chat_segs_t *s, const char *t)
+{
+    chat_seg_marker(s, t);
+}
+
+static void text(chat_segs_t *s, const char *t, size_t n_bytes)
+{
+    chat_seg_text(s, t, n_bytes);
+}
+
+static void literal(chat_segs_t *s, const char *t)
+{
+    chat_seg_literal(s, t);
 }
 
 /* ---- DeepSeek-V3.1 (chat_template.jinja) ----------------------------------------------------- */
@@ -172,7 +162,7 @@ static void after_think(const text_chat_message_t *m, const char **text_out, siz
 }
 
 static void render_dsv31(const text_chat_params_t *params, const text_chat_message_t *msgs,
-                         size_t n_msgs, segments_t *out)
+                         size_t n_msgs, chat_segs_t *out)
 {
     int is_tool = 0, is_last_user = 0, first_system = 1;
 
@@ -238,6 +228,8 @@ void text_chat_params_default(text_chat_params_t *params)
 {
     params->format = TEXT_CHAT_FORMAT_DSV4;
     params->flags = TEXT_CHAT_ADD_GENERATION_PROMPT;
+    params->tools_json = NULL;
+    params->tools_json_bytes = 0;
 }
 
 static tdm_status_t validate(const text_chat_params_t *params, const text_chat_message_t *messages,
@@ -245,7 +237,9 @@ static tdm_status_t validate(const text_chat_params_t *params, const text_chat_m
 {
     if (params == NULL || (messages == NULL && n_messages > 0) ||
         (params->format != TEXT_CHAT_FORMAT_DSV4 && params->format != TEXT_CHAT_FORMAT_DSV31) ||
-        (params->flags & ~ALL_CHAT_FLAGS) != 0) {
+        (params->flags & ~ALL_CHAT_FLAGS) != 0 ||
+        (params->tools_json == NULL && params->tools_json_bytes > 0) ||
+        (params->format == TEXT_CHAT_FORMAT_DSV31 && params->tools_json_bytes > 0)) {
         return TDM_ERR_INVALID_ARG;
     }
     for (size_t i = 0; i < n_messages; i++) {
@@ -253,8 +247,19 @@ static tdm_status_t validate(const text_chat_params_t *params, const text_chat_m
         if ((m->role != TEXT_CHAT_SYSTEM && m->role != TEXT_CHAT_USER &&
              m->role != TEXT_CHAT_ASSISTANT && m->role != TEXT_CHAT_TOOL) ||
             (m->content == NULL && m->content_bytes > 0) ||
-            (m->reasoning == NULL && m->reasoning_bytes > 0)) {
+            (m->reasoning == NULL && m->reasoning_bytes > 0) ||
+            (m->tool_call_id == NULL && m->tool_call_id_bytes > 0) ||
+            (m->tool_calls == NULL && m->n_tool_calls > 0) ||
+            (m->n_tool_calls > 0 &&
+             (m->role != TEXT_CHAT_ASSISTANT || params->format != TEXT_CHAT_FORMAT_DSV4))) {
             return TDM_ERR_INVALID_ARG;
+        }
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            const text_chat_tool_call_t *c = &m->tool_calls[k];
+            if ((c->id == NULL && c->id_bytes > 0) || (c->name == NULL && c->name_bytes > 0) ||
+                (c->arguments == NULL && c->arguments_bytes > 0)) {
+                return TDM_ERR_INVALID_ARG;
+            }
         }
     }
     return TDM_OK;
@@ -262,7 +267,7 @@ static tdm_status_t validate(const text_chat_params_t *params, const text_chat_m
 
 static tdm_status_t render_segments(const text_chat_params_t *params,
                                     const text_chat_message_t *messages, size_t n_messages,
-                                    segments_t *out)
+                                    chat_segs_t *out)
 {
     tdm_status_t status = validate(params, messages, n_messages);
 
@@ -271,22 +276,21 @@ static tdm_status_t render_segments(const text_chat_params_t *params,
         return status;
     }
     if (params->format == TEXT_CHAT_FORMAT_DSV4) {
-        render_dsv4(params, messages, n_messages, out);
+        chat_render_dsv4(params, messages, n_messages, out);
     } else {
         render_dsv31(params, messages, n_messages, out);
     }
-    if (out->status != TDM_OK) {
-        free(out->items);
-        memset(out, 0, sizeof(*out));
-        return TDM_ERR_NO_MEMORY;
+    status = out->status;
+    if (status != TDM_OK) {
+        chat_segs_free(out);
     }
-    return TDM_OK;
+    return status;
 }
 
 tdm_status_t text_chat_render(const text_chat_params_t *params, const text_chat_message_t *messages,
                               size_t n_messages, char **text_out, size_t *n_bytes_out)
 {
-    segments_t segs;
+    chat_segs_t segs;
     size_t n = 0;
     char *buf;
     tdm_status_t status;
@@ -303,7 +307,7 @@ tdm_status_t text_chat_render(const text_chat_params_t *params, const text_chat_
     }
     buf = malloc(n + 1);
     if (buf == NULL) {
-        free(segs.items);
+        chat_segs_free(&segs);
         return TDM_ERR_NO_MEMORY;
     }
     n = 0;
@@ -312,7 +316,7 @@ tdm_status_t text_chat_render(const text_chat_params_t *params, const text_chat_
         n += segs.items[i].n_bytes;
     }
     buf[n] = '\0';
-    free(segs.items);
+    chat_segs_free(&segs);
     *text_out = buf;
     *n_bytes_out = n;
     return TDM_OK;
@@ -335,7 +339,7 @@ static tdm_status_t append_ids(int32_t **ids, size_t *n, size_t *cap, const int3
 }
 
 /* Encode the run of text segments [first, end) as one string, as if rendered together. */
-static tdm_status_t encode_text_run(const text_tokenizer_t *tok, const segments_t *segs,
+static tdm_status_t encode_text_run(const text_tokenizer_t *tok, const chat_segs_t *segs,
                                     size_t first, size_t end, int32_t **ids, size_t *n, size_t *cap)
 {
     size_t n_text = 0;
@@ -369,7 +373,7 @@ tdm_status_t text_chat_encode(const text_tokenizer_t *tok, const text_chat_param
                               const text_chat_message_t *messages, size_t n_messages,
                               int32_t **ids_out, size_t *n_ids_out)
 {
-    segments_t segs;
+    chat_segs_t segs;
     int32_t *ids = NULL;
     size_t n = 0, cap = 0, i = 0;
     tdm_status_t status;
@@ -401,7 +405,7 @@ tdm_status_t text_chat_encode(const text_tokenizer_t *tok, const text_chat_param
             i = end;
         }
     }
-    free(segs.items);
+    chat_segs_free(&segs);
     if (status != TDM_OK) {
         free(ids);
         return status;

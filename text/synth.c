@@ -19,11 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Added tokens before the two reserved ids at the top, in id order (vocab-25 .. vocab-3). */
+/* Added tokens before the two reserved ids at the top, in id order (vocab-26 .. vocab-3). The
+ * DSML token came last and sits first, so the older ones kept their ids. */
 static const struct {
     const char *text;
     int special;
 } chat_tokens[] = {
+    {"\uff5cDSML\uff5c", 1},
     {TEXT_TOKENIZER_DS_USER, 1},
     {TEXT_TOKENIZER_DS_ASSISTANT, 1},
     {TEXT_TOKENIZER_DS_THINK, 0},

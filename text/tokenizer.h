@@ -33,8 +33,8 @@
 #define TEXT_TOKENIZER_SYNTH_BOS_ID 0
 #define TEXT_TOKENIZER_SYNTH_EOS_ID 1
 #define TEXT_TOKENIZER_SYNTH_PAD_ID 2
-/* Smallest vocab_size text_tokenizer_write_synthetic_hf accepts: 3 + 256 bytes + 25 specials. */
-#define TEXT_TOKENIZER_SYNTH_MIN_VOCAB 284u
+/* Smallest vocab_size text_tokenizer_write_synthetic_hf accepts: 3 + 256 bytes + 26 specials. */
+#define TEXT_TOKENIZER_SYNTH_MIN_VOCAB 285u
 /* Largest vocab_size it accepts (its enumerated merges run out past this). */
 #define TEXT_TOKENIZER_SYNTH_MAX_VOCAB (1u << 19)
 
@@ -247,13 +247,36 @@ typedef enum {
     TEXT_CHAT_TOOL = 3, /* a tool result */
 } text_chat_role_t;
 
-/* One chat message (plain data; the strings are borrowed, UTF-8, not necessarily NUL-ended). */
+/*
+ * One tool call of an assistant message (an OpenAI "tool_calls" item; plain data, strings
+ * borrowed, UTF-8, not necessarily NUL-ended). DSV4 renders it as a DSML invoke block
+ * (docs/TOKENIZER.md); DSV3.1 does not render tool calls.
+ */
+typedef struct {
+    const char *id; /* "id": orders the tool results that answer it (encoding_dsv4.py
+                       sort_tool_results_by_call_order); not rendered; NULL when none */
+    size_t id_bytes;
+    const char *name; /* function.name, rendered as is inside name="..." */
+    size_t name_bytes;
+    const char *arguments; /* function.arguments: JSON text of an object (key order kept);
+                              text that is not JSON renders as one string parameter named
+                              "arguments", as the encoder does; JSON that is not an object is
+                              TDM_ERR_INVALID_ARG */
+    size_t arguments_bytes;
+} text_chat_tool_call_t;
+
+/* One chat message (plain data; the strings are borrowed, UTF-8, not necessarily NUL-ended).
+ * Zero-initialise, then set what the message has. */
 typedef struct {
     text_chat_role_t role;
     const char *content; /* may be NULL when content_bytes is 0 */
     size_t content_bytes;
     const char *reasoning; /* assistant reasoning_content (thinking mode); NULL when none */
     size_t reasoning_bytes;
+    const text_chat_tool_call_t *tool_calls; /* ASSISTANT: [n_tool_calls], else none */
+    size_t n_tool_calls;
+    const char *tool_call_id; /* TOOL: the call this result answers; NULL when none */
+    size_t tool_call_id_bytes;
 } text_chat_message_t;
 
 /* Which published DeepSeek conversation format to render. */
@@ -281,15 +304,27 @@ typedef enum {
 typedef struct {
     text_chat_format_t format;
     uint32_t flags; /* text_chat_flags_t bits */
+    /* The request's tools (DSV4 only; DSV3.1 refuses them): JSON text of an array of OpenAI
+     * tools, [{"type": "function", "function": {"name", "description", "parameters", ...}}],
+     * each function object rendered with Python json.dumps formatting in its own key order,
+     * without "strict" and members whose value is null. Attached, as SGLang's DSV4 chat path
+     * does, to the first message when it is a system message, else to an empty system message
+     * put first. Borrowed; NULL (or "[]") when none. */
+    const char *tools_json;
+    size_t tools_json_bytes;
 } text_chat_params_t;
 
-/* text_chat_params_default - DSV4, TEXT_CHAT_ADD_GENERATION_PROMPT, chat (non-thinking). */
+/* text_chat_params_default - DSV4, TEXT_CHAT_ADD_GENERATION_PROMPT, chat (non-thinking), no
+ * tools. */
 void text_chat_params_default(text_chat_params_t *params);
 
 /*
  * text_chat_render - the conversation as prompt text (NUL-terminated; caller frees with
  * free()). Returns TDM_OK, TDM_ERR_INVALID_ARG (unknown role/format/flags, NULL content with
- * content_bytes > 0, NULL outputs; outputs untouched) or TDM_ERR_NO_MEMORY. Thread-safe.
+ * content_bytes > 0, tool calls on a non-assistant message, tool calls or tools with DSV3.1,
+ * tools_json not an array of {"type": "function", "function": {...}} objects, a call whose
+ * arguments are JSON but not an object, NULL outputs; outputs untouched) or TDM_ERR_NO_MEMORY.
+ * Thread-safe.
  */
 tdm_status_t text_chat_render(const text_chat_params_t *params, const text_chat_message_t *messages,
                               size_t n_messages, char **text_out, size_t *n_bytes_out);
@@ -315,8 +350,8 @@ tdm_status_t text_chat_encode(const text_tokenizer_t *tok, const text_chat_param
  * (NUL-terminated; caller frees with free()). Layout (docs/TOKENIZER.md): id 0 BOS
  * "<｜begin▁of▁sentence｜>", 1 EOS "<｜end▁of▁sentence｜>", 2 PAD "<｜▁pad▁｜>", 3..258 the 256
  * byte tokens in byte order, then merges (most frequent pairs of an embedded code-like corpus,
- * then enumerated 2- and 3-character strings), then the 23 chat, tool, FIM and task special tokens,
- * then vocab_size-2 "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens;
+ * then enumerated 2- and 3-character strings), then the 24 DSML, chat, tool, FIM and task special
+ * tokens (vocab_size-26 "｜DSML｜", vocab_size-25 "<｜User｜>", ...), then vocab_size-2 "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens;
  * the same bytes on every run and machine. Pre-tokenizer: DeepSeek-V3's Split sequence plus
  * ByteLevel. Returns TDM_OK, TDM_ERR_INVALID_ARG (vocab_size outside
  * TEXT_TOKENIZER_SYNTH_MIN_VOCAB .. TEXT_TOKENIZER_SYNTH_MAX_VOCAB) or TDM_ERR_NO_MEMORY.

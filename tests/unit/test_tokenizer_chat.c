@@ -129,15 +129,19 @@ static void test_synthetic_layout_has_fixed_special_ids(void **state)
         assert_int_equal(info.bos_id, TEXT_TOKENIZER_SYNTH_BOS_ID);
         assert_int_equal(info.eos_id, TEXT_TOKENIZER_SYNTH_EOS_ID);
         assert_int_equal(info.pad_id, TEXT_TOKENIZER_SYNTH_PAD_ID);
-        assert_int_equal(info.n_added, 28);
-        assert_int_equal(info.n_merges, v - 284);
+        assert_int_equal(info.n_added, 29);
+        assert_int_equal(info.n_merges, v - 285);
         assert_int_equal(special_id(tok, BOS), 0);
         assert_int_equal(special_id(tok, EOS), 1);
         assert_int_equal(special_id(tok, "<｜▁pad▁｜>"), 2);
         assert_int_equal(special_id(tok, "<｜image｜>"), (int32_t)v - 2);
         assert_int_equal(special_id(tok, "<｜dspark▁noise｜>"), (int32_t)v - 1);
+        assert_int_equal(special_id(tok, "｜DSML｜"), (int32_t)v - 26);
         assert_int_equal(special_id(tok, USER), (int32_t)v - 25);
         assert_int_equal(special_id(tok, "<｜read_url｜>"), (int32_t)v - 3);
+        assert_int_equal(text_tokenizer_token_kind(tok, special_id(tok, "｜DSML｜"), &kind),
+                         TDM_OK);
+        assert_int_equal(kind, TEXT_TOKEN_CONTROL);
         assert_int_equal(text_tokenizer_token_kind(tok, special_id(tok, USER), &kind), TDM_OK);
         assert_int_equal(kind, TEXT_TOKEN_CONTROL);
         assert_int_equal(text_tokenizer_token_kind(tok, special_id(tok, "</think>"), &kind),
@@ -326,7 +330,7 @@ static void test_encode_100k_token_context_is_fast(void **state)
 
 static text_chat_message_t msg(text_chat_role_t role, const char *content)
 {
-    text_chat_message_t m = {role, content, strlen(content), NULL, 0};
+    text_chat_message_t m = {.role = role, .content = content, .content_bytes = strlen(content)};
     return m;
 }
 
@@ -409,7 +413,8 @@ static void test_chat_dsv4_tool_results_join_a_user_turn(void **state)
 static void test_chat_dsv31_matches_template(void **state)
 {
     text_chat_message_t msgs[6];
-    text_chat_params_t params = {TEXT_CHAT_FORMAT_DSV31, TEXT_CHAT_ADD_GENERATION_PROMPT};
+    text_chat_params_t params = {.format = TEXT_CHAT_FORMAT_DSV31,
+                                 .flags = TEXT_CHAT_ADD_GENERATION_PROMPT};
 
     (void)state;
     msgs[0] = msg(TEXT_CHAT_SYSTEM, "Be brief.");
