@@ -8,6 +8,7 @@
 
 #include "common/http_status.h"
 #include "common/json.h"
+#include "router/validate_agent.h"
 #include "text/tokenizer.h"
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
@@ -483,6 +484,7 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
 {
     json_t *messages = member(root, "messages");
     text_chat_message_t *msgs = NULL;
+    router_agent_scratch_t scratch = {0};
     char **joined = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -508,7 +510,6 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
     }
     for (size_t i = 0; i < n_msgs && status == TDM_OK; i++) {
         json_t *msg = json_array_get(messages, i);
-        json_t *reasoning;
         if (!json_is_object(msg)) {
             status = bad(err, "invalid_type", "messages", "every message must be an object");
             break;
@@ -518,21 +519,22 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
             status = content_text(json_object_get(msg, "content"), &msgs[i].content,
                                   &msgs[i].content_bytes, &joined[i], err);
         }
-        reasoning = member(msg, "reasoning_content");
-        if (status == TDM_OK && reasoning != NULL) {
-            if (!json_is_string(reasoning)) {
-                status =
-                    bad(err, "invalid_type", "messages", "'reasoning_content' must be a string");
-            } else {
-                msgs[i].reasoning = json_string_value(reasoning);
-                msgs[i].reasoning_bytes = json_string_length(reasoning);
-            }
-        }
+    }
+    if (status == TDM_OK) {
+        /* tool calls, tool results and reasoning (router/validate_agent.c) */
+        status = router_agent_messages(messages, msgs, n_msgs, &scratch, err);
     }
     if (status != TDM_OK) {
         goto out;
     }
     text_chat_params_default(&params);
+    if (req->thinking) {
+        params.flags |= TEXT_CHAT_THINKING;
+    }
+    if (req->tools_json != NULL) {
+        params.tools_json = req->tools_json;
+        params.tools_json_bytes = strlen(req->tools_json);
+    }
     status = text_chat_encode(router_model_tokenizer(model), &params, msgs, n_msgs, &ids, &n_ids);
     if (status == TDM_OK) {
         status = adopt_ids(ids, n_ids, req, err);
@@ -548,6 +550,7 @@ out:
     }
     free(joined);
     free(msgs);
+    router_agent_scratch_fini(&scratch);
     return status;
 }
 
@@ -780,6 +783,9 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
     }
     if (status == TDM_OK) {
         status = get_logprobs(root, api, &req, err_out);
+    }
+    if (status == TDM_OK) {
+        status = router_agent_fields(root, api, &req, err_out);
     }
     if (status == TDM_OK) {
         status = api == ROUTER_API_CHAT ? chat_prompt(model, root, &req, err_out)

@@ -117,6 +117,12 @@ typedef struct {
  *   400 unsupported_input        image content, or the image token id in a prompt
  *   400 invalid_token_id         a prompt id outside [0, V)
  *   400 context_length_exceeded  prompt (plus max_tokens) over the max context
+ *   400 invalid_type / invalid_value / missing_parameter / unsupported_parameter
+ *                                the agent-protocol fields (tools, tool_choice,
+ *                                parallel_tool_calls, thinking, chat_template_kwargs, the
+ *                                messages' tool_calls, tool_call_id, reasoning_content; the
+ *                                deprecated functions / function_call): each refusal is listed
+ *                                in router/validate_agent.h
  * TDM_ERR_NO_MEMORY: *err_out is a 500. `seed_fallback` is the seed used when the client sends
  * none. Thread-safe.
  */
