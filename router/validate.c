@@ -528,9 +528,7 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
         goto out;
     }
     text_chat_params_default(&params);
-    if (req->thinking) {
-        params.flags |= TEXT_CHAT_THINKING;
-    }
+    params.flags |= router_agent_chat_flags(root, req);
     if (req->tools_json != NULL) {
         params.tools_json = req->tools_json;
         params.tools_json_bytes = strlen(req->tools_json);

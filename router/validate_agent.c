@@ -368,11 +368,48 @@ static tdm_status_t get_tool_choice(const json_t *root, router_gen_request_t *re
     return TDM_OK;
 }
 
+/* reasoning_effort: the values DeepSeek-V4's encoder takes ("high" renders as no effort). */
+static tdm_status_t check_effort(const json_t *root, router_apierr_t *err)
+{
+    json_t *effort = member(root, "reasoning_effort");
+
+    if (effort == NULL) {
+        return TDM_OK;
+    }
+    if (!json_is_string(effort)) {
+        return bad(err, "invalid_type", "reasoning_effort", "%s",
+                   "'reasoning_effort' must be a string: \"high\" or \"max\"");
+    }
+    if (strcmp(json_string_value(effort), "high") != 0 &&
+        strcmp(json_string_value(effort), "max") != 0) {
+        return bad(err, "invalid_value", "reasoning_effort",
+                   "'reasoning_effort' must be \"high\" or \"max\" (DeepSeek-V4 has no "
+                   "'%.32s')",
+                   json_string_value(effort));
+    }
+    return TDM_OK;
+}
+
+uint32_t router_agent_chat_flags(const json_t *root, const router_gen_request_t *req)
+{
+    json_t *effort = member(root, "reasoning_effort");
+    uint32_t flags = 0;
+
+    if (req->thinking) {
+        flags |= TEXT_CHAT_THINKING;
+    }
+    if (json_is_string(effort) && strcmp(json_string_value(effort), "max") == 0) {
+        flags |= TEXT_CHAT_REASONING_MAX;
+    }
+    return flags;
+}
+
 tdm_status_t router_agent_fields(const json_t *root, router_api_t api, router_gen_request_t *req,
                                  router_apierr_t *err)
 {
-    static const char *const CHAT_ONLY[] = {"tools", "tool_choice", "parallel_tool_calls",
-                                            "thinking", "chat_template_kwargs"};
+    static const char *const CHAT_ONLY[] = {
+        "tools",    "tool_choice",          "parallel_tool_calls",
+        "thinking", "chat_template_kwargs", "reasoning_effort"};
     static const char *const DEPRECATED[] = {"functions", "function_call"};
     json_t *parallel;
     tdm_status_t status;
@@ -394,6 +431,9 @@ tdm_status_t router_agent_fields(const json_t *root, router_api_t api, router_ge
         return TDM_OK;
     }
     status = get_thinking(root, req, err);
+    if (status == TDM_OK) {
+        status = check_effort(root, err);
+    }
     if (status == TDM_OK) {
         status = get_tools(root, req, err);
     }

@@ -11,6 +11,8 @@
  *   parallel_tool_calls   boolean, default true
  *   thinking              {"type": "enabled" | "disabled"}; default disabled
  *   chat_template_kwargs  {"thinking": bool, "enable_thinking": bool}; the same switch
+ *   reasoning_effort      "high" or "max" (encoding_dsv4.py's values; "max" adds the release's
+ *                         maximum-effort instruction in thinking mode, "high" changes nothing)
  * Message fields: assistant "tool_calls" ([{"id", "type": "function", "function": {"name",
  * "arguments"}}]), "reasoning_content" (string), tool "tool_call_id".
  *
@@ -36,10 +38,12 @@
  *                                       not an object; a known key not a boolean; an unknown key
  *                                       (named); a value that contradicts "thinking" or the
  *                                       other key
+ *   invalid_type / invalid_value, reasoning_effort
+ *                                       not a string; not "high" or "max"
  *   unsupported_parameter, functions / function_call
  *                                       the deprecated function-calling fields (use tools)
  *   unsupported_parameter, tools / tool_choice / parallel_tool_calls / thinking /
- *                          chat_template_kwargs   on /v1/completions
+ *                          chat_template_kwargs / reasoning_effort   on /v1/completions
  *   invalid_type / invalid_value, messages
  *                                       tool_calls on a message that is not the assistant's, not
  *                                       an array, an entry not an object, "type" not "function",
@@ -56,6 +60,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/status.h"
 #include "router/apierr.h"
@@ -83,6 +88,13 @@ typedef struct {
  */
 tdm_status_t router_agent_fields(const json_t *root, router_api_t api, router_gen_request_t *req,
                                  router_apierr_t *err);
+
+/*
+ * router_agent_chat_flags - the text_chat_flags_t bits the request asks for, after
+ * router_agent_fields accepted it: TEXT_CHAT_THINKING (req->thinking) and
+ * TEXT_CHAT_REASONING_MAX (reasoning_effort "max").
+ */
+uint32_t router_agent_chat_flags(const json_t *root, const router_gen_request_t *req);
 
 /*
  * router_agent_messages - fill the tool calls, tool_call_id and reasoning of msgs[i] from

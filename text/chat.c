@@ -19,7 +19,8 @@
 #include <string.h>
 
 #define ALL_CHAT_FLAGS                                                                             \
-    ((uint32_t)(TEXT_CHAT_ADD_GENERATION_PROMPT | TEXT_CHAT_THINKING | TEXT_CHAT_NO_BOS))
+    ((uint32_t)(TEXT_CHAT_ADD_GENERATION_PROMPT | TEXT_CHAT_THINKING | TEXT_CHAT_NO_BOS |          \
+                TEXT_CHAT_REASONING_MAX))
 
 /* ---- segment list (chat_impl.h) -------------------------------------------------------------- */
 
@@ -239,7 +240,8 @@ static tdm_status_t validate(const text_chat_params_t *params, const text_chat_m
         (params->format != TEXT_CHAT_FORMAT_DSV4 && params->format != TEXT_CHAT_FORMAT_DSV31) ||
         (params->flags & ~ALL_CHAT_FLAGS) != 0 ||
         (params->tools_json == NULL && params->tools_json_bytes > 0) ||
-        (params->format == TEXT_CHAT_FORMAT_DSV31 && params->tools_json_bytes > 0)) {
+        (params->format == TEXT_CHAT_FORMAT_DSV31 &&
+         (params->tools_json_bytes > 0 || (params->flags & TEXT_CHAT_REASONING_MAX) != 0))) {
         return TDM_ERR_INVALID_ARG;
     }
     for (size_t i = 0; i < n_messages; i++) {

@@ -42,6 +42,15 @@ static const char TOOLS_HEAD[] =
     "\n"
     "### Available Tool Schemas\n"
     "\n";
+/* REASONING_EFFORT_MAX of encoding_dsv4.py (thinking mode, reasoning_effort "max"). */
+static const char REASONING_MAX[] =
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, "
+    "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
+    "unchecked.\n\n";
 static const char TOOLS_TAIL[] = "\n"
                                  "\n"
                                  "You MUST strictly follow the above defined tool name and "
@@ -343,6 +352,9 @@ void chat_render_dsv4(const text_chat_params_t *params, const text_chat_message_
     for (size_t i = 0; i < n; i++) {
         const dsv4_msg_t *m = &msgs[i];
         int is_last = i + 1 == n;
+        if (i == 0 && thinking && (params->flags & TEXT_CHAT_REASONING_MAX) != 0) {
+            chat_seg_literal(out, REASONING_MAX);
+        }
         if (m->role == TEXT_CHAT_SYSTEM) {
             if (m->src != NULL) {
                 chat_seg_text(out, m->src->content, m->src->content_bytes);

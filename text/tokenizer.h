@@ -298,6 +298,11 @@ typedef enum {
     TEXT_CHAT_THINKING = 1u << 1,
     /* Do not start with "<｜begin▁of▁sentence｜>" (continuing an already encoded prefix). */
     TEXT_CHAT_NO_BOS = 1u << 2,
+    /* DSV4 only: reasoning_effort "max" of encoding_dsv4.py. In thinking mode the release's
+     * maximum-effort instruction ("Reasoning Effort: Absolute maximum ...") opens the prompt,
+     * before the first message; in chat mode it changes nothing. ("high" renders like no
+     * effort at all in that encoder, so it has no flag.) */
+    TEXT_CHAT_REASONING_MAX = 1u << 3,
 } text_chat_flags_t;
 
 /* Chat rendering parameters; fill with text_chat_params_default() and override. */

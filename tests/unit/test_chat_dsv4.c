@@ -79,7 +79,7 @@ static void set_str(const json_t *s, const char **text, size_t *n)
 static void load_conv(const char *path, conv_t *c)
 {
     json_error_t jerr;
-    json_t *messages, *tools, *item;
+    json_t *messages, *tools, *item, *effort;
     size_t i, n_calls = 0, next_call = 0;
 
     memset(c, 0, sizeof(*c));
@@ -122,6 +122,10 @@ static void load_conv(const char *path, conv_t *c)
     text_chat_params_default(&c->params);
     if (json_is_true(json_object_get(c->root, "thinking"))) {
         c->params.flags |= TEXT_CHAT_THINKING;
+    }
+    effort = json_object_get(c->root, "reasoning_effort");
+    if (json_is_string(effort) && strcmp(json_string_value(effort), "max") == 0) {
+        c->params.flags |= TEXT_CHAT_REASONING_MAX;
     }
     tools = json_object_get(c->root, "tools");
     if (tools != NULL) {

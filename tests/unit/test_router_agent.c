@@ -401,6 +401,13 @@ static void test_refusals_name_their_field(void **state)
         {ROUTER_API_CHAT,
          "\"thinking\":{\"type\":\"disabled\"},\"chat_template_kwargs\":{\"thinking\":true}", NULL,
          "invalid_value", "chat_template_kwargs", "disagree"},
+        /* reasoning_effort */
+        {ROUTER_API_CHAT, "\"reasoning_effort\":\"medium\"", NULL, "invalid_value",
+         "reasoning_effort", "medium"},
+        {ROUTER_API_CHAT, "\"reasoning_effort\":5", NULL, "invalid_type", "reasoning_effort",
+         "string"},
+        {ROUTER_API_COMPLETIONS, "\"reasoning_effort\":\"max\"", NULL, "unsupported_parameter",
+         "reasoning_effort", "chat"},
         /* deprecated function calling, and chat-only fields on completions */
         {ROUTER_API_CHAT, "\"functions\":[{\"name\":\"a\"}]", NULL, "unsupported_parameter",
          "functions", "tools"},
