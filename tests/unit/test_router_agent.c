@@ -2,7 +2,8 @@
  * fields of a chat request (tools, tool_choice, parallel_tool_calls, thinking,
  * chat_template_kwargs, messages' tool_calls / tool_call_id / reasoning_content). Every golden
  * conversation of tests/fixtures/chat_dsv4 sent as a request body gives the ids of the
- * reference encoder's text; each refusal of validate_agent.h is a 400 naming its field.
+ * reference encoder's text; each refusal of validate_agent.h is a 400 naming its field; the
+ * chat bodies POST /v1/responses writes pass the same checks.
  * Builds a tiny model with tandem-mkmodel (its synthetic tokenizer has the DSML token). */
 #include <dirent.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <jansson.h>
 
 #include "router/model.h"
+#include "router/responses.h"
 #include "router/validate.h"
 #include "text/tokenizer.h"
 
@@ -538,6 +540,56 @@ static void test_tool_rounds_are_accepted(void **state)
     free(body);
 }
 
+/* Chat bodies that POST /v1/responses writes (router/responses.c) pass these checks: function
+ * tools, a named tool_choice, reasoning -> thinking, function calls and their outputs. */
+static void test_responses_rewrites_pass_the_chat_checks(void **state)
+{
+    static const char *const bodies[] = {
+        "{\"model\":\"tiny\",\"instructions\":\"be brief\",\"input\":\"hi\","
+        "\"max_output_tokens\":9,\"reasoning\":{\"effort\":\"high\"},\"tools\":[{\"type\":"
+        "\"function\",\"name\":\"ls\",\"description\":\"list\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{}},\"strict\":true}],\"tool_choice\":{\"type\":"
+        "\"function\",\"name\":\"ls\"}}",
+        "{\"model\":\"tiny\",\"max_output_tokens\":9,\"tools\":[{\"type\":\"function\","
+        "\"name\":\"ls\"},{\"type\":\"function\",\"name\":\"cat\"}],\"input\":[{\"role\":"
+        "\"developer\",\"content\":\"d\"},{\"type\":\"message\",\"role\":\"user\","
+        "\"content\":[{\"type\":\"input_text\",\"text\":\"a\"}]},{\"type\":\"reasoning\","
+        "\"id\":\"rs_1\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":"
+        "\"think\"}]},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"ls\","
+        "\"arguments\":\"{}\"},{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":"
+        "\"cat\",\"arguments\":\"{\\\"p\\\":1}\"},{\"type\":\"function_call_output\","
+        "\"call_id\":\"c2\",\"output\":\"x\"},{\"type\":\"function_call_output\","
+        "\"call_id\":\"c1\",\"output\":\"x.c\"}]}",
+    };
+    fixture_t *fx = *state;
+    router_responses_t *store = NULL;
+
+    assert_int_equal(router_responses_create(4, &store), TDM_OK);
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        router_responses_req_t rreq;
+        router_gen_request_t req;
+        router_apierr_t err;
+        if (router_responses_request(store, bodies[i], strlen(bodies[i]), i + 1, &rreq, &err) !=
+            TDM_OK) {
+            fail_msg("responses %zu: %s", i, err.message);
+        }
+        if (validate(fx, ROUTER_API_CHAT, rreq.chat_body, &req, &err) != TDM_OK) {
+            fail_msg("chat body %zu refused (%s): %s", i, err.message, rreq.chat_body);
+        }
+        assert_non_null(req.tools_json);
+        if (i == 0) {
+            assert_int_equal(req.thinking, 1);
+            assert_int_equal(req.tool_choice, ROUTER_TOOL_CHOICE_NAMED);
+            assert_string_equal(req.tool_choice_name, "ls");
+        } else {
+            assert_int_equal(req.n_tools, 2);
+        }
+        router_gen_request_fini(&req);
+        router_responses_req_fini(&rreq);
+    }
+    router_responses_destroy(store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -546,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_thinking_spellings_and_default),
         cmocka_unit_test(test_refusals_name_their_field),
         cmocka_unit_test(test_tool_rounds_are_accepted),
+        cmocka_unit_test(test_responses_rewrites_pass_the_chat_checks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
