@@ -356,8 +356,9 @@ tdm_status_t text_chat_encode(const text_tokenizer_t *tok, const text_chat_param
  * "<｜begin▁of▁sentence｜>", 1 EOS "<｜end▁of▁sentence｜>", 2 PAD "<｜▁pad▁｜>", 3..258 the 256
  * byte tokens in byte order, then merges (most frequent pairs of an embedded code-like corpus,
  * then enumerated 2- and 3-character strings), then the 24 DSML, chat, tool, FIM and task special
- * tokens (vocab_size-26 "｜DSML｜", vocab_size-25 "<｜User｜>", ...), then vocab_size-2 "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens;
- * the same bytes on every run and machine. Pre-tokenizer: DeepSeek-V3's Split sequence plus
+ * tokens (vocab_size-26 "｜DSML｜", vocab_size-25 "<｜User｜>", ...), then vocab_size-2
+ * "<｜image｜>" and vocab_size-1 "<｜dspark▁noise｜>". Exactly vocab_size tokens; the same bytes
+ * on every run and machine. Pre-tokenizer: DeepSeek-V3's Split sequence plus
  * ByteLevel. Returns TDM_OK, TDM_ERR_INVALID_ARG (vocab_size outside
  * TEXT_TOKENIZER_SYNTH_MIN_VOCAB .. TEXT_TOKENIZER_SYNTH_MAX_VOCAB) or TDM_ERR_NO_MEMORY.
  */
