@@ -580,11 +580,42 @@ static entry_t *take_scratch(tdm_arena_t *scratch, int64_t n_vocab)
     return work;
 }
 
+/*
+ * The logits the filters see: `logits` itself, or with params->suppress_stop a malloc'ed copy
+ * (*copy_out, caller frees) with every stop id at -inf (min_tokens; only the first tokens of such
+ * a request pay the copy, so the scratch size stays that of the plain path). NULL when out of
+ * memory.
+ */
+static const float *masked_logits(const engine_sampler_params_t *params, const float *logits,
+                                  int64_t n_vocab, float **copy_out)
+{
+    float *copy;
+
+    *copy_out = NULL;
+    if (!params->suppress_stop || params->n_stop_ids == 0) {
+        return logits;
+    }
+    copy = malloc((size_t)n_vocab * sizeof(float));
+    if (copy == NULL) {
+        tdm_log(TDM_LOG_ERROR, SAMPLER_MODULE, "no memory for the suppress_stop copy");
+        return NULL;
+    }
+    *copy_out = copy;
+    memcpy(copy, logits, (size_t)n_vocab * sizeof(float));
+    for (int i = 0; i < params->n_stop_ids && i < ENGINE_SAMPLER_MAX_STOP_IDS; i++) {
+        if (params->stop_ids[i] >= 0 && params->stop_ids[i] < n_vocab) {
+            copy[params->stop_ids[i]] = -INFINITY;
+        }
+    }
+    return copy;
+}
+
 tdm_status_t engine_sampler_sample(const engine_sampler_params_t *params, const float *logits,
                                    int64_t n_vocab, int64_t position, tdm_arena_t *scratch,
                                    engine_sample_t *sample_out)
 {
     engine_sample_t sample;
+    float *copy = NULL;
     size_t mark;
     entry_t *work;
     scan_t scan;
@@ -602,7 +633,9 @@ tdm_status_t engine_sampler_sample(const engine_sampler_params_t *params, const 
     }
     mark = scratch->used_bytes;
     work = take_scratch(scratch, n_vocab);
-    if (work == NULL) {
+    logits = work != NULL ? masked_logits(params, logits, n_vocab, &copy) : NULL;
+    if (work == NULL || logits == NULL) {
+        scratch->used_bytes = mark;
         return TDM_ERR_NO_MEMORY;
     }
     status = scan_logits(logits, n_vocab, &scan);
@@ -624,6 +657,7 @@ tdm_status_t engine_sampler_sample(const engine_sampler_params_t *params, const 
     *sample_out = sample;
 
 out_release_scratch:
+    free(copy);
     scratch->used_bytes = mark;
     return status;
 }
@@ -637,6 +671,7 @@ tdm_status_t engine_sampler_filtered_probs(const engine_sampler_params_t *params
     scan_t scan;
     keep_t keep;
     double z = 0.0;
+    float *copy = NULL;
     tdm_status_t status;
 
     status = check_call(params, logits, n_vocab, scratch);
@@ -649,7 +684,9 @@ tdm_status_t engine_sampler_filtered_probs(const engine_sampler_params_t *params
     }
     mark = scratch->used_bytes;
     work = take_scratch(scratch, n_vocab);
-    if (work == NULL) {
+    logits = work != NULL ? masked_logits(params, logits, n_vocab, &copy) : NULL;
+    if (work == NULL || logits == NULL) {
+        scratch->used_bytes = mark;
         return TDM_ERR_NO_MEMORY;
     }
     status = scan_logits(logits, n_vocab, &scan);
@@ -676,6 +713,7 @@ tdm_status_t engine_sampler_filtered_probs(const engine_sampler_params_t *params
     }
 
 out_release_scratch:
+    free(copy);
     scratch->used_bytes = mark;
     return status;
 }

@@ -68,6 +68,9 @@
  *              1..ENGINE_SAMPLER_MAX_LOGPROBS: also that many best alternatives.
  * stop_ids:    [n_stop_ids] token ids that end the sequence (engine_sampler_is_stop); each in
  *              [0, n_vocab). n_stop_ids in [0, ENGINE_SAMPLER_MAX_STOP_IDS].
+ * suppress_stop: nonzero: every stop id is masked (-inf) before the filters, so none can be
+ *              chosen and the logprobs are those of the masked logits (OpenAI/vLLM min_tokens:
+ *              the caller sets it while fewer than min_tokens tokens were generated). 0 = off.
  */
 typedef struct {
     double temperature;
@@ -78,6 +81,7 @@ typedef struct {
     int n_logprobs;
     int n_stop_ids;
     int32_t stop_ids[ENGINE_SAMPLER_MAX_STOP_IDS];
+    int suppress_stop;
 } engine_sampler_params_t;
 
 /* One token with its log-probability under the model (raw logits, temperature 1, unfiltered). */

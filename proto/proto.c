@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "common/hash.h"
 #include "common/log.h"
 
 #define PROTO_ERR_BYTES 256
@@ -276,4 +277,9 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
         return TDM_ERR_MISMATCH;
     }
     return TDM_OK;
+}
+
+uint64_t proto_choice_seed(uint64_t seed, uint32_t choice)
+{
+    return choice == 0 ? seed : tdm_hash_splitmix64(seed + (uint64_t)choice);
 }

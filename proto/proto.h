@@ -45,6 +45,17 @@
 /* Most alternatives per token in TopLogprobs (OpenAI's top_logprobs limit). */
 #define PROTO_MAX_TOP_LOGPROBS 20u
 
+/* Most choices of one request (SamplingParams.n_choices; the router's "n" limit). */
+#define PROTO_MAX_CHOICES 8u
+
+/*
+ * proto_choice_seed - the sampling seed of choice `choice` of a request seeded `seed`
+ * (SamplingParams.n_choices): choice 0 keeps `seed` (so n = 1 and choice 0 of any n give the same
+ * tokens); choice i > 0 uses SplitMix64(seed + i), so each choice has its own Philox stream and
+ * the set is reproducible for a given seed. Prefill and decode nodes both derive it here.
+ */
+uint64_t proto_choice_seed(uint64_t seed, uint32_t choice);
+
 /* Most stop token ids in SamplingParams. */
 #define PROTO_MAX_STOP_TOKEN_IDS 32u
 

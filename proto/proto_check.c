@@ -91,6 +91,10 @@ static tdm_status_t check_sampling(const Tandem__SamplingParams *s, char *err, s
         return fail(err, err_bytes, "sampling n_logprobs %d not in [-1, %u]", s->n_logprobs,
                     PROTO_MAX_TOP_LOGPROBS);
     }
+    if (s->n_choices > PROTO_MAX_CHOICES) {
+        return fail(err, err_bytes, "sampling n_choices %u over %u", s->n_choices,
+                    PROTO_MAX_CHOICES);
+    }
     return check_tokens("sampling stop_token_ids", s->stop_token_ids, s->n_stop_token_ids,
                         PROTO_MAX_STOP_TOKEN_IDS, err, err_bytes);
 }
@@ -138,8 +142,24 @@ static tdm_status_t check_register(const Tandem__Register *r, char *err, size_t 
     return TDM_OK;
 }
 
+/* One TopLogprobs list (NULL allowed): as many logprobs as tokens, none negative, at most
+ * PROTO_MAX_TOP_LOGPROBS. */
+static tdm_status_t check_top(const char *what, const Tandem__TopLogprobs *top, char *err,
+                              size_t err_bytes)
+{
+    if (top == NULL) {
+        return TDM_OK;
+    }
+    if (top->n_tokens != top->n_logprobs || top->n_tokens > PROTO_MAX_TOP_LOGPROBS) {
+        return fail(err, err_bytes, "%s malformed", what);
+    }
+    return check_tokens(what, top->tokens, top->n_tokens, PROTO_MAX_TOP_LOGPROBS, err, err_bytes);
+}
+
 static tdm_status_t check_notice(const Tandem__CompletionNotice *c, char *err, size_t err_bytes)
 {
+    tdm_status_t status;
+
     if (c->total_len <= c->cached_len) {
         return fail(err, err_bytes, "completion total_len %llu <= cached_len %llu",
                     (unsigned long long)c->total_len, (unsigned long long)c->cached_len);
@@ -147,7 +167,17 @@ static tdm_status_t check_notice(const Tandem__CompletionNotice *c, char *err, s
     if (c->first_token < 0) {
         return fail(err, err_bytes, "completion first_token %d is negative", c->first_token);
     }
-    return TDM_OK;
+    if (c->n_choice_first + 1 > PROTO_MAX_CHOICES) {
+        return fail(err, err_bytes, "completion has %zu extra choices", c->n_choice_first);
+    }
+    status = check_top("completion first_top", c->first_top, err, err_bytes);
+    for (size_t i = 0; i < c->n_choice_first && status == TDM_OK; i++) {
+        if (c->choice_first[i] == NULL || c->choice_first[i]->token < 0) {
+            return fail(err, err_bytes, "completion choice_first[%zu] malformed", i);
+        }
+        status = check_top("completion choice_first top", c->choice_first[i]->top, err, err_bytes);
+    }
+    return status;
 }
 
 static tdm_status_t check_chunk(const Tandem__TokenChunk *t, char *err, size_t err_bytes)
@@ -165,6 +195,10 @@ static tdm_status_t check_chunk(const Tandem__TokenChunk *t, char *err, size_t e
     if (t->n_logprobs != 0 && t->n_logprobs != t->n_tokens) {
         return fail(err, err_bytes, "token_chunk has %zu logprobs for %zu tokens", t->n_logprobs,
                     t->n_tokens);
+    }
+    if (t->choice >= PROTO_MAX_CHOICES) {
+        return fail(err, err_bytes, "token_chunk choice %u over %u", t->choice,
+                    PROTO_MAX_CHOICES - 1);
     }
     if (t->n_top != 0 && t->n_top != t->n_tokens) {
         return fail(err, err_bytes, "token_chunk has %zu top lists for %zu tokens", t->n_top,

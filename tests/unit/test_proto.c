@@ -343,6 +343,12 @@ static void test_structural_checks_refuse_malformed_messages(void **state)
     env.body_case = TANDEM__ENVELOPE__BODY_TOKEN_CHUNK;
     env.token_chunk = &tc;
     assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    tc.choice = PROTO_MAX_CHOICES - 1; /* the last choice a request may have */
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    tc.choice = PROTO_MAX_CHOICES;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "choice"));
+    tc.choice = 0;
     tc.n_tokens = 2; /* a negative id, and 1 logprob for 2 tokens */
     assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
     assert_int_equal(proto_pack(&env, &buf, &n), TDM_ERR_INVALID_ARG);
@@ -361,6 +367,15 @@ static void test_structural_checks_refuse_malformed_messages(void **state)
     assert_non_null(strstr(err, "top_p"));
     sp.top_p = 1.0;
     assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    sp.n_choices = PROTO_MAX_CHOICES + 1;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "n_choices"));
+    sp.n_choices = PROTO_MAX_CHOICES;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    /* choice seeds: choice 0 keeps the seed, the others differ from it and from each other */
+    assert_true(proto_choice_seed(77, 0) == 77);
+    assert_true(proto_choice_seed(77, 1) != 77 && proto_choice_seed(77, 2) != 77);
+    assert_true(proto_choice_seed(77, 1) != proto_choice_seed(77, 2));
     dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
     assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "handoff"));
