@@ -74,6 +74,7 @@ static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position,
     float top_lps[ENGINE_SPEC_MAX_EMIT][ENGINE_SAMPLER_MAX_LOGPROBS];
 
     c.request_id = r->id;
+    c.choice = r->choice;
     c.first_position = position;
     c.n_tokens = (size_t)n;
     c.tokens = (int32_t *)tokens;
@@ -103,14 +104,21 @@ static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position,
     s->out.send(s->out.arg, &env);
 }
 
-/* The Finish of r's turn (plain data: no pointer into r). */
+/* The length of r's session now (what a Finish reports as cached_len). */
+static uint64_t held_len(const req_t *r)
+{
+    return r->session->seq != NULL ? (uint64_t)engine_seq_length(r->session->seq) : 0;
+}
+
+/* The Finish of r's turn (plain data: no pointer into r). A grouped choice that ended last
+ * reports the group: choice 0's reason and cached_len, every choice's tokens. */
 static void finish_of(const req_t *r, Tandem__FinishReason reason, Tandem__Finish *f)
 {
     f->request_id = r->id;
-    f->reason = reason;
-    f->n_generated = r->n_generated;
-    f->cached_len = r->session->seq != NULL ? (uint64_t)engine_seq_length(r->session->seq) : 0;
-    f->n_prefilled = r->n_prefilled;
+    f->reason = r->group != NULL ? r->group->reason : reason;
+    f->n_generated = r->group != NULL ? r->group->n_generated : r->n_generated;
+    f->cached_len = r->group != NULL ? r->group->cached_len : held_len(r);
+    f->n_prefilled = r->group != NULL ? r->group->n_prefilled : r->n_prefilled;
     tdm_log(TDM_LOG_DEBUG, "sched", "finish: request=%llu reason=%s generated=%u cached_len=%llu",
             (unsigned long long)r->id, proto_finish_reason_name(reason), r->n_generated,
             (unsigned long long)f->cached_len);
@@ -154,15 +162,21 @@ static void unlink_req(decode_sched_t *s, req_t *r)
 
 static void free_req(req_t *r)
 {
+    sched_free_fork(r);
     free(r->delta);
     free(r->history);
     free(r);
 }
 
-/* Forget r; its session becomes idle. */
+/* Forget r (no Finish); its session becomes idle. A grouped choice leaves its group (freed with
+ * its last choice). */
 static void end_req(decode_sched_t *s, req_t *r)
 {
     unlink_req(s, r);
+    if (r->group != NULL && sched_group_end(r, TANDEM__FINISH_REASON__FINISH_ABORTED,
+                                            held_len(r))) {
+        free(r->group);
+    }
     free_req(r);
 }
 
@@ -195,12 +209,22 @@ static void end_turn(decode_sched_t *s, req_t *r, Tandem__FinishReason reason, u
                      const int32_t *tokens, const engine_sample_t *samples,
                      const float *logprobs, int n)
 {
+    int last = 1;
+
     unlink_req(s, r);
+    if (r->group != NULL) {
+        last = sched_group_end(r, reason, held_len(r));
+    }
     sched_publish(s);
     if (n > 0) {
         send_tokens(s, r, position, tokens, samples, logprobs, n);
     }
-    send_finish(s, r, reason);
+    if (last && (r->group == NULL || !r->group->failed)) {
+        send_finish(s, r, reason);
+    }
+    if (last) {
+        free(r->group);
+    }
     free_req(r);
 }
 
@@ -291,6 +315,11 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
     return 1;
 }
 
+void sched_note_min_tokens(req_t *r)
+{
+    r->sp.suppress_stop = r->n_generated < r->min_tokens;
+}
+
 /* emit() of one token (a plain decode step, a prefill's or handoff's first token). */
 int sched_emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
                     const engine_sample_t *sample, float logprob)
@@ -325,6 +354,9 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
     r->id = dr->request_id;
     r->session = session;
     r->max_tokens = dr->max_tokens;
+    r->min_tokens = dr->sampling != NULL ? dr->sampling->min_tokens : 0;
+    r->n_choices = dr->sampling != NULL && dr->sampling->n_choices > 1 ? dr->sampling->n_choices
+                                                                        : 1;
     r->canonical = dr->canonical_start;
     session->busy = 1;
     r->next = s->reqs;
@@ -471,12 +503,18 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
 
 static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
 {
-    tdm_log(TDM_LOG_ERROR, "sched", "request failed: request=%llu status=%s",
-            (unsigned long long)r->id, tdm_status_name(status));
-    sched_send_error(s, r->id,
-               status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-                                          : TANDEM__ERROR_CODE__ERROR_INTERNAL,
-               0, tdm_status_message(status));
+    tdm_log(TDM_LOG_ERROR, "sched", "request failed: request=%llu choice=%u status=%s",
+            (unsigned long long)r->id, r->choice, tdm_status_name(status));
+    /* one Error per request: a grouped choice's siblings run on until the router's Abort */
+    if (r->group == NULL || !r->group->failed) {
+        sched_send_error(s, r->id,
+                         status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+                                                    : TANDEM__ERROR_CODE__ERROR_INTERNAL,
+                         0, tdm_status_message(status));
+    }
+    if (r->group != NULL) {
+        r->group->failed = 1;
+    }
     if (status != TDM_ERR_NO_PAGES) {
         decode_sessions_drop_state(r->session);
     }
@@ -534,6 +572,7 @@ static void run_prefill(decode_sched_t *s, req_t *r)
         (void)decode_sessions_note_ids(r->session, H, r->delta, r->n_delta);
     }
     if (status == TDM_OK) {
+        sched_note_min_tokens(r);
         status = engine_sampler_sample(&r->sp, s->logits, s->cfg->vocab_size,
                                        engine_seq_length(seq), &s->arena, &sample);
     }
@@ -550,8 +589,7 @@ static void run_prefill(decode_sched_t *s, req_t *r)
     }
     free(r->delta);
     r->delta = NULL;
-    sched_emit_one(s, r, (uint64_t)engine_seq_length(seq), sample.token, &sample,
-             (float)sample.logprob);
+    sched_start_choices(s, r, sample.token, &sample, (float)sample.logprob, s->logits, NULL);
 }
 
 /* One engine_spec_step over batch[0..n): draft, verify in one pass, stream what each kept. */
@@ -574,6 +612,11 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
         if (max_emit > ENGINE_SPEC_MAX_EMIT) {
             max_emit = ENGINE_SPEC_MAX_EMIT;
         }
+        /* a step below min_tokens stays below it: the mask holds for every token it keeps */
+        if (r->n_generated < r->min_tokens && max_emit > (int64_t)(r->min_tokens - r->n_generated)) {
+            max_emit = (int64_t)(r->min_tokens - r->n_generated);
+        }
+        sched_note_min_tokens(r);
         anchor_pos[i] = a;
         reqs[i].seq = r->session->seq;
         reqs[i].anchor = r->last_token;
@@ -657,6 +700,7 @@ static void run_decode(decode_sched_t *s)
         int64_t q = engine_seq_length(r->session->seq);
         engine_sample_t sample;
 
+        sched_note_min_tokens(r);
         status = engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
         if (status != TDM_OK) {
             fail_req(s, r, status);

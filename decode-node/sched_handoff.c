@@ -153,7 +153,21 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         return;
     }
     s->stats.handoffs_total++;
-    sched_emit_one(s, r, h->total_len, h->first_token, NULL, h->first_logprob);
+    {
+        /* the prefill node's top alternatives of the first token (CompletionNotice.first_top) */
+        engine_sample_t first;
+        memset(&first, 0, sizeof(first));
+        first.token = h->first_token;
+        first.logprob = h->first_logprob;
+        for (size_t i = 0; h->first_top != NULL && i < h->first_top->n_tokens &&
+                           i < ENGINE_SAMPLER_MAX_LOGPROBS;
+             i++) {
+            first.top[i].token = h->first_top->tokens[i];
+            first.top[i].logprob = h->first_top->logprobs[i];
+            first.n_top = (int)i + 1;
+        }
+        sched_start_choices(s, r, h->first_token, &first, h->first_logprob, NULL, h);
+    }
 }
 
 void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
@@ -302,6 +316,9 @@ void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a)
     }
     if (r != NULL) {
         s->stats.aborts_total++;
+    }
+    while (r != NULL) { /* every choice of the request */
         sched_finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
+        r = sched_find_req(s, a->request_id);
     }
 }

@@ -22,6 +22,20 @@ typedef enum {
     REQ_RUNNING = 1, /* in the decode batch */
 } req_phase_t;
 
+/*
+ * The choices of one request with SamplingParams.n_choices > 1 (sched_fork.c): they share the
+ * request id; one Finish goes out when the last ends (choice 0's reason and cached_len, the
+ * summed n_generated), none after an Error was sent for the request.
+ */
+typedef struct req_group {
+    uint32_t n_live;             /* choices not yet ended */
+    uint64_t n_generated;        /* summed over the ended choices */
+    Tandem__FinishReason reason; /* choice 0's, once it ended */
+    uint64_t cached_len;         /* choice 0's session length when it ended */
+    uint64_t n_prefilled;
+    int failed; /* an Error was sent for the request: no Finish */
+} req_group_t;
+
 typedef struct req {
     uint64_t id;
     decode_session_t *session;
@@ -37,6 +51,11 @@ typedef struct req {
     engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
     int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
     int64_t n_history;
+    uint32_t min_tokens;  /* stop ids are masked while n_generated < min_tokens */
+    uint32_t n_choices;   /* SamplingParams.n_choices (>= 1) */
+    uint32_t choice;      /* 0: the session's own; > 0: a fork on `own` */
+    req_group_t *group;   /* NULL for one choice */
+    decode_session_t *own; /* forks: a private session (not in the table) holding the copy */
     struct req *next;
 } req_t;
 
@@ -94,6 +113,30 @@ int64_t sched_rewind_target(const decode_session_t *session, int64_t want);
 
 /* Put the compute thread's counters where /metrics and the link's load report read them. */
 void sched_publish(decode_sched_t *s);
+
+/* Set r->sp.suppress_stop for the token r chooses next (min_tokens). */
+void sched_note_min_tokens(req_t *r);
+
+/* ---- defined in sched_fork.c ------------------------------------------------------------- */
+
+/*
+ * sched_start_choices - r's first token (at position T = its sequence length: `token`, `sample`
+ * (may be NULL) and `logprob`) and, when r->n_choices > 1, its sibling choices: each copies r's
+ * sequence at T (engine_seq_export with pages, engine_seq_import: KV pages copied, nothing
+ * recomputed), samples its first token with proto_choice_seed from `logits` (the prefill's last
+ * row, local prefill) or takes it from h->choice_first (remote prefill, h non-NULL), joins the
+ * batch, and is emitted after r. Out of pages or memory for a copy: an Error for the request and
+ * every choice ends (nothing emitted).
+ */
+void sched_start_choices(decode_sched_t *s, req_t *r, int32_t token, const engine_sample_t *sample,
+                         float logprob, const float *logits, const Tandem__CompletionNotice *h);
+
+/* sched_group_end - r (a grouped choice) ended with `reason`; 1 when it was the group's last
+ * (the caller then sends the group's Finish with sched_group_finish), else 0. */
+int sched_group_end(req_t *r, Tandem__FinishReason reason, uint64_t cached_len);
+
+/* sched_free_fork - destroy a fork's private session (its sequence's pages go back). */
+void sched_free_fork(req_t *r);
 
 /* ---- defined in sched_handoff.c ---------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* job.c - one prefill job (job.h). */
 #include "prefill-node/job.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,12 +368,29 @@ static tdm_status_t stream_drain(put_stream_t *ps)
     return ps->status;
 }
 
+/*
+ * The first tokens of a job: choice 0's (CompletionNotice.first_token) and, with
+ * SamplingParams.n_choices > 1, those of choices 1 .. n - 1 (choice_first), each sampled from the
+ * same last-position logits with proto_choice_seed; with n_logprobs > 0 each carries its top list
+ * (first_top, choice_first[i].top). One malloc'ed block the notice points into; `tops` is its
+ * first member so prefill_job_notice_fini finds the block from either pointer.
+ */
+typedef struct {
+    Tandem__TopLogprobs tops[PROTO_MAX_CHOICES];
+    int32_t top_ids[PROTO_MAX_CHOICES][ENGINE_SAMPLER_MAX_LOGPROBS];
+    float top_lps[PROTO_MAX_CHOICES][ENGINE_SAMPLER_MAX_LOGPROBS];
+    Tandem__ChoiceFirst choices[PROTO_MAX_CHOICES];
+    Tandem__ChoiceFirst *choice_ptrs[PROTO_MAX_CHOICES];
+} first_block_t;
+
 static tdm_status_t sample_first(const engine_model_t *model, const Tandem__SamplingParams *in,
-                                 const float *logits, int64_t position, engine_sample_t *out)
+                                 const float *logits, int64_t position, engine_sample_t *out,
+                                 uint32_t *n_out)
 {
     const engine_config_t *cfg = engine_model_config(model);
     engine_sampler_params_t sp;
     tdm_arena_t arena;
+    uint32_t n = 1;
     tdm_status_t status;
 
     engine_sampler_params_default(&sp);
@@ -381,18 +399,65 @@ static tdm_status_t sample_first(const engine_model_t *model, const Tandem__Samp
         sp.top_k = in->top_k;
         sp.top_p = in->top_p == 0.0 ? 1.0 : in->top_p;
         sp.min_p = in->min_p;
-        sp.seed = in->seed;
-        sp.n_logprobs = in->n_logprobs >= 0 ? 0 : ENGINE_SAMPLER_LOGPROBS_OFF;
+        sp.n_logprobs = in->n_logprobs > ENGINE_SAMPLER_MAX_LOGPROBS ? ENGINE_SAMPLER_MAX_LOGPROBS
+                                                                     : in->n_logprobs;
         for (size_t i = 0; i < in->n_stop_token_ids && i < ENGINE_SAMPLER_MAX_STOP_IDS; i++) {
             sp.stop_ids[sp.n_stop_ids++] = in->stop_token_ids[i];
         }
+        sp.suppress_stop = in->min_tokens > 0; /* the first token is generated token 1 */
+        n = in->n_choices > 1 ? in->n_choices : 1;
+    }
+    if (n > PROTO_MAX_CHOICES) {
+        return TDM_ERR_INVALID_ARG;
     }
     status = tdm_arena_init(&arena, engine_sampler_scratch_bytes(cfg->vocab_size));
-    if (status == TDM_OK) {
-        status = engine_sampler_sample(&sp, logits, cfg->vocab_size, position, &arena, out);
+    for (uint32_t c = 0; c < n && status == TDM_OK; c++) {
+        sp.seed = proto_choice_seed(in != NULL ? in->seed : 0, c);
+        status = engine_sampler_sample(&sp, logits, cfg->vocab_size, position, &arena, &out[c]);
     }
     tdm_arena_fini(&arena);
+    *n_out = n;
     return status;
+}
+
+/* Point `notice` at the first tokens of samples[0..n) (sample_first): first_top and
+ * choice_first, in one block (NULL when neither is needed). TDM_ERR_NO_MEMORY on failure. */
+static tdm_status_t notice_first(Tandem__CompletionNotice *notice, const engine_sample_t *samples,
+                                 uint32_t n, int n_logprobs)
+{
+    first_block_t *b;
+
+    notice->first_token = samples[0].token;
+    notice->first_logprob = (float)samples[0].logprob;
+    if (n <= 1 && n_logprobs <= 0) {
+        return TDM_OK;
+    }
+    b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t c = 0; c < n; c++) {
+        tandem__top_logprobs__init(&b->tops[c]);
+        for (int i = 0; n_logprobs > 0 && i < samples[c].n_top; i++) {
+            b->top_ids[c][i] = samples[c].top[i].token;
+            b->top_lps[c][i] = (float)samples[c].top[i].logprob;
+        }
+        b->tops[c].n_tokens = n_logprobs > 0 ? (size_t)samples[c].n_top : 0;
+        b->tops[c].tokens = b->top_ids[c];
+        b->tops[c].n_logprobs = b->tops[c].n_tokens;
+        b->tops[c].logprobs = b->top_lps[c];
+        if (c > 0) {
+            tandem__choice_first__init(&b->choices[c]);
+            b->choices[c].token = samples[c].token;
+            b->choices[c].logprob = (float)samples[c].logprob;
+            b->choices[c].top = n_logprobs > 0 ? &b->tops[c] : NULL;
+            b->choice_ptrs[c - 1] = &b->choices[c];
+        }
+    }
+    notice->first_top = n_logprobs > 0 ? &b->tops[0] : NULL;
+    notice->choice_first = b->choice_ptrs;
+    notice->n_choice_first = n - 1;
+    return TDM_OK;
 }
 
 /* Run the CED prefill of the delta with the put stream on the engine's per-layer hook. */
@@ -419,7 +484,8 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     xfer_peer_t *peer = NULL;
     engine_seq_t *seq = NULL;
     float *logits = NULL;
-    engine_sample_t sample;
+    engine_sample_t samples[PROTO_MAX_CHOICES];
+    uint32_t n_samples = 0;
     put_stream_t ps;
     int streaming = 0;
     uint64_t *sums = NULL;
@@ -485,7 +551,7 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         status = compute_streaming(env, job, seq, &ps, logits);
     }
     if (status == TDM_OK) {
-        status = sample_first(env->model, job->sampling, logits, (int64_t)T, &sample);
+        status = sample_first(env->model, job->sampling, logits, (int64_t)T, samples, &n_samples);
     }
     report_out->compute_ns = tdm_clock_now_ns() - t0;
     if (status != TDM_OK) {
@@ -538,13 +604,17 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     notice_out->total_len = T;
     notice_out->page_checksums = sums;
     notice_out->n_page_checksums = ps.n_all;
-    notice_out->first_token = sample.token;
-    notice_out->first_logprob = (float)sample.logprob;
     notice_out->sampler_counter = T;
     notice_out->state_record.data = record;
     notice_out->state_record.len = n_record;
     notice_out->state_checksum = tdm_hash_xxh3_64(record, n_record);
     notice_out->prefill_ns = report_out->compute_ns;
+    status = notice_first(notice_out, samples, n_samples,
+                          job->sampling != NULL ? job->sampling->n_logprobs : -1);
+    if (status != TDM_OK) {
+        prefill_job_notice_fini(notice_out);
+        set_err(err, err_bytes, "out of memory");
+    }
 
 out:
     if (streaming) {
@@ -560,6 +630,14 @@ out:
 
 void prefill_job_notice_fini(Tandem__CompletionNotice *notice)
 {
+    if (notice->first_top != NULL) {
+        free(notice->first_top); /* first_block_t's first member */
+    } else if (notice->choice_first != NULL) {
+        free((char *)notice->choice_first - offsetof(first_block_t, choice_ptrs));
+    }
+    notice->first_top = NULL;
+    notice->choice_first = NULL;
+    notice->n_choice_first = 0;
     free(notice->page_checksums);
     free(notice->state_record.data);
     notice->page_checksums = NULL;

@@ -54,7 +54,8 @@ typedef struct {
 
 /*
  * prefill_job_run - run `job` (borrowed). On TDM_OK, *notice_out is filled: its arrays
- * (page_checksums, state_record.data) are malloc'ed; free them with prefill_job_notice_fini.
+ * (page_checksums, state_record.data, and first_top / choice_first when asked for top logprobs or
+ * n_choices > 1) are malloc'ed; free them with prefill_job_notice_fini.
  * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing posted after the abort was seen; pages
  * already put mid-compute stay the reservation's until its timeout, as the decode node's page
  * ownership rule requires); every return leaves no transfer in flight;

@@ -6,11 +6,16 @@
  * whose cached_len the node does not hold gets ERROR_STATE_LOST; bad input gets ERROR_BAD_MESSAGE;
  * an Abort ends a running turn; an aborted reservation's pages come back after the fence; under
  * page pressure the one evict-and-retry rule evicts the idle session and the turn goes on; every
- * page comes back. */
+ * page comes back. min_tokens masks the stop ids for the first tokens; n_choices > 1 prefills
+ * once and forks the sequence: each choice's tokens equal a one-choice turn with its derived
+ * seed (proto_choice_seed), one Finish sums them, an Abort ends them all, every fork's pages come
+ * back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -147,6 +152,27 @@ static void submit_local(node_t *node, uint64_t request_id, const char *session,
     dr.sampling = &sp;
     dr.max_tokens = max_tokens;
     dr.total_len = cached_len + n;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    decode_sched_on_message(node->sched, &env);
+}
+
+/* submit_local with the caller's sampling (min_tokens, n_choices, stop ids, seed ...). */
+static void submit_local_sp(node_t *node, uint64_t request_id, const char *session,
+                            const int32_t *ids, size_t n, uint32_t max_tokens,
+                            Tandem__SamplingParams *sp)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+
+    dr.request_id = request_id;
+    dr.session_id = (char *)session;
+    dr.n_delta_tokens = n;
+    dr.delta_tokens = (int32_t *)ids;
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
+    dr.sampling = sp;
+    dr.max_tokens = max_tokens;
+    dr.total_len = n;
     env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
     env.decode_request = &dr;
     decode_sched_on_message(node->sched, &env);
@@ -446,6 +472,153 @@ static void test_create_without_an_output_is_invalid(void **state)
     decode_sched_destroy(NULL);
 }
 
+/* The tokens of request_id's choice `choice` in order (at most max), checked to start at
+ * position `first` and follow on; returns the count. */
+static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choice, uint64_t first,
+                         int32_t *out, int max)
+{
+    int from = 0;
+    int n = 0;
+    const Tandem__Envelope *e;
+
+    while ((e = next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
+        const Tandem__TokenChunk *c = e->token_chunk;
+        if (c->choice != choice) {
+            continue;
+        }
+        assert_int_equal(c->first_position, first + (uint64_t)n);
+        for (size_t i = 0; i < c->n_tokens && n < max; i++) {
+            out[n++] = c->tokens[i];
+        }
+    }
+    return n;
+}
+
+static void test_min_tokens_masks_the_stop_ids(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    int32_t ids[PROMPT_TOKENS], plain[8], masked[8], stop[1];
+    const Tandem__Finish *f;
+
+    ftu_prompt(5, fx->engine.V, ids, PROMPT_TOKENS);
+    sp.temperature = 0.0;
+    sp.top_p = 1.0;
+    sp.n_logprobs = -1;
+    /* greedy without stop ids: the first token is the one we then make a stop id */
+    submit_local_sp(node, 1, "plain", ids, PROMPT_TOKENS, 6, &sp);
+    assert_int_equal(run_to_finish(node, 1)->n_generated, 6);
+    assert_int_equal(choice_tokens(node, 1, 0, PROMPT_TOKENS, plain, 8), 6);
+    stop[0] = plain[0];
+    sp.stop_token_ids = stop;
+    sp.n_stop_token_ids = 1;
+    /* min_tokens 0: that id ends the turn at once */
+    submit_local_sp(node, 2, "stop", ids, PROMPT_TOKENS, 6, &sp);
+    f = run_to_finish(node, 2);
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_STOP_TOKEN);
+    assert_int_equal(f->n_generated, 1);
+    /* min_tokens 3: the id is masked for the first three tokens; the turn goes on */
+    sp.min_tokens = 3;
+    submit_local_sp(node, 3, "min", ids, PROMPT_TOKENS, 6, &sp);
+    f = run_to_finish(node, 3);
+    assert_true(f->n_generated >= 4);
+    assert_int_equal(choice_tokens(node, 3, 0, PROMPT_TOKENS, masked, 8), (int)f->n_generated);
+    for (int i = 0; i < 3; i++) {
+        assert_true(masked[i] != stop[0]);
+    }
+    print_message("min_tokens: plain first %d; with min_tokens 3: %d %d %d ... (%llu tokens)\n",
+                  plain[0], masked[0], masked[1], masked[2],
+                  (unsigned long long)f->n_generated);
+}
+
+static void test_n_choices_fork_one_prefill(void **state)
+{
+    enum { N = 3, T = 5 };
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    int32_t ids[PROMPT_TOKENS], got[N][8], alone[8];
+    const Tandem__Finish *f;
+    decode_stats_t before, after;
+    int from = 0;
+
+    ftu_prompt(9, fx->engine.V, ids, PROMPT_TOKENS);
+    sp.temperature = 1.0;
+    sp.top_p = 1.0;
+    sp.seed = 1234;
+    sp.n_logprobs = 0;
+    sp.n_choices = N;
+    decode_sched_stats(node->sched, &before);
+    submit_local_sp(node, 7, "forked", ids, PROMPT_TOKENS, T, &sp);
+    f = run_to_finish(node, 7);
+    decode_sched_stats(node->sched, &after);
+    /* one Finish for the request, summing the choices; the prompt prefilled once */
+    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from));
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from)); /* only one */
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    assert_int_equal(f->n_generated, N * T);
+    assert_int_equal(f->n_prefilled, PROMPT_TOKENS);
+    assert_int_equal(f->cached_len, PROMPT_TOKENS + T - 1);
+    assert_int_equal(after.local_prefill_tokens_total - before.local_prefill_tokens_total,
+                     PROMPT_TOKENS);
+    assert_int_equal(after.requests_total - before.requests_total, 1);
+    assert_int_equal(after.running_sequences, 0);
+    /* the forks' pages are back: only the session keeps pages */
+    assert_int_equal(after.free_pages + after.session_pages, POOL_PAGES);
+    for (uint32_t c = 0; c < N; c++) {
+        assert_int_equal(choice_tokens(node, 7, c, PROMPT_TOKENS, got[c], 8), T);
+    }
+    /* each choice = a one-choice turn on a fresh session with the derived seed */
+    sp.n_choices = 0;
+    for (uint32_t c = 0; c < N; c++) {
+        char session[16];
+        snprintf(session, sizeof(session), "alone-%u", c);
+        sp.seed = proto_choice_seed(1234, c);
+        submit_local_sp(node, 100 + c, session, ids, PROMPT_TOKENS, T, &sp);
+        run_to_finish(node, 100 + c);
+        assert_int_equal(choice_tokens(node, 100 + c, 0, PROMPT_TOKENS, alone, 8), T);
+        assert_memory_equal(alone, got[c], T * sizeof(int32_t));
+    }
+    assert_int_equal(proto_choice_seed(1234, 0), 1234);
+    assert_true(memcmp(got[0], got[1], T * sizeof(int32_t)) != 0 ||
+                memcmp(got[1], got[2], T * sizeof(int32_t)) != 0);
+    print_message("n=3 forked: %d %d %d | %d %d %d | %d %d %d ...\n", got[0][0], got[0][1],
+                  got[0][2], got[1][0], got[1][1], got[1][2], got[2][0], got[2][1], got[2][2]);
+}
+
+static void test_abort_ends_every_choice(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    int32_t ids[PROMPT_TOKENS];
+    const Tandem__Finish *f;
+    decode_stats_t st;
+    int from = 0;
+
+    ftu_prompt(11, fx->engine.V, ids, PROMPT_TOKENS);
+    sp.temperature = 0.7;
+    sp.top_p = 1.0;
+    sp.seed = 5;
+    sp.n_logprobs = -1;
+    sp.n_choices = 4;
+    submit_local_sp(node, 9, "aborted", ids, PROMPT_TOKENS, 40, &sp);
+    decode_sched_step(node->sched);
+    decode_sched_step(node->sched);
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.running_sequences, 4);
+    submit_abort(node, 9, 0);
+    f = run_to_finish(node, 9);
+    assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
+    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from));
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from)); /* only one */
+    decode_sched_step(node->sched);
+    decode_sched_stats(node->sched, &st);
+    assert_int_equal(st.running_sequences, 0);
+    assert_int_equal(st.free_pages + st.session_pages, POOL_PAGES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +633,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_page_pressure_evicts_the_idle_session_and_retries,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_without_an_output_is_invalid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_min_tokens_masks_the_stop_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_n_choices_fork_one_prefill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abort_ends_every_choice, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
