@@ -13,6 +13,8 @@
 
 #define INFLIGHT_BUCKETS 1024u
 
+_Static_assert(ROUTER_MAX_CHOICES <= PROTO_MAX_CHOICES, "a request's choices must fit the protocol");
+
 typedef enum {
     STAGE_RESERVING = 0,  /* ReservePages sent to the decode worker */
     STAGE_PREFILLING = 1, /* PrefillJob sent to a prefill worker */
@@ -33,7 +35,8 @@ typedef struct inflight {
     uint64_t reservation_id;
     size_t cached_len;    /* H of this attempt */
     size_t total_len;     /* T of this attempt */
-    uint32_t n_generated; /* tokens posted to the request */
+    uint32_t n_generated; /* tokens of choice 0 posted to the request */
+    uint32_t n_fork_generated[PROTO_MAX_CHOICES]; /* choices 1.. (n > 1): tokens posted */
     uint32_t attempts;
     uint64_t deadline_ns; /* stage deadline (RESERVING, PREFILLING) */
     uint64_t t_last_token_ns;
@@ -273,6 +276,8 @@ static void fill_sampling(const router_dispatch_t *d, const router_gen_request_t
     s->min_p = gen->min_p;
     s->seed = gen->seed;
     s->n_logprobs = gen->n_logprobs;
+    s->n_choices = gen->n_choices > 1 ? gen->n_choices : 0;
+    s->min_tokens = gen->min_tokens;
     s->n_stop_token_ids = 0;
     s->stop_token_ids = stop_ids;
     if (!gen->ignore_eos && d->info->eos_id >= 0) {
@@ -296,6 +301,9 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     size_t delta = f->total_len - f->cached_len;
 
     fill_sampling(d, gen, &sp, stop_ids);
+    if (f->n_generated == 0) { /* usage.prompt_tokens_details.cached_tokens: H of this attempt */
+        router_request_set_cached_tokens(f->req, f->cached_len);
+    }
     dr.request_id = f->id;
     dr.session_id = s->id;
     dr.cached_len = f->cached_len;
@@ -396,9 +404,21 @@ static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
 
 static void retry(router_dispatch_t *d, inflight_t *f, const char *why, uint64_t now_ns)
 {
+    const router_gen_request_t *gen = router_request_gen(f->req);
+    uint32_t posted = f->n_generated;
+
     router_metrics_count(d->metrics, ROUTER_METRIC_RETRIES, 1);
     f->attempts++;
     set_prefill(d, f, -1, 0, 0);
+    for (uint32_t c = 1; c < PROTO_MAX_CHOICES; c++) {
+        posted += f->n_fork_generated[c];
+    }
+    if (gen->n_choices > 1 && posted > 0) {
+        /* the forks' state is gone with the attempt; a retry continues the session alone */
+        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
+             "the %u choices could not be finished (%s)", gen->n_choices, why);
+        return;
+    }
     if (f->attempts >= d->params.max_attempts) {
         fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
              "the request could not be served after %u attempts (last: %s)", f->attempts, why);
@@ -645,6 +665,11 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
         return;
     }
     gen = router_request_gen(f->req);
+    if (t->choice >= (gen->n_choices > 1 ? gen->n_choices : 1)) {
+        fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
+             "decode worker sent choice %u of a request with %u", t->choice, gen->n_choices);
+        return;
+    }
     for (size_t i = 0; i < t->n_tokens; i++) {
         if ((uint32_t)t->tokens[i] >= d->info->n_vocab) {
             fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
@@ -653,6 +678,21 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
         }
     }
     n = t->n_tokens;
+    if (t->choice > 0) {
+        /* another choice: its own count; the session's history continues choice 0 only */
+        uint32_t *done = &f->n_fork_generated[t->choice];
+        if (n > gen->max_tokens - *done) {
+            n = gen->max_tokens - *done;
+        }
+        if (n > 0 && router_request_post_tokens(f->req, t->choice, t->tokens,
+                                                t->n_logprobs > 0 ? t->logprobs : NULL,
+                                                t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
+            fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+            return;
+        }
+        *done += (uint32_t)n;
+        return;
+    }
     if (n > gen->max_tokens - f->n_generated) {
         n = gen->max_tokens - f->n_generated;
     }
@@ -660,7 +700,7 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
         return;
     }
     if (router_sessions_append(d->sessions, f->session, t->tokens, n) != TDM_OK ||
-        router_request_post_tokens(f->req, t->tokens, t->n_logprobs > 0 ? t->logprobs : NULL,
+        router_request_post_tokens(f->req, 0, t->tokens, t->n_logprobs > 0 ? t->logprobs : NULL,
                                    t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
         fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
         return;

@@ -144,6 +144,26 @@ static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *con
     return respond(conn, TDM_HTTP_OK, "application/json", body, strlen(body), NULL);
 }
 
+/* GET /v1/models/{id}: the served model's object, or a 404 model_not_found (OpenAI's shape). */
+static enum MHD_Result serve_model(router_http_t *h, struct MHD_Connection *conn, const char *id)
+{
+    const router_model_info_t *info = router_model_info(h->model);
+    router_apierr_t err;
+    char *body;
+
+    if (strcmp(id, info->name) != 0) {
+        router_apierr_set(&err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found",
+                          "model", "the model '%.200s' does not exist; this deployment serves '%s'",
+                          id, info->name);
+        return respond_error(h, conn, &err);
+    }
+    body = router_openai_model(info->name, info->max_context, info->n_vocab);
+    if (body == NULL) {
+        return MHD_NO;
+    }
+    return respond(conn, TDM_HTTP_OK, "application/json", body, strlen(body), NULL);
+}
+
 /* ---- generation ------------------------------------------------------------------------- */
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -481,6 +501,12 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
             return serve_health(h, conn);
         }
         return url[1] == 'm' ? serve_metrics(h, conn) : serve_models(h, conn);
+    }
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11] != '\0') {
+        if (!get) {
+            return wrong_method(h, conn, "GET");
+        }
+        return serve_model(h, conn, url + 11); /* the id may hold '/' (org/name) */
     }
     router_apierr_set(&err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "not_found", NULL,
                       "no such endpoint: %.200s %.200s", method, url);

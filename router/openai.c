@@ -110,15 +110,18 @@ static json_t *base(const router_openai_ctx_t *ctx, const char *object)
     return root;
 }
 
-static json_t *usage(uint64_t prompt_tokens, uint64_t completion_tokens)
+static json_t *usage(const router_openai_usage_t *u)
 {
-    json_t *u = json_object();
+    json_t *out = json_object();
+    json_t *details = json_object();
 
-    json_object_set_new(u, "prompt_tokens", json_integer((json_int_t)prompt_tokens));
-    json_object_set_new(u, "completion_tokens", json_integer((json_int_t)completion_tokens));
-    json_object_set_new(u, "total_tokens",
-                        json_integer((json_int_t)(prompt_tokens + completion_tokens)));
-    return u;
+    json_object_set_new(out, "prompt_tokens", json_integer((json_int_t)u->prompt_tokens));
+    json_object_set_new(out, "completion_tokens", json_integer((json_int_t)u->completion_tokens));
+    json_object_set_new(out, "total_tokens",
+                        json_integer((json_int_t)(u->prompt_tokens + u->completion_tokens)));
+    json_object_set_new(details, "cached_tokens", json_integer((json_int_t)u->cached_tokens));
+    json_object_set_new(out, "prompt_tokens_details", details);
+    return out;
 }
 
 static char *dump(json_t *root)
@@ -146,34 +149,45 @@ static json_t *logprobs_value(const json_t *logprobs)
     return logprobs != NULL ? json_deep_copy(logprobs) : json_null();
 }
 
-/* base(ctx, object) with one choice: index 0, `key` = value (taken, may be NULL: then nothing is
- * built), logprobs and finish_reason. NULL when out of memory. */
-static json_t *one_choice(const router_openai_ctx_t *ctx, const char *object, const char *key,
-                          json_t *value, const json_t *logprobs, const char *finish_reason)
+/* One choice object: `index`, `key` = value (taken, may be NULL: then NULL), logprobs and
+ * finish_reason. NULL when out of memory. */
+static json_t *choice_object(uint32_t index, const char *key, json_t *value,
+                             const json_t *logprobs, const char *finish_reason)
+{
+    /* "o" takes each reference, also when packing fails */
+    return json_pack("{s:i, s:o, s:o, s:o}", "index", (int)index, key, value, "logprobs",
+                     logprobs_value(logprobs), "finish_reason", finish_value(finish_reason));
+}
+
+/* base(ctx, object) with one choice (choice_object). NULL when out of memory. */
+static json_t *one_choice(const router_openai_ctx_t *ctx, const char *object, uint32_t index,
+                          const char *key, json_t *value, const json_t *logprobs,
+                          const char *finish_reason)
 {
     json_t *root = base(ctx, object);
-    /* "o" takes each reference, also when packing fails */
-    json_t *choices =
-        json_pack("[{s:i, s:o, s:o, s:o}]", "index", 0, key, value, "logprobs",
-                  logprobs_value(logprobs), "finish_reason", finish_value(finish_reason));
+    json_t *choice = choice_object(index, key, value, logprobs, finish_reason);
+    json_t *choices = json_array();
 
-    if (root == NULL || choices == NULL) {
+    if (root == NULL || choice == NULL || choices == NULL) {
         json_decref(root);
+        json_decref(choice);
         json_decref(choices);
         return NULL;
     }
+    json_array_append_new(choices, choice);
     json_object_set_new(root, "choices", choices);
     return root;
 }
 
-char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
-                          int role_first, const char *finish_reason, const json_t *logprobs)
+char *router_openai_chunk(const router_openai_ctx_t *ctx, uint32_t index, const char *text,
+                          size_t n_text, int role_first, const char *finish_reason,
+                          const json_t *logprobs)
 {
     json_t *delta;
 
     if (ctx->api != ROUTER_API_CHAT) {
-        return dump(one_choice(ctx, "text_completion", "text", text_value(text, n_text), logprobs,
-                               finish_reason));
+        return dump(one_choice(ctx, "text_completion", index, "text", text_value(text, n_text),
+                               logprobs, finish_reason));
     }
     delta = json_object();
     if (delta != NULL && role_first) {
@@ -182,11 +196,11 @@ char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size
     if (delta != NULL && (n_text > 0 || role_first)) {
         json_object_set_new(delta, "content", text_value(text, n_text));
     }
-    return dump(one_choice(ctx, "chat.completion.chunk", "delta", delta, logprobs, finish_reason));
+    return dump(
+        one_choice(ctx, "chat.completion.chunk", index, "delta", delta, logprobs, finish_reason));
 }
 
-char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_tokens,
-                                uint64_t completion_tokens)
+char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, const router_openai_usage_t *u)
 {
     json_t *root =
         base(ctx, ctx->api == ROUTER_API_CHAT ? "chat.completion.chunk" : "text_completion");
@@ -195,44 +209,60 @@ char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_
         return NULL;
     }
     json_object_set_new(root, "choices", json_array());
-    json_object_set_new(root, "usage", usage(prompt_tokens, completion_tokens));
+    json_object_set_new(root, "usage", usage(u));
     return dump(root);
 }
 
-char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
-                             const char *finish_reason, const json_t *logprobs,
-                             uint64_t prompt_tokens, uint64_t completion_tokens)
+/* The value of a choice: a chat message {role, content} or a completion's text. */
+static json_t *choice_value(router_api_t api, const char *text, size_t n_text)
 {
-    json_t *root;
+    json_t *message;
 
-    if (ctx->api == ROUTER_API_CHAT) {
-        json_t *message = json_object();
+    if (api != ROUTER_API_CHAT) {
+        return text_value(text, n_text);
+    }
+    message = json_object();
+    if (message != NULL) {
+        json_object_set_new(message, "role", json_string("assistant"));
+        json_object_set_new(message, "content", text_value(text, n_text));
+    }
+    return message;
+}
 
-        if (message != NULL) {
-            json_object_set_new(message, "role", json_string("assistant"));
-            json_object_set_new(message, "content", text_value(text, n_text));
+char *router_openai_response(const router_openai_ctx_t *ctx, const router_openai_choice_t *choices,
+                             uint32_t n_choices, const router_openai_usage_t *u)
+{
+    int chat = ctx->api == ROUTER_API_CHAT;
+    json_t *root = base(ctx, chat ? "chat.completion" : "text_completion");
+    json_t *list = json_array();
+
+    if (root == NULL || list == NULL) {
+        json_decref(root);
+        json_decref(list);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n_choices; i++) {
+        const router_openai_choice_t *c = &choices[i];
+        json_t *choice =
+            choice_object(i, chat ? "message" : "text", choice_value(ctx->api, c->text, c->n_text),
+                          c->logprobs, c->finish_reason);
+        if (choice == NULL || json_array_append_new(list, choice) != 0) {
+            json_decref(root);
+            json_decref(list);
+            return NULL;
         }
-        root = one_choice(ctx, "chat.completion", "message", message, logprobs, finish_reason);
-    } else {
-        root = one_choice(ctx, "text_completion", "text", text_value(text, n_text), logprobs,
-                          finish_reason);
     }
-    if (root != NULL) {
-        json_object_set_new(root, "usage", usage(prompt_tokens, completion_tokens));
-    }
+    json_object_set_new(root, "choices", list);
+    json_object_set_new(root, "usage", usage(u));
     return dump(root);
 }
 
-char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_vocab)
+/* The OpenAI model object of the served model (new reference or NULL). */
+static json_t *model_object(const char *model, uint32_t max_context, uint32_t n_vocab)
 {
-    json_t *root = json_object();
-    json_t *data = json_array();
     json_t *entry = json_object();
 
-    if (root == NULL || data == NULL || entry == NULL) {
-        json_decref(root);
-        json_decref(data);
-        json_decref(entry);
+    if (entry == NULL) {
         return NULL;
     }
     json_object_set_new(entry, "id", json_string(model));
@@ -241,6 +271,26 @@ char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_v
     json_object_set_new(entry, "owned_by", json_string("tandem"));
     json_object_set_new(entry, "max_model_len", json_integer(max_context));
     json_object_set_new(entry, "vocab_size", json_integer(n_vocab));
+    return entry;
+}
+
+char *router_openai_model(const char *model, uint32_t max_context, uint32_t n_vocab)
+{
+    return dump(model_object(model, max_context, n_vocab));
+}
+
+char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_vocab)
+{
+    json_t *root = json_object();
+    json_t *data = json_array();
+    json_t *entry = model_object(model, max_context, n_vocab);
+
+    if (root == NULL || data == NULL || entry == NULL) {
+        json_decref(root);
+        json_decref(data);
+        json_decref(entry);
+        return NULL;
+    }
     json_array_append_new(data, entry);
     json_object_set_new(root, "object", json_string("list"));
     json_object_set_new(root, "data", data);

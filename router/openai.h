@@ -24,6 +24,23 @@ typedef struct {
     int64_t created_s; /* Unix time of the request (wall clock: display only) */
 } router_openai_ctx_t;
 
+/* Token counts of a response's "usage" (plain data). completion_tokens sums every choice;
+ * cached_tokens: prompt tokens reused from the session's KV instead of prefilled
+ * (usage.prompt_tokens_details.cached_tokens). */
+typedef struct {
+    uint64_t prompt_tokens;
+    uint64_t completion_tokens;
+    uint64_t cached_tokens;
+} router_openai_usage_t;
+
+/* One choice of a whole response (plain data; borrowed). */
+typedef struct {
+    const char *text; /* [n_text] bytes of valid UTF-8 */
+    size_t n_text;
+    const char *finish_reason; /* "stop" or "length" */
+    const json_t *logprobs;    /* folded value (router_openai_logprobs_fold) or NULL */
+} router_openai_choice_t;
+
 /*
  * router_openai_logprob_entry - the log-probability JSON of one generated token in the
  * endpoint's format (chat: {"token","logprob","bytes","top_logprobs"}; completions: the token
@@ -43,30 +60,33 @@ json_t *router_openai_logprob_entry(router_api_t api, const text_tokenizer_t *to
 json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries);
 
 /*
- * router_openai_chunk - one streaming chunk as compact JSON text (caller frees with free()).
- * text: [n_text] bytes of new output (valid UTF-8). role_first: chat only, the first chunk
- * carries delta.role. finish_reason: "stop", "length" or NULL. logprobs: a folded value or NULL
- * (borrowed). usage: NULL, or {prompt, completion} counts when include_usage asks for the final
- * usage chunk (then choices is empty). NULL when out of memory.
+ * router_openai_chunk - one streaming chunk of choice `index` as compact JSON text (caller frees
+ * with free()). text: [n_text] bytes of new output (valid UTF-8). role_first: chat only, the
+ * choice's first chunk carries delta.role. finish_reason: "stop", "length" or NULL. logprobs: a
+ * folded value or NULL (borrowed). NULL when out of memory.
  */
-char *router_openai_chunk(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
-                          int role_first, const char *finish_reason, const json_t *logprobs);
+char *router_openai_chunk(const router_openai_ctx_t *ctx, uint32_t index, const char *text,
+                          size_t n_text, int role_first, const char *finish_reason,
+                          const json_t *logprobs);
 
-/* router_openai_usage_chunk - the final usage-only chunk (choices []). free() the text. */
-char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, uint64_t prompt_tokens,
-                                uint64_t completion_tokens);
+/* router_openai_usage_chunk - the final usage-only chunk (choices [], stream_options
+ * include_usage). free() the text; NULL when out of memory. */
+char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, const router_openai_usage_t *u);
 
 /*
- * router_openai_response - the whole non-streamed response as JSON text (free()). logprobs may
- * be NULL (rendered null).
+ * router_openai_response - the whole non-streamed response as JSON text (free()): choices[i] has
+ * index i, then usage. NULL when out of memory.
  */
-char *router_openai_response(const router_openai_ctx_t *ctx, const char *text, size_t n_text,
-                             const char *finish_reason, const json_t *logprobs,
-                             uint64_t prompt_tokens, uint64_t completion_tokens);
+char *router_openai_response(const router_openai_ctx_t *ctx, const router_openai_choice_t *choices,
+                             uint32_t n_choices, const router_openai_usage_t *u);
 
 /* router_openai_models - the GET /v1/models body for one served model (free()): its id,
  * max_model_len (tokens, prompt + completion) and vocab_size (valid token ids are 0 .. n_vocab-1,
  * for clients that send token-id prompts, e.g. tandem-bench). NULL when out of memory. */
 char *router_openai_models(const char *model, uint32_t max_context, uint32_t n_vocab);
+
+/* router_openai_model - the GET /v1/models/{id} body: the one model object of that list
+ * (free()). NULL when out of memory. */
+char *router_openai_model(const char *model, uint32_t max_context, uint32_t n_vocab);
 
 #endif

@@ -24,6 +24,7 @@ struct router_request {
     char asked_session[ROUTER_SESSION_ID_BYTES + 1];
     char session[ROUTER_SESSION_ID_BYTES + 1];
     router_request_batch_t pending; /* guarded by lock */
+    uint64_t cached_tokens;         /* guarded by lock */
 };
 
 tdm_status_t router_request_create(router_gen_request_t *gen, const char *session_id, uint64_t id,
@@ -137,6 +138,12 @@ static tdm_status_t batch_reserve(router_request_batch_t *b, size_t n)
     }
     b->ids = p;
     cap = b->cap;
+    p = tdm_array_grow(b->choice, sizeof(*b->choice), n, BATCH_MIN_TOKENS, &cap);
+    if (p == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    b->choice = p;
+    cap = b->cap;
     p = tdm_array_grow(b->logprobs, sizeof(*b->logprobs), n, BATCH_MIN_TOKENS, &cap);
     if (p == NULL) {
         return TDM_ERR_NO_MEMORY;
@@ -166,9 +173,26 @@ static tdm_status_t batch_reserve(router_request_batch_t *b, size_t n)
     return TDM_OK;
 }
 
-tdm_status_t router_request_post_tokens(router_request_t *request, const int32_t *ids,
-                                        const float *logprobs, Tandem__TopLogprobs *const *top,
-                                        size_t n)
+void router_request_set_cached_tokens(router_request_t *request, uint64_t n)
+{
+    pthread_mutex_lock(&request->lock);
+    request->cached_tokens = n;
+    pthread_mutex_unlock(&request->lock);
+}
+
+uint64_t router_request_cached_tokens(router_request_t *request)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&request->lock);
+    n = request->cached_tokens;
+    pthread_mutex_unlock(&request->lock);
+    return n;
+}
+
+tdm_status_t router_request_post_tokens(router_request_t *request, uint32_t choice,
+                                        const int32_t *ids, const float *logprobs,
+                                        Tandem__TopLogprobs *const *top, size_t n)
 {
     router_request_batch_t *b = &request->pending;
     tdm_status_t status = TDM_OK;
@@ -185,6 +209,7 @@ tdm_status_t router_request_post_tokens(router_request_t *request, const int32_t
         size_t k = b->n + i;
         size_t n_top = 0;
         b->ids[k] = ids[i];
+        b->choice[k] = (uint8_t)choice;
         b->logprobs[k] = logprobs != NULL ? logprobs[i] : NAN;
         if (top != NULL && top[i] != NULL) {
             n_top = top[i]->n_tokens < ROUTER_REQUEST_MAX_TOP ? top[i]->n_tokens
@@ -246,6 +271,7 @@ tdm_status_t router_request_take(router_request_t *request, uint64_t deadline_ns
     if (request->pending.n > 0) {
         swap = *batch;
         batch->ids = request->pending.ids;
+        batch->choice = request->pending.choice;
         batch->logprobs = request->pending.logprobs;
         batch->n_top = request->pending.n_top;
         batch->top_ids = request->pending.top_ids;
@@ -253,6 +279,7 @@ tdm_status_t router_request_take(router_request_t *request, uint64_t deadline_ns
         batch->n = request->pending.n;
         batch->cap = request->pending.cap;
         request->pending.ids = swap.ids;
+        request->pending.choice = swap.choice;
         request->pending.logprobs = swap.logprobs;
         request->pending.n_top = swap.n_top;
         request->pending.top_ids = swap.top_ids;
@@ -271,6 +298,7 @@ tdm_status_t router_request_take(router_request_t *request, uint64_t deadline_ns
 void router_request_batch_fini(router_request_batch_t *batch)
 {
     free(batch->ids);
+    free(batch->choice);
     free(batch->logprobs);
     free(batch->n_top);
     free(batch->top_ids);

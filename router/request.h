@@ -37,11 +37,12 @@ typedef enum {
 /*
  * What router_request_take hands the HTTP thread (plain data; the caller owns the arrays, which
  * take grows; zero it before first use and free it with router_request_batch_fini).
- * Per token i: ids[i], logprobs[i] (NaN when the worker sent none), n_top[i] alternatives in
+ * Per token i: ids[i], choice[i] (which of the request's n choices), logprobs[i] (NaN when the worker sent none), n_top[i] alternatives in
  * top_ids / top_logprobs [i * ROUTER_REQUEST_MAX_TOP, ...).
  */
 typedef struct {
     int32_t *ids;
+    uint8_t *choice; /* choice index of token i (0 .. n_choices - 1) */
     float *logprobs;
     uint8_t *n_top;
     int32_t *top_ids;
@@ -90,13 +91,21 @@ void router_request_set_session(router_request_t *request, const char *session_i
 void router_request_session(router_request_t *request, char *out, size_t out_bytes);
 
 /*
- * router_request_post_tokens - append n tokens (control thread). logprobs may be NULL; top
+ * router_request_set_cached_tokens - the prompt tokens the serving attempt reused from the
+ * session instead of prefilling (its H; usage.prompt_tokens_details.cached_tokens). Control
+ * thread, before the first token; router_request_cached_tokens reads it (any thread).
+ */
+void router_request_set_cached_tokens(router_request_t *request, uint64_t n);
+uint64_t router_request_cached_tokens(router_request_t *request);
+
+/*
+ * router_request_post_tokens - append n tokens of choice `choice` (control thread). logprobs may be NULL; top
  * may be NULL or hold n entries with up to ROUTER_REQUEST_MAX_TOP alternatives each (extra
  * ones dropped). Ignored after the request ended. Returns TDM_OK or TDM_ERR_NO_MEMORY.
  */
-tdm_status_t router_request_post_tokens(router_request_t *request, const int32_t *ids,
-                                        const float *logprobs, Tandem__TopLogprobs *const *top,
-                                        size_t n);
+tdm_status_t router_request_post_tokens(router_request_t *request, uint32_t choice,
+                                        const int32_t *ids, const float *logprobs,
+                                        Tandem__TopLogprobs *const *top, size_t n);
 
 /* router_request_post_finish - the worker ended the turn (control thread). First end wins. */
 void router_request_post_finish(router_request_t *request, router_request_finish_t finish);

@@ -16,6 +16,7 @@ struct router_stream {
     int32_t stop_ids[STREAM_MAX_STOP_IDS];
     int n_stop_ids;
     uint32_t max_tokens;
+    uint32_t min_tokens;
     uint32_t n_tokens;
     router_stream_state_t state;
     tdm_buf_t text;   /* emitted and held text */
@@ -66,6 +67,7 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
     }
     s->n_stop_ids = params->n_stop_ids;
     s->max_tokens = params->max_tokens;
+    s->min_tokens = params->min_tokens;
     *stream_out = s;
     return TDM_OK;
 }
@@ -122,14 +124,16 @@ static size_t held_suffix(const router_stream_t *s)
 static void release(router_stream_t *s, int final, const char **text_out, size_t *n_bytes_out)
 {
     size_t from = s->n_emitted;
-    size_t stop_at = find_stop(s, s->n_emitted);
+    /* within the first min_tokens tokens no stop string counts and nothing is held */
+    int may_stop = s->n_tokens > s->min_tokens;
+    size_t stop_at = may_stop ? find_stop(s, s->n_emitted) : SIZE_MAX;
     size_t upto;
 
     if (stop_at != SIZE_MAX) {
         tdm_buf_truncate(&s->text, stop_at);
         s->state = ROUTER_STREAM_STOP;
         upto = s->text.n_bytes;
-    } else if (final) {
+    } else if (final || !may_stop) {
         upto = s->text.n_bytes;
     } else {
         upto = s->text.n_bytes - held_suffix(s);
@@ -173,7 +177,7 @@ tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char 
     if (stream->state != ROUTER_STREAM_RUNNING) {
         return TDM_OK;
     }
-    if (is_stop_id(stream, id)) {
+    if (is_stop_id(stream, id) && stream->n_tokens >= stream->min_tokens) {
         stream->n_tokens++;
         status = flush_into_text(stream);
         if (status != TDM_OK) {

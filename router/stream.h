@@ -31,6 +31,8 @@ typedef struct {
     const int32_t *stop_ids; /* [n_stop_ids] token ids that end the stream (EOS) */
     int n_stop_ids;
     uint32_t max_tokens; /* >= 1 */
+    uint32_t min_tokens; /* the first min_tokens tokens neither stop (stop ids, stop strings
+                            completed within them) nor are held back; 0: off */
 } router_stream_params_t;
 
 /* The stream; opaque. */

@@ -16,6 +16,15 @@
 
 #define TURN_ID_BYTES 64
 
+/* The output of one choice ("n"; choice 0 alone for n = 1). */
+typedef struct {
+    router_stream_t *stream;
+    json_t *lp_entries; /* NULL when logprobs are off */
+    size_t lp_sent;     /* entries already streamed */
+    tdm_buf_t delta;    /* text produced since the choice's last chunk */
+    int finish_sent;    /* its finish chunk went out (streaming) */
+} turn_choice_t;
+
 struct router_turn {
     router_turn_params_t params;
     const router_model_t *model;
@@ -23,21 +32,18 @@ struct router_turn {
     router_metrics_t *metrics;
     router_request_t *request;       /* one reference */
     const router_gen_request_t *gen; /* the request's, borrowed */
-    router_stream_t *stream;
+    turn_choice_t choices[PROTO_MAX_CHOICES];
+    uint32_t n_choices;
     router_request_batch_t batch;
-    int batch_pending;  /* batch holds events not yet absorbed */
-    json_t *lp_entries; /* NULL when logprobs are off */
-    size_t lp_sent;     /* entries already streamed */
+    int batch_pending; /* batch holds events not yet absorbed */
     char id[TURN_ID_BYTES];
     char session[ROUTER_SESSION_ID_BYTES + 1];
     router_openai_ctx_t octx;
-    int ended; /* the output is complete (or failed) */
+    int ended; /* every choice's output is complete (or the turn failed) */
     int failed;
     router_apierr_t error;
     int released;
     int counted; /* usage counted in metrics */
-    /* text produced since the last chunk */
-    tdm_buf_t delta;
     /* server-sent events: out[off_out, n_bytes) not yet handed to the HTTP server */
     tdm_buf_t out;
     size_t off_out;
@@ -85,17 +91,25 @@ tdm_status_t router_turn_create(const router_turn_params_t *params, const router
         sp.n_stop_ids = 1;
     }
     sp.max_tokens = t->gen->max_tokens;
-    status = router_stream_create(&sp, &t->stream);
-    if (status != TDM_OK) {
+    sp.min_tokens = t->gen->min_tokens;
+    t->n_choices = t->gen->n_choices > 1 ? t->gen->n_choices : 1;
+    if (t->n_choices > PROTO_MAX_CHOICES) {
         free(t);
-        return status;
+        return TDM_ERR_INVALID_ARG;
     }
-    if (t->gen->n_logprobs >= 0) {
-        t->lp_entries = json_array();
-        if (t->lp_entries == NULL) {
-            router_stream_destroy(t->stream);
+    for (uint32_t c = 0; c < t->n_choices; c++) {
+        status = router_stream_create(&sp, &t->choices[c].stream);
+        if (status == TDM_OK && t->gen->n_logprobs >= 0) {
+            t->choices[c].lp_entries = json_array();
+            status = t->choices[c].lp_entries == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+        }
+        if (status != TDM_OK) {
+            for (uint32_t k = 0; k <= c; k++) {
+                router_stream_destroy(t->choices[k].stream);
+                json_decref(t->choices[k].lp_entries);
+            }
             free(t);
-            return TDM_ERR_NO_MEMORY;
+            return status;
         }
     }
     t->request = router_request_ref(request);
@@ -127,9 +141,11 @@ void router_turn_destroy(router_turn_t *turn)
     release(turn, !turn->ended);
     router_request_unref(turn->request);
     router_request_batch_fini(&turn->batch);
-    router_stream_destroy(turn->stream);
-    json_decref(turn->lp_entries);
-    tdm_buf_fini(&turn->delta);
+    for (uint32_t c = 0; c < turn->n_choices; c++) {
+        router_stream_destroy(turn->choices[c].stream);
+        json_decref(turn->choices[c].lp_entries);
+        tdm_buf_fini(&turn->choices[c].delta);
+    }
     tdm_buf_fini(&turn->out);
     free(turn);
 }
@@ -166,22 +182,22 @@ static void fail_oom(router_turn_t *t)
     set_failed(t, &err);
 }
 
-static void add_delta(router_turn_t *t, const char *text, size_t n)
+static void add_delta(router_turn_t *t, turn_choice_t *c, const char *text, size_t n)
 {
     if (n == 0 || t->failed) {
         return;
     }
-    if (tdm_buf_append(&t->delta, text, n) != TDM_OK) {
+    if (tdm_buf_append(&c->delta, text, n) != TDM_OK) {
         fail_oom(t);
     }
 }
 
-static void add_logprob(router_turn_t *t, size_t i)
+static void add_logprob(router_turn_t *t, turn_choice_t *c, size_t i)
 {
     const router_request_batch_t *b = &t->batch;
     json_t *entry;
 
-    if (t->lp_entries == NULL) {
+    if (c->lp_entries == NULL) {
         return;
     }
     entry = router_openai_logprob_entry(
@@ -189,8 +205,42 @@ static void add_logprob(router_turn_t *t, size_t i)
         b->top_ids + i * ROUTER_REQUEST_MAX_TOP, b->top_logprobs + i * ROUTER_REQUEST_MAX_TOP,
         (size_t)(b->n_top[i] < t->gen->n_logprobs ? b->n_top[i] : t->gen->n_logprobs));
     if (entry != NULL) {
-        json_array_append_new(t->lp_entries, entry);
+        json_array_append_new(c->lp_entries, entry);
     }
+}
+
+static int choice_running(const turn_choice_t *c)
+{
+    return router_stream_state(c->stream) == ROUTER_STREAM_RUNNING;
+}
+
+/* Every choice's output is complete. */
+static int all_ended(const router_turn_t *t)
+{
+    for (uint32_t c = 0; c < t->n_choices; c++) {
+        if (choice_running(&t->choices[c])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Completion tokens of every choice (usage). */
+static uint64_t completion_tokens(const router_turn_t *t)
+{
+    uint64_t n = 0;
+
+    for (uint32_t c = 0; c < t->n_choices; c++) {
+        n += router_stream_n_tokens(t->choices[c].stream);
+    }
+    return n;
+}
+
+static void usage_of(router_turn_t *t, router_openai_usage_t *u)
+{
+    u->prompt_tokens = t->gen->n_prompt_ids;
+    u->completion_tokens = completion_tokens(t);
+    u->cached_tokens = router_request_cached_tokens(t->request);
 }
 
 /* Feed the pending batch into the output stream; note the end. */
@@ -204,25 +254,33 @@ static void absorb(router_turn_t *t)
     }
     t->batch_pending = 0;
     for (size_t i = 0; i < t->batch.n && !t->ended; i++) {
-        if (router_stream_push(t->stream, t->batch.ids[i], &text, &n) != TDM_OK) {
+        /* a choice ended by a stop string ignores the rest the worker still sends for it */
+        turn_choice_t *c = &t->choices[t->batch.choice[i] < t->n_choices ? t->batch.choice[i] : 0];
+        if (!choice_running(c)) {
+            continue;
+        }
+        if (router_stream_push(c->stream, t->batch.ids[i], &text, &n) != TDM_OK) {
             fail_oom(t);
             break;
         }
-        add_logprob(t, i);
-        add_delta(t, text, n);
-        if (router_stream_state(t->stream) != ROUTER_STREAM_RUNNING) {
+        add_logprob(t, c, i);
+        add_delta(t, c, text, n);
+        if (all_ended(t)) {
             t->ended = 1;
         }
     }
     if (!t->ended && t->batch.end == ROUTER_REQUEST_FINISHED) {
         router_stream_state_t state =
             t->batch.finish == ROUTER_FINISH_LENGTH ? ROUTER_STREAM_LENGTH : ROUTER_STREAM_STOP;
-        if (router_stream_finish(t->stream, state, &text, &n) != TDM_OK) {
-            fail_oom(t);
-        } else {
-            add_delta(t, text, n);
-            t->ended = 1;
+        for (uint32_t k = 0; k < t->n_choices && !t->failed; k++) {
+            turn_choice_t *c = &t->choices[k];
+            if (router_stream_finish(c->stream, state, &text, &n) != TDM_OK) {
+                fail_oom(t);
+            } else {
+                add_delta(t, c, text, n);
+            }
         }
+        t->ended = 1;
     }
     if (!t->ended && t->batch.end == ROUTER_REQUEST_FAILED) {
         set_failed(t, &t->batch.error);
@@ -231,7 +289,7 @@ static void absorb(router_turn_t *t)
         if (!t->failed && !t->counted) {
             t->counted = 1;
             router_metrics_count(t->metrics, ROUTER_METRIC_COMPLETION_TOKENS,
-                                 router_stream_n_tokens(t->stream));
+                                 completion_tokens(t));
         }
         release(t, 0);
     }
@@ -315,22 +373,22 @@ const char *router_turn_session(const router_turn_t *turn)
     return turn->session;
 }
 
-static const char *finish_reason(const router_turn_t *t)
+static const char *finish_reason(const turn_choice_t *c)
 {
-    return router_stream_state(t->stream) == ROUTER_STREAM_LENGTH ? "length" : "stop";
+    return router_stream_state(c->stream) == ROUTER_STREAM_LENGTH ? "length" : "stop";
 }
 
-static json_t *folded_logprobs(router_turn_t *t, size_t from)
+static json_t *folded_logprobs(router_turn_t *t, const turn_choice_t *c, size_t from)
 {
     json_t *slice;
     json_t *folded;
 
-    if (t->lp_entries == NULL) {
+    if (c->lp_entries == NULL) {
         return NULL;
     }
     slice = json_array();
-    for (size_t i = from; i < json_array_size(t->lp_entries); i++) {
-        json_array_append(slice, json_array_get(t->lp_entries, i));
+    for (size_t i = from; i < json_array_size(c->lp_entries); i++) {
+        json_array_append(slice, json_array_get(c->lp_entries, i));
     }
     folded = router_openai_logprobs_fold(t->gen->api, slice);
     json_decref(slice);
@@ -341,9 +399,9 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
                               int *status_out)
 {
     router_turn_t *t = turn;
-    const char *text;
-    size_t n_text;
-    json_t *logprobs;
+    router_openai_choice_t choices[PROTO_MAX_CHOICES];
+    json_t *logprobs[PROTO_MAX_CHOICES];
+    router_openai_usage_t usage;
     char *body;
     tdm_status_t status;
 
@@ -365,11 +423,17 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
         body = router_apierr_json(&t->error);
         *status_out = t->error.http_status;
     } else {
-        text = router_stream_text(t->stream, &n_text);
-        logprobs = folded_logprobs(t, 0);
-        body = router_openai_response(&t->octx, text, n_text, finish_reason(t), logprobs,
-                                      t->gen->n_prompt_ids, router_stream_n_tokens(t->stream));
-        json_decref(logprobs);
+        for (uint32_t c = 0; c < t->n_choices; c++) {
+            choices[c].text = router_stream_text(t->choices[c].stream, &choices[c].n_text);
+            choices[c].finish_reason = finish_reason(&t->choices[c]);
+            logprobs[c] = folded_logprobs(t, &t->choices[c], 0);
+            choices[c].logprobs = logprobs[c];
+        }
+        usage_of(t, &usage);
+        body = router_openai_response(&t->octx, choices, t->n_choices, &usage);
+        for (uint32_t c = 0; c < t->n_choices; c++) {
+            json_decref(logprobs[c]);
+        }
         *status_out = TDM_HTTP_OK;
     }
     if (body == NULL) {
@@ -400,11 +464,12 @@ static void emit_raw(router_turn_t *t, const char *line)
 static void produce(router_turn_t *t)
 {
     json_t *logprobs;
+    router_openai_usage_t usage;
 
     if (!t->sse_started) {
         t->sse_started = 1;
-        if (t->gen->api == ROUTER_API_CHAT) {
-            emit_event(t, router_openai_chunk(&t->octx, "", 0, 1, NULL, NULL));
+        for (uint32_t c = 0; c < t->n_choices && t->gen->api == ROUTER_API_CHAT; c++) {
+            emit_event(t, router_openai_chunk(&t->octx, c, "", 0, 1, NULL, NULL));
         }
     }
     if (!t->ended && !t->batch_pending) {
@@ -418,13 +483,21 @@ static void produce(router_turn_t *t)
         }
     }
     absorb(t);
-    if (t->delta.n_bytes > 0 && !t->failed) {
-        logprobs = folded_logprobs(t, t->lp_sent);
-        t->lp_sent = t->lp_entries != NULL ? json_array_size(t->lp_entries) : 0;
-        emit_event(
-            t, router_openai_chunk(&t->octx, t->delta.data, t->delta.n_bytes, 0, NULL, logprobs));
-        json_decref(logprobs);
-        tdm_buf_reset(&t->delta);
+    for (uint32_t k = 0; k < t->n_choices && !t->failed; k++) {
+        turn_choice_t *c = &t->choices[k];
+        if (c->delta.n_bytes > 0) {
+            logprobs = folded_logprobs(t, c, c->lp_sent);
+            c->lp_sent = c->lp_entries != NULL ? json_array_size(c->lp_entries) : 0;
+            emit_event(t, router_openai_chunk(&t->octx, k, c->delta.data, c->delta.n_bytes, 0,
+                                              NULL, logprobs));
+            json_decref(logprobs);
+            tdm_buf_reset(&c->delta);
+        }
+        /* each choice's finish chunk as soon as it ends (all of them at the turn's end) */
+        if (!c->finish_sent && (!choice_running(c) || t->ended)) {
+            c->finish_sent = 1;
+            emit_event(t, router_openai_chunk(&t->octx, k, "", 0, 0, finish_reason(c), NULL));
+        }
     }
     if (!t->ended) {
         return;
@@ -432,12 +505,9 @@ static void produce(router_turn_t *t)
     if (t->failed) {
         router_metrics_error(t->metrics, t->error.code, t->error.http_status);
         emit_event(t, router_apierr_json(&t->error));
-    } else {
-        emit_event(t, router_openai_chunk(&t->octx, "", 0, 0, finish_reason(t), NULL));
-        if (t->gen->include_usage) {
-            emit_event(t, router_openai_usage_chunk(&t->octx, t->gen->n_prompt_ids,
-                                                    router_stream_n_tokens(t->stream)));
-        }
+    } else if (t->gen->include_usage) {
+        usage_of(t, &usage);
+        emit_event(t, router_openai_usage_chunk(&t->octx, &usage));
     }
     emit_raw(t, "data: [DONE]\n\n");
     t->sse_done = 1;

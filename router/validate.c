@@ -183,6 +183,7 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     int64_t top_k = 0;
     int64_t seed = 0;
     int64_t n = 1;
+    int64_t min_tokens = 0;
     int64_t best_of = 1;
     int seed_given = 0;
     tdm_status_t status;
@@ -205,7 +206,10 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
         status = get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &seed_given, err);
     }
     if (status == TDM_OK) {
-        status = get_int(root, "n", 1, 1, &n, NULL, err);
+        status = get_int(root, "n", 1, ROUTER_MAX_CHOICES, &n, NULL, err);
+    }
+    if (status == TDM_OK) {
+        status = get_int(root, "min_tokens", 0, UINT32_MAX, &min_tokens, NULL, err);
     }
     if (status == TDM_OK) {
         status = get_int(root, "best_of", 1, 1, &best_of, NULL, err);
@@ -220,6 +224,8 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
         return status;
     }
     req->top_k = top_k < 0 ? 0 : (int32_t)top_k;
+    req->n_choices = (uint32_t)n;
+    req->min_tokens = (uint32_t)min_tokens;
     if (seed_given) {
         req->seed = (uint64_t)seed;
     }
@@ -794,6 +800,13 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
     }
     if (status == TDM_OK) {
         status = get_max_tokens(root, info, &req, err_out);
+    }
+    if (status == TDM_OK && req.min_tokens > req.max_tokens) {
+        router_apierr_set(err_out, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                          "invalid_value", "min_tokens",
+                          "'min_tokens' (%u) must not exceed max_tokens (%u)", req.min_tokens,
+                          req.max_tokens);
+        status = TDM_ERR_INVALID_ARG;
     }
     json_decref(root);
     if (status != TDM_OK) {

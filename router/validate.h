@@ -27,6 +27,8 @@
 #define ROUTER_MAX_COMPLETION_LOGPROBS 5
 /* max_tokens of /v1/completions when the client sends none (OpenAI's default). */
 #define ROUTER_COMPLETIONS_DEFAULT_MAX_TOKENS 16
+/* Most choices of one request ("n"; each decodes its own copy of the prompt's KV). */
+#define ROUTER_MAX_CHOICES 8
 /* Largest temperature accepted (OpenAI's range is [0, 2]). */
 #define ROUTER_MAX_TEMPERATURE 2.0
 
@@ -109,7 +111,8 @@ typedef struct {
  *   400 invalid_type / invalid_value / missing_parameter / unsupported_parameter
  *                                a field of the wrong type or out of range (max_tokens not a
  *                                positive integer, temperature or top_p NaN, infinite or out
- *                                of range, n != 1, penalties, "spec" not one of "off",
+ *                                of range, n outside [1, ROUTER_MAX_CHOICES], min_tokens
+ *                                negative or over max_tokens, penalties, "spec" not one of "off",
  *                                "dspark", "ngram", or "dspark" for a model without DSpark
  *                                blocks, ...)
  *   404 model_not_found          "model" is not the served model

@@ -45,6 +45,8 @@ static int teardown_tokenizer(void **state)
     return 0;
 }
 
+static uint32_t g_min_tokens; /* run()'s min_tokens (0 unless a test sets it) */
+
 /* Push `text` byte by byte (plus EOS when eos) and collect what the stream releases. */
 static router_stream_state_t run(const text_tokenizer_t *tok, const char *text, int eos,
                                  const char *stop, uint32_t max_tokens, char *out,
@@ -67,6 +69,7 @@ static router_stream_state_t run(const text_tokenizer_t *tok, const char *text, 
     params.stop_ids = stop_ids;
     params.n_stop_ids = 1;
     params.max_tokens = max_tokens;
+    params.min_tokens = g_min_tokens;
     assert_int_equal(router_stream_create(&params, &s), TDM_OK);
     out[0] = '\0';
     for (const char *c = text; *c != '\0'; c++) {
@@ -123,6 +126,29 @@ static void test_max_tokens_cut_inside_a_character_gives_replacement(void **stat
     assert_int_equal(run(*state, "x\xE2\x82\xAC", 0, NULL, 4, out, &n_tokens),
                      ROUTER_STREAM_LENGTH);
     assert_string_equal(out, "x\xE2\x82\xAC");
+}
+
+static void test_min_tokens_ignores_stops_within_them(void **state)
+{
+    char out[TEXT_BYTES];
+    uint32_t n_tokens;
+
+    /* the first STOP completes at token 7, within min_tokens 8: not a stop; the second ends */
+    g_min_tokens = 8;
+    assert_int_equal(run(*state, "ab STOP cd STOP ef", 1, "STOP", 100, out, &n_tokens),
+                     ROUTER_STREAM_STOP);
+    assert_string_equal(out, "ab STOP cd ");
+    assert_int_equal(n_tokens, 15);
+    /* EOS as token 3 of min_tokens 8 does not end the stream */
+    assert_int_equal(run(*state, "ab", 1, NULL, 100, out, &n_tokens), ROUTER_STREAM_LENGTH);
+    assert_string_equal(out, "ab");
+    assert_int_equal(n_tokens, 3);
+    /* without min_tokens both end at the first chance */
+    g_min_tokens = 0;
+    assert_int_equal(run(*state, "ab STOP cd STOP ef", 1, "STOP", 100, out, &n_tokens),
+                     ROUTER_STREAM_STOP);
+    assert_string_equal(out, "ab ");
+    assert_int_equal(run(*state, "ab", 1, NULL, 100, out, &n_tokens), ROUTER_STREAM_STOP);
 }
 
 static void test_tokens_after_the_end_are_ignored(void **state)
@@ -221,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_stop_string_ends_output_before_it),
         cmocka_unit_test(test_held_prefix_is_released_when_the_stream_ends),
         cmocka_unit_test(test_max_tokens_cut_inside_a_character_gives_replacement),
+        cmocka_unit_test(test_min_tokens_ignores_stops_within_them),
         cmocka_unit_test(test_tokens_after_the_end_are_ignored),
         cmocka_unit_test(test_prefix_match_is_confirmed_on_tokens),
         cmocka_unit_test(test_full_table_evicts_the_least_recent_idle_session),
