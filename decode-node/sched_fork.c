@@ -42,13 +42,13 @@ int sched_group_end(req_t *r, Tandem__FinishReason reason, uint64_t cached_len)
     return g->n_live == 0;
 }
 
-/* A copy of `seq` in fresh pages of the same pool (evicting idle sessions when short). */
-static tdm_status_t copy_seq(decode_sched_t *s, engine_seq_t *seq, const uint8_t *blob,
-                             size_t n_blob, engine_seq_t **copy_out)
+/* A new sequence from `blob` (the exported sequence with its pages) in fresh pages of the same
+ * pool, evicting idle sessions when short. */
+static tdm_status_t copy_seq(decode_sched_t *s, const uint8_t *blob, size_t n_blob,
+                             engine_seq_t **copy_out)
 {
     tdm_status_t status;
 
-    (void)seq;
     do {
         status = engine_seq_import(s->model, decode_pool_engine(s->pool), blob, n_blob, copy_out);
     } while (sched_evicted_for_retry(s, status));
@@ -68,7 +68,7 @@ static req_t *new_fork(decode_sched_t *s, req_t *r, uint32_t c, const uint8_t *b
         *status = TDM_ERR_NO_MEMORY;
         return NULL;
     }
-    *status = copy_seq(s, r->session->seq, blob, n_blob, &own->seq);
+    *status = copy_seq(s, blob, n_blob, &own->seq);
     if (*status != TDM_OK) {
         free(f);
         free(own);
