@@ -5,7 +5,7 @@
  *     the same seed gives the same set on a new session, choice 0 equals the n = 1 answer, the
  *     stream's per-index texts equal the whole answer's, and the prompt was prefilled once
  *     (router, prefill-node and decode-node counters move by the prompt length, not 3 times it);
- *     every forked page is back afterwards;
+ *     every forked page is back afterwards; with an n-gram drafter the choices keep their tokens;
  *   - usage.prompt_tokens_details.cached_tokens: 0 on a session's first turn, the reused prefix
  *     (= the router's reused-token counter's move) on its second, whole and streamed;
  *   - top_logprobs of a remotely prefilled first token (the prefill node samples it);
@@ -224,6 +224,42 @@ static void test_n_choices_fork_one_prefill(void **state)
     cluster_stop(&c);
 }
 
+/* n = 3 with a drafter: the forks speculate on their own copies and keep the same tokens
+ * (coupled acceptance, MODEL.md 8) as plain decoding. */
+static void test_n_choices_under_speculation(void **state)
+{
+    static cluster_t c;
+    char ids[1024], *resp = malloc(T_BODY);
+    char plain[N_CHOICES][512], spec[N_CHOICES][512];
+    json_t *body, *root;
+    double steps;
+
+    (void)state;
+    assert_non_null(resp);
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "ngram"), 0);
+    make_ids(ids, sizeof(ids), 12, 5, 21);
+    for (int with = 0; with < 2; with++) {
+        body = ids_body(ids, N_CHOICES, 4242, 0);
+        json_object_set_new(body, "spec", json_string(with ? "ngram" : "off"));
+        root = post_json(c.http_port, "/v1/completions", body, with ? "spec-ngram" : "spec-off",
+                         resp);
+        whole_texts(root, N_CHOICES, with ? spec : plain);
+        json_decref(root);
+    }
+    steps = metric(c.decode_port[0], "tandem_spec_steps_total{drafter=\"ngram\"}");
+    for (int i = 0; i < N_CHOICES; i++) {
+        assert_string_equal(spec[i], plain[i]);
+    }
+    print_message("n=3 with ngram speculation (%.0f drafter sequence-steps) equals plain: "
+                  "\"%s\" | \"%s\" | \"%s\"\n",
+                  steps, spec[0], spec[1], spec[2]);
+    /* the ngram turn's choices decoded through the drafter: at least one step each */
+    assert_true(steps >= N_CHOICES);
+    cluster_check_pages(&c, "n choices, speculation");
+    cluster_stop(&c);
+    free(resp);
+}
+
 static void test_usage_cached_tokens_and_first_token_logprobs(void **state)
 {
     static cluster_t c;
@@ -364,6 +400,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_n_choices_fork_one_prefill, stop_leftovers),
+        cmocka_unit_test_teardown(test_n_choices_under_speculation, stop_leftovers),
         cmocka_unit_test_teardown(test_usage_cached_tokens_and_first_token_logprobs,
                                   stop_leftovers),
         cmocka_unit_test_teardown(test_min_tokens_and_model_object, stop_leftovers),
