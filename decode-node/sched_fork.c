@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 void sched_free_fork(req_t *r)
@@ -99,6 +100,7 @@ void sched_start_choices(decode_sched_t *s, req_t *r, int32_t token, const engin
     req_t *forks[PROTO_MAX_CHOICES];
     engine_sample_t firsts[PROTO_MAX_CHOICES];
     uint64_t T = (uint64_t)engine_seq_length(r->session->seq);
+    uint64_t t0 = tdm_clock_now_ns();
     uint32_t n = r->n_choices;
     uint32_t made = 0;
     uint8_t *blob = NULL;
@@ -169,9 +171,11 @@ void sched_start_choices(decode_sched_t *s, req_t *r, int32_t token, const engin
         sched_finish_req(s, r, TANDEM__FINISH_REASON__FINISH_ABORTED);
         return;
     }
-    tdm_log(TDM_LOG_DEBUG, "sched", "choices forked: request=%llu n=%u T=%llu pages_each=%u",
+    tdm_log(TDM_LOG_INFO, "sched",
+            "choices forked: request=%llu n=%u T=%llu pages_each=%u blob_bytes=%zu fork_us=%llu",
             (unsigned long long)r->id, n, (unsigned long long)T,
-            engine_seq_n_pages(r->session->seq));
+            engine_seq_n_pages(r->session->seq), n_blob,
+            (unsigned long long)((tdm_clock_now_ns() - t0) / 1000));
     /* every choice is in the group before the first emit: none can end the group early */
     sched_emit_one(s, r, T, token, sample, logprob);
     for (uint32_t i = 0; i < made; i++) {
