@@ -173,8 +173,8 @@ static void free_req(req_t *r)
 static void end_req(decode_sched_t *s, req_t *r)
 {
     unlink_req(s, r);
-    if (r->group != NULL && sched_group_end(r, TANDEM__FINISH_REASON__FINISH_ABORTED,
-                                            held_len(r))) {
+    if (r->group != NULL &&
+        sched_group_end(r, TANDEM__FINISH_REASON__FINISH_ABORTED, held_len(r))) {
         free(r->group);
     }
     free_req(r);
@@ -355,8 +355,8 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
     r->session = session;
     r->max_tokens = dr->max_tokens;
     r->min_tokens = dr->sampling != NULL ? dr->sampling->min_tokens : 0;
-    r->n_choices = dr->sampling != NULL && dr->sampling->n_choices > 1 ? dr->sampling->n_choices
-                                                                        : 1;
+    r->n_choices =
+        dr->sampling != NULL && dr->sampling->n_choices > 1 ? dr->sampling->n_choices : 1;
     r->canonical = dr->canonical_start;
     session->busy = 1;
     r->next = s->reqs;
@@ -613,7 +613,8 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
             max_emit = ENGINE_SPEC_MAX_EMIT;
         }
         /* a step below min_tokens stays below it: the mask holds for every token it keeps */
-        if (r->n_generated < r->min_tokens && max_emit > (int64_t)(r->min_tokens - r->n_generated)) {
+        if (r->n_generated < r->min_tokens &&
+            max_emit > (int64_t)(r->min_tokens - r->n_generated)) {
             max_emit = (int64_t)(r->min_tokens - r->n_generated);
         }
         sched_note_min_tokens(r);

@@ -57,8 +57,8 @@ static tdm_status_t copy_seq(decode_sched_t *s, const uint8_t *blob, size_t n_bl
 }
 
 /* A fork of r for choice c on a copy of r's sequence; NULL (status set) on failure. */
-static req_t *new_fork(decode_sched_t *s, req_t *r, uint32_t c, const uint8_t *blob,
-                       size_t n_blob, tdm_status_t *status)
+static req_t *new_fork(decode_sched_t *s, req_t *r, uint32_t c, const uint8_t *blob, size_t n_blob,
+                       tdm_status_t *status)
 {
     req_t *f = calloc(1, sizeof(*f));
     decode_session_t *own = calloc(1, sizeof(*own));
@@ -138,9 +138,8 @@ void sched_start_choices(decode_sched_t *s, req_t *r, int32_t token, const engin
             const Tandem__ChoiceFirst *cf = h->choice_first[c - 1];
             firsts[c].token = cf->token;
             firsts[c].logprob = cf->logprob;
-            for (size_t i = 0; cf->top != NULL && i < cf->top->n_tokens &&
-                               i < ENGINE_SAMPLER_MAX_LOGPROBS;
-                 i++) {
+            for (size_t i = 0;
+                 cf->top != NULL && i < cf->top->n_tokens && i < ENGINE_SAMPLER_MAX_LOGPROBS; i++) {
                 firsts[c].top[i].token = cf->top->tokens[i];
                 firsts[c].top[i].logprob = cf->top->logprobs[i];
                 firsts[c].n_top = (int)i + 1;

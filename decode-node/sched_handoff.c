@@ -159,8 +159,8 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         memset(&first, 0, sizeof(first));
         first.token = h->first_token;
         first.logprob = h->first_logprob;
-        for (size_t i = 0; h->first_top != NULL && i < h->first_top->n_tokens &&
-                           i < ENGINE_SAMPLER_MAX_LOGPROBS;
+        for (size_t i = 0;
+             h->first_top != NULL && i < h->first_top->n_tokens && i < ENGINE_SAMPLER_MAX_LOGPROBS;
              i++) {
             first.top[i].token = h->first_top->tokens[i];
             first.top[i].logprob = h->first_top->logprobs[i];

@@ -51,10 +51,10 @@ typedef struct req {
     engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
     int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
     int64_t n_history;
-    uint32_t min_tokens;  /* stop ids are masked while n_generated < min_tokens */
-    uint32_t n_choices;   /* SamplingParams.n_choices (>= 1) */
-    uint32_t choice;      /* 0: the session's own; > 0: a fork on `own` */
-    req_group_t *group;   /* NULL for one choice */
+    uint32_t min_tokens;   /* stop ids are masked while n_generated < min_tokens */
+    uint32_t n_choices;    /* SamplingParams.n_choices (>= 1) */
+    uint32_t choice;       /* 0: the session's own; > 0: a fork on `own` */
+    req_group_t *group;    /* NULL for one choice */
     decode_session_t *own; /* forks: a private session (not in the table) holding the copy */
     struct req *next;
 } req_t;

@@ -13,7 +13,8 @@
 
 #define INFLIGHT_BUCKETS 1024u
 
-_Static_assert(ROUTER_MAX_CHOICES <= PROTO_MAX_CHOICES, "a request's choices must fit the protocol");
+_Static_assert(ROUTER_MAX_CHOICES <= PROTO_MAX_CHOICES,
+               "a request's choices must fit the protocol");
 
 typedef enum {
     STAGE_RESERVING = 0,  /* ReservePages sent to the decode worker */

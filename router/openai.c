@@ -151,8 +151,8 @@ static json_t *logprobs_value(const json_t *logprobs)
 
 /* One choice object: `index`, `key` = value (taken, may be NULL: then NULL), logprobs and
  * finish_reason. NULL when out of memory. */
-static json_t *choice_object(uint32_t index, const char *key, json_t *value,
-                             const json_t *logprobs, const char *finish_reason)
+static json_t *choice_object(uint32_t index, const char *key, json_t *value, const json_t *logprobs,
+                             const char *finish_reason)
 {
     /* "o" takes each reference, also when packing fails */
     return json_pack("{s:i, s:o, s:o, s:o}", "index", (int)index, key, value, "logprobs",

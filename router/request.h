@@ -37,8 +37,9 @@ typedef enum {
 /*
  * What router_request_take hands the HTTP thread (plain data; the caller owns the arrays, which
  * take grows; zero it before first use and free it with router_request_batch_fini).
- * Per token i: ids[i], choice[i] (which of the request's n choices), logprobs[i] (NaN when the worker sent none), n_top[i] alternatives in
- * top_ids / top_logprobs [i * ROUTER_REQUEST_MAX_TOP, ...).
+ * Per token i: ids[i], choice[i] (which of the request's n choices), logprobs[i] (NaN when the
+ * worker sent none), n_top[i] alternatives in top_ids / top_logprobs [i * ROUTER_REQUEST_MAX_TOP,
+ * ...).
  */
 typedef struct {
     int32_t *ids;
@@ -99,9 +100,9 @@ void router_request_set_cached_tokens(router_request_t *request, uint64_t n);
 uint64_t router_request_cached_tokens(router_request_t *request);
 
 /*
- * router_request_post_tokens - append n tokens of choice `choice` (control thread). logprobs may be NULL; top
- * may be NULL or hold n entries with up to ROUTER_REQUEST_MAX_TOP alternatives each (extra
- * ones dropped). Ignored after the request ended. Returns TDM_OK or TDM_ERR_NO_MEMORY.
+ * router_request_post_tokens - append n tokens of choice `choice` (control thread). logprobs may be
+ * NULL; top may be NULL or hold n entries with up to ROUTER_REQUEST_MAX_TOP alternatives each
+ * (extra ones dropped). Ignored after the request ended. Returns TDM_OK or TDM_ERR_NO_MEMORY.
  */
 tdm_status_t router_request_post_tokens(router_request_t *request, uint32_t choice,
                                         const int32_t *ids, const float *logprobs,

@@ -288,8 +288,7 @@ static void absorb(router_turn_t *t)
     if (t->ended) {
         if (!t->failed && !t->counted) {
             t->counted = 1;
-            router_metrics_count(t->metrics, ROUTER_METRIC_COMPLETION_TOKENS,
-                                 completion_tokens(t));
+            router_metrics_count(t->metrics, ROUTER_METRIC_COMPLETION_TOKENS, completion_tokens(t));
         }
         release(t, 0);
     }
@@ -488,8 +487,8 @@ static void produce(router_turn_t *t)
         if (c->delta.n_bytes > 0) {
             logprobs = folded_logprobs(t, c, c->lp_sent);
             c->lp_sent = c->lp_entries != NULL ? json_array_size(c->lp_entries) : 0;
-            emit_event(t, router_openai_chunk(&t->octx, k, c->delta.data, c->delta.n_bytes, 0,
-                                              NULL, logprobs));
+            emit_event(t, router_openai_chunk(&t->octx, k, c->delta.data, c->delta.n_bytes, 0, NULL,
+                                              logprobs));
             json_decref(logprobs);
             tdm_buf_reset(&c->delta);
         }

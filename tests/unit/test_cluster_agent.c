@@ -67,8 +67,8 @@ static json_int_t usage_field(const json_t *root, const char *key)
 
 static json_int_t cached_tokens(const json_t *usage_holder)
 {
-    json_t *details = json_object_get(json_object_get(usage_holder, "usage"),
-                                      "prompt_tokens_details");
+    json_t *details =
+        json_object_get(json_object_get(usage_holder, "usage"), "prompt_tokens_details");
 
     assert_non_null(details);
     return json_integer_value(json_object_get(details, "cached_tokens"));
@@ -153,8 +153,8 @@ static void n_choices_case(const cluster_t *c, const char *tag, int n_prompt)
     make_ids(ids, sizeof(ids), n_prompt, 17, 9 + n_prompt);
     read_counters(c, &before);
     snprintf(session, sizeof(session), "%s-a", tag);
-    root = post_json(c->http_port, "/v1/completions", ids_body(ids, N_CHOICES, 99, 0), session,
-                     resp);
+    root =
+        post_json(c->http_port, "/v1/completions", ids_body(ids, N_CHOICES, 99, 0), session, resp);
     read_counters(c, &after);
     whole_texts(root, N_CHOICES, a);
     assert_int_equal(usage_field(root, "prompt_tokens"), n_prompt);
@@ -175,8 +175,8 @@ static void n_choices_case(const cluster_t *c, const char *tag, int n_prompt)
 
     /* the same seed on a new session: the same set */
     snprintf(session, sizeof(session), "%s-b", tag);
-    root = post_json(c->http_port, "/v1/completions", ids_body(ids, N_CHOICES, 99, 0), session,
-                     resp);
+    root =
+        post_json(c->http_port, "/v1/completions", ids_body(ids, N_CHOICES, 99, 0), session, resp);
     whole_texts(root, N_CHOICES, b);
     json_decref(root);
     for (int i = 0; i < N_CHOICES; i++) {
@@ -241,8 +241,8 @@ static void test_n_choices_under_speculation(void **state)
     for (int with = 0; with < 2; with++) {
         body = ids_body(ids, N_CHOICES, 4242, 0);
         json_object_set_new(body, "spec", json_string(with ? "ngram" : "off"));
-        root = post_json(c.http_port, "/v1/completions", body, with ? "spec-ngram" : "spec-off",
-                         resp);
+        root =
+            post_json(c.http_port, "/v1/completions", body, with ? "spec-ngram" : "spec-off", resp);
         whole_texts(root, N_CHOICES, with ? spec : plain);
         json_decref(root);
     }
@@ -338,8 +338,7 @@ static void test_min_tokens_and_model_object(void **state)
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
 
     /* GET /v1/models/{id}: the model object; an unknown id is OpenAI's 404 */
-    assert_int_equal(http(c.http_port, "/v1/models/" T_MODEL_NAME, NULL, NULL, 0, 5000, resp),
-                     200);
+    assert_int_equal(http(c.http_port, "/v1/models/" T_MODEL_NAME, NULL, NULL, 0, 5000, resp), 200);
     root = json_loads(resp, 0, NULL);
     assert_non_null(root);
     assert_string_equal(json_string_value(json_object_get(root, "id")), T_MODEL_NAME);
@@ -348,9 +347,8 @@ static void test_min_tokens_and_model_object(void **state)
     assert_int_equal(http(c.http_port, "/v1/models/gpt-4o", NULL, NULL, 0, 5000, resp), 404);
     root = json_loads(resp, 0, NULL);
     assert_non_null(root);
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(root, "error"), "code")),
-        "model_not_found");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "error"), "code")),
+                        "model_not_found");
     assert_non_null(json_object_get(json_object_get(root, "error"), "message"));
     json_decref(root);
 
@@ -360,14 +358,14 @@ static void test_min_tokens_and_model_object(void **state)
     body = ids_body(ids, 1, 1, 0);
     json_object_set_new(body, "temperature", json_real(0.0));
     root = post_json(c.http_port, "/v1/completions", body, NULL, resp);
-    text = json_string_value(json_object_get(json_array_get(json_object_get(root, "choices"), 0),
-                                             "text"));
+    text = json_string_value(
+        json_object_get(json_array_get(json_object_get(root, "choices"), 0), "text"));
     snprintf(full, sizeof(full), "%s", text);
     json_decref(root);
     n_stop = (unsigned char)full[0] < 0x80   ? 1
              : (unsigned char)full[0] < 0xE0 ? 2
              : (unsigned char)full[0] < 0xF0 ? 3
-                                              : 4;
+                                             : 4;
     assert_true(strlen(full) >= n_stop);
     memcpy(stop, full, n_stop);
     stop[n_stop] = '\0';

@@ -528,8 +528,7 @@ static void test_min_tokens_masks_the_stop_ids(void **state)
         assert_true(masked[i] != stop[0]);
     }
     print_message("min_tokens: plain first %d; with min_tokens 3: %d %d %d ... (%llu tokens)\n",
-                  plain[0], masked[0], masked[1], masked[2],
-                  (unsigned long long)f->n_generated);
+                  plain[0], masked[0], masked[1], masked[2], (unsigned long long)f->n_generated);
 }
 
 static void test_n_choices_fork_one_prefill(void **state)
