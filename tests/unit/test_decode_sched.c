@@ -580,6 +580,20 @@ static void test_n_choices_fork_one_prefill(void **state)
         assert_memory_equal(alone, got[c], T * sizeof(int32_t));
     }
     assert_int_equal(proto_choice_seed(1234, 0), 1234);
+    /* max_tokens 1: every choice ends on its first token; the last one sends the one Finish */
+    sp.n_choices = N;
+    sp.seed = 1234;
+    submit_local_sp(node, 200, "one-token", ids, PROMPT_TOKENS, 1, &sp);
+    f = run_to_finish(node, 200);
+    assert_int_equal(f->n_generated, N);
+    assert_int_equal(f->cached_len, PROMPT_TOKENS);
+    from = 0;
+    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
+    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
+    for (uint32_t c = 0; c < N; c++) {
+        assert_int_equal(choice_tokens(node, 200, c, PROMPT_TOKENS, alone, 8), 1);
+        assert_int_equal(alone[0], got[c][0]);
+    }
     assert_true(memcmp(got[0], got[1], T * sizeof(int32_t)) != 0 ||
                 memcmp(got[1], got[2], T * sizeof(int32_t)) != 0);
     print_message("n=3 forked: %d %d %d | %d %d %d | %d %d %d ...\n", got[0][0], got[0][1],
