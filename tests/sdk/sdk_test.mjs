@@ -13,7 +13,7 @@
 // Cases of issue 15 item 8 that need the tools / DSML, response_format, reasoning and
 // /v1/responses work are not here yet (they are added with those features): tools with
 // tool_choice "required", a tool-result round trip, runTools over three rounds, json_schema
-// output, reasoning on/off, responses.create streamed/whole with previous_response_id.
+// output, reasoning on/off, responses.create with tools.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -187,27 +187,98 @@ async function n3_whole_and_streamed_reproducible() {
 }
 
 async function abort_mid_stream_then_normal_request() {
+    // The same session for both requests: a turn the router did not release after the client
+    // left would keep the session busy (409 session_busy) for the next one.
+    const name = `sdk-${RUN}-abort`;
     const stream = await client.chat.completions.create(
-        { model: MODEL, messages: CHAT, max_tokens: 200, temperature: 0.8, stream: true },
-        session());
+        // min_tokens: random weights may sample EOS early; the abort must come first
+        { model: MODEL, messages: CHAT, max_tokens: 200, min_tokens: 200, temperature: 0.8,
+          stream: true }, session(name));
     let chunks = 0;
     let finished = false;
-    // the SDK ends the iteration quietly once its own controller aborts the request
     for await (const chunk of stream) {
         for (const c of chunk.choices) {
             if (c.finish_reason) finished = true;
         }
         if (chunk.choices.length > 0 && ++chunks === 3) {
-            stream.controller.abort();
+            stream.controller.abort(); // chunks already buffered by the SDK are not read
+            break;
         }
     }
-    assert.equal(chunks, 3, 'no chunk after the abort');
+    assert.equal(chunks, 3);
     assert.ok(!finished, 'aborted before the end of its 200 tokens');
     assert.ok(stream.controller.signal.aborted);
-    const after = await client.chat.completions.create(
-        { model: MODEL, messages: CHAT, max_tokens: 6, temperature: 0 }, session());
+    // The router notices the closed connection at its next write: allow it a moment.
+    let after = null;
+    for (let tries = 0; after === null; tries++) {
+        try {
+            after = await client.chat.completions.create(
+                { model: MODEL, messages: CHAT, max_tokens: 6, temperature: 0 }, session(name));
+        } catch (e) {
+            if (e?.status !== 409 || tries >= 30) throw e;
+            await new Promise((r) => setTimeout(r, 100));
+        }
+    }
     assert.equal(after.choices.length, 1);
     assert.ok(after.usage.completion_tokens > 0);
+}
+
+// The Responses API: whole, then streamed and whole turns chained by previous_response_id
+// without a session header (the stored response carries its session, so the chained turn
+// reuses the first turn's KV), typed events adding up to the final response, and the refusal
+// of an unknown previous_response_id.
+async function responses_whole_streamed_chained() {
+    const first = await client.responses.create(
+        { model: MODEL, instructions: 'Answer briefly.', input: CHAT[0].content,
+          max_output_tokens: 8, temperature: 0 }, session());
+    assert.equal(first.object, 'response');
+    assert.match(first.id, /^resp_/);
+    assert.ok(['completed', 'incomplete'].includes(first.status), first.status);
+    assert.equal(first.output[0].type, 'message');
+    assert.equal(first.output_text, first.output[0].content[0].text);
+    assert.ok(first.usage.input_tokens > 0);
+    assert.ok(first.usage.output_tokens > 0 && first.usage.output_tokens <= 8);
+    assert.equal(first.usage.input_tokens_details.cached_tokens, 0, 'a new session reuses none');
+
+    // instructions are not carried over by previous_response_id (the API's rule): an agent
+    // sends them every turn, so the prompt keeps turn 1's prefix
+    const next = { model: MODEL, instructions: 'Answer briefly.', previous_response_id: first.id,
+                   input: 'Now make it iterative.', max_output_tokens: 8, temperature: 0 };
+    const stream = await client.responses.create({ ...next, stream: true });
+    const types = [];
+    let text = '';
+    let final = null;
+    let seq = -1;
+    for await (const ev of stream) {
+        types.push(ev.type);
+        assert.equal(ev.sequence_number, seq + 1, 'sequence numbers count up');
+        seq = ev.sequence_number;
+        if (ev.type === 'response.output_text.delta') text += ev.delta;
+        if (ev.type === 'response.completed' || ev.type === 'response.incomplete') {
+            final = ev.response;
+        }
+    }
+    assert.equal(types[0], 'response.created');
+    assert.equal(types[1], 'response.in_progress');
+    assert.ok(final, `a final event (got ${types.join(',')})`);
+    assert.equal(final.previous_response_id, first.id);
+    assert.equal(final.output[0].content[0].text, text, 'the deltas add up to the output');
+    const cached = final.usage.input_tokens_details.cached_tokens;
+    assert.ok(cached >= first.usage.input_tokens - 1,
+              `the chained turn reuses turn 1's KV (cached ${cached} of ${final.usage.input_tokens})`);
+
+    // The same two turns whole, from a twin of turn 1 in a session of its own (the same
+    // computation: chaining twice from one response would continue a session that moved on).
+    const twin = await client.responses.create(
+        { model: MODEL, instructions: 'Answer briefly.', input: CHAT[0].content,
+          max_output_tokens: 8, temperature: 0 }, session());
+    assert.equal(twin.output_text, first.output_text);
+    const whole = await client.responses.create({ ...next, previous_response_id: twin.id });
+    assert.equal(whole.output_text, text, 'whole and streamed chained turns agree');
+
+    await assert.rejects(
+        client.responses.create({ ...next, previous_response_id: 'resp_unknown' }),
+        (e) => e.status === 400 && e.param === 'previous_response_id');
 }
 
 const CASES = [
@@ -217,6 +288,7 @@ const CASES = [
     include_usage_cached_tokens_on_second_turn,
     n3_whole_and_streamed_reproducible,
     abort_mid_stream_then_normal_request,
+    responses_whole_streamed_chained,
 ];
 
 let failed = 0;
