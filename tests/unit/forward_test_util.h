@@ -23,7 +23,8 @@
 
 #define FTU_PATH_BYTES 4096
 
-/* Write (once) a preset checkpoint into $TANDEM_TEST_TMP/<name>; path_out gets its directory.
+/* Write a preset checkpoint into $TANDEM_TEST_TMP/<name> (once per tandem-mkmodel build); path_out
+ * gets its directory.
  * Returns 0 on success. */
 static inline int ftu_make_model(const char *preset, uint64_t seed, const char *name, char *path_out)
 {
@@ -37,8 +38,14 @@ static inline int ftu_make_model(const char *preset, uint64_t seed, const char *
     }
     snprintf(path_out, FTU_PATH_BYTES, "%s/%s", tmp, name);
     snprintf(marker, sizeof(marker), "%s/config.json", path_out);
+    snprintf(cmd, sizeof(cmd), "%s/tandem-mkmodel", bin);
+    /* Reused while it is newer than the tandem-mkmodel that would write it: a rebuilt generator
+     * (a new special token, a new tensor) makes every cached model again. */
     if (stat(marker, &st) == 0) {
-        return 0;
+        struct stat gen;
+        if (stat(cmd, &gen) != 0 || st.st_mtime >= gen.st_mtime) {
+            return 0;
+        }
     }
     snprintf(cmd, sizeof(cmd),
              "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null",
