@@ -30,6 +30,21 @@ static const kern_ops_t ops_cpu = {
     .compress_pool = kern_compress_pool_cpu,
     .index_scores = kern_index_scores_cpu,
     .topk = kern_topk_cpu,
+    .mem_alloc = kern_mem_alloc_cpu,
+    .mem_free = kern_mem_free_cpu,
+    .mem_copy = kern_mem_copy_cpu,
+    .mem_set = kern_mem_set_cpu,
+    .sync = kern_sync_cpu,
+    .embed = kern_embed_cpu,
+    .stream_mean = kern_stream_mean_cpu,
+    .bf16_round = kern_bf16_round_cpu,
+    .add_bf16 = kern_add_bf16_cpu,
+    .scale2 = kern_scale2_cpu,
+    .rows_gather = kern_rows_gather_cpu,
+    .rows_scatter_add = kern_rows_scatter_add_cpu,
+    .cand_blocks = kern_cand_blocks_cpu,
+    .cand_mask = kern_cand_mask_cpu,
+    .argmax = kern_argmax_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -55,6 +70,21 @@ static const kern_ops_t ops_cuda = {
     .compress_pool = kern_compress_pool_cuda,
     .index_scores = kern_index_scores_cuda,
     .topk = kern_topk_cuda,
+    .mem_alloc = kern_mem_alloc_cuda,
+    .mem_free = kern_mem_free_cuda,
+    .mem_copy = kern_mem_copy_cuda,
+    .mem_set = kern_mem_set_cuda,
+    .sync = kern_sync_cuda,
+    .embed = kern_embed_cuda,
+    .stream_mean = kern_stream_mean_cuda,
+    .bf16_round = kern_bf16_round_cuda,
+    .add_bf16 = kern_add_bf16_cuda,
+    .scale2 = kern_scale2_cuda,
+    .rows_gather = kern_rows_gather_cuda,
+    .rows_scatter_add = kern_rows_scatter_add_cuda,
+    .cand_blocks = kern_cand_blocks_cuda,
+    .cand_mask = kern_cand_mask_cuda,
+    .argmax = kern_argmax_cuda,
 };
 #endif
 

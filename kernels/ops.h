@@ -16,10 +16,13 @@ extern "C" {
 #include "kernels/attention.h"
 #include "kernels/codec.h"
 #include "kernels/gemm.h"
+#include "kernels/glue.h"
 #include "kernels/mhc.h"
 #include "kernels/moe.h"
+#include "kernels/mem.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kernels/sample.h"
 #include "kernels/topk.h"
 
 /*
@@ -50,6 +53,24 @@ typedef struct {
     kern_compress_pool_fn *compress_pool; /* ratio-2 gated pooling (5.3) */
     kern_index_scores_fn *index_scores;   /* indexer scores sigma (5.4) */
     kern_topk_fn *topk;                   /* top-k in the [tandem] tie order (5.4) */
+    /* Memory (kernels/mem.h): where activations, rings and pages live; engine code moves its
+     * buffers with these, never with memcpy or the CUDA runtime by name. */
+    kern_mem_alloc_fn *mem_alloc; /* backend memory, 64-byte aligned */
+    kern_mem_free_fn *mem_free;   /* releases mem_alloc's memory; NULL accepted */
+    kern_mem_copy_fn *mem_copy;   /* host <-> backend, backend -> backend */
+    kern_mem_set_fn *mem_set;     /* byte fill */
+    kern_sync_fn *sync;           /* wait for the queued work (CPU: no-op) */
+    /* Glue between the kernels (kernels/glue.h), once loops in engine code. */
+    kern_embed_fn *embed;                       /* token rows -> m streams, pre = e0 (R1) */
+    kern_stream_mean_fn *stream_mean;           /* FP32 stream mean of a DSpark tap (8) */
+    kern_bf16_round_fn *bf16_round;             /* BF16 rounding of FP32 values */
+    kern_add_bf16_fn *add_bf16;                 /* BF16(a + b): the MoE output (R8) */
+    kern_scale2_fn *scale2;                     /* (x * s0) * s1: index weights (5.4) */
+    kern_rows_gather_fn *rows_gather;           /* an expert's token rows (5.5) */
+    kern_rows_scatter_add_fn *rows_scatter_add; /* an expert's outputs into the sum (5.5) */
+    kern_cand_blocks_fn *cand_blocks;           /* candidate-pool block maxima (5.4) */
+    kern_cand_mask_fn *cand_mask;               /* scores outside the pool -> -inf (5.4) */
+    kern_argmax_fn *argmax;                     /* greedy token per logits row (8) */
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

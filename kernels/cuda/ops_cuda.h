@@ -25,10 +25,13 @@ extern "C" {
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/gemm.h"
+#include "kernels/glue.h"
 #include "kernels/mhc.h"
 #include "kernels/moe.h"
+#include "kernels/mem.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kernels/sample.h"
 #include "kernels/topk.h"
 
 kern_qdq_act8_fn kern_qdq_act8_rows_cuda;
@@ -45,6 +48,21 @@ kern_attention_fn kern_attention_cuda;
 kern_compress_pool_fn kern_compress_pool_cuda;
 kern_index_scores_fn kern_index_scores_cuda;
 kern_topk_fn kern_topk_cuda;
+kern_mem_alloc_fn kern_mem_alloc_cuda;
+kern_mem_free_fn kern_mem_free_cuda;
+kern_mem_copy_fn kern_mem_copy_cuda;
+kern_mem_set_fn kern_mem_set_cuda;
+kern_sync_fn kern_sync_cuda;
+kern_embed_fn kern_embed_cuda;
+kern_stream_mean_fn kern_stream_mean_cuda;
+kern_bf16_round_fn kern_bf16_round_cuda;
+kern_add_bf16_fn kern_add_bf16_cuda;
+kern_scale2_fn kern_scale2_cuda;
+kern_rows_gather_fn kern_rows_gather_cuda;
+kern_rows_scatter_add_fn kern_rows_scatter_add_cuda;
+kern_cand_blocks_fn kern_cand_blocks_cuda;
+kern_cand_mask_fn kern_cand_mask_cuda;
+kern_argmax_fn kern_argmax_cuda;
 
 /* Storage format of a quantized weight (MODEL.md 3). */
 typedef enum {

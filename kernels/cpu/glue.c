@@ -1,0 +1,194 @@
+/* glue.c - the CPU glue ops of kernels/glue.h: the loops the engine ran itself before they were
+ * ops, with the same arithmetic in the same order (so the same bits). */
+#include "kernels/glue.h"
+
+#include "kernels/codec.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+tdm_status_t kern_embed_cpu(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vocab,
+                            const int32_t *ids, int64_t n, int64_t H, int m, float *x_out,
+                            float *pre_out)
+{
+    (void)ctx;
+    if (n < 0 || m < 1 || H < 1 || n_vocab < 1) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n > 0 && (table == NULL || ids == NULL || x_out == NULL || pre_out == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        if (ids[r] < 0 || ids[r] >= n_vocab) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const uint16_t *e = table + (int64_t)ids[r] * H;
+        for (int64_t k = 0; k < m; k++) {
+            float *x = x_out + (r * m + k) * H;
+            for (int64_t col = 0; col < H; col++) {
+                x[col] = kern_bf16_to_f32(e[col]);
+            }
+            pre_out[r * m + k] = k == 0 ? 1.0f : 0.0f;
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_stream_mean_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows, int m, int64_t H,
+                                  float *y_out, int64_t ldy)
+{
+    (void)ctx;
+    if (n_rows < 0 || m < 1 || H < 1 || ldy < H) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n_rows > 0 && (x == NULL || y_out == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *y = y_out + r * ldy;
+        for (int64_t c = 0; c < H; c++) {
+            float sum = 0.0f;
+            for (int64_t i = 0; i < m; i++) {
+                sum += x[(r * m + i) * H + c];
+            }
+            y[c] = sum / (float)m;
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_bf16_round_cpu(kern_ctx_t *ctx, const float *x, int64_t n, float *y_out)
+{
+    (void)ctx;
+    if (n < 0 || (n > 0 && (x == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        y_out[i] = kern_bf16_round(x[i]);
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_add_bf16_cpu(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                               float *y_out)
+{
+    (void)ctx;
+    if (n < 0 || (n > 0 && (a == NULL || b == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        y_out[i] = kern_bf16_round(a[i] + b[i]);
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_scale2_cpu(kern_ctx_t *ctx, float *x, int64_t n, float s0, float s1)
+{
+    (void)ctx;
+    if (n < 0 || (n > 0 && x == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (x[i] * s0) * s1;
+    }
+    return TDM_OK;
+}
+
+/* The checks kern_rows_gather_fn and kern_rows_scatter_add_fn share. */
+static int rows_args_ok(const float *a, int64_t lda, const int64_t *idx, int64_t n_idx,
+                        int64_t n_cols, const float *b, int64_t ldb)
+{
+    if (n_idx < 0 || n_cols < 1 || lda < n_cols || ldb < n_cols) {
+        return 0;
+    }
+    if (n_idx > 0 && (a == NULL || idx == NULL || b == NULL)) {
+        return 0;
+    }
+    for (int64_t k = 0; k < n_idx; k++) {
+        if (idx[k] < 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+tdm_status_t kern_rows_gather_cpu(kern_ctx_t *ctx, const float *x, int64_t ldx, const int64_t *idx,
+                                  int64_t n_idx, int64_t n_cols, float *y_out, int64_t ldy)
+{
+    (void)ctx;
+    if (!rows_args_ok(x, ldx, idx, n_idx, n_cols, y_out, ldy)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t k = 0; k < n_idx; k++) {
+        memcpy(y_out + k * ldy, x + idx[k] * ldx, (size_t)n_cols * sizeof(float));
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_rows_scatter_add_cpu(kern_ctx_t *ctx, const float *y, int64_t ldy,
+                                       const int64_t *idx, int64_t n_idx, int64_t n_cols,
+                                       float *acc, int64_t ld_acc)
+{
+    (void)ctx;
+    if (!rows_args_ok(y, ldy, idx, n_idx, n_cols, acc, ld_acc)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t k = 0; k < n_idx; k++) {
+        float *a = acc + idx[k] * ld_acc;
+        const float *yk = y + k * ldy;
+        for (int64_t c = 0; c < n_cols; c++) {
+            a[c] += yk[c];
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_cand_blocks_cpu(kern_ctx_t *ctx, const float *scores, int64_t n, int64_t block,
+                                  float *beta_out)
+{
+    int64_t nb;
+
+    (void)ctx;
+    if (scores == NULL || beta_out == NULL || n < 1 || block < 1) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    nb = (n + block - 1) / block;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        float mx = -INFINITY;
+        for (int64_t j = blk * block; j < (blk + 1) * block && j < n; j++) {
+            mx = scores[j] > mx ? scores[j] : mx;
+        }
+        beta_out[blk] = mx;
+    }
+    beta_out[(n - 1) / block] = INFINITY;
+    return TDM_OK;
+}
+
+tdm_status_t kern_cand_mask_cpu(kern_ctx_t *ctx, float *scores, int64_t n, int64_t block,
+                                const int32_t *pool, int64_t n_pool)
+{
+    int64_t nb;
+
+    (void)ctx;
+    if (n < 0 || n_pool < 0 || block < 1 || (n > 0 && scores == NULL) ||
+        (n_pool > 0 && pool == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    nb = (n + block - 1) / block;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        int keep = 0;
+        for (int64_t k = 0; k < n_pool && !keep; k++) {
+            keep = pool[k] == blk;
+        }
+        if (keep) {
+            continue;
+        }
+        for (int64_t j = blk * block; j < (blk + 1) * block && j < n; j++) {
+            scores[j] = -INFINITY;
+        }
+    }
+    return TDM_OK;
+}

@@ -1,0 +1,131 @@
+/* glue.h - the small data ops between the forward-pass kernels: the embedding gather (MODEL.md
+ * 5.1, R1), the stream mean of a DSpark tap (8), BF16 rounding, the MoE row gather, scatter-add
+ * and residual sum (5.5, R8), the index-weight scaling (5.4) and the candidate pool's block
+ * maxima and mask (5.4). Each was a loop in engine code; as ops they run where the activations
+ * live (issue 14 item 2), with the engine loop's arithmetic in the same order, so the CPU
+ * versions give the engine's former bits exactly.
+ *
+ * Owns nothing; knows nothing of layers, sequences or pages. Pointers are host memory for the
+ * CPU backend and device memory for CUDA (kernels/ops.h). Every op is exact given its inputs (no
+ * reduction whose order a backend may choose), so CUDA and CPU agree to the bit.
+ */
+#ifndef TANDEM_KERNELS_GLUE_H
+#define TANDEM_KERNELS_GLUE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "common/status.h"
+#include "kernels/backend.h"
+
+/*
+ * kern_embed_fn - the hyper-connection streams of token rows (R1): for each row r and stream
+ * k < m, x_out[r, k, :] = FP32(table[ids[r], :]) (BF16 widened, exact) and pre_out[r, k] = 1 for
+ * k = 0, else 0 (e0, the pre of "no previous FFN site").
+ *
+ * table:   [n_vocab, H] BF16 bits, row-major (the embedding; borrowed).
+ * ids:     [n] token ids, each in [0, n_vocab).
+ * x_out:   [n, m, H] f32, written.   pre_out: [n, m] f32, written.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL pointer, n < 0, m < 1, H < 1, n_vocab < 1, or on
+ * the CPU an id out of range; nothing written). The CUDA version does not read ids on the host:
+ * a row whose id is out of range is written as NaN instead (callers check ids first).
+ */
+typedef tdm_status_t kern_embed_fn(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vocab,
+                                   const int32_t *ids, int64_t n, int64_t H, int m, float *x_out,
+                                   float *pre_out);
+kern_embed_fn kern_embed_cpu;
+
+/*
+ * kern_stream_mean_fn - y_out[r, :] = (sum_{i < m} x[r, i, :]) / m in FP32, the sum from 0.0f in
+ * ascending i (the FP32 stream mean a DSpark tap keeps, MODEL.md 8).
+ *
+ * x: [n_rows, m, H] f32.   y_out: [n_rows, H] f32 with row stride ldy (>= H).
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, n_rows < 0, m < 1, H < 1, ldy < H).
+ */
+typedef tdm_status_t kern_stream_mean_fn(kern_ctx_t *ctx, const float *x, int64_t n_rows, int m,
+                                         int64_t H, float *y_out, int64_t ldy);
+kern_stream_mean_fn kern_stream_mean_cpu;
+
+/*
+ * kern_bf16_round_fn - y_out[i] = BF16(x[i]) as FP32 (round to nearest even, NaN stays NaN:
+ * kern_bf16_round) for i < n. y_out may alias x. Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL
+ * with n > 0, n < 0).
+ */
+typedef tdm_status_t kern_bf16_round_fn(kern_ctx_t *ctx, const float *x, int64_t n, float *y_out);
+kern_bf16_round_fn kern_bf16_round_cpu;
+
+/*
+ * kern_add_bf16_fn - y_out[i] = BF16(a[i] + b[i]) (one FP32 addition, then BF16 rounding: the
+ * MoE output, routed sum plus shared expert, R8). y_out may alias a or b. Returns TDM_OK or
+ * TDM_ERR_INVALID_ARG (NULL with n > 0, n < 0).
+ */
+typedef tdm_status_t kern_add_bf16_fn(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                                      float *y_out);
+kern_add_bf16_fn kern_add_bf16_cpu;
+
+/*
+ * kern_scale2_fn - x[i] = (x[i] * s0) * s1 in FP32, two roundings in that order (the index
+ * weights w * d_I^-1/2 * H_I^-1/2, MODEL.md 5.4), in place for i < n. Returns TDM_OK or
+ * TDM_ERR_INVALID_ARG (NULL with n > 0, n < 0).
+ */
+typedef tdm_status_t kern_scale2_fn(kern_ctx_t *ctx, float *x, int64_t n, float s0, float s1);
+kern_scale2_fn kern_scale2_cpu;
+
+/*
+ * kern_rows_gather_fn - y_out[k, :] = x[idx[k], :] for k < n_idx (the token rows one expert
+ * takes, 5.5). x: [*, n_cols] f32, row stride ldx; idx: [n_idx] row numbers (>= 0);
+ * y_out: [n_idx, n_cols] f32, row stride ldy; must not overlap x.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL with n_idx > 0, n_idx < 0, n_cols < 1, a stride
+ * below n_cols, or on the CPU a negative idx; nothing written).
+ */
+typedef tdm_status_t kern_rows_gather_fn(kern_ctx_t *ctx, const float *x, int64_t ldx,
+                                         const int64_t *idx, int64_t n_idx, int64_t n_cols,
+                                         float *y_out, int64_t ldy);
+kern_rows_gather_fn kern_rows_gather_cpu;
+
+/*
+ * kern_rows_scatter_add_fn - acc[idx[k], :] += y[k, :] for k = 0, 1, ..., n_idx - 1 in that order
+ * (one FP32 addition per element and k; a row named twice gets its additions in k order): one
+ * expert's outputs added into the routed sum, 5.5. y: [n_idx, n_cols] f32, row stride ldy;
+ * acc: [*, n_cols] f32, row stride ld_acc; must not overlap y.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (as kern_rows_gather_fn; nothing written).
+ */
+typedef tdm_status_t kern_rows_scatter_add_fn(kern_ctx_t *ctx, const float *y, int64_t ldy,
+                                              const int64_t *idx, int64_t n_idx, int64_t n_cols,
+                                              float *acc, int64_t ld_acc);
+kern_rows_scatter_add_fn kern_rows_scatter_add_cpu;
+
+/*
+ * kern_cand_blocks_fn - the candidate-pool block scores of one query (MODEL.md 5.4): for each
+ * block b of `block` consecutive keys, beta_out[b] = the largest of scores[b * block ...] (a
+ * running max from -inf that ignores NaN: "s > max ? s : max"), except the query's own, last,
+ * block, which gets +inf so that it is always kept.
+ *
+ * scores: [n] f32 (n >= 1).   beta_out: [ceil(n / block)] f32; must not overlap scores.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, n < 1, block < 1).
+ */
+typedef tdm_status_t kern_cand_blocks_fn(kern_ctx_t *ctx, const float *scores, int64_t n,
+                                         int64_t block, float *beta_out);
+kern_cand_blocks_fn kern_cand_blocks_cpu;
+
+/*
+ * kern_cand_mask_fn - restrict one query's scores to its candidate pool (5.4): scores[j] = -inf
+ * for every j < n whose block j / block is not among pool[0 .. n_pool); the rest unchanged.
+ *
+ * scores: [n] f32, in place.  pool: [n_pool] block numbers (any order; values outside
+ * [0, ceil(n / block)) match nothing).
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL scores with n > 0, NULL pool with n_pool > 0,
+ * n < 0, n_pool < 0, block < 1; nothing written).
+ */
+typedef tdm_status_t kern_cand_mask_fn(kern_ctx_t *ctx, float *scores, int64_t n, int64_t block,
+                                       const int32_t *pool, int64_t n_pool);
+kern_cand_mask_fn kern_cand_mask_cpu;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,322 @@
+/* test_kernels_cuda_glue.c - the CUDA memory members (kernels/mem.h), glue ops (kernels/glue.h)
+ * and greedy argmax (kernels/sample.h) of kern_ops_cuda() against the CPU table on random
+ * inputs. Every glue op is exact (kernels/glue.h), so each comparison is bit for bit. Device
+ * memory is had and moved only through the CUDA table's own mem_* members, which the first test
+ * checks against host copies. Without a usable device (or without the CUDA backend in this
+ * build) every test prints why and skips; none passes without running.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+
+#define POISON 0xFF /* device outputs start as all-ones bytes (NaN floats) */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static double urand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static float *floats(int64_t n, float scale)
+{
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)((urand() * 2.0 - 1.0) * scale);
+    }
+    return x;
+}
+
+/* The CUDA table, or skip() with the reason. */
+static const kern_ops_t *require_cuda(void)
+{
+    const char *reason = "unknown";
+    const kern_ops_t *cuda;
+
+    if (kern_cuda_available(&reason) == 0) {
+        print_message("no CUDA device: skipping (%s)\n", reason);
+        skip();
+    }
+    cuda = kern_ops_cuda();
+    assert_non_null(cuda);
+    return cuda;
+}
+
+/* Device copy of host bytes (through the CUDA table). */
+static void *dev_from(const kern_ops_t *cuda, const void *host, size_t n_bytes)
+{
+    kern_ctx_t ctx = {0};
+    void *p = NULL;
+
+    ctx.backend = KERN_BACKEND_CUDA;
+    assert_int_equal(cuda->mem_alloc(&ctx, n_bytes, &p), TDM_OK);
+    assert_int_equal(cuda->mem_set(&ctx, p, POISON, n_bytes), TDM_OK);
+    if (host != NULL) {
+        assert_int_equal(cuda->mem_copy(&ctx, p, host, n_bytes, KERN_COPY_H2D), TDM_OK);
+    }
+    return p;
+}
+
+/* Host copy of device bytes (waits for the stream), then frees the device buffer. */
+static void *host_from(const kern_ops_t *cuda, void *dev, size_t n_bytes)
+{
+    kern_ctx_t ctx = {0};
+    void *h = malloc(n_bytes > 0 ? n_bytes : 1);
+
+    assert_non_null(h);
+    ctx.backend = KERN_BACKEND_CUDA;
+    assert_int_equal(cuda->sync(&ctx), TDM_OK);
+    assert_int_equal(cuda->mem_copy(&ctx, h, dev, n_bytes, KERN_COPY_D2H), TDM_OK);
+    cuda->mem_free(&ctx, dev);
+    return h;
+}
+
+static void assert_same_bytes(const char *what, const void *got, const void *want, size_t n)
+{
+    if (memcmp(got, want, n) != 0) {
+        fail_msg("%s: cuda and cpu differ", what);
+    }
+    print_message("cuda == cpu: %s: %zu bytes bit-identical\n", what, n);
+}
+
+static void test_cuda_mem_members_round_trip(void **state)
+{
+    const kern_ops_t *cuda;
+    kern_ctx_t ctx = {0};
+    unsigned char host[4096], back[4096];
+    void *a, *b;
+
+    (void)state;
+    cuda = require_cuda();
+    ctx.backend = KERN_BACKEND_CUDA;
+    for (int i = 0; i < 4096; i++) {
+        host[i] = (unsigned char)(i * 13 + 1);
+    }
+    a = dev_from(cuda, host, sizeof(host));
+    b = dev_from(cuda, NULL, sizeof(host));
+    assert_int_equal(cuda->mem_copy(&ctx, b, a, sizeof(host), KERN_COPY_D2D), TDM_OK);
+    assert_int_equal(cuda->mem_set(&ctx, (unsigned char *)b + 100, 0x3C, 50), TDM_OK);
+    assert_int_equal(cuda->mem_copy(&ctx, back, b, sizeof(back), KERN_COPY_D2H), TDM_OK);
+    for (int i = 0; i < 4096; i++) {
+        assert_int_equal(back[i], i >= 100 && i < 150 ? 0x3C : host[i]);
+    }
+    assert_int_equal(cuda->mem_copy(&ctx, NULL, a, 4, KERN_COPY_D2D), TDM_ERR_INVALID_ARG);
+    assert_int_equal(cuda->mem_copy(&ctx, b, a, 4, (kern_copy_kind_t)9), TDM_ERR_INVALID_ARG);
+    assert_int_equal(cuda->mem_alloc(&ctx, 8, NULL), TDM_ERR_INVALID_ARG);
+    cuda->mem_free(&ctx, a);
+    cuda->mem_free(&ctx, b);
+    cuda->mem_free(&ctx, NULL);
+}
+
+static void test_embed_and_stream_mean_cuda_bit_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t V = 300, H = 160, n = 9;
+    int m = 4;
+    uint16_t *table = malloc(sizeof(uint16_t) * (size_t)(V * H));
+    int32_t ids[9] = {0, 299, 5, 5, 17, 128, 3, 250, 1};
+    float *x_cpu = malloc(sizeof(float) * (size_t)(n * m * H));
+    float *pre_cpu = malloc(sizeof(float) * (size_t)(n * m));
+    float *mean_cpu = malloc(sizeof(float) * (size_t)(n * 2 * H));
+
+    (void)state;
+    assert_non_null(table);
+    for (int64_t i = 0; i < V * H; i++) {
+        table[i] = (uint16_t)(urand() * 65535.0);
+        if ((table[i] & 0x7F80u) == 0x7F80u) {
+            table[i] &= 0xBFFFu; /* no Inf/NaN in the table */
+        }
+    }
+    memset(mean_cpu, POISON, sizeof(float) * (size_t)(n * 2 * H));
+    assert_int_equal(cpu->embed(&ctx, table, V, ids, n, H, m, x_cpu, pre_cpu), TDM_OK);
+    assert_int_equal(cpu->stream_mean(&ctx, x_cpu, n, m, H, mean_cpu + H, 2 * H), TDM_OK);
+
+    ctx.backend = KERN_BACKEND_CUDA;
+    void *d_table = dev_from(cuda, table, sizeof(uint16_t) * (size_t)(V * H));
+    void *d_ids = dev_from(cuda, ids, sizeof(ids));
+    void *d_x = dev_from(cuda, NULL, sizeof(float) * (size_t)(n * m * H));
+    void *d_pre = dev_from(cuda, NULL, sizeof(float) * (size_t)(n * m));
+    void *d_mean = dev_from(cuda, NULL, sizeof(float) * (size_t)(n * 2 * H)); /* POISON */
+    assert_int_equal(cuda->embed(&ctx, d_table, V, d_ids, n, H, m, d_x, d_pre), TDM_OK);
+    assert_int_equal(cuda->stream_mean(&ctx, d_x, n, m, H, (float *)d_mean + H, 2 * H), TDM_OK);
+    float *x = host_from(cuda, d_x, sizeof(float) * (size_t)(n * m * H));
+    float *pre = host_from(cuda, d_pre, sizeof(float) * (size_t)(n * m));
+    float *mean = host_from(cuda, d_mean, sizeof(float) * (size_t)(n * 2 * H));
+    assert_same_bytes("embed x", x, x_cpu, sizeof(float) * (size_t)(n * m * H));
+    assert_same_bytes("embed pre", pre, pre_cpu, sizeof(float) * (size_t)(n * m));
+    /* the untouched halves of the strided rows keep the poison on both */
+    assert_same_bytes("stream_mean", mean, mean_cpu, sizeof(float) * (size_t)(n * 2 * H));
+    cuda->mem_free(&ctx, d_table);
+    cuda->mem_free(&ctx, d_ids);
+    free(x);
+    free(pre);
+    free(mean);
+    free(table);
+    free(x_cpu);
+    free(pre_cpu);
+    free(mean_cpu);
+}
+
+static void test_elementwise_cuda_bit_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t n = 70001;
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *a = floats(n, 1e3f), *b = floats(n, 1.0f);
+    float *r_cpu = malloc(bytes), *s_cpu = malloc(bytes), *w_cpu = malloc(bytes);
+
+    (void)state;
+    a[0] = NAN;
+    a[1] = -INFINITY;
+    a[2] = 3.4e38f; /* above the largest BF16: rounds to +inf */
+    assert_int_equal(cpu->bf16_round(&ctx, a, n, r_cpu), TDM_OK);
+    assert_int_equal(cpu->add_bf16(&ctx, a, b, n, s_cpu), TDM_OK);
+    memcpy(w_cpu, b, bytes);
+    assert_int_equal(cpu->scale2(&ctx, w_cpu, n, 0.0883883f, 0.1767767f), TDM_OK);
+
+    ctx.backend = KERN_BACKEND_CUDA;
+    void *da = dev_from(cuda, a, bytes), *db = dev_from(cuda, b, bytes);
+    void *dr = dev_from(cuda, NULL, bytes), *ds = dev_from(cuda, NULL, bytes);
+    void *dw = dev_from(cuda, b, bytes);
+    assert_int_equal(cuda->bf16_round(&ctx, da, n, dr), TDM_OK);
+    assert_int_equal(cuda->add_bf16(&ctx, da, db, n, ds), TDM_OK);
+    assert_int_equal(cuda->scale2(&ctx, dw, n, 0.0883883f, 0.1767767f), TDM_OK);
+    float *r = host_from(cuda, dr, bytes), *s = host_from(cuda, ds, bytes);
+    float *w = host_from(cuda, dw, bytes);
+    assert_same_bytes("bf16_round", r, r_cpu, bytes);
+    assert_same_bytes("add_bf16", s, s_cpu, bytes);
+    assert_same_bytes("scale2", w, w_cpu, bytes);
+    cuda->mem_free(&ctx, da);
+    cuda->mem_free(&ctx, db);
+    free(a);
+    free(b);
+    free(r);
+    free(s);
+    free(w);
+    free(r_cpu);
+    free(s_cpu);
+    free(w_cpu);
+}
+
+static void test_rows_gather_scatter_add_cuda_bit_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t n_src = 40, C = 257, n_idx = 30;
+    int64_t idx[30];
+    size_t src_bytes = sizeof(float) * (size_t)(n_src * C);
+    size_t y_bytes = sizeof(float) * (size_t)(n_idx * C);
+    float *x = floats(n_src * C, 5.0f), *acc_cpu = floats(n_src * C, 5.0f);
+    float *g_cpu = malloc(y_bytes), *y = floats(n_idx * C, 1.0f);
+
+    (void)state;
+    for (int64_t k = 0; k < n_idx; k++) {
+        idx[k] = (int64_t)(urand() * (double)n_src); /* repeats on purpose */
+    }
+    void *dx = dev_from(cuda, x, src_bytes), *dacc = dev_from(cuda, acc_cpu, src_bytes);
+    void *dy = dev_from(cuda, y, y_bytes), *dg = dev_from(cuda, NULL, y_bytes);
+    void *didx = dev_from(cuda, idx, sizeof(idx));
+    assert_int_equal(cpu->rows_gather(&ctx, x, C, idx, n_idx, C, g_cpu, C), TDM_OK);
+    assert_int_equal(cpu->rows_scatter_add(&ctx, y, C, idx, n_idx, C, acc_cpu, C), TDM_OK);
+    ctx.backend = KERN_BACKEND_CUDA;
+    assert_int_equal(cuda->rows_gather(&ctx, dx, C, didx, n_idx, C, dg, C), TDM_OK);
+    assert_int_equal(cuda->rows_scatter_add(&ctx, dy, C, didx, n_idx, C, dacc, C), TDM_OK);
+    float *g = host_from(cuda, dg, y_bytes), *acc = host_from(cuda, dacc, src_bytes);
+    assert_same_bytes("rows_gather", g, g_cpu, y_bytes);
+    assert_same_bytes("rows_scatter_add", acc, acc_cpu, src_bytes);
+    cuda->mem_free(&ctx, dx);
+    cuda->mem_free(&ctx, dy);
+    cuda->mem_free(&ctx, didx);
+    free(x);
+    free(acc_cpu);
+    free(g_cpu);
+    free(y);
+    free(g);
+    free(acc);
+}
+
+static void test_candidate_pool_and_argmax_cuda_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t n = 5000, Bc = 64, nb = (n + Bc - 1) / Bc, V = 4099, rows = 5;
+    int32_t pool[7] = {3, 77, 0, 12, 40, 41, 78};
+    float *s = floats(n, 3.0f), *beta_cpu = malloc(sizeof(float) * (size_t)nb);
+    float *m_cpu = malloc(sizeof(float) * (size_t)n);
+    float *logits = floats(rows * V, 8.0f);
+    int32_t ids_cpu[5];
+
+    (void)state;
+    s[100] = NAN;
+    logits[1 * V + 10] = 100.0f;
+    logits[1 * V + 4000] = 100.0f; /* tie: id 10 */
+    logits[2 * V + V - 1] = 200.0f;
+    assert_int_equal(cpu->cand_blocks(&ctx, s, n, Bc, beta_cpu), TDM_OK);
+    memcpy(m_cpu, s, sizeof(float) * (size_t)n);
+    assert_int_equal(cpu->cand_mask(&ctx, m_cpu, n, Bc, pool, 7), TDM_OK);
+    assert_int_equal(cpu->argmax(&ctx, logits, V, rows, V, ids_cpu), TDM_OK);
+
+    ctx.backend = KERN_BACKEND_CUDA;
+    void *ds = dev_from(cuda, s, sizeof(float) * (size_t)n);
+    void *dm = dev_from(cuda, s, sizeof(float) * (size_t)n);
+    void *dbeta = dev_from(cuda, NULL, sizeof(float) * (size_t)nb);
+    void *dpool = dev_from(cuda, pool, sizeof(pool));
+    void *dl = dev_from(cuda, logits, sizeof(float) * (size_t)(rows * V));
+    void *dids = dev_from(cuda, NULL, sizeof(ids_cpu));
+    assert_int_equal(cuda->cand_blocks(&ctx, ds, n, Bc, dbeta), TDM_OK);
+    assert_int_equal(cuda->cand_mask(&ctx, dm, n, Bc, dpool, 7), TDM_OK);
+    assert_int_equal(cuda->argmax(&ctx, dl, V, rows, V, dids), TDM_OK);
+    float *beta = host_from(cuda, dbeta, sizeof(float) * (size_t)nb);
+    float *masked = host_from(cuda, dm, sizeof(float) * (size_t)n);
+    int32_t *ids = host_from(cuda, dids, sizeof(ids_cpu));
+    assert_same_bytes("cand_blocks", beta, beta_cpu, sizeof(float) * (size_t)nb);
+    assert_same_bytes("cand_mask", masked, m_cpu, sizeof(float) * (size_t)n);
+    assert_same_bytes("argmax", ids, ids_cpu, sizeof(ids_cpu));
+    assert_int_equal(ids[1], 10);
+    /* a NaN logit: INTERNAL on both */
+    float nan_val = NAN;
+    assert_int_equal(
+        cuda->mem_copy(&ctx, (float *)dl + 3 * V + 7, &nan_val, sizeof(float), KERN_COPY_H2D),
+        TDM_OK);
+    void *dids2 = dev_from(cuda, NULL, sizeof(ids_cpu));
+    assert_int_equal(cuda->argmax(&ctx, dl, V, rows, V, dids2), TDM_ERR_INTERNAL);
+    cuda->mem_free(&ctx, dids2);
+    cuda->mem_free(&ctx, ds);
+    cuda->mem_free(&ctx, dpool);
+    cuda->mem_free(&ctx, dl);
+    free(s);
+    free(beta_cpu);
+    free(m_cpu);
+    free(logits);
+    free(beta);
+    free(masked);
+    free(ids);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cuda_mem_members_round_trip),
+        cmocka_unit_test(test_embed_and_stream_mean_cuda_bit_identical),
+        cmocka_unit_test(test_elementwise_cuda_bit_identical),
+        cmocka_unit_test(test_rows_gather_scatter_add_cuda_bit_identical),
+        cmocka_unit_test(test_candidate_pool_and_argmax_cuda_identical),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

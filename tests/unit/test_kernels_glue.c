@@ -1,0 +1,467 @@
+/* test_kernels_glue.c - the CPU memory members (kernels/mem.h), glue ops (kernels/glue.h) and
+ * greedy argmax (kernels/sample.h) of kern_ops_cpu() against plain loops written here (sums in
+ * double, rounded once: exact for one FP32 addition or product; BF16 rounding by its bits), their
+ * INVALID_ARG paths (nothing written), and the argmax against engine_sampler_sample at
+ * temperature 0. The CUDA versions are compared with these in test_kernels_cuda_glue.c.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/arena.h"
+#include "engine/sampler.h"
+#include "kernels/ops.h"
+
+#define POISON 0x5A /* bytes an output starts as, to see what an op wrote */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static double urand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static float nrand(void)
+{
+    double u1 = urand() + 1e-12, u2 = urand();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static float *floats(int64_t n, float scale)
+{
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = nrand() * scale;
+    }
+    return x;
+}
+
+static float *poisoned(int64_t n)
+{
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    assert_non_null(x);
+    memset(x, POISON, sizeof(float) * (size_t)(n > 0 ? n : 1));
+    return x;
+}
+
+static uint32_t bits_of(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof(b));
+    return b;
+}
+
+static float float_of(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof(x));
+    return x;
+}
+
+/* BF16 round to nearest even by the bits, NaN kept NaN: the test's own rounding. */
+static float ref_bf16(float x)
+{
+    uint32_t b = bits_of(x);
+    if (isnan(x)) {
+        return float_of((b | 0x00400000u) & 0xFFFF0000u);
+    }
+    b += 0x7FFFu + ((b >> 16) & 1u);
+    return float_of(b & 0xFFFF0000u);
+}
+
+static void assert_same_bits(const float *got, const float *want, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (bits_of(got[i]) != bits_of(want[i])) {
+            fail_msg("element %lld: got %.9g (0x%08x) want %.9g (0x%08x)", (long long)i,
+                     (double)got[i], bits_of(got[i]), (double)want[i], bits_of(want[i]));
+        }
+    }
+}
+
+static int all_poison(const void *p, size_t n_bytes)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n_bytes; i++) {
+        if (c[i] != POISON) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+static void test_mem_alloc_copy_set_round_trip(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    unsigned char host[300], back[300];
+    void *dev = NULL, *dev2 = NULL, *zero = NULL;
+
+    (void)state;
+    for (int i = 0; i < 300; i++) {
+        host[i] = (unsigned char)(i * 7 + 3);
+    }
+    assert_int_equal(ops->mem_alloc(&ctx, sizeof(host), &dev), TDM_OK);
+    assert_int_equal(ops->mem_alloc(&ctx, sizeof(host), &dev2), TDM_OK);
+    assert_int_equal(ops->mem_alloc(&ctx, 0, &zero), TDM_OK);
+    assert_non_null(zero);
+    assert_int_equal((uintptr_t)dev % 64, 0);
+    assert_int_equal(ops->mem_copy(&ctx, dev, host, sizeof(host), KERN_COPY_H2D), TDM_OK);
+    assert_int_equal(ops->mem_copy(&ctx, dev2, dev, sizeof(host), KERN_COPY_D2D), TDM_OK);
+    assert_int_equal(ops->mem_set(&ctx, (unsigned char *)dev2 + 10, 0x1AB, 5), TDM_OK);
+    assert_int_equal(ops->sync(&ctx), TDM_OK);
+    assert_int_equal(ops->mem_copy(&ctx, back, dev2, sizeof(back), KERN_COPY_D2H), TDM_OK);
+    for (int i = 0; i < 300; i++) {
+        unsigned char want = i >= 10 && i < 15 ? 0xAB : host[i];
+        assert_int_equal(back[i], want);
+    }
+    /* overlapping D2D (memmove semantics) */
+    assert_int_equal(ops->mem_copy(&ctx, (unsigned char *)dev + 1, dev, 100, KERN_COPY_D2D),
+                     TDM_OK);
+    assert_int_equal(ops->mem_copy(&ctx, back, dev, 101, KERN_COPY_D2H), TDM_OK);
+    for (int i = 1; i < 101; i++) {
+        assert_int_equal(back[i], host[i - 1]);
+    }
+    ops->mem_free(&ctx, dev);
+    ops->mem_free(&ctx, dev2);
+    ops->mem_free(&ctx, zero);
+    ops->mem_free(&ctx, NULL);
+}
+
+static void test_mem_bad_arguments_change_nothing(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    unsigned char buf[16];
+    void *keep = buf;
+
+    (void)state;
+    memset(buf, POISON, sizeof(buf));
+    assert_int_equal(ops->mem_alloc(&ctx, 8, NULL), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->mem_alloc(&ctx, SIZE_MAX, &keep), TDM_ERR_NO_MEMORY);
+    assert_ptr_equal(keep, buf);
+    assert_int_equal(ops->mem_copy(&ctx, NULL, buf, 4, KERN_COPY_D2D), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->mem_copy(&ctx, buf, NULL, 4, KERN_COPY_H2D), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->mem_copy(&ctx, buf, buf + 8, 4, (kern_copy_kind_t)7),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->mem_set(&ctx, NULL, 0, 4), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->mem_copy(&ctx, NULL, NULL, 0, KERN_COPY_D2H), TDM_OK);
+    assert_int_equal(ops->mem_set(&ctx, NULL, 0, 0), TDM_OK);
+    assert_true(all_poison(buf, sizeof(buf)));
+}
+
+/* ---- glue ops ------------------------------------------------------------------------- */
+
+static void test_embed_widens_rows_into_every_stream(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t V = 11, H = 24, n = 5;
+    int m = 3;
+    uint16_t *table = malloc(sizeof(uint16_t) * (size_t)(V * H));
+    int32_t ids[5] = {7, 0, 10, 7, 3};
+    float *x = poisoned(n * m * H), *pre = poisoned(n * m);
+
+    (void)state;
+    for (int64_t i = 0; i < V * H; i++) {
+        table[i] = (uint16_t)(bits_of(nrand()) >> 16);
+    }
+    assert_int_equal(ops->embed(&ctx, table, V, ids, n, H, m, x, pre), TDM_OK);
+    for (int64_t r = 0; r < n; r++) {
+        for (int k = 0; k < m; k++) {
+            for (int64_t c = 0; c < H; c++) {
+                float want = float_of((uint32_t)table[ids[r] * H + c] << 16);
+                assert_int_equal(bits_of(x[(r * m + k) * H + c]), bits_of(want));
+            }
+            assert_true(pre[r * m + k] == (k == 0 ? 1.0f : 0.0f));
+        }
+    }
+    /* an id out of range: INVALID_ARG, nothing written */
+    memset(x, POISON, sizeof(float) * (size_t)(n * m * H));
+    memset(pre, POISON, sizeof(float) * (size_t)(n * m));
+    ids[3] = (int32_t)V;
+    assert_int_equal(ops->embed(&ctx, table, V, ids, n, H, m, x, pre), TDM_ERR_INVALID_ARG);
+    ids[3] = -1;
+    assert_int_equal(ops->embed(&ctx, table, V, ids, n, H, m, x, pre), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->embed(&ctx, table, V, ids, n, H, 0, x, pre), TDM_ERR_INVALID_ARG);
+    assert_true(all_poison(x, sizeof(float) * (size_t)(n * m * H)));
+    assert_true(all_poison(pre, sizeof(float) * (size_t)(n * m)));
+    free(table);
+    free(x);
+    free(pre);
+}
+
+static void test_stream_mean_is_fp32_ascending_sum_over_m(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t n = 6, H = 40, ldy = 3 * H;
+    int m = 4;
+    float *x = floats(n * m * H, 3.0f);
+    float *y = poisoned(n * ldy);
+
+    (void)state;
+    assert_int_equal(ops->stream_mean(&ctx, x, n, m, H, y + H, ldy), TDM_OK);
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t c = 0; c < H; c++) {
+            float sum = 0.0f;
+            for (int i = 0; i < m; i++) {
+                sum = (float)((double)sum + (double)x[(r * m + i) * H + c]);
+            }
+            float want = (float)((double)sum / (double)m);
+            assert_int_equal(bits_of(y[r * ldy + H + c]), bits_of(want));
+        }
+        /* the rest of the strided row is untouched */
+        assert_true(all_poison(y + r * ldy, sizeof(float) * (size_t)H));
+        assert_true(all_poison(y + r * ldy + 2 * H, sizeof(float) * (size_t)H));
+    }
+    assert_int_equal(ops->stream_mean(&ctx, x, n, m, H, y, H - 1), TDM_ERR_INVALID_ARG);
+    free(x);
+    free(y);
+}
+
+static void test_bf16_round_add_and_scale2_match_plain_loops(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t n = 1000;
+    float *a = floats(n, 10.0f), *b = floats(n, 0.01f);
+    float *y = poisoned(n), *want = poisoned(n);
+    float s0 = 0.0883883f, s1 = 0.25f;
+
+    (void)state;
+    a[0] = NAN;
+    a[1] = INFINITY;
+    a[2] = 3.4e38f; /* above the largest BF16 (3.3895e38): rounds to +inf */
+    assert_int_equal(ops->bf16_round(&ctx, a, n, y), TDM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = ref_bf16(a[i]);
+    }
+    assert_same_bits(y, want, n);
+    assert_true(isinf(y[2]));
+
+    assert_int_equal(ops->add_bf16(&ctx, a, b, n, y), TDM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = ref_bf16((float)((double)a[i] + (double)b[i]));
+    }
+    assert_same_bits(y, want, n);
+
+    memcpy(y, b, sizeof(float) * (size_t)n);
+    assert_int_equal(ops->scale2(&ctx, y, n, s0, s1), TDM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        float t = (float)((double)b[i] * (double)s0);
+        want[i] = (float)((double)t * (double)s1);
+    }
+    assert_same_bits(y, want, n);
+
+    /* in place (y aliases x) */
+    memcpy(y, a, sizeof(float) * (size_t)n);
+    assert_int_equal(ops->bf16_round(&ctx, y, n, y), TDM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = ref_bf16(a[i]);
+    }
+    assert_same_bits(y, want, n);
+
+    assert_int_equal(ops->bf16_round(&ctx, NULL, n, y), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->add_bf16(&ctx, a, NULL, n, y), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->scale2(&ctx, y, -1, s0, s1), TDM_ERR_INVALID_ARG);
+    free(a);
+    free(b);
+    free(y);
+    free(want);
+}
+
+static void test_rows_gather_and_scatter_add_in_index_order(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t n_src = 9, C = 33, ldx = 40, n_idx = 6, ldy = 35;
+    int64_t idx[6] = {4, 0, 8, 4, 2, 4}; /* row 4 three times: additions in k order */
+    float *x = floats(n_src * ldx, 1.0f);
+    float *y = poisoned(n_idx * ldy);
+    float *acc = floats(n_src * ldx, 1.0f);
+    float *want = malloc(sizeof(float) * (size_t)(n_src * ldx));
+
+    (void)state;
+    assert_non_null(want);
+    assert_int_equal(ops->rows_gather(&ctx, x, ldx, idx, n_idx, C, y, ldy), TDM_OK);
+    for (int64_t k = 0; k < n_idx; k++) {
+        assert_same_bits(y + k * ldy, x + idx[k] * ldx, C);
+        assert_true(all_poison(y + k * ldy + C, sizeof(float) * (size_t)(ldy - C)));
+    }
+    /* scatter-add y (now random) into acc */
+    for (int64_t i = 0; i < n_idx * ldy; i++) {
+        y[i] = nrand();
+    }
+    memcpy(want, acc, sizeof(float) * (size_t)(n_src * ldx));
+    for (int64_t k = 0; k < n_idx; k++) {
+        for (int64_t c = 0; c < C; c++) {
+            float *w = &want[idx[k] * ldx + c];
+            *w = (float)((double)*w + (double)y[k * ldy + c]);
+        }
+    }
+    assert_int_equal(ops->rows_scatter_add(&ctx, y, ldy, idx, n_idx, C, acc, ldx), TDM_OK);
+    assert_same_bits(acc, want, n_src * ldx);
+
+    /* bad arguments: nothing written */
+    memcpy(want, acc, sizeof(float) * (size_t)(n_src * ldx));
+    idx[2] = -1;
+    assert_int_equal(ops->rows_scatter_add(&ctx, y, ldy, idx, n_idx, C, acc, ldx),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->rows_gather(&ctx, x, C - 1, idx, n_idx, C, y, ldy), TDM_ERR_INVALID_ARG);
+    assert_same_bits(acc, want, n_src * ldx);
+    free(x);
+    free(y);
+    free(acc);
+    free(want);
+}
+
+static void test_candidate_blocks_and_mask(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t n = 70, Bc = 16, nb = 5;
+    float *s = floats(n, 1.0f);
+    float *beta = poisoned(nb + 1);
+    float *masked = malloc(sizeof(float) * (size_t)n);
+    int32_t pool[3] = {3, 0, 99}; /* 99 is outside: matches nothing */
+
+    (void)state;
+    assert_non_null(masked);
+    s[5] = NAN; /* ignored by the running max */
+    s[20] = -INFINITY;
+    assert_int_equal(ops->cand_blocks(&ctx, s, n, Bc, beta), TDM_OK);
+    for (int64_t blk = 0; blk < nb; blk++) {
+        double mx = -INFINITY;
+        for (int64_t j = blk * Bc; j < (blk + 1) * Bc && j < n; j++) {
+            if (!isnan(s[j]) && s[j] > mx) {
+                mx = s[j];
+            }
+        }
+        if (blk == nb - 1) {
+            assert_true(isinf(beta[blk]) && beta[blk] > 0.0f);
+        } else {
+            assert_true((double)beta[blk] == mx);
+        }
+    }
+    assert_true(all_poison(beta + nb, sizeof(float)));
+
+    memcpy(masked, s, sizeof(float) * (size_t)n);
+    assert_int_equal(ops->cand_mask(&ctx, masked, n, Bc, pool, 3), TDM_OK);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t blk = j / Bc;
+        if (blk == 0 || blk == 3) {
+            assert_int_equal(bits_of(masked[j]), bits_of(s[j]));
+        } else {
+            assert_true(isinf(masked[j]) && masked[j] < 0.0f);
+        }
+    }
+    memcpy(masked, s, sizeof(float) * (size_t)n);
+    assert_int_equal(ops->cand_mask(&ctx, masked, n, 0, pool, 3), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->cand_mask(&ctx, masked, n, Bc, NULL, 3), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->cand_blocks(&ctx, s, 0, Bc, beta), TDM_ERR_INVALID_ARG);
+    assert_same_bits(masked + 6, s + 6, n - 6); /* (s[5] is NaN: compared apart) */
+    free(s);
+    free(beta);
+    free(masked);
+}
+
+/* ---- greedy argmax -------------------------------------------------------------------- */
+
+static void test_argmax_equals_sampler_at_temperature_zero(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t V = 257, n_rows = 6, ld = 260;
+    float *logits = floats(n_rows * ld, 2.0f);
+    int32_t ids[6];
+    engine_sampler_params_t params;
+    tdm_arena_t arena;
+
+    (void)state;
+    engine_sampler_params_default(&params);
+    params.temperature = 0.0;
+    assert_int_equal(tdm_arena_init(&arena, engine_sampler_scratch_bytes(V) + 4096), TDM_OK);
+    /* row 1: a tie (lower id wins); row 2: -inf everywhere but two; row 3: max at the end */
+    logits[1 * ld + 40] = 9.0f;
+    logits[1 * ld + 200] = 9.0f;
+    for (int64_t x = 0; x < V; x++) {
+        logits[2 * ld + x] = -INFINITY;
+    }
+    logits[2 * ld + 17] = -3.0f;
+    logits[2 * ld + 90] = -2.5f;
+    logits[3 * ld + V - 1] = 50.0f;
+    assert_int_equal(ops->argmax(&ctx, logits, ld, n_rows, V, ids), TDM_OK);
+    assert_int_equal(ids[1], 40);
+    assert_int_equal(ids[2], 90);
+    assert_int_equal(ids[3], V - 1);
+    for (int64_t r = 0; r < n_rows; r++) {
+        engine_sample_t sample;
+        assert_int_equal(engine_sampler_sample(&params, logits + r * ld, V, r, &arena, &sample),
+                         TDM_OK);
+        assert_int_equal(ids[r], sample.token);
+    }
+    /* NaN, +inf, all -inf: INTERNAL; bad shapes: INVALID_ARG */
+    logits[4 * ld + 3] = NAN;
+    logits[5 * ld + 9] = INFINITY;
+    assert_int_equal(ops->argmax(&ctx, logits + 4 * ld, ld, 1, V, ids), TDM_ERR_INTERNAL);
+    assert_int_equal(ops->argmax(&ctx, logits + 5 * ld, ld, 1, V, ids), TDM_ERR_INTERNAL);
+    for (int64_t x = 0; x < V; x++) {
+        logits[x] = -INFINITY;
+    }
+    assert_int_equal(ops->argmax(&ctx, logits, ld, 1, V, ids), TDM_ERR_INTERNAL);
+    assert_int_equal(ops->argmax(&ctx, logits, V - 1, 1, V, ids), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->argmax(&ctx, logits, ld, 1, 0, ids), TDM_ERR_INVALID_ARG);
+    tdm_arena_fini(&arena);
+    free(logits);
+}
+
+static void test_cpu_table_has_every_new_member(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+
+    (void)state;
+    assert_non_null(ops->mem_alloc);
+    assert_non_null(ops->mem_free);
+    assert_non_null(ops->mem_copy);
+    assert_non_null(ops->mem_set);
+    assert_non_null(ops->sync);
+    assert_non_null(ops->embed);
+    assert_non_null(ops->stream_mean);
+    assert_non_null(ops->bf16_round);
+    assert_non_null(ops->add_bf16);
+    assert_non_null(ops->scale2);
+    assert_non_null(ops->rows_gather);
+    assert_non_null(ops->rows_scatter_add);
+    assert_non_null(ops->cand_blocks);
+    assert_non_null(ops->cand_mask);
+    assert_non_null(ops->argmax);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_table_has_every_new_member),
+        cmocka_unit_test(test_mem_alloc_copy_set_round_trip),
+        cmocka_unit_test(test_mem_bad_arguments_change_nothing),
+        cmocka_unit_test(test_embed_widens_rows_into_every_stream),
+        cmocka_unit_test(test_stream_mean_is_fp32_ascending_sum_over_m),
+        cmocka_unit_test(test_bf16_round_add_and_scale2_match_plain_loops),
+        cmocka_unit_test(test_rows_gather_and_scatter_add_in_index_order),
+        cmocka_unit_test(test_candidate_blocks_and_mask),
+        cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
