@@ -55,6 +55,7 @@ static size_t layer_row_bytes(const engine_config_t *c)
                      2 * c->num_attention_heads * d + 8 * d + c->o_groups * c->o_lora_rank +
                      2 * c->index_n_heads * c->index_head_dim + c->index_n_heads + 4 * c->index_head_dim +
                      E + 2 * c->num_experts_per_tok + 5 * H + 3 * c->moe_intermediate_size +
+                     3 * (c->num_experts_per_tok + c->dspark_num_experts_per_tok) + /* grouping */
                      2 * n_e + (m + 1) * H + c->index_topk + 64;
     return (size_t)floats * sizeof(float) * ARENA_SAFETY + 16 * 64;
 }
@@ -205,26 +206,21 @@ static tdm_status_t batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
     return TDM_OK;
 }
 
-/* X = m copies of embed[id] (R1), pre = e0. */
-static void batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
+/* X = m copies of embed[id] (R1), pre = e0: ops->embed once per segment (its rows are
+ * contiguous, its ids one array). */
+static tdm_status_t batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
 {
     const engine_config_t *c = fwd->cfg;
     int64_t m = c->hc_mult, H = c->hidden_size;
-    for (int s = 0; s < b->n_segs; s++) {
+    tdm_status_t st = TDM_OK;
+
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
-        for (int64_t i = 0; i < seg->n; i++) {
-            int64_t r = seg->row0 + i;
-            const uint16_t *e = fwd->model->embed + (int64_t)seg->ids[i] * H;
-            fwd->read_weight_bytes += (uint64_t)H * sizeof(uint16_t);
-            for (int64_t k = 0; k < m; k++) {
-                float *x = b->X + (r * m + k) * H;
-                for (int64_t col = 0; col < H; col++) {
-                    x[col] = kern_bf16_to_f32(e[col]);
-                }
-                b->pre[r * m + k] = k == 0 ? 1.0f : 0.0f;
-            }
-        }
+        fwd->read_weight_bytes += (uint64_t)seg->n * (uint64_t)H * sizeof(uint16_t);
+        st = fwd->ops->embed(&fwd->kctx, fwd->model->embed, c->vocab_size, seg->ids, seg->n, H,
+                             (int)m, b->X + seg->row0 * m * H, b->pre + seg->row0 * m);
     }
+    return st;
 }
 
 /* A view of the rows [k0, N) of a one-segment batch. */
@@ -312,10 +308,10 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
             pos[b->segs[s].row0 + i] = b->segs[s].pos0 + i;
         }
     }
-    for (int64_t i = 0; i < N * n_t * H; i++) {
-        cat[i] = kern_bf16_round(b->taps[i]);
+    st = fwd->ops->bf16_round(&fwd->kctx, b->taps, N * n_t * H, cat);
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
     }
-    st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
     if (st == TDM_OK) {
         st = fwd_gemm(fwd, &model->main_proj, cat, n_t * H, N, KERN_GEMM_OUT_BF16, mx, H);
     }
@@ -342,14 +338,7 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
             st = fwd->ops->quant_act8(&fwd->kctx, kv, N, d, kc, ks);
         }
         for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
-            const fwd_seg_t *seg = &b->segs[s];
-            for (int64_t i = 0; i < seg->n; i++) {
-                int64_t r = seg->row0 + i;
-                memcpy(engine_seq_ring_codes_at(seg->seq, l, seg->pos0 + i), kc + r * d,
-                       (size_t)d);
-                memcpy(engine_seq_ring_scales_at(seg->seq, l, seg->pos0 + i), ks + r * d / 32,
-                       (size_t)(d / 32));
-            }
+            st = fwd_ring_write(fwd, &b->segs[s], l, kc, ks);
         }
     }
     return st;
@@ -440,7 +429,7 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
     int64_t V = c->vocab_size;
     int64_t out_row = 0;
 
-    batch_embed(fwd, b);
+    st = batch_embed(fwd, b);
     for (int l = 0; l < lower_end && st == TDM_OK; l++) {
         st = fwd_layer_run(fwd, b, l);
     }
@@ -692,7 +681,7 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     if (st != TDM_OK) {
         return st;
     }
-    batch_embed(fwd, &b); /* X = m copies of the block tokens' embeddings, pre = e0 */
+    st = batch_embed(fwd, &b); /* X = m copies of the block tokens' embeddings, pre = e0 */
     for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
         st = fwd_layer_run(fwd, &b, c->n_layers + k);
     }

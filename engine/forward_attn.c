@@ -26,6 +26,35 @@ static int64_t row_pos(const fwd_batch_t *b, int64_t r, const fwd_seg_t **seg_ou
     return -1;
 }
 
+int64_t fwd_ring_run(const engine_seq_t *seq, int64_t p, int64_t end)
+{
+    int64_t run = seq->C - p % seq->C;
+    return run < end - p ? run : end - p;
+}
+
+tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const uint8_t *kc,
+                            const uint8_t *ks)
+{
+    int64_t d = fwd->cfg->head_dim;
+    int64_t end = seg->pos0 + seg->n;
+    tdm_status_t st = TDM_OK;
+
+    if (seg->draft) {
+        return TDM_OK;
+    }
+    for (int64_t p = seg->pos0, run; p < end && st == TDM_OK; p += run) {
+        int64_t row = seg->row0 + (p - seg->pos0);
+        run = fwd_ring_run(seg->seq, p, end);
+        st = fwd_copy(fwd, engine_seq_ring_codes_at(seg->seq, l, p), kc + row * d,
+                      (size_t)(run * d));
+        if (st == TDM_OK) {
+            st = fwd_copy(fwd, engine_seq_ring_scales_at(seg->seq, l, p), ks + row * d / 32,
+                          (size_t)(run * d / 32));
+        }
+    }
+    return st;
+}
+
 /* Region pointers of a page (kernels/kv_page.h layout). */
 typedef struct {
     kern_kv_page_layout_t ly;
@@ -124,10 +153,15 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         int64_t p = seg->pos0 + i;
         int64_t row = seg->row0 + i;
         if (r == 1) {
-            memcpy(V + n_new * d, a + row * d, FLOAT_BYTES(d));
+            st = fwd_copy(fwd, V + n_new * d, a + row * d, FLOAT_BYTES(d));
         } else if (p % 2 == 0) {
-            memcpy(pa, a + row * d, FLOAT_BYTES(d));
-            memcpy(pb, bg + row * d, FLOAT_BYTES(d));
+            st = fwd_copy(fwd, pa, a + row * d, FLOAT_BYTES(d));
+            if (st == TDM_OK) {
+                st = fwd_copy(fwd, pb, bg + row * d, FLOAT_BYTES(d));
+            }
+            if (st != TDM_OK) {
+                return st;
+            }
             seq->has_pend[slot] = 1;
             engine_seq_keep_pending(seq, slot, p); /* verify scratch (MODEL.md 7, 8 rollback) */
             continue;
@@ -137,15 +171,25 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
                         "pos=%lld", l, (long long)p);
                 return TDM_ERR_INTERNAL;
             }
-            memcpy(ab, pa, FLOAT_BYTES(d));
-            memcpy(ab + d, a + row * d, FLOAT_BYTES(d));
-            memcpy(ab + 2 * d, pb, FLOAT_BYTES(d));
-            memcpy(ab + 3 * d, bg + row * d, FLOAT_BYTES(d));
-            st = fwd->ops->compress_pool(&fwd->kctx, ab, ab + 2 * d, 2, d, V + n_new * d);
-            if (st != TDM_OK) {
-                return st;
+            st = fwd_copy(fwd, ab, pa, FLOAT_BYTES(d));
+            if (st == TDM_OK) {
+                st = fwd_copy(fwd, ab + d, a + row * d, FLOAT_BYTES(d));
             }
-            seq->has_pend[slot] = 0;
+            if (st == TDM_OK) {
+                st = fwd_copy(fwd, ab + 2 * d, pb, FLOAT_BYTES(d));
+            }
+            if (st == TDM_OK) {
+                st = fwd_copy(fwd, ab + 3 * d, bg + row * d, FLOAT_BYTES(d));
+            }
+            if (st == TDM_OK) {
+                st = fwd->ops->compress_pool(&fwd->kctx, ab, ab + 2 * d, 2, d, V + n_new * d);
+            }
+            if (st == TDM_OK) {
+                seq->has_pend[slot] = 0;
+            }
+        }
+        if (st != TDM_OK) {
+            return st;
         }
         if (first_row < 0) {
             first_row = p / r;
@@ -172,7 +216,9 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     /* latent c = BF16(RMSNorm(BF16(v))) (v already BF16) */
     st = fwd->ops->rmsnorm(&fwd->kctx, V, d, n_new, d, lw->c_norm, (float)cfg->rms_norm_eps, V, d);
     if (st == TDM_OK) {
-        memcpy(main_rows, V, FLOAT_BYTES(n_new * d));
+        st = fwd_copy(fwd, main_rows, V, FLOAT_BYTES(n_new * d));
+    }
+    if (st == TDM_OK) {
         st = fwd->ops->rope(&fwd->kctx, main_rows, n_new, 1, d, (int)cfg->qk_rope_head_dim, rpos,
                             fwd->model->rope_freqs[l], KERN_ROPE_FORWARD);
     }
@@ -211,19 +257,28 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
 }
 
 /* Replay: keep the session's pending half, or rebuild it for odd H (MODEL.md 6(d)). */
-static void replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
-                           const float *bg)
+static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
+                                   const float *a, const float *bg)
 {
     engine_seq_t *seq = seg->seq;
     int slot = engine_seq_source_slot(seq, l);
     int64_t d = fwd->cfg->head_dim;
     int64_t H = seg->pos0 + seg->n;
+    tdm_status_t st;
+
     if (fwd->cfg->roles[l].ratio != 2 || H % 2 == 0 || seq->has_pend[slot]) {
-        return;
+        return TDM_OK;
     }
-    memcpy(seq->pend_a + (int64_t)slot * d, a + (seg->row0 + seg->n - 1) * d, FLOAT_BYTES(d));
-    memcpy(seq->pend_b + (int64_t)slot * d, bg + (seg->row0 + seg->n - 1) * d, FLOAT_BYTES(d));
-    seq->has_pend[slot] = 1;
+    st = fwd_copy(fwd, seq->pend_a + (int64_t)slot * d, a + (seg->row0 + seg->n - 1) * d,
+                  FLOAT_BYTES(d));
+    if (st == TDM_OK) {
+        st = fwd_copy(fwd, seq->pend_b + (int64_t)slot * d, bg + (seg->row0 + seg->n - 1) * d,
+                      FLOAT_BYTES(d));
+    }
+    if (st == TDM_OK) {
+        seq->has_pend[slot] = 1;
+    }
+    return st;
 }
 
 static int cmp_i32(const void *x, const void *y)
@@ -268,32 +323,21 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
         int64_t nb = (n_vis + Bc - 1) / Bc;
         float *beta = scores + n_vis; /* scratch after the scores */
         int64_t n_kept = 0;
-        for (int64_t blk = 0; blk < nb; blk++) {
-            float mx = -INFINITY;
-            for (int64_t j = blk * Bc; j < (blk + 1) * Bc && j < n_vis; j++) {
-                mx = scores[j] > mx ? scores[j] : mx;
-            }
-            beta[blk] = mx;
+        st = fwd->ops->cand_blocks(&fwd->kctx, scores, n_vis, Bc, beta);
+        if (st == TDM_OK) {
+            st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
+                                b->pool + row * nB, &n_kept);
         }
-        beta[(n_vis - 1) / Bc] = INFINITY;
-        st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
-                            b->pool + row * nB, &n_kept);
         if (st != TDM_OK) {
             return st;
         }
         b->n_pool[row] = (int32_t)n_kept;
     }
     if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && b->n_pool[row] >= 0) {
-        unsigned char *keep = (unsigned char *)(scores + 2 * n_vis + 8);
-        int64_t nb = (n_vis + Bc - 1) / Bc;
-        memset(keep, 0, (size_t)nb);
-        for (int32_t k = 0; k < b->n_pool[row]; k++) {
-            keep[b->pool[row * nB + k]] = 1;
-        }
-        for (int64_t j = 0; j < n_vis; j++) {
-            if (!keep[j / Bc]) {
-                scores[j] = -INFINITY;
-            }
+        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB,
+                                 b->n_pool[row]);
+        if (st != TDM_OK) {
+            return st;
         }
     }
     st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, sel, &n_sel);
@@ -404,7 +448,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             if (b->segs[s].write_rows) {
                 st = compress_segment(fwd, &b->segs[s], l, ca, cb, &g);
             } else if (cb != NULL) {
-                replay_pending(fwd, &b->segs[s], l, ca, cb);
+                st = replay_pending(fwd, &b->segs[s], l, ca, cb);
             }
         }
         if (st != TDM_OK) {
@@ -436,11 +480,11 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (st == TDM_OK) {
             st = fwd_gemm(fwd, &lw->i_wp, xn, H, N, KERN_GEMM_OUT_BF16, wI, HI);
         }
+        if (st == TDM_OK) {
+            st = fwd->ops->scale2(&fwd->kctx, wI, N * HI, sc_d, sc_h);
+        }
         if (st != TDM_OK) {
             return st;
-        }
-        for (int64_t i = 0; i < N * HI; i++) {
-            wI[i] = (wI[i] * sc_d) * sc_h;
         }
     }
 
@@ -467,12 +511,16 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             return TDM_ERR_NO_MEMORY;
         }
         fwd->read_kv_bytes += (uint64_t)(n_ring * (d + d / 32));
-        for (int64_t p = wstart; p < seg->pos0 && st == TDM_OK; p++) {
+        /* the ring slots of [wstart, pos0) are at most two contiguous runs: one call each */
+        for (int64_t p = wstart, run; p < seg->pos0 && st == TDM_OK; p += run) {
+            run = fwd_ring_run(seq, p, seg->pos0);
             st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seq, l, p),
-                                        engine_seq_ring_scales_at(seq, l, p), 1, d,
+                                        engine_seq_ring_scales_at(seq, l, p), run, d,
                                         win + (p - wstart) * d);
         }
-        memcpy(win + n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
+        if (st == TDM_OK) {
+            st = fwd_copy(fwd, win + n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
+        }
         if (role->ratio > 0) {
             tab = &seq->tables[engine_seq_source_slot(seq, role->kv_src)];
         }
@@ -513,10 +561,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                     int32_t *own = b->sel[fwd_index_ordinal(fwd, l)] + row * kI;
                     st = select_row(fwd, b, l, row, n_vis, qI + row * HI * dI, wI + row * HI,
                                     scores, iscratch, own);
-                    memcpy(srow, own, (size_t)kI * sizeof(int32_t));
+                    if (st == TDM_OK) {
+                        st = fwd_copy(fwd, srow, own, (size_t)kI * sizeof(int32_t));
+                    }
                 } else {
-                    memcpy(srow, b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
-                           (size_t)kI * sizeof(int32_t));
+                    st = fwd_copy(fwd, srow,
+                                  b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
+                                  (size_t)kI * sizeof(int32_t));
                 }
                 for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
                     st = read_main_row(fwd, &g, tab, srow[k], sel_rows + n_b * d);
@@ -557,14 +608,8 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     }
 
     /* window ring writes (after every read of this layer) */
-    for (int s = 0; s < b->n_segs; s++) {
-        const fwd_seg_t *seg = &b->segs[s];
-        for (int64_t i = 0; i < seg->n && !seg->draft; i++) {
-            int64_t row = seg->row0 + i;
-            memcpy(engine_seq_ring_codes_at(seg->seq, l, seg->pos0 + i), kc + row * d, (size_t)d);
-            memcpy(engine_seq_ring_scales_at(seg->seq, l, seg->pos0 + i), ks + row * d / 32,
-                   (size_t)(d / 32));
-        }
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+        st = fwd_ring_write(fwd, &b->segs[s], l, kc, ks);
     }
-    return TDM_OK;
+    return st;
 }

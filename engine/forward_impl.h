@@ -84,6 +84,13 @@ static inline tdm_status_t fwd_gemm(engine_fwd_t *fwd, const kern_mat_t *w, cons
     return fwd->ops->gemm(&fwd->kctx, w, x, ldx, n_rows, flags, y_out, ldy);
 }
 
+/* fwd_copy - n_bytes from src to dst, both the backend's memory (activations, rings, pending
+ * halves, selections), through ops->mem_copy: memmove on the CPU, a device copy on CUDA. */
+static inline tdm_status_t fwd_copy(engine_fwd_t *fwd, void *dst, const void *src, size_t n_bytes)
+{
+    return fwd->ops->mem_copy(&fwd->kctx, dst, src, n_bytes, KERN_COPY_D2D);
+}
+
 /* fwd_index_ordinal - ordinal of index-source `layer` among index_source_layer_ids, or -1. */
 int fwd_index_ordinal(const engine_fwd_t *fwd, int layer);
 
@@ -101,6 +108,18 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l);
  */
 tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
                            int32_t *sel_used, float *out);
+
+/* fwd_ring_run - how many positions from p (< end) have consecutive slots in a window ring of
+ * seq (up to the ring's wrap): min(C - p % C, end - p). */
+int64_t fwd_ring_run(const engine_seq_t *seq, int64_t p, int64_t end);
+
+/*
+ * fwd_ring_write - the window ring entries of segment rows [0, seg->n) of layer (or DSpark
+ * block) l from the batch's Q_act8 rows kc [N, d] / ks [N, d / 32]: one ops->mem_copy per
+ * contiguous run of ring slots (at most two per ring). Nothing for a draft segment.
+ */
+tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const uint8_t *kc,
+                            const uint8_t *ks);
 
 /* fwd_alloc - n floats (or bytes) from the layer arena; NULL when it is full. */
 void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes);

@@ -113,12 +113,13 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     float *gu = fwd_alloc(fwd, FLOAT_BYTES(N * 2 * I));
     float *h = fwd_alloc(fwd, FLOAT_BYTES(N * I));
     float *ye = fwd_alloc(fwd, FLOAT_BYTES(N * H));
-    float *we = fwd_alloc(fwd, FLOAT_BYTES(N));
-    int64_t *rows = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
+    float *we = fwd_alloc(fwd, FLOAT_BYTES(N * K));
+    int64_t *rows = fwd_alloc(fwd, (size_t)(N * K) * sizeof(int64_t));
+    int64_t *off = fwd_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));
     tdm_status_t st;
 
     if (logits == NULL || wts == NULL || xq == NULL || acc == NULL || xe == NULL || gu == NULL ||
-        h == NULL || ye == NULL || we == NULL || rows == NULL) {
+        h == NULL || ye == NULL || we == NULL || rows == NULL || off == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     st = fwd_gemm(fwd, &lw->gate, xn, H, N, KERN_GEMM_OUT_F32, logits, E);
@@ -135,29 +136,26 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     if (st != TDM_OK) {
         return st;
     }
-    memset(acc, 0, FLOAT_BYTES(N * H));
+    st = fwd->ops->mem_set(&fwd->kctx, acc, 0, FLOAT_BYTES(N * H));
+    if (st == TDM_OK) {
+        st = fwd->ops->expert_rows(&fwd->kctx, experts_out, wts, N, K, E, off, rows, we);
+    }
+    /* the expert loop reads the per-expert counts `off` on the host (docs/NUMERICS.md 7) */
     for (int64_t e = 0; e < E && st == TDM_OK; e++) {
-        int64_t ne = 0;
-        for (int64_t r = 0; r < N; r++) {
-            for (int k = 0; k < K; k++) {
-                if (experts_out[r * K + k] == e) {
-                    rows[ne] = r;
-                    we[ne] = wts[r * K + k];
-                    memcpy(xe + ne * H, xq + r * H, FLOAT_BYTES(H));
-                    ne++;
-                }
-            }
-        }
+        int64_t ne = off[e + 1] - off[e];
         if (ne == 0) {
             continue;
         }
+        st = fwd->ops->rows_gather(&fwd->kctx, xq, H, rows + off[e], ne, H, xe, H);
         /* gate then up, side by side in gu [ne, 2I] */
-        st = fwd_gemm(fwd, &lw->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        if (st == TDM_OK) {
+            st = fwd_gemm(fwd, &lw->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        }
         if (st == TDM_OK) {
             st = fwd_gemm(fwd, &lw->w3[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu + I, 2 * I);
         }
         if (st == TDM_OK) {
-            st = fwd->ops->swiglu(&fwd->kctx, gu, we, ne, I, lambda, h);
+            st = fwd->ops->swiglu(&fwd->kctx, gu, we + off[e], ne, I, lambda, h);
         }
         if (st == TDM_OK) {
             st = fwd->ops->qdq_act8(&fwd->kctx, h, ne, I, h);
@@ -165,11 +163,8 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         if (st == TDM_OK) {
             st = fwd_gemm(fwd, &lw->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, ye, H);
         }
-        for (int64_t k = 0; k < ne && st == TDM_OK; k++) {
-            float *a = acc + rows[k] * H;
-            for (int64_t c = 0; c < H; c++) {
-                a[c] += ye[k * H + c];
-            }
+        if (st == TDM_OK) {
+            st = fwd->ops->rows_scatter_add(&fwd->kctx, ye, H, rows + off[e], ne, H, acc, H);
         }
     }
     /* shared expert, weight 1, same clamp */
@@ -191,10 +186,7 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     if (st != TDM_OK) {
         return st;
     }
-    for (int64_t i = 0; i < N * H; i++) {
-        out[i] = kern_bf16_round(acc[i] + ye[i]);
-    }
-    return TDM_OK;
+    return fwd->ops->add_bf16(&fwd->kctx, acc, ye, N * H, out);
 }
 
 static void dump_layer(engine_fwd_t *fwd, const fwd_batch_t *b, int l, const float *x_in,
@@ -258,23 +250,17 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
         if (x_in == NULL || pre_in == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
-        memcpy(x_in, b->X, FLOAT_BYTES(N * m * H));
-        memcpy(pre_in, b->pre, FLOAT_BYTES(N * m));
-    }
-    if (role->tap_slot >= 0 && b->taps != NULL && l < cfg->n_layers) {
-        int64_t n_t = cfg->n_dspark_target_layer_ids;
-        for (int64_t r = 0; r < N; r++) {
-            float *tap = b->taps + (r * n_t + role->tap_slot) * H;
-            for (int64_t c = 0; c < H; c++) {
-                float sum = 0.0f;
-                for (int64_t i = 0; i < m; i++) {
-                    sum += b->X[(r * m + i) * H + c];
-                }
-                tap[c] = sum / (float)m;
-            }
+        st = fwd_copy(fwd, x_in, b->X, FLOAT_BYTES(N * m * H));
+        if (st == TDM_OK) {
+            st = fwd_copy(fwd, pre_in, b->pre, FLOAT_BYTES(N * m));
         }
     }
-    if (role->engram_slot >= 0 && l < cfg->n_layers) {
+    if (st == TDM_OK && role->tap_slot >= 0 && b->taps != NULL && l < cfg->n_layers) {
+        int64_t n_t = cfg->n_dspark_target_layer_ids;
+        st = fwd->ops->stream_mean(&fwd->kctx, b->X, N, (int)m, H, b->taps + role->tap_slot * H,
+                                   n_t * H);
+    }
+    if (st == TDM_OK && role->engram_slot >= 0 && l < cfg->n_layers) {
         st = engram_update(fwd, b, l);
     }
     /* attention site */
@@ -309,10 +295,12 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     if (st == TDM_OK) {
         st = fwd->ops->mhc_update(&fwd->kctx, post_f, sub, M_f, N, (int)m, H, b->X);
     }
+    if (st == TDM_OK) {
+        st = fwd_copy(fwd, b->pre, pre_f, FLOAT_BYTES(N * m));
+    }
     if (st != TDM_OK) {
         return st;
     }
-    memcpy(b->pre, pre_f, FLOAT_BYTES(N * m));
     if (dumping) {
         dump_layer(fwd, b, l, x_in, pre_in, sel_used, b->experts, K);
     }

@@ -51,8 +51,9 @@ tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anch
         float *li = dlogits_out + (int64_t)(j - 1) * V;
         engine_sample_t s;
         /* e_i = markov.embed[prev_i], l_i = U_i + BF16(markov.head . e_i) (R3) */
-        for (int64_t k = 0; k < r_m; k++) {
-            spec->e[k] = kern_bf16_to_f32(model->markov_embed[(int64_t)prev * r_m + k]);
+        st = spec->ops->embed(&spec->kctx, model->markov_embed, V, &prev, 1, r_m, 1, spec->e, NULL);
+        if (st != TDM_OK) {
+            break;
         }
         prod *= (double)confidence(model->conf_proj, xi, H, spec->e, r_m);
         if (j > 1 && prod < theta) {
@@ -63,8 +64,9 @@ tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anch
         if (st != TDM_OK) {
             break;
         }
-        for (int64_t v = 0; v < V; v++) {
-            li[v] = spec->U[(int64_t)(j - 1) * V + v] + spec->ml[v];
+        st = spec->ops->add(&spec->kctx, spec->U + (int64_t)(j - 1) * V, spec->ml, V, li);
+        if (st != TDM_OK) {
+            break;
         }
         /* d_j at position a + j, with the request's filters and the same G as the target */
         st = engine_sampler_sample(sampling, li, V, a + j, &spec->arena, &s);

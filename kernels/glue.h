@@ -28,10 +28,12 @@ extern "C" {
  *
  * table:   [n_vocab, H] BF16 bits, row-major (the embedding; borrowed).
  * ids:     [n] token ids, each in [0, n_vocab).
- * x_out:   [n, m, H] f32, written.   pre_out: [n, m] f32, written.
- * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL pointer, n < 0, m < 1, H < 1, n_vocab < 1, or on
- * the CPU an id out of range; nothing written). The CUDA version does not read ids on the host:
- * a row whose id is out of range is written as NaN instead (callers check ids first).
+ * x_out:   [n, m, H] f32, written.   pre_out: [n, m] f32, written; may be NULL (not written:
+ *          a plain row gather with m = 1, e.g. the DSpark Markov embedding, MODEL.md 8).
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL pointer other than pre_out, n < 0, m < 1, H < 1,
+ * n_vocab < 1, or on the CPU an id out of range; nothing written). The CUDA version does not read
+ * ids on the host: a row whose id is out of range is written as NaN instead (callers check ids
+ * first).
  */
 typedef tdm_status_t kern_embed_fn(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vocab,
                                    const int32_t *ids, int64_t n, int64_t H, int m, float *x_out,
@@ -65,6 +67,15 @@ kern_bf16_round_fn kern_bf16_round_cpu;
 typedef tdm_status_t kern_add_bf16_fn(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
                                       float *y_out);
 kern_add_bf16_fn kern_add_bf16_cpu;
+
+/*
+ * kern_add_fn - y_out[i] = a[i] + b[i] in FP32 (one rounding; the DSpark draft logits
+ * l_i = U_i + markov_head(e_i), MODEL.md 8). y_out may alias a or b. Returns TDM_OK or
+ * TDM_ERR_INVALID_ARG (NULL with n > 0, n < 0).
+ */
+typedef tdm_status_t kern_add_fn(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                                 float *y_out);
+kern_add_fn kern_add_cpu;
 
 /*
  * kern_scale2_fn - x[i] = (x[i] * s0) * s1 in FP32, two roundings in that order (the index
@@ -123,6 +134,23 @@ kern_cand_blocks_fn kern_cand_blocks_cpu;
 typedef tdm_status_t kern_cand_mask_fn(kern_ctx_t *ctx, float *scores, int64_t n, int64_t block,
                                        const int32_t *pool, int64_t n_pool);
 kern_cand_mask_fn kern_cand_mask_cpu;
+
+/*
+ * kern_expert_rows_fn - group a batch's routed (row, slot) pairs by expert (MODEL.md 5.5): for
+ * each expert e in ascending order, the rows r with experts[r, k] == e for some k, in ascending
+ * (r, k) order, and the routing weight of each. Expert e's entries are
+ * rows_out[offsets_out[e] .. offsets_out[e + 1]) and wts_out at the same places;
+ * offsets_out[0] = 0 and offsets_out[E] = the number of pairs with an id in [0, E).
+ *
+ * experts: [N, K] int32 expert ids (kern_moe_route_fn's output).  wts: [N, K] f32.
+ * offsets_out: [E + 1] int64.  rows_out: [N * K] int64.  wts_out: [N * K] f32.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL with N > 0, N < 0, K < 1, E < 1, or on the CPU an
+ * id outside [0, E); nothing written). The CUDA version skips such an id instead.
+ */
+typedef tdm_status_t kern_expert_rows_fn(kern_ctx_t *ctx, const int32_t *experts, const float *wts,
+                                         int64_t N, int K, int64_t E, int64_t *offsets_out,
+                                         int64_t *rows_out, float *wts_out);
+kern_expert_rows_fn kern_expert_rows_cpu;
 
 #ifdef __cplusplus
 }

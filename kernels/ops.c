@@ -39,12 +39,14 @@ static const kern_ops_t ops_cpu = {
     .stream_mean = kern_stream_mean_cpu,
     .bf16_round = kern_bf16_round_cpu,
     .add_bf16 = kern_add_bf16_cpu,
+    .add = kern_add_cpu,
     .scale2 = kern_scale2_cpu,
     .rows_gather = kern_rows_gather_cpu,
     .rows_scatter_add = kern_rows_scatter_add_cpu,
     .cand_blocks = kern_cand_blocks_cpu,
     .cand_mask = kern_cand_mask_cpu,
     .argmax = kern_argmax_cpu,
+    .expert_rows = kern_expert_rows_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -79,12 +81,14 @@ static const kern_ops_t ops_cuda = {
     .stream_mean = kern_stream_mean_cuda,
     .bf16_round = kern_bf16_round_cuda,
     .add_bf16 = kern_add_bf16_cuda,
+    .add = kern_add_cuda,
     .scale2 = kern_scale2_cuda,
     .rows_gather = kern_rows_gather_cuda,
     .rows_scatter_add = kern_rows_scatter_add_cuda,
     .cand_blocks = kern_cand_blocks_cuda,
     .cand_mask = kern_cand_mask_cuda,
     .argmax = kern_argmax_cuda,
+    .expert_rows = kern_expert_rows_cuda,
 };
 #endif
 

@@ -65,12 +65,14 @@ typedef struct {
     kern_stream_mean_fn *stream_mean;           /* FP32 stream mean of a DSpark tap (8) */
     kern_bf16_round_fn *bf16_round;             /* BF16 rounding of FP32 values */
     kern_add_bf16_fn *add_bf16;                 /* BF16(a + b): the MoE output (R8) */
+    kern_add_fn *add;                           /* a + b in FP32: DSpark draft logits (8) */
     kern_scale2_fn *scale2;                     /* (x * s0) * s1: index weights (5.4) */
     kern_rows_gather_fn *rows_gather;           /* an expert's token rows (5.5) */
     kern_rows_scatter_add_fn *rows_scatter_add; /* an expert's outputs into the sum (5.5) */
     kern_cand_blocks_fn *cand_blocks;           /* candidate-pool block maxima (5.4) */
     kern_cand_mask_fn *cand_mask;               /* scores outside the pool -> -inf (5.4) */
     kern_argmax_fn *argmax;                     /* greedy token per logits row (8) */
+    kern_expert_rows_fn *expert_rows;           /* routed rows grouped by expert (5.5) */
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

@@ -16,7 +16,7 @@ tdm_status_t kern_embed_cpu(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vo
     if (n < 0 || m < 1 || H < 1 || n_vocab < 1) {
         return TDM_ERR_INVALID_ARG;
     }
-    if (n > 0 && (table == NULL || ids == NULL || x_out == NULL || pre_out == NULL)) {
+    if (n > 0 && (table == NULL || ids == NULL || x_out == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int64_t r = 0; r < n; r++) {
@@ -31,7 +31,9 @@ tdm_status_t kern_embed_cpu(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vo
             for (int64_t col = 0; col < H; col++) {
                 x[col] = kern_bf16_to_f32(e[col]);
             }
-            pre_out[r * m + k] = k == 0 ? 1.0f : 0.0f;
+            if (pre_out != NULL) {
+                pre_out[r * m + k] = k == 0 ? 1.0f : 0.0f;
+            }
         }
     }
     return TDM_OK;
@@ -81,6 +83,18 @@ tdm_status_t kern_add_bf16_cpu(kern_ctx_t *ctx, const float *a, const float *b, 
     }
     for (int64_t i = 0; i < n; i++) {
         y_out[i] = kern_bf16_round(a[i] + b[i]);
+    }
+    return TDM_OK;
+}
+
+tdm_status_t kern_add_cpu(kern_ctx_t *ctx, const float *a, const float *b, int64_t n, float *y_out)
+{
+    (void)ctx;
+    if (n < 0 || (n > 0 && (a == NULL || b == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        y_out[i] = a[i] + b[i];
     }
     return TDM_OK;
 }
@@ -190,5 +204,44 @@ tdm_status_t kern_cand_mask_cpu(kern_ctx_t *ctx, float *scores, int64_t n, int64
             scores[j] = -INFINITY;
         }
     }
+    return TDM_OK;
+}
+
+tdm_status_t kern_expert_rows_cpu(kern_ctx_t *ctx, const int32_t *experts, const float *wts,
+                                  int64_t N, int K, int64_t E, int64_t *offsets_out,
+                                  int64_t *rows_out, float *wts_out)
+{
+    (void)ctx;
+    if (N < 0 || K < 1 || E < 1 || offsets_out == NULL ||
+        (N > 0 && (experts == NULL || wts == NULL || rows_out == NULL || wts_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < N * K; i++) {
+        if (experts[i] < 0 || experts[i] >= E) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    /* counting sort: counts, exclusive prefix sums, then a stable fill in (r, k) order */
+    memset(offsets_out, 0, (size_t)(E + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < N * K; i++) {
+        offsets_out[experts[i] + 1]++;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        offsets_out[e + 1] += offsets_out[e];
+    }
+    for (int64_t r = 0; r < N; r++) {
+        for (int k = 0; k < K; k++) {
+            int32_t e = experts[r * K + k];
+            /* offsets_out[e] is the next free place of expert e during the fill */
+            rows_out[offsets_out[e]] = r;
+            wts_out[offsets_out[e]] = wts[r * K + k];
+            offsets_out[e]++;
+        }
+    }
+    /* each offsets_out[e] now holds the start of e + 1: shift back by one */
+    for (int64_t e = E; e > 0; e--) {
+        offsets_out[e] = offsets_out[e - 1];
+    }
+    offsets_out[0] = 0;
     return TDM_OK;
 }

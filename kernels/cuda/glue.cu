@@ -38,7 +38,7 @@ __global__ void embed_kernel(const uint16_t *table, int64_t n_vocab, const int32
         int32_t id = ids[r];
         x[e] = id >= 0 && id < n_vocab ? kc_bf16_to_f32(table[(int64_t)id * H + col]) : NAN;
     }
-    for (int64_t e = glue_first(); e < n * m; e += glue_stride()) {
+    for (int64_t e = glue_first(); pre != NULL && e < n * m; e += glue_stride()) {
         pre[e] = e % m == 0 ? 1.0f : 0.0f;
     }
 }
@@ -50,7 +50,7 @@ extern "C" tdm_status_t kern_embed_cuda(kern_ctx_t *ctx, const uint16_t *table, 
     if (n < 0 || m < 1 || H < 1 || n_vocab < 1) {
         return TDM_ERR_INVALID_ARG;
     }
-    if (n > 0 && (table == NULL || ids == NULL || x_out == NULL || pre_out == NULL)) {
+    if (n > 0 && (table == NULL || ids == NULL || x_out == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
     if (n == 0) {
@@ -130,6 +130,26 @@ extern "C" tdm_status_t kern_add_bf16_cuda(kern_ctx_t *ctx, const float *a, cons
     }
     add_bf16_kernel<<<glue_grid(n), GLUE_BLOCK, 0, kc_stream(ctx)>>>(a, b, n, y_out);
     return kc_launch_status("add_bf16_cuda", 1, n);
+}
+
+__global__ void add_kernel(const float *a, const float *b, int64_t n, float *y)
+{
+    for (int64_t i = glue_first(); i < n; i += glue_stride()) {
+        y[i] = __fadd_rn(a[i], b[i]);
+    }
+}
+
+extern "C" tdm_status_t kern_add_cuda(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                                      float *y_out)
+{
+    if (n < 0 || (n > 0 && (a == NULL || b == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n == 0) {
+        return TDM_OK;
+    }
+    add_kernel<<<glue_grid(n), GLUE_BLOCK, 0, kc_stream(ctx)>>>(a, b, n, y_out);
+    return kc_launch_status("add_cuda", 1, n);
 }
 
 __global__ void scale2_kernel(float *x, int64_t n, float s0, float s1)
@@ -268,4 +288,51 @@ extern "C" tdm_status_t kern_cand_mask_cuda(kern_ctx_t *ctx, float *scores, int6
     cand_mask_kernel<<<glue_grid(n), GLUE_BLOCK, 0, kc_stream(ctx)>>>(scores, n, block, pool,
                                                                       n_pool);
     return kc_launch_status("cand_mask_cuda", 1, n);
+}
+
+/* One block: counts per expert (a thread scans every pair for its experts), the prefix sum by
+ * thread 0, then each thread fills its experts' entries in (r, k) order. */
+__global__ void __launch_bounds__(GLUE_BLOCK)
+    expert_rows_kernel(const int32_t *experts, const float *wts, int64_t N, int K, int64_t E,
+                       int64_t *offsets, int64_t *rows, float *wts_out)
+{
+    for (int64_t e = threadIdx.x; e < E; e += GLUE_BLOCK) {
+        int64_t count = 0;
+        for (int64_t i = 0; i < N * K; i++) {
+            count += experts[i] == e;
+        }
+        offsets[e + 1] = count;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        for (int64_t e = 0; e < E; e++) {
+            offsets[e + 1] += offsets[e];
+        }
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < E; e += GLUE_BLOCK) {
+        int64_t at = offsets[e];
+        for (int64_t i = 0; i < N * K; i++) {
+            if (experts[i] == e) {
+                rows[at] = i / K;
+                wts_out[at] = wts[i];
+                at++;
+            }
+        }
+    }
+}
+
+extern "C" tdm_status_t kern_expert_rows_cuda(kern_ctx_t *ctx, const int32_t *experts,
+                                              const float *wts, int64_t N, int K, int64_t E,
+                                              int64_t *offsets_out, int64_t *rows_out,
+                                              float *wts_out)
+{
+    if (N < 0 || K < 1 || E < 1 || offsets_out == NULL ||
+        (N > 0 && (experts == NULL || wts == NULL || rows_out == NULL || wts_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    expert_rows_kernel<<<1, GLUE_BLOCK, 0, kc_stream(ctx)>>>(experts, wts, N, K, E, offsets_out,
+                                                             rows_out, wts_out);
+    return kc_launch_status("expert_rows_cuda", N, E);
 }

@@ -57,12 +57,14 @@ kern_embed_fn kern_embed_cuda;
 kern_stream_mean_fn kern_stream_mean_cuda;
 kern_bf16_round_fn kern_bf16_round_cuda;
 kern_add_bf16_fn kern_add_bf16_cuda;
+kern_add_fn kern_add_cuda;
 kern_scale2_fn kern_scale2_cuda;
 kern_rows_gather_fn kern_rows_gather_cuda;
 kern_rows_scatter_add_fn kern_rows_scatter_add_cuda;
 kern_cand_blocks_fn kern_cand_blocks_cuda;
 kern_cand_mask_fn kern_cand_mask_cuda;
 kern_argmax_fn kern_argmax_cuda;
+kern_expert_rows_fn kern_expert_rows_cuda;
 
 /* Storage format of a quantized weight (MODEL.md 3). */
 typedef enum {

@@ -180,6 +180,7 @@ static void test_elementwise_cuda_bit_identical(void **state)
     size_t bytes = sizeof(float) * (size_t)n;
     float *a = floats(n, 1e3f), *b = floats(n, 1.0f);
     float *r_cpu = malloc(bytes), *s_cpu = malloc(bytes), *w_cpu = malloc(bytes);
+    float *p_cpu = malloc(bytes);
 
     (void)state;
     a[0] = NAN;
@@ -187,16 +188,22 @@ static void test_elementwise_cuda_bit_identical(void **state)
     a[2] = 3.4e38f; /* above the largest BF16: rounds to +inf */
     assert_int_equal(cpu->bf16_round(&ctx, a, n, r_cpu), TDM_OK);
     assert_int_equal(cpu->add_bf16(&ctx, a, b, n, s_cpu), TDM_OK);
+    assert_int_equal(cpu->add(&ctx, a, b, n, p_cpu), TDM_OK);
     memcpy(w_cpu, b, bytes);
     assert_int_equal(cpu->scale2(&ctx, w_cpu, n, 0.0883883f, 0.1767767f), TDM_OK);
 
     ctx.backend = KERN_BACKEND_CUDA;
     void *da = dev_from(cuda, a, bytes), *db = dev_from(cuda, b, bytes);
     void *dr = dev_from(cuda, NULL, bytes), *ds = dev_from(cuda, NULL, bytes);
-    void *dw = dev_from(cuda, b, bytes);
+    void *dw = dev_from(cuda, b, bytes), *dp = dev_from(cuda, NULL, bytes);
     assert_int_equal(cuda->bf16_round(&ctx, da, n, dr), TDM_OK);
     assert_int_equal(cuda->add_bf16(&ctx, da, db, n, ds), TDM_OK);
     assert_int_equal(cuda->scale2(&ctx, dw, n, 0.0883883f, 0.1767767f), TDM_OK);
+    assert_int_equal(cuda->add(&ctx, da, db, n, dp), TDM_OK);
+    float *p = host_from(cuda, dp, bytes);
+    assert_same_bytes("add", p, p_cpu, bytes);
+    free(p);
+    free(p_cpu);
     float *r = host_from(cuda, dr, bytes), *s = host_from(cuda, ds, bytes);
     float *w = host_from(cuda, dw, bytes);
     assert_same_bytes("bf16_round", r, r_cpu, bytes);
@@ -309,6 +316,46 @@ static void test_candidate_pool_and_argmax_cuda_identical(void **state)
     free(ids);
 }
 
+static void test_expert_rows_cuda_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t N = 37, E = 64;
+    int K = 6;
+    int32_t experts[37 * 6];
+    float *wts = floats(N * K, 1.0f);
+    int64_t off_cpu[65], rows_cpu[37 * 6];
+    float we_cpu[37 * 6];
+
+    (void)state;
+    for (int64_t r = 0; r < N; r++) {
+        for (int k = 0; k < K; k++) {
+            experts[r * K + k] = (int32_t)((r * 7 + k * 11) % E);
+        }
+    }
+    assert_int_equal(cpu->expert_rows(&ctx, experts, wts, N, K, E, off_cpu, rows_cpu, we_cpu),
+                     TDM_OK);
+    ctx.backend = KERN_BACKEND_CUDA;
+    void *dex = dev_from(cuda, experts, sizeof(experts));
+    void *dw = dev_from(cuda, wts, sizeof(float) * (size_t)(N * K));
+    void *doff = dev_from(cuda, NULL, sizeof(off_cpu));
+    void *drows = dev_from(cuda, NULL, sizeof(rows_cpu));
+    void *dwe = dev_from(cuda, NULL, sizeof(we_cpu));
+    assert_int_equal(cuda->expert_rows(&ctx, dex, dw, N, K, E, doff, drows, dwe), TDM_OK);
+    int64_t *off = host_from(cuda, doff, sizeof(off_cpu));
+    int64_t *rows = host_from(cuda, drows, sizeof(rows_cpu));
+    float *we = host_from(cuda, dwe, sizeof(we_cpu));
+    assert_same_bytes("expert_rows offsets", off, off_cpu, sizeof(off_cpu));
+    assert_same_bytes("expert_rows rows", rows, rows_cpu, sizeof(rows_cpu));
+    assert_same_bytes("expert_rows weights", we, we_cpu, sizeof(we_cpu));
+    cuda->mem_free(&ctx, dex);
+    cuda->mem_free(&ctx, dw);
+    free(wts);
+    free(off);
+    free(rows);
+    free(we);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_elementwise_cuda_bit_identical),
         cmocka_unit_test(test_rows_gather_scatter_add_cuda_bit_identical),
         cmocka_unit_test(test_candidate_pool_and_argmax_cuda_identical),
+        cmocka_unit_test(test_expert_rows_cuda_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

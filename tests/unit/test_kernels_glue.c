@@ -188,6 +188,13 @@ static void test_embed_widens_rows_into_every_stream(void **state)
             assert_true(pre[r * m + k] == (k == 0 ? 1.0f : 0.0f));
         }
     }
+    /* pre_out NULL: the plain row gather (m = 1), nothing else written */
+    memset(x, POISON, sizeof(float) * (size_t)(n * m * H));
+    assert_int_equal(ops->embed(&ctx, table, V, ids + 2, 1, H, 1, x, NULL), TDM_OK);
+    for (int64_t c = 0; c < H; c++) {
+        assert_int_equal(bits_of(x[c]), (uint32_t)table[ids[2] * H + c] << 16);
+    }
+    assert_true(all_poison(x + H, sizeof(float) * (size_t)H));
     /* an id out of range: INVALID_ARG, nothing written */
     memset(x, POISON, sizeof(float) * (size_t)(n * m * H));
     memset(pre, POISON, sizeof(float) * (size_t)(n * m));
@@ -232,7 +239,7 @@ static void test_stream_mean_is_fp32_ascending_sum_over_m(void **state)
     free(y);
 }
 
-static void test_bf16_round_add_and_scale2_match_plain_loops(void **state)
+static void test_bf16_round_adds_and_scale2_match_plain_loops(void **state)
 {
     const kern_ops_t *ops = kern_ops_cpu();
     kern_ctx_t ctx = {0};
@@ -258,6 +265,12 @@ static void test_bf16_round_add_and_scale2_match_plain_loops(void **state)
     }
     assert_same_bits(y, want, n);
 
+    assert_int_equal(ops->add(&ctx, a, b, n, y), TDM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = (float)((double)a[i] + (double)b[i]);
+    }
+    assert_same_bits(y, want, n);
+
     memcpy(y, b, sizeof(float) * (size_t)n);
     assert_int_equal(ops->scale2(&ctx, y, n, s0, s1), TDM_OK);
     for (int64_t i = 0; i < n; i++) {
@@ -276,6 +289,7 @@ static void test_bf16_round_add_and_scale2_match_plain_loops(void **state)
 
     assert_int_equal(ops->bf16_round(&ctx, NULL, n, y), TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->add_bf16(&ctx, a, NULL, n, y), TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->add(&ctx, NULL, b, n, y), TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->scale2(&ctx, y, -1, s0, s1), TDM_ERR_INVALID_ARG);
     free(a);
     free(b);
@@ -378,6 +392,52 @@ static void test_candidate_blocks_and_mask(void **state)
     free(masked);
 }
 
+static void test_expert_rows_groups_in_row_then_slot_order(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t N = 13, E = 9;
+    int K = 3;
+    int32_t experts[13 * 3];
+    float *wts = floats(N * K, 1.0f);
+    int64_t off[10], rows[13 * 3];
+    float we[13 * 3];
+
+    (void)state;
+    for (int64_t r = 0; r < N; r++) { /* K distinct ids per row, as the router gives */
+        for (int k = 0; k < K; k++) {
+            experts[r * K + k] = (int32_t)((r * 5 + k * 2 + (r % 3)) % E);
+        }
+    }
+    assert_int_equal(ops->expert_rows(&ctx, experts, wts, N, K, E, off, rows, we), TDM_OK);
+    assert_int_equal(off[0], 0);
+    assert_int_equal(off[E], N * K);
+    for (int64_t e = 0; e < E; e++) {
+        int64_t at = off[e];
+        /* the engine's former scan: rows in r order, weight of the matching slot */
+        for (int64_t r = 0; r < N; r++) {
+            for (int k = 0; k < K; k++) {
+                if (experts[r * K + k] == e) {
+                    assert_true(at < off[e + 1]);
+                    assert_int_equal(rows[at], r);
+                    assert_int_equal(bits_of(we[at]), bits_of(wts[r * K + k]));
+                    at++;
+                }
+            }
+        }
+        assert_int_equal(at, off[e + 1]);
+    }
+    /* an id outside [0, E): INVALID_ARG, nothing written */
+    memset(off, POISON, sizeof(off));
+    experts[7] = (int32_t)E;
+    assert_int_equal(ops->expert_rows(&ctx, experts, wts, N, K, E, off, rows, we),
+                     TDM_ERR_INVALID_ARG);
+    assert_true(all_poison(off, sizeof(off)));
+    assert_int_equal(ops->expert_rows(&ctx, experts, wts, N, 0, E, off, rows, we),
+                     TDM_ERR_INVALID_ARG);
+    free(wts);
+}
+
 /* ---- greedy argmax -------------------------------------------------------------------- */
 
 static void test_argmax_equals_sampler_at_temperature_zero(void **state)
@@ -442,12 +502,14 @@ static void test_cpu_table_has_every_new_member(void **state)
     assert_non_null(ops->stream_mean);
     assert_non_null(ops->bf16_round);
     assert_non_null(ops->add_bf16);
+    assert_non_null(ops->add);
     assert_non_null(ops->scale2);
     assert_non_null(ops->rows_gather);
     assert_non_null(ops->rows_scatter_add);
     assert_non_null(ops->cand_blocks);
     assert_non_null(ops->cand_mask);
     assert_non_null(ops->argmax);
+    assert_non_null(ops->expert_rows);
 }
 
 int main(void)
@@ -458,9 +520,10 @@ int main(void)
         cmocka_unit_test(test_mem_bad_arguments_change_nothing),
         cmocka_unit_test(test_embed_widens_rows_into_every_stream),
         cmocka_unit_test(test_stream_mean_is_fp32_ascending_sum_over_m),
-        cmocka_unit_test(test_bf16_round_add_and_scale2_match_plain_loops),
+        cmocka_unit_test(test_bf16_round_adds_and_scale2_match_plain_loops),
         cmocka_unit_test(test_rows_gather_and_scatter_add_in_index_order),
         cmocka_unit_test(test_candidate_blocks_and_mask),
+        cmocka_unit_test(test_expert_rows_groups_in_row_then_slot_order),
         cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
