@@ -1,0 +1,300 @@
+/* test_forward_ops.c - the forward pass drives its data work through the model's kern_ops_t
+ * (issue 14 item 2): the tiny preset loaded once with kern_ops_cpu() and once with a table whose
+ * memory and glue members count their calls before calling the CPU versions. Prefill (CED,
+ * chunked), batched decode, verify, replay and the DSpark draft give bit-identical logits on both
+ * tables, every counted member is called, and every engine copy is a backend-to-backend one (a
+ * host pointer reaching mem_copy as "device" memory would be a bug on CUDA).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "forward_test_util.h"
+#include "kernels/ops.h"
+
+#define POOL_PAGES 256
+#define PROMPT     90 /* > window 16, > index_topk 8 compressed rows: ring wrap, indexer, pool */
+#define N_DECODE   3
+
+/* Calls per counted member (test-only state: the op signatures carry no user pointer). */
+enum {
+    C_MEM_COPY,
+    C_MEM_SET,
+    C_EMBED,
+    C_STREAM_MEAN,
+    C_BF16_ROUND,
+    C_ADD_BF16,
+    C_ADD,
+    C_SCALE2,
+    C_ROWS_GATHER,
+    C_ROWS_SCATTER_ADD,
+    C_CAND_BLOCKS,
+    C_CAND_MASK,
+    C_EXPERT_ROWS,
+    C_COUNT
+};
+static const char *const counter_names[C_COUNT] = {
+    "mem_copy",    "mem_set",   "embed",       "stream_mean", "bf16_round",
+    "add_bf16",    "add",       "scale2",      "rows_gather", "rows_scatter_add",
+    "cand_blocks", "cand_mask", "expert_rows",
+};
+static int64_t counters[C_COUNT];
+static int64_t non_d2d_copies;
+
+static tdm_status_t count_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, size_t n_bytes,
+                                   kern_copy_kind_t kind)
+{
+    counters[C_MEM_COPY]++;
+    non_d2d_copies += kind != KERN_COPY_D2D;
+    return kern_ops_cpu()->mem_copy(ctx, dst, src, n_bytes, kind);
+}
+
+static tdm_status_t count_mem_set(kern_ctx_t *ctx, void *dst, int byte, size_t n_bytes)
+{
+    counters[C_MEM_SET]++;
+    return kern_ops_cpu()->mem_set(ctx, dst, byte, n_bytes);
+}
+
+static tdm_status_t count_embed(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vocab,
+                                const int32_t *ids, int64_t n, int64_t H, int m, float *x_out,
+                                float *pre_out)
+{
+    counters[C_EMBED]++;
+    return kern_ops_cpu()->embed(ctx, table, n_vocab, ids, n, H, m, x_out, pre_out);
+}
+
+static tdm_status_t count_stream_mean(kern_ctx_t *ctx, const float *x, int64_t n_rows, int m,
+                                      int64_t H, float *y_out, int64_t ldy)
+{
+    counters[C_STREAM_MEAN]++;
+    return kern_ops_cpu()->stream_mean(ctx, x, n_rows, m, H, y_out, ldy);
+}
+
+static tdm_status_t count_bf16_round(kern_ctx_t *ctx, const float *x, int64_t n, float *y_out)
+{
+    counters[C_BF16_ROUND]++;
+    return kern_ops_cpu()->bf16_round(ctx, x, n, y_out);
+}
+
+static tdm_status_t count_add_bf16(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                                   float *y_out)
+{
+    counters[C_ADD_BF16]++;
+    return kern_ops_cpu()->add_bf16(ctx, a, b, n, y_out);
+}
+
+static tdm_status_t count_add(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
+                              float *y_out)
+{
+    counters[C_ADD]++;
+    return kern_ops_cpu()->add(ctx, a, b, n, y_out);
+}
+
+static tdm_status_t count_scale2(kern_ctx_t *ctx, float *x, int64_t n, float s0, float s1)
+{
+    counters[C_SCALE2]++;
+    return kern_ops_cpu()->scale2(ctx, x, n, s0, s1);
+}
+
+static tdm_status_t count_rows_gather(kern_ctx_t *ctx, const float *x, int64_t ldx,
+                                      const int64_t *idx, int64_t n_idx, int64_t n_cols,
+                                      float *y_out, int64_t ldy)
+{
+    counters[C_ROWS_GATHER]++;
+    return kern_ops_cpu()->rows_gather(ctx, x, ldx, idx, n_idx, n_cols, y_out, ldy);
+}
+
+static tdm_status_t count_rows_scatter_add(kern_ctx_t *ctx, const float *y, int64_t ldy,
+                                           const int64_t *idx, int64_t n_idx, int64_t n_cols,
+                                           float *acc, int64_t ld_acc)
+{
+    counters[C_ROWS_SCATTER_ADD]++;
+    return kern_ops_cpu()->rows_scatter_add(ctx, y, ldy, idx, n_idx, n_cols, acc, ld_acc);
+}
+
+static tdm_status_t count_cand_blocks(kern_ctx_t *ctx, const float *scores, int64_t n,
+                                      int64_t block, float *beta_out)
+{
+    counters[C_CAND_BLOCKS]++;
+    return kern_ops_cpu()->cand_blocks(ctx, scores, n, block, beta_out);
+}
+
+static tdm_status_t count_cand_mask(kern_ctx_t *ctx, float *scores, int64_t n, int64_t block,
+                                    const int32_t *pool, int64_t n_pool)
+{
+    counters[C_CAND_MASK]++;
+    return kern_ops_cpu()->cand_mask(ctx, scores, n, block, pool, n_pool);
+}
+
+static tdm_status_t count_expert_rows(kern_ctx_t *ctx, const int32_t *experts, const float *wts,
+                                      int64_t N, int K, int64_t E, int64_t *offsets_out,
+                                      int64_t *rows_out, float *wts_out)
+{
+    counters[C_EXPERT_ROWS]++;
+    return kern_ops_cpu()->expert_rows(ctx, experts, wts, N, K, E, offsets_out, rows_out, wts_out);
+}
+
+typedef struct {
+    kern_ops_t counting; /* must outlive the model loaded with it */
+    ftu_engine_t plain;
+    ftu_engine_t counted;
+} fixture_t;
+
+/* Load the tiny checkpoint (made by ftu_engine_open) again, on `ops`. */
+static int open_on(ftu_engine_t *e, const kern_ops_t *ops)
+{
+    char dir[FTU_PATH_BYTES];
+    char err[256];
+    engine_model_params_t mp;
+    engine_fwd_params_t fp;
+
+    if (ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
+        return -1;
+    }
+    engine_model_params_default(&mp);
+    mp.n_threads = 2;
+    mp.ops = ops;
+    if (engine_model_load(dir, &mp, &e->model, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "load: %s\n", err);
+        return -1;
+    }
+    e->cfg = engine_model_config(e->model);
+    e->V = e->cfg->vocab_size;
+    if (engine_kv_pool_create(e->cfg, engine_model_fingerprint(e->model), POOL_PAGES, &e->pool) !=
+        TDM_OK) {
+        return -1;
+    }
+    engine_fwd_params_default(e->model, &fp);
+    fp.max_chunk_tokens = 32; /* chunked prefill, chunks longer than the window */
+    if (engine_fwd_create(e->model, e->pool, &fp, &e->fwd) != TDM_OK) {
+        return -1;
+    }
+    e->free_at_start = engine_kv_pool_n_free(e->pool);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    fixture_t *fx = calloc(1, sizeof(*fx));
+
+    if (fx == NULL) {
+        return -1;
+    }
+    *state = fx;
+    fx->counting = *kern_ops_cpu();
+    fx->counting.mem_copy = count_mem_copy;
+    fx->counting.mem_set = count_mem_set;
+    fx->counting.embed = count_embed;
+    fx->counting.stream_mean = count_stream_mean;
+    fx->counting.bf16_round = count_bf16_round;
+    fx->counting.add_bf16 = count_add_bf16;
+    fx->counting.add = count_add;
+    fx->counting.scale2 = count_scale2;
+    fx->counting.rows_gather = count_rows_gather;
+    fx->counting.rows_scatter_add = count_rows_scatter_add;
+    fx->counting.cand_blocks = count_cand_blocks;
+    fx->counting.cand_mask = count_cand_mask;
+    fx->counting.expert_rows = count_expert_rows;
+    if (open_on(&fx->plain, kern_ops_cpu()) != 0 || open_on(&fx->counted, &fx->counting) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *fx = *state;
+    int ok = ftu_engine_close(&fx->plain) == 0 && ftu_engine_close(&fx->counted) == 0;
+
+    free(fx);
+    return ok ? 0 : -1;
+}
+
+/* The steps of one run on engine e: CED prefill of two sequences, batched decode, verify, a
+ * DSpark draft and a replay; every logit and draft output into out (rows of V floats). Returns
+ * the number of floats written. */
+static int64_t run_steps(ftu_engine_t *e, float *out)
+{
+    const int64_t V = e->V, H = e->cfg->hidden_size;
+    int32_t prompt[PROMPT];
+    int32_t next[2];
+    int32_t hist[PROMPT + N_DECODE]; /* the ids of sequence 1, for the replay */
+    int64_t n_hist = PROMPT - 7;
+    engine_seq_t *seqs[2];
+    int64_t at = 0;
+
+    ftu_prompt(21, V, prompt, PROMPT);
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_hist);
+    for (int i = 0; i < 2; i++) {
+        seqs[i] = ftu_new_seq(e);
+        assert_int_equal(
+            engine_fwd_prefill(e->fwd, seqs[i], prompt, PROMPT - 7 * i, 0, out + at, NULL), TDM_OK);
+        next[i] = (int32_t)ftu_argmax(out + at, V);
+        at += V;
+    }
+    for (int step = 0; step < N_DECODE; step++) {
+        hist[n_hist++] = next[1];
+        assert_int_equal(engine_fwd_decode(e->fwd, seqs, next, 2, out + at), TDM_OK);
+        for (int i = 0; i < 2; i++) {
+            next[i] = (int32_t)ftu_argmax(out + at + i * V, V);
+        }
+        at += 2 * V;
+    }
+    assert_int_equal(engine_fwd_verify(e->fwd, seqs[0], next, 2, out + at), TDM_OK);
+    at += 2 * V;
+    if (e->cfg->n_blocks > 0) {
+        int64_t n = e->cfg->dspark_block_size * H;
+        assert_int_equal(engine_fwd_dspark_draft(e->fwd, &seqs[1], &next[1], 1, out + at), TDM_OK);
+        at += n;
+    }
+    assert_int_equal(engine_seq_length(seqs[1]), n_hist);
+    assert_int_equal(
+        engine_fwd_replay(e->fwd, seqs[1], hist, n_hist, ENGINE_REPLAY_RECOVERY, out + at), TDM_OK);
+    at += V;
+    engine_seq_destroy(seqs[0]);
+    engine_seq_destroy(seqs[1]);
+    return at;
+}
+
+static void test_counting_table_gives_same_bits_and_sees_every_glue_op(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t cap = (2 + 2 * N_DECODE + 2 + 1) * fx->plain.V +
+                  fx->plain.cfg->dspark_block_size * fx->plain.cfg->hidden_size;
+    float *a = malloc(sizeof(float) * (size_t)cap);
+    float *b = malloc(sizeof(float) * (size_t)cap);
+    int64_t na, nb;
+
+    assert_non_null(a);
+    assert_non_null(b);
+    memset(counters, 0, sizeof(counters));
+    non_d2d_copies = 0;
+    na = run_steps(&fx->plain, a);
+    for (int c = 0; c < C_COUNT; c++) {
+        assert_int_equal(counters[c], 0); /* the plain table does not count */
+    }
+    nb = run_steps(&fx->counted, b);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, sizeof(float) * (size_t)na);
+    for (int c = 0; c < C_COUNT; c++) {
+        print_message("%s: %lld calls\n", counter_names[c], (long long)counters[c]);
+        if (c == C_ADD || (c == C_STREAM_MEAN && fx->plain.cfg->n_blocks == 0)) {
+            continue; /* add: DSpark heads only (engine/spec_dspark.c, test_spec) */
+        }
+        assert_true(counters[c] > 0);
+    }
+    assert_int_equal(non_d2d_copies, 0);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counting_table_gives_same_bits_and_sees_every_glue_op),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
