@@ -56,6 +56,7 @@ static size_t layer_row_bytes(const engine_config_t *c)
                      2 * c->index_n_heads * c->index_head_dim + c->index_n_heads + 4 * c->index_head_dim +
                      E + 2 * c->num_experts_per_tok + 5 * H + 3 * c->moe_intermediate_size +
                      3 * (c->num_experts_per_tok + c->dspark_num_experts_per_tok) + /* grouping */
+                     4 * (c->engram_max_ngram_size - 1) * c->engram_n_heads + /* row pointers */
                      2 * n_e + (m + 1) * H + c->index_topk + 64;
     return (size_t)floats * sizeof(float) * ARENA_SAFETY + 16 * 64;
 }

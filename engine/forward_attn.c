@@ -65,9 +65,10 @@ static tdm_status_t page_geom(const engine_config_t *cfg, page_geom_t *g)
     return kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &g->ly);
 }
 
-/* Dequantize main row j of table into out [d]. */
-static tdm_status_t read_main_row(engine_fwd_t *fwd, const page_geom_t *g,
-                                  const engine_kv_table_t *t, int64_t j, float *out)
+/* Where main row j of table lies in its page: *codes_out, *scales_out (for ops->dequant_rows). */
+static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g,
+                                const engine_kv_table_t *t, int64_t j, const uint8_t **codes_out,
+                                const uint8_t **scales_out)
 {
     uint32_t slot;
     const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j, &slot);
@@ -75,11 +76,9 @@ static tdm_status_t read_main_row(engine_fwd_t *fwd, const page_geom_t *g,
         return TDM_ERR_INTERNAL;
     }
     fwd->read_kv_bytes += (uint64_t)(g->ly.main_codes_row_bytes + g->ly.main_scales_row_bytes);
-    return fwd->ops->dequant_ckv(&fwd->kctx,
-                                 page + g->ly.main_codes_offset + slot * g->ly.main_codes_row_bytes,
-                                 page + g->ly.main_scales_offset +
-                                     slot * g->ly.main_scales_row_bytes,
-                                 1, g->ly.d, out);
+    *codes_out = page + g->ly.main_codes_offset + slot * g->ly.main_codes_row_bytes;
+    *scales_out = page + g->ly.main_scales_offset + slot * g->ly.main_scales_row_bytes;
+    return TDM_OK;
 }
 
 /* Dequantize index keys [0, n) of table into fwd->ikey_cache. */
@@ -380,13 +379,15 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *o = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
     float *oa = fwd_alloc(fwd, FLOAT_BYTES(N * G * ro));
     float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
+    const uint8_t **sel_codes = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_codes));
+    const uint8_t **sel_scales = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_scales));
     float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + cfg->dspark_block_size + kI + 16));
     float *qI = NULL;
     float *wI = NULL;
 
     if (pos == NULL || xq == NULL || qr == NULL || qrq == NULL || q == NULL || kv == NULL ||
         kc == NULL || ks == NULL || o == NULL || oa == NULL || sel_rows == NULL ||
-        att_scratch == NULL) {
+        sel_codes == NULL || sel_scales == NULL || att_scratch == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     st = page_geom(cfg, &g);
@@ -570,8 +571,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                                   (size_t)kI * sizeof(int32_t));
                 }
                 for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
-                    st = read_main_row(fwd, &g, tab, srow[k], sel_rows + n_b * d);
+                    st = main_row_at(fwd, &g, tab, srow[k], &sel_codes[n_b], &sel_scales[n_b]);
                     n_b++;
+                }
+                /* the selected rows, one gather (host-built pointers: docs/NUMERICS.md 7) */
+                if (st == TDM_OK && n_b > 0) {
+                    st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_CKV, sel_codes, sel_scales,
+                                                n_b, d, sel_rows);
                 }
             }
             if (st == TDM_OK) {

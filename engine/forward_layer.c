@@ -30,11 +30,13 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     int64_t n_e = (int64_t)n_cols * de;
     float *e = fwd_alloc(fwd, FLOAT_BYTES(N * n_e));
     float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * (m + 1) * H));
+    const uint8_t **codes = fwd_alloc(fwd, (size_t)(N * n_cols) * sizeof(*codes));
+    const uint8_t **scales = fwd_alloc(fwd, (size_t)(N * n_cols) * sizeof(*scales));
     const int32_t *tmap = model->sidecar.token_map;
     int32_t pad_cid = tmap[cfg->engram_pad_token_id];
     tdm_status_t st = TDM_OK;
 
-    if (e == NULL || kv == NULL) {
+    if (e == NULL || kv == NULL || codes == NULL || scales == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
@@ -51,12 +53,16 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
             engine_engram_hash_rows(&model->engram_layout, slot,
                                     model->sidecar.multipliers + (int64_t)slot * ngram, ids, rows);
             fwd->read_weight_bytes += (uint64_t)(n_cols * (de + de / 32));
-            for (int c = 0; c < n_cols && st == TDM_OK; c++) {
-                st = fwd->ops->dequant_act8(&fwd->kctx, lw->e_codes + rows[c] * de,
-                                            lw->e_scales + rows[c] * (de / 32), 1, de,
-                                            e + (seg->row0 + i) * n_e + c * de);
+            for (int c = 0; c < n_cols; c++) {
+                int64_t k = (seg->row0 + i) * n_cols + c; /* output row of e [N * n_cols, de] */
+                codes[k] = lw->e_codes + rows[c] * de;
+                scales[k] = lw->e_scales + rows[c] * (de / 32);
             }
         }
+    }
+    /* every row's table rows in one gather (host-built pointers: docs/NUMERICS.md 7) */
+    if (st == TDM_OK) {
+        st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, codes, scales, N * n_cols, de, e);
     }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, e, N, n_e, e);

@@ -152,6 +152,31 @@ typedef tdm_status_t kern_expert_rows_fn(kern_ctx_t *ctx, const int32_t *experts
                                          int64_t *rows_out, float *wts_out);
 kern_expert_rows_fn kern_expert_rows_cpu;
 
+/* Row formats kern_dequant_rows_fn reads (kernels/codec.h). */
+typedef enum {
+    KERN_ROWS_ACT8 = 0, /* Q_act8: E4M3 codes [dim], UE8M0 scales [dim / 32] */
+    KERN_ROWS_CKV = 1,  /* Q_ckv: packed E2M1 [dim / 2], E4M3 scales [dim / 16] */
+    KERN_ROWS_MX4 = 2,  /* Q_mx4: packed E2M1 [dim / 2], UE8M0 scales [dim / 32] */
+} kern_rows_format_t;
+
+/*
+ * kern_dequant_rows_fn - gather and dequantize n_rows rows that lie anywhere (ring slots, KV
+ * page slots, Engram table rows): y_out[r, :] = the dequantized row at codes[r] / scales[r], with
+ * the bits of kern_dequant_act8_fn / _ckv_fn / _mx4_fn on that row. One call instead of one per
+ * row (MODEL.md 5.2 selected rows, 5.6 Engram rows).
+ *
+ * codes, scales: [n_rows] pointers to each row's codes and scales; the arrays and the rows they
+ *                point to are backend memory (CUDA: both device memory).
+ * y_out:         [n_rows, dim] f32, written.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL arrays with n_rows > 0, n_rows < 0, unknown format,
+ * dim <= 0 or not a multiple of the format's group, or on the CPU a NULL row pointer; nothing
+ * written).
+ */
+typedef tdm_status_t kern_dequant_rows_fn(kern_ctx_t *ctx, kern_rows_format_t format,
+                                          const uint8_t *const *codes, const uint8_t *const *scales,
+                                          int64_t n_rows, int64_t dim, float *y_out);
+kern_dequant_rows_fn kern_dequant_rows_cpu;
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,7 @@ static const kern_ops_t ops_cpu = {
     .cand_mask = kern_cand_mask_cpu,
     .argmax = kern_argmax_cpu,
     .expert_rows = kern_expert_rows_cpu,
+    .dequant_rows = kern_dequant_rows_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -89,6 +90,7 @@ static const kern_ops_t ops_cuda = {
     .cand_mask = kern_cand_mask_cuda,
     .argmax = kern_argmax_cuda,
     .expert_rows = kern_expert_rows_cuda,
+    .dequant_rows = kern_dequant_rows_cuda,
 };
 #endif
 

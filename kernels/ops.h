@@ -73,6 +73,7 @@ typedef struct {
     kern_cand_mask_fn *cand_mask;               /* scores outside the pool -> -inf (5.4) */
     kern_argmax_fn *argmax;                     /* greedy token per logits row (8) */
     kern_expert_rows_fn *expert_rows;           /* routed rows grouped by expert (5.5) */
+    kern_dequant_rows_fn *dequant_rows;         /* scattered quantized rows, one call (5.2) */
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

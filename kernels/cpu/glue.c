@@ -3,6 +3,7 @@
 #include "kernels/glue.h"
 
 #include "kernels/codec.h"
+#include "kernels/ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -244,4 +245,43 @@ tdm_status_t kern_expert_rows_cpu(kern_ctx_t *ctx, const int32_t *experts, const
     }
     offsets_out[0] = 0;
     return TDM_OK;
+}
+
+tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
+                                   const uint8_t *const *codes, const uint8_t *const *scales,
+                                   int64_t n_rows, int64_t dim, float *y_out)
+{
+    kern_dequant_act8_fn *one;
+    int64_t group;
+    tdm_status_t st = TDM_OK;
+
+    switch (format) {
+    case KERN_ROWS_ACT8:
+        one = kern_dequant_act8_cpu;
+        group = KERN_ACT8_GROUP;
+        break;
+    case KERN_ROWS_CKV:
+        one = kern_dequant_ckv_cpu;
+        group = KERN_CKV_GROUP;
+        break;
+    case KERN_ROWS_MX4:
+        one = kern_dequant_mx4_cpu;
+        group = KERN_MX4_GROUP;
+        break;
+    default:
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n_rows < 0 || dim <= 0 || dim % group != 0 ||
+        (n_rows > 0 && (codes == NULL || scales == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (codes[r] == NULL || scales[r] == NULL) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    for (int64_t r = 0; r < n_rows && st == TDM_OK; r++) {
+        st = one(ctx, codes[r], scales[r], 1, dim, y_out + r * dim);
+    }
+    return st;
 }

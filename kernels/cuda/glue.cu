@@ -4,6 +4,8 @@
  * checks that would need the data on the host (ids, idx) are not made here (kernels/glue.h). */
 #include "kernels/cuda/ops_cuda.h"
 
+#include "kernels/codec.h"
+#include "kernels/codec_bits.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cuda_runtime.h>
@@ -335,4 +337,56 @@ extern "C" tdm_status_t kern_expert_rows_cuda(kern_ctx_t *ctx, const int32_t *ex
     expert_rows_kernel<<<1, GLUE_BLOCK, 0, kc_stream(ctx)>>>(experts, wts, N, K, E, offsets_out,
                                                              rows_out, wts_out);
     return kc_launch_status("expert_rows_cuda", N, E);
+}
+
+/* One thread per output element, the element formula of codec.cu's dequant_kernel. */
+__global__ void dequant_rows_kernel(int format, const uint8_t *const *codes,
+                                    const uint8_t *const *scales, int64_t n_rows, int64_t dim,
+                                    float *y)
+{
+    for (int64_t e = glue_first(); e < n_rows * dim; e += glue_stride()) {
+        const uint8_t *c = codes[e / dim];
+        const uint8_t *sc = scales[e / dim];
+        int64_t i = e % dim;
+        if (format == KERN_ROWS_ACT8) {
+            y[e] = codec_e4m3_to_f32(c[i]) * codec_ue8m0_to_f32(sc[i / KERN_ACT8_GROUP]);
+        } else {
+            const uint8_t nibble = (uint8_t)(c[i / 2] >> (4 * (i & 1)));
+            const float s = format == KERN_ROWS_CKV ? codec_e4m3_to_f32(sc[i / KERN_CKV_GROUP])
+                                                    : codec_ue8m0_to_f32(sc[i / KERN_MX4_GROUP]);
+            y[e] = codec_e2m1_to_f32(nibble) * s;
+        }
+    }
+}
+
+extern "C" tdm_status_t kern_dequant_rows_cuda(kern_ctx_t *ctx, kern_rows_format_t format,
+                                               const uint8_t *const *codes,
+                                               const uint8_t *const *scales, int64_t n_rows,
+                                               int64_t dim, float *y_out)
+{
+    int64_t group;
+
+    switch (format) {
+    case KERN_ROWS_ACT8:
+        group = KERN_ACT8_GROUP;
+        break;
+    case KERN_ROWS_CKV:
+        group = KERN_CKV_GROUP;
+        break;
+    case KERN_ROWS_MX4:
+        group = KERN_MX4_GROUP;
+        break;
+    default:
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n_rows < 0 || dim <= 0 || dim % group != 0 ||
+        (n_rows > 0 && (codes == NULL || scales == NULL || y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n_rows == 0) {
+        return TDM_OK;
+    }
+    dequant_rows_kernel<<<glue_grid(n_rows * dim), GLUE_BLOCK, 0, kc_stream(ctx)>>>(
+        (int)format, codes, scales, n_rows, dim, y_out);
+    return kc_launch_status("dequant_rows_cuda", n_rows, dim);
 }

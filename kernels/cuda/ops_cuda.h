@@ -65,6 +65,7 @@ kern_cand_blocks_fn kern_cand_blocks_cuda;
 kern_cand_mask_fn kern_cand_mask_cuda;
 kern_argmax_fn kern_argmax_cuda;
 kern_expert_rows_fn kern_expert_rows_cuda;
+kern_dequant_rows_fn kern_dequant_rows_cuda;
 
 /* Storage format of a quantized weight (MODEL.md 3). */
 typedef enum {

@@ -34,12 +34,13 @@ enum {
     C_CAND_BLOCKS,
     C_CAND_MASK,
     C_EXPERT_ROWS,
+    C_DEQUANT_ROWS,
     C_COUNT
 };
 static const char *const counter_names[C_COUNT] = {
-    "mem_copy",    "mem_set",   "embed",       "stream_mean", "bf16_round",
-    "add_bf16",    "add",       "scale2",      "rows_gather", "rows_scatter_add",
-    "cand_blocks", "cand_mask", "expert_rows",
+    "mem_copy",    "mem_set",   "embed",       "stream_mean",  "bf16_round",
+    "add_bf16",    "add",       "scale2",      "rows_gather",  "rows_scatter_add",
+    "cand_blocks", "cand_mask", "expert_rows", "dequant_rows",
 };
 static int64_t counters[C_COUNT];
 static int64_t non_d2d_copies;
@@ -137,6 +138,14 @@ static tdm_status_t count_expert_rows(kern_ctx_t *ctx, const int32_t *experts, c
     return kern_ops_cpu()->expert_rows(ctx, experts, wts, N, K, E, offsets_out, rows_out, wts_out);
 }
 
+static tdm_status_t count_dequant_rows(kern_ctx_t *ctx, kern_rows_format_t format,
+                                       const uint8_t *const *codes, const uint8_t *const *scales,
+                                       int64_t n_rows, int64_t dim, float *y_out)
+{
+    counters[C_DEQUANT_ROWS]++;
+    return kern_ops_cpu()->dequant_rows(ctx, format, codes, scales, n_rows, dim, y_out);
+}
+
 typedef struct {
     kern_ops_t counting; /* must outlive the model loaded with it */
     ftu_engine_t plain;
@@ -198,6 +207,7 @@ static int setup(void **state)
     fx->counting.cand_blocks = count_cand_blocks;
     fx->counting.cand_mask = count_cand_mask;
     fx->counting.expert_rows = count_expert_rows;
+    fx->counting.dequant_rows = count_dequant_rows;
     if (open_on(&fx->plain, kern_ops_cpu()) != 0 || open_on(&fx->counted, &fx->counting) != 0) {
         return -1;
     }

@@ -356,6 +356,65 @@ static void test_expert_rows_cuda_identical(void **state)
     free(we);
 }
 
+static void test_dequant_rows_cuda_bit_identical(void **state)
+{
+    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    kern_ctx_t ctx = {0};
+    int64_t n_src = 20, dim = 128, n = 15;
+    float *src = floats(n_src * dim, 6.0f);
+    size_t c_bytes = (size_t)(n_src * dim), s_bytes = (size_t)(n_src * dim / 16);
+    uint8_t *cb = malloc(c_bytes), *sb = malloc(s_bytes);
+    float *want = malloc(sizeof(float) * (size_t)(n * dim));
+    const uint8_t *hc[15], *hs[15];
+    const uint8_t *dc_rows[15], *ds_rows[15];
+
+    (void)state;
+    for (int f = KERN_ROWS_ACT8; f <= KERN_ROWS_MX4; f++) {
+        int64_t crow = f == KERN_ROWS_ACT8 ? dim : dim / 2;
+        int64_t srow = f == KERN_ROWS_CKV ? dim / 16 : dim / 32;
+        ctx.backend = KERN_BACKEND_CPU;
+        if (f == KERN_ROWS_ACT8) {
+            assert_int_equal(cpu->quant_act8(&ctx, src, n_src, dim, cb, sb), TDM_OK);
+        } else if (f == KERN_ROWS_CKV) {
+            assert_int_equal(cpu->quant_ckv(&ctx, src, n_src, dim, cb, sb), TDM_OK);
+        } else {
+            assert_int_equal(cpu->quant_mx4(&ctx, src, n_src, dim, cb, sb), TDM_OK);
+        }
+        for (int64_t r = 0; r < n; r++) {
+            int64_t j = (r * 7 + 3) % n_src;
+            hc[r] = cb + j * crow;
+            hs[r] = sb + j * srow;
+        }
+        assert_int_equal(cpu->dequant_rows(&ctx, (kern_rows_format_t)f, hc, hs, n, dim, want),
+                         TDM_OK);
+        ctx.backend = KERN_BACKEND_CUDA;
+        uint8_t *dcb = dev_from(cuda, cb, c_bytes), *dsb = dev_from(cuda, sb, s_bytes);
+        for (int64_t r = 0; r < n; r++) { /* the same rows, as device pointers */
+            dc_rows[r] = dcb + (hc[r] - cb);
+            ds_rows[r] = dsb + (hs[r] - sb);
+        }
+        void *dpc = dev_from(cuda, dc_rows, sizeof(dc_rows));
+        void *dps = dev_from(cuda, ds_rows, sizeof(ds_rows));
+        void *dy = dev_from(cuda, NULL, sizeof(float) * (size_t)(n * dim));
+        assert_int_equal(cuda->dequant_rows(&ctx, (kern_rows_format_t)f, dpc, dps, n, dim, dy),
+                         TDM_OK);
+        float *got = host_from(cuda, dy, sizeof(float) * (size_t)(n * dim));
+        assert_same_bytes(f == KERN_ROWS_ACT8  ? "dequant_rows act8"
+                          : f == KERN_ROWS_CKV ? "dequant_rows ckv"
+                                               : "dequant_rows mx4",
+                          got, want, sizeof(float) * (size_t)(n * dim));
+        cuda->mem_free(&ctx, dcb);
+        cuda->mem_free(&ctx, dsb);
+        cuda->mem_free(&ctx, dpc);
+        cuda->mem_free(&ctx, dps);
+        free(got);
+    }
+    free(src);
+    free(cb);
+    free(sb);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_rows_gather_scatter_add_cuda_bit_identical),
         cmocka_unit_test(test_candidate_pool_and_argmax_cuda_identical),
         cmocka_unit_test(test_expert_rows_cuda_identical),
+        cmocka_unit_test(test_dequant_rows_cuda_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

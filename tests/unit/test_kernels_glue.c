@@ -438,6 +438,64 @@ static void test_expert_rows_groups_in_row_then_slot_order(void **state)
     free(wts);
 }
 
+static void test_dequant_rows_equals_one_call_per_row(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    int64_t n_src = 12, dim = 64, n = 9;
+    float *src = floats(n_src * dim, 4.0f);
+    uint8_t *c8 = malloc((size_t)(n_src * dim)), *s8 = malloc((size_t)(n_src * dim / 32));
+    uint8_t *c4 = malloc((size_t)(n_src * dim / 2)), *sc = malloc((size_t)(n_src * dim / 16));
+    uint8_t *sm = malloc((size_t)(n_src * dim / 32));
+    const uint8_t *codes[9], *scales[9];
+    int64_t pick[9] = {11, 0, 5, 5, 3, 10, 1, 7, 2};
+    float *got = poisoned(n * dim), *want = poisoned(n * dim);
+
+    (void)state;
+    assert_int_equal(ops->quant_act8(&ctx, src, n_src, dim, c8, s8), TDM_OK);
+    for (int f = KERN_ROWS_ACT8; f <= KERN_ROWS_MX4; f++) {
+        const uint8_t *cb = f == KERN_ROWS_ACT8 ? c8 : c4;
+        const uint8_t *sb = f == KERN_ROWS_ACT8 ? s8 : f == KERN_ROWS_CKV ? sc : sm;
+        int64_t crow = f == KERN_ROWS_ACT8 ? dim : dim / 2;
+        int64_t srow = f == KERN_ROWS_CKV ? dim / 16 : dim / 32;
+        if (f == KERN_ROWS_CKV) {
+            assert_int_equal(ops->quant_ckv(&ctx, src, n_src, dim, c4, sc), TDM_OK);
+        } else if (f == KERN_ROWS_MX4) {
+            assert_int_equal(ops->quant_mx4(&ctx, src, n_src, dim, c4, sm), TDM_OK);
+        }
+        for (int64_t r = 0; r < n; r++) {
+            codes[r] = cb + pick[r] * crow;
+            scales[r] = sb + pick[r] * srow;
+            kern_dequant_act8_fn *one = f == KERN_ROWS_ACT8  ? ops->dequant_act8
+                                        : f == KERN_ROWS_CKV ? ops->dequant_ckv
+                                                             : ops->dequant_mx4;
+            assert_int_equal(one(&ctx, codes[r], scales[r], 1, dim, want + r * dim), TDM_OK);
+        }
+        assert_int_equal(ops->dequant_rows(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got),
+                         TDM_OK);
+        assert_same_bits(got, want, n * dim);
+    }
+    /* bad arguments: nothing written */
+    memset(got, POISON, sizeof(float) * (size_t)(n * dim));
+    codes[4] = NULL;
+    assert_int_equal(ops->dequant_rows(&ctx, KERN_ROWS_ACT8, codes, scales, n, dim, got),
+                     TDM_ERR_INVALID_ARG);
+    codes[4] = c8;
+    assert_int_equal(ops->dequant_rows(&ctx, KERN_ROWS_CKV, codes, scales, n, 40, got),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(ops->dequant_rows(&ctx, (kern_rows_format_t)3, codes, scales, n, dim, got),
+                     TDM_ERR_INVALID_ARG);
+    assert_true(all_poison(got, sizeof(float) * (size_t)(n * dim)));
+    free(src);
+    free(c8);
+    free(s8);
+    free(c4);
+    free(sc);
+    free(sm);
+    free(got);
+    free(want);
+}
+
 /* ---- greedy argmax -------------------------------------------------------------------- */
 
 static void test_argmax_equals_sampler_at_temperature_zero(void **state)
@@ -510,6 +568,7 @@ static void test_cpu_table_has_every_new_member(void **state)
     assert_non_null(ops->cand_mask);
     assert_non_null(ops->argmax);
     assert_non_null(ops->expert_rows);
+    assert_non_null(ops->dequant_rows);
 }
 
 int main(void)
@@ -524,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_rows_gather_and_scatter_add_in_index_order),
         cmocka_unit_test(test_candidate_blocks_and_mask),
         cmocka_unit_test(test_expert_rows_groups_in_row_then_slot_order),
+        cmocka_unit_test(test_dequant_rows_equals_one_call_per_row),
         cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
