@@ -200,6 +200,18 @@ char *router_openai_chunk(const router_openai_ctx_t *ctx, uint32_t index, const 
         one_choice(ctx, "chat.completion.chunk", index, "delta", delta, logprobs, finish_reason));
 }
 
+char *router_openai_chunk_delta(const router_openai_ctx_t *ctx, uint32_t index, json_t *delta,
+                                const char *finish_reason, const json_t *logprobs)
+{
+    return dump(
+        one_choice(ctx, "chat.completion.chunk", index, "delta", delta, logprobs, finish_reason));
+}
+
+json_t *router_openai_string(const char *text, size_t n_text)
+{
+    return text_value(text, n_text);
+}
+
 char *router_openai_usage_chunk(const router_openai_ctx_t *ctx, const router_openai_usage_t *u)
 {
     json_t *root =
@@ -244,7 +256,9 @@ char *router_openai_response(const router_openai_ctx_t *ctx, const router_openai
     for (uint32_t i = 0; i < n_choices; i++) {
         const router_openai_choice_t *c = &choices[i];
         json_t *choice =
-            choice_object(i, chat ? "message" : "text", choice_value(ctx->api, c->text, c->n_text),
+            choice_object(i, chat ? "message" : "text",
+                          chat && c->message != NULL ? json_deep_copy(c->message)
+                                                     : choice_value(ctx->api, c->text, c->n_text),
                           c->logprobs, c->finish_reason);
         if (choice == NULL || json_array_append_new(list, choice) != 0) {
             json_decref(root);

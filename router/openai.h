@@ -37,8 +37,10 @@ typedef struct {
 typedef struct {
     const char *text; /* [n_text] bytes of valid UTF-8 */
     size_t n_text;
-    const char *finish_reason; /* "stop" or "length" */
+    const char *finish_reason; /* "stop", "length" or "tool_calls" */
     const json_t *logprobs;    /* folded value (router_openai_logprobs_fold) or NULL */
+    const json_t *message;     /* chat: the whole message object (agent output: content,
+                                  reasoning_content, tool_calls) used instead of text; or NULL */
 } router_openai_choice_t;
 
 /*
@@ -62,12 +64,26 @@ json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries);
 /*
  * router_openai_chunk - one streaming chunk of choice `index` as compact JSON text (caller frees
  * with free()). text: [n_text] bytes of new output (valid UTF-8). role_first: chat only, the
- * choice's first chunk carries delta.role. finish_reason: "stop", "length" or NULL. logprobs: a
- * folded value or NULL (borrowed). NULL when out of memory.
+ * choice's first chunk carries delta.role. finish_reason: "stop", "length", "tool_calls" or NULL.
+ * logprobs: a folded value or NULL (borrowed). NULL when out of memory.
  */
 char *router_openai_chunk(const router_openai_ctx_t *ctx, uint32_t index, const char *text,
                           size_t n_text, int role_first, const char *finish_reason,
                           const json_t *logprobs);
+
+/*
+ * router_openai_chunk_delta - a chat.completion.chunk of choice `index` with `delta` (taken; an
+ * object such as {"reasoning_content": ...} or {"tool_calls": [...]}); finish_reason and logprobs
+ * as router_openai_chunk. Compact JSON text (free()), NULL when out of memory.
+ */
+char *router_openai_chunk_delta(const router_openai_ctx_t *ctx, uint32_t index, json_t *delta,
+                                const char *finish_reason, const json_t *logprobs);
+
+/*
+ * router_openai_string - text[0, n_text) as a JSON string; "\uFFFD" when it is not valid UTF-8
+ * (never NULL unless out of memory). New reference.
+ */
+json_t *router_openai_string(const char *text, size_t n_text);
 
 /* router_openai_usage_chunk - the final usage-only chunk (choices [], stream_options
  * include_usage). free() the text; NULL when out of memory. */

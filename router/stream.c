@@ -15,6 +15,9 @@ struct router_stream {
     int n_stop;
     int32_t stop_ids[STREAM_MAX_STOP_IDS];
     int n_stop_ids;
+    const text_tokenizer_t *tok;
+    int32_t keep_ids[ROUTER_STREAM_MAX_KEEP_IDS];
+    int n_keep_ids;
     uint32_t max_tokens;
     uint32_t min_tokens;
     uint32_t n_tokens;
@@ -31,7 +34,9 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
 
     if (params == NULL || stream_out == NULL || params->tok == NULL || params->max_tokens == 0 ||
         params->n_stop < 0 || params->n_stop > ROUTER_MAX_STOP_STRINGS || params->n_stop_ids < 0 ||
-        params->n_stop_ids > STREAM_MAX_STOP_IDS) {
+        params->n_stop_ids > STREAM_MAX_STOP_IDS || params->n_keep_ids < 0 ||
+        params->n_keep_ids > ROUTER_STREAM_MAX_KEEP_IDS ||
+        (params->n_keep_ids > 0 && params->keep_ids == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int i = 0; i < params->n_stop; i++) {
@@ -43,7 +48,9 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
     if (s == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    status = text_detok_create(params->tok, TEXT_DETOK_SKIP_CONTROL, &s->detok);
+    /* With kept ids the stream skips the other CONTROL tokens itself (same text). */
+    status = text_detok_create(params->tok, params->n_keep_ids > 0 ? 0 : TEXT_DETOK_SKIP_CONTROL,
+                               &s->detok);
     if (status != TDM_OK) {
         free(s);
         return status;
@@ -66,6 +73,11 @@ tdm_status_t router_stream_create(const router_stream_params_t *params,
         memcpy(s->stop_ids, params->stop_ids, (size_t)params->n_stop_ids * sizeof(int32_t));
     }
     s->n_stop_ids = params->n_stop_ids;
+    s->tok = params->tok;
+    if (params->n_keep_ids > 0) {
+        memcpy(s->keep_ids, params->keep_ids, (size_t)params->n_keep_ids * sizeof(int32_t));
+    }
+    s->n_keep_ids = params->n_keep_ids;
     s->max_tokens = params->max_tokens;
     s->min_tokens = params->min_tokens;
     *stream_out = s;
@@ -153,6 +165,23 @@ static int is_stop_id(const router_stream_t *s, int32_t id)
     return 0;
 }
 
+/* With kept ids: a CONTROL token that is not kept gives no text (as TEXT_DETOK_SKIP_CONTROL). */
+static int is_skipped(const router_stream_t *s, int32_t id)
+{
+    text_token_kind_t kind;
+
+    if (s->n_keep_ids == 0 || text_tokenizer_token_kind(s->tok, id, &kind) != TDM_OK ||
+        kind != TEXT_TOKEN_CONTROL) {
+        return 0;
+    }
+    for (int i = 0; i < s->n_keep_ids; i++) {
+        if (s->keep_ids[i] == id) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static tdm_status_t flush_into_text(router_stream_t *s)
 {
     const char *tail;
@@ -187,9 +216,14 @@ tdm_status_t router_stream_push(router_stream_t *stream, int32_t id, const char 
         stream->state = ROUTER_STREAM_STOP;
         return TDM_OK;
     }
-    status = text_detok_push(stream->detok, id, &piece, &n_piece);
-    if (status != TDM_OK) {
-        return status;
+    if (is_skipped(stream, id)) {
+        piece = NULL;
+        n_piece = 0;
+    } else {
+        status = text_detok_push(stream->detok, id, &piece, &n_piece);
+        if (status != TDM_OK) {
+            return status;
+        }
     }
     stream->n_tokens++;
     status = tdm_buf_append(&stream->text, piece, n_piece);

@@ -1,7 +1,8 @@
 /* stream.h - one request's output text: detokenization, stop strings, stop tokens, max_tokens.
  *
  * Owns one streaming detokenizer (text_detok_*, UTF-8 safe: a character split across tokens
- * is released when complete) and the text produced so far. Text that could still turn into a
+ * is released when complete; CONTROL tokens give no text unless kept) and the text produced so
+ * far. Text that could still turn into a
  * stop string is held back until it cannot; a stop string ends the output before it (the stop
  * string itself is never emitted), whether it spans tokens, chunks or a split character. Knows
  * nothing of HTTP, SSE or JSON. One stream belongs to one thread at a time.
@@ -33,7 +34,15 @@ typedef struct {
     uint32_t max_tokens; /* >= 1 */
     uint32_t min_tokens; /* the first min_tokens tokens neither stop (stop ids, stop strings
                             completed within them) nor are held back; 0: off */
+    /* [n_keep_ids] CONTROL token ids whose text is emitted all the same (e.g. "｜DSML｜" for the
+       agent output parser); every other CONTROL token produces no text. At most
+       ROUTER_STREAM_MAX_KEEP_IDS. */
+    const int32_t *keep_ids;
+    int n_keep_ids;
 } router_stream_params_t;
+
+/* Most keep_ids of one stream. */
+#define ROUTER_STREAM_MAX_KEEP_IDS 8
 
 /* The stream; opaque. */
 typedef struct router_stream router_stream_t;

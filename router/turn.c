@@ -12,17 +12,14 @@
 #include "common/hash.h"
 #include "common/http_status.h"
 #include "router/openai.h"
-#include "router/stream.h"
+#include "router/output.h"
 
 #define TURN_ID_BYTES 64
 
 /* The output of one choice ("n"; choice 0 alone for n = 1). */
 typedef struct {
-    router_stream_t *stream;
-    json_t *lp_entries; /* NULL when logprobs are off */
-    size_t lp_sent;     /* entries already streamed */
-    tdm_buf_t delta;    /* text produced since the choice's last chunk */
-    int finish_sent;    /* its finish chunk went out (streaming) */
+    router_output_t *output; /* stream, logprobs, agent output (router/output.h) */
+    int finish_sent;         /* its finish chunk went out (streaming) */
 } turn_choice_t;
 
 struct router_turn {
@@ -61,9 +58,9 @@ tdm_status_t router_turn_create(const router_turn_params_t *params, const router
                                 router_request_t *request, router_turn_t **turn_out)
 {
     const router_model_info_t *info;
-    router_stream_params_t sp;
+    router_output_params_t op;
     router_turn_t *t;
-    int32_t stop_ids[1];
+    uint64_t seed;
     tdm_status_t status;
 
     if (params == NULL || model == NULL || control == NULL || metrics == NULL || request == NULL ||
@@ -80,46 +77,36 @@ tdm_status_t router_turn_create(const router_turn_params_t *params, const router
     t->control = control;
     t->metrics = metrics;
     t->gen = router_request_gen(request);
-    memset(&sp, 0, sizeof(sp));
-    sp.tok = router_model_tokenizer(model);
-    sp.stop = (const char *const *)t->gen->stop;
-    sp.stop_bytes = t->gen->stop_bytes;
-    sp.n_stop = t->gen->n_stop;
-    if (!t->gen->ignore_eos && info->eos_id >= 0) {
-        stop_ids[0] = info->eos_id;
-        sp.stop_ids = stop_ids;
-        sp.n_stop_ids = 1;
-    }
-    sp.max_tokens = t->gen->max_tokens;
-    sp.min_tokens = t->gen->min_tokens;
+    seed = tdm_hash_splitmix64(router_request_id(request) ^ router_request_t_start_ns(request));
+    snprintf(t->id, sizeof(t->id), "%s-%016" PRIx64,
+             t->gen->api == ROUTER_API_CHAT ? "chatcmpl" : "cmpl", seed);
+    t->octx.api = t->gen->api;
+    t->octx.id = t->id;
+    t->octx.model = info->name;
+    t->octx.created_s = (int64_t)time(NULL);
     t->n_choices = t->gen->n_choices > 1 ? t->gen->n_choices : 1;
     if (t->n_choices > PROTO_MAX_CHOICES) {
         free(t);
         return TDM_ERR_INVALID_ARG;
     }
+    memset(&op, 0, sizeof(op));
+    op.tok = router_model_tokenizer(model);
+    op.gen = t->gen;
+    op.octx = &t->octx;
+    op.stop_id = !t->gen->ignore_eos && info->eos_id >= 0 ? info->eos_id : -1;
     for (uint32_t c = 0; c < t->n_choices; c++) {
-        status = router_stream_create(&sp, &t->choices[c].stream);
-        if (status == TDM_OK && t->gen->n_logprobs >= 0) {
-            t->choices[c].lp_entries = json_array();
-            status = t->choices[c].lp_entries == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
-        }
+        op.index = c;
+        op.call_id_seed = tdm_hash_splitmix64(seed + c + 1); /* distinct call ids per choice */
+        status = router_output_create(&op, &t->choices[c].output);
         if (status != TDM_OK) {
-            for (uint32_t k = 0; k <= c; k++) {
-                router_stream_destroy(t->choices[k].stream);
-                json_decref(t->choices[k].lp_entries);
+            for (uint32_t k = 0; k < c; k++) {
+                router_output_destroy(t->choices[k].output);
             }
             free(t);
             return status;
         }
     }
     t->request = router_request_ref(request);
-    snprintf(t->id, sizeof(t->id), "%s-%016" PRIx64,
-             t->gen->api == ROUTER_API_CHAT ? "chatcmpl" : "cmpl",
-             tdm_hash_splitmix64(router_request_id(request) ^ router_request_t_start_ns(request)));
-    t->octx.api = t->gen->api;
-    t->octx.id = t->id;
-    t->octx.model = info->name;
-    t->octx.created_s = (int64_t)time(NULL);
     t->t_progress_ns = tdm_clock_now_ns();
     *turn_out = t;
     return TDM_OK;
@@ -142,9 +129,7 @@ void router_turn_destroy(router_turn_t *turn)
     router_request_unref(turn->request);
     router_request_batch_fini(&turn->batch);
     for (uint32_t c = 0; c < turn->n_choices; c++) {
-        router_stream_destroy(turn->choices[c].stream);
-        json_decref(turn->choices[c].lp_entries);
-        tdm_buf_fini(&turn->choices[c].delta);
+        router_output_destroy(turn->choices[c].output);
     }
     tdm_buf_fini(&turn->out);
     free(turn);
@@ -182,36 +167,23 @@ static void fail_oom(router_turn_t *t)
     set_failed(t, &err);
 }
 
-static void add_delta(router_turn_t *t, turn_choice_t *c, const char *text, size_t n)
-{
-    if (n == 0 || t->failed) {
-        return;
-    }
-    if (tdm_buf_append(&c->delta, text, n) != TDM_OK) {
-        fail_oom(t);
-    }
-}
-
-static void add_logprob(router_turn_t *t, turn_choice_t *c, size_t i)
+/* The log-probability entry of the batch's token i, or NULL when logprobs are off. */
+static json_t *logprob_entry(const router_turn_t *t, size_t i)
 {
     const router_request_batch_t *b = &t->batch;
-    json_t *entry;
 
-    if (c->lp_entries == NULL) {
-        return;
+    if (t->gen->n_logprobs < 0) {
+        return NULL;
     }
-    entry = router_openai_logprob_entry(
+    return router_openai_logprob_entry(
         t->gen->api, router_model_tokenizer(t->model), b->ids[i], b->logprobs[i],
         b->top_ids + i * ROUTER_REQUEST_MAX_TOP, b->top_logprobs + i * ROUTER_REQUEST_MAX_TOP,
         (size_t)(b->n_top[i] < t->gen->n_logprobs ? b->n_top[i] : t->gen->n_logprobs));
-    if (entry != NULL) {
-        json_array_append_new(c->lp_entries, entry);
-    }
 }
 
 static int choice_running(const turn_choice_t *c)
 {
-    return router_stream_state(c->stream) == ROUTER_STREAM_RUNNING;
+    return router_output_state(c->output) == ROUTER_STREAM_RUNNING;
 }
 
 /* Every choice's output is complete. */
@@ -231,7 +203,7 @@ static uint64_t completion_tokens(const router_turn_t *t)
     uint64_t n = 0;
 
     for (uint32_t c = 0; c < t->n_choices; c++) {
-        n += router_stream_n_tokens(t->choices[c].stream);
+        n += router_output_n_tokens(t->choices[c].output);
     }
     return n;
 }
@@ -246,9 +218,6 @@ static void usage_of(router_turn_t *t, router_openai_usage_t *u)
 /* Feed the pending batch into the output stream; note the end. */
 static void absorb(router_turn_t *t)
 {
-    const char *text;
-    size_t n;
-
     if (!t->batch_pending) {
         return;
     }
@@ -259,12 +228,10 @@ static void absorb(router_turn_t *t)
         if (!choice_running(c)) {
             continue;
         }
-        if (router_stream_push(c->stream, t->batch.ids[i], &text, &n) != TDM_OK) {
+        if (router_output_push(c->output, t->batch.ids[i], logprob_entry(t, i)) != TDM_OK) {
             fail_oom(t);
             break;
         }
-        add_logprob(t, c, i);
-        add_delta(t, c, text, n);
         if (all_ended(t)) {
             t->ended = 1;
         }
@@ -273,11 +240,8 @@ static void absorb(router_turn_t *t)
         router_stream_state_t state =
             t->batch.finish == ROUTER_FINISH_LENGTH ? ROUTER_STREAM_LENGTH : ROUTER_STREAM_STOP;
         for (uint32_t k = 0; k < t->n_choices && !t->failed; k++) {
-            turn_choice_t *c = &t->choices[k];
-            if (router_stream_finish(c->stream, state, &text, &n) != TDM_OK) {
+            if (router_output_finish(t->choices[k].output, state) != TDM_OK) {
                 fail_oom(t);
-            } else {
-                add_delta(t, c, text, n);
             }
         }
         t->ended = 1;
@@ -372,36 +336,13 @@ const char *router_turn_session(const router_turn_t *turn)
     return turn->session;
 }
 
-static const char *finish_reason(const turn_choice_t *c)
-{
-    return router_stream_state(c->stream) == ROUTER_STREAM_LENGTH ? "length" : "stop";
-}
-
-static json_t *folded_logprobs(router_turn_t *t, const turn_choice_t *c, size_t from)
-{
-    json_t *slice;
-    json_t *folded;
-
-    if (c->lp_entries == NULL) {
-        return NULL;
-    }
-    slice = json_array();
-    for (size_t i = from; i < json_array_size(c->lp_entries); i++) {
-        json_array_append(slice, json_array_get(c->lp_entries, i));
-    }
-    folded = router_openai_logprobs_fold(t->gen->api, slice);
-    json_decref(slice);
-    return folded;
-}
-
 tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_body_out,
                               int *status_out)
 {
     router_turn_t *t = turn;
     router_openai_choice_t choices[PROTO_MAX_CHOICES];
-    json_t *logprobs[PROTO_MAX_CHOICES];
     router_openai_usage_t usage;
-    char *body;
+    char *body = NULL;
     tdm_status_t status;
 
     for (;;) {
@@ -422,16 +363,13 @@ tdm_status_t router_turn_body(router_turn_t *turn, char **body_out, size_t *n_bo
         body = router_apierr_json(&t->error);
         *status_out = t->error.http_status;
     } else {
-        for (uint32_t c = 0; c < t->n_choices; c++) {
-            choices[c].text = router_stream_text(t->choices[c].stream, &choices[c].n_text);
-            choices[c].finish_reason = finish_reason(&t->choices[c]);
-            logprobs[c] = folded_logprobs(t, &t->choices[c], 0);
-            choices[c].logprobs = logprobs[c];
+        status = TDM_OK;
+        for (uint32_t c = 0; c < t->n_choices && status == TDM_OK; c++) {
+            status = router_output_choice(t->choices[c].output, &choices[c]);
         }
         usage_of(t, &usage);
-        body = router_openai_response(&t->octx, choices, t->n_choices, &usage);
-        for (uint32_t c = 0; c < t->n_choices; c++) {
-            json_decref(logprobs[c]);
+        if (status == TDM_OK) {
+            body = router_openai_response(&t->octx, choices, t->n_choices, &usage);
         }
         *status_out = TDM_HTTP_OK;
     }
@@ -459,10 +397,15 @@ static void emit_raw(router_turn_t *t, const char *line)
     }
 }
 
+/* router_output_emit_fn_t: one chunk into the SSE output. */
+static void emit_chunk(void *ctx, char *json)
+{
+    emit_event(ctx, json);
+}
+
 /* Produce the next events into the SSE output (blocking for tokens when none are pending). */
 static void produce(router_turn_t *t)
 {
-    json_t *logprobs;
     router_openai_usage_t usage;
 
     if (!t->sse_started) {
@@ -484,18 +427,14 @@ static void produce(router_turn_t *t)
     absorb(t);
     for (uint32_t k = 0; k < t->n_choices && !t->failed; k++) {
         turn_choice_t *c = &t->choices[k];
-        if (c->delta.n_bytes > 0) {
-            logprobs = folded_logprobs(t, c, c->lp_sent);
-            c->lp_sent = c->lp_entries != NULL ? json_array_size(c->lp_entries) : 0;
-            emit_event(t, router_openai_chunk(&t->octx, k, c->delta.data, c->delta.n_bytes, 0, NULL,
-                                              logprobs));
-            json_decref(logprobs);
-            tdm_buf_reset(&c->delta);
+        if (router_output_drain(c->output, emit_chunk, t) != TDM_OK) {
+            fail_oom(t);
+            break;
         }
         /* each choice's finish chunk as soon as it ends (all of them at the turn's end) */
         if (!c->finish_sent && (!choice_running(c) || t->ended)) {
             c->finish_sent = 1;
-            emit_event(t, router_openai_chunk(&t->octx, k, "", 0, 0, finish_reason(c), NULL));
+            emit_event(t, router_output_final_chunk(c->output));
         }
     }
     if (!t->ended) {

@@ -1,12 +1,12 @@
 /* turn.h - the HTTP side of one generation: from the request's mailbox to the response body.
  *
- * Owns what one response needs: a reference to the request, its output stream (detokenizer,
- * stop strings, max_tokens: router_stream_t), the log-probability entries, usage counts, and for
- * streaming the server-sent-event bytes not yet handed to the HTTP server. When the output ends
- * (stop string, stop token, length) or the client leaves, it releases the request to the control
- * plane, which aborts the workers if they are still generating. Knows nothing of libmicrohttpd:
- * whether the client is still there is asked through a caller-supplied callback.
- * One turn belongs to one HTTP connection thread; it may block waiting for tokens.
+ * Owns what one response needs: a reference to the request, its output (router_output_t:
+ * detokenizer, stop strings, max_tokens, log-probability entries, reasoning and tool calls),
+ * usage counts, and for streaming the server-sent-event bytes not yet handed to the HTTP server.
+ * When the output ends (stop string, stop token, length) or the client leaves, it releases the
+ * request to the control plane, which aborts the workers if they are still generating. Knows
+ * nothing of libmicrohttpd: whether the client is still there is asked through a caller-supplied
+ * callback. One turn belongs to one HTTP connection thread; it may block waiting for tokens.
  */
 #ifndef TANDEM_ROUTER_TURN_H
 #define TANDEM_ROUTER_TURN_H
