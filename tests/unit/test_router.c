@@ -1256,6 +1256,208 @@ static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
     router_model_destroy(model);
 }
 
+/* ---- agent output over HTTP (PROTOCOL.md 6c) --------------------------------------------- */
+
+#define AG_DSML                                                                                    \
+    "\xEF\xBD\x9C"                                                                                 \
+    "DSML"                                                                                         \
+    "\xEF\xBD\x9C"
+
+/* Script text as token ids: "｜DSML｜" as the vocabulary's special token (when it has one), other
+ * bytes as bytes; then EOS. */
+static void set_script_dsml(const fixture_t *fx, fake_worker_t *w, const char *text)
+{
+    const text_tokenizer_t *tok = router_model_tokenizer(router_model(fx->router));
+    size_t n_dsml = strlen(AG_DSML);
+    int32_t dsml_id;
+
+    if (text_tokenizer_find_special(tok, AG_DSML, &dsml_id) != TDM_OK) {
+        dsml_id = -1; /* a model written before the vocabulary had it: bytes */
+    }
+    w->n_script = 0;
+    for (size_t i = 0; text[i] != '\0';) {
+        assert_true(w->n_script + 1 < FAKE_MAX_SCRIPT);
+        if (dsml_id >= 0 && strncmp(text + i, AG_DSML, n_dsml) == 0) {
+            w->script[w->n_script++] = dsml_id;
+            i += n_dsml;
+        } else {
+            w->script[w->n_script++] = BYTE_ID(text[i++]);
+        }
+    }
+    w->script[w->n_script++] = EOS_ID;
+    w->chunk_tokens = 3;
+}
+
+/* What an agent answer said, whole or folded from its chunks. */
+typedef struct {
+    char reasoning[512];
+    char content[512];
+    int content_null;
+    int n_calls;
+    char id[64];
+    char name[64];
+    char args[512];
+    char finish[32];
+} agent_result_t;
+
+static void agent_whole(const char *body, agent_result_t *r)
+{
+    json_t *root = json_loads(body, 0, NULL);
+    json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
+    json_t *msg = json_object_get(choice, "message");
+    json_t *calls = json_object_get(msg, "tool_calls");
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+
+    memset(r, 0, sizeof(*r));
+    assert_non_null(root);
+    snprintf(r->reasoning, sizeof(r->reasoning), "%s",
+             json_string_value(json_object_get(msg, "reasoning_content")));
+    r->content_null = json_is_null(json_object_get(msg, "content"));
+    if (!r->content_null) {
+        snprintf(r->content, sizeof(r->content), "%s",
+                 json_string_value(json_object_get(msg, "content")));
+    }
+    r->n_calls = (int)json_array_size(calls);
+    snprintf(r->id, sizeof(r->id), "%s",
+             json_string_value(json_object_get(json_array_get(calls, 0), "id")));
+    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(fn, "name")));
+    snprintf(r->args, sizeof(r->args), "%s", json_string_value(json_object_get(fn, "arguments")));
+    snprintf(r->finish, sizeof(r->finish), "%s",
+             json_string_value(json_object_get(choice, "finish_reason")));
+    json_decref(root);
+}
+
+static void agent_sse(const char *body, agent_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    for (const char *line = strstr(body, "data: {"); line != NULL;
+         line = strstr(line + 1, "\ndata: {")) {
+        const char *start = line[0] == '\n' ? line + 7 : line + 6;
+        json_t *root = json_loadb(start, (size_t)(strstr(start, "\n") - start), 0, NULL);
+        json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
+        json_t *delta = json_object_get(choice, "delta");
+        json_t *tc = json_array_get(json_object_get(delta, "tool_calls"), 0);
+        json_t *fn = json_object_get(tc, "function");
+        json_t *v;
+
+        assert_non_null(root);
+        if ((v = json_object_get(delta, "reasoning_content")) != NULL) {
+            strncat(r->reasoning, json_string_value(v),
+                    sizeof(r->reasoning) - 1 - strlen(r->reasoning));
+        }
+        if ((v = json_object_get(delta, "content")) != NULL) {
+            strncat(r->content, json_string_value(v), sizeof(r->content) - 1 - strlen(r->content));
+        }
+        if (json_object_get(tc, "id") != NULL) {
+            r->n_calls++;
+            snprintf(r->id, sizeof(r->id), "%s", json_string_value(json_object_get(tc, "id")));
+            snprintf(r->name, sizeof(r->name), "%s",
+                     json_string_value(json_object_get(fn, "name")));
+        }
+        if ((v = json_object_get(fn, "arguments")) != NULL) {
+            strncat(r->args, json_string_value(v), sizeof(r->args) - 1 - strlen(r->args));
+        }
+        if (json_is_string(v = json_object_get(choice, "finish_reason"))) {
+            snprintf(r->finish, sizeof(r->finish), "%s", json_string_value(v));
+        }
+        json_decref(root);
+    }
+}
+
+static const char RESPONSES_BODY[] =
+    "{\"model\":\"tiny\",\"input\":\"weather in Oslo?\",\"max_output_tokens\":200,"
+    "\"reasoning\":{},\"tools\":[{\"type\":\"function\",\"name\":\"w\",\"parameters\":"
+    "{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\"}}}}]}";
+
+/* A /v1/responses body for the same answer as `chat` (the whole chat result): its output items
+ * are the reasoning and the one function call with the same name and arguments. */
+static void responses_items(const char *body, const agent_result_t *chat)
+{
+    json_t *root = json_loads(body, 0, NULL);
+    json_t *output = json_object_get(root, "output");
+    json_t *reasoning = json_array_get(output, 0);
+    json_t *call = json_array_get(output, 1);
+
+    assert_non_null(root);
+    assert_int_equal(json_array_size(output), 2);
+    assert_string_equal(json_string_value(json_object_get(reasoning, "type")), "reasoning");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(reasoning, "content"), 0), "text")),
+                        chat->reasoning);
+    assert_string_equal(json_string_value(json_object_get(call, "type")), "function_call");
+    assert_string_equal(json_string_value(json_object_get(call, "name")), chat->name);
+    assert_string_equal(json_string_value(json_object_get(call, "arguments")), chat->args);
+    /* a response of its own: a call id of the same form, not the same id */
+    assert_memory_equal(json_string_value(json_object_get(call, "call_id")), "call_", 5);
+    assert_string_not_equal(json_string_value(json_object_get(call, "call_id")), chat->id);
+    json_decref(root);
+}
+
+static void test_tool_calls_and_reasoning_whole_and_streamed(void **state)
+{
+    fixture_t *fx = *state;
+    static const char script[] =
+        "Hm.</think>\n\n<" AG_DSML "tool_calls>\n<" AG_DSML "invoke name=\"w\">\n<" AG_DSML
+        "parameter name=\"c\" string=\"true\">Oslo</" AG_DSML "parameter>\n<" AG_DSML
+        "parameter name=\"d\" string=\"false\">2</" AG_DSML "parameter>\n</" AG_DSML
+        "invoke>\n</" AG_DSML "tool_calls>";
+    static const char fields[] =
+        "\"model\":\"tiny\",\"max_tokens\":200,\"thinking\":{\"type\":\"enabled\"},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\","
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\"},"
+        "\"d\":{\"type\":\"integer\"}}}}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"weather in Oslo?\"}]";
+    char body[1024];
+    fake_worker_t dec;
+    agent_result_t whole;
+    agent_result_t streamed;
+    http_resp_t resp;
+
+    start_worker(fx, &dec, "dec-agent", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script_dsml(fx, &dec, script);
+    snprintf(body, sizeof(body), "{%s}", fields);
+    post(fx, "/v1/chat/completions", body, NULL, &resp);
+    assert_int_equal(resp.status, 200);
+    agent_whole(resp.body, &whole);
+    free(resp.body);
+    assert_string_equal(whole.reasoning, "Hm.");
+    assert_true(whole.content_null);
+    assert_int_equal(whole.n_calls, 1);
+    assert_string_equal(whole.name, "w");
+    assert_string_equal(whole.args, "{\"c\": \"Oslo\", \"d\": 2}");
+    assert_memory_equal(whole.id, "call_", 5);
+    assert_string_equal(whole.finish, "tool_calls");
+    snprintf(body, sizeof(body), "{\"stream\":true,%s}", fields);
+    post(fx, "/v1/chat/completions", body, NULL, &resp);
+    assert_int_equal(resp.status, 200);
+    assert_null(strstr(resp.body, "DSML"));
+    agent_sse(resp.body, &streamed);
+    free(resp.body);
+    assert_string_equal(streamed.reasoning, whole.reasoning);
+    assert_string_equal(streamed.content, "");
+    assert_int_equal(streamed.n_calls, 1);
+    assert_string_equal(streamed.name, whole.name);
+    assert_string_equal(streamed.args, whole.args);
+    assert_string_equal(streamed.finish, "tool_calls");
+    /* the Responses API reads the same answer: a reasoning item, then the function call */
+    post(fx, "/v1/responses", RESPONSES_BODY, NULL, &resp);
+    assert_int_equal(resp.status, 200);
+    responses_items(resp.body, &whole);
+    free(resp.body);
+    /* and streamed: the call's arguments arrive whole in function_call_arguments.done */
+    snprintf(body, sizeof(body), "%.*s,\"stream\":true}", (int)strlen(RESPONSES_BODY) - 1,
+             RESPONSES_BODY);
+    post(fx, "/v1/responses", body, NULL, &resp);
+    assert_int_equal(resp.status, 200);
+    assert_null(strstr(resp.body, "DSML"));
+    assert_non_null(strstr(resp.body, "event: response.function_call_arguments.done"));
+    assert_non_null(strstr(resp.body, "\"arguments\":\"{\\\"c\\\": \\\"Oslo\\\", \\\"d\\\": 2}\""));
+    assert_non_null(strstr(resp.body, "event: response.completed"));
+    free(resp.body);
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1286,6 +1488,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dspark_refused_for_a_model_without_dspark_blocks,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tool_calls_and_reasoning_whole_and_streamed, setup,
+                                        teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
     };
     int rc;
