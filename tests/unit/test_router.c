@@ -1256,7 +1256,7 @@ static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
     router_model_destroy(model);
 }
 
-/* ---- agent output over HTTP (PROTOCOL.md 6c) --------------------------------------------- */
+/* ---- agent output over HTTP (PROTOCOL.md 6d) --------------------------------------------- */
 
 #define AG_DSML                                                                                    \
     "\xEF\xBD\x9C"                                                                                 \
