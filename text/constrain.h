@@ -1,0 +1,154 @@
+/* constrain.h - the byte-level language of a constrained completion: JSON text that satisfies a
+ * JSON-schema subset (OpenAI response_format json_object / json_schema), as an automaton that
+ * accepts or rejects one byte at a time.
+ *
+ * Owns the schema compiler (response_format JSON -> an immutable text_constraint_t) and the
+ * automaton's step function over a plain, copyable text_constraint_state_t. Knows nothing of
+ * tokens, vocabularies or sampling: engine/constrain.h turns this byte automaton into a token
+ * mask. The router links this module to refuse unsupported schemas with a 400 before any work.
+ *
+ * Language (docs/PROTOCOL.md, "Constrained decoding"):
+ *   - RFC 8259 JSON text; strings are valid UTF-8 (no overlong forms, no surrogates, nothing
+ *     past U+10FFFF), escapes \" \\ \/ \b \f \n \r \t \uXXXX, where \u0000 and \uD800-\uDFFF
+ *     are refused (strict parsers reject lone surrogates and NUL).
+ *   - Whitespace (space, \n, \r, \t) is allowed where RFC 8259 allows it, at most
+ *     TEXT_CONSTRAINT_MAX_WS bytes in a row, but not before the top-level value nor after it:
+ *     the text ends with the value.
+ *   - Objects with declared "properties": keys are those names, each at most once, in any
+ *     order; "}" only once every "required" name is present; no other key is ever generated
+ *     (additionalProperties is treated as false, which satisfies any value of it). Objects
+ *     without declared properties (json_object, {"type":"object"}) take any keys and values,
+ *     unless additionalProperties is false (then only {}).
+ *   - enum / const: the value is written exactly as the compact JSON of one of the listed
+ *     values (jansson's JSON_COMPACT form, keys in the order given).
+ *   - anyOf: any alternative; alternatives sharing a prefix are followed in parallel (at most
+ *     TEXT_CONSTRAINT_MAX_THREADS at once; when more would be needed the later ones are dropped,
+ *     which keeps every output valid).
+ *   - Nesting is at most TEXT_CONSTRAINT_MAX_DEPTH containers deep.
+ * Supported schema keywords: type (string or array of "object", "array", "string", "number",
+ * "integer", "boolean", "null"), properties, required, additionalProperties (true / false),
+ * enum, const, items (one schema), anyOf; annotations title, description, default, examples,
+ * $comment, $schema are ignored. Any other keyword is refused naming it.
+ *
+ * Thread-safe: a compiled constraint is read-only; states are plain values owned by callers.
+ */
+#ifndef TANDEM_TEXT_CONSTRAIN_H
+#define TANDEM_TEXT_CONSTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Containers open at once (the frame stack of one automaton thread). */
+#define TEXT_CONSTRAINT_MAX_DEPTH 16
+/* anyOf alternatives followed in parallel. */
+#define TEXT_CONSTRAINT_MAX_THREADS 4
+/* Longest run of insignificant whitespace, bytes. */
+#define TEXT_CONSTRAINT_MAX_WS 16
+/* Most declared properties of one object, values of one enum, alternatives of one anyOf. */
+#define TEXT_CONSTRAINT_MAX_PROPERTIES 64
+#define TEXT_CONSTRAINT_MAX_ENUM       64
+#define TEXT_CONSTRAINT_MAX_ANYOF      8
+/* Most schema nodes of one constraint, and the deepest schema nesting. */
+#define TEXT_CONSTRAINT_MAX_NODES        4096
+#define TEXT_CONSTRAINT_MAX_SCHEMA_DEPTH 32
+
+/* A compiled constraint; opaque, immutable after compile. */
+typedef struct text_constraint text_constraint_t;
+
+/* One frame of an automaton thread (internal layout; treat as opaque). */
+typedef struct {
+    uint64_t bits; /* candidate literals, or the object's seen properties */
+    uint32_t pos;  /* byte offset in a literal, the chosen property, \u value */
+    uint16_t node; /* schema node */
+    uint8_t kind;
+    uint8_t phase;
+    uint8_t aux; /* UTF-8 continuation bytes pending / number sub-state / hex digits */
+    uint8_t ws;  /* whitespace bytes in the current run */
+    uint8_t lo;  /* bounds of the next UTF-8 continuation byte */
+    uint8_t hi;
+} text_constraint_frame_t;
+
+/* One automaton thread: a stack of frames. */
+typedef struct {
+    uint32_t depth;
+    text_constraint_frame_t f[TEXT_CONSTRAINT_MAX_DEPTH];
+} text_constraint_thread_t;
+
+/*
+ * The automaton's state after some bytes (plain data: copy it with text_constraint_state_copy,
+ * which copies only the live part). n_threads == 0 means dead (no continuation exists; never
+ * the result of a step that returned 1).
+ */
+typedef struct {
+    uint32_t n_threads;
+    text_constraint_thread_t t[TEXT_CONSTRAINT_MAX_THREADS];
+} text_constraint_state_t;
+
+/*
+ * text_constraint_compile - compile an OpenAI response_format object (`json`, n_json bytes of
+ * JSON text, borrowed): {"type":"json_object"} or {"type":"json_schema","json_schema":
+ * {"name":..., "schema":{...}, "strict":bool, "description":...}}.
+ *
+ * Returns TDM_OK and *out (text_constraint_destroy frees it); TDM_ERR_INVALID_ARG with err
+ * (err_bytes, may be 0) "<path>: <reason>", the path naming the field or keyword, e.g.
+ * "response_format.json_schema.schema.properties.age.minimum: unsupported keyword"; a
+ * response_format of type "text" is also TDM_ERR_INVALID_ARG (no constraint: the caller
+ * treats it as absent). TDM_ERR_NO_MEMORY. Does not log.
+ */
+tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_constraint_t **out,
+                                     char *err, size_t err_bytes);
+
+/*
+ * text_constraint_compile_schema - compile a bare JSON schema (`json`, n_json bytes) as
+ * json_schema's "schema" would be. `path` prefixes error paths (e.g. "tools[0].parameters").
+ * Returns and errors as text_constraint_compile.
+ */
+tdm_status_t text_constraint_compile_schema(const char *json, size_t n_json, const char *path,
+                                            text_constraint_t **out, char *err, size_t err_bytes);
+
+/* text_constraint_destroy - free a compiled constraint; accepts NULL. */
+void text_constraint_destroy(text_constraint_t *c);
+
+/* text_constraint_start - *state_out = the state before the first byte. */
+void text_constraint_start(const text_constraint_t *c, text_constraint_state_t *state_out);
+
+/* text_constraint_state_copy - *dst = *src (only the live frames are copied). */
+void text_constraint_state_copy(text_constraint_state_t *dst, const text_constraint_state_t *src);
+
+/*
+ * text_constraint_step - feed one byte. Returns 1 and advances *state when some continuation of
+ * the text so far plus `byte` is in the language; returns 0 otherwise (*state then undefined:
+ * step a copy when the old state is still needed). Pure given c; thread-safe.
+ */
+int text_constraint_step(const text_constraint_t *c, text_constraint_state_t *state, uint8_t byte);
+
+/*
+ * text_constraint_step_bytes - feed n bytes in order; 1 if all were accepted, else 0 (state
+ * undefined).
+ */
+int text_constraint_step_bytes(const text_constraint_t *c, text_constraint_state_t *state,
+                               const uint8_t *bytes, size_t n);
+
+/* text_constraint_accepting - nonzero when the bytes so far are a complete text of the
+ * language (the completion may end here). */
+int text_constraint_accepting(const text_constraint_t *c, const text_constraint_state_t *state);
+
+/*
+ * text_constraint_in_free_string - nonzero when the state is inside a string with no enum or
+ * const on it, between characters (no escape or UTF-8 sequence open), on one thread. From such
+ * a state every byte string of printable ASCII other than '"' and '\\' and complete UTF-8
+ * sequences is accepted and leaves the state as it was (engine/constrain.c precomputes that set
+ * of tokens once per vocabulary).
+ */
+int text_constraint_in_free_string(const text_constraint_state_t *state);
+
+/*
+ * text_constraint_is_plain_string_bytes - nonzero when the n bytes are all printable ASCII
+ * other than '"' and '\\', or complete valid UTF-8 sequences (n >= 1): the bytes a free string
+ * accepts without change of state (text_constraint_in_free_string).
+ */
+int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n);
+
+#endif
