@@ -204,6 +204,7 @@ static int setup(decode_node_t *n)
     sp.max_batch = cfg->max_batch;
     sp.chunk_tokens = cfg->worker.chunk_tokens;
     sp.n_threads = w->n_threads;
+    sp.constrain_vocab = w->constrain_vocab;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {

@@ -165,6 +165,7 @@ static void free_req(req_t *r)
     sched_free_fork(r);
     free(r->delta);
     free(r->history);
+    engine_constraint_destroy(r->constraint);
     free(r);
 }
 
@@ -279,6 +280,8 @@ static tdm_status_t drafter_from(const decode_sched_t *s, const char *name,
  * logprobs[k] is token k's. A turn's last chunk goes out through end_turn (after the counters
  * that include the turn). Returns 1 when r was finished (and freed).
  */
+static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status);
+
 static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *tokens,
                 const engine_sample_t *samples, const float *logprobs, int n, int to_history)
 {
@@ -288,7 +291,16 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
     while (used < n && reason == TANDEM__FINISH_REASON__FINISH_UNSPECIFIED) {
         int32_t token = tokens[used];
         uint64_t q = position + (uint64_t)used;
-        /* the history a later rewind replays from; a failed record only shortens it */
+
+        /* every token was sampled under the mask, so this only refuses a first token that a
+         * prefill node chose without the constraint (a node of an older build) */
+        if (r->constraint != NULL && engine_constraint_advance(r->constraint, token) != TDM_OK) {
+            tdm_log(TDM_LOG_ERROR, "sched",
+                    "token outside the response_format: request=%llu token=%d position=%llu",
+                    (unsigned long long)r->id, (int)token, (unsigned long long)q);
+            fail_req(s, r, TDM_ERR_INTERNAL);
+            return 1;
+        }        /* the history a later rewind replays from; a failed record only shortens it */
         (void)decode_sessions_note_ids(r->session, (int64_t)q, &token, 1);
         if (to_history && r->history != NULL) {
             r->history[r->n_history++] = token;
@@ -350,6 +362,24 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
                    dr->max_tokens == 0 ? "max_tokens is 0" : err);
         free(r);
         return NULL;
+    }
+    if (dr->sampling != NULL && dr->sampling->response_format != NULL &&
+        dr->sampling->response_format[0] != '\0') {
+        const char *rf = dr->sampling->response_format;
+
+        if (s->params.constrain_vocab == NULL) {
+            snprintf(err, sizeof(err), "response_format: this node's checkpoint has no "
+                                       "tokenizer.json (constrained decoding off)");
+        } else if (engine_constraint_create(s->params.constrain_vocab, rf, strlen(rf),
+                                            r->sp.stop_ids, r->sp.n_stop_ids, &r->constraint,
+                                            err, sizeof(err)) != TDM_OK) {
+            r->constraint = NULL;
+        }
+        if (r->constraint == NULL) {
+            sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, err);
+            free(r);
+            return NULL;
+        }
     }
     r->id = dr->request_id;
     r->session = session;
@@ -571,6 +601,9 @@ static void run_prefill(decode_sched_t *s, req_t *r)
         /* the history a later rewind replays from; a failed record only shortens it */
         (void)decode_sessions_note_ids(r->session, H, r->delta, r->n_delta);
     }
+    if (status == TDM_OK && r->constraint != NULL) {
+        status = engine_constraint_apply(r->constraint, s->logits, s->cfg->vocab_size);
+    }
     if (status == TDM_OK) {
         sched_note_min_tokens(r);
         status = engine_sampler_sample(&r->sp, s->logits, s->cfg->vocab_size,
@@ -623,6 +656,7 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
         reqs[i].anchor = r->last_token;
         reqs[i].drafter = r->drafter;
         reqs[i].sampling = &r->sp;
+        reqs[i].constraint = r->constraint;
         reqs[i].history = r->history;
         reqs[i].n_history = r->n_history;
         reqs[i].max_emit = max_emit < 1 ? 1 : (int)max_emit;
@@ -697,12 +731,18 @@ static void run_decode(decode_sched_t *s)
     }
     for (int i = 0; i < n; i++) {
         req_t *r = batch[i];
-        const float *row = s->logits + (size_t)i * (size_t)s->cfg->vocab_size;
+        float *row = s->logits + (size_t)i * (size_t)s->cfg->vocab_size;
         int64_t q = engine_seq_length(r->session->seq);
         engine_sample_t sample;
 
         sched_note_min_tokens(r);
-        status = engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
+        status = r->constraint == NULL
+                     ? TDM_OK
+                     : engine_constraint_apply(r->constraint, row, s->cfg->vocab_size);
+        if (status == TDM_OK) {
+            status =
+                engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
+        }
         if (status != TDM_OK) {
             fail_req(s, r, status);
             continue;

@@ -13,6 +13,7 @@
 
 #include "common/arena.h"
 #include "decode-node/sched.h"
+#include "engine/constrain.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "engine/spec.h"
@@ -56,6 +57,8 @@ typedef struct req {
     uint32_t choice;       /* 0: the session's own; > 0: a fork on `own` */
     req_group_t *group;    /* NULL for one choice */
     decode_session_t *own; /* forks: a private session (not in the table) holding the copy */
+    engine_constraint_t *constraint; /* response_format's, advanced by every emitted token; NULL:
+                                        unconstrained */
     struct req *next;
 } req_t;
 

@@ -455,6 +455,14 @@ tdm_status_t engine_constraint_apply(engine_constraint_t *c, float *logits, int6
     for (uint32_t w = 0; w < c->vocab->n_words; w++) {
         uint64_t off = ~mask[w];
 
+        if (mask[w] == 0 && (int64_t)w * 64 + 64 <= n_vocab) { /* the common word: all refused */
+            float *row = logits + (int64_t)w * 64;
+
+            for (int k = 0; k < 64; k++) {
+                row[k] = -INFINITY;
+            }
+            continue;
+        }
         while (off != 0) {
             int64_t x = (int64_t)w * 64 + __builtin_ctzll(off);
 

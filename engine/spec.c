@@ -332,7 +332,7 @@ tdm_status_t engine_spec_step(engine_spec_t *spec, const engine_spec_req_t *reqs
                               ? spec->draft_logits + (int64_t)i * spec->params.max_drafts * spec->V
                               : NULL;
         st = spec_accept(spec, spec->logits + off[i] * spec->V, spec->ids + off[i] + 1, L, dl, a[i],
-                         r->sampling, results_out[i].samples, &m);
+                         r->sampling, r->constraint, results_out[i].samples, &m);
         if (st == TDM_OK) {
             st = finish_request(spec, r, a[i], L, m, &results_out[i]);
         }

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "engine/constrain.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 
@@ -100,6 +101,11 @@ typedef struct {
  *              (n_history = a + 1); used by the n-gram drafter; may be NULL otherwise.
  * ext_drafts:  [n_ext_drafts] the EXTERNAL drafter's proposals for a + 1 ...
  * max_emit:    most tokens the step may emit (the request's remaining budget), >= 1.
+ * constraint:  the request's constrained decoding (engine/constrain.h), or NULL. Every verify
+ *              row is masked by the constraint's state advanced along the drafts kept before it,
+ *              so drafts outside the language are never kept and every emitted token is one
+ *              the mask allowed; the state is left as it was (the caller advances it by the
+ *              emitted tokens).
  */
 typedef struct {
     engine_seq_t *seq;
@@ -111,6 +117,7 @@ typedef struct {
     const int32_t *ext_drafts;
     int n_ext_drafts;
     int max_emit;
+    engine_constraint_t *constraint;
 } engine_spec_req_t;
 
 /*

@@ -50,15 +50,47 @@ static tdm_status_t sample_as(engine_spec_t *spec, const float *row, int64_t q,
     return st;
 }
 
-static tdm_status_t accept_coupled(engine_spec_t *spec, const float *logits, const int32_t *drafts,
+/*
+ * Constrained decoding: the verify row of the position the constraint's state has reached gets
+ * -inf outside the mask (so p is the masked distribution and a draft outside the language is
+ * never kept). No-op without a constraint.
+ */
+static tdm_status_t constrain_row(engine_spec_t *spec, engine_constraint_t *c, float *row)
+{
+    return c == NULL ? TDM_OK : engine_constraint_apply(c, row, spec->V);
+}
+
+/* A kept draft moves the constraint's state on; *stop_out = 1 once it took a stop id (nothing
+ * after it is emitted, and nothing is allowed after it). */
+static tdm_status_t constrain_keep(engine_constraint_t *c, int32_t token, int *stop_out)
+{
+    tdm_status_t st;
+
+    *stop_out = 0;
+    if (c == NULL) {
+        return TDM_OK;
+    }
+    st = engine_constraint_advance(c, token);
+    *stop_out = engine_constraint_finished(c);
+    return st;
+}
+
+static tdm_status_t accept_coupled(engine_spec_t *spec, float *logits, const int32_t *drafts,
                                    int L, int64_t a, const engine_sampler_params_t *sampling,
-                                   engine_sample_t *samples_out, int *n_accepted_out)
+                                   engine_constraint_t *c, engine_sample_t *samples_out,
+                                   int *n_accepted_out)
 {
     int64_t V = spec->V;
+    tdm_status_t st;
+    int stop = 0;
+
     for (int i = 1; i <= L; i++) {
         /* the target's own token at a + i, from p_i (the verify row at a + i - 1) */
-        tdm_status_t st = engine_sampler_sample(sampling, logits + (int64_t)(i - 1) * V, V, a + i,
-                                                &spec->arena, &samples_out[i - 1]);
+        st = constrain_row(spec, c, logits + (int64_t)(i - 1) * V);
+        if (st == TDM_OK) {
+            st = engine_sampler_sample(sampling, logits + (int64_t)(i - 1) * V, V, a + i,
+                                       &spec->arena, &samples_out[i - 1]);
+        }
         if (st != TDM_OK) {
             return st;
         }
@@ -66,27 +98,41 @@ static tdm_status_t accept_coupled(engine_spec_t *spec, const float *logits, con
             *n_accepted_out = i - 1;
             return TDM_OK;
         }
+        st = constrain_keep(c, drafts[i - 1], &stop);
+        if (st != TDM_OK || stop) {
+            *n_accepted_out = i - 1; /* samples 0 .. i - 1 written, the last the stop id */
+            return st;
+        }
     }
     *n_accepted_out = L;
+    st = constrain_row(spec, c, logits + (int64_t)L * V);
+    if (st != TDM_OK) {
+        return st;
+    }
     return engine_sampler_sample(sampling, logits + (int64_t)L * V, V, a + L + 1, &spec->arena,
                                  &samples_out[L]);
 }
 
-static tdm_status_t accept_rejection(engine_spec_t *spec, const float *logits,
-                                     const int32_t *drafts, int L, const float *dlogits, int64_t a,
+static tdm_status_t accept_rejection(engine_spec_t *spec, float *logits, const int32_t *drafts,
+                                     int L, const float *dlogits, int64_t a,
                                      const engine_sampler_params_t *sampling,
-                                     engine_sample_t *samples_out, int *n_accepted_out)
+                                     engine_constraint_t *c, engine_sample_t *samples_out,
+                                     int *n_accepted_out)
 {
     int64_t V = spec->V;
     tdm_status_t st;
+    int stop = 0;
 
     for (int i = 1; i <= L; i++) {
-        const float *row = logits + (int64_t)(i - 1) * V;
+        float *row = logits + (int64_t)(i - 1) * V;
         int32_t d = drafts[i - 1];
         double u0, u1, qd, z = 0.0;
         int32_t token = -1;
 
-        st = engine_sampler_filtered_probs(sampling, row, V, &spec->arena, spec->p);
+        st = constrain_row(spec, c, row);
+        if (st == TDM_OK) {
+            st = engine_sampler_filtered_probs(sampling, row, V, &spec->arena, spec->p);
+        }
         if (st == TDM_OK && dlogits != NULL) {
             st = engine_sampler_filtered_probs(sampling, dlogits + (int64_t)(i - 1) * V, V,
                                                &spec->arena, spec->q);
@@ -101,7 +147,11 @@ static tdm_status_t accept_rejection(engine_spec_t *spec, const float *logits,
         rejection_uniforms(sampling->seed, a + i, &u0, &u1);
         if (qd > 0.0 && u0 * qd < spec->p[d]) {
             st = sample_as(spec, row, a + i, sampling, d, &samples_out[i - 1]);
-            if (st != TDM_OK) {
+            if (st == TDM_OK) {
+                st = constrain_keep(c, d, &stop);
+            }
+            if (st != TDM_OK || stop) {
+                *n_accepted_out = i - 1; /* samples 0 .. i - 1 written, the last the stop id */
                 return st;
             }
             continue;
@@ -133,17 +183,36 @@ static tdm_status_t accept_rejection(engine_spec_t *spec, const float *logits,
         return st;
     }
     *n_accepted_out = L;
+    st = constrain_row(spec, c, logits + (int64_t)L * V);
+    if (st != TDM_OK) {
+        return st;
+    }
     return engine_sampler_sample(sampling, logits + (int64_t)L * V, V, a + L + 1, &spec->arena,
                                  &samples_out[L]);
 }
 
-tdm_status_t spec_accept(engine_spec_t *spec, const float *logits, const int32_t *drafts, int L,
+tdm_status_t spec_accept(engine_spec_t *spec, float *logits, const int32_t *drafts, int L,
                          const float *dlogits, int64_t a, const engine_sampler_params_t *sampling,
-                         engine_sample_t *samples_out, int *n_accepted_out)
+                         engine_constraint_t *constraint, engine_sample_t *samples_out,
+                         int *n_accepted_out)
 {
-    if (spec->params.accept == ENGINE_SPEC_ACCEPT_REJECTION) {
-        return accept_rejection(spec, logits, drafts, L, dlogits, a, sampling, samples_out,
-                                n_accepted_out);
+    engine_constraint_mark_t mark;
+    tdm_status_t st;
+
+    /* the constraint walks along the kept drafts here; its owner advances it by what is
+     * emitted, so the state is given back as it came */
+    if (constraint != NULL) {
+        engine_constraint_mark(constraint, &mark);
     }
-    return accept_coupled(spec, logits, drafts, L, a, sampling, samples_out, n_accepted_out);
+    if (spec->params.accept == ENGINE_SPEC_ACCEPT_REJECTION) {
+        st = accept_rejection(spec, logits, drafts, L, dlogits, a, sampling, constraint,
+                              samples_out, n_accepted_out);
+    } else {
+        st = accept_coupled(spec, logits, drafts, L, a, sampling, constraint, samples_out,
+                            n_accepted_out);
+    }
+    if (constraint != NULL) {
+        engine_constraint_rewind(constraint, &mark);
+    }
+    return st;
 }

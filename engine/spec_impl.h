@@ -56,9 +56,13 @@ int spec_ngram_propose(const int32_t *history, int64_t n_history, int n_max, int
  * spec_accept - the acceptance rule of spec->params on one sequence: logits [L + 1, V] of the
  * verify rows (row i at a + i), drafts d_1 .. d_L, dlogits [L, V] the draft logits (NULL: the
  * drafts are point masses). samples_out [L + 1]; *n_accepted_out = m; m + 1 samples written.
+ * constraint (may be NULL): each row is masked (in place) by the constraint's state advanced
+ * along the drafts kept before it; a kept stop id ends the rows (m + 1 samples, the last the
+ * stop id). The constraint's state is given back unchanged.
  */
-tdm_status_t spec_accept(engine_spec_t *spec, const float *logits, const int32_t *drafts, int L,
+tdm_status_t spec_accept(engine_spec_t *spec, float *logits, const int32_t *drafts, int L,
                          const float *dlogits, int64_t a, const engine_sampler_params_t *sampling,
-                         engine_sample_t *samples_out, int *n_accepted_out);
+                         engine_constraint_t *constraint, engine_sample_t *samples_out,
+                         int *n_accepted_out);
 
 #endif

@@ -1,16 +1,19 @@
 /* node_worker.c - the workers' shared start-up and shutdown (node_worker.h). */
 #include "node/node_worker.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/http_status.h"
 #include "common/log.h"
 #include "common/startup.h"
 #include "kernels/kv_page.h"
+#include "text/tokenizer.h"
 #include "node/node_xfer.h"
 #include "transfer/metrics.h"
 
@@ -131,6 +134,41 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
     return NODE_EXIT_OK;
 }
 
+/*
+ * The byte tries of the checkpoint's tokenizer.json (engine/constrain.h), built once so that a
+ * request with a response_format can be masked; a checkpoint without the file serves every other
+ * request (constrained ones are refused with a message naming the file).
+ */
+static int load_constrain_vocab(node_worker_t *w)
+{
+    char path[PATH_MAX];
+    char err[WORKER_ERR_BYTES] = "";
+    text_tokenizer_t *tok = NULL;
+    uint64_t t0 = tdm_clock_now_ns();
+    tdm_status_t status;
+
+    snprintf(path, sizeof(path), "%s/tokenizer.json", w->cfg->model_dir);
+    if (access(path, R_OK) != 0) {
+        tdm_log(TDM_LOG_INFO, w->role, "no tokenizer.json: constrained decoding off: path=%s",
+                path);
+        return NODE_EXIT_OK;
+    }
+    status = text_tokenizer_load_hf(path, &tok, err, sizeof(err));
+    if (status == TDM_OK) {
+        status = engine_constrain_vocab_from_tokenizer(tok, w->config->vocab_size,
+                                                       &w->constrain_vocab);
+        snprintf(err, sizeof(err), "%s", tdm_status_message(status));
+    }
+    text_tokenizer_destroy(tok);
+    if (status != TDM_OK) {
+        fprintf(stderr, "%s: constrained decoding: %s: %s\n", w->program, path, err);
+        return NODE_EXIT_FAILED;
+    }
+    tdm_log(TDM_LOG_INFO, w->role, "constrained decoding ready: vocab=%lld build_ms=%.0f",
+            (long long)w->config->vocab_size, tdm_clock_elapsed_ms(t0));
+    return NODE_EXIT_OK;
+}
+
 int node_worker_load(node_worker_t *w)
 {
     char err[WORKER_ERR_BYTES] = "";
@@ -163,7 +201,7 @@ int node_worker_load(node_worker_t *w)
         fprintf(stderr, "%s: setup failed: %s\n", w->program, tdm_status_message(status));
         return NODE_EXIT_FAILED;
     }
-    return NODE_EXIT_OK;
+    return load_constrain_vocab(w);
 }
 
 /* Start /health and /metrics on --http; w->endpoint = HOST:bound-port. */
@@ -270,6 +308,8 @@ void node_worker_close(node_worker_t *w)
 {
     xfer_context_destroy(w->xfer);
     w->xfer = NULL;
+    engine_constrain_vocab_destroy(w->constrain_vocab);
+    w->constrain_vocab = NULL;
     engine_model_destroy(w->model);
     w->model = NULL;
     w->config = NULL;

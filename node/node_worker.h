@@ -20,6 +20,7 @@
 
 #include "common/flags.h"
 #include "common/prom.h"
+#include "engine/constrain.h"
 #include "engine/model.h"
 #include "node/node_http.h"
 #include "node/node_link.h"
@@ -102,6 +103,9 @@ typedef struct {
     uint32_t tokens_per_block; /* kern_kv_geometry: KERN_KV_PAGE_ROWS times the largest KV
                                   source ratio, the router's block hash granularity */
     xfer_context_t *xfer;      /* node_worker_load */
+    engine_constrain_vocab_t *constrain_vocab; /* node_worker_load: the byte tries of the
+                                                  model's tokenizer.json for constrained
+                                                  decoding; NULL when the checkpoint has none */
     node_http_t *http;         /* node_worker_join */
     node_link_t *link;         /* node_worker_join */
 } node_worker_t;
@@ -175,7 +179,8 @@ void node_worker_stop_http(node_worker_t *w);
  * link. Idempotent. The worker frees what uses the model or the transfer context after this. */
 void node_worker_leave(node_worker_t *w, const char *reason);
 
-/* node_worker_close - free the transfer context and the model. Accepts a zeroed worker. */
+/* node_worker_close - free the transfer context, the constraint vocabulary and the model.
+ * Accepts a zeroed worker. */
 void node_worker_close(node_worker_t *w);
 
 #endif

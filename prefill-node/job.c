@@ -383,11 +383,17 @@ typedef struct {
     Tandem__ChoiceFirst *choice_ptrs[PROTO_MAX_CHOICES];
 } first_block_t;
 
-static tdm_status_t sample_first(const engine_model_t *model, const Tandem__SamplingParams *in,
-                                 const float *logits, int64_t position, engine_sample_t *out,
-                                 uint32_t *n_out)
+/*
+ * The first tokens at position T (choice 0 and, with n_choices > 1, the others), into out[0..n)
+ * and *n_out. A job with a response_format or tool_calls constraint samples them from the masked
+ * logits (engine/constrain.h, the automaton's start state, the same for every choice; `logits` is
+ * masked in place); err names the reason of a refused constraint.
+ */
+static tdm_status_t sample_first(const prefill_job_env_t *env, const Tandem__SamplingParams *in,
+                                 float *logits, int64_t position, engine_sample_t *out,
+                                 uint32_t *n_out, char *err, size_t err_bytes)
 {
-    const engine_config_t *cfg = engine_model_config(model);
+    const engine_config_t *cfg = engine_model_config(env->model);
     engine_sampler_params_t sp;
     tdm_arena_t arena;
     uint32_t n = 1;
@@ -409,6 +415,25 @@ static tdm_status_t sample_first(const engine_model_t *model, const Tandem__Samp
     }
     if (n > PROTO_MAX_CHOICES) {
         return TDM_ERR_INVALID_ARG;
+    }
+    if (in != NULL && in->response_format != NULL && in->response_format[0] != '\0') {
+        engine_constraint_t *c = NULL;
+
+        if (env->constrain_vocab == NULL) {
+            snprintf(err, err_bytes, "response_format: this node's checkpoint has no "
+                                     "tokenizer.json (constrained decoding off)");
+            return TDM_ERR_UNSUPPORTED;
+        }
+        status = engine_constraint_create(env->constrain_vocab, in->response_format,
+                                          strlen(in->response_format), sp.stop_ids, sp.n_stop_ids,
+                                          &c, err, err_bytes);
+        if (status == TDM_OK) {
+            status = engine_constraint_apply(c, logits, cfg->vocab_size);
+        }
+        engine_constraint_destroy(c);
+        if (status != TDM_OK) {
+            return status;
+        }
     }
     status = tdm_arena_init(&arena, engine_sampler_scratch_bytes(cfg->vocab_size));
     for (uint32_t c = 0; c < n && status == TDM_OK; c++) {
@@ -551,7 +576,15 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         status = compute_streaming(env, job, seq, &ps, logits);
     }
     if (status == TDM_OK) {
-        status = sample_first(env->model, job->sampling, logits, (int64_t)T, samples, &n_samples);
+        char why[256] = "";
+
+        status = sample_first(env, job->sampling, logits, (int64_t)T, samples, &n_samples, why,
+                              sizeof(why));
+        if (status != TDM_OK && why[0] != '\0') {
+            set_err(err, err_bytes, why);
+            report_out->compute_ns = tdm_clock_now_ns() - t0;
+            goto out;
+        }
     }
     report_out->compute_ns = tdm_clock_now_ns() - t0;
     if (status != TDM_OK) {

@@ -118,6 +118,11 @@ typedef struct {
  *   404 model_not_found          "model" is not the served model
  *   400 empty_prompt             no messages, or an empty prompt
  *   400 unsupported_input        image content, or the image token id in a prompt
+ *   400 unsupported_parameter    response_format: a type other than text, json_object and
+ *                                json_schema, or a schema keyword text/constrain.h does not
+ *                                support (the message names its path, e.g.
+ *                                "response_format.json_schema.schema.properties.x.pattern");
+ *                                ignore_eos with a response_format
  *   400 invalid_token_id         a prompt id outside [0, V)
  *   400 context_length_exceeded  prompt (plus max_tokens) over the max context
  *   400 invalid_type / invalid_value / missing_parameter / unsupported_parameter
