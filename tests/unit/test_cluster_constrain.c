@@ -1,0 +1,108 @@
+/* test_cluster_constrain.c - constrained decoding end to end on a local cluster (tiny preset):
+ * a completion with a json_schema response_format whose prompt is prefilled by the prefill node
+ * (its first token sampled there, under the mask) and one prefilled by the decode node itself;
+ * both texts parse and satisfy the schema and finish with "stop"; a decode node with --spec ngram
+ * gives the same texts as one with --spec off. */
+#define T_MODEL_PREFIX "constrain"
+#include "test_cluster_harness.h"
+
+#include <jansson.h>
+
+/* Bounded by construction (no free string, number or array), so every completion ends. */
+#define RF                                                                                         \
+    "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":{"      \
+    "\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"alpha\",\"beta\"]},"               \
+    "\"ok\":{\"type\":\"boolean\"},\"none\":{\"type\":\"null\"},\"sub\":{\"type\":\"object\","     \
+    "\"properties\":{\"x\":{\"enum\":[\"p\",\"q\"]}},\"required\":[\"x\"],"                        \
+    "\"additionalProperties\":false}},\"required\":[\"kind\",\"ok\",\"none\",\"sub\"],"            \
+    "\"additionalProperties\":false}}}"
+
+/* POST a seeded constrained completion of `ids`; returns the text after checking the answer
+ * finished with "stop" and the text satisfies the schema (malloc'ed). */
+static char *constrained(unsigned port, const char *session, const char *ids)
+{
+    char *body = malloc(T_BODY);
+    char *resp = malloc(T_BODY);
+    json_t *root, *choice, *doc;
+    json_error_t jerr;
+    const char *text;
+    char *out;
+    long status;
+
+    assert_non_null(body);
+    assert_non_null(resp);
+    snprintf(body, T_BODY,
+             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":400,\"temperature\":0.8,"
+             "\"seed\":7,\"response_format\":%s}",
+             T_MODEL_NAME, ids, RF);
+    status = http(port, "/v1/completions", body, session, 0, 120000, resp);
+    if (status != 200) {
+        fail_msg("completion failed: status=%ld body=%s", status, resp);
+    }
+    root = json_loads(resp, 0, &jerr);
+    assert_non_null(root);
+    choice = json_array_get(json_object_get(root, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(choice, "finish_reason")), "stop");
+    text = json_string_value(json_object_get(choice, "text"));
+    assert_non_null(text);
+    doc = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+        fail_msg("not JSON (%s): %s", jerr.text, text);
+    }
+    assert_int_equal(json_object_size(doc), 4);
+    assert_non_null(json_string_value(json_object_get(doc, "kind")));
+    assert_true(json_is_boolean(json_object_get(doc, "ok")));
+    assert_true(json_is_null(json_object_get(doc, "none")));
+    assert_non_null(json_string_value(json_object_get(json_object_get(doc, "sub"), "x")));
+    print_message("constrained completion: %s\n", text);
+    out = strdup(text);
+    json_decref(doc);
+    json_decref(root);
+    free(body);
+    free(resp);
+    return out;
+}
+
+static void two_requests(cluster_t *c, char **remote_out, char **local_out)
+{
+    char ids[4096];
+
+    make_ids(ids, sizeof(ids), 100, 37, 11); /* > T_THRESHOLD: the prefill node samples first */
+    *remote_out = constrained(c->http_port, "rf-remote", ids);
+    make_ids(ids, sizeof(ids), 12, 53, 5); /* < T_THRESHOLD: the decode node prefills */
+    *local_out = constrained(c->http_port, "rf-local", ids);
+}
+
+static void test_response_format_across_nodes_and_spec(void **state)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    char *off_remote, *off_local, *ng_remote, *ng_local;
+
+    (void)state;
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "off"), 0);
+    two_requests(&c, &off_remote, &off_local);
+    assert_true(metric(c.prefill_port[0], "tandem_prefill_tokens_total") == 100);
+    cluster_check_pages(&c, "constrained, spec off");
+    cluster_stop(&c);
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "ngram"), 0);
+    two_requests(&c, &ng_remote, &ng_local);
+    /* every token after the first came out of a speculative step */
+    assert_true(metric(c.decode_port[0], "tandem_spec_steps_total{drafter=\"ngram\"}") > 0);
+    cluster_check_pages(&c, "constrained, spec ngram");
+    cluster_stop(&c);
+    assert_string_equal(ng_remote, off_remote);
+    assert_string_equal(ng_local, off_local);
+    free(off_remote);
+    free(off_local);
+    free(ng_remote);
+    free(ng_local);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_response_format_across_nodes_and_spec, stop_leftovers),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, setup_models, teardown_models);
+}
