@@ -29,9 +29,11 @@ typedef struct {
 struct engine_constrain_vocab {
     int64_t n_vocab;
     uint32_t n_words; /* (n_vocab + 63) / 64 */
-    trie_t all;       /* every token with bytes */
-    trie_t special;   /* tokens that are not plain string bytes */
-    uint64_t *plain;  /* [n_words] tokens that are plain string bytes */
+    trie_t all;         /* every token with bytes */
+    trie_t special;     /* tokens that are not plain string bytes */
+    uint64_t *plain;    /* [n_words] tokens that are plain string bytes */
+    trie_t raw_special; /* tokens that are not plain raw-text bytes */
+    uint64_t *raw;      /* [n_words] tokens that are plain raw-text bytes */
     uint32_t *tok_off; /* [n_vocab + 1] token x's bytes are pool[tok_off[x] .. tok_off[x + 1]) */
     uint8_t *pool;
 };
@@ -151,6 +153,28 @@ static tdm_status_t trie_build(trie_t *t, const tok_rec_t *recs, uint32_t n)
     return TDM_OK;
 }
 
+/* The trie of the tokens of recs[0..n) (sorted) whose bit in `plain` is clear. */
+static tdm_status_t subset_trie(trie_t *t, const tok_rec_t *recs, uint32_t n, const uint64_t *plain)
+{
+    tok_rec_t *sub = malloc(((size_t)n + 1) * sizeof(*sub));
+    uint32_t n_sub = 0;
+    tdm_status_t st;
+
+    if (sub == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) { /* order kept: still sorted */
+        int32_t x = recs[i].id;
+
+        if ((plain[x / 64] >> (x % 64) & 1) == 0) {
+            sub[n_sub++] = recs[i];
+        }
+    }
+    st = trie_build(t, sub, n_sub);
+    free(sub);
+    return st;
+}
+
 /* Keep every token's bytes (advance steps the automaton by them). */
 static tdm_status_t copy_bytes(engine_constrain_vocab_t *v, const uint8_t *const *bytes,
                                const size_t *lens)
@@ -186,7 +210,6 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
     engine_constrain_vocab_t *v;
     tok_rec_t *recs;
     uint32_t n_all = 0;
-    uint32_t n_special = 0;
     tdm_status_t st;
 
     if (bytes == NULL || lens == NULL || vocab_out == NULL || n_vocab < 1 || n_vocab > INT32_MAX) {
@@ -202,7 +225,8 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
     v->n_vocab = n_vocab;
     v->n_words = (uint32_t)((n_vocab + 63) / 64);
     v->plain = calloc(v->n_words, sizeof(uint64_t));
-    if (v->plain == NULL) {
+    v->raw = calloc(v->n_words, sizeof(uint64_t));
+    if (v->plain == NULL || v->raw == NULL) {
         st = TDM_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -218,6 +242,9 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
         if (text_constraint_is_plain_string_bytes(bytes[x], lens[x])) {
             v->plain[x / 64] |= (uint64_t)1 << (x % 64);
         }
+        if (text_constraint_is_plain_raw_bytes(bytes[x], lens[x])) {
+            v->raw[x / 64] |= (uint64_t)1 << (x % 64);
+        }
     }
     st = copy_bytes(v, bytes, lens);
     if (st != TDM_OK) {
@@ -228,14 +255,10 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
     if (st != TDM_OK) {
         goto err_free;
     }
-    for (uint32_t i = 0; i < n_all; i++) { /* order kept: still sorted */
-        int32_t x = recs[i].id;
-
-        if ((v->plain[x / 64] >> (x % 64) & 1) == 0) {
-            recs[n_special++] = recs[i];
-        }
+    st = subset_trie(&v->special, recs, n_all, v->plain);
+    if (st == TDM_OK) {
+        st = subset_trie(&v->raw_special, recs, n_all, v->raw);
     }
-    st = trie_build(&v->special, recs, n_special);
     if (st != TDM_OK) {
         goto err_free;
     }
@@ -272,7 +295,7 @@ tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, 
         text_token_kind_t kind;
 
         if (text_tokenizer_token_kind(tok, (int32_t)x, &kind) != TDM_OK ||
-            kind != TEXT_TOKEN_NORMAL) {
+            (kind != TEXT_TOKEN_NORMAL && kind != TEXT_TOKEN_USER_DEFINED)) {
             continue;
         }
         if (text_tokenizer_token_bytes(tok, (int32_t)x, &bytes[x], &lens[x]) != TDM_OK) {
@@ -293,7 +316,9 @@ void engine_constrain_vocab_destroy(engine_constrain_vocab_t *vocab)
     }
     trie_fini(&vocab->all);
     trie_fini(&vocab->special);
+    trie_fini(&vocab->raw_special);
     free(vocab->plain);
+    free(vocab->raw);
     free(vocab->tok_off);
     free(vocab->pool);
     free(vocab);
@@ -366,6 +391,25 @@ tdm_status_t engine_constraint_create(const engine_constrain_vocab_t *vocab, con
     return st;
 }
 
+tdm_status_t engine_constraint_create_tool_calls(const engine_constrain_vocab_t *vocab,
+                                                 const char *json, size_t n_json,
+                                                 const int32_t *stop_ids, int n_stop_ids,
+                                                 engine_constraint_t **out, char *err,
+                                                 size_t err_bytes)
+{
+    text_constraint_t *compiled = NULL;
+    tdm_status_t st;
+
+    if (vocab == NULL || json == NULL || out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = text_constraint_compile_tool_calls(json, n_json, &compiled, err, err_bytes);
+    if (st != TDM_OK) {
+        return st;
+    }
+    return engine_constraint_create_compiled(vocab, compiled, stop_ids, n_stop_ids, out);
+}
+
 void engine_constraint_destroy(engine_constraint_t *c)
 {
     if (c == NULL) {
@@ -409,10 +453,15 @@ const uint64_t *engine_constraint_mask(engine_constraint_t *c)
     }
     memset(c->mask, 0, v->n_words * sizeof(uint64_t));
     if (!c->finished) {
+        text_constraint_free_t kind = text_constraint_free_kind(&c->state);
+
         text_constraint_state_copy(&c->walk[0], &c->state);
-        if (text_constraint_in_free_string(&c->state)) {
+        if (kind == TEXT_CONSTRAINT_FREE_STRING) {
             memcpy(c->mask, v->plain, v->n_words * sizeof(uint64_t));
             trie_walk(&v->special, c->compiled, c->walk, c->mask);
+        } else if (kind == TEXT_CONSTRAINT_FREE_RAW) {
+            memcpy(c->mask, v->raw, v->n_words * sizeof(uint64_t));
+            trie_walk(&v->raw_special, c->compiled, c->walk, c->mask);
         } else {
             trie_walk(&v->all, c->compiled, c->walk, c->mask);
         }

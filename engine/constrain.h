@@ -2,14 +2,15 @@
  * (text/constrain.h) over a model's vocabulary.
  *
  * engine_constrain_vocab_t is built once per vocabulary: every ordinary token's byte string in a
- * byte trie laid out in depth-first order (each node knows where its subtree ends), a second
- * trie of only the tokens that are NOT plain string bytes, and the bitset of those that are
- * (text_constraint_is_plain_string_bytes). The mask of a state walks the trie once, stepping
- * the automaton along shared prefixes and skipping a whole subtree at the first byte the
- * automaton refuses; inside a free string it starts from the precomputed plain-string bitset and
- * walks only the small second trie. Control and user-defined tokens (chat markers, EOS) are
- * never in a trie: the stop ids of the request are allowed exactly when the text so far is
- * complete (text_constraint_accepting) and nothing else is then allowed.
+ * byte trie laid out in depth-first order (each node knows where its subtree ends); for the two
+ * free states of text/constrain.h (inside a JSON string; inside raw text) the bitset of the
+ * tokens that leave such a state unchanged (text_constraint_is_plain_string_bytes, _raw_bytes)
+ * and a trie of only the other tokens. The mask of a state walks the trie once, stepping the
+ * automaton along shared prefixes and skipping a whole subtree at the first byte the automaton
+ * refuses; in a free state it starts from the precomputed bitset and walks only the small
+ * trie of the rest. Control tokens (chat markers, EOS) are never in a trie: the stop ids of the
+ * request are allowed exactly when the text so far is complete (text_constraint_accepting) and
+ * nothing else is then allowed.
  *
  * engine_constraint_t is one request's constraint: the compiled automaton, its current state,
  * the mask of that state (computed on demand, cached until the state moves) and a walk scratch
@@ -59,8 +60,9 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
 
 /*
  * engine_constrain_vocab_from_tokenizer - engine_constrain_vocab_create over `tok` (borrowed):
- * NORMAL tokens with their decoded bytes (text_tokenizer_token_bytes); CONTROL, USER_DEFINED and
- * UNUSED tokens and ids in [tokenizer vocab, n_vocab) are never allowed. Same returns.
+ * NORMAL tokens with their decoded bytes and USER_DEFINED (added, non-special) tokens with their
+ * text (text_tokenizer_token_bytes); CONTROL and UNUSED tokens and ids in [tokenizer vocab,
+ * n_vocab) are never allowed. Same returns.
  */
 tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, int64_t n_vocab,
                                                    engine_constrain_vocab_t **vocab_out);
@@ -93,6 +95,17 @@ tdm_status_t engine_constraint_create_compiled(const engine_constrain_vocab_t *v
                                                text_constraint_t *compiled,
                                                const int32_t *stop_ids, int n_stop_ids,
                                                engine_constraint_t **out);
+
+/*
+ * engine_constraint_create_tool_calls - as engine_constraint_create for the tool-call language
+ * (text_constraint_compile_tool_calls: a DSML block calling the allowed tools with arguments
+ * that satisfy their parameter schemas).
+ */
+tdm_status_t engine_constraint_create_tool_calls(const engine_constrain_vocab_t *vocab,
+                                                 const char *json, size_t n_json,
+                                                 const int32_t *stop_ids, int n_stop_ids,
+                                                 engine_constraint_t **out, char *err,
+                                                 size_t err_bytes);
 
 /* engine_constraint_destroy - free; accepts NULL. */
 void engine_constraint_destroy(engine_constraint_t *c);

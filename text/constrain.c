@@ -5,26 +5,6 @@
 
 #include <string.h>
 
-/* Frame kinds. A VALUE frame turns into the value's own kind on its first byte. */
-enum { K_VALUE, K_OBJECT, K_KEY, K_ARRAY, K_STRING, K_NUMBER, K_ENUM, K_WORD };
-
-/* Object phases: what the object expects next (set before a child frame is pushed). */
-enum { OB_FIRST, OB_COMMA, OB_COLON, OB_AFTER_VALUE };
-/* Array phases. */
-enum { AR_FIRST, AR_COMMA, AR_AFTER_VALUE };
-/* String phases. */
-enum { ST_BODY, ST_ESCAPE, ST_HEX };
-/* Number sub-states (aux); N_ZERO, N_INT, N_FRAC and N_EXP_DIGITS are complete. */
-enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_E_SIGN, N_EXP_DIGITS };
-
-/* What one frame did with a byte. */
-typedef enum {
-    R_REJECT = 0,
-    R_TAKEN = 1,   /* consumed */
-    R_REFEED = 2,  /* frame popped (value complete) without consuming: feed the parent */
-    R_REDO = 3,    /* frame changed kind without consuming: feed the same depth again */
-} res_t;
-
 /* Threads created by anyOf forks while one byte is fed, waiting for that byte. */
 typedef struct {
     text_constraint_thread_t t[TEXT_CONSTRAINT_MAX_THREADS];
@@ -64,20 +44,19 @@ static res_t take_ws(text_constraint_frame_t *f)
     return R_TAKEN;
 }
 
-static void frame_init(text_constraint_frame_t *f, uint8_t kind, uint32_t node)
+void constraint_frame_init(text_constraint_frame_t *f, uint8_t kind, uint32_t node)
 {
     memset(f, 0, sizeof(*f));
     f->kind = kind;
     f->node = (uint16_t)node;
 }
 
-/* Push a frame onto a thread; 0 when the nesting limit is reached. */
-static int push(text_constraint_thread_t *t, uint8_t kind, uint32_t node)
+int constraint_push(text_constraint_thread_t *t, uint8_t kind, uint32_t node)
 {
     if (t->depth >= TEXT_CONSTRAINT_MAX_DEPTH) {
         return 0;
     }
-    frame_init(&t->f[t->depth], kind, node);
+    constraint_frame_init(&t->f[t->depth], kind, node);
     t->depth++;
     return 1;
 }
@@ -132,9 +111,7 @@ static res_t step_literal(const text_constraint_t *c, text_constraint_frame_t *f
 
 /* ---- strings ----------------------------------------------------------------------------- */
 
-/* The UTF-8 lead byte b: continuation bytes to come and the range of the first one (RFC 3629
- * table 2); 0 continuation bytes for ASCII; -1 for a byte no character starts with. */
-static int utf8_lead(uint8_t b, uint8_t *lo_out, uint8_t *hi_out)
+int constraint_utf8_lead(uint8_t b, uint8_t *lo_out, uint8_t *hi_out)
 {
     *lo_out = 0x80;
     *hi_out = 0xBF;
@@ -213,7 +190,7 @@ static res_t step_string(text_constraint_frame_t *f, uint8_t b, int *popped)
         return R_REJECT;
     }
     {
-        int n = utf8_lead(b, &f->lo, &f->hi);
+        int n = constraint_utf8_lead(b, &f->lo, &f->hi);
 
         if (n < 0) {
             return R_REJECT;
@@ -319,7 +296,7 @@ static res_t step_object(const text_constraint_t *c, text_constraint_thread_t *t
         }
         f->phase = OB_COLON;
         f->ws = 0;
-        if (!push(t, nd->n_props > 0 ? K_KEY : K_STRING, node)) {
+        if (!constraint_push(t, nd->n_props > 0 ? K_KEY : K_STRING, node)) {
             return R_REJECT;
         }
         t->f[t->depth - 1].bits = all_props(nd) & ~f->bits;
@@ -330,7 +307,8 @@ static res_t step_object(const text_constraint_t *c, text_constraint_thread_t *t
         }
         f->phase = OB_AFTER_VALUE;
         f->ws = 0;
-        if (!push(t, K_VALUE, nd->n_props > 0 ? c->props[nd->props_off + f->pos].node : CNODE_ANY)) {
+        if (!constraint_push(t, K_VALUE,
+                             nd->n_props > 0 ? c->props[nd->props_off + f->pos].node : CNODE_ANY)) {
             return R_REJECT;
         }
         return R_TAKEN;
@@ -410,7 +388,7 @@ static res_t step_array(const text_constraint_t *c, text_constraint_thread_t *t,
     }
     f->phase = AR_AFTER_VALUE;
     f->ws = 0;
-    return push(t, K_VALUE, items) ? R_REDO : R_REJECT;
+    return constraint_push(t, K_VALUE, items) ? R_REDO : R_REJECT;
 }
 
 /* The first byte of a value: fork anyOf, or become the value's kind. */
@@ -435,30 +413,30 @@ static res_t step_value(const text_constraint_t *c, text_constraint_thread_t *t,
         return R_REDO;
     }
     if (nd->n_enum > 0) {
-        frame_init(f, K_ENUM, f->node);
+        constraint_frame_init(f, K_ENUM, f->node);
         f->bits = nd->n_enum >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << nd->n_enum) - 1);
         return R_REDO;
     }
     if (b == '{' && (nd->types & CT_OBJECT) != 0) {
-        frame_init(f, K_OBJECT, f->node);
+        constraint_frame_init(f, K_OBJECT, f->node);
         f->phase = OB_FIRST;
         return R_TAKEN;
     }
     if (b == '[' && (nd->types & CT_ARRAY) != 0) {
-        frame_init(f, K_ARRAY, f->node);
+        constraint_frame_init(f, K_ARRAY, f->node);
         f->phase = AR_FIRST;
         return R_TAKEN;
     }
     if (b == '"' && (nd->types & CT_STRING) != 0) {
-        frame_init(f, K_STRING, f->node);
+        constraint_frame_init(f, K_STRING, f->node);
         return R_TAKEN;
     }
     if ((b == '-' || is_digit(b)) && (nd->types & (CT_NUMBER | CT_INTEGER)) != 0) {
-        frame_init(f, K_NUMBER, f->node);
+        constraint_frame_init(f, K_NUMBER, f->node);
         return R_REDO;
     }
     if ((b == 't' || b == 'f' || b == 'n') && nd->n_words > 0) {
-        frame_init(f, K_WORD, f->node);
+        constraint_frame_init(f, K_WORD, f->node);
         f->bits = ((uint64_t)1 << nd->n_words) - 1;
         return R_REDO;
     }
@@ -503,6 +481,11 @@ static int step_thread(const text_constraint_t *c, text_constraint_thread_t *t, 
                 t->depth--;
             }
             break;
+        case K_DSML:
+        case K_CHOICE:
+        case K_RAW:
+            r = constraint_dsml_step(c, t, b);
+            break;
         default: /* K_ENUM, K_WORD */
             r = step_literal(c, f, b);
             if (r == R_REFEED) {
@@ -537,7 +520,11 @@ void text_constraint_start(const text_constraint_t *c, text_constraint_state_t *
 {
     state_out->n_threads = 1;
     state_out->t[0].depth = 0;
-    push(&state_out->t[0], K_VALUE, c->root);
+    if (c->dsml.on) {
+        (void)constraint_dsml_start(c, &state_out->t[0]);
+        return;
+    }
+    constraint_push(&state_out->t[0], K_VALUE, c->root);
 }
 
 void text_constraint_state_copy(text_constraint_state_t *dst, const text_constraint_state_t *src)
@@ -618,18 +605,25 @@ int text_constraint_accepting(const text_constraint_t *c, const text_constraint_
     return 0;
 }
 
-int text_constraint_in_free_string(const text_constraint_state_t *state)
+text_constraint_free_t text_constraint_free_kind(const text_constraint_state_t *state)
 {
     const text_constraint_frame_t *f;
 
     if (state->n_threads != 1 || state->t[0].depth == 0) {
-        return 0;
+        return TEXT_CONSTRAINT_FREE_NONE;
     }
     f = &state->t[0].f[state->t[0].depth - 1];
-    return f->kind == K_STRING && f->phase == ST_BODY && f->aux == 0;
+    if (f->kind == K_STRING && f->phase == ST_BODY && f->aux == 0) {
+        return TEXT_CONSTRAINT_FREE_STRING;
+    }
+    if (f->kind == K_RAW && constraint_raw_is_free(f)) {
+        return TEXT_CONSTRAINT_FREE_RAW;
+    }
+    return TEXT_CONSTRAINT_FREE_NONE;
 }
 
-int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n)
+/* 1 when bytes[0..n) are complete valid UTF-8 characters with none of `refused` (n >= 1). */
+static int plain_bytes(const uint8_t *bytes, size_t n, int json_string)
 {
     size_t i = 0;
 
@@ -639,9 +633,13 @@ int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n)
     while (i < n) {
         uint8_t lo;
         uint8_t hi;
-        int k = utf8_lead(bytes[i], &lo, &hi);
+        uint8_t b = bytes[i];
+        int k = constraint_utf8_lead(b, &lo, &hi);
 
-        if (k < 0 || bytes[i] < 0x20 || bytes[i] == '"' || bytes[i] == '\\' || i + (size_t)k >= n) {
+        if (k < 0 || i + (size_t)k >= n) {
+            return 0;
+        }
+        if (json_string ? (b < 0x20 || b == '"' || b == '\\') : (b == 0 || b == '<')) {
             return 0;
         }
         for (int j = 1; j <= k; j++) {
@@ -654,4 +652,14 @@ int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n)
         i += (size_t)k + 1;
     }
     return 1;
+}
+
+int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n)
+{
+    return plain_bytes(bytes, n, 1);
+}
+
+int text_constraint_is_plain_raw_bytes(const uint8_t *bytes, size_t n)
+{
+    return plain_bytes(bytes, n, 0);
 }

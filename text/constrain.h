@@ -30,6 +30,23 @@
  * enum, const, items (one schema), anyOf; annotations title, description, default, examples,
  * $comment, $schema are ignored. Any other keyword is refused naming it.
  *
+ * Tool calls (text_constraint_compile_tool_calls; OpenAI tool_choice "required" or a named
+ * function): the completion is one DeepSeek-V4 DSML block, byte for byte as DeepSeek's
+ * encoding_dsv4.py renders an assistant's tool calls, and nothing after it:
+ *     [reasoning</think>]\n\n<｜DSML｜tool_calls>\n INVOKE (\n INVOKE)* \n</｜DSML｜tool_calls>
+ *     INVOKE = <｜DSML｜invoke name="NAME">\n PARAM (\n PARAM)* \n</｜DSML｜invoke>
+ *              (no PARAM: <｜DSML｜invoke name="NAME">\n\n</｜DSML｜invoke>)
+ *     PARAM  = <｜DSML｜parameter name="KEY" string="true">RAW</｜DSML｜parameter>
+ *            | <｜DSML｜parameter name="KEY" string="false">JSON</｜DSML｜parameter>
+ * (with the reasoning part when thinking is on: free UTF-8 text up to the first "</think>").
+ * NAME is one of the allowed tools (several invokes only when parallel calls are allowed); KEY
+ * one of that tool's parameters ("properties" of its parameters schema), each at most once, the
+ * "required" ones all present before </｜DSML｜invoke>. string="true" (the encoder's form of a
+ * string value) is allowed when the parameter's schema admits a string: RAW is then any UTF-8
+ * text without the closing tag, or exactly one of the string values of its enum / const;
+ * string="false" when it admits anything else: JSON is then a value of the parameter's schema
+ * (the JSON language above).
+ *
  * Thread-safe: a compiled constraint is read-only; states are plain values owned by callers.
  */
 #ifndef TANDEM_TEXT_CONSTRAIN_H
@@ -50,6 +67,8 @@
 #define TEXT_CONSTRAINT_MAX_PROPERTIES 64
 #define TEXT_CONSTRAINT_MAX_ENUM       64
 #define TEXT_CONSTRAINT_MAX_ANYOF      8
+/* Most tools of one tool-call constraint. */
+#define TEXT_CONSTRAINT_MAX_TOOLS 64
 /* Most schema nodes of one constraint, and the deepest schema nesting. */
 #define TEXT_CONSTRAINT_MAX_NODES        4096
 #define TEXT_CONSTRAINT_MAX_SCHEMA_DEPTH 32
@@ -108,6 +127,18 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
 tdm_status_t text_constraint_compile_schema(const char *json, size_t n_json, const char *path,
                                             text_constraint_t **out, char *err, size_t err_bytes);
 
+/*
+ * text_constraint_compile_tool_calls - compile the tool-call language (header comment) from
+ * `json` (n_json bytes): {"thinking": bool, "parallel": bool, "tools": [{"name": "...",
+ * "parameters": {JSON schema of an object, or absent}}, ...]} (1 to TEXT_CONSTRAINT_MAX_TOOLS
+ * tools; the router builds it from the request's tools and tool_choice).
+ * Returns and errors as text_constraint_compile; error paths are "tools[i].parameters...", and
+ * a tool or parameter name holding '"' (which the markup cannot carry) is refused.
+ */
+tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
+                                                text_constraint_t **out, char *err,
+                                                size_t err_bytes);
+
 /* text_constraint_destroy - free a compiled constraint; accepts NULL. */
 void text_constraint_destroy(text_constraint_t *c);
 
@@ -135,14 +166,21 @@ int text_constraint_step_bytes(const text_constraint_t *c, text_constraint_state
  * language (the completion may end here). */
 int text_constraint_accepting(const text_constraint_t *c, const text_constraint_state_t *state);
 
-/*
- * text_constraint_in_free_string - nonzero when the state is inside a string with no enum or
- * const on it, between characters (no escape or UTF-8 sequence open), on one thread. From such
- * a state every byte string of printable ASCII other than '"' and '\\' and complete UTF-8
- * sequences is accepted and leaves the state as it was (engine/constrain.c precomputes that set
- * of tokens once per vocabulary).
- */
-int text_constraint_in_free_string(const text_constraint_state_t *state);
+/* Where a state stands for the mask's precomputed sets (text_constraint_free_kind). */
+typedef enum {
+    TEXT_CONSTRAINT_FREE_NONE = 0,
+    /* inside a JSON string with no enum or const on it, between characters (no escape or UTF-8
+     * sequence open), on one thread: every byte string text_constraint_is_plain_string_bytes
+     * accepts is accepted and leaves the state as it was */
+    TEXT_CONSTRAINT_FREE_STRING = 1,
+    /* inside raw text (tool-call reasoning or a string="true" parameter) between characters and
+     * with no byte of its closing delimiter matched, on one thread: every byte string
+     * text_constraint_is_plain_raw_bytes accepts is accepted and leaves the state as it was */
+    TEXT_CONSTRAINT_FREE_RAW = 2,
+} text_constraint_free_t;
+
+/* text_constraint_free_kind - which precomputed set, if any, applies from this state. */
+text_constraint_free_t text_constraint_free_kind(const text_constraint_state_t *state);
 
 /*
  * text_constraint_is_plain_string_bytes - nonzero when the n bytes are all printable ASCII
@@ -150,5 +188,12 @@ int text_constraint_in_free_string(const text_constraint_state_t *state);
  * accepts without change of state (text_constraint_in_free_string).
  */
 int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n);
+
+/*
+ * text_constraint_is_plain_raw_bytes - nonzero when the n bytes (n >= 1) are complete valid
+ * UTF-8 characters, none of them NUL or '<' (every raw-text delimiter starts with '<' and has no
+ * other '<'): the bytes raw text accepts without change of state (TEXT_CONSTRAINT_FREE_RAW).
+ */
+int text_constraint_is_plain_raw_bytes(const uint8_t *bytes, size_t n);
 
 #endif

@@ -614,11 +614,301 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
     return finish(&cc, st, out);
 }
 
+/* ---- the tool-call language ----------------------------------------------------------------- */
+
+#define DSML_PARAM_CLOSE "</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter>"
+
+/* A new list whose strings are appended next (lists are built one at a time). */
+static tdm_status_t list_begin(compiler_t *cc, uint32_t *id_out)
+{
+    text_constraint_t *c = cc->c;
+
+    if (!grow((void **)&c->clists, &c->cap_clists, c->n_clists + 1, sizeof(clist_t))) {
+        return oom(cc);
+    }
+    c->clists[c->n_clists].off = c->n_lits;
+    c->clists[c->n_clists].n = 0;
+    *id_out = c->n_clists++;
+    return TDM_OK;
+}
+
+/* Append a + b (b may be NULL) to list `id` (the list being built). */
+static tdm_status_t list_add(compiler_t *cc, uint32_t id, const char *a, size_t n_a, const char *b)
+{
+    text_constraint_t *c = cc->c;
+    size_t n_b = b == NULL ? 0 : strlen(b);
+    char *joined = malloc(n_a + n_b + 1);
+    tdm_status_t st;
+
+    if (joined == NULL ||
+        !grow((void **)&c->lits, &c->cap_lits, c->n_lits + 1, sizeof(cspan_t))) {
+        free(joined);
+        return oom(cc);
+    }
+    memcpy(joined, a, n_a);
+    if (n_b > 0) {
+        memcpy(joined + n_a, b, n_b);
+    }
+    st = pool_add(cc, joined, n_a + n_b, &c->lits[c->n_lits]);
+    free(joined);
+    if (st == TDM_OK) {
+        c->n_lits++;
+        c->clists[id].n++;
+    }
+    return st;
+}
+
+/* A list of fixed strings (NULL-terminated). */
+static tdm_status_t list_fixed(compiler_t *cc, const char *const *strs, uint32_t *id_out)
+{
+    tdm_status_t st = list_begin(cc, id_out);
+
+    for (size_t i = 0; st == TDM_OK && strs[i] != NULL; i++) {
+        st = list_add(cc, *id_out, strs[i], strlen(strs[i]), NULL);
+    }
+    return st;
+}
+
+/* Does node n (or an anyOf alternative of it) take any string / anything but a string? */
+static void node_forms(const text_constraint_t *c, uint32_t n, int *str_out, int *other_out)
+{
+    const cnode_t *nd = &c->nodes[n];
+
+    if (nd->n_alts > 0) {
+        for (uint32_t i = 0; i < nd->n_alts; i++) {
+            int s = 0;
+            int o = 0;
+
+            node_forms(c, c->alts[nd->alts_off + i], &s, &o);
+            *str_out |= s && c->nodes[c->alts[nd->alts_off + i]].n_enum == 0;
+            *other_out |= o || s; /* a JSON string is a JSON value too */
+        }
+        return;
+    }
+    if (nd->n_enum > 0) {
+        for (uint32_t i = 0; i < nd->n_enum; i++) {
+            const cspan_t *l = &c->lits[nd->enum_off + i];
+
+            if (c->pool[l->off] == '"') {
+                *str_out = 1;
+            } else {
+                *other_out = 1;
+            }
+        }
+        return;
+    }
+    *str_out |= (nd->types & CT_STRING) != 0;
+    *other_out |= (nd->types & ~(uint32_t)CT_STRING) != 0;
+}
+
+/* The raw values of a string enum / const: each decoded string + the parameter's closing tag. */
+static tdm_status_t raw_enum_list(compiler_t *cc, uint32_t n, const char *path, uint32_t *id_out)
+{
+    const cnode_t nd = cc->c->nodes[n];
+    tdm_status_t st = list_begin(cc, id_out);
+
+    for (uint32_t i = 0; st == TDM_OK && i < nd.n_enum; i++) {
+        const cspan_t l = cc->c->lits[nd.enum_off + i];
+        json_t *v = json_loadb((const char *)cc->c->pool + l.off, l.len, JSON_DECODE_ANY, NULL);
+
+        if (json_is_string(v)) {
+            const char *raw = json_string_value(v);
+
+            if (strstr(raw, DSML_PARAM_CLOSE) != NULL) {
+                st = fail(cc, path, "an enum string holds the parameter's closing tag");
+            } else {
+                st = list_add(cc, *id_out, raw, json_string_length(v), DSML_PARAM_CLOSE);
+            }
+        }
+        json_decref(v);
+    }
+    return st;
+}
+
+/* One tool: {"name": ..., "parameters": schema}. */
+static tdm_status_t compile_tool(compiler_t *cc, const json_t *tool, size_t index, ctool_t *out)
+{
+    text_constraint_t *c = cc->c;
+    cdsml_t *d = &c->dsml;
+    const json_t *params = json_object_get(tool, "parameters");
+    const json_t *props;
+    char path[PATH_BYTES];
+    uint32_t node = CNODE_ANY;
+    const cnode_t *nd;
+    const char *key;
+    json_t *value;
+    uint32_t i = 0;
+
+    cparam_t *grown;
+
+    snprintf(path, sizeof(path), "tools[%zu].parameters", index);
+    memset(out, 0, sizeof(*out));
+    if (params != NULL && !json_is_null(params)) {
+        if (compile_node(cc, params, path, 0, &node) != TDM_OK) {
+            return cc->status;
+        }
+    }
+    nd = &c->nodes[node];
+    if (node != CNODE_ANY && ((nd->types & CT_OBJECT) == 0 || nd->n_alts > 0 || nd->n_enum > 0)) {
+        return fail(cc, path, "must be an object schema");
+    }
+    out->n_params = node == CNODE_ANY ? 0 : nd->n_props;
+    out->required = node == CNODE_ANY ? 0 : nd->required;
+    out->params_off = d->n_params;
+    grown = realloc(d->params, (d->n_params + out->n_params + 1) * sizeof(cparam_t));
+    if (grown == NULL) {
+        return oom(cc);
+    }
+    d->params = grown;
+    d->n_params += out->n_params;
+    if (list_begin(cc, &out->keys_list) != TDM_OK) {
+        return cc->status;
+    }
+    props = json_object_get(params, "properties");
+    json_object_foreach((json_t *)props, key, value)
+    {
+        (void)value;
+        if (strchr(key, '"') != NULL) {
+            snprintf(path, sizeof(path), "tools[%zu].parameters.properties", index);
+            return fail(cc, path, "a parameter name holds '\"'");
+        }
+        if (list_add(cc, out->keys_list, key, strlen(key), "\" string=\"") != TDM_OK) {
+            return cc->status;
+        }
+    }
+    for (i = 0; i < out->n_params; i++) {
+        cparam_t *p = &d->params[out->params_off + i];
+        uint32_t pn = c->props[c->nodes[node].props_off + i].node;
+        int str = 0;
+        int other = 0;
+
+        node_forms(c, pn, &str, &other);
+        p->node = pn;
+        p->raw_list = CLIST_NONE;
+        p->raw_ok = str;
+        p->json_ok = other;
+        if (c->nodes[pn].n_enum > 0 && str) {
+            snprintf(path, sizeof(path), "tools[%zu].parameters.properties", index);
+            if (raw_enum_list(cc, pn, path, &p->raw_list) != TDM_OK) {
+                return cc->status;
+            }
+        }
+    }
+    return TDM_OK;
+}
+
+tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
+                                                text_constraint_t **out, char *err,
+                                                size_t err_bytes)
+{
+    static const char *const think[] = {"</think>", NULL};
+    static const char *const prefix[] = {
+        "\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+        "invoke name=\"",
+        NULL};
+    static const char *const after_header[] = {
+        "<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter name=\"",
+        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke>", NULL};
+    static const char *const str[] = {"true\">", "false\">", NULL};
+    static const char *const pclose[] = {DSML_PARAM_CLOSE, NULL};
+    static const char *const after_param[] = {
+        "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter name=\"",
+        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke>", NULL};
+    static const char *const after_invoke[] = {
+        "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke name=\"",
+        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>", NULL};
+    compiler_t cc = {NULL, err, err_bytes, TDM_OK};
+    json_error_t jerr;
+    json_t *root;
+    const json_t *tools;
+    json_t *tool;
+    size_t i;
+    cdsml_t *d;
+    tdm_status_t st;
+
+    if (json == NULL || out == NULL) {
+        return fail(&cc, "tools", "null argument");
+    }
+    root = json_loadb(json, n_json, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        return fail(&cc, "tools", "invalid JSON: %s", jerr.text);
+    }
+    tools = json_object_get(root, "tools");
+    st = constraint_new(&cc, "tools");
+    if (st == TDM_OK && (!json_is_array(tools) || json_array_size(tools) == 0 ||
+                         json_array_size(tools) > TEXT_CONSTRAINT_MAX_TOOLS)) {
+        st = fail(&cc, "tools", "must be an array of 1 to %d tools", TEXT_CONSTRAINT_MAX_TOOLS);
+    }
+    if (st == TDM_OK) {
+        d = &cc.c->dsml;
+        d->on = 1;
+        d->thinking = json_is_true(json_object_get(root, "thinking"));
+        d->parallel = json_is_true(json_object_get(root, "parallel"));
+        d->tools = calloc(json_array_size(tools), sizeof(ctool_t));
+        st = d->tools == NULL ? oom(&cc) : TDM_OK;
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, think, &cc.c->dsml.l_think);
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, prefix, &cc.c->dsml.l_prefix);
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, after_header, &cc.c->dsml.l_after_header);
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, str, &cc.c->dsml.l_str);
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, pclose, &cc.c->dsml.l_pclose);
+        cc.c->dsml.l_param_delim = cc.c->dsml.l_pclose;
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, after_param, &cc.c->dsml.l_after_param);
+    }
+    if (st == TDM_OK) {
+        st = list_fixed(&cc, after_invoke, &cc.c->dsml.l_after_invoke);
+    }
+    /* the names list is built across the tools: its strings must stay contiguous, so each
+     * tool's own lists (keys, raw enums) are made after all names */
+    if (st == TDM_OK) {
+        st = list_begin(&cc, &cc.c->dsml.l_names);
+    }
+    json_array_foreach(tools, i, tool)
+    {
+        const char *name = json_string_value(json_object_get(tool, "name"));
+        char path[PATH_BYTES];
+
+        if (st != TDM_OK) {
+            break;
+        }
+        snprintf(path, sizeof(path), "tools[%zu].name", i);
+        if (name == NULL || name[0] == '\0' || strchr(name, '"') != NULL) {
+            st = fail(&cc, path, "must be a non-empty string without '\"'");
+            break;
+        }
+        st = list_add(&cc, cc.c->dsml.l_names, name, strlen(name), "\">\n");
+    }
+    json_array_foreach(tools, i, tool)
+    {
+        if (st != TDM_OK) {
+            break;
+        }
+        st = compile_tool(&cc, tool, i, &cc.c->dsml.tools[i]);
+        cc.c->dsml.n_tools = (uint32_t)i + 1;
+    }
+    json_decref(root);
+    return finish(&cc, st, out);
+}
+
 void text_constraint_destroy(text_constraint_t *c)
 {
     if (c == NULL) {
         return;
     }
+    free(c->dsml.tools);
+    free(c->dsml.params);
+    free(c->clists);
     free(c->nodes);
     free(c->props);
     free(c->lits);

@@ -68,25 +68,37 @@ static int brute_allows(const text_constraint_t *cc, const text_constraint_state
 
 /* Random constrained generations: at each step the mask equals brute force; the token is drawn
  * uniformly from the allowed ones, biased to end strings and values after a while. */
+/* The tool-call language over two tools (text/constrain.h), thinking on. */
+static const char *const TOOLS_JSON =
+    "{\"thinking\":true,\"parallel\":true,\"tools\":["
+    "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"location\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+    "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"location\"]}},"
+    "{\"name\":\"get_time\"}]}";
+
+static tdm_status_t compile_any(int tools, text_constraint_t **out)
+{
+    return tools ? text_constraint_compile_tool_calls(TOOLS_JSON, strlen(TOOLS_JSON), out, NULL, 0)
+                 : text_constraint_compile(SCHEMA_RF, strlen(SCHEMA_RF), out, NULL, 0);
+}
+
 static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes_t *vb,
-                        int n_walks, int max_steps, int *n_finished_out)
+                        int n_walks, int max_steps, int tools, int *n_finished_out)
 {
     text_constraint_t *cc = NULL;
-    char err[ERR_BYTES] = "";
     int32_t *allowed = malloc((size_t)vb->n * sizeof(int32_t));
     uint64_t rng = 0x9E3779B97F4A7C15ull;
 
     assert_non_null(allowed);
-    assert_int_equal(text_constraint_compile(SCHEMA_RF, strlen(SCHEMA_RF), &cc, err, sizeof(err)),
-                     TDM_OK);
+    assert_int_equal(compile_any(tools, &cc), TDM_OK);
     *n_finished_out = 0;
     for (int w = 0; w < n_walks; w++) {
         engine_constraint_t *c = NULL;
+        text_constraint_t *own = NULL;
         text_constraint_state_t shadow;
 
-        assert_int_equal(engine_constraint_create(vocab, SCHEMA_RF, strlen(SCHEMA_RF), &STOP_ID, 1,
-                                                  &c, err, sizeof(err)),
-                         TDM_OK);
+        assert_int_equal(compile_any(tools, &own), TDM_OK);
+        assert_int_equal(engine_constraint_create_compiled(vocab, own, &STOP_ID, 1, &c), TDM_OK);
         text_constraint_start(cc, &shadow);
         for (int step = 0; step < max_steps && !engine_constraint_finished(c); step++) {
             const uint64_t *mask = engine_constraint_mask(c);
@@ -113,7 +125,7 @@ static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes
                     int32_t y = allowed[rng_next(&rng) % (uint64_t)n_allowed];
 
                     if (y == STOP_ID || (vb->lens[y] <= 2 && vb->bytes[y] != NULL &&
-                                         memchr("\"}]", vb->bytes[y][0], 3) != NULL)) {
+                                         memchr("\"}]<", vb->bytes[y][0], 4) != NULL)) {
                         pick = y;
                         break;
                     }
@@ -141,9 +153,16 @@ static void make_small_vocab(vocab_bytes_t *vb, uint8_t **pool_out)
         "color", "col", "or", "red", "green", "blue", "tags", "either", "child", "k", "true",
         "false", "tr", "ue", "0", "1", "12", "-", ".", "e", "E+", "5", "2", "\\", "\\n", "\\u",
         "00e9", "\xc3\xa9", "\xc3", "\xa9", "\xe2\x82", "\xac", "hello", " world", "\"v\":2",
-        "\"age\":", "\"name\":\"", "abc\"", "x\"}", "1}", "3,", "\"ok\":true}"};
+        "\"age\":", "\"name\":\"", "abc\"", "x\"}", "1}", "3,", "\"ok\":true}",
+        /* the tool-call markup, whole and in pieces */
+        "</think>", "</", "think>", "\n\n", "\xef\xbd\x9c", "DSML", "<\xef\xbd\x9c" "DSML\xef\xbd\x9c",
+        "tool_calls>", "tool_calls>\n", "invoke", " name=\"", "invoke name=\"", "parameter",
+        "parameter name=\"", "\">\n", "\">", "\" string=\"", "true\">", "false\">", "get_time",
+        "get_weather", "location", "days", "unit", "\n<", "\n</", "Seoul", "</\xef\xbd\x9c" "DSML"};
     size_t n_pieces = sizeof(pieces) / sizeof(pieces[0]);
     int64_t n = 1 + 256 + (int64_t)n_pieces + 400;
+
+    assert_true(n_pieces < 128);
     uint8_t *pool = malloc((size_t)n * 8);
     uint64_t rng = 12345;
     size_t used = 0;
@@ -188,8 +207,11 @@ static void test_mask_matches_brute_force_small_vocab(void **state)
     (void)state;
     make_small_vocab(&vb, &pool);
     assert_int_equal(engine_constrain_vocab_create(vb.n, vb.bytes, vb.lens, &vocab), TDM_OK);
-    check_walks(vocab, &vb, 40, 120, &n_finished);
-    print_message("walks that ended with the stop id: %d of 40\n", n_finished);
+    check_walks(vocab, &vb, 40, 120, 0, &n_finished);
+    print_message("JSON walks that ended with the stop id: %d of 40\n", n_finished);
+    assert_true(n_finished > 0);
+    check_walks(vocab, &vb, 40, 200, 1, &n_finished);
+    print_message("tool-call walks that ended with the stop id: %d of 40\n", n_finished);
     assert_true(n_finished > 0);
     engine_constrain_vocab_destroy(vocab);
     free(vb.bytes);
@@ -224,7 +246,7 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
         text_token_kind_t kind;
 
         assert_int_equal(text_tokenizer_token_kind(tok, x, &kind), TDM_OK);
-        if (kind == TEXT_TOKEN_NORMAL) {
+        if (kind == TEXT_TOKEN_NORMAL || kind == TEXT_TOKEN_USER_DEFINED) {
             assert_int_equal(text_tokenizer_token_bytes(tok, x, &vb.bytes[x], &vb.lens[x]),
                              TDM_OK);
         }
@@ -232,7 +254,8 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
     /* id 0 is BOS in the synthetic layout, a control token: the walks use it as the stop id */
     vb.bytes[STOP_ID] = NULL;
     vb.lens[STOP_ID] = 0;
-    check_walks(vocab, &vb, 6, 80, &n_finished);
+    check_walks(vocab, &vb, 6, 80, 0, &n_finished);
+    check_walks(vocab, &vb, 4, 80, 1, &n_finished);
     engine_constrain_vocab_destroy(vocab);
     text_tokenizer_destroy(tok);
     free(vb.bytes);

@@ -239,6 +239,125 @@ static void test_refusals_name_the_keyword(void **state)
     refused("not json", "response_format");
 }
 
+/* ---- the tool-call (DSML) language ------------------------------------------------------------ */
+
+#define D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
+#define OPEN "\n\n<" D "tool_calls>\n"
+#define CLOSE "\n</" D "tool_calls>"
+#define INV(name) "<" D "invoke name=\"" name "\">\n"
+#define INV_END "\n</" D "invoke>"
+#define PARAM(k, s, v) "<" D "parameter name=\"" k "\" string=\"" s "\">" v "</" D "parameter>"
+
+static const char *const TOOLS =
+    "{\"thinking\":%s,\"parallel\":%s,\"tools\":["
+    "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"location\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+    "\"unit\":{\"enum\":[\"c\",\"f\"]},\"when\":{\"type\":[\"string\",\"null\"]}},"
+    "\"required\":[\"location\"]}},"
+    "{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}]}";
+
+static text_constraint_t *compile_tools(const char *thinking, const char *parallel)
+{
+    char json[1024];
+    char err[ERR_BYTES] = "";
+    text_constraint_t *c = NULL;
+
+    snprintf(json, sizeof(json), TOOLS, thinking, parallel);
+    if (text_constraint_compile_tool_calls(json, strlen(json), &c, err, sizeof(err)) != TDM_OK) {
+        print_message("compile failed: %s\n", err);
+        fail();
+    }
+    return c;
+}
+
+static void check_texts(const text_constraint_t *c, const char *const *good, const char *const *bad)
+{
+    for (int i = 0; good[i] != NULL; i++) {
+        if (!accepts(c, good[i])) {
+            print_message("should accept: %s\n", good[i]);
+            fail();
+        }
+    }
+    for (int i = 0; bad[i] != NULL; i++) {
+        if (accepts(c, bad[i])) {
+            print_message("should refuse: %s\n", bad[i]);
+            fail();
+        }
+    }
+}
+
+static void test_tool_calls_language(void **state)
+{
+    text_constraint_t *c = compile_tools("false", "false");
+
+    (void)state;
+    check_texts(
+        c,
+        (const char *const[]){
+            OPEN INV("get_weather") PARAM("location", "true", "Seoul") INV_END CLOSE,
+            OPEN INV("get_weather") PARAM("days", "false", "3") "\n"
+                PARAM("location", "true", "New York <b> \"x\"\n") "\n"
+                PARAM("unit", "true", "f") "\n" PARAM("when", "false", "null") INV_END CLOSE,
+            OPEN INV("get_weather") PARAM("location", "true", "") "\n"
+                PARAM("when", "true", "today") INV_END CLOSE,
+            OPEN INV("get_time") INV_END CLOSE,
+            NULL},
+        (const char *const[]){
+            OPEN INV("get_weather") INV_END CLOSE,                               /* required */
+            OPEN INV("get_date") INV_END CLOSE,                                  /* no such tool */
+            OPEN INV("get_weather") PARAM("days", "true", "3") "\n"
+                PARAM("location", "true", "x") INV_END CLOSE,                    /* days raw */
+            OPEN INV("get_weather") PARAM("location", "true", "x") "\n"
+                PARAM("unit", "true", "k") INV_END CLOSE,                        /* not in enum */
+            OPEN INV("get_weather") PARAM("location", "true", "x") "\n"
+                PARAM("location", "true", "y") INV_END CLOSE,                    /* twice */
+            OPEN INV("get_weather") PARAM("location", "false", "1") INV_END CLOSE, /* not JSON */
+            OPEN INV("get_time") INV_END "\n" INV("get_time") INV_END CLOSE,     /* not parallel */
+            OPEN INV("get_time") INV_END CLOSE "x",                              /* trailing */
+            "x" OPEN INV("get_time") INV_END CLOSE,                              /* leading */
+            OPEN INV("get_time") INV_END,                                        /* unfinished */
+            NULL});
+    text_constraint_destroy(c);
+
+    c = compile_tools("true", "true");
+    check_texts(c,
+                (const char *const[]){
+                    "I should check <the> weather.</think>" OPEN INV("get_time") INV_END "\n" INV(
+                        "get_weather") PARAM("location", "true", "Rome") INV_END CLOSE,
+                    "</think>" OPEN INV("get_time") INV_END CLOSE, NULL},
+                (const char *const[]){OPEN INV("get_time") INV_END CLOSE, /* no reasoning end */
+                                      "a</think>b" OPEN INV("get_time") INV_END CLOSE, NULL});
+    text_constraint_destroy(c);
+}
+
+static void test_tool_calls_refusals(void **state)
+{
+    static const char *const bad[][2] = {
+        {"{\"tools\":[]}", "tools"},
+        {"{\"tools\":[{\"name\":\"a\\\"b\"}]}", "tools[0].name"},
+        {"{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+         "{\"type\":\"string\",\"pattern\":\"a\"}}}}]}",
+         "tools[0].parameters.properties.x.pattern"},
+        {"{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"string\"}}]}",
+         "tools[0].parameters"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        text_constraint_t *c = NULL;
+        char err[ERR_BYTES] = "";
+
+        assert_int_equal(text_constraint_compile_tool_calls(bad[i][0], strlen(bad[i][0]), &c, err,
+                                                            sizeof(err)),
+                         TDM_ERR_INVALID_ARG);
+        assert_null(c);
+        if (strstr(err, bad[i][1]) == NULL) {
+            print_message("error \"%s\" does not name \"%s\"\n", err, bad[i][1]);
+            fail();
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +367,8 @@ int main(void)
         cmocka_unit_test(test_whitespace_bounded),
         cmocka_unit_test(test_split_independent),
         cmocka_unit_test(test_refusals_name_the_keyword),
+        cmocka_unit_test(test_tool_calls_language),
+        cmocka_unit_test(test_tool_calls_refusals),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
