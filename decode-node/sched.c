@@ -363,23 +363,14 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
         free(r);
         return NULL;
     }
-    if (dr->sampling != NULL && dr->sampling->response_format != NULL &&
-        dr->sampling->response_format[0] != '\0') {
-        const char *rf = dr->sampling->response_format;
-
-        if (s->params.constrain_vocab == NULL) {
-            snprintf(err, sizeof(err), "response_format: this node's checkpoint has no "
-                                       "tokenizer.json (constrained decoding off)");
-        } else if (engine_constraint_create(s->params.constrain_vocab, rf, strlen(rf),
-                                            r->sp.stop_ids, r->sp.n_stop_ids, &r->constraint,
-                                            err, sizeof(err)) != TDM_OK) {
-            r->constraint = NULL;
-        }
-        if (r->constraint == NULL) {
-            sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, err);
-            free(r);
-            return NULL;
-        }
+    if (dr->sampling != NULL &&
+        engine_constraint_create_request(s->params.constrain_vocab, dr->sampling->response_format,
+                                         dr->sampling->tool_calls, r->sp.stop_ids,
+                                         r->sp.n_stop_ids, &r->constraint, err,
+                                         sizeof(err)) != TDM_OK) {
+        sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, err);
+        free(r);
+        return NULL;
     }
     r->id = dr->request_id;
     r->session = session;

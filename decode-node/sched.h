@@ -42,7 +42,8 @@ typedef struct {
     engine_spec_drafter_t spec_drafter;
     engine_spec_params_t spec;
     /* Constrained decoding: the vocabulary's byte tries (borrowed; must outlive the scheduler),
-     * or NULL: a DecodeRequest with a response_format is then refused (ERROR_BAD_MESSAGE). */
+     * or NULL: a DecodeRequest with a response_format or tool_calls constraint is then refused
+     * (ERROR_BAD_MESSAGE). */
     const engine_constrain_vocab_t *constrain_vocab;
 } decode_sched_params_t;
 

@@ -410,6 +410,37 @@ tdm_status_t engine_constraint_create_tool_calls(const engine_constrain_vocab_t 
     return engine_constraint_create_compiled(vocab, compiled, stop_ids, n_stop_ids, out);
 }
 
+tdm_status_t engine_constraint_create_request(const engine_constrain_vocab_t *vocab,
+                                              const char *response_format, const char *tool_calls,
+                                              const int32_t *stop_ids, int n_stop_ids,
+                                              engine_constraint_t **out, char *err,
+                                              size_t err_bytes)
+{
+    int rf = response_format != NULL && response_format[0] != '\0';
+    int tc = tool_calls != NULL && tool_calls[0] != '\0';
+
+    *out = NULL;
+    if (!rf && !tc) {
+        return TDM_OK;
+    }
+    if (rf && tc) {
+        snprintf(err, err_bytes, "response_format and tool_calls: at most one constraint");
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (vocab == NULL) {
+        snprintf(err, err_bytes, "%s: this node's checkpoint has no tokenizer.json (constrained "
+                                 "decoding off)",
+                 rf ? "response_format" : "tool_calls");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    if (rf) {
+        return engine_constraint_create(vocab, response_format, strlen(response_format), stop_ids,
+                                        n_stop_ids, out, err, err_bytes);
+    }
+    return engine_constraint_create_tool_calls(vocab, tool_calls, strlen(tool_calls), stop_ids,
+                                               n_stop_ids, out, err, err_bytes);
+}
+
 void engine_constraint_destroy(engine_constraint_t *c)
 {
     if (c == NULL) {

@@ -107,6 +107,18 @@ tdm_status_t engine_constraint_create_tool_calls(const engine_constrain_vocab_t 
                                                  engine_constraint_t **out, char *err,
                                                  size_t err_bytes);
 
+/*
+ * engine_constraint_create_request - the constraint of a request's SamplingParams: from
+ * `response_format` when it is non-empty, else from `tool_calls` when that is, else none
+ * (*out = NULL, TDM_OK). Both non-empty: TDM_ERR_INVALID_ARG. vocab NULL with a constraint asked
+ * for: TDM_ERR_UNSUPPORTED (err names tokenizer.json). Other returns as the two creates.
+ */
+tdm_status_t engine_constraint_create_request(const engine_constrain_vocab_t *vocab,
+                                              const char *response_format, const char *tool_calls,
+                                              const int32_t *stop_ids, int n_stop_ids,
+                                              engine_constraint_t **out, char *err,
+                                              size_t err_bytes);
+
 /* engine_constraint_destroy - free; accepts NULL. */
 void engine_constraint_destroy(engine_constraint_t *c);
 

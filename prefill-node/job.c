@@ -416,18 +416,13 @@ static tdm_status_t sample_first(const prefill_job_env_t *env, const Tandem__Sam
     if (n > PROTO_MAX_CHOICES) {
         return TDM_ERR_INVALID_ARG;
     }
-    if (in != NULL && in->response_format != NULL && in->response_format[0] != '\0') {
+    if (in != NULL) {
         engine_constraint_t *c = NULL;
 
-        if (env->constrain_vocab == NULL) {
-            snprintf(err, err_bytes, "response_format: this node's checkpoint has no "
-                                     "tokenizer.json (constrained decoding off)");
-            return TDM_ERR_UNSUPPORTED;
-        }
-        status = engine_constraint_create(env->constrain_vocab, in->response_format,
-                                          strlen(in->response_format), sp.stop_ids, sp.n_stop_ids,
-                                          &c, err, err_bytes);
-        if (status == TDM_OK) {
+        status = engine_constraint_create_request(env->constrain_vocab, in->response_format,
+                                                  in->tool_calls, sp.stop_ids, sp.n_stop_ids, &c,
+                                                  err, err_bytes);
+        if (status == TDM_OK && c != NULL) {
             status = engine_constraint_apply(c, logits, cfg->vocab_size);
         }
         engine_constraint_destroy(c);

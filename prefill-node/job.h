@@ -38,8 +38,9 @@ typedef struct {
     /* Called between phases; returns nonzero when the job was aborted (stop, put nothing). */
     int (*aborted)(void *arg, uint64_t request_id);
     void *aborted_arg;
-    /* Constrained decoding of the first token (a job's SamplingParams.response_format): the
-     * vocabulary's byte tries, or NULL (a constrained job then fails, naming tokenizer.json). */
+    /* Constrained decoding of the first token (a job's SamplingParams.response_format or
+     * tool_calls): the vocabulary's byte tries, or NULL (a constrained job then fails, naming
+     * tokenizer.json). */
     const engine_constrain_vocab_t *constrain_vocab;
 } prefill_job_env_t;
 

@@ -283,6 +283,7 @@ static void fill_sampling(const router_dispatch_t *d, const router_gen_request_t
     s->stop_token_ids = stop_ids;
     /* protobuf-c packs a const string; "" (the default) is no constraint */
     s->response_format = gen->response_format_json != NULL ? gen->response_format_json : (char *)"";
+    s->tool_calls = gen->tool_constraint_json != NULL ? gen->tool_constraint_json : (char *)"";
     if (!gen->ignore_eos && d->info->eos_id >= 0) {
         stop_ids[s->n_stop_token_ids++] = d->info->eos_id;
     }

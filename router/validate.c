@@ -8,8 +8,8 @@
 
 #include "common/http_status.h"
 #include "common/json.h"
+#include "router/constrain.h"
 #include "router/validate_agent.h"
-#include "text/constrain.h"
 #include "text/tokenizer.h"
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
@@ -230,59 +230,6 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     if (seed_given) {
         req->seed = (uint64_t)seed;
     }
-    return TDM_OK;
-}
-
-/*
- * response_format (OpenAI): absent, null or {"type":"text"}: no constraint. json_object and
- * json_schema are compiled here by text/constrain.h only to check them (a refusal names the
- * field or schema keyword), then kept as compact JSON for the node that samples. The completion
- * of a constrained request ends with the JSON value (EOS is then the only token allowed), so
- * ignore_eos cannot go with it.
- */
-static tdm_status_t get_response_format(const router_model_info_t *info, const json_t *root,
-                                        router_gen_request_t *req, router_apierr_t *err)
-{
-    json_t *rf = member(root, "response_format");
-    const char *type;
-    text_constraint_t *c = NULL;
-    char reason[256] = "";
-    char *text;
-    tdm_status_t status;
-
-    if (rf == NULL) {
-        return TDM_OK;
-    }
-    if (!json_is_object(rf)) {
-        return bad(err, "invalid_type", "response_format", "'response_format' must be an object");
-    }
-    type = json_string_value(json_object_get(rf, "type"));
-    if (type != NULL && strcmp(type, "text") == 0 && json_object_size(rf) == 1) {
-        return TDM_OK;
-    }
-    text = json_dumps(rf, JSON_COMPACT);
-    if (text == NULL) {
-        return no_memory(err);
-    }
-    status = text_constraint_compile(text, strlen(text), &c, reason, sizeof(reason));
-    text_constraint_destroy(c);
-    if (status == TDM_ERR_NO_MEMORY) {
-        free(text);
-        return no_memory(err);
-    }
-    if (status != TDM_OK) {
-        free(text);
-        router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
-                          "unsupported_parameter", "response_format", "%s", reason);
-        return TDM_ERR_INVALID_ARG;
-    }
-    if (req->ignore_eos || info->eos_id < 0) {
-        free(text);
-        return bad(err, "unsupported_parameter", "ignore_eos",
-                   "'ignore_eos' cannot be combined with 'response_format': a constrained "
-                   "completion ends where its JSON value does");
-    }
-    req->response_format_json = text;
     return TDM_OK;
 }
 
@@ -837,7 +784,7 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
         status = get_spec(info, root, &req, err_out);
     }
     if (status == TDM_OK) {
-        status = get_response_format(info, root, &req, err_out);
+        status = router_response_format_parse(info, root, &req, err_out);
     }
     if (status == TDM_OK) {
         status = get_stop(root, &req, err_out);
@@ -865,6 +812,9 @@ tdm_status_t router_validate_request(const router_model_t *model, router_api_t a
                           req.max_tokens);
         status = TDM_ERR_INVALID_ARG;
     }
+    if (status == TDM_OK) {
+        status = router_tool_constraint_build(&req, &req.tool_constraint_json, err_out);
+    }
     json_decref(root);
     if (status != TDM_OK) {
         router_gen_request_fini(&req);
@@ -886,5 +836,6 @@ void router_gen_request_fini(router_gen_request_t *req)
     free(req->tools_json);
     free(req->tool_choice_name);
     free(req->response_format_json);
+    free(req->tool_constraint_json);
     memset(req, 0, sizeof(*req));
 }

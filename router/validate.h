@@ -99,6 +99,10 @@ typedef struct {
                                          json_object or json_schema; NULL for absent or "text" */
     uint32_t n_choices;               /* "n": choices forked from one prefilled prompt (>= 1) */
     uint32_t min_tokens;              /* EOS and stop strings do not end before this many */
+    char *tool_constraint_json;       /* owned: tool_choice REQUIRED or NAMED with tools: the
+                                         router_tool_constraint_build JSON the sampling node
+                                         forces a DSML call with (SamplingParams.tool_calls);
+                                         else NULL */
 } router_gen_request_t;
 
 /*

@@ -1,7 +1,9 @@
-/* test_router_response_format.c - router/validate: response_format on chat completions. text,
- * json_object and json_schema are accepted (the compact JSON kept for the nodes); a schema
- * keyword, field or type text/constrain.h does not support is a 400 whose message names it;
- * response_format with ignore_eos is a 400 naming ignore_eos. */
+/* test_router_response_format.c - router/constrain through router/validate: response_format on
+ * chat completions (text, json_object and json_schema accepted, the compact JSON kept for the
+ * nodes; a schema keyword, field or type text/constrain.h does not support is a 400 whose message
+ * names it; response_format with ignore_eos is a 400 naming ignore_eos) and the forced tool-call
+ * constraint (tool_choice required / named: the tools picked, thinking and parallel carried;
+ * unknown name, unsupported parameter keyword, response_format or ignore_eos beside it: 400). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "router/constrain.h"
 #include "router/model.h"
 #include "router/validate.h"
 
@@ -162,11 +165,83 @@ static void test_unsupported_schema_keywords_are_400_naming_them(void **state)
             "ignore_eos", "response_format");
 }
 
+static const char *const TOOLS =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+    "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
+
+static void tool_request(router_gen_request_t *req, router_tool_choice_t choice, const char *name,
+                         const char *tools)
+{
+    memset(req, 0, sizeof(*req));
+    req->tool_choice = choice;
+    req->tool_choice_name = name != NULL ? strdup(name) : NULL;
+    req->tools_json = tools != NULL ? strdup(tools) : NULL;
+    req->parallel_tool_calls = 1;
+    req->thinking = 1;
+}
+
+static void test_forced_tool_calls_build_the_constraint(void **state)
+{
+    router_gen_request_t req;
+    router_apierr_t err;
+    char *json = NULL;
+
+    (void)state;
+    /* auto and none force nothing */
+    tool_request(&req, ROUTER_TOOL_CHOICE_AUTO, NULL, TOOLS);
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_OK);
+    assert_null(json);
+    router_gen_request_fini(&req);
+    /* required: every tool, parallel as asked, thinking carried */
+    tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL, TOOLS);
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_OK);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"thinking\":true"));
+    assert_non_null(strstr(json, "\"parallel\":true"));
+    assert_non_null(strstr(json, "\"get_weather\""));
+    assert_non_null(strstr(json, "\"get_time\""));
+    free(json);
+    router_gen_request_fini(&req);
+    /* named: that tool only, one call */
+    tool_request(&req, ROUTER_TOOL_CHOICE_NAMED, "get_time", TOOLS);
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_OK);
+    assert_non_null(json);
+    assert_null(strstr(json, "get_weather"));
+    assert_non_null(strstr(json, "\"parallel\":false"));
+    free(json);
+    router_gen_request_fini(&req);
+    /* refusals */
+    tool_request(&req, ROUTER_TOOL_CHOICE_NAMED, "nope", TOOLS);
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
+    assert_null(json);
+    assert_string_equal(err.param, "tool_choice");
+    router_gen_request_fini(&req);
+    tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL,
+                 "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+                 "\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"minLength\":2}}}}}]");
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
+    assert_string_equal(err.param, "tools");
+    assert_non_null(strstr(err.message, "tools[0].parameters.properties.x.minLength"));
+    router_gen_request_fini(&req);
+    tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL, TOOLS);
+    req.response_format_json = strdup("{\"type\":\"json_object\"}");
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
+    assert_string_equal(err.param, "response_format");
+    router_gen_request_fini(&req);
+    tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL, TOOLS);
+    req.ignore_eos = 1;
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
+    assert_string_equal(err.param, "ignore_eos");
+    router_gen_request_fini(&req);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_formats_are_kept),
         cmocka_unit_test(test_unsupported_schema_keywords_are_400_naming_them),
+        cmocka_unit_test(test_forced_tool_calls_build_the_constraint),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
