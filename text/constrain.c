@@ -398,8 +398,8 @@ static res_t step_value(const text_constraint_t *c, text_constraint_thread_t *t,
     text_constraint_frame_t *f = &t->f[t->depth - 1];
     const cnode_t *nd = &c->nodes[f->node];
 
-    if (is_ws(b)) {
-        return t->depth == 1 ? R_REJECT : take_ws(f);
+    if (is_ws(b)) { /* none before the top-level value, nor before a tool parameter's */
+        return t->depth == 1 || t->f[t->depth - 2].kind == K_DSML ? R_REJECT : take_ws(f);
     }
     if (nd->n_alts > 0) {
         for (uint32_t i = 1; i < nd->n_alts && pending->n < TEXT_CONSTRAINT_MAX_THREADS; i++) {

@@ -45,7 +45,7 @@
  * string value) is allowed when the parameter's schema admits a string: RAW is then any UTF-8
  * text without the closing tag, or exactly one of the string values of its enum / const;
  * string="false" when it admits anything else: JSON is then a value of the parameter's schema
- * (the JSON language above).
+ * (the JSON language above, with no whitespace before or after the value).
  *
  * Thread-safe: a compiled constraint is read-only; states are plain values owned by callers.
  */

@@ -15,7 +15,7 @@
 #include "text/tokenizer.h"
 
 #define POOL_PAGES 256
-#define MAX_GEN    320
+#define MAX_GEN    400
 #define PROMPT_LEN 24
 
 /* Bounded by construction (no free string, number or array): every walk ends. */
@@ -27,6 +27,15 @@ static const char *const RF =
     "\"sub\":{\"type\":\"object\",\"properties\":{\"x\":{\"enum\":[\"p\",\"q\"]}},"
     "\"required\":[\"x\"],\"additionalProperties\":false}},"
     "\"required\":[\"kind\",\"ok\",\"none\",\"pick\",\"sub\"],\"additionalProperties\":false}}}";
+
+/* A forced tool call (tool_choice "required"): two tools with bounded parameters. */
+static const char *const TOOLS =
+    "{\"thinking\":false,\"parallel\":false,\"tools\":["
+    "{\"name\":\"set_mode\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"unit\":{\"enum\":[\"c\",\"f\"]},\"ok\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"unit\",\"ok\"]}},{\"name\":\"ping\"}]}";
+
+#define DSML "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
 
 typedef struct {
     ftu_engine_t e;
@@ -97,7 +106,7 @@ static void params_for(engine_sampler_params_t *sp, int greedy, int32_t eos, uin
  * there (EOS before the end, the byte token of '}' after it).
  */
 static void generate(fixture_t *fx, engine_spec_drafter_t drafter, int plain, int greedy,
-                     uint64_t seed, const gen_t *ref, gen_t *out)
+                     uint64_t seed, int tools, const gen_t *ref, gen_t *out)
 {
     ftu_engine_t *e = &fx->e;
     engine_sampler_params_t sp;
@@ -114,8 +123,9 @@ static void generate(fixture_t *fx, engine_spec_drafter_t drafter, int plain, in
     assert_non_null(logits);
     memset(out, 0, sizeof(*out));
     params_for(&sp, greedy, fx->eos, seed);
-    assert_int_equal(engine_constraint_create(fx->vocab, RF, strlen(RF), sp.stop_ids,
-                                              sp.n_stop_ids, &c, NULL, 0),
+    assert_int_equal(engine_constraint_create_request(fx->vocab, tools ? "" : RF,
+                                                      tools ? TOOLS : "", sp.stop_ids,
+                                                      sp.n_stop_ids, &c, NULL, 0),
                      TDM_OK);
     engine_spec_params_default(e->model, &pp);
     pp.max_batch = 1;
@@ -182,26 +192,60 @@ static void generate(fixture_t *fx, engine_spec_drafter_t drafter, int plain, in
     free(logits);
 }
 
-/* The completion's bytes (EOS dropped) parse and satisfy the schema. */
-static void check_valid(const fixture_t *fx, const gen_t *g)
+/* The completion's bytes, EOS dropped (NUL-terminated into text). */
+static size_t completion_text(const fixture_t *fx, const gen_t *g, char *text, size_t cap)
 {
-    char text[MAX_GEN * 64];
     size_t n = 0;
-    json_error_t jerr;
-    json_t *root;
-    const char *kind;
-    json_t *pick;
 
     for (int i = 0; i < g->n - 1; i++) {
         const uint8_t *b;
         size_t len;
 
         assert_int_equal(text_tokenizer_token_bytes(fx->tok, g->tokens[i], &b, &len), TDM_OK);
-        assert_true(n + len < sizeof(text));
+        assert_true(n + len < cap);
         memcpy(text + n, b, len);
         n += len;
     }
     text[n] = '\0';
+    return n;
+}
+
+/* The completion is one DSML block calling set_mode (unit c|f raw or JSON, ok true|false) or
+ * ping (no parameters), as encoding_dsv4.py writes it. */
+static void check_tool_call(const fixture_t *fx, const gen_t *g)
+{
+    static const char open_mode[] = "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"set_mode\">\n";
+    static const char ping[] = "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"ping\">\n\n</" DSML
+                               "invoke>\n</" DSML "tool_calls>";
+    static const char close[] = "\n</" DSML "invoke>\n</" DSML "tool_calls>";
+    char text[MAX_GEN * 64];
+    size_t n = completion_text(fx, g, text, sizeof(text));
+
+    print_message("tool call: %s\n", text);
+    if (strcmp(text, ping) == 0) {
+        return;
+    }
+    assert_true(n > sizeof(open_mode) + sizeof(close));
+    assert_memory_equal(text, open_mode, sizeof(open_mode) - 1);
+    assert_string_equal(text + n - (sizeof(close) - 1), close);
+    assert_true(strstr(text, "name=\"unit\" string=\"true\">c<") != NULL ||
+                strstr(text, "name=\"unit\" string=\"true\">f<") != NULL ||
+                strstr(text, "name=\"unit\" string=\"false\">\"c\"<") != NULL ||
+                strstr(text, "name=\"unit\" string=\"false\">\"f\"<") != NULL);
+    assert_true(strstr(text, "name=\"ok\" string=\"false\">true<") != NULL ||
+                strstr(text, "name=\"ok\" string=\"false\">false<") != NULL);
+}
+
+/* The completion's bytes (EOS dropped) parse and satisfy the schema. */
+static void check_valid(const fixture_t *fx, const gen_t *g)
+{
+    char text[MAX_GEN * 64];
+    size_t n = completion_text(fx, g, text, sizeof(text));
+    json_error_t jerr;
+    json_t *root;
+    const char *kind;
+    json_t *pick;
+
     root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         print_message("not JSON (%s): %s\n", jerr.text, text);
@@ -223,23 +267,26 @@ static void check_valid(const fixture_t *fx, const gen_t *g)
     json_decref(root);
 }
 
-static void run_all(fixture_t *fx, int greedy, uint64_t seed)
+static void run_all(fixture_t *fx, int greedy, uint64_t seed, int tools)
 {
     gen_t ref;
     gen_t got;
     static const engine_spec_drafter_t drafters[] = {ENGINE_SPEC_OFF, ENGINE_SPEC_DSPARK,
                                                      ENGINE_SPEC_NGRAM, ENGINE_SPEC_EXTERNAL};
 
-    generate(fx, ENGINE_SPEC_OFF, 1, greedy, seed, NULL, &ref);
-    check_valid(fx, &ref);
+    generate(fx, ENGINE_SPEC_OFF, 1, greedy, seed, tools, NULL, &ref);
+    if (tools) {
+        check_tool_call(fx, &ref);
+    } else {
+        check_valid(fx, &ref);
+    }
     print_message("%s seed %llu: %d tokens\n", greedy ? "greedy" : "seeded",
                   (unsigned long long)seed, ref.n);
     for (size_t d = 0; d < sizeof(drafters) / sizeof(drafters[0]); d++) {
         if (drafters[d] == ENGINE_SPEC_DSPARK && fx->e.cfg->n_blocks == 0) {
             continue;
         }
-        generate(fx, drafters[d], 0, greedy, seed, &ref, &got);
-        check_valid(fx, &got);
+        generate(fx, drafters[d], 0, greedy, seed, tools, &ref, &got);
         assert_int_equal(got.n, ref.n);
         assert_memory_equal(got.tokens, ref.tokens, (size_t)ref.n * sizeof(int32_t));
         if (drafters[d] == ENGINE_SPEC_EXTERNAL) {
@@ -255,13 +302,20 @@ static void run_all(fixture_t *fx, int greedy, uint64_t seed)
 
 static void test_constrained_greedy_valid_and_spec_identical(void **state)
 {
-    run_all(*state, 1, 11);
+    run_all(*state, 1, 11, 0);
 }
 
 static void test_constrained_seeded_valid_and_spec_identical(void **state)
 {
-    run_all(*state, 0, 12);
-    run_all(*state, 0, 13);
+    run_all(*state, 0, 12, 0);
+    run_all(*state, 0, 13, 0);
+}
+
+static void test_forced_tool_call_well_formed_and_spec_identical(void **state)
+{
+    run_all(*state, 1, 21, 1);
+    run_all(*state, 0, 22, 1);
+    run_all(*state, 0, 23, 1);
 }
 
 int main(void)
@@ -269,6 +323,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_constrained_greedy_valid_and_spec_identical),
         cmocka_unit_test(test_constrained_seeded_valid_and_spec_identical),
+        cmocka_unit_test(test_forced_tool_call_well_formed_and_spec_identical),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
