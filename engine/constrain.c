@@ -23,19 +23,32 @@ typedef struct {
     uint32_t *tok_off;
     uint16_t *tok_n;
     int32_t *ids; /* tokens of the trie, sorted by bytes */
+    uint32_t *tok_first; /* [n_nodes + 1] tokens at nodes before node i (depth-first order), so
+                            the tokens of node i's subtree are ids[tok_first[i] ..
+                            tok_first[end[i]]) */
     uint32_t max_depth;
 } trie_t;
+
+/* Quotes of a token whose following bytes are classified (text_constraint_string_class). */
+#define QUOTES_KEPT 2
+#define QUOTE_NONE  UINT16_MAX
 
 struct engine_constrain_vocab {
     int64_t n_vocab;
     uint32_t n_words; /* (n_vocab + 63) / 64 */
     trie_t all;         /* every token with bytes */
-    trie_t special;     /* tokens that are not plain string bytes */
-    uint64_t *plain;    /* [n_words] tokens that are plain string bytes */
+    trie_t special;     /* tokens that leave a free string (a closing quote): walked there */
+    uint64_t *plain;    /* [n_words] tokens every free string accepts without leaving it */
+    uint64_t *string_decided; /* [n_words] tokens every free string accepts or every one
+                                 refuses (never walked there) */
     trie_t raw_special; /* tokens that are not plain raw-text bytes */
     uint64_t *raw;      /* [n_words] tokens that are plain raw-text bytes */
     uint32_t *tok_off; /* [n_vocab + 1] token x's bytes are pool[tok_off[x] .. tok_off[x + 1]) */
     uint8_t *pool;
+    /* [n_vocab][QUOTES_KEPT]: byte index of the token's k-th '"' (QUOTE_NONE) and the class of
+     * the bytes after it when that quote opens a free string (the walk's shortcut) */
+    uint16_t (*quote_pos)[QUOTES_KEPT];
+    uint8_t (*quote_class)[QUOTES_KEPT];
 };
 
 struct engine_constraint {
@@ -45,7 +58,7 @@ struct engine_constraint {
     int finished;
     int mask_valid;
     uint64_t *mask;                /* [n_words] */
-    text_constraint_state_t *walk; /* [all.max_depth + 1] per-depth states of a trie walk */
+    text_constraint_state_t *walk; /* [all.max_depth + 2] per-depth states of a trie walk, scratch */
     int n_stop;
     int32_t stop_ids[ENGINE_SAMPLER_MAX_STOP_IDS];
 };
@@ -83,6 +96,7 @@ static void trie_fini(trie_t *t)
     free(t->tok_off);
     free(t->tok_n);
     free(t->ids);
+    free(t->tok_first);
     memset(t, 0, sizeof(*t));
 }
 
@@ -107,7 +121,8 @@ static tdm_status_t trie_build(trie_t *t, const tok_rec_t *recs, uint32_t n)
     t->tok_off = malloc((cap + 1) * sizeof(uint32_t));
     t->tok_n = calloc(cap + 1, sizeof(uint16_t));
     t->ids = malloc(((size_t)n + 1) * sizeof(int32_t));
-    if (t->byte == NULL || t->depth == NULL || t->end == NULL || t->tok_off == NULL ||
+    t->tok_first = malloc((cap + 2) * sizeof(uint32_t));
+    if (t->tok_first == NULL || t->byte == NULL || t->depth == NULL || t->end == NULL || t->tok_off == NULL ||
         t->tok_n == NULL || t->ids == NULL) {
         trie_fini(t);
         return TDM_ERR_NO_MEMORY;
@@ -149,6 +164,10 @@ static tdm_status_t trie_build(trie_t *t, const tok_rec_t *recs, uint32_t n)
     }
     while (sp > 0) {
         t->end[stack[--sp]] = t->n_nodes;
+    }
+    for (uint32_t i = 0, seen = 0; i <= t->n_nodes; i++) {
+        t->tok_first[i] = seen;
+        seen += i < t->n_nodes ? t->tok_n[i] : 0;
     }
     return TDM_OK;
 }
@@ -201,6 +220,30 @@ static tdm_status_t copy_bytes(engine_constrain_vocab_t *v, const uint8_t *const
         }
     }
     v->tok_off[v->n_vocab] = (uint32_t)total;
+    v->quote_pos = malloc((size_t)v->n_vocab * sizeof(*v->quote_pos));
+    v->quote_class = malloc((size_t)v->n_vocab * sizeof(*v->quote_class));
+    if (v->quote_pos == NULL || v->quote_class == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int64_t x = 0; x < v->n_vocab; x++) {
+        const uint8_t *b = v->pool + v->tok_off[x];
+        uint32_t n = v->tok_off[x + 1] - v->tok_off[x];
+        int k = 0;
+
+        for (int q = 0; q < QUOTES_KEPT; q++) {
+            v->quote_pos[x][q] = QUOTE_NONE;
+        }
+        for (uint32_t i = 0; i < n && i < QUOTE_NONE && k < QUOTES_KEPT; i++) {
+            if (b[i] == '"') {
+                v->quote_pos[x][k] = (uint16_t)i;
+                v->quote_class[x][k] = i + 1 == n
+                                           ? TEXT_CONSTRAINT_ACCEPTED
+                                           : (uint8_t)text_constraint_string_class(b + i + 1,
+                                                                                   n - i - 1);
+                k++;
+            }
+        }
+    }
     return TDM_OK;
 }
 
@@ -226,7 +269,8 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
     v->n_words = (uint32_t)((n_vocab + 63) / 64);
     v->plain = calloc(v->n_words, sizeof(uint64_t));
     v->raw = calloc(v->n_words, sizeof(uint64_t));
-    if (v->plain == NULL || v->raw == NULL) {
+    v->string_decided = calloc(v->n_words, sizeof(uint64_t));
+    if (v->plain == NULL || v->raw == NULL || v->string_decided == NULL) {
         st = TDM_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -239,8 +283,15 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
         recs[n_all].len = (uint32_t)lens[x];
         recs[n_all].id = (int32_t)x;
         n_all++;
-        if (text_constraint_is_plain_string_bytes(bytes[x], lens[x])) {
+        switch (text_constraint_string_class(bytes[x], lens[x])) {
+        case TEXT_CONSTRAINT_ACCEPTED:
             v->plain[x / 64] |= (uint64_t)1 << (x % 64);
+            break;
+        case TEXT_CONSTRAINT_REFUSED: /* never allowed in a free string */
+            v->string_decided[x / 64] |= (uint64_t)1 << (x % 64);
+            break;
+        default:
+            break;
         }
         if (text_constraint_is_plain_raw_bytes(bytes[x], lens[x])) {
             v->raw[x / 64] |= (uint64_t)1 << (x % 64);
@@ -255,7 +306,10 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
     if (st != TDM_OK) {
         goto err_free;
     }
-    st = subset_trie(&v->special, recs, n_all, v->plain);
+    for (uint32_t w = 0; w < v->n_words; w++) { /* walked: neither always accepted nor refused */
+        v->string_decided[w] |= v->plain[w];
+    }
+    st = subset_trie(&v->special, recs, n_all, v->string_decided);
     if (st == TDM_OK) {
         st = subset_trie(&v->raw_special, recs, n_all, v->raw);
     }
@@ -319,9 +373,31 @@ void engine_constrain_vocab_destroy(engine_constrain_vocab_t *vocab)
     trie_fini(&vocab->raw_special);
     free(vocab->plain);
     free(vocab->raw);
+    free(vocab->string_decided);
     free(vocab->tok_off);
     free(vocab->pool);
+    free(vocab->quote_pos);
+    free(vocab->quote_class);
     free(vocab);
+}
+
+void engine_constrain_vocab_stats(const engine_constrain_vocab_t *vocab,
+                                  engine_constrain_vocab_stats_t *stats_out)
+{
+    const trie_t *t[3] = {&vocab->all, &vocab->special, &vocab->raw_special};
+    uint32_t n_tokens[3] = {0, 0, 0};
+
+    for (int k = 0; k < 3; k++) {
+        for (uint32_t i = 0; i < t[k]->n_nodes; i++) {
+            n_tokens[k] += t[k]->tok_n[i];
+        }
+    }
+    stats_out->all_tokens = n_tokens[0];
+    stats_out->all_nodes = t[0]->n_nodes;
+    stats_out->string_tokens = n_tokens[1];
+    stats_out->string_nodes = t[1]->n_nodes;
+    stats_out->raw_tokens = n_tokens[2];
+    stats_out->raw_nodes = t[2]->n_nodes;
 }
 
 int64_t engine_constrain_vocab_n(const engine_constrain_vocab_t *vocab)
@@ -357,7 +433,7 @@ tdm_status_t engine_constraint_create_compiled(const engine_constrain_vocab_t *v
     c->vocab = vocab;
     c->compiled = compiled;
     c->mask = calloc(vocab->n_words, sizeof(uint64_t));
-    c->walk = malloc(((size_t)vocab->all.max_depth + 1) * sizeof(text_constraint_state_t));
+    c->walk = malloc(((size_t)vocab->all.max_depth + 2) * sizeof(text_constraint_state_t));
     if (c->mask == NULL || c->walk == NULL) {
         engine_constraint_destroy(c);
         return TDM_ERR_NO_MEMORY;
@@ -452,9 +528,45 @@ void engine_constraint_destroy(engine_constraint_t *c)
     free(c);
 }
 
-/* Walk trie t from walk[0]: every token whose bytes the automaton accepts gets its bit. */
-static void trie_walk(const trie_t *t, const text_constraint_t *cc, text_constraint_state_t *walk,
-                      uint64_t *mask)
+/*
+ * The subtree of node i, whose byte '"' opened a free string (state walk[d]): a token's fate is
+ * that of its bytes after this quote (precomputed by class); only tokens whose bytes leave the
+ * string again are stepped.
+ */
+static void opened_string(const engine_constrain_vocab_t *v, const trie_t *t, uint32_t i,
+                          const text_constraint_t *cc, const text_constraint_state_t *open,
+                          text_constraint_state_t *scratch, uint64_t *mask)
+{
+    uint32_t quote = t->depth[i] - 1u; /* the quote's index in every token of the subtree */
+
+    for (uint32_t k = t->tok_first[i]; k < t->tok_first[t->end[i]]; k++) {
+        int32_t x = t->ids[k];
+        int cls = TEXT_CONSTRAINT_DEPENDS;
+        uint32_t n = v->tok_off[x + 1] - v->tok_off[x];
+
+        for (int q = 0; q < QUOTES_KEPT; q++) {
+            if (v->quote_pos[x][q] == quote) {
+                cls = v->quote_class[x][q];
+            }
+        }
+        if (cls == TEXT_CONSTRAINT_DEPENDS) {
+            text_constraint_state_copy(scratch, open);
+            if (!text_constraint_step_bytes(cc, scratch, v->pool + v->tok_off[x] + quote + 1,
+                                            n - quote - 1)) {
+                continue;
+            }
+            cls = TEXT_CONSTRAINT_ACCEPTED;
+        }
+        if (cls == TEXT_CONSTRAINT_ACCEPTED) {
+            mask[x / 64] |= (uint64_t)1 << (x % 64);
+        }
+    }
+}
+
+/* Walk trie t from walk[0]: every token whose bytes the automaton accepts gets its bit.
+ * walk [t->max_depth + 2]: per-depth states, the last one scratch. */
+static void trie_walk(const engine_constrain_vocab_t *v, const trie_t *t,
+                      const text_constraint_t *cc, text_constraint_state_t *walk, uint64_t *mask)
 {
     uint32_t i = 0;
 
@@ -463,6 +575,12 @@ static void trie_walk(const trie_t *t, const text_constraint_t *cc, text_constra
 
         text_constraint_state_copy(&walk[d], &walk[d - 1]);
         if (!text_constraint_step(cc, &walk[d], t->byte[i])) {
+            i = t->end[i];
+            continue;
+        }
+        if (t->byte[i] == '"' &&
+            text_constraint_free_kind(&walk[d]) == TEXT_CONSTRAINT_FREE_STRING) {
+            opened_string(v, t, i, cc, &walk[d], &walk[t->max_depth + 1], mask);
             i = t->end[i];
             continue;
         }
@@ -489,12 +607,12 @@ const uint64_t *engine_constraint_mask(engine_constraint_t *c)
         text_constraint_state_copy(&c->walk[0], &c->state);
         if (kind == TEXT_CONSTRAINT_FREE_STRING) {
             memcpy(c->mask, v->plain, v->n_words * sizeof(uint64_t));
-            trie_walk(&v->special, c->compiled, c->walk, c->mask);
+            trie_walk(v, &v->special, c->compiled, c->walk, c->mask);
         } else if (kind == TEXT_CONSTRAINT_FREE_RAW) {
             memcpy(c->mask, v->raw, v->n_words * sizeof(uint64_t));
-            trie_walk(&v->raw_special, c->compiled, c->walk, c->mask);
+            trie_walk(v, &v->raw_special, c->compiled, c->walk, c->mask);
         } else {
-            trie_walk(&v->all, c->compiled, c->walk, c->mask);
+            trie_walk(v, &v->all, c->compiled, c->walk, c->mask);
         }
         if (text_constraint_accepting(c->compiled, &c->state)) {
             for (int i = 0; i < c->n_stop; i++) {

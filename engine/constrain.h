@@ -4,8 +4,9 @@
  * engine_constrain_vocab_t is built once per vocabulary: every ordinary token's byte string in a
  * byte trie laid out in depth-first order (each node knows where its subtree ends); for the two
  * free states of text/constrain.h (inside a JSON string; inside raw text) the bitset of the
- * tokens that leave such a state unchanged (text_constraint_is_plain_string_bytes, _raw_bytes)
- * and a trie of only the other tokens. The mask of a state walks the trie once, stepping the
+ * tokens every such state accepts (text_constraint_string_class, _is_plain_raw_bytes) and a trie
+ * of only the tokens whose fate depends on what follows (those that close the string; those
+ * with a '<' or not plain in raw text). The mask of a state walks the trie once, stepping the
  * automaton along shared prefixes and skipping a whole subtree at the first byte the automaton
  * refuses; in a free state it starts from the precomputed bitset and walks only the small
  * trie of the rest. Control tokens (chat markers, EOS) are never in a trie: the stop ids of the
@@ -69,6 +70,17 @@ tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, 
 
 /* engine_constrain_vocab_destroy - free; accepts NULL. */
 void engine_constrain_vocab_destroy(engine_constrain_vocab_t *vocab);
+
+/* Sizes of a vocabulary's tries (for benchmarks and logs). */
+typedef struct {
+    uint32_t all_tokens, all_nodes;         /* every token with bytes */
+    uint32_t string_tokens, string_nodes;   /* tokens walked inside a free JSON string */
+    uint32_t raw_tokens, raw_nodes;         /* tokens walked inside free raw text */
+} engine_constrain_vocab_stats_t;
+
+/* engine_constrain_vocab_stats - the sizes of the vocabulary's tries. */
+void engine_constrain_vocab_stats(const engine_constrain_vocab_t *vocab,
+                                  engine_constrain_vocab_stats_t *stats_out);
 
 /* engine_constrain_vocab_n - ids of the vocabulary (n_vocab at create). */
 int64_t engine_constrain_vocab_n(const engine_constrain_vocab_t *vocab);

@@ -659,6 +659,27 @@ int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n)
     return plain_bytes(bytes, n, 1);
 }
 
+text_constraint_class_t text_constraint_string_class(const uint8_t *bytes, size_t n)
+{
+    text_constraint_frame_t f;
+
+    if (n == 0) {
+        return TEXT_CONSTRAINT_REFUSED;
+    }
+    constraint_frame_init(&f, K_STRING, 0);
+    for (size_t i = 0; i < n; i++) {
+        int popped = 0;
+
+        if (step_string(&f, bytes[i], &popped) == R_REJECT) {
+            return TEXT_CONSTRAINT_REFUSED;
+        }
+        if (popped) {
+            return TEXT_CONSTRAINT_DEPENDS;
+        }
+    }
+    return TEXT_CONSTRAINT_ACCEPTED;
+}
+
 int text_constraint_is_plain_raw_bytes(const uint8_t *bytes, size_t n)
 {
     return plain_bytes(bytes, n, 0);

@@ -170,8 +170,8 @@ int text_constraint_accepting(const text_constraint_t *c, const text_constraint_
 typedef enum {
     TEXT_CONSTRAINT_FREE_NONE = 0,
     /* inside a JSON string with no enum or const on it, between characters (no escape or UTF-8
-     * sequence open), on one thread: every byte string text_constraint_is_plain_string_bytes
-     * accepts is accepted and leaves the state as it was */
+     * sequence open), on one thread: text_constraint_string_class tells what any such state does
+     * with a byte string that does not leave the string */
     TEXT_CONSTRAINT_FREE_STRING = 1,
     /* inside raw text (tool-call reasoning or a string="true" parameter) between characters and
      * with no byte of its closing delimiter matched, on one thread: every byte string
@@ -188,6 +188,22 @@ text_constraint_free_t text_constraint_free_kind(const text_constraint_state_t *
  * accepts without change of state (text_constraint_in_free_string).
  */
 int text_constraint_is_plain_string_bytes(const uint8_t *bytes, size_t n);
+
+/* What a free state (text_constraint_free_kind) does with a token, whatever surrounds it. */
+typedef enum {
+    TEXT_CONSTRAINT_ACCEPTED = 0, /* every such state accepts the bytes */
+    TEXT_CONSTRAINT_REFUSED = 1,  /* every such state refuses them */
+    TEXT_CONSTRAINT_DEPENDS = 2,  /* the bytes leave the string: the rest decides */
+} text_constraint_class_t;
+
+/*
+ * text_constraint_string_class - the n bytes fed to a TEXT_CONSTRAINT_FREE_STRING state: refused
+ * inside the string (a control byte, a bad escape or UTF-8 sequence before any closing quote),
+ * accepted without leaving it (no closing quote; the state may then be inside an escape or a
+ * character), or leaving it through a closing quote (then the rest of the constraint decides).
+ * n = 0: REFUSED. Pure; thread-safe.
+ */
+text_constraint_class_t text_constraint_string_class(const uint8_t *bytes, size_t n);
 
 /*
  * text_constraint_is_plain_raw_bytes - nonzero when the n bytes (n >= 1) are complete valid

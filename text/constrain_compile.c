@@ -179,7 +179,7 @@ static tdm_status_t parse_types(compiler_t *cc, const char *path, const json_t *
                                 uint32_t *types_out)
 {
     uint32_t types = 0;
-    uint32_t bit;
+    uint32_t bit = 0;
     size_t i;
     json_t *e;
 
@@ -481,7 +481,7 @@ static tdm_status_t compile_node(compiler_t *cc, const json_t *schema, const cha
 /* A fresh constraint holding node 0 = any value. */
 static tdm_status_t constraint_new(compiler_t *cc, const char *path)
 {
-    uint32_t any;
+    uint32_t any = CNODE_ANY;
 
     cc->c = calloc(1, sizeof(*cc->c));
     if (cc->c == NULL) {
