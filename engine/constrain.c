@@ -22,7 +22,7 @@ typedef struct {
     uint32_t *end;
     uint32_t *tok_off;
     uint16_t *tok_n;
-    int32_t *ids; /* tokens of the trie, sorted by bytes */
+    int32_t *ids;        /* tokens of the trie, sorted by bytes */
     uint32_t *tok_first; /* [n_nodes + 1] tokens at nodes before node i (depth-first order), so
                             the tokens of node i's subtree are ids[tok_first[i] ..
                             tok_first[end[i]]) */
@@ -35,14 +35,14 @@ typedef struct {
 
 struct engine_constrain_vocab {
     int64_t n_vocab;
-    uint32_t n_words; /* (n_vocab + 63) / 64 */
-    trie_t all;         /* every token with bytes */
-    trie_t special;     /* tokens that leave a free string (a closing quote): walked there */
-    uint64_t *plain;    /* [n_words] tokens every free string accepts without leaving it */
+    uint32_t n_words;         /* (n_vocab + 63) / 64 */
+    trie_t all;               /* every token with bytes */
+    trie_t special;           /* tokens that leave a free string (a closing quote): walked there */
+    uint64_t *plain;          /* [n_words] tokens every free string accepts without leaving it */
     uint64_t *string_decided; /* [n_words] tokens every free string accepts or every one
                                  refuses (never walked there) */
-    trie_t raw_special; /* tokens that are not plain raw-text bytes */
-    uint64_t *raw;      /* [n_words] tokens that are plain raw-text bytes */
+    trie_t raw_special;       /* tokens that are not plain raw-text bytes */
+    uint64_t *raw;            /* [n_words] tokens that are plain raw-text bytes */
     uint32_t *tok_off; /* [n_vocab + 1] token x's bytes are pool[tok_off[x] .. tok_off[x + 1]) */
     uint8_t *pool;
     /* [n_vocab][QUOTES_KEPT]: byte index of the token's k-th '"' (QUOTE_NONE) and the class of
@@ -57,8 +57,9 @@ struct engine_constraint {
     text_constraint_state_t state;
     int finished;
     int mask_valid;
-    uint64_t *mask;                /* [n_words] */
-    text_constraint_state_t *walk; /* [all.max_depth + 2] per-depth states of a trie walk, scratch */
+    uint64_t *mask; /* [n_words] */
+    text_constraint_state_t
+        *walk; /* [all.max_depth + 2] per-depth states of a trie walk, scratch */
     int n_stop;
     int32_t stop_ids[ENGINE_SAMPLER_MAX_STOP_IDS];
 };
@@ -122,8 +123,8 @@ static tdm_status_t trie_build(trie_t *t, const tok_rec_t *recs, uint32_t n)
     t->tok_n = calloc(cap + 1, sizeof(uint16_t));
     t->ids = malloc(((size_t)n + 1) * sizeof(int32_t));
     t->tok_first = malloc((cap + 2) * sizeof(uint32_t));
-    if (t->tok_first == NULL || t->byte == NULL || t->depth == NULL || t->end == NULL || t->tok_off == NULL ||
-        t->tok_n == NULL || t->ids == NULL) {
+    if (t->tok_first == NULL || t->byte == NULL || t->depth == NULL || t->end == NULL ||
+        t->tok_off == NULL || t->tok_n == NULL || t->ids == NULL) {
         trie_fini(t);
         return TDM_ERR_NO_MEMORY;
     }
@@ -236,10 +237,9 @@ static tdm_status_t copy_bytes(engine_constrain_vocab_t *v, const uint8_t *const
         for (uint32_t i = 0; i < n && i < QUOTE_NONE && k < QUOTES_KEPT; i++) {
             if (b[i] == '"') {
                 v->quote_pos[x][k] = (uint16_t)i;
-                v->quote_class[x][k] = i + 1 == n
-                                           ? TEXT_CONSTRAINT_ACCEPTED
-                                           : (uint8_t)text_constraint_string_class(b + i + 1,
-                                                                                   n - i - 1);
+                v->quote_class[x][k] =
+                    i + 1 == n ? TEXT_CONSTRAINT_ACCEPTED
+                               : (uint8_t)text_constraint_string_class(b + i + 1, n - i - 1);
                 k++;
             }
         }
@@ -408,9 +408,8 @@ int64_t engine_constrain_vocab_n(const engine_constrain_vocab_t *vocab)
 /* ---- a request's constraint ------------------------------------------------------------------ */
 
 tdm_status_t engine_constraint_create_compiled(const engine_constrain_vocab_t *vocab,
-                                               text_constraint_t *compiled,
-                                               const int32_t *stop_ids, int n_stop_ids,
-                                               engine_constraint_t **out)
+                                               text_constraint_t *compiled, const int32_t *stop_ids,
+                                               int n_stop_ids, engine_constraint_t **out)
 {
     engine_constraint_t *c;
 
@@ -504,8 +503,9 @@ tdm_status_t engine_constraint_create_request(const engine_constrain_vocab_t *vo
         return TDM_ERR_INVALID_ARG;
     }
     if (vocab == NULL) {
-        snprintf(err, err_bytes, "%s: this node's checkpoint has no tokenizer.json (constrained "
-                                 "decoding off)",
+        snprintf(err, err_bytes,
+                 "%s: this node's checkpoint has no tokenizer.json (constrained "
+                 "decoding off)",
                  rf ? "response_format" : "tool_calls");
         return TDM_ERR_UNSUPPORTED;
     }

@@ -57,7 +57,8 @@ typedef struct {
  * Cost: a sort of the byte strings and one pass (about 0.1-0.3 s at 129,280 tokens).
  */
 tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const *bytes,
-                                           const size_t *lens, engine_constrain_vocab_t **vocab_out);
+                                           const size_t *lens,
+                                           engine_constrain_vocab_t **vocab_out);
 
 /*
  * engine_constrain_vocab_from_tokenizer - engine_constrain_vocab_create over `tok` (borrowed):
@@ -73,9 +74,9 @@ void engine_constrain_vocab_destroy(engine_constrain_vocab_t *vocab);
 
 /* Sizes of a vocabulary's tries (for benchmarks and logs). */
 typedef struct {
-    uint32_t all_tokens, all_nodes;         /* every token with bytes */
-    uint32_t string_tokens, string_nodes;   /* tokens walked inside a free JSON string */
-    uint32_t raw_tokens, raw_nodes;         /* tokens walked inside free raw text */
+    uint32_t all_tokens, all_nodes;       /* every token with bytes */
+    uint32_t string_tokens, string_nodes; /* tokens walked inside a free JSON string */
+    uint32_t raw_tokens, raw_nodes;       /* tokens walked inside free raw text */
 } engine_constrain_vocab_stats_t;
 
 /* engine_constrain_vocab_stats - the sizes of the vocabulary's tries. */
@@ -104,9 +105,8 @@ tdm_status_t engine_constraint_create(const engine_constrain_vocab_t *vocab, con
  * already compiled automaton `compiled` (freed with the constraint, also on failure).
  */
 tdm_status_t engine_constraint_create_compiled(const engine_constrain_vocab_t *vocab,
-                                               text_constraint_t *compiled,
-                                               const int32_t *stop_ids, int n_stop_ids,
-                                               engine_constraint_t **out);
+                                               text_constraint_t *compiled, const int32_t *stop_ids,
+                                               int n_stop_ids, engine_constraint_t **out);
 
 /*
  * engine_constraint_create_tool_calls - as engine_constraint_create for the tool-call language

@@ -75,8 +75,8 @@ static tdm_status_t constrain_keep(engine_constraint_t *c, int32_t token, int *s
     return st;
 }
 
-static tdm_status_t accept_coupled(engine_spec_t *spec, float *logits, const int32_t *drafts,
-                                   int L, int64_t a, const engine_sampler_params_t *sampling,
+static tdm_status_t accept_coupled(engine_spec_t *spec, float *logits, const int32_t *drafts, int L,
+                                   int64_t a, const engine_sampler_params_t *sampling,
                                    engine_constraint_t *c, engine_sample_t *samples_out,
                                    int *n_accepted_out)
 {

@@ -155,8 +155,8 @@ static int load_constrain_vocab(node_worker_t *w)
     }
     status = text_tokenizer_load_hf(path, &tok, err, sizeof(err));
     if (status == TDM_OK) {
-        status = engine_constrain_vocab_from_tokenizer(tok, w->config->vocab_size,
-                                                       &w->constrain_vocab);
+        status =
+            engine_constrain_vocab_from_tokenizer(tok, w->config->vocab_size, &w->constrain_vocab);
         snprintf(err, sizeof(err), "%s", tdm_status_message(status));
     }
     text_tokenizer_destroy(tok);

@@ -106,8 +106,8 @@ typedef struct {
     engine_constrain_vocab_t *constrain_vocab; /* node_worker_load: the byte tries of the
                                                   model's tokenizer.json for constrained
                                                   decoding; NULL when the checkpoint has none */
-    node_http_t *http;         /* node_worker_join */
-    node_link_t *link;         /* node_worker_join */
+    node_http_t *http;                         /* node_worker_join */
+    node_link_t *link;                         /* node_worker_join */
 } node_worker_t;
 
 /*

@@ -179,8 +179,8 @@ static void send_error(prefill_node_t *n, uint64_t request_id, tdm_status_t stat
 static void run_one(prefill_node_t *n, Tandem__Envelope *env)
 {
     const Tandem__PrefillJob *job = env->prefill_job;
-    prefill_job_env_t je = {n->worker.model, n->kv,       n->worker.xfer, n->xpool,
-                            n->fwd,          job_aborted, n,              n->worker.constrain_vocab};
+    prefill_job_env_t je = {n->worker.model, n->kv, n->worker.xfer,           n->xpool, n->fwd,
+                            job_aborted,     n,     n->worker.constrain_vocab};
     Tandem__CompletionNotice notice;
     Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
     prefill_job_report_t rep;

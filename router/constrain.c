@@ -156,4 +156,3 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
     *json_out = text;
     return TDM_OK;
 }
-

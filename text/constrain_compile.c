@@ -71,7 +71,8 @@ static tdm_status_t pool_add(compiler_t *cc, const void *bytes, size_t n, cspan_
 {
     text_constraint_t *c = cc->c;
 
-    if (n > UINT32_MAX / 2 || !grow((void **)&c->pool, &c->cap_pool, c->n_pool + (uint32_t)n + 1, 1)) {
+    if (n > UINT32_MAX / 2 ||
+        !grow((void **)&c->pool, &c->cap_pool, c->n_pool + (uint32_t)n + 1, 1)) {
         return oom(cc);
     }
     memcpy(c->pool + c->n_pool, bytes, n);
@@ -229,10 +230,10 @@ static tdm_status_t key_span(compiler_t *cc, const char *name, cspan_t *span_out
     return st;
 }
 
-static const char *const ignored_keywords[] = {"title",   "description", "default",
-                                               "examples", "$comment",   "$schema"};
-static const char *const known_keywords[] = {"type",  "properties", "required", "additionalProperties",
-                                             "enum",  "const",      "items",    "anyOf"};
+static const char *const ignored_keywords[] = {"title",    "description", "default",
+                                               "examples", "$comment",    "$schema"};
+static const char *const known_keywords[] = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "anyOf"};
 
 static int in_list(const char *key, const char *const *list, size_t n)
 {
@@ -392,9 +393,9 @@ static tdm_status_t compile_node(compiler_t *cc, const json_t *schema, const cha
         if (!json_is_array(v) || n_alts == 0 || n_alts > TEXT_CONSTRAINT_MAX_ANYOF) {
             return fail(cc, sub, "must be an array of 1 to %d schemas", TEXT_CONSTRAINT_MAX_ANYOF);
         }
-        if (json_object_size(schema) > 1 && (json_object_get(schema, "type") != NULL ||
-                                            json_object_get(schema, "enum") != NULL ||
-                                            json_object_get(schema, "const") != NULL)) {
+        if (json_object_size(schema) > 1 &&
+            (json_object_get(schema, "type") != NULL || json_object_get(schema, "enum") != NULL ||
+             json_object_get(schema, "const") != NULL)) {
             return fail(cc, sub, "anyOf beside type, enum or const is not supported");
         }
         if (!grow((void **)&c->alts, &c->cap_alts, c->n_alts + n_alts, sizeof(uint32_t))) {
@@ -555,7 +556,8 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
     type = json_object_get(root, "type");
     kind = json_string_value(type);
     if (!json_is_object(root) || kind == NULL) {
-        st = fail(&cc, "response_format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
+        st = fail(&cc, "response_format.type",
+                  "must be \"text\", \"json_object\" or \"json_schema\"");
     } else if (strcmp(kind, "json_object") == 0) {
         st = constraint_new(&cc, "response_format");
         if (st == TDM_OK) {
@@ -596,9 +598,9 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
                 if (schema == NULL) {
                     json_t *obj = json_pack("{s:s}", "type", "object");
 
-                    st = obj == NULL ? oom(&cc)
-                                     : compile_schema_json(&cc, obj,
-                                                           "response_format.json_schema.schema");
+                    st = obj == NULL
+                             ? oom(&cc)
+                             : compile_schema_json(&cc, obj, "response_format.json_schema.schema");
                     json_decref(obj);
                 } else {
                     st = compile_schema_json(&cc, schema, "response_format.json_schema.schema");
@@ -616,7 +618,9 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
 
 /* ---- the tool-call language ----------------------------------------------------------------- */
 
+/* clang-format off */
 #define DSML_PARAM_CLOSE "</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter>"
+/* clang-format on */
 
 /* A new list whose strings are appended next (lists are built one at a time). */
 static tdm_status_t list_begin(compiler_t *cc, uint32_t *id_out)
@@ -640,8 +644,7 @@ static tdm_status_t list_add(compiler_t *cc, uint32_t id, const char *a, size_t 
     char *joined = malloc(n_a + n_b + 1);
     tdm_status_t st;
 
-    if (joined == NULL ||
-        !grow((void **)&c->lits, &c->cap_lits, c->n_lits + 1, sizeof(cspan_t))) {
+    if (joined == NULL || !grow((void **)&c->lits, &c->cap_lits, c->n_lits + 1, sizeof(cspan_t))) {
         free(joined);
         return oom(cc);
     }
@@ -801,6 +804,7 @@ tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
                                                 text_constraint_t **out, char *err,
                                                 size_t err_bytes)
 {
+    /* clang-format off */
     static const char *const think[] = {"</think>", NULL};
     static const char *const prefix[] = {
         "\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c"
@@ -817,6 +821,7 @@ tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
     static const char *const after_invoke[] = {
         "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke name=\"",
         "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>", NULL};
+    /* clang-format on */
     compiler_t cc = {NULL, err, err_bytes, TDM_OK};
     json_error_t jerr;
     json_t *root;

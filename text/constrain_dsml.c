@@ -7,8 +7,18 @@
 #include <string.h>
 
 /* K_DSML phases: the child whose completion the frame waits for. */
-enum { P_THINK, P_PREFIX, P_NAME, P_HEADER, P_KEY, P_STR, P_VALUE, P_JSON, P_AFTER_PARAM,
-       P_AFTER_INVOKE };
+enum {
+    P_THINK,
+    P_PREFIX,
+    P_NAME,
+    P_HEADER,
+    P_KEY,
+    P_STR,
+    P_VALUE,
+    P_JSON,
+    P_AFTER_PARAM,
+    P_AFTER_INVOKE
+};
 
 static uint64_t all_bits(uint32_t n)
 {

@@ -19,7 +19,19 @@ enum {
 
 /* Frame kinds. A VALUE frame turns into the value's own kind on its first byte. K_DSML, K_CHOICE
  * and K_RAW are the tool-call language's (constrain_dsml.c). */
-enum { K_VALUE, K_OBJECT, K_KEY, K_ARRAY, K_STRING, K_NUMBER, K_ENUM, K_WORD, K_DSML, K_CHOICE, K_RAW };
+enum {
+    K_VALUE,
+    K_OBJECT,
+    K_KEY,
+    K_ARRAY,
+    K_STRING,
+    K_NUMBER,
+    K_ENUM,
+    K_WORD,
+    K_DSML,
+    K_CHOICE,
+    K_RAW
+};
 
 /* Object phases: what the object expects next (set before a child frame is pushed). */
 enum { OB_FIRST, OB_COMMA, OB_COLON, OB_AFTER_VALUE };
@@ -59,18 +71,18 @@ typedef struct {
 
 /* One schema node. Lists are ranges of the constraint's arrays. */
 typedef struct {
-    uint32_t types;      /* CT_* bits */
-    uint32_t items;      /* array: node of the items */
-    uint32_t n_props;    /* object: declared properties (0: generic object) */
-    uint32_t props_off;  /* into props[] */
-    uint64_t required;   /* bit i: props[props_off + i] is required */
-    int generic_closed;  /* object without properties and additionalProperties false: only {} */
-    uint32_t n_enum;     /* enum/const values (0: none); the value is one of these literals */
-    uint32_t enum_off;   /* into lits[] */
-    uint32_t n_words;    /* "true", "false", "null" as the types allow */
-    uint32_t words_off;  /* into lits[] */
-    uint32_t n_alts;     /* anyOf alternatives (0: none) */
-    uint32_t alts_off;   /* into alts[] */
+    uint32_t types;     /* CT_* bits */
+    uint32_t items;     /* array: node of the items */
+    uint32_t n_props;   /* object: declared properties (0: generic object) */
+    uint32_t props_off; /* into props[] */
+    uint64_t required;  /* bit i: props[props_off + i] is required */
+    int generic_closed; /* object without properties and additionalProperties false: only {} */
+    uint32_t n_enum;    /* enum/const values (0: none); the value is one of these literals */
+    uint32_t enum_off;  /* into lits[] */
+    uint32_t n_words;   /* "true", "false", "null" as the types allow */
+    uint32_t words_off; /* into lits[] */
+    uint32_t n_alts;    /* anyOf alternatives (0: none) */
+    uint32_t alts_off;  /* into alts[] */
 } cnode_t;
 
 /* A list of byte strings: lits[off .. off + n). */
@@ -100,10 +112,10 @@ typedef struct {
 
 /* The tool-call language (a DSML <｜DSML｜tool_calls> block; constrain_dsml.c). */
 typedef struct {
-    int on;           /* the constraint is a tool-call block (not a JSON value) */
-    int thinking;     /* free reasoning up to </think> first */
-    int parallel;     /* more than one invoke allowed */
-    ctool_t *tools;   /* [n_tools] */
+    int on;         /* the constraint is a tool-call block (not a JSON value) */
+    int thinking;   /* free reasoning up to </think> first */
+    int parallel;   /* more than one invoke allowed */
+    ctool_t *tools; /* [n_tools] */
     uint32_t n_tools;
     cparam_t *params; /* all tools' parameters */
     uint32_t n_params;

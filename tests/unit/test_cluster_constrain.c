@@ -10,8 +10,8 @@
 
 /* Bounded by construction (no free string, number or array), so every completion ends. */
 #define RF                                                                                         \
-    "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":{"      \
-    "\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"alpha\",\"beta\"]},"               \
+    "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"strict\":true,\"schema\":{"       \
+    "\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"alpha\",\"beta\"]},"                \
     "\"ok\":{\"type\":\"boolean\"},\"none\":{\"type\":\"null\"},\"sub\":{\"type\":\"object\","     \
     "\"properties\":{\"x\":{\"enum\":[\"p\",\"q\"]}},\"required\":[\"x\"],"                        \
     "\"additionalProperties\":false}},\"required\":[\"kind\",\"ok\",\"none\",\"sub\"],"            \

@@ -82,8 +82,8 @@ static tdm_status_t compile_any(int tools, text_constraint_t **out)
                  : text_constraint_compile(SCHEMA_RF, strlen(SCHEMA_RF), out, NULL, 0);
 }
 
-static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes_t *vb,
-                        int n_walks, int max_steps, int tools, int *n_finished_out)
+static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes_t *vb, int n_walks,
+                        int max_steps, int tools, int *n_finished_out)
 {
     text_constraint_t *cc = NULL;
     int32_t *allowed = malloc((size_t)vb->n * sizeof(int32_t));
@@ -109,8 +109,8 @@ static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes
                 int bit = (int)(mask[x / 64] >> (x % 64) & 1);
 
                 if (bit != brute_allows(cc, &shadow, vb, x)) {
-                    print_message("walk %d step %d token %lld: mask %d, brute force %d\n", w,
-                                  step, (long long)x, bit, !bit);
+                    print_message("walk %d step %d token %lld: mask %d, brute force %d\n", w, step,
+                                  (long long)x, bit, !bit);
                     fail();
                 }
                 if (bit) {
@@ -133,7 +133,8 @@ static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes
             }
             assert_int_equal(engine_constraint_advance(c, pick), TDM_OK);
             if (pick != STOP_ID) {
-                assert_true(text_constraint_step_bytes(cc, &shadow, vb->bytes[pick], vb->lens[pick]));
+                assert_true(
+                    text_constraint_step_bytes(cc, &shadow, vb->bytes[pick], vb->lens[pick]));
             }
         }
         *n_finished_out += engine_constraint_finished(c);
@@ -147,6 +148,7 @@ static void check_walks(const engine_constrain_vocab_t *vocab, const vocab_bytes
  * pieces, digits, words, UTF-8 pieces (whole and split), and random byte strings. */
 static void make_small_vocab(vocab_bytes_t *vb, uint8_t **pool_out)
 {
+    /* clang-format off */
     static const char *const pieces[] = {
         "{\"", "\":", "\",", "\"}", "\"]", "\"", "\":\"", "},", "}", "]", "[", "[\"", ",\"", ": ",
         ", ", " ", "\n", "\n  ", "name", "na", "me", "age", "score", "ok", "none", "null",
@@ -155,10 +157,12 @@ static void make_small_vocab(vocab_bytes_t *vb, uint8_t **pool_out)
         "00e9", "\xc3\xa9", "\xc3", "\xa9", "\xe2\x82", "\xac", "hello", " world", "\"v\":2",
         "\"age\":", "\"name\":\"", "abc\"", "x\"}", "1}", "3,", "\"ok\":true}",
         /* the tool-call markup, whole and in pieces */
-        "</think>", "</", "think>", "\n\n", "\xef\xbd\x9c", "DSML", "<\xef\xbd\x9c" "DSML\xef\xbd\x9c",
+        "</think>", "</", "think>", "\n\n", "\xef\xbd\x9c", "DSML",
+        "<\xef\xbd\x9c" "DSML\xef\xbd\x9c",
         "tool_calls>", "tool_calls>\n", "invoke", " name=\"", "invoke name=\"", "parameter",
         "parameter name=\"", "\">\n", "\">", "\" string=\"", "true\">", "false\">", "get_time",
         "get_weather", "location", "days", "unit", "\n<", "\n</", "Seoul", "</\xef\xbd\x9c" "DSML"};
+    /* clang-format on */
     size_t n_pieces = sizeof(pieces) / sizeof(pieces[0]);
     int64_t n = 1 + 256 + (int64_t)n_pieces + 400;
 
@@ -232,9 +236,8 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
     (void)state;
     assert_int_equal(text_tokenizer_synthetic_hf_text(4096, &json, &n_json, err, sizeof(err)),
                      TDM_OK);
-    assert_int_equal(text_tokenizer_load_hf_buffer(json, n_json, "synthetic", &tok, err,
-                                                   sizeof(err)),
-                     TDM_OK);
+    assert_int_equal(
+        text_tokenizer_load_hf_buffer(json, n_json, "synthetic", &tok, err, sizeof(err)), TDM_OK);
     free(json);
     assert_int_equal(engine_constrain_vocab_from_tokenizer(tok, 4096, &vocab), TDM_OK);
     vb.n = 4096;
@@ -247,8 +250,7 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
 
         assert_int_equal(text_tokenizer_token_kind(tok, x, &kind), TDM_OK);
         if (kind == TEXT_TOKEN_NORMAL || kind == TEXT_TOKEN_USER_DEFINED) {
-            assert_int_equal(text_tokenizer_token_bytes(tok, x, &vb.bytes[x], &vb.lens[x]),
-                             TDM_OK);
+            assert_int_equal(text_tokenizer_token_bytes(tok, x, &vb.bytes[x], &vb.lens[x]), TDM_OK);
         }
     }
     /* id 0 is BOS in the synthetic layout, a control token: the walks use it as the stop id */

@@ -35,7 +35,9 @@ static const char *const TOOLS =
     "\"unit\":{\"enum\":[\"c\",\"f\"]},\"ok\":{\"type\":\"boolean\"}},"
     "\"required\":[\"unit\",\"ok\"]}},{\"name\":\"ping\"}]}";
 
+/* clang-format off */
 #define DSML "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
+/* clang-format on */
 
 typedef struct {
     ftu_engine_t e;
@@ -214,9 +216,12 @@ static size_t completion_text(const fixture_t *fx, const gen_t *g, char *text, s
  * ping (no parameters), as encoding_dsv4.py writes it. */
 static void check_tool_call(const fixture_t *fx, const gen_t *g)
 {
-    static const char open_mode[] = "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"set_mode\">\n";
+    /* clang-format off */
+    static const char open_mode[] =
+        "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"set_mode\">\n";
     static const char ping[] = "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"ping\">\n\n</" DSML
                                "invoke>\n</" DSML "tool_calls>";
+    /* clang-format on */
     static const char close[] = "\n</" DSML "invoke>\n</" DSML "tool_calls>";
     char text[MAX_GEN * 64];
     size_t n = completion_text(fx, g, text, sizeof(text));

@@ -76,8 +76,8 @@ static void test_types(void **state)
            (const char *const[]){"\"\"", "\"abc\"", "\"a\\\"b\\\\\\n\\u00e9\"", "\"\xc3\xa9\"",
                                  "\"\xe2\x82\xac\"", "\"\xf0\x9f\x98\x80\"", NULL},
            (const char *const[]){"abc", "\"abc", "\"a\nb\"", "\"\\x\"", "\"\xc0\xaf\"",
-                                 "\"\xed\xa0\x80\"", "\"\\ud800\"", "\"\\u0000\"", "\"\xff\"",
-                                 "1", "\"a\" ", " \"a\"", NULL});
+                                 "\"\xed\xa0\x80\"", "\"\\ud800\"", "\"\\u0000\"", "\"\xff\"", "1",
+                                 "\"a\" ", " \"a\"", NULL});
     expect("{\"type\":\"integer\"}", (const char *const[]){"0", "-7", "120", NULL},
            (const char *const[]){"01", "1.5", "1e3", "-", "+1", "\"1\"", "1 ", NULL});
     expect("{\"type\":\"number\"}",
@@ -239,14 +239,17 @@ static void test_refusals_name_the_keyword(void **state)
     refused("not json", "response_format");
 }
 
-/* ---- the tool-call (DSML) language ------------------------------------------------------------ */
+/* ---- the tool-call (DSML) language ------------------------------------------------------------
+ */
 
+/* clang-format off */
 #define D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
 #define OPEN "\n\n<" D "tool_calls>\n"
 #define CLOSE "\n</" D "tool_calls>"
 #define INV(name) "<" D "invoke name=\"" name "\">\n"
 #define INV_END "\n</" D "invoke>"
 #define PARAM(k, s, v) "<" D "parameter name=\"" k "\" string=\"" s "\">" v "</" D "parameter>"
+/* clang-format on */
 
 static const char *const TOOLS =
     "{\"thinking\":%s,\"parallel\":%s,\"tools\":["
@@ -291,6 +294,7 @@ static void test_tool_calls_language(void **state)
     text_constraint_t *c = compile_tools("false", "false");
 
     (void)state;
+    /* clang-format off */
     check_texts(
         c,
         (const char *const[]){
@@ -327,6 +331,7 @@ static void test_tool_calls_language(void **state)
                     "</think>" OPEN INV("get_time") INV_END CLOSE, NULL},
                 (const char *const[]){OPEN INV("get_time") INV_END CLOSE, /* no reasoning end */
                                       "a</think>b" OPEN INV("get_time") INV_END CLOSE, NULL});
+    /* clang-format on */
     text_constraint_destroy(c);
 }
 
@@ -347,9 +352,9 @@ static void test_tool_calls_refusals(void **state)
         text_constraint_t *c = NULL;
         char err[ERR_BYTES] = "";
 
-        assert_int_equal(text_constraint_compile_tool_calls(bad[i][0], strlen(bad[i][0]), &c, err,
-                                                            sizeof(err)),
-                         TDM_ERR_INVALID_ARG);
+        assert_int_equal(
+            text_constraint_compile_tool_calls(bad[i][0], strlen(bad[i][0]), &c, err, sizeof(err)),
+            TDM_ERR_INVALID_ARG);
         assert_null(c);
         if (strstr(err, bad[i][1]) == NULL) {
             print_message("error \"%s\" does not name \"%s\"\n", err, bad[i][1]);

@@ -71,8 +71,8 @@ static tdm_status_t validate(const router_model_t *model, const char *extra,
     snprintf(body, sizeof(body),
              "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]%s%s}",
              extra[0] != '\0' ? "," : "", extra);
-    return router_validate_request(model, ROUTER_API_CHAT, "application/json", body,
-                                   strlen(body), 1, req, err);
+    return router_validate_request(model, ROUTER_API_CHAT, "application/json", body, strlen(body),
+                                   1, req, err);
 }
 
 static void accepted(const router_model_t *model, const char *extra, const char *kept)
