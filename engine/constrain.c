@@ -9,6 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* DeepSeek-V4's DSML markup token (encoding_dsv4.py dsml_token, U+FF5C "DSML" U+FF5C): a special
+ * token the model writes inside its tool-call markup, so masks admit it as its text. */
+#define DSML_MARKER                                                                                \
+    "\xef\xbd\x9c"                                                                                 \
+    "DSML"                                                                                         \
+    "\xef\xbd\x9c"
+
 /* Longest token byte string a trie holds (node depth is 16 bits). */
 #define MAX_TOKEN_BYTES 4096
 
@@ -332,6 +339,7 @@ tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, 
     const uint8_t **bytes;
     size_t *lens;
     int64_t n_tok;
+    int32_t dsml;
     tdm_status_t st;
 
     if (tok == NULL || n_vocab < 1 || n_vocab > INT32_MAX) {
@@ -345,11 +353,14 @@ tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, 
         return TDM_ERR_NO_MEMORY;
     }
     n_tok = text_tokenizer_n_vocab(tok);
+    if (text_tokenizer_find_special(tok, DSML_MARKER, &dsml) != TDM_OK) {
+        dsml = -1;
+    }
     for (int64_t x = 0; x < n_vocab && x < n_tok; x++) {
         text_token_kind_t kind;
 
         if (text_tokenizer_token_kind(tok, (int32_t)x, &kind) != TDM_OK ||
-            (kind != TEXT_TOKEN_NORMAL && kind != TEXT_TOKEN_USER_DEFINED)) {
+            (kind != TEXT_TOKEN_NORMAL && kind != TEXT_TOKEN_USER_DEFINED && x != dsml)) {
             continue;
         }
         if (text_tokenizer_token_bytes(tok, (int32_t)x, &bytes[x], &lens[x]) != TDM_OK) {

@@ -9,9 +9,9 @@
  * with a '<' or not plain in raw text). The mask of a state walks the trie once, stepping the
  * automaton along shared prefixes and skipping a whole subtree at the first byte the automaton
  * refuses; in a free state it starts from the precomputed bitset and walks only the small
- * trie of the rest. Control tokens (chat markers, EOS) are never in a trie: the stop ids of the
- * request are allowed exactly when the text so far is complete (text_constraint_accepting) and
- * nothing else is then allowed.
+ * trie of the rest. Control tokens (chat markers, EOS; not the DSML marker) are never in a trie:
+ * the stop ids of the request are allowed exactly when the text so far is complete
+ * (text_constraint_accepting) and nothing else is then allowed.
  *
  * engine_constraint_t is one request's constraint: the compiled automaton, its current state,
  * the mask of that state (computed on demand, cached until the state moves) and a walk scratch
@@ -62,9 +62,10 @@ tdm_status_t engine_constrain_vocab_create(int64_t n_vocab, const uint8_t *const
 
 /*
  * engine_constrain_vocab_from_tokenizer - engine_constrain_vocab_create over `tok` (borrowed):
- * NORMAL tokens with their decoded bytes and USER_DEFINED (added, non-special) tokens with their
- * text (text_tokenizer_token_bytes); CONTROL and UNUSED tokens and ids in [tokenizer vocab,
- * n_vocab) are never allowed. Same returns.
+ * NORMAL tokens with their decoded bytes, USER_DEFINED (added, non-special) tokens and the DSML
+ * markup token "｜DSML｜" (special in DeepSeek-V4's vocabulary, written by the model inside its
+ * tool-call markup) with their text (text_tokenizer_token_bytes); other CONTROL tokens, UNUSED
+ * tokens and ids in [tokenizer vocab, n_vocab) are never allowed. Same returns.
  */
 tdm_status_t engine_constrain_vocab_from_tokenizer(const text_tokenizer_t *tok, int64_t n_vocab,
                                                    engine_constrain_vocab_t **vocab_out);

@@ -308,7 +308,8 @@ static res_t step_object(const text_constraint_t *c, text_constraint_thread_t *t
         f->phase = OB_AFTER_VALUE;
         f->ws = 0;
         if (!constraint_push(t, K_VALUE,
-                             nd->n_props > 0 ? c->props[nd->props_off + f->pos].node : CNODE_ANY)) {
+                             nd->n_props > 0 ? c->props[nd->props_off + f->pos].node
+                                             : nd->additional)) {
             return R_REJECT;
         }
         return R_TAKEN;

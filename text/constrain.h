@@ -16,9 +16,9 @@
  *     the text ends with the value.
  *   - Objects with declared "properties": keys are those names, each at most once, in any
  *     order; "}" only once every "required" name is present; no other key is ever generated
- *     (additionalProperties is treated as false, which satisfies any value of it). Objects
- *     without declared properties (json_object, {"type":"object"}) take any keys and values,
- *     unless additionalProperties is false (then only {}).
+ *     (which satisfies any additionalProperties). Objects without declared properties
+ *     (json_object, {"type":"object"}) take any keys, with values of the additionalProperties
+ *     schema when it is one (else any value), or no key at all when it is false (only {}).
  *   - enum / const: the value is written exactly as the compact JSON of one of the listed
  *     values (jansson's JSON_COMPACT form, keys in the order given).
  *   - anyOf: any alternative; alternatives sharing a prefix are followed in parallel (at most
@@ -26,9 +26,9 @@
  *     which keeps every output valid).
  *   - Nesting is at most TEXT_CONSTRAINT_MAX_DEPTH containers deep.
  * Supported schema keywords: type (string or array of "object", "array", "string", "number",
- * "integer", "boolean", "null"), properties, required, additionalProperties (true / false),
- * enum, const, items (one schema), anyOf; annotations title, description, default, examples,
- * $comment, $schema are ignored. Any other keyword is refused naming it.
+ * "integer", "boolean", "null"), properties, required, additionalProperties (true, false or a
+ * schema), enum, const, items (one schema), anyOf; annotations title, description, default,
+ * examples, $comment, $schema are ignored. Any other keyword is refused naming it.
  *
  * Tool calls (text_constraint_compile_tool_calls; OpenAI tool_choice "required" or a named
  * function): the completion is one DeepSeek-V4 DSML block, byte for byte as DeepSeek's
@@ -132,6 +132,12 @@ tdm_status_t text_constraint_compile_schema(const char *json, size_t n_json, con
  * `json` (n_json bytes): {"thinking": bool, "parallel": bool, "tools": [{"name": "...",
  * "parameters": {JSON schema of an object, or absent}}, ...]} (1 to TEXT_CONSTRAINT_MAX_TOOLS
  * tools; the router builds it from the request's tools and tool_choice).
+ * Parameter schemas take the keywords of the JSON language plus those that only narrow a value of
+ * a type already fixed (minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf,
+ * minLength, maxLength, pattern, format, minItems, maxItems, uniqueItems, minProperties,
+ * maxProperties): agents' tool schemas carry them, and they are NOT enforced (the call is
+ * well-formed, with the declared names, types, enums and required parameters). Any other keyword
+ * is refused as in text_constraint_compile.
  * Returns and errors as text_constraint_compile; error paths are "tools[i].parameters...", and
  * a tool or parameter name holding '"' (which the markup cannot carry) is refused.
  */

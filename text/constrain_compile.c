@@ -16,6 +16,7 @@ typedef struct {
     char *err;
     size_t err_bytes;
     tdm_status_t status; /* first failure */
+    int lenient;         /* tool parameters: value-narrowing keywords are not enforced */
 } compiler_t;
 
 static tdm_status_t fail(compiler_t *cc, const char *path, const char *fmt, ...)
@@ -235,6 +236,13 @@ static const char *const ignored_keywords[] = {"title",    "description", "defau
 static const char *const known_keywords[] = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items", "anyOf"};
 
+/* Keywords that only narrow the values of a type the constraint already fixes: a tool's parameters
+ * (text_constraint_compile_tool_calls) may carry them, and they are not enforced there. */
+static const char *const narrowing_keywords[] = {
+    "minimum",   "maximum",     "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength",   "pattern",          "format",           "minItems",
+    "maxItems",  "uniqueItems", "minProperties",    "maxProperties"};
+
 static int in_list(const char *key, const char *const *list, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -267,9 +275,15 @@ static tdm_status_t compile_object(compiler_t *cc, const json_t *schema, const c
         snprintf(sub, sizeof(sub), "%s.properties", path);
         return fail(cc, sub, "must be an object");
     }
+    c->nodes[n].additional = CNODE_ANY;
     if (additional != NULL && !json_is_boolean(additional)) {
+        uint32_t child;
+
         snprintf(sub, sizeof(sub), "%s.additionalProperties", path);
-        return fail(cc, sub, "only false or true is supported");
+        if (compile_node(cc, additional, sub, depth + 1, &child) != TDM_OK) {
+            return cc->status;
+        }
+        c->nodes[n].additional = child;
     }
     if (n_props > TEXT_CONSTRAINT_MAX_PROPERTIES) {
         snprintf(sub, sizeof(sub), "%s.properties", path);
@@ -358,6 +372,10 @@ static tdm_status_t compile_node(compiler_t *cc, const json_t *schema, const cha
     json_object_foreach((json_t *)schema, key, value)
     {
         (void)value;
+        if (cc->lenient && in_list(key, narrowing_keywords,
+                                   sizeof(narrowing_keywords) / sizeof(narrowing_keywords[0]))) {
+            continue;
+        }
         if (!in_list(key, known_keywords, sizeof(known_keywords) / sizeof(known_keywords[0])) &&
             !in_list(key, ignored_keywords,
                      sizeof(ignored_keywords) / sizeof(ignored_keywords[0]))) {
@@ -519,7 +537,7 @@ static tdm_status_t compile_schema_json(compiler_t *cc, const json_t *schema, co
 tdm_status_t text_constraint_compile_schema(const char *json, size_t n_json, const char *path,
                                             text_constraint_t **out, char *err, size_t err_bytes)
 {
-    compiler_t cc = {NULL, err, err_bytes, TDM_OK};
+    compiler_t cc = {NULL, err, err_bytes, TDM_OK, 0};
     json_error_t jerr;
     json_t *root;
     tdm_status_t st;
@@ -539,7 +557,7 @@ tdm_status_t text_constraint_compile_schema(const char *json, size_t n_json, con
 tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_constraint_t **out,
                                      char *err, size_t err_bytes)
 {
-    compiler_t cc = {NULL, err, err_bytes, TDM_OK};
+    compiler_t cc = {NULL, err, err_bytes, TDM_OK, 0};
     json_error_t jerr;
     json_t *root;
     const json_t *type;
@@ -822,7 +840,7 @@ tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
         "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke name=\"",
         "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>", NULL};
     /* clang-format on */
-    compiler_t cc = {NULL, err, err_bytes, TDM_OK};
+    compiler_t cc = {NULL, err, err_bytes, TDM_OK, 1};
     json_error_t jerr;
     json_t *root;
     const json_t *tools;

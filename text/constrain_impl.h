@@ -71,18 +71,20 @@ typedef struct {
 
 /* One schema node. Lists are ranges of the constraint's arrays. */
 typedef struct {
-    uint32_t types;     /* CT_* bits */
-    uint32_t items;     /* array: node of the items */
-    uint32_t n_props;   /* object: declared properties (0: generic object) */
-    uint32_t props_off; /* into props[] */
-    uint64_t required;  /* bit i: props[props_off + i] is required */
-    int generic_closed; /* object without properties and additionalProperties false: only {} */
-    uint32_t n_enum;    /* enum/const values (0: none); the value is one of these literals */
-    uint32_t enum_off;  /* into lits[] */
-    uint32_t n_words;   /* "true", "false", "null" as the types allow */
-    uint32_t words_off; /* into lits[] */
-    uint32_t n_alts;    /* anyOf alternatives (0: none) */
-    uint32_t alts_off;  /* into alts[] */
+    uint32_t types;      /* CT_* bits */
+    uint32_t items;      /* array: node of the items */
+    uint32_t n_props;    /* object: declared properties (0: generic object) */
+    uint32_t props_off;  /* into props[] */
+    uint64_t required;   /* bit i: props[props_off + i] is required */
+    int generic_closed;  /* object without properties and additionalProperties false: only {} */
+    uint32_t additional; /* object without properties: node of every value (CNODE_ANY, or the
+                            additionalProperties schema) */
+    uint32_t n_enum;     /* enum/const values (0: none); the value is one of these literals */
+    uint32_t enum_off;   /* into lits[] */
+    uint32_t n_words;    /* "true", "false", "null" as the types allow */
+    uint32_t words_off;  /* into lits[] */
+    uint32_t n_alts;     /* anyOf alternatives (0: none) */
+    uint32_t alts_off;   /* into alts[] */
 } cnode_t;
 
 /* A list of byte strings: lits[off .. off + n). */

@@ -232,6 +232,7 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
     char err[ERR_BYTES] = "";
     vocab_bytes_t vb;
     int n_finished;
+    int32_t dsml = -1;
 
     (void)state;
     assert_int_equal(text_tokenizer_synthetic_hf_text(4096, &json, &n_json, err, sizeof(err)),
@@ -240,6 +241,13 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
         text_tokenizer_load_hf_buffer(json, n_json, "synthetic", &tok, err, sizeof(err)), TDM_OK);
     free(json);
     assert_int_equal(engine_constrain_vocab_from_tokenizer(tok, 4096, &vocab), TDM_OK);
+    /* the DSML marker is a special token the masks admit as its text */
+    assert_int_equal(text_tokenizer_find_special(tok,
+                                                 "\xef\xbd\x9c"
+                                                 "DSML"
+                                                 "\xef\xbd\x9c",
+                                                 &dsml),
+                     TDM_OK);
     vb.n = 4096;
     vb.bytes = calloc(4096, sizeof(*vb.bytes));
     vb.lens = calloc(4096, sizeof(*vb.lens));
@@ -249,7 +257,7 @@ static void test_mask_matches_brute_force_synthetic_tokenizer(void **state)
         text_token_kind_t kind;
 
         assert_int_equal(text_tokenizer_token_kind(tok, x, &kind), TDM_OK);
-        if (kind == TEXT_TOKEN_NORMAL || kind == TEXT_TOKEN_USER_DEFINED) {
+        if (kind == TEXT_TOKEN_NORMAL || kind == TEXT_TOKEN_USER_DEFINED || x == dsml) {
             assert_int_equal(text_tokenizer_token_bytes(tok, x, &vb.bytes[x], &vb.lens[x]), TDM_OK);
         }
     }

@@ -122,6 +122,10 @@ static void test_objects(void **state)
         assert_false(prefix_ok(c, "{\"k\":1}}"));
         text_constraint_destroy(c);
     }
+    /* additionalProperties as a schema: the values of a map */
+    expect("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}",
+           (const char *const[]){"{}", "{\"a\":\"x\",\"b\":\"\"}", NULL},
+           (const char *const[]){"{\"a\":1}", "{\"a\":\"x\",\"b\":null}", NULL});
     /* additionalProperties false without properties: only {} */
     expect("{\"type\":\"object\",\"additionalProperties\":false}",
            (const char *const[]){"{}", NULL}, (const char *const[]){"{\"a\":1}", NULL});
@@ -225,8 +229,8 @@ static void test_refusals_name_the_keyword(void **state)
     refused("{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"oneOf\":[]}}}", "oneOf");
     refused("{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"date\"}}}", "type");
     refused("{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
-            "\"additionalProperties\":{\"type\":\"string\"}}}}",
-            "additionalProperties");
+            "\"patternProperties\":{\"^a\":{\"type\":\"string\"}}}}}",
+            "schema.patternProperties");
     refused("{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
             "\"properties\":{},\"required\":[\"x\"]}}}",
             "required");
@@ -335,14 +339,34 @@ static void test_tool_calls_language(void **state)
     text_constraint_destroy(c);
 }
 
+/* Value-narrowing keywords of tool schemas are taken and not enforced (response_format refuses
+ * them). */
+static void test_tool_calls_take_narrowing_keywords(void **state)
+{
+    static const char json[] =
+        "{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"n\":{\"type\":\"integer\",\"minimum\":5,\"maximum\":9},"
+        "\"s\":{\"type\":\"string\",\"maxLength\":3,\"format\":\"date\"}},"
+        "\"required\":[\"n\"]}}]}";
+    text_constraint_t *c = NULL;
+    char err[ERR_BYTES] = "";
+
+    (void)state;
+    assert_int_equal(text_constraint_compile_tool_calls(json, strlen(json), &c, err, sizeof(err)),
+                     TDM_OK);
+    assert_true(accepts(c, OPEN INV("f") PARAM("n", "false", "1") INV_END CLOSE));
+    assert_false(accepts(c, OPEN INV("f") PARAM("n", "false", "x") INV_END CLOSE));
+    text_constraint_destroy(c);
+}
+
 static void test_tool_calls_refusals(void **state)
 {
     static const char *const bad[][2] = {
         {"{\"tools\":[]}", "tools"},
         {"{\"tools\":[{\"name\":\"a\\\"b\"}]}", "tools[0].name"},
         {"{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
-         "{\"type\":\"string\",\"pattern\":\"a\"}}}}]}",
-         "tools[0].parameters.properties.x.pattern"},
+         "{\"type\":\"string\",\"oneOf\":[{}]}}}}]}",
+         "tools[0].parameters.properties.x.oneOf"},
         {"{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"string\"}}]}",
          "tools[0].parameters"},
     };
@@ -373,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_split_independent),
         cmocka_unit_test(test_refusals_name_the_keyword),
         cmocka_unit_test(test_tool_calls_language),
+        cmocka_unit_test(test_tool_calls_take_narrowing_keywords),
         cmocka_unit_test(test_tool_calls_refusals),
     };
 

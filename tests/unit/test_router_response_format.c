@@ -155,8 +155,8 @@ static void test_unsupported_schema_keywords_are_400_naming_them(void **state)
     refused(model, "\"response_format\":\"json\"", "response_format", "must be an object");
     refused(model,
             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
-            "\"object\",\"additionalProperties\":{\"type\":\"string\"}}}}",
-            "response_format", "additionalProperties");
+            "\"object\",\"patternProperties\":{\"^a\":{\"type\":\"string\"}}}}}",
+            "response_format", "schema.patternProperties");
     refused(model,
             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
             "\"date\"}}}",
@@ -219,10 +219,10 @@ static void test_forced_tool_calls_build_the_constraint(void **state)
     router_gen_request_fini(&req);
     tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL,
                  "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
-                 "\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"minLength\":2}}}}}]");
+                 "\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"oneOf\":[{}]}}}}}]");
     assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
     assert_string_equal(err.param, "tools");
-    assert_non_null(strstr(err.message, "tools[0].parameters.properties.x.minLength"));
+    assert_non_null(strstr(err.message, "tools[0].parameters.properties.x.oneOf"));
     router_gen_request_fini(&req);
     tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL, TOOLS);
     req.response_format_json = strdup("{\"type\":\"json_object\"}");
