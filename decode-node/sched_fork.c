@@ -70,6 +70,14 @@ static req_t *new_fork(decode_sched_t *s, req_t *r, uint32_t c, const uint8_t *b
         return NULL;
     }
     *status = copy_seq(s, blob, n_blob, &own->seq);
+    if (*status == TDM_OK && r->constraint != NULL) {
+        /* each choice walks its own constraint state (all start where r's is: before the first
+         * token, whose logits r's mask already covered) */
+        *status = engine_constraint_clone(r->constraint, &f->constraint);
+        if (*status != TDM_OK) {
+            engine_seq_destroy(own->seq);
+        }
+    }
     if (*status != TDM_OK) {
         free(f);
         free(own);

@@ -69,6 +69,8 @@ struct engine_constraint {
         *walk; /* [all.max_depth + 2] per-depth states of a trie walk, scratch */
     int n_stop;
     int32_t stop_ids[ENGINE_SAMPLER_MAX_STOP_IDS];
+    char *source; /* engine_constraint_create_request's JSON (for clones), or NULL */
+    int is_tools; /* source is a tool_calls constraint */
 };
 
 /* ---- tries --------------------------------------------------------------------------------- */
@@ -504,28 +506,61 @@ tdm_status_t engine_constraint_create_request(const engine_constrain_vocab_t *vo
 {
     int rf = response_format != NULL && response_format[0] != '\0';
     int tc = tool_calls != NULL && tool_calls[0] != '\0';
+    tdm_status_t st;
 
     *out = NULL;
     if (!rf && !tc) {
         return TDM_OK;
     }
     if (rf && tc) {
-        snprintf(err, err_bytes, "response_format and tool_calls: at most one constraint");
+        if (err != NULL && err_bytes > 0) {
+            snprintf(err, err_bytes, "response_format and tool_calls: at most one constraint");
+        }
         return TDM_ERR_INVALID_ARG;
     }
     if (vocab == NULL) {
-        snprintf(err, err_bytes,
-                 "%s: this node's checkpoint has no tokenizer.json (constrained "
-                 "decoding off)",
-                 rf ? "response_format" : "tool_calls");
+        if (err != NULL && err_bytes > 0) {
+            snprintf(err, err_bytes,
+                     "%s: this node's checkpoint has no tokenizer.json (constrained decoding off)",
+                     rf ? "response_format" : "tool_calls");
+        }
         return TDM_ERR_UNSUPPORTED;
     }
-    if (rf) {
-        return engine_constraint_create(vocab, response_format, strlen(response_format), stop_ids,
-                                        n_stop_ids, out, err, err_bytes);
+    st = rf ? engine_constraint_create(vocab, response_format, strlen(response_format), stop_ids,
+                                       n_stop_ids, out, err, err_bytes)
+            : engine_constraint_create_tool_calls(vocab, tool_calls, strlen(tool_calls), stop_ids,
+                                                  n_stop_ids, out, err, err_bytes);
+    if (st != TDM_OK) {
+        return st;
     }
-    return engine_constraint_create_tool_calls(vocab, tool_calls, strlen(tool_calls), stop_ids,
-                                               n_stop_ids, out, err, err_bytes);
+    (*out)->source = strdup(rf ? response_format : tool_calls);
+    (*out)->is_tools = !rf;
+    if ((*out)->source == NULL) {
+        engine_constraint_destroy(*out);
+        *out = NULL;
+        return TDM_ERR_NO_MEMORY;
+    }
+    return TDM_OK;
+}
+
+tdm_status_t engine_constraint_clone(const engine_constraint_t *c, engine_constraint_t **out)
+{
+    engine_constraint_mark_t mark;
+    tdm_status_t st;
+
+    *out = NULL;
+    if (c->source == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = engine_constraint_create_request(c->vocab, c->is_tools ? "" : c->source,
+                                          c->is_tools ? c->source : "", c->stop_ids, c->n_stop, out,
+                                          NULL, 0);
+    if (st != TDM_OK) {
+        return st;
+    }
+    engine_constraint_mark(c, &mark);
+    engine_constraint_rewind(*out, &mark);
+    return TDM_OK;
 }
 
 void engine_constraint_destroy(engine_constraint_t *c)
@@ -534,6 +569,7 @@ void engine_constraint_destroy(engine_constraint_t *c)
         return;
     }
     text_constraint_destroy(c->compiled);
+    free(c->source);
     free(c->mask);
     free(c->walk);
     free(c);

@@ -132,6 +132,13 @@ tdm_status_t engine_constraint_create_request(const engine_constrain_vocab_t *vo
                                               engine_constraint_t **out, char *err,
                                               size_t err_bytes);
 
+/*
+ * engine_constraint_clone - a new constraint of the same language and vocabulary in the same state
+ * as `c` (the choices forked from one prompt each advance their own). Only for constraints made by
+ * engine_constraint_create_request (TDM_ERR_INVALID_ARG otherwise); TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_constraint_clone(const engine_constraint_t *c, engine_constraint_t **out);
+
 /* engine_constraint_destroy - free; accepts NULL. */
 void engine_constraint_destroy(engine_constraint_t *c);
 

@@ -85,6 +85,13 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
     tdm_status_t status = TDM_OK;
 
     *json_out = NULL;
+    if (req->min_tokens > 0 &&
+        (req->response_format_json != NULL ||
+         ((req->tool_choice == ROUTER_TOOL_CHOICE_REQUIRED || named) && req->tools_json != NULL))) {
+        return bad(err, "unsupported_parameter", "min_tokens",
+                   "'min_tokens' cannot be combined with a constrained output (response_format or "
+                   "a forced tool call): the completion ends where the constraint does");
+    }
     if ((req->tool_choice != ROUTER_TOOL_CHOICE_REQUIRED && !named) || req->tools_json == NULL) {
         return TDM_OK;
     }

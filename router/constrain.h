@@ -41,7 +41,8 @@ tdm_status_t router_response_format_parse(const router_model_info_t *info, const
  * tool_choice (no tool of that name); 400 unsupported_parameter on tools (a parameters schema
  * keyword the constraint does not support, named by path, e.g.
  * "tools[0].parameters.properties.x.pattern"); 400 unsupported_parameter on response_format
- * or ignore_eos (with a forced call). TDM_ERR_NO_MEMORY: a 500. Thread-safe.
+ * or ignore_eos (with a forced call); 400 unsupported_parameter on min_tokens (with a
+ * response_format or a forced call: the stop id is the only token once the constraint is met). TDM_ERR_NO_MEMORY: a 500. Thread-safe.
  */
 tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char **json_out,
                                           router_apierr_t *err_out);

@@ -17,9 +17,10 @@
     "\"additionalProperties\":false}},\"required\":[\"kind\",\"ok\",\"none\",\"sub\"],"            \
     "\"additionalProperties\":false}}}"
 
-/* POST a seeded constrained completion of `ids`; returns the text after checking the answer
- * finished with "stop" and the text satisfies the schema (malloc'ed). */
-static char *constrained(unsigned port, const char *session, const char *ids)
+/* POST a seeded constrained completion of `ids` with n choices; returns choice 0's text after
+ * checking that every choice finished with "stop" and its text satisfies the schema
+ * (malloc'ed). */
+static char *constrained_n(unsigned port, const char *session, const char *ids, int n)
 {
     char *body = malloc(T_BODY);
     char *resp = malloc(T_BODY);
@@ -33,34 +34,44 @@ static char *constrained(unsigned port, const char *session, const char *ids)
     assert_non_null(resp);
     snprintf(body, T_BODY,
              "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":400,\"temperature\":0.8,"
-             "\"seed\":7,\"response_format\":%s}",
-             T_MODEL_NAME, ids, RF);
+             "\"seed\":7,\"n\":%d,\"response_format\":%s}",
+             T_MODEL_NAME, ids, n, RF);
     status = http(port, "/v1/completions", body, session, 0, 120000, resp);
     if (status != 200) {
         fail_msg("completion failed: status=%ld body=%s", status, resp);
     }
     root = json_loads(resp, 0, &jerr);
     assert_non_null(root);
-    choice = json_array_get(json_object_get(root, "choices"), 0);
-    assert_string_equal(json_string_value(json_object_get(choice, "finish_reason")), "stop");
-    text = json_string_value(json_object_get(choice, "text"));
-    assert_non_null(text);
-    doc = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (doc == NULL) {
-        fail_msg("not JSON (%s): %s", jerr.text, text);
+    assert_int_equal(json_array_size(json_object_get(root, "choices")), n);
+    for (int i = 0; i < n; i++) {
+        choice = json_array_get(json_object_get(root, "choices"), (size_t)i);
+        assert_string_equal(json_string_value(json_object_get(choice, "finish_reason")), "stop");
+        text = json_string_value(json_object_get(choice, "text"));
+        assert_non_null(text);
+        doc = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+        if (doc == NULL) {
+            fail_msg("choice %d not JSON (%s): %s", i, jerr.text, text);
+        }
+        assert_int_equal(json_object_size(doc), 4);
+        assert_non_null(json_string_value(json_object_get(doc, "kind")));
+        assert_true(json_is_boolean(json_object_get(doc, "ok")));
+        assert_true(json_is_null(json_object_get(doc, "none")));
+        assert_non_null(json_string_value(json_object_get(json_object_get(doc, "sub"), "x")));
+        json_decref(doc);
     }
-    assert_int_equal(json_object_size(doc), 4);
-    assert_non_null(json_string_value(json_object_get(doc, "kind")));
-    assert_true(json_is_boolean(json_object_get(doc, "ok")));
-    assert_true(json_is_null(json_object_get(doc, "none")));
-    assert_non_null(json_string_value(json_object_get(json_object_get(doc, "sub"), "x")));
+    text = json_string_value(
+        json_object_get(json_array_get(json_object_get(root, "choices"), 0), "text"));
     print_message("constrained completion: %s\n", text);
     out = strdup(text);
-    json_decref(doc);
     json_decref(root);
     free(body);
     free(resp);
     return out;
+}
+
+static char *constrained(unsigned port, const char *session, const char *ids)
+{
+    return constrained_n(port, session, ids, 1);
 }
 
 static void two_requests(cluster_t *c, char **remote_out, char **local_out)
@@ -82,6 +93,16 @@ static void test_response_format_across_nodes_and_spec(void **state)
     assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "off"), 0);
     two_requests(&c, &off_remote, &off_local);
     assert_true(metric(c.prefill_port[0], "tandem_prefill_tokens_total") == 100);
+    {
+        char ids[4096];
+
+        /* n = 3: the choices forked after the first token each walk their own constraint, on the
+         * prefill node's first tokens (disaggregated) and on the decode node's */
+        make_ids(ids, sizeof(ids), 90, 41, 17);
+        free(constrained_n(c.http_port, "rf-n-remote", ids, 3));
+        make_ids(ids, sizeof(ids), 10, 43, 9);
+        free(constrained_n(c.http_port, "rf-n-local", ids, 3));
+    }
     cluster_check_pages(&c, "constrained, spec off");
     cluster_stop(&c);
     assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, "ngram"), 0);

@@ -315,6 +315,29 @@ static void test_apply_advance_rewind(void **state)
     assert_false(engine_constraint_allows(c, 2));
     engine_constraint_destroy(c);
 
+    /* a clone (constraints made from a request's fields) walks on its own */
+    {
+        engine_constraint_t *a = NULL;
+        engine_constraint_t *b = NULL;
+
+        assert_int_equal(engine_constraint_create_request(vocab, rf, "", &STOP_ID, 1, &a, NULL, 0),
+                         TDM_OK);
+        assert_int_equal(engine_constraint_advance(a, 1), TDM_OK);
+        assert_int_equal(engine_constraint_clone(a, &b), TDM_OK);
+        assert_true(engine_constraint_allows(b, 4) && !engine_constraint_allows(b, 1));
+        assert_int_equal(engine_constraint_advance(b, 2), TDM_OK);
+        assert_true(engine_constraint_allows(b, STOP_ID));
+        assert_false(engine_constraint_allows(a, STOP_ID)); /* a did not move */
+        assert_true(engine_constraint_allows(a, 4));
+        engine_constraint_destroy(a);
+        engine_constraint_destroy(b);
+        assert_int_equal(engine_constraint_create(vocab, rf, strlen(rf), &STOP_ID, 1, &a, NULL, 0),
+                         TDM_OK);
+        assert_int_equal(engine_constraint_clone(a, &b), TDM_ERR_INVALID_ARG);
+        assert_null(b);
+        engine_constraint_destroy(a);
+    }
+
     /* errors: no stop id, a stop id out of range, a refused schema */
     assert_int_equal(engine_constraint_create(vocab, rf, strlen(rf), &STOP_ID, 0, &c, NULL, 0),
                      TDM_ERR_INVALID_ARG);

@@ -229,6 +229,12 @@ static void test_forced_tool_calls_build_the_constraint(void **state)
     assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
     assert_string_equal(err.param, "response_format");
     router_gen_request_fini(&req);
+    tool_request(&req, ROUTER_TOOL_CHOICE_AUTO, NULL, NULL);
+    req.response_format_json = strdup("{\"type\":\"json_object\"}");
+    req.min_tokens = 3;
+    assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
+    assert_string_equal(err.param, "min_tokens");
+    router_gen_request_fini(&req);
     tool_request(&req, ROUTER_TOOL_CHOICE_REQUIRED, NULL, TOOLS);
     req.ignore_eos = 1;
     assert_int_equal(router_tool_constraint_build(&req, &json, &err), TDM_ERR_INVALID_ARG);
