@@ -10,10 +10,6 @@
 // a different computation. The random-weight test model writes gibberish; the cases check the
 // protocol (shapes, counts, indices, reproducibility), never the words.
 //
-// Cases of issue 15 item 8 that need the tools / DSML, response_format, reasoning and
-// /v1/responses work are not here yet (they are added with those features): tools with
-// tool_choice "required", a tool-result round trip, runTools over three rounds, json_schema
-// output, reasoning on/off, responses.create with tools.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -281,6 +277,213 @@ async function responses_whole_streamed_chained() {
         (e) => e.status === 400 && e.param === 'previous_response_id');
 }
 
+// ---- tools, structured output, reasoning (the constraint makes random weights answer in form) --
+
+const TOOLS = [
+    { type: 'function', function: {
+        name: 'read_file', description: 'Read lines of a file of the repository.',
+        parameters: { type: 'object', additionalProperties: false, required: ['path', 'max_lines'],
+                      // enums bound what random weights write inside the forced call
+                      properties: { path: { type: 'string', enum: ['README.md', 'src/main.c'] },
+                                    max_lines: { type: 'integer', enum: [10, 100] } } } } },
+    { type: 'function', function: {
+        name: 'run_tests', description: 'Run the test suite.',
+        parameters: { type: 'object', additionalProperties: false, required: ['verbose'],
+                      properties: { verbose: { type: 'boolean' } } } } },
+];
+
+// A call that names one of `tools` and whose arguments parse and satisfy its schema.
+function checkCall(call, tools = TOOLS) {
+    assert.equal(call.type, 'function');
+    assert.match(call.id, /^call_/);
+    const tool = tools.find((t) => t.function.name === call.function.name);
+    assert.ok(tool, `a call of a known tool (${call.function.name})`);
+    const args = JSON.parse(call.function.arguments);
+    const schema = tool.function.parameters;
+    assert.deepEqual(Object.keys(args).sort(), [...schema.required].sort(), 'required keys only');
+    for (const [k, v] of Object.entries(args)) {
+        const type = schema.properties[k].type;
+        if (type === 'integer') assert.ok(Number.isInteger(v), `${k} is an integer`);
+        else assert.equal(typeof v, type, `${k} is a ${type}`);
+    }
+    return args;
+}
+
+async function tools_required_and_named_give_valid_calls() {
+    const req = { model: MODEL, messages: CHAT, tools: TOOLS, tool_choice: 'required',
+                  parallel_tool_calls: false, max_tokens: 400, temperature: 1, seed: 7 };
+    const whole = await client.chat.completions.create(req, session());
+    const m = whole.choices[0].message;
+    assert.equal(whole.choices[0].finish_reason, 'tool_calls');
+    assert.equal(m.tool_calls.length, 1, 'parallel_tool_calls false: one call');
+    m.tool_calls.forEach((c) => checkCall(c));
+    assert.ok(!m.content, 'no DSML or text beside the forced calls');
+
+    // Streamed: the id and name first, then argument fragments, folding to the whole answer.
+    const stream = await client.chat.completions.create({ ...req, stream: true }, session());
+    const calls = [];
+    let finish = null;
+    for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+            for (const tc of c.delta?.tool_calls ?? []) {
+                if (!calls[tc.index]) {
+                    assert.ok(tc.id && tc.function?.name, 'a call opens with its id and name');
+                    calls[tc.index] = { name: tc.function.name, arguments: '' };
+                }
+                calls[tc.index].arguments += tc.function?.arguments ?? '';
+            }
+            assert.ok(!(c.delta?.content ?? '').includes('DSML'), 'no markup in content');
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.deepEqual(calls, m.tool_calls.map((c) => ({ name: c.function.name,
+                                                       arguments: c.function.arguments })));
+
+    const named = await client.chat.completions.create(
+        { ...req, tool_choice: { type: 'function', function: { name: 'run_tests' } } }, session());
+    assert.ok(named.choices[0].message.tool_calls.length >= 1);
+    for (const c of named.choices[0].message.tool_calls) {
+        assert.equal(c.function.name, 'run_tests');
+        checkCall(c);
+    }
+}
+
+async function tool_result_round_trip() {
+    const name = `sdk-${RUN}-roundtrip`;
+    const first = await client.chat.completions.create(
+        { model: MODEL, messages: CHAT, tools: TOOLS, tool_choice: 'required',
+          parallel_tool_calls: false, max_tokens: 400, temperature: 0 }, session(name));
+    const m = first.choices[0].message;
+    const results = m.tool_calls.map((c) => ({ role: 'tool', tool_call_id: c.id,
+                                               content: `result of ${c.function.name}` }));
+    const second = await client.chat.completions.create(
+        { model: MODEL, messages: [...CHAT, m, ...results], tools: TOOLS, tool_choice: 'none',
+          max_tokens: 12, temperature: 0 }, session(name));
+    const c = second.choices[0];
+    assert.ok(!c.message.tool_calls?.length, 'tool_choice none: no call');
+    assert.ok(['stop', 'length'].includes(c.finish_reason));
+    assert.ok(second.usage.prompt_tokens > first.usage.prompt_tokens);
+    assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0,
+              'the turn with the tool results reuses the session');
+}
+
+async function run_tools_three_rounds() {
+    const calls = [];
+    const tool = (fname) => ({ type: 'function', function: {
+        ...TOOLS.find((t) => t.function.name === fname).function,
+        function: (args) => { calls.push({ fname, args }); return { ok: true, round: calls.length }; },
+        parse: JSON.parse } });
+    const runner = client.beta.chat.completions.runTools(
+        { model: MODEL, messages: CHAT, tools: [tool('read_file'), tool('run_tests')],
+          tool_choice: 'required', parallel_tool_calls: false, max_tokens: 400, temperature: 1,
+          seed: 11 },
+        { ...session(), maxChatCompletions: 3 });
+    await runner.done();
+    const rounds = runner.messages.filter((x) => x.role === 'assistant');
+    assert.equal(rounds.length, 3, 'three model rounds');
+    assert.equal(calls.length, 3, 'each round called one tool');
+    const results = runner.messages.filter((x) => x.role === 'tool');
+    assert.equal(results.length, calls.length);
+    const final = await client.chat.completions.create(
+        { model: MODEL, messages: runner.messages, tools: TOOLS, tool_choice: 'none',
+          max_tokens: 8, temperature: 0 }, session());
+    assert.ok(!final.choices[0].message.tool_calls?.length);
+    assert.equal(typeof final.choices[0].message.content, 'string', 'a final answer');
+}
+
+const ANSWER_SCHEMA = {
+    type: 'object', additionalProperties: false, required: ['done', 'kind', 'count', 'note'],
+    properties: { done: { type: 'boolean' }, kind: { type: 'string', enum: ['bug', 'feature'] },
+                  count: { type: 'integer' }, note: { type: ['string', 'null'] } },
+};
+
+async function json_schema_output_parses_and_validates() {
+    for (const seed of [1, 2, 3]) {
+        const r = await client.chat.completions.create(
+            { model: MODEL, messages: CHAT, max_tokens: 200, temperature: 1, seed,
+              response_format: { type: 'json_schema',
+                                 json_schema: { name: 'answer', strict: true,
+                                                schema: ANSWER_SCHEMA } } }, session());
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'stop', `the constraint closes the object (seed ${seed})`);
+        const v = JSON.parse(c.message.content);
+        assert.deepEqual(Object.keys(v).sort(), ['count', 'done', 'kind', 'note']);
+        assert.equal(typeof v.done, 'boolean');
+        assert.ok(['bug', 'feature'].includes(v.kind));
+        assert.ok(Number.isInteger(v.count));
+        assert.ok(v.note === null || typeof v.note === 'string');
+    }
+    const obj = await client.chat.completions.create(
+        { model: MODEL, messages: CHAT, max_tokens: 200, temperature: 1, seed: 4,
+          response_format: { type: 'json_object' } }, session());
+    if (obj.choices[0].finish_reason === 'stop') {
+        const v = JSON.parse(obj.choices[0].message.content);
+        assert.equal(typeof v, 'object');
+        assert.ok(v !== null && !Array.isArray(v));
+    }
+    await assert.rejects(client.chat.completions.create(
+        { model: MODEL, messages: CHAT, max_tokens: 8,
+          response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {
+              type: 'string', pattern: '^a' } } } }),
+        (e) => e.status === 400 && /pattern/.test(e.message), 'an unsupported keyword is named');
+}
+
+async function reasoning_on_and_off() {
+    const base = { model: MODEL, messages: CHAT, max_tokens: 8, temperature: 0 };
+    const on = await client.chat.completions.create(
+        { ...base, thinking: { type: 'enabled' } }, session());
+    const m = on.choices[0].message;
+    assert.equal(typeof m.reasoning_content, 'string');
+    assert.ok(m.reasoning_content.length > 0, 'thinking mode: the output starts as reasoning');
+    assert.ok(!(m.content ?? '').includes('</think>'));
+    const kw = await client.chat.completions.create(
+        { ...base, chat_template_kwargs: { thinking: true } }, session());
+    assert.equal(kw.choices[0].message.reasoning_content, m.reasoning_content,
+                 'chat_template_kwargs.thinking is the same switch');
+    const off = await client.chat.completions.create(base, session());
+    assert.equal(off.choices[0].message.reasoning_content, undefined, 'off by default');
+    assert.ok(off.choices[0].message.content.length > 0);
+    // streamed reasoning arrives as delta.reasoning_content
+    const stream = await client.chat.completions.create(
+        { ...base, thinking: { type: 'enabled' }, stream: true }, session());
+    let reasoning = '';
+    for await (const chunk of stream) {
+        for (const c of chunk.choices) reasoning += c.delta?.reasoning_content ?? '';
+    }
+    assert.equal(reasoning, m.reasoning_content);
+}
+
+async function responses_with_tools_streamed_whole_chained() {
+    const tools = TOOLS.map((t) => ({ type: 'function', ...t.function, strict: true }));
+    const req = { model: MODEL, instructions: 'Use the tools.', input: CHAT[0].content, tools,
+                  tool_choice: 'required', parallel_tool_calls: false, max_output_tokens: 400,
+                  temperature: 0 };
+    const whole = await client.responses.create(req, session());
+    const fcs = whole.output.filter((o) => o.type === 'function_call');
+    assert.ok(fcs.length >= 1, 'a function_call item');
+    fcs.forEach((f) => checkCall({ type: 'function', id: f.call_id,
+                                   function: { name: f.name, arguments: f.arguments } }));
+    const stream = await client.responses.create({ ...req, stream: true }, session());
+    let done = null;
+    let final = null;
+    for await (const ev of stream) {
+        if (ev.type === 'response.function_call_arguments.done' && done === null) {
+            done = ev.arguments;
+        }
+        if (ev.type === 'response.completed') final = ev.response;
+    }
+    assert.equal(done, fcs[0].arguments, 'streamed and whole calls agree');
+    assert.ok(final);
+    const next = await client.responses.create(
+        { model: MODEL, instructions: 'Use the tools.', previous_response_id: whole.id, tools,
+          tool_choice: 'none', max_output_tokens: 8, temperature: 0,
+          input: fcs.map((f) => ({ type: 'function_call_output', call_id: f.call_id,
+                                   output: 'ok' })) });
+    assert.ok(!next.output.some((o) => o.type === 'function_call'));
+    assert.ok(next.usage.input_tokens_details.cached_tokens > 0, 'the chained turn reuses KV');
+}
+
 const CASES = [
     models_list_and_retrieve,
     chat_whole_and_streamed,
@@ -289,6 +492,12 @@ const CASES = [
     n3_whole_and_streamed_reproducible,
     abort_mid_stream_then_normal_request,
     responses_whole_streamed_chained,
+    tools_required_and_named_give_valid_calls,
+    tool_result_round_trip,
+    run_tools_three_rounds,
+    json_schema_output_parses_and_validates,
+    reasoning_on_and_off,
+    responses_with_tools_streamed_whole_chained,
 ];
 
 let failed = 0;

@@ -237,9 +237,9 @@ static int setup(void **state)
     fx = calloc(1, sizeof(*fx));
     snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/router-model", tmp);
     snprintf(command, sizeof(command),
-             "test -f %s/config.json || %s/tandem-mkmodel --log-level warn --preset tiny --seed 1 "
-             "--out %s >/dev/null",
-             fx->model_dir, bin, fx->model_dir);
+             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
+             "--preset tiny --seed 1 --out %s >/dev/null",
+             fx->model_dir, bin, bin, fx->model_dir);
     if (run_shell(command) != 0) {
         free(fx);
         return -1;

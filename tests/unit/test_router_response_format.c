@@ -39,9 +39,9 @@ static int setup(void **state)
     }
     snprintf(dir, sizeof(dir), "%s/router-rf-model", tmp);
     snprintf(command, sizeof(command),
-             "test -f %s/config.json || %s/tandem-mkmodel --log-level warn --preset tiny --seed 1 "
-             "--out %s >/dev/null",
-             dir, bin, dir);
+             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
+             "--preset tiny --seed 1 --out %s >/dev/null",
+             dir, bin, bin, dir);
     rc = system(command);
     if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
         return -1;
