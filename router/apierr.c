@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "common/http_status.h"
+
 void router_apierr_set(router_apierr_t *err, int http_status, const char *type, const char *code,
                        const char *param, const char *fmt, ...)
 {
@@ -59,4 +61,19 @@ out:
     json_decref(inner);
     json_decref(root);
     return text;
+}
+
+tdm_status_t router_apierr_bad(router_apierr_t *err, const char *code, const char *param,
+                               const char *message)
+{
+    router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, code, param, "%s",
+                      message);
+    return TDM_ERR_INVALID_ARG;
+}
+
+tdm_status_t router_apierr_no_memory(router_apierr_t *err)
+{
+    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
+                      "out of memory");
+    return TDM_ERR_NO_MEMORY;
 }

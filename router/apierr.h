@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "common/status.h"
+
 /* Bytes of an error message, NUL included. */
 #define ROUTER_APIERR_MESSAGE_BYTES 512
 
@@ -34,6 +36,18 @@ typedef struct {
 void router_apierr_set(router_apierr_t *err, int http_status, const char *type, const char *code,
                        const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+/*
+ * router_apierr_bad - fill *err as a 400 invalid_request_error with `code`, `param` (static
+ * storage or NULL) and `message`; returns TDM_ERR_INVALID_ARG, so a check can
+ * `return router_apierr_bad(...)`.
+ */
+tdm_status_t router_apierr_bad(router_apierr_t *err, const char *code, const char *param,
+                               const char *message);
+
+/* router_apierr_no_memory - fill *err as a 500 internal_error "out of memory"; returns
+ * TDM_ERR_NO_MEMORY. */
+tdm_status_t router_apierr_no_memory(router_apierr_t *err);
 
 /*
  * router_apierr_json - the error as a NUL-terminated JSON object (caller frees with free()), or

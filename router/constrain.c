@@ -9,20 +9,7 @@
 #include "common/http_status.h"
 #include "text/constrain.h"
 
-static tdm_status_t bad(router_apierr_t *err, const char *code, const char *param,
-                        const char *message)
-{
-    router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, code, param, "%s",
-                      message);
-    return TDM_ERR_INVALID_ARG;
-}
 
-static tdm_status_t no_memory(router_apierr_t *err)
-{
-    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
-                      "out of memory");
-    return TDM_ERR_NO_MEMORY;
-}
 
 tdm_status_t router_response_format_parse(const router_model_info_t *info, const json_t *root,
                                           router_gen_request_t *req, router_apierr_t *err)
@@ -38,7 +25,7 @@ tdm_status_t router_response_format_parse(const router_model_info_t *info, const
         return TDM_OK;
     }
     if (!json_is_object(rf)) {
-        return bad(err, "invalid_type", "response_format", "'response_format' must be an object");
+        return router_apierr_bad(err, "invalid_type", "response_format", "'response_format' must be an object");
     }
     type = json_string_value(json_object_get(rf, "type"));
     if (type != NULL && strcmp(type, "text") == 0 && json_object_size(rf) == 1) {
@@ -46,13 +33,13 @@ tdm_status_t router_response_format_parse(const router_model_info_t *info, const
     }
     text = json_dumps(rf, JSON_COMPACT);
     if (text == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     status = text_constraint_compile(text, strlen(text), &c, reason, sizeof(reason));
     text_constraint_destroy(c);
     if (status == TDM_ERR_NO_MEMORY) {
         free(text);
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     if (status != TDM_OK) {
         free(text);
@@ -62,7 +49,7 @@ tdm_status_t router_response_format_parse(const router_model_info_t *info, const
     }
     if (req->ignore_eos || info->eos_id < 0) {
         free(text);
-        return bad(err, "unsupported_parameter", "ignore_eos",
+        return router_apierr_bad(err, "unsupported_parameter", "ignore_eos",
                    "'ignore_eos' cannot be combined with 'response_format': a constrained "
                    "completion ends where its JSON value does");
     }
@@ -88,7 +75,7 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
     if (req->min_tokens > 0 &&
         (req->response_format_json != NULL ||
          ((req->tool_choice == ROUTER_TOOL_CHOICE_REQUIRED || named) && req->tools_json != NULL))) {
-        return bad(err, "unsupported_parameter", "min_tokens",
+        return router_apierr_bad(err, "unsupported_parameter", "min_tokens",
                    "'min_tokens' cannot be combined with a constrained output (response_format or "
                    "a forced tool call): the completion ends where the constraint does");
     }
@@ -96,12 +83,12 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
         return TDM_OK;
     }
     if (req->ignore_eos) {
-        return bad(err, "unsupported_parameter", "ignore_eos",
+        return router_apierr_bad(err, "unsupported_parameter", "ignore_eos",
                    "'ignore_eos' cannot be combined with a forced tool call: the completion ends "
                    "with its tool-call block");
     }
     if (req->response_format_json != NULL) {
-        return bad(err, "unsupported_parameter", "response_format",
+        return router_apierr_bad(err, "unsupported_parameter", "response_format",
                    "'response_format' cannot be combined with a forced tool call (tool_choice "
                    "\"required\" or a named function)");
     }
@@ -110,7 +97,7 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
     if (tools == NULL || picked == NULL) {
         json_decref(tools);
         json_decref(picked);
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     json_array_foreach(tools, i, tool)
     {
@@ -124,7 +111,7 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
         }
         entry = json_pack("{s:s}", "name", name);
         if (entry == NULL) {
-            status = no_memory(err);
+            status = router_apierr_no_memory(err);
             break;
         }
         if (json_object_get(fn, "parameters") != NULL) {
@@ -133,7 +120,7 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
         json_array_append_new(picked, entry);
     }
     if (status == TDM_OK && json_array_size(picked) == 0) {
-        status = bad(err, "invalid_value", "tool_choice",
+        status = router_apierr_bad(err, "invalid_value", "tool_choice",
                      named ? "tool_choice names a function that is not among the tools"
                            : "tool_choice \"required\" needs at least one function tool");
     }
@@ -141,13 +128,13 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
         spec = json_pack("{s:b,s:b,s:O}", "thinking", req->thinking != 0, "parallel",
                          !named && req->parallel_tool_calls != 0, "tools", picked);
         text = spec == NULL ? NULL : json_dumps(spec, JSON_COMPACT);
-        status = text == NULL ? no_memory(err) : TDM_OK;
+        status = text == NULL ? router_apierr_no_memory(err) : TDM_OK;
     }
     if (status == TDM_OK) {
         status = text_constraint_compile_tool_calls(text, strlen(text), &c, reason, sizeof(reason));
         text_constraint_destroy(c);
         if (status == TDM_ERR_NO_MEMORY) {
-            status = no_memory(err);
+            status = router_apierr_no_memory(err);
         } else if (status != TDM_OK) {
             router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                               "unsupported_parameter", "tools", "%s", reason);

@@ -133,12 +133,6 @@ static tdm_status_t bad(router_apierr_t *err, const char *code, const char *para
     return TDM_ERR_INVALID_ARG;
 }
 
-static tdm_status_t no_memory(router_apierr_t *err)
-{
-    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
-                      "out of memory");
-    return TDM_ERR_NO_MEMORY;
-}
 
 /* The text of a message's content: a string, or the concatenated text of input_text /
  * output_text parts. Anything else (images, files, audio) is refused. New reference. */
@@ -153,7 +147,7 @@ static tdm_status_t content_text(const json_t *content, size_t item, json_t **ou
     snprintf(where, sizeof(where), "%zu", item);
     if (json_is_string(content)) {
         *out = json_string(json_string_value(content));
-        return *out != NULL ? TDM_OK : no_memory(err);
+        return *out != NULL ? TDM_OK : router_apierr_no_memory(err);
     }
     if (!json_is_array(content)) {
         return bad(err, "invalid_type", "input",
@@ -174,12 +168,12 @@ static tdm_status_t content_text(const json_t *content, size_t item, json_t **ou
         }
         if (tdm_buf_append(&text, t, strlen(t)) != TDM_OK) {
             tdm_buf_fini(&text);
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
     }
     *out = json_stringn(text.data != NULL ? text.data : "", text.n_bytes);
     tdm_buf_fini(&text);
-    return *out != NULL ? TDM_OK : no_memory(err);
+    return *out != NULL ? TDM_OK : router_apierr_no_memory(err);
 }
 
 /* The reasoning text of a reasoning item: content[].text, else summary[].text. */
@@ -236,7 +230,7 @@ static tdm_status_t add_function_call(json_t *msgs, const json_t *item, json_t *
     if (msg == NULL) {
         msg = json_pack("{s:s, s:n}", "role", "assistant", "content");
         if (msg == NULL || json_array_append_new(msgs, msg) != 0) {
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
         if (*reasoning != NULL) {
             json_object_set_new(msg, "reasoning_content", *reasoning);
@@ -247,13 +241,13 @@ static tdm_status_t add_function_call(json_t *msgs, const json_t *item, json_t *
     if (calls == NULL) {
         calls = json_array();
         if (calls == NULL || json_object_set_new(msg, "tool_calls", calls) != 0) {
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
     }
     if (json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", call_id, "type",
                                                "function", "function", "name", name,
                                                "arguments", args)) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     return TDM_OK;
 }
@@ -282,7 +276,7 @@ static tdm_status_t add_message(json_t *msgs, const json_t *item, json_t **reaso
     msg = json_pack("{s:s, s:o}", "role", strcmp(role, "developer") == 0 ? "system" : role,
                     "content", text);
     if (msg == NULL || json_array_append_new(msgs, msg) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     if (strcmp(role, "assistant") == 0 && *reasoning != NULL) {
         json_object_set_new(msg, "reasoning_content", *reasoning);
@@ -304,7 +298,7 @@ static tdm_status_t add_input(json_t *msgs, const json_t *input, router_apierr_t
         return json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content",
                                                      json_string_value(input))) == 0
                    ? TDM_OK
-                   : no_memory(err);
+                   : router_apierr_no_memory(err);
     }
     if (!json_is_array(input)) {
         return bad(err, "invalid_type", "input",
@@ -332,12 +326,12 @@ static tdm_status_t add_input(json_t *msgs, const json_t *input, router_apierr_t
             } else if (json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool",
                                                              "tool_call_id", call_id, "content",
                                                              output)) != 0) {
-                st = no_memory(err);
+                st = router_apierr_no_memory(err);
             }
         } else if (strcmp(type, "reasoning") == 0) {
             json_decref(reasoning);
             reasoning = reasoning_text(item);
-            st = reasoning != NULL ? TDM_OK : no_memory(err);
+            st = reasoning != NULL ? TDM_OK : router_apierr_no_memory(err);
         } else {
             st = bad(err, "invalid_value", "input",
                      "input[%s].type '%s' is not supported (message, function_call, "
@@ -367,7 +361,7 @@ static tdm_status_t chat_tools(const json_t *tools, json_t *chat, router_apierr_
     }
     out = json_array();
     if (out == NULL || json_object_set_new(chat, "tools", out) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     json_array_foreach(tools, i, tool) {
         const char *type = json_string_value(json_object_get(tool, "type"));
@@ -383,7 +377,7 @@ static tdm_status_t chat_tools(const json_t *tools, json_t *chat, router_apierr_
         fn = json_object();
         if (fn == NULL || json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function",
                                                                "function", fn)) != 0) {
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
         /* name, description and parameters move into "function"; the chat checks them. */
         const char *keys[3] = {"name", "description", "parameters"};
@@ -450,7 +444,7 @@ static tdm_status_t chat_format(const json_t *text, json_t *chat, router_apierr_
         json_object_set_new(chat, "response_format",
                             json_pack("{s:s, s:o}", "type", "json_schema", "json_schema",
                                       schema)) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     const char *keys[4] = {"name", "schema", "strict", "description"};
     for (int k = 0; k < 4; k++) {
@@ -576,7 +570,7 @@ static tdm_status_t rewrite(router_responses_t *store, const json_t *root,
         if (session[0] != '\0') {
             req->session_id = strdup(session);
             if (req->session_id == NULL) {
-                return no_memory(err);
+                return router_apierr_no_memory(err);
             }
         }
     }
@@ -586,12 +580,12 @@ static tdm_status_t rewrite(router_responses_t *store, const json_t *root,
     }
     messages = json_array();
     if (messages == NULL || json_object_set_new(chat, "messages", messages) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     if (instructions != NULL &&
         json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "system", "content",
                                                   instructions)) != 0) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     json_array_extend(messages, echo->conversation);
     for (size_t k = 0; k < N_OF(PASS); k++) {
@@ -650,7 +644,7 @@ tdm_status_t router_responses_request(router_responses_t *store, const char *bod
     echo = calloc(1, sizeof(*echo));
     if (echo == NULL) {
         json_decref(root);
-        return no_memory(err_out);
+        return router_apierr_no_memory(err_out);
     }
     req.echo = echo;
     echo->conversation = json_array();
@@ -662,7 +656,7 @@ tdm_status_t router_responses_request(router_responses_t *store, const char *bod
     snprintf(req.id, sizeof(req.id), "resp_%016" PRIx64 "%016" PRIx64,
              tdm_hash_splitmix64(id_seed), tdm_hash_splitmix64(id_seed ^ 0x9e3779b97f4a7c15ULL));
     if (echo->conversation == NULL || echo->fields == NULL || chat == NULL) {
-        st = no_memory(err_out);
+        st = router_apierr_no_memory(err_out);
     } else {
         st = rewrite(store, root, &req, echo, chat, err_out);
     }
@@ -673,7 +667,7 @@ tdm_status_t router_responses_request(router_responses_t *store, const char *bod
         }
         req.chat_body = json_dumps(chat, JSON_COMPACT);
         if (req.chat_body == NULL) {
-            st = no_memory(err_out);
+            st = router_apierr_no_memory(err_out);
         } else {
             req.n_chat_body = strlen(req.chat_body);
         }

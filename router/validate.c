@@ -14,24 +14,11 @@
 
 static const char IMAGE_MESSAGE[] = "image inputs are not supported by this deployment";
 
-static tdm_status_t bad(router_apierr_t *err, const char *code, const char *param,
-                        const char *message)
-{
-    router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, code, param, "%s",
-                      message);
-    return TDM_ERR_INVALID_ARG;
-}
 
-static tdm_status_t no_memory(router_apierr_t *err)
-{
-    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
-                      "out of memory");
-    return TDM_ERR_NO_MEMORY;
-}
 
 static tdm_status_t image_refused(router_apierr_t *err, const char *param)
 {
-    return bad(err, "unsupported_input", param, IMAGE_MESSAGE);
+    return router_apierr_bad(err, "unsupported_input", param, IMAGE_MESSAGE);
 }
 
 static int content_type_is_json(const char *content_type)
@@ -162,17 +149,17 @@ static tdm_status_t check_unsupported(const json_t *root, router_apierr_t *err)
     }
     value = member(root, "logit_bias");
     if (value != NULL && (!json_is_object(value) || json_object_size(value) > 0)) {
-        return bad(err, "unsupported_parameter", "logit_bias",
+        return router_apierr_bad(err, "unsupported_parameter", "logit_bias",
                    "'logit_bias' is not supported by this deployment");
     }
     value = member(root, "echo");
     if (value != NULL && !json_is_false(value)) {
-        return bad(err, "unsupported_parameter", "echo",
+        return router_apierr_bad(err, "unsupported_parameter", "echo",
                    "'echo' is not supported by this deployment");
     }
     value = member(root, "suffix");
     if (value != NULL && !(json_is_string(value) && json_string_length(value) == 0)) {
-        return bad(err, "unsupported_parameter", "suffix",
+        return router_apierr_bad(err, "unsupported_parameter", "suffix",
                    "'suffix' is not supported by this deployment");
     }
     return TDM_OK;
@@ -253,7 +240,7 @@ static tdm_status_t get_spec(const router_model_info_t *info, const json_t *root
         return TDM_OK;
     }
     if (!json_is_string(value)) {
-        return bad(err, "invalid_type", "spec",
+        return router_apierr_bad(err, "invalid_type", "spec",
                    "'spec' must be a string: \"off\", \"dspark\" or \"ngram\"");
     }
     for (size_t i = ROUTER_SPEC_OFF; i < sizeof(SPEC_NAMES) / sizeof(SPEC_NAMES[0]); i++) {
@@ -290,10 +277,10 @@ static tdm_status_t get_stream(const json_t *root, router_gen_request_t *req, ro
         return TDM_OK;
     }
     if (!json_is_object(options)) {
-        return bad(err, "invalid_type", "stream_options", "'stream_options' must be an object");
+        return router_apierr_bad(err, "invalid_type", "stream_options", "'stream_options' must be an object");
     }
     if (!req->stream) {
-        return bad(err, "invalid_value", "stream_options",
+        return router_apierr_bad(err, "invalid_value", "stream_options",
                    "'stream_options' is only allowed when 'stream' is true");
     }
     return get_bool(options, "include_usage", &req->include_usage, err);
@@ -312,26 +299,26 @@ static tdm_status_t get_stop(const json_t *root, router_gen_request_t *req, rout
         items[n_items++] = stop;
     } else if (json_is_array(stop)) {
         if (json_array_size(stop) > ROUTER_MAX_STOP_STRINGS) {
-            return bad(err, "invalid_value", "stop", "'stop' holds at most 4 strings");
+            return router_apierr_bad(err, "invalid_value", "stop", "'stop' holds at most 4 strings");
         }
         for (size_t i = 0; i < json_array_size(stop); i++) {
             items[n_items++] = json_array_get(stop, i);
         }
     } else {
-        return bad(err, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+        return router_apierr_bad(err, "invalid_type", "stop", "'stop' must be a string or an array of strings");
     }
     for (size_t i = 0; i < n_items; i++) {
         size_t n;
         if (!json_is_string(items[i])) {
-            return bad(err, "invalid_type", "stop", "'stop' entries must be strings");
+            return router_apierr_bad(err, "invalid_type", "stop", "'stop' entries must be strings");
         }
         n = json_string_length(items[i]);
         if (n == 0 || n > ROUTER_MAX_STOP_BYTES) {
-            return bad(err, "invalid_value", "stop", "'stop' strings must be 1..256 bytes");
+            return router_apierr_bad(err, "invalid_value", "stop", "'stop' strings must be 1..256 bytes");
         }
         req->stop[req->n_stop] = malloc(n + 1);
         if (req->stop[req->n_stop] == NULL) {
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
         memcpy(req->stop[req->n_stop], json_string_value(items[i]), n + 1);
         req->stop_bytes[req->n_stop] = n;
@@ -365,7 +352,7 @@ static tdm_status_t get_logprobs(const json_t *root, router_api_t api, router_ge
         return status;
     }
     if (top_given && !enabled) {
-        return bad(err, "invalid_value", "top_logprobs",
+        return router_apierr_bad(err, "invalid_value", "top_logprobs",
                    "'top_logprobs' requires 'logprobs' to be true");
     }
     req->n_logprobs = enabled ? (int)top : -1;
@@ -380,7 +367,7 @@ static tdm_status_t adopt_ids(int32_t *ids, size_t n_ids, router_gen_request_t *
 
     if (copy == NULL) {
         text_tokens_free(ids);
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     if (n_ids > 0) {
         memcpy(copy, ids, n_ids * sizeof(*copy));
@@ -421,7 +408,7 @@ static tdm_status_t content_text(const json_t *content, const char **text_out, s
         return TDM_OK;
     }
     if (!json_is_array(content)) {
-        return bad(err, "invalid_type", "messages",
+        return router_apierr_bad(err, "invalid_type", "messages",
                    "message 'content' must be a string or an array of content parts");
     }
     for (size_t i = 0; i < json_array_size(content); i++) {
@@ -429,24 +416,24 @@ static tdm_status_t content_text(const json_t *content, const char **text_out, s
         json_t *type = json_object_get(part, "type");
         json_t *text;
         if (!json_is_object(part) || !json_is_string(type)) {
-            return bad(err, "invalid_type", "messages",
+            return router_apierr_bad(err, "invalid_type", "messages",
                        "content parts must be objects with a string 'type'");
         }
         if (part_is_image(json_string_value(type))) {
             return image_refused(err, "messages");
         }
         if (strcmp(json_string_value(type), "text") != 0) {
-            return bad(err, "invalid_value", "messages", "content part 'type' must be 'text'");
+            return router_apierr_bad(err, "invalid_value", "messages", "content part 'type' must be 'text'");
         }
         text = json_object_get(part, "text");
         if (!json_is_string(text)) {
-            return bad(err, "invalid_type", "messages", "text parts need a string 'text'");
+            return router_apierr_bad(err, "invalid_type", "messages", "text parts need a string 'text'");
         }
         total += json_string_length(text);
     }
     joined = malloc(total + 1);
     if (joined == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     total = 0;
     for (size_t i = 0; i < json_array_size(content); i++) {
@@ -468,7 +455,7 @@ static tdm_status_t message_role(const json_t *msg, text_chat_role_t *role_out,
     const char *name;
 
     if (!json_is_string(role)) {
-        return bad(err, "invalid_type", "messages", "every message needs a string 'role'");
+        return router_apierr_bad(err, "invalid_type", "messages", "every message needs a string 'role'");
     }
     name = json_string_value(role);
     if (strcmp(name, "system") == 0 || strcmp(name, "developer") == 0) {
@@ -480,7 +467,7 @@ static tdm_status_t message_role(const json_t *msg, text_chat_role_t *role_out,
     } else if (strcmp(name, "tool") == 0) {
         *role_out = TEXT_CHAT_TOOL;
     } else {
-        return bad(err, "invalid_value", "messages",
+        return router_apierr_bad(err, "invalid_value", "messages",
                    "message 'role' must be system, developer, user, assistant or tool");
     }
     return TDM_OK;
@@ -500,25 +487,25 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
     tdm_status_t status = TDM_OK;
 
     if (messages == NULL) {
-        return bad(err, "missing_parameter", "messages", "'messages' is required");
+        return router_apierr_bad(err, "missing_parameter", "messages", "'messages' is required");
     }
     if (!json_is_array(messages)) {
-        return bad(err, "invalid_type", "messages", "'messages' must be an array");
+        return router_apierr_bad(err, "invalid_type", "messages", "'messages' must be an array");
     }
     n_msgs = json_array_size(messages);
     if (n_msgs == 0) {
-        return bad(err, "empty_prompt", "messages", "'messages' must not be empty");
+        return router_apierr_bad(err, "empty_prompt", "messages", "'messages' must not be empty");
     }
     msgs = calloc(n_msgs, sizeof(*msgs));
     joined = calloc(n_msgs, sizeof(*joined));
     if (msgs == NULL || joined == NULL) {
-        status = no_memory(err);
+        status = router_apierr_no_memory(err);
         goto out;
     }
     for (size_t i = 0; i < n_msgs && status == TDM_OK; i++) {
         json_t *msg = json_array_get(messages, i);
         if (!json_is_object(msg)) {
-            status = bad(err, "invalid_type", "messages", "every message must be an object");
+            status = router_apierr_bad(err, "invalid_type", "messages", "every message must be an object");
             break;
         }
         status = message_role(msg, &msgs[i].role, err);
@@ -544,7 +531,7 @@ static tdm_status_t chat_prompt(const router_model_t *model, const json_t *root,
     if (status == TDM_OK) {
         status = adopt_ids(ids, n_ids, req, err);
     } else if (status == TDM_ERR_NO_MEMORY) {
-        no_memory(err);
+        router_apierr_no_memory(err);
     } else if (status != TDM_OK) {
         router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
                           "chat template failed: %s", tdm_status_message(status));
@@ -565,11 +552,11 @@ static tdm_status_t ids_prompt(const json_t *array, router_gen_request_t *req, r
     int32_t *ids;
 
     if (n == 0) {
-        return bad(err, "empty_prompt", "prompt", "'prompt' must not be empty");
+        return router_apierr_bad(err, "empty_prompt", "prompt", "'prompt' must not be empty");
     }
     ids = malloc(n * sizeof(*ids));
     if (ids == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     for (size_t i = 0; i < n; i++) {
         int64_t id;
@@ -577,7 +564,7 @@ static tdm_status_t ids_prompt(const json_t *array, router_gen_request_t *req, r
         if (!json_is_number(item) || tdm_json_int_exact(item, &id) != TDM_OK || id < 0 ||
             id > INT32_MAX) {
             free(ids);
-            return bad(err, "invalid_token_id", "prompt",
+            return router_apierr_bad(err, "invalid_token_id", "prompt",
                        "token-id prompts must hold integers in [0, vocab_size)");
         }
         ids[i] = (int32_t)id;
@@ -598,7 +585,7 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
     tdm_status_t status;
 
     if (prompt == NULL) {
-        return bad(err, "missing_parameter", "prompt", "'prompt' is required");
+        return router_apierr_bad(err, "missing_parameter", "prompt", "'prompt' is required");
     }
     if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
         (json_is_string(json_array_get(prompt, 0)) || json_is_array(json_array_get(prompt, 0)))) {
@@ -606,17 +593,17 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
     }
     if (json_is_array(prompt)) {
         if (json_array_size(prompt) > 0 && !json_is_number(json_array_get(prompt, 0))) {
-            return bad(err, "unsupported_parameter", "prompt",
+            return router_apierr_bad(err, "unsupported_parameter", "prompt",
                        "batched prompts are not supported: send one prompt per request");
         }
         return ids_prompt(prompt, req, err);
     }
     if (!json_is_string(prompt)) {
-        return bad(err, "invalid_type", "prompt",
+        return router_apierr_bad(err, "invalid_type", "prompt",
                    "'prompt' must be a string, an array of token ids, or a one-element array");
     }
     if (json_string_length(prompt) == 0) {
-        return bad(err, "empty_prompt", "prompt", "'prompt' must not be empty");
+        return router_apierr_bad(err, "empty_prompt", "prompt", "'prompt' must not be empty");
     }
     text_tokenizer_get_info(router_model_tokenizer(model), &tok_info);
     if (tok_info.bos_id >= 0) {
@@ -628,7 +615,7 @@ static tdm_status_t completion_prompt(const router_model_t *model, const json_t 
         return adopt_ids(ids, n_ids, req, err);
     }
     if (status == TDM_ERR_NO_MEMORY) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     if (status != TDM_OK) {
         router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
@@ -643,7 +630,7 @@ static tdm_status_t check_prompt_ids(const router_model_info_t *info, router_api
     const char *param = api == ROUTER_API_CHAT ? "messages" : "prompt";
 
     if (req->n_prompt_ids == 0) {
-        return bad(err, "empty_prompt", param, "the prompt is empty");
+        return router_apierr_bad(err, "empty_prompt", param, "the prompt is empty");
     }
     for (size_t i = 0; i < req->n_prompt_ids; i++) {
         if (req->prompt_ids[i] < 0 || (uint32_t)req->prompt_ids[i] >= info->n_vocab) {
@@ -711,10 +698,10 @@ static tdm_status_t check_model(const router_model_info_t *info, const json_t *r
     json_t *name = member(root, "model");
 
     if (name == NULL) {
-        return bad(err, "missing_parameter", "model", "'model' is required");
+        return router_apierr_bad(err, "missing_parameter", "model", "'model' is required");
     }
     if (!json_is_string(name)) {
-        return bad(err, "invalid_type", "model", "'model' must be a string");
+        return router_apierr_bad(err, "invalid_type", "model", "'model' must be a string");
     }
     if (strcmp(json_string_value(name), info->name) != 0) {
         router_apierr_set(err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found",
@@ -740,7 +727,7 @@ static tdm_status_t parse_body(const char *body, size_t n_body, json_t **root_ou
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        return bad(err, "invalid_json", NULL, "the request body must be a JSON object");
+        return router_apierr_bad(err, "invalid_json", NULL, "the request body must be a JSON object");
     }
     *root_out = root;
     return TDM_OK;

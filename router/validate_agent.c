@@ -21,12 +21,6 @@ static tdm_status_t bad(router_apierr_t *err, const char *code, const char *para
     return TDM_ERR_INVALID_ARG;
 }
 
-static tdm_status_t no_memory(router_apierr_t *err)
-{
-    router_apierr_set(err, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", NULL,
-                      "out of memory");
-    return TDM_ERR_NO_MEMORY;
-}
 
 /* A present, non-null member, or NULL. */
 static json_t *member(const json_t *obj, const char *key)
@@ -172,7 +166,7 @@ static tdm_status_t check_function(const json_t *fn, json_t **fn_out, router_api
     }
     copy = json_object();
     if (copy == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     json_object_foreach((json_t *)fn, key, value)
     {
@@ -200,7 +194,7 @@ static tdm_status_t check_function(const json_t *fn, json_t **fn_out, router_api
         }
         if (json_object_set(copy, key, value) != 0) {
             json_decref(copy);
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
     }
     *fn_out = copy;
@@ -225,7 +219,7 @@ static tdm_status_t get_tools(const json_t *root, router_gen_request_t *req, rou
     }
     out = json_array();
     if (out == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     for (size_t i = 0; i < json_array_size(tools) && status == TDM_OK; i++) {
         json_t *tool = json_array_get(tools, i);
@@ -269,7 +263,7 @@ static tdm_status_t get_tools(const json_t *root, router_gen_request_t *req, rou
             status == TDM_OK ? json_pack("{s:s, s:O}", "type", "function", "function", fn) : NULL;
         json_decref(fn);
         if (status == TDM_OK && (entry == NULL || json_array_append_new(out, entry) != 0)) {
-            status = no_memory(err);
+            status = router_apierr_no_memory(err);
         }
     }
     if (status == TDM_OK) {
@@ -277,7 +271,7 @@ static tdm_status_t get_tools(const json_t *root, router_gen_request_t *req, rou
         req->n_tools = json_array_size(out);
         if (req->tools_json == NULL) {
             req->n_tools = 0;
-            status = no_memory(err);
+            status = router_apierr_no_memory(err);
         }
     }
     json_decref(out);
@@ -362,7 +356,7 @@ static tdm_status_t get_tool_choice(const json_t *root, router_gen_request_t *re
     }
     req->tool_choice_name = strdup(json_string_value(name));
     if (req->tool_choice_name == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     req->tool_choice = ROUTER_TOOL_CHOICE_NAMED;
     return TDM_OK;
@@ -462,7 +456,7 @@ static tdm_status_t keep_text(router_agent_scratch_t *scratch, char *text, route
 
     if (texts == NULL) {
         free(text);
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     scratch->texts = texts;
     scratch->texts[scratch->n_texts++] = text;
@@ -501,7 +495,7 @@ static tdm_status_t parse_call(const json_t *item, text_chat_tool_call_t *call,
         /* some clients send the object itself: pass its JSON text on, key order kept */
         char *text = json_dumps(args, JSON_COMPACT);
         if (text == NULL || keep_text(scratch, text, err) != TDM_OK) {
-            return no_memory(err);
+            return router_apierr_no_memory(err);
         }
         call->arguments = text;
         call->arguments_bytes = strlen(text);
@@ -555,7 +549,7 @@ tdm_status_t router_agent_messages(const json_t *messages, text_chat_message_t *
     }
     scratch->calls = calloc(n_calls + 1, sizeof(*scratch->calls));
     if (scratch->calls == NULL) {
-        return no_memory(err);
+        return router_apierr_no_memory(err);
     }
     scratch->n_calls = n_calls;
     for (size_t i = 0; i < n && status == TDM_OK; i++) {
