@@ -271,7 +271,7 @@ static void test_unpack_refuses_bad_frames_and_writes_nothing(void **state)
     char err[ERR_BYTES] = "";
     Tandem__Envelope *out = (Tandem__Envelope *)0x1;
     const uint8_t garbage[4] = {0xff, 0xff, 0xff, 0xff};
-    uint8_t empty_env[2] = {0x08, 0x01}; /* protocol_version 1, no body */
+    uint8_t empty_env[2] = {0x08, (uint8_t)PROTO_VERSION}; /* this protocol_version, no body */
     uint8_t *big;
 
     (void)state;
