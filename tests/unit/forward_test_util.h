@@ -65,10 +65,12 @@ typedef struct {
     tdm_arena_t arena;      /* scratch a test may tdm_arena_init; zeroed otherwise */
 } ftu_engine_t;
 
-/* Make (once) and load the tiny preset (seed 1) with 2 threads, a pool of n_pages pages and a
- * forward context with default parameters into the zeroed *e. Returns 0, or -1 after printing why
- * (*e may hold what was made: ftu_engine_close releases it). */
-static inline int ftu_engine_open(ftu_engine_t *e, uint32_t n_pages)
+/* Make (once) and load the tiny preset (seed 1) with 2 threads on kernel table `ops` (NULL: the
+ * model's default, the CPU table), a pool of n_pages pages and a forward context of
+ * max_chunk_tokens per pass (0: the default) into the zeroed *e. Returns 0, or -1 after printing
+ * why (*e may hold what was made: ftu_engine_close releases it). */
+static inline int ftu_engine_open_on(ftu_engine_t *e, uint32_t n_pages, const kern_ops_t *ops,
+                                     int64_t max_chunk_tokens)
 {
     char dir[FTU_PATH_BYTES];
     char err[256];
@@ -80,6 +82,9 @@ static inline int ftu_engine_open(ftu_engine_t *e, uint32_t n_pages)
     }
     engine_model_params_default(&mp);
     mp.n_threads = 2;
+    if (ops != NULL) {
+        mp.ops = ops;
+    }
     if (engine_model_load(dir, &mp, &e->model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "load: %s\n", err);
         return -1;
@@ -91,11 +96,20 @@ static inline int ftu_engine_open(ftu_engine_t *e, uint32_t n_pages)
         return -1;
     }
     engine_fwd_params_default(e->model, &fp);
+    if (max_chunk_tokens > 0) {
+        fp.max_chunk_tokens = max_chunk_tokens;
+    }
     if (engine_fwd_create(e->model, e->pool, &fp, &e->fwd) != TDM_OK) {
         return -1;
     }
     e->free_at_start = engine_kv_pool_n_free(e->pool);
     return 0;
+}
+
+/* ftu_engine_open - ftu_engine_open_on with the CPU table and the default chunk size. */
+static inline int ftu_engine_open(ftu_engine_t *e, uint32_t n_pages)
+{
+    return ftu_engine_open_on(e, n_pages, NULL, 0);
 }
 
 /* Release everything ftu_engine_open (and the test, for the arena) made. Returns 0 when every

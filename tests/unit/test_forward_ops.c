@@ -152,37 +152,10 @@ typedef struct {
     ftu_engine_t counted;
 } fixture_t;
 
-/* Load the tiny checkpoint (made by ftu_engine_open) again, on `ops`. */
+/* The tiny checkpoint on `ops`, in 32-token chunks (longer than the window). */
 static int open_on(ftu_engine_t *e, const kern_ops_t *ops)
 {
-    char dir[FTU_PATH_BYTES];
-    char err[256];
-    engine_model_params_t mp;
-    engine_fwd_params_t fp;
-
-    if (ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
-        return -1;
-    }
-    engine_model_params_default(&mp);
-    mp.n_threads = 2;
-    mp.ops = ops;
-    if (engine_model_load(dir, &mp, &e->model, err, sizeof(err)) != TDM_OK) {
-        fprintf(stderr, "load: %s\n", err);
-        return -1;
-    }
-    e->cfg = engine_model_config(e->model);
-    e->V = e->cfg->vocab_size;
-    if (engine_kv_pool_create(e->cfg, engine_model_fingerprint(e->model), POOL_PAGES, &e->pool) !=
-        TDM_OK) {
-        return -1;
-    }
-    engine_fwd_params_default(e->model, &fp);
-    fp.max_chunk_tokens = 32; /* chunked prefill, chunks longer than the window */
-    if (engine_fwd_create(e->model, e->pool, &fp, &e->fwd) != TDM_OK) {
-        return -1;
-    }
-    e->free_at_start = engine_kv_pool_n_free(e->pool);
-    return 0;
+    return ftu_engine_open_on(e, POOL_PAGES, ops, 32);
 }
 
 static int setup(void **state)
