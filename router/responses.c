@@ -792,8 +792,7 @@ tdm_status_t resp_store_result(router_responses_t *store, const router_responses
     return TDM_OK;
 }
 
-/* The chat usage object into result. */
-static void take_usage(const json_t *usage, resp_result_t *result)
+void resp_take_usage(const json_t *usage, resp_result_t *result)
 {
     if (!json_is_object(usage)) {
         return;
@@ -805,7 +804,7 @@ static void take_usage(const json_t *usage, resp_result_t *result)
         json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens"));
 }
 
-static const char *static_finish(const char *finish)
+const char *resp_finish(const char *finish)
 {
     static const char *const NAMES[] = {"stop", "length", "tool_calls"};
 
@@ -887,8 +886,8 @@ char *router_responses_body(router_responses_t *store, const router_responses_re
         goto done;
     }
     choice = json_array_get(json_object_get(root, "choices"), 0);
-    result.finish = static_finish(json_string_value(json_object_get(choice, "finish_reason")));
-    take_usage(json_object_get(root, "usage"), &result);
+    result.finish = resp_finish(json_string_value(json_object_get(choice, "finish_reason")));
+    resp_take_usage(json_object_get(root, "usage"), &result);
     if (result_of_message(req, json_object_get(choice, "message"), result.finish, &result) !=
         TDM_OK) {
         goto done;

@@ -42,6 +42,14 @@ json_t *resp_object(const router_responses_req_t *req, const char *status,
 tdm_status_t resp_store_result(router_responses_t *store, const router_responses_req_t *req,
                                const resp_result_t *result, const char *session_id);
 
+/* resp_take_usage - a chat "usage" object's counts into result (have_usage set); a non-object
+ * changes nothing. */
+void resp_take_usage(const json_t *usage, resp_result_t *result);
+
+/* resp_finish - the chat finish_reason as a static string: "stop", "length" or "tool_calls"
+ * (any other reason counts as "stop"); NULL for NULL. */
+const char *resp_finish(const char *finish);
+
 /* resp_status - "incomplete" when the chat finish_reason was "length", else "completed". */
 const char *resp_status(const resp_result_t *result);
 

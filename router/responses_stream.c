@@ -327,14 +327,7 @@ static tdm_status_t on_chunk(router_responses_stream_t *s, const char *data, siz
         json_decref(root);
         return st;
     }
-    if (json_object_get(root, "usage") != NULL && !json_is_null(json_object_get(root, "usage"))) {
-        json_t *u = json_object_get(root, "usage");
-        s->result.have_usage = 1;
-        s->result.prompt_tokens = json_integer_value(json_object_get(u, "prompt_tokens"));
-        s->result.completion_tokens = json_integer_value(json_object_get(u, "completion_tokens"));
-        s->result.cached_tokens = json_integer_value(
-            json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
-    }
+    resp_take_usage(json_object_get(root, "usage"), &s->result);
     choice = json_array_get(json_object_get(root, "choices"), 0);
     delta = json_object_get(choice, "delta");
     t = json_string_value(json_object_get(delta, "reasoning_content"));
@@ -357,9 +350,7 @@ static tdm_status_t on_chunk(router_responses_stream_t *s, const char *data, siz
     }
     finish_reason = json_string_value(json_object_get(choice, "finish_reason"));
     if (finish_reason != NULL) {
-        s->result.finish = strcmp(finish_reason, "length") == 0       ? "length"
-                           : strcmp(finish_reason, "tool_calls") == 0 ? "tool_calls"
-                                                                      : "stop";
+        s->result.finish = resp_finish(finish_reason);
     }
     json_decref(root);
     return st;
