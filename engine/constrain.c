@@ -11,10 +11,7 @@
 
 /* DeepSeek-V4's DSML markup token (encoding_dsv4.py dsml_token, U+FF5C "DSML" U+FF5C): a special
  * token the model writes inside its tool-call markup, so masks admit it as its text. */
-#define DSML_MARKER                                                                                \
-    "\xef\xbd\x9c"                                                                                 \
-    "DSML"                                                                                         \
-    "\xef\xbd\x9c"
+#define DSML_MARKER TEXT_TOKENIZER_DSML
 
 /* Longest token byte string a trie holds (node depth is 16 bits). */
 #define MAX_TOKEN_BYTES 4096

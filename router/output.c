@@ -5,12 +5,10 @@
 
 #include "common/buf.h"
 #include "text/agentout.h"
+#include "text/tokenizer.h"
 
 /* The DSML marker token's text (encoding_dsv4.py dsml_token) and the end of the reasoning. */
-#define OUTPUT_DSML_TOKEN                                                                          \
-    "\xEF\xBD\x9C"                                                                                 \
-    "DSML"                                                                                         \
-    "\xEF\xBD\x9C"
+#define OUTPUT_DSML_TOKEN TEXT_TOKENIZER_DSML
 #define OUTPUT_THINK_END "</think>"
 
 /* One piece of a streaming chunk still to send (agent requests). */

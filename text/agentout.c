@@ -7,12 +7,9 @@
 
 #include "common/buf.h"
 #include "common/hash.h"
+#include "text/tokenizer.h"
 
-/* "｜DSML｜": U+FF5C is EF BD 9C in UTF-8. */
-#define DSML                                                                                       \
-    "\xEF\xBD\x9C"                                                                                 \
-    "DSML"                                                                                         \
-    "\xEF\xBD\x9C"
+#define DSML TEXT_TOKENIZER_DSML
 
 static const char THINK_END[] = "</think>";
 

@@ -57,7 +57,7 @@ void chat_seg_literal(chat_segs_t *s, const char *t)
 
 void chat_seg_template(chat_segs_t *s, const char *t)
 {
-    static const char *const markers[] = {TEXT_CHAT_DSML, TEXT_TOKENIZER_DS_THINK,
+    static const char *const markers[] = {TEXT_TOKENIZER_DSML, TEXT_TOKENIZER_DS_THINK,
                                           TEXT_TOKENIZER_DS_END_THINK};
     const char *run = t;
 

@@ -18,18 +18,18 @@ static const char TOOLS_HEAD[] =
     "## Tools\n"
     "\n"
     "You have access to a set of tools to help answer the user's question. You can invoke tools "
-    "by writing a \"<" TEXT_CHAT_DSML "tool_calls>\" block like the following:\n"
+    "by writing a \"<" TEXT_TOKENIZER_DSML "tool_calls>\" block like the following:\n"
     "\n"
-    "<" TEXT_CHAT_DSML "tool_calls>\n"
-    "<" TEXT_CHAT_DSML "invoke name=\"$TOOL_NAME\">\n"
-    "<" TEXT_CHAT_DSML "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">"
-    "$PARAMETER_VALUE</" TEXT_CHAT_DSML "parameter>\n"
+    "<" TEXT_TOKENIZER_DSML "tool_calls>\n"
+    "<" TEXT_TOKENIZER_DSML "invoke name=\"$TOOL_NAME\">\n"
+    "<" TEXT_TOKENIZER_DSML "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">"
+    "$PARAMETER_VALUE</" TEXT_TOKENIZER_DSML "parameter>\n"
     "...\n"
-    "</" TEXT_CHAT_DSML "invoke>\n"
-    "<" TEXT_CHAT_DSML "invoke name=\"$TOOL_NAME2\">\n"
+    "</" TEXT_TOKENIZER_DSML "invoke>\n"
+    "<" TEXT_TOKENIZER_DSML "invoke name=\"$TOOL_NAME2\">\n"
     "...\n"
-    "</" TEXT_CHAT_DSML "invoke>\n"
-    "</" TEXT_CHAT_DSML "tool_calls>\n"
+    "</" TEXT_TOKENIZER_DSML "invoke>\n"
+    "</" TEXT_TOKENIZER_DSML "tool_calls>\n"
     "\n"
     "String parameters should be specified as is and set `string=\"true\"`. For all other types "
     "(numbers, booleans, arrays, objects), pass the value in JSON format and set "
@@ -141,7 +141,7 @@ static void render_tools(tdm_buf_t *schemas, chat_segs_t *out)
 static void dsml_tag(chat_segs_t *out, const char *open, const char *name)
 {
     chat_seg_literal(out, open);
-    chat_seg_marker(out, TEXT_CHAT_DSML);
+    chat_seg_marker(out, TEXT_TOKENIZER_DSML);
     chat_seg_literal(out, name);
 }
 

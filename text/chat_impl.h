@@ -17,7 +17,6 @@
 
 /* DeepSeek-V4's DSML markup token (encoding_dsv4.py dsml_token; one special token, id 128825
  * in the released vocabulary). Fullwidth vertical bars U+FF5C around "DSML". */
-#define TEXT_CHAT_DSML "\uff5cDSML\uff5c"
 
 /* One piece of the rendered conversation. */
 typedef struct {

@@ -1,6 +1,7 @@
 /* constrain_compile.c - response_format / JSON schema subset -> the nodes of a
  * text_constraint_t (see text/constrain.h for the keywords and the language). */
 #include "text/constrain_impl.h"
+#include "text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -637,7 +638,7 @@ tdm_status_t text_constraint_compile(const char *json, size_t n_json, text_const
 /* ---- the tool-call language ----------------------------------------------------------------- */
 
 /* clang-format off */
-#define DSML_PARAM_CLOSE "</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter>"
+#define DSML_PARAM_CLOSE "</" TEXT_TOKENIZER_DSML "parameter>"
 /* clang-format on */
 
 /* A new list whose strings are appended next (lists are built one at a time). */
@@ -825,20 +826,20 @@ tdm_status_t text_constraint_compile_tool_calls(const char *json, size_t n_json,
     /* clang-format off */
     static const char *const think[] = {"</think>", NULL};
     static const char *const prefix[] = {
-        "\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+        "\n\n<" TEXT_TOKENIZER_DSML "tool_calls>\n<" TEXT_TOKENIZER_DSML
         "invoke name=\"",
         NULL};
     static const char *const after_header[] = {
-        "<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter name=\"",
-        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke>", NULL};
+        "<" TEXT_TOKENIZER_DSML "parameter name=\"",
+        "\n</" TEXT_TOKENIZER_DSML "invoke>", NULL};
     static const char *const str[] = {"true\">", "false\">", NULL};
     static const char *const pclose[] = {DSML_PARAM_CLOSE, NULL};
     static const char *const after_param[] = {
-        "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "parameter name=\"",
-        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke>", NULL};
+        "\n<" TEXT_TOKENIZER_DSML "parameter name=\"",
+        "\n</" TEXT_TOKENIZER_DSML "invoke>", NULL};
     static const char *const after_invoke[] = {
-        "\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c" "invoke name=\"",
-        "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c" "tool_calls>", NULL};
+        "\n<" TEXT_TOKENIZER_DSML "invoke name=\"",
+        "\n</" TEXT_TOKENIZER_DSML "tool_calls>", NULL};
     /* clang-format on */
     compiler_t cc = {NULL, err, err_bytes, TDM_OK, 1};
     json_error_t jerr;

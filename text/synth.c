@@ -25,7 +25,7 @@ static const struct {
     const char *text;
     int special;
 } chat_tokens[] = {
-    {"\uff5cDSML\uff5c", 1},
+    {TEXT_TOKENIZER_DSML, 1},
     {TEXT_TOKENIZER_DS_USER, 1},
     {TEXT_TOKENIZER_DS_ASSISTANT, 1},
     {TEXT_TOKENIZER_DS_THINK, 0},

@@ -237,6 +237,14 @@ void text_detok_destroy(text_detok_t *detok);
 tdm_status_t text_detok_decode(const text_tokenizer_t *tok, const int32_t *ids, size_t n_ids,
                                uint32_t flags, char **text_out, size_t *n_bytes_out);
 
+/*
+ * TEXT_TOKENIZER_DSML - the text of DeepSeek-V4's DSML special token, "｜DSML｜" (U+FF5C bars, UTF-8
+ * EF BD 9C; id 128825 in the release vocabulary, vocab - 26 in the synthetic one): the prefix of
+ * every tool-call tag the model reads and writes (encoding_dsv4.py's dsml_token). The prompt
+ * renderer, the output parser, the constraint compiler and the token masks all spell it from here.
+ */
+#define TEXT_TOKENIZER_DSML "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C"
+
 /* ---- DeepSeek chat encoding ------------------------------------------------------------------ */
 
 /* Message roles. */
