@@ -269,17 +269,38 @@ static int session_id_ok(const char *id)
     return 1;
 }
 
+/*
+ * Answer with a server-sent event stream read by `reader` from `cls` (released by free_cls, also
+ * when the response cannot be made), with the session header.
+ */
+static enum MHD_Result queue_sse(struct MHD_Connection *conn, MHD_ContentReaderCallback reader,
+                                 MHD_ContentReaderFreeCallback free_cls, void *cls,
+                                 const char *session_id)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, reader, cls, free_cls);
+    enum MHD_Result ret;
+
+    if (resp == NULL) {
+        free_cls(cls);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Session-Id", session_id);
+    ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* A streamed /v1/responses turn: hand the turn and the rewritten request to the SSE reader. */
 static enum MHD_Result queue_responses_stream(router_http_t *h, struct MHD_Connection *conn,
                                               router_turn_t *turn, router_responses_req_t *rreq)
 {
-    struct MHD_Response *resp;
-    enum MHD_Result ret;
     resp_sse_t *r = calloc(1, sizeof(*r));
 
     if (r == NULL) {
         router_turn_destroy(turn);
-        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     r->turn = turn;
@@ -290,24 +311,14 @@ static enum MHD_Result queue_responses_stream(router_http_t *h, struct MHD_Conne
         resp_sse_free(r);
         return MHD_NO;
     }
-    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, resp_sse_reader,
-                                             r, resp_sse_free);
-    if (resp == NULL) {
-        resp_sse_free(r);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Session-Id", router_turn_session(r->turn));
-    ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return queue_sse(conn, resp_sse_reader, resp_sse_free, r, router_turn_session(r->turn));
 }
 
 /*
  * Serve one generation: /v1/chat/completions and /v1/completions with rreq NULL (the body is the
  * client's), or /v1/responses with rreq the rewritten request (its chat body is served as a chat
- * request and the answer rewritten back; rreq's contents are taken over and released here).
+ * request and the answer rewritten back). rreq stays the caller's, except that a streamed answer
+ * takes its contents over (leaving it zeroed), so the caller always finishes it.
  */
 static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *conn,
                                       router_api_t api, conn_t *cc, router_responses_req_t *rreq)
@@ -319,7 +330,6 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     router_gen_request_t gen;
     router_request_t *request = NULL;
     router_turn_t *turn = NULL;
-    struct MHD_Response *resp;
     router_apierr_t err;
     uint64_t id;
     uint64_t now_ns = tdm_clock_now_ns();
@@ -348,7 +358,6 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
                           "invalid_session_id", NULL,
                           "X-Session-Id must be 1..%d printable ASCII bytes without spaces",
                           ROUTER_SESSION_ID_BYTES);
-        router_responses_req_fini(rreq);
         return respond_error(h, conn, &err);
     }
     if (session_id == NULL && rreq != NULL) {
@@ -358,18 +367,15 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     id = atomic_fetch_add(&h->next_request_id, 1);
     if (router_validate_request(h->model, api, content_type, body_in, n_body_in,
                                 tdm_hash_splitmix64(h->seed_salt ^ id), &gen, &err) != TDM_OK) {
-        router_responses_req_fini(rreq);
         return respond_error(h, conn, &err);
     }
     stream = gen.stream;
     if (router_request_create(&gen, session_id, id, now_ns, &request) != TDM_OK) {
         router_gen_request_fini(&gen);
-        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     if (router_control_submit(h->control, request) != TDM_OK) {
         router_request_unref(request);
-        router_responses_req_fini(rreq);
         router_apierr_set(&err, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
                           NULL, "the router is shutting down");
         return respond_error(h, conn, &err);
@@ -378,7 +384,6 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
         TDM_OK) {
         router_control_release(h->control, request, 1);
         router_request_unref(request);
-        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     router_request_unref(request);
@@ -388,19 +393,16 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     tstatus = router_turn_wait_first(turn, &err);
     if (tstatus == TDM_ERR_PEER_LOST) {
         router_turn_destroy(turn);
-        router_responses_req_fini(rreq);
         return MHD_NO;
     }
     if (tstatus != TDM_OK) {
         ret = respond_error(h, conn, &err);
         router_turn_destroy(turn);
-        router_responses_req_fini(rreq);
         return ret;
     }
     if (!stream) {
         if (router_turn_body(turn, &body, &n_body, &status) != TDM_OK) {
             router_turn_destroy(turn);
-            router_responses_req_fini(rreq);
             return MHD_NO;
         }
         if (rreq != NULL) {
@@ -408,7 +410,6 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
             body = router_responses_body(h->responses, rreq, chat, n_body,
                                          router_turn_session(turn), &n_body);
             free(chat);
-            router_responses_req_fini(rreq);
             if (body == NULL) {
                 router_turn_destroy(turn);
                 return MHD_NO;
@@ -424,18 +425,7 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
     }
     /* Streamed: the HTTP server notices a closed connection at its next write (sse_free). */
     router_turn_watch_client(turn, NULL, NULL);
-    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, sse_reader, turn,
-                                             sse_free);
-    if (resp == NULL) {
-        router_turn_destroy(turn);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Session-Id", router_turn_session(turn));
-    ret = MHD_queue_response(conn, TDM_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return queue_sse(conn, sse_reader, sse_free, turn, router_turn_session(turn));
 }
 
 /* POST /v1/responses: rewrite into a chat request (responses.h), then serve it as one. */
@@ -443,6 +433,7 @@ static enum MHD_Result serve_responses(router_http_t *h, struct MHD_Connection *
 {
     router_responses_req_t rreq;
     router_apierr_t err;
+    enum MHD_Result ret;
 
     router_metrics_count(h->metrics, ROUTER_METRIC_REQUESTS_RESPONSES, 1);
     if (cc->too_large) {
@@ -456,7 +447,9 @@ static enum MHD_Result serve_responses(router_http_t *h, struct MHD_Connection *
                                  &err) != TDM_OK) {
         return respond_error(h, conn, &err);
     }
-    return serve_generate(h, conn, ROUTER_API_CHAT, cc, &rreq);
+    ret = serve_generate(h, conn, ROUTER_API_CHAT, cc, &rreq);
+    router_responses_req_fini(&rreq); /* zeroed when a stream took it over */
+    return ret;
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
