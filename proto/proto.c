@@ -123,6 +123,8 @@ const char *proto_type_name(Tandem__Envelope__BodyCase type)
         return "error";
     case TANDEM__ENVELOPE__BODY_GOODBYE:
         return "goodbye";
+    case TANDEM__ENVELOPE__BODY_ABORT_ACK:
+        return "abort_ack";
     case TANDEM__ENVELOPE__BODY__NOT_SET:
     default:
         return "unknown";

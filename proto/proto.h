@@ -25,7 +25,7 @@
 #include "proto/tandem.pb-c.h"
 
 /* Protocol version of this build; a worker of another version is refused at registration. */
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
 
 /* Largest packed envelope accepted or produced (a 1M-token delta packs to about 4 MB). */
 #define PROTO_MAX_MESSAGE_BYTES (64u * 1024u * 1024u)

@@ -337,12 +337,17 @@ static tdm_status_t check_body(const Tandem__Envelope *env, char *err, size_t er
         return check_text("abort reason", env->abort->reason, err, err_bytes);
     case TANDEM__ENVELOPE__BODY_ERROR:
         if (env->error->code <= TANDEM__ERROR_CODE__ERROR_UNSPECIFIED ||
-            env->error->code > TANDEM__ERROR_CODE__ERROR_TIMEOUT) {
+            env->error->code > TANDEM__ERROR_CODE__ERROR_TOO_LARGE) {
             return fail(err, err_bytes, "error code %d unknown", (int)env->error->code);
         }
         return check_text("error message", env->error->message, err, err_bytes);
     case TANDEM__ENVELOPE__BODY_GOODBYE:
         return check_text("goodbye reason", env->goodbye->reason, err, err_bytes);
+    case TANDEM__ENVELOPE__BODY_ABORT_ACK:
+        if (env->abort_ack->request_id == 0) {
+            return fail(err, err_bytes, "abort_ack request_id is 0");
+        }
+        return TDM_OK;
     case TANDEM__ENVELOPE__BODY__NOT_SET:
     default:
         return fail(err, err_bytes, "envelope has no body (case %d)", (int)env->body_case);
