@@ -451,7 +451,8 @@ static void drain_lost(router_dispatch_t *d, uint64_t now_ns)
 
 /* ---- sessions --------------------------------------------------------------------------- */
 
-static tdm_status_t new_session(router_dispatch_t *d, uint64_t now_ns, router_session_t **s_out)
+static tdm_status_t new_session(router_dispatch_t *d, uint32_t tenant, uint64_t now_ns,
+                                router_session_t **s_out)
 {
     char id[ROUTER_SESSION_ID_BYTES + 1];
     tdm_status_t status;
@@ -461,46 +462,64 @@ static tdm_status_t new_session(router_dispatch_t *d, uint64_t now_ns, router_se
         snprintf(id, sizeof(id), "s-%016llx",
                  (unsigned long long)tdm_hash_splitmix64(d->session_salt + d->session_counter));
     } while (router_sessions_get(d->sessions, id) != NULL);
-    status = router_sessions_add(d->sessions, id, now_ns, s_out);
+    status = router_sessions_add(d->sessions, id, tenant, now_ns, s_out);
     return status;
 }
 
-/* Find or make the session of f; on failure f has been failed (and freed). */
+/*
+ * Find or make the session of f; on failure f has been failed (and freed). A request names its
+ * session (X-Session-Id, or previous_response_id's) or gets a new one: it is never attached to
+ * a session found by prefix, which would continue another conversation's state (an approximate
+ * rewind, and possibly another client's session). A prefix match of the same tenant only lets
+ * the new session share the matched pages on the worker that holds them ("share pages, not
+ * sessions"; docs/PROTOCOL.md 3c prefix_session_id). A named session of another tenant is a
+ * 404, as if it did not exist.
+ */
 static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
 {
     const router_gen_request_t *gen = router_request_gen(f->req);
     const char *asked = router_request_asked_session(f->req);
+    uint32_t tenant = router_request_tenant(f->req);
     router_session_t *s = NULL;
     router_session_t *m = NULL;
     size_t matched = 0;
     int share = 0;
+    int share_slot = -1;
+    uint64_t share_gen = 0;
+    char share_id[ROUTER_SESSION_ID_BYTES + 1] = "";
     tdm_status_t status = TDM_OK;
 
     if (asked != NULL) {
         s = router_sessions_get(d->sessions, asked);
+        if (s != NULL && s->tenant != tenant) {
+            fail(d, f, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "session_not_found",
+                 "session '%s' does not exist for this API key", asked);
+            return TDM_ERR_NOT_FOUND;
+        }
         if (s != NULL && s->active_request != 0) {
             fail(d, f, TDM_HTTP_CONFLICT, ROUTER_APIERR_INVALID_REQUEST, "session_busy",
                  "session '%s' already has a request in flight", asked);
             return TDM_ERR_BUSY;
         }
         if (s == NULL) {
-            status = router_sessions_add(d->sessions, asked, now_ns, &s);
+            status = router_sessions_add(d->sessions, asked, tenant, now_ns, &s);
         }
     } else {
-        m = router_sessions_match_prefix(d->sessions, gen->prompt_ids, gen->n_prompt_ids, &matched);
-        if (m != NULL && m->active_request == 0 &&
-            router_common_prefix(m->tokens, m->n_tokens, gen->prompt_ids, gen->n_prompt_ids) >=
-                m->prompt_len) {
-            s = m;
-        } else {
-            status = new_session(d, now_ns, &s);
-            share =
-                m != NULL &&
-                router_registry_worker(d->registry, m->worker_slot, m->worker_generation) != NULL &&
-                m->cached_len >= matched;
-        }
+        m = router_sessions_match_prefix(d->sessions, tenant, gen->prompt_ids, gen->n_prompt_ids,
+                                         &matched);
         if (m != NULL) {
             router_metrics_count(d->metrics, ROUTER_METRIC_PREFIX_HITS, 1);
+            /* m may be evicted to make room for the new session: keep what sharing needs. */
+            share = router_registry_worker(d->registry, m->worker_slot, m->worker_generation) !=
+                        NULL &&
+                    m->cached_len >= matched;
+            share_slot = m->worker_slot;
+            share_gen = m->worker_generation;
+            snprintf(share_id, sizeof(share_id), "%s", m->id);
+        }
+        status = new_session(d, tenant, now_ns, &s);
+        if (status == TDM_OK && share && router_sessions_get(d->sessions, share_id) == NULL) {
+            share = 0; /* evicted: its pages may be gone with it */
         }
     }
     if (status != TDM_OK) {
@@ -514,10 +533,10 @@ static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_
         return status;
     }
     if (share) {
-        s->worker_slot = m->worker_slot;
-        s->worker_generation = m->worker_generation;
+        s->worker_slot = share_slot;
+        s->worker_generation = share_gen;
         s->cached_len = matched;
-        snprintf(f->prefix_session, sizeof(f->prefix_session), "%s", m->id);
+        snprintf(f->prefix_session, sizeof(f->prefix_session), "%s", share_id);
     }
     s->prompt_len = gen->n_prompt_ids;
     s->active_request = f->id;

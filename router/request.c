@@ -21,6 +21,7 @@ struct router_request {
     uint64_t t_start_ns;
     router_gen_request_t gen;
     int has_asked_session;
+    uint32_t tenant; /* written before submit, read-only afterwards */
     char asked_session[ROUTER_SESSION_ID_BYTES + 1];
     char session[ROUTER_SESSION_ID_BYTES + 1];
     router_request_batch_t pending; /* guarded by lock */
@@ -105,6 +106,16 @@ uint64_t router_request_t_start_ns(const router_request_t *request)
 const char *router_request_asked_session(const router_request_t *request)
 {
     return request->has_asked_session ? request->asked_session : NULL;
+}
+
+void router_request_set_tenant(router_request_t *request, uint32_t tenant)
+{
+    request->tenant = tenant;
+}
+
+uint32_t router_request_tenant(const router_request_t *request)
+{
+    return request->tenant;
 }
 
 void router_request_set_session(router_request_t *request, const char *session_id)

@@ -85,6 +85,14 @@ uint64_t router_request_t_start_ns(const router_request_t *request);
 const char *router_request_asked_session(const router_request_t *request);
 
 /*
+ * router_request_set_tenant - the tenant (API key id; 0 when keys are off) the request runs as:
+ * it may only use that tenant's sessions. Set by the HTTP thread before router_control_submit;
+ * router_request_tenant reads it (0 until set).
+ */
+void router_request_set_tenant(router_request_t *request, uint32_t tenant);
+uint32_t router_request_tenant(const router_request_t *request);
+
+/*
  * router_request_set_session - record the session serving the request (control thread, before
  * the first event). router_request_session copies it into out (out_bytes >= 1); "" before.
  */

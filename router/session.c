@@ -156,8 +156,8 @@ static tdm_status_t evict_one(router_sessions_t *t)
     return TDM_OK;
 }
 
-tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint64_t now_ns,
-                                 router_session_t **session_out)
+tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint32_t tenant,
+                                 uint64_t now_ns, router_session_t **session_out)
 {
     router_session_t *s;
     size_t n = id != NULL ? strlen(id) : 0;
@@ -178,6 +178,7 @@ tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint6
         return TDM_ERR_NO_MEMORY;
     }
     memcpy(s->id, id, n + 1);
+    s->tenant = tenant;
     s->worker_slot = -1;
     s->last_used_ns = now_ns;
     bucket = id_bucket(table, id);
@@ -199,8 +200,9 @@ size_t router_common_prefix(const int32_t *a, size_t n_a, const int32_t *b, size
     return i;
 }
 
-router_session_t *router_sessions_match_prefix(router_sessions_t *table, const int32_t *tokens,
-                                               size_t n_tokens, size_t *matched_out)
+router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_t tenant,
+                                               const int32_t *tokens, size_t n_tokens,
+                                               size_t *matched_out)
 {
     size_t n_blocks = n_tokens / table->tokens_per_block;
     uint64_t *hashes;
@@ -219,8 +221,8 @@ router_session_t *router_sessions_match_prefix(router_sessions_t *table, const i
         size_t len = (b + 1) * table->tokens_per_block;
         for (block_entry_t *e = *block_chain(table, hashes[b]); e != NULL; e = e->next) {
             router_session_t *s = e->s;
-            if (e->hash != hashes[b] || e->block != b || s->n_tokens < len ||
-                memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
+            if (e->hash != hashes[b] || e->block != b || s->tenant != tenant ||
+                s->n_tokens < len || memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
                 continue;
             }
             if (best == NULL || s->last_used_ns > best->last_used_ns) {

@@ -6,7 +6,11 @@
  * sessions are recognisably unplaced), how many history tokens that worker is known to hold
  * (cached_len) and the block-hash chain over the history's full prefix-cache blocks, indexed so
  * a request without a session id finds the session with the longest cached prefix. A hash hit is
- * only a hint: matches are confirmed on tokens. Idle sessions past the table's limit are evicted
+ * only a hint: matches are confirmed on tokens. Every session belongs to one tenant (the API key
+ * that created it; 0 when the router runs without keys) and the prefix index never matches
+ * across tenants. A match is a page-sharing hint for a new session, never a reason to attach a
+ * request to the matched session (docs/PROTOCOL.md 3c). Idle sessions past the table's limit are
+ * evicted
  * least recently used first. Knows nothing of sockets, HTTP or placement policy.
  * Not thread-safe: the caller serialises access (the router's control state lock).
  */
@@ -27,6 +31,7 @@
  */
 typedef struct router_session {
     char id[ROUTER_SESSION_ID_BYTES + 1];
+    uint32_t tenant; /* owner: the API key's tenant id (0: keys off); fixed at creation */
     int32_t *tokens; /* [n_tokens] history */
     size_t n_tokens;
     size_t cap_tokens;
@@ -60,21 +65,23 @@ router_session_t *router_sessions_get(router_sessions_t *table, const char *id);
 
 /*
  * router_sessions_add - a new empty, unplaced session named `id` (1..ROUTER_SESSION_ID_BYTES
- * bytes, not yet in the table). When the table is full the least recently used idle session is
- * evicted first. Returns TDM_OK with *session_out (owned by the table), TDM_ERR_INVALID_ARG
- * (bad or duplicate id), TDM_ERR_BUSY (full and every session active) or TDM_ERR_NO_MEMORY.
+ * bytes, not yet in the table) owned by `tenant`. When the table is full the least recently used
+ * idle session is evicted first. Returns TDM_OK with *session_out (owned by the table),
+ * TDM_ERR_INVALID_ARG (bad or duplicate id), TDM_ERR_BUSY (full and every session active) or
+ * TDM_ERR_NO_MEMORY.
  */
-tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint64_t now_ns,
-                                 router_session_t **session_out);
+tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint32_t tenant,
+                                 uint64_t now_ns, router_session_t **session_out);
 
 /*
- * router_sessions_match_prefix - the session whose history shares the longest prefix of whole
- * blocks with `tokens` [n_tokens], found through the block-hash index and confirmed on tokens.
- * Returns the session and its matched length in *matched_out (a multiple of tokens_per_block),
- * or NULL (and 0) when no full block matches.
+ * router_sessions_match_prefix - among the sessions of `tenant` only, the one whose history
+ * shares the longest prefix of whole blocks with `tokens` [n_tokens], found through the
+ * block-hash index and confirmed on tokens. Returns the session and its matched length in
+ * *matched_out (a multiple of tokens_per_block), or NULL (and 0) when no full block matches.
  */
-router_session_t *router_sessions_match_prefix(router_sessions_t *table, const int32_t *tokens,
-                                               size_t n_tokens, size_t *matched_out);
+router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_t tenant,
+                                               const int32_t *tokens, size_t n_tokens,
+                                               size_t *matched_out);
 
 /*
  * router_sessions_set_history - replace the session's history with `tokens` [n_tokens]

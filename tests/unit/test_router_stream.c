@@ -188,18 +188,18 @@ static void test_prefix_match_is_confirmed_on_tokens(void **state)
         ids[i] = i + 10;
     }
     assert_int_equal(router_sessions_create(4, 8, &t), TDM_OK);
-    assert_int_equal(router_sessions_add(t, "a", 1, &a), TDM_OK);
-    assert_int_equal(router_sessions_add(t, "a", 1, &b), TDM_ERR_INVALID_ARG);
+    assert_int_equal(router_sessions_add(t, "a", 0, 1, &a), TDM_OK);
+    assert_int_equal(router_sessions_add(t, "a", 0, 1, &b), TDM_ERR_INVALID_ARG);
     assert_int_equal(router_sessions_set_history(t, a, ids, 20), TDM_OK);
     assert_int_equal(a->n_blocks, 2);
     memcpy(probe, ids, sizeof(ids));
-    assert_ptr_equal(router_sessions_match_prefix(t, probe, 40, &matched), a);
+    assert_ptr_equal(router_sessions_match_prefix(t, 0, probe, 40, &matched), a);
     assert_int_equal(matched, 16);
     probe[12] = 0; /* second block differs: only the first matches */
-    assert_ptr_equal(router_sessions_match_prefix(t, probe, 40, &matched), a);
+    assert_ptr_equal(router_sessions_match_prefix(t, 0, probe, 40, &matched), a);
     assert_int_equal(matched, 8);
     probe[0] = 0;
-    assert_null(router_sessions_match_prefix(t, probe, 40, &matched));
+    assert_null(router_sessions_match_prefix(t, 0, probe, 40, &matched));
     assert_int_equal(matched, 0);
     /* History changes reindex; cached_len is clipped to the common prefix. */
     a->cached_len = 19;
@@ -209,7 +209,7 @@ static void test_prefix_match_is_confirmed_on_tokens(void **state)
     assert_int_equal(a->n_blocks, 3);
     assert_int_equal(router_sessions_append(t, a, ids + 30, 10), TDM_OK);
     assert_int_equal(a->n_blocks, 5);
-    assert_ptr_equal(router_sessions_match_prefix(t, ids, 40, &matched), a);
+    assert_ptr_equal(router_sessions_match_prefix(t, 0, ids, 40, &matched), a);
     assert_int_equal(matched, 40);
     router_sessions_destroy(t);
 }
@@ -222,14 +222,14 @@ static void test_full_table_evicts_the_least_recent_idle_session(void **state)
 
     (void)state;
     assert_int_equal(router_sessions_create(2, 8, &t), TDM_OK);
-    assert_int_equal(router_sessions_add(t, "old", 1, &s[0]), TDM_OK);
-    assert_int_equal(router_sessions_add(t, "new", 2, &s[1]), TDM_OK);
+    assert_int_equal(router_sessions_add(t, "old", 0, 1, &s[0]), TDM_OK);
+    assert_int_equal(router_sessions_add(t, "new", 0, 2, &s[1]), TDM_OK);
     s[0]->active_request = 5; /* busy: not evictable */
-    assert_int_equal(router_sessions_add(t, "third", 3, &s[2]), TDM_OK);
+    assert_int_equal(router_sessions_add(t, "third", 0, 3, &s[2]), TDM_OK);
     assert_non_null(router_sessions_get(t, "old"));
     assert_null(router_sessions_get(t, "new"));
     s[2]->active_request = 6;
-    assert_int_equal(router_sessions_add(t, "fourth", 4, &extra), TDM_ERR_BUSY);
+    assert_int_equal(router_sessions_add(t, "fourth", 0, 4, &extra), TDM_ERR_BUSY);
     assert_null(extra);
     assert_int_equal(router_sessions_count(t), 2);
     s[0]->worker_slot = 3;
