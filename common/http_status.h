@@ -9,11 +9,13 @@
 
 #define TDM_HTTP_OK                     200
 #define TDM_HTTP_BAD_REQUEST            400
+#define TDM_HTTP_UNAUTHORIZED           401
 #define TDM_HTTP_NOT_FOUND              404
 #define TDM_HTTP_METHOD_NOT_ALLOWED     405
 #define TDM_HTTP_CONFLICT               409
 #define TDM_HTTP_TOO_LARGE              413 /* Content Too Large */
 #define TDM_HTTP_UNSUPPORTED_MEDIA_TYPE 415
+#define TDM_HTTP_TOO_MANY_REQUESTS      429
 #define TDM_HTTP_INTERNAL               500
 #define TDM_HTTP_BAD_GATEWAY            502
 #define TDM_HTTP_UNAVAILABLE            503

@@ -31,19 +31,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     (void)version;
     (void)upload_data;
-    (void)upload_data_size;
-    (void)req_cls;
-    if (strcmp(method, "GET") != 0) {
+    if (*req_cls != NULL) {
+        *upload_data_size = 0; /* answered at the headers: a body is dropped */
+        return MHD_YES;
+    }
+    *req_cls = h; /* headers complete: answer now, never buffer a body */
+    if (strcmp(url, "/health") != 0 && strcmp(url, "/metrics") != 0) {
+        status = TDM_HTTP_NOT_FOUND;
+        body = strdup("not found\n");
+    } else if (strcmp(method, "GET") != 0) {
         status = TDM_HTTP_METHOD_NOT_ALLOWED;
         body = strdup("method not allowed\n");
     } else if (strcmp(url, "/health") == 0) {
         status = h->render(h->arg, NODE_HTTP_HEALTH, &body);
         type = "application/json";
-    } else if (strcmp(url, "/metrics") == 0) {
-        status = h->render(h->arg, NODE_HTTP_METRICS, &body);
     } else {
-        status = TDM_HTTP_NOT_FOUND;
-        body = strdup("not found\n");
+        status = h->render(h->arg, NODE_HTTP_METRICS, &body);
     }
     if (body == NULL) {
         return MHD_NO;
@@ -80,8 +83,8 @@ int node_http_parse_host_port(const char *text, char *host, size_t host_bytes, u
     return 0;
 }
 
-tdm_status_t node_http_create(const char *host, uint16_t port, node_http_render_fn *render,
-                              void *arg, node_http_t **http_out)
+tdm_status_t node_http_create(const char *host, uint16_t port, uint32_t timeout_s,
+                              node_http_render_fn *render, void *arg, node_http_t **http_out)
 {
     node_http_t *h;
     struct sockaddr_in addr;
@@ -90,7 +93,7 @@ tdm_status_t node_http_create(const char *host, uint16_t port, node_http_render_
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
-    if (host == NULL || render == NULL || http_out == NULL ||
+    if (host == NULL || render == NULL || http_out == NULL || timeout_s == 0 ||
         inet_pton(AF_INET, strcmp(host, "localhost") == 0 ? "127.0.0.1" : host,
                   &addr.sin_addr) != 1) {
         tdm_log(TDM_LOG_ERROR, "http", "bad listen address: host=%s", host != NULL ? host : "");
@@ -104,7 +107,9 @@ tdm_status_t node_http_create(const char *host, uint16_t port, node_http_render_
     h->arg = arg;
     h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, port, NULL,
                                  NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_END);
+                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned int)timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned int)NODE_HTTP_MAX_CONNECTIONS, MHD_OPTION_END);
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: address=%s:%u", host, (unsigned)port);
         free(h);

@@ -1,7 +1,11 @@
 /* node_http.h - a worker's /health and /metrics endpoint (libmicrohttpd, its own thread).
  *
  * Owns the HTTP daemon. The page bodies come from the owner's callback, called on the daemon's
- * thread: the owner renders from state it guards itself. Knows nothing of what is reported.
+ * thread: the owner renders from state it guards itself. Serves exactly GET /health and
+ * GET /metrics: every other path is 404 whatever the method (a worker port exposes nothing
+ * else), another method on those two is 405, and no request body is kept. Every connection has
+ * an idle timeout (no byte for timeout_s closes it) and at most NODE_HTTP_MAX_CONNECTIONS are
+ * open at once, so a slow client cannot hold the endpoint. Knows nothing of what is reported.
  * Shared by tandem-decode and tandem-prefill (library tandem_node).
  */
 #ifndef TANDEM_NODE_HTTP_H
@@ -26,13 +30,18 @@ typedef int node_http_render_fn(void *arg, node_http_page_t page, char **body_ou
 
 typedef struct node_http node_http_t;
 
+/* Most connections a worker's HTTP endpoint keeps open; default idle timeout, s. */
+#define NODE_HTTP_MAX_CONNECTIONS 64u
+#define NODE_HTTP_TIMEOUT_S       30u
+
 /*
- * node_http_create - listen on host:port (port 0: any free port; node_http_port says which).
- * Returns TDM_OK, TDM_ERR_IO (cannot bind: logged with the address) or TDM_ERR_NO_MEMORY.
- * render/arg are borrowed until node_http_destroy.
+ * node_http_create - listen on host:port (port 0: any free port; node_http_port says which),
+ * closing connections idle for timeout_s (>= 1) seconds. Returns TDM_OK, TDM_ERR_INVALID_ARG
+ * (bad host, timeout_s 0), TDM_ERR_IO (cannot bind: logged with the address) or
+ * TDM_ERR_NO_MEMORY. render/arg are borrowed until node_http_destroy.
  */
-tdm_status_t node_http_create(const char *host, uint16_t port, node_http_render_fn *render,
-                              void *arg, node_http_t **http_out);
+tdm_status_t node_http_create(const char *host, uint16_t port, uint32_t timeout_s,
+                              node_http_render_fn *render, void *arg, node_http_t **http_out);
 
 /* node_http_port - the bound port. */
 uint16_t node_http_port(const node_http_t *http);

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "kernels/kv_page.h"
@@ -31,6 +32,7 @@ typedef struct link_item {
 struct node_link {
     void *zctx;
     void *sock;
+    int curve; /* the link is a CURVE client */
     int wake_fd;
     pthread_t thread;
     int thread_started;
@@ -117,7 +119,11 @@ static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err,
         tdm_status_t status;
 
         if (now >= deadline) {
-            set_err(err, err_bytes, "no RegisterAck from the router within the deadline%s%s", "",
+            set_err(err, err_bytes,
+                    "no RegisterAck from the router within the deadline%s%s",
+                    link->curve ? " (with CurveZMQ: is this worker's public key on the router's "
+                                  "--curve-workers list, and --curve-router-key the router's?)"
+                                : "",
                     "");
             return TDM_ERR_TIMEOUT;
         }
@@ -297,6 +303,50 @@ static void *io_main(void *arg)
     return NULL;
 }
 
+/* Make `sock` a CURVE client of the router when both key files are given (before connect). */
+static tdm_status_t secure_link(void *sock, const node_link_params_t *params, char *err,
+                                size_t err_bytes)
+{
+    tdm_curve_keypair_t mine;
+    tdm_curve_keypair_t router;
+    char why[256] = "";
+    tdm_status_t status;
+
+    if (params->curve_key == NULL && params->curve_router_key == NULL) {
+        tdm_log(TDM_LOG_WARN, "link",
+                "control link without CurveZMQ: unencrypted and unauthenticated "
+                "(--curve-key, --curve-router-key; docs/DEPLOY.md Security)");
+        return TDM_OK;
+    }
+    if (params->curve_key == NULL || params->curve_router_key == NULL) {
+        set_err(err, err_bytes, "CurveZMQ needs both --curve-key and --curve-router-key%s%s", "",
+                "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    status = tdm_curve_keyfile_load(params->curve_key, &mine, why, sizeof(why));
+    if (status == TDM_OK && mine.secret_z85[0] == '\0') {
+        snprintf(why, sizeof(why), "%s holds no secret-key", params->curve_key);
+        status = TDM_ERR_FORMAT;
+    }
+    if (status == TDM_OK) {
+        status = tdm_curve_keyfile_load(params->curve_router_key, &router, why, sizeof(why));
+    }
+    if (status == TDM_OK &&
+        (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, router.public_z85, TDM_CURVE_Z85_CHARS + 1) !=
+             0 ||
+         zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, mine.public_z85, TDM_CURVE_Z85_CHARS + 1) != 0 ||
+         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, mine.secret_z85, TDM_CURVE_Z85_CHARS + 1) !=
+             0)) {
+        snprintf(why, sizeof(why), "cannot enable CURVE: %s", zmq_strerror(errno));
+        status = TDM_ERR_IO;
+    }
+    memset(&mine, 0, sizeof(mine));
+    if (status != TDM_OK) {
+        set_err(err, err_bytes, "%s%s", why, "");
+    }
+    return status;
+}
+
 tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **link_out, char *err,
                               size_t err_bytes)
 {
@@ -329,6 +379,11 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
         goto err_free;
     }
     link->sock = zmq_socket(link->zctx, ZMQ_DEALER);
+    status = link->sock != NULL ? secure_link(link->sock, params, err, err_bytes) : TDM_OK;
+    if (status != TDM_OK) {
+        goto err_free;
+    }
+    link->curve = params->curve_key != NULL;
     if (link->sock == NULL ||
         zmq_setsockopt(link->sock, ZMQ_ROUTING_ID, params->incarnation_id,
                        strlen(params->incarnation_id)) != 0 ||

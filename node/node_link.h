@@ -48,6 +48,8 @@ typedef struct {
     uint32_t max_batch_tokens;
     const char *http_endpoint; /* HOST:PORT of /health and /metrics */
     uint32_t register_timeout_ms;
+    const char *curve_key;        /* this worker's CurveZMQ key file (common/curve.h), or NULL */
+    const char *curve_router_key; /* the router's public key file; set with curve_key */
 } node_link_params_t;
 
 typedef struct node_link node_link_t;
@@ -56,9 +58,15 @@ typedef struct node_link node_link_t;
  * node_link_create - connect, register and wait for the RegisterAck (up to register_timeout_ms),
  * then start the I/O thread (heartbeats at the interval the router announced).
  *
+ * With curve_key and curve_router_key the link is a CURVE client (encrypted; the router lets it
+ * in only when this worker's public key is on its allow-list, else the handshake fails and no
+ * RegisterAck comes: TDM_ERR_TIMEOUT).
+ *
  * Returns TDM_OK with *link_out; TDM_ERR_MISMATCH when the router refused the registration (its
  * reason in err); TDM_ERR_TIMEOUT (no answer); TDM_ERR_IO (ZeroMQ failure, errno text in err);
- * TDM_ERR_INVALID_ARG; TDM_ERR_NO_MEMORY. err: err_bytes, may be 0. Copies what it keeps.
+ * TDM_ERR_FORMAT / TDM_ERR_NOT_FOUND (a CURVE key file malformed or missing, reason in err);
+ * TDM_ERR_INVALID_ARG (only one of the CURVE files); TDM_ERR_NO_MEMORY. err: err_bytes, may be 0.
+ * Copies what it keeps.
  */
 tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **link_out, char *err,
                               size_t err_bytes);

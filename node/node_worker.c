@@ -47,6 +47,14 @@ static const tdm_flag_t shared_flags[] = {
      "lanes KV transfers may use (tcp,shm,rc,dc,ud,cuda_ipc,cuda_copy,gdr_copy; default "
      "any): a transfer over another lane fails instead of falling back",
      0, 0, 0},
+    {"http-timeout-s", TDM_FLAG_U32, "30", offsetof(node_worker_cfg_t, http_timeout_s),
+     "close an idle /health or /metrics connection after this many seconds", 1, 86400, 0},
+    {"curve-key", TDM_FLAG_PATH, NULL, offsetof(node_worker_cfg_t, curve_key),
+     "this worker's CurveZMQ key file (tandem keygen); its public key must be on the router's "
+     "--curve-workers list",
+     0, 0, 0},
+    {"curve-router-key", TDM_FLAG_PATH, NULL, offsetof(node_worker_cfg_t, curve_router_key),
+     "the router's CurveZMQ public key file (with --curve-key)", 0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(node_worker_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -207,7 +215,8 @@ int node_worker_load(node_worker_t *w)
 /* Start /health and /metrics on --http; w->endpoint = HOST:bound-port. */
 static int serve(node_worker_t *w, node_http_render_fn *render, void *arg)
 {
-    tdm_status_t status = node_http_create(w->host, w->port, render, arg, &w->http);
+    tdm_status_t status =
+        node_http_create(w->host, w->port, w->cfg->http_timeout_s, render, arg, &w->http);
 
     if (status != TDM_OK) {
         fprintf(stderr, "%s: setup failed: %s\n", w->program, tdm_status_message(status));
@@ -244,6 +253,8 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.max_batch_tokens = w->cfg->chunk_tokens;
     lp.http_endpoint = w->endpoint;
     lp.register_timeout_ms = w->cfg->register_timeout_ms;
+    lp.curve_key = w->cfg->curve_key;
+    lp.curve_router_key = w->cfg->curve_router_key;
     status = node_link_create(&lp, &w->link, err, sizeof(err));
     if (status != TDM_OK) {
         tdm_log(TDM_LOG_ERROR, w->role, "cannot join the cluster: %s", err);

@@ -53,6 +53,9 @@ typedef struct {
     const char *transports;        /* --transports: UCX_TLS syntax, NULL: UCX's choice */
     const char *ucx_protocols;     /* --ucx-protocols: v1 or v2 */
     const char *require_transport; /* --require-transport: lane classes, NULL: any */
+    uint32_t http_timeout_s;       /* --http-timeout-s: idle timeout of /health, /metrics */
+    const char *curve_key;         /* --curve-key: this worker's CurveZMQ key file, or NULL */
+    const char *curve_router_key;  /* --curve-router-key: the router's public key file */
     const char *log_level;         /* --log-level */
 } node_worker_cfg_t;
 

@@ -19,6 +19,7 @@
 #define ROUTER_APIERR_NOT_FOUND       "not_found_error"
 #define ROUTER_APIERR_SERVER          "server_error"
 #define ROUTER_APIERR_OVERLOADED      "overloaded_error"
+#define ROUTER_APIERR_RATE_LIMIT      "requests" /* OpenAI's type of a 429 */
 
 /*
  * One API error (plain data). type, code and param point at static strings (param and code may

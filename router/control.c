@@ -11,10 +11,12 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "router/registry.h"
 #include "router/session.h"
+#include "router/zap.h"
 
 #define CONTROL_POLL_MS             20
 #define CONTROL_MAX_FRAMES_PER_TURN 512
@@ -42,6 +44,7 @@ struct router_control {
     router_metrics_t *metrics;
     void *zctx;
     void *sock;
+    router_zap_t *zap; /* CURVE allow-list handler; NULL when the plane is unauthenticated */
     int wake_fd;
     pthread_t thread;
     int thread_started;
@@ -363,6 +366,59 @@ static void *control_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
+/* Make the socket a CURVE server whose clients the ZAP handler checks (before bind). */
+static tdm_status_t secure_socket(router_control_t *c)
+{
+    tdm_curve_keypair_t keys;
+    char(*allowed)[TDM_CURVE_Z85_CHARS + 1] = NULL;
+    size_t n_allowed = 0;
+    char err[256] = "";
+    int one = 1;
+    tdm_status_t status;
+
+    if (c->params.curve_secret_key == NULL && c->params.curve_workers == NULL) {
+        tdm_log(TDM_LOG_WARN, "control",
+                "control plane without CurveZMQ: any process that reaches %s can register as a "
+                "worker (--curve-secret-key, --curve-workers; docs/DEPLOY.md Security)",
+                c->params.endpoint);
+        return TDM_OK;
+    }
+    if (c->params.curve_secret_key == NULL || c->params.curve_workers == NULL) {
+        tdm_log(TDM_LOG_ERROR, "control", "CurveZMQ needs both the router key and the worker list");
+        return TDM_ERR_INVALID_ARG;
+    }
+    status = tdm_curve_keyfile_load(c->params.curve_secret_key, &keys, err, sizeof(err));
+    if (status == TDM_OK && keys.secret_z85[0] == '\0') {
+        snprintf(err, sizeof(err), "%s holds no secret-key", c->params.curve_secret_key);
+        status = TDM_ERR_FORMAT;
+    }
+    if (status == TDM_OK) {
+        status = tdm_curve_allowlist_load(c->params.curve_workers, &allowed, &n_allowed, err,
+                                          sizeof(err));
+    }
+    if (status == TDM_OK) {
+        status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1])allowed,
+                                  n_allowed, &c->zap);
+    }
+    if (status == TDM_OK &&
+        (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+         zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, keys.secret_z85, TDM_CURVE_Z85_CHARS + 1) !=
+             0 ||
+         zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
+        snprintf(err, sizeof(err), "cannot enable CURVE: %s", zmq_strerror(errno));
+        status = TDM_ERR_IO;
+    }
+    memset(&keys, 0, sizeof(keys));
+    free(allowed);
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "control", "CurveZMQ refused: %s", err);
+        return status;
+    }
+    tdm_log(TDM_LOG_INFO, "control", "control plane uses CurveZMQ: allowed_workers=%zu",
+            n_allowed);
+    return TDM_OK;
+}
+
 static tdm_status_t open_socket(router_control_t *c)
 {
     int one = 1;
@@ -370,6 +426,7 @@ static tdm_status_t open_socket(router_control_t *c)
     int hwm = CONTROL_HWM;
     int64_t max_bytes = PROTO_MAX_MESSAGE_BYTES;
     size_t n = sizeof(c->endpoint);
+    tdm_status_t status;
 
     c->zctx = zmq_ctx_new();
     if (c->zctx == NULL) {
@@ -385,6 +442,10 @@ static tdm_status_t open_socket(router_control_t *c)
     zmq_setsockopt(c->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(c->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
+    status = secure_socket(c);
+    if (status != TDM_OK) {
+        return status;
+    }
     if (zmq_bind(c->sock, c->params.endpoint) != 0) {
         tdm_log(TDM_LOG_ERROR, "control", "bind failed: endpoint=%s error=\"%s\"",
                 c->params.endpoint, zmq_strerror(errno));
@@ -496,6 +557,7 @@ void router_control_destroy(router_control_t *control)
     if (c->sock != NULL) {
         zmq_close(c->sock);
     }
+    router_zap_stop(c->zap);
     if (c->zctx != NULL) {
         zmq_ctx_term(c->zctx);
     }

@@ -34,6 +34,8 @@ typedef struct {
     uint32_t heartbeat_interval_ms; /* announced to workers */
     uint32_t heartbeat_timeout_ms;  /* silence before a worker is lost */
     uint32_t max_sessions;          /* session table size */
+    const char *curve_secret_key;   /* router's CurveZMQ key file (common/curve.h), or NULL */
+    const char *curve_workers;      /* allow-list of worker public keys; set with the above */
     router_dispatch_params_t dispatch;
 } router_control_params_t;
 
@@ -45,8 +47,12 @@ typedef struct router_control router_control_t;
 
 /*
  * router_control_create - bind the socket and start the thread. model and metrics are borrowed
- * and must outlive the control plane. Returns TDM_OK, TDM_ERR_INVALID_ARG (bad parameters),
- * TDM_ERR_IO (bind failed: the endpoint and zmq_strerror are logged) or TDM_ERR_NO_MEMORY.
+ * and must outlive the control plane. With curve_secret_key and curve_workers the socket is a
+ * CURVE server (encrypted, and only workers whose public key is on the allow-list complete the
+ * handshake: router/zap.h); with neither it is plain TCP and a warning is logged. Returns TDM_OK,
+ * TDM_ERR_INVALID_ARG (bad parameters, or only one of the CURVE files), TDM_ERR_FORMAT /
+ * TDM_ERR_NOT_FOUND / TDM_ERR_IO (a CURVE file unreadable or malformed: logged), TDM_ERR_IO
+ * (bind failed: the endpoint and zmq_strerror are logged) or TDM_ERR_NO_MEMORY.
  */
 tdm_status_t router_control_create(const router_control_params_t *params,
                                    const router_model_t *model, router_metrics_t *metrics,

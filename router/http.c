@@ -4,11 +4,13 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -23,6 +25,7 @@
 
 #define SSE_BLOCK_BYTES         (16u * 1024u)
 #define MIB                     (1024u * 1024u)
+#define REAPER_PERIOD_MS        200L
 
 struct router_http {
     router_http_params_t params;
@@ -34,13 +37,39 @@ struct router_http {
     atomic_uint_fast64_t next_request_id;
     uint64_t seed_salt;
     router_responses_t *responses; /* stored responses of POST /v1/responses */
+    router_apikeys_t *keys;        /* API keys (none: the API is open) */
+    pthread_mutex_t socks_lock;    /* guards socks and every sock_t's phase */
+    pthread_cond_t reaper_wake;
+    struct sock *socks;            /* open connections */
+    pthread_t reaper;              /* closes connections past their header or body deadline */
+    int stopping;                  /* guarded by socks_lock */
 };
 
-/* Per-connection state of one HTTP request (MHD's con_cls). */
+/* Per-request state of one HTTP request (MHD's con_cls). */
 typedef struct {
     tdm_buf_t body; /* the request body so far */
     int too_large;
+    uint32_t tenant;       /* the API key's tenant (0: keys off or an open path) */
+    int admitted;          /* counted in the key's in-flight requests: release when done */
+    int untimed;           /* a generation runs: the idle timeout is off until the request ends */
+    uint64_t t_headers_ns; /* monotonic time the headers were complete */
 } conn_t;
+
+/* What a connection is doing, for the header and body deadlines. */
+typedef enum {
+    SOCK_HEADERS = 0, /* waiting for a request's headers (opened, or the previous request ended) */
+    SOCK_BODY = 1,    /* headers in, reading the body */
+    SOCK_SERVING = 2, /* answering: no deadline (a generation may run for minutes) */
+} sock_phase_t;
+
+/* Per-connection state (MHD's socket context), in the front end's list while open. */
+typedef struct sock {
+    int fd;
+    sock_phase_t phase;
+    uint64_t t_phase_ns; /* monotonic start of the phase */
+    struct sock *prev;
+    struct sock *next;
+} sock_t;
 
 void router_http_params_default(router_http_params_t *params)
 {
@@ -51,15 +80,22 @@ void router_http_params_default(router_http_params_t *params)
     params->max_connections = 1024;
     params->turn.timeout_ms = 600000;
     params->turn.keepalive_ms = 5000;
+    params->idle_timeout_s = 30;
+    params->header_timeout_s = 30;
+    params->body_timeout_s = 30;
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
 
-static enum MHD_Result respond(struct MHD_Connection *conn, int status, const char *content_type,
-                               char *body, size_t n_body, const char *session_id)
+/* Queue `body` (taken over) with its type, the session header (session_id non-empty) and
+ * Retry-After (retry_after_s > 0). */
+static enum MHD_Result respond_with(struct MHD_Connection *conn, int status,
+                                    const char *content_type, char *body, size_t n_body,
+                                    const char *session_id, uint32_t retry_after_s)
 {
     struct MHD_Response *resp;
     enum MHD_Result ret;
+    char retry[16];
 
     resp = MHD_create_response_from_buffer(n_body, body, MHD_RESPMEM_MUST_FREE);
     if (resp == NULL) {
@@ -70,9 +106,22 @@ static enum MHD_Result respond(struct MHD_Connection *conn, int status, const ch
     if (session_id != NULL && session_id[0] != '\0') {
         MHD_add_response_header(resp, "X-Session-Id", session_id);
     }
+    if (retry_after_s > 0) {
+        snprintf(retry, sizeof(retry), "%u", retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    }
+    if (status == TDM_HTTP_UNAUTHORIZED) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
     ret = MHD_queue_response(conn, (unsigned int)status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *conn, int status, const char *content_type,
+                               char *body, size_t n_body, const char *session_id)
+{
+    return respond_with(conn, status, content_type, body, n_body, session_id, 0);
 }
 
 static enum MHD_Result respond_text(struct MHD_Connection *conn, int status,
@@ -86,8 +135,8 @@ static enum MHD_Result respond_text(struct MHD_Connection *conn, int status,
     return respond(conn, status, content_type, copy, strlen(copy), NULL);
 }
 
-static enum MHD_Result respond_error(router_http_t *h, struct MHD_Connection *conn,
-                                     const router_apierr_t *err)
+static enum MHD_Result respond_error_retry(router_http_t *h, struct MHD_Connection *conn,
+                                           const router_apierr_t *err, uint32_t retry_after_s)
 {
     char *body = router_apierr_json(err);
 
@@ -97,7 +146,14 @@ static enum MHD_Result respond_error(router_http_t *h, struct MHD_Connection *co
     if (body == NULL) {
         return MHD_NO;
     }
-    return respond(conn, err->http_status, "application/json", body, strlen(body), NULL);
+    return respond_with(conn, err->http_status, "application/json", body, strlen(body), NULL,
+                        retry_after_s);
+}
+
+static enum MHD_Result respond_error(router_http_t *h, struct MHD_Connection *conn,
+                                     const router_apierr_t *err)
+{
+    return respond_error_retry(h, conn, err, 0);
 }
 
 /* ---- GET endpoints ---------------------------------------------------------------------- */
@@ -126,11 +182,27 @@ static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *co
     char *text;
     size_t n;
 
+    char *keys_text;
+    size_t n_keys_text;
+    char *both;
+
     router_control_snapshot(h->control, &g);
     if (router_metrics_render(h->metrics, &g, &text, &n) != TDM_OK) {
         return MHD_NO;
     }
-    return respond(conn, TDM_HTTP_OK, "text/plain; version=0.0.4", text, n, NULL);
+    if (router_apikeys_render(h->keys, &keys_text, &n_keys_text) != TDM_OK) {
+        free(text);
+        return MHD_NO;
+    }
+    both = realloc(text, n + n_keys_text + 1);
+    if (both == NULL) {
+        free(text);
+        free(keys_text);
+        return MHD_NO;
+    }
+    memcpy(both + n, keys_text, n_keys_text + 1);
+    free(keys_text);
+    return respond(conn, TDM_HTTP_OK, "text/plain; version=0.0.4", both, n + n_keys_text, NULL);
 }
 
 static enum MHD_Result serve_models(router_http_t *h, struct MHD_Connection *conn)
@@ -374,6 +446,11 @@ static enum MHD_Result serve_generate(router_http_t *h, struct MHD_Connection *c
         router_gen_request_fini(&gen);
         return MHD_NO;
     }
+    router_request_set_tenant(request, cc->tenant);
+    /* From here the connection waits on the cluster, not on the client: the idle timeout would
+     * cut a long first-token wait or a stream. It comes back when the request ends. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    cc->untimed = 1;
     if (router_control_submit(h->control, request) != TDM_OK) {
         router_request_unref(request);
         router_apierr_set(&err, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
@@ -443,8 +520,8 @@ static enum MHD_Result serve_responses(router_http_t *h, struct MHD_Connection *
         return respond_error(h, conn, &err);
     }
     if (router_responses_request(h->responses, cc->body.data, cc->body.n_bytes,
-                                 h->seed_salt ^ atomic_fetch_add(&h->next_request_id, 1), &rreq,
-                                 &err) != TDM_OK) {
+                                 h->seed_salt ^ atomic_fetch_add(&h->next_request_id, 1),
+                                 cc->tenant, &rreq, &err) != TDM_OK) {
         return respond_error(h, conn, &err);
     }
     ret = serve_generate(h, conn, ROUTER_API_CHAT, cc, &rreq);
@@ -506,6 +583,93 @@ static enum MHD_Result route(router_http_t *h, struct MHD_Connection *conn, cons
     return respond_error(h, conn, &err);
 }
 
+/*
+ * Move conn's connection to `phase` at now_ns (under the lock the reaper reads it with); returns
+ * how long the previous phase lasted, ns (0 without a socket context).
+ */
+static uint64_t set_phase(router_http_t *h, struct MHD_Connection *conn, sock_phase_t phase,
+                          uint64_t now_ns)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    sock_t *sc = info != NULL ? info->socket_context : NULL;
+    uint64_t lasted = 0;
+
+    if (sc == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&h->socks_lock);
+    lasted = now_ns > sc->t_phase_ns ? now_ns - sc->t_phase_ns : 0;
+    sc->phase = phase;
+    sc->t_phase_ns = now_ns;
+    pthread_mutex_unlock(&h->socks_lock);
+    return lasted;
+}
+
+/* Whether `url` is served without an API key. */
+static int open_path(const char *url)
+{
+    return strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0;
+}
+
+/*
+ * The first call of a request (headers complete): enforce the header deadline, then, with API
+ * keys configured, authenticate and admit it. A refusal is queued now, before any body is read.
+ */
+static enum MHD_Result on_headers(router_http_t *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, void **con_cls)
+{
+    uint64_t now_ns = tdm_clock_now_ns();
+    router_apikey_verdict_t verdict;
+    router_apierr_t err;
+    uint32_t retry_after_s = 0;
+    conn_t *cc;
+
+    (void)method;
+    if (set_phase(h, conn, SOCK_BODY, now_ns) > (uint64_t)h->params.header_timeout_s *
+                                                    TDM_NS_PER_S) {
+        tdm_log(TDM_LOG_INFO, "http", "request headers too slow: closed after %u s",
+                h->params.header_timeout_s);
+        return MHD_NO;
+    }
+    cc = calloc(1, sizeof(*cc));
+    if (cc == NULL) {
+        return MHD_NO;
+    }
+    *con_cls = cc;
+    if (router_apikeys_count(h->keys) == 0 || open_path(url)) {
+        cc->t_headers_ns = now_ns;
+        return MHD_YES;
+    }
+    set_phase(h, conn, SOCK_SERVING, now_ns); /* a refusal is answered now */
+    cc->tenant = router_apikeys_authenticate(
+        h->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+    if (cc->tenant == 0) {
+        router_apierr_set(&err, TDM_HTTP_UNAUTHORIZED, ROUTER_APIERR_INVALID_REQUEST,
+                          "invalid_api_key", NULL,
+                          "%s", MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                            MHD_HTTP_HEADER_AUTHORIZATION) == NULL
+                              ? "no API key given: send 'Authorization: Bearer KEY'"
+                              : "incorrect API key provided");
+        return respond_error(h, conn, &err);
+    }
+    verdict = router_apikeys_acquire(h->keys, cc->tenant, now_ns, &retry_after_s);
+    if (verdict != ROUTER_APIKEY_ADMITTED) {
+        int rate = verdict == ROUTER_APIKEY_RATE_LIMITED;
+        router_apierr_set(&err, TDM_HTTP_TOO_MANY_REQUESTS, ROUTER_APIERR_RATE_LIMIT,
+                          rate ? "rate_limit_exceeded" : "concurrency_limit_exceeded", NULL,
+                          "%s for API key '%s'; retry after %u s",
+                          rate ? "requests-per-minute limit reached"
+                               : "too many requests in flight",
+                          router_apikeys_name(h->keys, cc->tenant), retry_after_s);
+        return respond_error_retry(h, conn, &err, retry_after_s);
+    }
+    cc->admitted = 1;
+    set_phase(h, conn, SOCK_BODY, now_ns);
+    cc->t_headers_ns = now_ns;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -515,15 +679,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     (void)version;
     if (cc == NULL) {
-        cc = calloc(1, sizeof(*cc));
-        if (cc == NULL) {
-            return MHD_NO;
-        }
-        *con_cls = cc;
+        return on_headers(h, conn, url, method, con_cls);
+    }
+    if (cc->t_headers_ns == 0) {
+        *upload_data_size = 0; /* answered at the headers (401, 429): the body is dropped */
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
+        if (tdm_clock_now_ns() - cc->t_headers_ns >
+            (uint64_t)h->params.body_timeout_s * TDM_NS_PER_S) {
+            tdm_log(TDM_LOG_INFO, "http", "request body too slow: closed after %u s",
+                    h->params.body_timeout_s);
+            return MHD_NO;
+        }
         if (!cc->too_large && cc->body.n_bytes + n > h->params.max_body_bytes) {
             cc->too_large = 1;
             tdm_buf_fini(&cc->body);
@@ -534,25 +703,130 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    set_phase(h, conn, SOCK_SERVING, tdm_clock_now_ns());
     return route(h, conn, url, method, cc);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    router_http_t *h = cls;
     conn_t *cc = *con_cls;
 
-    (void)cls;
-    (void)conn;
     (void)toe;
+    set_phase(h, conn, SOCK_HEADERS, tdm_clock_now_ns());
     if (cc != NULL) {
+        if (cc->admitted) {
+            router_apikeys_release(h->keys, cc->tenant);
+        }
+        if (cc->untimed) {
+            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                      (unsigned int)h->params.idle_timeout_s);
+        }
         tdm_buf_fini(&cc->body);
         free(cc);
         *con_cls = NULL;
     }
 }
 
+/*
+ * Opened and closed connections: the socket context the reaper times. MHD reports a connection
+ * closed before it closes the socket, so the reaper (which holds the lock while it shuts a
+ * socket down) never touches a descriptor that was closed and reused.
+ */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    router_http_t *h = cls;
+    sock_t *sc = *socket_context;
+
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        sc = calloc(1, sizeof(*sc));
+        if (sc == NULL || info == NULL) {
+            free(sc);
+            return; /* no deadlines for this one; the idle timeout still applies */
+        }
+        sc->fd = info->connect_fd;
+        sc->phase = SOCK_HEADERS;
+        sc->t_phase_ns = tdm_clock_now_ns();
+        pthread_mutex_lock(&h->socks_lock);
+        sc->next = h->socks;
+        if (h->socks != NULL) {
+            h->socks->prev = sc;
+        }
+        h->socks = sc;
+        pthread_mutex_unlock(&h->socks_lock);
+        *socket_context = sc;
+        return;
+    }
+    if (sc == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&h->socks_lock);
+    if (sc->prev != NULL) {
+        sc->prev->next = sc->next;
+    } else {
+        h->socks = sc->next;
+    }
+    if (sc->next != NULL) {
+        sc->next->prev = sc->prev;
+    }
+    pthread_mutex_unlock(&h->socks_lock);
+    free(sc);
+    *socket_context = NULL;
+}
+
+/*
+ * The reaper: every REAPER_PERIOD_MS, shut down the socket of every connection whose headers or
+ * body are late (a client that sends a byte now and then never trips the idle timeout). MHD's
+ * thread of that connection then sees the end of the stream and closes it.
+ */
+static void *reaper_main(void *arg)
+{
+    router_http_t *h = arg;
+    uint64_t header_ns = (uint64_t)h->params.header_timeout_s * TDM_NS_PER_S;
+    uint64_t body_ns = (uint64_t)h->params.body_timeout_s * TDM_NS_PER_S;
+
+    pthread_mutex_lock(&h->socks_lock);
+    while (!h->stopping) {
+        struct timespec until;
+        uint64_t now_ns = tdm_clock_now_ns();
+        for (sock_t *sc = h->socks; sc != NULL; sc = sc->next) {
+            uint64_t lasted = now_ns > sc->t_phase_ns ? now_ns - sc->t_phase_ns : 0;
+            if ((sc->phase == SOCK_HEADERS && lasted > header_ns) ||
+                (sc->phase == SOCK_BODY && lasted > body_ns)) {
+                tdm_log(TDM_LOG_INFO, "http", "slow client cut: %s not complete after %u s",
+                        sc->phase == SOCK_HEADERS ? "headers" : "body",
+                        sc->phase == SOCK_HEADERS ? h->params.header_timeout_s
+                                                  : h->params.body_timeout_s);
+                shutdown(sc->fd, SHUT_RDWR);
+                sc->phase = SOCK_SERVING; /* once */
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += REAPER_PERIOD_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->reaper_wake, &h->socks_lock, &until);
+    }
+    pthread_mutex_unlock(&h->socks_lock);
+    return NULL;
+}
+
 /* ---- lifecycle -------------------------------------------------------------------------- */
+
+static void stop_reaper(router_http_t *h)
+{
+    pthread_mutex_lock(&h->socks_lock);
+    h->stopping = 1;
+    pthread_cond_signal(&h->reaper_wake);
+    pthread_mutex_unlock(&h->socks_lock);
+    pthread_join(h->reaper, NULL);
+}
 
 tdm_status_t router_http_create(const router_http_params_t *params, const router_model_t *model,
                                 router_control_t *control, router_metrics_t *metrics,
@@ -567,8 +841,14 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     router_http_t *h;
     int rc;
 
+    char key_err[256];
+    pthread_condattr_t cond_attr;
+    tdm_status_t status;
+
     if (params == NULL || params->host == NULL || model == NULL || control == NULL ||
-        metrics == NULL || http_out == NULL || params->max_body_bytes == 0) {
+        metrics == NULL || http_out == NULL || params->max_body_bytes == 0 ||
+        params->idle_timeout_s == 0 || params->header_timeout_s == 0 ||
+        params->body_timeout_s == 0) {
         return TDM_ERR_INVALID_ARG;
     }
     memset(&hints, 0, sizeof(hints));
@@ -593,10 +873,28 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     h->metrics = metrics;
     atomic_init(&h->next_request_id, 1);
     h->seed_salt = tdm_hash_splitmix64(tdm_clock_now_ns() ^ (uint64_t)(uintptr_t)h);
+    status = router_apikeys_create(params->api_keys_file, params->api_keys, &params->key_limits,
+                                   &h->keys, key_err, sizeof(key_err));
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "http", "API keys refused: %s", key_err);
+        goto err_free;
+    }
+    status = TDM_ERR_NO_MEMORY;
     if (router_responses_create(ROUTER_RESPONSES_DEFAULT_MAX, &h->responses) != TDM_OK) {
-        freeaddrinfo(addr);
-        free(h);
-        return TDM_ERR_NO_MEMORY;
+        goto err_keys;
+    }
+    pthread_condattr_init(&cond_attr);
+    pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(&h->reaper_wake, &cond_attr);
+    pthread_condattr_destroy(&cond_attr);
+    if (rc != 0) {
+        goto err_responses;
+    }
+    if (pthread_mutex_init(&h->socks_lock, NULL) != 0) {
+        goto err_cond;
+    }
+    if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
+        goto err_mutex;
     }
     if (addr->ai_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
@@ -604,20 +902,46 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     h->daemon = MHD_start_daemon(flags, params->port, NULL, NULL, on_request, h,
                                  MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned int)params->max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, h, MHD_OPTION_END);
-    freeaddrinfo(addr);
+                                 on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                                 MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned int)params->idle_timeout_s, MHD_OPTION_END);
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,
                 params->port);
-        router_responses_destroy(h->responses);
-        free(h);
-        return TDM_ERR_IO;
+        status = TDM_ERR_IO;
+        goto err_reaper;
     }
+    freeaddrinfo(addr);
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info != NULL ? info->port : params->port;
-    tdm_log(TDM_LOG_INFO, "http", "http listening: host=%s port=%u", params->host, h->port);
+    tdm_log(TDM_LOG_INFO, "http",
+            "http listening: host=%s port=%u api_keys=%zu idle_timeout_s=%u header_timeout_s=%u "
+            "body_timeout_s=%u",
+            params->host, h->port, router_apikeys_count(h->keys), params->idle_timeout_s,
+            params->header_timeout_s, params->body_timeout_s);
+    if (router_apikeys_count(h->keys) == 0) {
+        tdm_log(TDM_LOG_WARN, "http",
+                "no API keys configured: the API is open to anyone who can reach port %u "
+                "(--api-keys-file or TANDEM_API_KEYS; docs/DEPLOY.md Security)",
+                h->port);
+    }
     *http_out = h;
     return TDM_OK;
+
+err_reaper:
+    stop_reaper(h);
+err_mutex:
+    pthread_mutex_destroy(&h->socks_lock);
+err_cond:
+    pthread_cond_destroy(&h->reaper_wake);
+err_responses:
+    router_responses_destroy(h->responses);
+err_keys:
+    router_apikeys_destroy(h->keys);
+err_free:
+    freeaddrinfo(addr);
+    free(h);
+    return status;
 }
 
 uint16_t router_http_port(const router_http_t *http)
@@ -630,7 +954,11 @@ void router_http_destroy(router_http_t *http)
     if (http == NULL) {
         return;
     }
-    MHD_stop_daemon(http->daemon);
+    MHD_stop_daemon(http->daemon); /* every connection closed: the list is empty */
+    stop_reaper(http);
+    pthread_mutex_destroy(&http->socks_lock);
+    pthread_cond_destroy(&http->reaper_wake);
     router_responses_destroy(http->responses);
+    router_apikeys_destroy(http->keys);
     free(http);
 }

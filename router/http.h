@@ -7,6 +7,16 @@
  * worker counts) and GET /metrics (Prometheus text). Every error is OpenAI-shaped JSON with the
  * right status (404 unknown path, 405 wrong method, 413 body too large, 400/404/415 from
  * validation, 409/503/504 from serving) and is counted by code. Knows nothing of ZeroMQ.
+ *
+ * Security (docs/DEPLOY.md "Security"): with API keys configured (apikeys.h) every path except
+ * GET /health and GET /metrics needs "Authorization: Bearer KEY" (else 401 invalid_api_key,
+ * answered before the body is read); each request runs as its key's tenant and is admitted
+ * against the key's rate and concurrency limits (else 429 with Retry-After). Every connection
+ * has an idle timeout (no byte for idle_timeout_s closes it), a header deadline (the request's
+ * headers must be complete header_timeout_s after the connection opened or the previous request
+ * ended) and a body deadline (the body must be complete body_timeout_s after its headers). A
+ * generation in progress is exempt: neither the wait for the first token nor a stream (kept
+ * alive by SSE comments) is cut.
  */
 #ifndef TANDEM_ROUTER_HTTP_H
 #define TANDEM_ROUTER_HTTP_H
@@ -15,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "router/apikeys.h"
 #include "router/control.h"
 #include "router/metrics.h"
 #include "router/model.h"
@@ -27,18 +38,29 @@ typedef struct {
     size_t max_body_bytes;     /* larger request bodies get 413 */
     uint32_t max_connections;  /* concurrent connections (threads) */
     router_turn_params_t turn; /* token timeout and SSE keep-alive */
+    uint32_t idle_timeout_s;   /* close a connection silent this long (>= 1) */
+    uint32_t header_timeout_s; /* headers complete within this (>= 1) */
+    uint32_t body_timeout_s;   /* body complete within this after the headers (>= 1) */
+    const char *api_keys_file; /* key file (apikeys.h format), or NULL */
+    const char *api_keys;      /* key entries (comma or newline separated), or NULL */
+    router_apikeys_limits_t key_limits; /* each key's limits unless its entry sets them */
 } router_http_params_t;
 
-/* router_http_params_default - 127.0.0.1:8000, 64 MiB bodies, 1024 connections, 600 s / 5 s. */
+/*
+ * router_http_params_default - 127.0.0.1:8000, 64 MiB bodies, 1024 connections, 600 s / 5 s,
+ * 30 s idle, header and body timeouts, no API keys (open), unlimited keys.
+ */
 void router_http_params_default(router_http_params_t *params);
 
 /* The front end; opaque. */
 typedef struct router_http router_http_t;
 
 /*
- * router_http_create - start serving. model, control and metrics are borrowed and must outlive
- * the front end. Returns TDM_OK, TDM_ERR_INVALID_ARG (bad host) or TDM_ERR_IO (could not listen:
- * the address and reason are logged).
+ * router_http_create - load the API keys and start serving. model, control and metrics are
+ * borrowed and must outlive the front end. Returns TDM_OK, TDM_ERR_INVALID_ARG (bad host or
+ * timeouts), TDM_ERR_FORMAT / TDM_ERR_NOT_FOUND / TDM_ERR_IO (bad or unreadable API key file:
+ * the reason, never a key, is logged) or TDM_ERR_IO (could not listen: the address and reason
+ * are logged). Without keys it logs a warning that the API is open.
  */
 tdm_status_t router_http_create(const router_http_params_t *params, const router_model_t *model,
                                 router_control_t *control, router_metrics_t *metrics,

@@ -34,6 +34,15 @@ typedef struct {
     uint32_t request_timeout_ms;
     uint32_t max_body_mib;
     uint32_t max_connections;
+    uint32_t http_idle_timeout_s;
+    uint32_t http_header_timeout_s;
+    uint32_t http_body_timeout_s;
+    const char *api_keys_file;
+    const char *api_keys;
+    uint32_t api_key_concurrency;
+    uint32_t api_key_rpm;
+    const char *curve_secret_key;
+    const char *curve_workers;
     const char *log_level;
 } router_cfg_t;
 
@@ -69,6 +78,29 @@ static const tdm_flag_t router_flags[] = {
      "largest request body, MiB", 1, 4096, 0},
     {"max-connections", TDM_FLAG_U32, "1024", offsetof(router_cfg_t, max_connections),
      "concurrent HTTP connections", 1, 65536, 0},
+    {"http-idle-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_idle_timeout_s),
+     "close an HTTP connection silent this long (not while a generation runs), s", 1, 86400, 0},
+    {"http-header-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_header_timeout_s),
+     "a request's headers must be complete within this, s", 1, 86400, 0},
+    {"http-body-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_body_timeout_s),
+     "a request's body must be complete this long after its headers, s", 1, 86400, 0},
+    {"api-keys-file", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, api_keys_file),
+     "API key file: one 'KEY [name=N] [concurrency=N] [rpm=N]' per line (docs/DEPLOY.md)", 0, 0,
+     0},
+    {"api-keys", TDM_FLAG_STRING, NULL, offsetof(router_cfg_t, api_keys),
+     "API key entries separated by commas (prefer the env TANDEM_API_KEYS or the file); none "
+     "given anywhere: the API is open",
+     0, 0, 0},
+    {"api-key-concurrency", TDM_FLAG_U32, "0", offsetof(router_cfg_t, api_key_concurrency),
+     "requests in flight per API key unless its entry says (0: unlimited)", 0, 4294967295.0, 0},
+    {"api-key-rpm", TDM_FLAG_U32, "0", offsetof(router_cfg_t, api_key_rpm),
+     "requests per minute per API key unless its entry says (0: unlimited)", 0, 4294967295.0, 0},
+    {"curve-secret-key", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, curve_secret_key),
+     "CurveZMQ key file of the router (tandem keygen): the control plane is encrypted and "
+     "workers must present an allowed key (needs --curve-workers)",
+     0, 0, 0},
+    {"curve-workers", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, curve_workers),
+     "file of the worker public keys allowed to connect (one Z85 key per line)", 0, 0, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(router_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -147,6 +179,19 @@ int main(int argc, char **argv)
     params.http.max_body_bytes = (size_t)cfg.max_body_mib * ROUTER_MIB;
     params.http.max_connections = cfg.max_connections;
     params.http.turn.timeout_ms = cfg.request_timeout_ms;
+    params.http.idle_timeout_s = cfg.http_idle_timeout_s;
+    params.http.header_timeout_s = cfg.http_header_timeout_s;
+    params.http.body_timeout_s = cfg.http_body_timeout_s;
+    params.http.api_keys_file = cfg.api_keys_file;
+    params.http.api_keys = cfg.api_keys;
+    params.http.key_limits.max_concurrency = cfg.api_key_concurrency;
+    params.http.key_limits.rpm = cfg.api_key_rpm;
+    if ((cfg.curve_secret_key == NULL) != (cfg.curve_workers == NULL)) {
+        fprintf(stderr, "tandem-router: --curve-secret-key and --curve-workers go together\n");
+        return 2;
+    }
+    params.control.curve_secret_key = cfg.curve_secret_key;
+    params.control.curve_workers = cfg.curve_workers;
     params.control.endpoint = cfg.control;
     params.control.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
     params.control.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;

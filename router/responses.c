@@ -20,6 +20,7 @@
 typedef struct {
     char id[ROUTER_RESPONSES_ID_BYTES + 1];
     char session[ROUTER_SESSION_ID_BYTES + 1];
+    uint32_t tenant;  /* who stored it; only the same tenant finds it */
     json_t *messages; /* the conversation after this response (no instructions) */
 } resp_entry_t;
 
@@ -84,8 +85,8 @@ size_t router_responses_count(router_responses_t *store)
 }
 
 /* Keep `messages` (a new reference is taken) under id; the oldest entry goes when full. */
-static void store_put(router_responses_t *store, const char *id, const char *session,
-                      json_t *messages)
+static void store_put(router_responses_t *store, const char *id, uint32_t tenant,
+                      const char *session, json_t *messages)
 {
     resp_entry_t *e;
 
@@ -99,21 +100,23 @@ static void store_put(router_responses_t *store, const char *id, const char *ses
     e = &store->entries[(store->head + store->n) % store->max_entries];
     snprintf(e->id, sizeof(e->id), "%s", id);
     snprintf(e->session, sizeof(e->session), "%s", session != NULL ? session : "");
+    e->tenant = tenant;
     e->messages = json_incref(messages);
     store->n++;
     pthread_mutex_unlock(&store->lock);
 }
 
-/* The stored conversation of `id` (a new reference) and its session (copied), or NULL. */
-static json_t *store_get(router_responses_t *store, const char *id, char *session_out,
-                         size_t cap)
+/* The stored conversation of `id` stored by `tenant` (a new reference) and its session (copied),
+ * or NULL. */
+static json_t *store_get(router_responses_t *store, const char *id, uint32_t tenant,
+                         char *session_out, size_t cap)
 {
     json_t *found = NULL;
 
     pthread_mutex_lock(&store->lock);
     for (size_t i = store->n; i-- > 0;) {
         const resp_entry_t *e = &store->entries[(store->head + i) % store->max_entries];
-        if (strcmp(e->id, id) == 0) {
+        if (e->tenant == tenant && strcmp(e->id, id) == 0) {
             found = json_incref(e->messages);
             snprintf(session_out, cap, "%s", e->session);
             break;
@@ -558,7 +561,7 @@ static tdm_status_t rewrite(router_responses_t *store, const json_t *root,
 
     if (prev != NULL) {
         char session[ROUTER_SESSION_ID_BYTES + 1];
-        json_t *stored = store_get(store, prev, session, sizeof(session));
+        json_t *stored = store_get(store, prev, req->tenant, session, sizeof(session));
         if (stored == NULL) {
             return bad(err, "invalid_value", "previous_response_id",
                        "previous response '%.64s' is not stored here (unknown, evicted, or "
@@ -616,7 +619,7 @@ static tdm_status_t rewrite(router_responses_t *store, const json_t *root,
 }
 
 tdm_status_t router_responses_request(router_responses_t *store, const char *body,
-                                      size_t n_body, uint64_t id_seed,
+                                      size_t n_body, uint64_t id_seed, uint32_t tenant,
                                       router_responses_req_t *req_out, router_apierr_t *err_out)
 {
     router_responses_req_t req;
@@ -628,6 +631,7 @@ tdm_status_t router_responses_request(router_responses_t *store, const char *bod
 
     memset(&req, 0, sizeof(req));
     memset(req_out, 0, sizeof(*req_out));
+    req.tenant = tenant;
     root = json_loadb(body, n_body, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL || !json_is_object(root)) {
         json_decref(root);
@@ -787,7 +791,7 @@ tdm_status_t resp_store_result(router_responses_t *store, const router_responses
         json_decref(messages);
         return TDM_ERR_NO_MEMORY;
     }
-    store_put(store, req->id, session_id, messages);
+    store_put(store, req->id, req->tenant, session_id, messages);
     json_decref(messages);
     return TDM_OK;
 }

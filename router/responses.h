@@ -57,6 +57,7 @@ typedef struct {
     char *session_id;    /* the session of previous_response_id, or NULL (none given) */
     int stream;          /* 1: answer with typed stream events */
     int store;           /* 1 (default): keep this response for previous_response_id */
+    uint32_t tenant;     /* the API key's tenant (0: keys off); only it can continue this */
     char id[ROUTER_RESPONSES_ID_BYTES + 1]; /* this response's id */
     void *echo;          /* internals: the request fields a Response object repeats, and the
                             conversation (messages without instructions) to store */
@@ -64,8 +65,11 @@ typedef struct {
 
 /*
  * router_responses_request - check the Responses body (n_body bytes, borrowed) and rewrite it.
- * `id_seed` makes the response id (any value; distinct per request). On success *req_out owns
- * the rewritten request (release with router_responses_req_fini).
+ * `id_seed` makes the response id (any value; distinct per request). `tenant` is the caller's
+ * API key tenant (0: keys off): previous_response_id finds only responses stored by the same
+ * tenant (another tenant's id is refused exactly as an unknown one, so ids cannot be probed), and
+ * this response is stored under it. On success *req_out owns the rewritten request (release with
+ * router_responses_req_fini).
  *
  * Refusals (TDM_ERR_INVALID_ARG; *err_out filled; *req_out zeroed):
  *   400 invalid_json            malformed JSON, or not an object
@@ -86,7 +90,7 @@ typedef struct {
  * refused there with the chat error, naming the chat field. TDM_ERR_NO_MEMORY: a 500.
  */
 tdm_status_t router_responses_request(router_responses_t *store, const char *body,
-                                      size_t n_body, uint64_t id_seed,
+                                      size_t n_body, uint64_t id_seed, uint32_t tenant,
                                       router_responses_req_t *req_out, router_apierr_t *err_out);
 
 /* router_responses_req_fini - free what the request owns and zero it. Accepts a zeroed one. */

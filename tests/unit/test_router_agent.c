@@ -569,7 +569,7 @@ static void test_responses_rewrites_pass_the_chat_checks(void **state)
         router_responses_req_t rreq;
         router_gen_request_t req;
         router_apierr_t err;
-        if (router_responses_request(store, bodies[i], strlen(bodies[i]), i + 1, &rreq, &err) !=
+        if (router_responses_request(store, bodies[i], strlen(bodies[i]), i + 1, 0, &rreq, &err) !=
             TDM_OK) {
             fail_msg("responses %zu: %s", i, err.message);
         }

@@ -55,6 +55,10 @@ typedef struct {
     size_t chunk_tokens; /* tokens per TokenChunk */
     int hang_jobs;       /* prefill: accept jobs, never complete them */
     size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
+    uint32_t decode_delay_ms; /* decode: wait this long before the first token (blocks the fake) */
+    char curve_server[41];    /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
+    char curve_public[41];    /* CurveZMQ: this fake's key pair (Z85) */
+    char curve_secret[41];
     /* state */
     pthread_t thread;
     atomic_int stop;
@@ -145,6 +149,9 @@ static void fake_decode(fake_worker_t *w, void *sock, const Tandem__DecodeReques
 
     if (w->hold_after > 0) {
         n = w->hold_after < n ? w->hold_after : n;
+    }
+    if (w->decode_delay_ms > 0) {
+        zmq_poll(NULL, 0, (long)w->decode_delay_ms);
     }
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < dr->sampling->n_stop_token_ids; k++) {
@@ -281,6 +288,11 @@ static void *fake_main(void *arg)
 
     zmq_setsockopt(sock, ZMQ_ROUTING_ID, w->id, strlen(w->id));
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    if (w->curve_server[0] != '\0') {
+        zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, w->curve_server, 41);
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, w->curve_public, 41);
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, w->curve_secret, 41);
+    }
     zmq_connect(sock, w->endpoint);
     fake_register(w, sock);
     next_hb_ns = tdm_clock_now_ns() + FAKE_HEARTBEAT_MS * TDM_NS_PER_MS;

@@ -25,7 +25,7 @@ static json_t *chat_of(const router_responses_req_t *req)
 static void rewrite_ok(router_responses_t *store, const char *body, router_responses_req_t *req)
 {
     router_apierr_t err;
-    tdm_status_t st = router_responses_request(store, body, strlen(body), 7, req, &err);
+    tdm_status_t st = router_responses_request(store, body, strlen(body), 7, 0, req, &err);
     if (st != TDM_OK) {
         fail_msg("refused: %s", err.message);
     }
@@ -139,7 +139,7 @@ static void refused(router_responses_t *store, const char *body, const char *cod
     router_apierr_t err;
 
     memset(&err, 0, sizeof(err));
-    assert_int_equal(router_responses_request(store, body, strlen(body), 1, &req, &err),
+    assert_int_equal(router_responses_request(store, body, strlen(body), 1, 0, &req, &err),
                      TDM_ERR_INVALID_ARG);
     assert_int_equal(err.http_status, 400);
     assert_string_equal(err.code, code);

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/startup.h"
+#include "keygen.h"
 
 #define LAUNCH_MAX_PROCS 65
 #define LAUNCH_ARG_BYTES 256
@@ -300,6 +301,8 @@ static void print_usage(FILE *out)
                  "  local   run a router, N prefill nodes and M decode nodes on loopback until\n"
                  "          SIGINT/SIGTERM: tandem local --model DIR --prefill N --decode M\n"
                  "          [--http HOST:PORT] (flags: tandem local --help)\n"
+                 "  keygen  make the keys of a secured cluster: --curve OUT/NAME (a CurveZMQ\n"
+                 "          key pair) or --api-key [NAME] (docs/DEPLOY.md Security)\n"
                  "\n"
                  "Each process of a cluster is also its own executable (tandem-router,\n"
                  "tandem-prefill, tandem-decode; each takes --help).\n");
@@ -329,6 +332,9 @@ int main(int argc, char **argv)
                       strcmp(argv[1], "help") == 0)) {
         print_usage(stdout);
         return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "keygen") == 0) {
+        return tandem_keygen_main(argc - 1, argv + 1);
     }
     if (argc < 2 || strcmp(argv[1], "local") != 0) {
         if (argc >= 2) {
