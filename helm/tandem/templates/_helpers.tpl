@@ -375,6 +375,12 @@ spec:
         {{- include "tandem.podEnv" . | nindent 8 }}
         - name: TANDEM_RACK
           value: {{ .rack.name | quote }}
+        {{- if $root.Values.security.curve.existingSecret }}
+        - name: TANDEM_CURVE_KEY
+          value: /etc/tandem/curve/worker.key
+        - name: TANDEM_CURVE_ROUTER_KEY
+          value: /etc/tandem/curve/router.pub
+        {{- end }}
         {{- with $w.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -403,6 +409,11 @@ spec:
         - name: spill
           mountPath: {{ $root.Values.decode.spill.mountPath }}
         {{- end }}
+        {{- if $root.Values.security.curve.existingSecret }}
+        - name: curve
+          mountPath: /etc/tandem/curve
+          readOnly: true
+        {{- end }}
         {{- with $w.extraVolumeMounts }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -418,6 +429,17 @@ spec:
     - name: spill
       emptyDir:
         sizeLimit: {{ $root.Values.decode.spill.size }}
+    {{- end }}
+    {{- if $root.Values.security.curve.existingSecret }}
+    - name: curve
+      secret:
+        secretName: {{ $root.Values.security.curve.existingSecret }}
+        defaultMode: 0444
+        items:
+          - key: worker.key
+            path: worker.key
+          - key: router.pub
+            path: router.pub
     {{- end }}
     {{- with $w.extraVolumes }}
     {{- toYaml . | nindent 4 }}
