@@ -6,7 +6,7 @@
  * may be shared, the output is a fresh run's): the same request twice at temperature 0, and
  * twice with a seed at temperature 1, gives the same text as a fresh named session, on the local
  * prefill path (delta below --local-prefill-tokens) and on the remote one. Pages back at
- * baseline.
+ * baseline. And the same cluster secured end to end (CurveZMQ control plane, API keys).
  */
 #define T_MODEL_PREFIX "cluster-sessions"
 #include "test_cluster_harness.h"
@@ -79,10 +79,96 @@ static void test_same_request_without_session_gives_the_same_text(void **state)
     cluster_stop(&c);
 }
 
+/* POST a small completion with `key` (NULL: no Authorization header); the HTTP status. */
+static long post_with_key(unsigned port, const char *key)
+{
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdr = NULL;
+    char url[128];
+    char auth[256];
+    char body[256];
+    char *resp = malloc(T_BODY);
+    body_t b = {resp, 0, 0};
+    long status = 0;
+
+    assert_non_null(resp);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/completions", port);
+    snprintf(body, sizeof(body), "{\"model\":\"%s\",\"prompt\":[5,6,7],\"max_tokens\":2}",
+             T_MODEL_NAME);
+    hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    if (key != NULL) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (curl_easy_perform(h) == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    }
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(h);
+    free(resp);
+    return status;
+}
+
+/*
+ * The whole cluster secured through the environment tools/tandem passes on (docs/DEPLOY.md
+ * Security): keys made by `tandem keygen`, TANDEM_CURVE_* (the router a CURVE server with the
+ * workers' key allowed, the workers CURVE clients) and TANDEM_API_KEYS. The cluster comes up only
+ * if both workers registered over CurveZMQ; the API then answers 401 without the key.
+ */
+static void test_secured_cluster_registers_over_curve_and_needs_the_api_key(void **state)
+{
+    static cluster_t c;
+    static const char key[] = "tdm-cluster-test-key-0123456789";
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char cmd[3 * T_PATH];
+    char path[T_PATH];
+
+    (void)state;
+    snprintf(cmd, sizeof(cmd),
+             "%s/tandem keygen --curve %s/cs-router >/dev/null && "
+             "%s/tandem keygen --curve %s/cs-worker > %s/cs-workers",
+             g_bin, tmp, g_bin, tmp, tmp);
+    run_or_fail(cmd);
+    snprintf(path, sizeof(path), "%s/cs-router.key", tmp);
+    setenv("TANDEM_CURVE_SECRET_KEY", path, 1);
+    snprintf(path, sizeof(path), "%s/cs-workers", tmp);
+    setenv("TANDEM_CURVE_WORKERS", path, 1);
+    snprintf(path, sizeof(path), "%s/cs-worker.key", tmp);
+    setenv("TANDEM_CURVE_KEY", path, 1);
+    snprintf(path, sizeof(path), "%s/cs-router.pub", tmp);
+    setenv("TANDEM_CURVE_ROUTER_KEY", path, 1);
+    setenv("TANDEM_API_KEYS", key, 1);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    unsetenv("TANDEM_CURVE_SECRET_KEY");
+    unsetenv("TANDEM_CURVE_WORKERS");
+    unsetenv("TANDEM_CURVE_KEY");
+    unsetenv("TANDEM_CURVE_ROUTER_KEY");
+    unsetenv("TANDEM_API_KEYS");
+    {
+        char *health = malloc(T_BODY);
+        assert_non_null(health);
+        assert_true(await_health(c.http_port, "\"prefill\":1,\"decode\":1", 30000, health) >= 0);
+        free(health);
+    }
+    assert_int_equal(post_with_key(c.http_port, NULL), 401);
+    assert_int_equal(post_with_key(c.http_port, "tdm-cluster-test-key-0123456788"), 401);
+    assert_int_equal(post_with_key(c.http_port, key), 200);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_same_request_without_session_gives_the_same_text,
+                                  stop_leftovers),
+        cmocka_unit_test_teardown(test_secured_cluster_registers_over_curve_and_needs_the_api_key,
                                   stop_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
