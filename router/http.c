@@ -904,7 +904,9 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
                                  (unsigned int)params->max_connections, MHD_OPTION_NOTIFY_COMPLETED,
                                  on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                                  MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned int)params->idle_timeout_s, MHD_OPTION_END);
+                                 (unsigned int)params->idle_timeout_s,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned int)params->max_connections_per_ip, MHD_OPTION_END);
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,
                 params->port);

@@ -37,6 +37,7 @@ typedef struct {
     uint16_t port;             /* 0 picks a free port (router_http_port tells which) */
     size_t max_body_bytes;     /* larger request bodies get 413 */
     uint32_t max_connections;  /* concurrent connections (threads) */
+    uint32_t max_connections_per_ip; /* concurrent connections from one address (0: no limit) */
     router_turn_params_t turn; /* token timeout and SSE keep-alive */
     uint32_t idle_timeout_s;   /* close a connection silent this long (>= 1) */
     uint32_t header_timeout_s; /* headers complete within this (>= 1) */

@@ -34,6 +34,7 @@ typedef struct {
     uint32_t request_timeout_ms;
     uint32_t max_body_mib;
     uint32_t max_connections;
+    uint32_t max_connections_per_ip;
     uint32_t http_idle_timeout_s;
     uint32_t http_header_timeout_s;
     uint32_t http_body_timeout_s;
@@ -78,6 +79,10 @@ static const tdm_flag_t router_flags[] = {
      "largest request body, MiB", 1, 4096, 0},
     {"max-connections", TDM_FLAG_U32, "1024", offsetof(router_cfg_t, max_connections),
      "concurrent HTTP connections", 1, 65536, 0},
+    {"max-connections-per-ip", TDM_FLAG_U32, "0", offsetof(router_cfg_t, max_connections_per_ip),
+     "concurrent HTTP connections from one client address (0: no limit; behind a proxy every "
+     "client shares its address)",
+     0, 65536, 0},
     {"http-idle-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_idle_timeout_s),
      "close an HTTP connection silent this long (not while a generation runs), s", 1, 86400, 0},
     {"http-header-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_header_timeout_s),
@@ -178,6 +183,7 @@ int main(int argc, char **argv)
     params.http.host = host;
     params.http.max_body_bytes = (size_t)cfg.max_body_mib * ROUTER_MIB;
     params.http.max_connections = cfg.max_connections;
+    params.http.max_connections_per_ip = cfg.max_connections_per_ip;
     params.http.turn.timeout_ms = cfg.request_timeout_ms;
     params.http.idle_timeout_s = cfg.http_idle_timeout_s;
     params.http.header_timeout_s = cfg.http_header_timeout_s;

@@ -51,6 +51,7 @@ typedef struct {
 
 typedef struct {
     const char *api_keys;
+    uint32_t max_connections_per_ip;
     uint32_t idle_timeout_s;
     uint32_t header_timeout_s;
     uint32_t body_timeout_s;
@@ -233,6 +234,7 @@ static fixture_t *start_router(const options_t *o)
     params.http.turn.timeout_ms = 10000;
     params.http.turn.keepalive_ms = 300;
     params.http.api_keys = o->api_keys;
+    params.http.max_connections_per_ip = o->max_connections_per_ip;
     if (o->idle_timeout_s > 0) {
         params.http.idle_timeout_s = o->idle_timeout_s;
     }
@@ -687,8 +689,25 @@ static void test_slow_clients_are_cut_by_the_idle_header_and_body_timeouts(void 
     o.idle_timeout_s = 1;
     o.header_timeout_s = 2;
     o.body_timeout_s = 2;
+    o.max_connections_per_ip = 2;
     fx = start_router(&o);
     assert_non_null(fx);
+
+    /* Two silent connections from one address are all it may hold: a third is closed at once. */
+    {
+        int a = connect_raw(fx->port);
+        int b = connect_raw(fx->port);
+        int third;
+        zmq_poll(NULL, 0, 100); /* both accepted */
+        third = connect_raw(fx->port);
+        ms = wait_closed(third, 500, NULL, 0);
+        print_message("third connection from one address: closed after %ld ms\n", ms);
+        assert_true(ms >= 0);
+        close(third);
+        close(a);
+        close(b);
+        zmq_poll(NULL, 0, 200); /* the server sees them go */
+    }
 
     /* The slowloris: 9 of 100 body bytes, then silence. */
     fd = connect_raw(fx->port);
