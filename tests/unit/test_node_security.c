@@ -182,6 +182,64 @@ static tdm_status_t join(const router_t *router, const char *id, const char *key
     return status;
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_curve_key_files_parse_and_refuse_malformed_ones(void **state)
+{
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    static const char K1[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+    static const char K2[] = "#q:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"; /* starts with '#' */
+    char path[PATH_BYTES];
+    char text[512];
+    char err[256];
+    char(*keys)[TDM_CURVE_Z85_CHARS + 1] = NULL;
+    size_t n = 0;
+    tdm_curve_keypair_t kp;
+
+    (void)state;
+    if (tmp == NULL) {
+        skip();
+    }
+    assert_true(tdm_curve_key_ok(K1));
+    assert_false(tdm_curve_key_ok("short"));
+    assert_false(tdm_curve_key_ok("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf\""));
+    snprintf(path, sizeof(path), "%s/curve-list", tmp);
+    snprintf(text, sizeof(text),
+             "# workers of rack 0\n\n%s\r\ncurve\n    public-key = \"%s\"\n"
+             "    secret-key = \"%s\"\n",
+             K1, K2, K1);
+    write_text(path, text);
+    assert_int_equal(tdm_curve_allowlist_load(path, &keys, &n, err, sizeof(err)), TDM_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(keys[0], K1);
+    assert_string_equal(keys[1], K2);
+    free(keys);
+    write_text(path, "# nothing here\n");
+    assert_int_equal(tdm_curve_allowlist_load(path, &keys, &n, err, sizeof(err)), TDM_ERR_FORMAT);
+    snprintf(text, sizeof(text), "%s\nnot a key\n", K1);
+    write_text(path, text);
+    assert_int_equal(tdm_curve_allowlist_load(path, &keys, &n, err, sizeof(err)), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err, "line 2"));
+    snprintf(path, sizeof(path), "%s/curve-key", tmp);
+    write_text(path, "curve\n    secret-key = \"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"\n");
+    assert_int_equal(tdm_curve_keyfile_load(path, &kp, err, sizeof(err)), TDM_ERR_FORMAT);
+    write_text(path, "curve\n    public-key = \"tooshort\"\n");
+    assert_int_equal(tdm_curve_keyfile_load(path, &kp, err, sizeof(err)), TDM_ERR_FORMAT);
+    snprintf(path, sizeof(path), "%s/curve-none", tmp);
+    unlink(path);
+    assert_int_equal(tdm_curve_keyfile_load(path, &kp, err, sizeof(err)), TDM_ERR_NOT_FOUND);
+    memset(&kp, 0, sizeof(kp));
+    snprintf(kp.public_z85, sizeof(kp.public_z85), "%s", K1);
+    assert_int_equal(tdm_curve_keyfile_write(path, &kp, 1), TDM_ERR_INVALID_ARG); /* no secret */
+}
+
 static void test_control_link_joins_a_curve_router_only_with_an_allowed_key(void **state)
 {
     const char *bin = getenv("TANDEM_BIN_DIR");
@@ -258,6 +316,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_http_serves_only_health_and_metrics),
         cmocka_unit_test(test_worker_http_closes_a_silent_connection),
+        cmocka_unit_test(test_curve_key_files_parse_and_refuse_malformed_ones),
         cmocka_unit_test(test_control_link_joins_a_curve_router_only_with_an_allowed_key),
     };
 
