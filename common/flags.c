@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,11 @@ static tdm_status_t set_value(const tdm_flag_t *flag, const char *text, const ch
         double value;
         errno = 0;
         value = strtod(text, &end);
+        /* strtod reports underflow (a subnormal or zero result, e.g. 1e-310) as ERANGE; the value
+         * is still the nearest double, so only overflow is an error. */
+        if (errno == ERANGE && fabs(value) <= DBL_MIN) {
+            errno = 0;
+        }
         if (errno != 0 || end == text || *end != '\0' || !isfinite(value) ||
             (has_range(flag) && (value < flag->min || value > flag->max))) {
             return range_error(program, flag, text, source);

@@ -145,6 +145,11 @@ void engine_sampler_params_default(engine_sampler_params_t *params)
     params->n_stop_ids = 0;
 }
 
+int engine_sampler_is_greedy(const engine_sampler_params_t *params)
+{
+    return params->temperature < ENGINE_SAMPLER_GREEDY_BELOW;
+}
+
 static tdm_status_t reject(char *err, size_t err_bytes, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -644,7 +649,7 @@ tdm_status_t engine_sampler_sample(const engine_sampler_params_t *params, const 
     }
 
     memset(&sample, 0, sizeof(sample));
-    if (params->temperature == 0.0) {
+    if (engine_sampler_is_greedy(params)) {
         sample.token = scan.argmax;
     } else {
         build_keep(params, logits, n_vocab, &scan, work, &keep);
@@ -694,7 +699,7 @@ tdm_status_t engine_sampler_filtered_probs(const engine_sampler_params_t *params
         goto out_release_scratch;
     }
 
-    if (params->temperature == 0.0) {
+    if (engine_sampler_is_greedy(params)) {
         memset(probs_out, 0, (size_t)n_vocab * sizeof(probs_out[0]));
         probs_out[scan.argmax] = 1.0;
         goto out_release_scratch;

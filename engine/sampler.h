@@ -8,7 +8,8 @@
  * same (seed, q, logits, params) gives the same token on every node and in every batch.
  *
  * Filters, applied in this order (that of vLLM's V0 sampler; identical for draft and target):
- *   1. temperature  s(x) = l(x) / tau. tau = 0 skips everything below: greedy argmax.
+ *   1. temperature  s(x) = l(x) / tau. tau < ENGINE_SAMPLER_GREEDY_BELOW (0 included) skips
+ *                   everything below: greedy argmax.
  *   2. top-k        keep the k best tokens by (logit descending, id ascending).
  *   3. top-p        on the softmax of s over the top-k set, keep the smallest prefix in
  *                   (logit descending, id ascending) order whose mass >= top_p.
@@ -45,6 +46,15 @@
 /* Most stop token ids one request may list (EOS included). */
 #define ENGINE_SAMPLER_MAX_STOP_IDS 32
 
+/*
+ * Temperatures below this act as 0: greedy argmax, filters and seed moot (vLLM's _SAMPLING_EPS,
+ * 1e-5, draws the same line). The limit of Gumbel-max as tau -> 0+ is the argmax, and l / tau
+ * for a tiny tau overflows a double (1e-310 gives +inf - +inf = NaN scores), so tiny positive
+ * temperatures take the limit instead of the formula. The router's ROUTER_GREEDY_BELOW_TEMPERATURE
+ * and tandem-generate follow the same rule (docs/PROTOCOL.md 3c).
+ */
+#define ENGINE_SAMPLER_GREEDY_BELOW 1e-5
+
 /* Largest position the Philox counter word holds: q is counter word 0 (32 bits). */
 #define ENGINE_SAMPLER_MAX_POSITION ((int64_t)UINT32_MAX)
 
@@ -59,7 +69,8 @@
  * One request's sampling parameters (plain data). Fill with engine_sampler_params_default(),
  * override, then check with engine_sampler_params_validate().
  *
- * temperature: tau >= 0, finite. 0 = greedy (argmax; the other filters and the seed are moot).
+ * temperature: tau >= 0, finite. Below ENGINE_SAMPLER_GREEDY_BELOW (0, subnormals and every tiny
+ *              positive value) = greedy (argmax; the other filters and the seed are moot).
  * top_k:       keep the k most likely tokens; 0 = off (also off when k >= finite tokens).
  * top_p:       nucleus mass in (0, 1]; 1 = off.
  * min_p:       in [0, 1]; keep p(x) >= min_p * p_max; 0 = off.
@@ -124,6 +135,13 @@ void engine_sampler_params_default(engine_sampler_params_t *params);
  */
 tdm_status_t engine_sampler_params_validate(const engine_sampler_params_t *params, int64_t n_vocab,
                                             char *err, size_t err_bytes);
+
+/*
+ * engine_sampler_is_greedy - nonzero when params->temperature < ENGINE_SAMPLER_GREEDY_BELOW, i.e.
+ * when engine_sampler_sample() returns the argmax (lowest id on ties) whatever the seed and the
+ * filters. params must be valid (engine_sampler_params_validate). Pure; thread-safe.
+ */
+int engine_sampler_is_greedy(const engine_sampler_params_t *params);
 
 /*
  * engine_sampler_scratch_bytes - arena bytes engine_sampler_sample() and

@@ -211,6 +211,9 @@ static tdm_status_t get_sampling(const json_t *root, router_gen_request_t *req,
     if (status != TDM_OK) {
         return status;
     }
+    if (req->temperature < ROUTER_GREEDY_BELOW_TEMPERATURE) {
+        req->temperature = 0.0; /* the greedy limit; never a tiny divisor on the wire */
+    }
     req->top_k = top_k < 0 ? 0 : (int32_t)top_k;
     req->n_choices = (uint32_t)n;
     req->min_tokens = (uint32_t)min_tokens;

@@ -31,6 +31,10 @@
 #define ROUTER_MAX_CHOICES 8
 /* Largest temperature accepted (OpenAI's range is [0, 2]). */
 #define ROUTER_MAX_TEMPERATURE 2.0
+/* Temperatures below this are accepted and sent on as 0, greedy: the limit of sampling as the
+ * temperature goes to 0 (1e-310 would overflow logit / tau). The same line as the engine's
+ * ENGINE_SAMPLER_GREEDY_BELOW, which tandem-generate applies (docs/PROTOCOL.md 3c). */
+#define ROUTER_GREEDY_BELOW_TEMPERATURE 1e-5
 
 /* The two generation endpoints. */
 typedef enum {
@@ -74,7 +78,7 @@ typedef struct {
     int32_t *prompt_ids; /* [n_prompt_ids], each in [0, V), no image token */
     size_t n_prompt_ids; /* >= 1 and < max context */
     uint32_t max_tokens; /* >= 1; prompt + max_tokens <= max context */
-    double temperature;  /* [0, 2]; default 1 */
+    double temperature;  /* 0 or [1e-5, 2] (tiny values become 0); default 1 */
     int32_t top_k;       /* 0 off */
     double top_p;        /* (0, 1]; default 1 */
     double min_p;        /* [0, 1]; default 0 */

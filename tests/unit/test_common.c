@@ -86,6 +86,24 @@ static void test_flags_command_line_env_and_defaults(void **state)
     assert_int_equal(cfg.offset, -3);
 }
 
+/* Issue 16: an underflowing number (strtod's ERANGE for 1e-310) is its nearest double, not an
+ * error; overflow still is. tandem-generate and the router then agree on tiny temperatures. */
+static void test_flags_accept_underflow_and_refuse_overflow(void **state)
+{
+    demo_cfg_t cfg;
+    tdm_flags_action_t action;
+    char *tiny[] = {"demo", "--model", "/m", "--temperature", "1e-310"};
+    char *zero_exp[] = {"demo", "--model", "/m", "--temperature", "1e-400"};
+    char *huge[] = {"demo", "--model", "/m", "--temperature", "1e999"};
+    (void)state;
+
+    assert_int_equal(parse(5, tiny, &cfg, &action), TDM_OK);
+    assert_true(cfg.temperature > 0.0 && cfg.temperature < 1e-300);
+    assert_int_equal(parse(5, zero_exp, &cfg, &action), TDM_OK);
+    assert_true(cfg.temperature == 0.0);
+    assert_int_equal(parse(5, huge, &cfg, &action), TDM_ERR_INVALID_ARG);
+}
+
 static void test_flags_rejects_bad_values(void **state)
 {
     demo_cfg_t cfg;
@@ -374,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_status_names_and_messages),
         cmocka_unit_test(test_log_level_parse),
         cmocka_unit_test(test_flags_command_line_env_and_defaults),
+        cmocka_unit_test(test_flags_accept_underflow_and_refuse_overflow),
         cmocka_unit_test(test_flags_rejects_bad_values),
         cmocka_unit_test(test_flags_help),
         cmocka_unit_test(test_main_start_parses_flags_and_sets_log_level),

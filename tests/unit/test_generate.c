@@ -623,6 +623,19 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
     assert_int_equal(parse_ids(fx->out, gen, MAX_IDS), SAMPLE_TOKENS);
     params.temperature = 0.0;
     assert_tokens_follow_the_primitive(fx, dump, &params, gen, SAMPLE_TOKENS, T);
+    /* issue 16: a tiny positive temperature (1e-310 underflows strtod) is accepted, as the router
+     * accepts it, and is the greedy limit, not NaN scores that pick token 0 */
+    snprintf(first, sizeof(first), "%s", fx->out);
+    generate(fx,
+             "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids --seed 9 "
+             "--temperature 1e-310 %s",
+             ids_path, SAMPLE_TOKENS, "--top-p 0.5");
+    assert_string_equal(fx->out, first);
+    generate(fx,
+             "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids --seed 9 "
+             "--temperature 1e-6",
+             ids_path, SAMPLE_TOKENS);
+    assert_string_equal(fx->out, first);
 }
 
 /* A long generation stops at EOS when it is sampled: the summary says so, and EOS is last. */

@@ -1200,6 +1200,45 @@ static void test_executable_prints_help_and_rejects_bad_flags(void **state)
 
 /* "spec": "dspark" for a checkpoint without DSpark blocks (num_nextn_predict_layers 0) is a 400
  * naming the field, before any worker; "ngram" is still accepted for it. */
+/* Issue 16: temperature 1e-310 passed validation and went on the wire as a divisor that overflows
+ * logit / tau (every token BOS). Tiny temperatures are accepted and become 0 (greedy), the rule
+ * of the engine's ENGINE_SAMPLER_GREEDY_BELOW; the line itself and the OpenAI range still hold. */
+static void test_tiny_temperature_is_accepted_as_greedy(void **state)
+{
+    fixture_t *fx = *state;
+    const router_model_t *model = router_model(fx->router);
+    static const struct {
+        const char *body;
+        double temperature;
+    } cases[] = {
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":1e-310}", 0.0},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":5e-324}", 0.0},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":1e-6}", 0.0},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":0}", 0.0},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":1e-5}", 1e-5},
+        {"{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":0.7}", 0.7},
+    };
+    static const char too_hot[] = "{\"model\":\"tiny\",\"prompt\":\"x\",\"temperature\":2.01}";
+    router_gen_request_t req;
+    router_apierr_t apierr;
+
+    assert_true(ROUTER_GREEDY_BELOW_TEMPERATURE == 1e-5); /* == ENGINE_SAMPLER_GREEDY_BELOW */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memset(&req, 0, sizeof(req));
+        assert_int_equal(router_validate_request(model, ROUTER_API_COMPLETIONS, "application/json",
+                                                 cases[i].body, strlen(cases[i].body), 1, &req,
+                                                 &apierr),
+                         TDM_OK);
+        assert_true(req.temperature == cases[i].temperature);
+        router_gen_request_fini(&req);
+    }
+    assert_int_equal(router_validate_request(model, ROUTER_API_COMPLETIONS, "application/json",
+                                             too_hot, strlen(too_hot), 1, &req, &apierr),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(apierr.http_status, 400);
+    assert_string_equal(apierr.param, "temperature");
+}
+
 static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
 {
     fixture_t *fx = *state;
@@ -1487,6 +1526,8 @@ int main(void)
             test_client_leaving_a_non_streamed_request_aborts_the_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_spec_field_selects_the_drafter_and_bad_values_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tiny_temperature_is_accepted_as_greedy, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_dspark_refused_for_a_model_without_dspark_blocks,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),

@@ -701,6 +701,57 @@ static void test_filtered_probs_of_greedy_is_one_hot(void **state)
     assert_true(probs[0] == 0.0 && probs[1] == 1.0 && probs[2] == 0.0 && probs[3] == 0.0);
 }
 
+/* Issue 16: tau = 1e-310 made l / tau overflow (+inf - +inf = NaN scores) and token 0 won every
+ * draw. Every temperature below ENGINE_SAMPLER_GREEDY_BELOW is the tau -> 0+ limit: the argmax,
+ * whatever the seed and filters, in sample() and filtered_probs() alike. */
+static void test_tiny_positive_temperature_is_greedy(void **state)
+{
+    tdm_arena_t *arena = *state;
+    const double taus[] = {5e-324, 1e-310, 2.2250738585072014e-308, 1e-300, 1e-100, 1e-6, 9.99e-6};
+    const float logits[5] = {1.0f, 3.5f, 2.0f, 3.5f, -1.0f};
+    double probs[5];
+
+    for (size_t i = 0; i < sizeof(taus) / sizeof(taus[0]); i++) {
+        engine_sampler_params_t p = params_with(taus[i], 0, 1.0, 0.0);
+
+        assert_int_equal(engine_sampler_params_validate(&p, 5, NULL, 0), TDM_OK);
+        assert_true(engine_sampler_is_greedy(&p));
+        for (uint64_t seed = 0; seed < 40; seed++) {
+            p.seed = seed * 0x9E3779B97F4A7C15u;
+            assert_int_equal(sample_token(arena, &p, logits, 5, (int64_t)seed), 1);
+        }
+        p.top_p = 0.5;
+        p.min_p = 0.2;
+        assert_int_equal(engine_sampler_filtered_probs(&p, logits, 5, arena, probs), TDM_OK);
+        assert_true(probs[0] == 0.0 && probs[1] == 1.0 && probs[2] == 0.0 && probs[3] == 0.0 &&
+                    probs[4] == 0.0);
+    }
+}
+
+/* The line itself samples: tau = ENGINE_SAMPLER_GREEDY_BELOW keeps the Gumbel draw (finite
+ * scores, every seed gives one of the two tied best tokens or a close runner-up, never a NaN). */
+static void test_greedy_line_is_documented_and_sampling_starts_at_it(void **state)
+{
+    tdm_arena_t *arena = *state;
+    const float logits[3] = {1.0f, 3.5f, 3.5f + 1e-6f};
+    engine_sampler_params_t p = params_with(ENGINE_SAMPLER_GREEDY_BELOW, 0, 1.0, 0.0);
+    double probs[3];
+
+    assert_false(engine_sampler_is_greedy(&p));
+    assert_int_equal(engine_sampler_filtered_probs(&p, logits, 3, arena, probs), TDM_OK);
+    assert_true(isfinite(probs[1]) && isfinite(probs[2]) && probs[0] == 0.0);
+    assert_true(fabs(probs[1] + probs[2] - 1.0) < 1e-12);
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        int32_t t;
+
+        p.seed = seed;
+        t = sample_token(arena, &p, logits, 3, 0);
+        assert_true(t == 1 || t == 2);
+    }
+    p.temperature = 0.0;
+    assert_true(engine_sampler_is_greedy(&p));
+}
+
 static void test_full_vocabulary_with_every_filter(void **state)
 {
     tdm_arena_t *arena = *state;
@@ -1040,6 +1091,8 @@ int main(void)
         SAMPLER_TEST(test_sample_matches_naive_primitive_on_random_cases),
         SAMPLER_TEST(test_top_p_near_one_keeps_all_when_no_prefix_reaches_it),
         SAMPLER_TEST(test_filtered_probs_of_greedy_is_one_hot),
+        SAMPLER_TEST(test_tiny_positive_temperature_is_greedy),
+        SAMPLER_TEST(test_greedy_line_is_documented_and_sampling_starts_at_it),
         SAMPLER_TEST(test_full_vocabulary_with_every_filter),
         SAMPLER_TEST(test_logprobs_equal_double_log_softmax_of_raw_logits),
         SAMPLER_TEST(test_logprobs_list_only_finite_tokens),

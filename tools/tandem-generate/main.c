@@ -94,7 +94,7 @@ static const tdm_flag_t gen_flags[] = {
     {"max-tokens", TDM_FLAG_U64, "64", offsetof(gen_cfg_t, max_tokens),
      "tokens to generate (0: prefill only)", 0, 1048576, 0},
     {"temperature", TDM_FLAG_F64, "0", offsetof(gen_cfg_t, temperature),
-     "sampling temperature; 0 = greedy", 0, 1000, 0},
+     "sampling temperature; below 1e-5 (0 included) = greedy", 0, 1000, 0},
     {"top-p", TDM_FLAG_F64, "1", offsetof(gen_cfg_t, top_p), "nucleus mass; 1 = off", 1e-9, 1, 0},
     {"top-k", TDM_FLAG_U32, "0", offsetof(gen_cfg_t, top_k), "keep the k best tokens; 0 = off", 0,
      0, 0},
