@@ -14,7 +14,14 @@
 #include "kernels/kv_page.h"
 #include "transfer/notice.h"
 
-/* Import the sequence at T from the reservation's pages and the notice's state record. */
+/*
+ * Import the sequence at T from the reservation's pages and the notice's state record. Releases
+ * resv in every case (the writer is done: its notice arrived). The blob the import reads holds a
+ * copy of every page, so once it is built the reservation's pages and the session's old
+ * sequence (its history pages) go back to the pool before the import takes the new sequence's:
+ * a handoff needs no pages beyond its reservation (issue 16: the import used to need as many
+ * again, evicted every idle session for them and failed as an "import check").
+ */
 static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, decode_resv_t *resv,
                                 const Tandem__CompletionNotice *h, engine_seq_t **seq_out,
                                 const char **why)
@@ -34,6 +41,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
         tdm_hash_xxh3_64(h->state_record.data, h->state_record.len) != h->state_checksum ||
         h->total_len != resv->total_len || h->cached_len != resv->cached_len) {
         *why = "handoff does not match the reservation (pages, record or lengths)";
+        decode_pool_release(s->pool, resv);
         return TDM_ERR_MISMATCH;
     }
     for (uint32_t i = 0; i < resv->n_sources; i++) {
@@ -42,6 +50,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
         n_pages[i] = (uint32_t)kern_kv_page_count(n_rows[i]);
         if (n_pages[i] != resv->first_target[i] + resv->tables[i].n_pages) {
             *why = "reserved pages do not cover the sequence";
+            decode_pool_release(s->pool, resv);
             return TDM_ERR_MISMATCH;
         }
         n_all += n_pages[i];
@@ -51,6 +60,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
     if (targets == NULL || pages == NULL) {
         free(targets);
         free(pages);
+        decode_pool_release(s->pool, resv);
         return TDM_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < resv->n_sources; i++) {
@@ -90,12 +100,16 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
         status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
                                       n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
     }
+    decode_pool_release(s->pool, resv);
     if (status == TDM_OK) {
+        decode_sessions_drop_state(session); /* its pages are in the blob */
         do {
             status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
         } while (sched_evicted_for_retry(s, status));
     }
-    if (status != TDM_OK && *why == NULL) {
+    if (status == TDM_ERR_NO_PAGES && *why == NULL) {
+        *why = "no free pages for the handed-off sequence";
+    } else if (status != TDM_OK && *why == NULL) {
         *why = "the state record or a page failed the engine's import check";
     }
     free(blob);
@@ -124,8 +138,7 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     }
     /* the recorded history keeps [0, H); the delta's ids follow when the router sent them */
     known = session->n_ids < (int64_t)resv->cached_len ? session->n_ids : (int64_t)resv->cached_len;
-    status = sched_adopt(s, session, resv, h, &seq, &why);
-    decode_pool_release(s->pool, resv); /* the writer is done: its notice arrived */
+    status = sched_adopt(s, session, resv, h, &seq, &why); /* releases resv */
     if (status != TDM_OK) {
         s->stats.handoff_failures_total++;
         tdm_log(TDM_LOG_ERROR, "sched", "handoff refused: request=%llu status=%s reason=\"%s\"",
