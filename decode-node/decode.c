@@ -222,6 +222,11 @@ static void run(decode_node_t *n)
     while (node_worker_stop_signal() == 0) {
         uint32_t wait_ms = decode_sched_step(n->sched);
         Tandem__Envelope *env = NULL;
+        decode_stats_t st;
+
+        /* liveness from progress: the link's heartbeats and /health read it (node_progress.h) */
+        decode_sched_stats(n->sched, &st);
+        node_progress_step(&n->worker.progress, st.running_sequences + st.pending_prefills);
 
         if (decode_pool_n_reserved(n->pool) > 0 && wait_ms > DECODE_XFER_POLL_MS) {
             wait_ms = DECODE_XFER_POLL_MS; /* keep UCX progressing while peers write */

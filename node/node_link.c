@@ -46,6 +46,7 @@ struct node_link {
     link_item_t *in_head, *in_tail;
     node_load_t load;
     int woken;
+    node_progress_t *progress; /* borrowed; NULL: none */
 };
 
 static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
@@ -189,6 +190,16 @@ static void send_heartbeat(node_link_t *link, uint64_t seq)
     load.resident_sessions = link->load.resident_sessions;
     load.recent_tokens_per_s = link->load.recent_tokens_per_s;
     pthread_mutex_unlock(&link->lock);
+    if (link->progress != NULL) {
+        /* read here, on the I/O thread: a wedged compute thread cannot hide behind heartbeats */
+        node_progress_view_t v;
+
+        node_progress_read(link->progress, tdm_clock_now_ns(), &v);
+        load.steps_completed = v.steps_completed;
+        load.pending_work = v.pending_work;
+        load.stalled = v.stalled != 0;
+        load.draining = v.draining != 0;
+    }
     hb.seq = seq;
     hb.load = &load;
     env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
@@ -231,6 +242,7 @@ static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
         return;
     }
     item->env = env;
+    node_progress_inbox(link->progress, 1);
     pthread_mutex_lock(&link->lock);
     push(&link->in_head, &link->in_tail, item);
     pthread_cond_signal(&link->cond);
@@ -371,6 +383,7 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
     pthread_cond_init(&link->cond, &cond_attr);
     pthread_condattr_destroy(&cond_attr);
     link->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
+    link->progress = params->progress;
     link->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     link->zctx = zmq_ctx_new();
     if (link->wake_fd < 0 || link->zctx == NULL) {
@@ -518,6 +531,7 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
     if (item == NULL) {
         return TDM_ERR_TIMEOUT;
     }
+    node_progress_inbox(link->progress, -1);
     *env_out = item->env;
     free(item);
     return TDM_OK;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "node/node_progress.h"
 #include "proto/proto.h"
 
 /* Longest incarnation id, bytes without NUL (PROTO_MAX_ID_BYTES). */
@@ -50,6 +51,10 @@ typedef struct {
     uint32_t register_timeout_ms;
     const char *curve_key;        /* this worker's CurveZMQ key file (common/curve.h), or NULL */
     const char *curve_router_key; /* the router's public key file; set with curve_key */
+    node_progress_t *progress; /* optional (NULL: none): the link counts received messages not
+                                  yet taken into it, and every heartbeat's Load carries its
+                                  steps_completed, pending_work, stalled and draining; borrowed,
+                                  must outlive the link */
 } node_link_params_t;
 
 typedef struct node_link node_link_t;

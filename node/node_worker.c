@@ -55,6 +55,10 @@ static const tdm_flag_t shared_flags[] = {
      0, 0, 0},
     {"curve-router-key", TDM_FLAG_PATH, NULL, offsetof(node_worker_cfg_t, curve_router_key),
      "the router's CurveZMQ public key file (with --curve-key)", 0, 0, 0},
+    {"stall-timeout-ms", TDM_FLAG_U32, "30000", offsetof(node_worker_cfg_t, stall_timeout_ms),
+     "liveness from progress: with work pending and no compute step completed for this long "
+     "(monotonic clock) the worker reports stalled (/health 503, heartbeat Load.stalled); 0: off",
+     0, 3600000, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(node_worker_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -138,6 +142,7 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
         return NODE_EXIT_USAGE;
     }
     w->n_threads = cfg->threads > 0 ? (int)cfg->threads : (n_cpu > 0 ? (int)n_cpu : 1);
+    node_progress_init(&w->progress, cfg->stall_timeout_ms);
     node_link_make_id(role, w->id, sizeof(w->id));
     return NODE_EXIT_OK;
 }
@@ -255,6 +260,7 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.register_timeout_ms = w->cfg->register_timeout_ms;
     lp.curve_key = w->cfg->curve_key;
     lp.curve_router_key = w->cfg->curve_router_key;
+    lp.progress = &w->progress;
     status = node_link_create(&lp, &w->link, err, sizeof(err));
     if (status != TDM_OK) {
         tdm_log(TDM_LOG_ERROR, w->role, "cannot join the cluster: %s", err);
@@ -286,6 +292,9 @@ int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
                        char **body_out)
 {
     char *body;
+    char reason[160] = "";
+    const char *status_text = ready ? "ok" : "starting";
+    node_progress_view_t v;
 
     if (page == NODE_HTTP_METRICS) {
         body = render_metrics(w, families, arg);
@@ -297,9 +306,21 @@ int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
     if (body == NULL) {
         return TDM_HTTP_INTERNAL;
     }
-    snprintf(body, WORKER_HEALTH_BYTES, "{\"status\":\"%s\",\"role\":\"%s\",\"id\":\"%s\",%s}\n",
-             ready ? "ok" : "starting", w->role, w->id, health_fields);
-    return ready ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
+    node_progress_read(&w->progress, tdm_clock_now_ns(), &v);
+    if (ready && v.stalled) {
+        status_text = "stalled";
+        snprintf(reason, sizeof(reason),
+                 "\"reason\":\"%u pending and no compute step for %llu ms (limit %u ms)\",",
+                 v.pending_work, (unsigned long long)v.since_step_ms, w->progress.stall_ms);
+    } else if (ready && v.draining) {
+        status_text = "draining";
+    }
+    snprintf(body, WORKER_HEALTH_BYTES,
+             "{\"status\":\"%s\",%s\"role\":\"%s\",\"id\":\"%s\",\"steps_completed\":%llu,"
+             "\"pending_work\":%u,%s}\n",
+             status_text, reason, w->role, w->id, (unsigned long long)v.steps_completed,
+             v.pending_work, health_fields);
+    return strcmp(status_text, "ok") == 0 ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
 }
 
 void node_worker_stop_http(node_worker_t *w)

@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "node/node_http.h"
 #include "node/node_link.h"
+#include "node/node_progress.h"
 #include "transfer/context.h"
 
 /* A worker's exit status: what each step below returns, and what main() returns. */
@@ -56,6 +57,8 @@ typedef struct {
     uint32_t http_timeout_s;       /* --http-timeout-s: idle timeout of /health, /metrics */
     const char *curve_key;         /* --curve-key: this worker's CurveZMQ key file, or NULL */
     const char *curve_router_key;  /* --curve-router-key: the router's public key file */
+    uint32_t stall_timeout_ms;     /* --stall-timeout-ms: pending work and no compute step for
+                                      this long is a stall (/health 503, Load.stalled); 0: off */
     const char *log_level;         /* --log-level */
 } node_worker_cfg_t;
 
@@ -111,6 +114,9 @@ typedef struct {
                                                   decoding; NULL when the checkpoint has none */
     node_http_t *http;                         /* node_worker_join */
     node_link_t *link;                         /* node_worker_join */
+    node_progress_t progress; /* node_worker_open: the compute thread's progress (the worker
+                                 calls node_progress_step); read by the link's heartbeats and
+                                 by /health */
 } node_worker_t;
 
 /*
@@ -166,10 +172,14 @@ typedef void node_worker_families_fn(void *arg, tdm_prom_t *p);
  *
  * NODE_HTTP_METRICS: the worker's families (families(arg, p)), then transfer/'s
  * (xfer_metrics_render_to, once w->xfer exists), as Prometheus text.
- * NODE_HTTP_HEALTH: {"status":"ok" (ready) or "starting","role":ROLE,"id":ID,FIELDS}, one line,
- * where health_fields is the worker's own JSON members without braces (e.g. "\"queued_jobs\":0").
+ * NODE_HTTP_HEALTH: {"status":S,"role":ROLE,"id":ID,"steps_completed":N,"pending_work":N,
+ * FIELDS}, one line, where health_fields is the worker's own JSON members without braces (e.g.
+ * "\"queued_jobs\":0") and S is "ok" (200), "starting" (not ready: 503), "stalled" (w->progress
+ * says work is pending and no compute step completed for --stall-timeout-ms: 503, with a
+ * "reason" member saying so) or "draining" (SIGTERM seen, finishing its work: 503).
  * *body_out: malloc'ed NUL-terminated text (the daemon frees it), or NULL with 500.
- * Returns the HTTP status: 200, 503 (health while not ready) or 500 (out of memory).
+ * Returns the HTTP status: 200, 503 (health while not ready, stalled or draining) or 500 (out of
+ * memory).
  */
 int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
                        const char *health_fields, node_worker_families_fn *families, void *arg,

@@ -115,6 +115,9 @@ static void publish(prefill_node_t *n)
     load.recent_tokens_per_s = n->stats.recent_tokens_per_s;
     pthread_mutex_unlock(&n->lock);
     node_link_set_load(n->worker.link, &load);
+    /* a loop pass or a job's phase boundary completed: liveness from progress (node_progress.h) */
+    node_progress_step(&n->worker.progress,
+                       n->stats.queued_jobs + (n->running_tokens > 0 ? 1u : 0u));
 }
 
 /* Take one message: queue jobs, note aborts. */

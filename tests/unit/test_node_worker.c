@@ -149,7 +149,7 @@ static void test_pages_carry_the_role_id_fields_and_families(void **state)
         TDM_HTTP_UNAVAILABLE);
     assert_string_equal(body,
                         "{\"status\":\"starting\",\"role\":\"prefill\",\"id\":\"prefill-h-1-2\","
-                        "\"queued_jobs\":3}\n");
+                        "\"steps_completed\":0,\"pending_work\":0,\"queued_jobs\":3}\n");
     free(body);
     assert_int_equal(
         node_worker_render(&w, NODE_HTTP_HEALTH, 1, "\"queued_jobs\":3", families, &calls, &body),
