@@ -1,12 +1,14 @@
 /* decode.c - one decode node from its flags to its Goodbye (decode.h). */
 #include "decode-node/decode.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "decode-node/pool.h"
@@ -217,9 +219,52 @@ static int setup(decode_node_t *n)
     return NODE_EXIT_OK;
 }
 
-static void run(decode_node_t *n)
+/*
+ * Whether the loop goes on after a stop signal: SIGTERM with --drain-timeout-ms starts a drain
+ * (*drain_deadline_ns set), which ends when nothing runs or is reserved, at the deadline, or at
+ * a second signal; anything else stops at once. *reason_out: the Goodbye's.
+ */
+static int keep_serving(decode_node_t *n, uint64_t *drain_deadline_ns, const char **reason_out)
 {
-    while (node_worker_stop_signal() == 0) {
+    int sig = node_worker_stop_signal();
+    uint64_t now = tdm_clock_now_ns();
+
+    if (sig == 0) {
+        return 1;
+    }
+    if (*drain_deadline_ns == 0) {
+        if (sig != SIGTERM || n->params->drain_timeout_ms == 0) {
+            return 0;
+        }
+        *drain_deadline_ns = now + (uint64_t)n->params->drain_timeout_ms * TDM_NS_PER_MS;
+        decode_sched_drain(n->sched);
+        node_progress_set_draining(&n->worker.progress);
+        tdm_log(TDM_LOG_INFO, "decode", "SIGTERM: draining for at most %u ms",
+                n->params->drain_timeout_ms);
+    }
+    if (node_worker_signal_count() > 1) {
+        tdm_log(TDM_LOG_WARN, "decode", "second signal while draining: stopping now");
+        return 0;
+    }
+    if (decode_sched_idle(n->sched)) {
+        tdm_log(TDM_LOG_INFO, "decode", "drained: no turn runs and no page is reserved");
+        *reason_out = "drained";
+        return 0;
+    }
+    if (now >= *drain_deadline_ns) {
+        tdm_log(TDM_LOG_WARN, "decode",
+                "drain timeout after %u ms: what still runs ends aborted (the router retries it)",
+                n->params->drain_timeout_ms);
+        return 0;
+    }
+    return 1;
+}
+
+static void run(decode_node_t *n, const char **reason_out)
+{
+    uint64_t drain_deadline_ns = 0;
+
+    while (keep_serving(n, &drain_deadline_ns, reason_out)) {
         uint32_t wait_ms = decode_sched_step(n->sched);
         Tandem__Envelope *env = NULL;
         decode_stats_t st;
@@ -240,14 +285,14 @@ static void run(decode_node_t *n)
     }
 }
 
-static void teardown(decode_node_t *n)
+static void teardown(decode_node_t *n, const char *reason)
 {
     decode_sched_t *sched = n->sched;
 
     node_worker_stop_http(&n->worker);
     __atomic_store_n(&n->sched, NULL, __ATOMIC_RELEASE);
     decode_sched_destroy(sched);
-    node_worker_leave(&n->worker, node_worker_stop_signal() != 0 ? "shutting down" : NULL);
+    node_worker_leave(&n->worker, node_worker_stop_signal() != 0 ? reason : NULL);
     decode_sessions_destroy(n->sessions);
     decode_pool_destroy(n->pool);
     node_worker_close(&n->worker);
@@ -256,15 +301,17 @@ static void teardown(decode_node_t *n)
 int decode_node_run(const decode_node_params_t *params)
 {
     decode_node_t node;
+    const char *reason = "shutting down";
     int rc;
 
     memset(&node, 0, sizeof(node));
     node.params = params;
     rc = setup(&node);
     if (rc == NODE_EXIT_OK) {
-        run(&node);
-        tdm_log(TDM_LOG_INFO, "decode", "stopping: signal=%d", node_worker_stop_signal());
+        run(&node, &reason);
+        tdm_log(TDM_LOG_INFO, "decode", "stopping: signal=%d reason=%s", node_worker_stop_signal(),
+                reason);
     }
-    teardown(&node);
+    teardown(&node, reason);
     return rc;
 }

@@ -25,11 +25,18 @@ typedef struct {
     const char *spec;         /* --spec: off, dspark or ngram */
     const char *spec_accept;  /* --spec-accept: coupled or rejection */
     double spec_threshold;    /* --spec-confidence-threshold */
+    uint32_t drain_timeout_ms; /* --drain-timeout-ms: SIGTERM drains this long at most; 0: stop
+                                  at once (as SIGINT does) */
 } decode_node_params_t;
 
 /*
  * decode_node_run - start a decode node, serve until node_worker_stop_signal() is nonzero, then
- * abort what runs (Finish ABORTED), say Goodbye and free everything.
+ * abort what runs (Finish ABORTED), say Goodbye and free everything. SIGTERM (with
+ * --drain-timeout-ms > 0) drains first (docs/DEPLOY.md "Draining a decode node"): the scheduler
+ * admits nothing new (decode_sched_drain: ERROR_DRAINING), /health and the heartbeats say
+ * draining, running turns and granted handoffs finish; the node leaves (Goodbye "drained") once
+ * none is left, at the drain deadline (what still runs ends Finish ABORTED: the router retries
+ * it elsewhere), or at a second SIGINT/SIGTERM. SIGINT stops at once.
  *
  * params: borrowed for the call (the strings must live as long). Needs node_worker_main_start
  * first (the stop flag). Returns the process exit status: NODE_EXIT_OK after a signal,

@@ -1,6 +1,7 @@
 /* tandem-decode - a decode node: holds sessions' KV pages, takes page writes from prefill
  * nodes, decodes in continuous batches and streams tokens to the router (ARCHITECTURE.md,
- * docs/PROTOCOL.md section 7). Runs until SIGINT or SIGTERM, then says Goodbye and stops.
+ * docs/PROTOCOL.md section 7). Runs until SIGINT (stops at once) or SIGTERM (drains first:
+ * --drain-timeout-ms), then says Goodbye and stops.
  * The node is decode.h; this file holds its own flags (node/node_worker.h adds the shared ones).
  */
 #include <stddef.h>
@@ -30,6 +31,11 @@ static const tdm_flag_t decode_flags[] = {
     {"spec-confidence-threshold", TDM_FLAG_F64, "0.3",
      offsetof(decode_node_params_t, spec_threshold),
      "DSpark verify length: drafts while the confidence product stays above this", 0, 1, 0},
+    {"drain-timeout-ms", TDM_FLAG_U32, "30000", offsetof(decode_node_params_t, drain_timeout_ms),
+     "SIGTERM drains: admit nothing new (ERROR_DRAINING), finish running streams for at most "
+     "this long, then Goodbye and exit 0; a second signal stops at once; 0: SIGTERM stops at "
+     "once. Resident sessions are not moved: the router rebuilds them from history",
+     0, 3600000, 0},
 };
 
 int main(int argc, char **argv)

@@ -494,11 +494,42 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     r->phase = REQ_PREFILL;
 }
 
+void decode_sched_drain(decode_sched_t *s)
+{
+    if (!s->draining) {
+        s->draining = 1;
+        tdm_log(TDM_LOG_INFO, "sched", "draining: admitting nothing new; running=%u reserved=%u",
+                s->stats.running_sequences + s->stats.pending_prefills,
+                decode_pool_n_reserved(s->pool));
+    }
+}
+
+int decode_sched_idle(const decode_sched_t *s)
+{
+    return s->reqs == NULL && decode_pool_n_reserved(s->pool) == 0;
+}
+
+/* While draining: does this DecodeRequest complete a reservation granted before (admitted)? */
+static int completes_reservation(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    decode_resv_t *resv;
+
+    if (dr->mode != TANDEM__PREFILL_MODE__PREFILL_REMOTE || dr->handoff == NULL) {
+        return 0;
+    }
+    resv = decode_pool_find(s->pool, dr->handoff->reservation_id);
+    return resv != NULL && resv->state == DECODE_RESV_ACTIVE;
+}
+
 void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
 {
     switch (env->body_case) {
     case TANDEM__ENVELOPE__BODY_DECODE_REQUEST:
-        if (sched_find_req(s, env->decode_request->request_id) != NULL) {
+        if (s->draining && !completes_reservation(s, env->decode_request)) {
+            sched_send_error(s, env->decode_request->request_id,
+                             TANDEM__ERROR_CODE__ERROR_DRAINING, 0,
+                             "decode node draining: place the turn elsewhere");
+        } else if (sched_find_req(s, env->decode_request->request_id) != NULL) {
             sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
                        0, "request id already running");
         } else if (env->decode_request->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE) {
@@ -508,7 +539,13 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
         }
         break;
     case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
-        sched_on_reserve(s, env->reserve_pages);
+        if (s->draining) {
+            sched_send_error(s, env->reserve_pages->request_id,
+                             TANDEM__ERROR_CODE__ERROR_DRAINING, 0,
+                             "decode node draining: place the turn elsewhere");
+        } else {
+            sched_on_reserve(s, env->reserve_pages);
+        }
         break;
     case TANDEM__ENVELOPE__BODY_ABORT:
         sched_on_abort(s, env->abort);

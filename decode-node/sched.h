@@ -107,6 +107,18 @@ void decode_sched_on_message(decode_sched_t *sched, const Tandem__Envelope *env)
  */
 uint32_t decode_sched_step(decode_sched_t *sched);
 
+/*
+ * decode_sched_drain - stop admitting (SIGTERM, docs/DEPLOY.md "Draining a decode node"): from now
+ * on every ReservePages and every DecodeRequest that does not complete a reservation granted
+ * before is answered Error{ERROR_DRAINING}; running turns, pending local prefills and reserved
+ * handoffs go on. Aborts are handled as ever. Idempotent; compute thread only.
+ */
+void decode_sched_drain(decode_sched_t *sched);
+
+/* decode_sched_idle - 1 when no request runs or waits and no reservation holds pages (a drain is
+ * done), else 0. Compute thread only. */
+int decode_sched_idle(const decode_sched_t *sched);
+
 /* decode_sched_stats - a consistent snapshot of the counters (thread-safe). Published at the end
  * of every step and before every Finish, so it counts each turn whose Finish has gone out. */
 void decode_sched_stats(decode_sched_t *sched, decode_stats_t *stats_out);

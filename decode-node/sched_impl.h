@@ -82,6 +82,7 @@ struct decode_sched {
     decode_stats_t stats; /* the compute thread's counters */
     pthread_mutex_t stats_lock;
     decode_stats_t shared; /* the last published copy, guarded by stats_lock */
+    int draining;          /* decode_sched_drain: new work is answered ERROR_DRAINING */
 };
 
 /* ---- shared by sched.c and sched_handoff.c (defined in sched.c) ---------------------- */

@@ -67,15 +67,25 @@ static const tdm_flag_t shared_flags[] = {
 
 /* The process's stop flag: written only by on_signal (signal context), read by every thread. */
 static volatile sig_atomic_t g_stop_signal;
+/* Signals received (a draining decode node stops at once on the second). */
+static volatile sig_atomic_t g_n_signals;
 
 static void on_signal(int sig)
 {
     g_stop_signal = sig;
+    if (g_n_signals < 2) {
+        g_n_signals = g_n_signals + 1;
+    }
 }
 
 int node_worker_stop_signal(void)
 {
     return (int)g_stop_signal;
+}
+
+int node_worker_signal_count(void)
+{
+    return (int)g_n_signals;
 }
 
 /* A shared flag moved to its place in the worker's config struct. */

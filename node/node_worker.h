@@ -90,6 +90,10 @@ int node_worker_main_start(const node_worker_main_t *spec, int argc, char **argv
  * while the worker should keep serving. Any thread. */
 int node_worker_stop_signal(void);
 
+/* node_worker_signal_count - SIGINT/SIGTERM received so far, capped at 2 (a draining worker
+ * stops at once on the second). Any thread. */
+int node_worker_signal_count(void);
+
 /* A worker's shared start-up state. Fields are read-only for the worker; the model, xfer, http
  * and link are owned here (set by the steps below, NULL before). */
 typedef struct {

@@ -379,7 +379,9 @@ static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
         return;
     }
     w = router_registry_worker(d->registry, s->worker_slot, s->worker_generation);
-    if (w == NULL) {
+    if (w == NULL || w->draining) {
+        /* new, lost or on a draining worker: (re)place; a moved session is rebuilt from its
+         * token history (cached_len 0) */
         slot = router_place_decode(d->registry, &gen_id);
         if (slot < 0) {
             fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
@@ -784,6 +786,19 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             abort_workers(d, f, "state lost");
         }
         retry(d, f, "state lost", now_ns);
+        return;
+    }
+    if (e->code == TANDEM__ERROR_CODE__ERROR_DRAINING && slot == f->decode_slot) {
+        /* the worker began draining before its heartbeat said so: it takes nothing new, so
+         * place the turn elsewhere (start_attempt skips draining workers) */
+        router_worker_t *w = router_registry_worker(d->registry, slot, 0);
+        if (w != NULL) {
+            w->draining = 1;
+        }
+        if (f->reservation_id != 0) {
+            abort_workers(d, f, "decode worker draining");
+        }
+        retry(d, f, "decode worker draining", now_ns);
         return;
     }
     if (from_prefill) {

@@ -76,7 +76,7 @@ int router_place_decode(router_registry_t *registry, uint64_t *generation_out)
     for (int i = 0; i < router_registry_capacity(registry); i++) {
         const router_worker_t *w = router_registry_worker(registry, i, 0);
         double score;
-        if (w == NULL || w->role != TANDEM__ROLE__ROLE_DECODE) {
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_DECODE || w->draining) {
             continue;
         }
         score = decode_score(registry, w, have_prefill);
@@ -102,7 +102,7 @@ int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t
         const router_worker_t *w = router_registry_worker(registry, i, 0);
         int same_rack;
         double backlog;
-        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL) {
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL || w->draining) {
             continue;
         }
         same_rack = rack != NULL && strcmp(w->rack, rack) == 0;

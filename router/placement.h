@@ -8,6 +8,7 @@
  * a prefill worker in the decode worker's rack when there is one (KV puts stay on NVLink),
  * shortest queue first (queued tokens from heartbeats plus tokens the router has handed it
  * since). Ties break by fewer in-flight items, then lower slot, so placement is deterministic.
+ * A draining worker (router_worker_t.draining) gets nothing new.
  * Not thread-safe: called under the router's control state lock.
  */
 #ifndef TANDEM_ROUTER_PLACEMENT_H

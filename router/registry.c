@@ -162,6 +162,7 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
     w->running_sequences = hb->load->running_sequences;
     w->free_pages = hb->load->free_pages;
     w->reserved_pages = hb->load->reserved_pages;
+    w->draining = w->draining || hb->load->draining; /* sticky: a drain never ends */
     if (hb->load->total_pages > 0) {
         w->total_pages = hb->load->total_pages;
     }

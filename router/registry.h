@@ -43,6 +43,7 @@ typedef struct {
     uint32_t free_pages;
     uint32_t reserved_pages;
     double recent_tokens_per_s;
+    int draining; /* Load.draining (or its ERROR_DRAINING): placement skips it (placement.h) */
     /* the router's own view since the last heartbeat */
     uint32_t n_active;          /* requests or jobs in flight on it */
     uint64_t n_assigned_tokens; /* prefill tokens handed to it, not yet done */

@@ -623,6 +623,45 @@ static void test_steady_pressure_every_new_remote_session_succeeds(void **state)
     assert_true(node_close(&small));
 }
 
+/* Drain (issue 16 item 9): a draining scheduler answers new turns and reservations with
+ * ERROR_DRAINING while the running turn streams to its end; then it is idle. */
+static void test_drain_refuses_new_work_and_finishes_the_running_turn(void **state)
+{
+    fixture_t *fx = *state;
+    node_t *node = &fx->node;
+    int32_t ids[PROMPT_TOKENS];
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+    const Tandem__Error *e;
+    int32_t last;
+
+    ftu_prompt(50, fx->engine.V, ids, PROMPT_TOKENS);
+    submit_local(node, 80, "running", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
+    decode_sched_step(node->sched); /* prefilled, first token out */
+    assert_false(decode_sched_idle(node->sched));
+
+    decode_sched_drain(node->sched);
+    decode_sched_drain(node->sched); /* idempotent */
+    submit_local(node, 81, "new", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
+    e = expect_error(node, 81, TANDEM__ERROR_CODE__ERROR_DRAINING);
+    assert_non_null(strstr(e->message, "draining"));
+    rp.request_id = 82;
+    rp.session_id = (char *)"remote";
+    rp.total_len = 300;
+    rp.timeout_ms = 60000;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    decode_sched_on_message(node->sched, &env);
+    expect_error(node, 82, TANDEM__ERROR_CODE__ERROR_DRAINING);
+    assert_int_equal(decode_pool_n_reserved(node->pool), 0);
+    /* the session of the next turn was not even created */
+    assert_null(decode_sessions_find(node->sessions, "new"));
+
+    assert_int_equal(run_to_finish(node, 80)->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    assert_int_equal(streamed(node, 80, PROMPT_TOKENS, &last), MAX_TOKENS);
+    assert_true(decode_sched_idle(node->sched));
+}
+
 static void test_create_without_an_output_is_invalid(void **state)
 {
     fixture_t *fx = *state;
@@ -816,6 +855,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_steady_pressure_every_new_local_session_succeeds,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_steady_pressure_every_new_remote_session_succeeds,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_refuses_new_work_and_finishes_the_running_turn,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_page_pressure_evicts_the_idle_session_and_retries,
                                         setup, teardown),

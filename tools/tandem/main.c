@@ -157,7 +157,9 @@ static int spawn(launch_t *l, const char *role, const char *exe, char *const *ar
     return 0;
 }
 
-/* Reap exited children; report the first that died unexpectedly. Returns its index or -1. */
+/* Reap exited children, each announced on stdout as "exited: role=R pid=P status=S" (S: the
+ * exit status, or 128 + the signal; a drained decode node exits 0); report the first that died.
+ * Returns its index or -1. */
 static int reap(launch_t *l)
 {
     int died = -1;
@@ -166,6 +168,10 @@ static int reap(launch_t *l)
         proc_t *p = &l->procs[i];
         if (!p->exited && waitpid(p->pid, &p->status, WNOHANG) == p->pid) {
             p->exited = 1;
+            printf("exited: role=%s pid=%d status=%d\n", p->role, (int)p->pid,
+                   WIFEXITED(p->status) ? WEXITSTATUS(p->status)
+                                        : 128 + (WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0));
+            fflush(stdout);
             if (died < 0) {
                 died = i;
             }
