@@ -330,7 +330,11 @@ int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
              "\"pending_work\":%u,%s}\n",
              status_text, reason, w->role, w->id, (unsigned long long)v.steps_completed,
              v.pending_work, health_fields);
-    return strcmp(status_text, "ok") == 0 ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE;
+    /* draining stays 200: the node is alive and finishing its streams (a liveness probe must not
+     * kill it); the router learns of the drain from its heartbeats */
+    return strcmp(status_text, "ok") == 0 || strcmp(status_text, "draining") == 0
+               ? TDM_HTTP_OK
+               : TDM_HTTP_UNAVAILABLE;
 }
 
 void node_worker_stop_http(node_worker_t *w)

@@ -180,10 +180,10 @@ typedef void node_worker_families_fn(void *arg, tdm_prom_t *p);
  * FIELDS}, one line, where health_fields is the worker's own JSON members without braces (e.g.
  * "\"queued_jobs\":0") and S is "ok" (200), "starting" (not ready: 503), "stalled" (w->progress
  * says work is pending and no compute step completed for --stall-timeout-ms: 503, with a
- * "reason" member saying so) or "draining" (SIGTERM seen, finishing its work: 503).
+ * "reason" member saying so) or "draining" (SIGTERM seen, finishing its work: 200, so that a
+ * liveness probe lets the drain finish; the router learns it from the heartbeats).
  * *body_out: malloc'ed NUL-terminated text (the daemon frees it), or NULL with 500.
- * Returns the HTTP status: 200, 503 (health while not ready, stalled or draining) or 500 (out of
- * memory).
+ * Returns the HTTP status: 200, 503 (health while not ready or stalled) or 500 (out of memory).
  */
 int node_worker_render(const node_worker_t *w, node_http_page_t page, int ready,
                        const char *health_fields, node_worker_families_fn *families, void *arg,

@@ -229,6 +229,26 @@ static int await_load_stalled(fake_router_t *r, int want, Tandem__Load *load_out
     return 0;
 }
 
+/* Wait for a heartbeat whose Load says draining. */
+static int await_load_draining(fake_router_t *r)
+{
+    uint64_t t0 = tdm_clock_now_ns();
+
+    while (tdm_clock_elapsed_ms(t0) < DEADLINE_MS) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        int draining;
+
+        pthread_mutex_lock(&r->lock);
+        draining = r->last.draining != 0;
+        pthread_mutex_unlock(&r->lock);
+        if (draining) {
+            return 1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 /* Poll /health's page (node_worker_render) until it answers `want`; returns its body. */
 static char *await_health(const node_worker_t *w, int want)
 {
@@ -315,11 +335,12 @@ static void test_wedged_compute_thread_is_stalled_in_heartbeats_and_health(void 
     free(body);
     assert_true(await_load_stalled(&router, 0, &load));
 
-    /* draining: heartbeats say so, /health is 503 "draining" */
+    /* draining: heartbeats say so; /health stays 200 (alive, finishing) and says "draining" */
     node_progress_set_draining(&w.progress);
-    body = await_health(&w, TDM_HTTP_UNAVAILABLE);
+    body = await_health(&w, TDM_HTTP_OK);
     assert_non_null(strstr(body, "\"status\":\"draining\""));
     free(body);
+    assert_true(await_load_draining(&router));
 
     pthread_mutex_lock(&compute.lock);
     compute.stop = 1;

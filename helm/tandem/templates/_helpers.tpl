@@ -381,6 +381,13 @@ spec:
         - name: TANDEM_CURVE_ROUTER_KEY
           value: /etc/tandem/curve/router.pub
         {{- end }}
+        {{- if eq .role "decode" }}
+        {{- if ge (int $root.Values.decode.drainTimeoutSeconds) (int $w.terminationGracePeriodSeconds) }}
+        {{- fail "decode.drainTimeoutSeconds must be below decode.terminationGracePeriodSeconds" }}
+        {{- end }}
+        - name: TANDEM_DRAIN_TIMEOUT_MS
+          value: {{ mul (int $root.Values.decode.drainTimeoutSeconds) 1000 | quote }}
+        {{- end }}
         {{- with $w.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -389,6 +396,15 @@ spec:
           containerPort: {{ $w.ports.http }}
           protocol: TCP
       {{- include "tandem.probes" (dict "probes" $w.probes "port" "http") | nindent 6 }}
+      {{- if eq .role "decode" }}
+      # Drain (docs/DEPLOY.md 12): SIGTERM makes the node admit nothing new, finish its streams
+      # (at most decode.drainTimeoutSeconds), say Goodbye and exit 0. preStop sends it and waits
+      # for the exit, inside terminationGracePeriodSeconds.
+      lifecycle:
+        preStop:
+          exec:
+            command: ["/bin/sh", "-c", "kill -TERM 1; while kill -0 1 2>/dev/null; do sleep 1; done"]
+      {{- end }}
       resources:
         {{- toYaml $w.resources | nindent 8 }}
         {{- with $w.resourceClaims }}
