@@ -526,9 +526,8 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
     switch (env->body_case) {
     case TANDEM__ENVELOPE__BODY_DECODE_REQUEST:
         if (s->draining && !completes_reservation(s, env->decode_request)) {
-            sched_send_error(s, env->decode_request->request_id,
-                             TANDEM__ERROR_CODE__ERROR_DRAINING, 0,
-                             "decode node draining: place the turn elsewhere");
+            sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_DRAINING,
+                             0, "decode node draining: place the turn elsewhere");
         } else if (sched_find_req(s, env->decode_request->request_id) != NULL) {
             sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
                        0, "request id already running");
@@ -540,9 +539,8 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
         break;
     case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
         if (s->draining) {
-            sched_send_error(s, env->reserve_pages->request_id,
-                             TANDEM__ERROR_CODE__ERROR_DRAINING, 0,
-                             "decode node draining: place the turn elsewhere");
+            sched_send_error(s, env->reserve_pages->request_id, TANDEM__ERROR_CODE__ERROR_DRAINING,
+                             0, "decode node draining: place the turn elsewhere");
         } else {
             sched_on_reserve(s, env->reserve_pages);
         }

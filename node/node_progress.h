@@ -23,9 +23,9 @@
 /* The shared counters. Initialise with node_progress_init before another thread reads them. */
 typedef struct {
     atomic_uint_fast64_t steps_completed;
-    atomic_uint_fast64_t last_step_ns;  /* tdm_clock_now_ns() of the last step (or the init) */
-    atomic_uint_fast32_t pending_work;  /* the compute thread's own, as of its last step */
-    atomic_int_fast32_t inbox;          /* messages received for it and not yet taken */
+    atomic_uint_fast64_t last_step_ns; /* tdm_clock_now_ns() of the last step (or the init) */
+    atomic_uint_fast32_t pending_work; /* the compute thread's own, as of its last step */
+    atomic_int_fast32_t inbox;         /* messages received for it and not yet taken */
     atomic_int draining;
     uint32_t stall_ms; /* 0: never stalled */
 } node_progress_t;
@@ -33,9 +33,9 @@ typedef struct {
 /* What a reader sees at one instant (plain data). */
 typedef struct {
     uint64_t steps_completed;
-    uint32_t pending_work;    /* the compute thread's pending work plus the untaken messages */
-    uint64_t since_step_ms;   /* milliseconds since the last completed step */
-    int stalled;              /* pending_work > 0 and since_step_ms >= stall_ms (stall_ms > 0) */
+    uint32_t pending_work;  /* the compute thread's pending work plus the untaken messages */
+    uint64_t since_step_ms; /* milliseconds since the last completed step */
+    int stalled;            /* pending_work > 0 and since_step_ms >= stall_ms (stall_ms > 0) */
     int draining;
 } node_progress_view_t;
 

@@ -10,8 +10,8 @@
 #define T_MODEL_PREFIX "cluster-drain"
 #include "test_cluster_harness.h"
 
-#define T_DRAIN_TOKENS   1000  /* long enough that SIGTERM lands mid-stream */
-#define T_DRAIN_WAIT_MS  60000 /* the stream shows up running on a node within this */
+#define T_DRAIN_TOKENS  1000  /* long enough that SIGTERM lands mid-stream */
+#define T_DRAIN_WAIT_MS 60000 /* the stream shows up running on a node within this */
 
 /* Read the launcher's lines until "exited: role=decode pid=PID status=S"; returns S, or -1 when
  * its output ends first. */
@@ -79,8 +79,7 @@ static void test_sigterm_drains_a_decode_node_mid_stream(void **state)
     /* a new session meanwhile goes to the other node */
     text = complete(c.http_port, "drain-2", ids, 4);
     free(text);
-    assert_true(metric(c.decode_port[other], "tandem_decode_requests_total") ==
-                other_requests + 1);
+    assert_true(metric(c.decode_port[other], "tandem_decode_requests_total") == other_requests + 1);
 
     /* the stream completes as if nothing happened, then the node leaves with status 0 */
     text = complete_join(&run);
@@ -95,8 +94,7 @@ static void test_sigterm_drains_a_decode_node_mid_stream(void **state)
     snprintf(ids2, sizeof(ids2), "%s,5,6,7", ids);
     text = complete(c.http_port, "drain-1", ids2, 4);
     free(text);
-    assert_true(metric(c.decode_port[other], "tandem_decode_requests_total") ==
-                other_requests + 2);
+    assert_true(metric(c.decode_port[other], "tandem_decode_requests_total") == other_requests + 2);
     cluster_check_pages(&c, "drained decode node");
     cluster_stop(&c);
     free(want);

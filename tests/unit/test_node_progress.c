@@ -170,7 +170,7 @@ typedef struct {
     node_progress_t *progress;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int wedge;   /* set: take one unit of work and block until cleared */
+    int wedge; /* set: take one unit of work and block until cleared */
     int stop;
 } compute_t;
 
