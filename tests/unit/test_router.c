@@ -772,6 +772,66 @@ static void test_sessions_stick_and_move_when_their_worker_dies(void **state)
     fake_fini(&b);
 }
 
+/* Issue 16 item 9: a decode worker that answers ERROR_DRAINING (before its heartbeats say so)
+ * gets the turn taken back: the router marks it draining, rebuilds the session on the other
+ * worker from its history (cached_len 0) and places nothing new on it. */
+static void test_draining_worker_hands_its_turns_elsewhere(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t a;
+    fake_worker_t b;
+    fake_worker_t *first;
+    fake_worker_t *other;
+    fake_record_t rec;
+    http_resp_t r;
+    int n_first;
+    int n_other;
+
+    start_worker(fx, &a, "decode-a", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &b, "decode-b", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&a, "one", 1, 1);
+    set_script(&b, "one", 1, 1);
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":[10,11,12,13],\"max_tokens\":8}",
+         "agent-d", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    first = holder_of(&a, &b, 0, 0);
+    assert_non_null(first);
+    other = first == &a ? &b : &a;
+
+    atomic_store(&first->draining, 1);
+    n_first = fake_n_records(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    n_other = fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    post(fx, "/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":[10,11,12,13,114,113,104,1,20,21],\"max_tokens\":8}",
+         "agent-d", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), n_first + 1);
+    assert_int_equal(fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), n_other + 1);
+    assert_true(fake_last(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.cached_len, 0);
+    assert_int_equal(rec.n_delta, 10);
+    assert_string_equal(rec.session_id, "agent-d");
+
+    /* new sessions skip the draining worker */
+    for (int i = 0; i < 3; i++) {
+        char sid[32];
+
+        snprintf(sid, sizeof(sid), "agent-new-%d", i);
+        post(fx, "/v1/completions",
+             "{\"model\":\"tiny\",\"prompt\":[40,41,42],\"max_tokens\":8}", sid, &r);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+    }
+    assert_int_equal(fake_n_records(first, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), n_first + 1);
+    assert_int_equal(fake_n_records(other, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), n_other + 4);
+    fake_kill(first);
+    fake_kill(other);
+    fake_fini(&a);
+    fake_fini(&b);
+}
+
 static char *ids_body(const int32_t *ids, size_t n, int max_tokens)
 {
     char *body = malloc(n * 8 + 128);
@@ -1527,6 +1587,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_spec_field_selects_the_drafter_and_bad_values_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tiny_temperature_is_accepted_as_greedy, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_draining_worker_hands_its_turns_elsewhere, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_dspark_refused_for_a_model_without_dspark_blocks,
                                         setup, teardown),

@@ -63,6 +63,8 @@ typedef struct {
     pthread_t thread;
     atomic_int stop;
     atomic_int registered; /* 0 waiting, 1 accepted, -1 refused */
+    atomic_int draining;   /* decode: answer DecodeRequest/ReservePages with ERROR_DRAINING
+                              (recorded first); its heartbeats do not say so */
     char refuse_reason[512];
     pthread_mutex_t lock;
     fake_record_t records[FAKE_MAX_RECORDS];
@@ -138,6 +140,20 @@ static void fake_record(fake_worker_t *w, const fake_record_t *r)
 }
 
 /* Stream the script (up to max_tokens) in chunks, then Finish. */
+/* Error{ERROR_DRAINING} for request_id (a draining decode node's answer to new work). */
+static void fake_refuse_draining(void *sock, uint64_t request_id)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Error e = TANDEM__ERROR__INIT;
+
+    e.request_id = request_id;
+    e.code = TANDEM__ERROR_CODE__ERROR_DRAINING;
+    e.message = (char *)"fake draining";
+    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    fake_send(sock, &env);
+}
+
 static void fake_decode(fake_worker_t *w, void *sock, const Tandem__DecodeRequest *dr)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
@@ -217,6 +233,10 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         r.seed = dr->sampling->seed;
         snprintf(r.spec, sizeof(r.spec), "%s", dr->spec != NULL ? dr->spec : "");
         fake_record(w, &r);
+        if (atomic_load(&w->draining)) {
+            fake_refuse_draining(sock, dr->request_id);
+            break;
+        }
         fake_decode(w, sock, dr);
         break;
     }
