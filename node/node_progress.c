@@ -20,6 +20,14 @@ void node_progress_step(node_progress_t *p, uint32_t pending_work)
     atomic_fetch_add(&p->steps_completed, 1);
 }
 
+void node_progress_tick(node_progress_t *p)
+{
+    if (p != NULL) {
+        atomic_store(&p->last_step_ns, tdm_clock_now_ns());
+        atomic_fetch_add(&p->steps_completed, 1);
+    }
+}
+
 void node_progress_inbox(node_progress_t *p, int delta)
 {
     if (p != NULL) {

@@ -49,6 +49,13 @@ void node_progress_init(node_progress_t *p, uint32_t stall_ms);
  */
 void node_progress_step(node_progress_t *p, uint32_t pending_work);
 
+/*
+ * node_progress_tick - the compute thread is inside a long step and just finished a piece of it
+ * (a layer pass of a prefill chunk): counts as a completed step, pending work unchanged. Called
+ * by the compute thread only; NULL p: nothing.
+ */
+void node_progress_tick(node_progress_t *p);
+
 /* node_progress_inbox - delta messages (+1 received by the link, -1 taken by the compute thread)
  * wait on the compute thread. Any thread. NULL p: nothing. */
 void node_progress_inbox(node_progress_t *p, int delta);

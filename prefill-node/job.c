@@ -343,6 +343,7 @@ static void stream_on_layer(void *user, const engine_dump_layer_t *rec)
 {
     put_stream_t *ps = user;
 
+    node_progress_tick(ps->env->progress);
     xfer_context_progress(ps->env->xfer);
     if (rec->layer != engine_model_config(ps->env->model)->ced_cut ||
         stream_check(ps) != TDM_OK) {

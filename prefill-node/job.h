@@ -24,6 +24,7 @@
 #include "engine/forward.h"
 #include "engine/constrain.h"
 #include "engine/model.h"
+#include "node/node_progress.h"
 #include "proto/proto.h"
 #include "transfer/context.h"
 #include "transfer/pool.h"
@@ -42,6 +43,9 @@ typedef struct {
      * tool_calls): the vocabulary's byte tries, or NULL (a constrained job then fails, naming
      * tokenizer.json). */
     const engine_constrain_vocab_t *constrain_vocab;
+    /* Liveness (node_progress.h): ticked after every layer pass of the compute, so a long job
+     * is not taken for a wedged thread; NULL: none. */
+    node_progress_t *progress;
 } prefill_job_env_t;
 
 /* What a job did (plain data, for metrics). */

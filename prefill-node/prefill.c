@@ -183,7 +183,7 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
 {
     const Tandem__PrefillJob *job = env->prefill_job;
     prefill_job_env_t je = {n->worker.model, n->kv, n->worker.xfer,           n->xpool, n->fwd,
-                            job_aborted,     n,     n->worker.constrain_vocab};
+                            job_aborted,     n,     n->worker.constrain_vocab, &n->worker.progress};
     Tandem__CompletionNotice notice;
     Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
     prefill_job_report_t rep;

@@ -60,6 +60,19 @@ static void test_stall_needs_pending_work_and_no_step_for_the_limit(void **state
     node_progress_read(&p, t0 + STALL_MS * TDM_NS_PER_MS, &v);
     assert_false(v.stalled);
 
+    /* a tick inside a long step counts as progress and keeps the pending work */
+    node_progress_step(&p, 3);
+    t0 = atomic_load(&p.last_step_ns);
+    node_progress_read(&p, t0 + STALL_MS * TDM_NS_PER_MS, &v);
+    assert_true(v.stalled);
+    node_progress_tick(&p);
+    node_progress_tick(NULL);
+    assert_true(atomic_load(&p.last_step_ns) >= t0);
+    node_progress_read(&p, atomic_load(&p.last_step_ns), &v);
+    assert_false(v.stalled);
+    assert_int_equal(v.pending_work, 3);
+    assert_int_equal(v.steps_completed, 4);
+
     /* a clock read before the last step never underflows; 0 turns the check off */
     node_progress_step(&p, 5);
     node_progress_read(&p, 0, &v);
