@@ -286,11 +286,25 @@ static char *render_metrics(const node_worker_t *w, node_worker_families_fn *fam
     tdm_prom_t *p;
     char *text = NULL;
     size_t n_bytes = 0;
+    node_progress_view_t v;
 
     if (tdm_prom_create(&p) != TDM_OK) {
         return NULL;
     }
     families(arg, p);
+    node_progress_read(&w->progress, tdm_clock_now_ns(), &v);
+    tdm_prom_counter(p, "tandem_worker_compute_steps_total",
+                     "compute-thread steps completed (liveness from progress)", v.steps_completed);
+    tdm_prom_gauge(p, "tandem_worker_pending_work",
+                   "requests, jobs and messages waiting on the compute thread", v.pending_work);
+    tdm_prom_gauge(p, "tandem_worker_seconds_since_compute_step",
+                   "seconds since the compute thread last completed a step",
+                   (double)v.since_step_ms / 1000.0);
+    tdm_prom_gauge(p, "tandem_worker_stalled",
+                   "1 while work is pending and no step completed for --stall-timeout-ms",
+                   v.stalled ? 1.0 : 0.0);
+    tdm_prom_gauge(p, "tandem_worker_draining", "1 once SIGTERM started a drain",
+                   v.draining ? 1.0 : 0.0);
     if (w->xfer != NULL) {
         xfer_metrics_render_to(xfer_context_metrics(w->xfer), p);
     }

@@ -174,7 +174,9 @@ typedef void node_worker_families_fn(void *arg, tdm_prom_t *p);
  * node_worker_render - one page of a worker's endpoint; the worker's node_http_render_fn calls it
  * with what it read under its own lock.
  *
- * NODE_HTTP_METRICS: the worker's families (families(arg, p)), then transfer/'s
+ * NODE_HTTP_METRICS: the worker's families (families(arg, p)), its progress
+ * (tandem_worker_compute_steps_total, _pending_work, _seconds_since_compute_step, _stalled,
+ * _draining: node_progress.h), then transfer/'s
  * (xfer_metrics_render_to, once w->xfer exists), as Prometheus text.
  * NODE_HTTP_HEALTH: {"status":S,"role":ROLE,"id":ID,"steps_completed":N,"pending_work":N,
  * FIELDS}, one line, where health_fields is the worker's own JSON members without braces (e.g.

@@ -242,6 +242,13 @@ static int await_load_stalled(fake_router_t *r, int want, Tandem__Load *load_out
     return 0;
 }
 
+/* A worker's own /metrics families: none here. */
+static void no_families(void *arg, tdm_prom_t *p)
+{
+    (void)arg;
+    (void)p;
+}
+
 /* Wait for a heartbeat whose Load says draining. */
 static int await_load_draining(fake_router_t *r)
 {
@@ -338,6 +345,14 @@ static void test_wedged_compute_thread_is_stalled_in_heartbeats_and_health(void 
     assert_true(load.steps_completed >= 1);
     body = await_health(&w, TDM_HTTP_UNAVAILABLE);
     assert_non_null(strstr(body, "\"status\":\"stalled\""));
+    free(body);
+    assert_int_equal(node_worker_render(&w, NODE_HTTP_METRICS, 1, "", no_families, NULL, &body),
+                     TDM_HTTP_OK);
+    assert_non_null(strstr(body, "\ntandem_worker_stalled 1\n"));
+    assert_non_null(strstr(body, "\ntandem_worker_pending_work 1\n"));
+    assert_non_null(strstr(body, "# TYPE tandem_worker_compute_steps_total counter\n"));
+    free(body);
+    body = await_health(&w, TDM_HTTP_UNAVAILABLE);
     assert_non_null(strstr(body, "no compute step for"));
     assert_non_null(strstr(body, "\"x\":1"));
     free(body);
