@@ -60,14 +60,24 @@ json_t *router_openai_logprob_entry(router_api_t api, const text_tokenizer_t *to
     return entry;
 }
 
-json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries)
+size_t router_openai_logprobs_text_bytes(const json_t *entries, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; i < n && i < json_array_size(entries); i++) {
+        bytes += json_string_length(json_object_get(json_array_get(entries, i), "token"));
+    }
+    return bytes;
+}
+
+json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries, size_t first_offset)
 {
     json_t *out = json_object();
     json_t *tokens;
     json_t *lps;
     json_t *tops;
     json_t *offsets;
-    size_t offset = 0;
+    size_t offset = first_offset;
 
     if (out == NULL) {
         return NULL;

@@ -57,9 +57,15 @@ json_t *router_openai_logprob_entry(router_api_t api, const text_tokenizer_t *to
 /*
  * router_openai_logprobs_fold - the "logprobs" value of a choice from `entries` (an array of
  * router_openai_logprob_entry results; borrowed): chat {"content": entries}; completions
- * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. New reference or NULL.
+ * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, where text_offset counts bytes of
+ * the whole output from `first_offset` (0 for a whole body; a streamed chunk passes the bytes of
+ * the tokens streamed before it, so offsets never restart). New reference or NULL.
  */
-json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries);
+json_t *router_openai_logprobs_fold(router_api_t api, const json_t *entries, size_t first_offset);
+
+/* router_openai_logprobs_text_bytes - the bytes entries[0, n) add to text_offset (the sum of
+ * their token texts' lengths); n is clamped to the array's size. */
+size_t router_openai_logprobs_text_bytes(const json_t *entries, size_t n);
 
 /*
  * router_openai_chunk - one streaming chunk of choice `index` as compact JSON text (caller frees

@@ -301,7 +301,8 @@ const char *router_output_finish_reason(const router_output_t *output)
     return length ? "length" : "stop";
 }
 
-/* Folded log-probabilities of the entries from `from` on (NULL when off). */
+/* Folded log-probabilities of the entries from `from` on (NULL when off); completions'
+ * text_offset continues from the entries before `from`. */
 static json_t *folded_logprobs(const router_output_t *o, size_t from)
 {
     json_t *slice;
@@ -314,9 +315,16 @@ static json_t *folded_logprobs(const router_output_t *o, size_t from)
     for (size_t i = from; i < json_array_size(o->lp_entries); i++) {
         json_array_append(slice, json_array_get(o->lp_entries, i));
     }
-    folded = router_openai_logprobs_fold(o->gen->api, slice);
+    folded = router_openai_logprobs_fold(o->gen->api, slice,
+                                         router_openai_logprobs_text_bytes(o->lp_entries, from));
     json_decref(slice);
     return folded;
+}
+
+/* Entries not streamed yet (tokens whose text is held back or that gave none). */
+static int lp_pending(const router_output_t *o)
+{
+    return o->lp_entries != NULL && o->lp_sent < json_array_size(o->lp_entries);
 }
 
 /* The delta object of one pending segment. NULL when out of memory. */
@@ -377,10 +385,23 @@ tdm_status_t router_output_drain(router_output_t *output, router_output_emit_fn_
     return status;
 }
 
-char *router_output_final_chunk(const router_output_t *output)
+char *router_output_final_chunk(router_output_t *output)
 {
-    return router_openai_chunk(output->octx, output->index, "", 0, 0,
-                               router_output_finish_reason(output), NULL);
+    /* the entries of tokens that released no text (a stop id, a CONTROL token, a token cut by a
+       stop string) ride here, so the stream carries one entry per counted token */
+    json_t *logprobs = lp_pending(output) ? folded_logprobs(output, output->lp_sent) : NULL;
+    char *json;
+
+    if (lp_pending(output) && logprobs == NULL) {
+        return NULL;
+    }
+    json = router_openai_chunk(output->octx, output->index, "", 0, 0,
+                               router_output_finish_reason(output), logprobs);
+    if (json != NULL && output->lp_entries != NULL) {
+        output->lp_sent = json_array_size(output->lp_entries);
+    }
+    json_decref(logprobs);
+    return json;
 }
 
 /* message.tool_calls of the whole response. NULL when out of memory. */

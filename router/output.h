@@ -82,13 +82,20 @@ const char *router_output_finish_reason(const router_output_t *output);
  * "function","function":{"name","arguments":""}}]}} when a call begins and
  * {"delta":{"tool_calls":[{"index","function":{"arguments":fragment}}]}} for its arguments;
  * completions {"text"}. The log-probabilities of the tokens since the last chunk ride on the first
- * chunk. No finish_reason (router_output_final_chunk). Returns TDM_OK or TDM_ERR_NO_MEMORY.
+ * chunk (completions' text_offset counts from the start of the output, not of the chunk); those of
+ * tokens that released no text wait for the next chunk or the final one. No finish_reason
+ * (router_output_final_chunk). Returns TDM_OK or TDM_ERR_NO_MEMORY.
  */
 tdm_status_t router_output_drain(router_output_t *output, router_output_emit_fn_t emit, void *ctx);
 
-/* router_output_final_chunk - the choice's last chunk: an empty delta with the finish reason.
- * free(). */
-char *router_output_final_chunk(const router_output_t *output);
+/*
+ * router_output_final_chunk - the choice's last chunk: an empty delta with the finish reason and
+ * the log-probabilities of every token not streamed yet (tokens that released no text: a stop
+ * id, a CONTROL token, a token a stop string cut at its start), so the chunks together carry one
+ * entry per token counted in usage, in order, as the whole body does. Call after the last
+ * router_output_drain. free(); NULL when out of memory.
+ */
+char *router_output_final_chunk(router_output_t *output);
 
 /*
  * router_output_choice - *choice_out = this output as one choice of the whole response

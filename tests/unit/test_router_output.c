@@ -472,8 +472,7 @@ static void test_logprobs_cover_every_token_in_the_body_and_ride_on_chunks(void 
         json_object_get(json_array_get(json_object_get(r.body, "choices"), 0), "logprobs"),
         "content");
     assert_int_equal(json_array_size(lp), strlen(text) + 1); /* every byte token and EOS */
-    assert_true(f.n_logprobs > 0);
-    assert_true(f.n_logprobs <= strlen(text) + 1);
+    assert_int_equal(f.n_logprobs, strlen(text) + 1); /* the stream carries every entry too */
     run_fini(&r);
 }
 
@@ -538,6 +537,168 @@ static void test_the_dsml_special_token_reads_as_its_text(void **state)
     run_fini(&r);
 }
 
+/* The streamed log-probability entries, in order: tokens and (completions) text_offset. */
+typedef struct {
+    json_t *tokens;  /* token strings of every entry */
+    json_t *offsets; /* completions: text_offset of every entry */
+} lp_stream_t;
+
+static void stream_logprobs(const json_t *chunks, router_api_t api, lp_stream_t *out)
+{
+    size_t i;
+    json_t *chunk;
+
+    out->tokens = json_array();
+    out->offsets = json_array();
+    json_array_foreach(chunks, i, chunk)
+    {
+        json_t *lp = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0),
+                                     "logprobs");
+        size_t k;
+        json_t *e;
+        if (lp == NULL || json_is_null(lp)) {
+            continue;
+        }
+        if (api == ROUTER_API_CHAT) {
+            json_array_foreach(json_object_get(lp, "content"), k, e)
+            {
+                json_array_append(out->tokens, json_object_get(e, "token"));
+            }
+        } else {
+            json_array_extend(out->tokens, json_object_get(lp, "tokens"));
+            json_array_extend(out->offsets, json_object_get(lp, "text_offset"));
+        }
+    }
+}
+
+static void lp_stream_fini(lp_stream_t *s)
+{
+    json_decref(s->tokens);
+    json_decref(s->offsets);
+}
+
+/* The body's logprobs value of choice 0. */
+static const json_t *body_logprobs(const run_t *r)
+{
+    return json_object_get(json_array_get(json_object_get(r->body, "choices"), 0), "logprobs");
+}
+
+/* Feed ids, draining after every token; the stream must carry exactly the body's entries. */
+static void assert_stream_carries_body_logprobs(const text_tokenizer_t *tok,
+                                                const router_gen_request_t *gen,
+                                                const int32_t *ids, size_t n_ids,
+                                                size_t want_tokens)
+{
+    lp_stream_t st;
+    const json_t *body_lp;
+    json_t *body_tokens = json_array();
+    size_t k;
+    json_t *e;
+    run_t r;
+
+    for (size_t every = 1; every <= 3; every++) {
+        run_ids(tok, gen, 0, ids, n_ids, every, &r);
+        body_lp = body_logprobs(&r);
+        json_array_clear(body_tokens);
+        if (gen->api == ROUTER_API_CHAT) {
+            json_array_foreach(json_object_get(body_lp, "content"), k, e)
+            {
+                json_array_append(body_tokens, json_object_get(e, "token"));
+            }
+        } else {
+            json_array_extend(body_tokens, json_object_get(body_lp, "tokens"));
+        }
+        /* usage counts want_tokens; the body has one entry each; so does the stream */
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(r.body, "usage"),
+                                                            "completion_tokens")),
+                         want_tokens);
+        assert_int_equal(json_array_size(body_tokens), want_tokens);
+        stream_logprobs(r.chunks, gen->api, &st);
+        assert_int_equal(json_array_size(st.tokens), want_tokens);
+        assert_true(json_equal(st.tokens, body_tokens));
+        if (gen->api == ROUTER_API_COMPLETIONS) {
+            assert_true(json_equal(st.offsets, json_object_get(body_lp, "text_offset")));
+        }
+        lp_stream_fini(&st);
+        run_fini(&r);
+    }
+    json_decref(body_tokens);
+}
+
+static void test_streamed_logprobs_cover_tokens_that_give_no_text(void **state)
+{
+    const text_tokenizer_t *tok = *state;
+    router_gen_request_t gen;
+    int32_t dsml_id;
+    int32_t ids[8];
+
+    /* a, b, a CONTROL token (no text in a plain request), c, EOS: 5 tokens, 5 entries */
+    assert_int_equal(text_tokenizer_find_special(tok, DSML_TOKEN, &dsml_id), TDM_OK);
+    ids[0] = BYTE_ID('a');
+    ids[1] = BYTE_ID('b');
+    ids[2] = dsml_id;
+    ids[3] = BYTE_ID('c');
+    ids[4] = EOS_ID;
+    chat_request(&gen, 0, 0);
+    gen.n_logprobs = 0;
+    assert_stream_carries_body_logprobs(tok, &gen, ids, 5, 5);
+    /* the CONTROL token last, then EOS: both give no text */
+    ids[2] = BYTE_ID('c');
+    ids[3] = dsml_id;
+    assert_stream_carries_body_logprobs(tok, &gen, ids, 5, 5);
+    gen.api = ROUTER_API_COMPLETIONS;
+    assert_stream_carries_body_logprobs(tok, &gen, ids, 5, 5);
+}
+
+static void test_streamed_logprobs_cover_a_token_a_stop_string_cuts_at_its_start(void **state)
+{
+    static char stop[] = "cd";
+    const text_tokenizer_t *tok = *state;
+    router_gen_request_t gen;
+    int32_t ids[8];
+
+    /* a, b, c (held: could start "cd"), d (completes the stop string at c's start): the output
+       is "ab", usage counts 4 tokens, every one has its entry in the stream too */
+    ids[0] = BYTE_ID('a');
+    ids[1] = BYTE_ID('b');
+    ids[2] = BYTE_ID('c');
+    ids[3] = BYTE_ID('d');
+    ids[4] = BYTE_ID('e');
+    for (int api = 0; api < 2; api++) {
+        chat_request(&gen, 0, 0);
+        gen.api = api == 0 ? ROUTER_API_CHAT : ROUTER_API_COMPLETIONS;
+        gen.n_logprobs = 0;
+        gen.stop[0] = stop;
+        gen.stop_bytes[0] = 2;
+        gen.n_stop = 1;
+        assert_stream_carries_body_logprobs(tok, &gen, ids, 5, 4);
+    }
+}
+
+static void test_streamed_text_offset_is_cumulative(void **state)
+{
+    static const char text[] = "hello, world";
+    const text_tokenizer_t *tok = *state;
+    router_gen_request_t gen;
+    int32_t ids[32];
+    size_t n_ids = text_ids(text, -1, 0, ids, 32);
+    lp_stream_t st;
+    run_t r;
+
+    chat_request(&gen, 0, 0);
+    gen.api = ROUTER_API_COMPLETIONS;
+    gen.n_logprobs = 0;
+    run_ids(tok, &gen, 0, ids, n_ids, 1, &r); /* one chunk per token */
+    stream_logprobs(r.chunks, gen.api, &st);
+    assert_int_equal(json_array_size(st.offsets), n_ids);
+    for (size_t i = 0; i < n_ids; i++) {
+        assert_int_equal(json_integer_value(json_array_get(st.offsets, i)), i);
+    }
+    assert_true(json_equal(st.offsets, json_object_get(body_logprobs(&r), "text_offset")));
+    lp_stream_fini(&st);
+    run_fini(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +710,9 @@ int main(void)
         cmocka_unit_test(test_logprobs_cover_every_token_in_the_body_and_ride_on_chunks),
         cmocka_unit_test(test_the_dsml_special_token_reads_as_its_text),
         cmocka_unit_test(test_a_later_choice_carries_its_index_in_every_chunk),
+        cmocka_unit_test(test_streamed_logprobs_cover_tokens_that_give_no_text),
+        cmocka_unit_test(test_streamed_logprobs_cover_a_token_a_stop_string_cuts_at_its_start),
+        cmocka_unit_test(test_streamed_text_offset_is_cumulative),
     };
     return cmocka_run_group_tests(tests, setup_tokenizer, teardown_tokenizer);
 }
