@@ -8,7 +8,8 @@
  *     every forked page is back afterwards; with an n-gram drafter the choices keep their tokens;
  *   - usage.prompt_tokens_details.cached_tokens: 0 on a session's first turn, the reused prefix
  *     (= the router's reused-token counter's move) on its second, whole and streamed;
- *   - top_logprobs of a remotely prefilled first token (the prefill node samples it);
+ *   - top_logprobs of a remotely prefilled first token (the prefill node samples it), whole and
+ *     streamed; streamed log-probabilities: one entry per counted token, text_offset cumulative;
  *   - min_tokens: a stop string found within the first min_tokens tokens does not end the output;
  *   - GET /v1/models/{id}: the model object, or a 404 model_not_found in OpenAI's error shape.
  */
@@ -260,6 +261,45 @@ static void test_n_choices_under_speculation(void **state)
     free(resp);
 }
 
+/* A streamed completions answer's log-probabilities (issue 16): one entry per token counted in
+ * usage, the first (remotely prefilled) token with alternatives, text_offset cumulative. */
+static void check_streamed_logprobs(char *sse)
+{
+    json_int_t n_entries = 0, completion = -1, offset = 0;
+    json_int_t n_first_top = -1;
+
+    for (char *line = strtok(sse, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        json_t *chunk, *lp;
+        if (strncmp(line, "data: {", 7) != 0) {
+            continue;
+        }
+        chunk = json_loads(line + 6, 0, NULL);
+        assert_non_null(chunk);
+        if (json_object_get(chunk, "usage") != NULL &&
+            !json_is_null(json_object_get(chunk, "usage"))) {
+            completion = usage_field(chunk, "completion_tokens");
+        }
+        lp = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "logprobs");
+        for (size_t i = 0; lp != NULL && i < json_array_size(json_object_get(lp, "tokens")); i++) {
+            const json_t *token = json_array_get(json_object_get(lp, "tokens"), i);
+            if (n_entries == 0) {
+                n_first_top = (json_int_t)json_object_size(
+                    json_array_get(json_object_get(lp, "top_logprobs"), 0));
+            }
+            assert_int_equal(
+                json_integer_value(json_array_get(json_object_get(lp, "text_offset"), i)), offset);
+            offset += (json_int_t)json_string_length(token);
+            n_entries++;
+        }
+        json_decref(chunk);
+    }
+    print_message("streamed logprobs: %lld entries, usage %lld tokens, first token %lld "
+                  "alternatives\n",
+                  (long long)n_entries, (long long)completion, (long long)n_first_top);
+    assert_int_equal(n_entries, completion);
+    assert_true(n_first_top > 0);
+}
+
 static void test_usage_cached_tokens_and_first_token_logprobs(void **state)
 {
     static cluster_t c;
@@ -319,6 +359,21 @@ static void test_usage_cached_tokens_and_first_token_logprobs(void **state)
     assert_true(cached > 0);
     assert_true((double)cached == after.reused - before.reused);
     assert_true((double)cached + (after.computed - before.computed) == 40 + GEN + 6);
+    /* the same streamed, on a new session (remote prefill): every token's entry, in order */
+    {
+        char *text;
+        make_ids(ids1, sizeof(ids1), 40, 11, 5);
+        body = ids_body(ids1, 1, 9, 1);
+        json_object_set_new(body, "temperature", json_real(0.0));
+        json_object_set_new(body, "logprobs", json_integer(3));
+        json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+        text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        assert_int_equal(http(c.http_port, "/v1/completions", text, "stream-lp", 0, 120000, resp),
+                         200);
+        free(text);
+        check_streamed_logprobs(resp);
+    }
     cluster_check_pages(&c, "cached tokens");
     cluster_stop(&c);
     free(resp);

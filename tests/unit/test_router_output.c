@@ -552,8 +552,8 @@ static void stream_logprobs(const json_t *chunks, router_api_t api, lp_stream_t 
     out->offsets = json_array();
     json_array_foreach(chunks, i, chunk)
     {
-        json_t *lp = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0),
-                                     "logprobs");
+        json_t *lp =
+            json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "logprobs");
         size_t k;
         json_t *e;
         if (lp == NULL || json_is_null(lp)) {
@@ -585,9 +585,8 @@ static const json_t *body_logprobs(const run_t *r)
 
 /* Feed ids, draining after every token; the stream must carry exactly the body's entries. */
 static void assert_stream_carries_body_logprobs(const text_tokenizer_t *tok,
-                                                const router_gen_request_t *gen,
-                                                const int32_t *ids, size_t n_ids,
-                                                size_t want_tokens)
+                                                const router_gen_request_t *gen, const int32_t *ids,
+                                                size_t n_ids, size_t want_tokens)
 {
     lp_stream_t st;
     const json_t *body_lp;
