@@ -528,8 +528,12 @@ def chaos(args, log_dir):
         end = T0[0] + args.seconds
         kinds = ["kill-prefill", "stop-prefill", "kill-decode", "stop-decode", "kill-router",
                  "stop-router"]
+        order = []
         while time.monotonic() < end:
-            kind = kinds[rng.randrange(len(kinds))]
+            if not order:  # every kind once per round, in a seeded order
+                order = kinds[:]
+                rng.shuffle(order)
+            kind = order.pop()
             role = kind.split("-")[1]
             cands = [p for p in cluster.procs() if p.role == role]
             if not cands:
@@ -676,6 +680,7 @@ def idle_outcomes(socks):
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
     open_n = closed = refused = 0
+    kinds = {}
     ready = {key.fileobj for key, _ in sel.select(0.5)}
     for s in socks:
         if s not in ready:
@@ -683,16 +688,20 @@ def idle_outcomes(socks):
             continue
         try:
             head = s.recv(64, socket.MSG_PEEK)
-        except OSError:
+        except OSError as e:
             head = b""
+            kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
         if not head:
             closed += 1
-        elif head.startswith(b"HTTP/1.1 200") or head.startswith(b"HTTP/1.0 200"):
+            continue
+        line = head.split(b"\r\n")[0].decode("latin-1")
+        kinds[line] = kinds.get(line, 0) + 1
+        if line.split(" ")[1:2] == ["200"]:
             open_n += 1
         else:
             refused += 1
     sel.close()
-    return open_n, closed, refused
+    return open_n, closed, refused, kinds
 
 
 def soak(args, log_dir):
@@ -704,6 +713,10 @@ def soak(args, log_dir):
         except (ValueError, OSError):
             pass
     args.max_connections = max(args.max_connections, args.soak_connections + 1024)
+    # a sanitizer build keeps up to 256 MiB of freed memory in quarantine: RSS growth would
+    # measure that, not the process; keep it small here (it still catches use after free)
+    os.environ["ASAN_OPTIONS"] = "quarantine_size_mb=16:thread_local_quarantine_size_kb=64" + (
+        ":" + os.environ["ASAN_OPTIONS"] if os.environ.get("ASAN_OPTIONS") else "")
     cluster = Cluster(args, log_dir)
     violations = []
     print("soak: %d idle SSE connections for %d s, seed %d, logs in %s"
@@ -727,7 +740,7 @@ def soak(args, log_dir):
         agents.start()
         time.sleep(args.seconds)
         held = usage("held")
-        open_n, closed, refused = idle_outcomes(socks)
+        open_n, closed, refused, kinds = idle_outcomes(socks)
         drained = agents.join(args.deadline_s + 5)
         for s in socks:
             s.close()
@@ -741,6 +754,7 @@ def soak(args, log_dir):
         print("  idle SSE connections: %d asked, %d opened: %d held open, %d closed by the "
               "server, %d refused with an HTTP error" % (args.soak_connections, open_n + closed +
                                                         refused, open_n, closed, refused))
+        print("  idle answers:         %s" % ", ".join("%s x%d" % kv for kv in sorted(kinds.items())))
         print("  live requests:        %d sent, %d ok, %d refused cleanly, %d lost, %d hung"
               % (stats.sent, stats.ok, stats.refused, stats.lost, stats.hung))
         print("  %-9s %8s %8s %8s %10s %10s %10s" % ("process", "fd base", "fd held", "fd after",
