@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -871,7 +872,15 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     h->model = model;
     h->control = control;
     h->metrics = metrics;
-    atomic_init(&h->next_request_id, 1);
+    {
+        /* a restarted router must not reuse the ids its workers still hold (request.h) */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        atomic_init(&h->next_request_id,
+                    router_request_first_id((uint64_t)now.tv_sec * TDM_NS_PER_S ^
+                                            (uint64_t)now.tv_nsec ^ tdm_clock_now_ns() ^
+                                            ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)h));
+    }
     h->seed_salt = tdm_hash_splitmix64(tdm_clock_now_ns() ^ (uint64_t)(uintptr_t)h);
     status = router_apikeys_create(params->api_keys_file, params->api_keys, &params->key_limits,
                                    &h->keys, key_err, sizeof(key_err));

@@ -10,6 +10,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/hash.h"
 
 #define BATCH_MIN_TOKENS 64 /* first capacity of a token batch */
 
@@ -91,6 +92,13 @@ void router_request_unref(router_request_t *request)
 const router_gen_request_t *router_request_gen(const router_request_t *request)
 {
     return &request->gen;
+}
+
+uint64_t router_request_first_id(uint64_t entropy)
+{
+    uint64_t id = tdm_hash_splitmix64(entropy) >> 2; /* < 2^62 */
+
+    return id != 0 ? id : 1;
 }
 
 uint64_t router_request_id(const router_request_t *request)

@@ -75,6 +75,15 @@ void router_request_unref(router_request_t *request);
 /* router_request_gen - the checked request (borrowed; immutable while in flight). */
 const router_gen_request_t *router_request_gen(const router_request_t *request);
 
+/*
+ * router_request_first_id - the id a router incarnation gives its first request (the next ones
+ * count up from it): a value in [1, 2^62) drawn from `entropy` (the caller mixes the wall clock,
+ * its pid and an address). Workers keep request ids beyond a router's life (a prefill node's
+ * aborts, a decode node's running turns and reservations), so a restarted router must not start
+ * at 1 again, or its requests collide with the old incarnation's; 2^62 leaves room to count up.
+ */
+uint64_t router_request_first_id(uint64_t entropy);
+
 /* router_request_id - the router-wide request id (never 0). */
 uint64_t router_request_id(const router_request_t *request);
 

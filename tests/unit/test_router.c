@@ -1559,6 +1559,44 @@ static void test_tool_calls_and_reasoning_whole_and_streamed(void **state)
     fake_fini(&dec);
 }
 
+/* Two incarnations of a router (a restart) number their requests apart: workers keep request
+ * ids beyond a router's life (a prefill node's aborts, a decode node's turns), so a restarted
+ * router that started at 1 again had its jobs taken for the old ones (issue 16, chaos seed 4:
+ * prefill jobs "aborted" on arrival, turns ending in 504). */
+static void test_a_restarted_router_numbers_its_requests_apart(void **state)
+{
+    uint64_t first[2];
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        void *st = NULL;
+        fixture_t *fx;
+        fake_worker_t dec;
+        fake_record_t rec;
+        http_resp_t r;
+
+        assert_int_equal(setup(&st), 0);
+        fx = st;
+        start_worker(fx, &dec, k == 0 ? "decode-life-1" : "decode-life-2",
+                     TANDEM__ROLE__ROLE_DECODE, "rack0");
+        set_script(&dec, "ok", 1, 1);
+        assert_true(wait_decode_workers(fx, 1, 5000));
+        post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":4}", NULL,
+             &r);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+        assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+        first[k] = rec.request_id;
+        fake_kill(&dec);
+        fake_fini(&dec);
+        teardown(&st);
+    }
+    print_message("first request ids of two router lives: %llu, %llu\n",
+                  (unsigned long long)first[0], (unsigned long long)first[1]);
+    assert_true(first[0] != 0 && first[1] != 0);
+    assert_true(first[0] != first[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1596,6 +1634,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tool_calls_and_reasoning_whole_and_streamed, setup,
                                         teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
+        cmocka_unit_test(test_a_restarted_router_numbers_its_requests_apart),
     };
     int rc;
 
