@@ -259,8 +259,9 @@ def chat(port, messages, session, max_tokens, temperature, seed, deadline_s, on_
         r.status = resp.status
         if resp.status != 200:
             try:
-                r.error = json.loads(resp.read().decode("utf-8", "replace")).get("error", {}).get(
-                    "type", "http_%d" % resp.status)
+                err = json.loads(resp.read().decode("utf-8", "replace")).get("error", {})
+                r.error = "%s (%s)" % (err.get("type", "http_%d" % resp.status),
+                                       str(err.get("message", ""))[:160])
             except ValueError:
                 r.error = "http_%d_unparsed" % resp.status
             return r
@@ -282,7 +283,8 @@ def chat(port, messages, session, max_tokens, temperature, seed, deadline_s, on_
                 break
             ev = json.loads(data)
             if "error" in ev:
-                r.error = ev["error"].get("type") or ev["error"].get("code") or "error"
+                r.error = "%s (%s)" % (ev["error"].get("type") or ev["error"].get("code") or
+                                       "error", str(ev["error"].get("message", ""))[:160])
                 continue
             for ch in ev.get("choices", []):
                 piece = ch.get("delta", {}).get("content")
@@ -348,6 +350,7 @@ class Stats:
         self.hung = 0
         self.details = []
         self.streaming = 0  # requests that received a token and have not ended
+        self.refusals = {}  # "status error (message)" -> count
 
     def note(self, r, router_epoch_changed, what):
         with self.lock:
@@ -366,6 +369,8 @@ class Stats:
                                         % (what, r.status, len(r.text), r.why))
             else:
                 self.refused += 1
+                key = "%d %s" % (r.status, re.sub(r"[0-9]+", "N", r.error or "no error"))
+                self.refusals[key] = self.refusals.get(key, 0) + 1
 
 
 class Agents:
@@ -607,6 +612,8 @@ def chaos(args, log_dir):
         print("  kills survived:     %d of %d" % (len(survived), len(kills)))
         print("  requests:           %d sent, %d ok, %d refused cleanly, %d cut by a router kill"
               % (stats.sent, stats.ok, stats.refused, stats.cut_by_router_kill))
+        for key, n in sorted(stats.refusals.items(), key=lambda kv: -kv[1])[:8]:
+            print("    refused x%d: %s" % (n, key))
         print("  requests lost:      %d" % stats.lost)
         print("  requests hung:      %d (deadline %d s)" % (stats.hung, args.deadline_s))
         print("  sessions next turn: %d of %d ok" % (len(sessions) - len(next_fail),
