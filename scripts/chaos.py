@@ -597,8 +597,11 @@ def chaos(args, log_dir):
             r = chat(cluster.http_port, msgs, sid, 8, 0.0, 1, args.deadline_s)
             stats.note(r, False, "session %s next turn after the faults" % sid)
             if not ok(r):
-                next_fail.append("%s: status %d error %s done %s hung %s" % (
-                    sid, r.status, r.error, r.done, r.hung))
+                saved = os.path.join(args.out, "failed-next-turn-%s.json" % sid)
+                with open(saved, "w") as f:  # the request, to replay by hand
+                    json.dump({"X-Session-Id": sid, "messages": msgs}, f)
+                next_fail.append("%s: status %d error %s done %s hung %s (request: %s)" % (
+                    sid, r.status, r.error, r.done, r.hung, saved))
         after = run_probes(args, cluster.http_port, "after")
         mismatch = [k for k in base if base[k] != after[k]]
         pages = page_report(cluster, args.settle_s)
