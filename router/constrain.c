@@ -92,7 +92,7 @@ tdm_status_t router_tool_constraint_build(const router_gen_request_t *req, char 
                    "'response_format' cannot be combined with a forced tool call (tool_choice "
                    "\"required\" or a named function)");
     }
-    tools = json_loads(req->tools_json, 0, NULL);
+    tools = json_loads(req->tools_json, JSON_ALLOW_NUL, NULL); /* as the request was read */
     picked = json_array();
     if (tools == NULL || picked == NULL) {
         json_decref(tools);

@@ -632,7 +632,7 @@ tdm_status_t router_responses_request(router_responses_t *store, const char *bod
     memset(&req, 0, sizeof(req));
     memset(req_out, 0, sizeof(*req_out));
     req.tenant = tenant;
-    root = json_loadb(body, n_body, JSON_REJECT_DUPLICATES, &jerr);
+    root = json_loadb(body, n_body, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL || !json_is_object(root)) {
         json_decref(root);
         router_apierr_set(err_out, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
@@ -876,7 +876,7 @@ char *router_responses_body(router_responses_t *store, const router_responses_re
                             size_t *n_out)
 {
     resp_result_t result;
-    json_t *root = json_loadb(chat, n_chat, 0, NULL);
+    json_t *root = json_loadb(chat, n_chat, JSON_ALLOW_NUL, NULL); /* output may hold U+0000 */
     json_t *choice;
     json_t *obj = NULL;
     char *text = NULL;

@@ -310,7 +310,7 @@ static tdm_status_t finish(router_responses_stream_t *s)
 /* One chat event's JSON text. */
 static tdm_status_t on_chunk(router_responses_stream_t *s, const char *data, size_t n)
 {
-    json_t *root = json_loadb(data, n, 0, NULL);
+    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, NULL); /* output may hold U+0000 */
     json_t *choice;
     json_t *delta;
     const char *finish_reason;

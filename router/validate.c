@@ -706,7 +706,8 @@ static tdm_status_t check_model(const router_model_info_t *info, const json_t *r
     if (!json_is_string(name)) {
         return router_apierr_bad(err, "invalid_type", "model", "'model' must be a string");
     }
-    if (strcmp(json_string_value(name), info->name) != 0) {
+    if (strcmp(json_string_value(name), info->name) != 0 ||
+        json_string_length(name) != strlen(info->name)) {
         router_apierr_set(err, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "model_not_found",
                           "model", "the model '%.200s' does not exist; this deployment serves '%s'",
                           json_string_value(name), info->name);
@@ -721,7 +722,9 @@ static tdm_status_t parse_body(const char *body, size_t n_body, json_t **root_ou
     json_error_t jerr;
     json_t *root;
 
-    root = json_loadb(body != NULL ? body : "", n_body, 0, &jerr);
+    /* "\u0000" is valid JSON and the router's own output may hold it (a model can sample the NUL
+       byte): an agent sends that text back. Every text field is read by its length. */
+    root = json_loadb(body != NULL ? body : "", n_body, JSON_ALLOW_NUL, &jerr);
     if (root == NULL) {
         router_apierr_set(err, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "invalid_json",
                           NULL, "malformed JSON body: line %d column %d: %s", jerr.line,

@@ -590,6 +590,42 @@ static void test_responses_rewrites_pass_the_chat_checks(void **state)
     router_responses_destroy(store);
 }
 
+/* The router's own output may hold U+0000 (a model can sample the NUL byte; the stream sends it
+ * as "\u0000"): an agent that sends that text back in its history is served, and the character
+ * is kept, not cut (issue 16, scripts/chaos seed 11: such next turns got 400 "malformed JSON
+ * body: \u0000 is not allowed"). */
+static void test_a_nul_character_sent_back_is_accepted_and_kept(void **state)
+{
+    fixture_t *fx = *state;
+    router_gen_request_t req;
+    router_apierr_t err;
+    size_t n_with, n_without;
+    char *body;
+
+    body = chat_body("", "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                         "\"content\":\"!F\\u0000X\"},{\"role\":\"user\",\"content\":\"go\"}]");
+    if (validate(fx, ROUTER_API_CHAT, body, &req, &err) != TDM_OK) {
+        fail_msg("refused: %s", err.message);
+    }
+    free(body);
+    n_with = req.n_prompt_ids;
+    router_gen_request_fini(&req);
+    body = chat_body("", "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                         "\"content\":\"!FX\"},{\"role\":\"user\",\"content\":\"go\"}]");
+    assert_int_equal(validate(fx, ROUTER_API_CHAT, body, &req, &err), TDM_OK);
+    free(body);
+    n_without = req.n_prompt_ids;
+    router_gen_request_fini(&req);
+    assert_true(n_with > n_without); /* the NUL is a token of the prompt, not the end of it */
+    /* completions: the same */
+    assert_int_equal(validate(fx, ROUTER_API_COMPLETIONS,
+                              "{\"model\":\"tiny\",\"prompt\":\"a\\u0000b\",\"max_tokens\":2}",
+                              &req, &err),
+                     TDM_OK);
+    assert_true(req.n_prompt_ids >= 3);
+    router_gen_request_fini(&req);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -599,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_refusals_name_their_field),
         cmocka_unit_test(test_tool_rounds_are_accepted),
         cmocka_unit_test(test_responses_rewrites_pass_the_chat_checks),
+        cmocka_unit_test(test_a_nul_character_sent_back_is_accepted_and_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
