@@ -836,8 +836,10 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     struct addrinfo hints;
     struct addrinfo *addr = NULL;
     const union MHD_DaemonInfo *info;
-    unsigned int flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* poll(), not select(): a select() loop closes every socket numbered 1024 or above unanswered,
+       so about 1,000 idle connections cut off everyone else (scripts/chaos --soak) */
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
     char port_text[8];
     router_http_t *h;
     int rc;

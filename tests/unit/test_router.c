@@ -12,7 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -1597,6 +1602,54 @@ static void test_a_restarted_router_numbers_its_requests_apart(void **state)
     assert_true(first[0] != first[1]);
 }
 
+/* Idle connections that push the router's sockets past descriptor 1023 must not cost anyone an
+ * answer: with libmicrohttpd's select() loop every later connection was reset unanswered
+ * (issue 16, scripts/chaos --soak: 2,048 idle SSE connections, every live request lost). The
+ * test process holds both ends, so 600 idle clients put the router's next socket far past 1023. */
+static void test_requests_are_served_beside_many_idle_connections(void **state)
+{
+    enum { N_IDLE = 600 };
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    struct rlimit lim;
+    struct sockaddr_in addr;
+    int socks[N_IDLE];
+    int n_open = 0;
+    http_resp_t r;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_max < 2 * N_IDLE + 256) {
+        skip(); /* the hard limit leaves no room for the idle connections */
+    }
+    if (lim.rlim_cur < 2 * N_IDLE + 256) {
+        lim.rlim_cur = 2 * N_IDLE + 256;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    }
+    start_worker(fx, &dec, "decode-idle", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    set_script(&dec, "ok", 1, 1);
+    assert_true(wait_decode_workers(fx, 1, 5000));
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)fx->port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < N_IDLE; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+        socks[n_open++] = fd;
+    }
+    zmq_poll(NULL, 0, 500); /* the router accepts them */
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":4}", NULL,
+         &r);
+    print_message("a request beside %d idle connections: HTTP %ld\n", n_open, r.status);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    for (int i = 0; i < n_open; i++) {
+        close(socks[i]);
+    }
+    fake_kill(&dec);
+    fake_fini(&dec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1635,6 +1688,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
         cmocka_unit_test(test_a_restarted_router_numbers_its_requests_apart),
+        cmocka_unit_test_setup_teardown(test_requests_are_served_beside_many_idle_connections,
+                                        setup, teardown),
     };
     int rc;
 
