@@ -415,12 +415,18 @@ class Agents:
                 for attempt in range(4):
                     epoch = self.router_epoch[0]
                     t_start = time.monotonic() - T0[0]
-                    with self.stats.lock:
-                        self.stats.streaming += 1
+                    got = []  # a token arrived: the stream is running (decode faults wait)
+
+                    def first_token():
+                        if not got:
+                            got.append(1)
+                            with self.stats.lock:
+                                self.stats.streaming += 1
                     r = chat(self.cluster.http_port, msgs, sid, max_tokens, temp,
-                             rng.randrange(1 << 31), a.deadline_s)
-                    with self.stats.lock:
-                        self.stats.streaming -= 1
+                             rng.randrange(1 << 31), a.deadline_s, on_token=first_token)
+                    if got:
+                        with self.stats.lock:
+                            self.stats.streaming -= 1
                     # odd epoch: the router is down (killed, not yet healthy again)
                     self.stats.note(r, epoch != self.router_epoch[0] or epoch % 2 == 1,
                                     "session %s turn %d attempt %d, sent at +%.1f s"
