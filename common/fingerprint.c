@@ -1,14 +1,21 @@
 /* fingerprint.c - the model fingerprint of a checkpoint directory (common/fingerprint.h). */
 #include "common/fingerprint.h"
 
+#include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/hash.h"
+#include "common/log.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #define FP_PATH_BYTES         4096
 #define SAFETENSORS_LEN_BYTES 8
@@ -220,4 +227,284 @@ tdm_status_t tdm_model_fingerprint(const char *model_dir, uint64_t *fingerprint_
     }
     *fingerprint_out = h;
     return TDM_OK;
+}
+
+/* ---- the weights digest ----------------------------------------------------------------- */
+
+#define DIGEST_CACHE_MAGIC     "tandem-weights-digest 1\n"
+#define DIGEST_CACHE_MAX_BYTES (4u << 20) /* a cache file is the key plus one line */
+#define DIGEST_KEY_LINE_BYTES  (NAME_MAX + 64)
+#define DIGEST_PROGRESS_STEPS  10u
+
+static void free_names(char **names, size_t n_names)
+{
+    for (size_t i = 0; i < n_names; i++) {
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* The cache key: the magic line, then "shard SIZE SEC.NSEC NAME" per shard in name order;
+ * *total_out gets the bytes of every shard. Caller frees the text. */
+static tdm_status_t digest_key(const char *dir, char *const *names, size_t n_names, char **key_out,
+                               uint64_t *total_out, char *err, size_t err_bytes)
+{
+    size_t cap = sizeof(DIGEST_CACHE_MAGIC) + n_names * DIGEST_KEY_LINE_BYTES;
+    char *key = malloc(cap);
+    size_t used;
+    uint64_t total = 0;
+
+    if (key == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    used = (size_t)snprintf(key, cap, "%s", DIGEST_CACHE_MAGIC);
+    for (size_t i = 0; i < n_names; i++) {
+        char path[FP_PATH_BYTES];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        if (stat(path, &st) != 0) {
+            tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
+            free(key);
+            return TDM_ERR_IO;
+        }
+        used += (size_t)snprintf(key + used, cap - used, "shard %llu %lld.%09ld %s\n",
+                                 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                                 (long)st.st_mtim.tv_nsec, names[i]);
+        total += (uint64_t)st.st_size;
+    }
+    *key_out = key;
+    *total_out = total;
+    return TDM_OK;
+}
+
+/* The digest a cache file at `path` holds for `key`; 0 on success, -1 when absent or stale. */
+static int cache_read(const char *path, const char *key, uint64_t *digest_out)
+{
+    size_t n_key = strlen(key);
+    FILE *f = fopen(path, "rb");
+    char *text;
+    size_t n;
+    unsigned long long digest;
+    char tail;
+    int rc = -1;
+
+    if (f == NULL) {
+        return -1;
+    }
+    text = malloc(DIGEST_CACHE_MAX_BYTES + 1);
+    if (text != NULL) {
+        n = fread(text, 1, DIGEST_CACHE_MAX_BYTES, f);
+        text[n] = '\0';
+        if (n > n_key && memcmp(text, key, n_key) == 0 &&
+            sscanf(text + n_key, "digest 0x%16llx%c", &digest, &tail) == 2 && tail == '\n' &&
+            strlen(text + n_key) == strlen("digest 0x") + 16 + 1) {
+            *digest_out = (uint64_t)digest;
+            rc = 0;
+        }
+        free(text);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Write key + digest to `path` through a temporary file and a rename. 0 or -1 (errno set). */
+static int cache_write(const char *path, const char *key, uint64_t digest)
+{
+    char tmp[FP_PATH_BYTES + 64];
+    char line[64];
+    FILE *f;
+    int ok;
+    int saved;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%08llx", path, (int)getpid(),
+             (unsigned long long)(tdm_hash_splitmix64(tdm_clock_now_ns()) & 0xffffffffull));
+    f = fopen(tmp, "wbx");
+    if (f == NULL) {
+        return -1;
+    }
+    snprintf(line, sizeof(line), "digest 0x%016llx\n", (unsigned long long)digest);
+    ok = fputs(key, f) >= 0 && fputs(line, f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    if (ok && rename(tmp, path) == 0) {
+        return 0;
+    }
+    saved = errno;
+    unlink(tmp);
+    errno = saved;
+    return -1;
+}
+
+/* The cache file outside the checkpoint: "<cache dir>/weights-<hash of real path>.digest", the
+ * directory created when missing. Returns 0 with path set, -1 when no cache directory is known. */
+static int fallback_cache_path(const char *model_dir, char *path, size_t path_bytes)
+{
+    char real[PATH_MAX];
+    char dir[FP_PATH_BYTES - 64]; /* room for the file name in `path` */
+    const char *env = getenv("TANDEM_CACHE_DIR");
+    const char *base;
+
+    if (realpath(model_dir, real) == NULL) {
+        return -1;
+    }
+    if (env != NULL && env[0] != '\0') {
+        snprintf(dir, sizeof(dir), "%s", env);
+    } else if ((base = getenv("XDG_CACHE_HOME")) != NULL && base[0] != '\0') {
+        snprintf(dir, sizeof(dir), "%s/tandem", base);
+    } else if ((base = getenv("HOME")) != NULL && base[0] != '\0') {
+        snprintf(dir, sizeof(dir), "%s/.cache", base);
+        (void)mkdir(dir, 0755);
+        snprintf(dir, sizeof(dir), "%s/.cache/tandem", base);
+    } else {
+        return -1;
+    }
+    (void)mkdir(dir, 0755); /* EEXIST is fine; any other failure shows at the write */
+    snprintf(path, path_bytes, "%s/weights-%016llx.digest", dir,
+             (unsigned long long)tdm_hash_xxh3_64(real, strlen(real)));
+    return 0;
+}
+
+/* Read every byte of one shard into the hash state, after its size as 8 little-endian bytes. */
+static tdm_status_t digest_shard(const char *path, XXH3_state_t *state, unsigned char *buf,
+                                 uint64_t total, uint64_t *done, uint64_t t0_ns, char *err,
+                                 size_t err_bytes)
+{
+    unsigned char size_bytes[8];
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return TDM_ERR_IO;
+    }
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (int i = 0; i < 8; i++) {
+        size_bytes[i] = (unsigned char)((uint64_t)st.st_size >> (8 * i));
+    }
+    XXH3_64bits_update(state, size_bytes, sizeof(size_bytes));
+    for (;;) {
+        uint64_t step = total / DIGEST_PROGRESS_STEPS;
+        ssize_t got = read(fd, buf, TDM_WEIGHTS_DIGEST_READ_BYTES);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            tdm_errbuf_set(err, err_bytes, "%s: read failed: %s", path, strerror(errno));
+            close(fd);
+            return TDM_ERR_IO;
+        }
+        if (got == 0) {
+            break;
+        }
+        XXH3_64bits_update(state, buf, (size_t)got);
+        if (total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES && step > 0 &&
+            (*done + (uint64_t)got) / step > *done / step) {
+            double s = (double)(tdm_clock_now_ns() - t0_ns) / TDM_NS_PER_S;
+            double gib = (double)(*done + (uint64_t)got) / (double)(1ull << 30);
+            tdm_log(TDM_LOG_INFO, "fingerprint",
+                    "weights digest: %.1f of %.1f GiB (%.0f%%) %.2f GiB/s", gib,
+                    (double)total / (double)(1ull << 30),
+                    100.0 * (double)(*done + (uint64_t)got) / (double)total,
+                    s > 0.0 ? gib / s : 0.0);
+        }
+        *done += (uint64_t)got;
+    }
+    close(fd);
+    return TDM_OK;
+}
+
+static tdm_status_t digest_all(const char *dir, char *const *names, size_t n_names,
+                               uint64_t total, uint64_t *digest_out, char *err, size_t err_bytes)
+{
+    XXH3_state_t *state = XXH3_createState();
+    unsigned char *buf = malloc(TDM_WEIGHTS_DIGEST_READ_BYTES);
+    uint64_t done = 0;
+    uint64_t t0 = tdm_clock_now_ns();
+    tdm_status_t status = TDM_OK;
+
+    if (state == NULL || buf == NULL) {
+        status = TDM_ERR_NO_MEMORY;
+        goto out;
+    }
+    XXH3_64bits_reset(state);
+    for (size_t i = 0; i < n_names && status == TDM_OK; i++) {
+        char path[FP_PATH_BYTES];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        status = digest_shard(path, state, buf, total, &done, t0, err, err_bytes);
+    }
+    if (status == TDM_OK) {
+        *digest_out = (uint64_t)XXH3_64bits_digest(state);
+        if (total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES) {
+            tdm_log(TDM_LOG_INFO, "fingerprint",
+                    "weights digest done: dir=%s bytes=%llu seconds=%.1f digest=0x%016llx", dir,
+                    (unsigned long long)total, tdm_clock_elapsed_ms(t0) / 1e3,
+                    (unsigned long long)*digest_out);
+        }
+    }
+out:
+    free(buf);
+    XXH3_freeState(state);
+    return status;
+}
+
+tdm_status_t tdm_weights_digest(const char *model_dir, uint32_t flags, uint64_t *digest_out,
+                                char *err, size_t err_bytes)
+{
+    char beside[FP_PATH_BYTES];
+    char elsewhere[FP_PATH_BYTES];
+    char **names = NULL;
+    size_t n_names = 0;
+    char *key = NULL;
+    uint64_t total = 0;
+    uint64_t digest = 0;
+    int have_elsewhere;
+    int write_errno;
+    tdm_status_t status;
+
+    if (model_dir == NULL || digest_out == NULL) {
+        tdm_errbuf_set(err, err_bytes, "invalid argument");
+        return TDM_ERR_INVALID_ARG;
+    }
+    status = list_shards(model_dir, &names, &n_names, err, err_bytes);
+    if (status != TDM_OK) {
+        return status;
+    }
+    status = digest_key(model_dir, names, n_names, &key, &total, err, err_bytes);
+    if (status != TDM_OK) {
+        free_names(names, n_names);
+        return status;
+    }
+    snprintf(beside, sizeof(beside), "%s/%s", model_dir, TDM_WEIGHTS_DIGEST_CACHE_NAME);
+    have_elsewhere = fallback_cache_path(model_dir, elsewhere, sizeof(elsewhere)) == 0;
+    if (!(flags & TDM_WEIGHTS_DIGEST_NO_CACHE) &&
+        (cache_read(beside, key, &digest) == 0 ||
+         (have_elsewhere && cache_read(elsewhere, key, &digest) == 0))) {
+        goto done;
+    }
+    status = digest_all(model_dir, names, n_names, total, &digest, err, err_bytes);
+    if (status != TDM_OK || (flags & TDM_WEIGHTS_DIGEST_NO_CACHE)) {
+        goto done;
+    }
+    if (cache_write(beside, key, digest) != 0) {
+        write_errno = errno;
+        if (!have_elsewhere || cache_write(elsewhere, key, digest) != 0) {
+            tdm_log(TDM_LOG_INFO, "fingerprint",
+                    "weights digest not cached: dir=%s reason=\"%s\" (set TANDEM_CACHE_DIR to a "
+                    "writable directory)",
+                    model_dir, strerror(write_errno));
+        } else {
+            tdm_log(TDM_LOG_INFO, "fingerprint",
+                    "weights digest cached outside the checkpoint: dir=%s cache=%s reason=\"%s\"",
+                    model_dir, elsewhere, strerror(write_errno));
+        }
+    }
+done:
+    free(key);
+    free_names(names, n_names);
+    if (status == TDM_OK) {
+        *digest_out = digest;
+    }
+    return status;
 }

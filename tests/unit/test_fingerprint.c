@@ -2,7 +2,8 @@
  * byte, its errors, and that the engine's value (engine_model_fingerprint, stamped into KV pages
  * and sent by the workers at registration) equals the router's (router_model_compat, what
  * registration is checked against) for a checkpoint of several shards, with and without
- * tokenizer.json. */
+ * tokenizer.json; and the weights digest (tdm_weights_digest): every byte, its definition, and
+ * its cache beside the checkpoint or elsewhere. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -310,6 +311,212 @@ static void test_each_error_names_the_file_and_leaves_the_output(void **state)
     assert_int_equal(fp, UNTOUCHED);
 }
 
+/* The largest *.safetensors file of dir (name into name_out) and its size. */
+static long largest_shard(const char *dir, char *name_out, size_t name_bytes)
+{
+    DIR *d = opendir(dir);
+    struct dirent *entry;
+    long best = -1;
+
+    assert_non_null(d);
+    while ((entry = readdir(d)) != NULL) {
+        char path[PATH_BYTES + 300];
+        struct stat st;
+        size_t len = strlen(entry->d_name);
+        if (len <= 12 || strcmp(entry->d_name + len - 12, ".safetensors") != 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+        assert_int_equal(stat(path, &st), 0);
+        if ((long)st.st_size > best) {
+            best = (long)st.st_size;
+            snprintf(name_out, name_bytes, "%s", entry->d_name);
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+/* Flip the last byte of dir/name (deep in its data region). */
+static void flip_last_byte(const char *dir, const char *name)
+{
+    char path[PATH_BYTES + 300];
+    FILE *f;
+    int c;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, -1, SEEK_END), 0);
+    c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, -1, SEEK_END), 0);
+    assert_true(fputc(c ^ 0x5a, f) != EOF);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Issue 16: a checkpoint with the same config and different weights past each shard's first MiB
+ * has the same model fingerprint (the old check let it join) but a different weights digest. */
+static void test_weights_digest_tells_apart_what_the_fingerprint_cannot(void **state)
+{
+    fixture_t *fx = fixture_or_skip(state);
+    char dir[PATH_BYTES];
+    char command[PATH_BYTES * 3];
+    char shard[300];
+    char err[ERR_BYTES] = "";
+    uint64_t fp_a = 0;
+    uint64_t fp_b = 0;
+    uint64_t d_a = 0;
+    uint64_t d_a_again = 0;
+    uint64_t d_a_nocache = 0;
+    uint64_t d_b = 0;
+    long size;
+
+    make_dir(fx, "revision", dir);
+    snprintf(command, sizeof(command), "cp -r %s/. %s/ && rm -f %s/%s", fx->seed2, dir, dir,
+             TDM_WEIGHTS_DIGEST_CACHE_NAME);
+    assert_true(shell_ok(command));
+    size = largest_shard(dir, shard, sizeof(shard));
+    assert_true(size > (long)TDM_FINGERPRINT_DATA_BYTES + (1L << 16)); /* past the covered MiB */
+    assert_int_equal(tdm_weights_digest(fx->seed2, 0, &d_a, err, sizeof(err)), TDM_OK);
+    assert_int_equal(tdm_weights_digest(fx->seed2, 0, &d_a_again, err, sizeof(err)), TDM_OK);
+    assert_int_equal(
+        tdm_weights_digest(fx->seed2, TDM_WEIGHTS_DIGEST_NO_CACHE, &d_a_nocache, err, sizeof(err)),
+        TDM_OK);
+    assert_true(d_a == d_a_again && d_a == d_a_nocache);
+
+    flip_last_byte(dir, shard);
+    assert_int_equal(tdm_model_fingerprint(fx->seed2, &fp_a, err, sizeof(err)), TDM_OK);
+    assert_int_equal(tdm_model_fingerprint(dir, &fp_b, err, sizeof(err)), TDM_OK);
+    assert_true(fp_a == fp_b); /* what the registration compared before */
+    assert_int_equal(tdm_weights_digest(dir, 0, &d_b, err, sizeof(err)), TDM_OK);
+    assert_true(d_a != d_b);
+}
+
+static void test_weights_digest_follows_its_definition(void **state)
+{
+    fixture_t *fx = fixture_or_skip(state);
+    const char *header_a = "{\"a\":{}}";
+    const char *header_b = "{\"b\":{\"dtype\":\"F32\"}}";
+    unsigned char *a = NULL;
+    unsigned char *b = NULL;
+    unsigned char *all;
+    size_t n_a = 0;
+    size_t n_b = 0;
+    size_t n_all;
+    char dir[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    uint64_t got = UNTOUCHED;
+
+    make_dir(fx, "digest-definition", dir);
+    write_file(dir, "config.json", "{}", 2);
+    write_file(dir, "notes.txt", "not hashed", 10);
+    write_shard(dir, "b.safetensors", header_b, TDM_WEIGHTS_DIGEST_READ_BYTES + 17, &b, &n_b);
+    write_shard(dir, "a.safetensors", header_a, 3 * TDM_FINGERPRINT_DATA_BYTES + 1, &a, &n_a);
+    /* size (8 bytes LE) then the whole file, shards in name order */
+    n_all = 8 + n_a + 8 + n_b;
+    all = malloc(n_all);
+    assert_non_null(all);
+    for (int i = 0; i < 8; i++) {
+        all[i] = (unsigned char)((uint64_t)n_a >> (8 * i));
+        all[8 + n_a + (size_t)i] = (unsigned char)((uint64_t)n_b >> (8 * i));
+    }
+    memcpy(all + 8, a, n_a);
+    memcpy(all + 16 + n_a, b, n_b);
+    assert_int_equal(tdm_weights_digest(dir, TDM_WEIGHTS_DIGEST_NO_CACHE, &got, err, sizeof(err)),
+                     TDM_OK);
+    assert_true(got == tdm_hash_xxh3_64(all, n_all));
+
+    got = UNTOUCHED;
+    assert_int_equal(tdm_weights_digest(NULL, 0, &got, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_int_equal(tdm_weights_digest(dir, 0, NULL, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_int_equal(tdm_weights_digest("/nonexistent/model", 0, &got, err, sizeof(err)),
+                     TDM_ERR_NOT_FOUND);
+    assert_int_equal(got, UNTOUCHED);
+    free(all);
+    free(a);
+    free(b);
+}
+
+/* Read the text of dir/name into buf (NUL-terminated); 0 when absent. */
+static size_t read_text(const char *path, char *buf, size_t buf_bytes)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (f == NULL) {
+        return 0;
+    }
+    n = fread(buf, 1, buf_bytes - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return n;
+}
+
+/* The cache beside the checkpoint is used while the shards are unchanged, invalidated when one
+ * changes, and moves to $TANDEM_CACHE_DIR when the checkpoint's cache path cannot be written. */
+static void test_weights_digest_cache_is_keyed_by_the_shards(void **state)
+{
+    fixture_t *fx = fixture_or_skip(state);
+    char dir[PATH_BYTES];
+    char cache_dir[PATH_BYTES];
+    char path[PATH_BYTES + 64];
+    char text[8192];
+    char command[PATH_BYTES * 6];
+    char err[ERR_BYTES] = "";
+    const char *header = "{\"w\":{}}";
+    unsigned char *w = NULL;
+    size_t n_w = 0;
+    uint64_t truth = 0;
+    uint64_t got = 0;
+    char *line;
+
+    make_dir(fx, "digest-cache", dir);
+    write_shard(dir, "w.safetensors", header, 5000, &w, &n_w);
+    assert_int_equal(tdm_weights_digest(dir, 0, &truth, err, sizeof(err)), TDM_OK);
+    snprintf(path, sizeof(path), "%s/%s", dir, TDM_WEIGHTS_DIGEST_CACHE_NAME);
+    assert_true(read_text(path, text, sizeof(text)) > 0);
+    assert_non_null(strstr(text, "w.safetensors"));
+
+    /* a forged digest under the same key is believed: the cache is read, not recomputed */
+    line = strstr(text, "digest 0x");
+    assert_non_null(line);
+    snprintf(line, sizeof(text) - (size_t)(line - text), "digest 0x%016llx\n", 0x1234ull);
+    write_file(dir, TDM_WEIGHTS_DIGEST_CACHE_NAME, text, strlen(text));
+    assert_int_equal(tdm_weights_digest(dir, 0, &got, err, sizeof(err)), TDM_OK);
+    assert_true(got == 0x1234ull);
+    /* ... not with NO_CACHE */
+    assert_int_equal(tdm_weights_digest(dir, TDM_WEIGHTS_DIGEST_NO_CACHE, &got, err, sizeof(err)),
+                     TDM_OK);
+    assert_true(got == truth);
+
+    /* a changed shard (size and mtime) invalidates the key */
+    free(w);
+    write_shard(dir, "w.safetensors", header, 5001, &w, &n_w);
+    assert_int_equal(tdm_weights_digest(dir, 0, &got, err, sizeof(err)), TDM_OK);
+    assert_true(got != 0x1234ull && got != truth);
+    assert_int_equal(tdm_weights_digest(dir, TDM_WEIGHTS_DIGEST_NO_CACHE, &truth, err,
+                                        sizeof(err)),
+                     TDM_OK);
+    assert_true(got == truth);
+
+    /* the checkpoint's cache path cannot be written (a directory sits there, which stops root
+     * too): the digest is cached under $TANDEM_CACHE_DIR instead, and read back from there */
+    snprintf(cache_dir, sizeof(cache_dir), "%.2000s/digest-cache-elsewhere", fx->scratch);
+    snprintf(command, sizeof(command), "rm -rf %s %s && mkdir -p %s %s", path, cache_dir, path,
+             cache_dir);
+    assert_true(shell_ok(command));
+    assert_int_equal(setenv("TANDEM_CACHE_DIR", cache_dir, 1), 0);
+    assert_int_equal(tdm_weights_digest(dir, 0, &got, err, sizeof(err)), TDM_OK);
+    assert_true(got == truth);
+    snprintf(command, sizeof(command), "ls %s/weights-*.digest >/dev/null 2>&1", cache_dir);
+    assert_true(shell_ok(command));
+    assert_int_equal(tdm_weights_digest(dir, 0, &got, err, sizeof(err)), TDM_OK);
+    assert_true(got == truth);
+    unsetenv("TANDEM_CACHE_DIR");
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +525,9 @@ int main(void)
         cmocka_unit_test(test_fingerprint_is_deterministic_and_tells_seeds_apart),
         cmocka_unit_test(test_fingerprint_follows_its_definition_byte_for_byte),
         cmocka_unit_test(test_each_error_names_the_file_and_leaves_the_output),
+        cmocka_unit_test(test_weights_digest_tells_apart_what_the_fingerprint_cannot),
+        cmocka_unit_test(test_weights_digest_follows_its_definition),
+        cmocka_unit_test(test_weights_digest_cache_is_keyed_by_the_shards),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
