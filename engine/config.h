@@ -257,6 +257,29 @@ int64_t engine_config_kv_row_bytes(const engine_config_t *cfg);
  */
 uint32_t engine_config_max_kv_ratio(const engine_config_t *cfg);
 
+/* Longest engine_config_kv_layout text, bytes with the NUL. */
+#define ENGINE_CONFIG_KV_LAYOUT_BYTES 96u
+
+/*
+ * engine_config_kv_layout - the name of the KV page layout of `cfg`, which the two ends of a page
+ * put must share (Register.kv_layout, compared by the router like the page format; issue 16):
+ * "tandem-kv1:src=S,idx=I,rows=64,row=B,map=XXXXXXXXXXXXXXXX" with S KV sources, I index
+ * sources, B bytes per row and map the XXH3-64 of every KV source's (layer, ratio) and every
+ * index source's layer, in config order (the order of a reservation's page lists). Written into
+ * out[0, out_bytes) (at least ENGINE_CONFIG_KV_LAYOUT_BYTES), always NUL-terminated.
+ */
+void engine_config_kv_layout(const engine_config_t *cfg, char *out, size_t out_bytes);
+
+/*
+ * engine_config_max_tokens_in_pages - the longest sequence (tokens) whose compressed KV fits in
+ * n_pages pages of 64 rows: the largest T <= limit with sum over KV sources of
+ * ceil(rows(T) / 64) <= n_pages, rows(T) = engine_config_n_c(source, T - 1). What a worker
+ * declares in Capacity.max_tokens. 0 when not even one token fits; `limit` when every length up
+ * to it fits.
+ */
+uint64_t engine_config_max_tokens_in_pages(const engine_config_t *cfg, uint64_t n_pages,
+                                           uint64_t limit);
+
 /*
  * engine_config_kv_rows_per_token - sum over KV sources of 1/ratio (full 2.5, small 2.0,
  * tiny 1.5). Exact in double (ratios are 1 or 2).

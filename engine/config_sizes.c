@@ -2,6 +2,12 @@
  * entry bytes, Engram primes (MODEL.md 5.3, 5.6 and 7; see config.h). */
 #include "engine/config_impl.h"
 
+#include <stdio.h>
+
+#include "common/hash.h"
+
+#define KV_LAYOUT_PAGE_ROWS 64 /* KERN_KV_PAGE_ROWS; the config library does not link kernels */
+
 int64_t engine_config_n_c(const engine_config_t *cfg, int layer, int64_t t)
 {
     int ratio;
@@ -120,4 +126,56 @@ int64_t engine_engram_prime_after(int64_t x)
         n++;
     }
     return n;
+}
+
+void engine_config_kv_layout(const engine_config_t *cfg, char *out, size_t out_bytes)
+{
+    int64_t map[2 * ENGINE_CONFIG_MAX_LAYERS + ENGINE_CONFIG_MAX_LAYERS];
+    size_t n = 0;
+
+    for (int i = 0; i < cfg->n_kv_source_layer_ids; i++) {
+        int64_t layer = cfg->kv_source_layer_ids[i];
+        map[n++] = layer;
+        map[n++] = layer >= 0 && layer < cfg->n_roles ? cfg->roles[layer].ratio : -1;
+    }
+    for (int i = 0; i < cfg->n_index_source_layer_ids; i++) {
+        map[n++] = -2 - cfg->index_source_layer_ids[i]; /* apart from the (layer, ratio) pairs */
+    }
+    snprintf(out, out_bytes, "tandem-kv1:src=%d,idx=%d,rows=%d,row=%lld,map=%016llx",
+             cfg->n_kv_source_layer_ids, cfg->n_index_source_layer_ids, KV_LAYOUT_PAGE_ROWS,
+             (long long)engine_config_kv_row_bytes(cfg),
+             (unsigned long long)tdm_hash_xxh3_64(map, n * sizeof(map[0])));
+}
+
+/* Pages the KV sources of a t-token sequence take. */
+static uint64_t pages_for_tokens(const engine_config_t *cfg, uint64_t t)
+{
+    uint64_t pages = 0;
+
+    for (int i = 0; i < cfg->n_kv_source_layer_ids; i++) {
+        int64_t rows = engine_config_n_c(cfg, (int)cfg->kv_source_layer_ids[i], (int64_t)t - 1);
+        pages += (uint64_t)((rows + KV_LAYOUT_PAGE_ROWS - 1) / KV_LAYOUT_PAGE_ROWS);
+    }
+    return pages;
+}
+
+uint64_t engine_config_max_tokens_in_pages(const engine_config_t *cfg, uint64_t n_pages,
+                                           uint64_t limit)
+{
+    uint64_t lo = 0; /* fits */
+    uint64_t hi = limit;
+
+    if (pages_for_tokens(cfg, limit) <= n_pages) {
+        return limit;
+    }
+    /* pages_for_tokens grows with t: the largest fitting t is in [lo, hi) */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (pages_for_tokens(cfg, mid) <= n_pages) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
 }

@@ -164,6 +164,8 @@ const char *proto_error_code_name(Tandem__ErrorCode code)
         return "peer_lost";
     case TANDEM__ERROR_CODE__ERROR_TIMEOUT:
         return "timeout";
+    case TANDEM__ERROR_CODE__ERROR_TOO_LARGE:
+        return "too_large";
     default:
         return "unknown";
     }
@@ -250,6 +252,14 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
                        (unsigned long long)want->model_fingerprint);
         return TDM_ERR_MISMATCH;
     }
+    if (want->weights_digest != 0 && reg->weights_digest != want->weights_digest) {
+        tdm_errbuf_set(reason, reason_bytes,
+                       "weights digest mismatch: worker 0x%016llx router 0x%016llx (same config, "
+                       "different weights: another checkpoint revision)",
+                       (unsigned long long)reg->weights_digest,
+                       (unsigned long long)want->weights_digest);
+        return TDM_ERR_MISMATCH;
+    }
     pf = reg->page_format;
     if (pf == NULL || pf->version != want->page_format_version ||
         pf->rows_per_page != want->page_rows || pf->page_bytes != want->page_bytes ||
@@ -270,6 +280,12 @@ tdm_status_t proto_compat_check(const proto_compat_t *want, const Tandem__Regist
                    sizeof(want_names));
         tdm_errbuf_set(reason, reason_bytes, "kv formats mismatch: worker [%s] router [%s]",
                        have_names, want_names);
+        return TDM_ERR_MISMATCH;
+    }
+    if (want->kv_layout != NULL && want->kv_layout[0] != '\0' &&
+        (reg->kv_layout == NULL || strcmp(reg->kv_layout, want->kv_layout) != 0)) {
+        tdm_errbuf_set(reason, reason_bytes, "kv layout mismatch: worker '%s' router '%s'",
+                       reg->kv_layout != NULL ? reg->kv_layout : "", want->kv_layout);
         return TDM_ERR_MISMATCH;
     }
     if (reg->max_context < want->max_context) {

@@ -62,6 +62,10 @@ uint64_t proto_choice_seed(uint64_t seed, uint32_t choice);
 /* Most KV format names in Register.kv_formats. */
 #define PROTO_MAX_KV_FORMATS 8u
 
+/* Most transport names in Register.transports, and the longest one (bytes, no NUL). */
+#define PROTO_MAX_TRANSPORTS      16u
+#define PROTO_MAX_TRANSPORT_BYTES 32u
+
 /* Names of the KV record formats of MODEL.md section 7 (Register.kv_formats). */
 #define PROTO_KV_FORMAT_MAIN  "main:e2m1+e4m3/16"   /* d/2 E2M1 codes + d/16 E4M3 scales */
 #define PROTO_KV_FORMAT_INDEX "index:e2m1+ue8m0/32" /* d_I/2 E2M1 codes + d_I/32 UE8M0 */
@@ -108,7 +112,8 @@ void proto_envelope_free(Tandem__Envelope *env);
 /*
  * proto_check - structural checks of one envelope: a body is set; ids fit PROTO_MAX_ID_BYTES and
  * text PROTO_MAX_TEXT_BYTES; enums hold known values; token ids are >= 0 and token arrays fit
- * PROTO_MAX_TOKENS (context: PROTO_MAX_CONTEXT_TOKENS); paired arrays match (a TokenChunk's
+ * PROTO_MAX_TOKENS (context: PROTO_MAX_CONTEXT_TOKENS); Register's kv_layout and transports
+ * are ids (PROTO_MAX_TRANSPORTS names of PROTO_MAX_TRANSPORT_BYTES at most); paired arrays match (a TokenChunk's
  * logprobs and top, each TopLogprobs); required parts are present (Register: role, incarnation
  * id, page format, capacity; DecodeRequest: delta tokens for PREFILL_LOCAL, handoff for
  * PREFILL_REMOTE; PrefillJob: delta tokens; sampling params where a job samples). Vocabulary
@@ -136,20 +141,25 @@ const char *proto_finish_reason_name(Tandem__FinishReason reason);
  */
 typedef struct {
     uint64_t model_fingerprint;
+    uint64_t weights_digest; /* tdm_weights_digest of the checkpoint; 0: not checked */
     uint32_t page_format_version;
     uint32_t page_rows;
     uint32_t page_bytes;
     uint32_t tokens_per_block;
     const char *const *kv_formats;
     uint32_t n_kv_formats;
+    const char *kv_layout;     /* engine_config_kv_layout; NULL or "": not checked */
     uint32_t max_context;      /* the worker must serve at least this many tokens */
     uint32_t protocol_version; /* PROTO_VERSION */
 } proto_compat_t;
 
 /*
  * proto_compat_check - does `reg` (a checked Register) match `want`? Checks, in this order:
- * protocol version (equal), model fingerprint (equal), page format (version, rows, bytes, block
- * tokens all equal), KV formats (same set), max context (reg >= want).
+ * protocol version (equal), model fingerprint (equal), weights digest (equal, when want's is not
+ * 0), page format (version, rows, bytes, block tokens all equal), KV formats (same set), KV
+ * layout (equal, when want's is set), max context (reg >= want). What a worker declares for
+ * placement (transports, Capacity.max_tokens) is not a registration check: the router's
+ * placement uses it (docs/PROTOCOL.md, "compatibility").
  *
  * Returns TDM_OK, or TDM_ERR_MISMATCH with one line in reason (reason_bytes, may be 0) naming
  * the field and both values, e.g. "model fingerprint mismatch: worker 0x1 router 0x2".

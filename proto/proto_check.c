@@ -135,6 +135,24 @@ static tdm_status_t check_register(const Tandem__Register *r, char *err, size_t 
             return status;
         }
     }
+    status = check_id("register kv_layout", r->kv_layout, 0, err, err_bytes);
+    if (status != TDM_OK) {
+        return status;
+    }
+    if (r->n_transports > PROTO_MAX_TRANSPORTS) {
+        return fail(err, err_bytes, "register has %zu transports, limit %u", r->n_transports,
+                    PROTO_MAX_TRANSPORTS);
+    }
+    for (size_t i = 0; i < r->n_transports; i++) {
+        status = check_id("register transports[]", r->transports[i], 1, err, err_bytes);
+        if (status != TDM_OK) {
+            return status;
+        }
+        if (strlen(r->transports[i]) > PROTO_MAX_TRANSPORT_BYTES) {
+            return fail(err, err_bytes, "register transports[%zu] is longer than %u bytes", i,
+                        PROTO_MAX_TRANSPORT_BYTES);
+        }
+    }
     if (r->transfer_descriptor.len > PROTO_MAX_TEXT_BYTES * 16) {
         return fail(err, err_bytes, "register transfer_descriptor is %zu bytes",
                     r->transfer_descriptor.len);

@@ -443,6 +443,87 @@ static void test_compat_check_names_each_mismatch(void **state)
     assert_non_null(strstr(reason, "protocol version mismatch"));
 }
 
+/* Issue 16: the weights digest and the KV layout are part of the handshake, refused with a
+ * reason naming both values; the transports a worker declares are checked structurally. */
+static void test_compat_check_covers_weights_digest_and_kv_layout(void **state)
+{
+    Tandem__Register reg = TANDEM__REGISTER__INIT;
+    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
+    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    const char *want_kv[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
+    char *kv[2];
+    char *transports[2] = {"tcp", "shm"};
+    char *bad_transports[1] = {"has space"};
+    char long_name[PROTO_MAX_TRANSPORT_BYTES + 2];
+    char *long_transports[1] = {long_name};
+    proto_compat_t want;
+    char reason[ERR_BYTES];
+
+    (void)state;
+    fill_register(&reg, &pf, &cap, kv);
+    reg.weights_digest = 0xabcdef;
+    reg.kv_layout = "tandem-kv1:src=2";
+    reg.transports = transports;
+    reg.n_transports = 2;
+    memset(&want, 0, sizeof(want));
+    want.model_fingerprint = 0x1234;
+    want.weights_digest = 0xabcdef;
+    want.page_format_version = 1;
+    want.page_rows = 64;
+    want.page_bytes = 22848;
+    want.tokens_per_block = 128;
+    want.kv_formats = want_kv;
+    want.n_kv_formats = 2;
+    want.kv_layout = "tandem-kv1:src=2";
+    want.max_context = 8192;
+    want.protocol_version = PROTO_VERSION;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_OK);
+
+    /* same fingerprint, other weights: refused, both values named */
+    reg.weights_digest = 0x777;
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "weights digest mismatch"));
+    assert_non_null(strstr(reason, "worker 0x0000000000000777"));
+    assert_non_null(strstr(reason, "router 0x0000000000abcdef"));
+    reg.weights_digest = 0; /* a worker that sent none */
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    reg.weights_digest = 0xabcdef;
+
+    reg.kv_layout = "tandem-kv1:src=3";
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    assert_non_null(strstr(reason, "kv layout mismatch"));
+    assert_non_null(strstr(reason, "src=3"));
+    assert_non_null(strstr(reason, "src=2"));
+    reg.kv_layout = NULL; /* protobuf-c's empty string */
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_ERR_MISMATCH);
+    reg.kv_layout = "tandem-kv1:src=2";
+
+    /* a router that checks neither (both 0 / unset) accepts any */
+    want.weights_digest = 0;
+    want.kv_layout = NULL;
+    reg.weights_digest = 0x5;
+    reg.kv_layout = "other";
+    assert_int_equal(proto_compat_check(&want, &reg, reason, sizeof(reason)), TDM_OK);
+
+    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    env.protocol_version = PROTO_VERSION;
+    assert_int_equal(proto_check(&env, reason, sizeof(reason)), TDM_OK);
+    reg.transports = bad_transports;
+    reg.n_transports = 1;
+    assert_int_equal(proto_check(&env, reason, sizeof(reason)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(reason, "transports"));
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    reg.transports = long_transports;
+    assert_int_equal(proto_check(&env, reason, sizeof(reason)), TDM_ERR_INVALID_ARG);
+    reg.transports = transports;
+    reg.kv_layout = "has space";
+    assert_int_equal(proto_check(&env, reason, sizeof(reason)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(reason, "kv_layout"));
+}
+
 static void test_block_hash_chain_depends_on_every_earlier_token(void **state)
 {
     int32_t a[300];
@@ -485,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_other_version_refused_unless_asked),
         cmocka_unit_test(test_structural_checks_refuse_malformed_messages),
         cmocka_unit_test(test_compat_check_names_each_mismatch),
+        cmocka_unit_test(test_compat_check_covers_weights_digest_and_kv_layout),
         cmocka_unit_test(test_block_hash_chain_depends_on_every_earlier_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
