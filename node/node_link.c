@@ -87,11 +87,16 @@ static tdm_status_t pack_register(node_link_t *link, const node_link_params_t *p
     cap.total_pages = p->total_pages;
     cap.max_sequences = p->max_sequences;
     cap.max_batch_tokens = p->max_batch_tokens;
+    cap.max_tokens = p->max_tokens;
     reg.role = p->role;
     reg.incarnation_id = (char *)p->incarnation_id;
     reg.rack = (char *)(p->rack != NULL ? p->rack : "");
     reg.node = (char *)(p->node != NULL ? p->node : "");
     reg.model_fingerprint = p->model_fingerprint;
+    reg.weights_digest = p->weights_digest;
+    reg.kv_layout = (char *)(p->kv_layout != NULL ? p->kv_layout : "");
+    reg.transports = (char **)p->transports;
+    reg.n_transports = p->n_transports;
     reg.page_format = &pf;
     reg.n_kv_formats = 2;
     reg.kv_formats = formats;

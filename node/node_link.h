@@ -39,6 +39,11 @@ typedef struct {
     const char *rack;
     const char *node;
     uint64_t model_fingerprint;
+    uint64_t weights_digest;            /* tdm_weights_digest of the checkpoint */
+    const char *kv_layout;              /* engine_config_kv_layout, or NULL */
+    const char *const *transports;      /* [n_transports] lane classes (node_xfer_transports) */
+    uint32_t n_transports;
+    uint64_t max_tokens;                /* Capacity.max_tokens: longest sequence it can hold */
     uint32_t page_bytes;
     uint32_t tokens_per_block;
     uint32_t max_context;

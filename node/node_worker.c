@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fingerprint.h"
 #include "common/http_status.h"
 #include "common/log.h"
 #include "common/startup.h"
@@ -151,6 +152,7 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
                          &w->xfer_params) != TDM_OK) {
         return NODE_EXIT_USAGE;
     }
+    node_xfer_transports(cfg->transports, w->xfer_params.required_lanes, &w->transports);
     w->n_threads = cfg->threads > 0 ? (int)cfg->threads : (n_cpu > 0 ? (int)n_cpu : 1);
     node_progress_init(&w->progress, cfg->stall_timeout_ms);
     node_link_make_id(role, w->id, sizeof(w->id));
@@ -210,6 +212,16 @@ int node_worker_load(node_worker_t *w)
     }
     c = engine_model_config(w->model);
     w->config = c;
+    engine_config_kv_layout(c, w->kv_layout, sizeof(w->kv_layout));
+    status = tdm_weights_digest(w->cfg->model_dir, 0, &w->weights_digest, err, sizeof(err));
+    if (status != TDM_OK) {
+        fprintf(stderr, "%s: weights digest of %s: %s\n", w->program, w->cfg->model_dir, err);
+        return NODE_EXIT_FAILED;
+    }
+    tdm_log(TDM_LOG_INFO, w->role, "model identity: fingerprint=0x%016llx weights=0x%016llx "
+            "kv_layout=%s",
+            (unsigned long long)engine_model_fingerprint(w->model),
+            (unsigned long long)w->weights_digest, w->kv_layout);
     status =
         kern_kv_geometry((uint32_t)c->head_dim, (uint32_t)c->index_head_dim,
                          engine_config_max_kv_ratio(c), &geometry); /* valid: the model loaded */
@@ -245,6 +257,8 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
 {
     char err[WORKER_ERR_BYTES] = "";
     node_link_params_t lp;
+    const char *transports[NODE_XFER_MAX_TRANSPORTS];
+    uint32_t kv_pages = join->kv_pages > 0 ? join->kv_pages : join->total_pages;
     tdm_status_t status;
     int rc = serve(w, join->render, join->render_arg);
 
@@ -253,6 +267,18 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     }
     memset(&lp, 0, sizeof(lp));
     lp.model_fingerprint = engine_model_fingerprint(w->model); /* = the router's (PROTOCOL.md) */
+    lp.weights_digest = w->weights_digest;
+    lp.kv_layout = w->kv_layout;
+    for (uint32_t i = 0; i < w->transports.n_names; i++) {
+        transports[i] = w->transports.names[i];
+    }
+    lp.transports = transports;
+    lp.n_transports = w->transports.n_names;
+    /* what this worker's pages really hold for one sequence (issue 16) */
+    lp.max_tokens = kv_pages > 0 ? engine_config_max_tokens_in_pages(
+                                       w->config, kv_pages,
+                                       (uint64_t)w->config->max_position_embeddings)
+                                 : 0;
     lp.router_endpoint = w->cfg->router;
     lp.role = w->proto_role;
     lp.incarnation_id = w->id;
@@ -271,6 +297,8 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.curve_key = w->cfg->curve_key;
     lp.curve_router_key = w->cfg->curve_router_key;
     lp.progress = &w->progress;
+    tdm_log(TDM_LOG_INFO, w->role, "declared: max_tokens=%llu pages=%u transports=%u",
+            (unsigned long long)lp.max_tokens, kv_pages, lp.n_transports);
     status = node_link_create(&lp, &w->link, err, sizeof(err));
     if (status != TDM_OK) {
         tdm_log(TDM_LOG_ERROR, w->role, "cannot join the cluster: %s", err);

@@ -25,6 +25,7 @@
 #include "node/node_http.h"
 #include "node/node_link.h"
 #include "node/node_progress.h"
+#include "node/node_xfer.h"
 #include "transfer/context.h"
 
 /* A worker's exit status: what each step below returns, and what main() returns. */
@@ -107,11 +108,14 @@ typedef struct {
     char endpoint[NODE_WORKER_HOST_BYTES + 8]; /* HOST:bound-port, once serving */
     int n_threads;                             /* kernel threads (--threads, or online CPUs) */
     xfer_context_params_t xfer_params;         /* from the transfer flags */
+    node_xfer_transports_t transports; /* lane classes declared at registration (node_xfer.h) */
     engine_model_t *model;                     /* node_worker_load */
     const engine_config_t *config;             /* the model's (borrowed from it) */
     uint32_t page_bytes;                       /* one KV page (kern_kv_geometry of the model) */
     uint32_t tokens_per_block; /* kern_kv_geometry: KERN_KV_PAGE_ROWS times the largest KV
                                   source ratio, the router's block hash granularity */
+    uint64_t weights_digest;   /* node_worker_load: tdm_weights_digest of --model (cached) */
+    char kv_layout[ENGINE_CONFIG_KV_LAYOUT_BYTES]; /* engine_config_kv_layout of the model */
     xfer_context_t *xfer;      /* node_worker_load */
     engine_constrain_vocab_t *constrain_vocab; /* node_worker_load: the byte tries of the
                                                   model's tokenizer.json for constrained
@@ -136,8 +140,10 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
 
 /*
  * node_worker_load - load the model (--model, with n_threads), derive its page geometry
- * (kern_kv_geometry: page_bytes, tokens_per_block) and create the KV-transfer context named after
- * the id. Returns NODE_EXIT_OK or NODE_EXIT_FAILED (the reason on stderr; what was made stays for
+ * (kern_kv_geometry: page_bytes, tokens_per_block) and KV layout name, compute the weights digest
+ * (tdm_weights_digest: every tensor byte once, read from the cache beside the checkpoint when
+ * its shards are unchanged; progress logged for big checkpoints) and create the KV-transfer
+ * context named after the id. Returns NODE_EXIT_OK or NODE_EXIT_FAILED (the reason on stderr; what was made stays for
  * node_worker_close).
  */
 int node_worker_load(node_worker_t *w);
@@ -152,14 +158,18 @@ typedef struct {
     size_t n_transfer_descriptor;
     uint32_t total_pages;
     uint32_t max_sequences;
+    uint32_t kv_pages; /* KV pages one sequence may use, which bounds Capacity.max_tokens
+                          (engine_config_max_tokens_in_pages); 0: total_pages */
 } node_worker_join_t;
 
 /*
  * node_worker_join - go live: start /health and /metrics on --http (w->endpoint becomes
  * HOST:bound-port), then register with the router (node_link_create: --router, --rack, the id,
- * the model fingerprint engine_model_fingerprint that the router checks (docs/PROTOCOL.md), the
- * HTTP endpoint, page geometry, max_position_embeddings, --chunk-tokens as the batch token limit,
- * --register-timeout-ms) and start the link thread. Call after node_worker_load and once the
+ * the model fingerprint engine_model_fingerprint and the weights digest that the router checks
+ * (docs/PROTOCOL.md), the KV layout, the transports (node_xfer_transports of the transfer flags),
+ * the HTTP endpoint, page geometry, max_position_embeddings, Capacity.max_tokens (the longest
+ * sequence join->kv_pages hold, at most max_position_embeddings; 0 pages: not declared),
+ * --chunk-tokens as the batch token limit, --register-timeout-ms) and start the link thread. Call after node_worker_load and once the
  * worker's own parts exist (the pages may be asked for at once).
  * Returns NODE_EXIT_OK, NODE_EXIT_REFUSED (the router refused: its reason logged and on stderr)
  * or NODE_EXIT_FAILED (cannot bind, or the link failed: on stderr).

@@ -283,6 +283,7 @@ static int setup(prefill_node_t *n)
     join.render = render;
     join.render_arg = n;
     join.max_sequences = 1;
+    join.kv_pages = cfg->pages; /* one job's history and new pages: Capacity.max_tokens */
     rc = node_worker_join(w, &join);
     if (rc != NODE_EXIT_OK) {
         return rc;
