@@ -68,6 +68,7 @@ void router_control_params_default(router_control_params_t *params)
     params->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
     params->heartbeat_timeout_ms = PROTO_HEARTBEAT_TIMEOUT_MS;
     params->max_sessions = 65536;
+    params->stall_grace_ms = ROUTER_REGISTRY_STALL_GRACE_MS;
     router_dispatch_params_default(&params->dispatch);
 }
 
@@ -321,11 +322,11 @@ static void run_commands(router_control_t *c, uint64_t now_ns)
 
 static void expire_workers(router_control_t *c, uint64_t now_ns)
 {
+    const char *why = "heartbeat timeout";
     int slot;
 
-    while ((slot = router_registry_expire(c->registry, now_ns)) >= 0) {
-        router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, "heartbeat timeout",
-                                    now_ns);
+    while ((slot = router_registry_expire(c->registry, now_ns, &why)) >= 0) {
+        router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, why, now_ns);
     }
 }
 
@@ -353,6 +354,8 @@ static void *control_main(void *arg)
         }
         pthread_mutex_lock(&c->state_lock);
         now_ns = tdm_clock_now_ns();
+        /* a gap in this loop is the router's own stall, never its workers' silence */
+        router_registry_tick(c->registry, now_ns);
         while (n_frames < CONTROL_MAX_FRAMES_PER_TURN && receive_one(c, now_ns)) {
             n_frames++;
         }
@@ -483,6 +486,9 @@ tdm_status_t router_control_create(const router_control_params_t *params,
              (unsigned long long)tdm_hash_splitmix64(tdm_clock_now_ns()));
     status = router_registry_create(router_model_compat(model), params->heartbeat_timeout_ms,
                                     &c->registry);
+    if (status == TDM_OK) {
+        router_registry_set_stall_grace(c->registry, params->stall_grace_ms);
+    }
     if (status == TDM_OK) {
         status = router_sessions_create(params->max_sessions,
                                         router_model_info(model)->tokens_per_block, &c->sessions);

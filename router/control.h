@@ -7,7 +7,9 @@
  * HTTP threads submit and release requests (woken by an eventfd polled next to the socket). The
  * thread unpacks and checks each frame (proto_unpack), answers Register with RegisterAck
  * (refusing incompatible workers with the reason), records heartbeats, tells unknown senders to
- * register, expires silent workers on the monotonic clock, and hands the rest to the
+ * register, expires silent workers on the monotonic clock (never counting the router's own loop
+ * stalls against them: router_registry_tick) and workers stalled past their grace, and hands the
+ * rest to the
  * dispatcher. Knows nothing of HTTP.
  *
  * Threading: create/destroy from one thread; submit, release and snapshot from any thread.
@@ -32,14 +34,18 @@ typedef struct {
     const char *endpoint;           /* ZeroMQ bind endpoint, e.g. tcp://127.0.0.1:5557 (port *
                                        picks a free one) */
     uint32_t heartbeat_interval_ms; /* announced to workers */
-    uint32_t heartbeat_timeout_ms;  /* silence before a worker is lost */
+    uint32_t heartbeat_timeout_ms;  /* silence before a worker is lost (counted only while the
+                                       router's own loop runs: router_registry_tick) */
+    uint32_t stall_grace_ms;        /* a worker reporting Load.stalled this long is lost; 0:
+                                       ROUTER_REGISTRY_STALL_GRACE_MS */
     uint32_t max_sessions;          /* session table size */
     const char *curve_secret_key;   /* router's CurveZMQ key file (common/curve.h), or NULL */
     const char *curve_workers;      /* allow-list of worker public keys; set with the above */
     router_dispatch_params_t dispatch;
 } router_control_params_t;
 
-/* router_control_params_default - tcp://127.0.0.1:5557, 250 ms / 1500 ms, 65536 sessions. */
+/* router_control_params_default - tcp://127.0.0.1:5557, 250 ms / 1500 ms, 10 s stall grace,
+ * 65536 sessions. */
 void router_control_params_default(router_control_params_t *params);
 
 /* The control plane; opaque. */

@@ -363,49 +363,118 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     send_to(d, f->decode_slot, f->decode_gen, &env);
 }
 
+/* Count a remote prefill that could not be placed and became local (issue 16). */
+static void count_fallback(router_dispatch_t *d, router_place_miss_t miss, const inflight_t *f)
+{
+    router_metric_t which;
+
+    switch (miss) {
+    case ROUTER_PLACE_MISS_TRANSPORT:
+        which = ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT;
+        break;
+    case ROUTER_PLACE_MISS_CAPACITY:
+        which = ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY;
+        break;
+    case ROUTER_PLACE_MISS_STALLED:
+        which = ROUTER_METRIC_PREFILL_FALLBACK_STALLED;
+        break;
+    default:
+        return; /* no prefill worker at all: local prefill is the plan, not a fallback */
+    }
+    router_metrics_count(d->metrics, which, 1);
+    tdm_log(TDM_LOG_DEBUG, "dispatch",
+            "local prefill fallback: request=%llu tokens=%zu reason=%s", (unsigned long long)f->id,
+            f->total_len,
+            miss == ROUTER_PLACE_MISS_TRANSPORT  ? "no prefill worker shares a transport"
+            : miss == ROUTER_PLACE_MISS_CAPACITY ? "no prefill worker holds the sequence"
+                                                 : "every prefill worker stalled or draining");
+}
+
+/* The session's decode worker for this attempt: its sticky worker while that one is placeable
+ * and holds the session; else a new placement (the session's KV starts over there). Returns the
+ * worker, or NULL after failing f. */
+static router_worker_t *decode_worker_for(router_dispatch_t *d, inflight_t *f)
+{
+    router_session_t *s = f->session;
+    router_worker_t *w = router_registry_worker(d->registry, s->worker_slot, s->worker_generation);
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
+    uint64_t largest = 0;
+    uint64_t gen_id = 0;
+    int slot;
+
+    if (w != NULL && (!router_registry_placeable(w) || !router_worker_holds(w, s->n_tokens))) {
+        /* stalled, draining or too small: the session moves and is rebuilt from its token
+         * history there (cached_len 0) */
+        tdm_log(TDM_LOG_INFO, "dispatch",
+                "session moved: session=%s worker=%s reason=%s tokens=%zu max_tokens=%llu", s->id,
+                w->id,
+                w->stalled    ? "stalled"
+                : w->draining ? "draining"
+                              : "too long for the worker",
+                s->n_tokens, (unsigned long long)w->max_tokens);
+        w = NULL;
+    }
+    if (w != NULL) {
+        return w;
+    }
+    slot = router_place_decode(d->registry, s->n_tokens, &gen_id, &miss, &largest);
+    if (slot < 0) {
+        if (miss == ROUTER_PLACE_MISS_CAPACITY) {
+            fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                 "context_length_exceeded",
+                 "the conversation is %zu tokens; the largest decode worker holds %llu (its "
+                 "declared Capacity.max_tokens)",
+                 s->n_tokens, (unsigned long long)largest);
+        } else if (miss == ROUTER_PLACE_MISS_STALLED) {
+            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+                 "every decode worker is stalled or draining");
+        } else {
+            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+                 "no decode worker is available");
+        }
+        return NULL;
+    }
+    s->worker_slot = slot;
+    s->worker_generation = gen_id;
+    s->cached_len = 0;
+    f->prefix_session[0] = '\0';
+    w = router_registry_worker(d->registry, slot, gen_id);
+    tdm_log(TDM_LOG_DEBUG, "dispatch", "session placed: session=%s worker=%s", s->id, w->id);
+    return w;
+}
+
 static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
 {
     const router_gen_request_t *gen = router_request_gen(f->req);
     router_session_t *s = f->session;
-    uint64_t gen_id = 0;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
     uint64_t prefill_gen;
     router_worker_t *w;
     size_t delta;
-    int slot;
 
     if (f->n_generated >= gen->max_tokens) {
         router_request_post_finish(f->req, ROUTER_FINISH_LENGTH);
         end_turn(d, f);
         return;
     }
-    w = router_registry_worker(d->registry, s->worker_slot, s->worker_generation);
-    if (w == NULL || w->draining) {
-        /* new, lost or on a draining worker: (re)place; a moved session is rebuilt from its
-         * token history (cached_len 0) */
-        slot = router_place_decode(d->registry, &gen_id);
-        if (slot < 0) {
-            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
-                 "no decode worker is available");
-            return;
-        }
-        s->worker_slot = slot;
-        s->worker_generation = gen_id;
-        s->cached_len = 0;
-        f->prefix_session[0] = '\0';
-        w = router_registry_worker(d->registry, slot, gen_id);
-        tdm_log(TDM_LOG_DEBUG, "dispatch", "session placed: session=%s worker=%s", s->id, w->id);
+    w = decode_worker_for(d, f);
+    if (w == NULL) {
+        return;
     }
     set_decode(d, f, s->worker_slot, s->worker_generation);
     f->total_len = s->n_tokens;
     f->cached_len = s->cached_len < s->n_tokens ? s->cached_len : s->n_tokens - 1;
     f->reservation_id = 0;
     delta = f->total_len - f->cached_len;
-    if (delta >= d->params.local_prefill_tokens &&
-        router_place_prefill(d->registry, w->rack, &prefill_gen) >= 0) {
-        send_reserve(d, f, now_ns);
-    } else {
-        send_decode(d, f, NULL, now_ns);
+    if (delta >= d->params.local_prefill_tokens) {
+        /* only a prefill worker that holds the sequence and can reach this decode worker */
+        if (router_place_prefill(d->registry, w, f->total_len, &prefill_gen, &miss) >= 0) {
+            send_reserve(d, f, now_ns);
+            return;
+        }
+        count_fallback(d, miss, f);
     }
+    send_decode(d, f, NULL, now_ns);
 }
 
 static void retry(router_dispatch_t *d, inflight_t *f, const char *why, uint64_t now_ns)
@@ -613,6 +682,7 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
     router_worker_t *dw;
     router_worker_t *pw;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
     int32_t stop_ids[1];
     uint64_t pgen = 0;
     size_t n_context;
@@ -629,8 +699,9 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
         f->session->cached_len = r->cached_len;
     }
     dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
-    pslot = router_place_prefill(d->registry, dw->rack, &pgen);
+    pslot = router_place_prefill(d->registry, dw, f->total_len, &pgen, &miss);
     if (pslot < 0) {
+        count_fallback(d, miss, f);
         send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, "no prefill worker");
         f->reservation_id = 0;
         send_decode(d, f, NULL, now_ns);
@@ -801,9 +872,31 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
         retry(d, f, "decode worker draining", now_ns);
         return;
     }
+    if (from_prefill && (e->code == TANDEM__ERROR_CODE__ERROR_TOO_LARGE ||
+                         e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES)) {
+        /* the prefill worker cannot hold this sequence: never send it one this long again, and
+         * let the decode worker prefill it (issue 16: not four failed retries) */
+        router_worker_t *pw = router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen);
+        if (pw != NULL && f->total_len > 0 &&
+            (pw->max_tokens == 0 || pw->max_tokens >= f->total_len)) {
+            pw->max_tokens = f->total_len - 1;
+        }
+        router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY, 1);
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
+                   "prefill worker cannot hold it");
+        f->reservation_id = 0;
+        set_prefill(d, f, -1, 0, 0);
+        send_decode(d, f, NULL, now_ns);
+        return;
+    }
     if (from_prefill) {
         abort_workers(d, f, "prefill failed");
         retry(d, f, "prefill worker error", now_ns);
+        return;
+    }
+    if (e->code == TANDEM__ERROR_CODE__ERROR_TOO_LARGE) {
+        fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "context_length_exceeded",
+             "the decode worker cannot hold %zu tokens: %s", f->total_len, e->message);
         return;
     }
     if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES ||

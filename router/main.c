@@ -27,6 +27,7 @@ typedef struct {
     uint32_t local_prefill_tokens;
     uint32_t heartbeat_interval_ms;
     uint32_t heartbeat_timeout_ms;
+    uint32_t stall_grace_ms;
     uint32_t max_sessions;
     uint32_t max_attempts;
     uint32_t reservation_timeout_ms;
@@ -63,7 +64,12 @@ static const tdm_flag_t router_flags[] = {
     {"heartbeat-interval-ms", TDM_FLAG_U32, "250", offsetof(router_cfg_t, heartbeat_interval_ms),
      "heartbeat period announced to workers, ms", 10, 60000, 0},
     {"heartbeat-timeout-ms", TDM_FLAG_U32, "1500", offsetof(router_cfg_t, heartbeat_timeout_ms),
-     "silence after which a worker is lost, ms", 50, 600000, 0},
+     "silence after which a worker is lost, ms (counted only while the router runs)", 50,
+     600000, 0},
+    {"stall-grace-ms", TDM_FLAG_U32, "10000", offsetof(router_cfg_t, stall_grace_ms),
+     "a worker reporting itself stalled (work pending, no progress) this long is lost, ms; "
+     "new work skips it at once",
+     100, 3600000, 0},
     {"max-sessions", TDM_FLAG_U32, "65536", offsetof(router_cfg_t, max_sessions),
      "sessions kept (least recently used idle ones are evicted)", 1, 16777216, 0},
     {"max-attempts", TDM_FLAG_U32, "4", offsetof(router_cfg_t, max_attempts),
@@ -201,6 +207,7 @@ int main(int argc, char **argv)
     params.control.endpoint = cfg.control;
     params.control.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
     params.control.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
+    params.control.stall_grace_ms = cfg.stall_grace_ms;
     params.control.max_sessions = cfg.max_sessions;
     params.control.dispatch.local_prefill_tokens = cfg.local_prefill_tokens;
     params.control.dispatch.max_attempts = cfg.max_attempts;

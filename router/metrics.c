@@ -285,6 +285,12 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                      c[ROUTER_METRIC_RETRIES]);
     tdm_prom_counter(p, "tandem_router_client_aborts_total", "clients gone before the end",
                      c[ROUTER_METRIC_CLIENT_ABORTS]);
+    tdm_prom_family(p, "tandem_router_prefill_fallbacks_total", TDM_PROM_COUNTER,
+                    "remote prefills done on the decode node instead because no prefill worker "
+                    "could take them, by reason");
+    sample1(p, "reason", "transport", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT]);
+    sample1(p, "reason", "capacity", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY]);
+    sample1(p, "reason", "stalled", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_STALLED]);
     render_histogram(p, "tandem_router_ttft_seconds", "time to first token", &metrics->ttft);
     render_histogram(p, "tandem_router_itl_seconds", "inter-token latency", &metrics->itl);
     pthread_mutex_unlock(&metrics->lock);
@@ -300,6 +306,16 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                      w->n_lost_total);
     tdm_prom_counter(p, "tandem_router_registrations_refused_total",
                      "registrations refused as incompatible", w->n_refused_total);
+    tdm_prom_counter(p, "tandem_router_transport_mismatch_pairs_total",
+                     "prefill/decode worker pairs that share no transport (never paired)",
+                     w->n_transport_mismatch_total);
+    tdm_prom_gauge(p, "tandem_router_workers_stalled",
+                   "live workers reporting stalled (work pending, no progress): not placed on",
+                   (double)w->n_stalled);
+    tdm_prom_family(p, "tandem_router_own_stall_seconds_total", TDM_PROM_COUNTER,
+                    "time the router's own control loop did not run, not counted against "
+                    "workers' heartbeats");
+    tdm_prom_sample(p, NULL, 0, (double)w->router_stall_ms_total / 1e3);
     tdm_prom_family(p, "tandem_router_prefill_backlog_seconds", TDM_PROM_GAUGE,
                     "queued prefill tokens over measured prefill throughput, by role");
     sample1(p, "role", "prefill", w->prefill_backlog_s);

@@ -40,6 +40,10 @@ typedef enum {
     ROUTER_METRIC_TOKENS_COMPUTED,       /* prompt tokens workers prefilled (see below) */
     ROUTER_METRIC_TOKENS_REUSED,         /* prompt tokens served from cached KV */
     ROUTER_METRIC_KV_BYTES_MOVED,        /* bytes of pages prefill nodes put into decode nodes */
+    /* remote prefills that became local (issue 16), by why no prefill worker could take them */
+    ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT, /* none shares a transport with the decode node */
+    ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY,  /* none holds the sequence (Capacity.max_tokens) */
+    ROUTER_METRIC_PREFILL_FALLBACK_STALLED,   /* every one stalled or draining */
     ROUTER_METRIC_COUNT
 } router_metric_t;
 

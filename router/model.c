@@ -17,6 +17,7 @@ struct router_model {
     text_tokenizer_t *tok;
     proto_compat_t compat;
     const char *kv_formats[2];
+    char kv_layout[ENGINE_CONFIG_KV_LAYOUT_BYTES];
 };
 
 static tdm_status_t fill_name(const router_model_params_t *params, router_model_info_t *info,
@@ -122,6 +123,12 @@ tdm_status_t router_model_load(const router_model_params_t *params, router_model
     if (status != TDM_OK) {
         goto err_free;
     }
+    /* every tensor byte, hashed once per checkpoint revision (cached beside it) */
+    status = tdm_weights_digest(params->model_dir, 0, &model->info.weights_digest, err, err_bytes);
+    if (status != TDM_OK) {
+        goto err_free;
+    }
+    engine_config_kv_layout(cfg, model->kv_layout, sizeof(model->kv_layout));
     snprintf(path, sizeof(path), "%s/tokenizer.json", params->model_dir);
     status = text_tokenizer_load_hf(path, &model->tok, err, err_bytes);
     if (status != TDM_OK) {
@@ -130,6 +137,8 @@ tdm_status_t router_model_load(const router_model_params_t *params, router_model
     model->kv_formats[0] = PROTO_KV_FORMAT_MAIN;
     model->kv_formats[1] = PROTO_KV_FORMAT_INDEX;
     model->compat.model_fingerprint = model->info.fingerprint;
+    model->compat.weights_digest = model->info.weights_digest;
+    model->compat.kv_layout = model->kv_layout;
     model->compat.page_format_version = KERN_KV_PAGE_VERSION;
     model->compat.page_rows = KERN_KV_PAGE_ROWS;
     model->compat.page_bytes = model->info.page_bytes;

@@ -37,6 +37,7 @@ typedef struct {
     uint32_t sliding_window;                /* W, tokens */
     uint32_t context_tokens;                /* ids before H a prefill job carries: W + N - 1 */
     uint64_t fingerprint;                   /* tdm_model_fingerprint of the directory */
+    uint64_t weights_digest;                /* tdm_weights_digest of the directory */
     uint32_t page_bytes;                    /* bytes of one KV page (MODEL.md 7) */
     uint32_t n_dspark_blocks;               /* n_d: 0 means requests cannot ask for DSpark */
 } router_model_info_t;
@@ -46,10 +47,12 @@ typedef struct router_model router_model_t;
 
 /*
  * router_model_load - read config.json and tokenizer.json of params->model_dir and compute the
- * fingerprint. Returns TDM_OK with *model_out (destroy with router_model_destroy), or
- * TDM_ERR_INVALID_ARG (NULL argument, max_context above the config's, name too long), or the
- * error of engine_config_load / text_tokenizer_load_hf / tdm_model_fingerprint, with one
- * line in err (err_bytes, may be 0). *model_out untouched on failure.
+ * fingerprint, the weights digest (every shard byte once; cached beside the checkpoint, see
+ * tdm_weights_digest) and the KV layout name (engine_config_kv_layout). Returns TDM_OK with
+ * *model_out (destroy with router_model_destroy), or TDM_ERR_INVALID_ARG (NULL argument,
+ * max_context above the config's, name too long), or the error of engine_config_load /
+ * text_tokenizer_load_hf / tdm_model_fingerprint / tdm_weights_digest, with one line in err
+ * (err_bytes, may be 0). *model_out untouched on failure.
  */
 tdm_status_t router_model_load(const router_model_params_t *params, router_model_t **model_out,
                                char *err, size_t err_bytes);
@@ -65,7 +68,7 @@ const text_tokenizer_t *router_model_tokenizer(const router_model_t *model);
 
 /*
  * router_model_compat - what a registering worker must match (proto_compat_check): this model's
- * fingerprint, page format, KV formats, max_context and PROTO_VERSION. Borrowed, valid until
+ * fingerprint, weights digest, page format, KV formats, KV layout, max_context and PROTO_VERSION. Borrowed, valid until
  * destroy.
  */
 const proto_compat_t *router_model_compat(const router_model_t *model);

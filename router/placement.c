@@ -21,7 +21,8 @@ static double rack_backlog_s(router_registry_t *registry, const char *rack)
 
     for (int i = 0; i < router_registry_capacity(registry); i++) {
         const router_worker_t *w = router_registry_worker(registry, i, 0);
-        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL || strcmp(w->rack, rack) != 0) {
+        if (!router_registry_placeable(w) || w->role != TANDEM__ROLE__ROLE_PREFILL ||
+            strcmp(w->rack, rack) != 0) {
             continue;
         }
         if (best < 0.0 || backlog_s(w) < best) {
@@ -31,11 +32,23 @@ static double rack_backlog_s(router_registry_t *registry, const char *rack)
     return best;
 }
 
+int router_worker_holds(const router_worker_t *w, uint64_t n_tokens)
+{
+    return w->max_tokens == 0 || n_tokens <= w->max_tokens;
+}
+
+static void note_miss(router_place_miss_t *miss, router_place_miss_t why)
+{
+    if (why > *miss) {
+        *miss = why;
+    }
+}
+
 static int any_prefill(router_registry_t *registry)
 {
     for (int i = 0; i < router_registry_capacity(registry); i++) {
         const router_worker_t *w = router_registry_worker(registry, i, 0);
-        if (w != NULL && w->role == TANDEM__ROLE__ROLE_PREFILL) {
+        if (router_registry_placeable(w) && w->role == TANDEM__ROLE__ROLE_PREFILL) {
             return 1;
         }
     }
@@ -66,17 +79,29 @@ static double decode_score(router_registry_t *registry, const router_worker_t *w
     return score;
 }
 
-int router_place_decode(router_registry_t *registry, uint64_t *generation_out)
+int router_place_decode(router_registry_t *registry, uint64_t n_tokens, uint64_t *generation_out,
+                        router_place_miss_t *miss_out, uint64_t *largest_out)
 {
     int have_prefill = any_prefill(registry);
     int best = -1;
     double best_score = 0.0;
     uint32_t best_active = 0;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
+    uint64_t largest = 0;
 
     for (int i = 0; i < router_registry_capacity(registry); i++) {
         const router_worker_t *w = router_registry_worker(registry, i, 0);
         double score;
-        if (w == NULL || w->role != TANDEM__ROLE__ROLE_DECODE || w->draining) {
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_DECODE) {
+            continue;
+        }
+        if (!router_registry_placeable(w)) { /* stalled or draining */
+            note_miss(&miss, ROUTER_PLACE_MISS_STALLED);
+            continue;
+        }
+        largest = w->max_tokens > largest ? w->max_tokens : largest;
+        if (!router_worker_holds(w, n_tokens)) {
+            note_miss(&miss, ROUTER_PLACE_MISS_CAPACITY);
             continue;
         }
         score = decode_score(registry, w, have_prefill);
@@ -88,12 +113,23 @@ int router_place_decode(router_registry_t *registry, uint64_t *generation_out)
     }
     if (best >= 0) {
         *generation_out = router_registry_worker(registry, best, 0)->generation;
+    } else {
+        if (miss_out != NULL) {
+            *miss_out = miss;
+        }
+        if (largest_out != NULL) {
+            *largest_out = largest;
+        }
     }
     return best;
 }
 
-int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t *generation_out)
+int router_place_prefill(router_registry_t *registry, const router_worker_t *decode,
+                         uint64_t n_tokens, uint64_t *generation_out,
+                         router_place_miss_t *miss_out)
 {
+    const char *rack = decode != NULL ? decode->rack : NULL;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
     int best = -1;
     int best_same_rack = 0;
     double best_backlog = 0.0;
@@ -102,7 +138,19 @@ int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t
         const router_worker_t *w = router_registry_worker(registry, i, 0);
         int same_rack;
         double backlog;
-        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL || w->draining) {
+        if (w == NULL || w->role != TANDEM__ROLE__ROLE_PREFILL) {
+            continue;
+        }
+        if (!router_registry_placeable(w)) { /* stalled or draining */
+            note_miss(&miss, ROUTER_PLACE_MISS_STALLED);
+            continue;
+        }
+        if (decode != NULL && !router_registry_transports_shared(w, decode)) {
+            note_miss(&miss, ROUTER_PLACE_MISS_TRANSPORT);
+            continue;
+        }
+        if (!router_worker_holds(w, n_tokens)) {
+            note_miss(&miss, ROUTER_PLACE_MISS_CAPACITY);
             continue;
         }
         same_rack = rack != NULL && strcmp(w->rack, rack) == 0;
@@ -116,6 +164,8 @@ int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t
     }
     if (best >= 0) {
         *generation_out = router_registry_worker(registry, best, 0)->generation;
+    } else if (miss_out != NULL) {
+        *miss_out = miss;
     }
     return best;
 }

@@ -8,7 +8,9 @@
  * a prefill worker in the decode worker's rack when there is one (KV puts stay on NVLink),
  * shortest queue first (queued tokens from heartbeats plus tokens the router has handed it
  * since). Ties break by fewer in-flight items, then lower slot, so placement is deterministic.
- * A draining worker (router_worker_t.draining) gets nothing new.
+ * Only what a worker declared it can do is placed on it (issue 16): never a stalled or draining
+ * worker, never a sequence longer than its Capacity.max_tokens, never a prefill worker that
+ * shares no transport with the decode worker its pages go to.
  * Not thread-safe: called under the router's control state lock.
  */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
@@ -24,16 +26,38 @@
 #define ROUTER_PLACE_BACKLOG_WEIGHT_PER_S 0.05
 #define ROUTER_PLACE_BACKLOG_CAP_S        10.0
 
-/*
- * router_place_decode - the slot of the best live decode worker (its generation in
- * *generation_out), or -1 when there is none.
- */
-int router_place_decode(router_registry_t *registry, uint64_t *generation_out);
+/* Why no worker was found (router_place_*'s *miss_out): the first reason that ruled out a live
+ * worker of the role, in this order of precedence (capacity beats transport beats stalled). */
+typedef enum {
+    ROUTER_PLACE_MISS_NONE = 0,      /* no live worker of the role at all */
+    ROUTER_PLACE_MISS_STALLED = 1,   /* every one stalled or draining */
+    ROUTER_PLACE_MISS_TRANSPORT = 2, /* prefill: none shares a transport with the decode worker */
+    ROUTER_PLACE_MISS_CAPACITY = 3,  /* none declared it can hold n_tokens */
+} router_place_miss_t;
 
 /*
- * router_place_prefill - the slot of the best live prefill worker for a decode worker in
- * `rack` (may be NULL), its generation in *generation_out; -1 when there is none.
+ * router_worker_holds - whether `w` declared it can hold a sequence of n_tokens tokens
+ * (Capacity.max_tokens; a worker that declared 0 holds anything its max_context allows).
  */
-int router_place_prefill(router_registry_t *registry, const char *rack, uint64_t *generation_out);
+int router_worker_holds(const router_worker_t *w, uint64_t n_tokens);
+
+/*
+ * router_place_decode - the slot of the best placeable decode worker that holds n_tokens (its
+ * generation in *generation_out), or -1 when there is none; then *miss_out (may be NULL) says
+ * why and *largest_out (may be NULL) gets the largest max_tokens a placeable decode worker
+ * declared (0 when none declared a limit).
+ */
+int router_place_decode(router_registry_t *registry, uint64_t n_tokens, uint64_t *generation_out,
+                        router_place_miss_t *miss_out, uint64_t *largest_out);
+
+/*
+ * router_place_prefill - the slot of the best placeable prefill worker for decode worker
+ * `decode` (borrowed; its rack is preferred, and the prefill worker must share one of its
+ * transports) that holds n_tokens (history + delta), its generation in *generation_out; -1 when
+ * there is none, and then *miss_out (may be NULL) says why.
+ */
+int router_place_prefill(router_registry_t *registry, const router_worker_t *decode,
+                         uint64_t n_tokens, uint64_t *generation_out,
+                         router_place_miss_t *miss_out);
 
 #endif

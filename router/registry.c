@@ -10,6 +10,10 @@
 struct router_registry {
     const proto_compat_t *compat;
     uint64_t timeout_ns;
+    uint64_t stall_grace_ns;
+    uint64_t last_tick_ns; /* 0: never ticked */
+    uint64_t stall_credit_ns_total;
+    uint64_t n_transport_mismatch_total;
     uint64_t next_generation;
     uint64_t n_lost_total;
     uint64_t n_refused_total;
@@ -30,9 +34,16 @@ tdm_status_t router_registry_create(const proto_compat_t *compat, uint32_t timeo
     }
     r->compat = compat;
     r->timeout_ns = (uint64_t)timeout_ms * TDM_NS_PER_MS;
+    r->stall_grace_ns = (uint64_t)ROUTER_REGISTRY_STALL_GRACE_MS * TDM_NS_PER_MS;
     r->next_generation = 1;
     *registry_out = r;
     return TDM_OK;
+}
+
+void router_registry_set_stall_grace(router_registry_t *registry, uint32_t grace_ms)
+{
+    registry->stall_grace_ns =
+        (uint64_t)(grace_ms > 0 ? grace_ms : ROUTER_REGISTRY_STALL_GRACE_MS) * TDM_NS_PER_MS;
 }
 
 static void clear_slot(router_worker_t *w)
@@ -73,6 +84,64 @@ static void copy_id(char *dst, const char *src)
         memcpy(dst, src, n);
     }
     dst[n] = '\0';
+}
+
+int router_registry_transports_shared(const router_worker_t *a, const router_worker_t *b)
+{
+    if (a->n_transports == 0 || b->n_transports == 0) {
+        return 1;
+    }
+    for (uint32_t i = 0; i < a->n_transports; i++) {
+        for (uint32_t j = 0; j < b->n_transports; j++) {
+            if (strcmp(a->transports[i], b->transports[j]) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int router_registry_placeable(const router_worker_t *w)
+{
+    return w != NULL && w->generation != 0 && !w->stalled && !w->draining;
+}
+
+static void join_transports(const router_worker_t *w, char *out, size_t out_bytes)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (uint32_t i = 0; i < w->n_transports && used + 1 < out_bytes; i++) {
+        int n = snprintf(out + used, out_bytes - used, "%s%s", i > 0 ? "," : "", w->transports[i]);
+        if (n < 0) {
+            break;
+        }
+        used += (size_t)n;
+    }
+}
+
+/* Log and count the workers of the other role that `w` (just registered) shares no transport
+ * with: their pairings never carry pages, so placement keeps them apart (issue 16). */
+static void check_transport_pairs(router_registry_t *r, const router_worker_t *w)
+{
+    char mine[PROTO_MAX_TRANSPORTS * (PROTO_MAX_TRANSPORT_BYTES + 1) + 1];
+    char theirs[sizeof(mine)];
+
+    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
+        const router_worker_t *o = &r->slots[i];
+        if (o == w || o->generation == 0 || o->role == w->role ||
+            router_registry_transports_shared(w, o)) {
+            continue;
+        }
+        r->n_transport_mismatch_total++;
+        join_transports(w, mine, sizeof(mine));
+        join_transports(o, theirs, sizeof(theirs));
+        tdm_log(TDM_LOG_WARN, "registry",
+                "transport mismatch: worker=%s role=%s transports=[%s] and worker=%s role=%s "
+                "transports=[%s] share none: no prefill job pairs them (those turns prefill on "
+                "the decode node)",
+                w->id, proto_role_name(w->role), mine, o->id, proto_role_name(o->role), theirs);
+    }
 }
 
 static void refuse(router_registry_t *r, const char *routing_id, const char *reason)
@@ -127,9 +196,11 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
         w->generation = registry->next_generation++;
         w->registered_ns = now_ns;
         tdm_log(TDM_LOG_INFO, "registry",
-                "worker registered: worker=%s role=%s rack=%s node=%s pages=%u sequences=%u",
+                "worker registered: worker=%s role=%s rack=%s node=%s pages=%u sequences=%u "
+                "max_tokens=%llu transports=%zu",
                 routing_id, proto_role_name(reg->role), reg->rack, reg->node,
-                reg->capacity->total_pages, reg->capacity->max_sequences);
+                reg->capacity->total_pages, reg->capacity->max_sequences,
+                (unsigned long long)reg->capacity->max_tokens, reg->n_transports);
     }
     free(w->transfer_descriptor);
     w->transfer_descriptor = descriptor;
@@ -140,8 +211,15 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
     w->role = reg->role;
     w->total_pages = reg->capacity->total_pages;
     w->max_sequences = reg->capacity->max_sequences;
+    w->max_tokens = reg->capacity->max_tokens;
+    w->n_transports = 0;
+    for (size_t i = 0; i < reg->n_transports && i < PROTO_MAX_TRANSPORTS; i++) {
+        snprintf(w->transports[w->n_transports++], sizeof(w->transports[0]), "%s",
+                 reg->transports[i]);
+    }
     w->free_pages = reg->capacity->total_pages;
     w->last_seen_ns = now_ns;
+    check_transport_pairs(registry, w);
     *slot_out = slot;
     return TDM_OK;
 }
@@ -168,6 +246,15 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
     }
     w->recent_tokens_per_s =
         hb->load->recent_tokens_per_s >= 0.0 ? hb->load->recent_tokens_per_s : 0.0;
+    if (hb->load->stalled && !w->stalled) {
+        w->stalled_since_ns = now_ns;
+        tdm_log(TDM_LOG_WARN, "registry", "worker stalled: worker=%s role=%s pending=%u", w->id,
+                proto_role_name(w->role), hb->load->pending_work);
+    } else if (!hb->load->stalled && w->stalled) {
+        w->stalled_since_ns = 0;
+        tdm_log(TDM_LOG_INFO, "registry", "worker progressing again: worker=%s", w->id);
+    }
+    w->stalled = hb->load->stalled ? 1 : 0;
     return TDM_OK;
 }
 
@@ -214,12 +301,56 @@ void router_registry_remove(router_registry_t *registry, int slot,
     clear_slot(w);
 }
 
-int router_registry_expire(const router_registry_t *registry, uint64_t now_ns)
+uint64_t router_registry_tick(router_registry_t *registry, uint64_t now_ns)
+{
+    uint64_t max_gap = (uint64_t)ROUTER_REGISTRY_MAX_TICK_GAP_MS * TDM_NS_PER_MS;
+    uint64_t credit;
+
+    if (registry->last_tick_ns == 0 || now_ns <= registry->last_tick_ns + max_gap) {
+        if (now_ns > registry->last_tick_ns) {
+            registry->last_tick_ns = now_ns;
+        }
+        return 0;
+    }
+    credit = now_ns - registry->last_tick_ns - max_gap;
+    registry->last_tick_ns = now_ns;
+    registry->stall_credit_ns_total += credit;
+    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
+        router_worker_t *w = &registry->slots[i];
+        if (w->generation == 0) {
+            continue;
+        }
+        w->last_seen_ns = w->last_seen_ns + credit < now_ns ? w->last_seen_ns + credit : now_ns;
+        if (w->stalled_since_ns != 0) {
+            w->stalled_since_ns =
+                w->stalled_since_ns + credit < now_ns ? w->stalled_since_ns + credit : now_ns;
+        }
+    }
+    tdm_log(TDM_LOG_WARN, "registry",
+            "router loop stalled: ms=%.0f; not counted against workers' heartbeats",
+            (double)(credit + max_gap) / TDM_NS_PER_MS);
+    return credit;
+}
+
+int router_registry_expire(const router_registry_t *registry, uint64_t now_ns,
+                           const char **why_out)
 {
     for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
         const router_worker_t *w = &registry->slots[i];
-        if (w->generation != 0 && now_ns > w->last_seen_ns &&
-            now_ns - w->last_seen_ns > registry->timeout_ns) {
+        const char *why = NULL;
+        if (w->generation == 0) {
+            continue;
+        }
+        if (now_ns > w->last_seen_ns && now_ns - w->last_seen_ns > registry->timeout_ns) {
+            why = "heartbeat timeout";
+        } else if (w->stalled && now_ns > w->stalled_since_ns &&
+                   now_ns - w->stalled_since_ns > registry->stall_grace_ns) {
+            why = "stalled past its grace (work pending, no progress)";
+        }
+        if (why != NULL) {
+            if (why_out != NULL) {
+                *why_out = why;
+            }
             return i;
         }
     }
@@ -245,6 +376,7 @@ void router_registry_stats(const router_registry_t *registry, router_registry_st
         if (w->generation == 0) {
             continue;
         }
+        st.n_stalled += w->stalled ? 1u : 0u;
         if (w->role == TANDEM__ROLE__ROLE_PREFILL) {
             st.n_prefill++;
             st.queued_prefill_tokens += w->queued_prefill_tokens;
@@ -261,5 +393,7 @@ void router_registry_stats(const router_registry_t *registry, router_registry_st
     st.decode_kv_occupancy = total_pages > 0 ? 1.0 - (double)free_pages / (double)total_pages : 0.0;
     st.n_lost_total = registry->n_lost_total;
     st.n_refused_total = registry->n_refused_total;
+    st.n_transport_mismatch_total = registry->n_transport_mismatch_total;
+    st.router_stall_ms_total = registry->stall_credit_ns_total / TDM_NS_PER_MS;
     *stats_out = st;
 }

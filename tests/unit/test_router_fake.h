@@ -46,6 +46,13 @@ typedef struct {
     Tandem__Role role;
     char rack[32];
     uint64_t fingerprint;
+    uint64_t weights_digest;     /* from the router's compat (fake_init) */
+    char kv_layout[128];         /* from the router's compat (fake_init) */
+    const char *transports[4];   /* Register.transports; none: not declared */
+    size_t n_transports;
+    uint64_t max_tokens;         /* Capacity.max_tokens; 0: not declared */
+    atomic_int stalled;          /* reported in Load.stalled */
+    int error_jobs;              /* prefill: answer every job with this ErrorCode (0: off) */
     uint32_t page_bytes;
     uint32_t tokens_per_block;
     uint32_t max_context;
@@ -98,6 +105,11 @@ static void fake_register(fake_worker_t *w, void *sock)
     pf.tokens_per_block = w->tokens_per_block;
     cap.total_pages = w->role == TANDEM__ROLE__ROLE_DECODE ? 1000 : 0;
     cap.max_sequences = 8;
+    cap.max_tokens = w->max_tokens;
+    reg.weights_digest = w->weights_digest;
+    reg.kv_layout = w->kv_layout;
+    reg.transports = (char **)w->transports;
+    reg.n_transports = w->n_transports;
     reg.role = w->role;
     reg.incarnation_id = w->id;
     reg.rack = w->rack;
@@ -123,6 +135,7 @@ static void fake_heartbeat(fake_worker_t *w, void *sock, uint64_t seq)
     load.free_pages = w->role == TANDEM__ROLE__ROLE_DECODE ? 900 : 0;
     load.total_pages = w->role == TANDEM__ROLE__ROLE_DECODE ? 1000 : 0;
     load.recent_tokens_per_s = 1000.0;
+    load.stalled = atomic_load(&w->stalled) != 0;
     hb.seq = seq;
     hb.load = &load;
     env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
@@ -270,6 +283,16 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         if (w->hang_jobs) {
             break;
         }
+        if (w->error_jobs != 0) {
+            Tandem__Error e = TANDEM__ERROR__INIT;
+            e.request_id = job->request_id;
+            e.code = (Tandem__ErrorCode)w->error_jobs;
+            e.message = "fake prefill worker refuses the job";
+            reply.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+            reply.error = &e;
+            fake_send(sock, &reply);
+            break;
+        }
         cn.request_id = job->request_id;
         cn.reservation_id = job->reservation_id;
         cn.cached_len = job->cached_len;
@@ -352,6 +375,9 @@ static void fake_init(fake_worker_t *w, const char *id, Tandem__Role role, const
     w->role = role;
     snprintf(w->rack, sizeof(w->rack), "%s", rack);
     w->fingerprint = compat->model_fingerprint;
+    w->weights_digest = compat->weights_digest;
+    snprintf(w->kv_layout, sizeof(w->kv_layout), "%s",
+             compat->kv_layout != NULL ? compat->kv_layout : "");
     w->page_bytes = compat->page_bytes;
     w->tokens_per_block = compat->tokens_per_block;
     w->max_context = compat->max_context;

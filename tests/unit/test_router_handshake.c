@@ -1,0 +1,667 @@
+/* test_router_handshake.c - issue 16, "the handshake covers what the pair must agree on", and
+ * the router's side of liveness:
+ *   - the registry and placement alone, on a fake clock: a router that itself stalls never
+ *     declares its workers dead on resume (silence counts only while its loop runs); a worker
+ *     reporting Load.stalled is not placed on and is lost only after its grace; placement never
+ *     pairs a prefill worker and a decode worker that share no transport, nor sends a worker a
+ *     sequence longer than its declared Capacity.max_tokens;
+ *   - a router on loopback with fake workers (test_router_fake.h): a worker of another checkpoint
+ *     revision (same fingerprint, other weights digest) or another KV layout cannot register; a
+ *     prefill worker on tcp and a decode worker on shm: turns prefill on the decode node (200,
+ *     not 503), counted in /metrics; a prefill worker too small for a prompt is never sent it,
+ *     one that answers ERROR_TOO_LARGE makes the turn fall back to local prefill at once; a
+ *     prompt longer than every decode worker declares is a clean 400 naming the limit, not
+ *     retries.
+ * Waits are polls with deadlines, never sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "router/model.h"
+#include "router/placement.h"
+#include "router/registry.h"
+#include "router/router.h"
+#include "test_router_fake.h"
+
+#define PATH_BYTES           4096
+#define ERR_BYTES            512
+#define LOCAL_PREFILL_TOKENS 64
+#define MS                   TDM_NS_PER_MS
+
+/* ---- registry and placement on a fake clock ----------------------------------------------- */
+
+typedef struct {
+    Tandem__Register reg;
+    Tandem__PageFormat pf;
+    Tandem__Capacity cap;
+    char *kv[2];
+    char *transports[4];
+} reg_msg_t;
+
+static const proto_compat_t *test_compat(void)
+{
+    static const char *kv[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
+    static proto_compat_t c;
+
+    memset(&c, 0, sizeof(c));
+    c.model_fingerprint = 0x1234;
+    c.weights_digest = 0x5678;
+    c.page_format_version = KERN_KV_PAGE_VERSION;
+    c.page_rows = KERN_KV_PAGE_ROWS;
+    c.page_bytes = 1000;
+    c.tokens_per_block = 128;
+    c.kv_formats = kv;
+    c.n_kv_formats = 2;
+    c.kv_layout = "tandem-kv1:test";
+    c.max_context = 4096;
+    c.protocol_version = PROTO_VERSION;
+    return &c;
+}
+
+/* A Register of worker `id` matching test_compat, with transports (comma-free names, NULL
+ * terminated) and max_tokens. */
+static void make_reg(reg_msg_t *m, const char *id, Tandem__Role role, const char *const *names,
+                     uint64_t max_tokens)
+{
+    tandem__register__init(&m->reg);
+    tandem__page_format__init(&m->pf);
+    tandem__capacity__init(&m->cap);
+    m->kv[0] = PROTO_KV_FORMAT_MAIN;
+    m->kv[1] = PROTO_KV_FORMAT_INDEX;
+    m->pf.version = KERN_KV_PAGE_VERSION;
+    m->pf.rows_per_page = KERN_KV_PAGE_ROWS;
+    m->pf.page_bytes = 1000;
+    m->pf.tokens_per_block = 128;
+    m->cap.total_pages = role == TANDEM__ROLE__ROLE_DECODE ? 100 : 0;
+    m->cap.max_sequences = 8;
+    m->cap.max_tokens = max_tokens;
+    m->reg.role = role;
+    m->reg.incarnation_id = (char *)id;
+    m->reg.rack = "rack0";
+    m->reg.node = "host";
+    m->reg.model_fingerprint = 0x1234;
+    m->reg.weights_digest = 0x5678;
+    m->reg.kv_layout = "tandem-kv1:test";
+    m->reg.page_format = &m->pf;
+    m->reg.kv_formats = m->kv;
+    m->reg.n_kv_formats = 2;
+    m->reg.max_context = 4096;
+    m->reg.protocol_version = PROTO_VERSION;
+    m->reg.capacity = &m->cap;
+    m->reg.n_transports = 0;
+    for (size_t i = 0; names != NULL && names[i] != NULL && i < 4; i++) {
+        m->transports[i] = (char *)names[i];
+        m->reg.n_transports = i + 1;
+    }
+    m->reg.transports = m->transports;
+}
+
+static int add_worker(router_registry_t *r, const char *id, Tandem__Role role,
+                      const char *const *names, uint64_t max_tokens, uint64_t now_ns)
+{
+    reg_msg_t m;
+    char reason[ERR_BYTES] = "";
+    int slot = -1;
+
+    make_reg(&m, id, role, names, max_tokens);
+    assert_int_equal(router_registry_register(r, id, &m.reg, now_ns, &slot, reason,
+                                              sizeof(reason)),
+                     TDM_OK);
+    return slot;
+}
+
+static void heartbeat(router_registry_t *r, const char *id, int stalled, uint32_t free_pages,
+                      uint64_t now_ns)
+{
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    Tandem__Load load = TANDEM__LOAD__INIT;
+
+    load.stalled = stalled;
+    load.pending_work = stalled ? 1 : 0;
+    load.free_pages = free_pages;
+    load.total_pages = 100;
+    hb.load = &load;
+    assert_int_equal(router_registry_heartbeat(r, id, &hb, now_ns), TDM_OK);
+}
+
+/* Issue 16: the router's loop not running for 2.5 s (descheduled, SIGSTOP, a long GC-like pause)
+ * is the router's stall, not its workers' silence: on resume nobody is declared lost; silence
+ * while the router runs still is. Fails on the old registry, which counted the gap. */
+static void test_router_stall_is_not_counted_against_workers(void **state)
+{
+    router_registry_t *r = NULL;
+    const char *why = NULL;
+    uint64_t t = 1000 * MS;
+    router_registry_stats_t st;
+    int slot;
+
+    (void)state;
+    assert_int_equal(router_registry_create(test_compat(), 1500, &r), TDM_OK);
+    router_registry_tick(r, t);
+    slot = add_worker(r, "decode-a", TANDEM__ROLE__ROLE_DECODE, NULL, 0, t);
+    /* running normally: ticks every 10 ms, heartbeats every 250 ms, for a second */
+    for (int i = 1; i <= 100; i++) {
+        t += 10 * MS;
+        router_registry_tick(r, t);
+        if (i % 25 == 0) {
+            heartbeat(r, "decode-a", 0, 50, t);
+        }
+        assert_int_equal(router_registry_expire(r, t, &why), -1);
+    }
+    /* the router stalls for 2.5 s, longer than the 1.5 s timeout; its worker's heartbeats of that
+     * time are lost to it (a real socket would still hold them; the worst case is none) */
+    t += 2500 * MS;
+    assert_true(router_registry_tick(r, t) > 0);
+    assert_int_equal(router_registry_expire(r, t, &why), -1);
+    router_registry_stats(r, &st);
+    assert_int_equal(st.n_decode, 1);
+    assert_true(st.router_stall_ms_total >= 2000);
+    /* silence while the router runs still counts: 1.5 s of it (less the one 100 ms tick the gap
+     * counted as running) and the worker is lost */
+    for (int i = 0; i < 135; i++) {
+        t += 10 * MS;
+        router_registry_tick(r, t);
+        assert_int_equal(router_registry_expire(r, t, &why), -1);
+    }
+    t += 200 * MS;
+    router_registry_tick(r, t);
+    for (int i = 0; i < 10 && router_registry_expire(r, t, &why) < 0; i++) {
+        t += 10 * MS;
+        router_registry_tick(r, t);
+    }
+    assert_int_equal(router_registry_expire(r, t, &why), slot);
+    assert_string_equal(why, "heartbeat timeout");
+    router_registry_destroy(r);
+}
+
+/* A worker that reports Load.stalled gets no new work at once and is lost after its grace, while
+ * its heartbeats keep coming (its I/O thread is fine; its compute thread is wedged). */
+static void test_stalled_worker_is_skipped_then_lost_after_its_grace(void **state)
+{
+    router_registry_t *r = NULL;
+    const char *why = NULL;
+    uint64_t t = 1000 * MS;
+    uint64_t gen = 0;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
+    router_registry_stats_t st;
+    int busy;
+    int wedged;
+
+    (void)state;
+    assert_int_equal(router_registry_create(test_compat(), 1500, &r), TDM_OK);
+    router_registry_set_stall_grace(r, 2000);
+    router_registry_tick(r, t);
+    busy = add_worker(r, "decode-busy", TANDEM__ROLE__ROLE_DECODE, NULL, 0, t);
+    wedged = add_worker(r, "decode-wedged", TANDEM__ROLE__ROLE_DECODE, NULL, 0, t);
+    heartbeat(r, "decode-busy", 0, 10, t);   /* 90% occupied */
+    heartbeat(r, "decode-wedged", 0, 99, t); /* nearly empty: placement's favourite */
+    assert_int_equal(router_place_decode(r, 10, &gen, NULL, NULL), wedged);
+    heartbeat(r, "decode-wedged", 1, 99, t);
+    assert_int_equal(router_place_decode(r, 10, &gen, NULL, NULL), busy);
+    router_registry_stats(r, &st);
+    assert_int_equal(st.n_stalled, 1);
+    /* heartbeats keep it from the silence timeout; the stall grace (2 s) runs */
+    for (int i = 1; i <= 190; i++) {
+        t += 10 * MS;
+        router_registry_tick(r, t);
+        if (i % 25 == 0) {
+            heartbeat(r, "decode-busy", 0, 10, t);
+            heartbeat(r, "decode-wedged", 1, 99, t);
+        }
+        assert_int_equal(router_registry_expire(r, t, &why), -1);
+    }
+    for (int i = 0; i < 20 && router_registry_expire(r, t, &why) < 0; i++) {
+        t += 10 * MS;
+        router_registry_tick(r, t);
+    }
+    assert_int_equal(router_registry_expire(r, t, &why), wedged);
+    assert_non_null(strstr(why, "stalled"));
+    router_registry_remove(r, wedged, ROUTER_REGISTRY_LOST, why);
+    /* only stalled decode workers left: the miss says so */
+    heartbeat(r, "decode-busy", 1, 10, t);
+    assert_int_equal(router_place_decode(r, 10, &gen, &miss, NULL), -1);
+    assert_int_equal(miss, ROUTER_PLACE_MISS_STALLED);
+    router_registry_destroy(r);
+}
+
+static void test_placement_pairs_only_shared_transports_and_declared_capacity(void **state)
+{
+    static const char *const shm[] = {"shm", NULL};
+    static const char *const tcp[] = {"tcp", NULL};
+    static const char *const both[] = {"tcp", "shm", NULL};
+    router_registry_t *r = NULL;
+    router_registry_stats_t st;
+    router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
+    uint64_t gen = 0;
+    uint64_t largest = 0;
+    const router_worker_t *dec;
+    int d;
+    int p_tcp;
+    int p_small;
+
+    (void)state;
+    assert_int_equal(router_registry_create(test_compat(), 1500, &r), TDM_OK);
+    d = add_worker(r, "decode-shm", TANDEM__ROLE__ROLE_DECODE, shm, 1000, 1);
+    p_tcp = add_worker(r, "prefill-tcp", TANDEM__ROLE__ROLE_PREFILL, tcp, 0, 1);
+    dec = router_registry_worker(r, d, 0);
+    router_registry_stats(r, &st);
+    assert_int_equal(st.n_transport_mismatch_total, 1); /* flagged at registration */
+    assert_int_equal(router_place_prefill(r, dec, 100, &gen, &miss), -1);
+    assert_int_equal(miss, ROUTER_PLACE_MISS_TRANSPORT);
+    /* without a decode worker to reach (no pairing) any prefill worker would do */
+    assert_int_equal(router_place_prefill(r, NULL, 100, &gen, NULL), p_tcp);
+
+    p_small = add_worker(r, "prefill-small", TANDEM__ROLE__ROLE_PREFILL, both, 256, 1);
+    assert_int_equal(router_place_prefill(r, dec, 256, &gen, &miss), p_small);
+    miss = ROUTER_PLACE_MISS_NONE;
+    assert_int_equal(router_place_prefill(r, dec, 257, &gen, &miss), -1);
+    assert_int_equal(miss, ROUTER_PLACE_MISS_CAPACITY); /* capacity outranks transport */
+
+    /* decode workers: never a sequence past max_tokens; the miss names the largest */
+    assert_int_equal(router_place_decode(r, 1000, &gen, NULL, NULL), d);
+    assert_int_equal(router_place_decode(r, 1001, &gen, &miss, &largest), -1);
+    assert_int_equal(miss, ROUTER_PLACE_MISS_CAPACITY);
+    assert_int_equal(largest, 1000);
+    /* a worker that declared nothing (0) holds what its max_context allows */
+    assert_int_equal(router_place_decode(r, 1001, &gen, NULL, NULL), -1);
+    add_worker(r, "decode-any", TANDEM__ROLE__ROLE_DECODE, NULL, 0, 1);
+    assert_true(router_place_decode(r, 1001, &gen, NULL, NULL) >= 0);
+    router_registry_destroy(r);
+}
+
+/* ---- a router with fake workers ----------------------------------------------------------- */
+
+typedef struct {
+    char model_dir[PATH_BYTES];
+    router_t *router;
+    int port;
+    const proto_compat_t *compat;
+    const char *endpoint;
+} fixture_t;
+
+typedef struct {
+    long status;
+    char *body;
+    size_t n_body;
+} http_resp_t;
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+    http_resp_t *r = arg;
+    char *grown = realloc(r->body, r->n_body + size * n + 1);
+
+    if (grown == NULL) {
+        return 0;
+    }
+    r->body = grown;
+    memcpy(r->body + r->n_body, data, size * n);
+    r->n_body += size * n;
+    r->body[r->n_body] = '\0';
+    return size * n;
+}
+
+static void http_do(int port, const char *path, const char *body, http_resp_t *out)
+{
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = NULL;
+    char url[256];
+
+    memset(out, 0, sizeof(*out));
+    assert_non_null(curl);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    if (body != NULL) {
+        headers = curl_slist_append(headers, "Content-Type: application/json");
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    }
+    assert_int_equal(curl_easy_perform(curl), CURLE_OK);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    if (out->body == NULL) {
+        out->body = calloc(1, 1);
+    }
+}
+
+static int run_shell(const char *command)
+{
+    int rc = system(command);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int setup_router(void **state)
+{
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char command[PATH_BYTES * 4];
+    char err[ERR_BYTES] = "";
+    router_params_t params;
+    fixture_t *fx;
+
+    if (bin == NULL || tmp == NULL) {
+        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest)\n");
+        return -1;
+    }
+    fx = calloc(1, sizeof(*fx));
+    snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/handshake-model", tmp);
+    snprintf(command, sizeof(command),
+             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
+             "--preset tiny --seed 1 --out %s >/dev/null",
+             fx->model_dir, bin, bin, fx->model_dir);
+    if (run_shell(command) != 0) {
+        free(fx);
+        return -1;
+    }
+    router_params_default(&params);
+    params.model.model_dir = fx->model_dir;
+    params.model.served_name = "tiny";
+    params.http.host = "127.0.0.1";
+    params.http.port = 0;
+    params.http.turn.timeout_ms = 10000;
+    params.http.turn.keepalive_ms = 1000;
+    params.control.endpoint = "tcp://127.0.0.1:*";
+    params.control.heartbeat_interval_ms = FAKE_HEARTBEAT_MS;
+    params.control.heartbeat_timeout_ms = 2000;
+    params.control.dispatch.local_prefill_tokens = LOCAL_PREFILL_TOKENS;
+    params.control.dispatch.reservation_timeout_ms = 5000;
+    params.control.dispatch.prefill_timeout_ms = 5000;
+    if (router_create(&params, &fx->router, err, sizeof(err)) != TDM_OK) {
+        print_message("router_create: %s\n", err);
+        free(fx);
+        return -1;
+    }
+    fx->port = router_http_port_bound(fx->router);
+    fx->compat = router_model_compat(router_model(fx->router));
+    fx->endpoint = router_control_endpoint_bound(fx->router);
+    *state = fx;
+    return 0;
+}
+
+static int teardown_router(void **state)
+{
+    fixture_t *fx = *state;
+
+    router_destroy(fx->router);
+    free(fx);
+    return 0;
+}
+
+static void start_fake(fake_worker_t *w)
+{
+    fake_start(w);
+    assert_int_equal(fake_wait_registered(w, 5000), 1);
+}
+
+static void stop_fake(fake_worker_t *w)
+{
+    fake_kill(w);
+    fake_fini(w);
+}
+
+/* A /v1/completions body of n prompt ids (none special) and max_tokens 4. */
+static char *ids_body(size_t n)
+{
+    char *body = malloc(n * 8 + 128);
+    size_t used = (size_t)sprintf(body, "{\"model\":\"tiny\",\"max_tokens\":4,\"prompt\":[");
+
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)sprintf(body + used, "%s%d", i > 0 ? "," : "", (int)(50 + i % 200));
+    }
+    sprintf(body + used, "]}");
+    return body;
+}
+
+static void post_ids(const fixture_t *fx, size_t n, http_resp_t *r)
+{
+    char *body = ids_body(n);
+
+    http_do(fx->port, "/v1/completions", body, r);
+    free(body);
+}
+
+/* The sample of /metrics on the line starting `line_prefix` (e.g.
+ * "tandem_x{reason=\"transport\"} "), or -1. */
+static double metric(const fixture_t *fx, const char *line_prefix)
+{
+    char want[256];
+    http_resp_t r;
+    const char *at;
+    double v = -1.0;
+
+    snprintf(want, sizeof(want), "\n%s", line_prefix);
+    http_do(fx->port, "/metrics", NULL, &r);
+    at = strstr(r.body, want);
+    if (at != NULL) {
+        v = strtod(at + strlen(want), NULL);
+    }
+    free(r.body);
+    return v;
+}
+
+/* Issue 16: two checkpoints with the same config (same model fingerprint) and different weights
+ * cannot join the same cluster; nor can a worker of another KV layout. */
+static void test_other_weights_or_kv_layout_cannot_register(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t other_weights;
+    fake_worker_t other_layout;
+    fake_worker_t good;
+    char want[64];
+
+    assert_true(fx->compat->weights_digest != 0);
+    assert_non_null(fx->compat->kv_layout);
+    assert_non_null(strstr(fx->compat->kv_layout, "tandem-kv1:"));
+
+    fake_init(&other_weights, "decode-other-weights", TANDEM__ROLE__ROLE_DECODE, "rack0",
+              fx->compat, fx->endpoint);
+    other_weights.weights_digest ^= 0x40;
+    fake_start(&other_weights);
+    assert_int_equal(fake_wait_registered(&other_weights, 5000), -1);
+    assert_non_null(strstr(other_weights.refuse_reason, "weights digest mismatch"));
+    snprintf(want, sizeof(want), "router 0x%016llx",
+             (unsigned long long)fx->compat->weights_digest);
+    assert_non_null(strstr(other_weights.refuse_reason, want));
+    snprintf(want, sizeof(want), "worker 0x%016llx",
+             (unsigned long long)(fx->compat->weights_digest ^ 0x40));
+    assert_non_null(strstr(other_weights.refuse_reason, want));
+
+    fake_init(&other_layout, "prefill-other-layout", TANDEM__ROLE__ROLE_PREFILL, "rack0",
+              fx->compat, fx->endpoint);
+    snprintf(other_layout.kv_layout, sizeof(other_layout.kv_layout), "tandem-kv1:src=999");
+    fake_start(&other_layout);
+    assert_int_equal(fake_wait_registered(&other_layout, 5000), -1);
+    assert_non_null(strstr(other_layout.refuse_reason, "kv layout mismatch"));
+    assert_non_null(strstr(other_layout.refuse_reason, "src=999"));
+
+    fake_init(&good, "decode-same", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
+              fx->endpoint);
+    start_fake(&good);
+    assert_true(metric(fx, "tandem_router_registrations_refused_total ") >= 2.0);
+    stop_fake(&other_weights);
+    stop_fake(&other_layout);
+    stop_fake(&good);
+}
+
+/* Issue 16: a prefill node on tcp and a decode node on shm share no transport: the old router
+ * sent every large turn to the prefill node, which could not reach the decode node's pages
+ * (503 on every remote turn while both were healthy). Now the turn prefills on the decode node,
+ * and the mismatch is flagged in /metrics. */
+static void test_prefill_worker_without_a_shared_transport_is_never_paired(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    fake_worker_t pre;
+    fake_record_t rec;
+    http_resp_t r;
+
+    fake_init(&dec, "decode-on-shm", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
+              fx->endpoint);
+    dec.transports[0] = "shm";
+    dec.n_transports = 1;
+    dec.script[0] = 70;
+    dec.n_script = 1;
+    fake_init(&pre, "prefill-on-tcp", TANDEM__ROLE__ROLE_PREFILL, "rack0", fx->compat,
+              fx->endpoint);
+    pre.transports[0] = "tcp";
+    pre.n_transports = 1;
+    start_fake(&dec);
+    start_fake(&pre);
+
+    post_ids(fx, 200, &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 0);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 0);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_LOCAL);
+    assert_int_equal(rec.n_delta, 200);
+    assert_true(metric(fx, "tandem_router_prefill_fallbacks_total{reason=\"transport\"} ") == 1.0);
+    assert_true(metric(fx, "tandem_router_transport_mismatch_pairs_total ") == 1.0);
+    stop_fake(&pre);
+    stop_fake(&dec);
+}
+
+/* Issue 16: a prefill node with a small --pages declared the model's full context, and prompts
+ * it could not hold failed four times (503 retries_exhausted) although the decode node could
+ * serve them. Now: declared too small -> never sent; not declared but answering ERROR_TOO_LARGE
+ * -> the same turn prefills locally at once, and the next one is not sent there. */
+static void test_prefill_worker_too_small_falls_back_to_local_prefill(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec;
+    fake_worker_t small;
+    fake_worker_t refusing;
+    fake_record_t rec;
+    http_resp_t r;
+
+    fake_init(&dec, "decode-roomy", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
+    dec.script[0] = 70;
+    dec.n_script = 1;
+    fake_init(&small, "prefill-small", TANDEM__ROLE__ROLE_PREFILL, "rack0", fx->compat,
+              fx->endpoint);
+    small.max_tokens = 150;
+    start_fake(&dec);
+    start_fake(&small);
+
+    post_ids(fx, 200, &r); /* 200 tokens > 150 declared */
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&small, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 0);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_LOCAL);
+    assert_true(metric(fx, "tandem_router_prefill_fallbacks_total{reason=\"capacity\"} ") == 1.0);
+
+    post_ids(fx, 100, &r); /* a new session that fits: remote as before */
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&small, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+    assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_REMOTE);
+    stop_fake(&small);
+
+    /* one that declared nothing but refuses: one job, then local; no retries */
+    {
+        fake_init(&refusing, "prefill-refusing", TANDEM__ROLE__ROLE_PREFILL, "rack0", fx->compat,
+                  fx->endpoint);
+        refusing.error_jobs = TANDEM__ERROR_CODE__ERROR_TOO_LARGE;
+        start_fake(&refusing);
+        post_ids(fx, 300, &r);
+        if (r.status != 200) {
+            print_message("got %ld: %s\n", r.status, r.body);
+        }
+        assert_int_equal(r.status, 200);
+        free(r.body);
+        assert_int_equal(fake_n_records(&refusing, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+        assert_true(fake_n_aborts(&dec) >= 1); /* the reservation was given back */
+        assert_true(fake_last(&dec, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &rec));
+        assert_int_equal(rec.mode, TANDEM__PREFILL_MODE__PREFILL_LOCAL);
+        /* (not asserted: retries. The fake answers the reservation's Abort with a Finish, which
+         * a real decode node does not send before its DecodeRequest; the router may count that
+         * as one retry, which again prefills locally. The old router sent all four attempts to
+         * the refusing worker.) */
+        post_ids(fx, 310, &r); /* learnt: not sent there again */
+        assert_int_equal(r.status, 200);
+        free(r.body);
+        assert_int_equal(fake_n_records(&refusing, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+        stop_fake(&refusing);
+    }
+    stop_fake(&dec);
+}
+
+/* Issue 16: a prompt no decode worker can hold is refused cleanly (400, naming the limit) without
+ * being sent anywhere, not retried into a 503. */
+static void test_prompt_longer_than_every_decode_worker_holds_is_a_clean_400(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t a;
+    fake_worker_t b;
+    http_resp_t r;
+
+    fake_init(&a, "decode-120", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
+    a.max_tokens = 120;
+    fake_init(&b, "decode-90", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
+    b.max_tokens = 90;
+    a.script[0] = b.script[0] = 70;
+    a.n_script = b.n_script = 1;
+    start_fake(&a);
+    start_fake(&b);
+
+    post_ids(fx, 200, &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "context_length_exceeded"));
+    assert_non_null(strstr(r.body, "120")); /* the largest declared limit */
+    free(r.body);
+    assert_int_equal(fake_n_records(&a, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 0);
+    assert_int_equal(fake_n_records(&b, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 0);
+    assert_true(metric(fx, "tandem_router_retries_total ") == 0.0);
+
+    post_ids(fx, 100, &r); /* fits a only */
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&a, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 1);
+    assert_int_equal(fake_n_records(&b, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 0);
+    stop_fake(&a);
+    stop_fake(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_router_stall_is_not_counted_against_workers),
+        cmocka_unit_test(test_stalled_worker_is_skipped_then_lost_after_its_grace),
+        cmocka_unit_test(test_placement_pairs_only_shared_transports_and_declared_capacity),
+        cmocka_unit_test_setup_teardown(test_other_weights_or_kv_layout_cannot_register,
+                                        setup_router, teardown_router),
+        cmocka_unit_test_setup_teardown(
+            test_prefill_worker_without_a_shared_transport_is_never_paired, setup_router,
+            teardown_router),
+        cmocka_unit_test_setup_teardown(test_prefill_worker_too_small_falls_back_to_local_prefill,
+                                        setup_router, teardown_router),
+        cmocka_unit_test_setup_teardown(
+            test_prompt_longer_than_every_decode_worker_holds_is_a_clean_400, setup_router,
+            teardown_router),
+    };
+
+    tdm_log_set_level(TDM_LOG_WARN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    {
+        int rc = cmocka_run_group_tests(tests, NULL, NULL);
+        curl_global_cleanup();
+        return rc;
+    }
+}
