@@ -497,6 +497,51 @@ static void test_other_weights_or_kv_layout_cannot_register(void **state)
     stop_fake(&good);
 }
 
+/* Issue 16, end to end with the real executable: a copy of the router's checkpoint whose weights
+ * differ only past the first MiB of a shard (same config, same model fingerprint) cannot join:
+ * tandem-decode exits 3 (refused) naming the weights digests. */
+static void test_real_worker_of_another_revision_is_refused(void **state)
+{
+    fixture_t *fx = *state;
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char dir[PATH_BYTES];
+    char log_path[PATH_BYTES];
+    char command[PATH_BYTES * 6];
+    char text[8192] = "";
+    FILE *f;
+    size_t n;
+
+    snprintf(dir, sizeof(dir), "%.2000s/handshake-model-revision", tmp);
+    snprintf(log_path, sizeof(log_path), "%.2000s/handshake-revision.log", tmp);
+    /* flip the last byte of the largest shard: deep in its data, past the fingerprint's MiB */
+    snprintf(command, sizeof(command),
+             "rm -rf %s && cp -r %s %s && rm -f %s/.tandem-weights-digest && "
+             "s=$(ls -S %s/*.safetensors | head -1) && "
+             "python3 -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); "
+             "b[-1]^=0x5a; open(p,'wb').write(b)\" $s",
+             dir, fx->model_dir, dir, dir, dir);
+    if (run_shell("command -v python3 >/dev/null") != 0) {
+        print_message("python3 not found: skipping the real-worker check\n");
+        skip();
+    }
+    assert_int_equal(run_shell(command), 0);
+    snprintf(command, sizeof(command),
+             "timeout 120 %s/tandem-decode --model %s --router %s --http 127.0.0.1:0 --pages 64 "
+             "--threads 1 --register-timeout-ms 20000 --log-level warn >%s 2>&1",
+             bin, dir, fx->endpoint, log_path);
+    assert_int_equal(run_shell(command), 3); /* NODE_EXIT_REFUSED */
+    f = fopen(log_path, "rb");
+    assert_non_null(f);
+    n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    if (strstr(text, "weights digest mismatch") == NULL) {
+        print_message("tandem-decode said: %s\n", text);
+    }
+    assert_non_null(strstr(text, "weights digest mismatch"));
+}
+
 /* Issue 16: a prefill node on tcp and a decode node on shm share no transport: the old router
  * sent every large turn to the prefill node, which could not reach the decode node's pages
  * (503 on every remote turn while both were healthy). Now the turn prefills on the decode node,
@@ -646,6 +691,8 @@ int main(void)
         cmocka_unit_test(test_stalled_worker_is_skipped_then_lost_after_its_grace),
         cmocka_unit_test(test_placement_pairs_only_shared_transports_and_declared_capacity),
         cmocka_unit_test_setup_teardown(test_other_weights_or_kv_layout_cannot_register,
+                                        setup_router, teardown_router),
+        cmocka_unit_test_setup_teardown(test_real_worker_of_another_revision_is_refused,
                                         setup_router, teardown_router),
         cmocka_unit_test_setup_teardown(
             test_prefill_worker_without_a_shared_transport_is_never_paired, setup_router,
