@@ -771,6 +771,47 @@ static void test_valid_variations_load(void **state)
     assert_int_equal(cfg.roles[1].flags & ENGINE_ROLE_ENGRAM, 0);
 }
 
+/* Capacity.max_tokens of a worker (issue 16): the longest sequence whose KV pages fit, checked
+ * against a direct count of pages per KV source; and the KV layout name both ends compare. */
+static void test_max_tokens_in_pages_and_kv_layout(void **state)
+{
+    engine_config_t tiny;
+    engine_config_t small;
+    char a[ENGINE_CONFIG_KV_LAYOUT_BYTES];
+    char b[ENGINE_CONFIG_KV_LAYOUT_BYTES];
+    char c[ENGINE_CONFIG_KV_LAYOUT_BYTES];
+
+    (void)state;
+    assert_int_equal(engine_config_preset("tiny", &tiny), TDM_OK);
+    assert_int_equal(engine_config_preset("small", &small), TDM_OK);
+    for (uint64_t pages = 0; pages < 200; pages += 7) {
+        uint64_t t = engine_config_max_tokens_in_pages(&tiny, pages, 1u << 20);
+        uint64_t used = 0;
+        uint64_t used_next = 0;
+        for (int i = 0; i < tiny.n_kv_source_layer_ids; i++) {
+            int layer = (int)tiny.kv_source_layer_ids[i];
+            used += (uint64_t)((engine_config_n_c(&tiny, layer, (int64_t)t - 1) + 63) / 64);
+            used_next += (uint64_t)((engine_config_n_c(&tiny, layer, (int64_t)t) + 63) / 64);
+        }
+        assert_true(used <= pages);      /* t fits */
+        assert_true(used_next > pages);  /* t + 1 does not */
+    }
+    /* a pool larger than the limit needs: the limit */
+    assert_int_equal(engine_config_max_tokens_in_pages(&tiny, 1u << 30, 4096), 4096);
+
+    engine_config_kv_layout(&tiny, a, sizeof(a));
+    engine_config_kv_layout(&tiny, b, sizeof(b));
+    engine_config_kv_layout(&small, c, sizeof(c));
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+    assert_non_null(strstr(a, "tandem-kv1:"));
+    assert_true(strlen(a) < 128 && strchr(a, ' ') == NULL); /* a protocol id */
+    /* moving one KV source to another layer changes the layout */
+    tiny.kv_source_layer_ids[0] += 1;
+    engine_config_kv_layout(&tiny, b, sizeof(b));
+    assert_string_not_equal(a, b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -789,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_n_c_counts_published_rows),
         cmocka_unit_test(test_every_check_fails_with_its_field_and_changes_nothing),
         cmocka_unit_test(test_valid_variations_load),
+        cmocka_unit_test(test_max_tokens_in_pages_and_kv_layout),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

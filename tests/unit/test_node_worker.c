@@ -166,9 +166,58 @@ static void test_pages_carry_the_role_id_fields_and_families(void **state)
     free(body);
 }
 
+/* Register.transports (issue 16): the lane classes of --transports / UCX_TLS, limited by
+ * --require-transport; never self or local staging copies. */
+static int declares(const node_xfer_transports_t *t, const char *name)
+{
+    for (uint32_t i = 0; i < t->n_names; i++) {
+        if (strcmp(t->names[i], name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void test_transports_declared_from_the_transfer_flags(void **state)
+{
+    node_xfer_transports_t t;
+    xfer_lane_mask_t rc_only = XFER_LANE_BIT(XFER_LANE_RC);
+
+    (void)state;
+    node_xfer_transports("tcp", 0, &t);
+    assert_int_equal(t.n_names, 1);
+    assert_true(declares(&t, "tcp"));
+    node_xfer_transports("sysv,posix,cma,self", 0, &t);
+    assert_int_equal(t.n_names, 1);
+    assert_true(declares(&t, "shm"));
+    node_xfer_transports("rc_mlx5,cuda_copy,cuda_ipc,gdr_copy", 0, &t);
+    assert_int_equal(t.n_names, 2);
+    assert_true(declares(&t, "rc") && declares(&t, "cuda_ipc"));
+    node_xfer_transports("^tcp", 0, &t);
+    assert_false(declares(&t, "tcp"));
+    assert_true(declares(&t, "shm") && declares(&t, "rc"));
+    node_xfer_transports("sm,ib", 0, &t);
+    assert_true(declares(&t, "shm") && declares(&t, "rc") && declares(&t, "ud"));
+    node_xfer_transports("tcp,some_future_tl", 0, &t); /* kept as written */
+    assert_true(declares(&t, "tcp") && declares(&t, "some_future_tl"));
+    node_xfer_transports("all", rc_only, &t);
+    assert_int_equal(t.n_names, 1);
+    assert_true(declares(&t, "rc"));
+    unsetenv("UCX_TLS");
+    node_xfer_transports(NULL, 0, &t); /* UCX's choice: every peer class */
+    assert_true(declares(&t, "tcp") && declares(&t, "shm"));
+    assert_false(declares(&t, "self"));
+    setenv("UCX_TLS", "shm", 1);
+    node_xfer_transports(NULL, 0, &t);
+    assert_int_equal(t.n_names, 1);
+    assert_true(declares(&t, "shm"));
+    unsetenv("UCX_TLS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transports_declared_from_the_transfer_flags),
         cmocka_unit_test(test_shared_and_own_flags_land_in_the_worker_config),
         cmocka_unit_test(test_bad_or_missing_flags_are_usage_errors),
         cmocka_unit_test(test_too_many_own_flags_is_a_usage_error),
