@@ -895,6 +895,11 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
         return;
     }
     if (e->code == TANDEM__ERROR_CODE__ERROR_TOO_LARGE) {
+        router_worker_t *dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
+        if (dw != NULL && f->total_len > 0 &&
+            (dw->max_tokens == 0 || dw->max_tokens >= f->total_len)) {
+            dw->max_tokens = f->total_len - 1; /* its next turns go where they fit */
+        }
         fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "context_length_exceeded",
              "the decode worker cannot hold %zu tokens: %s", f->total_len, e->message);
         return;
