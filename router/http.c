@@ -168,9 +168,10 @@ static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *con
     router_control_snapshot(h->control, &g);
     healthy = g.workers.n_decode > 0;
     snprintf(body, sizeof(body),
-             "{\"status\":\"%s\",\"workers\":{\"prefill\":%u,\"decode\":%u},"
+             "{\"status\":\"%s\",\"workers\":{\"prefill\":%u,\"decode\":%u,\"stalled\":%u},"
              "\"workers_lost_total\":%llu,\"sessions\":%llu,\"inflight\":%llu}",
              healthy ? "ok" : "no_decode_workers", g.workers.n_prefill, g.workers.n_decode,
+             g.workers.n_stalled,
              (unsigned long long)g.workers.n_lost_total, (unsigned long long)g.n_sessions,
              (unsigned long long)g.n_inflight);
     return respond_text(conn, healthy ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE, "application/json",

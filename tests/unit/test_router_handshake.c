@@ -684,6 +684,44 @@ static void test_prompt_longer_than_every_decode_worker_holds_is_a_clean_400(voi
     stop_fake(&b);
 }
 
+/* A decode worker whose heartbeats say stalled (its I/O thread alive, its compute thread wedged)
+ * gets no new session; /health counts it. */
+static void test_stalled_decode_worker_gets_no_new_session(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t wedged;
+    fake_worker_t fine;
+    http_resp_t r;
+    uint64_t end;
+    int seen = 0;
+
+    fake_init(&wedged, "decode-wedged", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
+              fx->endpoint);
+    fake_init(&fine, "decode-fine", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
+    wedged.script[0] = fine.script[0] = 70;
+    wedged.n_script = fine.n_script = 1;
+    atomic_store(&wedged.stalled, 1);
+    start_fake(&wedged);
+    start_fake(&fine);
+    end = tdm_clock_now_ns() + 5000 * MS;
+    while (!seen && tdm_clock_now_ns() < end) { /* until a heartbeat said so */
+        http_do(fx->port, "/health", NULL, &r);
+        seen = strstr(r.body, "\"stalled\":1") != NULL;
+        free(r.body);
+        zmq_poll(NULL, 0, 10);
+    }
+    assert_true(seen);
+    for (int i = 0; i < 4; i++) {
+        post_ids(fx, 10 + (size_t)i, &r);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+    }
+    assert_int_equal(fake_n_records(&wedged, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 0);
+    assert_int_equal(fake_n_records(&fine, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 4);
+    stop_fake(&wedged);
+    stop_fake(&fine);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -702,6 +740,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_prompt_longer_than_every_decode_worker_holds_is_a_clean_400, setup_router,
             teardown_router),
+        cmocka_unit_test_setup_teardown(test_stalled_decode_worker_gets_no_new_session,
+                                        setup_router, teardown_router),
     };
 
     tdm_log_set_level(TDM_LOG_WARN);
