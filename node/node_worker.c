@@ -153,6 +153,16 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
         return NODE_EXIT_USAGE;
     }
     node_xfer_transports(cfg->transports, w->xfer_params.required_lanes, &w->transports);
+    /* Register.node: the host name (shared memory reaches only workers of the same one) */
+    if (gethostname(w->node, sizeof(w->node) - 1) != 0 || w->node[0] == '\0') {
+        snprintf(w->node, sizeof(w->node), "%.128s", w->host);
+    }
+    w->node[sizeof(w->node) - 1] = '\0';
+    for (char *p = w->node; *p != '\0'; p++) {
+        if (*p <= ' ' || *p > '~') {
+            *p = '_';
+        }
+    }
     w->n_threads = cfg->threads > 0 ? (int)cfg->threads : (n_cpu > 0 ? (int)n_cpu : 1);
     node_progress_init(&w->progress, cfg->stall_timeout_ms);
     node_link_make_id(role, w->id, sizeof(w->id));
@@ -283,7 +293,7 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.role = w->proto_role;
     lp.incarnation_id = w->id;
     lp.rack = w->cfg->rack;
-    lp.node = w->host;
+    lp.node = w->node;
     lp.page_bytes = w->page_bytes;
     lp.tokens_per_block = w->tokens_per_block;
     lp.max_context = (uint32_t)w->config->max_position_embeddings;

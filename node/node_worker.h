@@ -105,6 +105,7 @@ typedef struct {
     char id[NODE_ID_BYTES + 1];        /* this incarnation's id (node_link_make_id) */
     char host[NODE_WORKER_HOST_BYTES]; /* --http's HOST */
     uint16_t port;                     /* --http's PORT (0: any) */
+    char node[PROTO_MAX_ID_BYTES + 1]; /* the host name (Register.node), printable */
     char endpoint[NODE_WORKER_HOST_BYTES + 8]; /* HOST:bound-port, once serving */
     int n_threads;                             /* kernel threads (--threads, or online CPUs) */
     xfer_context_params_t xfer_params;         /* from the transfer flags */

@@ -93,9 +93,14 @@ int router_registry_transports_shared(const router_worker_t *a, const router_wor
     }
     for (uint32_t i = 0; i < a->n_transports; i++) {
         for (uint32_t j = 0; j < b->n_transports; j++) {
-            if (strcmp(a->transports[i], b->transports[j]) == 0) {
-                return 1;
+            if (strcmp(a->transports[i], b->transports[j]) != 0) {
+                continue;
             }
+            /* shared memory reaches only a worker on the same host */
+            if (strcmp(a->transports[i], "shm") == 0 && strcmp(a->node, b->node) != 0) {
+                continue;
+            }
+            return 1;
         }
     }
     return 0;

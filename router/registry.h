@@ -173,7 +173,8 @@ int router_registry_expire(const router_registry_t *registry, uint64_t now_ns,
 
 /*
  * router_registry_transports_shared - whether workers a and b can move pages: 1 when either
- * declared no transports (an older worker: any) or they declare at least one name in common.
+ * declared no transports (an older worker: any) or they declare at least one name in common
+ * ("shm" counts only between workers of the same Register.node, the host name).
  */
 int router_registry_transports_shared(const router_worker_t *a, const router_worker_t *b);
 

@@ -106,18 +106,26 @@ static void make_reg(reg_msg_t *m, const char *id, Tandem__Role role, const char
     m->reg.transports = m->transports;
 }
 
-static int add_worker(router_registry_t *r, const char *id, Tandem__Role role,
-                      const char *const *names, uint64_t max_tokens, uint64_t now_ns)
+static int add_worker_on(router_registry_t *r, const char *id, Tandem__Role role,
+                         const char *const *names, uint64_t max_tokens, const char *node,
+                         uint64_t now_ns)
 {
     reg_msg_t m;
     char reason[ERR_BYTES] = "";
     int slot = -1;
 
     make_reg(&m, id, role, names, max_tokens);
+    m.reg.node = (char *)node;
     assert_int_equal(router_registry_register(r, id, &m.reg, now_ns, &slot, reason,
                                               sizeof(reason)),
                      TDM_OK);
     return slot;
+}
+
+static int add_worker(router_registry_t *r, const char *id, Tandem__Role role,
+                      const char *const *names, uint64_t max_tokens, uint64_t now_ns)
+{
+    return add_worker_on(r, id, role, names, max_tokens, "host", now_ns);
 }
 
 static void heartbeat(router_registry_t *r, const char *id, int stalled, uint32_t free_pages,
@@ -276,6 +284,19 @@ static void test_placement_pairs_only_shared_transports_and_declared_capacity(vo
     assert_int_equal(router_place_decode(r, 1001, &gen, NULL, NULL), -1);
     add_worker(r, "decode-any", TANDEM__ROLE__ROLE_DECODE, NULL, 0, 1);
     assert_true(router_place_decode(r, 1001, &gen, NULL, NULL) >= 0);
+    router_registry_destroy(r);
+
+    /* shared memory reaches only the same host: shm-only workers on two hosts never pair */
+    assert_int_equal(router_registry_create(test_compat(), 1500, &r), TDM_OK);
+    d = add_worker_on(r, "decode-host1", TANDEM__ROLE__ROLE_DECODE, shm, 0, "host1", 1);
+    p_tcp = add_worker_on(r, "prefill-host2", TANDEM__ROLE__ROLE_PREFILL, shm, 0, "host2", 1);
+    dec = router_registry_worker(r, d, 0);
+    assert_int_equal(router_place_prefill(r, dec, 100, &gen, &miss), -1);
+    assert_int_equal(miss, ROUTER_PLACE_MISS_TRANSPORT);
+    p_small = add_worker_on(r, "prefill-host1", TANDEM__ROLE__ROLE_PREFILL, shm, 0, "host1", 1);
+    assert_int_equal(router_place_prefill(r, dec, 100, &gen, NULL), p_small);
+    router_registry_stats(r, &st);
+    assert_int_equal(st.n_transport_mismatch_total, 1);
     router_registry_destroy(r);
 }
 
