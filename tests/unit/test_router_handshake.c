@@ -19,8 +19,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -413,10 +415,20 @@ static int setup_router(void **state)
     return 0;
 }
 
+/* Real workers started and not yet stopped: teardown stops them when a test fails half-way. */
+#define MAX_SPAWNED 8
+static pid_t g_spawned[MAX_SPAWNED];
+static void stop_worker(pid_t pid);
+
 static int teardown_router(void **state)
 {
     fixture_t *fx = *state;
 
+    for (size_t i = 0; i < MAX_SPAWNED; i++) {
+        if (g_spawned[i] != 0) {
+            stop_worker(g_spawned[i]);
+        }
+    }
     router_destroy(fx->router);
     free(fx);
     return 0;
@@ -561,6 +573,143 @@ static void test_real_worker_of_another_revision_is_refused(void **state)
         print_message("tandem-decode said: %s\n", text);
     }
     assert_non_null(strstr(text, "weights digest mismatch"));
+}
+
+/* ---- real workers -------------------------------------------------------------------------- */
+
+
+/* Start `exe` (in $TANDEM_BIN_DIR) with the model, the router and `extra` (NULL-terminated),
+ * output into $TANDEM_TEST_TMP/<log_name>; returns the child's pid. */
+static pid_t spawn_worker(const fixture_t *fx, const char *exe, const char *const *extra,
+                          const char *log_name)
+{
+    const char *bin = getenv("TANDEM_BIN_DIR");
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char path[PATH_BYTES];
+    char log_path[PATH_BYTES];
+    const char *argv[32];
+    size_t n = 0;
+    pid_t pid;
+
+    snprintf(path, sizeof(path), "%.2000s/%s", bin, exe);
+    snprintf(log_path, sizeof(log_path), "%.2000s/%s", tmp, log_name);
+    argv[n++] = path;
+    argv[n++] = "--model";
+    argv[n++] = fx->model_dir;
+    argv[n++] = "--router";
+    argv[n++] = fx->endpoint;
+    argv[n++] = "--http";
+    argv[n++] = "127.0.0.1:0";
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    argv[n++] = "--log-level";
+    argv[n++] = "info";
+    for (size_t i = 0; extra[i] != NULL && n + 1 < sizeof(argv) / sizeof(argv[0]); i++) {
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *f = freopen(log_path, "w", stderr);
+        (void)f;
+        execv(path, (char *const *)argv);
+        _exit(127);
+    }
+    for (size_t i = 0; i < MAX_SPAWNED; i++) {
+        if (g_spawned[i] == 0) {
+            g_spawned[i] = pid;
+            break;
+        }
+    }
+    return pid;
+}
+
+static void stop_worker(pid_t pid)
+{
+    int st = 0;
+
+    kill(pid, SIGTERM);
+    waitpid(pid, &st, 0);
+    for (size_t i = 0; i < MAX_SPAWNED; i++) {
+        if (g_spawned[i] == pid) {
+            g_spawned[i] = 0;
+        }
+    }
+}
+
+/* Poll /health until it shows `want` (e.g. "\"prefill\":1,\"decode\":1") or 30 s pass. */
+static int wait_health(const fixture_t *fx, const char *want)
+{
+    uint64_t end = tdm_clock_now_ns() + 30000 * MS;
+
+    while (tdm_clock_now_ns() < end) {
+        http_resp_t r;
+        int ok;
+        http_do(fx->port, "/health", NULL, &r);
+        ok = strstr(r.body, want) != NULL;
+        free(r.body);
+        if (ok) {
+            return 1;
+        }
+        zmq_poll(NULL, 0, 50);
+    }
+    return 0;
+}
+
+/* Issue 16 with the real executables: tandem-prefill --transports tcp and tandem-decode
+ * --transports sm,self declare what they can use, and the router prefills those turns on the
+ * decode node (200; the old router's remote turns failed). Then a prefill node with --pages 16
+ * declares what 16 pages hold: a longer prompt prefills locally, a shorter one remotely, and
+ * nothing is retried. */
+static void test_real_workers_declare_transports_and_capacity(void **state)
+{
+    fixture_t *fx = *state;
+    static const char *const decode_shm[] = {"--transports", "sm,self", "--pages", "512", NULL};
+    static const char *const prefill_tcp[] = {"--transports", "tcp", "--pages", "512", NULL};
+    static const char *const decode_any[] = {"--pages", "512", NULL};
+    static const char *const prefill_small[] = {"--pages", "16", NULL};
+    http_resp_t r;
+    pid_t dec;
+    pid_t pre;
+
+    dec = spawn_worker(fx, "tandem-decode", decode_shm, "handshake-decode-shm.log");
+    pre = spawn_worker(fx, "tandem-prefill", prefill_tcp, "handshake-prefill-tcp.log");
+    assert_true(wait_health(fx, "\"prefill\":1,\"decode\":1"));
+    post_ids(fx, 200, &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_true(metric(fx, "tandem_router_prefill_fallbacks_total{reason=\"transport\"} ") == 1.0);
+    assert_true(metric(fx, "tandem_router_prefill_tokens_total{mode=\"remote\"} ") == 0.0);
+    assert_true(metric(fx, "tandem_router_transport_mismatch_pairs_total ") == 1.0);
+    stop_worker(pre);
+    stop_worker(dec);
+    assert_true(wait_health(fx, "\"prefill\":0,\"decode\":0"));
+
+    dec = spawn_worker(fx, "tandem-decode", decode_any, "handshake-decode.log");
+    pre = spawn_worker(fx, "tandem-prefill", prefill_small, "handshake-prefill-small.log");
+    assert_true(wait_health(fx, "\"prefill\":1,\"decode\":1"));
+    post_ids(fx, 1000, &r); /* 16 pages hold 641 tokens of the tiny preset */
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_true(metric(fx, "tandem_router_prefill_fallbacks_total{reason=\"capacity\"} ") == 1.0);
+    assert_true(metric(fx, "tandem_router_prefill_tokens_total{mode=\"remote\"} ") == 0.0);
+    {
+        char *body = malloc(600 * 8 + 128);
+        size_t used = (size_t)sprintf(body, "{\"model\":\"tiny\",\"max_tokens\":4,\"prompt\":[");
+        for (size_t i = 0; i < 600; i++) { /* another prefix: a new session */
+            used += (size_t)sprintf(body + used, "%s%d", i > 0 ? "," : "", (int)(7 + i % 300));
+        }
+        sprintf(body + used, "]}");
+        http_do(fx->port, "/v1/completions", body, &r);
+        free(body);
+    }
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_true(metric(fx, "tandem_router_prefill_tokens_total{mode=\"remote\"} ") == 600.0);
+    assert_true(metric(fx, "tandem_router_retries_total ") == 0.0);
+    stop_worker(pre);
+    stop_worker(dec);
 }
 
 /* Issue 16: a prefill node on tcp and a decode node on shm share no transport: the old router
@@ -762,6 +911,8 @@ int main(void)
             test_prompt_longer_than_every_decode_worker_holds_is_a_clean_400, setup_router,
             teardown_router),
         cmocka_unit_test_setup_teardown(test_stalled_decode_worker_gets_no_new_session,
+                                        setup_router, teardown_router),
+        cmocka_unit_test_setup_teardown(test_real_workers_declare_transports_and_capacity,
                                         setup_router, teardown_router),
     };
 
