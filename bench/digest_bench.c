@@ -142,8 +142,7 @@ int main(int argc, char **argv)
     dir = cfg.model_dir;
     if (dir == NULL) {
         if (write_synthetic(cfg.dir, cfg.mib) != 0) {
-            fprintf(stderr, "tandem-bench-digest: cannot write %s: %s\n", cfg.dir,
-                    strerror(errno));
+            fprintf(stderr, "tandem-bench-digest: cannot write %s: %s\n", cfg.dir, strerror(errno));
             return 1;
         }
         dir = cfg.dir;

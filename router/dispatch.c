@@ -363,31 +363,22 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     send_to(d, f->decode_slot, f->decode_gen, &env);
 }
 
-/* Count a remote prefill that could not be placed and became local (issue 16). */
+/* Count a remote prefill that could not be placed and became local (issue 16); no prefill
+ * worker at all (MISS_NONE) is the plan, not a fallback. */
 static void count_fallback(router_dispatch_t *d, router_place_miss_t miss, const inflight_t *f)
 {
-    router_metric_t which;
+    static const router_metric_t metric_of[] = {
+        [ROUTER_PLACE_MISS_STALLED] = ROUTER_METRIC_PREFILL_FALLBACK_STALLED,
+        [ROUTER_PLACE_MISS_TRANSPORT] = ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT,
+        [ROUTER_PLACE_MISS_CAPACITY] = ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY,
+    };
 
-    switch (miss) {
-    case ROUTER_PLACE_MISS_TRANSPORT:
-        which = ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT;
-        break;
-    case ROUTER_PLACE_MISS_CAPACITY:
-        which = ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY;
-        break;
-    case ROUTER_PLACE_MISS_STALLED:
-        which = ROUTER_METRIC_PREFILL_FALLBACK_STALLED;
-        break;
-    default:
-        return; /* no prefill worker at all: local prefill is the plan, not a fallback */
+    if (miss != ROUTER_PLACE_MISS_NONE) {
+        router_metrics_count(d->metrics, metric_of[miss], 1);
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "local prefill fallback: request=%llu tokens=%zu "
+                "reason=\"%s\"", (unsigned long long)f->id, f->total_len,
+                router_place_miss_name(miss));
     }
-    router_metrics_count(d->metrics, which, 1);
-    tdm_log(TDM_LOG_DEBUG, "dispatch",
-            "local prefill fallback: request=%llu tokens=%zu reason=%s", (unsigned long long)f->id,
-            f->total_len,
-            miss == ROUTER_PLACE_MISS_TRANSPORT  ? "no prefill worker shares a transport"
-            : miss == ROUTER_PLACE_MISS_CAPACITY ? "no prefill worker holds the sequence"
-                                                 : "every prefill worker stalled or draining");
 }
 
 /* The session's decode worker for this attempt: its sticky worker while that one is placeable

@@ -32,6 +32,20 @@ static double rack_backlog_s(router_registry_t *registry, const char *rack)
     return best;
 }
 
+const char *router_place_miss_name(router_place_miss_t miss)
+{
+    switch (miss) {
+    case ROUTER_PLACE_MISS_STALLED:
+        return "every worker of the role is stalled or draining";
+    case ROUTER_PLACE_MISS_TRANSPORT:
+        return "no prefill worker shares a transport with the decode worker";
+    case ROUTER_PLACE_MISS_CAPACITY:
+        return "no worker of the role declared it holds the sequence";
+    default:
+        return "no worker of the role";
+    }
+}
+
 int router_worker_holds(const router_worker_t *w, uint64_t n_tokens)
 {
     return w->max_tokens == 0 || n_tokens <= w->max_tokens;

@@ -35,6 +35,10 @@ typedef enum {
     ROUTER_PLACE_MISS_CAPACITY = 3,  /* none declared it can hold n_tokens */
 } router_place_miss_t;
 
+/* router_place_miss_name - one line for logs, e.g. "no prefill worker shares a transport with
+ * the decode worker". Static. */
+const char *router_place_miss_name(router_place_miss_t miss);
+
 /*
  * router_worker_holds - whether `w` declared it can hold a sequence of n_tokens tokens
  * (Capacity.max_tokens; a worker that declared 0 holds anything its max_context allows).

@@ -118,8 +118,7 @@ static int add_worker_on(router_registry_t *r, const char *id, Tandem__Role role
 
     make_reg(&m, id, role, names, max_tokens);
     m.reg.node = (char *)node;
-    assert_int_equal(router_registry_register(r, id, &m.reg, now_ns, &slot, reason,
-                                              sizeof(reason)),
+    assert_int_equal(router_registry_register(r, id, &m.reg, now_ns, &slot, reason, sizeof(reason)),
                      TDM_OK);
     return slot;
 }
@@ -521,8 +520,7 @@ static void test_other_weights_or_kv_layout_cannot_register(void **state)
     assert_non_null(strstr(other_layout.refuse_reason, "kv layout mismatch"));
     assert_non_null(strstr(other_layout.refuse_reason, "src=999"));
 
-    fake_init(&good, "decode-same", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
-              fx->endpoint);
+    fake_init(&good, "decode-same", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
     start_fake(&good);
     assert_true(metric(fx, "tandem_router_registrations_refused_total ") >= 2.0);
     stop_fake(&other_weights);
@@ -576,7 +574,6 @@ static void test_real_worker_of_another_revision_is_refused(void **state)
 }
 
 /* ---- real workers -------------------------------------------------------------------------- */
-
 
 /* Start `exe` (in $TANDEM_BIN_DIR) with the model, the router and `extra` (NULL-terminated),
  * output into $TANDEM_TEST_TMP/<log_name>; returns the child's pid. */
@@ -724,8 +721,7 @@ static void test_prefill_worker_without_a_shared_transport_is_never_paired(void 
     fake_record_t rec;
     http_resp_t r;
 
-    fake_init(&dec, "decode-on-shm", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat,
-              fx->endpoint);
+    fake_init(&dec, "decode-on-shm", TANDEM__ROLE__ROLE_DECODE, "rack0", fx->compat, fx->endpoint);
     dec.transports[0] = "shm";
     dec.n_transports = 1;
     dec.script[0] = 70;
