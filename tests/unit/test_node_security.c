@@ -167,6 +167,8 @@ static tdm_status_t join(const router_t *router, const char *id, const char *key
     lp.rack = "rack0";
     lp.node = "localhost";
     lp.model_fingerprint = compat->model_fingerprint;
+    lp.weights_digest = compat->weights_digest; /* the handshake checks both (issue 16) */
+    lp.kv_layout = compat->kv_layout;
     lp.page_bytes = compat->page_bytes;
     lp.tokens_per_block = compat->tokens_per_block;
     lp.max_context = compat->max_context;
