@@ -1,8 +1,8 @@
 /* digest_bench.c - tandem-bench-digest: what the weights digest (common/fingerprint.h,
  * tdm_weights_digest: every shard byte through XXH3 once) costs at start, beside a plain read of
  * the same bytes in the same run (the floor: a worker's model load reads them too), and what the
- * cached digest costs (the key check only). Checkpoint: --model, or a synthetic shard of --mib
- * MiB written into --dir. Prints each pass's GiB/s and its ratio to the plain read. Results go
+ * cached digest costs (the key check only). Checkpoint: --model, or --mib MiB of synthetic
+ * shards (--shards of them, hashed in parallel) written into --dir. Prints each pass's GiB/s and its ratio to the plain read. Results go
  * into docs/BENCHMARKS.md.
  */
 #include "common/clock.h"
@@ -28,6 +28,7 @@ typedef struct {
     const char *model_dir;
     const char *dir;
     uint32_t mib;
+    uint32_t shards;
     uint32_t reps;
 } bench_cfg_t;
 
@@ -38,6 +39,8 @@ static const tdm_flag_t bench_flags[] = {
      "where the synthetic shard is written (removed at the end)", 0, 0, 0},
     {"mib", TDM_FLAG_U32, "512", offsetof(bench_cfg_t, mib), "synthetic shard size, MiB", 1,
      1u << 20, 0},
+    {"shards", TDM_FLAG_U32, "8", offsetof(bench_cfg_t, shards),
+     "synthetic shards the --mib are split into (hashed in parallel)", 1, 4096, 0},
     {"reps", TDM_FLAG_U32, "3", offsetof(bench_cfg_t, reps), "passes of each kind (best kept)", 1,
      100, 0},
 };
@@ -82,7 +85,7 @@ static tdm_status_t plain_read(const char *dir, uint64_t *n_out)
     return TDM_OK;
 }
 
-static int write_synthetic(const char *dir, uint32_t mib)
+static int write_synthetic(const char *dir, uint32_t mib, uint32_t shards)
 {
     char path[BENCH_PATH_BYTES];
     unsigned char *buf = malloc(1u << 20);
@@ -94,13 +97,20 @@ static int write_synthetic(const char *dir, uint32_t mib)
         free(buf);
         return -1;
     }
-    snprintf(path, sizeof(path), "%.3000s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    if (f == NULL) {
-        free(buf);
-        return -1;
-    }
+    f = NULL;
     for (uint32_t m = 0; m < mib; m++) {
+        if (m % ((mib + shards - 1) / shards) == 0) {
+            if (f != NULL && fclose(f) != 0) {
+                free(buf);
+                return -1;
+            }
+            snprintf(path, sizeof(path), "%.3000s/model-%05u.safetensors", dir, m);
+            f = fopen(path, "wb");
+            if (f == NULL) {
+                free(buf);
+                return -1;
+            }
+        }
         for (size_t i = 0; i < (1u << 20); i++) {
             x ^= x << 13;
             x ^= x >> 7;
@@ -114,7 +124,7 @@ static int write_synthetic(const char *dir, uint32_t mib)
         }
     }
     free(buf);
-    return fclose(f) == 0 ? 0 : -1;
+    return f == NULL || fclose(f) == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -141,7 +151,7 @@ int main(int argc, char **argv)
     tdm_log_set_level(TDM_LOG_WARN); /* no progress lines between the table rows */
     dir = cfg.model_dir;
     if (dir == NULL) {
-        if (write_synthetic(cfg.dir, cfg.mib) != 0) {
+        if (write_synthetic(cfg.dir, cfg.mib, cfg.shards) != 0) {
             fprintf(stderr, "tandem-bench-digest: cannot write %s: %s\n", cfg.dir, strerror(errno));
             return 1;
         }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,7 +232,7 @@ tdm_status_t tdm_model_fingerprint(const char *model_dir, uint64_t *fingerprint_
 
 /* ---- the weights digest ----------------------------------------------------------------- */
 
-#define DIGEST_CACHE_MAGIC     "tandem-weights-digest 1\n"
+#define DIGEST_CACHE_MAGIC     "tandem-weights-digest 2\n"
 #define DIGEST_CACHE_MAX_BYTES (4u << 20) /* a cache file is the key plus one line */
 #define DIGEST_KEY_LINE_BYTES  (NAME_MAX + 64)
 #define DIGEST_PROGRESS_STEPS  10u
@@ -363,89 +364,193 @@ static int fallback_cache_path(const char *model_dir, char *path, size_t path_by
     return 0;
 }
 
-/* Read every byte of one shard into the hash state, after its size as 8 little-endian bytes. */
-static tdm_status_t digest_shard(const char *path, XXH3_state_t *state, unsigned char *buf,
-                                 uint64_t total, uint64_t *done, uint64_t t0_ns, char *err,
-                                 size_t err_bytes)
-{
-    unsigned char size_bytes[8];
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* The shards of one digest, hashed by up to TDM_WEIGHTS_DIGEST_MAX_THREADS threads. */
+typedef struct {
+    const char *dir;
+    char *const *names;
+    size_t n_names;
+    uint64_t *sizes;  /* [n_names] */
+    uint64_t *hashes; /* [n_names] XXH3-64 of each whole shard */
+    uint64_t total;
+    uint64_t t0_ns;
+    pthread_mutex_t lock; /* guards what follows */
+    size_t next;          /* next shard to take */
+    uint64_t done;        /* bytes hashed so far, every thread */
+    uint32_t logged_step; /* progress lines written, of DIGEST_PROGRESS_STEPS */
+    tdm_status_t status;  /* the first failure */
+    char err[FP_PATH_BYTES + 128];
+} digest_job_t;
 
+static void job_fail(digest_job_t *job, tdm_status_t status, const char *fmt, const char *path)
+{
+    pthread_mutex_lock(&job->lock);
+    if (job->status == TDM_OK) {
+        job->status = status;
+        snprintf(job->err, sizeof(job->err), fmt, path, strerror(errno));
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+/* Count n bytes hashed; log when the total crosses the next tenth (big checkpoints only). */
+static void job_progress(digest_job_t *job, uint64_t n)
+{
+    uint32_t step;
+
+    pthread_mutex_lock(&job->lock);
+    job->done += n;
+    step = (uint32_t)((double)job->done / (double)job->total * DIGEST_PROGRESS_STEPS);
+    if (job->total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES && step > job->logged_step) {
+        double s = (double)(tdm_clock_now_ns() - job->t0_ns) / TDM_NS_PER_S;
+        double gib = (double)job->done / (double)(1ull << 30);
+        job->logged_step = step;
+        tdm_log(TDM_LOG_INFO, "fingerprint", "weights digest: %.1f of %.1f GiB (%.0f%%) %.2f GiB/s",
+                gib, (double)job->total / (double)(1ull << 30),
+                100.0 * (double)job->done / (double)job->total, s > 0.0 ? gib / s : 0.0);
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+/* XXH3-64 of every byte of shard i into job->hashes[i], its size into job->sizes[i]. */
+static void digest_shard(digest_job_t *job, size_t i, XXH3_state_t *state, unsigned char *buf)
+{
+    char path[FP_PATH_BYTES];
+    struct stat st;
+    uint64_t n = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", job->dir, job->names[i]);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) != 0) {
-        tdm_errbuf_set(err, err_bytes, "%s: %s", path, strerror(errno));
+        job_fail(job, TDM_ERR_IO, "%s: %s", path);
         if (fd >= 0) {
             close(fd);
         }
-        return TDM_ERR_IO;
+        return;
     }
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    for (int i = 0; i < 8; i++) {
-        size_bytes[i] = (unsigned char)((uint64_t)st.st_size >> (8 * i));
-    }
-    XXH3_64bits_update(state, size_bytes, sizeof(size_bytes));
+    XXH3_64bits_reset(state);
     for (;;) {
-        uint64_t step = total / DIGEST_PROGRESS_STEPS;
         ssize_t got = read(fd, buf, TDM_WEIGHTS_DIGEST_READ_BYTES);
         if (got < 0 && errno == EINTR) {
             continue;
         }
         if (got < 0) {
-            tdm_errbuf_set(err, err_bytes, "%s: read failed: %s", path, strerror(errno));
+            job_fail(job, TDM_ERR_IO, "%s: read failed: %s", path);
             close(fd);
-            return TDM_ERR_IO;
+            return;
         }
         if (got == 0) {
             break;
         }
         XXH3_64bits_update(state, buf, (size_t)got);
-        if (total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES && step > 0 &&
-            (*done + (uint64_t)got) / step > *done / step) {
-            double s = (double)(tdm_clock_now_ns() - t0_ns) / TDM_NS_PER_S;
-            double gib = (double)(*done + (uint64_t)got) / (double)(1ull << 30);
-            tdm_log(TDM_LOG_INFO, "fingerprint",
-                    "weights digest: %.1f of %.1f GiB (%.0f%%) %.2f GiB/s", gib,
-                    (double)total / (double)(1ull << 30),
-                    100.0 * (double)(*done + (uint64_t)got) / (double)total,
-                    s > 0.0 ? gib / s : 0.0);
-        }
-        *done += (uint64_t)got;
+        n += (uint64_t)got;
+        job_progress(job, (uint64_t)got);
     }
     close(fd);
-    return TDM_OK;
+    job->sizes[i] = n;
+    job->hashes[i] = (uint64_t)XXH3_64bits_digest(state);
+}
+
+static void *digest_thread(void *arg)
+{
+    digest_job_t *job = arg;
+    XXH3_state_t *state = XXH3_createState();
+    unsigned char *buf = malloc(TDM_WEIGHTS_DIGEST_READ_BYTES);
+
+    if (state == NULL || buf == NULL) {
+        pthread_mutex_lock(&job->lock);
+        if (job->status == TDM_OK) {
+            job->status = TDM_ERR_NO_MEMORY;
+            snprintf(job->err, sizeof(job->err), "out of memory");
+        }
+        pthread_mutex_unlock(&job->lock);
+    }
+    for (;;) {
+        size_t i;
+        pthread_mutex_lock(&job->lock);
+        i = job->status == TDM_OK && state != NULL && buf != NULL ? job->next++ : job->n_names;
+        pthread_mutex_unlock(&job->lock);
+        if (i >= job->n_names) {
+            break;
+        }
+        digest_shard(job, i, state, buf);
+    }
+    free(buf);
+    XXH3_freeState(state);
+    return NULL;
 }
 
 static tdm_status_t digest_all(const char *dir, char *const *names, size_t n_names,
                                uint64_t total, uint64_t *digest_out, char *err, size_t err_bytes)
 {
-    XXH3_state_t *state = XXH3_createState();
-    unsigned char *buf = malloc(TDM_WEIGHTS_DIGEST_READ_BYTES);
-    uint64_t done = 0;
-    uint64_t t0 = tdm_clock_now_ns();
-    tdm_status_t status = TDM_OK;
+    pthread_t threads[TDM_WEIGHTS_DIGEST_MAX_THREADS];
+    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n_threads = n_names < TDM_WEIGHTS_DIGEST_MAX_THREADS ? n_names
+                                                                 : TDM_WEIGHTS_DIGEST_MAX_THREADS;
+    size_t n_started = 0;
+    digest_job_t job;
+    tdm_status_t status;
 
-    if (state == NULL || buf == NULL) {
-        status = TDM_ERR_NO_MEMORY;
-        goto out;
+    memset(&job, 0, sizeof(job));
+    job.dir = dir;
+    job.names = names;
+    job.n_names = n_names;
+    job.total = total;
+    job.t0_ns = tdm_clock_now_ns();
+    job.sizes = calloc(n_names > 0 ? n_names : 1, sizeof(uint64_t));
+    job.hashes = calloc(n_names > 0 ? n_names : 1, sizeof(uint64_t));
+    if (job.sizes == NULL || job.hashes == NULL) {
+        free(job.sizes);
+        free(job.hashes);
+        return TDM_ERR_NO_MEMORY;
     }
-    XXH3_64bits_reset(state);
-    for (size_t i = 0; i < n_names && status == TDM_OK; i++) {
-        char path[FP_PATH_BYTES];
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        status = digest_shard(path, state, buf, total, &done, t0, err, err_bytes);
+    pthread_mutex_init(&job.lock, NULL);
+    if (n_cpu > 0 && (size_t)n_cpu < n_threads) {
+        n_threads = (size_t)n_cpu;
     }
-    if (status == TDM_OK) {
-        *digest_out = (uint64_t)XXH3_64bits_digest(state);
-        if (total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES) {
-            tdm_log(TDM_LOG_INFO, "fingerprint",
-                    "weights digest done: dir=%s bytes=%llu seconds=%.1f digest=0x%016llx", dir,
-                    (unsigned long long)total, tdm_clock_elapsed_ms(t0) / 1e3,
-                    (unsigned long long)*digest_out);
+    /* this thread takes part; the others are extra */
+    for (size_t t = 1; t < n_threads; t++) {
+        if (pthread_create(&threads[n_started], NULL, digest_thread, &job) != 0) {
+            break; /* fewer threads: slower, not wrong */
         }
+        n_started++;
     }
-out:
-    free(buf);
-    XXH3_freeState(state);
+    digest_thread(&job);
+    for (size_t t = 0; t < n_started; t++) {
+        pthread_join(threads[t], NULL);
+    }
+    status = job.status;
+    if (status == TDM_OK) {
+        /* one XXH3-64 over (size, hash) of each shard, in name order */
+        XXH3_state_t *state = XXH3_createState();
+        if (state == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+        } else {
+            XXH3_64bits_reset(state);
+            for (size_t i = 0; i < n_names; i++) {
+                unsigned char pair[16];
+                for (int b = 0; b < 8; b++) {
+                    pair[b] = (unsigned char)(job.sizes[i] >> (8 * b));
+                    pair[8 + b] = (unsigned char)(job.hashes[i] >> (8 * b));
+                }
+                XXH3_64bits_update(state, pair, sizeof(pair));
+            }
+            *digest_out = (uint64_t)XXH3_64bits_digest(state);
+            XXH3_freeState(state);
+        }
+    } else {
+        tdm_errbuf_set(err, err_bytes, "%s", job.err);
+    }
+    if (status == TDM_OK && total >= TDM_WEIGHTS_DIGEST_PROGRESS_BYTES) {
+        tdm_log(TDM_LOG_INFO, "fingerprint",
+                "weights digest done: dir=%s bytes=%llu threads=%zu seconds=%.1f "
+                "digest=0x%016llx",
+                dir, (unsigned long long)total, n_started + 1,
+                tdm_clock_elapsed_ms(job.t0_ns) / 1e3, (unsigned long long)*digest_out);
+    }
+    pthread_mutex_destroy(&job.lock);
+    free(job.sizes);
+    free(job.hashes);
     return status;
 }
 

@@ -33,6 +33,9 @@
 /* Bytes one read of the weights digest takes (a whole-checkpoint pass: large reads). */
 #define TDM_WEIGHTS_DIGEST_READ_BYTES (4u << 20)
 
+/* Most threads that hash shards at once (tdm_weights_digest). */
+#define TDM_WEIGHTS_DIGEST_MAX_THREADS 16u
+
 /* Name of the digest cache file written beside the checkpoint (tdm_weights_digest). */
 #define TDM_WEIGHTS_DIGEST_CACHE_NAME ".tandem-weights-digest"
 
@@ -75,10 +78,12 @@ tdm_status_t tdm_model_fingerprint(const char *model_dir, uint64_t *fingerprint_
  * hashed once (issue 16: two checkpoints with the same config and shard headers but different
  * weights have the same model fingerprint, never the same digest).
  *
- * Definition (docs/PROTOCOL.md): one streamed XXH3-64 (seed 0) over, for each `*.safetensors`
- * file of the directory in byte-wise (strcmp) name order (the Engram sidecar included), its size
- * as 8 little-endian bytes followed by every byte of the file (header and data). A directory
- * with no shard has the digest of empty input.
+ * Definition (docs/PROTOCOL.md): XXH3-64 (seed 0) over, for each `*.safetensors` file of the
+ * directory in byte-wise (strcmp) name order (the Engram sidecar included), 16 bytes: its size
+ * and the XXH3-64 (seed 0) of every byte of the file (header and data), each 8 bytes
+ * little-endian. A directory with no shard has the digest of empty input. The shards are
+ * hashed by up to TDM_WEIGHTS_DIGEST_MAX_THREADS threads (at most one per online CPU), one
+ * shard each at a time.
  *
  * Cache: hashing a full checkpoint reads all of it, so the result is kept in a small text file
  * keyed by every shard's name, size and modification time (ns): a changed, added or removed shard

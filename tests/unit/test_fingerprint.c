@@ -413,16 +413,16 @@ static void test_weights_digest_follows_its_definition(void **state)
     write_file(dir, "notes.txt", "not hashed", 10);
     write_shard(dir, "b.safetensors", header_b, TDM_WEIGHTS_DIGEST_READ_BYTES + 17, &b, &n_b);
     write_shard(dir, "a.safetensors", header_a, 3 * TDM_FINGERPRINT_DATA_BYTES + 1, &a, &n_a);
-    /* size (8 bytes LE) then the whole file, shards in name order */
-    n_all = 8 + n_a + 8 + n_b;
+    /* (size, XXH3 of the whole file), 8 bytes LE each, shards in name order */
+    n_all = 32;
     all = malloc(n_all);
     assert_non_null(all);
     for (int i = 0; i < 8; i++) {
         all[i] = (unsigned char)((uint64_t)n_a >> (8 * i));
-        all[8 + n_a + (size_t)i] = (unsigned char)((uint64_t)n_b >> (8 * i));
+        all[8 + i] = (unsigned char)(tdm_hash_xxh3_64(a, n_a) >> (8 * i));
+        all[16 + i] = (unsigned char)((uint64_t)n_b >> (8 * i));
+        all[24 + i] = (unsigned char)(tdm_hash_xxh3_64(b, n_b) >> (8 * i));
     }
-    memcpy(all + 8, a, n_a);
-    memcpy(all + 16 + n_a, b, n_b);
     assert_int_equal(tdm_weights_digest(dir, TDM_WEIGHTS_DIGEST_NO_CACHE, &got, err, sizeof(err)),
                      TDM_OK);
     assert_true(got == tdm_hash_xxh3_64(all, n_all));
