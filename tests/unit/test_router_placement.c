@@ -90,23 +90,23 @@ static void test_draining_workers_get_no_new_work(void **state)
     /* decode-0 idle, decode-1 busy: decode-0 wins ... until it drains */
     beat(reg, "decode-0", 0, 0);
     beat(reg, "decode-1", 7, 0);
-    assert_int_equal(router_place_decode(reg, &gen), d0);
+    assert_int_equal(router_place_decode(reg, 0, &gen, NULL, NULL), d0);
     beat(reg, "decode-0", 0, 1);
-    assert_int_equal(router_place_decode(reg, &gen), d1);
+    assert_int_equal(router_place_decode(reg, 0, &gen, NULL, NULL), d1);
     assert_int_equal(gen, router_registry_worker(reg, d1, 0)->generation);
     /* draining is sticky: a later heartbeat without the flag does not undo it */
     beat(reg, "decode-0", 0, 0);
-    assert_int_equal(router_place_decode(reg, &gen), d1);
+    assert_int_equal(router_place_decode(reg, 0, &gen, NULL, NULL), d1);
     beat(reg, "decode-1", 7, 1);
-    assert_int_equal(router_place_decode(reg, &gen), -1);
+    assert_int_equal(router_place_decode(reg, 0, &gen, NULL, NULL), -1);
 
     /* the same for prefill workers */
-    assert_true(router_place_prefill(reg, "rack0", &gen) == p0 ||
-                router_place_prefill(reg, "rack0", &gen) == p1);
+    assert_true(router_place_prefill(reg, NULL, 0, &gen, NULL) == p0 ||
+                router_place_prefill(reg, NULL, 0, &gen, NULL) == p1);
     beat(reg, "prefill-0", 0, 1);
-    assert_int_equal(router_place_prefill(reg, "rack0", &gen), p1);
+    assert_int_equal(router_place_prefill(reg, NULL, 0, &gen, NULL), p1);
     beat(reg, "prefill-1", 0, 1);
-    assert_int_equal(router_place_prefill(reg, "rack0", &gen), -1);
+    assert_int_equal(router_place_prefill(reg, NULL, 0, &gen, NULL), -1);
     router_registry_destroy(reg);
 }
 
