@@ -1577,7 +1577,7 @@ static void test_a_restarted_router_numbers_its_requests_apart(void **state)
         void *st = NULL;
         fixture_t *fx;
         fake_worker_t dec;
-        fake_record_t rec;
+        fake_record_t rec = {0};
         http_resp_t r;
 
         assert_int_equal(setup(&st), 0);
