@@ -5,6 +5,7 @@
 
 typedef struct item {
     Tandem__Envelope *env;
+    uint64_t epoch;
     struct item *next;
 } item_t;
 
@@ -12,10 +13,9 @@ struct prefill_queue {
     item_t *head, *tail;
     uint32_t n_jobs;
     uint64_t n_tokens;
-    struct {
-        uint64_t request_id, reservation_id; /* reservation 0: every attempt */
-    } aborted[PREFILL_QUEUE_ABORTS];
-    uint32_t next_abort;
+    prefill_abort_t aborted[PREFILL_QUEUE_ABORTS]; /* each names one attempt or reservation */
+    uint32_t next_abort;                           /* slot the next remembered abort takes */
+    uint32_t n_remembered;                         /* slots in use, up to PREFILL_QUEUE_ABORTS */
 };
 
 tdm_status_t prefill_queue_create(prefill_queue_t **queue_out)
@@ -36,13 +36,13 @@ void prefill_queue_destroy(prefill_queue_t *queue)
     if (queue == NULL) {
         return;
     }
-    while ((env = prefill_queue_pop(queue)) != NULL) {
+    while ((env = prefill_queue_pop(queue, NULL)) != NULL) {
         proto_envelope_free(env);
     }
     free(queue);
 }
 
-tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env)
+tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env, uint64_t epoch)
 {
     item_t *it = calloc(1, sizeof(*it));
 
@@ -50,6 +50,7 @@ tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env)
         return TDM_ERR_NO_MEMORY;
     }
     it->env = env;
+    it->epoch = epoch;
     if (queue->tail != NULL) {
         queue->tail->next = it;
     } else {
@@ -61,7 +62,7 @@ tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env)
     return TDM_OK;
 }
 
-Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue)
+Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue, uint64_t *epoch_out)
 {
     item_t *it = queue->head;
     Tandem__Envelope *env;
@@ -74,37 +75,53 @@ Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue)
         queue->tail = NULL;
     }
     env = it->env;
+    if (epoch_out != NULL) {
+        *epoch_out = it->epoch;
+    }
     free(it);
     queue->n_jobs--;
     queue->n_tokens -= env->prefill_job->n_delta_tokens;
     return env;
 }
 
-/* Whether an abort of (request_id, abort_reservation) covers a job of job_reservation. */
-static int abort_covers(uint64_t abort_reservation, uint64_t job_reservation)
+int prefill_abort_names(const prefill_abort_t *abort, const Tandem__PrefillJob *job)
 {
-    return abort_reservation == 0 || abort_reservation == job_reservation;
+    if (abort->request_id == 0 || abort->request_id != job->request_id) {
+        return 0;
+    }
+    if (abort->attempt != 0) {
+        return job->attempt == abort->attempt;
+    }
+    return abort->reservation_id == 0 || abort->reservation_id == job->reservation_id;
 }
 
-int prefill_queue_abort(prefill_queue_t *queue, uint64_t request_id, uint64_t reservation_id)
+int prefill_queue_abort(prefill_queue_t *queue, const prefill_abort_t *abort,
+                        prefill_queue_dropped_fn *dropped, void *arg)
 {
     item_t **link = &queue->head;
     item_t *prev = NULL;
     int n_dropped = 0;
-    uint32_t slot = queue->next_abort++ % PREFILL_QUEUE_ABORTS;
 
-    queue->aborted[slot].request_id = request_id;
-    queue->aborted[slot].reservation_id = reservation_id;
+    if (abort->request_id != 0 && (abort->attempt != 0 || abort->reservation_id != 0)) {
+        queue->aborted[queue->next_abort] = *abort;
+        queue->next_abort = (queue->next_abort + 1) % PREFILL_QUEUE_ABORTS;
+        if (queue->n_remembered < PREFILL_QUEUE_ABORTS) {
+            queue->n_remembered++;
+        }
+    }
     while (*link != NULL) {
         item_t *it = *link;
         const Tandem__PrefillJob *job = it->env->prefill_job;
-        if (job->request_id == request_id && abort_covers(reservation_id, job->reservation_id)) {
+        if (prefill_abort_names(abort, job)) {
             *link = it->next;
             if (queue->tail == it) {
                 queue->tail = prev;
             }
             queue->n_jobs--;
             queue->n_tokens -= job->n_delta_tokens;
+            if (dropped != NULL) {
+                dropped(arg, job);
+            }
             proto_envelope_free(it->env);
             free(it);
             n_dropped++;
@@ -116,15 +133,10 @@ int prefill_queue_abort(prefill_queue_t *queue, uint64_t request_id, uint64_t re
     return n_dropped;
 }
 
-int prefill_queue_is_aborted(const prefill_queue_t *queue, uint64_t request_id,
-                             uint64_t reservation_id)
+int prefill_queue_is_aborted(const prefill_queue_t *queue, const Tandem__PrefillJob *job)
 {
-    if (request_id == 0) {
-        return 0;
-    }
-    for (uint32_t i = 0; i < PREFILL_QUEUE_ABORTS; i++) {
-        if (queue->aborted[i].request_id == request_id &&
-            abort_covers(queue->aborted[i].reservation_id, reservation_id)) {
+    for (uint32_t i = 0; i < queue->n_remembered; i++) {
+        if (prefill_abort_names(&queue->aborted[i], job)) {
             return 1;
         }
     }
