@@ -182,6 +182,16 @@ decode_resv_t *decode_pool_find(decode_pool_t *pool, uint64_t id)
     return NULL;
 }
 
+decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id, int active_only)
+{
+    for (decode_resv_t *r = pool->resvs; r != NULL && request_id != 0; r = r->next) {
+        if (r->request_id == request_id && (!active_only || r->state == DECODE_RESV_ACTIVE)) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
 void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms)
 {
     (void)pool;

@@ -6,8 +6,12 @@
  * linked into a sequence (engine block tables, owned by sessions), or held by a reservation.
  * A reservation owns its pages until its handoff is consumed (decode_pool_release) or, after a
  * timeout or an abort, until its fence has passed: a page a remote write may still hit is never
- * reused. The fence is time based: a prefill node stops putting within `fence_ms` of an abort or
- * of its job's deadline. Knows nothing of sessions, requests or the router.
+ * reused (docs/PROTOCOL.md 4). The fence is the writer's: the router forwards the prefill node's
+ * acknowledgement that it stopped and has nothing in flight (Abort.writer_fenced, or a reservation
+ * no writer was ever given), and decode_pool_release then frees the pages at once. Only for a
+ * writer that never answers (lost, killed or paused) is the fence time based: the pages wait
+ * `fence_ms` after the abort or the timeout (the last resort: this pool cannot revoke a peer's
+ * access to its memory). Knows nothing of sessions, requests or the router.
  */
 #ifndef TANDEM_DECODE_POOL_H
 #define TANDEM_DECODE_POOL_H
@@ -82,10 +86,16 @@ tdm_status_t decode_pool_reserve(decode_pool_t *pool, uint64_t request_id, const
 /* decode_pool_find - the reservation `id` in any state, or NULL. */
 decode_resv_t *decode_pool_find(decode_pool_t *pool, uint64_t id);
 
+/* decode_pool_find_request - a reservation made for request_id (non-zero; active_only: an ACTIVE
+ * one, else any state), or NULL. */
+decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id,
+                                        int active_only);
+
 /* decode_pool_fence - an aborted reservation: keep its pages fence_ms more, then free them. */
 void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms);
 
-/* decode_pool_release - the handoff was consumed: free the pages now (the writer is done). */
+/* decode_pool_release - free the pages now, in any state: the handoff was consumed, or the
+ * writer is fenced (acknowledged, or never given the reservation). `resv` is freed. */
 void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv);
 
 /*

@@ -316,15 +316,40 @@ void sched_on_lapse(void *arg, decode_resv_t *resv)
     sched_release_session_of(s, resv);
 }
 
+/* An Abort reached reservation `resv`: with the writer fenced (it acknowledged, or never got the
+ * reservation) its pages are free at once; else they wait for that word or the timer fence. */
+static void sched_abort_resv(decode_sched_t *s, decode_resv_t *resv, int writer_fenced)
+{
+    if (resv->state == DECODE_RESV_ACTIVE) {
+        sched_release_session_of(s, resv);
+    }
+    if (writer_fenced) {
+        tdm_log(TDM_LOG_DEBUG, "sched",
+                "reservation released, writer fenced: reservation=%llu "
+                "pages=%u",
+                (unsigned long long)resv->id, resv->n_pages);
+        decode_pool_release(s->pool, resv);
+    } else {
+        decode_pool_fence(s->pool, resv, s->params.fence_ms);
+    }
+}
+
 void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a)
 {
     req_t *r = a->request_id != 0 ? sched_find_req(s, a->request_id) : NULL;
 
     if (a->reservation_id != 0) {
         decode_resv_t *resv = decode_pool_find(s->pool, a->reservation_id);
-        if (resv != NULL && resv->state == DECODE_RESV_ACTIVE) {
-            decode_pool_fence(s->pool, resv, s->params.fence_ms);
-            sched_release_session_of(s, resv);
+        if (resv != NULL) {
+            sched_abort_resv(s, resv, a->writer_fenced);
+        }
+    } else if (a->request_id != 0) {
+        /* A turn aborted while still reserving (writer_fenced: the router never saw the
+         * reservation, so no writer has it): the request's active reservations go too. One the
+         * router aborted by id before (FENCED) keeps waiting for its own writer's word. */
+        decode_resv_t *resv;
+        while ((resv = decode_pool_find_request(s->pool, a->request_id, 1)) != NULL) {
+            sched_abort_resv(s, resv, a->writer_fenced); /* released, or FENCED */
         }
     }
     if (r != NULL) {

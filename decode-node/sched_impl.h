@@ -153,7 +153,9 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp);
 /* decode_pool_expire's callback: a reservation lapsed without its handoff. arg: the sched. */
 void sched_on_lapse(void *arg, decode_resv_t *resv);
 
-/* Abort of a request and/or reservation (fenced). */
+/* Abort of a request and/or reservation: a reservation named by id (or, with id 0, the request's
+ * active ones) is released at once when the Abort says its writer is fenced, else fenced by the
+ * timer (fence_ms) until the router forwards the writer's acknowledgement (docs/PROTOCOL.md 4). */
 void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a);
 
 #endif

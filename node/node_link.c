@@ -26,6 +26,7 @@ typedef struct link_item {
     uint8_t *buf;
     size_t n_bytes;
     Tandem__Envelope *env;
+    uint64_t epoch; /* inbox: the lease epoch it arrived in (NODE_LINK_EPOCH_VOID: after a pause) */
     struct link_item *next;
 } link_item_t;
 
@@ -40,6 +41,13 @@ struct node_link {
     uint8_t *register_buf; /* packed Register, re-sent after ERROR_NOT_REGISTERED */
     size_t n_register;
     uint32_t heartbeat_interval_ms;
+    uint32_t heartbeat_timeout_ms; /* the router's (RegisterAck): silence it declares us lost */
+    /* The lease (node_link_lease_valid): when the I/O thread last ran, and how many pauses it
+     * has seen; suspect_until_ns (I/O thread only): frames read before then may predate one. */
+    _Atomic uint64_t last_wake_ns;
+    _Atomic uint64_t lease_epoch;
+    uint64_t suspect_until_ns;
+    uint64_t recv_epoch;  /* epoch of the envelope the last node_link_recv returned (lock) */
     pthread_mutex_t lock; /* guards the queues, load and wake flag */
     pthread_cond_t cond;
     link_item_t *out_head, *out_tail;
@@ -158,6 +166,9 @@ static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err,
             link->heartbeat_interval_ms =
                 ack->heartbeat_interval_ms > 0 ? ack->heartbeat_interval_ms
                                                : PROTO_HEARTBEAT_INTERVAL_MS;
+            link->heartbeat_timeout_ms = ack->heartbeat_timeout_ms > 0
+                                             ? ack->heartbeat_timeout_ms
+                                             : PROTO_HEARTBEAT_TIMEOUT_MS;
             tdm_log(TDM_LOG_INFO, "link", "registered: router=%s heartbeat_interval_ms=%u",
                     ack->router_id, link->heartbeat_interval_ms);
             proto_envelope_free(env);
@@ -248,6 +259,8 @@ static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
     }
     item->env = env;
     node_progress_inbox(link->progress, 1);
+    item->epoch = tdm_clock_now_ns() < link->suspect_until_ns ? NODE_LINK_EPOCH_VOID
+                                                              : atomic_load(&link->lease_epoch);
     pthread_mutex_lock(&link->lock);
     push(&link->in_head, &link->in_tail, item);
     pthread_cond_signal(&link->cond);
@@ -279,6 +292,35 @@ static void flush_outbox(node_link_t *link)
     }
 }
 
+/* How long the lease lasts past the I/O thread's last run: the router's heartbeat timeout less
+ * one interval (our last heartbeat may have left up to an interval before that run). */
+static uint64_t lease_ns(const node_link_t *link)
+{
+    uint32_t ms = link->heartbeat_timeout_ms > link->heartbeat_interval_ms
+                      ? link->heartbeat_timeout_ms - link->heartbeat_interval_ms
+                      : link->heartbeat_timeout_ms / 2;
+
+    return (uint64_t)ms * TDM_NS_PER_MS;
+}
+
+/* The I/O thread runs at least once per heartbeat interval; a longer gap means the process (or
+ * this thread) stood still long enough that the router may have declared us lost: a new lease
+ * epoch, and the frames read in the next lease length predate it (void). */
+static void lease_tick(node_link_t *link, uint64_t now)
+{
+    uint64_t prev = atomic_load(&link->last_wake_ns);
+
+    if (prev != 0 && now > prev && now - prev >= lease_ns(link)) {
+        atomic_fetch_add(&link->lease_epoch, 1);
+        link->suspect_until_ns = now + lease_ns(link);
+        tdm_log(TDM_LOG_WARN, "link",
+                "stood still for %.0f ms (router heartbeat timeout %u ms): work received before "
+                "is void",
+                (double)(now - prev) / TDM_NS_PER_MS, link->heartbeat_timeout_ms);
+    }
+    atomic_store(&link->last_wake_ns, now);
+}
+
 static void *io_main(void *arg)
 {
     node_link_t *link = arg;
@@ -290,6 +332,7 @@ static void *io_main(void *arg)
         uint64_t now = tdm_clock_now_ns();
         long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / TDM_NS_PER_MS) + 1;
 
+        lease_tick(link, now);
         if (now >= next_hb) {
             send_heartbeat(link, ++seq);
             next_hb = now + (uint64_t)link->heartbeat_interval_ms * TDM_NS_PER_MS;
@@ -389,6 +432,7 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
     pthread_condattr_destroy(&cond_attr);
     link->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
     link->progress = params->progress;
+    link->heartbeat_timeout_ms = PROTO_HEARTBEAT_TIMEOUT_MS;
     link->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     link->zctx = zmq_ctx_new();
     if (link->wake_fd < 0 || link->zctx == NULL) {
@@ -422,6 +466,7 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
     if (status != TDM_OK) {
         goto err_free;
     }
+    atomic_store(&link->last_wake_ns, tdm_clock_now_ns());
     if (pthread_create(&link->thread, NULL, io_main, link) != 0) {
         status = TDM_ERR_NO_MEMORY;
         goto err_free;
@@ -537,9 +582,33 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
         return TDM_ERR_TIMEOUT;
     }
     node_progress_inbox(link->progress, -1);
+    pthread_mutex_lock(&link->lock);
+    link->recv_epoch = item->epoch;
+    pthread_mutex_unlock(&link->lock);
     *env_out = item->env;
     free(item);
     return TDM_OK;
+}
+
+uint64_t node_link_recv_epoch(node_link_t *link)
+{
+    uint64_t epoch;
+
+    pthread_mutex_lock(&link->lock);
+    epoch = link->recv_epoch;
+    pthread_mutex_unlock(&link->lock);
+    return epoch;
+}
+
+int node_link_lease_valid(node_link_t *link, uint64_t epoch)
+{
+    uint64_t last = atomic_load(&link->last_wake_ns);
+    uint64_t now = tdm_clock_now_ns();
+
+    if (now > last && now - last >= lease_ns(link)) {
+        return 0; /* the I/O thread has not run for a lease: we may be lost already */
+    }
+    return epoch != NODE_LINK_EPOCH_VOID && epoch == atomic_load(&link->lease_epoch);
 }
 
 void node_link_wake(node_link_t *link)

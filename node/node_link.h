@@ -97,6 +97,26 @@ tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env);
  */
 tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Envelope **env_out);
 
+/*
+ * The lease (docs/PROTOCOL.md 4): a worker that stood still (SIGSTOP, a stalled host) past the
+ * router's heartbeat timeout may have been declared lost, its work retried elsewhere and the
+ * pages it was writing reused; on resume it must write nothing more for that work. The I/O thread
+ * runs at least once per heartbeat interval; a gap of a lease (heartbeat timeout less one
+ * interval) between two runs starts a new lease epoch, and frames read within one lease after
+ * such a gap may predate it (NODE_LINK_EPOCH_VOID). A writer remembers the epoch of the message
+ * that gave it its work and checks node_link_lease_valid right before each write.
+ */
+#define NODE_LINK_EPOCH_VOID UINT64_MAX
+
+/* node_link_recv_epoch - the lease epoch of the envelope the last successful node_link_recv
+ * returned (NODE_LINK_EPOCH_VOID: it arrived right after a pause). Call from the thread that
+ * receives. */
+uint64_t node_link_recv_epoch(node_link_t *link);
+
+/* node_link_lease_valid - nonzero while work received in `epoch` may still be done: no pause
+ * since, and the I/O thread ran less than a lease ago. Thread-safe, lock-free. */
+int node_link_lease_valid(node_link_t *link, uint64_t epoch);
+
 /* node_link_wake - make a waiting node_link_recv return early (signal handlers may not call
  * it; the owner's other threads may). */
 void node_link_wake(node_link_t *link);

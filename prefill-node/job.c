@@ -189,6 +189,8 @@ typedef struct {
     uint32_t *pend;                  /* [n_all] indices sealed, not yet posted (post was BUSY) */
     uint32_t n_pend;
     int checked;                     /* tables at T compared with the reservation */
+    int aborted;                     /* an abort was seen: post nothing more */
+    int fenced;                      /* env->fenced was called */
     uint32_t n_in_flight;            /* batches posted, callback not yet run */
     uint32_t n_chunk_batches;        /* batches posted while the prefill computed */
     uint32_t n_early_pages;          /* pages posted while the prefill computed */
@@ -296,7 +298,7 @@ static void stream_post(put_stream_t *ps, int computing)
     uint32_t *local, *remote;
     tdm_status_t status;
 
-    if (ps->n_pend == 0 || ps->status != TDM_OK) {
+    if (ps->n_pend == 0 || ps->status != TDM_OK || ps->aborted) {
         return;
     }
     local = malloc(ps->n_pend * sizeof(uint32_t));
@@ -336,14 +338,39 @@ static void stream_post(put_stream_t *ps, int computing)
     }
 }
 
-/* The engine's per-layer hook during the prefill: progress the puts; at layer c, post the
- * chunk's final pages. Touches only the pool's pages and the transfer context, never the
- * forward context (engine_dump_sink_t's rule). */
+/* An abort reached the job: drop what is sealed but not posted, wait for every batch in flight
+ * (the puts either landed or failed), then tell the node the writer is fenced. */
+static void stream_stop(put_stream_t *ps)
+{
+    ps->aborted = 1;
+    ps->n_pend = 0;
+    while (ps->n_in_flight > 0) {
+        xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
+    }
+    if (!ps->fenced && ps->env->fenced != NULL) {
+        ps->fenced = 1;
+        ps->env->fenced(ps->env->aborted_arg, ps->n_posted_pages);
+    }
+}
+
+/* The engine's per-layer hook during the prefill: look for an abort (then stop putting), progress
+ * the puts; at layer c, post the chunk's final pages. Touches only the pool's pages, the transfer
+ * context and the node's abort check, never the forward context (engine_dump_sink_t's rule). */
 static void stream_on_layer(void *user, const engine_dump_layer_t *rec)
 {
     put_stream_t *ps = user;
 
     node_progress_tick(ps->env->progress);
+    if (!ps->aborted && ps->env->aborted(ps->env->aborted_arg, ps->job_id)) {
+        tdm_log(TDM_LOG_INFO, "prefill",
+                "job aborted mid-compute: request=%llu layer=%d position=%lld pages_put=%u",
+                (unsigned long long)ps->job_id, rec->layer, (long long)rec->first_position,
+                ps->n_posted_pages);
+        stream_stop(ps);
+    }
+    if (ps->aborted) {
+        return; /* the compute runs to its end; nothing more is put */
+    }
     xfer_context_progress(ps->env->xfer);
     if (rec->layer != engine_model_config(ps->env->model)->ced_cut ||
         stream_check(ps) != TDM_OK) {
@@ -357,7 +384,11 @@ static void stream_on_layer(void *user, const engine_dump_layer_t *rec)
  * returns with nothing in flight. */
 static tdm_status_t stream_drain(put_stream_t *ps)
 {
-    while (ps->n_pend > 0 && ps->status == TDM_OK) {
+    while (ps->n_pend > 0 && ps->status == TDM_OK && !ps->aborted) {
+        if (ps->env->aborted(ps->env->aborted_arg, ps->job_id)) {
+            stream_stop(ps); /* checked before every post: nothing goes out after an abort */
+            break;
+        }
         stream_post(ps, 0);
         if (ps->n_pend > 0 && ps->status == TDM_OK) {
             xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
@@ -570,6 +601,11 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     }
     if (status == TDM_OK) {
         status = compute_streaming(env, job, seq, &ps, logits);
+        if (ps.aborted) {
+            report_out->compute_ns = tdm_clock_now_ns() - t0;
+            status = TDM_ERR_TIMEOUT; /* stopped putting at a layer boundary */
+            goto out;
+        }
     }
     if (status == TDM_OK) {
         char why[256] = "";
@@ -587,8 +623,8 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         set_err(err, err_bytes, "the prefill computation failed");
         goto out;
     }
-    if (env->aborted(env->aborted_arg, job->request_id)) {
-        status = TDM_ERR_TIMEOUT; /* pages put mid-compute stay the reservation's (timeout) */
+    if (ps.aborted || env->aborted(env->aborted_arg, job->request_id)) {
+        status = TDM_ERR_TIMEOUT; /* pages put mid-compute stay the reservation's (fence) */
         goto out;
     }
     /* The pages still open during the compute (each source's last one, ...) are final now. */
@@ -606,6 +642,9 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
     }
     drained = stream_drain(&ps);
     status = status != TDM_OK ? status : drained;
+    if (status == TDM_OK && ps.aborted) {
+        status = TDM_ERR_TIMEOUT; /* aborted while the last batch waited to be posted */
+    }
     report_out->put_ns = tdm_clock_now_ns() - t0;
     report_out->n_put = ps.n_posted_pages;
     report_out->n_put_early = ps.n_early_pages;
@@ -648,6 +687,7 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
 out:
     if (streaming) {
         stream_drain(&ps); /* no batch may outlive the sequence's pages or `ps` */
+        report_out->n_put = ps.n_posted_pages;
         stream_fini(&ps);
     }
     free(logits);

@@ -9,7 +9,10 @@
  * pages: each page as soon as it is final, one non-blocking UCX put batch per prefill chunk (its
  * pages that the chunk completed) while the next chunk computes, and the pages still being
  * appended to at the end (each source's last one) in a last batch after the compute (job.c
- * explains the choice). Once every batch has completed (flushed) it builds the CompletionNotice:
+ * explains the choice). An abort seen at a layer boundary stops the puts at once: the job posts
+ * nothing more, waits for its batches in flight and calls env->fenced, then lets the compute end
+ * (the engine has no cancel point inside a prefill) and returns TDM_ERR_TIMEOUT.
+ * Once every batch has completed (flushed) it builds the CompletionNotice:
  * page checksums in reservation order, first token, its log-probability, the state record at T
  * and its checksum.
  * Borrows the model, the engine pool and the transfer context; owns the job's sequence until it
@@ -36,9 +39,16 @@ typedef struct {
     xfer_context_t *xfer;
     xfer_pool_t *xpool;
     engine_fwd_t *fwd;
-    /* Called between phases; returns nonzero when the job was aborted (stop, put nothing). */
+    /* Called between phases and after every layer of every prefill chunk; returns nonzero when
+     * the job was aborted (stop: post no more puts). */
     int (*aborted)(void *arg, uint64_t request_id);
     void *aborted_arg;
+    /* Called (with aborted_arg) at most once, on the compute thread, as soon as a job that saw
+     * an abort mid-compute has no put in flight any more (every batch it posted completed or
+     * failed): it will write nothing more into the reservation, so the caller may acknowledge
+     * the abort (AbortAck) before the compute ends. pages_put: pages posted before the stop.
+     * May be NULL. */
+    void (*fenced)(void *arg, uint32_t pages_put);
     /* Constrained decoding of the first token (a job's SamplingParams.response_format or
      * tool_calls): the vocabulary's byte tries, or NULL (a constrained job then fails, naming
      * tokenizer.json). */
@@ -65,9 +75,10 @@ typedef struct {
  * prefill_job_run - run `job` (borrowed). On TDM_OK, *notice_out is filled: its arrays
  * (page_checksums, state_record.data, and first_top / choice_first when asked for top logprobs or
  * n_choices > 1) are malloc'ed; free them with prefill_job_notice_fini.
- * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing posted after the abort was seen; pages
- * already put mid-compute stay the reservation's until its timeout, as the decode node's page
- * ownership rule requires); every return leaves no transfer in flight;
+ * Returns TDM_OK; TDM_ERR_TIMEOUT when aborted (nothing posted after the abort was seen, at the
+ * next layer boundary; the pages already put stay the reservation's until the decode node hears
+ * that the writer is fenced, docs/PROTOCOL.md 4); every return leaves no transfer in flight, and
+ * report_out->n_put counts the pages put on every return;
  * TDM_ERR_FORMAT / TDM_ERR_MISMATCH (descriptor or pages do not check: err says which);
  * TDM_ERR_PEER_LOST (the decode node vanished); TDM_ERR_NO_PAGES (local pool too small);
  * TDM_ERR_INTERNAL. err: err_bytes, may be 0.

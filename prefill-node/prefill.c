@@ -51,7 +51,12 @@ typedef struct {
     pthread_mutex_t lock;
     prefill_stats_t stats;
     uint64_t running_tokens;
-    uint64_t running_reservation_id; /* the running job's reservation (its abort key) */
+    /* The running job (compute thread only): an Abort naming it sets running_aborted; once its
+     * one answer (CompletionNotice, Error or AbortAck) is sent, running_answered. */
+    const Tandem__PrefillJob *running;
+    uint64_t running_epoch; /* the link's lease epoch the job arrived in (node_link.h) */
+    int running_aborted;
+    int running_answered;
 } prefill_node_t;
 
 /* The node's /metrics families (node_worker_families_fn); arg: a prefill_stats_t snapshot. */
@@ -120,20 +125,110 @@ static void publish(prefill_node_t *n)
                        n->stats.queued_jobs + (n->running_tokens > 0 ? 1u : 0u));
 }
 
-/* Take one message: queue jobs, note aborts. */
+static void send_env(prefill_node_t *n, Tandem__Envelope *env)
+{
+    if (node_link_send(n->worker.link, env) != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "prefill", "answer not sent: type=%s",
+                proto_type_name(env->body_case));
+    }
+}
+
+/* The answer of a job that stopped after an Abort: it puts nothing more (docs/PROTOCOL.md 4a). */
+static void send_abort_ack(prefill_node_t *n, const Tandem__PrefillJob *job, uint64_t pages_put)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__AbortAck ack = TANDEM__ABORT_ACK__INIT;
+
+    ack.request_id = job->request_id;
+    ack.reservation_id = job->reservation_id;
+    ack.attempt = job->attempt;
+    ack.pages_put = pages_put;
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT_ACK;
+    env.abort_ack = &ack;
+    send_env(n, &env);
+    tdm_log(TDM_LOG_DEBUG, "prefill", "abort acknowledged: request=%llu attempt=%u pages_put=%llu",
+            (unsigned long long)job->request_id, job->attempt, (unsigned long long)pages_put);
+}
+
+static void send_error(prefill_node_t *n, const Tandem__PrefillJob *job, tdm_status_t status,
+                       Tandem__ErrorCode code, const char *message)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Error e = TANDEM__ERROR__INIT;
+
+    e.request_id = job->request_id;
+    e.attempt = job->attempt;
+    e.code = code != TANDEM__ERROR_CODE__ERROR_UNSPECIFIED ? code
+             : status == TDM_ERR_PEER_LOST                 ? TANDEM__ERROR_CODE__ERROR_PEER_LOST
+             : status == TDM_ERR_NO_PAGES                  ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
+             : status == TDM_ERR_FORMAT                    ? TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE
+                                                           : TANDEM__ERROR_CODE__ERROR_INTERNAL;
+    e.message = (char *)message;
+    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    send_env(n, &env);
+}
+
+static void count_aborted(prefill_node_t *n, uint64_t n_jobs)
+{
+    pthread_mutex_lock(&n->lock);
+    n->stats.jobs_aborted_total += n_jobs;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* A queued job an Abort dropped: acknowledged (it never put anything). */
+static void on_dropped(void *arg, const Tandem__PrefillJob *job)
+{
+    prefill_node_t *n = arg;
+
+    send_abort_ack(n, job, 0);
+    count_aborted(n, 1);
+}
+
+/* The running job stopped (an Abort named it, its lease ended, or the node is stopping) and has
+ * nothing in flight: its one answer, AbortAck for an abort, ERROR_ABORTED for a lost lease,
+ * ERROR_DRAINING for a stop signal. */
+static void answer_stopped(prefill_node_t *n, uint64_t pages_put)
+{
+    if (n->running == NULL || n->running_answered) {
+        return;
+    }
+    n->running_answered = 1;
+    if (n->running_aborted || prefill_queue_is_aborted(n->queue, n->running)) {
+        send_abort_ack(n, n->running, pages_put);
+    } else if (!node_link_lease_valid(n->worker.link, n->running_epoch)) {
+        send_error(n, n->running, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_ABORTED,
+                   "the prefill node stood still past the router's heartbeat timeout: its job "
+                   "may have been retried elsewhere");
+    } else {
+        send_error(n, n->running, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_DRAINING,
+                   "the prefill node is stopping");
+    }
+}
+
+/* Take one message: queue jobs, apply aborts. Every job taken is answered exactly once. */
 static void on_message(prefill_node_t *n, Tandem__Envelope *env)
 {
     if (env->body_case == TANDEM__ENVELOPE__BODY_PREFILL_JOB) {
-        if (prefill_queue_push(n->queue, env) == TDM_OK) {
+        if (prefill_queue_is_aborted(n->queue, env->prefill_job)) {
+            on_dropped(n, env->prefill_job); /* its abort came first */
+        } else if (prefill_queue_push(n->queue, env, node_link_recv_epoch(n->worker.link)) ==
+                   TDM_OK) {
             return; /* the queue owns it */
+        } else {
+            send_error(n, env->prefill_job, TDM_ERR_NO_MEMORY, TANDEM__ERROR_CODE__ERROR_BUSY,
+                       "out of memory queueing the job");
         }
     } else if (env->body_case == TANDEM__ENVELOPE__BODY_ABORT) {
-        int n_dropped =
-            prefill_queue_abort(n->queue, env->abort->request_id, env->abort->reservation_id);
-        if (n_dropped > 0) {
-            pthread_mutex_lock(&n->lock);
-            n->stats.jobs_aborted_total += (uint64_t)n_dropped;
-            pthread_mutex_unlock(&n->lock);
+        prefill_abort_t a = {env->abort->request_id, env->abort->reservation_id,
+                             env->abort->attempt};
+        int n_dropped = prefill_queue_abort(n->queue, &a, on_dropped, n);
+        if (n->running != NULL && !n->running_answered && prefill_abort_names(&a, n->running)) {
+            n->running_aborted = 1; /* seen at its next layer boundary */
+        } else if (n_dropped == 0) {
+            tdm_log(TDM_LOG_DEBUG, "prefill",
+                    "abort names no job here (answered already): request=%llu attempt=%u",
+                    (unsigned long long)a.request_id, a.attempt);
         }
     } else {
         tdm_log(TDM_LOG_WARN, "prefill", "unexpected message: type=%s",
@@ -157,33 +252,32 @@ static int job_aborted(void *arg, uint64_t request_id)
 {
     prefill_node_t *n = arg;
 
+    (void)request_id; /* the running job's keys are n->running's */
     drain(n, 0);
-    return node_worker_stop_signal() != 0 ||
-           prefill_queue_is_aborted(n->queue, request_id, n->running_reservation_id);
+    return node_worker_stop_signal() != 0 || n->running_aborted ||
+           (n->running != NULL && prefill_queue_is_aborted(n->queue, n->running)) ||
+           !node_link_lease_valid(n->worker.link, n->running_epoch);
 }
 
-static void send_error(prefill_node_t *n, uint64_t request_id, tdm_status_t status,
-                       const char *message)
+/* The job stopped putting mid-compute: answer now, before the rest of its compute. */
+static void job_fenced(void *arg, uint32_t pages_put)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Error e = TANDEM__ERROR__INIT;
-
-    e.request_id = request_id;
-    e.code = status == TDM_ERR_PEER_LOST  ? TANDEM__ERROR_CODE__ERROR_PEER_LOST
-             : status == TDM_ERR_NO_PAGES ? TANDEM__ERROR_CODE__ERROR_NO_PAGES
-             : status == TDM_ERR_FORMAT   ? TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE
-                                          : TANDEM__ERROR_CODE__ERROR_INTERNAL;
-    e.message = (char *)message;
-    env.body_case = TANDEM__ENVELOPE__BODY_ERROR;
-    env.error = &e;
-    node_link_send(n->worker.link, &env);
+    answer_stopped(arg, pages_put);
 }
 
-static void run_one(prefill_node_t *n, Tandem__Envelope *env)
+static void run_one(prefill_node_t *n, Tandem__Envelope *env, uint64_t epoch)
 {
     const Tandem__PrefillJob *job = env->prefill_job;
-    prefill_job_env_t je = {n->worker.model, n->kv, n->worker.xfer,           n->xpool, n->fwd,
-                            job_aborted,     n,     n->worker.constrain_vocab, &n->worker.progress};
+    prefill_job_env_t je = {n->worker.model,
+                            n->kv,
+                            n->worker.xfer,
+                            n->xpool,
+                            n->fwd,
+                            job_aborted,
+                            n,
+                            job_fenced,
+                            n->worker.constrain_vocab,
+                            &n->worker.progress};
     Tandem__CompletionNotice notice;
     Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
     prefill_job_report_t rep;
@@ -194,8 +288,24 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
 
     pthread_mutex_lock(&n->lock);
     n->running_tokens = job->n_delta_tokens;
-    n->running_reservation_id = job->reservation_id;
     pthread_mutex_unlock(&n->lock);
+    n->running = job;
+    n->running_epoch = epoch;
+    n->running_aborted = 0;
+    n->running_answered = 0;
+    if (!node_link_lease_valid(n->worker.link, epoch)) {
+        /* it came before a pause that may have cost this node its registration */
+        tdm_log(TDM_LOG_WARN, "prefill", "job void (lease lost): request=%llu attempt=%u",
+                (unsigned long long)job->request_id, job->attempt);
+        pthread_mutex_lock(&n->lock);
+        n->running_tokens = 0;
+        n->stats.jobs_total++;
+        n->stats.jobs_aborted_total++;
+        pthread_mutex_unlock(&n->lock);
+        answer_stopped(n, 0);
+        n->running = NULL;
+        return;
+    }
     status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
     ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
     /* The counters first, then the notice: the router starts the decode on the notice, so a
@@ -219,10 +329,14 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
                                : 0.0;
     }
     pthread_mutex_unlock(&n->lock);
-    if (status == TDM_OK) {
+    if (status == TDM_OK && n->running_answered) {
+        prefill_job_notice_fini(&notice); /* stopped mid-compute and acknowledged already */
+    } else if (status == TDM_OK) {
+        n->running_answered = 1;
+        notice.attempt = job->attempt;
         out.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
         out.completion = &notice;
-        node_link_send(n->worker.link, &out);
+        send_env(n, &out);
         prefill_job_notice_fini(&notice);
         tdm_log(TDM_LOG_DEBUG, "prefill",
                 "job done: request=%llu H=%llu tokens=%llu pulled=%u put=%u job_ms=%.1f "
@@ -231,13 +345,18 @@ static void run_one(prefill_node_t *n, Tandem__Envelope *env)
                 (unsigned long long)rep.n_prefilled, rep.n_pulled, rep.n_put, ms,
                 (double)rep.compute_ns / TDM_NS_PER_MS);
     } else if (status == TDM_ERR_TIMEOUT) {
-        tdm_log(TDM_LOG_INFO, "prefill", "job aborted: request=%llu",
-                (unsigned long long)job->request_id);
+        tdm_log(TDM_LOG_INFO, "prefill", "job aborted: request=%llu attempt=%u pages_put=%u",
+                (unsigned long long)job->request_id, job->attempt, rep.n_put);
+        answer_stopped(n, rep.n_put);
     } else {
         tdm_log(TDM_LOG_ERROR, "prefill", "job failed: request=%llu status=%s reason=\"%s\"",
                 (unsigned long long)job->request_id, tdm_status_name(status), err);
-        send_error(n, job->request_id, status, err);
+        if (!n->running_answered) {
+            n->running_answered = 1;
+            send_error(n, job, status, TANDEM__ERROR_CODE__ERROR_UNSPECIFIED, err);
+        }
     }
+    n->running = NULL;
 }
 
 static int setup(prefill_node_t *n)
@@ -299,17 +418,25 @@ static int setup(prefill_node_t *n)
 static void run(prefill_node_t *n)
 {
     while (node_worker_stop_signal() == 0) {
-        Tandem__Envelope *env = prefill_queue_pop(n->queue);
+        uint64_t epoch = 0;
+        Tandem__Envelope *env = prefill_queue_pop(n->queue, &epoch);
 
         if (env != NULL) {
             publish(n);
-            run_one(n, env);
+            run_one(n, env, epoch);
             proto_envelope_free(env);
             continue;
         }
         xfer_context_progress(n->worker.xfer);
         drain(n, PREFILL_IDLE_MS);
     }
+    /* Every job taken is answered: the queued ones go back to the router for another node. */
+    for (Tandem__Envelope *env; (env = prefill_queue_pop(n->queue, NULL)) != NULL;) {
+        send_error(n, env->prefill_job, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_DRAINING,
+                   "the prefill node is stopping");
+        proto_envelope_free(env);
+    }
+    publish(n);
 }
 
 int prefill_node_run(const prefill_node_params_t *params)

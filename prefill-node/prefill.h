@@ -5,8 +5,10 @@
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
  * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
  * i), the forward context and the job queue (queue.h). Its loop, on the calling thread until
- * SIGINT or SIGTERM, queues the router's PrefillJobs, notes aborts, runs one job at a time
- * (job.h) and sends its CompletionNotice or Error. Renders the node's /health and /metrics pages
+ * SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each names one attempt of
+ * one request, queue.h), runs one job at a time (job.h; an abort reaches it at its next layer
+ * boundary) and answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING
+ * for the jobs a stop signal ends) or AbortAck (docs/PROTOCOL.md 4a). Renders the node's /health and /metrics pages
  * (the tandem_prefill_* families, then transfer/'s). Knows nothing of argv (main.c parses the
  * flags into prefill_node_params_t).
  */

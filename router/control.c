@@ -171,6 +171,30 @@ static void handle_register(router_control_t *c, const char *id, const Tandem__E
     }
 }
 
+/* A PageReservation from a worker the registry does not know (declared lost while it was paused,
+ * then resumed): its turn has moved on, and no writer ever saw the reservation, so its pages go
+ * back at once (Abort with writer_fenced) instead of after the reservation's timeout. */
+static void release_unknown_reservation(router_control_t *c, const void *identity,
+                                        size_t n_identity, const char *id,
+                                        const Tandem__PageReservation *r)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Abort a = TANDEM__ABORT__INIT;
+
+    tdm_log(TDM_LOG_INFO, "control",
+            "late reservation from an unknown worker released: worker=%s request=%llu "
+            "reservation=%llu pages=%u",
+            id, (unsigned long long)r->request_id, (unsigned long long)r->reservation_id,
+            r->n_pages);
+    a.request_id = r->request_id;
+    a.reservation_id = r->reservation_id;
+    a.reason = "unwanted reservation";
+    a.writer_fenced = 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
+    env.abort = &a;
+    send_raw(c, identity, n_identity, &env);
+}
+
 static void handle_frame(router_control_t *c, const unsigned char *identity, size_t n_identity,
                          const void *payload, size_t n_payload, uint64_t now_ns)
 {
@@ -215,6 +239,9 @@ static void handle_frame(router_control_t *c, const unsigned char *identity, siz
         break;
     default:
         slot = router_registry_touch(c->registry, id, now_ns);
+        if (slot < 0 && env->body_case == TANDEM__ENVELOPE__BODY_PAGE_RESERVATION) {
+            release_unknown_reservation(c, identity, n_identity, id, env->page_reservation);
+        }
         if (slot < 0) {
             send_error(c, identity, n_identity, 0, TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED,
                        "unknown worker: register first");

@@ -9,6 +9,7 @@
 #include "common/hash.h"
 #include "common/http_status.h"
 #include "common/log.h"
+#include "router/fence.h"
 #include "router/placement.h"
 
 #define INFLIGHT_BUCKETS 1024u
@@ -38,7 +39,8 @@ typedef struct inflight {
     size_t total_len;     /* T of this attempt */
     uint32_t n_generated; /* tokens of choice 0 posted to the request */
     uint32_t n_fork_generated[PROTO_MAX_CHOICES]; /* choices 1.. (n > 1): tokens posted */
-    uint32_t attempts;
+    uint32_t attempts;        /* tries ended; the running one is number attempts + 1 */
+    uint32_t prefill_attempt; /* PrefillJob.attempt of the job sent in this try; 0 none */
     uint64_t deadline_ns; /* stage deadline (RESERVING, PREFILLING) */
     uint64_t t_last_token_ns;
     char prefix_session[ROUTER_SESSION_ID_BYTES + 1];
@@ -55,6 +57,7 @@ struct router_dispatch {
     router_send_fn *send;
     void *send_ctx;
     inflight_t *buckets[INFLIGHT_BUCKETS];
+    router_fences_t *fences; /* aborted jobs whose writer has not answered (fence.h) */
     uint64_t n_inflight;
     int lost[ROUTER_MAX_WORKERS];
     int n_lost;
@@ -85,6 +88,10 @@ tdm_status_t router_dispatch_create(const router_dispatch_params_t *params,
     }
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if (router_fences_create(&d->fences) != TDM_OK) {
+        free(d);
         return TDM_ERR_NO_MEMORY;
     }
     d->params = *params;
@@ -216,8 +223,11 @@ static tdm_status_t send_to(router_dispatch_t *d, int slot, uint64_t gen,
     return status;
 }
 
+/* Abort of (request_id, attempt) and/or reservation_id; writer_fenced: no put into the
+ * reservation can land any more (docs/PROTOCOL.md 4). */
 static void send_abort(router_dispatch_t *d, int slot, uint64_t gen, uint64_t request_id,
-                       uint64_t reservation_id, const char *reason)
+                       uint64_t reservation_id, uint32_t attempt, int writer_fenced,
+                       const char *reason)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Abort abort_msg = TANDEM__ABORT__INIT;
@@ -228,20 +238,61 @@ static void send_abort(router_dispatch_t *d, int slot, uint64_t gen, uint64_t re
     abort_msg.request_id = request_id;
     abort_msg.reservation_id = reservation_id;
     abort_msg.reason = (char *)reason;
+    abort_msg.attempt = attempt;
+    abort_msg.writer_fenced = writer_fenced != 0;
     env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
     env.abort = &abort_msg;
     send_to(d, slot, gen, &env);
 }
 
-/* Tell the workers of f's current stage to stop; pages of a reservation go back after the
- * decode worker's fence. */
-static void abort_workers(router_dispatch_t *d, inflight_t *f, const char *reason)
+/* The writer of an aborted job answered (request_id, attempt) from `slot`: when the router was
+ * waiting for that word (fence.h), tell the decode node its reservation is fenced. Returns 1
+ * when the answer was such a word (the caller drops it: it is stale). */
+static int writer_answered(router_dispatch_t *d, int slot, uint64_t request_id, uint32_t attempt,
+                           const char *what)
 {
-    if (f->stage == STAGE_PREFILLING) {
-        /* The reservation names the attempt: a retry of this request gets a new one. */
-        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id, reason);
+    router_fence_t fe;
+
+    if (attempt == 0 || !router_fences_take(d->fences, slot, request_id, attempt, &fe)) {
+        return 0;
     }
-    send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, reason);
+    tdm_log(TDM_LOG_DEBUG, "dispatch",
+            "writer fenced: request=%llu attempt=%u reservation=%llu answer=%s",
+            (unsigned long long)request_id, attempt, (unsigned long long)fe.reservation_id, what);
+    send_abort(d, fe.decode_slot, fe.decode_gen, fe.request_id, fe.reservation_id, fe.attempt, 1,
+               "writer fenced");
+    return 1;
+}
+
+/*
+ * Tell the workers of f's current stage to stop. A prefill job still running is aborted by its
+ * attempt (a retry has another number, so it is never cancelled by this) and its reservation
+ * waits for the writer's answer (fence.h); writer_done: the writer has answered already (its
+ * Error or notice is in hand). A reservation no writer was given (still reserving, or after the
+ * handoff) is released at once.
+ */
+static void abort_workers(router_dispatch_t *d, inflight_t *f, const char *reason, int writer_done)
+{
+    uint32_t attempt = f->attempts + 1;
+
+    if (f->stage == STAGE_PREFILLING && !writer_done &&
+        router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen) != NULL) {
+        router_fence_t fe = {f->id,          f->prefill_attempt, f->reservation_id, f->prefill_slot,
+                             f->prefill_gen, f->decode_slot,     f->decode_gen};
+        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id, f->prefill_attempt,
+                   0, reason);
+        if (router_fences_add(d->fences, &fe)) {
+            tdm_log(TDM_LOG_WARN, "dispatch", "fence table full: oldest left to the timer");
+        }
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, attempt, 0, reason);
+    } else {
+        /* reserving: the router has not seen the reservation, no writer has it; decoding or an
+         * answered writer: nothing can write any more. Lost writer (no prefill worker): timer. */
+        int fenced = f->stage == STAGE_RESERVING ||
+                     (f->reservation_id != 0 && (f->stage == STAGE_DECODING || writer_done));
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, attempt, fenced,
+                   reason);
+    }
     f->reservation_id = 0;
 }
 
@@ -263,7 +314,7 @@ static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const cha
     va_end(ap);
     tdm_log(TDM_LOG_WARN, "dispatch", "request failed: request=%llu code=%s reason=\"%s\"",
             (unsigned long long)f->id, code, err.message);
-    abort_workers(d, f, code);
+    abort_workers(d, f, code, 0);
     router_request_post_error(f->req, &err);
     end_turn(d, f);
 }
@@ -456,6 +507,7 @@ static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     f->total_len = s->n_tokens;
     f->cached_len = s->cached_len < s->n_tokens ? s->cached_len : s->n_tokens - 1;
     f->reservation_id = 0;
+    f->prefill_attempt = 0;
     delta = f->total_len - f->cached_len;
     if (delta >= d->params.local_prefill_tokens) {
         /* only a prefill worker that holds the sequence and can reach this decode worker */
@@ -659,7 +711,7 @@ void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *requ
     } else {
         s->cached_len = f->cached_len;
     }
-    abort_workers(d, f, client_gone ? "client gone" : "output complete");
+    abort_workers(d, f, client_gone ? "client gone" : "output complete", 0);
     end_turn(d, f);
     drain_lost(d, now_ns);
 }
@@ -680,8 +732,13 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     int pslot;
 
     if (f == NULL || f->stage != STAGE_RESERVING || f->decode_slot != slot) {
-        /* Nobody wants it: give the pages back. */
-        send_abort(d, slot, 0, r->request_id, r->reservation_id, "unwanted reservation");
+        /* Nobody wants it (late: its turn moved on or ended): no writer ever saw it, so its pages
+         * go back at once. */
+        tdm_log(TDM_LOG_INFO, "dispatch",
+                "late reservation released: request=%llu reservation=%llu pages=%u",
+                (unsigned long long)r->request_id, (unsigned long long)r->reservation_id,
+                r->n_pages);
+        send_abort(d, slot, 0, r->request_id, r->reservation_id, 0, 1, "unwanted reservation");
         return;
     }
     f->reservation_id = r->reservation_id;
@@ -693,7 +750,8 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     pslot = router_place_prefill(d->registry, dw, f->total_len, &pgen, &miss);
     if (pslot < 0) {
         count_fallback(d, miss, f);
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, "no prefill worker");
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, f->attempts + 1, 1,
+                   "no prefill worker");
         f->reservation_id = 0;
         send_decode(d, f, NULL, now_ns);
         return;
@@ -715,14 +773,17 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     job.n_delta_tokens = f->total_len - f->cached_len;
     job.sampling = &sp;
     job.canonical_start = 1;
+    job.attempt = f->attempts + 1;
+    f->prefill_attempt = job.attempt;
     env.body_case = TANDEM__ENVELOPE__BODY_PREFILL_JOB;
     env.prefill_job = &job;
     set_prefill(d, f, pslot, pgen, job.n_delta_tokens);
     f->stage = STAGE_PREFILLING;
     f->deadline_ns = now_ns + (uint64_t)d->params.prefill_timeout_ms * TDM_NS_PER_MS;
     router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_REMOTE_TOKENS, job.n_delta_tokens);
-    tdm_log(TDM_LOG_DEBUG, "dispatch", "prefill job: request=%llu prefill=%s decode=%s tokens=%zu",
-            (unsigned long long)f->id, pw->id, dw->id, job.n_delta_tokens);
+    tdm_log(TDM_LOG_DEBUG, "dispatch",
+            "prefill job: request=%llu attempt=%u prefill=%s decode=%s tokens=%zu",
+            (unsigned long long)f->id, job.attempt, pw->id, dw->id, job.n_delta_tokens);
     send_to(d, pslot, pgen, &env);
 }
 
@@ -731,10 +792,14 @@ static void on_completion(router_dispatch_t *d, int slot, const Tandem__Completi
 {
     inflight_t *f = find(d, c->request_id);
 
+    if (writer_answered(d, slot, c->request_id, c->attempt, "completion")) {
+        return; /* an aborted attempt's notice: it only fences its writer */
+    }
     if (f == NULL || f->stage != STAGE_PREFILLING || f->prefill_slot != slot ||
-        c->reservation_id != f->reservation_id) {
-        tdm_log(TDM_LOG_DEBUG, "dispatch", "stale completion dropped: request=%llu",
-                (unsigned long long)c->request_id);
+        c->reservation_id != f->reservation_id ||
+        (c->attempt != 0 && c->attempt != f->prefill_attempt)) {
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "stale completion dropped: request=%llu attempt=%u",
+                (unsigned long long)c->request_id, c->attempt);
         return;
     }
     set_prefill(d, f, -1, 0, 0);
@@ -832,6 +897,15 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
     inflight_t *f = find(d, e->request_id);
     int from_prefill;
 
+    if (writer_answered(d, slot, e->request_id, e->attempt, "error")) {
+        return; /* an aborted attempt's error: it only fences its writer */
+    }
+    if (f != NULL && slot == f->prefill_slot && slot != f->decode_slot && e->attempt != 0 &&
+        e->attempt != f->prefill_attempt) {
+        tdm_log(TDM_LOG_DEBUG, "dispatch", "stale error dropped: request=%llu attempt=%u code=%s",
+                (unsigned long long)e->request_id, e->attempt, proto_error_code_name(e->code));
+        return;
+    }
     if (f == NULL || (slot != f->decode_slot && slot != f->prefill_slot)) {
         tdm_log(TDM_LOG_DEBUG, "dispatch", "worker error without a turn: request=%llu code=%s",
                 (unsigned long long)e->request_id, proto_error_code_name(e->code));
@@ -845,7 +919,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             f->session->cached_len = e->cached_len;
         }
         if (f->reservation_id != 0) {
-            abort_workers(d, f, "state lost");
+            abort_workers(d, f, "state lost", 0);
         }
         retry(d, f, "state lost", now_ns);
         return;
@@ -873,15 +947,15 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             pw->max_tokens = f->total_len - 1;
         }
         router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY, 1);
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
-                   "prefill worker cannot hold it");
+        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, f->attempts + 1, 1,
+                   "prefill worker cannot hold it"); /* its Error is the writer's last word */
         f->reservation_id = 0;
         set_prefill(d, f, -1, 0, 0);
         send_decode(d, f, NULL, now_ns);
         return;
     }
     if (from_prefill) {
-        abort_workers(d, f, "prefill failed");
+        abort_workers(d, f, "prefill failed", 1); /* its Error is the writer's last word */
         retry(d, f, "prefill worker error", now_ns);
         return;
     }
@@ -905,6 +979,25 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
          "decode worker failed (%s): %s", proto_error_code_name(e->code), e->message);
 }
 
+/* A prefill node stopped an aborted job and has nothing in flight. */
+static void on_abort_ack(router_dispatch_t *d, int slot, const Tandem__AbortAck *a, uint64_t now_ns)
+{
+    inflight_t *f = find(d, a->request_id);
+
+    if (writer_answered(d, slot, a->request_id, a->attempt, "abort_ack")) {
+        return;
+    }
+    if (f != NULL && f->stage == STAGE_PREFILLING && f->prefill_slot == slot &&
+        a->attempt == f->prefill_attempt) {
+        /* the node stopped the running attempt on its own: a failed try, writer fenced */
+        abort_workers(d, f, "prefill stopped", 1);
+        retry(d, f, "prefill worker stopped the job", now_ns);
+        return;
+    }
+    tdm_log(TDM_LOG_DEBUG, "dispatch", "stale abort ack dropped: request=%llu attempt=%u",
+            (unsigned long long)a->request_id, a->attempt);
+}
+
 void router_dispatch_on_message(router_dispatch_t *dispatch, int slot, const Tandem__Envelope *env,
                                 uint64_t now_ns)
 {
@@ -926,12 +1019,36 @@ void router_dispatch_on_message(router_dispatch_t *dispatch, int slot, const Tan
     case TANDEM__ENVELOPE__BODY_ERROR:
         on_error(d, slot, env->error, now_ns);
         break;
+    case TANDEM__ENVELOPE__BODY_ABORT_ACK:
+        on_abort_ack(d, slot, env->abort_ack, now_ns);
+        break;
     default:
         tdm_log(TDM_LOG_WARN, "dispatch", "unexpected message from worker: type=%s",
                 proto_type_name(env->body_case));
         break;
     }
     drain_lost(d, now_ns);
+}
+
+/* Worker `slot` is going: the fences it is part of end. A writer that said Goodbye has answered
+ * and flushed every job (its reservations are fenced); one lost without a word, or a reservation
+ * owner that is gone, leaves them to the timer (or to nobody). */
+static void release_fences_of(router_dispatch_t *d, int slot, router_registry_removal_t removal)
+{
+    router_fence_t fe;
+
+    while (router_fences_take_slot(d->fences, slot, &fe)) {
+        if (fe.prefill_slot == slot && removal == ROUTER_REGISTRY_LEFT) {
+            send_abort(d, fe.decode_slot, fe.decode_gen, fe.request_id, fe.reservation_id,
+                       fe.attempt, 1, "writer left");
+        } else if (fe.prefill_slot == slot) {
+            tdm_log(TDM_LOG_INFO, "dispatch",
+                    "writer lost before answering an abort: request=%llu attempt=%u "
+                    "reservation=%llu (pages wait for the decode node's timer fence)",
+                    (unsigned long long)fe.request_id, fe.attempt,
+                    (unsigned long long)fe.reservation_id);
+        }
+    }
 }
 
 void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
@@ -949,6 +1066,7 @@ void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
         return;
     }
     gen = w->generation;
+    release_fences_of(d, slot, removal);
     n_sessions = router_sessions_unplace_worker(d->sessions, slot, gen);
     router_registry_remove(d->registry, slot, removal, why);
     tdm_log(TDM_LOG_INFO, "dispatch", "worker sessions unplaced: slot=%d sessions=%zu", slot,
@@ -962,14 +1080,17 @@ void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
         if (f->decode_slot == slot && f->decode_gen == gen) {
             f->decode_slot = -1;
             if (f->stage == STAGE_PREFILLING) {
-                send_abort(d, f->prefill_slot, f->prefill_gen, f->id, 0, "decode worker lost");
+                send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id,
+                           f->prefill_attempt, 0, "decode worker lost");
             }
             f->reservation_id = 0;
             retry(d, f, "decode worker lost", now_ns);
         } else if (f->prefill_slot == slot && f->prefill_gen == gen) {
             f->prefill_slot = -1;
+            /* a Goodbye comes after the node's last answer (its puts are done); a worker lost
+             * without a word may still write: its pages wait for the timer fence */
             send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
-                       "prefill worker lost");
+                       f->attempts + 1, removal == ROUTER_REGISTRY_LEFT, "prefill worker lost");
             f->reservation_id = 0;
             retry(d, f, "prefill worker lost", now_ns);
         }
@@ -990,7 +1111,7 @@ void router_dispatch_tick(router_dispatch_t *dispatch, uint64_t now_ns)
         if (f == NULL || f->deadline_ns == 0 || now_ns < f->deadline_ns) {
             continue;
         }
-        abort_workers(d, f, "stage timeout");
+        abort_workers(d, f, "stage timeout", 0);
         retry(d, f, f->stage == STAGE_RESERVING ? "reservation timeout" : "prefill timeout",
               now_ns);
     }
@@ -1020,5 +1141,6 @@ void router_dispatch_destroy(router_dispatch_t *dispatch)
         }
     }
     free(ids);
+    router_fences_destroy(dispatch->fences);
     free(dispatch);
 }

@@ -1027,6 +1027,15 @@ static void test_prefill_worker_lost_mid_job_reruns_elsewhere(void **state)
     free(req.body);
     assert_int_equal(fake_n_records(&good, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
     assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 2);
+    {
+        /* every try has its number: the retry is attempt 2, so no abort of attempt 1 stops it */
+        fake_record_t first, second;
+        assert_true(fake_last(&stuck, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &first));
+        assert_true(fake_last(&good, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &second));
+        assert_int_equal(first.attempt, 1);
+        assert_int_equal(second.attempt, 2);
+        assert_true(second.reservation_id != first.reservation_id);
+    }
     pthread_mutex_lock(&dec.lock);
     assert_true(dec.n_aborts >= 1); /* the first reservation was released */
     pthread_mutex_unlock(&dec.lock);
@@ -1648,6 +1657,127 @@ static void test_requests_are_served_beside_many_idle_connections(void **state)
     }
     fake_kill(&dec);
     fake_fini(&dec);
+
+/* Poll until `w` recorded n messages of `type` or 5 s passed; returns the count. */
+static int await_records(fake_worker_t *w, Tandem__Envelope__BodyCase type, int n)
+{
+    uint64_t end = tdm_clock_now_ns() + 5000000000ull;
+
+    while (fake_n_records(w, type) < n && tdm_clock_now_ns() < end) {
+        zmq_poll(NULL, 0, 5);
+    }
+    return fake_n_records(w, type);
+}
+
+/*
+ * A client leaves while its prompt is prefilled remotely: the router aborts the job by its attempt
+ * and tells the decode node to keep the reservation (writer_fenced false); only when the prefill
+ * node acknowledges (AbortAck) does the router forward writer_fenced, so the pages come back on
+ * the writer's word (docs/PROTOCOL.md 4). Old code: no attempt, no fence, pages back on a timer.
+ */
+static void test_aborted_prefill_job_fences_its_writer_before_the_pages_return(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec, pre;
+    fake_record_t job, to_pre, first, second;
+    int32_t prompt[150];
+    char *body;
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    char url[128];
+
+    start_worker(fx, &dec, "decode-fence", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &pre, "prefill-fence", TANDEM__ROLE__ROLE_PREFILL, "rack0");
+    pre.hang_jobs = 1;
+    pre.ack_aborts = 1;
+    for (size_t i = 0; i < 150; i++) {
+        prompt[i] = (int32_t)(400 + i);
+    }
+    body = ids_body(prompt, 150, 10);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/completions", fx->port);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 1000L); /* the job hangs: the client leaves */
+    assert_int_equal(curl_easy_perform(curl), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(curl);
+    curl_slist_free_all(headers);
+    free(body);
+    assert_int_equal(await_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB, 1), 1);
+    assert_int_equal(await_records(&pre, TANDEM__ENVELOPE__BODY_ABORT, 1), 1);
+    assert_int_equal(await_records(&dec, TANDEM__ENVELOPE__BODY_ABORT, 2), 2);
+    assert_true(fake_last(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &job));
+    assert_true(fake_last(&pre, TANDEM__ENVELOPE__BODY_ABORT, &to_pre));
+    assert_int_equal(job.attempt, 1);
+    assert_int_equal(to_pre.attempt, 1); /* the abort names the job's attempt */
+    assert_int_equal(to_pre.request_id, job.request_id);
+    assert_true(fake_nth(&dec, TANDEM__ENVELOPE__BODY_ABORT, 0, &first));
+    assert_true(fake_nth(&dec, TANDEM__ENVELOPE__BODY_ABORT, 1, &second));
+    assert_int_equal(first.reservation_id, job.reservation_id);
+    assert_false(first.writer_fenced); /* the writer has not answered yet: keep the pages */
+    assert_int_equal(second.reservation_id, job.reservation_id);
+    assert_true(second.writer_fenced); /* its AbortAck, forwarded */
+    fake_kill(&dec);
+    fake_kill(&pre);
+    fake_fini(&dec);
+    fake_fini(&pre);
+}
+
+/* A PageReservation from a worker the router does not know (a decode node declared lost while
+ * paused, then resumed) is answered with an Abort of that reservation, writer_fenced (nobody
+ * ever got it), so its pages come back at once; then ERROR_NOT_REGISTERED. Old code: dropped
+ * silently, the pages held until the reservation's timeout (~610 s). */
+static void test_late_reservation_from_an_unknown_worker_is_released(void **state)
+{
+    fixture_t *fx = *state;
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
+    uint64_t end = tdm_clock_now_ns() + 5000000000ull;
+    int zero = 0, got_abort = 0, got_error = 0;
+
+    zmq_setsockopt(sock, ZMQ_ROUTING_ID, "ghost-decode", 12);
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_connect(sock, fx->endpoint), 0);
+    pr.request_id = 77;
+    pr.reservation_id = 99;
+    pr.n_pages = 4;
+    pr.descriptor.data = (uint8_t *)"late";
+    pr.descriptor.len = 4;
+    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+    env.page_reservation = &pr;
+    fake_send(sock, &env);
+    while (!(got_abort && got_error) && tdm_clock_now_ns() < end) {
+        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+        zmq_msg_t msg;
+        Tandem__Envelope *in = NULL;
+
+        if (zmq_poll(&item, 1, 50) <= 0) {
+            continue;
+        }
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, sock, 0) >= 0 &&
+            proto_unpack(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &in, NULL, 0) == TDM_OK) {
+            if (in->body_case == TANDEM__ENVELOPE__BODY_ABORT) {
+                assert_false(got_error); /* the release comes first */
+                assert_int_equal(in->abort->request_id, 77);
+                assert_int_equal(in->abort->reservation_id, 99);
+                assert_true(in->abort->writer_fenced);
+                got_abort = 1;
+            } else if (in->body_case == TANDEM__ENVELOPE__BODY_ERROR) {
+                assert_int_equal(in->error->code, TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED);
+                got_error = 1;
+            }
+            proto_envelope_free(in);
+        }
+        zmq_msg_close(&msg);
+    }
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    assert_true(got_abort);
+    assert_true(got_error);
 }
 
 int main(void)
@@ -1686,6 +1816,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_decode_worker_is_a_503_not_a_hang, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tool_calls_and_reasoning_whole_and_streamed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_aborted_prefill_job_fences_its_writer_before_the_pages_return, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_reservation_from_an_unknown_worker_is_released,
+                                        setup, teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
         cmocka_unit_test(test_a_restarted_router_numbers_its_requests_apart),
         cmocka_unit_test_setup_teardown(test_requests_are_served_beside_many_idle_connections,

@@ -38,6 +38,9 @@ typedef struct {
     uint32_t max_tokens;
     uint64_t seed;
     char spec[16]; /* DecodeRequest.spec ("" = the node's default drafter) */
+    uint64_t reservation_id; /* PrefillJob, Abort */
+    uint32_t attempt;        /* PrefillJob, Abort */
+    int writer_fenced;       /* Abort */
 } fake_record_t;
 
 typedef struct {
@@ -61,6 +64,7 @@ typedef struct {
     size_t n_script;
     size_t chunk_tokens; /* tokens per TokenChunk */
     int hang_jobs;       /* prefill: accept jobs, never complete them */
+    int ack_aborts;      /* prefill: answer an Abort of a job with AbortAck (a real node's way) */
     size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
     uint32_t decode_delay_ms; /* decode: wait this long before the first token (blocks the fake) */
     char curve_server[41];    /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
@@ -279,6 +283,8 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         r.total_len = job->cached_len + job->n_delta_tokens;
         r.n_delta = job->n_delta_tokens;
         r.canonical_start = job->canonical_start;
+        r.reservation_id = job->reservation_id;
+        r.attempt = job->attempt;
         fake_record(w, &r);
         if (w->hang_jobs) {
             break;
@@ -305,9 +311,24 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
     }
     case TANDEM__ENVELOPE__BODY_ABORT: {
         Tandem__Finish fin = TANDEM__FINISH__INIT;
+        r.request_id = env->abort->request_id;
+        r.reservation_id = env->abort->reservation_id;
+        r.attempt = env->abort->attempt;
+        r.writer_fenced = env->abort->writer_fenced;
+        fake_record(w, &r);
         pthread_mutex_lock(&w->lock);
         w->n_aborts++;
         pthread_mutex_unlock(&w->lock);
+        if (w->ack_aborts && w->role == TANDEM__ROLE__ROLE_PREFILL) {
+            Tandem__AbortAck ack = TANDEM__ABORT_ACK__INIT;
+            ack.request_id = env->abort->request_id;
+            ack.reservation_id = env->abort->reservation_id;
+            ack.attempt = env->abort->attempt;
+            reply.body_case = TANDEM__ENVELOPE__BODY_ABORT_ACK;
+            reply.abort_ack = &ack;
+            fake_send(sock, &reply);
+            break;
+        }
         fin.request_id = env->abort->request_id;
         fin.reason = TANDEM__FINISH_REASON__FINISH_ABORTED;
         reply.body_case = TANDEM__ENVELOPE__BODY_FINISH;
@@ -421,6 +442,22 @@ static int fake_n_records(fake_worker_t *w, Tandem__Envelope__BodyCase type)
     }
     pthread_mutex_unlock(&w->lock);
     return n;
+}
+
+/* The i-th record (0: the oldest) of `type` into *out; 0 when there is none. */
+static int fake_nth(fake_worker_t *w, Tandem__Envelope__BodyCase type, int i, fake_record_t *out)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&w->lock);
+    for (int k = 0; k < w->n_records && !found; k++) {
+        if (w->records[k].type == type && i-- == 0) {
+            *out = w->records[k];
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return found;
 }
 
 /* The last record of `type`; 0 when there is none. */
