@@ -1,0 +1,313 @@
+/* test_cluster_abort.c - page ownership against a writer that is slow or paused (docs/PROTOCOL.md
+ * 4 and 4a), on a local cluster (tools/tandem local, tiny preset: one prefill node, one decode
+ * node). A prompt's prefill job is caught running on the prefill node, then
+ *  - slow writer: its client leaves; the router aborts the job by its attempt, the prefill node
+ *    stops putting at its next layer and acknowledges, the decode node frees the reservation on
+ *    that word, and a request racing for the pages right after gives the text of a clean run;
+ *  - paused writer: the prefill node is SIGSTOPped mid-job until the router has declared it lost,
+ *    retried the turn on the decode node and the reservation's pages went back to the pool; a
+ *    second request then takes pages while the writer is resumed (SIGCONT): the writer's lease
+ *    has lapsed, so it puts nothing more, and both requests give the text of a clean run, at
+ *    temperature 0 and at temperature 0.8 with a seed.
+ * Each test ends with the decode node's pages back at their baseline (printed). Old code: the
+ * resumed writer went on putting into pages that were no longer its reservation's.
+ */
+#define T_MODEL_PREFIX "cluster-abort"
+#include "test_cluster_harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define T_PROMPT_TOKENS 1500 /* long enough that a prefill job is caught running (ASan: seconds) */
+#define T_MAX_TOKENS    24
+#define T_FIND_MS       60000
+
+/* A completion body of token ids; temperature 0 (greedy) or 0.8 with seed 7. */
+static char *body_of(const char *ids, int max_tokens, int sampled)
+{
+    char *body = malloc(T_BODY);
+
+    assert_non_null(body);
+    snprintf(body, T_BODY,
+             "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":%s,"
+             "\"seed\":7,\"ignore_eos\":true}",
+             T_MODEL_NAME, ids, max_tokens, sampled ? "0.8" : "0");
+    return body;
+}
+
+/* POST body on session; returns the text (malloc'ed), asserting 200. */
+static char *run_body(const cluster_t *c, const char *session, const char *body)
+{
+    char *resp = malloc(T_BODY), *text;
+    long status;
+
+    assert_non_null(resp);
+    status = http(c->http_port, "/v1/completions", body, session, 0, 300000, resp);
+    if (status != 200) {
+        fail_msg("completion failed: status=%ld body=%s", status, resp);
+    }
+    text = response_text(resp);
+    assert_non_null(text);
+    free(resp);
+    return text;
+}
+
+/* A completion of body on its own thread (joined by join_text). */
+typedef struct {
+    unsigned port;
+    const char *session;
+    const char *body;
+    long timeout_ms;
+    char *resp;
+    long status;
+    pthread_t thread;
+} req_t;
+
+static void *req_run(void *arg)
+{
+    req_t *r = arg;
+
+    r->status = http(r->port, "/v1/completions", r->body, r->session, 0, r->timeout_ms, r->resp);
+    return NULL;
+}
+
+static void req_start(req_t *r, const cluster_t *c, const char *session, const char *body,
+                      long timeout_ms)
+{
+    memset(r, 0, sizeof(*r));
+    r->port = c->http_port;
+    r->session = session;
+    r->body = body;
+    r->timeout_ms = timeout_ms;
+    r->resp = malloc(T_BODY);
+    assert_non_null(r->resp);
+    assert_int_equal(pthread_create(&r->thread, NULL, req_run, r), 0);
+}
+
+/* Join; returns the text (malloc'ed) after asserting 200, or NULL when want_ok is 0. */
+static char *req_join(req_t *r, int want_ok)
+{
+    char *text = NULL;
+
+    assert_int_equal(pthread_join(r->thread, NULL), 0);
+    if (want_ok) {
+        if (r->status != 200) {
+            fail_msg("completion failed: status=%ld body=%s", r->status, r->resp);
+        }
+        text = response_text(r->resp);
+        assert_non_null(text);
+    }
+    free(r->resp);
+    return text;
+}
+
+/* A client that sends a completion body on a plain socket and leaves (closes it) when told:
+ * returns the socket. */
+static int leaving_client_start(const cluster_t *c, const char *session, const char *body)
+{
+    struct sockaddr_in addr;
+    char head[512];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    size_t n = strlen(body);
+    int n_head;
+
+    assert_true(fd >= 0);
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)c->http_port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    n_head = snprintf(head, sizeof(head),
+                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
+                      "Content-Length: %zu\r\n\r\n",
+                      session, n);
+    assert_int_equal(write(fd, head, (size_t)n_head), n_head);
+    assert_int_equal(write(fd, body, n), (ssize_t)n);
+    return fd;
+}
+
+/* Wait until the prefill node shows a job queued or running; returns the ms that took. */
+static double await_prefill_job(const cluster_t *c)
+{
+    uint64_t t0 = tdm_clock_now_ns(), end = t0 + T_FIND_MS * TDM_NS_PER_MS;
+
+    while (tdm_clock_now_ns() < end) {
+        if (metric(c->prefill_port[0], "tandem_prefill_queued_tokens") > 0) {
+            return (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+        }
+    }
+    fail_msg("no prefill job seen within %d ms", T_FIND_MS);
+    return -1;
+}
+
+static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **state)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    static req_t ref, racing;
+    char *ids_a = malloc(T_BODY), *ids_b = malloc(T_BODY);
+    char *body_a, *body_b, *want_b, *got_b, *text;
+    double seen_ms, done_ms, left_ms, aborted;
+    uint64_t t0;
+    int fd;
+
+    (void)state;
+    assert_non_null(ids_a);
+    assert_non_null(ids_b);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    make_ids(ids_a, T_BODY, T_PROMPT_TOKENS, 7, 11);
+    make_ids(ids_b, T_BODY, T_PROMPT_TOKENS, 13, 17);
+    body_a = body_of(ids_a, T_MAX_TOKENS, 0);
+    body_b = body_of(ids_b, T_MAX_TOKENS, 0);
+    /* The clean runs, on a cluster of their own (a second cluster holds no prefix of them, so
+     * the disturbed runs prefill their whole prompts on the prefill node again). */
+    want_b = run_body(&c, "slow-ref-b", body_b);
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, 10000) == 0);
+    /* When A's prefill job runs, measured on a clean run of it. */
+    t0 = tdm_clock_now_ns();
+    req_start(&ref, &c, "slow-ref-a", body_a, 300000);
+    seen_ms = await_prefill_job(&c);
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, T_FIND_MS) ==
+                0);
+    done_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+    text = req_join(&ref, 1);
+    free(text);
+    cluster_stop(&c);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+
+    /* A's client leaves once its job runs; B asks for pages right after. */
+    t0 = tdm_clock_now_ns();
+    fd = leaving_client_start(&c, "slow-a", body_a);
+    left_ms = await_prefill_job(&c);
+    close(fd);
+    req_start(&racing, &c, "slow-b", body_b, 300000);
+    got_b = req_join(&racing, 1);
+    aborted = await_metric(c.prefill_port[0], "tandem_prefill_jobs_aborted_total", 1, 20000);
+    print_message("slow writer: clean job ran from %.0f to %.0f ms; the client left at %.0f ms; "
+                  "prefill jobs aborted %.0f\n",
+                  seen_ms, done_ms, left_ms, aborted);
+    assert_string_equal(got_b, want_b);
+    assert_true(aborted == 1); /* the abort reached the running job, which acknowledged */
+    cluster_check_pages(&c, "slow writer");
+    cluster_stop(&c);
+    free(got_b);
+    free(want_b);
+    free(body_a);
+    free(body_b);
+    free(ids_a);
+    free(ids_b);
+}
+
+/* One paused-writer round at temperature 0 or 0.8 (seeded). */
+static void paused_writer_round(int sampled)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    static req_t first, racing;
+    char *ids_a = malloc(T_BODY), *ids_b = malloc(T_BODY), *resp = malloc(T_BODY);
+    char *body_a, *body_b, *body_b2, *want_a, *want_b, *want_b2, *got_a, *got_b, *got_b2;
+    double seen_ms, lost_ms, n_reserved, n_free;
+    uint64_t end;
+    int stopped = 0;
+
+    assert_non_null(ids_a);
+    assert_non_null(ids_b);
+    assert_non_null(resp);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    make_ids(ids_a, T_BODY, T_PROMPT_TOKENS, 7, 11);
+    make_ids(ids_b, T_BODY, T_PROMPT_TOKENS, 13, 17);
+    body_a = body_of(ids_a, T_MAX_TOKENS, sampled);
+    body_b = body_of(ids_b, T_MAX_TOKENS, sampled);
+    /* B's next turn: its prompt and 8 more ids (it reads every page B's first turn left) */
+    strcat(ids_b, ",5,6,7,8,9,10,11,12");
+    body_b2 = body_of(ids_b, T_MAX_TOKENS, sampled);
+    /* The clean runs, on a cluster of their own (no prefix of them on the next one). */
+    want_a = run_body(&c, "pause-ref-a", body_a);
+    want_b = run_body(&c, "pause-ref-b", body_b);
+    want_b2 = run_body(&c, "pause-ref-b", body_b2);
+    cluster_stop(&c);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+
+    req_start(&first, &c, "pause-a", body_a, 300000);
+    seen_ms = await_prefill_job(&c);
+    assert_int_equal(kill(c.prefill_pid[0], SIGSTOP), 0);
+    stopped = 1;
+    n_reserved = metric(c.decode_port[0], "tandem_decode_reserved_pages");
+    lost_ms = await_health(c.http_port, "\"workers_lost_total\":1", 20000, resp);
+    assert_true(lost_ms >= 0);
+    /* The retry of A runs on the decode node. The timer fence (--fence-ms, 1 s) passes and the
+     * reservation's pages go back on top of the pool's free stack; B then takes pages (the
+     * freed ones first) and the writer resumes while B runs. */
+    assert_true(await_metric(c.decode_port[0], "tandem_decode_reserved_pages", 0, 20000) == 0);
+    n_free = metric(c.decode_port[0], "tandem_decode_free_pages");
+    req_start(&racing, &c, "pause-b", body_b, 300000);
+    end = tdm_clock_now_ns() + 20000 * TDM_NS_PER_MS;
+    while (metric(c.decode_port[0], "tandem_decode_free_pages") > n_free - n_reserved &&
+           tdm_clock_now_ns() < end) {
+    }
+    assert_int_equal(kill(c.prefill_pid[0], SIGCONT), 0);
+    stopped = 0;
+    got_a = req_join(&first, 1);
+    got_b = req_join(&racing, 1);
+    print_message("paused writer (%s): job seen after %.0f ms, %.0f pages reserved, loss reported "
+                  "%.0f ms after the pause, resumed with %.0f pages free (%.0f at the fence)\n",
+                  sampled ? "temperature 0.8, seed 7" : "temperature 0", seen_ms, n_reserved,
+                  lost_ms, metric(c.decode_port[0], "tandem_decode_free_pages"), n_free);
+    assert_string_equal(got_a, want_a);
+    assert_string_equal(got_b, want_b);
+    /* the resumed node registers again and serves; once its stale job has ended, B's next turn
+     * reads the pages the writer would have hit */
+    assert_true(await_health(c.http_port, "\"prefill\":1", 20000, resp) >= 0);
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_jobs_total", 1, T_FIND_MS) == 1);
+    got_b2 = run_body(&c, "pause-b", body_b2);
+    assert_string_equal(got_b2, want_b2);
+    print_message("after the resume: prefill node put %.0f pages, jobs %.0f, aborted %.0f, "
+                  "failed %.0f\n",
+                  metric(c.prefill_port[0], "tandem_prefill_put_pages_total"),
+                  metric(c.prefill_port[0], "tandem_prefill_jobs_total"),
+                  metric(c.prefill_port[0], "tandem_prefill_jobs_aborted_total"),
+                  metric(c.prefill_port[0], "tandem_prefill_jobs_failed_total"));
+    cluster_check_pages(&c, sampled ? "paused writer, sampled" : "paused writer, greedy");
+    if (stopped) {
+        kill(c.prefill_pid[0], SIGCONT);
+    }
+    cluster_stop(&c);
+    free(got_a);
+    free(got_b);
+    free(got_b2);
+    free(want_a);
+    free(want_b);
+    free(want_b2);
+    free(body_a);
+    free(body_b);
+    free(body_b2);
+    free(ids_a);
+    free(ids_b);
+    free(resp);
+}
+
+static void test_paused_writer_puts_nothing_after_its_lease_greedy(void **state)
+{
+    (void)state;
+    paused_writer_round(0);
+}
+
+static void test_paused_writer_puts_nothing_after_its_lease_sampled(void **state)
+{
+    (void)state;
+    paused_writer_round(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_slow_writer_acknowledges_and_a_racing_request_is_clean,
+                                  stop_leftovers),
+        cmocka_unit_test_teardown(test_paused_writer_puts_nothing_after_its_lease_greedy,
+                                  stop_leftovers),
+        cmocka_unit_test_teardown(test_paused_writer_puts_nothing_after_its_lease_sampled,
+                                  stop_leftovers),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, setup_models, teardown_models);
+}
