@@ -3,7 +3,8 @@
  * node). A prompt's prefill job is caught running on the prefill node, then
  *  - slow writer: its client leaves; the router aborts the job by its attempt, the prefill node
  *    stops putting at its next layer and acknowledges, the decode node frees the reservation on
- *    that word, and a request racing for the pages right after gives the text of a clean run;
+ *    that word (its timer fence is set far past the test), and a request racing for the pages
+ *    right after gives the text of a clean run;
  *  - paused writer: the prefill node is SIGSTOPped mid-job until the router has declared it lost,
  *    retried the turn on the decode node and the reservation's pages went back to the pool; a
  *    second request then takes pages while the writer is resumed (SIGCONT): the writer's lease
@@ -19,9 +20,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#define T_PROMPT_TOKENS 1500 /* long enough that a prefill job is caught running (ASan: seconds) */
-#define T_MAX_TOKENS    24
-#define T_FIND_MS       60000
+#define T_PROMPT_TOKENS 1500 /* long enough that a prefill job is caught running (ASan: seconds)   \
+                              */
+#define T_MAX_TOKENS 24
+#define T_FIND_MS    60000
 
 /* A completion body of token ids; temperature 0 (greedy) or 0.8 with seed 7. */
 static char *body_of(const char *ids, int max_tokens, int sampled)
@@ -168,18 +170,26 @@ static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **s
     t0 = tdm_clock_now_ns();
     req_start(&ref, &c, "slow-ref-a", body_a, 300000);
     seen_ms = await_prefill_job(&c);
-    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, T_FIND_MS) ==
-                0);
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, T_FIND_MS) == 0);
     done_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
     text = req_join(&ref, 1);
     free(text);
     cluster_stop(&c);
+    /* The timer fence far beyond the test (TANDEM_FENCE_MS is the decode node's --fence-ms):
+     * pages that come back came back on the writer's acknowledgement. */
+    assert_int_equal(setenv("TANDEM_FENCE_MS", "600000", 1), 0);
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    assert_int_equal(unsetenv("TANDEM_FENCE_MS"), 0);
 
-    /* A's client leaves once its job runs; B asks for pages right after. */
+    /* A's client leaves halfway through its job (by the clean run's clock, while the node still
+     * shows it), so the abort reaches it between layers; B asks for pages right after. */
     t0 = tdm_clock_now_ns();
     fd = leaving_client_start(&c, "slow-a", body_a);
     left_ms = await_prefill_job(&c);
+    while (left_ms < seen_ms + (done_ms - seen_ms) / 2 &&
+           metric(c.prefill_port[0], "tandem_prefill_queued_tokens") > 0) {
+        left_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+    }
     close(fd);
     req_start(&racing, &c, "slow-b", body_b, 300000);
     got_b = req_join(&racing, 1);
