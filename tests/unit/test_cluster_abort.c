@@ -20,8 +20,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#define T_PROMPT_TOKENS 1500 /* long enough that a prefill job is caught running (ASan: seconds)   \
-                              */
+#define T_PROMPT_TOKENS                                                                            \
+    1500 /* long enough that a prefill job is caught running (ASan: seconds)                       \
+          */
 #define T_MAX_TOKENS 24
 #define T_FIND_MS    60000
 
@@ -296,6 +297,43 @@ static void paused_writer_round(int sampled)
     free(resp);
 }
 
+/*
+ * The orphaned reservation of issue 16: a decode node paused with a ReservePages waiting is
+ * declared lost (the request fails over and, with no other decode node, ends in a 503); resumed,
+ * it reserves and answers with a PageReservation the router no longer wants. The router answers
+ * it with an Abort of that reservation (writer_fenced: nobody ever got it), so the pages come back
+ * at once, not after the reservation's timeout (~610 s); the node registers again and serves.
+ */
+static void test_late_reservation_of_a_resumed_decode_node_is_released(void **state)
+{
+    static cluster_t c; /* static: the teardown may stop it after a failed assertion */
+    char *ids = malloc(T_BODY), *resp = malloc(T_BODY), *body, *text;
+    long status;
+
+    (void)state;
+    assert_non_null(ids);
+    assert_non_null(resp);
+    /* the timer fence far out of reach: only the router's release can free the pages */
+    assert_int_equal(setenv("TANDEM_FENCE_MS", "600000", 1), 0);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    assert_int_equal(unsetenv("TANDEM_FENCE_MS"), 0);
+    make_ids(ids, T_BODY, T_PROMPT_TOKENS, 7, 11);
+    body = body_of(ids, 4, 0);
+    assert_int_equal(kill(c.decode_pid[0], SIGSTOP), 0);
+    status = http(c.http_port, "/v1/completions", body, "orphan-1", 0, 60000, resp);
+    print_message("request to the paused decode node: HTTP %ld %.200s\n", status, resp);
+    assert_int_equal(status, 503);
+    assert_int_equal(kill(c.decode_pid[0], SIGCONT), 0);
+    assert_true(await_health(c.http_port, "\"decode\":1", 20000, resp) >= 0);
+    cluster_check_pages(&c, "late reservation");
+    text = complete(c.http_port, "orphan-2", ids, 4); /* the node serves again */
+    free(text);
+    cluster_stop(&c);
+    free(body);
+    free(ids);
+    free(resp);
+}
+
 static void test_paused_writer_puts_nothing_after_its_lease_greedy(void **state)
 {
     (void)state;
@@ -312,6 +350,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_slow_writer_acknowledges_and_a_racing_request_is_clean,
+                                  stop_leftovers),
+        cmocka_unit_test_teardown(test_late_reservation_of_a_resumed_decode_node_is_released,
                                   stop_leftovers),
         cmocka_unit_test_teardown(test_paused_writer_puts_nothing_after_its_lease_greedy,
                                   stop_leftovers),
