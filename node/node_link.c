@@ -248,6 +248,9 @@ static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
     if (env->body_case == TANDEM__ENVELOPE__BODY_ERROR && env->error->request_id == 0 &&
         env->error->code == TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED) {
         tdm_log(TDM_LOG_WARN, "link", "router does not know us: registering again");
+        /* the router declared us lost: what it sent before this came first (void); what follows
+         * belongs to the new registration */
+        link->suspect_until_ns = 0;
         zmq_send(link->sock, link->register_buf, link->n_register, ZMQ_DONTWAIT);
         proto_envelope_free(env);
         return;
@@ -341,6 +344,7 @@ static void *io_main(void *arg)
         if (zmq_poll(items, 2, wait_ms) < 0) {
             continue;
         }
+        lease_tick(link, tdm_clock_now_ns()); /* a pause in the poll shows before its frames */
         if ((items[1].revents & ZMQ_POLLIN) != 0) {
             uint64_t v;
             if (read(link->wake_fd, &v, sizeof(v)) < 0) {

@@ -9,7 +9,8 @@
  *    retried the turn on the decode node and the reservation's pages went back to the pool; a
  *    second request then takes pages while the writer is resumed (SIGCONT): the writer's lease
  *    has lapsed, so it puts nothing more, and both requests give the text of a clean run, at
- *    temperature 0 and at temperature 0.8 with a seed.
+ *    temperature 0 and at temperature 0.8 with a seed; the same when the writer is paused before
+ *    its job arrives (the job waits in its socket: work received across a pause is void).
  * Each test ends with the decode node's pages back at their baseline (printed). Old code: the
  * resumed writer went on putting into pages that were no longer its reservation's.
  */
@@ -210,8 +211,9 @@ static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **s
     free(ids_b);
 }
 
-/* One paused-writer round at temperature 0 or 0.8 (seeded). */
-static void paused_writer_round(int sampled)
+/* One paused-writer round at temperature 0 or 0.8 (seeded); before_job: the writer is paused
+ * before A is sent, so A's PrefillJob waits in its socket and arrives only after the resume. */
+static void paused_writer_round(int sampled, int before_job)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
     static req_t first, racing;
@@ -239,10 +241,22 @@ static void paused_writer_round(int sampled)
     cluster_stop(&c);
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
 
-    req_start(&first, &c, "pause-a", body_a, 300000);
-    seen_ms = await_prefill_job(&c);
-    assert_int_equal(kill(c.prefill_pid[0], SIGSTOP), 0);
-    stopped = 1;
+    if (before_job) {
+        assert_int_equal(kill(c.prefill_pid[0], SIGSTOP), 0);
+        stopped = 1;
+        req_start(&first, &c, "pause-a", body_a, 300000);
+        end = tdm_clock_now_ns() + 20000 * TDM_NS_PER_MS;
+        while (metric(c.decode_port[0], "tandem_decode_reserved_pages") <= 0 &&
+               tdm_clock_now_ns() < end) {
+        }
+        assert_true(metric(c.decode_port[0], "tandem_decode_reserved_pages") > 0);
+        seen_ms = 0;
+    } else {
+        req_start(&first, &c, "pause-a", body_a, 300000);
+        seen_ms = await_prefill_job(&c);
+        assert_int_equal(kill(c.prefill_pid[0], SIGSTOP), 0);
+        stopped = 1;
+    }
     n_reserved = metric(c.decode_port[0], "tandem_decode_reserved_pages");
     lost_ms = await_health(c.http_port, "\"workers_lost_total\":1", 20000, resp);
     assert_true(lost_ms >= 0);
@@ -260,10 +274,12 @@ static void paused_writer_round(int sampled)
     stopped = 0;
     got_a = req_join(&first, 1);
     got_b = req_join(&racing, 1);
-    print_message("paused writer (%s): job seen after %.0f ms, %.0f pages reserved, loss reported "
-                  "%.0f ms after the pause, resumed with %.0f pages free (%.0f at the fence)\n",
-                  sampled ? "temperature 0.8, seed 7" : "temperature 0", seen_ms, n_reserved,
-                  lost_ms, metric(c.decode_port[0], "tandem_decode_free_pages"), n_free);
+    print_message(
+        "paused writer (%s%s): job seen after %.0f ms, %.0f pages reserved, loss reported "
+        "%.0f ms after the pause, resumed with %.0f pages free (%.0f at the fence)\n",
+        sampled ? "temperature 0.8, seed 7" : "temperature 0",
+        before_job ? ", paused before its job arrived" : "", seen_ms, n_reserved, lost_ms,
+        metric(c.decode_port[0], "tandem_decode_free_pages"), n_free);
     assert_string_equal(got_a, want_a);
     assert_string_equal(got_b, want_b);
     /* the resumed node registers again and serves; once its stale job has ended, B's next turn
@@ -337,13 +353,19 @@ static void test_late_reservation_of_a_resumed_decode_node_is_released(void **st
 static void test_paused_writer_puts_nothing_after_its_lease_greedy(void **state)
 {
     (void)state;
-    paused_writer_round(0);
+    paused_writer_round(0, 0);
 }
 
 static void test_paused_writer_puts_nothing_after_its_lease_sampled(void **state)
 {
     (void)state;
-    paused_writer_round(1);
+    paused_writer_round(1, 0);
+}
+
+static void test_writer_paused_before_its_job_arrives_puts_nothing(void **state)
+{
+    (void)state;
+    paused_writer_round(0, 1);
 }
 
 int main(void)
@@ -356,6 +378,8 @@ int main(void)
         cmocka_unit_test_teardown(test_paused_writer_puts_nothing_after_its_lease_greedy,
                                   stop_leftovers),
         cmocka_unit_test_teardown(test_paused_writer_puts_nothing_after_its_lease_sampled,
+                                  stop_leftovers),
+        cmocka_unit_test_teardown(test_writer_paused_before_its_job_arrives_puts_nothing,
                                   stop_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
