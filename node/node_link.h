@@ -102,8 +102,9 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
  * router's heartbeat timeout may have been declared lost, its work retried elsewhere and the
  * pages it was writing reused; on resume it must write nothing more for that work. The I/O thread
  * runs at least once per heartbeat interval; a gap of a lease (heartbeat timeout less one
- * interval) between two runs starts a new lease epoch, and frames read within one lease after
- * such a gap may predate it (NODE_LINK_EPOCH_VOID). A writer remembers the epoch of the message
+ * interval) between two runs starts a new lease epoch, and frames read after such a gap may
+ * predate it (NODE_LINK_EPOCH_VOID) until the router's ERROR_NOT_REGISTERED arrives (it declared
+ * us lost; what it sent before came first) or one lease has passed. A writer remembers the epoch of the message
  * that gave it its work and checks node_link_lease_valid right before each write.
  */
 #define NODE_LINK_EPOCH_VOID UINT64_MAX
