@@ -282,6 +282,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         return;
     }
     pr.request_id = rp->request_id;
+    pr.attempt = rp->attempt;
     pr.reservation_id = resv->id;
     pr.cached_len = H;
     pr.n_pages = resv->n_pages;

@@ -401,6 +401,7 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     rp.cached_len = f->cached_len;
     rp.total_len = f->total_len;
     rp.prefix_session_id = f->prefix_session;
+    rp.attempt = f->attempts + 1;
     /* The pages must outlive the prefill job too: the handoff comes only after its notice, so
      * the reservation lapses past both stage deadlines (a lost or late job is aborted sooner). */
     rp.timeout_ms = d->params.reservation_timeout_ms + d->params.prefill_timeout_ms;
@@ -731,13 +732,14 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     size_t n_context;
     int pslot;
 
-    if (f == NULL || f->stage != STAGE_RESERVING || f->decode_slot != slot) {
-        /* Nobody wants it (late: its turn moved on or ended): no writer ever saw it, so its pages
-         * go back at once. */
+    if (f == NULL || f->stage != STAGE_RESERVING || f->decode_slot != slot ||
+        (r->attempt != 0 && r->attempt != f->attempts + 1)) {
+        /* Nobody wants it (late: its try timed out, its turn moved on or ended): no writer ever
+         * saw it, so its pages go back at once. */
         tdm_log(TDM_LOG_INFO, "dispatch",
-                "late reservation released: request=%llu reservation=%llu pages=%u",
-                (unsigned long long)r->request_id, (unsigned long long)r->reservation_id,
-                r->n_pages);
+                "late reservation released: request=%llu attempt=%u reservation=%llu pages=%u",
+                (unsigned long long)r->request_id, r->attempt,
+                (unsigned long long)r->reservation_id, r->n_pages);
         send_abort(d, slot, 0, r->request_id, r->reservation_id, 0, 1, "unwanted reservation");
         return;
     }

@@ -6,7 +6,7 @@
  * frees them at once, ACTIVE or FENCED; a late reservation the router never handed to a writer
  * (the orphan of a paused decode node) is freed at once by the router's Abort; a request-wide
  * Abort of a turn still reserving frees its reservation, and never one the router aborted by id
- * before whose writer is still silent. */
+ * before whose writer is still silent. A PageReservation names the attempt it answers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,6 +110,7 @@ static uint64_t reserve(fixture_t *fx, uint64_t request_id, const char *session,
     rp.session_id = (char *)session;
     rp.total_len = 300;
     rp.timeout_ms = FENCE_MS;
+    rp.attempt = 3;
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     decode_sched_on_message(fx->sched, &env);
@@ -118,6 +119,7 @@ static uint64_t reserve(fixture_t *fx, uint64_t request_id, const char *session,
     assert_int_equal(e->body_case, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION);
     assert_int_equal(e->page_reservation->request_id, request_id);
     assert_true(e->page_reservation->n_pages > 0);
+    assert_int_equal(e->page_reservation->attempt, 3); /* echoed: the router matches its try */
     *n_pages_out = e->page_reservation->n_pages;
     return e->page_reservation->reservation_id;
 }

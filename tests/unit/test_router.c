@@ -1724,6 +1724,56 @@ static void test_aborted_prefill_job_fences_its_writer_before_the_pages_return(v
     fake_fini(&pre);
 }
 
+/*
+ * A decode node answers a ReservePages only after the router's reservation deadline, just before
+ * its answer to the retry's ReservePages: the late one names attempt 1 and is released at once
+ * (writer_fenced), the prefill job gets the retry's reservation. Old code: the late reservation
+ * was taken for the retry's, whose own was then aborted as unwanted.
+ */
+static void test_late_reservation_is_never_taken_for_the_retry(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec, pre;
+    fake_record_t job, rel;
+    async_post_t req;
+    pthread_t thread;
+    int32_t prompt[150];
+    int found = 0;
+
+    start_worker(fx, &dec, "decode-late", TANDEM__ROLE__ROLE_DECODE, "rack0");
+    start_worker(fx, &pre, "prefill-late", TANDEM__ROLE__ROLE_PREFILL, "rack0");
+    dec.late_first_reservation = 1;
+    set_script(&dec, "done", 1, 1);
+    for (size_t i = 0; i < 150; i++) {
+        prompt[i] = (int32_t)(500 + i);
+    }
+    memset(&req, 0, sizeof(req));
+    req.fx = fx;
+    req.body = ids_body(prompt, 150, 10);
+    pthread_create(&thread, NULL, async_post, &req); /* waits out the 5 s reservation deadline */
+    pthread_join(thread, NULL);
+    assert_int_equal(req.resp.status, 200);
+    free(req.resp.body);
+    free(req.body);
+    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 2);
+    assert_int_equal(fake_n_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_true(fake_last(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &job));
+    assert_int_equal(job.reservation_id, 2); /* the retry's own reservation */
+    assert_int_equal(job.attempt, 2);
+    for (int i = 0; fake_nth(&dec, TANDEM__ENVELOPE__BODY_ABORT, i, &rel); i++) {
+        if (rel.reservation_id == 1) {
+            assert_true(rel.writer_fenced); /* no writer ever saw it */
+            found = 1;
+        }
+        assert_true(rel.reservation_id != 2 || rel.writer_fenced); /* never aborted unfenced */
+    }
+    assert_true(found);
+    fake_kill(&dec);
+    fake_kill(&pre);
+    fake_fini(&dec);
+    fake_fini(&pre);
+}
+
 /* A PageReservation from a worker the router does not know (a decode node declared lost while
  * paused, then resumed) is answered with an Abort of that reservation, writer_fenced (nobody
  * ever got it), so its pages come back at once; then ERROR_NOT_REGISTERED. Old code: dropped
@@ -1820,6 +1870,8 @@ int main(void)
             test_aborted_prefill_job_fences_its_writer_before_the_pages_return, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_reservation_from_an_unknown_worker_is_released,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_reservation_is_never_taken_for_the_retry, setup,
+                                        teardown),
         cmocka_unit_test(test_executable_prints_help_and_rejects_bad_flags),
         cmocka_unit_test(test_a_restarted_router_numbers_its_requests_apart),
         cmocka_unit_test_setup_teardown(test_requests_are_served_beside_many_idle_connections,

@@ -65,6 +65,8 @@ typedef struct {
     size_t chunk_tokens; /* tokens per TokenChunk */
     int hang_jobs;       /* prefill: accept jobs, never complete them */
     int ack_aborts;      /* prefill: answer an Abort of a job with AbortAck (a real node's way) */
+    int late_first_reservation; /* decode: answer the first ReservePages only just before the
+                                   next one's answer (a node that was slow to reserve) */
     size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
     uint32_t decode_delay_ms; /* decode: wait this long before the first token (blocks the fake) */
     char curve_server[41];    /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
@@ -82,6 +84,8 @@ typedef struct {
     int n_records;
     int n_aborts;
     uint64_t next_reservation;
+    Tandem__PageReservation held; /* late_first_reservation: the answer held back */
+    int holding;
 } fake_worker_t;
 
 static void fake_send(void *sock, const Tandem__Envelope *env)
@@ -265,11 +269,22 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         fake_record(w, &r);
         pr.request_id = env->reserve_pages->request_id;
         pr.reservation_id = ++w->next_reservation;
+        pr.attempt = env->reserve_pages->attempt;
         pr.cached_len = env->reserve_pages->cached_len;
         pr.n_pages = 4;
         pr.descriptor.data = (uint8_t *)"fake-rkeys";
         pr.descriptor.len = 10;
         reply.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+        if (w->late_first_reservation && w->next_reservation == 1) {
+            w->held = pr; /* answered with the next one, late */
+            w->holding = 1;
+            break;
+        }
+        if (w->holding) {
+            reply.page_reservation = &w->held;
+            fake_send(sock, &reply);
+            w->holding = 0;
+        }
         reply.page_reservation = &pr;
         fake_send(sock, &reply);
         break;
