@@ -459,8 +459,10 @@ static int fake_n_records(fake_worker_t *w, Tandem__Envelope__BodyCase type)
     return n;
 }
 
-/* The i-th record (0: the oldest) of `type` into *out; 0 when there is none. */
-static int fake_nth(fake_worker_t *w, Tandem__Envelope__BodyCase type, int i, fake_record_t *out)
+/* The i-th record (0: the oldest) of `type` into *out; 0 when there is none (inline: not every
+ * test that includes this header uses it). */
+static inline int fake_nth(fake_worker_t *w, Tandem__Envelope__BodyCase type, int i,
+                           fake_record_t *out)
 {
     int found = 0;
 
