@@ -934,7 +934,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             w->draining = 1;
         }
         if (f->reservation_id != 0) {
-            abort_workers(d, f, "decode worker draining");
+            abort_workers(d, f, "decode worker draining", 0);
         }
         retry(d, f, "decode worker draining", now_ns);
         return;
@@ -957,6 +957,13 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
         return;
     }
     if (from_prefill) {
+        if (e->code == TANDEM__ERROR_CODE__ERROR_DRAINING) {
+            /* the prefill node is stopping: no new job for it (its Goodbye follows) */
+            router_worker_t *w = router_registry_worker(d->registry, slot, 0);
+            if (w != NULL) {
+                w->draining = 1;
+            }
+        }
         abort_workers(d, f, "prefill failed", 1); /* its Error is the writer's last word */
         retry(d, f, "prefill worker error", now_ns);
         return;
