@@ -1657,6 +1657,7 @@ static void test_requests_are_served_beside_many_idle_connections(void **state)
     }
     fake_kill(&dec);
     fake_fini(&dec);
+}
 
 /* Poll until `w` recorded n messages of `type` or 5 s passed; returns the count. */
 static int await_records(fake_worker_t *w, Tandem__Envelope__BodyCase type, int n)
