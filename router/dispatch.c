@@ -10,61 +10,8 @@
 #include "common/http_status.h"
 #include "common/log.h"
 #include "router/fence.h"
+#include "router/dispatch_impl.h"
 #include "router/placement.h"
-
-#define INFLIGHT_BUCKETS 1024u
-
-_Static_assert(ROUTER_MAX_CHOICES <= PROTO_MAX_CHOICES,
-               "a request's choices must fit the protocol");
-
-typedef enum {
-    STAGE_RESERVING = 0,  /* ReservePages sent to the decode worker */
-    STAGE_PREFILLING = 1, /* PrefillJob sent to a prefill worker */
-    STAGE_DECODING = 2,   /* DecodeRequest sent; tokens stream */
-} stage_t;
-
-/* One turn in flight. */
-typedef struct inflight {
-    router_request_t *req; /* one reference, owned */
-    uint64_t id;
-    router_session_t *session; /* kept alive by session->active_request == id */
-    stage_t stage;
-    int decode_slot; /* counted in that worker's n_active; -1 none */
-    uint64_t decode_gen;
-    int prefill_slot; /* counted in n_active / n_assigned_tokens; -1 none */
-    uint64_t prefill_gen;
-    uint64_t prefill_tokens; /* tokens assigned to the prefill worker */
-    uint64_t reservation_id;
-    size_t cached_len;    /* H of this attempt */
-    size_t total_len;     /* T of this attempt */
-    uint32_t n_generated; /* tokens of choice 0 posted to the request */
-    uint32_t n_fork_generated[PROTO_MAX_CHOICES]; /* choices 1.. (n > 1): tokens posted */
-    uint32_t attempts;        /* tries ended; the running one is number attempts + 1 */
-    uint32_t prefill_attempt; /* PrefillJob.attempt of the job sent in this try; 0 none */
-    uint64_t deadline_ns; /* stage deadline (RESERVING, PREFILLING) */
-    uint64_t t_last_token_ns;
-    char prefix_session[ROUTER_SESSION_ID_BYTES + 1];
-    struct inflight *next;
-} inflight_t;
-
-struct router_dispatch {
-    router_dispatch_params_t params;
-    const router_model_t *model;
-    const router_model_info_t *info;
-    router_registry_t *registry;
-    router_sessions_t *sessions;
-    router_metrics_t *metrics;
-    router_send_fn *send;
-    void *send_ctx;
-    inflight_t *buckets[INFLIGHT_BUCKETS];
-    router_fences_t *fences; /* aborted jobs whose writer has not answered (fence.h) */
-    uint64_t n_inflight;
-    int lost[ROUTER_MAX_WORKERS];
-    int n_lost;
-    int draining;
-    uint64_t session_counter;
-    uint64_t session_salt;
-};
 
 void router_dispatch_params_default(router_dispatch_params_t *params)
 {
@@ -114,7 +61,7 @@ static inflight_t **bucket_of(router_dispatch_t *d, uint64_t id)
     return &d->buckets[tdm_hash_splitmix64(id) & (INFLIGHT_BUCKETS - 1)];
 }
 
-static inflight_t *find(router_dispatch_t *d, uint64_t id)
+inflight_t *dispatch_find(router_dispatch_t *d, uint64_t id)
 {
     inflight_t *f = *bucket_of(d, id);
 
@@ -202,8 +149,8 @@ static void end_turn(router_dispatch_t *d, inflight_t *f)
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
-static tdm_status_t send_to(router_dispatch_t *d, int slot, uint64_t gen,
-                            const Tandem__Envelope *env)
+tdm_status_t dispatch_send_to(router_dispatch_t *d, int slot, uint64_t gen,
+                              const Tandem__Envelope *env)
 {
     router_worker_t *w = router_registry_worker(d->registry, slot, gen);
     tdm_status_t status;
@@ -223,84 +170,8 @@ static tdm_status_t send_to(router_dispatch_t *d, int slot, uint64_t gen,
     return status;
 }
 
-/* Abort of (request_id, attempt) and/or reservation_id; writer_fenced: no put into the
- * reservation can land any more (docs/PROTOCOL.md 4). */
-static void send_abort(router_dispatch_t *d, int slot, uint64_t gen, uint64_t request_id,
-                       uint64_t reservation_id, uint32_t attempt, int writer_fenced,
-                       const char *reason)
-{
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Abort abort_msg = TANDEM__ABORT__INIT;
-
-    if (router_registry_worker(d->registry, slot, gen) == NULL) {
-        return;
-    }
-    abort_msg.request_id = request_id;
-    abort_msg.reservation_id = reservation_id;
-    abort_msg.reason = (char *)reason;
-    abort_msg.attempt = attempt;
-    abort_msg.writer_fenced = writer_fenced != 0;
-    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
-    env.abort = &abort_msg;
-    send_to(d, slot, gen, &env);
-}
-
-/* The writer of an aborted job answered (request_id, attempt) from `slot`: when the router was
- * waiting for that word (fence.h), tell the decode node its reservation is fenced. Returns 1
- * when the answer was such a word (the caller drops it: it is stale). */
-static int writer_answered(router_dispatch_t *d, int slot, uint64_t request_id, uint32_t attempt,
-                           const char *what)
-{
-    router_fence_t fe;
-
-    if (attempt == 0 || !router_fences_take(d->fences, slot, request_id, attempt, &fe)) {
-        return 0;
-    }
-    tdm_log(TDM_LOG_DEBUG, "dispatch",
-            "writer fenced: request=%llu attempt=%u reservation=%llu answer=%s",
-            (unsigned long long)request_id, attempt, (unsigned long long)fe.reservation_id, what);
-    send_abort(d, fe.decode_slot, fe.decode_gen, fe.request_id, fe.reservation_id, fe.attempt, 1,
-               "writer fenced");
-    return 1;
-}
-
-/*
- * Tell the workers of f's current stage to stop. A prefill job still running is aborted by its
- * attempt (a retry has another number, so it is never cancelled by this) and its reservation
- * waits for the writer's answer (fence.h); writer_done: the writer has answered already (its
- * Error or notice is in hand). A reservation no writer was given (still reserving, or after the
- * handoff) is released at once.
- */
-static void abort_workers(router_dispatch_t *d, inflight_t *f, const char *reason, int writer_done)
-{
-    uint32_t attempt = f->attempts + 1;
-
-    if (f->stage == STAGE_PREFILLING && !writer_done &&
-        router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen) != NULL) {
-        router_fence_t fe = {f->id,          f->prefill_attempt, f->reservation_id, f->prefill_slot,
-                             f->prefill_gen, f->decode_slot,     f->decode_gen};
-        send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id, f->prefill_attempt,
-                   0, reason);
-        if (router_fences_add(d->fences, &fe)) {
-            tdm_log(TDM_LOG_WARN, "dispatch", "fence table full: oldest left to the timer");
-        }
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, attempt, 0, reason);
-    } else {
-        /* reserving: the router has not seen the reservation, no writer has it; decoding or an
-         * answered writer: nothing can write any more. Lost writer (no prefill worker): timer. */
-        int fenced = f->stage == STAGE_RESERVING ||
-                     (f->reservation_id != 0 && (f->stage == STAGE_DECODING || writer_done));
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, attempt, fenced,
-                   reason);
-    }
-    f->reservation_id = 0;
-}
-
-static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const char *type,
-                 const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const char *type,
-                 const char *code, const char *fmt, ...)
+void dispatch_fail(router_dispatch_t *d, inflight_t *f, int http_status, const char *type,
+                   const char *code, const char *fmt, ...)
 {
     router_apierr_t err;
     va_list ap;
@@ -314,7 +185,7 @@ static void fail(router_dispatch_t *d, inflight_t *f, int http_status, const cha
     va_end(ap);
     tdm_log(TDM_LOG_WARN, "dispatch", "request failed: request=%llu code=%s reason=\"%s\"",
             (unsigned long long)f->id, code, err.message);
-    abort_workers(d, f, code, 0);
+    dispatch_abort_workers(d, f, code, 0);
     router_request_post_error(f->req, &err);
     end_turn(d, f);
 }
@@ -388,7 +259,7 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
             (unsigned long long)f->id, s->id, handoff != NULL ? "remote" : "local", f->cached_len,
             f->total_len, f->attempts, gen->spec != ROUTER_SPEC_DEFAULT ? dr.spec : "default");
     (void)now_ns;
-    send_to(d, f->decode_slot, f->decode_gen, &env);
+    dispatch_send_to(d, f->decode_slot, f->decode_gen, &env);
 }
 
 static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
@@ -412,7 +283,7 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     env.reserve_pages = &rp;
     f->stage = STAGE_RESERVING;
     f->deadline_ns = now_ns + (uint64_t)d->params.reservation_timeout_ms * TDM_NS_PER_MS;
-    send_to(d, f->decode_slot, f->decode_gen, &env);
+    dispatch_send_to(d, f->decode_slot, f->decode_gen, &env);
 }
 
 /* Count a remote prefill that could not be placed and became local (issue 16); no prefill
@@ -427,9 +298,10 @@ static void count_fallback(router_dispatch_t *d, router_place_miss_t miss, const
 
     if (miss != ROUTER_PLACE_MISS_NONE) {
         router_metrics_count(d->metrics, metric_of[miss], 1);
-        tdm_log(TDM_LOG_DEBUG, "dispatch", "local prefill fallback: request=%llu tokens=%zu "
-                "reason=\"%s\"", (unsigned long long)f->id, f->total_len,
-                router_place_miss_name(miss));
+        tdm_log(TDM_LOG_DEBUG, "dispatch",
+                "local prefill fallback: request=%llu tokens=%zu "
+                "reason=\"%s\"",
+                (unsigned long long)f->id, f->total_len, router_place_miss_name(miss));
     }
 }
 
@@ -463,17 +335,18 @@ static router_worker_t *decode_worker_for(router_dispatch_t *d, inflight_t *f)
     slot = router_place_decode(d->registry, s->n_tokens, &gen_id, &miss, &largest);
     if (slot < 0) {
         if (miss == ROUTER_PLACE_MISS_CAPACITY) {
-            fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
-                 "context_length_exceeded",
-                 "the conversation is %zu tokens; the largest decode worker holds %llu (its "
-                 "declared Capacity.max_tokens)",
-                 s->n_tokens, (unsigned long long)largest);
+            dispatch_fail(
+                d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                "context_length_exceeded",
+                "the conversation is %zu tokens; the largest decode worker holds %llu (its "
+                "declared Capacity.max_tokens)",
+                s->n_tokens, (unsigned long long)largest);
         } else if (miss == ROUTER_PLACE_MISS_STALLED) {
-            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
-                 "every decode worker is stalled or draining");
+            dispatch_fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+                          "every decode worker is stalled or draining");
         } else {
-            fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
-                 "no decode worker is available");
+            dispatch_fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "no_decode_workers",
+                          "no decode worker is available");
         }
         return NULL;
     }
@@ -534,13 +407,14 @@ static void retry(router_dispatch_t *d, inflight_t *f, const char *why, uint64_t
     }
     if (gen->n_choices > 1 && posted > 0) {
         /* the forks' state is gone with the attempt; a retry continues the session alone */
-        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
-             "the %u choices could not be finished (%s)", gen->n_choices, why);
+        dispatch_fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
+                      "the %u choices could not be finished (%s)", gen->n_choices, why);
         return;
     }
     if (f->attempts >= d->params.max_attempts) {
-        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
-             "the request could not be served after %u attempts (last: %s)", f->attempts, why);
+        dispatch_fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "retries_exhausted",
+                      "the request could not be served after %u attempts (last: %s)", f->attempts,
+                      why);
         return;
     }
     tdm_log(TDM_LOG_INFO, "dispatch", "turn retried: request=%llu session=%s attempt=%u reason=%s",
@@ -562,103 +436,6 @@ static void drain_lost(router_dispatch_t *d, uint64_t now_ns)
         d->draining = 1;
     }
     d->draining = 0;
-}
-
-/* ---- sessions --------------------------------------------------------------------------- */
-
-static tdm_status_t new_session(router_dispatch_t *d, uint32_t tenant, uint64_t now_ns,
-                                router_session_t **s_out)
-{
-    char id[ROUTER_SESSION_ID_BYTES + 1];
-    tdm_status_t status;
-
-    do {
-        d->session_counter++;
-        snprintf(id, sizeof(id), "s-%016llx",
-                 (unsigned long long)tdm_hash_splitmix64(d->session_salt + d->session_counter));
-    } while (router_sessions_get(d->sessions, id) != NULL);
-    status = router_sessions_add(d->sessions, id, tenant, now_ns, s_out);
-    return status;
-}
-
-/*
- * Find or make the session of f; on failure f has been failed (and freed). A request names its
- * session (X-Session-Id, or previous_response_id's) or gets a new one: it is never attached to
- * a session found by prefix, which would continue another conversation's state (an approximate
- * rewind, and possibly another client's session). A prefix match of the same tenant only lets
- * the new session share the matched pages on the worker that holds them ("share pages, not
- * sessions"; docs/PROTOCOL.md 3c prefix_session_id). A named session of another tenant is a
- * 404, as if it did not exist.
- */
-static tdm_status_t resolve_session(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
-{
-    const router_gen_request_t *gen = router_request_gen(f->req);
-    const char *asked = router_request_asked_session(f->req);
-    uint32_t tenant = router_request_tenant(f->req);
-    router_session_t *s = NULL;
-    router_session_t *m = NULL;
-    size_t matched = 0;
-    int share = 0;
-    int share_slot = -1;
-    uint64_t share_gen = 0;
-    char share_id[ROUTER_SESSION_ID_BYTES + 1] = "";
-    tdm_status_t status = TDM_OK;
-
-    if (asked != NULL) {
-        s = router_sessions_get(d->sessions, asked);
-        if (s != NULL && s->tenant != tenant) {
-            fail(d, f, TDM_HTTP_NOT_FOUND, ROUTER_APIERR_NOT_FOUND, "session_not_found",
-                 "session '%s' does not exist for this API key", asked);
-            return TDM_ERR_NOT_FOUND;
-        }
-        if (s != NULL && s->active_request != 0) {
-            fail(d, f, TDM_HTTP_CONFLICT, ROUTER_APIERR_INVALID_REQUEST, "session_busy",
-                 "session '%s' already has a request in flight", asked);
-            return TDM_ERR_BUSY;
-        }
-        if (s == NULL) {
-            status = router_sessions_add(d->sessions, asked, tenant, now_ns, &s);
-        }
-    } else {
-        m = router_sessions_match_prefix(d->sessions, tenant, gen->prompt_ids, gen->n_prompt_ids,
-                                         &matched);
-        if (m != NULL) {
-            router_metrics_count(d->metrics, ROUTER_METRIC_PREFIX_HITS, 1);
-            /* m may be evicted to make room for the new session: keep what sharing needs. */
-            share = router_registry_worker(d->registry, m->worker_slot, m->worker_generation) !=
-                        NULL &&
-                    m->cached_len >= matched;
-            share_slot = m->worker_slot;
-            share_gen = m->worker_generation;
-            snprintf(share_id, sizeof(share_id), "%s", m->id);
-        }
-        status = new_session(d, tenant, now_ns, &s);
-        if (status == TDM_OK && share && router_sessions_get(d->sessions, share_id) == NULL) {
-            share = 0; /* evicted: its pages may be gone with it */
-        }
-    }
-    if (status != TDM_OK) {
-        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "sessions_full",
-             "the session table is full of active sessions");
-        return status;
-    }
-    status = router_sessions_set_history(d->sessions, s, gen->prompt_ids, gen->n_prompt_ids);
-    if (status != TDM_OK) {
-        fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
-        return status;
-    }
-    if (share) {
-        s->worker_slot = share_slot;
-        s->worker_generation = share_gen;
-        s->cached_len = matched;
-        snprintf(f->prefix_session, sizeof(f->prefix_session), "%s", share_id);
-    }
-    s->prompt_len = gen->n_prompt_ids;
-    s->active_request = f->id;
-    s->last_used_ns = now_ns;
-    f->session = s;
-    router_request_set_session(f->req, s->id);
-    return TDM_OK;
 }
 
 /* ---- public entry points ---------------------------------------------------------------- */
@@ -686,7 +463,7 @@ void router_dispatch_submit(router_dispatch_t *dispatch, router_request_t *reque
     d->n_inflight++;
     router_metrics_count(d->metrics, ROUTER_METRIC_PROMPT_TOKENS,
                          router_request_gen(request)->n_prompt_ids);
-    if (resolve_session(d, f, now_ns) == TDM_OK) {
+    if (dispatch_resolve_session(d, f, now_ns) == TDM_OK) {
         start_attempt(d, f, now_ns);
     }
     drain_lost(d, now_ns);
@@ -696,7 +473,7 @@ void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *requ
                              int client_gone, uint64_t now_ns)
 {
     router_dispatch_t *d = dispatch;
-    inflight_t *f = find(d, router_request_id(request));
+    inflight_t *f = dispatch_find(d, router_request_id(request));
     router_session_t *s;
 
     if (client_gone) {
@@ -712,7 +489,7 @@ void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *requ
     } else {
         s->cached_len = f->cached_len;
     }
-    abort_workers(d, f, client_gone ? "client gone" : "output complete", 0);
+    dispatch_abort_workers(d, f, client_gone ? "client gone" : "output complete", 0);
     end_turn(d, f);
     drain_lost(d, now_ns);
 }
@@ -720,7 +497,7 @@ void router_dispatch_release(router_dispatch_t *dispatch, router_request_t *requ
 static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageReservation *r,
                            uint64_t now_ns)
 {
-    inflight_t *f = find(d, r->request_id);
+    inflight_t *f = dispatch_find(d, r->request_id);
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__PrefillJob job = TANDEM__PREFILL_JOB__INIT;
     Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
@@ -740,7 +517,8 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
                 "late reservation released: request=%llu attempt=%u reservation=%llu pages=%u",
                 (unsigned long long)r->request_id, r->attempt,
                 (unsigned long long)r->reservation_id, r->n_pages);
-        send_abort(d, slot, 0, r->request_id, r->reservation_id, 0, 1, "unwanted reservation");
+        dispatch_send_abort(d, slot, 0, r->request_id, r->reservation_id, 0, 1,
+                            "unwanted reservation");
         return;
     }
     f->reservation_id = r->reservation_id;
@@ -752,8 +530,8 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     pslot = router_place_prefill(d->registry, dw, f->total_len, &pgen, &miss);
     if (pslot < 0) {
         count_fallback(d, miss, f);
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, f->attempts + 1, 1,
-                   "no prefill worker");
+        dispatch_send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
+                            f->attempts + 1, 1, "no prefill worker");
         f->reservation_id = 0;
         send_decode(d, f, NULL, now_ns);
         return;
@@ -786,15 +564,15 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
     tdm_log(TDM_LOG_DEBUG, "dispatch",
             "prefill job: request=%llu attempt=%u prefill=%s decode=%s tokens=%zu",
             (unsigned long long)f->id, job.attempt, pw->id, dw->id, job.n_delta_tokens);
-    send_to(d, pslot, pgen, &env);
+    dispatch_send_to(d, pslot, pgen, &env);
 }
 
 static void on_completion(router_dispatch_t *d, int slot, const Tandem__CompletionNotice *c,
                           uint64_t now_ns)
 {
-    inflight_t *f = find(d, c->request_id);
+    inflight_t *f = dispatch_find(d, c->request_id);
 
-    if (writer_answered(d, slot, c->request_id, c->attempt, "completion")) {
+    if (dispatch_writer_answered(d, slot, c->request_id, c->attempt, "completion")) {
         return; /* an aborted attempt's notice: it only fences its writer */
     }
     if (f == NULL || f->stage != STAGE_PREFILLING || f->prefill_slot != slot ||
@@ -810,7 +588,7 @@ static void on_completion(router_dispatch_t *d, int slot, const Tandem__Completi
 
 static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t, uint64_t now_ns)
 {
-    inflight_t *f = find(d, t->request_id);
+    inflight_t *f = dispatch_find(d, t->request_id);
     const router_gen_request_t *gen;
     size_t n;
     double gap_s;
@@ -820,14 +598,15 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
     }
     gen = router_request_gen(f->req);
     if (t->choice >= (gen->n_choices > 1 ? gen->n_choices : 1)) {
-        fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
-             "decode worker sent choice %u of a request with %u", t->choice, gen->n_choices);
+        dispatch_fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
+                      "decode worker sent choice %u of a request with %u", t->choice,
+                      gen->n_choices);
         return;
     }
     for (size_t i = 0; i < t->n_tokens; i++) {
         if ((uint32_t)t->tokens[i] >= d->info->n_vocab) {
-            fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
-                 "decode worker sent token id %d outside the vocabulary", t->tokens[i]);
+            dispatch_fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "bad_worker_output",
+                          "decode worker sent token id %d outside the vocabulary", t->tokens[i]);
             return;
         }
     }
@@ -841,7 +620,8 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
         if (n > 0 && router_request_post_tokens(f->req, t->choice, t->tokens,
                                                 t->n_logprobs > 0 ? t->logprobs : NULL,
                                                 t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
-            fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+            dispatch_fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error",
+                          "out of memory");
             return;
         }
         *done += (uint32_t)n;
@@ -856,7 +636,8 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
     if (router_sessions_append(d->sessions, f->session, t->tokens, n) != TDM_OK ||
         router_request_post_tokens(f->req, 0, t->tokens, t->n_logprobs > 0 ? t->logprobs : NULL,
                                    t->n_top > 0 ? t->top : NULL, n) != TDM_OK) {
-        fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error", "out of memory");
+        dispatch_fail(d, f, TDM_HTTP_INTERNAL, ROUTER_APIERR_SERVER, "internal_error",
+                      "out of memory");
         return;
     }
     if (f->n_generated == 0) {
@@ -874,7 +655,7 @@ static void on_chunk(router_dispatch_t *d, int slot, const Tandem__TokenChunk *t
 
 static void on_finish(router_dispatch_t *d, int slot, const Tandem__Finish *fin, uint64_t now_ns)
 {
-    inflight_t *f = find(d, fin->request_id);
+    inflight_t *f = dispatch_find(d, fin->request_id);
     router_session_t *s;
 
     if (f == NULL || f->stage != STAGE_DECODING || f->decode_slot != slot) {
@@ -896,10 +677,10 @@ static void on_finish(router_dispatch_t *d, int slot, const Tandem__Finish *fin,
 
 static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uint64_t now_ns)
 {
-    inflight_t *f = find(d, e->request_id);
+    inflight_t *f = dispatch_find(d, e->request_id);
     int from_prefill;
 
-    if (writer_answered(d, slot, e->request_id, e->attempt, "error")) {
+    if (dispatch_writer_answered(d, slot, e->request_id, e->attempt, "error")) {
         return; /* an aborted attempt's error: it only fences its writer */
     }
     if (f != NULL && slot == f->prefill_slot && slot != f->decode_slot && e->attempt != 0 &&
@@ -921,7 +702,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             f->session->cached_len = e->cached_len;
         }
         if (f->reservation_id != 0) {
-            abort_workers(d, f, "state lost", 0);
+            dispatch_abort_workers(d, f, "state lost", 0);
         }
         retry(d, f, "state lost", now_ns);
         return;
@@ -934,7 +715,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             w->draining = 1;
         }
         if (f->reservation_id != 0) {
-            abort_workers(d, f, "decode worker draining", 0);
+            dispatch_abort_workers(d, f, "decode worker draining", 0);
         }
         retry(d, f, "decode worker draining", now_ns);
         return;
@@ -949,8 +730,9 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             pw->max_tokens = f->total_len - 1;
         }
         router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY, 1);
-        send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, f->attempts + 1, 1,
-                   "prefill worker cannot hold it"); /* its Error is the writer's last word */
+        dispatch_send_abort(
+            d, f->decode_slot, f->decode_gen, f->id, f->reservation_id, f->attempts + 1, 1,
+            "prefill worker cannot hold it"); /* its Error is the writer's last word */
         f->reservation_id = 0;
         set_prefill(d, f, -1, 0, 0);
         send_decode(d, f, NULL, now_ns);
@@ -964,7 +746,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
                 w->draining = 1;
             }
         }
-        abort_workers(d, f, "prefill failed", 1); /* its Error is the writer's last word */
+        dispatch_abort_workers(d, f, "prefill failed", 1); /* its Error is the writer's last word */
         retry(d, f, "prefill worker error", now_ns);
         return;
     }
@@ -974,32 +756,33 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
             (dw->max_tokens == 0 || dw->max_tokens >= f->total_len)) {
             dw->max_tokens = f->total_len - 1; /* its next turns go where they fit */
         }
-        fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST, "context_length_exceeded",
-             "the decode worker cannot hold %zu tokens: %s", f->total_len, e->message);
+        dispatch_fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
+                      "context_length_exceeded", "the decode worker cannot hold %zu tokens: %s",
+                      f->total_len, e->message);
         return;
     }
     if (e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES ||
         e->code == TANDEM__ERROR_CODE__ERROR_BUSY) {
-        fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
-             "the decode worker is out of capacity: %s", e->message);
+        dispatch_fail(d, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "worker_overloaded",
+                      "the decode worker is out of capacity: %s", e->message);
         return;
     }
-    fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error",
-         "decode worker failed (%s): %s", proto_error_code_name(e->code), e->message);
+    dispatch_fail(d, f, TDM_HTTP_BAD_GATEWAY, ROUTER_APIERR_SERVER, "worker_error",
+                  "decode worker failed (%s): %s", proto_error_code_name(e->code), e->message);
 }
 
 /* A prefill node stopped an aborted job and has nothing in flight. */
 static void on_abort_ack(router_dispatch_t *d, int slot, const Tandem__AbortAck *a, uint64_t now_ns)
 {
-    inflight_t *f = find(d, a->request_id);
+    inflight_t *f = dispatch_find(d, a->request_id);
 
-    if (writer_answered(d, slot, a->request_id, a->attempt, "abort_ack")) {
+    if (dispatch_writer_answered(d, slot, a->request_id, a->attempt, "abort_ack")) {
         return;
     }
     if (f != NULL && f->stage == STAGE_PREFILLING && f->prefill_slot == slot &&
         a->attempt == f->prefill_attempt) {
         /* the node stopped the running attempt on its own: a failed try, writer fenced */
-        abort_workers(d, f, "prefill stopped", 1);
+        dispatch_abort_workers(d, f, "prefill stopped", 1);
         retry(d, f, "prefill worker stopped the job", now_ns);
         return;
     }
@@ -1039,27 +822,6 @@ void router_dispatch_on_message(router_dispatch_t *dispatch, int slot, const Tan
     drain_lost(d, now_ns);
 }
 
-/* Worker `slot` is going: the fences it is part of end. A writer that said Goodbye has answered
- * and flushed every job (its reservations are fenced); one lost without a word, or a reservation
- * owner that is gone, leaves them to the timer (or to nobody). */
-static void release_fences_of(router_dispatch_t *d, int slot, router_registry_removal_t removal)
-{
-    router_fence_t fe;
-
-    while (router_fences_take_slot(d->fences, slot, &fe)) {
-        if (fe.prefill_slot == slot && removal == ROUTER_REGISTRY_LEFT) {
-            send_abort(d, fe.decode_slot, fe.decode_gen, fe.request_id, fe.reservation_id,
-                       fe.attempt, 1, "writer left");
-        } else if (fe.prefill_slot == slot) {
-            tdm_log(TDM_LOG_INFO, "dispatch",
-                    "writer lost before answering an abort: request=%llu attempt=%u "
-                    "reservation=%llu (pages wait for the decode node's timer fence)",
-                    (unsigned long long)fe.request_id, fe.attempt,
-                    (unsigned long long)fe.reservation_id);
-        }
-    }
-}
-
 void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
                                  router_registry_removal_t removal, const char *why,
                                  uint64_t now_ns)
@@ -1075,22 +837,22 @@ void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
         return;
     }
     gen = w->generation;
-    release_fences_of(d, slot, removal);
+    dispatch_release_fences_of(d, slot, removal);
     n_sessions = router_sessions_unplace_worker(d->sessions, slot, gen);
     router_registry_remove(d->registry, slot, removal, why);
     tdm_log(TDM_LOG_INFO, "dispatch", "worker sessions unplaced: slot=%d sessions=%zu", slot,
             n_sessions);
     ids = collect_ids(d, &n_ids);
     for (size_t i = 0; i < n_ids; i++) {
-        inflight_t *f = find(d, ids[i]);
+        inflight_t *f = dispatch_find(d, ids[i]);
         if (f == NULL) {
             continue;
         }
         if (f->decode_slot == slot && f->decode_gen == gen) {
             f->decode_slot = -1;
             if (f->stage == STAGE_PREFILLING) {
-                send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id,
-                           f->prefill_attempt, 0, "decode worker lost");
+                dispatch_send_abort(d, f->prefill_slot, f->prefill_gen, f->id, f->reservation_id,
+                                    f->prefill_attempt, 0, "decode worker lost");
             }
             f->reservation_id = 0;
             retry(d, f, "decode worker lost", now_ns);
@@ -1098,8 +860,9 @@ void router_dispatch_worker_gone(router_dispatch_t *dispatch, int slot,
             f->prefill_slot = -1;
             /* a Goodbye comes after the node's last answer (its puts are done); a worker lost
              * without a word may still write: its pages wait for the timer fence */
-            send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
-                       f->attempts + 1, removal == ROUTER_REGISTRY_LEFT, "prefill worker lost");
+            dispatch_send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,
+                                f->attempts + 1, removal == ROUTER_REGISTRY_LEFT,
+                                "prefill worker lost");
             f->reservation_id = 0;
             retry(d, f, "prefill worker lost", now_ns);
         }
@@ -1116,11 +879,11 @@ void router_dispatch_tick(router_dispatch_t *dispatch, uint64_t now_ns)
 
     ids = collect_ids(d, &n_ids);
     for (size_t i = 0; i < n_ids; i++) {
-        inflight_t *f = find(d, ids[i]);
+        inflight_t *f = dispatch_find(d, ids[i]);
         if (f == NULL || f->deadline_ns == 0 || now_ns < f->deadline_ns) {
             continue;
         }
-        abort_workers(d, f, "stage timeout", 0);
+        dispatch_abort_workers(d, f, "stage timeout", 0);
         retry(d, f, f->stage == STAGE_RESERVING ? "reservation timeout" : "prefill timeout",
               now_ns);
     }
@@ -1143,10 +906,10 @@ void router_dispatch_destroy(router_dispatch_t *dispatch)
     }
     ids = collect_ids(dispatch, &n_ids);
     for (size_t i = 0; i < n_ids; i++) {
-        inflight_t *f = find(dispatch, ids[i]);
+        inflight_t *f = dispatch_find(dispatch, ids[i]);
         if (f != NULL) {
-            fail(dispatch, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED, "shutting_down",
-                 "the router is shutting down");
+            dispatch_fail(dispatch, f, TDM_HTTP_UNAVAILABLE, ROUTER_APIERR_OVERLOADED,
+                          "shutting_down", "the router is shutting down");
         }
     }
     free(ids);
