@@ -27,7 +27,8 @@ typedef struct {
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     decode_pool_t *pool;
     decode_sessions_t *sessions;
-    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
+    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
+    uint64_t registrations; /* node_link_registrations seen by the compute thread */
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -268,6 +269,7 @@ static void run(decode_node_t *n, const char **reason_out)
         uint32_t wait_ms = decode_sched_step(n->sched);
         Tandem__Envelope *env = NULL;
         decode_stats_t st;
+        uint64_t registrations;
 
         /* liveness from progress: the link's heartbeats and /health read it (node_progress.h) */
         decode_sched_stats(n->sched, &st);
@@ -281,6 +283,11 @@ static void run(decode_node_t *n, const char **reason_out)
             decode_sched_on_message(n->sched, env);
             proto_envelope_free(env);
             wait_ms = 0;
+        }
+        registrations = node_link_registrations(n->worker.link);
+        if (registrations != n->registrations) {
+            n->registrations = registrations;
+            decode_sched_router_changed(n->sched);
         }
     }
 }

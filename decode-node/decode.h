@@ -17,14 +17,14 @@
 
 /* What a decode node runs with (plain data: main.c's flag table writes it; strings borrowed). */
 typedef struct {
-    node_worker_cfg_t worker; /* the flags both workers take */
-    uint32_t pages;           /* --pages: KV pages in the pool */
-    uint32_t max_sessions;    /* --max-sessions: sessions kept resident */
-    uint32_t max_batch;       /* --max-batch: sequences per decode step */
-    uint32_t fence_ms;        /* --fence-ms: an aborted or lapsed reservation keeps its pages */
-    const char *spec;         /* --spec: off, dspark or ngram */
-    const char *spec_accept;  /* --spec-accept: coupled or rejection */
-    double spec_threshold;    /* --spec-confidence-threshold */
+    node_worker_cfg_t worker;  /* the flags both workers take */
+    uint32_t pages;            /* --pages: KV pages in the pool */
+    uint32_t max_sessions;     /* --max-sessions: sessions kept resident */
+    uint32_t max_batch;        /* --max-batch: sequences per decode step */
+    uint32_t fence_ms;         /* --fence-ms: an aborted or lapsed reservation keeps its pages */
+    const char *spec;          /* --spec: off, dspark or ngram */
+    const char *spec_accept;   /* --spec-accept: coupled or rejection */
+    double spec_threshold;     /* --spec-confidence-threshold */
     uint32_t drain_timeout_ms; /* --drain-timeout-ms: SIGTERM drains this long at most; 0: stop
                                   at once (as SIGINT does) */
 } decode_node_params_t;

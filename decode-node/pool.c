@@ -19,8 +19,8 @@ struct decode_pool {
     uint64_t next_id;
 };
 
-tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
-                                xfer_context_t *xfer, decode_pool_t **pool_out)
+tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages, xfer_context_t *xfer,
+                                decode_pool_t **pool_out)
 {
     const engine_config_t *cfg = engine_model_config(model);
     decode_pool_t *pool = calloc(1, sizeof(*pool));
@@ -46,10 +46,9 @@ tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
         status = xfer_pool_create(xfer, &xp, &pool->xpool);
     }
     if (status == TDM_OK) {
-        status = engine_kv_pool_create_in(cfg, engine_model_fingerprint(model), n_pages,
-                                          pool->xpool != NULL ? xfer_pool_page(pool->xpool, 0)
-                                                              : NULL,
-                                          &pool->kv);
+        status = engine_kv_pool_create_in(
+            cfg, engine_model_fingerprint(model), n_pages,
+            pool->xpool != NULL ? xfer_pool_page(pool->xpool, 0) : NULL, &pool->kv);
     }
     if (status != TDM_OK) {
         decode_pool_destroy(pool);
@@ -199,6 +198,19 @@ void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_
         resv->state = DECODE_RESV_FENCED;
         resv->deadline_ns = tdm_clock_now_ns() + (uint64_t)fence_ms * TDM_NS_PER_MS;
     }
+}
+
+uint32_t decode_pool_lapse_all(decode_pool_t *pool, uint64_t now_ns)
+{
+    uint32_t n = 0;
+
+    for (decode_resv_t *r = pool->resvs; r != NULL; r = r->next) {
+        if (r->state == DECODE_RESV_ACTIVE && r->deadline_ns > now_ns) {
+            r->deadline_ns = now_ns;
+            n++;
+        }
+    }
+    return n;
 }
 
 void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv)

@@ -54,8 +54,8 @@ typedef struct decode_pool decode_pool_t;
  * be NULL: then no descriptor and no remote access). Returns TDM_OK, TDM_ERR_NO_MEMORY or the
  * transfer layer's status.
  */
-tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages,
-                                xfer_context_t *xfer, decode_pool_t **pool_out);
+tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages, xfer_context_t *xfer,
+                                decode_pool_t **pool_out);
 
 /* decode_pool_destroy - release every reservation and the pool. Accepts NULL. */
 void decode_pool_destroy(decode_pool_t *pool);
@@ -88,8 +88,7 @@ decode_resv_t *decode_pool_find(decode_pool_t *pool, uint64_t id);
 
 /* decode_pool_find_request - a reservation made for request_id (non-zero; active_only: an ACTIVE
  * one, else any state), or NULL. */
-decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id,
-                                        int active_only);
+decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id, int active_only);
 
 /* decode_pool_fence - an aborted reservation: keep its pages fence_ms more, then free them. */
 void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms);
@@ -97,6 +96,14 @@ void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_
 /* decode_pool_release - free the pages now, in any state: the handoff was consumed, or the
  * writer is fenced (acknowledged, or never given the reservation). `resv` is freed. */
 void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv);
+
+/*
+ * decode_pool_lapse_all - every ACTIVE reservation times out at once (the router that asked for
+ * them is gone: restarted, or it declared this node lost and registered it again, so no handoff
+ * will ever come). The next decode_pool_expire fences each one (its pages wait fence_ms, the
+ * writer may still be putting) and reports it through on_lapse. Returns how many it lapsed.
+ */
+uint32_t decode_pool_lapse_all(decode_pool_t *pool, uint64_t now_ns);
 
 /*
  * decode_pool_expire - at now_ns, fence every ACTIVE reservation past its timeout (fence_ms) and

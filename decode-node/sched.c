@@ -17,9 +17,9 @@
 #include "kernels/kv_page.h"
 #include "transfer/notice.h"
 
-#define IDLE_WAIT_MS 100u
+#define IDLE_WAIT_MS   100u
 #define RATE_WINDOW_NS (10ull * TDM_NS_PER_S)
-#define MSG_BYTES 256
+#define MSG_BYTES      256
 
 /* ---- messages ------------------------------------------------------------------------ */
 
@@ -41,7 +41,7 @@ void decode_sched_out_link(node_link_t *link, decode_sched_out_t *out)
 }
 
 void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode code,
-                       uint64_t cached_len, const char *message)
+                      uint64_t cached_len, const char *message)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Error e = TANDEM__ERROR__INIT;
@@ -62,9 +62,8 @@ void sched_send_error(decode_sched_t *s, uint64_t request_id, Tandem__ErrorCode 
  * step keeps several): their logprobs (logprobs[k]) and, when r asked for alternatives,
  * samples[k]'s top list (samples may be NULL: no alternatives). n <= ENGINE_SPEC_MAX_EMIT.
  */
-static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position,
-                        const int32_t *tokens, const engine_sample_t *samples,
-                        const float *logprobs, int n)
+static void send_tokens(decode_sched_t *s, const req_t *r, uint64_t position, const int32_t *tokens,
+                        const engine_sample_t *samples, const float *logprobs, int n)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__TokenChunk c = TANDEM__TOKEN_CHUNK__INIT;
@@ -181,7 +180,6 @@ static void end_req(decode_sched_t *s, req_t *r)
     free_req(r);
 }
 
-
 /*
  * evicted_for_retry - after an operation that returned `status`: when it ran out of pages and
  * the least recently used idle session could be evicted to free some, count the eviction and
@@ -207,8 +205,8 @@ int sched_evicted_for_retry(decode_sched_t *s, tdm_status_t status)
  * the step (publish in decode_sched_step), a window a loaded host widens.
  */
 static void end_turn(decode_sched_t *s, req_t *r, Tandem__FinishReason reason, uint64_t position,
-                     const int32_t *tokens, const engine_sample_t *samples,
-                     const float *logprobs, int n)
+                     const int32_t *tokens, const engine_sample_t *samples, const float *logprobs,
+                     int n)
 {
     int last = 1;
 
@@ -300,7 +298,7 @@ static int emit(decode_sched_t *s, req_t *r, uint64_t position, const int32_t *t
                     (unsigned long long)r->id, (int)token, (unsigned long long)q);
             fail_req(s, r, TDM_ERR_INTERNAL);
             return 1;
-        }        /* the history a later rewind replays from; a failed record only shortens it */
+        } /* the history a later rewind replays from; a failed record only shortens it */
         (void)decode_sessions_note_ids(r->session, (int64_t)q, &token, 1);
         if (to_history && r->history != NULL) {
             r->history[r->n_history++] = token;
@@ -334,7 +332,7 @@ void sched_note_min_tokens(req_t *r)
 
 /* emit() of one token (a plain decode step, a prefill's or handoff's first token). */
 int sched_emit_one(decode_sched_t *s, req_t *r, uint64_t position, int32_t token,
-                    const engine_sample_t *sample, float logprob)
+                   const engine_sample_t *sample, float logprob)
 {
     return emit(s, r, position, &token, sample, &logprob, 1, 0);
 }
@@ -356,18 +354,16 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
         free(r);
         return NULL;
     }
-    if (sampling_from(s, dr->sampling, &r->sp, err, sizeof(err)) != TDM_OK ||
-        dr->max_tokens == 0) {
+    if (sampling_from(s, dr->sampling, &r->sp, err, sizeof(err)) != TDM_OK || dr->max_tokens == 0) {
         sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
-                   dr->max_tokens == 0 ? "max_tokens is 0" : err);
+                         dr->max_tokens == 0 ? "max_tokens is 0" : err);
         free(r);
         return NULL;
     }
     if (dr->sampling != NULL &&
         engine_constraint_create_request(s->params.constrain_vocab, dr->sampling->response_format,
-                                         dr->sampling->tool_calls, r->sp.stop_ids,
-                                         r->sp.n_stop_ids, &r->constraint, err,
-                                         sizeof(err)) != TDM_OK) {
+                                         dr->sampling->tool_calls, r->sp.stop_ids, r->sp.n_stop_ids,
+                                         &r->constraint, err, sizeof(err)) != TDM_OK) {
         sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0, err);
         free(r);
         return NULL;
@@ -437,13 +433,13 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
 
     if (session == NULL || session->busy) {
         sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BUSY, 0,
-                   session == NULL ? "session table full" : "session busy");
+                         session == NULL ? "session table full" : "session busy");
         return;
     }
     for (size_t i = 0; i < dr->n_delta_tokens; i++) {
         if (dr->delta_tokens[i] >= s->cfg->vocab_size) {
             sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
-                       "token id outside the vocabulary");
+                             "token id outside the vocabulary");
             return;
         }
     }
@@ -458,7 +454,7 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
                 /* the router retries from p, which the node now holds */
                 s->stats.state_lost_total++;
                 sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held,
-                           "session state rewound to a shorter prefix than cached_len");
+                                 "session state rewound to a shorter prefix than cached_len");
                 return;
             }
         }
@@ -470,7 +466,7 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
         if (dr->cached_len != 0) {
             s->stats.state_lost_total++;
             sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, 0,
-                       "session state not held at cached_len");
+                             "session state not held at cached_len");
             return;
         }
     }
@@ -492,6 +488,15 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     memcpy(r->delta, dr->delta_tokens, dr->n_delta_tokens * sizeof(int32_t));
     r->n_delta = (int64_t)dr->n_delta_tokens;
     r->phase = REQ_PREFILL;
+}
+
+void decode_sched_router_changed(decode_sched_t *s)
+{
+    uint32_t n = decode_pool_lapse_all(s->pool, tdm_clock_now_ns());
+
+    tdm_log(n > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "sched",
+            "registered again with the router: %u reservation(s) of the old registration lapse now",
+            n);
 }
 
 void decode_sched_drain(decode_sched_t *s)
@@ -529,8 +534,9 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
             sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_DRAINING,
                              0, "decode node draining: place the turn elsewhere");
         } else if (sched_find_req(s, env->decode_request->request_id) != NULL) {
-            sched_send_error(s, env->decode_request->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE,
-                       0, "request id already running");
+            sched_send_error(s, env->decode_request->request_id,
+                             TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
+                             "request id already running");
         } else if (env->decode_request->mode == TANDEM__PREFILL_MODE__PREFILL_REMOTE) {
             sched_on_remote(s, env->decode_request);
         } else {
@@ -707,8 +713,7 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
             lps[k] = (float)res->samples[k].logprob;
         }
         if (res->n_emitted > 0) { /* every kept token in one chunk */
-            emit(s, r, (uint64_t)(anchor_pos[i] + 1), toks, res->samples, lps, res->n_emitted,
-                 1);
+            emit(s, r, (uint64_t)(anchor_pos[i] + 1), toks, res->samples, lps, res->n_emitted, 1);
         }
     }
 }
@@ -766,8 +771,7 @@ static void run_decode(decode_sched_t *s)
                      ? TDM_OK
                      : engine_constraint_apply(r->constraint, row, s->cfg->vocab_size);
         if (status == TDM_OK) {
-            status =
-                engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
+            status = engine_sampler_sample(&r->sp, row, s->cfg->vocab_size, q, &s->arena, &sample);
         }
         if (status != TDM_OK) {
             fail_req(s, r, status);
@@ -828,7 +832,8 @@ uint32_t decode_sched_step(decode_sched_t *s)
     uint32_t wait_ms = IDLE_WAIT_MS;
     req_t *pending = NULL;
 
-    next_ns = decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
+    next_ns =
+        decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
     for (req_t *r = s->reqs; r != NULL; r = r->next) {
         if (r->phase == REQ_PREFILL) {
             pending = r; /* the oldest: the list is newest first */
@@ -899,9 +904,8 @@ tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engi
             fp.max_chunk_tokens = rows;
         }
     }
-    s->n_ids_cap = s->cfg->sliding_window + (s->cfg->engram_max_ngram_size > 0
-                                                  ? s->cfg->engram_max_ngram_size - 1
-                                                  : 0);
+    s->n_ids_cap = s->cfg->sliding_window +
+                   (s->cfg->engram_max_ngram_size > 0 ? s->cfg->engram_max_ngram_size - 1 : 0);
     s->logits = malloc((size_t)s->params.max_batch * (size_t)s->cfg->vocab_size * sizeof(float));
     s->ids = malloc((size_t)(s->n_ids_cap + 1) * sizeof(int32_t));
     status = s->logits == NULL || s->ids == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
@@ -913,9 +917,8 @@ tdm_status_t decode_sched_create(const decode_sched_params_t *params, const engi
     }
     if (status == TDM_OK && s->params.spec_drafter != ENGINE_SPEC_OFF) {
         s->spec_results = calloc(s->params.max_batch, sizeof(*s->spec_results));
-        status = s->spec_results == NULL
-                     ? TDM_ERR_NO_MEMORY
-                     : engine_spec_create(s->fwd, &s->params.spec, &s->spec);
+        status = s->spec_results == NULL ? TDM_ERR_NO_MEMORY
+                                         : engine_spec_create(s->fwd, &s->params.spec, &s->spec);
     }
     if (status != TDM_OK) {
         decode_sched_destroy(s);

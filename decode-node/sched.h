@@ -31,10 +31,10 @@
 
 /* How the scheduler runs (from the decode node's flags; plain data, copied at create). */
 typedef struct {
-    uint32_t fence_ms;         /* pages of an aborted or lapsed reservation wait this long */
-    uint32_t max_batch;        /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
-    uint32_t chunk_tokens;     /* prefill chunk (engine max_chunk_tokens) */
-    int n_threads;             /* kernel threads */
+    uint32_t fence_ms;     /* pages of an aborted or lapsed reservation wait this long */
+    uint32_t max_batch;    /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
+    uint32_t chunk_tokens; /* prefill chunk (engine max_chunk_tokens) */
+    int n_threads;         /* kernel threads */
     /* Speculative decoding (MODEL.md 8). spec_drafter is the node's default drafter (--spec);
      * ENGINE_SPEC_OFF makes no speculative context, and every request then decodes plainly
      * whatever its DecodeRequest.spec says (the output is the same either way). spec holds the
@@ -77,9 +77,9 @@ typedef struct {
  * create). Both are called on the scheduler's thread with borrowed arguments that live only for
  * the call: copy what is kept. tandem-decode passes its link (decode_sched_out_link). */
 typedef struct {
-    void (*send)(void *arg, const Tandem__Envelope *env);     /* a message for the router */
-    void (*set_load)(void *arg, const node_load_t *load);      /* the load heartbeats carry */
-    void *arg;                                                 /* passed to both */
+    void (*send)(void *arg, const Tandem__Envelope *env); /* a message for the router */
+    void (*set_load)(void *arg, const node_load_t *load); /* the load heartbeats carry */
+    void *arg;                                            /* passed to both */
 } decode_sched_out_t;
 
 /* decode_sched_out_link - a decode_sched_out_t that sends with node_link_send and publishes with
@@ -114,6 +114,14 @@ uint32_t decode_sched_step(decode_sched_t *sched);
  * handoffs go on. Aborts are handled as ever. Idempotent; compute thread only.
  */
 void decode_sched_drain(decode_sched_t *sched);
+
+/*
+ * decode_sched_router_changed - the control link registered again (the router restarted, or it
+ * declared this node lost): every reservation made for the old registration lapses now (fenced,
+ * then freed after --fence-ms; its session is idle again) instead of holding pages and its
+ * session busy until ReservePages.timeout_ms (610 s by default). Compute thread only.
+ */
+void decode_sched_router_changed(decode_sched_t *sched);
 
 /* decode_sched_idle - 1 when no request runs or waits and no reservation holds pages (a drain is
  * done), else 0. Compute thread only. */

@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "kernels/kv_page.h"
 
-#define LINK_HOST_BYTES 64
+#define LINK_HOST_BYTES   64
 #define LINK_REASON_BYTES 512
 
 /* One packed frame waiting in the outbox, or one envelope waiting in the inbox. */
@@ -46,6 +46,7 @@ struct node_link {
      * has seen; suspect_until_ns (I/O thread only): frames read before then may predate one. */
     _Atomic uint64_t last_wake_ns;
     _Atomic uint64_t lease_epoch;
+    _Atomic uint64_t registrations; /* re-registrations after ERROR_NOT_REGISTERED */
     uint64_t suspect_until_ns;
     uint64_t recv_epoch;  /* epoch of the envelope the last node_link_recv returned (lock) */
     pthread_mutex_t lock; /* guards the queues, load and wake flag */
@@ -133,8 +134,7 @@ static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err,
         tdm_status_t status;
 
         if (now >= deadline) {
-            set_err(err, err_bytes,
-                    "no RegisterAck from the router within the deadline%s%s",
+            set_err(err, err_bytes, "no RegisterAck from the router within the deadline%s%s",
                     link->curve ? " (with CurveZMQ: is this worker's public key on the router's "
                                   "--curve-workers list, and --curve-router-key the router's?)"
                                 : "",
@@ -163,12 +163,11 @@ static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err,
                 proto_envelope_free(env);
                 return TDM_ERR_MISMATCH;
             }
-            link->heartbeat_interval_ms =
-                ack->heartbeat_interval_ms > 0 ? ack->heartbeat_interval_ms
-                                               : PROTO_HEARTBEAT_INTERVAL_MS;
-            link->heartbeat_timeout_ms = ack->heartbeat_timeout_ms > 0
-                                             ? ack->heartbeat_timeout_ms
-                                             : PROTO_HEARTBEAT_TIMEOUT_MS;
+            link->heartbeat_interval_ms = ack->heartbeat_interval_ms > 0
+                                              ? ack->heartbeat_interval_ms
+                                              : PROTO_HEARTBEAT_INTERVAL_MS;
+            link->heartbeat_timeout_ms = ack->heartbeat_timeout_ms > 0 ? ack->heartbeat_timeout_ms
+                                                                       : PROTO_HEARTBEAT_TIMEOUT_MS;
             tdm_log(TDM_LOG_INFO, "link", "registered: router=%s heartbeat_interval_ms=%u",
                     ack->router_id, link->heartbeat_interval_ms);
             proto_envelope_free(env);
@@ -251,6 +250,8 @@ static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
         /* the router declared us lost: what it sent before this came first (void); what follows
          * belongs to the new registration */
         link->suspect_until_ns = 0;
+        atomic_fetch_add(&link->lease_epoch, 1); /* the old registration's work is void */
+        atomic_fetch_add(&link->registrations, 1);
         zmq_send(link->sock, link->register_buf, link->n_register, ZMQ_DONTWAIT);
         proto_envelope_free(env);
         return;
@@ -331,7 +332,8 @@ static void *io_main(void *arg)
     uint64_t seq = 0;
 
     while (!atomic_load(&link->stop)) {
-        zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0}, {NULL, link->wake_fd, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0},
+                                   {NULL, link->wake_fd, ZMQ_POLLIN, 0}};
         uint64_t now = tdm_clock_now_ns();
         long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / TDM_NS_PER_MS) + 1;
 
@@ -602,6 +604,11 @@ uint64_t node_link_recv_epoch(node_link_t *link)
     epoch = link->recv_epoch;
     pthread_mutex_unlock(&link->lock);
     return epoch;
+}
+
+uint64_t node_link_registrations(node_link_t *link)
+{
+    return atomic_load(&link->registrations);
 }
 
 int node_link_lease_valid(node_link_t *link, uint64_t epoch)

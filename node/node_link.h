@@ -39,11 +39,11 @@ typedef struct {
     const char *rack;
     const char *node;
     uint64_t model_fingerprint;
-    uint64_t weights_digest;            /* tdm_weights_digest of the checkpoint */
-    const char *kv_layout;              /* engine_config_kv_layout, or NULL */
-    const char *const *transports;      /* [n_transports] lane classes (node_xfer_transports) */
+    uint64_t weights_digest;       /* tdm_weights_digest of the checkpoint */
+    const char *kv_layout;         /* engine_config_kv_layout, or NULL */
+    const char *const *transports; /* [n_transports] lane classes (node_xfer_transports) */
     uint32_t n_transports;
-    uint64_t max_tokens;                /* Capacity.max_tokens: longest sequence it can hold */
+    uint64_t max_tokens; /* Capacity.max_tokens: longest sequence it can hold */
     uint32_t page_bytes;
     uint32_t tokens_per_block;
     uint32_t max_context;
@@ -56,10 +56,10 @@ typedef struct {
     uint32_t register_timeout_ms;
     const char *curve_key;        /* this worker's CurveZMQ key file (common/curve.h), or NULL */
     const char *curve_router_key; /* the router's public key file; set with curve_key */
-    node_progress_t *progress; /* optional (NULL: none): the link counts received messages not
-                                  yet taken into it, and every heartbeat's Load carries its
-                                  steps_completed, pending_work, stalled and draining; borrowed,
-                                  must outlive the link */
+    node_progress_t *progress;    /* optional (NULL: none): the link counts received messages not
+                                     yet taken into it, and every heartbeat's Load carries its
+                                     steps_completed, pending_work, stalled and draining; borrowed,
+                                     must outlive the link */
 } node_link_params_t;
 
 typedef struct node_link node_link_t;
@@ -104,8 +104,8 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
  * runs at least once per heartbeat interval; a gap of a lease (heartbeat timeout less one
  * interval) between two runs starts a new lease epoch, and frames read after such a gap may
  * predate it (NODE_LINK_EPOCH_VOID) until the router's ERROR_NOT_REGISTERED arrives (it declared
- * us lost; what it sent before came first) or one lease has passed. A writer remembers the epoch of the message
- * that gave it its work and checks node_link_lease_valid right before each write.
+ * us lost; what it sent before came first) or one lease has passed. A writer remembers the epoch of
+ * the message that gave it its work and checks node_link_lease_valid right before each write.
  */
 #define NODE_LINK_EPOCH_VOID UINT64_MAX
 
@@ -117,6 +117,12 @@ uint64_t node_link_recv_epoch(node_link_t *link);
 /* node_link_lease_valid - nonzero while work received in `epoch` may still be done: no pause
  * since, and the I/O thread ran less than a lease ago. Thread-safe, lock-free. */
 int node_link_lease_valid(node_link_t *link, uint64_t epoch);
+
+/* node_link_registrations - how many times the link registered again after the router answered
+ * ERROR_NOT_REGISTERED (a restarted router, or one that declared this worker lost); 0 after
+ * node_link_create. Each one also starts a new lease epoch: work received before it is void.
+ * Thread-safe, lock-free. */
+uint64_t node_link_registrations(node_link_t *link);
 
 /* node_link_wake - make a waiting node_link_recv return early (signal handlers may not call
  * it; the owner's other threads may). */

@@ -239,6 +239,32 @@ static void test_lapsed_reservation_is_reported_once_then_freed(void **state)
     expect_pages(fx, POOL_PAGES, 0);
 }
 
+static void test_lapse_all_times_out_every_active_reservation_at_once(void **state)
+{
+    fixture_t *fx = *state;
+    decode_resv_t *a;
+    decode_resv_t *b;
+    uint64_t now = tdm_clock_now_ns();
+
+    a = reserve_ok(fx, 1, 600000); /* a ReservePages.timeout_ms of 610 s would hold them 10 min */
+    b = reserve_ok(fx, 1, 600000);
+    decode_pool_fence(fx->pool, b, FENCE_MS); /* already fenced: not lapsed again */
+    assert_int_equal(decode_pool_expire(fx->pool, now, FENCE_MS, on_lapse, fx) > 0, 1);
+    assert_int_equal(fx->n_lapsed, 0);
+
+    assert_int_equal(decode_pool_lapse_all(fx->pool, now), 1);
+    assert_int_equal(decode_pool_lapse_all(fx->pool, now), 0); /* once */
+    decode_pool_expire(fx->pool, now, FENCE_MS, on_lapse, fx);
+    assert_int_equal(fx->n_lapsed, 1);
+    assert_ptr_equal(fx->lapsed, a);
+    assert_int_equal(a->state, DECODE_RESV_FENCED); /* pages wait for the writer's fence */
+    expect_pages(fx, POOL_PAGES - 2 * fx->n_sources, 2 * fx->n_sources);
+
+    assert_int_equal(decode_pool_expire(fx->pool, now + LATER_NS, FENCE_MS, on_lapse, fx),
+                     UINT64_MAX);
+    expect_pages(fx, POOL_PAGES, 0);
+}
+
 static void test_destroy_frees_reservations_still_held(void **state)
 {
     fixture_t *fx = *state;
@@ -270,6 +296,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_lapsed_reservation_is_reported_once_then_freed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_lapse_all_times_out_every_active_reservation_at_once,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_frees_reservations_still_held, setup,
                                         teardown),
     };

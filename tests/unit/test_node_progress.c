@@ -97,6 +97,8 @@ typedef struct {
     pthread_mutex_t lock;
     atomic_int stop;
     int n_heartbeats;
+    int n_registers;
+    atomic_int forget; /* answer the next heartbeat with ERROR_NOT_REGISTERED (a restart) */
     Tandem__Load last; /* scalars only */
 } fake_router_t;
 
@@ -120,12 +122,31 @@ static void *router_main(void *arg)
             continue;
         }
         if (proto_unpack(zmq_msg_data(&body), zmq_msg_size(&body), 0, &env, NULL, 0) == TDM_OK) {
-            if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER) {
+            if (env->body_case == TANDEM__ENVELOPE__BODY_HEARTBEAT &&
+                atomic_exchange(&r->forget, 0)) {
+                Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
+                Tandem__Error e = TANDEM__ERROR__INIT;
+                uint8_t *buf = NULL;
+                size_t n = 0;
+
+                e.code = TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED;
+                e.message = (char *)"unknown worker";
+                out.body_case = TANDEM__ENVELOPE__BODY_ERROR;
+                out.error = &e;
+                if (proto_pack(&out, &buf, &n) == TDM_OK) {
+                    zmq_send(r->sock, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE);
+                    zmq_send(r->sock, buf, n, 0);
+                    free(buf);
+                }
+            } else if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER) {
                 Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
                 Tandem__RegisterAck ack = TANDEM__REGISTER_ACK__INIT;
                 uint8_t *buf = NULL;
                 size_t n = 0;
 
+                pthread_mutex_lock(&r->lock);
+                r->n_registers++;
+                pthread_mutex_unlock(&r->lock);
                 ack.accepted = 1;
                 ack.heartbeat_interval_ms = 20;
                 ack.heartbeat_timeout_ms = 1000;
@@ -381,11 +402,59 @@ static void test_wedged_compute_thread_is_stalled_in_heartbeats_and_health(void 
     router_stop(&router);
 }
 
+/* A router that forgets the worker (restarted, or declared it lost): the link registers again,
+ * counts it, and voids the work of the old registration (its lease epoch ends), so a decode node
+ * lapses the reservations the old router made and a prefill node's jobs stop putting. */
+static void test_router_restart_registers_again_and_voids_old_work(void **state)
+{
+    static node_worker_cfg_t cfg;
+    static node_worker_t w;
+    fake_router_t router;
+    node_link_params_t lp;
+    node_link_t *link = NULL;
+    char err[256] = "";
+    int n_registers = 0;
+
+    (void)state;
+    router_start(&router);
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&w, 0, sizeof(w));
+    w.cfg = &cfg;
+    node_progress_init(&w.progress, 0);
+    memset(&lp, 0, sizeof(lp));
+    lp.router_endpoint = router.endpoint;
+    lp.role = TANDEM__ROLE__ROLE_PREFILL;
+    lp.incarnation_id = "prefill-test-restart";
+    lp.rack = "rack0";
+    lp.node = "127.0.0.1";
+    lp.http_endpoint = "127.0.0.1:1";
+    lp.register_timeout_ms = 5000;
+    lp.progress = &w.progress;
+    assert_int_equal(node_link_create(&lp, &link, err, sizeof(err)), TDM_OK);
+    assert_int_equal(node_link_registrations(link), 0);
+    assert_true(node_link_lease_valid(link, 0)); /* work of the first registration may go on */
+
+    atomic_store(&router.forget, 1);
+    for (int i = 0; i < 500 && (node_link_registrations(link) == 0 || n_registers < 2); i++) {
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+        pthread_mutex_lock(&router.lock);
+        n_registers = router.n_registers;
+        pthread_mutex_unlock(&router.lock);
+    }
+    assert_int_equal(node_link_registrations(link), 1);
+    assert_int_equal(n_registers, 2);             /* it registered again */
+    assert_false(node_link_lease_valid(link, 0)); /* the old registration's work is void */
+
+    node_link_destroy(link, "test done");
+    router_stop(&router);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stall_needs_pending_work_and_no_step_for_the_limit),
         cmocka_unit_test(test_wedged_compute_thread_is_stalled_in_heartbeats_and_health),
+        cmocka_unit_test(test_router_restart_registers_again_and_voids_old_work),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;
