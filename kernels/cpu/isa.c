@@ -6,11 +6,24 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 static const char *const g_names[KERN_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
 
 /* -1: not chosen yet (read TANDEM_CPU_ISA on first use). */
 static atomic_int g_isa = -1;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". */
+static int cpu_has_f16c(void)
+{
+    unsigned int eax, ebx, ecx, edx;
+
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
 
 const char *kern_cpu_isa_name(kern_cpu_isa_t isa)
 {
@@ -25,7 +38,7 @@ int kern_cpu_isa_supported(kern_cpu_isa_t isa)
 #if defined(__x86_64__) && defined(__GNUC__)
     case KERN_ISA_AVX2:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               cpu_has_f16c();
     case KERN_ISA_AVX512:
         return __builtin_cpu_supports("avx512f");
 #endif
