@@ -9,6 +9,57 @@
 #include "common/log.h"
 
 #define PROTO_ERR_BYTES 256
+/* Largest protobuf field number (2^29 - 1); 0 is not a field number either. */
+#define PROTO_MAX_FIELD_NUMBER 0x1fffffffu
+
+/*
+ * 1 when `msg` or a message inside it keeps an unknown field whose number protobuf does not
+ * allow (0, or above PROTO_MAX_FIELD_NUMBER). protobuf-c accepts such a tag when it is written
+ * in more than one byte and keeps the field, but packs it back as bytes no reader accepts: a
+ * CompletionNotice carrying one, forwarded by the router inside a DecodeRequest, made that
+ * DecodeRequest unreadable at the decode node (found by fuzz/fuzz_proto.c).
+ */
+static int has_bad_unknown_field(const ProtobufCMessage *msg)
+{
+    const ProtobufCMessageDescriptor *desc = msg->descriptor;
+    const char *base = (const char *)msg;
+
+    for (unsigned i = 0; i < msg->n_unknown_fields; i++) {
+        uint32_t tag = msg->unknown_fields[i].tag;
+        if (tag == 0 || tag > PROTO_MAX_FIELD_NUMBER) {
+            return 1;
+        }
+    }
+    for (unsigned f = 0; f < desc->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &desc->fields[f];
+
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) {
+            continue;
+        }
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)(base + fd->quantifier_offset);
+            ProtobufCMessage *const *items = *(ProtobufCMessage *const *const *)(base + fd->offset);
+            for (size_t k = 0; k < n; k++) {
+                if (items[k] != NULL && has_bad_unknown_field(items[k])) {
+                    return 1;
+                }
+            }
+            continue;
+        }
+        /* a oneof member is set only when the oneof's case names it (members share storage) */
+        if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 &&
+            *(const uint32_t *)(base + fd->quantifier_offset) != fd->id) {
+            continue;
+        }
+        {
+            const ProtobufCMessage *sub = *(ProtobufCMessage *const *)(base + fd->offset);
+            if (sub != NULL && has_bad_unknown_field(sub)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
 
 tdm_status_t proto_pack(const Tandem__Envelope *env, uint8_t **buf_out, size_t *n_bytes_out)
 {
@@ -68,6 +119,12 @@ tdm_status_t proto_unpack(const void *buf, size_t n_bytes, uint32_t flags,
     if (env == NULL) {
         tdm_errbuf_set(err, err_bytes, "not a valid envelope (%zu bytes)", n_bytes);
         return TDM_ERR_FORMAT;
+    }
+    if (has_bad_unknown_field(&env->base)) {
+        tdm_errbuf_set(err, err_bytes, "not a valid envelope (%zu bytes): field number 0 or "
+                       "above 2^29 - 1", n_bytes);
+        status = TDM_ERR_FORMAT;
+        goto err_free_env;
     }
     if ((flags & PROTO_UNPACK_ANY_VERSION) == 0 && env->protocol_version != PROTO_VERSION) {
         tdm_errbuf_set(err, err_bytes, "protocol version %u, expected %u", env->protocol_version,

@@ -98,7 +98,9 @@ tdm_status_t proto_pack(const Tandem__Envelope *env, uint8_t **buf_out, size_t *
  *
  * flags: proto_unpack_flags_t bits. On success *env_out is owned by the caller
  * (proto_envelope_free). Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL argument), TDM_ERR_FORMAT
- * (empty, over PROTO_MAX_MESSAGE_BYTES, not a valid Envelope, no body, or a failed check),
+ * (empty, over PROTO_MAX_MESSAGE_BYTES, not a valid Envelope, an unknown field numbered 0 or
+ * above 2^29 - 1 at any depth (protobuf-c keeps one but cannot pack it back), no body, or a
+ * failed check),
  * TDM_ERR_UNSUPPORTED (another protocol_version without PROTO_UNPACK_ANY_VERSION) or
  * TDM_ERR_NO_MEMORY. On failure *env_out is untouched and err (err_bytes, may be 0) says why.
  * Never logs: the caller decides what a bad frame from a peer means.

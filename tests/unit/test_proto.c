@@ -292,6 +292,55 @@ static void test_unpack_refuses_bad_frames_and_writes_nothing(void **state)
     assert_ptr_equal(out, (Tandem__Envelope *)0x1);
 }
 
+/*
+ * protobuf-c accepts a tag of field number 0 (or above 2^29 - 1) written in several bytes and
+ * keeps it as an unknown field, which it then packs back as bytes no reader accepts: the router
+ * forwards a CompletionNotice inside a DecodeRequest, so the decode node would get an unreadable
+ * frame. Found by fuzz/fuzz_proto.c (its input first); such frames are refused at entry, at any
+ * depth. An unknown field with a valid number is kept and round-trips (newer peers).
+ */
+static void test_unknown_field_number_zero_refused_at_any_depth(void **state)
+{
+    static const uint8_t fuzz_found[] = {0x82, 0x00, 0x00, 0x20, 0x00, 0x08, 0x03, 0x92,
+                                         0xb2, 0x01, 0x05, 0x0a, 0x03, 0x65, 0x08, 0x03,
+                                         0xb2, 0x01, 0x05, 0x0a, 0x03, 0x62, 0x79, 0x65};
+    /* Envelope{protocol_version, goodbye{reason "bye", field 0 (tag 82 00) of 0 bytes}} */
+    const uint8_t nested_zero[] = {0x08, (uint8_t)PROTO_VERSION, 0xb2, 0x01, 0x08, 0x0a, 0x03,
+                                   0x62, 0x79, 0x65, 0x82, 0x00, 0x00};
+    /* the same with field 2^29 (tag 80 80 80 80 10, varint 1) */
+    const uint8_t nested_huge[] = {0x08, (uint8_t)PROTO_VERSION, 0xb2, 0x01, 0x0b, 0x0a, 0x03,
+                                   0x62, 0x79, 0x65, 0x80, 0x80, 0x80, 0x80, 0x10, 0x01};
+    /* the same with field 99 (tag 98 06, varint 1): a field of a newer peer */
+    const uint8_t nested_valid[] = {0x08, (uint8_t)PROTO_VERSION, 0xb2, 0x01, 0x08, 0x0a, 0x03,
+                                    0x62, 0x79, 0x65, 0x98, 0x06, 0x01};
+    Tandem__Envelope *out = (Tandem__Envelope *)0x1, *again = NULL;
+    char err[ERR_BYTES] = "";
+    uint8_t *buf;
+    size_t n;
+
+    (void)state;
+    assert_int_equal(proto_unpack(fuzz_found, sizeof(fuzz_found), PROTO_UNPACK_ANY_VERSION, &out,
+                                  err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_non_null(strstr(err, "field number 0"));
+    assert_int_equal(proto_unpack(nested_zero, sizeof(nested_zero), 0, &out, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_int_equal(proto_unpack(nested_huge, sizeof(nested_huge), 0, &out, err, sizeof(err)),
+                     TDM_ERR_FORMAT);
+    assert_ptr_equal(out, (Tandem__Envelope *)0x1);
+
+    out = NULL;
+    assert_int_equal(proto_unpack(nested_valid, sizeof(nested_valid), 0, &out, err, sizeof(err)),
+                     TDM_OK);
+    assert_string_equal(out->goodbye->reason, "bye");
+    buf = pack_ok(out, &n);
+    assert_int_equal(proto_unpack(buf, n, 0, &again, err, sizeof(err)), TDM_OK);
+    assert_string_equal(again->goodbye->reason, "bye");
+    proto_envelope_free(again);
+    proto_envelope_free(out);
+    free(buf);
+}
+
 static void test_other_version_refused_unless_asked(void **state)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
@@ -563,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_register_round_trip_keeps_every_field),
         cmocka_unit_test(test_every_message_type_round_trips),
         cmocka_unit_test(test_unpack_refuses_bad_frames_and_writes_nothing),
+        cmocka_unit_test(test_unknown_field_number_zero_refused_at_any_depth),
         cmocka_unit_test(test_other_version_refused_unless_asked),
         cmocka_unit_test(test_structural_checks_refuse_malformed_messages),
         cmocka_unit_test(test_compat_check_names_each_mismatch),
