@@ -17,12 +17,12 @@
 #include "text/tokenizer.h"
 
 #define FUZZ_CHAT_MAX_MESSAGES 64
-#define FUZZ_CHAT_MAX_CALLS 8     /* tool calls per message */
-#define FUZZ_CHAT_FLAG_BITS 0x0fu /* text_chat_flags_t bits the input may set */
-#define FUZZ_CHAT_VOCAB 1024u     /* the tiny preset's vocabulary */
-#define FUZZ_MESSAGE_SEP '\0'
-#define FUZZ_FIELD_SEP '\x01'
-#define FUZZ_CALL_SEP '\x02'
+#define FUZZ_CHAT_MAX_CALLS    8     /* tool calls per message */
+#define FUZZ_CHAT_FLAG_BITS    0x0fu /* text_chat_flags_t bits the input may set */
+#define FUZZ_CHAT_VOCAB        1024u /* the tiny preset's vocabulary */
+#define FUZZ_MESSAGE_SEP       '\0'
+#define FUZZ_FIELD_SEP         '\x01'
+#define FUZZ_CALL_SEP          '\x02'
 
 /* The synthetic tokenizer (built once; immutable, thread-safe). */
 static text_tokenizer_t *fuzz_tok;
@@ -170,8 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (text_chat_render(&chat.params, chat.msgs, chat.n_msgs, &text, &n_text) == TDM_OK) {
         free(text);
     }
-    if (text_chat_encode(fuzz_tok, &chat.params, chat.msgs, chat.n_msgs, &ids, &n_ids) ==
-        TDM_OK) {
+    if (text_chat_encode(fuzz_tok, &chat.params, chat.msgs, chat.n_msgs, &ids, &n_ids) == TDM_OK) {
         text_tokens_free(ids);
     }
     return 0;

@@ -26,8 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text_tokenizer_t *tok = NULL;
     char err[256];
 
-    if (text_tokenizer_load_gguf_buffer(data, size, "model.gguf", &tok, err,
-                                        sizeof(err)) == TDM_OK) {
+    if (text_tokenizer_load_gguf_buffer(data, size, "model.gguf", &tok, err, sizeof(err)) ==
+        TDM_OK) {
         fuzz_tok_exercise(tok);
         text_tokenizer_destroy(tok);
     }

@@ -16,7 +16,7 @@
 #include "node/node_handoff.h"
 
 /* Bytes of each page given to the state record (any size: the blob only copies them). */
-#define FUZZ_PAGE_BYTES 64
+#define FUZZ_PAGE_BYTES  64
 #define FUZZ_MAX_SOURCES 3
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

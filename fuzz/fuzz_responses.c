@@ -50,8 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (router_responses_request(store, (const char *)data, size, 1, &req, &err) == TDM_OK) {
         memset(&gen, 0, sizeof(gen));
         memset(&err, 0, sizeof(err));
-        if (router_validate_request(fuzz_model, ROUTER_API_CHAT, "application/json",
-                                    req.chat_body, req.n_chat_body, 7, &gen, &err) == TDM_OK) {
+        if (router_validate_request(fuzz_model, ROUTER_API_CHAT, "application/json", req.chat_body,
+                                    req.n_chat_body, 7, &gen, &err) == TDM_OK) {
             router_gen_request_fini(&gen);
         }
         router_responses_req_fini(&req);

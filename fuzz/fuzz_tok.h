@@ -17,7 +17,8 @@
 /* Text the loaded vocabulary encodes: code, a special token, UTF-8 of several lengths, an
  * ill-formed byte. */
 static const char fuzz_tok_sample[] =
-    "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>def fib(n):\n"
+    "<\xEF\xBD\x9C"
+    "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>def fib(n):\n"
     "    return n if n < 2 else fib(n - 1) + fib(n - 2)  # \xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80 "
     "\xFF 123\t\r\n  ";
 
@@ -53,8 +54,8 @@ static inline void fuzz_tok_exercise(const text_tokenizer_t *tok)
         char *text = NULL;
         size_t n_text = 0;
 
-        if (text_tokenizer_encode(tok, fuzz_tok_sample, sizeof(fuzz_tok_sample) - 1,
-                                  flag_sets[f], &ids, &n_ids) != TDM_OK) {
+        if (text_tokenizer_encode(tok, fuzz_tok_sample, sizeof(fuzz_tok_sample) - 1, flag_sets[f],
+                                  &ids, &n_ids) != TDM_OK) {
             continue;
         }
         if (text_detok_decode(tok, ids, n_ids, 0, &text, &n_text) == TDM_OK) {

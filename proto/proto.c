@@ -121,8 +121,8 @@ tdm_status_t proto_unpack(const void *buf, size_t n_bytes, uint32_t flags,
         return TDM_ERR_FORMAT;
     }
     if (has_bad_unknown_field(&env->base)) {
-        tdm_errbuf_set(err, err_bytes, "not a valid envelope (%zu bytes): field number 0 or "
-                       "above 2^29 - 1", n_bytes);
+        tdm_errbuf_set(err, err_bytes, "not a valid envelope (%zu bytes): field number %s", n_bytes,
+                       "0 or above 2^29 - 1");
         status = TDM_ERR_FORMAT;
         goto err_free_env;
     }

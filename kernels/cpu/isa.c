@@ -37,8 +37,7 @@ int kern_cpu_isa_supported(kern_cpu_isa_t isa)
         return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     case KERN_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               cpu_has_f16c();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case KERN_ISA_AVX512:
         return __builtin_cpu_supports("avx512f");
 #endif
