@@ -465,8 +465,11 @@ tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *po
                 (unsigned long long)fp);
         return TDM_ERR_MISMATCH;
     }
+    /* n_ids is exactly min(N - 1, T): more than T would write ids before position 0 */
     if (T < 0 || E != (uint32_t)(T < cfg->sliding_window ? T : cfg->sliding_window) ||
-        n_ids > (uint32_t)(cfg->engram_max_ngram_size - 1) || r.bad) {
+        n_ids != (uint32_t)(T < cfg->engram_max_ngram_size - 1 ? T
+                                                                : cfg->engram_max_ngram_size - 1) ||
+        r.bad) {
         tdm_log(TDM_LOG_WARN, "engine", "state blob rejected: field=sizes");
         return TDM_ERR_FORMAT;
     }

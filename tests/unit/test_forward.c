@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/hash.h"
 #include "forward_test_util.h"
 
 #define POOL_PAGES 512
@@ -442,6 +443,53 @@ static void test_replay_vs_continuation_statistics(void **state)
     free(lb);
 }
 
+/* Set the little-endian u32 at p and rewrite the blob's XXH3-64 trailer (n bytes in all). */
+static void set_u32_and_trailer(uint8_t *blob, size_t n, size_t at, uint32_t v)
+{
+    uint64_t sum;
+    for (int b = 0; b < 4; b++) {
+        blob[at + (size_t)b] = (uint8_t)(v >> (8 * b));
+    }
+    sum = tdm_hash_xxh3_64(blob, n - 8);
+    for (int b = 0; b < 8; b++) {
+        blob[n - 8 + (size_t)b] = (uint8_t)(sum >> (8 * b));
+    }
+}
+
+/* Found by fuzz/fuzz_state.c: a blob of T = 1 whose header said n_ids = 2 (checksum valid) made
+ * the import write an id before position 0, outside the id ring (heap overflow). n_ids is exactly
+ * min(N - 1, T): any other count is refused and takes no page. */
+static void test_import_refuses_an_id_count_other_than_min_n_minus_1_t(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t ids[1];
+    engine_seq_t *a = ftu_new_seq(fx), *b = NULL;
+    size_t n, written = 0;
+    uint8_t *blob;
+    uint32_t free_before;
+    ftu_prompt(17, fx->V, ids, 1);
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, 1, 0, NULL, NULL), TDM_OK);
+    n = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_PAGES);
+    blob = malloc(n);
+    assert_int_equal(engine_seq_export(a, ENGINE_SEQ_EXPORT_PAGES, blob, n, &written), TDM_OK);
+    engine_seq_destroy(a);
+    free_before = engine_kv_pool_n_free(fx->pool);
+    for (uint32_t n_ids = 0; n_ids <= 4; n_ids++) { /* header: u32 n_ids at byte 44; 1 is right */
+        if (n_ids == 1) {
+            continue;
+        }
+        set_u32_and_trailer(blob, n, 44, n_ids);
+        assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n, &b), TDM_ERR_FORMAT);
+        assert_null(b);
+        assert_int_equal(engine_kv_pool_n_free(fx->pool), free_before);
+    }
+    set_u32_and_trailer(blob, n, 44, 1);
+    assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n, &b), TDM_OK);
+    assert_int_equal(engine_seq_length(b), 1);
+    engine_seq_destroy(b);
+    free(blob);
+}
+
 static void test_pool_exhaustion_fails_and_changes_nothing(void **state)
 {
     fixture_t *fx = *state;
@@ -504,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_verify_equals_successive_decodes),
         cmocka_unit_test(test_export_import_then_continue_is_uninterrupted),
         cmocka_unit_test(test_record_plus_pages_equals_export_with_pages),
+        cmocka_unit_test(test_import_refuses_an_id_count_other_than_min_n_minus_1_t),
         cmocka_unit_test(test_replay_recovery_rebuilds_rings),
         cmocka_unit_test(test_replay_vs_continuation_statistics),
         cmocka_unit_test(test_pool_exhaustion_fails_and_changes_nothing),
