@@ -1,9 +1,11 @@
 /* fuzz_model.c - the tiny model for the request harnesses (fuzz_model.h). */
 #include "fuzz/fuzz_model.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "engine/config.h"
@@ -11,6 +13,25 @@
 
 /* Bytes of a path inside the temporary folder. */
 #define FUZZ_MODEL_PATH_BYTES 4096
+
+/* Remove the folder and every file in it (the loader may leave its own, e.g. a digest cache). */
+static void remove_dir(const char *dir)
+{
+    char path[FUZZ_MODEL_PATH_BYTES];
+    struct dirent *entry;
+    DIR *d = opendir(dir);
+
+    if (d != NULL) {
+        while ((entry = readdir(d)) != NULL) {
+            if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) {
+                snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+                unlink(path);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
 
 router_model_t *fuzz_model_load(void)
 {
@@ -31,19 +52,19 @@ router_model_t *fuzz_model_load(void)
     snprintf(tok, sizeof(tok), "%s/tokenizer.json", dir);
     if (engine_config_preset("tiny", &cfg) != TDM_OK) {
         fprintf(stderr, "fuzz_model_load: no tiny preset\n");
-        goto out_rmdir;
+        goto out_remove;
     }
     root = engine_config_to_json(&cfg);
     if (root == NULL || json_dump_file(root, config, JSON_INDENT(2)) != 0) {
         fprintf(stderr, "fuzz_model_load: cannot write %s\n", config);
         json_decref(root);
-        goto out_rmdir;
+        goto out_remove;
     }
     json_decref(root);
     if (text_tokenizer_write_synthetic_hf(tok, (uint32_t)cfg.vocab_size, err, sizeof(err)) !=
         TDM_OK) {
         fprintf(stderr, "fuzz_model_load: %s\n", err);
-        goto out_unlink;
+        goto out_remove;
     }
     mp.model_dir = dir;
     mp.served_name = "tiny";
@@ -51,10 +72,7 @@ router_model_t *fuzz_model_load(void)
         fprintf(stderr, "fuzz_model_load: %s\n", err);
         model = NULL;
     }
-out_unlink:
-    unlink(tok);
-    unlink(config);
-out_rmdir:
-    rmdir(dir);
+out_remove:
+    remove_dir(dir);
     return model;
 }

@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     memset(&req, 0, sizeof(req));
     memset(&err, 0, sizeof(err));
-    if (router_responses_request(store, (const char *)data, size, 1, &req, &err) == TDM_OK) {
+    if (router_responses_request(store, (const char *)data, size, 1, 0, &req, &err) == TDM_OK) {
         memset(&gen, 0, sizeof(gen));
         memset(&err, 0, sizeof(err));
         if (router_validate_request(fuzz_model, ROUTER_API_CHAT, "application/json", req.chat_body,
