@@ -1740,6 +1740,7 @@ static void test_late_reservation_is_never_taken_for_the_retry(void **state)
     pthread_t thread;
     int32_t prompt[150];
     int found = 0;
+    int n_reserve;
 
     start_worker(fx, &dec, "decode-late", TANDEM__ROLE__ROLE_DECODE, "rack0");
     start_worker(fx, &pre, "prefill-late", TANDEM__ROLE__ROLE_PREFILL, "rack0");
@@ -1756,17 +1757,21 @@ static void test_late_reservation_is_never_taken_for_the_retry(void **state)
     assert_int_equal(req.resp.status, 200);
     free(req.resp.body);
     free(req.body);
-    assert_int_equal(fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES), 2);
-    assert_int_equal(fake_n_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    /* Normally 2 tries; on a loaded box (the fixture's 600 ms heartbeat timeout) a later try may
+     * be needed too: the served job must then be the last try's, never the late reservation. */
+    n_reserve = fake_n_records(&dec, TANDEM__ENVELOPE__BODY_RESERVE_PAGES);
+    assert_true(n_reserve >= 2);
+    assert_true(fake_n_records(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB) >= 1);
     assert_true(fake_last(&pre, TANDEM__ENVELOPE__BODY_PREFILL_JOB, &job));
-    assert_int_equal(job.reservation_id, 2); /* the retry's own reservation */
-    assert_int_equal(job.attempt, 2);
+    assert_int_equal(job.reservation_id, n_reserve); /* the last try's own reservation */
+    assert_int_equal(job.attempt, n_reserve);
     for (int i = 0; fake_nth(&dec, TANDEM__ENVELOPE__BODY_ABORT, i, &rel); i++) {
         if (rel.reservation_id == 1) {
             assert_true(rel.writer_fenced); /* no writer ever saw it */
             found = 1;
         }
-        assert_true(rel.reservation_id != 2 || rel.writer_fenced); /* never aborted unfenced */
+        assert_true(rel.reservation_id != job.reservation_id ||
+                    rel.writer_fenced); /* the served reservation is never aborted unfenced */
     }
     assert_true(found);
     fake_kill(&dec);
