@@ -28,6 +28,7 @@
 #include "router/model.h"
 #include "router/router.h"
 #include "router/validate.h"
+#include "router_test_util.h"
 #include "test_router_fake.h"
 
 #define PATH_BYTES           4096
@@ -38,13 +39,7 @@
 #define LOCAL_PREFILL_TOKENS 64
 #define HEALTH_DEADLINE_MS   3000
 
-typedef struct {
-    char model_dir[PATH_BYTES];
-    router_t *router;
-    int port;
-    const proto_compat_t *compat;
-    const char *endpoint;
-} fixture_t;
+typedef rtu_router_t fixture_t; /* router_test_util.h */
 
 typedef struct {
     long status;
@@ -220,56 +215,13 @@ static void parse_sse(const char *body, result_t *res)
 
 /* ---- fixture ---------------------------------------------------------------------------- */
 
-static int run_shell(const char *command)
-{
-    int rc = system(command);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 static int setup(void **state)
 {
-    const char *bin = getenv("TANDEM_BIN_DIR");
-    const char *tmp = getenv("TANDEM_TEST_TMP");
-    char command[PATH_BYTES * 4];
-    char err[ERR_BYTES] = "";
-    router_params_t params;
-    fixture_t *fx;
+    fixture_t *fx = rtu_router_start("router-model", FAKE_HEARTBEAT_MS, 600, LOCAL_PREFILL_TOKENS);
 
-    if (bin == NULL || tmp == NULL) {
-        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest)\n");
+    if (fx == NULL) {
         return -1;
     }
-    fx = calloc(1, sizeof(*fx));
-    snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/router-model", tmp);
-    snprintf(command, sizeof(command),
-             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
-             "--preset tiny --seed 1 --out %s >/dev/null",
-             fx->model_dir, bin, bin, fx->model_dir);
-    if (run_shell(command) != 0) {
-        free(fx);
-        return -1;
-    }
-    router_params_default(&params);
-    params.model.model_dir = fx->model_dir;
-    params.model.served_name = "tiny";
-    params.http.host = "127.0.0.1";
-    params.http.port = 0;
-    params.http.turn.timeout_ms = 10000;
-    params.http.turn.keepalive_ms = 1000;
-    params.control.endpoint = "tcp://127.0.0.1:*";
-    params.control.heartbeat_interval_ms = FAKE_HEARTBEAT_MS;
-    params.control.heartbeat_timeout_ms = 600;
-    params.control.dispatch.local_prefill_tokens = LOCAL_PREFILL_TOKENS;
-    params.control.dispatch.reservation_timeout_ms = 5000;
-    params.control.dispatch.prefill_timeout_ms = 5000;
-    if (router_create(&params, &fx->router, err, sizeof(err)) != TDM_OK) {
-        print_message("router_create: %s\n", err);
-        free(fx);
-        return -1;
-    }
-    fx->port = router_http_port_bound(fx->router);
-    fx->compat = router_model_compat(router_model(fx->router));
-    fx->endpoint = router_control_endpoint_bound(fx->router);
     *state = fx;
     return 0;
 }
@@ -278,8 +230,7 @@ static int teardown(void **state)
 {
     fixture_t *fx = *state;
 
-    router_destroy(fx->router);
-    free(fx);
+    rtu_router_stop(fx);
     return 0;
 }
 
@@ -824,8 +775,8 @@ static void test_draining_worker_hands_its_turns_elsewhere(void **state)
         char sid[32];
 
         snprintf(sid, sizeof(sid), "agent-new-%d", i);
-        post(fx, "/v1/completions",
-             "{\"model\":\"tiny\",\"prompt\":[40,41,42],\"max_tokens\":8}", sid, &r);
+        post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":[40,41,42],\"max_tokens\":8}",
+             sid, &r);
         assert_int_equal(r.status, 200);
         free(r.body);
     }
@@ -1258,18 +1209,18 @@ static void test_executable_prints_help_and_rejects_bad_flags(void **state)
     (void)state;
     snprintf(command, sizeof(command),
              "%s/tandem-router --help | grep -q -- --local-prefill-tokens", bin);
-    assert_int_equal(run_shell(command), 0);
+    assert_int_equal(rtu_run_shell(command), 0);
     snprintf(command, sizeof(command),
              "%s/tandem-router --model /nonexistent --http nonsense 2>/dev/null", bin);
-    assert_int_equal(run_shell(command), 2);
+    assert_int_equal(rtu_run_shell(command), 2);
     snprintf(command, sizeof(command),
              "TANDEM_LOCAL_PREFILL_TOKENS=0 %s/tandem-router --model /x 2>/dev/null", bin);
-    assert_int_equal(run_shell(command), 2);
+    assert_int_equal(rtu_run_shell(command), 2);
     snprintf(command, sizeof(command),
              "%s/tandem-router --model /nonexistent --http 127.0.0.1:0 --control "
              "tcp://127.0.0.1:* --log-level error 2>/dev/null",
              bin);
-    assert_int_equal(run_shell(command), 1);
+    assert_int_equal(rtu_run_shell(command), 1);
 }
 
 /* "spec": "dspark" for a checkpoint without DSpark blocks (num_nextn_predict_layers 0) is a 400
@@ -1318,7 +1269,8 @@ static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
     fixture_t *fx = *state;
     const char *tmp = getenv("TANDEM_TEST_TMP");
     char dir[PATH_BYTES], command[PATH_BYTES * 8], err[ERR_BYTES] = "";
-    static const char body_dspark[] = "{\"model\":\"nodspark\",\"prompt\":\"x\",\"spec\":\"dspark\"}";
+    static const char body_dspark[] =
+        "{\"model\":\"nodspark\",\"prompt\":\"x\",\"spec\":\"dspark\"}";
     static const char body_ngram[] = "{\"model\":\"nodspark\",\"prompt\":\"x\",\"spec\":\"ngram\"}";
     router_model_params_t mp = {0};
     router_model_t *model = NULL;
@@ -1329,9 +1281,9 @@ static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
 
     assert_non_null(tmp);
     snprintf(dir, sizeof(dir), "%s/router-model-nodspark", tmp);
-    snprintf(command, sizeof(command), "rm -rf %s && mkdir -p %s && cp %s/tokenizer.json %s/",
-             dir, dir, fx->model_dir, dir);
-    assert_int_equal(run_shell(command), 0);
+    snprintf(command, sizeof(command), "rm -rf %s && mkdir -p %s && cp %s/tokenizer.json %s/", dir,
+             dir, fx->model_dir, dir);
+    assert_int_equal(rtu_run_shell(command), 0);
     /* The tiny config without its DSpark blocks: n_d = 0 and one compress ratio per layer. */
     snprintf(command, sizeof(command), "%s/config.json", fx->model_dir);
     config = json_load_file(command, 0, NULL);
@@ -1341,8 +1293,7 @@ static void test_dspark_refused_for_a_model_without_dspark_blocks(void **state)
     n_layers = json_integer_value(json_object_get(text, "num_hidden_layers"));
     assert_true(n_layers > 0);
     assert_int_equal(json_object_set_new(text, "num_nextn_predict_layers", json_integer(0)), 0);
-    assert_int_equal(json_array_size(json_object_get(text, "compress_ratios")) >
-                         (size_t)n_layers,
+    assert_int_equal(json_array_size(json_object_get(text, "compress_ratios")) > (size_t)n_layers,
                      1);
     while (json_array_size(json_object_get(text, "compress_ratios")) > (size_t)n_layers) {
         json_array_remove(json_object_get(text, "compress_ratios"),
@@ -1647,8 +1598,7 @@ static void test_requests_are_served_beside_many_idle_connections(void **state)
         socks[n_open++] = fd;
     }
     zmq_poll(NULL, 0, 500); /* the router accepts them */
-    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":4}", NULL,
-         &r);
+    post(fx, "/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":4}", NULL, &r);
     print_message("a request beside %d idle connections: HTTP %ld\n", n_open, r.status);
     assert_int_equal(r.status, 200);
     free(r.body);

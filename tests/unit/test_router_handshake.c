@@ -33,6 +33,7 @@
 #include "router/placement.h"
 #include "router/registry.h"
 #include "router/router.h"
+#include "router_test_util.h"
 #include "test_router_fake.h"
 
 #define PATH_BYTES           4096
@@ -303,13 +304,7 @@ static void test_placement_pairs_only_shared_transports_and_declared_capacity(vo
 
 /* ---- a router with fake workers ----------------------------------------------------------- */
 
-typedef struct {
-    char model_dir[PATH_BYTES];
-    router_t *router;
-    int port;
-    const proto_compat_t *compat;
-    const char *endpoint;
-} fixture_t;
+typedef rtu_router_t fixture_t; /* router_test_util.h */
 
 typedef struct {
     long status;
@@ -360,56 +355,14 @@ static void http_do(int port, const char *path, const char *body, http_resp_t *o
     }
 }
 
-static int run_shell(const char *command)
-{
-    int rc = system(command);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 static int setup_router(void **state)
 {
-    const char *bin = getenv("TANDEM_BIN_DIR");
-    const char *tmp = getenv("TANDEM_TEST_TMP");
-    char command[PATH_BYTES * 4];
-    char err[ERR_BYTES] = "";
-    router_params_t params;
-    fixture_t *fx;
+    fixture_t *fx =
+        rtu_router_start("handshake-model", FAKE_HEARTBEAT_MS, 2000, LOCAL_PREFILL_TOKENS);
 
-    if (bin == NULL || tmp == NULL) {
-        print_message("TANDEM_BIN_DIR / TANDEM_TEST_TMP not set (run through ctest)\n");
+    if (fx == NULL) {
         return -1;
     }
-    fx = calloc(1, sizeof(*fx));
-    snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/handshake-model", tmp);
-    snprintf(command, sizeof(command),
-             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
-             "--preset tiny --seed 1 --out %s >/dev/null",
-             fx->model_dir, bin, bin, fx->model_dir);
-    if (run_shell(command) != 0) {
-        free(fx);
-        return -1;
-    }
-    router_params_default(&params);
-    params.model.model_dir = fx->model_dir;
-    params.model.served_name = "tiny";
-    params.http.host = "127.0.0.1";
-    params.http.port = 0;
-    params.http.turn.timeout_ms = 10000;
-    params.http.turn.keepalive_ms = 1000;
-    params.control.endpoint = "tcp://127.0.0.1:*";
-    params.control.heartbeat_interval_ms = FAKE_HEARTBEAT_MS;
-    params.control.heartbeat_timeout_ms = 2000;
-    params.control.dispatch.local_prefill_tokens = LOCAL_PREFILL_TOKENS;
-    params.control.dispatch.reservation_timeout_ms = 5000;
-    params.control.dispatch.prefill_timeout_ms = 5000;
-    if (router_create(&params, &fx->router, err, sizeof(err)) != TDM_OK) {
-        print_message("router_create: %s\n", err);
-        free(fx);
-        return -1;
-    }
-    fx->port = router_http_port_bound(fx->router);
-    fx->compat = router_model_compat(router_model(fx->router));
-    fx->endpoint = router_control_endpoint_bound(fx->router);
     *state = fx;
     return 0;
 }
@@ -428,8 +381,7 @@ static int teardown_router(void **state)
             stop_worker(g_spawned[i]);
         }
     }
-    router_destroy(fx->router);
-    free(fx);
+    rtu_router_stop(fx);
     return 0;
 }
 
@@ -552,16 +504,16 @@ static void test_real_worker_of_another_revision_is_refused(void **state)
              "python3 -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); "
              "b[-1]^=0x5a; open(p,'wb').write(b)\" $s",
              dir, fx->model_dir, dir, dir, dir);
-    if (run_shell("command -v python3 >/dev/null") != 0) {
+    if (rtu_run_shell("command -v python3 >/dev/null") != 0) {
         print_message("python3 not found: skipping the real-worker check\n");
         skip();
     }
-    assert_int_equal(run_shell(command), 0);
+    assert_int_equal(rtu_run_shell(command), 0);
     snprintf(command, sizeof(command),
              "timeout 120 %s/tandem-decode --model %s --router %s --http 127.0.0.1:0 --pages 64 "
              "--threads 1 --register-timeout-ms 20000 --log-level warn >%s 2>&1",
              bin, dir, fx->endpoint, log_path);
-    assert_int_equal(run_shell(command), 3); /* NODE_EXIT_REFUSED */
+    assert_int_equal(rtu_run_shell(command), 3); /* NODE_EXIT_REFUSED */
     f = fopen(log_path, "rb");
     assert_non_null(f);
     n = fread(text, 1, sizeof(text) - 1, f);
