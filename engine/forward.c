@@ -480,39 +480,30 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
 
 /* ---- schedules -------------------------------------------------------------------------- */
 
-tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
-                                int64_t n_ids, uint32_t flags, float *logits_out,
-                                int64_t *tail_start_out)
+/* One part of a CED prefill (validated by engine_fwd_prefill_parts): its rows in chunks of
+ * max_chunk_tokens, each chunk through layers 0..c and, for its rows at or after R, the layers
+ * above the cut (schedule 6(b)); R depends only on the prefill's start and end, so the parts of one
+ * prefill give the bits of one call. */
+static tdm_status_t prefill_part(engine_fwd_t *fwd, engine_prefill_part_t *p)
 {
-    const engine_config_t *c;
-    int64_t H, T, R, chunk;
-    int64_t out_row = 0;
+    const engine_config_t *c = fwd->cfg;
+    engine_seq_t *seq = p->seq;
+    int64_t H = p->start, T = p->end, L = seq->length;
+    int64_t R = (p->flags & ENGINE_PREFILL_TAIL_FROM_H) != 0
+                    ? H
+                    : (T - c->sliding_window > H ? T - c->sliding_window : H);
+    int64_t chunk = fwd->params.max_chunk_tokens;
+    int64_t last = L + p->n_ids;
     tdm_status_t st;
 
-    if (fwd == NULL || seq == NULL) {
-        return TDM_ERR_INVALID_ARG;
-    }
-    c = fwd->cfg;
-    st = check_ids(c, ids, n_ids);
+    p->n_logits = 0;
+    st = reserve_pages(fwd, &seq, &last, 1);
     if (st != TDM_OK) {
         return st;
     }
-    H = seq->length;
-    T = H + n_ids;
-    if (T > c->max_position_embeddings) {
-        return TDM_ERR_INVALID_ARG;
-    }
-    R = (flags & ENGINE_PREFILL_TAIL_FROM_H) != 0 ? H : (T - c->sliding_window > H
-                                                           ? T - c->sliding_window
-                                                           : H);
-    st = reserve_pages(fwd, &seq, &T, 1);
-    if (st != TDM_OK) {
-        return st;
-    }
-    chunk = fwd->params.max_chunk_tokens;
-    for (int64_t a = H; a < T && st == TDM_OK; a += chunk) {
-        int64_t n = T - a < chunk ? T - a : chunk;
-        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, ids + (a - H), 0};
+    for (int64_t a = L; a < last && st == TDM_OK; a += chunk) {
+        int64_t n = last - a < chunk ? last - a : chunk;
+        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, p->ids + (a - L), 0};
         fwd_batch_t b;
         int64_t want = 0;
         int64_t tail = R;
@@ -527,21 +518,76 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
             break;
         }
         if (up_rows > 0) {
-            want = (flags & ENGINE_PREFILL_ALL_LOGITS) != 0 ? up_rows : (a + n == T ? 1 : 0);
+            want = (p->flags & ENGINE_PREFILL_ALL_LOGITS) != 0 ? up_rows : (a + n == T ? 1 : 0);
         }
         if (R == H) {
             tail = a; /* every row goes through every layer, no window floor */
         }
         st = run_batch(fwd, &b, R == H ? c->n_layers : c->ced_cut + 1, &tail, R > H ? R : 0,
                        &want, 1,
-                       logits_out != NULL ? logits_out + out_row * c->vocab_size : NULL);
-        out_row += want;
+                       p->logits_out != NULL ? p->logits_out + p->n_logits * c->vocab_size
+                                             : NULL);
         if (st == TDM_OK) {
+            p->n_logits += want;
             commit_rows(&seg);
         }
     }
+    return st;
+}
+
+tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts,
+                                      int n_parts)
+{
+    tdm_status_t st = TDM_OK;
+
+    if (fwd == NULL || parts == NULL || n_parts < 1 || n_parts > ENGINE_FWD_MAX_BATCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n_parts; i++) {
+        const engine_prefill_part_t *p = &parts[i];
+        if (p->seq == NULL || p->start < 0 || p->start > p->seq->length ||
+            p->n_ids < 1 || p->seq->length + p->n_ids > p->end ||
+            p->end > fwd->cfg->max_position_embeddings) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        st = check_ids(fwd->cfg, p->ids, p->n_ids);
+        if (st != TDM_OK) {
+            return st;
+        }
+        for (int j = 0; j < i; j++) {
+            if (parts[j].seq == p->seq) {
+                return TDM_ERR_INVALID_ARG;
+            }
+        }
+    }
+    for (int i = 0; i < n_parts && st == TDM_OK; i++) {
+        st = prefill_part(fwd, &parts[i]);
+    }
+    return st;
+}
+
+tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
+                                int64_t n_ids, uint32_t flags, float *logits_out,
+                                int64_t *tail_start_out)
+{
+    engine_prefill_part_t part;
+    int64_t W, H, T;
+    tdm_status_t st;
+
+    if (fwd == NULL || seq == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = check_ids(fwd->cfg, ids, n_ids);
+    if (st != TDM_OK) {
+        return st;
+    }
+    H = seq->length;
+    T = H + n_ids;
+    W = fwd->cfg->sliding_window;
+    part = (engine_prefill_part_t){seq, H, T, ids, n_ids, flags, logits_out, 0};
+    st = engine_fwd_prefill_parts(fwd, &part, 1);
     if (st == TDM_OK && tail_start_out != NULL) {
-        *tail_start_out = R;
+        *tail_start_out = (flags & ENGINE_PREFILL_TAIL_FROM_H) != 0 ? H : (T - W > H ? T - W : H);
     }
     return st;
 }

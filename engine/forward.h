@@ -159,6 +159,50 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
                                 int64_t *tail_start_out);
 
 /*
+ * engine_prefill_part_t - one piece of a CED prefill (schedule 6(b)) of tokens [start, end) of
+ * `seq`: the tokens [L, L + n_ids) with L = engine_seq_length(seq) at the call (start <= L,
+ * L + n_ids <= end). A prefill may be split into any number of parts, called in order with the
+ * same seq, start, end and flags, with anything else (decode steps of other sequences) in between:
+ * the tail start R = max(start, end - W) depends only on start and end, so the parts give, bit for
+ * bit, the rows, state and logits of one engine_fwd_prefill of [start, end) (the CED rule chunks
+ * layers 0..c freely; the layers above the cut see the same rings either way). Until the last
+ * part has run the sequence is mid-prefill: its length is L + n_ids but the layers above the cut
+ * have not run on the tail yet, so it must not be decoded, exported or prefilled otherwise.
+ *
+ * seq:        the sequence (borrowed; distinct across the parts of one call).
+ * start, end: H and T of the whole prefill.
+ * ids:        [n_ids] token ids (each < V), borrowed for the call.
+ * flags:      engine_prefill_flags_t.
+ * logits_out: FP32 rows [n_logits, V] (may be NULL): the first-token logits at end - 1 when this
+ *             part ends at `end`, or with ENGINE_PREFILL_ALL_LOGITS one row per tail row [R, end)
+ *             this part covers, in position order.
+ * n_logits:   out: rows written to logits_out (0 when none).
+ */
+typedef struct {
+    engine_seq_t *seq;
+    int64_t start;
+    int64_t end;
+    const int32_t *ids;
+    int64_t n_ids;
+    uint32_t flags;
+    float *logits_out;
+    int64_t n_logits;
+} engine_prefill_part_t;
+
+/*
+ * engine_fwd_prefill_parts - run n_parts parts (1 <= n_parts <= ENGINE_FWD_MAX_BATCH), each of a
+ * different sequence, in one call (a prefill node batching several jobs, a decode node advancing
+ * a prompt between decode steps). Each part's pages are reserved as it starts (all of the part's
+ * rows). Returns TDM_OK; TDM_ERR_INVALID_ARG (NULL, n_parts out of range, a part outside its
+ * prefill or beyond max_position_embeddings, an id >= V, a sequence twice: nothing changed);
+ * TDM_ERR_NO_PAGES (the parts before the failing one ran; it and those after did not: their
+ * sequences are unchanged and may be run again); TDM_ERR_INTERNAL (NaN reached a top-k; the
+ * failing part's sequence is invalid and must be destroyed).
+ */
+tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts,
+                                      int n_parts);
+
+/*
  * engine_fwd_decode - schedule 6(c): token ids[i] at position engine_seq_length(seqs[i]) for each
  * of n_seqs distinct sequences (1 <= n_seqs <= ENGINE_FWD_MAX_BATCH), all layers, exact;
  * logits_out [n_seqs, V]. Each row is bit-identical to decoding that sequence alone.

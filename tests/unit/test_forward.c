@@ -179,6 +179,80 @@ static void test_chunked_prefill_equals_one_shot(void **state)
     free(got);
 }
 
+/* A prefill split into parts at uneven points, with a decode step of another sequence between
+ * the parts, equals one call: same first-token logits, same pages and state (export bytes), and
+ * every tail row's logits with ENGINE_PREFILL_ALL_LOGITS. Bad parts change nothing. */
+static void test_prefill_parts_equal_one_shot(void **state)
+{
+    fixture_t *fx = *state;
+    enum { H = 40, T = 200 };
+    static const int64_t cuts[] = {1, 7, 33, 110, 9}; /* sum T - H; the tail spans the last two */
+    int32_t ids[T];
+    int32_t other_ids[12];
+    int64_t W = fx->cfg->sliding_window;
+    int64_t n_tail = T - (T - W > H ? T - W : H);
+    float *one = malloc(sizeof(float) * (size_t)(n_tail * fx->V));
+    float *got = malloc(sizeof(float) * (size_t)(n_tail * fx->V));
+    float *lg = malloc(sizeof(float) * (size_t)fx->V);
+    int64_t n_got = 0;
+
+    ftu_prompt(31, fx->V, ids, T);
+    ftu_prompt(32, fx->V, other_ids, 12);
+    for (int all = 0; all < 2; all++) {
+        uint32_t flags = all ? ENGINE_PREFILL_ALL_LOGITS : 0;
+        engine_seq_t *ref = ftu_new_seq(fx);
+        engine_seq_t *seq = ftu_new_seq(fx);
+        engine_seq_t *other = ftu_new_seq(fx);
+        int64_t at = H;
+
+        assert_int_equal(engine_fwd_prefill(fx->fwd, ref, ids, H, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, ref, ids + H, T - H, flags, one, NULL),
+                         TDM_OK);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, seq, ids, H, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(fx->fwd, other, other_ids, 11, 0, NULL, NULL),
+                         TDM_OK);
+        n_got = 0;
+        for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+            engine_prefill_part_t part = {seq, H, T, ids + at, cuts[k], flags,
+                                          got + n_got * fx->V, 0};
+            engine_prefill_part_t bad = part;
+
+            bad.n_ids = T - at + 1; /* past the prefill's end: refused, nothing changed */
+            assert_int_equal(engine_fwd_prefill_parts(fx->fwd, &bad, 1), TDM_ERR_INVALID_ARG);
+            assert_int_equal(engine_seq_length(seq), at);
+            assert_int_equal(engine_fwd_prefill_parts(fx->fwd, &part, 1), TDM_OK);
+            n_got += part.n_logits;
+            at += cuts[k];
+            if (k == 1) { /* another sequence decodes between two parts */
+                assert_int_equal(engine_fwd_decode(fx->fwd, &other, other_ids + 11, 1, lg),
+                                 TDM_OK);
+            }
+        }
+        assert_int_equal(at, T);
+        assert_int_equal(n_got, all ? n_tail : 1);
+        assert_memory_equal(one, got, sizeof(float) * (size_t)(n_got * fx->V));
+        assert_same_pages(fx, ref, seq);
+        {
+            size_t n_a = engine_seq_export_bytes(ref, ENGINE_SEQ_EXPORT_RECORD);
+            size_t n_b = engine_seq_export_bytes(seq, ENGINE_SEQ_EXPORT_RECORD);
+            uint8_t *a = malloc(n_a), *b = malloc(n_b);
+            size_t w_a = 0, w_b = 0;
+            assert_int_equal(n_a, n_b);
+            assert_int_equal(engine_seq_export(ref, ENGINE_SEQ_EXPORT_RECORD, a, n_a, &w_a), TDM_OK);
+            assert_int_equal(engine_seq_export(seq, ENGINE_SEQ_EXPORT_RECORD, b, n_b, &w_b), TDM_OK);
+            assert_memory_equal(a, b, w_a); /* rings, pending halves, ids */
+            free(a);
+            free(b);
+        }
+        engine_seq_destroy(ref);
+        engine_seq_destroy(seq);
+        engine_seq_destroy(other);
+    }
+    free(one);
+    free(got);
+    free(lg);
+}
+
 /* Decode continuing a prefill equals the oracle on the same tokens (exact state). */
 static void test_decode_after_prefill_equals_oracle(void **state)
 {
@@ -547,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_ced_pages_and_lower_layers_bit_identical),
         cmocka_unit_test(test_ced_vs_oracle_statistics_beyond_window),
         cmocka_unit_test(test_chunked_prefill_equals_one_shot),
+        cmocka_unit_test(test_prefill_parts_equal_one_shot),
         cmocka_unit_test(test_decode_after_prefill_equals_oracle),
         cmocka_unit_test(test_batch_of_8_equals_each_alone),
         cmocka_unit_test(test_verify_equals_successive_decodes),
