@@ -100,10 +100,16 @@ static void render_families(void *arg, tdm_prom_t *p)
                      "positions rewinds kept (not prefilled again)", st->rewind_kept_tokens_total);
     tdm_prom_counter(p, "tandem_decode_evictions_total", "idle sessions evicted for pages",
                      st->evictions_total);
+    tdm_prom_counter(p, "tandem_decode_prefill_pieces_total",
+                     "local prefill parts, rewinds and canonical replays run between decode steps",
+                     st->prefill_pieces_total);
     tdm_prom_gauge(p, "tandem_decode_running_sequences", "sequences in the decode batch",
                    st->running_sequences);
     tdm_prom_gauge(p, "tandem_decode_pending_prefills", "local prefills waiting",
                    st->pending_prefills);
+    tdm_prom_gauge(p, "tandem_decode_queued_prefill_tokens",
+                   "delta tokens of pending local prefills not yet prefilled",
+                   st->queued_prefill_tokens);
     tdm_prom_gauge(p, "tandem_decode_free_pages", "KV pages free", st->free_pages);
     tdm_prom_gauge(p, "tandem_decode_total_pages", "KV pages in the pool", st->total_pages);
     tdm_prom_gauge(p, "tandem_decode_reserved_pages", "KV pages reserved for incoming prefills",
@@ -206,6 +212,8 @@ static int setup(decode_node_t *n)
     sp.fence_ms = cfg->fence_ms;
     sp.max_batch = cfg->max_batch;
     sp.chunk_tokens = cfg->worker.chunk_tokens;
+    sp.step_token_budget = cfg->step_token_budget;
+    sp.prefill_chunk_tokens = cfg->prefill_chunk_tokens;
     sp.n_threads = w->n_threads;
     sp.constrain_vocab = w->constrain_vocab;
     decode_sched_out_link(w->link, &out);
@@ -215,8 +223,11 @@ static int setup(decode_node_t *n)
         return NODE_EXIT_FAILED;
     }
     __atomic_store_n(&n->sched, sched, __ATOMIC_RELEASE);
-    tdm_log(TDM_LOG_INFO, "decode", "serving: id=%s http=%s pages=%u page_bytes=%u threads=%d",
-            w->id, w->endpoint, cfg->pages, w->page_bytes, w->n_threads);
+    tdm_log(TDM_LOG_INFO, "decode",
+            "serving: id=%s http=%s pages=%u page_bytes=%u threads=%d step_token_budget=%u "
+            "prefill_chunk_tokens=%u",
+            w->id, w->endpoint, cfg->pages, w->page_bytes, w->n_threads, cfg->step_token_budget,
+            cfg->prefill_chunk_tokens);
     return NODE_EXIT_OK;
 }
 

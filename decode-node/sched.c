@@ -155,6 +155,7 @@ static void unlink_req(decode_sched_t *s, req_t *r)
         link = &(*link)->next;
     }
     *link = r->next;
+    sched_prefill_abandon(r);
     r->session->busy = 0;
     r->session->last_used_ns = tdm_clock_now_ns();
 }
@@ -230,6 +231,11 @@ static void end_turn(decode_sched_t *s, req_t *r, Tandem__FinishReason reason, u
 void sched_finish_req(decode_sched_t *s, req_t *r, Tandem__FinishReason reason)
 {
     end_turn(s, r, reason, 0, NULL, NULL, NULL, 0);
+}
+
+void sched_end_req(decode_sched_t *s, req_t *r)
+{
+    end_req(s, r);
 }
 
 static tdm_status_t sampling_from(const decode_sched_t *s, const Tandem__SamplingParams *in,
@@ -428,6 +434,7 @@ int64_t sched_rewind_target(const decode_session_t *session, int64_t want)
 static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
 {
     decode_session_t *session = decode_sessions_get(s->sessions, dr->session_id);
+    int64_t rewind_to = 0;
     uint64_t held;
     req_t *r;
 
@@ -446,20 +453,12 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     held = session->seq != NULL ? (uint64_t)engine_seq_length(session->seq) : 0;
     if (held > dr->cached_len && dr->cached_len > 0) {
         /* The prompt shares only cached_len tokens with what the node holds: rewind to the
-         * longest prefix <= cached_len it can rebuild (docs/PROTOCOL.md 3c). */
-        int64_t p = sched_rewind_target(session, (int64_t)dr->cached_len);
-        if (p > 0 && sched_rewind_session(s, session, p) == TDM_OK) {
-            held = (uint64_t)p;
-            if (held < dr->cached_len) {
-                /* the router retries from p, which the node now holds */
-                s->stats.state_lost_total++;
-                sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held,
-                                 "session state rewound to a shorter prefix than cached_len");
-                return;
-            }
-        }
+         * longest prefix <= cached_len it can rebuild (docs/PROTOCOL.md 3c), as the turn's first
+         * piece between decode steps (sched_prefill.c); when that prefix is shorter than
+         * cached_len the turn then ends with STATE_LOST at it (the router retries from there). */
+        rewind_to = sched_rewind_target(session, (int64_t)dr->cached_len);
     }
-    if (held != dr->cached_len) {
+    if (rewind_to == 0 && held != dr->cached_len) {
         /* Nothing to continue from: drop the state and have the router resend from 0
          * (docs/PROTOCOL.md 3c). */
         decode_sessions_drop_state(session);
@@ -487,6 +486,8 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
     }
     memcpy(r->delta, dr->delta_tokens, dr->n_delta_tokens * sizeof(int32_t));
     r->n_delta = (int64_t)dr->n_delta_tokens;
+    r->rewind_to = rewind_to;
+    r->rewind_lost = rewind_to > 0 && (uint64_t)rewind_to < dr->cached_len;
     r->phase = REQ_PREFILL;
 }
 
@@ -583,10 +584,15 @@ static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
     end_req(s, r);
 }
 
+void sched_fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
+{
+    fail_req(s, r, status);
+}
+
 /* The n-gram drafter's history of r, made once before r first decodes: the turn's local delta
  * when r still holds it and it is longer than what the sequence keeps, else the sequence's kept
  * ids (the last W + N - 1 committed); then the anchor. Every emitted id is appended after. */
-static tdm_status_t make_history(decode_sched_t *s, req_t *r)
+tdm_status_t sched_make_history(decode_sched_t *s, req_t *r)
 {
     int64_t n_left = (int64_t)(r->max_tokens - r->n_generated);
     int use_delta = r->delta != NULL && r->n_delta > s->n_ids_cap;
@@ -608,53 +614,6 @@ static tdm_status_t make_history(decode_sched_t *s, req_t *r)
     }
     r->history[r->n_history++] = r->last_token;
     return TDM_OK;
-}
-
-static void run_prefill(decode_sched_t *s, req_t *r)
-{
-    engine_seq_t *seq = r->session->seq;
-    int64_t H = engine_seq_length(seq);
-    engine_sample_t sample;
-    tdm_status_t status = TDM_OK;
-
-    if (r->canonical && H > 0) {
-        /* MODEL.md 6(d)(1): a large delta starts from rings of layers 0..c replayed at H. */
-        int64_t n = engine_seq_last_ids(seq, s->ids, s->n_ids_cap);
-        engine_seq_reset_rings(seq);
-        status = engine_fwd_replay(s->fwd, seq, s->ids, n, ENGINE_REPLAY_CANONICAL, NULL);
-    }
-    if (status == TDM_OK) {
-        do {
-            status = engine_fwd_prefill(s->fwd, seq, r->delta, r->n_delta, ENGINE_PREFILL_DEFAULT,
-                                        s->logits, NULL);
-        } while (sched_evicted_for_retry(s, status));
-    }
-    if (status == TDM_OK) {
-        /* the history a later rewind replays from; a failed record only shortens it */
-        (void)decode_sessions_note_ids(r->session, H, r->delta, r->n_delta);
-    }
-    if (status == TDM_OK && r->constraint != NULL) {
-        status = engine_constraint_apply(r->constraint, s->logits, s->cfg->vocab_size);
-    }
-    if (status == TDM_OK) {
-        sched_note_min_tokens(r);
-        status = engine_sampler_sample(&r->sp, s->logits, s->cfg->vocab_size,
-                                       engine_seq_length(seq), &s->arena, &sample);
-    }
-    if (status != TDM_OK) {
-        fail_req(s, r, status);
-        return;
-    }
-    s->stats.local_prefill_tokens_total += (uint64_t)r->n_delta;
-    r->n_prefilled = (uint64_t)r->n_delta;
-    r->last_token = sample.token; /* the anchor of the history */
-    if (r->drafter == ENGINE_SPEC_NGRAM && make_history(s, r) != TDM_OK) {
-        fail_req(s, r, TDM_ERR_NO_MEMORY);
-        return;
-    }
-    free(r->delta);
-    r->delta = NULL;
-    sched_start_choices(s, r, sample.token, &sample, (float)sample.logprob, s->logits, NULL);
 }
 
 /* One engine_spec_step over batch[0..n): draft, verify in one pass, stream what each kept. */
@@ -733,7 +692,7 @@ static void run_decode(decode_sched_t *s)
             continue;
         }
         if (r->drafter == ENGINE_SPEC_NGRAM && r->history == NULL) {
-            status = make_history(s, r);
+            status = sched_make_history(s, r);
             if (status != TDM_OK) {
                 fail_req(s, r, status);
                 continue;
@@ -801,7 +760,7 @@ void sched_publish(decode_sched_t *s)
             s->stats.running_sequences++;
         } else {
             s->stats.pending_prefills++;
-            s->stats.queued_prefill_tokens += (uint64_t)r->n_delta;
+            s->stats.queued_prefill_tokens += (uint64_t)(r->n_delta - r->n_done);
         }
     }
     s->stats.free_pages = decode_pool_n_free(s->pool);
@@ -826,22 +785,29 @@ void sched_publish(decode_sched_t *s)
     s->out.set_load(s->out.arg, &load);
 }
 
+/* The rows the step's decode runs: one per running sequence (max_batch at most), each with its
+ * drafts' verify rows under a drafter. */
+static int64_t decode_rows(const decode_sched_t *s)
+{
+    int64_t n = 0;
+
+    for (const req_t *r = s->reqs; r != NULL; r = r->next) {
+        n += r->phase == REQ_RUNNING;
+    }
+    if (n > (int64_t)s->params.max_batch) {
+        n = (int64_t)s->params.max_batch;
+    }
+    return s->spec != NULL ? n * (int64_t)(s->params.spec.max_drafts + 1) : n;
+}
+
 uint32_t decode_sched_step(decode_sched_t *s)
 {
     uint64_t next_ns;
     uint32_t wait_ms = IDLE_WAIT_MS;
-    req_t *pending = NULL;
 
     next_ns =
         decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
-    for (req_t *r = s->reqs; r != NULL; r = r->next) {
-        if (r->phase == REQ_PREFILL) {
-            pending = r; /* the oldest: the list is newest first */
-        }
-    }
-    if (pending != NULL) {
-        run_prefill(s, pending);
-    }
+    sched_prefill_step(s, decode_rows(s));
     run_decode(s);
     sched_publish(s);
     if (s->reqs != NULL) {
@@ -934,6 +900,7 @@ void decode_sched_destroy(decode_sched_t *s)
         return;
     }
     while (s->reqs != NULL) {
+        sched_prefill_abandon(s->reqs); /* the Finish says no half-prefilled state is held */
         send_finish(s, s->reqs, TANDEM__FINISH_REASON__FINISH_ABORTED);
         end_req(s, s->reqs);
     }

@@ -5,9 +5,10 @@
  * PREFILL_REMOTE: check the pages a prefill node put into a reservation against the notice's
  * checksums, adopt them with the state record, emit the notice's first token), ReservePages
  * (reserve pages, describe them with the session's pages and state at H) and Abort. Each step
- * runs at most one pending local prefill, then one engine_fwd_decode over every running sequence,
- * samples each (MODEL.md 8, position = sequence position) and streams the tokens as TokenChunks,
- * then Finish. With a drafter (--spec, or the request's spec field on such a node) the decode
+ * advances the pending local prefills by pieces under a token budget (rewinds and canonical-start
+ * replays are pieces too; decode rows count first, sched_prefill_step), then runs one
+ * engine_fwd_decode over every running sequence, samples each (MODEL.md 8, position = sequence
+ * position) and streams the tokens as TokenChunks, then Finish. With a drafter (--spec, or the request's spec field on such a node) the decode
  * step is one engine_spec_step instead: each sequence drafts (DSpark, or n-gram lookup over the
  * turn's local delta or else the last W + N - 1 committed ids, plus the tokens generated since;
  * a remotely prefilled prompt is not on this node), the target verifies every
@@ -34,6 +35,13 @@ typedef struct {
     uint32_t fence_ms;     /* pages of an aborted or lapsed reservation wait this long */
     uint32_t max_batch;    /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
     uint32_t chunk_tokens; /* prefill chunk (engine max_chunk_tokens) */
+    /* The token budget of one step (issue 17, like vLLM's max_num_batched_tokens): the decode
+     * rows of the running batch count first, local prefill pieces fill the rest (docs/
+     * ARCHITECTURE.md "The decode node's step"). 0: no limit (every pending prefill runs whole
+     * in the next step). */
+    uint32_t step_token_budget;
+    uint32_t prefill_chunk_tokens; /* most delta tokens one request advances per step (0: no
+                                      limit) */
     int n_threads;         /* kernel threads */
     /* Speculative decoding (MODEL.md 8). spec_drafter is the node's default drafter (--spec);
      * ENGINE_SPEC_OFF makes no speculative context, and every request then decodes plainly
@@ -61,9 +69,10 @@ typedef struct {
     uint64_t rewinds_total;            /* sessions cut back to a shorter prefix and replayed */
     uint64_t rewind_kept_tokens_total; /* positions those rewinds kept (not prefilled again) */
     uint64_t evictions_total;
+    uint64_t prefill_pieces_total; /* local prefill parts and replays run between decode steps */
     uint32_t running_sequences;
     uint32_t pending_prefills;
-    uint64_t queued_prefill_tokens;
+    uint64_t queued_prefill_tokens; /* delta tokens of pending local prefills not yet prefilled */
     uint32_t free_pages;
     uint32_t total_pages;
     uint32_t reserved_pages;
@@ -102,7 +111,8 @@ void decode_sched_destroy(decode_sched_t *sched);
 void decode_sched_on_message(decode_sched_t *sched, const Tandem__Envelope *env);
 
 /*
- * decode_sched_step - expire reservations, run one pending prefill and one decode step. Returns
+ * decode_sched_step - expire reservations, advance the pending prefills by the step's pieces
+ * (sched_prefill_step) and run one decode step. Returns
  * the longest the caller may wait for messages before calling again, ms (0: work is ready).
  */
 uint32_t decode_sched_step(decode_sched_t *sched);

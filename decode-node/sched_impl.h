@@ -19,7 +19,7 @@
 #include "engine/spec.h"
 
 typedef enum {
-    REQ_PREFILL = 0, /* local delta waiting for the prefill */
+    REQ_PREFILL = 0, /* local delta waiting for its pieces (sched_prefill.c) */
     REQ_RUNNING = 1, /* in the decode batch */
 } req_phase_t;
 
@@ -47,8 +47,16 @@ typedef struct req {
     req_phase_t phase;
     int32_t *delta;
     int64_t n_delta;
-    int canonical;
+    int canonical; /* a canonical-start replay (MODEL.md 6(d)(1)) is still to run */
     uint64_t n_prefilled;
+    /* A local prefill in pieces (sched_prefill.c): first the rewind, then the canonical replay,
+     * then the delta in parts of at most prefill_chunk_tokens, under the step's token budget. */
+    int64_t rewind_to;    /* > 0: cut the session back to this length and replay (a piece) */
+    int rewind_lost;      /* after the rewind: Error STATE_LOST(rewind_to), the turn ends */
+    int64_t prefill_start; /* H of the delta's prefill (the length when its first part ran) */
+    int64_t n_done;        /* delta tokens prefilled so far (the cursor) */
+    int mid_prefill;       /* the sequence is part way through this turn's prefill (or its
+                              canonical replay): a turn that ends now drops the session's state */
     engine_spec_drafter_t drafter; /* OFF when the node has no speculative context */
     int32_t *history;              /* n-gram only: make_history's ids, then every emitted id */
     int64_t n_history;
@@ -115,6 +123,16 @@ tdm_status_t sched_rewind_session(decode_sched_t *s, decode_session_t *session, 
 /* The prefix the session can keep for a turn that shares `want` tokens with it. */
 int64_t sched_rewind_target(const decode_session_t *session, int64_t want);
 
+/* Fail r: one Error for the request, r leaves (its session's state dropped unless the status
+ * is TDM_ERR_NO_PAGES and the sequence is whole). */
+void sched_fail_req(decode_sched_t *s, req_t *r, tdm_status_t status);
+
+/* Forget r without a Finish (after an Error was sent for it); its session becomes idle. */
+void sched_end_req(decode_sched_t *s, req_t *r);
+
+/* The n-gram drafter's history of r (before r first decodes). */
+tdm_status_t sched_make_history(decode_sched_t *s, req_t *r);
+
 /* Put the compute thread's counters where /metrics and the link's load report read them. */
 void sched_publish(decode_sched_t *s);
 
@@ -141,6 +159,29 @@ int sched_group_end(req_t *r, Tandem__FinishReason reason, uint64_t cached_len);
 
 /* sched_free_fork - destroy a fork's private session (its sequence's pages go back). */
 void sched_free_fork(req_t *r);
+
+/* ---- defined in sched_prefill.c ---------------------------------------------------------- */
+
+/* Most prompt tokens the oldest pending prefill advances by in a step whose decode rows leave
+ * less of the budget (a prompt is never starved by a full batch). */
+#define SCHED_MIN_PIECE_TOKENS 16
+
+/*
+ * sched_prefill_step - advance the pending local prefills (REQ_PREFILL, oldest first) by pieces
+ * under the step's token budget, params.step_token_budget less decode_rows (the rows the step's
+ * decode runs; 0 budget: no limit): a rewind (truncate + recovery replay) or a canonical-start
+ * replay is one piece of W' = min(W, length) tokens; a part of the delta is at most
+ * params.prefill_chunk_tokens tokens; the parts of one step run in one engine_fwd_prefill_parts
+ * call. The first piece of a step runs even when the decode rows leave less than it (a part then
+ * of at most SCHED_MIN_PIECE_TOKENS). A request whose last part ran samples its first token
+ * (sched_start_choices) and joins the batch. Out of pages: evict an idle session and retry, else
+ * the request fails (Error NO_PAGES; a half-prefilled sequence is dropped).
+ */
+void sched_prefill_step(decode_sched_t *s, int64_t decode_rows);
+
+/* sched_prefill_abandon - r ends before its prefill is whole: drop its session's state when the
+ * turn changed the sequence (mid_prefill), so no half-prefilled sequence stays resident. */
+void sched_prefill_abandon(req_t *r);
 
 /* ---- defined in sched_handoff.c ---------------------------------------------------------- */
 
