@@ -214,13 +214,17 @@ void sched_prefill_step(decode_sched_t *s, int64_t decode_rows)
     }
     for (int k = n_pending - 1; k >= 0 && (ran == 0 || left > 0); k--) {
         req_t *r = pending[k];
-        int64_t cost, n;
+        int64_t cost = replay_cost(s, r), n;
         int ended = 0;
 
-        while ((cost = replay_cost(s, r)) > 0 && (ran == 0 || cost <= left) && !ended) {
-            ended = run_replay(s, r);
+        while (cost > 0 && (ran == 0 || cost <= left)) {
+            ended = run_replay(s, r); /* r is freed when it ended */
             ran++;
             left -= cost;
+            if (ended) {
+                break;
+            }
+            cost = replay_cost(s, r);
         }
         if (ended) {
             continue;

@@ -570,6 +570,45 @@ static void rewind_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, int3
     assert_true(node_close(&node));
 }
 
+/* A rewind whose record reaches only 20 of the 30 shared tokens: the piece rewinds to 20, then
+ * the turn ends with STATE_LOST at 20 (the router retries from there), nothing else held. */
+static void test_rewind_short_of_cached_len_is_state_lost_after_the_piece(void **state)
+{
+    fixture_t *fx = *state;
+    node_t node;
+    int32_t ids[40], delta[25];
+    decode_stats_t st;
+    const Tandem__Error *e;
+    int i;
+
+    ftu_prompt(61, fx->engine.V, ids, 40);
+    ftu_prompt(62, fx->engine.V, delta, 25);
+    node_open(fx, &node, POOL_PAGES, 20, 8);
+    submit(&node, 1, "s", 0, ids, 40, 4, NULL);
+    assert_int_equal(run_to_end(&node, 1)->cached_len, 43);
+    decode_sessions_forget_ids_from(decode_sessions_find(node.sessions, "s"), 20);
+    submit(&node, 2, "s", 30, delta, 25, 6, NULL);
+    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0), -1);
+    decode_sched_step(node.sched);
+    i = find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0);
+    assert_true(i >= 0);
+    e = node.rec.msgs[i]->error;
+    assert_int_equal(e->code, TANDEM__ERROR_CODE__ERROR_STATE_LOST);
+    assert_int_equal(e->cached_len, 20);
+    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_FINISH, 2, 0), -1);
+    decode_sched_stats(node.sched, &st);
+    assert_int_equal(st.rewinds_total, 1);
+    assert_int_equal(st.state_lost_total, 1);
+    assert_int_equal(st.requests_total, 1); /* refused, not counted */
+    assert_int_equal(st.pending_prefills, 0);
+
+    /* the router's retry from 20 goes on from the rewound state */
+    submit(&node, 3, "s", 20, delta, 25, 3, NULL);
+    assert_int_equal(run_to_end(&node, 3)->cached_len, 20 + 25 + 3 - 1);
+    check_all_pages_back(&node);
+    assert_true(node_close(&node));
+}
+
 static void test_rewind_runs_as_a_piece(void **state)
 {
     fixture_t *fx = *state;
@@ -591,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_out_of_pages_mid_prefill_fails_cleanly),
         cmocka_unit_test(test_drain_finishes_a_half_prefilled_turn),
         cmocka_unit_test(test_rewind_runs_as_a_piece),
+        cmocka_unit_test(test_rewind_short_of_cached_len_is_state_lost_after_the_piece),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
