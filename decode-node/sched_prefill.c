@@ -36,8 +36,8 @@ static int64_t replay_cost(const decode_sched_t *s, const req_t *r)
 
     if (r->rewind_to > 0) {
         at = r->rewind_to;
-    } else if (r->canonical) {
-        at = engine_seq_length(r->session->seq);
+    } else if (r->canonical && r->n_done == 0) {
+        at = engine_seq_length(r->session->seq); /* 0 for a new sequence: no replay */
     }
     return at < W ? at : W;
 }
@@ -233,6 +233,7 @@ void sched_prefill_step(decode_sched_t *s, int64_t decode_rows)
             break; /* its replay waits for the next step, and the younger turns behind it */
         }
         if (r->n_done == 0) {
+            r->canonical = 0; /* ran, or nothing to replay at 0: never after a part */
             r->prefill_start = engine_seq_length(r->session->seq);
             if (r->n_delta <= 0 ||
                 r->prefill_start + r->n_delta > s->cfg->max_position_embeddings) {

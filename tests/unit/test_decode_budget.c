@@ -78,6 +78,8 @@ static void record_load(void *arg, const node_load_t *load)
     ((recorder_t *)arg)->load = *load;
 }
 
+static uint32_t g_engine_chunk = 64; /* the engine's max_chunk_tokens (--chunk-tokens) */
+
 /* A node with the given step token budget and prefill chunk (0: no limit) over n_pages. */
 static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, uint32_t budget,
                       uint32_t chunk)
@@ -88,7 +90,7 @@ static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, uint32_t bu
     memset(node, 0, sizeof(*node));
     memset(&sp, 0, sizeof(sp));
     sp.max_batch = 8;
-    sp.chunk_tokens = 64;
+    sp.chunk_tokens = g_engine_chunk;
     sp.n_threads = 2;
     sp.spec_drafter = ENGINE_SPEC_OFF;
     sp.step_token_budget = budget;
@@ -359,7 +361,11 @@ static void same_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, const 
     submit(&node, 1, "a", 0, a, 20, SAME_MAX, t);
     run_to_first_token(&node, 1);
     submit(&node, 2, "b", 0, b, 150, SAME_MAX, t);
-    submit(&node, 3, "c", 0, c, 230, SAME_MAX, t);
+    {
+        turn_t t3 = *t; /* canonical start of a new sequence: nothing to replay, ever */
+        t3.canonical_start = 1;
+        submit(&node, 3, "c", 0, c, 230, SAME_MAX, &t3);
+    }
     f = run_to_end(&node, 2);
     assert_non_null(f);
     n_out[1] = tokens_of(&node, 2, out[1], SAME_MAX);
@@ -621,9 +627,37 @@ static void test_rewind_runs_as_a_piece(void **state)
     assert_memory_equal(got, want, sizeof(want));
 }
 
+/* A fresh 400-token prompt alone on the node (no decode rows: parts of the whole budget) with
+ * the engine's default 256-token passes: pieces that do not fall on the one-shot's pass
+ * boundaries give the same tokens. */
+static void test_pieces_across_engine_passes_give_the_same_tokens(void **state)
+{
+    fixture_t *fx = *state;
+    static const uint32_t budgets[] = {0, 64, 100, 7};
+    int32_t ids[400], want[16], got[16];
+
+    ftu_prompt(71, fx->engine.V, ids, 400);
+    g_engine_chunk = 256;
+    for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
+        node_t node;
+
+        node_open(fx, &node, POOL_PAGES, budgets[b], budgets[b]);
+        submit(&node, 1, "s", 0, ids, 400, 16, NULL);
+        assert_non_null(run_to_end(&node, 1));
+        assert_int_equal(tokens_of(&node, 1, b == 0 ? want : got, 16), 16);
+        if (b > 0) {
+            print_message("budget %u\n", budgets[b]);
+            assert_memory_equal(got, want, sizeof(want));
+        }
+        assert_true(node_close(&node));
+    }
+    g_engine_chunk = 64;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pieces_across_engine_passes_give_the_same_tokens),
         cmocka_unit_test(test_running_streams_keep_streaming_while_a_long_prompt_prefills),
         cmocka_unit_test(test_chunked_service_gives_the_same_tokens),
         cmocka_unit_test(test_abort_mid_prefill_frees_everything),
