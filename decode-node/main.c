@@ -36,16 +36,16 @@ static const tdm_flag_t decode_flags[] = {
      "this long, then Goodbye and exit 0; a second signal stops at once; 0: SIGTERM stops at "
      "once. Resident sessions are not moved: the router rebuilds them from history",
      0, 3600000, 0},
-    {"step-token-budget", TDM_FLAG_U32, "64", offsetof(decode_node_params_t, step_token_budget),
+    {"step-token-budget", TDM_FLAG_U32, "32", offsetof(decode_node_params_t, step_token_budget),
      "tokens of one scheduler step (like vLLM's max_num_batched_tokens): the running batch's "
      "decode rows count first, local prefill pieces (prompt parts, rewinds and canonical "
      "replays, a replay as its W' tokens) fill the rest, oldest first, so running streams never "
      "wait for a whole prompt; 0: no limit (a pending prompt prefills whole in one step). "
      "Default from bench/itl-under-prefill on the 2-core CPU box (small preset: steps of about "
-     "60 ms while a prompt prefills, prompt TTFT 1.4x whole; docs/BENCHMARKS.md); raise it on "
-     "GPUs",
+     "35 ms against 7 ms while a 3,000-token prompt prefills, longest gap under 5x the median, "
+     "the prompt's TTFT up to 1.6x whole; docs/BENCHMARKS.md); raise it on GPUs",
      0, 4294967295.0, 0},
-    {"prefill-chunk-tokens", TDM_FLAG_U32, "64",
+    {"prefill-chunk-tokens", TDM_FLAG_U32, "32",
      offsetof(decode_node_params_t, prefill_chunk_tokens),
      "most prompt tokens one local prefill advances per step (its part; the engine runs it in "
      "--chunk-tokens passes); below the budget it lets several pending prompts advance in one "
