@@ -27,10 +27,12 @@ typedef struct {
     double spec_threshold;     /* --spec-confidence-threshold */
     uint32_t drain_timeout_ms; /* --drain-timeout-ms: SIGTERM drains this long at most; 0: stop
                                   at once (as SIGINT does) */
-    uint32_t step_token_budget;    /* --step-token-budget: tokens of one scheduler step (decode
-                                      rows first, then prefill pieces); 0: no limit */
-    uint32_t prefill_chunk_tokens; /* --prefill-chunk-tokens: most delta tokens one local
-                                      prefill advances per step; 0: no limit */
+    /* --step-token-budget: tokens of one scheduler step (decode rows first, then prefill
+     * pieces); 0: no limit */
+    uint32_t step_token_budget;
+    /* --prefill-chunk-tokens: most delta tokens one local prefill advances per step; 0: no
+     * limit */
+    uint32_t prefill_chunk_tokens;
 } decode_node_params_t;
 
 /*

@@ -8,7 +8,8 @@
  * advances the pending local prefills by pieces under a token budget (rewinds and canonical-start
  * replays are pieces too; decode rows count first, sched_prefill_step), then runs one
  * engine_fwd_decode over every running sequence, samples each (MODEL.md 8, position = sequence
- * position) and streams the tokens as TokenChunks, then Finish. With a drafter (--spec, or the request's spec field on such a node) the decode
+ * position) and streams the tokens as TokenChunks,
+ * then Finish. With a drafter (--spec, or the request's spec field on such a node) the decode
  * step is one engine_spec_step instead: each sequence drafts (DSpark, or n-gram lookup over the
  * turn's local delta or else the last W + N - 1 committed ids, plus the tokens generated since;
  * a remotely prefilled prompt is not on this node), the target verifies every
@@ -35,14 +36,14 @@ typedef struct {
     uint32_t fence_ms;     /* pages of an aborted or lapsed reservation wait this long */
     uint32_t max_batch;    /* sequences per decode step (<= ENGINE_FWD_MAX_BATCH) */
     uint32_t chunk_tokens; /* prefill chunk (engine max_chunk_tokens) */
+    int n_threads;         /* kernel threads */
     /* The token budget of one step (issue 17, like vLLM's max_num_batched_tokens): the decode
      * rows of the running batch count first, local prefill pieces fill the rest (docs/
      * ARCHITECTURE.md "The decode node's step"). 0: no limit (every pending prefill runs whole
      * in the next step). */
     uint32_t step_token_budget;
-    uint32_t prefill_chunk_tokens; /* most delta tokens one request advances per step (0: no
-                                      limit) */
-    int n_threads;         /* kernel threads */
+    /* Most delta tokens one request advances per step (0: no limit). */
+    uint32_t prefill_chunk_tokens;
     /* Speculative decoding (MODEL.md 8). spec_drafter is the node's default drafter (--spec);
      * ENGINE_SPEC_OFF makes no speculative context, and every request then decodes plainly
      * whatever its DecodeRequest.spec says (the output is the same either way). spec holds the

@@ -51,8 +51,8 @@ typedef struct req {
     uint64_t n_prefilled;
     /* A local prefill in pieces (sched_prefill.c): first the rewind, then the canonical replay,
      * then the delta in parts of at most prefill_chunk_tokens, under the step's token budget. */
-    int64_t rewind_to;    /* > 0: cut the session back to this length and replay (a piece) */
-    int rewind_lost;      /* after the rewind: Error STATE_LOST(rewind_to), the turn ends */
+    int64_t rewind_to;     /* > 0: cut the session back to this length and replay (a piece) */
+    int rewind_lost;       /* after the rewind: Error STATE_LOST(rewind_to), the turn ends */
     int64_t prefill_start; /* H of the delta's prefill (the length when its first part ran) */
     int64_t n_done;        /* delta tokens prefilled so far (the cursor) */
     int mid_prefill;       /* the sequence is part way through this turn's prefill (or its

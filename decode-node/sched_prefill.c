@@ -192,8 +192,8 @@ void sched_prefill_step(decode_sched_t *s, int64_t decode_rows)
     req_t *owners[ENGINE_FWD_MAX_BATCH];
     int64_t len0[ENGINE_FWD_MAX_BATCH];
     int64_t left = step_left(s, decode_rows);
-    int64_t chunk = s->params.prefill_chunk_tokens > 0 ? (int64_t)s->params.prefill_chunk_tokens
-                                                       : INT64_MAX;
+    int64_t chunk =
+        s->params.prefill_chunk_tokens > 0 ? (int64_t)s->params.prefill_chunk_tokens : INT64_MAX;
     int n_pending = 0;
     int n_parts = 0;
     int ran = 0; /* pieces this step */

@@ -241,8 +241,7 @@ static int tokens_of(const node_t *node, uint64_t request_id, int32_t *out, int 
     int n = 0;
     uint64_t first = 0;
 
-    for (int i = 0; (i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0;
-         i++) {
+    for (int i = 0; (i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0; i++) {
         const Tandem__TokenChunk *c = node->rec.msgs[i]->token_chunk;
         if (n == 0) {
             first = c->first_position;
@@ -334,8 +333,8 @@ static void test_running_streams_keep_streaming_while_a_long_prompt_prefills(voi
 
     /* 3,000 tokens at <= 125 a step (128 less 3 decode rows, parts of 100): 30 steps, each
      * with a TokenChunk for every running stream; the whole-prompt step gives them none */
-    print_message("running streams' TokenChunks during the prompt: chunked %d, whole %d\n",
-                  chunked, whole);
+    print_message("running streams' TokenChunks during the prompt: chunked %d, whole %d\n", chunked,
+                  whole);
     assert_true(chunked >= 3 * (LONG_PROMPT / 100 - 1));
     assert_int_equal(whole, 0);
     assert_int_equal(first_chunked, first_whole); /* the same first token either way */
@@ -491,9 +490,8 @@ static void test_out_of_pages_mid_prefill_fails_cleanly(void **state)
     assert_non_null(run_to_end(&node, 1));
     submit(&node, 2, "big", 0, ids, (size_t)n, 2, NULL);
     assert_null(run_to_end(&node, 2));
-    assert_int_equal(
-        node.rec.msgs[find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
-        TANDEM__ERROR_CODE__ERROR_NO_PAGES);
+    assert_int_equal(node.rec.msgs[find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
+                     TANDEM__ERROR_CODE__ERROR_NO_PAGES);
     assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 2, 0), -1);
     decode_sched_step(node.sched);
     decode_sched_stats(node.sched, &st);
