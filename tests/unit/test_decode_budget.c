@@ -5,7 +5,8 @@
  * their TokenChunks come between the prompt's arrival and its first token; with no budget,
  * today's whole-prompt step, none do); chunked service streams the same tokens as unchunked
  * (greedy and seeded sampling, several prompts sharing a step's budget, a canonical-start replay
- * as a piece); an Abort, running out of pages, destroy and drain part way through a prefill leave
+ * as a piece, pieces across the engine's passes, n choices forked on an n-gram speculative node);
+ * an Abort, running out of pages, destroy and drain part way through a prefill leave
  * no page held and no half-prefilled state; a rewind runs as a piece in a step, not when the
  * request arrives, and gives the same tokens. Counts messages, never time. */
 #include <setjmp.h>
@@ -79,6 +80,7 @@ static void record_load(void *arg, const node_load_t *load)
 }
 
 static uint32_t g_engine_chunk = 64; /* the engine's max_chunk_tokens (--chunk-tokens) */
+static engine_spec_drafter_t g_spec = ENGINE_SPEC_OFF; /* the node's drafter (--spec) */
 
 /* A node with the given step token budget and prefill chunk (0: no limit) over n_pages. */
 static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, uint32_t budget,
@@ -92,7 +94,10 @@ static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, uint32_t bu
     sp.max_batch = 8;
     sp.chunk_tokens = g_engine_chunk;
     sp.n_threads = 2;
-    sp.spec_drafter = ENGINE_SPEC_OFF;
+    sp.spec_drafter = g_spec;
+    if (g_spec != ENGINE_SPEC_OFF) {
+        engine_spec_params_default(fx->engine.model, &sp.spec);
+    }
     sp.step_token_budget = budget;
     sp.prefill_chunk_tokens = chunk;
     assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
@@ -652,12 +657,82 @@ static void test_pieces_across_engine_passes_give_the_same_tokens(void **state)
     g_engine_chunk = 64;
 }
 
+/* The tokens of request_id's choice `choice` (at most cap). */
+static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choice, int32_t *out,
+                         int cap)
+{
+    int n = 0;
+
+    for (int i = 0; (i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0; i++) {
+        const Tandem__TokenChunk *c = node->rec.msgs[i]->token_chunk;
+        for (size_t k = 0; k < c->n_tokens && n < cap && c->choice == choice; k++) {
+            out[n++] = c->tokens[k];
+        }
+    }
+    return n;
+}
+
+/* Three choices of one seeded prompt (forked from the last part's logits) on an n-gram
+ * speculative node, while a stream runs: the decode rows count each sequence's verify rows, and
+ * every choice streams what the unchunked node streams. */
+static void choices_on_a_spec_node(fixture_t *fx, uint32_t budget, int32_t out[3][12])
+{
+    node_t node;
+    int32_t ids[180], other[12];
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+
+    ftu_prompt(81, fx->engine.V, ids, 180);
+    ftu_prompt(82, fx->engine.V, other, 12);
+    node_open(fx, &node, POOL_PAGES, budget, budget);
+    submit(&node, 1, "other", 0, other, 12, 40, NULL);
+    run_to_first_token(&node, 1);
+    sp.temperature = 0.9;
+    sp.top_p = 1.0;
+    sp.seed = 99;
+    sp.n_choices = 3;
+    dr.request_id = 2;
+    dr.session_id = (char *)"s";
+    dr.n_delta_tokens = 180;
+    dr.delta_tokens = ids;
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
+    dr.sampling = &sp;
+    dr.max_tokens = 12;
+    dr.total_len = 180;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    decode_sched_on_message(node.sched, &env);
+    assert_non_null(run_to_end(&node, 2));
+    for (uint32_t c = 0; c < 3; c++) {
+        assert_int_equal(choice_tokens(&node, 2, c, out[c], 12), 12);
+    }
+    assert_non_null(run_to_end(&node, 1));
+    check_all_pages_back(&node);
+    assert_true(node_close(&node));
+}
+
+static void test_choices_and_speculation_under_the_budget(void **state)
+{
+    fixture_t *fx = *state;
+    int32_t want[3][12], got[3][12];
+
+    g_spec = ENGINE_SPEC_NGRAM;
+    choices_on_a_spec_node(fx, 0, want);
+    choices_on_a_spec_node(fx, 20, got); /* 1 x (drafts + 1) verify rows leave a piece floor */
+    assert_memory_equal(got, want, sizeof(want));
+    choices_on_a_spec_node(fx, 64, got);
+    assert_memory_equal(got, want, sizeof(want));
+    g_spec = ENGINE_SPEC_OFF;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_across_engine_passes_give_the_same_tokens),
         cmocka_unit_test(test_running_streams_keep_streaming_while_a_long_prompt_prefills),
         cmocka_unit_test(test_chunked_service_gives_the_same_tokens),
+        cmocka_unit_test(test_choices_and_speculation_under_the_budget),
         cmocka_unit_test(test_abort_mid_prefill_frees_everything),
         cmocka_unit_test(test_out_of_pages_mid_prefill_fails_cleanly),
         cmocka_unit_test(test_drain_finishes_a_half_prefilled_turn),
