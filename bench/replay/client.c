@@ -11,7 +11,7 @@
 
 #define CLIENT_URL_BYTES        2048
 #define CLIENT_HEADER_BYTES     512
-#define CLIENT_ERROR_BODY_BYTES 160 /* of a non-200 body kept for the error text */
+#define CLIENT_ERROR_BODY_BYTES 640 /* of a non-200 body kept for the error text */
 
 struct bench_client {
     bench_client_params_t params;
@@ -126,6 +126,7 @@ static void on_data(bench_client_t *client, const char *payload, uint64_t now_ns
         }
         if (json_is_integer(prompt)) {
             req->input_tokens = (int64_t)json_integer_value(prompt);
+            req->prompt_reported = 1;
         }
     }
     if (content) {

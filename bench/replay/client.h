@@ -16,7 +16,7 @@
 #include "common/buf.h"
 #include "common/status.h"
 
-#define BENCH_CLIENT_ERR_BYTES 256
+#define BENCH_CLIENT_ERR_BYTES 768
 
 /* Which endpoint a body goes to. */
 typedef enum {
@@ -50,10 +50,10 @@ void bench_client_destroy(bench_client_t *client);
  *
  * Writes t_send_ns, t_first_ns, t_last_ns, t_end_ns, n_chunks, gaps_ms (appended; the record
  * must have no gaps yet), http_status, usage_reported, output_tokens (usage.completion_tokens
- * when reported, else content chunks) and input_tokens (usage.prompt_tokens, when reported;
- * else left as the caller set it) and result. A content chunk is an SSE data event whose first
- * choice has non-empty `text` (completions) or `delta.content` / `delta.reasoning_content` /
- * `delta.tool_calls` (chat).
+ * when reported, else content chunks) and input_tokens (usage.prompt_tokens, when reported, with
+ * prompt_reported set; else left as the caller set it) and result. A content chunk is an SSE data
+ * event whose first choice has non-empty `text` (completions) or `delta.content` /
+ * `delta.reasoning_content` / `delta.tool_calls` (chat).
  *
  * Returns TDM_OK when the stream completed (200, then [DONE] or a finish_reason), else
  * TDM_ERR_PEER_LOST (connect, reset, timeout, abort), TDM_ERR_MISMATCH (HTTP status not 200),

@@ -213,13 +213,25 @@ static enum MHD_Result send_text(struct MHD_Connection *connection, unsigned int
     return ret;
 }
 
+static enum MHD_Result send_error_code(struct MHD_Connection *connection, unsigned int code,
+                                       const char *message, const char *error_code)
+{
+    char text[768];
+    if (error_code != NULL) {
+        snprintf(text, sizeof(text),
+                 "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":\"%s\"}}", message,
+                 code >= 500 ? "server_error" : "invalid_request_error", error_code);
+    } else {
+        snprintf(text, sizeof(text), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%u}}",
+                 message, code >= 500 ? "server_error" : "invalid_request_error", code);
+    }
+    return send_text(connection, code, "application/json", text);
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *connection, unsigned int code,
                                   const char *message)
 {
-    char text[512];
-    snprintf(text, sizeof(text), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%u}}",
-             message, code >= 500 ? "server_error" : "invalid_request_error", code);
-    return send_text(connection, code, "application/json", text);
+    return send_error_code(connection, code, message, NULL);
 }
 
 /*
@@ -346,6 +358,7 @@ static enum MHD_Result handle_generate(bench_fake_t *fake, struct MHD_Connection
     struct MHD_Response *response;
     enum MHD_Result ret;
     char why[256];
+    const char *code = NULL; /* the OpenAI error code string, when one applies */
     int rc;
 
     pthread_mutex_lock(&fake->lock);
@@ -379,8 +392,14 @@ static enum MHD_Result handle_generate(bench_fake_t *fake, struct MHD_Connection
         goto err_reject;
     }
     if (n_prompt + (uint64_t)json_integer_value(max_tokens) > fake->params.max_model_len) {
+        /* Tandem's router's words (router/validate.c), which tandem-bench reads (fit.h) */
         free(chain);
-        snprintf(why, sizeof(why), "prompt plus max_tokens exceeds max_model_len");
+        snprintf(why, sizeof(why),
+                 "the prompt (%llu tokens) plus max_tokens (%lld) exceeds this model's maximum "
+                 "context of %llu tokens",
+                 (unsigned long long)n_prompt, (long long)json_integer_value(max_tokens),
+                 (unsigned long long)fake->params.max_model_len);
+        code = "context_length_exceeded";
         goto err_reject;
     }
 
@@ -432,7 +451,7 @@ err_reject:
     pthread_mutex_lock(&fake->lock);
     fake->counters.n_failed++;
     pthread_mutex_unlock(&fake->lock);
-    return send_error(connection, MHD_HTTP_BAD_REQUEST, why);
+    return send_error_code(connection, MHD_HTTP_BAD_REQUEST, why, code);
 }
 
 static enum MHD_Result handle_metrics(bench_fake_t *fake, struct MHD_Connection *connection)

@@ -89,8 +89,9 @@ static const tdm_flag_t replay_flags[] = {
     {"sessions", TDM_FLAG_U64, "0", offsetof(replay_cfg_t, sessions),
      "sessions started per level (0: no limit)", 0, 1e12, 0},
     {"scale", TDM_FLAG_F64, "1", offsetof(replay_cfg_t, scale),
-     "multiply Mooncake lengths and blocks (and SWE-agent output) by this, for CPU runs", 1e-4, 1,
-     0},
+     "multiply Mooncake lengths and blocks, and SWE-agent message text and output, by this, for "
+     "CPU runs",
+     1e-4, 1, 0},
     {"max-context", TDM_FLAG_U64, "0", offsetof(replay_cfg_t, max_context),
      "end a session before a turn whose prompt + output exceeds this (0: server's max)", 0, 1e12,
      0},
@@ -276,6 +277,12 @@ static int cmd_replay(int argc, char **argv)
         fprintf(stderr, "tandem-bench replay: %s\n", err);
         exit_code = BENCH_EXIT_USAGE;
         goto cleanup_curl;
+    }
+    status = bench_trace_scale_text(trace, cfg.scale);
+    if (status != TDM_OK) {
+        fprintf(stderr, "tandem-bench replay: scaling the trace's text: %s\n",
+                tdm_status_message(status));
+        goto destroy_trace;
     }
     tdm_log(TDM_LOG_INFO, "bench",
             "trace loaded: path=%s format=%s sessions=%zu requests=%zu "

@@ -49,6 +49,10 @@ typedef struct {
     pthread_cond_t cond;
     uint32_t n_running;
     const char *stop_reason;
+    bench_fit_t *fit;       /* the run's context-fit tracker (shared by every level) */
+    int64_t longest_tokens; /* the trace's longest turn at the run's scale (bench_fit_longest) */
+    atomic_uint_fast64_t context_errors;
+    char first_error[BENCH_FIT_HINT_BYTES]; /* guarded by lock */
 } level_ctx_t;
 
 /* One simulated agent. */
@@ -343,6 +347,38 @@ static bench_request_t *next_record(agent_t *agent)
     return req;
 }
 
+/* Records a failed request of `turn` (index t) of `session`: the level's first error text, and,
+ * when the server refused it as too long, the count, the learned ratio and the run's hint. */
+static void note_failure(level_ctx_t *level, const bench_session_t *session, size_t t,
+                         size_t n_prompt, size_t n_out, const char *error)
+{
+    const bench_replay_params_t *params = level->params;
+    int64_t server_prompt;
+    int64_t server_max;
+    bench_fit_case_t fit_case;
+
+    pthread_mutex_lock(&level->lock);
+    if (level->first_error[0] == '\0') {
+        snprintf(level->first_error, sizeof(level->first_error), "%s", error);
+    }
+    pthread_mutex_unlock(&level->lock);
+    if (!bench_fit_parse_error(error, &server_prompt, &server_max)) {
+        return;
+    }
+    atomic_fetch_add(&level->context_errors, 1);
+    bench_fit_learn(level->fit, (int64_t)n_prompt, server_prompt);
+    memset(&fit_case, 0, sizeof(fit_case));
+    fit_case.session_id = session->id;
+    fit_case.turn_index = t;
+    fit_case.needed_tokens =
+        (server_prompt > 0 ? server_prompt : (int64_t)n_prompt) + (int64_t)n_out;
+    fit_case.max_context = server_max > 0 ? server_max : (int64_t)params->max_context;
+    fit_case.scale = params->scale;
+    /* Estimates of both turns are in the same unit, so their ratio carries over. */
+    fit_case.longest_factor = (double)level->longest_tokens / (double)(n_prompt + n_out);
+    bench_fit_offer(level->fit, &fit_case);
+}
+
 /* Replays one session; returns 1 when every turn was answered. */
 static int run_session(agent_t *agent, uint64_t seq)
 {
@@ -354,7 +390,6 @@ static int run_session(agent_t *agent, uint64_t seq)
     bench_token_params_t tp;
     char header[REPLAY_SESSION_HEADER_BYTES];
     double prev_service_ms = 0.0;
-
     tp.vocab_size = params->vocab_size;
     tp.scale = params->scale;
     tp.salt = tdm_hash_splitmix64(params->seed ^
@@ -381,9 +416,12 @@ static int run_session(agent_t *agent, uint64_t seq)
                 return 0;
             }
         }
-        if (params->max_context > 0 && n_prompt + n_out > params->max_context) {
-            atomic_fetch_add(&level->context_cut, 1);
-            return 0;
+        if (params->max_context > 0) {
+            int64_t n_known = bench_fit_tokens(level->fit, (int64_t)n_prompt);
+            if (n_known >= 0 && (uint64_t)n_known + n_out > params->max_context) {
+                atomic_fetch_add(&level->context_cut, 1);
+                return 0;
+            }
         }
         status = trace->format == BENCH_TRACE_MOONCAKE
                      ? body_of_tokens(agent, &tp, turn, n_prompt, n_out)
@@ -414,8 +452,13 @@ static int run_session(agent_t *agent, uint64_t seq)
         agent->n_reqs++;
         atomic_fetch_add(&level->n_done, 1);
         prev_service_ms = (double)(req->t_end_ns - req->t_send_ns) / (double)TDM_NS_PER_MS;
+        if (status == TDM_OK && req->prompt_reported) {
+            bench_fit_learn(level->fit, (int64_t)n_prompt, req->input_tokens);
+        }
         if (status != TDM_OK) {
             uint64_t n_errors = atomic_fetch_add(&level->n_errors, 1) + 1;
+            note_failure(level, session, t, n_prompt, n_out,
+                         bench_client_last_error(agent->client));
             tdm_log(n_errors <= REPLAY_WARN_ERRORS ? TDM_LOG_WARN : TDM_LOG_DEBUG, "bench",
                     "request failed: agent=%u session=%s turn=%zu status=%s err=%s", agent->index,
                     header, t, tdm_status_name(status), bench_client_last_error(agent->client));
@@ -499,15 +542,20 @@ static tdm_status_t check_params(const bench_replay_params_t *params, const benc
 }
 
 static tdm_status_t level_ctx_init(level_ctx_t *level, const bench_replay_params_t *params,
-                                   const bench_trace_t *trace, size_t level_index)
+                                   const bench_trace_t *trace, size_t level_index, bench_fit_t *fit)
 {
     pthread_condattr_t attr;
+    size_t longest_session;
+    size_t longest_turn;
     json_t *model = json_string(params->model != NULL ? params->model : "tandem");
 
     memset(level, 0, sizeof(*level));
     level->params = params;
     level->trace = trace;
     level->level_index = level_index;
+    level->fit = fit;
+    bench_fit_longest(trace, params->scale, &longest_session, &longest_turn,
+                      &level->longest_tokens);
     level->model_json = model != NULL ? json_dumps(model, JSON_ENCODE_ANY) : NULL;
     json_decref(model);
     if (level->model_json == NULL) {
@@ -560,6 +608,9 @@ static tdm_status_t collect(agent_t *agents, uint32_t n_agents, bench_level_resu
         return TDM_ERR_NO_MEMORY;
     }
     for (uint32_t a = 0; a < n_agents; a++) {
+        if (agents[a].n_reqs == 0) {
+            continue; /* an agent that sent nothing has no array (memcpy from NULL is UB) */
+        }
         memcpy(out->requests + out->n_requests, agents[a].reqs,
                agents[a].n_reqs * sizeof(bench_request_t));
         out->n_requests += agents[a].n_reqs;
@@ -581,7 +632,8 @@ static void metrics_delta(const bench_metrics_snapshot_t *before,
 
 /* Runs one level; on TDM_OK *out holds its figures and records. */
 static tdm_status_t run_level(const bench_replay_params_t *params, const bench_trace_t *trace,
-                              bench_power_t *power, size_t level_index, bench_level_result_t *out)
+                              bench_power_t *power, bench_fit_t *fit, size_t level_index,
+                              bench_level_result_t *out)
 {
     uint32_t n_agents = params->concurrency[level_index];
     bench_metrics_snapshot_t before;
@@ -598,7 +650,7 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
 
     memset(out, 0, sizeof(*out));
     out->concurrency = n_agents;
-    status = level_ctx_init(&level, params, trace, level_index);
+    status = level_ctx_init(&level, params, trace, level_index, fit);
     if (status != TDM_OK) {
         return status;
     }
@@ -706,6 +758,8 @@ static tdm_status_t run_level(const bench_replay_params_t *params, const bench_t
     out->n_sessions_started = atomic_load(&level.sessions_started);
     out->n_sessions_completed = atomic_load(&level.sessions_completed);
     out->n_context_cut = atomic_load(&level.context_cut);
+    out->n_context_errors = atomic_load(&level.context_errors);
+    snprintf(out->first_error, sizeof(out->first_error), "%s", level.first_error);
     out->pause_total_s = (double)atomic_load(&level.pause_total_us) / 1e6;
     out->stop_reason = level.stop_reason != NULL ? level.stop_reason
                        : params->n_sessions > 0  ? "sessions"
@@ -718,20 +772,18 @@ fini_level:
     return status;
 }
 
-tdm_status_t bench_replay_run(const bench_replay_params_t *params, const bench_trace_t *trace,
-                              bench_power_t *power, bench_run_result_t *result_out)
+/* Runs every level in order into result_out. */
+static tdm_status_t run_levels(const bench_replay_params_t *params, const bench_trace_t *trace,
+                               bench_power_t *power, bench_fit_t *fit,
+                               bench_run_result_t *result_out)
 {
-    tdm_status_t status = check_params(params, trace);
+    tdm_status_t status;
 
-    memset(result_out, 0, sizeof(*result_out));
-    if (status != TDM_OK) {
-        return status;
-    }
     for (size_t l = 0; l < params->n_levels; l++) {
         bench_level_result_t *level = &result_out->levels[l];
         tdm_log(TDM_LOG_INFO, "bench", "level start: concurrency=%u level=%zu/%zu",
                 params->concurrency[l], l + 1, params->n_levels);
-        status = run_level(params, trace, power, l, level);
+        status = run_level(params, trace, power, fit, l, level);
         if (status != TDM_OK) {
             for (size_t r = 0; r < level->n_requests; r++) {
                 bench_request_fini(&level->requests[r]);
@@ -746,4 +798,52 @@ tdm_status_t bench_replay_run(const bench_replay_params_t *params, const bench_t
         }
     }
     return TDM_OK;
+}
+
+/* A Mooncake trace's counts are exact: say before the first level when its longest turn does not
+ * fit (its sessions will be cut there). Chat traces wait for the server's count. */
+static void check_fit_before_run(const bench_replay_params_t *params, const bench_trace_t *trace,
+                                 bench_fit_t *fit)
+{
+    size_t s;
+    size_t t;
+    int64_t tokens;
+    bench_fit_case_t fit_case;
+
+    if (params->max_context == 0 || trace->format != BENCH_TRACE_MOONCAKE) {
+        return;
+    }
+    bench_fit_longest(trace, params->scale, &s, &t, &tokens);
+    if (tokens <= (int64_t)params->max_context) {
+        return;
+    }
+    memset(&fit_case, 0, sizeof(fit_case));
+    fit_case.session_id = trace->sessions[s].id;
+    fit_case.turn_index = t;
+    fit_case.needed_tokens = tokens;
+    fit_case.max_context = (int64_t)params->max_context;
+    fit_case.scale = params->scale;
+    fit_case.longest_factor = 1.0;
+    bench_fit_offer(fit, &fit_case);
+}
+
+tdm_status_t bench_replay_run(const bench_replay_params_t *params, const bench_trace_t *trace,
+                              bench_power_t *power, bench_run_result_t *result_out)
+{
+    tdm_status_t status = check_params(params, trace);
+    bench_fit_t *fit = NULL;
+
+    memset(result_out, 0, sizeof(*result_out));
+    if (status != TDM_OK) {
+        return status;
+    }
+    status = bench_fit_create(trace->format == BENCH_TRACE_MOONCAKE, &fit);
+    if (status != TDM_OK) {
+        return status;
+    }
+    check_fit_before_run(params, trace, fit);
+    status = run_levels(params, trace, power, fit, result_out);
+    bench_fit_hint_copy(fit, result_out->context_hint, sizeof(result_out->context_hint));
+    bench_fit_destroy(fit);
+    return status;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench/replay/fit.h"
 #include "bench/replay/metrics.h"
 #include "bench/replay/power.h"
 #include "bench/replay/stats.h"
@@ -52,7 +53,8 @@ typedef struct {
     size_t n_levels;
     double duration_s;       /* per level; 0: no time limit */
     uint64_t n_sessions;     /* sessions started per level; 0: no limit (see bench_replay_run) */
-    double scale;            /* (0, 1]: Mooncake lengths; SWE-agent output length only */
+    double scale;            /* (0, 1]: Mooncake lengths; SWE-agent output length (main.c cuts
+                                the trace's text with bench_trace_scale_text) */
     uint64_t max_context;    /* prompt + output tokens allowed; 0: unlimited */
     uint64_t seed;           /* token salt and SWE-agent pause draws */
     uint32_t vocab_size;     /* Mooncake token ids (tokens.h) */
@@ -74,11 +76,13 @@ typedef struct {
     int metrics_available;                  /* both scrapes answered */
     bench_power_reading_t power;
     uint64_t n_sessions_started;
-    uint64_t n_sessions_completed; /* every turn sent and answered */
-    uint64_t n_context_cut;        /* sessions ended early by max_context */
-    double pause_total_s;          /* tool pauses waited, summed over agents */
-    const char *stop_reason;       /* "duration", "sessions", "trace", "errors", "aborted" */
-    bench_request_t *requests;     /* n_requests records, in completion order per agent */
+    uint64_t n_sessions_completed;          /* every turn sent and answered */
+    uint64_t n_context_cut;                 /* sessions ended early by max_context */
+    uint64_t n_context_errors;              /* failed requests the server refused as too long */
+    char first_error[BENCH_FIT_HINT_BYTES]; /* the level's first failure, "" when none */
+    double pause_total_s;                   /* tool pauses waited, summed over agents */
+    const char *stop_reason;   /* "duration", "sessions", "trace", "errors", "aborted" */
+    bench_request_t *requests; /* n_requests records, in completion order per agent */
     size_t n_requests;
 } bench_level_result_t;
 
@@ -86,6 +90,7 @@ typedef struct {
 typedef struct {
     bench_level_result_t levels[BENCH_MAX_LEVELS];
     size_t n_levels;
+    char context_hint[BENCH_FIT_HINT_BYTES]; /* the run's one fit hint (fit.h), "" when none */
 } bench_run_result_t;
 
 /*
@@ -107,6 +112,14 @@ tdm_status_t bench_replay_discover(const char *base_url, const char *api_key,
  * bench_replay_run - run every level of `params` over `trace` (borrowed) and fill *result_out.
  * With neither duration_s nor n_sessions set, each level replays every session of the trace
  * once. `power` (borrowed) may be NULL.
+ *
+ * Context fit (fit.h): with max_context set, a turn whose prompt + output exceeds it ends its
+ * session before it is sent when its count is known (Mooncake: exact; chat: the estimate times
+ * the ratio learned from the server's usage.prompt_tokens or refusals; until then a chat turn is
+ * sent and the server decides). A Mooncake trace whose longest turn does not fit gets the run's
+ * hint before the first level; otherwise the first request the server refuses as too long
+ * (bench_fit_parse_error on its error) gets it. The hint is logged once and kept in
+ * result_out->context_hint; each level counts those refusals in n_context_errors.
  *
  * Returns TDM_OK (failed requests are counted, not fatal), TDM_ERR_INVALID_ARG (no levels, a
  * level of 0 agents, a Mooncake trace with vocab_size < BENCH_TOKEN_MIN_VOCAB, scale outside

@@ -77,6 +77,64 @@ static void cell(FILE *out, int width, int decimals, double value)
     }
 }
 
+/* The per-stream inter-token gap block (stats.h: stream gaps). */
+static void table_stream_gaps(FILE *out, const bench_run_result_t *run)
+{
+    fprintf(out, "\nper-stream inter-token gaps (each stream's median and longest gap):\n");
+    fprintf(out, "%5s %8s %10s %11s %15s\n", "conc", "streams", "median ms", "longest ms",
+            "longest/median");
+    for (size_t l = 0; l < run->n_levels; l++) {
+        const bench_level_stats_t *s = &run->levels[l].stats;
+        fprintf(out, "%5u %8llu", run->levels[l].concurrency, (unsigned long long)s->n_itl_streams);
+        cell(out, 10, 2, s->itl_median_ms);
+        cell(out, 11, 2, s->itl_max_ms);
+        cell(out, 15, 1, s->itl_max_over_median);
+        fprintf(out, "\n");
+    }
+}
+
+/* The error block: per level, how many failed and why; then the run's context hint. Nothing
+ * when every request succeeded and no hint was given. */
+static void table_errors(FILE *out, const bench_run_result_t *run)
+{
+    int any = run->context_hint[0] != '\0';
+
+    for (size_t l = 0; l < run->n_levels; l++) {
+        any |= run->levels[l].stats.n_errors > 0 || run->levels[l].n_context_cut > 0;
+    }
+    if (!any) {
+        return;
+    }
+    fprintf(out, "\nerrors:\n");
+    for (size_t l = 0; l < run->n_levels; l++) {
+        const bench_level_result_t *level = &run->levels[l];
+        const bench_level_stats_t *s = &level->stats;
+        if (s->n_errors == 0 && level->n_context_cut == 0) {
+            fprintf(out, "  c=%u: none\n", level->concurrency);
+            continue;
+        }
+        fprintf(out, "  c=%u: %llu of %llu requests failed (%.1f %%)", level->concurrency,
+                (unsigned long long)s->n_errors, (unsigned long long)s->n_requests,
+                s->n_requests > 0 ? 100.0 * (double)s->n_errors / (double)s->n_requests : 0.0);
+        if (level->n_context_errors > 0) {
+            fprintf(out, ", %llu of them refused as longer than the server's context",
+                    (unsigned long long)level->n_context_errors);
+        }
+        if (level->n_context_cut > 0) {
+            fprintf(out, "; %llu session(s) ended before a turn longer than the context",
+                    (unsigned long long)level->n_context_cut);
+        }
+        fprintf(out, "\n");
+        if (level->first_error[0] != '\0') {
+            fprintf(out, "    first: %s\n", level->first_error);
+        }
+    }
+    if (run->context_hint[0] != '\0') {
+        fprintf(out, "  cause: the trace does not fit the server's context: %s\n",
+                run->context_hint);
+    }
+}
+
 void bench_report_table(FILE *out, const bench_report_meta_t *meta, const bench_run_result_t *run)
 {
     const bench_replay_params_t *p = meta->params;
@@ -142,6 +200,8 @@ void bench_report_table(FILE *out, const bench_report_meta_t *meta, const bench_
         cell(out, 8, 1, level->power.measured ? level->power.average_w : -1.0);
         fprintf(out, "\n");
     }
+    table_stream_gaps(out, run);
+    table_errors(out, run);
     if (bench_report_at_speed(meta, run, BENCH_HEADLINE_SPEED_TOK_S, &headline) == TDM_OK) {
         fprintf(out, "\nat %.0f output tok/s per agent: %.2f %s (interpolated)\n",
                 BENCH_HEADLINE_SPEED_TOK_S, headline, efficiency_unit(meta));
@@ -197,6 +257,15 @@ static json_t *level_json(const bench_report_meta_t *meta, const bench_level_res
     json_object_set_new(obj, "itl_p50_ms", num_or_null(s->itl_p50_ms));
     json_object_set_new(obj, "itl_p99_ms", num_or_null(s->itl_p99_ms));
     json_object_set_new(obj, "itl_samples", json_integer((json_int_t)s->n_itl_samples));
+    json_object_set_new(obj, "itl_median_ms", num_or_null(s->itl_median_ms));
+    json_object_set_new(obj, "itl_max_ms", num_or_null(s->itl_max_ms));
+    json_object_set_new(obj, "itl_max_over_median", num_or_null(s->itl_max_over_median));
+    json_object_set_new(obj, "itl_streams", json_integer((json_int_t)s->n_itl_streams));
+    json_object_set_new(obj, "errors_context_length",
+                        json_integer((json_int_t)level->n_context_errors));
+    json_object_set_new(obj, "first_error",
+                        level->first_error[0] != '\0' ? json_string(level->first_error)
+                                                      : json_null());
     json_object_set_new(obj, "sessions_started",
                         json_integer((json_int_t)level->n_sessions_started));
     json_object_set_new(obj, "sessions_completed",
@@ -302,6 +371,9 @@ tdm_status_t bench_report_write_json(const char *path, const bench_report_meta_t
         }
     }
     json_object_set_new(root, "levels", levels);
+    json_object_set_new(root, "context_hint",
+                        run->context_hint[0] != '\0' ? json_string(run->context_hint)
+                                                     : json_null());
     json_object_set_new(root, "efficiency_unit", json_string(efficiency_unit(meta)));
     json_object_set_new(root, "headline_speed_tok_s", json_real(BENCH_HEADLINE_SPEED_TOK_S));
     json_object_set_new(root, "headline_efficiency",
@@ -328,7 +400,8 @@ tdm_status_t bench_report_write_csv(const char *path, const bench_run_result_t *
         return TDM_ERR_IO;
     }
     fprintf(out, "level,concurrency,agent,session,turn,result,http_status,t_send_ms,ttft_ms,"
-                 "duration_ms,input_tokens,output_tokens,max_tokens,chunks,usage_reported\n");
+                 "duration_ms,input_tokens,output_tokens,max_tokens,chunks,usage_reported,"
+                 "itl_median_ms,itl_max_ms\n");
     for (size_t l = 0; l < run->n_levels; l++) {
         const bench_level_result_t *level = &run->levels[l];
         uint64_t t0 = UINT64_MAX;
@@ -337,16 +410,26 @@ tdm_status_t bench_report_write_csv(const char *path, const bench_run_result_t *
         }
         for (size_t r = 0; r < level->n_requests; r++) {
             const bench_request_t *req = &level->requests[r];
+            double gap_median = -1.0;
+            double gap_max = -1.0;
             double ttft = req->t_first_ns != 0
                               ? (double)(req->t_first_ns - req->t_send_ns) / TDM_NS_PER_MS
                               : -1.0;
-            fprintf(out, "%zu,%u,%u,%llu,%u,%d,%d,%.3f,%.3f,%.3f,%lld,%lld,%lld,%u,%d\n", l,
-                    level->concurrency, req->agent, (unsigned long long)req->session, req->turn,
+            if (req->n_gaps > 0) {
+                double *scratch = malloc(req->n_gaps * sizeof(double));
+                if (scratch != NULL) {
+                    bench_request_gap_stats(req, scratch, &gap_median, &gap_max);
+                    free(scratch);
+                }
+            }
+            fprintf(out, "%zu,%u,%u,%llu,%u,%d,%d,%.3f,%.3f,%.3f,%lld,%lld,%lld,%u,%d,%.3f,%.3f\n",
+                    l, level->concurrency, req->agent, (unsigned long long)req->session, req->turn,
                     (int)req->result, req->http_status,
                     (double)(req->t_send_ns - t0) / TDM_NS_PER_MS, ttft,
                     (double)(req->t_end_ns - req->t_send_ns) / TDM_NS_PER_MS,
                     (long long)req->input_tokens, (long long)req->output_tokens,
-                    (long long)req->max_tokens, req->n_chunks, req->usage_reported);
+                    (long long)req->max_tokens, req->n_chunks, req->usage_reported, gap_median,
+                    gap_max);
         }
     }
     failed = ferror(out);

@@ -61,6 +61,61 @@ double bench_percentile(double *values, size_t n, double p)
     return values[lo] + frac * (values[lo + 1] - values[lo]);
 }
 
+tdm_status_t bench_request_gap_stats(const bench_request_t *req, double *scratch,
+                                     double *median_ms_out, double *max_ms_out)
+{
+    if (req->n_gaps == 0) {
+        return TDM_ERR_NOT_FOUND;
+    }
+    memcpy(scratch, req->gaps_ms, req->n_gaps * sizeof(double));
+    *median_ms_out = bench_percentile(scratch, req->n_gaps, 50.0);
+    *max_ms_out = scratch[req->n_gaps - 1]; /* sorted by bench_percentile */
+    return TDM_OK;
+}
+
+/* Per-stream gap figures of the successful records into *stats. */
+static tdm_status_t stream_gap_stats(const bench_request_t *reqs, size_t n_reqs,
+                                     bench_level_stats_t *stats)
+{
+    size_t most_gaps = 0;
+    double *scratch;
+    double *medians;
+    size_t n_streams = 0;
+    double max_ms = -1.0;
+    double max_ratio = -1.0;
+
+    for (size_t i = 0; i < n_reqs; i++) {
+        most_gaps = reqs[i].n_gaps > most_gaps ? reqs[i].n_gaps : most_gaps;
+    }
+    scratch = malloc((most_gaps + 1) * sizeof(double));
+    medians = malloc((n_reqs + 1) * sizeof(double));
+    if (scratch == NULL || medians == NULL) {
+        free(scratch);
+        free(medians);
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n_reqs; i++) {
+        double median;
+        double longest;
+        if (reqs[i].result != BENCH_REQ_OK ||
+            bench_request_gap_stats(&reqs[i], scratch, &median, &longest) != TDM_OK) {
+            continue;
+        }
+        medians[n_streams++] = median;
+        max_ms = longest > max_ms ? longest : max_ms;
+        if (median > 0.0 && longest / median > max_ratio) {
+            max_ratio = longest / median;
+        }
+    }
+    stats->itl_median_ms = bench_percentile(medians, n_streams, 50.0);
+    stats->itl_max_ms = max_ms;
+    stats->itl_max_over_median = max_ratio;
+    stats->n_itl_streams = n_streams;
+    free(scratch);
+    free(medians);
+    return TDM_OK;
+}
+
 tdm_status_t bench_level_stats_compute(const bench_request_t *reqs, size_t n_reqs,
                                        uint64_t t_start_ns, uint64_t t_end_ns,
                                        bench_level_stats_t *stats_out)
@@ -130,6 +185,9 @@ tdm_status_t bench_level_stats_compute(const bench_request_t *reqs, size_t n_req
     free(ttft);
     free(speed);
     free(itl);
+    if (stream_gap_stats(reqs, n_reqs, &stats) != TDM_OK) {
+        return TDM_ERR_NO_MEMORY;
+    }
     *stats_out = stats;
     return TDM_OK;
 }

@@ -4,6 +4,11 @@
  * figures can be checked by hand (docs/BENCH.md repeats it):
  *   TTFT        t_first_ns - t_send_ns, per successful request with at least one token.
  *   ITL         every gap between consecutive content chunks of a stream (one sample per gap).
+ *   stream gaps per stream (request) with at least one gap: its median gap and its longest gap;
+ *               per level itl_median_ms is the median of the streams' medians, itl_max_ms the
+ *               longest gap of any stream, and itl_max_over_median the largest ratio of a
+ *               stream's longest gap to its own median (the worst stall a stream saw, in units
+ *               of its usual pace; a p99 over all gaps hides one whole-prompt stall per stream).
  *   speed       (output_tokens - 1) / (t_last_ns - t_first_ns): output tokens after the first
  *               over the time after the first token, per request with >= 2 tokens and a
  *               non-zero span ("per-agent output speed", tok/s).
@@ -42,6 +47,7 @@ typedef struct {
     int64_t max_tokens;    /* what the request asked for */
     uint32_t n_chunks;     /* SSE events that carried content */
     int usage_reported;    /* 1 when the server sent usage */
+    int prompt_reported;   /* 1 when input_tokens is the server's usage.prompt_tokens */
     int http_status;       /* 0 when no response */
     bench_req_result_t result;
     double *gaps_ms; /* n_gaps inter-chunk gaps, ms (owned) */
@@ -54,6 +60,14 @@ void bench_request_fini(bench_request_t *req);
 
 /* bench_request_add_gap - append one gap. TDM_OK or TDM_ERR_NO_MEMORY (record unchanged). */
 tdm_status_t bench_request_add_gap(bench_request_t *req, double gap_ms);
+
+/*
+ * bench_request_gap_stats - the median and the longest of req's gaps, ms. `scratch` holds at
+ * least req->n_gaps doubles (overwritten). Returns TDM_OK, or TDM_ERR_NOT_FOUND when the record
+ * has no gap (outputs untouched).
+ */
+tdm_status_t bench_request_gap_stats(const bench_request_t *req, double *scratch,
+                                     double *median_ms_out, double *max_ms_out);
 
 /* Figures for one concurrency level. Plain data; -1 marks a figure with no samples. */
 typedef struct {
@@ -74,6 +88,10 @@ typedef struct {
     double itl_p99_ms;
     uint64_t n_speed_samples;
     uint64_t n_itl_samples;
+    double itl_median_ms;       /* median over streams of each stream's median gap */
+    double itl_max_ms;          /* longest gap of any stream */
+    double itl_max_over_median; /* max over streams of (longest gap / median gap) */
+    uint64_t n_itl_streams;     /* successful streams with at least one gap */
 } bench_level_stats_t;
 
 /*

@@ -107,6 +107,32 @@ tdm_status_t bench_trace_format_parse(const char *text, const char *path,
 /* bench_trace_format_name - "mooncake" or "swe-agent". Static string. */
 const char *bench_trace_format_name(bench_trace_format_t format);
 
+/* bench_trace_text_chars - UTF-8 characters in n_bytes at `text` (bytes that do not continue a
+ * character). Pure. */
+size_t bench_trace_text_chars(const char *text, size_t n_bytes);
+
+/*
+ * bench_trace_text_cut - how many leading bytes of `text` (n_bytes, UTF-8) to keep for `scale`:
+ * the first round(chars * scale) characters, at least one of a non-empty text, cut on a
+ * character boundary (never inside a multi-byte sequence). scale >= 1 keeps everything. Pure:
+ * the same text and scale always give the same cut, wherever the text appears.
+ */
+size_t bench_trace_text_cut(const char *text, size_t n_bytes, double scale);
+
+/*
+ * bench_trace_scale_text - apply --scale to the text of a SWE-agent trace, in place: the content
+ * of every message of every turn (a string, or each "text" part of an array) is cut with
+ * bench_trace_text_cut; roles, message order, assistant tool_calls (arguments untouched) and
+ * tool_call_id stay. Every turn's copy of a message is cut by the same rule, so turn k's
+ * messages are still a prefix of turn k+1's (prefix caching keeps hitting). Each turn's
+ * input_length estimate is recomputed from the kept bytes (/ 4, as at load). Output lengths are
+ * not changed here (the replay scales them). Mooncake traces and scale 1 are left as they are.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (trace NULL or scale outside (0, 1]; nothing changed) or
+ * TDM_ERR_NO_MEMORY (the trace is partly cut: destroy it).
+ */
+tdm_status_t bench_trace_scale_text(bench_trace_t *trace, double scale);
+
 /* bench_trace_destroy - free the trace and everything in it; accepts NULL. */
 void bench_trace_destroy(bench_trace_t *trace);
 

@@ -92,6 +92,19 @@ static int setup_fast(void **state)
     return start(state, &fp);
 }
 
+/* A server with a 4,096-token context: the bundled SWE-agent session (about 10K tokens a
+ * prompt as the fake counts them) does not fit unscaled. */
+static int setup_small_context(void **state)
+{
+    bench_fake_params_t fp;
+    bench_fake_params_default(&fp);
+    fp.ttft_ms = 1.0;
+    fp.itl_ms = 1.0;
+    fp.vocab_size = 1000;
+    fp.max_model_len = 4096;
+    return start(state, &fp);
+}
+
 static int teardown(void **state)
 {
     fixture_t *fx = *state;
@@ -336,6 +349,112 @@ static void test_swe_agent_trace_replays_as_chat(void **state)
     bench_trace_destroy(trace);
 }
 
+/* The table's error block and results.json name the cause of the refusals. */
+static void check_report_names_the_cause(const fixture_t *fx, const bench_trace_t *trace,
+                                         const bench_replay_params_t *p,
+                                         const bench_run_result_t *run)
+{
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    char path[PATH_BYTES];
+    char *table = NULL;
+    size_t n_table = 0;
+    FILE *out = open_memstream(&table, &n_table);
+    bench_report_meta_t meta;
+    bench_server_info_t server;
+    json_t *root;
+    json_error_t jerr;
+    const json_t *level;
+
+    assert_non_null(out);
+    assert_int_equal(bench_replay_discover(fx->url, NULL, &server), TDM_OK);
+    memset(&meta, 0, sizeof(meta));
+    meta.trace_path = "swe";
+    meta.trace = trace;
+    meta.params = p;
+    meta.server = &server;
+    meta.power_sources = "none";
+    meta.n_cores = 2;
+    bench_report_table(out, &meta, run);
+    fclose(out);
+    assert_non_null(strstr(table, "errors:\n"));
+    assert_non_null(strstr(table, "refused as longer than the server's context"));
+    assert_non_null(strstr(table, "cause: the trace does not fit the server's context: turn 1"));
+    free(table);
+    snprintf(path, sizeof(path), "%s/bench-fit-results.json", tmp != NULL ? tmp : "/tmp");
+    assert_int_equal(bench_report_write_json(path, &meta, run), TDM_OK);
+    root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(root, "context_hint")), "use --scale"));
+    level = json_array_get(json_object_get(root, "levels"), 0);
+    assert_int_equal(json_integer_value(json_object_get(level, "errors_context_length")),
+                     json_integer_value(json_object_get(level, "errors")));
+    assert_true(json_is_string(json_object_get(level, "first_error")));
+    assert_true(json_is_null(json_object_get(level, "itl_max_over_median"))); /* no stream */
+    json_decref(root);
+}
+
+/* Unscaled, every session's first turn is too long: the first refusal gives the run's one hint
+ * (with a --scale), the level's errors are all counted as context refusals, and once the server
+ * has counted a prompt the remaining sessions end before sending. At the hinted scale (text cut
+ * by bench_trace_scale_text) the same trace replays without an error. */
+static void test_too_long_chat_trace_gets_one_hint_and_fits_at_its_scale(void **state)
+{
+    fixture_t *fx = *state;
+    const char *root = getenv("TANDEM_SOURCE_DIR");
+    char path[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    bench_trace_t *trace = NULL;
+    bench_replay_params_t p;
+    bench_run_result_t run;
+    const bench_level_result_t *level;
+    const char *at;
+    double hinted = 0.0;
+
+    snprintf(path, sizeof(path), "%s/bench/traces/swe-agent__test-repo-i1.traj",
+             root != NULL ? root : ".");
+    assert_int_equal(bench_trace_load_swe_agent(path, &trace, err, sizeof(err)), TDM_OK);
+    params_for(fx, &p);
+    p.scale = 1.0;
+    p.max_context = 4096; /* what /v1/models says */
+    p.max_pause_s = 0.0;
+    p.n_sessions = 6;
+    p.concurrency[0] = 2;
+    assert_int_equal(bench_replay_run(&p, trace, NULL, &run), TDM_OK);
+    level = &run.levels[0];
+    print_message("unscaled: %llu requests, %llu errors, %llu cut; hint: %s\n",
+                  (unsigned long long)level->stats.n_requests,
+                  (unsigned long long)level->stats.n_errors,
+                  (unsigned long long)level->n_context_cut, run.context_hint);
+    assert_true(level->stats.n_errors >= 1 && level->stats.n_errors <= 2); /* one per agent */
+    assert_int_equal(level->stats.n_requests, level->stats.n_errors);
+    assert_int_equal(level->n_context_errors, level->stats.n_errors);
+    assert_int_equal(level->n_context_cut + level->stats.n_errors, 6);
+    assert_non_null(strstr(level->first_error, "context"));
+    assert_non_null(strstr(run.context_hint, "turn 1 of session swe-agent__test-repo-i1.traj"));
+    assert_non_null(strstr(run.context_hint, "the server takes 4,096"));
+    at = strstr(run.context_hint, "use --scale ");
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, "use --scale %lf", &hinted), 1);
+    assert_true(hinted > 0.0 && hinted < 1.0);
+    check_report_names_the_cause(fx, trace, &p, &run);
+    bench_run_result_fini(&run);
+
+    /* at the hinted scale */
+    assert_int_equal(bench_trace_scale_text(trace, hinted), TDM_OK);
+    p.scale = hinted;
+    p.n_sessions = 2;
+    assert_int_equal(bench_replay_run(&p, trace, NULL, &run), TDM_OK);
+    level = &run.levels[0];
+    assert_int_equal(level->stats.n_errors, 0);
+    assert_int_equal(level->stats.n_requests, 10);
+    assert_int_equal(level->n_context_cut, 0);
+    assert_string_equal(run.context_hint, "");
+    assert_string_equal(level->first_error, "");
+    bench_run_result_fini(&run);
+    bench_trace_destroy(trace);
+}
+
 static void test_client_reports_connection_and_http_failures(void **state)
 {
     fixture_t *fx = *state;
@@ -443,6 +562,16 @@ static void test_report_files_are_written(void **state)
     assert_true(json_is_real(json_object_get(json_array_get(json_object_get(root, "levels"), 0),
                                              "output_tok_s_per_core")));
     assert_string_equal(json_string_value(json_object_get(root, "efficiency_unit")), "tok/s/core");
+    {
+        const json_t *level = json_array_get(json_object_get(root, "levels"), 0);
+        /* per-stream gaps (fake: 2 ms a chunk) */
+        assert_true(json_real_value(json_object_get(level, "itl_median_ms")) >= 1.0);
+        assert_true(json_real_value(json_object_get(level, "itl_max_ms")) >=
+                    json_real_value(json_object_get(level, "itl_median_ms")));
+        assert_true(json_real_value(json_object_get(level, "itl_max_over_median")) >= 1.0);
+        assert_true(json_is_null(json_object_get(root, "context_hint")));
+        assert_true(json_is_null(json_object_get(level, "first_error")));
+    }
     json_decref(root);
     snprintf(path, sizeof(path), "%s/requests.csv", dir);
     assert_int_equal(bench_report_write_csv(path, &run), TDM_OK);
@@ -472,6 +601,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_duration_stops_new_turns, setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_tool_pauses_are_waited, setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_swe_agent_trace_replays_as_chat, setup_fast, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_too_long_chat_trace_gets_one_hint_and_fits_at_its_scale, setup_small_context,
+            teardown),
         cmocka_unit_test_setup_teardown(test_client_reports_connection_and_http_failures,
                                         setup_fast, teardown),
         cmocka_unit_test_setup_teardown(test_bad_params_are_refused, setup_fast, teardown),

@@ -117,6 +117,56 @@ static void test_level_without_samples_marks_figures_absent(void **state)
     assert_int_equal(s.n_requests, 0x5a5a5a5a5a5a5a5aULL); /* untouched */
 }
 
+/* Per-stream gaps: a stream that runs at 20 ms and stalls once for 1 s (a whole prompt prefilled
+ * between its decode steps), one that runs evenly at 10 ms, a failed one (ignored) and one with a
+ * single token (no gap). */
+static void test_stream_gaps_give_median_longest_and_ratio(void **state)
+{
+    static const double stalled[] = {20.0, 20.0, 30.0, 20.0, 1000.0, 20.0};
+    bench_request_t reqs[4];
+    bench_level_stats_t s;
+    double scratch[8];
+    double median = -1.0;
+    double longest = -1.0;
+    (void)state;
+
+    make_record(&reqs[0], 0, 100, 1, 0);
+    for (size_t i = 0; i < sizeof(stalled) / sizeof(stalled[0]); i++) {
+        assert_int_equal(bench_request_add_gap(&reqs[0], stalled[i]), TDM_OK);
+    }
+    make_record(&reqs[1], 0, 100, 5, 10);
+    make_record(&reqs[2], 0, 100, 4, 5000); /* would be the longest, but it failed */
+    reqs[2].result = BENCH_REQ_ERR_STREAM;
+    make_record(&reqs[3], 0, 100, 1, 0);
+
+    assert_int_equal(bench_request_gap_stats(&reqs[0], scratch, &median, &longest), TDM_OK);
+    assert_true(median == 20.0);
+    assert_true(longest == 1000.0);
+    assert_true(reqs[0].gaps_ms[4] == 1000.0); /* the record's own order is kept */
+    median = -7.0;
+    assert_int_equal(bench_request_gap_stats(&reqs[3], scratch, &median, &longest),
+                     TDM_ERR_NOT_FOUND);
+    assert_true(median == -7.0);
+
+    assert_int_equal(bench_level_stats_compute(reqs, 4, 0, 2000 * MS, &s), TDM_OK);
+    assert_int_equal(s.n_itl_streams, 2);
+    assert_true(s.itl_median_ms == 15.0); /* median of the medians 20 and 10 */
+    assert_true(s.itl_max_ms == 1000.0);
+    assert_true(s.itl_max_over_median == 50.0); /* the stalled stream: 1000 / 20 */
+    /* p99 over every gap (10 samples) stays far below the stall the ratio shows */
+    assert_true(s.itl_p99_ms < 1000.0);
+
+    /* No stream with a gap: the figures are absent. */
+    assert_int_equal(bench_level_stats_compute(&reqs[3], 1, 0, 2000 * MS, &s), TDM_OK);
+    assert_int_equal(s.n_itl_streams, 0);
+    assert_true(s.itl_median_ms == -1.0);
+    assert_true(s.itl_max_ms == -1.0);
+    assert_true(s.itl_max_over_median == -1.0);
+    for (int i = 0; i < 4; i++) {
+        bench_request_fini(&reqs[i]);
+    }
+}
+
 static const char *prom_text =
     "# HELP tandem_prefill_tokens_computed_total computed\n"
     "# TYPE tandem_prefill_tokens_computed_total counter\n"
@@ -320,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_percentile_interpolates_between_ranks),
         cmocka_unit_test(test_level_figures_from_known_records),
         cmocka_unit_test(test_level_without_samples_marks_figures_absent),
+        cmocka_unit_test(test_stream_gaps_give_median_longest_and_ratio),
         cmocka_unit_test(test_prometheus_sums_samples_of_exact_name),
         cmocka_unit_test(test_metrics_resolve_prefers_tandem_names_then_router_counters),
         cmocka_unit_test(test_rapl_energy_counts_packages_and_dram_across_wrap),

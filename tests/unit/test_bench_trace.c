@@ -346,6 +346,186 @@ static void test_bundled_swe_agent_trajectory_loads(void **state)
     bench_trace_destroy(trace);
 }
 
+/* Cuts keep round(chars * scale) characters and never end inside a UTF-8 sequence. */
+static void test_text_cut_is_utf8_safe_and_proportional(void **state)
+{
+    /* 1 + 2 + 3 + 4 bytes: a, e-acute, check mark, an emoji; then 6 ASCII */
+    static const char text[] = "a\xc3\xa9\xe2\x9c\x93\xf0\x9f\x98\x80"
+                               "bcdefg";
+    size_t n = strlen(text);
+    (void)state;
+
+    assert_int_equal(bench_trace_text_chars(text, n), 10);
+    assert_int_equal(bench_trace_text_cut(text, n, 1.0), n);
+    assert_int_equal(bench_trace_text_cut(text, n, 0.5), 1 + 2 + 3 + 4 + 1); /* 5 characters */
+    assert_int_equal(bench_trace_text_cut(text, n, 0.2), 3);                 /* a, e-acute */
+    assert_int_equal(bench_trace_text_cut(text, n, 0.001), 1); /* a non-empty text keeps one */
+    assert_int_equal(bench_trace_text_cut("", 0, 0.5), 0);
+    for (int k = 1; k <= 100; k++) {
+        size_t cut = bench_trace_text_cut(text, n, k / 100.0);
+        assert_true(cut >= 1 && cut <= n);
+        assert_true(cut == n || (text[cut] & 0xC0) != 0x80); /* never inside a character */
+    }
+}
+
+/* A session's messages at turn t equal the first messages of turn t + 1 (the cut of a message
+ * does not depend on the turn that carries it). */
+static void assert_turns_extend(const bench_session_t *session)
+{
+    for (size_t t = 0; t + 1 < session->n_turns; t++) {
+        const json_t *now = session->turns[t].messages;
+        const json_t *next = session->turns[t + 1].messages;
+        assert_true(json_array_size(next) > json_array_size(now));
+        for (size_t m = 0; m < json_array_size(now); m++) {
+            assert_true(json_equal(json_array_get(now, m), json_array_get(next, m)));
+        }
+    }
+}
+
+static void test_scale_text_keeps_structure_and_prefixes(void **state)
+{
+    char path[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    bench_trace_t *full = NULL;
+    bench_trace_t *half = NULL;
+    const bench_session_t *session;
+    const json_t *full_msgs;
+    const json_t *half_msgs;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/bench_scale.traj", tmp_dir());
+    write_file(
+        path,
+        "{\"history\": ["
+        "{\"role\": \"system\", \"content\": \"You are an agent \u00e9\u2713 twenty.\"},"
+        "{\"role\": \"user\", \"content\": \"Fix the bug in \u65e5\u672c\u8a9e.py now.\"},"
+        "{\"role\": \"assistant\", \"content\": \"Let me look at the file first.\", "
+        "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", "
+        "\"function\": {\"name\": \"open\", \"arguments\": \"{\\\"path\\\": \\\"a.py\\\"}\"}}]},"
+        "{\"role\": \"tool\", \"content\": \"1: def f():\\n2:     return 1\\n\", "
+        "\"tool_call_ids\": [\"c1\"]},"
+        "{\"role\": \"assistant\", \"content\": [{\"type\": \"text\", "
+        "\"text\": \"The bug is on line two.\"}]},"
+        "{\"role\": \"user\", \"content\": \"ok\"},"
+        "{\"role\": \"assistant\", \"content\": \"done\"}]}");
+    assert_int_equal(bench_trace_load_swe_agent(path, &full, err, sizeof(err)), TDM_OK);
+    assert_int_equal(bench_trace_load_swe_agent(path, &half, err, sizeof(err)), TDM_OK);
+    assert_int_equal(bench_trace_scale_text(half, 0.0), TDM_ERR_INVALID_ARG);
+    assert_int_equal(bench_trace_scale_text(half, 1.5), TDM_ERR_INVALID_ARG);
+    assert_int_equal(bench_trace_scale_text(half, 0.5), TDM_OK);
+    assert_int_equal(half->n_requests, full->n_requests);
+    session = &half->sessions[0];
+    assert_int_equal(session->n_turns, 3);
+    assert_turns_extend(session);
+    assert_true(session->turns[2].input_length < full->sessions[0].turns[2].input_length);
+    assert_int_equal(session->turns[2].output_length, full->sessions[0].turns[2].output_length);
+
+    full_msgs = full->sessions[0].turns[2].messages;
+    half_msgs = session->turns[2].messages;
+    assert_int_equal(json_array_size(half_msgs), json_array_size(full_msgs));
+    for (size_t m = 0; m < json_array_size(full_msgs); m++) {
+        const json_t *a = json_array_get(full_msgs, m);
+        const json_t *b = json_array_get(half_msgs, m);
+        const json_t *ca = json_object_get(a, "content");
+        const json_t *cb = json_object_get(b, "content");
+        /* roles, tool calls and tool_call_id as recorded */
+        assert_true(json_equal(json_object_get(a, "role"), json_object_get(b, "role")));
+        assert_true(
+            json_equal(json_object_get(a, "tool_calls"), json_object_get(b, "tool_calls")) ||
+            json_object_get(a, "tool_calls") == NULL);
+        assert_true(
+            json_equal(json_object_get(a, "tool_call_id"), json_object_get(b, "tool_call_id")) ||
+            json_object_get(a, "tool_call_id") == NULL);
+        if (json_is_array(ca)) {
+            ca = json_object_get(json_array_get(ca, 0), "text");
+            cb = json_object_get(json_array_get(cb, 0), "text");
+        }
+        /* the cut is a prefix, about half the characters, never empty */
+        assert_true(json_string_length(cb) >= 1);
+        assert_true(json_string_length(cb) <= json_string_length(ca));
+        assert_memory_equal(json_string_value(cb), json_string_value(ca), json_string_length(cb));
+        {
+            size_t chars_a = bench_trace_text_chars(json_string_value(ca), json_string_length(ca));
+            size_t chars_b = bench_trace_text_chars(json_string_value(cb), json_string_length(cb));
+            assert_true(chars_b * 2 + 1 >= chars_a && chars_b * 2 <= chars_a + 1);
+        }
+    }
+    /* the tool call's arguments and the tool message's id stay whole */
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(
+                json_array_get(json_object_get(json_array_get(half_msgs, 2), "tool_calls"), 0),
+                "function"),
+            "arguments")),
+        "{\"path\": \"a.py\"}");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(half_msgs, 3), "tool_call_id")), "c1");
+    bench_trace_destroy(full);
+    bench_trace_destroy(half);
+}
+
+/* Every .traj of a folder, scaled: turns still extend each other and the prompts shrink. */
+static void check_scaled_folder(const char *path, double scale)
+{
+    char err[ERR_BYTES] = "";
+    bench_trace_t *full = NULL;
+    bench_trace_t *cut = NULL;
+
+    assert_int_equal(bench_trace_load_swe_agent(path, &full, err, sizeof(err)), TDM_OK);
+    assert_int_equal(bench_trace_load_swe_agent(path, &cut, err, sizeof(err)), TDM_OK);
+    assert_int_equal(bench_trace_scale_text(cut, scale), TDM_OK);
+    for (size_t s = 0; s < cut->n_sessions; s++) {
+        const bench_session_t *a = &full->sessions[s];
+        const bench_session_t *b = &cut->sessions[s];
+        assert_int_equal(a->n_turns, b->n_turns);
+        assert_turns_extend(b);
+        for (size_t t = 0; t < b->n_turns; t++) {
+            double ratio = (double)b->turns[t].input_length / (double)a->turns[t].input_length;
+            assert_int_equal(json_array_size(a->turns[t].messages),
+                             json_array_size(b->turns[t].messages));
+            assert_true(ratio > scale * 0.8 && ratio < scale * 1.2);
+        }
+        print_message("%s: turn 1 estimate %lld -> %lld at scale %g\n", a->id,
+                      (long long)a->turns[0].input_length, (long long)b->turns[0].input_length,
+                      scale);
+    }
+    bench_trace_destroy(full);
+    bench_trace_destroy(cut);
+}
+
+static void test_bundled_swe_agent_trajectory_scales(void **state)
+{
+    char path[PATH_BYTES];
+    (void)state;
+
+    source_path(path, sizeof(path), "bench/traces/swe-agent__test-repo-i1.traj");
+    check_scaled_folder(path, 0.35);
+    check_scaled_folder(path, 0.05);
+}
+
+/* Every SWE-agent session in ../shared/data, when present. */
+static void test_shared_swe_agent_trajectories_scale(void **state)
+{
+    const char *data = getenv("TANDEM_SHARED_DATA");
+    char path[PATH_BYTES];
+    FILE *probe;
+    (void)state;
+
+    if (data == NULL) {
+        print_message("TANDEM_SHARED_DATA not set: skipping\n");
+        skip();
+    }
+    snprintf(path, sizeof(path), "%s/swe-agent-trajectories/SOURCE.md", data);
+    probe = fopen(path, "r");
+    if (probe == NULL) {
+        print_message("%s absent: skipping\n", path);
+        skip();
+    }
+    fclose(probe);
+    snprintf(path, sizeof(path), "%s/swe-agent-trajectories", data);
+    check_scaled_folder(path, 0.4);
+}
+
 /* The whole Mooncake conversation trace from ../shared/data, when present. */
 static void test_shared_conversation_trace_parses(void **state)
 {
@@ -389,6 +569,10 @@ int main(void)
         cmocka_unit_test(test_bundled_mooncake_slice_rebuilds_its_sessions),
         cmocka_unit_test(test_bundled_swe_agent_trajectory_loads),
         cmocka_unit_test(test_shared_conversation_trace_parses),
+        cmocka_unit_test(test_text_cut_is_utf8_safe_and_proportional),
+        cmocka_unit_test(test_scale_text_keeps_structure_and_prefixes),
+        cmocka_unit_test(test_bundled_swe_agent_trajectory_scales),
+        cmocka_unit_test(test_shared_swe_agent_trajectories_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
