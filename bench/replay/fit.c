@@ -18,8 +18,9 @@
 struct bench_fit {
     pthread_mutex_t lock;
     int exact;
-    double ratio;           /* server tokens per estimated token, 0: not learned */
-    int64_t ratio_estimate; /* the estimate the ratio came from */
+    size_t n_sessions;
+    double *ratio;           /* per trace session: server tokens per estimated token, 0: none */
+    int64_t *ratio_estimate; /* per trace session: the estimate its ratio came from */
     int hinted;
     char hint[BENCH_FIT_HINT_BYTES];
 };
@@ -202,20 +203,35 @@ void bench_fit_longest(const bench_trace_t *trace, double scale, size_t *session
     *tokens_out = best;
 }
 
-tdm_status_t bench_fit_create(int exact, bench_fit_t **fit_out)
+tdm_status_t bench_fit_create(int exact, size_t n_sessions, bench_fit_t **fit_out)
 {
-    bench_fit_t *fit = calloc(1, sizeof(*fit));
+    bench_fit_t *fit;
 
+    if (n_sessions == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    fit = calloc(1, sizeof(*fit));
     if (fit == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
+    fit->ratio = calloc(n_sessions, sizeof(double));
+    fit->ratio_estimate = calloc(n_sessions, sizeof(int64_t));
+    if (fit->ratio == NULL || fit->ratio_estimate == NULL) {
+        goto err_free_fit;
+    }
     if (pthread_mutex_init(&fit->lock, NULL) != 0) {
-        free(fit);
-        return TDM_ERR_NO_MEMORY;
+        goto err_free_fit;
     }
     fit->exact = exact;
+    fit->n_sessions = n_sessions;
     *fit_out = fit;
     return TDM_OK;
+
+err_free_fit:
+    free(fit->ratio_estimate);
+    free(fit->ratio);
+    free(fit);
+    return TDM_ERR_NO_MEMORY;
 }
 
 void bench_fit_destroy(bench_fit_t *fit)
@@ -224,32 +240,37 @@ void bench_fit_destroy(bench_fit_t *fit)
         return;
     }
     pthread_mutex_destroy(&fit->lock);
+    free(fit->ratio_estimate);
+    free(fit->ratio);
     free(fit);
 }
 
-void bench_fit_learn(bench_fit_t *fit, int64_t estimate, int64_t server_tokens)
+void bench_fit_learn(bench_fit_t *fit, size_t session, int64_t estimate, int64_t server_tokens)
 {
-    if (fit->exact || estimate <= 0 || server_tokens <= 0) {
+    if (fit->exact || session >= fit->n_sessions || estimate <= 0 || server_tokens <= 0) {
         return;
     }
     pthread_mutex_lock(&fit->lock);
-    if (estimate >= fit->ratio_estimate) {
-        fit->ratio = (double)server_tokens / (double)estimate;
-        fit->ratio_estimate = estimate;
+    if (estimate >= fit->ratio_estimate[session]) {
+        fit->ratio[session] = (double)server_tokens / (double)estimate;
+        fit->ratio_estimate[session] = estimate;
     }
     pthread_mutex_unlock(&fit->lock);
 }
 
-int64_t bench_fit_tokens(bench_fit_t *fit, int64_t estimate)
+int64_t bench_fit_tokens(bench_fit_t *fit, size_t session, int64_t estimate)
 {
     int64_t tokens = -1;
 
     if (fit->exact) {
         return estimate;
     }
+    if (session >= fit->n_sessions) {
+        return -1;
+    }
     pthread_mutex_lock(&fit->lock);
-    if (fit->ratio > 0.0) {
-        tokens = (int64_t)ceil((double)estimate * fit->ratio);
+    if (fit->ratio[session] > 0.0) {
+        tokens = (int64_t)ceil((double)estimate * fit->ratio[session]);
     }
     pthread_mutex_unlock(&fit->lock);
     return tokens;

@@ -3,10 +3,12 @@
  * A chat trace's token counts are the server's to make: the bench only estimates them (content
  * bytes / 4, trace.h), so it learns how many server tokens one estimated token is from the
  * server's own answers (usage.prompt_tokens of a served turn, the counts in a
- * context_length_exceeded error). Mooncake prompts are token ids, so their counts are exact. When
- * a turn does not fit, the run says so once, with the --scale that would make the trace's longest
- * turn fit, and the report names that cause instead of a bare error rate. Owns the learned ratio
- * and the hint; thread-safe (the agents of a level share one). Knows nothing of HTTP.
+ * context_length_exceeded error), per trace session: the text of one session (its turns, and
+ * every replayed copy of it) tokenizes alike, another session's may not. Mooncake prompts are token
+ * ids, so their counts are exact. When a turn does not fit, the run says so once, with the --scale
+ * that would make the trace's longest turn fit, and the report names that cause instead of a bare
+ * error rate. Owns the learned ratio and the hint; thread-safe (the agents of a level share one).
+ * Knows nothing of HTTP.
  */
 #ifndef TANDEM_BENCH_FIT_H
 #define TANDEM_BENCH_FIT_H
@@ -74,28 +76,29 @@ void bench_fit_longest(const bench_trace_t *trace, double scale, size_t *session
 typedef struct bench_fit bench_fit_t;
 
 /*
- * bench_fit_create - a fit tracker. exact: 1 when the bench's prompt counts are the server's
- * (Mooncake token ids), 0 when they are estimates to calibrate (chat).
- * Returns TDM_OK or TDM_ERR_NO_MEMORY.
+ * bench_fit_create - a fit tracker for a trace of n_sessions sessions. exact: 1 when the bench's
+ * prompt counts are the server's (Mooncake token ids), 0 when they are estimates to calibrate
+ * (chat). Returns TDM_OK, TDM_ERR_INVALID_ARG (n_sessions 0) or TDM_ERR_NO_MEMORY.
  */
-tdm_status_t bench_fit_create(int exact, bench_fit_t **fit_out);
+tdm_status_t bench_fit_create(int exact, size_t n_sessions, bench_fit_t **fit_out);
 
 /* bench_fit_destroy - free it; accepts NULL. */
 void bench_fit_destroy(bench_fit_t *fit);
 
 /*
- * bench_fit_learn - the server counted `server_tokens` for a prompt the bench estimated at
- * `estimate` tokens. The ratio of the largest estimate seen is kept (small prompts are mostly
- * template). Ignored when exact, or either count is not positive.
+ * bench_fit_learn - the server counted `server_tokens` for a prompt of trace session `session`
+ * the bench estimated at `estimate` tokens. The session's ratio from its largest estimate seen
+ * is kept (small prompts are mostly template). Ignored when exact, session out of range, or
+ * either count is not positive.
  */
-void bench_fit_learn(bench_fit_t *fit, int64_t estimate, int64_t server_tokens);
+void bench_fit_learn(bench_fit_t *fit, size_t session, int64_t estimate, int64_t server_tokens);
 
 /*
- * bench_fit_tokens - the server's count for a prompt estimated at `estimate`: the estimate when
- * exact, ceil(estimate * learned ratio) once a ratio is learned, else -1 (unknown: send the turn
- * and let the server decide).
+ * bench_fit_tokens - the server's count for a prompt of trace session `session` estimated at
+ * `estimate`: the estimate when exact, ceil(estimate * the session's ratio) once the server has
+ * counted one of its prompts, else -1 (unknown: send the turn and let the server decide).
  */
-int64_t bench_fit_tokens(bench_fit_t *fit, int64_t estimate);
+int64_t bench_fit_tokens(bench_fit_t *fit, size_t session, int64_t estimate);
 
 /*
  * bench_fit_offer - decide whether `c` is the run's hint: the first call returns 1, formats the

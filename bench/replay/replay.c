@@ -349,8 +349,8 @@ static bench_request_t *next_record(agent_t *agent)
 
 /* Records a failed request of `turn` (index t) of `session`: the level's first error text, and,
  * when the server refused it as too long, the count, the learned ratio and the run's hint. */
-static void note_failure(level_ctx_t *level, const bench_session_t *session, size_t t,
-                         size_t n_prompt, size_t n_out, const char *error)
+static void note_failure(level_ctx_t *level, const bench_session_t *session, size_t trace_index,
+                         size_t t, size_t n_prompt, size_t n_out, const char *error)
 {
     const bench_replay_params_t *params = level->params;
     int64_t server_prompt;
@@ -366,7 +366,7 @@ static void note_failure(level_ctx_t *level, const bench_session_t *session, siz
         return;
     }
     atomic_fetch_add(&level->context_errors, 1);
-    bench_fit_learn(level->fit, (int64_t)n_prompt, server_prompt);
+    bench_fit_learn(level->fit, trace_index, (int64_t)n_prompt, server_prompt);
     memset(&fit_case, 0, sizeof(fit_case));
     fit_case.session_id = session->id;
     fit_case.turn_index = t;
@@ -385,7 +385,8 @@ static int run_session(agent_t *agent, uint64_t seq)
     level_ctx_t *level = agent->level;
     const bench_replay_params_t *params = level->params;
     const bench_trace_t *trace = level->trace;
-    const bench_session_t *session = &trace->sessions[seq % trace->n_sessions];
+    size_t trace_index = (size_t)(seq % trace->n_sessions);
+    const bench_session_t *session = &trace->sessions[trace_index];
     uint64_t wrap = seq / trace->n_sessions;
     bench_token_params_t tp;
     char header[REPLAY_SESSION_HEADER_BYTES];
@@ -417,7 +418,7 @@ static int run_session(agent_t *agent, uint64_t seq)
             }
         }
         if (params->max_context > 0) {
-            int64_t n_known = bench_fit_tokens(level->fit, (int64_t)n_prompt);
+            int64_t n_known = bench_fit_tokens(level->fit, trace_index, (int64_t)n_prompt);
             if (n_known >= 0 && (uint64_t)n_known + n_out > params->max_context) {
                 atomic_fetch_add(&level->context_cut, 1);
                 return 0;
@@ -453,11 +454,11 @@ static int run_session(agent_t *agent, uint64_t seq)
         atomic_fetch_add(&level->n_done, 1);
         prev_service_ms = (double)(req->t_end_ns - req->t_send_ns) / (double)TDM_NS_PER_MS;
         if (status == TDM_OK && req->prompt_reported) {
-            bench_fit_learn(level->fit, (int64_t)n_prompt, req->input_tokens);
+            bench_fit_learn(level->fit, trace_index, (int64_t)n_prompt, req->input_tokens);
         }
         if (status != TDM_OK) {
             uint64_t n_errors = atomic_fetch_add(&level->n_errors, 1) + 1;
-            note_failure(level, session, t, n_prompt, n_out,
+            note_failure(level, session, trace_index, t, n_prompt, n_out,
                          bench_client_last_error(agent->client));
             tdm_log(n_errors <= REPLAY_WARN_ERRORS ? TDM_LOG_WARN : TDM_LOG_DEBUG, "bench",
                     "request failed: agent=%u session=%s turn=%zu status=%s err=%s", agent->index,
@@ -837,7 +838,7 @@ tdm_status_t bench_replay_run(const bench_replay_params_t *params, const bench_t
     if (status != TDM_OK) {
         return status;
     }
-    status = bench_fit_create(trace->format == BENCH_TRACE_MOONCAKE, &fit);
+    status = bench_fit_create(trace->format == BENCH_TRACE_MOONCAKE, trace->n_sessions, &fit);
     if (status != TDM_OK) {
         return status;
     }

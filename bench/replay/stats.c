@@ -82,7 +82,6 @@ static tdm_status_t stream_gap_stats(const bench_request_t *reqs, size_t n_reqs,
     double *medians;
     size_t n_streams = 0;
     double max_ms = -1.0;
-    double max_ratio = -1.0;
 
     for (size_t i = 0; i < n_reqs; i++) {
         most_gaps = reqs[i].n_gaps > most_gaps ? reqs[i].n_gaps : most_gaps;
@@ -103,13 +102,12 @@ static tdm_status_t stream_gap_stats(const bench_request_t *reqs, size_t n_reqs,
         }
         medians[n_streams++] = median;
         max_ms = longest > max_ms ? longest : max_ms;
-        if (median > 0.0 && longest / median > max_ratio) {
-            max_ratio = longest / median;
-        }
     }
     stats->itl_median_ms = bench_percentile(medians, n_streams, 50.0);
     stats->itl_max_ms = max_ms;
-    stats->itl_max_over_median = max_ratio;
+    /* A median of 0 (chunks that arrived together) leaves the ratio undefined. */
+    stats->itl_max_over_median =
+        stats->itl_median_ms > 0.0 ? stats->itl_max_ms / stats->itl_median_ms : -1.0;
     stats->n_itl_streams = n_streams;
     free(scratch);
     free(medians);

@@ -6,9 +6,9 @@
  *   ITL         every gap between consecutive content chunks of a stream (one sample per gap).
  *   stream gaps per stream (request) with at least one gap: its median gap and its longest gap;
  *               per level itl_median_ms is the median of the streams' medians, itl_max_ms the
- *               longest gap of any stream, and itl_max_over_median the largest ratio of a
- *               stream's longest gap to its own median (the worst stall a stream saw, in units
- *               of its usual pace; a p99 over all gaps hides one whole-prompt stall per stream).
+ *               longest gap of any stream, and itl_max_over_median = itl_max_ms / itl_median_ms
+ *               (the worst stall of the running streams in units of their usual pace; a p99
+ *               over all gaps hides one whole-prompt stall per stream).
  *   speed       (output_tokens - 1) / (t_last_ns - t_first_ns): output tokens after the first
  *               over the time after the first token, per request with >= 2 tokens and a
  *               non-zero span ("per-agent output speed", tok/s).
@@ -90,7 +90,7 @@ typedef struct {
     uint64_t n_itl_samples;
     double itl_median_ms;       /* median over streams of each stream's median gap */
     double itl_max_ms;          /* longest gap of any stream */
-    double itl_max_over_median; /* max over streams of (longest gap / median gap) */
+    double itl_max_over_median; /* itl_max_ms / itl_median_ms */
     uint64_t n_itl_streams;     /* successful streams with at least one gap */
 } bench_level_stats_t;
 

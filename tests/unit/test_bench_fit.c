@@ -127,7 +127,7 @@ static void test_hint_is_given_once(void **state)
     char hint[BENCH_FIT_HINT_BYTES];
     (void)state;
 
-    assert_int_equal(bench_fit_create(0, &fit), TDM_OK);
+    assert_int_equal(bench_fit_create(0, 1, &fit), TDM_OK);
     bench_fit_hint_copy(fit, hint, sizeof(hint));
     assert_string_equal(hint, "");
     memset(&first, 0, sizeof(first));
@@ -154,23 +154,31 @@ static void test_server_counts_calibrate_estimates(void **state)
     bench_fit_t *chat = NULL;
     (void)state;
 
-    assert_int_equal(bench_fit_create(1, &exact), TDM_OK);
-    assert_int_equal(bench_fit_tokens(exact, 5000), 5000);
-    bench_fit_learn(exact, 5000, 9000); /* token ids are exact: nothing to learn */
-    assert_int_equal(bench_fit_tokens(exact, 5000), 5000);
+    assert_int_equal(bench_fit_create(1, 0, &exact), TDM_ERR_INVALID_ARG);
+    assert_int_equal(bench_fit_create(1, 2, &exact), TDM_OK);
+    assert_int_equal(bench_fit_tokens(exact, 0, 5000), 5000);
+    bench_fit_learn(exact, 0, 5000, 9000); /* token ids are exact: nothing to learn */
+    assert_int_equal(bench_fit_tokens(exact, 0, 5000), 5000);
 
-    assert_int_equal(bench_fit_create(0, &chat), TDM_OK);
-    assert_int_equal(bench_fit_tokens(chat, 5000), -1); /* unknown until the server counts */
-    bench_fit_learn(chat, 9893, 17735);
-    assert_int_equal(bench_fit_tokens(chat, 9893), 17735);
-    assert_int_equal(bench_fit_tokens(chat, 1000), 1793); /* ceil(1000 * 1.7927) */
-    bench_fit_learn(chat, 100, 400); /* a smaller prompt (mostly template) does not override */
-    assert_int_equal(bench_fit_tokens(chat, 9893), 17735);
-    bench_fit_learn(chat, 0, 400);
-    bench_fit_learn(chat, 20000, -1);
-    assert_int_equal(bench_fit_tokens(chat, 9893), 17735);
-    bench_fit_learn(chat, 20000, 30000); /* a larger one does */
-    assert_int_equal(bench_fit_tokens(chat, 1000), 1500);
+    assert_int_equal(bench_fit_create(0, 2, &chat), TDM_OK);
+    assert_int_equal(bench_fit_tokens(chat, 0, 5000), -1); /* unknown until the server counts */
+    bench_fit_learn(chat, 0, 9893, 17735);
+    assert_int_equal(bench_fit_tokens(chat, 0, 9893), 17735);
+    assert_int_equal(bench_fit_tokens(chat, 0, 1000), 1793); /* ceil(1000 * 1.7927) */
+    /* per trace session: another session's text may tokenize otherwise */
+    assert_int_equal(bench_fit_tokens(chat, 1, 1000), -1);
+    bench_fit_learn(chat, 1, 1000, 3000);
+    assert_int_equal(bench_fit_tokens(chat, 1, 1000), 3000);
+    assert_int_equal(bench_fit_tokens(chat, 0, 1000), 1793);
+    bench_fit_learn(chat, 2, 1000, 3000); /* no such session: ignored */
+    assert_int_equal(bench_fit_tokens(chat, 2, 1000), -1);
+    bench_fit_learn(chat, 0, 100, 400); /* a smaller prompt (mostly template) does not override */
+    assert_int_equal(bench_fit_tokens(chat, 0, 9893), 17735);
+    bench_fit_learn(chat, 0, 0, 400);
+    bench_fit_learn(chat, 0, 20000, -1);
+    assert_int_equal(bench_fit_tokens(chat, 0, 9893), 17735);
+    bench_fit_learn(chat, 0, 20000, 30000); /* a larger one does */
+    assert_int_equal(bench_fit_tokens(chat, 0, 1000), 1500);
     bench_fit_destroy(exact);
     bench_fit_destroy(chat);
 }
