@@ -307,6 +307,7 @@ static int cmd_replay(int argc, char **argv)
     }
     params.scale = cfg.scale;
     params.seed = cfg.seed;
+    params.server_context = server.max_model_len > 0 ? (uint64_t)server.max_model_len : 0;
     params.max_context = cfg.max_context > 0        ? cfg.max_context
                          : server.max_model_len > 0 ? (uint64_t)server.max_model_len
                                                     : 0;

@@ -372,7 +372,7 @@ static void note_failure(level_ctx_t *level, const bench_session_t *session, siz
     fit_case.turn_index = t;
     fit_case.needed_tokens =
         (server_prompt > 0 ? server_prompt : (int64_t)n_prompt) + (int64_t)n_out;
-    fit_case.max_context = server_max > 0 ? server_max : (int64_t)params->max_context;
+    fit_case.max_context = server_max > 0 ? server_max : (int64_t)params->server_context;
     fit_case.scale = params->scale;
     /* Estimates of both turns are in the same unit, so their ratio carries over. */
     fit_case.longest_factor = (double)level->longest_tokens / (double)(n_prompt + n_out);
@@ -811,18 +811,18 @@ static void check_fit_before_run(const bench_replay_params_t *params, const benc
     int64_t tokens;
     bench_fit_case_t fit_case;
 
-    if (params->max_context == 0 || trace->format != BENCH_TRACE_MOONCAKE) {
+    if (params->server_context == 0 || trace->format != BENCH_TRACE_MOONCAKE) {
         return;
     }
     bench_fit_longest(trace, params->scale, &s, &t, &tokens);
-    if (tokens <= (int64_t)params->max_context) {
+    if (tokens <= (int64_t)params->server_context) {
         return;
     }
     memset(&fit_case, 0, sizeof(fit_case));
     fit_case.session_id = trace->sessions[s].id;
     fit_case.turn_index = t;
     fit_case.needed_tokens = tokens;
-    fit_case.max_context = (int64_t)params->max_context;
+    fit_case.max_context = (int64_t)params->server_context;
     fit_case.scale = params->scale;
     fit_case.longest_factor = 1.0;
     bench_fit_offer(fit, &fit_case);

@@ -56,6 +56,7 @@ typedef struct {
     double scale;            /* (0, 1]: Mooncake lengths; SWE-agent output length (main.c cuts
                                 the trace's text with bench_trace_scale_text) */
     uint64_t max_context;    /* prompt + output tokens allowed; 0: unlimited */
+    uint64_t server_context; /* the server's own limit (/v1/models max_model_len); 0: unknown */
     uint64_t seed;           /* token salt and SWE-agent pause draws */
     uint32_t vocab_size;     /* Mooncake token ids (tokens.h) */
     double pause_scale;      /* every tool pause is multiplied by this ... */
@@ -116,8 +117,9 @@ tdm_status_t bench_replay_discover(const char *base_url, const char *api_key,
  * Context fit (fit.h): with max_context set, a turn whose prompt + output exceeds it ends its
  * session before it is sent when its count is known (Mooncake: exact; chat: the estimate times
  * the ratio learned from the server's usage.prompt_tokens or refusals; until then a chat turn is
- * sent and the server decides). A Mooncake trace whose longest turn does not fit gets the run's
- * hint before the first level; otherwise the first request the server refuses as too long
+ * sent and the server decides). A Mooncake trace whose longest turn does not fit server_context
+ * (a smaller max_context is the caller's choice, not a misfit) gets the run's hint before the
+ * first level; otherwise the first request the server refuses as too long
  * (bench_fit_parse_error on its error) gets it. The hint is logged once and kept in
  * result_out->context_hint; each level counts those refusals in n_context_errors.
  *

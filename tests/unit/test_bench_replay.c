@@ -242,6 +242,18 @@ static void test_max_context_ends_sessions_before_the_turn(void **state)
     assert_int_equal(run.levels[0].stats.n_requests, 3);
     assert_int_equal(run.levels[0].n_context_cut, 1);
     assert_int_equal(run.levels[0].n_sessions_completed, 1);
+    assert_string_equal(run.context_hint, ""); /* a chosen limit is no misfit */
+    bench_run_result_fini(&run);
+
+    /* The server's own limit: Mooncake counts are exact, so the hint comes before the run. */
+    p.server_context = 60;
+    assert_int_equal(bench_replay_run(&p, fx->trace, NULL, &run), TDM_OK);
+    assert_int_equal(run.levels[0].stats.n_requests, 3);
+    assert_int_equal(run.levels[0].stats.n_errors, 0);
+    assert_non_null(strstr(run.context_hint, "turn 2 of session a needs 68 tokens at --scale "
+                                             "0.03125, the server takes 60"));
+    /* 0.03125 * 0.9 * 60 / 68 = 0.0248 */
+    assert_non_null(strstr(run.context_hint, "use --scale 0.024 or a larger preset"));
     bench_run_result_fini(&run);
 }
 
