@@ -391,6 +391,7 @@ static int run_session(agent_t *agent, uint64_t seq)
     bench_token_params_t tp;
     char header[REPLAY_SESSION_HEADER_BYTES];
     double prev_service_ms = 0.0;
+
     tp.vocab_size = params->vocab_size;
     tp.scale = params->scale;
     tp.salt = tdm_hash_splitmix64(params->seed ^

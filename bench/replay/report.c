@@ -219,6 +219,14 @@ static json_t *num_or_null(double value)
     return value < 0.0 ? json_null() : json_real(value);
 }
 
+/* A JSON string of `text`, or null when it is empty or not UTF-8 (an error body cut mid-character).
+ */
+static json_t *text_or_null(const char *text)
+{
+    json_t *value = text[0] != '\0' ? json_string(text) : NULL;
+    return value != NULL ? value : json_null();
+}
+
 static json_t *level_json(const bench_report_meta_t *meta, const bench_level_result_t *level)
 {
     const bench_level_stats_t *s = &level->stats;
@@ -264,9 +272,7 @@ static json_t *level_json(const bench_report_meta_t *meta, const bench_level_res
     json_object_set_new(obj, "itl_streams", json_integer((json_int_t)s->n_itl_streams));
     json_object_set_new(obj, "errors_context_length",
                         json_integer((json_int_t)level->n_context_errors));
-    json_object_set_new(obj, "first_error",
-                        level->first_error[0] != '\0' ? json_string(level->first_error)
-                                                      : json_null());
+    json_object_set_new(obj, "first_error", text_or_null(level->first_error));
     json_object_set_new(obj, "sessions_started",
                         json_integer((json_int_t)level->n_sessions_started));
     json_object_set_new(obj, "sessions_completed",
@@ -372,9 +378,7 @@ tdm_status_t bench_report_write_json(const char *path, const bench_report_meta_t
         }
     }
     json_object_set_new(root, "levels", levels);
-    json_object_set_new(root, "context_hint",
-                        run->context_hint[0] != '\0' ? json_string(run->context_hint)
-                                                     : json_null());
+    json_object_set_new(root, "context_hint", text_or_null(run->context_hint));
     json_object_set_new(root, "efficiency_unit", json_string(efficiency_unit(meta)));
     json_object_set_new(root, "headline_speed_tok_s", json_real(BENCH_HEADLINE_SPEED_TOK_S));
     json_object_set_new(root, "headline_efficiency",
