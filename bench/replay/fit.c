@@ -170,8 +170,11 @@ void bench_fit_hint_format(const bench_fit_case_t *c, char *out, size_t out_byte
     }
     if (suggest > 0.0 && suggest < c->scale) {
         snprintf(advice, sizeof(advice), "use --scale %g or a larger preset", suggest);
-    } else {
+    } else if (c->max_context > 0 && suggest < 0.0) {
         snprintf(advice, sizeof(advice), "use a larger preset (no --scale fits)");
+    } else {
+        /* the limit is unknown, or the numbers fit and the server still refused */
+        snprintf(advice, sizeof(advice), "use a smaller --scale or a larger preset");
     }
     snprintf(out, out_bytes, "turn %zu of session %s needs %s tokens at --scale %g, %s%s: %s",
              c->turn_index + 1, c->session_id != NULL ? c->session_id : "?", needed, c->scale,

@@ -61,7 +61,8 @@ double bench_fit_suggest_scale(double scale, double needed_tokens, int64_t max_c
  * bench_fit_hint_format - the hint for `c` into out (NUL-terminated, cut to out_bytes), e.g.
  * "turn 1 of session X needs 17,735 tokens, the server takes 8,192: use --scale 0.4 or a larger
  * preset". When longest_factor > 1 the scale is chosen for the longest turn and the text says
- * so. Pure.
+ * so. Without a known limit (max_context <= 0) it advises "a smaller --scale"; when even
+ * --scale's floor is too large, only a larger preset. Pure.
  */
 void bench_fit_hint_format(const bench_fit_case_t *c, char *out, size_t out_bytes);
 

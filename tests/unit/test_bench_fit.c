@@ -108,13 +108,17 @@ static void test_hint_names_turn_tokens_limit_and_flags(void **state)
     assert_non_null(strstr(hint, "longest turn needs about 21,282"));
     assert_non_null(strstr(hint, "use --scale 0.3 or"));
 
-    /* no scale fits; the limit unknown */
+    /* no scale fits */
     c.longest_factor = 1.0;
     c.needed_tokens = 1000000000000LL;
+    bench_fit_hint_format(&c, hint, sizeof(hint));
+    assert_non_null(strstr(hint, "use a larger preset (no --scale fits)"));
+    /* the limit unknown (a refusal that does not name it) */
+    c.needed_tokens = 17735;
     c.max_context = 0;
     bench_fit_hint_format(&c, hint, sizeof(hint));
     assert_non_null(strstr(hint, "the server refused it as too long"));
-    assert_non_null(strstr(hint, "use a larger preset (no --scale fits)"));
+    assert_non_null(strstr(hint, "use a smaller --scale or a larger preset"));
 }
 
 /* The function that decides the hint: the first case is the run's hint, later ones change
