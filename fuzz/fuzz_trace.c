@@ -1,10 +1,11 @@
 /* fuzz_trace.c - libFuzzer harness: the agent traces tandem-bench replays (bench/replay/trace.h):
  * a Mooncake JSONL trace (bench_trace_parse_mooncake: fields, session grouping and rebuilding by
  * hash_ids) or one SWE-agent .traj file (bench_trace_load_swe_agent: history, tool calls,
- * model_stats).
+ * model_stats), whose text is then cut by --scale (bench_trace_scale_text: UTF-8 boundaries).
  *
- * Input: byte 0 bit 0 picks the format (0 Mooncake, 1 SWE-agent); the rest is the file (the
- * .traj held in a memfd and opened through /proc/self/fd).
+ * Input: byte 0 bit 0 picks the format (0 Mooncake, 1 SWE-agent), bits 1-7 the scale
+ * ((bits + 1) / 128); the rest is the file (the .traj held in a memfd and opened through
+ * /proc/self/fd).
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (bench_trace_load_swe_agent(path, &trace, err, sizeof(err)) == TDM_OK) {
+        bench_trace_scale_text(trace, (double)((data[0] >> 1) + 1) / 128.0);
         bench_trace_destroy(trace);
     }
     close(fd);
