@@ -1,7 +1,7 @@
 /* forward.c - forward contexts and the schedules of MODEL.md section 6 (engine/forward.h):
- * batching of sequences into rows, page reservation, the CED split at the cut c with the tail
- * rule, head and DSpark context rings. One layer's math lives in forward_layer.c and
- * forward_attn.c. */
+ * batching of sequences into rows, page reservation, head and DSpark context rings. The CED
+ * prefill of several parts in one batch is forward_batch.c's; one layer's math lives in
+ * forward_layer.c and forward_attn.c. */
 #include "engine/forward.h"
 
 #include "common/log.h"
@@ -37,7 +37,7 @@ void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes)
     return tdm_arena_alloc(&fwd->layer_arena, n_bytes, 64);
 }
 
-static int64_t max_rows(const engine_fwd_t *fwd)
+int64_t fwd_max_rows(const engine_fwd_t *fwd)
 {
     int64_t n = fwd->params.max_chunk_tokens;
     return n > ENGINE_FWD_MAX_BATCH ? n : ENGINE_FWD_MAX_BATCH;
@@ -114,10 +114,10 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                 (size_t)c->head_dim * sizeof(float) +
             (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
             (size_t)c->vocab_size * 0;
-    st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)max_rows(fwd) + fixed);
+    st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
         st = tdm_arena_init(&fwd->batch_arena,
-                            batch_row_bytes(c, fwd->n_index_sources) * (size_t)max_rows(fwd) * 2 +
+                            batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
                                 ARENA_FIXED_BYTES);
     }
     if (st != TDM_OK) {
@@ -136,6 +136,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->batch_arena);
     free(fwd->ikey_cache);
+    free(fwd->head_scratch);
     kern_pool_destroy(fwd->kctx.pool);
     free(fwd);
 }
@@ -173,7 +174,7 @@ void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
 /* ---- batches -------------------------------------------------------------------------- */
 
 /* Allocate the per-row arrays of a batch of N rows from the batch arena. */
-static tdm_status_t batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
+tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
 {
     const engine_config_t *c = fwd->cfg;
     tdm_arena_t *a = &fwd->batch_arena;
@@ -209,7 +210,7 @@ static tdm_status_t batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
 
 /* X = m copies of embed[id] (R1), pre = e0: ops->embed once per segment (its rows are
  * contiguous, its ids one array). */
-static tdm_status_t batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
+tdm_status_t fwd_batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
 {
     const engine_config_t *c = fwd->cfg;
     int64_t m = c->hc_mult, H = c->hidden_size;
@@ -224,37 +225,8 @@ static tdm_status_t batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
     return st;
 }
 
-/* A view of the rows [k0, N) of a one-segment batch. */
-static void batch_suffix(const engine_fwd_t *fwd, const fwd_batch_t *b, int64_t k0,
-                         fwd_seg_t *seg_out, fwd_batch_t *out)
-{
-    const engine_config_t *c = fwd->cfg;
-    int64_t m = c->hc_mult, H = c->hidden_size;
-    int K = (int)(c->num_experts_per_tok > c->dspark_num_experts_per_tok
-                      ? c->num_experts_per_tok
-                      : c->dspark_num_experts_per_tok);
-    *out = *b;
-    *seg_out = b->segs[0];
-    seg_out->pos0 += k0;
-    seg_out->n -= k0;
-    seg_out->ids += k0;
-    seg_out->row0 = 0;
-    out->segs = seg_out;
-    out->n_segs = 1;
-    out->N = b->N - k0;
-    out->X = b->X + k0 * m * H;
-    out->pre = b->pre + k0 * m;
-    for (int i = 0; i < fwd->n_index_sources; i++) {
-        out->sel[i] = b->sel[i] + k0 * c->index_topk;
-    }
-    out->pool = b->pool + k0 * c->candidate_topk_blocks;
-    out->n_pool = b->n_pool + k0;
-    out->experts = b->experts + k0 * K;
-    out->taps = b->taps != NULL ? b->taps + k0 * c->n_dspark_target_layer_ids * H : NULL;
-}
-
 /* logits [rows, V] of batch rows [r0, r0 + n): head on the collapse with the last FFN pre. */
-static tdm_status_t head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
                               float *logits_out)
 {
     const engine_config_t *c = fwd->cfg;
@@ -280,7 +252,7 @@ static tdm_status_t head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r
 }
 
 /* DSpark context rings of every block for the batch's rows (MODEL.md 8, taps). */
-static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
+tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
 {
     const engine_config_t *c = fwd->cfg;
     const engine_model_t *model = fwd->model;
@@ -347,7 +319,7 @@ static tdm_status_t dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
 
 /* ---- checks and page reservation -------------------------------------------------------- */
 
-static tdm_status_t check_ids(const engine_config_t *c, const int32_t *ids, int64_t n)
+tdm_status_t fwd_check_ids(const engine_config_t *c, const int32_t *ids, int64_t n)
 {
     if (ids == NULL || n <= 0) {
         return TDM_ERR_INVALID_ARG;
@@ -363,7 +335,7 @@ static tdm_status_t check_ids(const engine_config_t *c, const int32_t *ids, int6
 }
 
 /* Reserve the pages every sequence needs at its new length; all or nothing. */
-static tdm_status_t reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
                                   const int64_t *new_len, int n)
 {
     uint32_t need = 0;
@@ -402,7 +374,7 @@ static tdm_status_t reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
 }
 
 /* Commit the ids of segment rows to the sequence history and its length. */
-static void commit_rows(const fwd_seg_t *seg)
+void fwd_commit_rows(const fwd_seg_t *seg)
 {
     for (int64_t i = 0; i < seg->n; i++) {
         engine_seq_set_id(seg->seq, seg->pos0 + i, seg->ids[i]);
@@ -413,55 +385,41 @@ static void commit_rows(const fwd_seg_t *seg)
 }
 
 /*
- * Run a batch through the CED split: layers [0, lower_end) on every row, then layers
- * [lower_end, L) on the rows at positions >= tail (per segment; when tail > pos0 only one
- * segment is allowed) with window floor upper_lo, head on the requested rows. logit_rows: for each segment, how many of
- * its last rows get logits (0 = none); logits_out holds them in segment order.
+ * Run a batch: layers [0, lower_end) on every row, then (all_layers) layers [lower_end, L) on
+ * every row with window floor upper_lo, DSpark rings, and the head on the requested rows.
+ * logit_rows: for each segment, how many of its last rows get logits (0 = none); logits_out
+ * holds them in segment order. (The CED split of a prefill, with the layers above the cut on
+ * the tail rows only, is forward_batch.c's.)
  */
-static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
-                              const int64_t *tail, int64_t upper_lo, const int64_t *logit_rows,
-                              int all_layers, float *logits_out)
+static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, int64_t upper_lo,
+                              const int64_t *logit_rows, int all_layers, float *logits_out)
 {
     const engine_config_t *c = fwd->cfg;
-    fwd_batch_t up;
-    fwd_seg_t up_seg;
-    fwd_batch_t *ub = b;
     tdm_status_t st = TDM_OK;
     int64_t V = c->vocab_size;
     int64_t out_row = 0;
 
-    st = batch_embed(fwd, b);
+    st = fwd_batch_embed(fwd, b);
     for (int l = 0; l < lower_end && st == TDM_OK; l++) {
         st = fwd_layer_run(fwd, b, l);
     }
-    if (st != TDM_OK) {
+    if (st != TDM_OK || !all_layers) {
         return st;
     }
-    if (!all_layers) {
-        return TDM_OK;
-    }
-    if (b->n_segs == 1 && tail[0] > b->segs[0].pos0) {
-        int64_t k0 = tail[0] - b->segs[0].pos0;
-        if (k0 >= b->N) {
-            return TDM_OK; /* the chunk lies entirely before the tail */
-        }
-        batch_suffix(fwd, b, k0, &up_seg, &up);
-        ub = &up;
-    }
-    for (int s = 0; s < ub->n_segs; s++) {
-        ub->segs[s].lo = upper_lo; /* window floor of layers above the cut (6(b) step 3) */
+    for (int s = 0; s < b->n_segs; s++) {
+        b->segs[s].lo = upper_lo; /* window floor of layers above the cut (6(b) step 3) */
     }
     for (int l = lower_end; l < c->n_layers && st == TDM_OK; l++) {
-        st = fwd_layer_run(fwd, ub, l);
+        st = fwd_layer_run(fwd, b, l);
     }
     if (st == TDM_OK) {
-        st = dspark_rings(fwd, ub);
+        st = fwd_dspark_rings(fwd, b);
     }
     /* the head once over each run of adjacent logit rows (a decode batch: one call, the head
      * read once per step; rows are independent in the GEMM, so the bits do not change) */
     int64_t run0 = 0, run_n = 0;
-    for (int s = 0; s <= ub->n_segs && st == TDM_OK && logits_out != NULL; s++) {
-        const fwd_seg_t *seg = s < ub->n_segs ? &ub->segs[s] : NULL;
+    for (int s = 0; s <= b->n_segs && st == TDM_OK && logits_out != NULL; s++) {
+        const fwd_seg_t *seg = s < b->n_segs ? &b->segs[s] : NULL;
         int64_t n = seg == NULL ? 0 : (logit_rows[s] < seg->n ? logit_rows[s] : seg->n);
         int64_t first = seg == NULL ? 0 : seg->row0 + seg->n - n;
         if (n > 0 && run_n > 0 && first == run0 + run_n) {
@@ -469,7 +427,7 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
             continue;
         }
         if (run_n > 0) {
-            st = head_rows(fwd, ub, run0, run_n, logits_out + out_row * V);
+            st = fwd_head_rows(fwd, b, run0, run_n, logits_out + out_row * V);
             out_row += run_n;
         }
         run0 = first;
@@ -479,92 +437,6 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end,
 }
 
 /* ---- schedules -------------------------------------------------------------------------- */
-
-/* One part of a CED prefill (validated by engine_fwd_prefill_parts): its rows in chunks of
- * max_chunk_tokens, each chunk through layers 0..c and, for its rows at or after R, the layers
- * above the cut (schedule 6(b)); R depends only on the prefill's start and end, so the parts of one
- * prefill give the bits of one call. */
-static tdm_status_t prefill_part(engine_fwd_t *fwd, engine_prefill_part_t *p)
-{
-    const engine_config_t *c = fwd->cfg;
-    engine_seq_t *seq = p->seq;
-    int64_t H = p->start, T = p->end, L = seq->length;
-    int64_t R = (p->flags & ENGINE_PREFILL_TAIL_FROM_H) != 0
-                    ? H
-                    : (T - c->sliding_window > H ? T - c->sliding_window : H);
-    int64_t chunk = fwd->params.max_chunk_tokens;
-    int64_t last = L + p->n_ids;
-    tdm_status_t st;
-
-    p->n_logits = 0;
-    st = reserve_pages(fwd, &seq, &last, 1);
-    if (st != TDM_OK) {
-        return st;
-    }
-    for (int64_t a = L; a < last && st == TDM_OK; a += chunk) {
-        int64_t n = last - a < chunk ? last - a : chunk;
-        fwd_seg_t seg = {seq, 0, a, n, 0, 0, 1, p->ids + (a - L), 0};
-        fwd_batch_t b;
-        int64_t want = 0;
-        int64_t tail = R;
-        int64_t up_rows = a + n - (R > a ? R : a);
-
-        memset(&b, 0, sizeof(b));
-        tdm_arena_reset(&fwd->batch_arena);
-        b.segs = &seg;
-        b.n_segs = 1;
-        st = batch_alloc(fwd, &b, n);
-        if (st != TDM_OK) {
-            break;
-        }
-        if (up_rows > 0) {
-            want = (p->flags & ENGINE_PREFILL_ALL_LOGITS) != 0 ? up_rows : (a + n == T ? 1 : 0);
-        }
-        if (R == H) {
-            tail = a; /* every row goes through every layer, no window floor */
-        }
-        st = run_batch(fwd, &b, R == H ? c->n_layers : c->ced_cut + 1, &tail, R > H ? R : 0,
-                       &want, 1,
-                       p->logits_out != NULL ? p->logits_out + p->n_logits * c->vocab_size
-                                             : NULL);
-        if (st == TDM_OK) {
-            p->n_logits += want;
-            commit_rows(&seg);
-        }
-    }
-    return st;
-}
-
-tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts,
-                                      int n_parts)
-{
-    tdm_status_t st = TDM_OK;
-
-    if (fwd == NULL || parts == NULL || n_parts < 1 || n_parts > ENGINE_FWD_MAX_BATCH) {
-        return TDM_ERR_INVALID_ARG;
-    }
-    for (int i = 0; i < n_parts; i++) {
-        const engine_prefill_part_t *p = &parts[i];
-        if (p->seq == NULL || p->start < 0 || p->start > p->seq->length ||
-            p->n_ids < 1 || p->seq->length + p->n_ids > p->end ||
-            p->end > fwd->cfg->max_position_embeddings) {
-            return TDM_ERR_INVALID_ARG;
-        }
-        st = check_ids(fwd->cfg, p->ids, p->n_ids);
-        if (st != TDM_OK) {
-            return st;
-        }
-        for (int j = 0; j < i; j++) {
-            if (parts[j].seq == p->seq) {
-                return TDM_ERR_INVALID_ARG;
-            }
-        }
-    }
-    for (int i = 0; i < n_parts && st == TDM_OK; i++) {
-        st = prefill_part(fwd, &parts[i]);
-    }
-    return st;
-}
 
 tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
                                 int64_t n_ids, uint32_t flags, float *logits_out,
@@ -577,7 +449,7 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
     if (fwd == NULL || seq == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(fwd->cfg, ids, n_ids);
+    st = fwd_check_ids(fwd->cfg, ids, n_ids);
     if (st != TDM_OK) {
         return st;
     }
@@ -632,7 +504,6 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
 {
     fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
     int64_t new_len[ENGINE_FWD_MAX_BATCH];
-    int64_t tail[ENGINE_FWD_MAX_BATCH];
     fwd_batch_t b;
     int64_t n_rows = 0;
     tdm_status_t st;
@@ -654,17 +525,16 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
         new_len[i] = seqs[i]->length + n_ids[i];
         segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, n_ids[i], n_rows, 0, 1, ids + n_rows,
                                0};
-        tail[i] = seqs[i]->length;
         n_rows += n_ids[i];
     }
-    if (n_rows > max_rows(fwd)) {
+    if (n_rows > fwd_max_rows(fwd)) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(fwd->cfg, ids, n_rows);
+    st = fwd_check_ids(fwd->cfg, ids, n_rows);
     if (st != TDM_OK) {
         return st;
     }
-    st = reserve_pages(fwd, seqs, new_len, n_seqs);
+    st = fwd_reserve_pages(fwd, seqs, new_len, n_seqs);
     if (st != TDM_OK) {
         return st;
     }
@@ -672,12 +542,12 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
     tdm_arena_reset(&fwd->batch_arena);
     b.segs = segs;
     b.n_segs = n_seqs;
-    st = batch_alloc(fwd, &b, n_rows);
+    st = fwd_batch_alloc(fwd, &b, n_rows);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, tail, 0, n_ids, 1, logits_out);
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, n_ids, 1, logits_out);
     }
     for (int i = 0; i < n_seqs && st == TDM_OK; i++) {
-        commit_rows(&segs[i]);
+        fwd_commit_rows(&segs[i]);
     }
     return st;
 }
@@ -699,10 +569,10 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     c = fwd->cfg;
     B = c->dspark_block_size;
     N = B * n_seqs;
-    if (N > max_rows(fwd)) {
+    if (N > fwd_max_rows(fwd)) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(c, anchors, n_seqs);
+    st = fwd_check_ids(c, anchors, n_seqs);
     if (st != TDM_OK) {
         return st;
     }
@@ -724,11 +594,11 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     }
     b.segs = segs;
     b.n_segs = n_seqs;
-    st = batch_alloc(fwd, &b, N);
+    st = fwd_batch_alloc(fwd, &b, N);
     if (st != TDM_OK) {
         return st;
     }
-    st = batch_embed(fwd, &b); /* X = m copies of the block tokens' embeddings, pre = e0 */
+    st = fwd_batch_embed(fwd, &b); /* X = m copies of the block tokens' embeddings, pre = e0 */
     for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
         st = fwd_layer_run(fwd, &b, c->n_layers + k);
     }
@@ -744,14 +614,14 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
 {
     fwd_seg_t seg;
     fwd_batch_t b;
-    int64_t new_len, tail, want;
+    int64_t new_len, want;
     tdm_status_t st;
 
     if (fwd == NULL || seq == NULL || logits_out == NULL || n_ids < 1 ||
         n_ids > fwd->cfg->sliding_window || n_ids > fwd->params.max_chunk_tokens) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(fwd->cfg, ids, n_ids);
+    st = fwd_check_ids(fwd->cfg, ids, n_ids);
     if (st != TDM_OK) {
         return st;
     }
@@ -759,23 +629,22 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     if (new_len > fwd->cfg->max_position_embeddings) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = reserve_pages(fwd, &seq, &new_len, 1);
+    st = fwd_reserve_pages(fwd, &seq, &new_len, 1);
     if (st != TDM_OK) {
         return st;
     }
     seg = (fwd_seg_t){seq, 0, seq->length, n_ids, 0, 0, 1, ids, 0};
-    tail = seq->length;
     want = n_ids;
     memset(&b, 0, sizeof(b));
     tdm_arena_reset(&fwd->batch_arena);
     b.segs = &seg;
     b.n_segs = 1;
-    st = batch_alloc(fwd, &b, n_ids);
+    st = fwd_batch_alloc(fwd, &b, n_ids);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, &tail, 0, &want, 1, logits_out);
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, &want, 1, logits_out);
     }
     if (st == TDM_OK) {
-        commit_rows(&seg);
+        fwd_commit_rows(&seg);
     }
     return st;
 }
@@ -784,7 +653,7 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
                                int64_t n_ids, engine_replay_mode_t mode, float *logits_out)
 {
     const engine_config_t *c;
-    int64_t H, Wp, need_ids, tail, want;
+    int64_t H, Wp, need_ids, want;
     fwd_seg_t seg;
     fwd_batch_t b;
     int recovery = mode == ENGINE_REPLAY_RECOVERY;
@@ -800,7 +669,7 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     if (H == 0 || n_ids < need_ids || n_ids > H || Wp > fwd->params.max_chunk_tokens) {
         return TDM_ERR_INVALID_ARG;
     }
-    st = check_ids(c, ids, n_ids);
+    st = fwd_check_ids(c, ids, n_ids);
     if (st != TDM_OK) {
         return st;
     }
@@ -809,15 +678,14 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
         engine_seq_set_id(seq, p, ids[n_ids - 1 - i]);
     }
     seg = (fwd_seg_t){seq, 0, H - Wp, Wp, 0, H - Wp, 0, ids + (n_ids - Wp), 0};
-    tail = H - Wp;
     want = recovery && logits_out != NULL ? 1 : 0;
     memset(&b, 0, sizeof(b));
     tdm_arena_reset(&fwd->batch_arena);
     b.segs = &seg;
     b.n_segs = 1;
-    st = batch_alloc(fwd, &b, Wp);
+    st = fwd_batch_alloc(fwd, &b, Wp);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, &tail, H - Wp, &want,
+        st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, H - Wp, &want,
                        recovery, logits_out);
     }
     return st;

@@ -56,7 +56,8 @@ typedef enum {
  */
 typedef struct {
     int layer;
-    int seq_index; /* index of the sequence within the call (0 for prefill/oracle) */
+    int seq_index; /* index of the sequence (or prefill part) within the call (0 for a one-part
+                      prefill or the oracle) */
     int64_t first_position;
     int64_t n_rows;
     int m;
@@ -192,12 +193,18 @@ typedef struct {
 /*
  * engine_fwd_prefill_parts - run n_parts parts (1 <= n_parts <= ENGINE_FWD_MAX_BATCH), each of a
  * different sequence, in one call (a prefill node batching several jobs, a decode node advancing
- * a prompt between decode steps). Each part's pages are reserved as it starts (all of the part's
- * rows). Returns TDM_OK; TDM_ERR_INVALID_ARG (NULL, n_parts out of range, a part outside its
+ * a prompt between decode steps), as one batch: passes of at most max_chunk_tokens rows, parts
+ * taken in order (a part that does not fit what is left of a pass continues in the next), each
+ * pass's rows through layers 0..c together and their tail rows through the layers above the cut
+ * together (forward_batch.c). Every part gets, bit for bit, the rows, state and logits it gets
+ * alone. Each part's pages are reserved before anything runs (all of the part's rows), in part
+ * order. The dump sink sees each part's rows with seq_index = the part's index.
+ * Returns TDM_OK; TDM_ERR_INVALID_ARG (NULL, n_parts out of range, a part outside its
  * prefill or beyond max_position_embeddings, an id >= V, a sequence twice: nothing changed);
- * TDM_ERR_NO_PAGES (the parts before the failing one ran; it and those after did not: their
- * sequences are unchanged and may be run again); TDM_ERR_INTERNAL (NaN reached a top-k; the
- * failing part's sequence is invalid and must be destroyed).
+ * TDM_ERR_NO_PAGES (the parts before the first one whose pages did not fit ran; it and those
+ * after did not: their sequences are unchanged and may be run again); TDM_ERR_INTERNAL (NaN
+ * reached a top-k: the rows of a pass are one batch, so the sequence of every part not yet
+ * finished when it happened is invalid and must be destroyed) or TDM_ERR_NO_MEMORY (likewise).
  */
 tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts,
                                       int n_parts);

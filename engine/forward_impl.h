@@ -1,5 +1,5 @@
 /* forward_impl.h - what the forward pass's files share (forward.c: schedules and batching;
- * forward_layer.c: one layer on a batch of rows; forward_attn.c: attention, compressor and
+ * forward_batch.c: the CED prefill of several parts in one batch; forward_layer.c: one layer on a batch of rows; forward_attn.c: attention, compressor and
  * selection). Not a public header: other modules use engine/forward.h.
  */
 #ifndef TANDEM_ENGINE_FORWARD_IMPL_H
@@ -68,6 +68,8 @@ struct engine_fwd {
     tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer */
     float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
     int64_t ikey_cap_rows;
+    float *head_scratch;     /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
+    int64_t head_cap_rows;
     int n_index_sources;
     int index_source_layer[FWD_MAX_INDEX_SOURCES];
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
@@ -123,5 +125,38 @@ tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, cons
 
 /* fwd_alloc - n floats (or bytes) from the layer arena; NULL when it is full. */
 void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes);
+
+/* fwd_max_rows - most rows of one batch: max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH). */
+int64_t fwd_max_rows(const engine_fwd_t *fwd);
+
+/* fwd_batch_alloc - the per-row arrays of a batch of N rows from the batch arena (b->segs and
+ * n_segs are the caller's); n_pool all -1. TDM_OK or TDM_ERR_NO_MEMORY (arena full). */
+tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N);
+
+/* fwd_batch_embed - X = m copies of each row's embedding (R1), pre = e0: one ops->embed per
+ * segment. */
+tdm_status_t fwd_batch_embed(engine_fwd_t *fwd, fwd_batch_t *b);
+
+/* fwd_head_rows - logits_out [n, V] of batch rows [r0, r0 + n): the head on the collapse with
+ * the last FFN pre, final norm. Resets the layer arena. */
+tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                           float *logits_out);
+
+/* fwd_dspark_rings - the DSpark context rings of every block for the batch's rows (MODEL.md 8,
+ * from b->taps); nothing for a model without blocks. Resets the layer arena. */
+tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b);
+
+/* fwd_check_ids - TDM_OK when ids [n] (n > 0) all lie in the vocabulary, else
+ * TDM_ERR_INVALID_ARG (logged). */
+tdm_status_t fwd_check_ids(const engine_config_t *c, const int32_t *ids, int64_t n);
+
+/* fwd_reserve_pages - reserve the pages each of seqs [n] needs at length new_len[i]; all or
+ * nothing: TDM_OK, or TDM_ERR_NO_PAGES with every table as it was. */
+tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                               const int64_t *new_len, int n);
+
+/* fwd_commit_rows - write the segment's ids into its sequence's history and extend its length
+ * to pos0 + n. */
+void fwd_commit_rows(const fwd_seg_t *seg);
 
 #endif

@@ -253,6 +253,123 @@ static void test_prefill_parts_equal_one_shot(void **state)
     free(lg);
 }
 
+/* The state record of two sequences is the same bytes (rings, pending halves, ids). */
+static void assert_same_record(engine_seq_t *a, engine_seq_t *b)
+{
+    size_t n_a = engine_seq_export_bytes(a, ENGINE_SEQ_EXPORT_RECORD);
+    size_t n_b = engine_seq_export_bytes(b, ENGINE_SEQ_EXPORT_RECORD);
+    uint8_t *ra = malloc(n_a), *rb = malloc(n_b);
+    size_t w_a = 0, w_b = 0;
+    assert_int_equal(n_a, n_b);
+    assert_int_equal(engine_seq_export(a, ENGINE_SEQ_EXPORT_RECORD, ra, n_a, &w_a), TDM_OK);
+    assert_int_equal(engine_seq_export(b, ENGINE_SEQ_EXPORT_RECORD, rb, n_b, &w_b), TDM_OK);
+    assert_int_equal(w_a, w_b);
+    assert_memory_equal(ra, rb, w_a);
+    free(ra);
+    free(rb);
+}
+
+/* Several parts in one engine_fwd_prefill_parts call (one batch per pass) equal each prefill
+ * alone, bit for bit: first-token logits, every tail row's logits with ENGINE_PREFILL_ALL_LOGITS,
+ * pages and the state record. The parts mix a prompt from 0 that fits the window (R = H: every
+ * layer on every row), a part that ends before its tail (no row above the cut, no logits), long
+ * and short deltas with tails, and a second call that finishes the part left open; with one
+ * pass for everything (chunk 256) and passes that cut the parts (chunk 24 and 5). */
+static void test_prefill_parts_batched_equal_each_alone(void **state)
+{
+    fixture_t *fx = *state;
+    enum { P = 6, MAXT = 120 };
+    /* H, T, and where the first call's part ends (T: the whole prefill in the first call) */
+    static const int64_t spec[P][3] = {{0, 10, 10},   {20, 100, 60}, {5, 50, 50},
+                                       {30, 45, 45},  {0, 70, 70},   {60, 63, 63}};
+    static const uint32_t flags[P] = {0, 0, 0, ENGINE_PREFILL_ALL_LOGITS,
+                                      ENGINE_PREFILL_ALL_LOGITS, 0};
+    static const int64_t chunk_sizes[] = {256, 24, 5};
+    int32_t ids[P][MAXT];
+    float *ref_lg[P], *got_lg[P];
+    engine_seq_t *ref[P];
+    int64_t W = fx->cfg->sliding_window;
+
+    for (int i = 0; i < P; i++) {
+        int64_t H = spec[i][0], T = spec[i][1];
+        int64_t R = T - W > H ? T - W : H;
+        ftu_prompt(500 + (uint64_t)i, fx->V, ids[i], T);
+        ref_lg[i] = malloc(sizeof(float) * (size_t)((T - R) * fx->V));
+        got_lg[i] = malloc(sizeof(float) * (size_t)((T - R) * fx->V));
+        ref[i] = ftu_new_seq(fx);
+        if (H > 0) {
+            assert_int_equal(engine_fwd_prefill(fx->fwd, ref[i], ids[i], H, 0, NULL, NULL),
+                             TDM_OK);
+        }
+        assert_int_equal(engine_fwd_prefill(fx->fwd, ref[i], ids[i] + H, T - H, flags[i],
+                                            ref_lg[i], NULL),
+                         TDM_OK);
+    }
+    for (size_t k = 0; k < sizeof(chunk_sizes) / sizeof(chunk_sizes[0]); k++) {
+        engine_fwd_params_t fp;
+        engine_fwd_t *fwd = NULL;
+        engine_seq_t *seq[P];
+        engine_prefill_part_t parts[P];
+        int64_t n_logits[P] = {0};
+        int n_open = 0;
+
+        engine_fwd_params_default(fx->model, &fp);
+        fp.max_chunk_tokens = chunk_sizes[k];
+        assert_int_equal(engine_fwd_create(fx->model, fx->pool, &fp, &fwd), TDM_OK);
+        for (int i = 0; i < P; i++) {
+            int64_t H = spec[i][0];
+            seq[i] = ftu_new_seq(fx);
+            if (H > 0) {
+                assert_int_equal(engine_fwd_prefill(fx->fwd, seq[i], ids[i], H, 0, NULL, NULL),
+                                 TDM_OK);
+            }
+            parts[i] = (engine_prefill_part_t){seq[i], H, spec[i][1], ids[i] + H, spec[i][2] - H,
+                                               flags[i], got_lg[i], 0};
+        }
+        assert_int_equal(engine_fwd_prefill_parts(fwd, parts, P), TDM_OK);
+        for (int i = 0; i < P; i++) {
+            n_logits[i] = parts[i].n_logits;
+            assert_int_equal(engine_seq_length(seq[i]), spec[i][2]);
+            if (spec[i][2] < spec[i][1]) { /* still open: finish it beside a fresh short part */
+                parts[n_open++] = (engine_prefill_part_t){seq[i], spec[i][0], spec[i][1],
+                                                          ids[i] + spec[i][2],
+                                                          spec[i][1] - spec[i][2], flags[i],
+                                                          got_lg[i] + n_logits[i] * fx->V, 0};
+            }
+        }
+        assert_int_equal(n_open, 1);
+        {
+            engine_seq_t *extra = ftu_new_seq(fx);
+            int32_t extra_ids[40];
+            float *lx = malloc(sizeof(float) * (size_t)fx->V);
+            ftu_prompt(599, fx->V, extra_ids, 40);
+            parts[n_open++] = (engine_prefill_part_t){extra, 0, 40, extra_ids, 40, 0, lx, 0};
+            assert_int_equal(engine_fwd_prefill_parts(fwd, parts, n_open), TDM_OK);
+            n_logits[1] += parts[0].n_logits;
+            assert_int_equal(parts[1].n_logits, 1);
+            engine_seq_destroy(extra);
+            free(lx);
+        }
+        for (int i = 0; i < P; i++) {
+            int64_t H = spec[i][0], T = spec[i][1];
+            int64_t R = T - W > H ? T - W : H;
+            int all = (flags[i] & ENGINE_PREFILL_ALL_LOGITS) != 0;
+            assert_int_equal(engine_seq_length(seq[i]), T);
+            assert_int_equal(n_logits[i], all ? T - R : 1);
+            assert_memory_equal(ref_lg[i], got_lg[i], sizeof(float) * (size_t)(n_logits[i] * fx->V));
+            assert_same_pages(fx, ref[i], seq[i]);
+            assert_same_record(ref[i], seq[i]);
+            engine_seq_destroy(seq[i]);
+        }
+        engine_fwd_destroy(fwd);
+    }
+    for (int i = 0; i < P; i++) {
+        engine_seq_destroy(ref[i]);
+        free(ref_lg[i]);
+        free(got_lg[i]);
+    }
+}
+
 /* Decode continuing a prefill equals the oracle on the same tokens (exact state). */
 static void test_decode_after_prefill_equals_oracle(void **state)
 {
@@ -622,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_ced_vs_oracle_statistics_beyond_window),
         cmocka_unit_test(test_chunked_prefill_equals_one_shot),
         cmocka_unit_test(test_prefill_parts_equal_one_shot),
+        cmocka_unit_test(test_prefill_parts_batched_equal_each_alone),
         cmocka_unit_test(test_decode_after_prefill_equals_oracle),
         cmocka_unit_test(test_batch_of_8_equals_each_alone),
         cmocka_unit_test(test_verify_equals_successive_decodes),
