@@ -1,4 +1,5 @@
-/* job.c - one prefill job (job.h). */
+/* job.c - the prefill jobs of a prefill node: start (pull, import, replay), steps of several
+ * jobs in one batch, finish (sample, last puts, notice) (job.h). */
 #include "prefill-node/job.h"
 
 #include <stddef.h>
@@ -16,8 +17,10 @@
 #include "transfer/batch.h"
 #include "transfer/desc.h"
 #include "transfer/peer.h"
+#include "prefill-node/job_stream.h"
 
 #define JOB_WAIT_MS 100u
+#define PREFILL_JOB_ERR_BYTES 256
 
 /* Completion of one batch (filled by its callback). */
 typedef struct {
@@ -152,255 +155,6 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
 }
 
 /*
- * Per-chunk puts (ARCHITECTURE.md, life of a turn 4; MODEL.md 7 handoff (1)).
- *
- * engine_fwd_prefill runs the delta chunk by chunk (--chunk-tokens rows per layer pass), each
- * chunk through layers 0..c before the next one starts. Every KV source is a layer <= c
- * (c = max(kv_source_layer_ids)) and writes its rows when it processes the chunk that publishes
- * them, so once layer c has finished the chunk ending at position e, each source s holds its
- * final rows j < n_c_s(e - 1) and no later chunk writes any of them again. The stream listens to
- * the engine's per-layer hook (engine_dump_sink_t: called after each layer of each chunk, on the
- * compute thread, between kernel calls) and at layer c of every chunk seals, checksums and posts
- * (one non-blocking put batch) every reserved page whose 64 slots are all below that row count:
- * those pages are final, so UCX may read them while the next chunk computes (batch.h: the pages
- * stay unchanged until the callback). At every layer it also progresses the transfer context so
- * the puts move during the compute.
- *
- * A page with a free slot left is still being appended to (its rows, its header's row_count and
- * checksum change with the next chunk): that is each source's last page at T (and any reserved
- * page not yet reached), and the partly filled first page until it fills. Those are never put
- * mid-compute; after the prefill returns they are sealed and put once, in a last batch. Every
- * page is thus put exactly once, with the bytes and checksum the notice names; the notice
- * (checksums in reservation order, first token, state record) is sent only after every batch
- * has completed, and no return path leaves a batch in flight (its pages are the sequence's).
- */
-typedef struct {
-    const prefill_job_env_t *env;
-    xfer_peer_t *peer;
-    const node_resv_desc_t *rd;
-    engine_seq_t *seq;
-    uint64_t job_id;
-    size_t page_bytes;
-    uint32_t base[NODE_MAX_SOURCES]; /* index of source s's first target in the arrays below */
-    uint32_t next[NODE_MAX_SOURCES]; /* targets of source s sealed and queued so far */
-    uint32_t n_all;
-    uint32_t *local, *remote;        /* [n_all] reservation order */
-    uint64_t *sums;                  /* [n_all] XXH3-64 of each sealed page */
-    uint32_t *pend;                  /* [n_all] indices sealed, not yet posted (post was BUSY) */
-    uint32_t n_pend;
-    int checked;                     /* tables at T compared with the reservation */
-    int aborted;                     /* an abort was seen: post nothing more */
-    int fenced;                      /* env->fenced was called */
-    uint32_t n_in_flight;            /* batches posted, callback not yet run */
-    uint32_t n_chunk_batches;        /* batches posted while the prefill computed */
-    uint32_t n_early_pages;          /* pages posted while the prefill computed */
-    uint32_t n_posted_pages;
-    tdm_status_t status;             /* first failure: a table mismatch, a post or a batch */
-} put_stream_t;
-
-static void on_stream_batch_done(void *arg, const xfer_batch_result_t *result)
-{
-    put_stream_t *ps = arg;
-
-    if (result->status != TDM_OK && ps->status == TDM_OK) {
-        ps->status = result->status;
-    }
-    ps->n_in_flight--;
-}
-
-static tdm_status_t stream_init(put_stream_t *ps, const prefill_job_env_t *env, xfer_peer_t *peer,
-                                const node_resv_desc_t *rd, engine_seq_t *seq, uint64_t job_id)
-{
-    memset(ps, 0, sizeof(*ps));
-    ps->env = env;
-    ps->peer = peer;
-    ps->rd = rd;
-    ps->seq = seq;
-    ps->job_id = job_id;
-    ps->page_bytes = engine_kv_pool_page_bytes(env->kv);
-    ps->status = TDM_OK;
-    for (uint32_t s = 0; s < rd->n_sources; s++) {
-        ps->base[s] = ps->n_all;
-        ps->n_all += rd->src[s].n_targets;
-    }
-    ps->local = malloc((ps->n_all + 1) * sizeof(uint32_t));
-    ps->remote = malloc((ps->n_all + 1) * sizeof(uint32_t));
-    ps->sums = malloc((ps->n_all + 1) * sizeof(uint64_t));
-    ps->pend = malloc((ps->n_all + 1) * sizeof(uint32_t));
-    if (ps->local == NULL || ps->remote == NULL || ps->sums == NULL || ps->pend == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    return TDM_OK;
-}
-
-/* Free the arrays; the caller has drained the stream (no batch in flight). */
-static void stream_fini(put_stream_t *ps)
-{
-    free(ps->local);
-    free(ps->remote);
-    free(ps->sums);
-    free(ps->pend);
-    ps->local = ps->remote = ps->pend = NULL;
-    ps->sums = NULL;
-}
-
-/* The sequence's tables must hold exactly the reserved pages at T (checked once they exist). */
-static tdm_status_t stream_check(put_stream_t *ps)
-{
-    if (ps->checked) {
-        return ps->status;
-    }
-    ps->checked = 1;
-    for (uint32_t s = 0; s < ps->rd->n_sources; s++) {
-        const engine_kv_table_t *t = engine_seq_table(ps->seq, ps->rd->src[s].layer);
-        if (t == NULL || t->n_pages != ps->rd->src[s].first_target + ps->rd->src[s].n_targets) {
-            ps->status = TDM_ERR_MISMATCH;
-            break;
-        }
-    }
-    return ps->status;
-}
-
-/* Seal, checksum and queue the targets of every source whose pages are final once the rows
- * below n_c(end - 1) are written (end = INT64_MAX: every remaining target). */
-static void stream_collect(put_stream_t *ps, int64_t end)
-{
-    const engine_config_t *cfg = engine_model_config(ps->env->model);
-
-    for (uint32_t s = 0; s < ps->rd->n_sources; s++) {
-        const node_resv_source_t *src = &ps->rd->src[s];
-        const engine_kv_table_t *t = engine_seq_table(ps->seq, src->layer);
-        int64_t rows = end == INT64_MAX ? INT64_MAX : engine_config_n_c(cfg, src->layer, end - 1);
-
-        while (ps->next[s] < src->n_targets) {
-            uint32_t p = src->first_target + ps->next[s];
-            uint32_t k = ps->base[s] + ps->next[s];
-            void *page;
-
-            if (rows != INT64_MAX && (int64_t)(p + 1) * KERN_KV_PAGE_ROWS > rows) {
-                break; /* a slot of page p is still to be written */
-            }
-            page = engine_kv_pool_page(ps->env->kv, t->page_ids[p]);
-            kern_kv_page_seal(page);
-            ps->sums[k] = tdm_hash_xxh3_64(page, ps->page_bytes);
-            ps->local[k] = t->page_ids[p];
-            ps->remote[k] = src->targets[ps->next[s]];
-            ps->pend[ps->n_pend++] = k;
-            ps->next[s]++;
-        }
-    }
-}
-
-/* Post the queued pages as one put batch; BUSY keeps them queued for the next try. */
-static void stream_post(put_stream_t *ps, int computing)
-{
-    xfer_batch_params_t bp;
-    uint32_t *local, *remote;
-    tdm_status_t status;
-
-    if (ps->n_pend == 0 || ps->status != TDM_OK || ps->aborted) {
-        return;
-    }
-    local = malloc(ps->n_pend * sizeof(uint32_t));
-    remote = malloc(ps->n_pend * sizeof(uint32_t));
-    if (local == NULL || remote == NULL) {
-        free(local);
-        free(remote);
-        ps->status = TDM_ERR_NO_MEMORY;
-        return;
-    }
-    for (uint32_t i = 0; i < ps->n_pend; i++) {
-        local[i] = ps->local[ps->pend[i]];
-        remote[i] = ps->remote[ps->pend[i]];
-    }
-    memset(&bp, 0, sizeof(bp));
-    bp.op = XFER_OP_PUT;
-    bp.job_id = ps->job_id;
-    bp.local_pool = ps->env->xpool;
-    bp.local_pages = local;
-    bp.remote_pages = remote;
-    bp.n_pages = ps->n_pend;
-    bp.done = on_stream_batch_done;
-    bp.done_arg = ps;
-    status = xfer_batch_post(ps->peer, &bp);
-    free(local);
-    free(remote);
-    if (status == TDM_IN_PROGRESS) {
-        ps->n_in_flight++;
-        ps->n_posted_pages += ps->n_pend;
-        if (computing) {
-            ps->n_chunk_batches++;
-            ps->n_early_pages += ps->n_pend;
-        }
-        ps->n_pend = 0;
-    } else if (status != TDM_ERR_BUSY) {
-        ps->status = status;
-    }
-}
-
-/* An abort reached the job: drop what is sealed but not posted, wait for every batch in flight
- * (the puts either landed or failed), then tell the node the writer is fenced. */
-static void stream_stop(put_stream_t *ps)
-{
-    ps->aborted = 1;
-    ps->n_pend = 0;
-    while (ps->n_in_flight > 0) {
-        xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
-    }
-    if (!ps->fenced && ps->env->fenced != NULL) {
-        ps->fenced = 1;
-        ps->env->fenced(ps->env->aborted_arg, ps->n_posted_pages);
-    }
-}
-
-/* The engine's per-layer hook during the prefill: look for an abort (then stop putting), progress
- * the puts; at layer c, post the chunk's final pages. Touches only the pool's pages, the transfer
- * context and the node's abort check, never the forward context (engine_dump_sink_t's rule). */
-static void stream_on_layer(void *user, const engine_dump_layer_t *rec)
-{
-    put_stream_t *ps = user;
-
-    node_progress_tick(ps->env->progress);
-    if (!ps->aborted && ps->env->aborted(ps->env->aborted_arg, ps->job_id)) {
-        tdm_log(TDM_LOG_INFO, "prefill",
-                "job aborted mid-compute: request=%llu layer=%d position=%lld pages_put=%u",
-                (unsigned long long)ps->job_id, rec->layer, (long long)rec->first_position,
-                ps->n_posted_pages);
-        stream_stop(ps);
-    }
-    if (ps->aborted) {
-        return; /* the compute runs to its end; nothing more is put */
-    }
-    xfer_context_progress(ps->env->xfer);
-    if (rec->layer != engine_model_config(ps->env->model)->ced_cut ||
-        stream_check(ps) != TDM_OK) {
-        return;
-    }
-    stream_collect(ps, rec->first_position + rec->n_rows);
-    stream_post(ps, 1);
-}
-
-/* Post whatever is queued, retrying while BUSY, then wait for every batch in flight. Always
- * returns with nothing in flight. */
-static tdm_status_t stream_drain(put_stream_t *ps)
-{
-    while (ps->n_pend > 0 && ps->status == TDM_OK && !ps->aborted) {
-        if (ps->env->aborted(ps->env->aborted_arg, ps->job_id)) {
-            stream_stop(ps); /* checked before every post: nothing goes out after an abort */
-            break;
-        }
-        stream_post(ps, 0);
-        if (ps->n_pend > 0 && ps->status == TDM_OK) {
-            xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
-        }
-    }
-    while (ps->n_in_flight > 0) {
-        xfer_context_wait(ps->env->xfer, JOB_WAIT_MS);
-    }
-    return ps->status;
-}
-
-/*
  * The first tokens of a job: choice 0's (CompletionNotice.first_token) and, with
  * SamplingParams.n_choices > 1, those of choices 1 .. n - 1 (choice_first), each sampled from the
  * same last-position logits with proto_choice_seed; with n_logprobs > 0 each carries its top list
@@ -512,189 +266,406 @@ static tdm_status_t notice_first(Tandem__CompletionNotice *notice, const engine_
     return TDM_OK;
 }
 
-/* Run the CED prefill of the delta with the put stream on the engine's per-layer hook. */
-static tdm_status_t compute_streaming(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
-                                      engine_seq_t *seq, put_stream_t *ps, float *logits)
-{
-    engine_dump_sink_t sink = {ps, stream_on_layer};
-    tdm_status_t status;
+/* One job (job.h): what start made, what the steps did, what finish needs. */
+struct prefill_job {
+    const prefill_job_env_t *env;
+    const Tandem__PrefillJob *job; /* borrowed until destroy */
+    void *user;
+    node_resv_desc_t rd;
+    int have_rd;
+    xfer_peer_t *peer;
+    engine_seq_t *seq;
+    prefill_stream_t ps;
+    int streaming;
+    float *logits;       /* [V] first-token logits, written by the step that reaches T */
+    int64_t done;        /* delta tokens computed */
+    uint32_t pages_at_t; /* the sequence's pages at T (every source's reservation) */
+    tdm_status_t status; /* TDM_OK, or why the job is over (TDM_ERR_TIMEOUT: stopped) */
+    char err[PREFILL_JOB_ERR_BYTES];
+    prefill_job_report_t rep;
+};
 
-    engine_fwd_set_dump(env->fwd, &sink);
-    status = engine_fwd_prefill(env->fwd, seq, job->delta_tokens, (int64_t)job->n_delta_tokens,
-                                ENGINE_PREFILL_DEFAULT, logits, NULL);
-    engine_fwd_set_dump(env->fwd, NULL);
-    return status;
+/* The job is over with `status` (the first reason wins). */
+static void job_fail(prefill_job_t *j, tdm_status_t status, const char *why)
+{
+    if (j->status == TDM_OK) {
+        j->status = status;
+        set_err(j->err, sizeof(j->err), why);
+    }
 }
 
-tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
-                             Tandem__CompletionNotice *notice_out, prefill_job_report_t *report_out,
-                             char *err, size_t err_bytes)
+uint32_t prefill_job_pages_needed(const Tandem__PrefillJob *job)
 {
-    const engine_config_t *cfg = engine_model_config(env->model);
     node_resv_desc_t rd;
-    xfer_desc_t xd;
-    xfer_peer_t *peer = NULL;
-    engine_seq_t *seq = NULL;
-    float *logits = NULL;
-    engine_sample_t samples[PROTO_MAX_CHOICES];
-    uint32_t n_samples = 0;
-    put_stream_t ps;
-    int streaming = 0;
-    uint64_t *sums = NULL;
-    uint8_t *record = NULL;
-    size_t n_record = 0;
-    uint64_t T = job->cached_len + job->n_delta_tokens;
-    uint64_t t0;
-    tdm_status_t status, drained;
+    uint32_t n = 0;
 
-    memset(report_out, 0, sizeof(*report_out));
-    memset(&ps, 0, sizeof(ps));
-    status = node_resv_desc_parse(job->page_descriptor.data, job->page_descriptor.len, &rd);
+    if (job == NULL ||
+        node_resv_desc_parse(job->page_descriptor.data, job->page_descriptor.len, &rd) != TDM_OK) {
+        return 0;
+    }
+    for (uint32_t s = 0; s < rd.n_sources; s++) {
+        n += 2 * rd.src[s].n_history + rd.src[s].first_target + rd.src[s].n_targets;
+    }
+    node_resv_desc_fini(&rd);
+    return n;
+}
+
+/* The descriptor and the delta must match the job (nothing is pulled before). */
+static tdm_status_t check_job(prefill_job_t *j)
+{
+    const engine_config_t *cfg = engine_model_config(j->env->model);
+    const Tandem__PrefillJob *job = j->job;
+    uint64_t T = job->cached_len + job->n_delta_tokens;
+    tdm_status_t status;
+
+    status = node_resv_desc_parse(job->page_descriptor.data, job->page_descriptor.len, &j->rd);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "page descriptor does not parse");
+        job_fail(j, status, "page descriptor does not parse");
         return status;
     }
-    if (rd.reservation_id != job->reservation_id || rd.cached_len != job->cached_len ||
-        rd.total_len != T || rd.n_sources != (uint32_t)cfg->n_kv_source_layer_ids) {
-        set_err(err, err_bytes, "page descriptor does not match the job");
-        status = TDM_ERR_MISMATCH;
-        goto out;
+    j->have_rd = 1;
+    if (j->rd.reservation_id != job->reservation_id || j->rd.cached_len != job->cached_len ||
+        j->rd.total_len != T || j->rd.n_sources != (uint32_t)cfg->n_kv_source_layer_ids ||
+        job->n_delta_tokens == 0) {
+        job_fail(j, TDM_ERR_MISMATCH, "page descriptor does not match the job");
+        return TDM_ERR_MISMATCH;
     }
     for (size_t i = 0; i < job->n_delta_tokens; i++) {
         if (job->delta_tokens[i] >= cfg->vocab_size) {
-            set_err(err, err_bytes, "token id outside the vocabulary");
-            status = TDM_ERR_FORMAT;
-            goto out;
+            job_fail(j, TDM_ERR_FORMAT, "token id outside the vocabulary");
+            return TDM_ERR_FORMAT;
         }
     }
-    status = xfer_desc_parse(job->decode_transfer_descriptor.data,
-                             job->decode_transfer_descriptor.len, &xd);
-    if (status == TDM_OK) {
-        status = xfer_peer_connect(env->xfer, &xd, &peer);
+    for (uint32_t s = 0; s < j->rd.n_sources; s++) {
+        j->pages_at_t += j->rd.src[s].first_target + j->rd.src[s].n_targets;
     }
-    if (status != TDM_OK) {
-        set_err(err, err_bytes, "cannot reach the decode node's page pool");
-        goto out;
-    }
-    status = load_history(env, peer, &rd, job->request_id, &seq, report_out, err, err_bytes);
-    if (status != TDM_OK) {
-        goto out;
-    }
-    if (env->aborted(env->aborted_arg, job->request_id)) {
-        status = TDM_ERR_TIMEOUT;
-        goto out;
-    }
-    t0 = tdm_clock_now_ns();
-    if (job->canonical_start && job->cached_len > 0) {
-        /* MODEL.md 6(d)(1): rings of layers 0..c replayed at H, as the decode node would. */
-        engine_seq_reset_rings(seq);
-        status = engine_fwd_replay(env->fwd, seq, job->context_tokens,
-                                   (int64_t)job->n_context_tokens, ENGINE_REPLAY_CANONICAL, NULL);
-    }
-    logits = malloc((size_t)cfg->vocab_size * sizeof(float));
-    if (status == TDM_OK && logits == NULL) {
-        status = TDM_ERR_NO_MEMORY;
-    }
-    if (status == TDM_OK) {
-        status = stream_init(&ps, env, peer, &rd, seq, job->request_id);
-        streaming = 1;
-    }
-    if (status == TDM_OK) {
-        status = compute_streaming(env, job, seq, &ps, logits);
-        if (ps.aborted) {
-            report_out->compute_ns = tdm_clock_now_ns() - t0;
-            status = TDM_ERR_TIMEOUT; /* stopped putting at a layer boundary */
-            goto out;
-        }
-    }
-    if (status == TDM_OK) {
-        char why[256] = "";
+    return TDM_OK;
+}
 
-        status = sample_first(env, job->sampling, logits, (int64_t)T, samples, &n_samples, why,
-                              sizeof(why));
-        if (status != TDM_OK && why[0] != '\0') {
-            set_err(err, err_bytes, why);
-            report_out->compute_ns = tdm_clock_now_ns() - t0;
-            goto out;
+/* The pull step: the sequence at H from the decode node's pages (load_history). */
+static tdm_status_t prefill_job_pull(prefill_job_t *j)
+{
+    xfer_desc_t xd;
+    tdm_status_t status;
+
+    status = xfer_desc_parse(j->job->decode_transfer_descriptor.data,
+                             j->job->decode_transfer_descriptor.len, &xd);
+    if (status == TDM_OK) {
+        status = xfer_peer_connect(j->env->xfer, &xd, &j->peer);
+    }
+    if (status != TDM_OK) {
+        job_fail(j, status, "cannot reach the decode node's page pool");
+        return status;
+    }
+    status = load_history(j->env, j->peer, &j->rd, j->job->request_id, &j->seq, &j->rep, j->err,
+                          sizeof(j->err));
+    if (status != TDM_OK) {
+        job_fail(j, status, j->err[0] != '\0' ? j->err : "loading the history failed");
+    }
+    return status;
+}
+
+tdm_status_t prefill_job_start(const prefill_job_env_t *env, const Tandem__PrefillJob *job,
+                               void *user, prefill_job_t **job_out, char *err, size_t err_bytes)
+{
+    const engine_config_t *cfg;
+    prefill_job_t *j;
+    uint64_t t0;
+    tdm_status_t status;
+
+    if (env == NULL || job == NULL || job_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        set_err(err, err_bytes, "out of memory");
+        return TDM_ERR_NO_MEMORY;
+    }
+    cfg = engine_model_config(env->model);
+    j->env = env;
+    j->job = job;
+    j->user = user;
+    status = check_job(j);
+    if (status == TDM_OK) {
+        status = prefill_job_pull(j);
+    }
+    if (status == TDM_OK && env->aborted(env->aborted_arg, user)) {
+        status = TDM_ERR_TIMEOUT;
+        job_fail(j, status, "aborted");
+    }
+    t0 = tdm_clock_now_ns();
+    if (status == TDM_OK && job->canonical_start && job->cached_len > 0) {
+        /* MODEL.md 6(d)(1): rings of layers 0..c replayed at H, as the decode node would. */
+        engine_seq_reset_rings(j->seq);
+        status = engine_fwd_replay(env->fwd, j->seq, job->context_tokens,
+                                   (int64_t)job->n_context_tokens, ENGINE_REPLAY_CANONICAL, NULL);
+        if (status != TDM_OK) {
+            job_fail(j, status, "the prefill computation failed");
         }
     }
-    report_out->compute_ns = tdm_clock_now_ns() - t0;
-    if (status != TDM_OK) {
-        set_err(err, err_bytes, "the prefill computation failed");
-        goto out;
-    }
-    if (ps.aborted || env->aborted(env->aborted_arg, job->request_id)) {
-        status = TDM_ERR_TIMEOUT; /* pages put mid-compute stay the reservation's (fence) */
-        goto out;
-    }
-    /* The pages still open during the compute (each source's last one, ...) are final now. */
-    t0 = tdm_clock_now_ns();
-    status = stream_check(&ps);
     if (status == TDM_OK) {
-        stream_collect(&ps, INT64_MAX);
-        stream_post(&ps, 0);
+        j->logits = malloc((size_t)cfg->vocab_size * sizeof(float));
+        status = j->logits == NULL ? TDM_ERR_NO_MEMORY
+                                   : prefill_stream_init(&j->ps, env, j->peer, &j->rd, j->seq,
+                                                         job->request_id, user);
+        j->streaming = j->logits != NULL;
+        if (status != TDM_OK) {
+            job_fail(j, status, "out of memory");
+        }
+    }
+    j->rep.compute_ns += tdm_clock_now_ns() - t0;
+    if (status != TDM_OK) {
+        set_err(err, err_bytes, j->err);
+        prefill_job_destroy(j);
+        return status;
+    }
+    *job_out = j;
+    return TDM_OK;
+}
+
+int64_t prefill_job_rows_left(const prefill_job_t *j)
+{
+    if (j == NULL || j->status != TDM_OK || j->ps.aborted || j->ps.status != TDM_OK) {
+        return 0; /* over: finish says why */
+    }
+    return (int64_t)j->job->n_delta_tokens - j->done;
+}
+
+uint32_t prefill_job_pages_to_come(const prefill_job_t *j)
+{
+    uint32_t have;
+
+    if (j == NULL || j->seq == NULL || j->status != TDM_OK) {
+        return 0;
+    }
+    have = engine_seq_n_pages(j->seq);
+    return have < j->pages_at_t ? j->pages_at_t - have : 0;
+}
+
+/* The engine's per-layer hook during a step: each record is one job's rows (seq_index = its
+ * part), handed to that job's put stream. */
+typedef struct {
+    prefill_job_t *jobs[ENGINE_FWD_MAX_BATCH];
+} step_sink_t;
+
+static void step_on_layer(void *user, const engine_dump_layer_t *rec)
+{
+    step_sink_t *sk = user;
+
+    if (rec->seq_index >= 0 && rec->seq_index < ENGINE_FWD_MAX_BATCH &&
+        sk->jobs[rec->seq_index] != NULL) {
+        prefill_stream_on_layer(&sk->jobs[rec->seq_index]->ps, rec);
+    }
+}
+
+tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
+                               int n_jobs, int64_t budget_tokens, int64_t *n_tokens_out)
+{
+    engine_prefill_part_t parts[ENGINE_FWD_MAX_BATCH];
+    step_sink_t sk;
+    engine_dump_sink_t sink = {&sk, step_on_layer};
+    int64_t left_before[ENGINE_FWD_MAX_BATCH];
+    int64_t n_tokens = 0;
+    int n_parts = 0;
+    uint64_t t0, dt;
+    tdm_status_t status;
+
+    if (n_tokens_out != NULL) {
+        *n_tokens_out = 0;
+    }
+    if (env == NULL || jobs == NULL || n_jobs < 1 || n_jobs > ENGINE_FWD_MAX_BATCH ||
+        budget_tokens < 1) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(&sk, 0, sizeof(sk));
+    for (int i = 0; i < n_jobs; i++) {
+        prefill_job_t *j = jobs[i];
+        int64_t left = prefill_job_rows_left(j);
+        int64_t n = left < budget_tokens - n_tokens ? left : budget_tokens - n_tokens;
+        if (left > 0 && env->aborted(env->aborted_arg, j->user)) {
+            prefill_stream_stop(&j->ps); /* fenced: nothing more goes out */
+            job_fail(j, TDM_ERR_TIMEOUT, "aborted");
+            continue; /* every waiting job is looked at, in the step or not */
+        }
+        if (n <= 0) {
+            continue;
+        }
+        parts[n_parts] = (engine_prefill_part_t){
+            j->seq, (int64_t)j->job->cached_len,
+            (int64_t)(j->job->cached_len + j->job->n_delta_tokens), j->job->delta_tokens + j->done,
+            n, ENGINE_PREFILL_DEFAULT, j->logits, 0};
+        left_before[n_parts] = engine_seq_length(j->seq);
+        sk.jobs[n_parts++] = j;
+        n_tokens += n;
+    }
+    if (n_parts == 0) {
+        return TDM_OK;
+    }
+    t0 = tdm_clock_now_ns();
+    engine_fwd_set_dump(env->fwd, &sink);
+    status = engine_fwd_prefill_parts(env->fwd, parts, n_parts);
+    engine_fwd_set_dump(env->fwd, NULL);
+    dt = tdm_clock_now_ns() - t0;
+    n_tokens = 0;
+    for (int k = 0; k < n_parts; k++) {
+        prefill_job_t *j = sk.jobs[k];
+        int ran = engine_seq_length(j->seq) == left_before[k] + parts[k].n_ids;
+
+        j->rep.compute_ns += dt;
+        if (status == TDM_OK || (status == TDM_ERR_NO_PAGES && ran)) {
+            j->done += parts[k].n_ids;
+            n_tokens += parts[k].n_ids;
+        } else {
+            job_fail(j, status, status == TDM_ERR_NO_PAGES ? "the local page pool is full"
+                                                           : "the prefill computation failed");
+        }
+        if (j->ps.aborted) {
+            job_fail(j, TDM_ERR_TIMEOUT, "aborted"); /* stopped putting at a layer boundary */
+        }
+    }
+    if (n_tokens_out != NULL) {
+        *n_tokens_out = n_tokens;
+    }
+    return status;
+}
+
+/* The last puts, the state record at T and the notice of a job that computed every row. */
+static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *samples,
+                                  uint32_t n_samples, Tandem__CompletionNotice *notice_out)
+{
+    const Tandem__PrefillJob *job = j->job;
+    prefill_stream_t *ps = &j->ps;
+    uint8_t *record = NULL;
+    size_t n_record = 0;
+    uint64_t t0 = tdm_clock_now_ns();
+    tdm_status_t status, drained;
+
+    /* The pages still open during the compute (each source's last one, ...) are final now. */
+    status = prefill_stream_check(ps);
+    if (status == TDM_OK) {
+        prefill_stream_collect(ps, INT64_MAX);
+        prefill_stream_post(ps, 0);
         /* The state record at T does not touch the pages: built while the last puts fly. */
-        n_record = engine_seq_export_bytes(seq, ENGINE_SEQ_EXPORT_RECORD);
+        n_record = engine_seq_export_bytes(j->seq, ENGINE_SEQ_EXPORT_RECORD);
         record = malloc(n_record);
         status = record == NULL ? TDM_ERR_NO_MEMORY
-                                : engine_seq_export(seq, ENGINE_SEQ_EXPORT_RECORD, record,
+                                : engine_seq_export(j->seq, ENGINE_SEQ_EXPORT_RECORD, record,
                                                     n_record, &n_record);
     }
-    drained = stream_drain(&ps);
+    drained = prefill_stream_drain(ps);
     status = status != TDM_OK ? status : drained;
-    if (status == TDM_OK && ps.aborted) {
+    if (status == TDM_OK && ps->aborted) {
         status = TDM_ERR_TIMEOUT; /* aborted while the last batch waited to be posted */
     }
-    report_out->put_ns = tdm_clock_now_ns() - t0;
-    report_out->n_put = ps.n_posted_pages;
-    report_out->n_put_early = ps.n_early_pages;
-    report_out->n_chunk_puts = ps.n_chunk_batches;
+    j->rep.put_ns = tdm_clock_now_ns() - t0;
+    j->rep.n_put = ps->n_posted_pages;
+    j->rep.n_put_early = ps->n_early_pages;
+    j->rep.n_chunk_puts = ps->n_chunk_batches;
     tdm_log(TDM_LOG_DEBUG, "prefill",
             "job puts: request=%llu pages=%u during_compute=%u in_batches=%u after_compute=%u "
             "compute_ms=%.1f put_tail_ms=%.1f",
-            (unsigned long long)job->request_id, ps.n_posted_pages, ps.n_early_pages,
-            ps.n_chunk_batches, ps.n_posted_pages - ps.n_early_pages,
-            (double)report_out->compute_ns / 1e6, (double)report_out->put_ns / 1e6);
+            (unsigned long long)job->request_id, ps->n_posted_pages, ps->n_early_pages,
+            ps->n_chunk_batches, ps->n_posted_pages - ps->n_early_pages,
+            (double)j->rep.compute_ns / 1e6, (double)j->rep.put_ns / 1e6);
     if (status != TDM_OK) {
-        set_err(err, err_bytes,
-                status == TDM_ERR_MISMATCH ? "reserved pages do not match the sequence at T"
-                                           : "putting the pages into the reservation failed");
+        job_fail(j, status,
+                 status == TDM_ERR_TIMEOUT    ? "aborted"
+                 : status == TDM_ERR_MISMATCH ? "reserved pages do not match the sequence at T"
+                                              : "putting the pages into the reservation failed");
         free(record);
-        goto out;
+        return status;
     }
-    report_out->n_prefilled = job->n_delta_tokens;
-    sums = ps.sums;
-    ps.sums = NULL; /* the notice owns the checksums */
+    j->rep.n_prefilled = job->n_delta_tokens;
     tandem__completion_notice__init(notice_out);
     notice_out->request_id = job->request_id;
     notice_out->reservation_id = job->reservation_id;
     notice_out->cached_len = job->cached_len;
-    notice_out->total_len = T;
-    notice_out->page_checksums = sums;
-    notice_out->n_page_checksums = ps.n_all;
-    notice_out->sampler_counter = T;
+    notice_out->total_len = job->cached_len + job->n_delta_tokens;
+    notice_out->page_checksums = ps->sums;
+    notice_out->n_page_checksums = ps->n_all;
+    ps->sums = NULL; /* the notice owns the checksums */
+    notice_out->sampler_counter = notice_out->total_len;
     notice_out->state_record.data = record;
     notice_out->state_record.len = n_record;
     notice_out->state_checksum = tdm_hash_xxh3_64(record, n_record);
-    notice_out->prefill_ns = report_out->compute_ns;
+    notice_out->prefill_ns = j->rep.compute_ns;
     status = notice_first(notice_out, samples, n_samples,
                           job->sampling != NULL ? job->sampling->n_logprobs : -1);
     if (status != TDM_OK) {
         prefill_job_notice_fini(notice_out);
-        set_err(err, err_bytes, "out of memory");
+        job_fail(j, status, "out of memory");
     }
-
-out:
-    if (streaming) {
-        stream_drain(&ps); /* no batch may outlive the sequence's pages or `ps` */
-        report_out->n_put = ps.n_posted_pages;
-        stream_fini(&ps);
-    }
-    free(logits);
-    engine_seq_destroy(seq);
-    xfer_peer_close(peer);
-    node_resv_desc_fini(&rd);
     return status;
+}
+
+tdm_status_t prefill_job_finish(prefill_job_t *j, Tandem__CompletionNotice *notice_out,
+                                prefill_job_report_t *report_out, char *err, size_t err_bytes)
+{
+    engine_sample_t samples[PROTO_MAX_CHOICES];
+    uint32_t n_samples = 0;
+    tdm_status_t status = TDM_OK;
+
+    if (j == NULL || notice_out == NULL || report_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (j->status == TDM_OK && (j->ps.aborted || j->env->aborted(j->env->aborted_arg, j->user))) {
+        prefill_stream_stop(&j->ps); /* fenced (once): nothing more goes out */
+        job_fail(j, TDM_ERR_TIMEOUT, "aborted"); /* pages put mid-compute stay the reservation's */
+    }
+    if (j->status == TDM_OK && j->ps.status != TDM_OK) {
+        job_fail(j, j->ps.status,
+                 j->ps.status == TDM_ERR_MISMATCH ? "reserved pages do not match the sequence at T"
+                                                  : "putting the pages into the reservation failed");
+    }
+    if (j->status == TDM_OK && j->done < (int64_t)j->job->n_delta_tokens) {
+        return TDM_ERR_INVALID_ARG; /* rows left: not finished */
+    }
+    if (j->status == TDM_OK) {
+        char why[PREFILL_JOB_ERR_BYTES] = "";
+        uint64_t t0 = tdm_clock_now_ns();
+
+        status = sample_first(j->env, j->job->sampling, j->logits,
+                              (int64_t)(j->job->cached_len + j->job->n_delta_tokens), samples,
+                              &n_samples, why, sizeof(why));
+        j->rep.compute_ns += tdm_clock_now_ns() - t0;
+        if (status != TDM_OK) {
+            job_fail(j, status, why[0] != '\0' ? why : "the prefill computation failed");
+        }
+    }
+    if (j->status == TDM_OK && j->env->aborted(j->env->aborted_arg, j->user)) {
+        job_fail(j, TDM_ERR_TIMEOUT, "aborted");
+    }
+    if (j->status == TDM_OK) {
+        status = finish_notice(j, samples, n_samples, notice_out);
+    }
+    if (j->streaming) {
+        prefill_stream_drain(&j->ps); /* no batch may outlive the sequence's pages */
+        j->rep.n_put = j->ps.n_posted_pages;
+    }
+    *report_out = j->rep;
+    if (j->status != TDM_OK) {
+        set_err(err, err_bytes, j->err);
+        return j->status;
+    }
+    return status;
+}
+
+void prefill_job_destroy(prefill_job_t *j)
+{
+    if (j == NULL) {
+        return;
+    }
+    if (j->streaming) {
+        prefill_stream_drain(&j->ps); /* no batch may outlive the sequence's pages or `ps` */
+        prefill_stream_fini(&j->ps);
+    }
+    free(j->logits);
+    engine_seq_destroy(j->seq);
+    xfer_peer_close(j->peer);
+    if (j->have_rd) {
+        node_resv_desc_fini(&j->rd);
+    }
+    free(j);
 }
 
 void prefill_job_notice_fini(Tandem__CompletionNotice *notice)

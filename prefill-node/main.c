@@ -14,6 +14,12 @@
 static const tdm_flag_t prefill_flags[] = {
     {"pages", TDM_FLAG_U32, "4096", offsetof(prefill_node_params_t, pages),
      "local KV pages (a job's history plus its sequence at T)", 16, 16777216, 0},
+    {"max-jobs", TDM_FLAG_U32, "8", offsetof(prefill_node_params_t, max_jobs),
+     "prefill jobs started at once and batched into one engine call per step (1: one job at a "
+     "time)", 1, 64, 0},
+    {"batch-tokens", TDM_FLAG_U32, "256", offsetof(prefill_node_params_t, batch_tokens),
+     "delta tokens one prefill step takes over the started jobs, oldest first (0: --chunk-tokens)",
+     0, 1048576, 0},
 };
 
 int main(int argc, char **argv)

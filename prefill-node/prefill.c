@@ -37,27 +37,45 @@ typedef struct {
     double last_job_s;
     double last_compute_s;
     double recent_tokens_per_s;
+    uint32_t running_jobs;
+    uint64_t steps_total;         /* batched prefill steps (engine calls) */
+    uint64_t step_jobs_total;     /* jobs those steps carried, summed (mean batch = / steps) */
+    double compute_seconds_total; /* time in the steps' engine calls */
+    double busy_seconds_total;    /* wall time with at least one job started */
 } prefill_stats_t;
 
-/* Process state, made in prefill_node_run and passed down. */
+typedef struct prefill_node prefill_node_t;
+
+/* One job the node has taken off the queue (started or starting), oldest first in the node's
+ * slot list. */
 typedef struct {
+    prefill_node_t *node;
+    Tandem__Envelope *env; /* owned: its PrefillJob is borrowed by `job` */
+    uint64_t epoch;        /* the link's lease epoch the job arrived in (node_link.h) */
+    prefill_job_t *job;    /* NULL while starting */
+    uint64_t t0;
+    int aborted;  /* an Abort named it (seen at its next layer boundary) */
+    int answered; /* its one answer (CompletionNotice, Error or AbortAck) is sent */
+} prefill_slot_t;
+
+/* Process state, made in prefill_node_run and passed down. */
+struct prefill_node {
     const prefill_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     xfer_pool_t *xpool;
     engine_kv_pool_t *kv;
     engine_fwd_t *fwd;
     prefill_queue_t *queue;
+    prefill_job_env_t je; /* what every job borrows */
     int ready;
     pthread_mutex_t lock;
     prefill_stats_t stats;
     uint64_t running_tokens;
-    /* The running job (compute thread only): an Abort naming it sets running_aborted; once its
-     * one answer (CompletionNotice, Error or AbortAck) is sent, running_answered. */
-    const Tandem__PrefillJob *running;
-    uint64_t running_epoch; /* the link's lease epoch the job arrived in (node_link.h) */
-    int running_aborted;
-    int running_answered;
-} prefill_node_t;
+    /* The jobs taken (compute thread only), oldest first: each steps until its delta is
+     * computed, then finishes and leaves. */
+    prefill_slot_t *slots[ENGINE_FWD_MAX_BATCH];
+    int n_slots;
+};
 
 /* The node's /metrics families (node_worker_families_fn); arg: a prefill_stats_t snapshot. */
 static void render_families(void *arg, tdm_prom_t *p)
@@ -88,8 +106,22 @@ static void render_families(void *arg, tdm_prom_t *p)
     tdm_prom_gauge(p, "tandem_prefill_last_compute_seconds",
                    "compute time of the last successful job", st->last_compute_s);
     tdm_prom_gauge(p, "tandem_prefill_recent_tokens_per_second",
-                   "prefill throughput of the last job, tokens per second",
+                   "prefill throughput of the last step (all its jobs), tokens per second",
                    st->recent_tokens_per_s);
+    tdm_prom_gauge(p, "tandem_prefill_running_jobs", "prefill jobs started and not finished",
+                   st->running_jobs);
+    tdm_prom_counter(p, "tandem_prefill_steps_total",
+                     "prefill steps (one batched engine call over the running jobs)",
+                     st->steps_total);
+    tdm_prom_counter(p, "tandem_prefill_step_jobs_total",
+                     "jobs the prefill steps carried, summed over the steps", st->step_jobs_total);
+    tdm_prom_family(p, "tandem_prefill_compute_seconds_total", TDM_PROM_COUNTER,
+                    "time in the prefill steps' engine calls");
+    tdm_prom_sample(p, NULL, 0, st->compute_seconds_total);
+    tdm_prom_family(p, "tandem_prefill_busy_seconds_total", TDM_PROM_COUNTER,
+                    "wall time with at least one prefill job started (tokens_total / this = "
+                    "the node's prefill tokens per busy second)");
+    tdm_prom_sample(p, NULL, 0, st->busy_seconds_total);
 }
 
 static int render(void *arg, node_http_page_t page, char **body_out)
@@ -115,14 +147,14 @@ static void publish(prefill_node_t *n)
     pthread_mutex_lock(&n->lock);
     n->stats.queued_jobs = prefill_queue_n_jobs(n->queue);
     n->stats.queued_tokens = prefill_queue_n_tokens(n->queue) + n->running_tokens;
+    n->stats.running_jobs = (uint32_t)n->n_slots;
     load.queued_prefill_tokens = n->stats.queued_tokens;
-    load.running_sequences = n->running_tokens > 0;
+    load.running_sequences = (uint32_t)n->n_slots;
     load.recent_tokens_per_s = n->stats.recent_tokens_per_s;
     pthread_mutex_unlock(&n->lock);
     node_link_set_load(n->worker.link, &load);
     /* a loop pass or a job's phase boundary completed: liveness from progress (node_progress.h) */
-    node_progress_step(&n->worker.progress,
-                       n->stats.queued_jobs + (n->running_tokens > 0 ? 1u : 0u));
+    node_progress_step(&n->worker.progress, n->stats.queued_jobs + (uint32_t)n->n_slots);
 }
 
 static void send_env(prefill_node_t *n, Tandem__Envelope *env)
@@ -185,23 +217,25 @@ static void on_dropped(void *arg, const Tandem__PrefillJob *job)
     count_aborted(n, 1);
 }
 
-/* The running job stopped (an Abort named it, its lease ended, or the node is stopping) and has
+/* A taken job stopped (an Abort named it, its lease ended, or the node is stopping) and has
  * nothing in flight: its one answer, AbortAck for an abort, ERROR_ABORTED for a lost lease,
  * ERROR_DRAINING for a stop signal. */
-static void answer_stopped(prefill_node_t *n, uint64_t pages_put)
+static void answer_stopped(prefill_node_t *n, prefill_slot_t *slot, uint64_t pages_put)
 {
-    if (n->running == NULL || n->running_answered) {
+    const Tandem__PrefillJob *job = slot->env->prefill_job;
+
+    if (slot->answered) {
         return;
     }
-    n->running_answered = 1;
-    if (n->running_aborted || prefill_queue_is_aborted(n->queue, n->running)) {
-        send_abort_ack(n, n->running, pages_put);
-    } else if (!node_link_lease_valid(n->worker.link, n->running_epoch)) {
-        send_error(n, n->running, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_ABORTED,
+    slot->answered = 1;
+    if (slot->aborted || prefill_queue_is_aborted(n->queue, job)) {
+        send_abort_ack(n, job, pages_put);
+    } else if (!node_link_lease_valid(n->worker.link, slot->epoch)) {
+        send_error(n, job, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_ABORTED,
                    "the prefill node stood still past the router's heartbeat timeout: its job "
                    "may have been retried elsewhere");
     } else {
-        send_error(n, n->running, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_DRAINING,
+        send_error(n, job, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_DRAINING,
                    "the prefill node is stopping");
     }
 }
@@ -223,9 +257,15 @@ static void on_message(prefill_node_t *n, Tandem__Envelope *env)
         prefill_abort_t a = {env->abort->request_id, env->abort->reservation_id,
                              env->abort->attempt};
         int n_dropped = prefill_queue_abort(n->queue, &a, on_dropped, n);
-        if (n->running != NULL && !n->running_answered && prefill_abort_names(&a, n->running)) {
-            n->running_aborted = 1; /* seen at its next layer boundary */
-        } else if (n_dropped == 0) {
+        int n_named = 0;
+        for (int i = 0; i < n->n_slots; i++) {
+            prefill_slot_t *slot = n->slots[i];
+            if (!slot->answered && prefill_abort_names(&a, slot->env->prefill_job)) {
+                slot->aborted = 1; /* seen at its next layer boundary */
+                n_named++;
+            }
+        }
+        if (n_dropped == 0 && n_named == 0) {
             tdm_log(TDM_LOG_DEBUG, "prefill",
                     "abort names no job here (answered already): request=%llu attempt=%u",
                     (unsigned long long)a.request_id, a.attempt);
@@ -248,115 +288,221 @@ static void drain(prefill_node_t *n, uint32_t wait_ms)
     publish(n);
 }
 
-static int job_aborted(void *arg, uint64_t request_id)
+static int job_aborted(void *arg, void *job_user)
 {
     prefill_node_t *n = arg;
+    prefill_slot_t *slot = job_user;
 
-    (void)request_id; /* the running job's keys are n->running's */
     drain(n, 0);
-    return node_worker_stop_signal() != 0 || n->running_aborted ||
-           (n->running != NULL && prefill_queue_is_aborted(n->queue, n->running)) ||
-           !node_link_lease_valid(n->worker.link, n->running_epoch);
+    return node_worker_stop_signal() != 0 || slot->aborted ||
+           prefill_queue_is_aborted(n->queue, slot->env->prefill_job) ||
+           !node_link_lease_valid(n->worker.link, slot->epoch);
 }
 
-/* The job stopped putting mid-compute: answer now, before the rest of its compute. */
-static void job_fenced(void *arg, uint32_t pages_put)
+/* A job stopped putting mid-compute: answer now, before the rest of its compute. */
+static void job_fenced(void *arg, void *job_user, uint32_t pages_put)
 {
-    answer_stopped(arg, pages_put);
+    answer_stopped(arg, job_user, pages_put);
 }
 
-static void run_one(prefill_node_t *n, Tandem__Envelope *env, uint64_t epoch)
+static void set_running_tokens(prefill_node_t *n)
 {
-    const Tandem__PrefillJob *job = env->prefill_job;
-    prefill_job_env_t je = {n->worker.model,
-                            n->kv,
-                            n->worker.xfer,
-                            n->xpool,
-                            n->fwd,
-                            job_aborted,
-                            n,
-                            job_fenced,
-                            n->worker.constrain_vocab,
-                            &n->worker.progress};
-    Tandem__CompletionNotice notice;
-    Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
-    prefill_job_report_t rep;
-    char err[PREFILL_ERR_BYTES] = "";
-    uint64_t t0 = tdm_clock_now_ns();
-    tdm_status_t status;
-    double ms;
+    uint64_t tokens = 0;
 
-    pthread_mutex_lock(&n->lock);
-    n->running_tokens = job->n_delta_tokens;
-    pthread_mutex_unlock(&n->lock);
-    n->running = job;
-    n->running_epoch = epoch;
-    n->running_aborted = 0;
-    n->running_answered = 0;
-    if (!node_link_lease_valid(n->worker.link, epoch)) {
-        /* it came before a pause that may have cost this node its registration */
-        tdm_log(TDM_LOG_WARN, "prefill", "job void (lease lost): request=%llu attempt=%u",
-                (unsigned long long)job->request_id, job->attempt);
-        pthread_mutex_lock(&n->lock);
-        n->running_tokens = 0;
-        n->stats.jobs_total++;
-        n->stats.jobs_aborted_total++;
-        pthread_mutex_unlock(&n->lock);
-        answer_stopped(n, 0);
-        n->running = NULL;
-        return;
+    for (int i = 0; i < n->n_slots; i++) {
+        tokens += n->slots[i]->env->prefill_job->n_delta_tokens;
     }
-    status = prefill_job_run(&je, job, &notice, &rep, err, sizeof(err));
-    ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
-    /* The counters first, then the notice: the router starts the decode on the notice, so a
-     * client whose turn has ended reads this job on /metrics (sent first, the counters lagged
-     * behind the whole decode whenever this thread lost the CPU right after the send). */
     pthread_mutex_lock(&n->lock);
-    n->running_tokens = 0;
+    n->running_tokens = tokens;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* Take slot i out of the list (the order of the others kept) and free it. */
+static void slot_remove(prefill_node_t *n, int i)
+{
+    prefill_slot_t *slot = n->slots[i];
+
+    memmove(&n->slots[i], &n->slots[i + 1], (size_t)(n->n_slots - i - 1) * sizeof(n->slots[0]));
+    n->n_slots--;
+    prefill_job_destroy(slot->job); /* its pages back to the pool */
+    proto_envelope_free(slot->env);
+    free(slot);
+    set_running_tokens(n);
+}
+
+/* The one answer of a job that ended with `status` (finish or a failed start). The counters
+ * first, then the notice: the router starts the decode on the notice, so a client whose turn has
+ * ended reads this job on /metrics (sent first, the counters lagged behind the whole decode
+ * whenever this thread lost the CPU right after the send). */
+static void answer_job(prefill_node_t *n, prefill_slot_t *slot, tdm_status_t status,
+                       Tandem__CompletionNotice *notice, const prefill_job_report_t *rep,
+                       const char *err)
+{
+    const Tandem__PrefillJob *job = slot->env->prefill_job;
+    Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
+    double ms = (double)(tdm_clock_now_ns() - slot->t0) / TDM_NS_PER_MS;
+
+    pthread_mutex_lock(&n->lock);
     n->stats.jobs_total++;
     n->stats.jobs_failed_total += status != TDM_OK && status != TDM_ERR_TIMEOUT;
     n->stats.jobs_aborted_total += status == TDM_ERR_TIMEOUT;
     if (status == TDM_OK) {
-        n->stats.prefilled_tokens_total += rep.n_prefilled;
-        n->stats.pulled_pages_total += rep.n_pulled;
-        n->stats.put_pages_total += rep.n_put;
-        n->stats.chunk_puts_total += rep.n_chunk_puts;
-        n->stats.early_put_pages_total += rep.n_put_early;
+        n->stats.prefilled_tokens_total += rep->n_prefilled;
+        n->stats.pulled_pages_total += rep->n_pulled;
+        n->stats.put_pages_total += rep->n_put;
+        n->stats.chunk_puts_total += rep->n_chunk_puts;
+        n->stats.early_put_pages_total += rep->n_put_early;
         n->stats.last_job_s = ms / 1e3;
-        n->stats.last_compute_s = (double)rep.compute_ns / TDM_NS_PER_S;
-        n->stats.recent_tokens_per_s =
-            rep.compute_ns > 0 ? (double)rep.n_prefilled * TDM_NS_PER_S / (double)rep.compute_ns
-                               : 0.0;
+        n->stats.last_compute_s = (double)rep->compute_ns / TDM_NS_PER_S;
     }
     pthread_mutex_unlock(&n->lock);
-    if (status == TDM_OK && n->running_answered) {
-        prefill_job_notice_fini(&notice); /* stopped mid-compute and acknowledged already */
+    if (status == TDM_OK && slot->answered) {
+        prefill_job_notice_fini(notice); /* stopped mid-compute and acknowledged already */
     } else if (status == TDM_OK) {
-        n->running_answered = 1;
-        notice.attempt = job->attempt;
+        slot->answered = 1;
+        notice->attempt = job->attempt;
         out.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
-        out.completion = &notice;
+        out.completion = notice;
         send_env(n, &out);
-        prefill_job_notice_fini(&notice);
+        prefill_job_notice_fini(notice);
         tdm_log(TDM_LOG_DEBUG, "prefill",
                 "job done: request=%llu H=%llu tokens=%llu pulled=%u put=%u job_ms=%.1f "
                 "compute_ms=%.1f",
                 (unsigned long long)job->request_id, (unsigned long long)job->cached_len,
-                (unsigned long long)rep.n_prefilled, rep.n_pulled, rep.n_put, ms,
-                (double)rep.compute_ns / TDM_NS_PER_MS);
+                (unsigned long long)rep->n_prefilled, rep->n_pulled, rep->n_put, ms,
+                (double)rep->compute_ns / TDM_NS_PER_MS);
     } else if (status == TDM_ERR_TIMEOUT) {
         tdm_log(TDM_LOG_INFO, "prefill", "job aborted: request=%llu attempt=%u pages_put=%u",
-                (unsigned long long)job->request_id, job->attempt, rep.n_put);
-        answer_stopped(n, rep.n_put);
+                (unsigned long long)job->request_id, job->attempt, rep->n_put);
+        answer_stopped(n, slot, rep->n_put);
     } else {
         tdm_log(TDM_LOG_ERROR, "prefill", "job failed: request=%llu status=%s reason=\"%s\"",
                 (unsigned long long)job->request_id, tdm_status_name(status), err);
-        if (!n->running_answered) {
-            n->running_answered = 1;
+        if (!slot->answered) {
+            slot->answered = 1;
             send_error(n, job, status, TANDEM__ERROR_CODE__ERROR_UNSPECIFIED, err);
         }
     }
-    n->running = NULL;
+}
+
+/* Finish the job of slot i (computed, failed or stopped), answer it and free the slot. */
+static void slot_end(prefill_node_t *n, int i)
+{
+    prefill_slot_t *slot = n->slots[i];
+    Tandem__CompletionNotice notice;
+    prefill_job_report_t rep;
+    char err[PREFILL_ERR_BYTES] = "";
+    tdm_status_t status;
+
+    memset(&rep, 0, sizeof(rep));
+    status = prefill_job_finish(slot->job, &notice, &rep, err, sizeof(err));
+    answer_job(n, slot, status, &notice, &rep, err);
+    slot_remove(n, i);
+}
+
+/* Take the oldest queued job: a slot, then its start (pull, import, replay). A job whose start
+ * fails is answered at once. */
+static void slot_start(prefill_node_t *n, Tandem__Envelope *env, uint64_t epoch)
+{
+    prefill_slot_t *slot = calloc(1, sizeof(*slot));
+    prefill_job_report_t rep;
+    char err[PREFILL_ERR_BYTES] = "";
+    tdm_status_t status;
+
+    if (slot == NULL) {
+        send_error(n, env->prefill_job, TDM_ERR_NO_MEMORY, TANDEM__ERROR_CODE__ERROR_BUSY,
+                   "out of memory starting the job");
+        proto_envelope_free(env);
+        return;
+    }
+    slot->node = n;
+    slot->env = env;
+    slot->epoch = epoch;
+    slot->t0 = tdm_clock_now_ns();
+    n->slots[n->n_slots++] = slot; /* an Abort during the pull finds it */
+    set_running_tokens(n);
+    publish(n);
+    memset(&rep, 0, sizeof(rep));
+    if (!node_link_lease_valid(n->worker.link, epoch)) {
+        /* it came before a pause that may have cost this node its registration */
+        tdm_log(TDM_LOG_WARN, "prefill", "job void (lease lost): request=%llu attempt=%u",
+                (unsigned long long)env->prefill_job->request_id, env->prefill_job->attempt);
+        status = TDM_ERR_TIMEOUT;
+    } else {
+        status = prefill_job_start(&n->je, env->prefill_job, slot, &slot->job, err, sizeof(err));
+    }
+    if (status != TDM_OK) {
+        answer_job(n, slot, status, NULL, &rep, err);
+        slot_remove(n, n->n_slots - 1);
+    }
+}
+
+/* Pages free for a new job beside what the running ones will still reserve. */
+static uint32_t pages_for_new(const prefill_node_t *n)
+{
+    uint32_t free_pages = engine_kv_pool_n_free(n->kv);
+    uint32_t to_come = 0;
+
+    for (int i = 0; i < n->n_slots; i++) {
+        to_come += prefill_job_pages_to_come(n->slots[i]->job);
+    }
+    return free_pages > to_come ? free_pages - to_come : 0;
+}
+
+/* Start queued jobs, oldest first, while there is a slot and, beside the running jobs, room in
+ * the page pool for the whole job (a job alone always starts: it fails NO_PAGES if the pool is
+ * too small, as one job at a time did). */
+static void admit(prefill_node_t *n)
+{
+    uint32_t max_jobs = n->params->max_jobs > 0 ? n->params->max_jobs : 1;
+
+    while ((uint32_t)n->n_slots < max_jobs && node_worker_stop_signal() == 0) {
+        const Tandem__Envelope *next = prefill_queue_peek(n->queue);
+        uint64_t epoch = 0;
+        Tandem__Envelope *env;
+
+        if (next == NULL ||
+            (n->n_slots > 0 && prefill_job_pages_needed(next->prefill_job) > pages_for_new(n))) {
+            return;
+        }
+        env = prefill_queue_pop(n->queue, &epoch);
+        slot_start(n, env, epoch);
+    }
+}
+
+/* One step over every started job (one batched engine call), then the jobs that are done leave:
+ * finished, answered, freed. */
+static void step(prefill_node_t *n)
+{
+    prefill_job_t *jobs[ENGINE_FWD_MAX_BATCH];
+    int64_t n_tokens = 0;
+    uint64_t t0 = tdm_clock_now_ns(), dt;
+    int n_jobs = 0, n_stepping = 0;
+
+    for (int i = 0; i < n->n_slots; i++) {
+        jobs[n_jobs++] = n->slots[i]->job;
+        n_stepping += prefill_job_rows_left(n->slots[i]->job) > 0;
+    }
+    if (n_stepping > 0) {
+        uint32_t budget = n->params->batch_tokens > 0 ? n->params->batch_tokens
+                                                      : n->params->worker.chunk_tokens;
+        prefill_jobs_step(&n->je, jobs, n_jobs, budget, &n_tokens);
+        dt = tdm_clock_now_ns() - t0;
+        pthread_mutex_lock(&n->lock);
+        n->stats.steps_total++;
+        n->stats.step_jobs_total += (uint64_t)n_stepping;
+        n->stats.compute_seconds_total += (double)dt / TDM_NS_PER_S;
+        n->stats.recent_tokens_per_s =
+            dt > 0 ? (double)n_tokens * TDM_NS_PER_S / (double)dt : n->stats.recent_tokens_per_s;
+        pthread_mutex_unlock(&n->lock);
+    }
+    for (int i = 0; i < n->n_slots;) {
+        if (prefill_job_rows_left(n->slots[i]->job) == 0) {
+            slot_end(n, i);
+        } else {
+            i++;
+        }
+    }
 }
 
 static int setup(prefill_node_t *n)
@@ -394,6 +540,10 @@ static int setup(prefill_node_t *n)
     if (status == TDM_OK) {
         status = prefill_queue_create(&n->queue);
     }
+    n->je = (prefill_job_env_t){w->model,     n->kv,       w->xfer,
+                                n->xpool,     n->fwd,      job_aborted,
+                                n,            job_fenced,  w->constrain_vocab,
+                                &w->progress};
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
@@ -401,7 +551,7 @@ static int setup(prefill_node_t *n)
     memset(&join, 0, sizeof(join));
     join.render = render;
     join.render_arg = n;
-    join.max_sequences = 1;
+    join.max_sequences = cfg->max_jobs > 0 ? cfg->max_jobs : 1; /* jobs batched at once */
     join.kv_pages = cfg->pages; /* one job's history and new pages: Capacity.max_tokens */
     rc = node_worker_join(w, &join);
     if (rc != NODE_EXIT_OK) {
@@ -410,27 +560,43 @@ static int setup(prefill_node_t *n)
     pthread_mutex_lock(&n->lock);
     n->ready = 1;
     pthread_mutex_unlock(&n->lock);
-    tdm_log(TDM_LOG_INFO, "prefill", "serving: id=%s http=%s pages=%u threads=%d", w->id,
-            w->endpoint, cfg->pages, w->n_threads);
+    tdm_log(TDM_LOG_INFO, "prefill",
+            "serving: id=%s http=%s pages=%u threads=%d max_jobs=%u batch_tokens=%u", w->id,
+            w->endpoint, cfg->pages, w->n_threads, join.max_sequences,
+            cfg->batch_tokens > 0 ? cfg->batch_tokens : cfg->worker.chunk_tokens);
     return NODE_EXIT_OK;
 }
 
 static void run(prefill_node_t *n)
 {
-    while (node_worker_stop_signal() == 0) {
-        uint64_t epoch = 0;
-        Tandem__Envelope *env = prefill_queue_pop(n->queue, &epoch);
+    uint64_t last = tdm_clock_now_ns();
 
-        if (env != NULL) {
-            publish(n);
-            run_one(n, env, epoch);
-            proto_envelope_free(env);
-            continue;
+    while (node_worker_stop_signal() == 0) {
+        uint64_t now;
+        int busy;
+
+        admit(n);
+        busy = n->n_slots > 0;
+        if (busy) {
+            step(n);
+            drain(n, 0);
+        } else {
+            xfer_context_progress(n->worker.xfer);
+            drain(n, PREFILL_IDLE_MS);
         }
-        xfer_context_progress(n->worker.xfer);
-        drain(n, PREFILL_IDLE_MS);
+        now = tdm_clock_now_ns();
+        if (busy) {
+            pthread_mutex_lock(&n->lock);
+            n->stats.busy_seconds_total += (double)(now - last) / TDM_NS_PER_S;
+            pthread_mutex_unlock(&n->lock);
+        }
+        last = now;
     }
-    /* Every job taken is answered: the queued ones go back to the router for another node. */
+    /* Every job taken is answered: the started ones stop (the stop signal is their abort), the
+     * queued ones go back to the router for another node. */
+    while (n->n_slots > 0) {
+        slot_end(n, 0);
+    }
     for (Tandem__Envelope *env; (env = prefill_queue_pop(n->queue, NULL)) != NULL;) {
         send_error(n, env->prefill_job, TDM_ERR_TIMEOUT, TANDEM__ERROR_CODE__ERROR_DRAINING,
                    "the prefill node is stopping");

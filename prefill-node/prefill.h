@@ -6,9 +6,13 @@
  * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
  * i), the forward context and the job queue (queue.h). Its loop, on the calling thread until
  * SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each names one attempt of
- * one request, queue.h), runs one job at a time (job.h; an abort reaches it at its next layer
- * boundary) and answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING
- * for the jobs a stop signal ends) or AbortAck (docs/PROTOCOL.md 4a). Renders the node's /health and /metrics pages
+ * one request, queue.h), starts up to --max-jobs jobs, oldest first, while the page pool has
+ * room for each whole job beside the running ones' (job.h: pull, import, replay), and steps them
+ * together: each step takes up to --batch-tokens delta tokens of the started jobs, oldest first,
+ * in one batched engine call (an abort reaches a job at its next layer boundary and stops only
+ * that job); a job whose delta is computed finishes (sample, last puts, notice) and leaves. It
+ * answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING for the jobs a
+ * stop signal ends) or AbortAck (docs/PROTOCOL.md 4a). Renders the node's /health and /metrics pages
  * (the tandem_prefill_* families, then transfer/'s). Knows nothing of argv (main.c parses the
  * flags into prefill_node_params_t).
  */
@@ -23,6 +27,9 @@
 typedef struct {
     node_worker_cfg_t worker; /* the flags both workers take */
     uint32_t pages;           /* --pages: local KV pages (a job's history plus its sequence at T) */
+    uint32_t max_jobs;        /* --max-jobs: jobs started at once, batched (1: one at a time) */
+    uint32_t batch_tokens;    /* --batch-tokens: delta tokens one step takes over its jobs (0:
+                                 --chunk-tokens) */
 } prefill_node_params_t;
 
 /*

@@ -62,6 +62,11 @@ tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env, u
     return TDM_OK;
 }
 
+const Tandem__Envelope *prefill_queue_peek(const prefill_queue_t *queue)
+{
+    return queue->head != NULL ? queue->head->env : NULL;
+}
+
 Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue, uint64_t *epoch_out)
 {
     item_t *it = queue->head;

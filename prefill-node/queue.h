@@ -46,6 +46,10 @@ tdm_status_t prefill_queue_push(prefill_queue_t *queue, Tandem__Envelope *env, u
  * *epoch_out (may be NULL), or NULL. */
 Tandem__Envelope *prefill_queue_pop(prefill_queue_t *queue, uint64_t *epoch_out);
 
+/* prefill_queue_peek - the oldest job, still the queue's (valid until the next pop, abort or
+ * destroy), or NULL. */
+const Tandem__Envelope *prefill_queue_peek(const prefill_queue_t *queue);
+
 /* prefill_abort_names - nonzero when `abort` names `job` (the rules at the top). */
 int prefill_abort_names(const prefill_abort_t *abort, const Tandem__PrefillJob *job);
 
