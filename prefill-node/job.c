@@ -459,7 +459,8 @@ static void step_on_layer(void *user, const engine_dump_layer_t *rec)
 }
 
 tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
-                               int n_jobs, int64_t budget_tokens, int64_t *n_tokens_out)
+                               int n_jobs, int64_t budget_tokens, int64_t job_tokens,
+                               int64_t *n_tokens_out)
 {
     engine_prefill_part_t parts[ENGINE_FWD_MAX_BATCH];
     step_sink_t sk;
@@ -474,14 +475,15 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
         *n_tokens_out = 0;
     }
     if (env == NULL || jobs == NULL || n_jobs < 1 || n_jobs > ENGINE_FWD_MAX_BATCH ||
-        budget_tokens < 1) {
+        budget_tokens < 1 || job_tokens < 1) {
         return TDM_ERR_INVALID_ARG;
     }
     memset(&sk, 0, sizeof(sk));
     for (int i = 0; i < n_jobs; i++) {
         prefill_job_t *j = jobs[i];
         int64_t left = prefill_job_rows_left(j);
-        int64_t n = left < budget_tokens - n_tokens ? left : budget_tokens - n_tokens;
+        int64_t n = left < job_tokens ? left : job_tokens;
+        n = n < budget_tokens - n_tokens ? n : budget_tokens - n_tokens;
         if (left > 0 && env->aborted(env->aborted_arg, j->user)) {
             prefill_stream_stop(&j->ps); /* fenced: nothing more goes out */
             job_fail(j, TDM_ERR_TIMEOUT, "aborted");

@@ -9,7 +9,8 @@
  *             of every page) and replays the rings of layers 0..c at H (MODEL.md 6(d)(1),
  *             canonical start);
  *   steps   (prefill_jobs_step)  - the CED prefill of the delta, in parts: one step takes the next
- *             tokens of several jobs (oldest first, under a token budget) and runs them in one
+ *             tokens of several jobs (oldest first, a chunk at most per job, under a token
+ *             budget) and runs them in one
  *             engine_fwd_prefill_parts call, one batch (each job keeps its own sequence, history
  *             and pages; each gets the bits it gets alone). The pages holding rows n_c(H) .. are
  *             put into the reserved pages as soon as they are final: one non-blocking UCX put
@@ -116,16 +117,18 @@ uint32_t prefill_job_pages_to_come(const prefill_job_t *job);
 
 /*
  * prefill_jobs_step - one step of jobs [n_jobs] (oldest first; 1 <= n_jobs <=
- * ENGINE_FWD_MAX_BATCH): the next tokens of each job that has some left, in order, until
- * budget_tokens (>= 1) are taken (a job's tokens may be split across steps), in one
- * engine_fwd_prefill_parts call, with each job's page puts on the engine's per-layer hook. A job
- * that an abort names is stopped (fenced) instead of stepped. A failure is the job's: the
- * others go on (a NaN in the batch, TDM_ERR_INTERNAL, fails every job of the step: their rows
- * were one batch). n_tokens_out: tokens computed (may be NULL).
+ * ENGINE_FWD_MAX_BATCH): the next tokens of each job that has some left, at most job_tokens
+ * (>= 1) per job, in order, until budget_tokens (>= 1) are taken (a job's delta is thus split
+ * across steps and a long job does not hold the others back), in one engine_fwd_prefill_parts
+ * call, with each job's page puts on the engine's per-layer hook. A job with tokens left that an
+ * abort names is stopped (fenced) instead of stepped. A failure is the job's: the others go on
+ * (a NaN in the batch, TDM_ERR_INTERNAL, fails every job of the step: their rows were one
+ * batch). n_tokens_out: tokens computed (may be NULL).
  * Returns TDM_OK, or the engine's status when it failed (the jobs it names are over).
  */
 tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
-                               int n_jobs, int64_t budget_tokens, int64_t *n_tokens_out);
+                               int n_jobs, int64_t budget_tokens, int64_t job_tokens,
+                               int64_t *n_tokens_out);
 
 /*
  * prefill_job_finish - end a job whose rows_left is 0: on TDM_OK *notice_out is filled; its

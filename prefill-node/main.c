@@ -18,7 +18,8 @@ static const tdm_flag_t prefill_flags[] = {
      "prefill jobs started at once and batched into one engine call per step (1: one job at a "
      "time)", 1, 64, 0},
     {"batch-tokens", TDM_FLAG_U32, "256", offsetof(prefill_node_params_t, batch_tokens),
-     "delta tokens one prefill step takes over the started jobs, oldest first (0: --chunk-tokens)",
+     "delta tokens one prefill step takes over the started jobs, oldest first, at most "
+     "--chunk-tokens per job (0: --chunk-tokens)",
      0, 1048576, 0},
 };
 

@@ -486,7 +486,8 @@ static void step(prefill_node_t *n)
     if (n_stepping > 0) {
         uint32_t budget = n->params->batch_tokens > 0 ? n->params->batch_tokens
                                                       : n->params->worker.chunk_tokens;
-        prefill_jobs_step(&n->je, jobs, n_jobs, budget, &n_tokens);
+        prefill_jobs_step(&n->je, jobs, n_jobs, budget, n->params->worker.chunk_tokens,
+                          &n_tokens);
         dt = tdm_clock_now_ns() - t0;
         pthread_mutex_lock(&n->lock);
         n->stats.steps_total++;
