@@ -272,4 +272,17 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
 tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
                                int64_t n_ids, engine_replay_mode_t mode, float *logits_out);
 
+/*
+ * engine_fwd_replay_batch - the CANONICAL engine_fwd_replay of n_seqs distinct sequences (1 <=
+ * n_seqs <= ENGINE_FWD_MAX_BATCH) in batches: as many whole replays per layer pass as fit in
+ * max_chunk_tokens rows (a prefill node starting several jobs). ids[i] [n_ids[i]] as
+ * engine_fwd_replay's for seqs[i]. Each sequence's rings, pending halves and ids are
+ * bit-identical to its engine_fwd_replay alone (forward_batch.c).
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (as engine_fwd_replay's, for any sequence, or one twice:
+ * nothing changed), TDM_ERR_INTERNAL or TDM_ERR_NO_MEMORY (the sequences' rings are then
+ * invalid).
+ */
+tdm_status_t engine_fwd_replay_batch(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *const *ids, const int64_t *n_ids, int n_seqs);
+
 #endif

@@ -1,5 +1,6 @@
 /* forward_batch.c - engine_fwd_prefill_parts (engine/forward.h): the CED prefill (schedule 6(b))
- * of several parts, each of its own sequence, in one batch.
+ * of several parts, each of its own sequence, in one batch; engine_fwd_replay_batch: canonical
+ * replays (6(d)) of several sequences in one batch.
  *
  * The parts' rows are taken in passes of at most max_chunk_tokens rows, oldest part first (a
  * part longer than what is left of a pass continues in the next one). A pass is one batch with
@@ -304,4 +305,73 @@ tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *
         }
     }
     return st != TDM_OK ? st : reserved;
+}
+
+tdm_status_t engine_fwd_replay_batch(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *const *ids, const int64_t *n_ids, int n_seqs)
+{
+    const engine_config_t *c;
+    fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
+    int64_t wp[ENGINE_FWD_MAX_BATCH];
+    tdm_status_t st = TDM_OK;
+
+    if (fwd == NULL || seqs == NULL || ids == NULL || n_ids == NULL || n_seqs < 1 ||
+        n_seqs > ENGINE_FWD_MAX_BATCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    c = fwd->cfg;
+    for (int i = 0; i < n_seqs; i++) { /* every check before anything changes */
+        int64_t H, need;
+        if (seqs[i] == NULL || ids[i] == NULL) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        H = seqs[i]->length;
+        wp[i] = H < c->sliding_window ? H : c->sliding_window;
+        need = H - wp[i] < c->engram_max_ngram_size - 1 ? H : wp[i] + c->engram_max_ngram_size - 1;
+        if (H == 0 || n_ids[i] < need || n_ids[i] > H || wp[i] > fwd->params.max_chunk_tokens) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        st = fwd_check_ids(c, ids[i], n_ids[i]);
+        if (st != TDM_OK) {
+            return st;
+        }
+        for (int j = 0; j < i; j++) {
+            if (seqs[j] == seqs[i]) {
+                return TDM_ERR_INVALID_ARG;
+            }
+        }
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        int64_t H = seqs[i]->length;
+        for (int64_t k = 0; k < n_ids[i] && k < seqs[i]->n_ids_cap; k++) {
+            engine_seq_set_id(seqs[i], H - 1 - k, ids[i][n_ids[i] - 1 - k]);
+        }
+    }
+    /* batches of whole replays, at most max_chunk_tokens rows each (a replay is never cut) */
+    for (int first = 0; first < n_seqs && st == TDM_OK;) {
+        fwd_batch_t b;
+        int64_t N = 0;
+        int n_segs = 0;
+
+        while (first + n_segs < n_seqs && N + wp[first + n_segs] <= fwd->params.max_chunk_tokens) {
+            int i = first + n_segs;
+            int64_t H = seqs[i]->length;
+            segs[n_segs++] = (fwd_seg_t){seqs[i], i, H - wp[i], wp[i], N, H - wp[i], 0,
+                                         ids[i] + (n_ids[i] - wp[i]), 0};
+            N += wp[i];
+        }
+        memset(&b, 0, sizeof(b));
+        tdm_arena_reset(&fwd->batch_arena);
+        b.segs = segs;
+        b.n_segs = n_segs;
+        st = fwd_batch_alloc(fwd, &b, N);
+        if (st == TDM_OK) {
+            st = fwd_batch_embed(fwd, &b);
+        }
+        for (int l = 0; l <= c->ced_cut && st == TDM_OK; l++) {
+            st = fwd_layer_run(fwd, &b, l);
+        }
+        first += n_segs;
+    }
+    return st;
 }

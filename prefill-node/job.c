@@ -278,6 +278,7 @@ struct prefill_job {
     prefill_stream_t ps;
     int streaming;
     float *logits;       /* [V] first-token logits, written by the step that reaches T */
+    int need_replay;     /* the canonical replay at H is still to run (its first step) */
     int64_t done;        /* delta tokens computed */
     uint32_t pages_at_t; /* the sequence's pages at T (every source's reservation) */
     tdm_status_t status; /* TDM_OK, or why the job is over (TDM_ERR_TIMEOUT: stopped) */
@@ -395,13 +396,10 @@ tdm_status_t prefill_job_start(const prefill_job_env_t *env, const Tandem__Prefi
     }
     t0 = tdm_clock_now_ns();
     if (status == TDM_OK && job->canonical_start && job->cached_len > 0) {
-        /* MODEL.md 6(d)(1): rings of layers 0..c replayed at H, as the decode node would. */
+        /* MODEL.md 6(d)(1): rings of layers 0..c replayed at H, as the decode node would; the
+         * replay runs in the job's first step, batched with the other new jobs' */
         engine_seq_reset_rings(j->seq);
-        status = engine_fwd_replay(env->fwd, j->seq, job->context_tokens,
-                                   (int64_t)job->n_context_tokens, ENGINE_REPLAY_CANONICAL, NULL);
-        if (status != TDM_OK) {
-            job_fail(j, status, "the prefill computation failed");
-        }
+        j->need_replay = 1;
     }
     if (status == TDM_OK) {
         j->logits = malloc((size_t)cfg->vocab_size * sizeof(float));
@@ -458,6 +456,47 @@ static void step_on_layer(void *user, const engine_dump_layer_t *rec)
     }
 }
 
+/* The canonical replays of the jobs [n] that still need theirs, in one batched call; a job
+ * whose context does not check fails alone (each is then replayed on its own). */
+static void replay_new_jobs(const prefill_job_env_t *env, prefill_job_t *const *jobs, int n)
+{
+    engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
+    const int32_t *ids[ENGINE_FWD_MAX_BATCH];
+    int64_t n_ids[ENGINE_FWD_MAX_BATCH];
+    prefill_job_t *mine[ENGINE_FWD_MAX_BATCH];
+    int m = 0;
+    uint64_t t0 = tdm_clock_now_ns(), dt;
+    tdm_status_t status;
+
+    for (int i = 0; i < n; i++) {
+        if (jobs[i]->need_replay && prefill_job_rows_left(jobs[i]) > 0) {
+            mine[m] = jobs[i];
+            seqs[m] = jobs[i]->seq;
+            ids[m] = jobs[i]->job->context_tokens;
+            n_ids[m++] = (int64_t)jobs[i]->job->n_context_tokens;
+        }
+    }
+    if (m == 0) {
+        return;
+    }
+    status = engine_fwd_replay_batch(env->fwd, seqs, ids, n_ids, m);
+    for (int k = 0; k < m; k++) {
+        tdm_status_t own = status;
+        if (status == TDM_ERR_INVALID_ARG) { /* which one: each alone */
+            own = engine_fwd_replay(env->fwd, seqs[k], ids[k], n_ids[k], ENGINE_REPLAY_CANONICAL,
+                                    NULL);
+        }
+        mine[k]->need_replay = 0;
+        if (own != TDM_OK) {
+            job_fail(mine[k], own, "the prefill computation failed");
+        }
+    }
+    dt = tdm_clock_now_ns() - t0;
+    for (int k = 0; k < m; k++) {
+        mine[k]->rep.compute_ns += dt;
+    }
+}
+
 tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
                                int n_jobs, int64_t budget_tokens, int64_t job_tokens,
                                int64_t *n_tokens_out)
@@ -479,16 +518,18 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
         return TDM_ERR_INVALID_ARG;
     }
     memset(&sk, 0, sizeof(sk));
+    for (int i = 0; i < n_jobs; i++) { /* every waiting job is looked at, in the step or not */
+        if (prefill_job_rows_left(jobs[i]) > 0 && env->aborted(env->aborted_arg, jobs[i]->user)) {
+            prefill_stream_stop(&jobs[i]->ps); /* fenced: nothing more goes out */
+            job_fail(jobs[i], TDM_ERR_TIMEOUT, "aborted");
+        }
+    }
+    replay_new_jobs(env, jobs, n_jobs);
     for (int i = 0; i < n_jobs; i++) {
         prefill_job_t *j = jobs[i];
         int64_t left = prefill_job_rows_left(j);
         int64_t n = left < job_tokens ? left : job_tokens;
         n = n < budget_tokens - n_tokens ? n : budget_tokens - n_tokens;
-        if (left > 0 && env->aborted(env->aborted_arg, j->user)) {
-            prefill_stream_stop(&j->ps); /* fenced: nothing more goes out */
-            job_fail(j, TDM_ERR_TIMEOUT, "aborted");
-            continue; /* every waiting job is looked at, in the step or not */
-        }
         if (n <= 0) {
             continue;
         }

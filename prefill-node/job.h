@@ -6,16 +6,17 @@
  *             the session's pages below H from the decode node (one UCX get batch into local
  *             pages: prefill_job_pull's step), imports them with the state record at H from the
  *             reservation descriptor (engine_seq_import checks identity, fingerprint and checksum
- *             of every page) and replays the rings of layers 0..c at H (MODEL.md 6(d)(1),
- *             canonical start);
- *   steps   (prefill_jobs_step)  - the CED prefill of the delta, in parts: one step takes the next
- *             tokens of several jobs (oldest first, a chunk at most per job, under a token
- *             budget) and runs them in one
- *             engine_fwd_prefill_parts call, one batch (each job keeps its own sequence, history
- *             and pages; each gets the bits it gets alone). The pages holding rows n_c(H) .. are
- *             put into the reserved pages as soon as they are final: one non-blocking UCX put
- *             batch per job and chunk (its pages the chunk completed) while the compute goes on
- *             (job_stream.h explains the choice);
+ *             of every page);
+ *   steps   (prefill_jobs_step)  - the replay of the rings of layers 0..c at H (MODEL.md 6(d)(1),
+ *             canonical start) of the jobs new to the step, in one batched call
+ *             (engine_fwd_replay_batch); then the CED prefill of the delta, in parts: one step
+ *             takes the next tokens of several jobs (oldest first, a chunk at most per job,
+ *             under a token budget) and runs them in one engine_fwd_prefill_parts call, one
+ *             batch (each job keeps its own sequence, history and pages; each gets the bits it
+ *             gets alone). The pages holding rows n_c(H) .. are put into the reserved pages as
+ *             soon as they are final: one non-blocking UCX put batch per job and chunk (its
+ *             pages the chunk completed) while the compute goes on (job_stream.h explains the
+ *             choice);
  *   finish  (prefill_job_finish) - samples the first token at position T (MODEL.md 8), puts the
  *             pages still being appended to at the end (each source's last one) in a last batch,
  *             and once every batch has completed (flushed) builds the CompletionNotice: page
@@ -97,7 +98,8 @@ uint32_t prefill_job_pages_needed(const Tandem__PrefillJob *job);
 
 /*
  * prefill_job_start - check `job` (borrowed until prefill_job_destroy) against its descriptor,
- * reach its decode node, pull and import the history, replay the rings at H. user: the cookie
+ * reach its decode node, pull and import the history (its ring replay at H runs in its first
+ * step). user: the cookie
  * env->aborted and env->fenced get for this job. On TDM_OK *job_out is the started job
  * (prefill_job_destroy frees it), with prefill_job_rows_left() delta tokens to compute.
  * Returns TDM_OK; TDM_ERR_TIMEOUT (aborted before its compute; nothing put);
@@ -117,7 +119,8 @@ uint32_t prefill_job_pages_to_come(const prefill_job_t *job);
 
 /*
  * prefill_jobs_step - one step of jobs [n_jobs] (oldest first; 1 <= n_jobs <=
- * ENGINE_FWD_MAX_BATCH): the next tokens of each job that has some left, at most job_tokens
+ * ENGINE_FWD_MAX_BATCH): the canonical ring replays of the jobs that have not had theirs, in one
+ * batched call, then the next tokens of each job that has some left, at most job_tokens
  * (>= 1) per job, in order, until budget_tokens (>= 1) are taken (a job's delta is thus split
  * across steps and a long job does not hold the others back), in one engine_fwd_prefill_parts
  * call, with each job's page puts on the engine's per-layer hook. A job with tokens left that an

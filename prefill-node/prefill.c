@@ -42,6 +42,8 @@ typedef struct {
     uint64_t step_jobs_total;     /* jobs those steps carried, summed (mean batch = / steps) */
     double compute_seconds_total; /* time in the steps' engine calls */
     double busy_seconds_total;    /* wall time with at least one job started */
+    double start_seconds_total;   /* job starts: pull, import, replay */
+    double finish_seconds_total;  /* job finishes: sampling, last puts, record, notice */
 } prefill_stats_t;
 
 typedef struct prefill_node prefill_node_t;
@@ -122,6 +124,12 @@ static void render_families(void *arg, tdm_prom_t *p)
                     "wall time with at least one prefill job started (tokens_total / this = "
                     "the node's prefill tokens per busy second)");
     tdm_prom_sample(p, NULL, 0, st->busy_seconds_total);
+    tdm_prom_family(p, "tandem_prefill_start_seconds_total", TDM_PROM_COUNTER,
+                    "time in job starts (history pull, import, ring replay)");
+    tdm_prom_sample(p, NULL, 0, st->start_seconds_total);
+    tdm_prom_family(p, "tandem_prefill_finish_seconds_total", TDM_PROM_COUNTER,
+                    "time in job finishes (sampling, last puts, state record, notice)");
+    tdm_prom_sample(p, NULL, 0, st->finish_seconds_total);
 }
 
 static int render(void *arg, node_http_page_t page, char **body_out)
@@ -394,8 +402,13 @@ static void slot_end(prefill_node_t *n, int i)
     char err[PREFILL_ERR_BYTES] = "";
     tdm_status_t status;
 
+    uint64_t t0 = tdm_clock_now_ns();
+
     memset(&rep, 0, sizeof(rep));
     status = prefill_job_finish(slot->job, &notice, &rep, err, sizeof(err));
+    pthread_mutex_lock(&n->lock);
+    n->stats.finish_seconds_total += (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_S;
+    pthread_mutex_unlock(&n->lock);
     answer_job(n, slot, status, &notice, &rep, err);
     slot_remove(n, i);
 }
@@ -430,6 +443,9 @@ static void slot_start(prefill_node_t *n, Tandem__Envelope *env, uint64_t epoch)
         status = TDM_ERR_TIMEOUT;
     } else {
         status = prefill_job_start(&n->je, env->prefill_job, slot, &slot->job, err, sizeof(err));
+        pthread_mutex_lock(&n->lock);
+        n->stats.start_seconds_total += (double)(tdm_clock_now_ns() - slot->t0) / TDM_NS_PER_S;
+        pthread_mutex_unlock(&n->lock);
     }
     if (status != TDM_OK) {
         answer_job(n, slot, status, NULL, &rep, err);

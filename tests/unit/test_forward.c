@@ -370,6 +370,70 @@ static void test_prefill_parts_batched_equal_each_alone(void **state)
     }
 }
 
+/* Canonical replays of several sequences in batches (engine_fwd_replay_batch) equal each
+ * sequence's engine_fwd_replay alone: the same state record (rings, pending halves, ids), and a
+ * prefill continuing after them the same logits; with batches cut by a small chunk (several
+ * replays per pass, and passes of one). A sequence twice changes nothing. */
+static void test_replay_batch_equals_each_alone(void **state)
+{
+    fixture_t *fx = *state;
+    enum { S = 5, MAXH = 120 };
+    static const int64_t lens[S] = {5, 17, 40, 101, 33};
+    static const int64_t chunks[] = {256, 40};
+    int32_t ids[S][MAXH + 8];
+    float *la = malloc(sizeof(float) * (size_t)fx->V);
+    float *lb = malloc(sizeof(float) * (size_t)fx->V);
+
+    for (int i = 0; i < S; i++) {
+        ftu_prompt(700 + (uint64_t)i, fx->V, ids[i], lens[i] + 8);
+    }
+    for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+        engine_fwd_params_t fp;
+        engine_fwd_t *fwd = NULL;
+        engine_seq_t *alone[S], *batch[S];
+        const int32_t *bid[S];
+        int64_t n_ids[S];
+
+        engine_fwd_params_default(fx->model, &fp);
+        fp.max_chunk_tokens = chunks[k];
+        assert_int_equal(engine_fwd_create(fx->model, fx->pool, &fp, &fwd), TDM_OK);
+        for (int i = 0; i < S; i++) {
+            alone[i] = ftu_new_seq(fx);
+            batch[i] = ftu_new_seq(fx);
+            assert_int_equal(engine_fwd_prefill(fx->fwd, alone[i], ids[i], lens[i], 0, NULL, NULL),
+                             TDM_OK);
+            assert_int_equal(engine_fwd_prefill(fx->fwd, batch[i], ids[i], lens[i], 0, NULL, NULL),
+                             TDM_OK);
+            engine_seq_reset_rings(alone[i]);
+            engine_seq_reset_rings(batch[i]);
+            assert_int_equal(engine_fwd_replay(fwd, alone[i], ids[i], lens[i],
+                                               ENGINE_REPLAY_CANONICAL, NULL),
+                             TDM_OK);
+            bid[i] = ids[i];
+            n_ids[i] = lens[i];
+        }
+        {
+            engine_seq_t *twice[2] = {batch[0], batch[0]};
+            assert_int_equal(engine_fwd_replay_batch(fwd, twice, bid, n_ids, 2),
+                             TDM_ERR_INVALID_ARG);
+        }
+        assert_int_equal(engine_fwd_replay_batch(fwd, batch, bid, n_ids, S), TDM_OK);
+        for (int i = 0; i < S; i++) {
+            assert_same_record(alone[i], batch[i]);
+            assert_int_equal(engine_fwd_prefill(fwd, alone[i], ids[i] + lens[i], 8, 0, la, NULL),
+                             TDM_OK);
+            assert_int_equal(engine_fwd_prefill(fwd, batch[i], ids[i] + lens[i], 8, 0, lb, NULL),
+                             TDM_OK);
+            assert_memory_equal(la, lb, sizeof(float) * (size_t)fx->V);
+            engine_seq_destroy(alone[i]);
+            engine_seq_destroy(batch[i]);
+        }
+        engine_fwd_destroy(fwd);
+    }
+    free(la);
+    free(lb);
+}
+
 /* Decode continuing a prefill equals the oracle on the same tokens (exact state). */
 static void test_decode_after_prefill_equals_oracle(void **state)
 {
@@ -740,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_chunked_prefill_equals_one_shot),
         cmocka_unit_test(test_prefill_parts_equal_one_shot),
         cmocka_unit_test(test_prefill_parts_batched_equal_each_alone),
+        cmocka_unit_test(test_replay_batch_equals_each_alone),
         cmocka_unit_test(test_decode_after_prefill_equals_oracle),
         cmocka_unit_test(test_batch_of_8_equals_each_alone),
         cmocka_unit_test(test_verify_equals_successive_decodes),
