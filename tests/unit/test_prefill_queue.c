@@ -156,6 +156,33 @@ static void test_remembered_aborts_wrap_around(void **state)
     prefill_queue_destroy(q);
 }
 
+/* peek shows the oldest job without taking it (the node's admission looks before it pops);
+ * an abort of that job moves peek on to the next; pop then takes what peek showed. */
+static void test_peek_shows_the_oldest_without_taking_it(void **state)
+{
+    prefill_queue_t *q = NULL;
+    prefill_abort_t a = {41, 0, 1};
+    uint64_t epoch = 0;
+    Tandem__Envelope *env;
+
+    (void)state;
+    assert_int_equal(prefill_queue_create(&q), TDM_OK);
+    assert_null(prefill_queue_peek(q));
+    assert_int_equal(prefill_queue_push(q, job_env(41, 1, 1), 7), TDM_OK);
+    assert_int_equal(prefill_queue_push(q, job_env(42, 2, 1), 8), TDM_OK);
+    assert_int_equal(prefill_queue_peek(q)->prefill_job->request_id, 41);
+    assert_int_equal(prefill_queue_peek(q)->prefill_job->request_id, 41);
+    assert_int_equal(prefill_queue_n_jobs(q), 2);
+    assert_int_equal(prefill_queue_abort(q, &a, NULL, NULL), 1);
+    assert_int_equal(prefill_queue_peek(q)->prefill_job->request_id, 42);
+    env = prefill_queue_pop(q, &epoch);
+    assert_int_equal(env->prefill_job->request_id, 42);
+    assert_int_equal(epoch, 8);
+    assert_null(prefill_queue_peek(q));
+    proto_envelope_free(env);
+    prefill_queue_destroy(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_retry_is_never_cancelled_by_an_earlier_abort),
         cmocka_unit_test(test_abort_before_its_job_still_stops_it),
         cmocka_unit_test(test_remembered_aborts_wrap_around),
+        cmocka_unit_test(test_peek_shows_the_oldest_without_taking_it),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
