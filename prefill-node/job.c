@@ -456,10 +456,20 @@ static void step_on_layer(void *user, const engine_dump_layer_t *rec)
     }
 }
 
+/* The engine's per-layer hook during the replays: liveness only (nothing is put yet). */
+static void replay_on_layer(void *user, const engine_dump_layer_t *rec)
+{
+    const prefill_job_env_t *env = user;
+
+    (void)rec;
+    node_progress_tick(env->progress);
+}
+
 /* The canonical replays of the jobs [n] that still need theirs, in one batched call; a job
  * whose context does not check fails alone (each is then replayed on its own). */
 static void replay_new_jobs(const prefill_job_env_t *env, prefill_job_t *const *jobs, int n)
 {
+    engine_dump_sink_t sink = {(void *)env, replay_on_layer};
     engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
     const int32_t *ids[ENGINE_FWD_MAX_BATCH];
     int64_t n_ids[ENGINE_FWD_MAX_BATCH];
@@ -479,6 +489,7 @@ static void replay_new_jobs(const prefill_job_env_t *env, prefill_job_t *const *
     if (m == 0) {
         return;
     }
+    engine_fwd_set_dump(env->fwd, &sink); /* many replays take a while: a long step is live */
     status = engine_fwd_replay_batch(env->fwd, seqs, ids, n_ids, m);
     for (int k = 0; k < m; k++) {
         tdm_status_t own = status;
@@ -491,6 +502,7 @@ static void replay_new_jobs(const prefill_job_env_t *env, prefill_job_t *const *
             job_fail(mine[k], own, "the prefill computation failed");
         }
     }
+    engine_fwd_set_dump(env->fwd, NULL);
     dt = tdm_clock_now_ns() - t0;
     for (int k = 0; k < m; k++) {
         mine[k]->rep.compute_ns += dt;
