@@ -38,6 +38,7 @@ typedef struct {
     double last_compute_s;
     double recent_tokens_per_s;
     uint32_t running_jobs;
+    uint32_t free_pages;          /* local page pool */
     uint64_t steps_total;         /* batched prefill steps (engine calls) */
     uint64_t step_jobs_total;     /* jobs those steps carried, summed (mean batch = / steps) */
     double compute_seconds_total; /* time in the steps' engine calls */
@@ -112,6 +113,9 @@ static void render_families(void *arg, tdm_prom_t *p)
                    st->recent_tokens_per_s);
     tdm_prom_gauge(p, "tandem_prefill_running_jobs", "prefill jobs started and not finished",
                    st->running_jobs);
+    tdm_prom_gauge(p, "tandem_prefill_free_pages",
+                   "pages free in the local pool (all of --pages when no job runs)",
+                   st->free_pages);
     tdm_prom_counter(p, "tandem_prefill_steps_total",
                      "prefill steps (one batched engine call over the running jobs)",
                      st->steps_total);
@@ -156,6 +160,7 @@ static void publish(prefill_node_t *n)
     n->stats.queued_jobs = prefill_queue_n_jobs(n->queue);
     n->stats.queued_tokens = prefill_queue_n_tokens(n->queue) + n->running_tokens;
     n->stats.running_jobs = (uint32_t)n->n_slots;
+    n->stats.free_pages = n->kv != NULL ? engine_kv_pool_n_free(n->kv) : 0;
     load.queued_prefill_tokens = n->stats.queued_tokens;
     load.running_sequences = (uint32_t)n->n_slots;
     load.recent_tokens_per_s = n->stats.recent_tokens_per_s;

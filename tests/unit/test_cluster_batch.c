@@ -11,7 +11,8 @@
  *    pages are back at their baseline;
  *  - an abort in a batch: a client leaves while its job is stepping together with three others;
  *    the node stops that job alone (AbortAck, tandem_prefill_jobs_aborted_total), the three give
- *    their one-at-a-time texts, and no page is left behind.
+ *    their one-at-a-time texts, and no page is left behind (the decode node's, and every local
+ *    page of the prefill node: tandem_prefill_free_pages back to --pages).
  * Old code ran one job at a time: no step ever carried two jobs.
  */
 #define T_MODEL_PREFIX "cluster-batch"
@@ -107,6 +108,8 @@ static void test_batched_jobs_equal_one_at_a_time(void **state)
     print_message("one at a time: %.0f steps carried %.0f jobs (%.0f tokens); batched: %.0f steps "
                   "carried %.0f jobs (%.0f tokens)\n",
                   steps1, step_jobs1, prefilled1, steps, step_jobs, prefilled);
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_free_pages", T_PAGES, 20000) ==
+                T_PAGES);
     cluster_check_pages(&c, "batched");
     cluster_stop(&c);
     assert_true(step_jobs1 == steps1); /* --max-jobs 1: one job per step */
@@ -210,6 +213,9 @@ static void test_abort_of_one_job_in_a_batch_leaves_the_others_correct(void **st
                   metric(c.prefill_port[0], "tandem_prefill_step_jobs_total") /
                       metric(c.prefill_port[0], "tandem_prefill_steps_total"));
     assert_true(await_metric(c.prefill_port[0], "tandem_prefill_running_jobs", 0, 20000) == 0);
+    /* every job's local pages, the aborted one's too, are back in the prefill node's pool */
+    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_free_pages", T_PAGES, 20000) ==
+                T_PAGES);
     cluster_check_pages(&c, "abort in a batch");
     cluster_stop(&c);
     assert_true(aborted == 1);
