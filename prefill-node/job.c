@@ -1,5 +1,5 @@
-/* job.c - the prefill jobs of a prefill node: start (pull, import, replay), steps of several
- * jobs in one batch, finish (sample, last puts, notice) (job.h). */
+/* job.c - the prefill jobs of a prefill node: start (pull, import), steps of several jobs in one
+ * batch (their ring replays, then their deltas), finish (sample, last puts, notice) (job.h). */
 #include "prefill-node/job.h"
 
 #include <stddef.h>
