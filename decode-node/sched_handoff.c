@@ -202,6 +202,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                          session == NULL ? "session table full" : "session busy");
         return;
     }
+    sched_tier_on_turn(s, session); /* a demoted state comes back first */
     if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
         sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
                          "reservation lengths out of range");
