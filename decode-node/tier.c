@@ -144,9 +144,9 @@ tdm_status_t decode_tier_create(const decode_tier_params_t *params, decode_tier_
             clean_dir(t->dir);
         }
     }
-    tdm_log(TDM_LOG_INFO, "tier", "session tiers: host=%llu MiB disk=%s max=%llu MiB",
-            (unsigned long long)(t->host_max_bytes >> 20), t->dir[0] != '\0' ? t->dir : "none",
-            (unsigned long long)(t->spill_max_bytes >> 20));
+    tdm_log(TDM_LOG_INFO, "tier", "session tiers: host_bytes=%llu spill_dir=%s spill_max_bytes=%llu",
+            (unsigned long long)t->host_max_bytes, t->dir[0] != '\0' ? t->dir : "none",
+            (unsigned long long)t->spill_max_bytes);
     *tier_out = t;
     return TDM_OK;
 }
