@@ -29,7 +29,7 @@
 
 #define MAX_MSGS      256
 #define MAX_STEPS     64
-#define PROMPT_TOKENS 48
+#define PROMPT_TOKENS 160
 #define MAX_TOKENS    4
 
 /* ---- the store on its own ------------------------------------------------------------------ */
@@ -495,7 +495,7 @@ static int setup(void **state)
         free(fx);
         return -1;
     }
-    node_open(fx, &probe, 256, NULL);
+    node_open(fx, &probe, 1024, NULL);
     ftu_prompt(1, fx->engine.V, ids, PROMPT_TOKENS);
     turn(&probe, 1, "probe", 0, ids, PROMPT_TOKENS, 0.0, toks);
     fx->one_session = decode_sessions_n_pages(probe.sessions);
@@ -552,17 +552,17 @@ static int two_sessions(fixture_t *fx, node_t *node, int with_b, double temperat
 }
 
 /* The reference: a's second turn on a node that never demotes (room for both); a's recorded
- * ids after it in ids_out (n_ids_out, at most 128). */
+ * ids after it in ids_out (n_ids_out, at most 1024). */
 static void reference(fixture_t *fx, double temperature, int32_t *toks2, int32_t *ids_out,
                       int64_t *n_ids_out)
 {
     node_t roomy;
     const decode_session_t *a;
 
-    node_open(fx, &roomy, 256, NULL);
+    node_open(fx, &roomy, 1024, NULL);
     assert_int_equal(two_sessions(fx, &roomy, 0, temperature, toks2), 0);
     a = decode_sessions_find(roomy.sessions, "a");
-    assert_true(a->n_ids > PROMPT_TOKENS && a->n_ids <= 128);
+    assert_true(a->n_ids > PROMPT_TOKENS && a->n_ids <= 1024);
     memcpy(ids_out, a->ids, (size_t)a->n_ids * sizeof(int32_t));
     *n_ids_out = a->n_ids;
     assert_true(node_close(&roomy));
@@ -576,7 +576,7 @@ static uint32_t small_pool(const fixture_t *fx)
 static void resume_equals_never_demoted(fixture_t *fx, decode_tier_t *tier,
                                         decode_tier_kind_t where, double temperature)
 {
-    int32_t want[MAX_TOKENS], got[MAX_TOKENS], want_ids[128];
+    int32_t want[MAX_TOKENS], got[MAX_TOKENS], want_ids[1024];
     int64_t n_want_ids = 0;
     node_t small;
     decode_stats_t st;
