@@ -85,7 +85,7 @@ typedef struct decode_tier decode_tier_t;
  * higher goes first. The expected wait until its next turn (with two or more turns: the
  * distance between its idle time and its mean pause, |gap - idle|, so a session due back soon
  * stays and one long overdue goes; with fewer: its idle time), divided by the chance that it
- * comes back at all (n_turns / (n_turns + 1)), times a size factor 1 + log2(1 + size) (a larger
+ * comes back at all (n_turns / (n_turns + 1), at least 1/4), times a size factor 1 + log2(1 + size) (a larger
  * session frees more with one move). Seconds-scaled; 0 for a session used at now_ns.
  */
 double decode_tier_score(const decode_tier_usage_t *usage, uint64_t now_ns);
