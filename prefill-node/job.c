@@ -79,9 +79,11 @@ static void set_err(char *err, size_t err_bytes, const char *what)
     }
 }
 
-/* The sequence at H: a fresh one (H = 0), or the pulled pages with the record at H. */
+/* The sequence at H: a fresh one (H = 0), or the history pages (those the history cache holds
+ * unchanged from it, history.h; the others pulled) with the record at H. */
 static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer,
-                                 const node_resv_desc_t *rd, uint64_t job_id, engine_seq_t **seq_out,
+                                 const node_resv_desc_t *rd, const char *session_id,
+                                 uint64_t job_id, engine_seq_t **seq_out,
                                  prefill_job_report_t *rep, char *err, size_t err_bytes)
 {
     const engine_config_t *cfg = engine_model_config(env->model);
@@ -89,8 +91,8 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
     engine_kv_table_t scratch;
     int64_t n_rows[NODE_MAX_SOURCES];
     uint32_t n_pages[NODE_MAX_SOURCES];
-    uint32_t n_all = 0, k = 0;
-    uint32_t *remote = NULL;
+    uint32_t n_all = 0, n_get = 0;
+    uint32_t *remote = NULL, *local = NULL;
     const void **pages = NULL;
     uint8_t *blob = NULL;
     size_t n_blob = 0;
@@ -114,25 +116,34 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
         n_all += n_pages[s];
     }
     engine_kv_table_init(&scratch, (int)cfg->kv_source_layer_ids[0], 1);
-    status = engine_kv_table_reserve(env->kv, &scratch, (int64_t)n_all * KERN_KV_PAGE_ROWS);
     remote = malloc((n_all + 1) * sizeof(uint32_t));
-    pages = malloc((n_all + 1) * sizeof(void *));
-    if (status == TDM_OK && (remote == NULL || pages == NULL)) {
-        status = TDM_ERR_NO_MEMORY;
+    local = malloc((n_all + 1) * sizeof(uint32_t));
+    pages = calloc(n_all + 1, sizeof(void *));
+    status = remote == NULL || local == NULL || pages == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    if (status == TDM_OK) {
+        /* the pages the cache holds as the decode node does (digest and check, history.h) */
+        n_get = n_all - prefill_history_lookup(env->history, session_id, rd, pages);
+        status = engine_kv_table_reserve(env->kv, &scratch, (int64_t)n_get * KERN_KV_PAGE_ROWS);
     }
     if (status == TDM_OK) {
+        uint32_t k = 0, g = 0;
         for (uint32_t s = 0; s < rd->n_sources; s++) {
-            for (uint32_t j = 0; j < n_pages[s]; j++) {
-                pages[k] = engine_kv_pool_page(env->kv, scratch.page_ids[k]);
-                remote[k++] = rd->src[s].history[j];
+            for (uint32_t j = 0; j < n_pages[s]; j++, k++) {
+                if (pages[k] != NULL) {
+                    continue;
+                }
+                local[g] = scratch.page_ids[g];
+                remote[g] = rd->src[s].history[j];
+                pages[k] = engine_kv_pool_page(env->kv, local[g++]);
             }
         }
-        status = move_pages(env, peer, XFER_OP_GET, job_id, scratch.page_ids, remote, n_all);
+        status = move_pages(env, peer, XFER_OP_GET, job_id, local, remote, n_get);
         if (status != TDM_OK) {
             set_err(err, err_bytes, "pulling the history pages failed");
         }
     }
-    rep->n_pulled = n_all;
+    rep->n_history = n_all;
+    rep->n_pulled = n_get;
     rep->pull_ns = tdm_clock_now_ns() - t0;
     if (status == TDM_OK) {
         status = node_blob_with_pages(rd->record, rd->n_record, rd->n_sources, n_rows, n_pages,
@@ -147,6 +158,7 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
     free(blob);
     free(pages);
     free(remote);
+    free(local);
     engine_kv_table_release(env->kv, &scratch);
     return status;
 }
@@ -576,7 +588,8 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         set_err(err, err_bytes, "cannot reach the decode node's page pool");
         goto out;
     }
-    status = load_history(env, peer, &rd, job->request_id, &seq, report_out, err, err_bytes);
+    status = load_history(env, peer, &rd, job->session_id, job->request_id, &seq, report_out, err,
+                          err_bytes);
     if (status != TDM_OK) {
         goto out;
     }
@@ -663,6 +676,13 @@ tdm_status_t prefill_job_run(const prefill_job_env_t *env, const Tandem__Prefill
         goto out;
     }
     report_out->n_prefilled = job->n_delta_tokens;
+    /* the session's pages below T, every one sealed and equal to what the decode node now holds:
+     * its next turn here pulls only what changes meanwhile (history.h) */
+    if (env->history != NULL &&
+        prefill_history_keep_seq(env->history, job->session_id, env->kv, seq) != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "prefill", "history pages not kept (out of memory): request=%llu",
+                (unsigned long long)job->request_id);
+    }
     sums = ps.sums;
     ps.sums = NULL; /* the notice owns the checksums */
     tandem__completion_notice__init(notice_out);

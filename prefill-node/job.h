@@ -1,7 +1,8 @@
 /* job.h - one prefill job of a prefill node, start to finish (docs/PROTOCOL.md 3b).
  *
  * For a delta [H, T) of a session held by a decode node: pulls the session's pages below H from
- * the decode node (one UCX get batch into local pages), imports them with the state record at H
+ * the decode node (one UCX get batch into local pages; only those the node's history cache,
+ * history.h, does not hold unchanged), imports them with the state record at H
  * from the reservation descriptor (engine_seq_import checks identity, fingerprint and checksum of
  * every page), replays the rings of layers 0..c at H (MODEL.md 6(d)(1), canonical start), runs
  * the CED prefill of the delta (engine_fwd_prefill, chunked inside the engine), samples the first
@@ -28,6 +29,7 @@
 #include "engine/constrain.h"
 #include "engine/model.h"
 #include "node/node_progress.h"
+#include "prefill-node/history.h"
 #include "proto/proto.h"
 #include "transfer/context.h"
 #include "transfer/pool.h"
@@ -56,12 +58,18 @@ typedef struct {
     /* Liveness (node_progress.h): ticked after every layer pass of the compute, so a long job
      * is not taken for a wedged thread; NULL: none. */
     node_progress_t *progress;
+    /* The node's history page cache (history.h): the job takes the history pages it holds
+     * unchanged instead of pulling them, and leaves the session's pages at T there after a
+     * successful job; NULL: none (every history page is pulled). */
+    prefill_history_t *history;
 } prefill_job_env_t;
 
 /* What a job did (plain data, for metrics). */
 typedef struct {
     uint64_t n_prefilled;  /* delta tokens */
-    uint32_t n_pulled;     /* pages got from the decode node */
+    uint32_t n_history;    /* history pages below H the job needed (what a node without the
+                              history cache pulls) */
+    uint32_t n_pulled;     /* pages got from the decode node (the others came from the cache) */
     uint32_t n_put;        /* pages put into the reservation */
     uint32_t n_put_early;  /* of which posted while the prefill still computed */
     uint32_t n_chunk_puts; /* put batches posted while the prefill computed (one per chunk that
