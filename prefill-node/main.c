@@ -14,6 +14,10 @@
 static const tdm_flag_t prefill_flags[] = {
     {"pages", TDM_FLAG_U32, "4096", offsetof(prefill_node_params_t, pages),
      "local KV pages (a job's history plus its sequence at T)", 16, 16777216, 0},
+    {"history-cache-mb", TDM_FLAG_U32, "512", offsetof(prefill_node_params_t, history_cache_mb),
+     "MiB of recently used sessions' history pages kept here, so a session's next turn pulls only "
+     "the pages it lacks or that changed (LRU; 0: off, every turn pulls the whole history)",
+     0, 1048576, 0},
 };
 
 int main(int argc, char **argv)

@@ -4,7 +4,8 @@
  * Owns the node's parts and their order of start and stop: the shared worker start-up
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
  * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
- * i), the forward context and the job queue (queue.h). Its loop, on the calling thread until
+ * i), the forward context, the history page cache (history.h; the sessions it holds go to the
+ * router in every heartbeat, Load.history_sessions) and the job queue (queue.h). Its loop, on the calling thread until
  * SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each names one attempt of
  * one request, queue.h), runs one job at a time (job.h; an abort reaches it at its next layer
  * boundary) and answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING
@@ -23,6 +24,8 @@
 typedef struct {
     node_worker_cfg_t worker; /* the flags both workers take */
     uint32_t pages;           /* --pages: local KV pages (a job's history plus its sequence at T) */
+    uint32_t history_cache_mb; /* --history-cache-mb: budget of the history page cache
+                                  (history.h), MiB; 0 disables it */
 } prefill_node_params_t;
 
 /*
