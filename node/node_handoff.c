@@ -9,7 +9,7 @@
 #include "engine/seq_state.h"
 
 #define RESV_MAGIC "TDRV"
-#define RESV_VERSION 2u
+#define RESV_VERSION            2u
 #define RESV_VERSION_NO_DIGESTS 1u
 #define RESV_MAX_PAGES (1u << 24)
 

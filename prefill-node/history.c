@@ -31,8 +31,7 @@ struct prefill_history {
 };
 
 tdm_status_t prefill_history_create(const engine_config_t *cfg, uint64_t fingerprint,
-                                    size_t page_bytes, uint64_t max_bytes,
-                                    prefill_history_t **out)
+                                    size_t page_bytes, uint64_t max_bytes, prefill_history_t **out)
 {
     prefill_history_t *h;
 
@@ -128,8 +127,8 @@ static entry_t *find(const prefill_history_t *h, const char *session_id)
 }
 
 /* The cached copy of page j of descriptor source s, when it is the page the decode node holds. */
-static const void *usable(const prefill_history_t *h, const entry_t *e, const node_resv_source_t *src,
-                          uint32_t s, uint32_t j)
+static const void *usable(const prefill_history_t *h, const entry_t *e,
+                          const node_resv_source_t *src, uint32_t s, uint32_t j)
 {
     kern_kv_page_params_t want;
     const uint8_t *page;
@@ -207,17 +206,16 @@ static void make_room(prefill_history_t *h, uint64_t need)
     while (h->tail != NULL && (h->stats.bytes + need > h->max_bytes ||
                                h->stats.sessions + 1 > PREFILL_HISTORY_MAX_SESSIONS)) {
         entry_t *e = h->tail;
-        tdm_log(TDM_LOG_DEBUG, "history", "evicted: session=%s pages=%u", e->session_id,
-                e->n_all);
+        tdm_log(TDM_LOG_DEBUG, "history", "evicted: session=%s pages=%u", e->session_id, e->n_all);
         unlink_entry(h, e);
         entry_free(e);
         h->stats.evictions_total++;
     }
 }
 
-tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id,
-                                  uint32_t n_sources, const int32_t *layers,
-                                  const uint32_t *n_pages, const void *const *pages)
+tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id, uint32_t n_sources,
+                                  const int32_t *layers, const uint32_t *n_pages,
+                                  const void *const *pages)
 {
     entry_t *old, *e;
     uint64_t n_all = 0;
@@ -324,8 +322,8 @@ tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_
             pages[k++] = engine_kv_pool_page(kv, t->page_ids[j]);
         }
     }
-    status = prefill_history_keep(h, session_id, n_sources, layers, n_pages,
-                                  (const void *const *)pages);
+    status =
+        prefill_history_keep(h, session_id, n_sources, layers, n_pages, (const void *const *)pages);
     free(pages);
     return status;
 }

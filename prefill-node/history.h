@@ -54,8 +54,7 @@ typedef struct {
  * TDM_ERR_NO_MEMORY; *out untouched on error.
  */
 tdm_status_t prefill_history_create(const engine_config_t *cfg, uint64_t fingerprint,
-                                    size_t page_bytes, uint64_t max_bytes,
-                                    prefill_history_t **out);
+                                    size_t page_bytes, uint64_t max_bytes, prefill_history_t **out);
 
 /* prefill_history_destroy - free every copy. Accepts NULL. */
 void prefill_history_destroy(prefill_history_t *h);
@@ -82,9 +81,9 @@ uint32_t prefill_history_lookup(prefill_history_t *h, const char *session_id,
  * pulls everything). Returns TDM_OK (also when disabled: nothing kept), TDM_ERR_INVALID_ARG or
  * TDM_ERR_NO_MEMORY (the session's entry is dropped; the cache stays consistent).
  */
-tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id,
-                                  uint32_t n_sources, const int32_t *layers,
-                                  const uint32_t *n_pages, const void *const *pages);
+tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id, uint32_t n_sources,
+                                  const int32_t *layers, const uint32_t *n_pages,
+                                  const void *const *pages);
 
 /*
  * prefill_history_keep_seq - prefill_history_keep with the pages of `seq` (borrowed; its pages

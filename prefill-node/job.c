@@ -83,8 +83,8 @@ static void set_err(char *err, size_t err_bytes, const char *what)
  * unchanged from it, history.h; the others pulled) with the record at H. */
 static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer,
                                  const node_resv_desc_t *rd, const char *session_id,
-                                 uint64_t job_id, engine_seq_t **seq_out,
-                                 prefill_job_report_t *rep, char *err, size_t err_bytes)
+                                 uint64_t job_id, engine_seq_t **seq_out, prefill_job_report_t *rep,
+                                 char *err, size_t err_bytes)
 {
     const engine_config_t *cfg = engine_model_config(env->model);
     size_t page_bytes = engine_kv_pool_page_bytes(env->kv);

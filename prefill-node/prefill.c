@@ -433,9 +433,8 @@ static int setup(prefill_node_t *n)
         status = prefill_history_create(w->config, engine_model_fingerprint(w->model),
                                         engine_kv_pool_page_bytes(n->kv),
                                         (uint64_t)cfg->history_cache_mb << 20, &n->history);
-        n->history_keys = status == TDM_OK
-                              ? malloc(PREFILL_HISTORY_MAX_SESSIONS * sizeof(uint64_t))
-                              : NULL;
+        n->history_keys =
+            status == TDM_OK ? malloc(PREFILL_HISTORY_MAX_SESSIONS * sizeof(uint64_t)) : NULL;
         status = status == TDM_OK && n->history_keys == NULL ? TDM_ERR_NO_MEMORY : status;
     }
     if (status == TDM_OK) {

@@ -167,8 +167,8 @@ int router_place_prefill(router_registry_t *registry, const router_worker_t *dec
 }
 
 int router_place_prefill_session(router_registry_t *registry, const router_worker_t *decode,
-                                 uint64_t n_tokens, uint64_t session_key,
-                                 uint64_t *generation_out, router_place_miss_t *miss_out)
+                                 uint64_t n_tokens, uint64_t session_key, uint64_t *generation_out,
+                                 router_place_miss_t *miss_out)
 {
     const char *rack = decode != NULL ? decode->rack : NULL;
     router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;

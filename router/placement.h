@@ -10,11 +10,11 @@
  * since), except that a prefill worker that keeps the session's history pages
  * (Load.history_sessions, prefill-node/history.h) wins when its backlog is at most
  * ROUTER_PLACE_HISTORY_SLACK_S above the best one's in the same rack class: it pulls only the
- * pages that changed instead of the whole history. Ties break by fewer in-flight items, then lower slot, so placement is deterministic.
- * Only what a worker declared it can do is placed on it (issue 16): never a stalled or draining
- * worker, never a sequence longer than its Capacity.max_tokens, never a prefill worker that
- * shares no transport with the decode worker its pages go to.
- * Not thread-safe: called under the router's control state lock.
+ * pages that changed instead of the whole history. Ties break by fewer in-flight items, then lower
+ * slot, so placement is deterministic. Only what a worker declared it can do is placed on it (issue
+ * 16): never a stalled or draining worker, never a sequence longer than its Capacity.max_tokens,
+ * never a prefill worker that shares no transport with the decode worker its pages go to. Not
+ * thread-safe: called under the router's control state lock.
  */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
 #define TANDEM_ROUTER_PLACEMENT_H
@@ -85,7 +85,7 @@ int router_worker_holds_session(const router_worker_t *w, uint64_t session_key);
  * such one); otherwise the best.
  */
 int router_place_prefill_session(router_registry_t *registry, const router_worker_t *decode,
-                                 uint64_t n_tokens, uint64_t session_key,
-                                 uint64_t *generation_out, router_place_miss_t *miss_out);
+                                 uint64_t n_tokens, uint64_t session_key, uint64_t *generation_out,
+                                 router_place_miss_t *miss_out);
 
 #endif

@@ -98,10 +98,10 @@ static void sess_write(const fixture_t *f, sess_t *x, int64_t from, int64_t to, 
             memset(ms, 0x38, sizeof(ms)); /* E4M3 1.0 */
             memset(ic, (int)(seed + (uint32_t)r), sizeof(ic));
             memset(is, 127, sizeof(is)); /* UE8M0 2^0 */
-            assert_int_equal(kern_kv_page_write_row(engine_kv_pool_page(f->pool,
-                                                                        t->page_ids[r / 64]),
-                                                    (uint32_t)(r % 64), mc, ms, ic, is),
-                             TDM_OK);
+            assert_int_equal(
+                kern_kv_page_write_row(engine_kv_pool_page(f->pool, t->page_ids[r / 64]),
+                                       (uint32_t)(r % 64), mc, ms, ic, is),
+                TDM_OK);
         }
         if (to > t->n_rows) {
             t->n_rows = to;
@@ -171,8 +171,8 @@ static void sess_keep(const fixture_t *f, prefill_history_t *h, const char *id, 
 
 /* A job's pull for `rd`: returns the pages it must pull; checks that every cached page it may
  * use is the decode node's page, byte for byte. */
-static uint32_t pull_plan(const fixture_t *f, prefill_history_t *h, const char *id,
-                          const sess_t *x, const node_resv_desc_t *rd)
+static uint32_t pull_plan(const fixture_t *f, prefill_history_t *h, const char *id, const sess_t *x,
+                          const node_resv_desc_t *rd)
 {
     const void *pages[POOL_PAGES];
     uint32_t n_all = 0, n_hit, k = 0;
@@ -184,8 +184,7 @@ static uint32_t pull_plan(const fixture_t *f, prefill_history_t *h, const char *
     for (uint32_t s = 0; s < rd->n_sources; s++) {
         for (uint32_t j = 0; j < rd->src[s].n_history; j++, k++) {
             if (pages[k] != NULL) {
-                assert_memory_equal(pages[k],
-                                    engine_kv_pool_page(f->pool, x->t[s].page_ids[j]),
+                assert_memory_equal(pages[k], engine_kv_pool_page(f->pool, x->t[s].page_ids[j]),
                                     f->page_bytes);
             }
         }
@@ -231,8 +230,7 @@ static void test_second_turn_pulls_only_new_pages(void **state)
     bytes_all = (uint64_t)total_pages(&x) * f->page_bytes;
     bytes_pulled = (uint64_t)pulled * f->page_bytes;
     print_message("turn 2: %u of %u history pages pulled (%llu of %llu bytes)\n", pulled,
-                  total_pages(&x), (unsigned long long)bytes_pulled,
-                  (unsigned long long)bytes_all);
+                  total_pages(&x), (unsigned long long)bytes_pulled, (unsigned long long)bytes_all);
     assert_true(bytes_pulled * 5 <= bytes_all);
     node_resv_desc_fini(&rd);
     /* another session is unknown; a descriptor without digests takes nothing */
@@ -276,7 +274,7 @@ static void test_rewound_session_never_reuses_stale_pages(void **state)
     /* a rewind to the same row count with the same rows at the cut keeps page identity but the
      * rewritten rows differ: the cut page itself must be pulled */
     sess_keep(f, h, "s", &x);
-    sess_cut(f, &x, 640); /* page 10 cut to 0 rows: gone; page 9 full */
+    sess_cut(f, &x, 640);            /* page 10 cut to 0 rows: gone; page 9 full */
     sess_write(f, &x, 630, 650, 77); /* rows 630..639 of page 9 rewritten, page 10 anew */
     sess_desc(f, &x, 1, &rd);
     assert_int_equal(pull_plan(f, h, "s", &x, &rd), 2 * N_SRC);
