@@ -14,6 +14,7 @@
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
+#include "decode-node/tier.h"
 #include "engine/model.h"
 #include "engine/spec.h"
 #include "transfer/context.h"
@@ -26,6 +27,7 @@ typedef struct {
     const decode_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     decode_pool_t *pool;
+    decode_tier_t *tier;
     decode_sessions_t *sessions;
     decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
     uint64_t registrations; /* node_link_registrations seen by the compute thread */
@@ -121,6 +123,7 @@ static void render_families(void *arg, tdm_prom_t *p)
     tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
                    "recent generation throughput, tokens per second", st->recent_tokens_per_s);
     render_spec(st, p);
+    decode_tier_render(&st->tier, p);
 }
 
 static int render(void *arg, node_http_page_t page, char **body_out)
@@ -193,6 +196,13 @@ static int setup(decode_node_t *n)
     }
     status = decode_pool_create(w->model, cfg->pages, w->xfer, &n->pool);
     if (status == TDM_OK) {
+        decode_tier_params_t tp;
+        tp.host_max_bytes = cfg->host_tier_mb << 20;
+        tp.spill_dir = cfg->spill_dir;
+        tp.spill_max_bytes = cfg->spill_max_mb << 20;
+        status = decode_tier_create(&tp, &n->tier);
+    }
+    if (status == TDM_OK) {
         status = decode_sessions_create(cfg->max_sessions, &n->sessions);
     }
     if (status != TDM_OK) {
@@ -216,6 +226,7 @@ static int setup(decode_node_t *n)
     sp.prefill_chunk_tokens = cfg->prefill_chunk_tokens;
     sp.n_threads = w->n_threads;
     sp.constrain_vocab = w->constrain_vocab;
+    sp.tier = n->tier;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {
@@ -312,6 +323,7 @@ static void teardown(decode_node_t *n, const char *reason)
     decode_sched_destroy(sched);
     node_worker_leave(&n->worker, node_worker_stop_signal() != 0 ? reason : NULL);
     decode_sessions_destroy(n->sessions);
+    decode_tier_destroy(n->tier);
     decode_pool_destroy(n->pool);
     node_worker_close(&n->worker);
 }

@@ -51,6 +51,18 @@ static const tdm_flag_t decode_flags[] = {
      "--chunk-tokens passes); below the budget it lets several pending prompts advance in one "
      "step; 0: no limit. Default: the budget's (oldest prompt first, bench/itl-under-prefill)",
      0, 4294967295.0, 0},
+    {"host-tier-mb", TDM_FLAG_U64, "1024", offsetof(decode_node_params_t, host_tier_mb),
+     "host memory for idle sessions' KV pages and state moved out of the pool under page "
+     "pressure (restored at their next turn instead of recomputed); 0: no host tier",
+     0, 16777216, 0},
+    {"spill-dir", TDM_FLAG_PATH, NULL, offsetof(decode_node_params_t, spill_dir),
+     "directory for the disk tier below the host tier (checksummed files written atomically; "
+     "one directory per node: leftovers are removed at start); unset: no disk tier",
+     0, 0, 0},
+    {"spill-max-mb", TDM_FLAG_U64, "0", offsetof(decode_node_params_t, spill_max_mb),
+     "disk tier cap (the highest-scored files are dropped beyond it); 0: as much as the disk "
+     "takes",
+     0, 1099511627776.0, 0},
 };
 
 int main(int argc, char **argv)

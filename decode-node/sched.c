@@ -183,13 +183,14 @@ static void end_req(decode_sched_t *s, req_t *r)
 
 /*
  * evicted_for_retry - after an operation that returned `status`: when it ran out of pages and
- * the least recently used idle session could be evicted to free some, count the eviction and
+ * an idle session could leave the pool to free some (sched_tier_evict: the highest-scored one,
+ * demoted to the tiers or dropped), count the eviction and
  * return 1 (run the operation again); else 0. Every page-hungry step of the scheduler retries
  * through this one rule.
  */
 int sched_evicted_for_retry(decode_sched_t *s, tdm_status_t status)
 {
-    if (status != TDM_ERR_NO_PAGES || !decode_sessions_evict_lru(s->sessions)) {
+    if (status != TDM_ERR_NO_PAGES || !sched_tier_evict(s)) {
         return 0;
     }
     s->stats.evictions_total++;
@@ -443,6 +444,7 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
                          session == NULL ? "session table full" : "session busy");
         return;
     }
+    sched_tier_on_turn(s, session); /* a demoted state comes back first */
     for (size_t i = 0; i < dr->n_delta_tokens; i++) {
         if (dr->delta_tokens[i] >= s->cfg->vocab_size) {
             sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
@@ -768,6 +770,7 @@ void sched_publish(decode_sched_t *s)
     s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
     s->stats.session_pages = decode_sessions_n_pages(s->sessions);
+    decode_tier_stats(s->params.tier, &s->stats.tier);
     for (int d = 0; d < ENGINE_SPEC_N_DRAFTERS && s->spec != NULL; d++) {
         engine_spec_metrics(s->spec, (engine_spec_drafter_t)d, &s->stats.spec[d]);
     }

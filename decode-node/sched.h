@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "decode-node/pool.h"
 #include "decode-node/sessions.h"
+#include "decode-node/tier.h"
 #include "engine/model.h"
 #include "engine/spec.h"
 #include "node/node_link.h"
@@ -54,6 +55,9 @@ typedef struct {
      * or NULL: a DecodeRequest with a response_format or tool_calls constraint is then refused
      * (ERROR_BAD_MESSAGE). */
     const engine_constrain_vocab_t *constrain_vocab;
+    /* Session tiers (tier.h; borrowed, must outlive the scheduler), or NULL: under page pressure
+     * an idle session's state is dropped (the router rebuilds it) instead of demoted. */
+    decode_tier_t *tier;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */
@@ -81,6 +85,7 @@ typedef struct {
     uint32_t session_pages; /* pages held by resident sessions */
     double recent_tokens_per_s;
     engine_spec_metrics_t spec[ENGINE_SPEC_N_DRAFTERS]; /* per drafter; zero without --spec */
+    decode_tier_stats_t tier; /* session tiers; zero without them */
 } decode_stats_t;
 
 /* Where the scheduler's messages to the router and its load report go (plain data, copied at

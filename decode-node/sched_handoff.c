@@ -202,6 +202,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                          session == NULL ? "session table full" : "session busy");
         return;
     }
+    sched_tier_on_turn(s, session); /* a demoted state comes back first */
     if (T == 0 || H >= T || T > (uint64_t)s->cfg->max_position_embeddings) {
         sched_send_error(s, rp->request_id, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE, 0,
                          "reservation lengths out of range");
@@ -257,8 +258,16 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         desc.src[i].targets = resv->tables[i].page_ids;
         desc.src[i].n_history = t != NULL ? t->n_pages : 0;
         desc.src[i].history = t != NULL ? t->page_ids : NULL;
+        /* digests let a prefill node that kept these pages pull only the changed ones
+         * (prefill-node/history.h); none (NULL) when out of memory: it pulls them all */
+        desc.src[i].history_digests =
+            desc.src[i].n_history > 0 ? malloc(desc.src[i].n_history * sizeof(uint64_t)) : NULL;
         for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
-            kern_kv_page_seal(engine_kv_pool_page(kv, t->page_ids[j])); /* pulled and checked */
+            void *page = engine_kv_pool_page(kv, t->page_ids[j]);
+            kern_kv_page_seal(page); /* pulled and checked */
+            if (desc.src[i].history_digests != NULL) {
+                desc.src[i].history_digests[j] = node_page_digest(page);
+            }
         }
     }
     status = TDM_OK;
@@ -274,6 +283,9 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
         status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
     }
     free(desc.record);
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        free(desc.src[i].history_digests);
+    }
     if (status != TDM_OK) {
         decode_pool_release(s->pool, resv);
         session->busy = 0;

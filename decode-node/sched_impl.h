@@ -183,6 +183,24 @@ void sched_prefill_step(decode_sched_t *s, int64_t decode_rows);
  * turn changed the sequence (mid_prefill), so no half-prefilled sequence stays resident. */
 void sched_prefill_abandon(req_t *r);
 
+/* ---- defined in sched_tier.c ------------------------------------------------------------- */
+
+/*
+ * sched_tier_evict - free pages for a retry: the idle session with the highest eviction score
+ * goes down to the tiers (params.tier), or is dropped when none is configured or none takes it
+ * (logged). Returns 1 when a session left the pool, 0 when no idle session holds pages.
+ */
+int sched_tier_evict(decode_sched_t *s);
+
+/*
+ * sched_tier_on_turn - a turn of `session` starts (a local DecodeRequest, or ReservePages for a
+ * remote prefill), after its busy check: count it for the eviction score and, when its state was
+ * demoted, promote it back into the pool (sequence and recorded ids). A state that cannot come
+ * back (gone, damaged, refused by the import, no pages) is dropped with a log line: the turn then
+ * finds nothing held and the router rebuilds it from history (ERROR_STATE_LOST).
+ */
+void sched_tier_on_turn(decode_sched_t *s, decode_session_t *session);
+
 /* ---- defined in sched_handoff.c ---------------------------------------------------------- */
 
 /* A DecodeRequest with remote prefill: adopt the reservation's pages (its CompletionNotice). */

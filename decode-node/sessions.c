@@ -40,6 +40,7 @@ void decode_sessions_destroy(decode_sessions_t *sessions)
     }
     for (uint32_t i = 0; i < sessions->n; i++) {
         engine_seq_destroy(sessions->items[i]->seq);
+        decode_tier_drop(sessions->items[i]->tier_home, sessions->items[i]->id);
         free(sessions->items[i]->ids);
         free(sessions->items[i]);
     }
@@ -57,14 +58,14 @@ decode_session_t *decode_sessions_find(decode_sessions_t *sessions, const char *
     return NULL;
 }
 
-/* Index of the least recently used idle session (with state when want_state), or -1. */
-static int lru_idle(const decode_sessions_t *sessions, int want_state)
+/* Index of the least recently used idle session, or -1. */
+static int lru_idle(const decode_sessions_t *sessions)
 {
     int best = -1;
 
     for (uint32_t i = 0; i < sessions->n; i++) {
         const decode_session_t *s = sessions->items[i];
-        if (s->busy || (want_state && s->seq == NULL)) {
+        if (s->busy) {
             continue;
         }
         if (best < 0 || s->last_used_ns < sessions->items[best]->last_used_ns) {
@@ -82,7 +83,7 @@ decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *i
         return s;
     }
     if (sessions->n == sessions->cap) {
-        int victim = lru_idle(sessions, 0);
+        int victim = lru_idle(sessions);
         if (victim < 0) {
             return NULL;
         }
@@ -133,6 +134,8 @@ void decode_sessions_drop_state(decode_session_t *session)
     engine_seq_destroy(session->seq);
     session->seq = NULL;
     session->n_ids = 0;
+    decode_tier_drop(session->tier_home, session->id);
+    session->tier_home = NULL;
 }
 
 void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *session)
@@ -141,6 +144,7 @@ void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *sessi
         if (sessions->items[i] == session) {
             sessions->items[i] = sessions->items[--sessions->n];
             engine_seq_destroy(session->seq);
+            decode_tier_drop(session->tier_home, session->id);
             free(session->ids);
             free(session);
             return;
@@ -148,16 +152,55 @@ void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *sessi
     }
 }
 
+decode_session_t *decode_sessions_victim(decode_sessions_t *sessions, uint64_t now_ns)
+{
+    decode_session_t *best = NULL;
+    double best_score = 0;
+
+    for (uint32_t i = 0; i < sessions->n; i++) {
+        decode_session_t *s = sessions->items[i];
+        decode_tier_usage_t u;
+        double score;
+
+        if (s->busy || s->seq == NULL) {
+            continue;
+        }
+        u.last_used_ns = s->last_used_ns;
+        u.n_turns = s->n_turns;
+        u.gap_mean_ns = s->gap_mean_ns;
+        u.size = engine_seq_n_pages(s->seq);
+        score = decode_tier_score(&u, now_ns);
+        if (best == NULL || score > best_score ||
+            (score == best_score && s->last_used_ns < best->last_used_ns)) {
+            best = s;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+void decode_sessions_note_turn(decode_session_t *session, uint64_t now_ns)
+{
+    if (session->n_turns > 0 && now_ns > session->last_used_ns) {
+        uint64_t gap = now_ns - session->last_used_ns;
+        uint64_t n_gaps = session->n_turns; /* gaps seen so far, this one included */
+        session->gap_mean_ns =
+            (uint64_t)(((double)session->gap_mean_ns * (double)(n_gaps - 1) + (double)gap) /
+                       (double)n_gaps);
+    }
+    session->n_turns++;
+}
+
 int decode_sessions_evict_lru(decode_sessions_t *sessions)
 {
-    int victim = lru_idle(sessions, 1);
+    decode_session_t *victim = decode_sessions_victim(sessions, tdm_clock_now_ns());
 
-    if (victim < 0) {
+    if (victim == NULL) {
         return 0;
     }
     tdm_log(TDM_LOG_INFO, "sessions", "idle session evicted under page pressure: session=%s",
-            sessions->items[victim]->id);
-    decode_sessions_drop_state(sessions->items[victim]);
+            victim->id);
+    decode_sessions_drop_state(victim);
     return 1;
 }
 

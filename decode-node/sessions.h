@@ -1,10 +1,12 @@
 /* sessions.h - the sessions resident on a decode node.
  *
  * Owns each session's engine sequence (its rings, pending halves, ids and the block tables that
- * own its pages) and its bookkeeping: busy (a turn or a reservation uses it) and last use, for
- * least-recently-used eviction of idle sessions under page pressure (the router rebuilds an
- * evicted session from its token history: the next turn gets ERROR_STATE_LOST). Knows nothing of
- * requests or the network.
+ * own its pages) and its bookkeeping: busy (a turn or a reservation uses it), last use, turns
+ * and mean pause, for session-aware eviction of idle sessions under page pressure
+ * (decode_tier_score: idle time, size, how often it returns). An evicted session's state either
+ * goes down a tier (decode-node/tier.h, moved by sched_tier.c; tier_home says where) or is
+ * dropped (the router rebuilds it from its token history: the next turn gets ERROR_STATE_LOST).
+ * Knows nothing of requests or the network.
  */
 #ifndef TANDEM_DECODE_SESSIONS_H
 #define TANDEM_DECODE_SESSIONS_H
@@ -12,13 +14,17 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "decode-node/tier.h"
 #include "engine/seq_state.h"
 
 /* One session (owned by the table). seq NULL: known but holding no state.
  * ids: the session's token ids of positions [0, n_ids) as far as the node saw them (deltas and
  * emitted tokens; a remote handoff without its delta's ids stops n_ids at its H), for a rewind
  * (engine_seq_truncate + replay, MODEL.md 6(d)(2)) to any p <= n_ids; malloc'ed, ids_cap
- * entries. */
+ * entries.
+ * n_turns, gap_mean_ns: turns started here and the mean pause between them (the eviction score).
+ * tier_home: non-NULL while the state is demoted (seq NULL, ids moved with it): the tiers that
+ * hold it, until the next turn promotes it (sched_tier.c) or the state is dropped. */
 typedef struct {
     char id[129];
     engine_seq_t *seq;
@@ -27,6 +33,9 @@ typedef struct {
     int32_t *ids;
     int64_t n_ids;
     int64_t ids_cap;
+    uint32_t n_turns;
+    uint64_t gap_mean_ns;
+    decode_tier_t *tier_home;
 } decode_session_t;
 
 typedef struct decode_sessions decode_sessions_t;
@@ -55,14 +64,23 @@ tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, co
 void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos);
 
 /* decode_sessions_drop_state - destroy the session's sequence (pages back) and forget its ids,
- * keep the entry. */
+ * keep the entry; a demoted state is dropped from its tier too. */
 void decode_sessions_drop_state(decode_session_t *session);
 
 /* decode_sessions_remove - destroy the session and its entry. */
 void decode_sessions_remove(decode_sessions_t *sessions, decode_session_t *session);
 
-/* decode_sessions_evict_lru - drop the state of the least recently used idle session holding
- * pages. Returns 1 when one was evicted, 0 when none could be. */
+/* decode_sessions_victim - the idle session holding pages with the highest eviction score
+ * (decode_tier_score of its idle time, pages and turns at now_ns; the least recently used among
+ * equals), or NULL. */
+decode_session_t *decode_sessions_victim(decode_sessions_t *sessions, uint64_t now_ns);
+
+/* decode_sessions_note_turn - a turn of the session starts at now_ns: count it and fold the
+ * pause since its last use into gap_mean_ns. */
+void decode_sessions_note_turn(decode_session_t *session, uint64_t now_ns);
+
+/* decode_sessions_evict_lru - drop the state of decode_sessions_victim (no tiers: the next turn
+ * is rebuilt from history). Returns 1 when one was evicted, 0 when none could be. */
 int decode_sessions_evict_lru(decode_sessions_t *sessions);
 
 /* decode_sessions_n_resident - sessions holding a sequence. */

@@ -9,7 +9,8 @@
 #include "engine/seq_state.h"
 
 #define RESV_MAGIC "TDRV"
-#define RESV_VERSION 1u
+#define RESV_VERSION            2u
+#define RESV_VERSION_NO_DIGESTS 1u
 #define RESV_MAX_PAGES (1u << 24)
 
 static void write_desc(const node_resv_desc_t *d, tdm_bytes_writer_t *w)
@@ -28,6 +29,9 @@ static void write_desc(const node_resv_desc_t *d, tdm_bytes_writer_t *w)
         tdm_bytes_put_u32(w, src->n_targets);
         for (uint32_t i = 0; i < src->n_history; i++) {
             tdm_bytes_put_u32(w, src->history[i]);
+        }
+        for (uint32_t i = 0; i < src->n_history; i++) {
+            tdm_bytes_put_u64(w, src->history_digests != NULL ? src->history_digests[i] : 0);
         }
         for (uint32_t i = 0; i < src->n_targets; i++) {
             tdm_bytes_put_u32(w, src->targets[i]);
@@ -64,6 +68,40 @@ tdm_status_t node_resv_desc_encode(const node_resv_desc_t *desc, uint8_t **buf_o
     return TDM_OK;
 }
 
+uint64_t node_page_digest(const void *page)
+{
+    uint64_t h = tdm_hash_xxh3_64(page, NODE_PAGE_DIGEST_BYTES);
+
+    return h != 0 ? h : 1;
+}
+
+/* n digests into a malloc'ed *out; NULL when every one is 0 (none known). */
+static tdm_status_t read_digests(tdm_bytes_reader_t *r, uint32_t n, uint64_t **out)
+{
+    uint64_t *d;
+    int any = 0;
+
+    *out = NULL;
+    if ((size_t)n * 8 > r->n - r->at) {
+        r->bad = 1;
+        return TDM_ERR_FORMAT;
+    }
+    d = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+    if (d == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        d[i] = tdm_bytes_get_u64(r);
+        any |= d[i] != 0;
+    }
+    if (!any) {
+        free(d);
+        d = NULL;
+    }
+    *out = d;
+    return TDM_OK;
+}
+
 static tdm_status_t read_ids(tdm_bytes_reader_t *r, uint32_t n, uint32_t **ids_out)
 {
     uint32_t *ids;
@@ -91,6 +129,7 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
     const uint8_t *rec;
     tdm_status_t status = TDM_OK;
     uint64_t n_record;
+    uint32_t version;
 
     memset(&d, 0, sizeof(d));
     memset(desc_out, 0, sizeof(*desc_out));
@@ -105,7 +144,9 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
         r.n = n_bytes - 8;
     }
     magic = tdm_bytes_get(&r, 4);
-    if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 || tdm_bytes_get_u32(&r) != RESV_VERSION) {
+    version = tdm_bytes_get_u32(&r);
+    if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 ||
+        (version != RESV_VERSION && version != RESV_VERSION_NO_DIGESTS)) {
         return TDM_ERR_FORMAT;
     }
     d.reservation_id = tdm_bytes_get_u64(&r);
@@ -122,6 +163,9 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
         src->first_target = tdm_bytes_get_u32(&r);
         src->n_targets = tdm_bytes_get_u32(&r);
         status = r.bad ? TDM_ERR_FORMAT : read_ids(&r, src->n_history, &src->history);
+        if (status == TDM_OK && version == RESV_VERSION) {
+            status = read_digests(&r, src->n_history, &src->history_digests);
+        }
         if (status == TDM_OK) {
             status = read_ids(&r, src->n_targets, &src->targets);
         }
@@ -155,6 +199,7 @@ void node_resv_desc_fini(node_resv_desc_t *desc)
     }
     for (uint32_t s = 0; s < desc->n_sources && s < NODE_MAX_SOURCES; s++) {
         free(desc->src[s].history);
+        free(desc->src[s].history_digests);
         free(desc->src[s].targets);
     }
     free(desc->record);

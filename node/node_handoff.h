@@ -6,10 +6,13 @@
  *    KV source the decode node's pages that hold the session's rows below H (the prefill node
  *    pulls them with UCX gets) and the reserved pages that receive page indices
  *    floor(n_c(H)/64) .. of the sequence at T (UCX puts), plus the section-7 state record at H;
- *    wire form, little-endian: "TDRV", u32 version 1, u64 reservation id, u64 H, u64 T,
+ *    wire form, little-endian: "TDRV", u32 version 2, u64 reservation id, u64 H, u64 T,
  *    u32 n_sources, per source {i32 layer, u32 n_history, u32 first_target, u32 n_targets,
- *    u32 history[n_history], u32 targets[n_targets]}, u64 record bytes, record, u64 XXH3-64 of
- *    every byte before it;
+ *    u32 history[n_history], u64 digests[n_history], u32 targets[n_targets]}, u64 record bytes,
+ *    record, u64 XXH3-64 of every byte before it. digests[j] is node_page_digest of history
+ *    page j as the decode node sealed it when it described the reservation (0: not known), so a
+ *    prefill node that kept a copy of the page (prefill-node/history.h) pulls it only when the
+ *    digests differ. Version 1 (no digests) still parses, with history_digests NULL;
  *  - a sequence blob with pages (engine/seq_state.h format, flag 1) assembled from a state record
  *    blob (flag 0) and the pages of every source, so engine_seq_import can check and adopt them.
  * Page ids are indices in the sender's xfer pool, which is the engine page pool's memory.
@@ -33,6 +36,8 @@ typedef struct {
     uint32_t first_target;   /* page index of the sequence at T that targets[0] receives */
     uint32_t n_targets;      /* pages put: indices first_target .. first_target + n_targets - 1 */
     uint32_t *history;       /* [n_history] decode-node page ids */
+    uint64_t *history_digests; /* [n_history] node_page_digest of each history page (0: not
+                                  known), or NULL: none known (encode writes zeros) */
     uint32_t *targets;       /* [n_targets] reserved decode-node page ids */
 } node_resv_source_t;
 
@@ -46,6 +51,19 @@ typedef struct {
     uint8_t *record; /* engine_seq_export record blob at H; NULL when H = 0 */
     size_t n_record;
 } node_resv_desc_t;
+
+/* Bytes of a KV page's header that node_page_digest covers (kern_kv_page.h's 64-byte header). */
+#define NODE_PAGE_DIGEST_BYTES 64u
+
+/*
+ * node_page_digest - the digest of a sealed KV page (kernels/kv_page.h): XXH3-64 of its 64-byte
+ * header, which holds the page's identity (source layer, first row, dims, model fingerprint), its
+ * row count and the XXH3-64 checksum of its rows, so two sealed pages with equal digests hold the
+ * same rows (a page whose header says stale never equals a sealed one). Never returns 0 (a 0 hash
+ * is mapped to 1: 0 means "not known" in a descriptor). page: at least NODE_PAGE_DIGEST_BYTES
+ * readable bytes.
+ */
+uint64_t node_page_digest(const void *page);
 
 /* node_resv_desc_encode - the wire form into a malloc'ed *buf_out (caller frees). Returns TDM_OK,
  * TDM_ERR_INVALID_ARG or TDM_ERR_NO_MEMORY. */

@@ -54,6 +54,8 @@ struct node_link {
     link_item_t *out_head, *out_tail;
     link_item_t *in_head, *in_tail;
     node_load_t load;
+    uint64_t history_sessions[NODE_MAX_HISTORY_SESSIONS]; /* Load.history_sessions */
+    uint32_t n_history_sessions;
     int woken;
     node_progress_t *progress; /* borrowed; NULL: none */
 };
@@ -193,10 +195,19 @@ static void send_heartbeat(node_link_t *link, uint64_t seq)
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
     Tandem__Load load = TANDEM__LOAD__INIT;
+    uint64_t *history = NULL;
     uint8_t *buf;
     size_t n;
 
     pthread_mutex_lock(&link->lock);
+    if (link->n_history_sessions > 0) {
+        history = malloc(link->n_history_sessions * sizeof(uint64_t));
+        if (history != NULL) { /* out of memory: this heartbeat goes without the hint */
+            memcpy(history, link->history_sessions, link->n_history_sessions * sizeof(uint64_t));
+            load.history_sessions = history;
+            load.n_history_sessions = link->n_history_sessions;
+        }
+    }
     load.queued_prefill_tokens = link->load.queued_prefill_tokens;
     load.running_sequences = link->load.running_sequences;
     load.free_pages = link->load.free_pages;
@@ -223,6 +234,7 @@ static void send_heartbeat(node_link_t *link, uint64_t seq)
         zmq_send(link->sock, buf, n, ZMQ_DONTWAIT);
         free(buf);
     }
+    free(history);
 }
 
 /* Hand one received frame to the owner, or handle link-level messages here. */
@@ -634,5 +646,18 @@ void node_link_set_load(node_link_t *link, const node_load_t *load)
 {
     pthread_mutex_lock(&link->lock);
     link->load = *load;
+    pthread_mutex_unlock(&link->lock);
+}
+
+void node_link_set_history_sessions(node_link_t *link, const uint64_t *keys, uint32_t n)
+{
+    if (n > NODE_MAX_HISTORY_SESSIONS) {
+        n = NODE_MAX_HISTORY_SESSIONS;
+    }
+    pthread_mutex_lock(&link->lock);
+    if (n > 0) {
+        memcpy(link->history_sessions, keys, n * sizeof(uint64_t));
+    }
+    link->n_history_sessions = n;
     pthread_mutex_unlock(&link->lock);
 }

@@ -131,6 +131,17 @@ void node_link_wake(node_link_t *link);
 /* node_link_set_load - publish the load the next heartbeats carry. Thread-safe. */
 void node_link_set_load(node_link_t *link, const node_load_t *load);
 
+/* Most session keys a heartbeat carries in Load.history_sessions. */
+#define NODE_MAX_HISTORY_SESSIONS PROTO_MAX_HISTORY_SESSIONS
+
+/*
+ * node_link_set_history_sessions - the session keys (proto_session_hash) whose history pages the
+ * worker keeps, most recently used first, that the next heartbeats carry in
+ * Load.history_sessions (keys[n], borrowed for the call; beyond NODE_MAX_HISTORY_SESSIONS cut).
+ * Thread-safe.
+ */
+void node_link_set_history_sessions(node_link_t *link, const uint64_t *keys, uint32_t n);
+
 /* node_link_make_id - "ROLE-HOST-PID-RANDOM" into id (NODE_ID_BYTES + 1 bytes). */
 void node_link_make_id(const char *role, char *id, size_t id_bytes);
 

@@ -19,7 +19,7 @@
 #include "transfer/peer.h"
 #include "prefill-node/job_stream.h"
 
-#define JOB_WAIT_MS 100u
+#define JOB_WAIT_MS           100u
 #define PREFILL_JOB_ERR_BYTES 256
 
 /* Completion of one batch (filled by its callback). */
@@ -82,18 +82,20 @@ static void set_err(char *err, size_t err_bytes, const char *what)
     }
 }
 
-/* The sequence at H: a fresh one (H = 0), or the pulled pages with the record at H. */
+/* The sequence at H: a fresh one (H = 0), or the history pages (those the history cache holds
+ * unchanged from it, history.h; the others pulled) with the record at H. */
 static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer,
-                                 const node_resv_desc_t *rd, uint64_t job_id, engine_seq_t **seq_out,
-                                 prefill_job_report_t *rep, char *err, size_t err_bytes)
+                                 const node_resv_desc_t *rd, const char *session_id,
+                                 uint64_t job_id, engine_seq_t **seq_out, prefill_job_report_t *rep,
+                                 char *err, size_t err_bytes)
 {
     const engine_config_t *cfg = engine_model_config(env->model);
     size_t page_bytes = engine_kv_pool_page_bytes(env->kv);
     engine_kv_table_t scratch;
     int64_t n_rows[NODE_MAX_SOURCES];
     uint32_t n_pages[NODE_MAX_SOURCES];
-    uint32_t n_all = 0, k = 0;
-    uint32_t *remote = NULL;
+    uint32_t n_all = 0, n_get = 0;
+    uint32_t *remote = NULL, *local = NULL;
     const void **pages = NULL;
     uint8_t *blob = NULL;
     size_t n_blob = 0;
@@ -117,25 +119,34 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
         n_all += n_pages[s];
     }
     engine_kv_table_init(&scratch, (int)cfg->kv_source_layer_ids[0], 1);
-    status = engine_kv_table_reserve(env->kv, &scratch, (int64_t)n_all * KERN_KV_PAGE_ROWS);
     remote = malloc((n_all + 1) * sizeof(uint32_t));
-    pages = malloc((n_all + 1) * sizeof(void *));
-    if (status == TDM_OK && (remote == NULL || pages == NULL)) {
-        status = TDM_ERR_NO_MEMORY;
+    local = malloc((n_all + 1) * sizeof(uint32_t));
+    pages = calloc(n_all + 1, sizeof(void *));
+    status = remote == NULL || local == NULL || pages == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    if (status == TDM_OK) {
+        /* the pages the cache holds as the decode node does (digest and check, history.h) */
+        n_get = n_all - prefill_history_lookup(env->history, session_id, rd, pages);
+        status = engine_kv_table_reserve(env->kv, &scratch, (int64_t)n_get * KERN_KV_PAGE_ROWS);
     }
     if (status == TDM_OK) {
+        uint32_t k = 0, g = 0;
         for (uint32_t s = 0; s < rd->n_sources; s++) {
-            for (uint32_t j = 0; j < n_pages[s]; j++) {
-                pages[k] = engine_kv_pool_page(env->kv, scratch.page_ids[k]);
-                remote[k++] = rd->src[s].history[j];
+            for (uint32_t j = 0; j < n_pages[s]; j++, k++) {
+                if (pages[k] != NULL) {
+                    continue;
+                }
+                local[g] = scratch.page_ids[g];
+                remote[g] = rd->src[s].history[j];
+                pages[k] = engine_kv_pool_page(env->kv, local[g++]);
             }
         }
-        status = move_pages(env, peer, XFER_OP_GET, job_id, scratch.page_ids, remote, n_all);
+        status = move_pages(env, peer, XFER_OP_GET, job_id, local, remote, n_get);
         if (status != TDM_OK) {
             set_err(err, err_bytes, "pulling the history pages failed");
         }
     }
-    rep->n_pulled = n_all;
+    rep->n_history = n_all;
+    rep->n_pulled = n_get;
     rep->pull_ns = tdm_clock_now_ns() - t0;
     if (status == TDM_OK) {
         status = node_blob_with_pages(rd->record, rd->n_record, rd->n_sources, n_rows, n_pages,
@@ -150,6 +161,7 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
     free(blob);
     free(pages);
     free(remote);
+    free(local);
     engine_kv_table_release(env->kv, &scratch);
     return status;
 }
@@ -358,8 +370,8 @@ static tdm_status_t prefill_job_pull(prefill_job_t *j)
         job_fail(j, status, "cannot reach the decode node's page pool");
         return status;
     }
-    status = load_history(j->env, j->peer, &j->rd, j->job->request_id, &j->seq, &j->rep, j->err,
-                          sizeof(j->err));
+    status = load_history(j->env, j->peer, &j->rd, j->job->session_id, j->job->request_id, &j->seq,
+                          &j->rep, j->err, sizeof(j->err));
     if (status != TDM_OK) {
         job_fail(j, status, j->err[0] != '\0' ? j->err : "loading the history failed");
     }
@@ -509,9 +521,8 @@ static void replay_new_jobs(const prefill_job_env_t *env, prefill_job_t *const *
     }
 }
 
-tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
-                               int n_jobs, int64_t budget_tokens, int64_t job_tokens,
-                               int64_t *n_tokens_out)
+tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs, int n_jobs,
+                               int64_t budget_tokens, int64_t job_tokens, int64_t *n_tokens_out)
 {
     engine_prefill_part_t parts[ENGINE_FWD_MAX_BATCH];
     step_sink_t sk;
@@ -545,10 +556,15 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
         if (n <= 0) {
             continue;
         }
-        parts[n_parts] = (engine_prefill_part_t){
-            j->seq, (int64_t)j->job->cached_len,
-            (int64_t)(j->job->cached_len + j->job->n_delta_tokens), j->job->delta_tokens + j->done,
-            n, ENGINE_PREFILL_DEFAULT, j->logits, 0};
+        parts[n_parts] =
+            (engine_prefill_part_t){j->seq,
+                                    (int64_t)j->job->cached_len,
+                                    (int64_t)(j->job->cached_len + j->job->n_delta_tokens),
+                                    j->job->delta_tokens + j->done,
+                                    n,
+                                    ENGINE_PREFILL_DEFAULT,
+                                    j->logits,
+                                    0};
         left_before[n_parts] = engine_seq_length(j->seq);
         sk.jobs[n_parts++] = j;
         n_tokens += n;
@@ -571,8 +587,9 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
             j->done += parts[k].n_ids;
             n_tokens += parts[k].n_ids;
         } else {
-            job_fail(j, status, status == TDM_ERR_NO_PAGES ? "the local page pool is full"
-                                                           : "the prefill computation failed");
+            job_fail(j, status,
+                     status == TDM_ERR_NO_PAGES ? "the local page pool is full"
+                                                : "the prefill computation failed");
         }
         if (j->ps.aborted) {
             job_fail(j, TDM_ERR_TIMEOUT, "aborted"); /* stopped putting at a layer boundary */
@@ -631,6 +648,13 @@ static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *sampl
         return status;
     }
     j->rep.n_prefilled = job->n_delta_tokens;
+    /* the session's pages below T, every one sealed and equal to what the decode node now holds:
+     * its next turn here pulls only what changes meanwhile (history.h) */
+    if (j->env->history != NULL &&
+        prefill_history_keep_seq(j->env->history, job->session_id, j->env->kv, j->seq) != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "prefill", "history pages not kept (out of memory): request=%llu",
+                (unsigned long long)job->request_id);
+    }
     tandem__completion_notice__init(notice_out);
     notice_out->request_id = job->request_id;
     notice_out->reservation_id = job->reservation_id;
@@ -664,13 +688,14 @@ tdm_status_t prefill_job_finish(prefill_job_t *j, Tandem__CompletionNotice *noti
         return TDM_ERR_INVALID_ARG;
     }
     if (j->status == TDM_OK && (j->ps.aborted || j->env->aborted(j->env->aborted_arg, j->user))) {
-        prefill_stream_stop(&j->ps); /* fenced (once): nothing more goes out */
+        prefill_stream_stop(&j->ps);             /* fenced (once): nothing more goes out */
         job_fail(j, TDM_ERR_TIMEOUT, "aborted"); /* pages put mid-compute stay the reservation's */
     }
     if (j->status == TDM_OK && j->ps.status != TDM_OK) {
         job_fail(j, j->ps.status,
-                 j->ps.status == TDM_ERR_MISMATCH ? "reserved pages do not match the sequence at T"
-                                                  : "putting the pages into the reservation failed");
+                 j->ps.status == TDM_ERR_MISMATCH
+                     ? "reserved pages do not match the sequence at T"
+                     : "putting the pages into the reservation failed");
     }
     if (j->status == TDM_OK && j->done < (int64_t)j->job->n_delta_tokens) {
         return TDM_ERR_INVALID_ARG; /* rows left: not finished */

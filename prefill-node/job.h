@@ -4,7 +4,8 @@
  * A job is a small state machine the node drives on its compute thread:
  *   start   (prefill_job_start)  - for a delta [H, T) of a session held by a decode node: pulls
  *             the session's pages below H from the decode node (one UCX get batch into local
- *             pages: prefill_job_pull's step), imports them with the state record at H from the
+ *             pages: prefill_job_pull's step; only those the node's history cache,
+ *             history.h, does not hold unchanged), imports them with the state record at H from the
  *             reservation descriptor (engine_seq_import checks identity, fingerprint and checksum
  *             of every page);
  *   steps   (prefill_jobs_step)  - the replay of the rings of layers 0..c at H (MODEL.md 6(d)(1),
@@ -40,6 +41,7 @@
 #include "engine/constrain.h"
 #include "engine/model.h"
 #include "node/node_progress.h"
+#include "prefill-node/history.h"
 #include "proto/proto.h"
 #include "transfer/context.h"
 #include "transfer/pool.h"
@@ -69,12 +71,18 @@ typedef struct {
     /* Liveness (node_progress.h): ticked after every layer pass of the compute, so a long job
      * is not taken for a wedged thread; NULL: none. */
     node_progress_t *progress;
+    /* The node's history page cache (history.h): the job takes the history pages it holds
+     * unchanged instead of pulling them, and leaves the session's pages at T there after a
+     * successful job; NULL: none (every history page is pulled). */
+    prefill_history_t *history;
 } prefill_job_env_t;
 
 /* What a job did (plain data, for metrics). */
 typedef struct {
     uint64_t n_prefilled;  /* delta tokens */
-    uint32_t n_pulled;     /* pages got from the decode node */
+    uint32_t n_history;    /* history pages below H the job needed (what a node without the
+                              history cache pulls) */
+    uint32_t n_pulled;     /* pages got from the decode node (the others came from the cache) */
     uint32_t n_put;        /* pages put into the reservation */
     uint32_t n_put_early;  /* of which posted while the prefill still computed */
     uint32_t n_chunk_puts; /* put batches posted while the prefill computed (one per chunk that

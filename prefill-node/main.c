@@ -21,6 +21,10 @@ static const tdm_flag_t prefill_flags[] = {
      "delta tokens one prefill step takes over the started jobs, oldest first, at most "
      "--chunk-tokens per job (0: --chunk-tokens)",
      0, 1048576, 0},
+    {"history-cache-mb", TDM_FLAG_U32, "512", offsetof(prefill_node_params_t, history_cache_mb),
+     "MiB of recently used sessions' history pages kept here, so a session's next turn pulls only "
+     "the pages it lacks or that changed (LRU; 0: off, every turn pulls the whole history)",
+     0, 1048576, 0},
 };
 
 int main(int argc, char **argv)

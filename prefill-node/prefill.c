@@ -13,6 +13,7 @@
 #include "common/prom.h"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "prefill-node/history.h"
 #include "prefill-node/job.h"
 #include "prefill-node/queue.h"
 #include "transfer/context.h"
@@ -29,6 +30,9 @@ typedef struct {
     uint64_t jobs_aborted_total;
     uint64_t prefilled_tokens_total;
     uint64_t pulled_pages_total;
+    uint64_t history_bytes_pulled_total; /* history page bytes got from decode nodes */
+    uint64_t history_bytes_total;        /* history page bytes the jobs needed (pulled + cached) */
+    prefill_history_stats_t history;     /* the cache's counters and sizes */
     uint64_t put_pages_total;
     uint64_t chunk_puts_total;      /* put batches posted while a prefill computed */
     uint64_t early_put_pages_total; /* pages they carried */
@@ -68,6 +72,8 @@ struct prefill_node {
     xfer_pool_t *xpool;
     engine_kv_pool_t *kv;
     engine_fwd_t *fwd;
+    prefill_history_t *history;
+    uint64_t *history_keys; /* [PREFILL_HISTORY_MAX_SESSIONS] scratch for the heartbeat hint */
     prefill_queue_t *queue;
     prefill_job_env_t je; /* what every job borrows */
     int ready;
@@ -95,6 +101,29 @@ static void render_families(void *arg, tdm_prom_t *p)
                      st->prefilled_tokens_total);
     tdm_prom_counter(p, "tandem_prefill_pulled_pages_total",
                      "KV pages pulled from decode nodes (cached prefix)", st->pulled_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_history_bytes_pulled_total",
+                     "history page bytes pulled from decode nodes (pages below H not in the "
+                     "history cache)",
+                     st->history_bytes_pulled_total);
+    tdm_prom_counter(p, "tandem_prefill_history_bytes_total",
+                     "history page bytes the jobs needed (pulled or from the history cache: what "
+                     "a node without the cache pulls)",
+                     st->history_bytes_total);
+    tdm_prom_counter(p, "tandem_prefill_history_cache_hits_total",
+                     "history pages taken from the history cache", st->history.hit_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_history_cache_misses_total",
+                     "history pages pulled (not held, changed on the decode node, or not checked)",
+                     st->history.miss_pages_total);
+    tdm_prom_counter(p, "tandem_prefill_history_cache_evictions_total",
+                     "sessions evicted from the history cache for room",
+                     st->history.evictions_total);
+    tdm_prom_gauge(p, "tandem_prefill_history_cache_bytes", "page bytes in the history cache",
+                   (double)st->history.bytes);
+    tdm_prom_gauge(p, "tandem_prefill_history_cache_sessions",
+                   "sessions whose pages the history cache holds", st->history.sessions);
+    tdm_prom_gauge(p, "tandem_prefill_history_cache_max_bytes",
+                   "history cache budget (--history-cache-mb; 0: off)",
+                   (double)st->history.max_bytes);
     tdm_prom_counter(p, "tandem_prefill_put_pages_total", "KV pages put into decode nodes",
                      st->put_pages_total);
     tdm_prom_counter(p, "tandem_prefill_chunk_puts_total",
@@ -359,6 +388,9 @@ static void answer_job(prefill_node_t *n, prefill_slot_t *slot, tdm_status_t sta
     n->stats.jobs_total++;
     n->stats.jobs_failed_total += status != TDM_OK && status != TDM_ERR_TIMEOUT;
     n->stats.jobs_aborted_total += status == TDM_ERR_TIMEOUT;
+    prefill_history_stats(n->history, &n->stats.history);
+    n->stats.history_bytes_pulled_total += (uint64_t)rep->n_pulled * n->worker.page_bytes;
+    n->stats.history_bytes_total += (uint64_t)rep->n_history * n->worker.page_bytes;
     if (status == TDM_OK) {
         n->stats.prefilled_tokens_total += rep->n_prefilled;
         n->stats.pulled_pages_total += rep->n_pulled;
@@ -369,6 +401,11 @@ static void answer_job(prefill_node_t *n, prefill_slot_t *slot, tdm_status_t sta
         n->stats.last_compute_s = (double)rep->compute_ns / TDM_NS_PER_S;
     }
     pthread_mutex_unlock(&n->lock);
+    if (n->history != NULL) { /* the router prefers this node for the sessions it holds */
+        node_link_set_history_sessions(
+            n->worker.link, n->history_keys,
+            prefill_history_sessions(n->history, n->history_keys, PREFILL_HISTORY_MAX_SESSIONS));
+    }
     if (status == TDM_OK && slot->answered) {
         prefill_job_notice_fini(notice); /* stopped mid-compute and acknowledged already */
     } else if (status == TDM_OK) {
@@ -505,10 +542,9 @@ static void step(prefill_node_t *n)
         n_stepping += prefill_job_rows_left(n->slots[i]->job) > 0;
     }
     if (n_stepping > 0) {
-        uint32_t budget = n->params->batch_tokens > 0 ? n->params->batch_tokens
-                                                      : n->params->worker.chunk_tokens;
-        prefill_jobs_step(&n->je, jobs, n_jobs, budget, n->params->worker.chunk_tokens,
-                          &n_tokens);
+        uint32_t budget =
+            n->params->batch_tokens > 0 ? n->params->batch_tokens : n->params->worker.chunk_tokens;
+        prefill_jobs_step(&n->je, jobs, n_jobs, budget, n->params->worker.chunk_tokens, &n_tokens);
         dt = tdm_clock_now_ns() - t0;
         pthread_mutex_lock(&n->lock);
         n->stats.steps_total++;
@@ -559,13 +595,20 @@ static int setup(prefill_node_t *n)
         fp.max_chunk_tokens = cfg->worker.chunk_tokens;
         status = engine_fwd_create(w->model, n->kv, &fp, &n->fwd);
     }
+    if (status == TDM_OK && cfg->history_cache_mb > 0) {
+        status = prefill_history_create(w->config, engine_model_fingerprint(w->model),
+                                        engine_kv_pool_page_bytes(n->kv),
+                                        (uint64_t)cfg->history_cache_mb << 20, &n->history);
+        n->history_keys =
+            status == TDM_OK ? malloc(PREFILL_HISTORY_MAX_SESSIONS * sizeof(uint64_t)) : NULL;
+        status = status == TDM_OK && n->history_keys == NULL ? TDM_ERR_NO_MEMORY : status;
+    }
     if (status == TDM_OK) {
         status = prefill_queue_create(&n->queue);
     }
-    n->je = (prefill_job_env_t){w->model,     n->kv,       w->xfer,
-                                n->xpool,     n->fwd,      job_aborted,
-                                n,            job_fenced,  w->constrain_vocab,
-                                &w->progress};
+    n->je = (prefill_job_env_t){w->model,    n->kv, w->xfer,    n->xpool,           n->fwd,
+                                job_aborted, n,     job_fenced, w->constrain_vocab, &w->progress,
+                                n->history};
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
@@ -583,9 +626,11 @@ static int setup(prefill_node_t *n)
     n->ready = 1;
     pthread_mutex_unlock(&n->lock);
     tdm_log(TDM_LOG_INFO, "prefill",
-            "serving: id=%s http=%s pages=%u threads=%d max_jobs=%u batch_tokens=%u", w->id,
-            w->endpoint, cfg->pages, w->n_threads, join.max_sequences,
-            cfg->batch_tokens > 0 ? cfg->batch_tokens : cfg->worker.chunk_tokens);
+            "serving: id=%s http=%s pages=%u threads=%d max_jobs=%u batch_tokens=%u "
+            "history_cache_mb=%u",
+            w->id, w->endpoint, cfg->pages, w->n_threads, join.max_sequences,
+            cfg->batch_tokens > 0 ? cfg->batch_tokens : cfg->worker.chunk_tokens,
+            cfg->history_cache_mb);
     return NODE_EXIT_OK;
 }
 
@@ -642,6 +687,8 @@ int prefill_node_run(const prefill_node_params_t *params)
     }
     node_worker_leave(&node.worker, rc == NODE_EXIT_OK ? "shutting down" : NULL);
     prefill_queue_destroy(node.queue);
+    prefill_history_destroy(node.history);
+    free(node.history_keys);
     engine_fwd_destroy(node.fwd);
     engine_kv_pool_destroy(node.kv);
     xfer_pool_destroy(node.xpool);

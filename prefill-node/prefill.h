@@ -4,7 +4,8 @@
  * Owns the node's parts and their order of start and stop: the shared worker start-up
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
  * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
- * i), the forward context and the job queue (queue.h). Its loop, on the calling thread until
+ * i), the forward context, the history page cache (history.h; the sessions it holds go to the
+ * router in every heartbeat, Load.history_sessions) and the job queue (queue.h). Its loop, on the calling thread until
  * SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each names one attempt of
  * one request, queue.h), starts up to --max-jobs jobs, oldest first, while the page pool has
  * room for each whole job beside the running ones' (job.h: pull, import, replay), and steps them
@@ -30,6 +31,8 @@ typedef struct {
     uint32_t max_jobs;        /* --max-jobs: jobs started at once, batched (1: one at a time) */
     uint32_t batch_tokens;    /* --batch-tokens: delta tokens one step takes over its jobs (0:
                                  --chunk-tokens) */
+    uint32_t history_cache_mb; /* --history-cache-mb: budget of the history page cache
+                                  (history.h), MiB; 0 disables it */
 } prefill_node_params_t;
 
 /*

@@ -325,6 +325,9 @@ static tdm_status_t check_body(const Tandem__Envelope *env, char *err, size_t er
         if (env->heartbeat->load == NULL) {
             return fail(err, err_bytes, "heartbeat load missing");
         }
+        if (env->heartbeat->load->n_history_sessions > PROTO_MAX_HISTORY_SESSIONS) {
+            return fail(err, err_bytes, "heartbeat load history_sessions over the limit");
+        }
         return TDM_OK;
     case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
         if (env->reserve_pages->total_len <= env->reserve_pages->cached_len) {

@@ -1,7 +1,14 @@
 /* proto_hash.c - the block-hash chain (proto/proto_hash.h). */
 #include "proto/proto_hash.h"
 
+#include <string.h>
+
 #include "common/hash.h"
+
+uint64_t proto_session_hash(const char *session_id)
+{
+    return session_id != NULL ? tdm_hash_xxh3_64(session_id, strlen(session_id)) : 0;
+}
 
 size_t proto_block_hashes(const int32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
                           uint64_t *hashes_out)

@@ -27,4 +27,11 @@
 size_t proto_block_hashes(const int32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
                           uint64_t *hashes_out);
 
+/*
+ * proto_session_hash - the key that names a session in what a worker reports about the sessions
+ * it holds (Load.history_sessions): XXH3-64 (seed 0) of the session id's bytes, no NUL; 0 for
+ * NULL. A hint only: whoever acts on a match checks the session's pages or tokens.
+ */
+uint64_t proto_session_hash(const char *session_id);
+
 #endif

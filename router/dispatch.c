@@ -9,6 +9,7 @@
 #include "common/hash.h"
 #include "common/http_status.h"
 #include "common/log.h"
+#include "proto/proto_hash.h"
 #include "router/fence.h"
 #include "router/dispatch_impl.h"
 #include "router/placement.h"
@@ -385,7 +386,9 @@ static void start_attempt(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     delta = f->total_len - f->cached_len;
     if (delta >= d->params.local_prefill_tokens) {
         /* only a prefill worker that holds the sequence and can reach this decode worker */
-        if (router_place_prefill(d->registry, w, f->total_len, &prefill_gen, &miss) >= 0) {
+        if (router_place_prefill_session(d->registry, w, f->total_len,
+                                         proto_session_hash(f->session->id), &prefill_gen,
+                                         &miss) >= 0) {
             send_reserve(d, f, now_ns);
             return;
         }
@@ -527,7 +530,8 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
         f->session->cached_len = r->cached_len;
     }
     dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
-    pslot = router_place_prefill(d->registry, dw, f->total_len, &pgen, &miss);
+    pslot = router_place_prefill_session(d->registry, dw, f->total_len,
+                                         proto_session_hash(f->session->id), &pgen, &miss);
     if (pslot < 0) {
         count_fallback(d, miss, f);
         dispatch_send_abort(d, f->decode_slot, f->decode_gen, f->id, f->reservation_id,

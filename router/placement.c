@@ -138,15 +138,43 @@ int router_place_decode(router_registry_t *registry, uint64_t n_tokens, uint64_t
     return best;
 }
 
+int router_worker_holds_session(const router_worker_t *w, uint64_t session_key)
+{
+    uint32_t lo = 0, hi = w->n_history_sessions;
+
+    if (session_key == 0) {
+        return 0;
+    }
+    while (lo < hi) { /* sorted ascending (registry.c) */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (w->history_sessions[mid] == session_key) {
+            return 1;
+        }
+        if (w->history_sessions[mid] < session_key) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
+}
+
 int router_place_prefill(router_registry_t *registry, const router_worker_t *decode,
                          uint64_t n_tokens, uint64_t *generation_out,
                          router_place_miss_t *miss_out)
 {
+    return router_place_prefill_session(registry, decode, n_tokens, 0, generation_out, miss_out);
+}
+
+int router_place_prefill_session(router_registry_t *registry, const router_worker_t *decode,
+                                 uint64_t n_tokens, uint64_t session_key, uint64_t *generation_out,
+                                 router_place_miss_t *miss_out)
+{
     const char *rack = decode != NULL ? decode->rack : NULL;
     router_place_miss_t miss = ROUTER_PLACE_MISS_NONE;
-    int best = -1;
-    int best_same_rack = 0;
-    double best_backlog = 0.0;
+    int best = -1, holder = -1;
+    int best_same_rack = 0, holder_same_rack = 0;
+    double best_backlog = 0.0, holder_backlog = 0.0;
 
     for (int i = 0; i < router_registry_capacity(registry); i++) {
         const router_worker_t *w = router_registry_worker(registry, i, 0);
@@ -175,6 +203,17 @@ int router_place_prefill(router_registry_t *registry, const router_worker_t *dec
             best_same_rack = same_rack;
             best_backlog = backlog;
         }
+        if (router_worker_holds_session(w, session_key) &&
+            (holder < 0 || same_rack > holder_same_rack ||
+             (same_rack == holder_same_rack && backlog < holder_backlog))) {
+            holder = i;
+            holder_same_rack = same_rack;
+            holder_backlog = backlog;
+        }
+    }
+    if (holder >= 0 && holder_same_rack == best_same_rack &&
+        holder_backlog <= best_backlog + ROUTER_PLACE_HISTORY_SLACK_S) {
+        best = holder; /* it pulls only what changed since its last turn there */
     }
     if (best >= 0) {
         *generation_out = router_registry_worker(registry, best, 0)->generation;

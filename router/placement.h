@@ -7,11 +7,14 @@
  * workers pays ROUTER_PLACE_NO_PREFILL_PENALTY when another rack has some). Prefill jobs go to
  * a prefill worker in the decode worker's rack when there is one (KV puts stay on NVLink),
  * shortest queue first (queued tokens from heartbeats plus tokens the router has handed it
- * since). Ties break by fewer in-flight items, then lower slot, so placement is deterministic.
- * Only what a worker declared it can do is placed on it (issue 16): never a stalled or draining
- * worker, never a sequence longer than its Capacity.max_tokens, never a prefill worker that
- * shares no transport with the decode worker its pages go to.
- * Not thread-safe: called under the router's control state lock.
+ * since), except that a prefill worker that keeps the session's history pages
+ * (Load.history_sessions, prefill-node/history.h) wins when its backlog is at most
+ * ROUTER_PLACE_HISTORY_SLACK_S above the best one's in the same rack class: it pulls only the
+ * pages that changed instead of the whole history. Ties break by fewer in-flight items, then lower
+ * slot, so placement is deterministic. Only what a worker declared it can do is placed on it (issue
+ * 16): never a stalled or draining worker, never a sequence longer than its Capacity.max_tokens,
+ * never a prefill worker that shares no transport with the decode worker its pages go to. Not
+ * thread-safe: called under the router's control state lock.
  */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
 #define TANDEM_ROUTER_PLACEMENT_H
@@ -25,6 +28,10 @@
 /* Weight of a rack's prefill backlog (per second) in the decode score, and its cap. */
 #define ROUTER_PLACE_BACKLOG_WEIGHT_PER_S 0.05
 #define ROUTER_PLACE_BACKLOG_CAP_S        10.0
+
+/* Extra prefill backlog (seconds) a worker that keeps the session's history pages may have over
+ * the least loaded one and still get the job. */
+#define ROUTER_PLACE_HISTORY_SLACK_S 1.0
 
 /* Why no worker was found (router_place_*'s *miss_out): the first reason that ruled out a live
  * worker of the role, in this order of precedence (capacity beats transport beats stalled). */
@@ -63,5 +70,22 @@ int router_place_decode(router_registry_t *registry, uint64_t n_tokens, uint64_t
 int router_place_prefill(router_registry_t *registry, const router_worker_t *decode,
                          uint64_t n_tokens, uint64_t *generation_out,
                          router_place_miss_t *miss_out);
+
+/*
+ * router_worker_holds_session - whether prefill worker `w` said (Load.history_sessions) that it
+ * keeps the history pages of the session with key `session_key` (proto_session_hash; 0: none).
+ */
+int router_worker_holds_session(const router_worker_t *w, uint64_t session_key);
+
+/*
+ * router_place_prefill_session - router_place_prefill for a job of the session with key
+ * `session_key` (proto_session_hash of its id; 0: no preference): among the placeable workers,
+ * one that holds the session (router_worker_holds_session) in the best worker's rack class with
+ * a backlog at most ROUTER_PLACE_HISTORY_SLACK_S above the best's is chosen (the least loaded
+ * such one); otherwise the best.
+ */
+int router_place_prefill_session(router_registry_t *registry, const router_worker_t *decode,
+                                 uint64_t n_tokens, uint64_t session_key, uint64_t *generation_out,
+                                 router_place_miss_t *miss_out);
 
 #endif

@@ -49,6 +49,7 @@ void router_registry_set_stall_grace(router_registry_t *registry, uint32_t grace
 static void clear_slot(router_worker_t *w)
 {
     free(w->transfer_descriptor);
+    free(w->history_sessions);
     memset(w, 0, sizeof(*w));
 }
 
@@ -229,6 +230,38 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
     return TDM_OK;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Keep the heartbeat's history session keys, sorted (out of memory: none, the hint is lost). */
+static void set_history_sessions(router_worker_t *w, const Tandem__Load *load)
+{
+    size_t n = load->n_history_sessions;
+
+    if (n > PROTO_MAX_HISTORY_SESSIONS) {
+        n = PROTO_MAX_HISTORY_SESSIONS;
+    }
+    if (n != w->n_history_sessions) {
+        uint64_t *keys = n > 0 ? realloc(w->history_sessions, n * sizeof(uint64_t)) : NULL;
+        if (n > 0 && keys == NULL) {
+            n = 0;
+        }
+        if (keys == NULL) {
+            free(w->history_sessions);
+        }
+        w->history_sessions = keys;
+    }
+    w->n_history_sessions = (uint32_t)n;
+    if (n > 0) {
+        memcpy(w->history_sessions, load->history_sessions, n * sizeof(uint64_t));
+        qsort(w->history_sessions, n, sizeof(uint64_t), cmp_u64);
+    }
+}
+
 tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *routing_id,
                                        const Tandem__Heartbeat *hb, uint64_t now_ns)
 {
@@ -260,6 +293,7 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
         tdm_log(TDM_LOG_INFO, "registry", "worker progressing again: worker=%s", w->id);
     }
     w->stalled = hb->load->stalled ? 1 : 0;
+    set_history_sessions(w, hb->load);
     return TDM_OK;
 }
 

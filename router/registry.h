@@ -63,6 +63,10 @@ typedef struct {
     int stalled;               /* Load.stalled: work pending, no progress (not placed on) */
     int draining;              /* Load.draining (or its ERROR_DRAINING): admits nothing new */
     uint64_t stalled_since_ns; /* monotonic (credited like last_seen_ns); 0 while not stalled */
+    /* Load.history_sessions: session keys (proto_session_hash) whose history pages this prefill
+     * worker keeps, sorted ascending (router_worker_holds_session), owned; a hint only */
+    uint64_t *history_sessions;
+    uint32_t n_history_sessions;
     /* the router's own view since the last heartbeat */
     uint32_t n_active;          /* requests or jobs in flight on it */
     uint64_t n_assigned_tokens; /* prefill tokens handed to it, not yet done */

@@ -616,6 +616,16 @@ def check_with_helm(results, helm, values):
         if not statefulsets or not all(s["spec"].get("volumeClaimTemplates")
                                        for s in statefulsets):
             problems.append("decode StatefulSets have no spill volumeClaimTemplates")
+        for s in statefulsets:
+            # the spill volume is the decode node's disk tier: --spill-dir is its mount path
+            mounts = {m["name"]: m["mountPath"]
+                      for c in s["spec"]["template"]["spec"]["containers"]
+                      for m in c.get("volumeMounts") or []}
+            envs = [container_env(c) for c in s["spec"]["template"]["spec"]["containers"]]
+            if not any(e.get("TANDEM_SPILL_DIR") == mounts.get("spill") for e in envs) or \
+                    "spill" not in mounts:
+                problems.append("%s: TANDEM_SPILL_DIR is not the spill volume's mount path"
+                                % s["metadata"]["name"])
         for obj in by_kind.get("Deployment", []) + statefulsets:
             init = obj["spec"]["template"]["spec"].get("initContainers") or []
             if not any("tandem-mkmodel" in (c.get("command") or []) for c in init):

@@ -64,6 +64,8 @@ static cluster_t *g_running[T_MAX_CLUSTERS];
 static char g_bin[T_PATH];
 static char g_model[T_PATH];
 static char g_model2[T_PATH];
+/* --pages of every worker of the clusters started next (a test may lower it for page pressure) */
+static int g_pages = T_PAGES;
 
 static inline void run_or_fail(const char *cmd)
 {
@@ -243,7 +245,7 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
     snprintf(np, sizeof(np), "%d", n_prefill);
     snprintf(nd, sizeof(nd), "%d", n_decode);
     snprintf(lpt, sizeof(lpt), "%d", T_THRESHOLD);
-    snprintf(pages, sizeof(pages), "%d", T_PAGES);
+    snprintf(pages, sizeof(pages), "%d", g_pages);
     assert_int_equal(pipe(fds), 0);
     c->launcher = fork();
     assert_true(c->launcher >= 0);
@@ -372,7 +374,7 @@ static inline void cluster_check_pages(const cluster_t *c, const char *test)
                       "%.0f resident sessions = %.0f, reserved %.0f\n",
                       test, i, c->decode_base_free[i], n_free, n_session, n_sessions,
                       n_free + n_session, reserved);
-        assert_true(c->decode_base_free[i] == T_PAGES);
+        assert_true(c->decode_base_free[i] == g_pages);
         assert_true(reserved == 0);
         assert_true(n_free + n_session == c->decode_base_free[i]);
     }

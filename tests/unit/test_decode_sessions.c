@@ -1,8 +1,9 @@
 /* test_decode_sessions.c - the sessions resident on a decode node (decode-node/sessions.h), in
  * process on the tiny preset: the table's lookups and its size limit (a full table evicts its
- * least recently used idle entry, never a busy one), least-recently-used eviction of idle
- * sessions' state under page pressure (busy sessions and sessions without state are skipped,
- * pages go back to the pool), and the recorded token history a rewind replays from. */
+ * least recently used idle entry, never a busy one), eviction of idle sessions' state under page
+ * pressure (busy sessions and sessions without state are skipped, pages go back to the pool; the
+ * victim by score, not LRU: a session due back by its rhythm stays), and the recorded token
+ * history a rewind replays from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -195,6 +196,51 @@ static void test_note_ids_records_a_true_prefix(void **state)
     decode_sessions_destroy(t);
 }
 
+/* Issue 17: the victim is session-aware, not the least recently used. "regular" (idle longer)
+ * returns every 10 s and is due back now; "once" had one turn, 5 s ago: "once" goes first, where
+ * LRU would take "regular". Turn accounting folds each pause into the mean. */
+static void test_victim_keeps_a_session_due_back(void **state)
+{
+    fixture_t *fx = *state;
+    decode_sessions_t *t = NULL;
+    decode_session_t *regular, *once;
+    const uint64_t s_ns = 1000000000ull;
+    uint64_t now = 1000 * s_ns;
+
+    assert_int_equal(decode_sessions_create(8, &t), TDM_OK);
+    regular = decode_sessions_get(t, "regular");
+    once = decode_sessions_get(t, "once");
+    give_state(fx, regular, 21);
+    give_state(fx, once, 22);
+    /* regular: turns at 960 s, 970 s, 980 s (each ended at once), idle since 990 s */
+    regular->last_used_ns = 950 * s_ns;
+    for (uint64_t at = 960; at <= 990; at += 10) {
+        decode_sessions_note_turn(regular, at * s_ns);
+        regular->last_used_ns = at * s_ns;
+    }
+    assert_int_equal(regular->n_turns, 4);
+    assert_true(regular->gap_mean_ns == 10 * s_ns); /* the first turn has no pause before it */
+    decode_sessions_note_turn(once, 994 * s_ns);
+    once->last_used_ns = 995 * s_ns;
+    assert_true(regular->last_used_ns < once->last_used_ns);
+
+    assert_ptr_equal(decode_sessions_victim(t, now), once);
+    /* two regulars: the one overdue (idle 30 s for its 10 s rhythm) goes before the one due */
+    once->n_turns = regular->n_turns;
+    once->gap_mean_ns = regular->gap_mean_ns;
+    once->last_used_ns = now - 30 * s_ns;
+    assert_ptr_equal(decode_sessions_victim(t, now), once);
+    once->last_used_ns = now - 11 * s_ns;
+    regular->last_used_ns = now - 40 * s_ns;
+    assert_ptr_equal(decode_sessions_victim(t, now), regular);
+    /* busy sessions are never victims */
+    once->busy = 1;
+    assert_ptr_equal(decode_sessions_victim(t, now), regular);
+    regular->busy = 1;
+    assert_null(decode_sessions_victim(t, now));
+    decode_sessions_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_full_table_replaces_its_least_recently_used_idle_entry),
         cmocka_unit_test(test_evict_lru_drops_idle_state_oldest_first),
         cmocka_unit_test(test_note_ids_records_a_true_prefix),
+        cmocka_unit_test(test_victim_keeps_a_session_due_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

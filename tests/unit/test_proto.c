@@ -606,6 +606,40 @@ static void test_block_hash_chain_depends_on_every_earlier_token(void **state)
     free(long_block);
 }
 
+/* Load.history_sessions (field 40): round-trips, bounded by PROTO_MAX_HISTORY_SESSIONS; the
+ * session key is XXH3-64 of the id's bytes. */
+static void test_heartbeat_history_sessions(void **state)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    Tandem__Load load = TANDEM__LOAD__INIT;
+    uint64_t *keys = calloc(PROTO_MAX_HISTORY_SESSIONS + 1, sizeof(uint64_t));
+    Tandem__Envelope *back;
+    char err[256];
+
+    (void)state;
+    assert_non_null(keys);
+    keys[0] = proto_session_hash("session-a");
+    keys[1] = proto_session_hash("session-b");
+    assert_true(keys[0] != 0 && keys[0] != keys[1]);
+    assert_true(keys[0] == proto_session_hash("session-a"));
+    assert_true(proto_session_hash(NULL) == 0);
+    load.history_sessions = keys;
+    load.n_history_sessions = 2;
+    hb.load = &load;
+    env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    back = round_trip(&env);
+    assert_int_equal(back->heartbeat->load->n_history_sessions, 2);
+    assert_true(back->heartbeat->load->history_sessions[1] == keys[1]);
+    proto_envelope_free(back);
+    load.n_history_sessions = PROTO_MAX_HISTORY_SESSIONS;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_OK);
+    load.n_history_sessions = PROTO_MAX_HISTORY_SESSIONS + 1;
+    assert_int_equal(proto_check(&env, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    free(keys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -618,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_compat_check_names_each_mismatch),
         cmocka_unit_test(test_compat_check_covers_weights_digest_and_kv_layout),
         cmocka_unit_test(test_block_hash_chain_depends_on_every_earlier_token),
+        cmocka_unit_test(test_heartbeat_history_sessions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* test_router_placement.c - router/placement.h over a registry filled by hand (no sockets): a
  * decode or prefill worker whose heartbeat says draining (issue 16 item 9) gets no new work,
  * the others still do, and with every worker draining there is no placement (-1: the router
- * answers 503). */
+ * answers 503); a prefill worker that keeps a session's history pages (Load.history_sessions,
+ * issue 17) gets that session's jobs unless it is much more loaded than the best. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include "proto/proto.h"
+#include "proto/proto_hash.h"
 #include "router/placement.h"
 #include "router/registry.h"
 
@@ -110,10 +112,67 @@ static void test_draining_workers_get_no_new_work(void **state)
     router_registry_destroy(reg);
 }
 
+/* A prefill heartbeat: `queued` tokens waiting at 1,000 tok/s, holding sessions keys[n]. */
+static void beat_prefill(router_registry_t *reg, const char *id, uint64_t queued,
+                         const uint64_t *keys, size_t n)
+{
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    Tandem__Load load = TANDEM__LOAD__INIT;
+
+    load.queued_prefill_tokens = queued;
+    load.recent_tokens_per_s = 1000.0;
+    load.history_sessions = (uint64_t *)keys;
+    load.n_history_sessions = n;
+    hb.seq = 1;
+    hb.load = &load;
+    assert_int_equal(router_registry_heartbeat(reg, id, &hb, 2), TDM_OK);
+}
+
+static void test_prefill_prefers_the_worker_holding_the_session(void **state)
+{
+    router_registry_t *reg = NULL;
+    int p0, p1;
+    uint64_t gen = 0;
+    uint64_t s1 = proto_session_hash("session-1"), s2 = proto_session_hash("session-2");
+    uint64_t held[3] = {proto_session_hash("x"), s1, proto_session_hash("y")};
+
+    (void)state;
+    assert_int_equal(router_registry_create(&compat, 1500, &reg), TDM_OK);
+    add_worker(reg, "decode-0", TANDEM__ROLE__ROLE_DECODE);
+    p0 = add_worker(reg, "prefill-0", TANDEM__ROLE__ROLE_PREFILL);
+    p1 = add_worker(reg, "prefill-1", TANDEM__ROLE__ROLE_PREFILL);
+    /* p1 holds session-1 and is a little busier (0.5 s of backlog): it still gets session-1 */
+    beat_prefill(reg, "prefill-0", 0, NULL, 0);
+    beat_prefill(reg, "prefill-1", 500, held, 3);
+    assert_true(router_worker_holds_session(router_registry_worker(reg, p1, 0), s1));
+    assert_false(router_worker_holds_session(router_registry_worker(reg, p0, 0), s1));
+    assert_false(router_worker_holds_session(router_registry_worker(reg, p1, 0), 0));
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s1, &gen, NULL), p1);
+    assert_int_equal(gen, router_registry_worker(reg, p1, 0)->generation);
+    /* other sessions and no session go to the least loaded worker */
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s2, &gen, NULL), p0);
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, 0, &gen, NULL), p0);
+    assert_int_equal(router_place_prefill(reg, NULL, 0, &gen, NULL), p0);
+    /* much more loaded (3 s over the best, > ROUTER_PLACE_HISTORY_SLACK_S): the best wins */
+    beat_prefill(reg, "prefill-1", 3000, held, 3);
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s1, &gen, NULL), p0);
+    /* a later heartbeat without the session drops the hint */
+    beat_prefill(reg, "prefill-1", 500, NULL, 0);
+    assert_false(router_worker_holds_session(router_registry_worker(reg, p1, 0), s1));
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s1, &gen, NULL), p0);
+    /* a draining holder gets nothing */
+    beat_prefill(reg, "prefill-1", 0, held, 3);
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s1, &gen, NULL), p1);
+    beat(reg, "prefill-1", 0, 1);
+    assert_int_equal(router_place_prefill_session(reg, NULL, 0, s1, &gen, NULL), p0);
+    router_registry_destroy(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_draining_workers_get_no_new_work),
+        cmocka_unit_test(test_prefill_prefers_the_worker_holding_the_session),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;

@@ -387,6 +387,13 @@ spec:
         {{- end }}
         - name: TANDEM_DRAIN_TIMEOUT_MS
           value: {{ mul (int $root.Values.decode.drainTimeoutSeconds) 1000 | quote }}
+        {{- if $root.Values.decode.spill.enabled }}
+        # the disk tier of idle sessions (docs/DEPLOY.md "Session tiers")
+        - name: TANDEM_SPILL_DIR
+          value: {{ $root.Values.decode.spill.mountPath | quote }}
+        - name: TANDEM_SPILL_MAX_MB
+          value: {{ int64 $root.Values.decode.spill.maxMB | toString | quote }}
+        {{- end }}
         {{- end }}
         {{- with $w.extraEnv }}
         {{- toYaml . | nindent 8 }}
