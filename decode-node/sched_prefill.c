@@ -176,6 +176,17 @@ static void run_parts(decode_sched_t *s, engine_prefill_part_t *parts, req_t **o
             i = bad;
             continue;
         }
+        if (status != TDM_ERR_NO_PAGES) {
+            /* NaN at a top-k or no memory: a pass is one batch, so every part not finished
+             * when it happened holds an invalid sequence (engine/forward.h) */
+            for (int k = bad; k < n; k++) {
+                tdm_log(TDM_LOG_WARN, "sched", "prefill part failed: request=%llu status=%s",
+                        (unsigned long long)owners[k]->id, tdm_status_name(status));
+                sched_fail_req(s, owners[k], status);
+                owners[k] = NULL;
+            }
+            return;
+        }
         tdm_log(TDM_LOG_WARN, "sched", "prefill part failed: request=%llu done=%lld status=%s",
                 (unsigned long long)owners[bad]->id, (long long)owners[bad]->n_done,
                 tdm_status_name(status));
