@@ -241,7 +241,7 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     for (int64_t k = 0; k < n_new && st == TDM_OK; k++) {
         int64_t j = first_row + k;
         uint32_t pslot;
-        void *page = engine_kv_table_row_page(fwd->pool, t, j, &pslot);
+        void *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
         if (page == NULL || j != t->n_rows) {
             tdm_log(TDM_LOG_ERROR, "engine", "compressed row out of order: layer=%d row=%lld "
                     "have=%lld", l, (long long)j, (long long)t->n_rows);

@@ -13,6 +13,8 @@ struct engine_kv_pool {
     uint32_t n_pages;
     uint32_t n_free;
     uint32_t *free_ids; /* stack of free page ids, [n_free] valid */
+    uint32_t *refs;     /* [n_pages] block tables linking each page (0: free) */
+    uint32_t n_shared;  /* pages with refs >= 2 */
     unsigned char *pages; /* n_pages * page_bytes */
     int external;         /* pages are the caller's memory (engine_kv_pool_create_in) */
 };
@@ -46,9 +48,10 @@ tdm_status_t engine_kv_pool_create_in(const engine_config_t *cfg, uint64_t finge
     pool->fingerprint = fingerprint;
     pool->n_pages = n_pages;
     pool->free_ids = malloc((size_t)n_pages * sizeof(uint32_t));
+    pool->refs = calloc((size_t)n_pages, sizeof(uint32_t));
     pool->external = pages_mem != NULL;
     pool->pages = pages_mem != NULL ? pages_mem : malloc((size_t)n_pages * pool->layout.page_bytes);
-    if (pool->free_ids == NULL || pool->pages == NULL) {
+    if (pool->free_ids == NULL || pool->refs == NULL || pool->pages == NULL) {
         engine_kv_pool_destroy(pool);
         return TDM_ERR_NO_MEMORY;
     }
@@ -66,6 +69,7 @@ void engine_kv_pool_destroy(engine_kv_pool_t *pool)
         return;
     }
     free(pool->free_ids);
+    free(pool->refs);
     if (!pool->external) {
         free(pool->pages);
     }
@@ -106,6 +110,64 @@ const void *engine_kv_pool_page_const(const engine_kv_pool_t *pool, uint32_t pag
         return NULL;
     }
     return pool->pages + (size_t)page_id * pool->layout.page_bytes;
+}
+
+uint32_t engine_kv_pool_n_shared(const engine_kv_pool_t *pool)
+{
+    return pool->n_shared;
+}
+
+uint32_t engine_kv_pool_page_refs(const engine_kv_pool_t *pool, uint32_t page_id)
+{
+    if (pool == NULL || page_id >= pool->n_pages) {
+        return 0;
+    }
+    return pool->refs[page_id];
+}
+
+/* Take one reference to page id (a table links it). */
+static void page_ref(engine_kv_pool_t *pool, uint32_t id)
+{
+    if (++pool->refs[id] == 2) {
+        pool->n_shared++;
+    }
+}
+
+/* Drop one reference to page id; the last one gives the page back to the pool. */
+static void page_unref(engine_kv_pool_t *pool, uint32_t id)
+{
+    if (pool->refs[id] == 0) {
+        tdm_log(TDM_LOG_ERROR, "engine", "kv page %u released twice", id);
+        return;
+    }
+    if (pool->refs[id]-- == 2) {
+        pool->n_shared--;
+    }
+    if (pool->refs[id] == 0) {
+        pool->free_ids[pool->n_free++] = id;
+    }
+}
+
+/* Copy-on-write: make page i of table private (a copy in a fresh page) when other tables link it
+ * too. Returns TDM_OK, or TDM_ERR_NO_PAGES (no free page: nothing changed). */
+static tdm_status_t page_make_private(engine_kv_pool_t *pool, engine_kv_table_t *table,
+                                      uint32_t i)
+{
+    uint32_t old = table->page_ids[i];
+    uint32_t id;
+
+    if (pool->refs[old] < 2) {
+        return TDM_OK;
+    }
+    if (pool->n_free == 0) {
+        return TDM_ERR_NO_PAGES;
+    }
+    id = pool->free_ids[--pool->n_free];
+    memcpy(engine_kv_pool_page(pool, id), engine_kv_pool_page(pool, old), pool->layout.page_bytes);
+    pool->refs[id] = 1;
+    page_unref(pool, old);
+    table->page_ids[i] = id;
+    return TDM_OK;
 }
 
 tdm_status_t engine_kv_table_init(engine_kv_table_t *table, int source_layer, int ratio)
@@ -166,23 +228,45 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
             pool->n_free++; /* cannot happen for a valid layout; undo this page */
             return st;
         }
+        pool->refs[id] = 1;
         table->page_ids[table->n_pages++] = id;
     }
     return TDM_OK;
 }
 
-void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t n_rows)
+uint32_t engine_kv_table_truncate_pages_needed(const engine_kv_pool_t *pool,
+                                               const engine_kv_table_t *table, int64_t n_rows)
+{
+    int64_t keep_pages;
+
+    if (pool == NULL || table == NULL || n_rows < 0 || n_rows >= table->n_rows ||
+        n_rows % KERN_KV_PAGE_ROWS == 0) {
+        return 0;
+    }
+    keep_pages = kern_kv_page_count(n_rows);
+    return pool->refs[table->page_ids[keep_pages - 1]] >= 2 ? 1u : 0u;
+}
+
+tdm_status_t engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table,
+                                      int64_t n_rows)
 {
     int64_t keep_pages;
     int64_t old_rows;
 
     if (pool == NULL || table == NULL || n_rows < 0 || n_rows > table->n_rows) {
-        return;
+        return TDM_ERR_INVALID_ARG;
     }
     old_rows = table->n_rows;
     keep_pages = kern_kv_page_count(n_rows);
+    if (n_rows < old_rows && n_rows % KERN_KV_PAGE_ROWS != 0) {
+        /* the last kept page gets its dropped slots zeroed: copy it first if it is shared */
+        tdm_status_t st = page_make_private(pool, table, (uint32_t)(keep_pages - 1));
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
     while ((int64_t)table->n_pages > keep_pages) {
-        pool->free_ids[pool->n_free++] = table->page_ids[--table->n_pages];
+        page_unref(pool, table->page_ids[--table->n_pages]);
     }
     if (n_rows < old_rows && n_rows % KERN_KV_PAGE_ROWS != 0) {
         /* zero the dropped slots of the last kept page and lower its row_count */
@@ -207,6 +291,7 @@ void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, 
         page[21] |= KERN_KV_PAGE_FLAG_STALE;
     }
     table->n_rows = n_rows;
+    return TDM_OK;
 }
 
 void engine_kv_table_release(engine_kv_pool_t *pool, engine_kv_table_t *table)
@@ -216,7 +301,7 @@ void engine_kv_table_release(engine_kv_pool_t *pool, engine_kv_table_t *table)
     }
     if (pool != NULL) {
         while (table->n_pages > 0) {
-            pool->free_ids[pool->n_free++] = table->page_ids[--table->n_pages];
+            page_unref(pool, table->page_ids[--table->n_pages]);
         }
     }
     free(table->page_ids);
@@ -247,5 +332,45 @@ tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *tab
             return st;
         }
     }
+    return TDM_OK;
+}
+
+void *engine_kv_table_row_page_mut(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t j,
+                                   uint32_t *slot_out)
+{
+    int64_t page = j / KERN_KV_PAGE_ROWS;
+    if (pool == NULL || table == NULL || j < 0 || page >= (int64_t)table->n_pages ||
+        page_make_private(pool, table, (uint32_t)page) != TDM_OK) {
+        return NULL;
+    }
+    return engine_kv_table_row_page(pool, table, j, slot_out);
+}
+
+tdm_status_t engine_kv_table_share(engine_kv_pool_t *pool, engine_kv_table_t *dst,
+                                   const engine_kv_table_t *src, int64_t n_rows)
+{
+    uint32_t n_pages;
+
+    if (pool == NULL || dst == NULL || src == NULL || dst == src || dst->n_pages != 0 ||
+        dst->n_rows != 0 || dst->ratio != src->ratio || dst->source_layer != src->source_layer ||
+        n_rows < 0 || n_rows > src->n_rows || n_rows % KERN_KV_PAGE_ROWS != 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    n_pages = (uint32_t)(n_rows / KERN_KV_PAGE_ROWS);
+    if (n_pages > dst->capacity) {
+        size_t cap = dst->capacity;
+        uint32_t *grown = tdm_array_grow(dst->page_ids, sizeof(*grown), n_pages, 8, &cap);
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        dst->page_ids = grown;
+        dst->capacity = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+    }
+    for (uint32_t i = 0; i < n_pages; i++) {
+        dst->page_ids[i] = src->page_ids[i];
+        page_ref(pool, src->page_ids[i]);
+    }
+    dst->n_pages = n_pages;
+    dst->n_rows = n_rows;
     return TDM_OK;
 }

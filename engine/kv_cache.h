@@ -1,10 +1,22 @@
 /* kv_cache.h - a node's pool of compressed-KV pages and the per-sequence block tables into it.
  *
  * Owns a fixed number of MODEL.md section-7 pages (kernels/kv_page.h layout, host memory), all
- * allocated at create. A page is free (owned by the pool) or linked into exactly one block table
- * (owned by that table, STYLE.md 4). A block table (engine_kv_table_t) maps the rows of one KV
- * source of one sequence to pages: row j lives in page ids[j / 64], slot j % 64. Failed calls
- * change nothing; free-page counts return to baseline when every table is released. Knows
+ * allocated at create. A block table (engine_kv_table_t) maps the rows of one KV source of one
+ * sequence to pages: row j lives in page ids[j / 64], slot j % 64.
+ *
+ * Ownership (reference-counted pages, issue 17): a page is free (owned by the pool, 0
+ * references) or linked into one or more block tables, each link one reference (STYLE.md 4: the
+ * tables own the page together). engine_kv_table_reserve links fresh pages (1 reference);
+ * engine_kv_table_share links another table's full pages (one more reference each: a shared
+ * prefix, MODEL.md 7 prefix cache); engine_kv_table_truncate and engine_kv_table_release drop
+ * references, and a page goes back to the pool when its last reference goes. Shared pages are
+ * read-only: every write path copies a shared page into a private one first (copy-on-write):
+ * engine_kv_table_truncate zeroing the dropped slots of a shared last page, and
+ * engine_kv_table_row_page_mut, which the forward pass uses to write a row. Sealing
+ * (engine_kv_table_seal) writes only the checksum of bytes every owner shares, so it never copies.
+ * Rows are appended at n_rows and engine_kv_table_share links full pages only, so in practice a
+ * shared page is copied only when a table is cut back into it. Failed calls change nothing;
+ * free-page counts return to baseline when every table is released. Knows
  * nothing of sequences' other state (engine/seq_state.h), of transport or of the math that fills
  * the rows. Not thread-safe: one pool per engine thread, or external locking.
  */
@@ -78,6 +90,12 @@ uint64_t engine_kv_pool_fingerprint(const engine_kv_pool_t *pool);
 void *engine_kv_pool_page(engine_kv_pool_t *pool, uint32_t page_id);
 const void *engine_kv_pool_page_const(const engine_kv_pool_t *pool, uint32_t page_id);
 
+/* engine_kv_pool_n_shared - pages currently linked into two or more block tables. */
+uint32_t engine_kv_pool_n_shared(const engine_kv_pool_t *pool);
+
+/* engine_kv_pool_page_refs - block tables linking page `page_id` (0: free or out of range). */
+uint32_t engine_kv_pool_page_refs(const engine_kv_pool_t *pool, uint32_t page_id);
+
 /*
  * engine_kv_table_init - an empty table for `source_layer` at `ratio` (no pages). Cannot fail
  * for a valid ratio; returns TDM_ERR_INVALID_ARG for NULL or ratio outside 1..2.
@@ -103,21 +121,53 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
 
 /*
  * engine_kv_table_truncate - drop rows >= n_rows (n_rows <= table->n_rows; equal gives back
- * only reserved pages beyond the rows) and give back pages no longer needed to hold them.
- * Dropped slots of a kept page are zeroed so that the page's checksum covers only live rows.
+ * only reserved pages beyond the rows) and drop the table's reference to pages no longer needed
+ * to hold them (freed when it was the last). Dropped slots of a kept page are zeroed so that the
+ * page's checksum covers only live rows; a shared kept page is first copied into a private one
+ * (copy-on-write: the other tables keep the original).
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, n_rows out of range) or TDM_ERR_NO_PAGES (the copy
+ * needs a free page and there is none); nothing changed on error.
+ * engine_kv_table_truncate_pages_needed says beforehand how many free pages it needs (0 or 1).
  */
-void engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t n_rows);
+tdm_status_t engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t *table,
+                                      int64_t n_rows);
 
-/* engine_kv_table_release - give every page back and free the id array; the table is left empty
+/* engine_kv_table_truncate_pages_needed - free pages engine_kv_table_truncate(pool, table, n_rows)
+ * takes for its copy-on-write: 1 when the kept last page is partly cut and shared, else 0. */
+uint32_t engine_kv_table_truncate_pages_needed(const engine_kv_pool_t *pool,
+                                               const engine_kv_table_t *table, int64_t n_rows);
+
+/*
+ * engine_kv_table_share - link the first n_rows rows of `src` into the empty table `dst` (same
+ * source layer and ratio): dst takes one more reference to each of src's pages holding them, and
+ * holds n_rows rows. n_rows must be a multiple of 64 (whole pages: neither table ever writes into
+ * a shared page afterwards without copying it first) and <= src->n_rows. Takes no free page.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, dst not empty, other layer or ratio, n_rows not a
+ * multiple of 64 or beyond src's rows) or TDM_ERR_NO_MEMORY; nothing changed on error.
+ */
+tdm_status_t engine_kv_table_share(engine_kv_pool_t *pool, engine_kv_table_t *dst,
+                                   const engine_kv_table_t *src, int64_t n_rows);
+
+/* engine_kv_table_release - drop the table's reference to every page (a page goes back to the
+ * pool with its last reference) and free the id array; the table is left empty
  * (source and ratio kept). Accepts a zeroed table. */
 void engine_kv_table_release(engine_kv_pool_t *pool, engine_kv_table_t *table);
 
 /* engine_kv_table_row_page - the page holding row j (< pages * 64) and its slot; NULL when out of
- * range. */
+ * range. For reading: the page may be shared (write through engine_kv_table_row_page_mut). */
 void *engine_kv_table_row_page(engine_kv_pool_t *pool, const engine_kv_table_t *table, int64_t j,
                                uint32_t *slot_out);
 
-/* engine_kv_table_seal - seal (checksum) every page of the table (kern_kv_page_seal). */
+/* engine_kv_table_row_page_mut - as engine_kv_table_row_page, for writing row j: a shared page
+ * is first copied into a private one (copy-on-write). NULL when out of range or when that copy
+ * finds no free page (nothing changed). */
+void *engine_kv_table_row_page_mut(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t j,
+                                   uint32_t *slot_out);
+
+/* engine_kv_table_seal - seal (checksum) every page of the table (kern_kv_page_seal). A shared
+ * page is sealed in place: its bytes are every owner's, so the checksum is the same for all. */
 tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *table);
 
 #endif

@@ -203,6 +203,18 @@ tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n)
             return TDM_ERR_INVALID_ARG;
         }
     }
+    {
+        uint32_t cow = 0; /* a shared page cut into is copied first (engine/kv_cache.h) */
+        for (int s = 0; s < seq->n_sources; s++) {
+            int64_t keep_rows = n / seq->tables[s].ratio;
+            cow += engine_kv_table_truncate_pages_needed(
+                seq->pool, &seq->tables[s],
+                keep_rows < seq->tables[s].n_rows ? keep_rows : seq->tables[s].n_rows);
+        }
+        if (cow > engine_kv_pool_n_free(seq->pool)) {
+            return TDM_ERR_NO_PAGES;
+        }
+    }
     if (n == seq->length) {
         for (int s = 0; s < seq->n_sources; s++) {
             /* give back pages reserved beyond the rows (a failed verify) */

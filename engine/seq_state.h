@@ -4,7 +4,8 @@
  * block (capacity C = W + B + 1 entries, slot p mod C, entry d E4M3 codes + d/32 UE8M0 scales,
  * Q_swa), one block table per KV source (engine/kv_cache.h; pages owned by the table), the
  * pending half-group (a_p, b_p) FP32 of each ratio-2 KV source (present iff n is odd), and the
- * recent token ids (the last W + N - 1, for Engram lookback and bounded replay). Exports and
+ * recent token ids (the last W + N - 1, for Engram lookback and bounded replay). Pages may be
+ * shared with other sequences (engine_seq_share_prefix; reference-counted, copy-on-write). Exports and
  * imports exactly the section-7 handoff state record, optionally followed by the sequence's
  * pages, as one versioned byte blob, so another process can continue the sequence.
  * Knows nothing of the math that fills it (engine/forward.h). Not thread-safe; a sequence is
@@ -98,7 +99,8 @@ tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
  * tokens [0, n).
  *
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (nothing changed) for NULL, n > length, or n below
- * engine_seq_rollback_floor (the scratch and rings no longer hold what n needs).
+ * engine_seq_rollback_floor (the scratch and rings no longer hold what n needs), or
+ * TDM_ERR_NO_PAGES (nothing changed) when a shared page cut into finds no free page for its copy.
  */
 tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n);
 
@@ -173,8 +175,31 @@ tdm_status_t engine_seq_blob_add_pages(const uint8_t *record, size_t n_record, u
  * only [0, p) when p <= W (the replay then runs from 0); it is approximate against a loss-free
  * continuation when p > W (MODEL.md 6(e)). p = 0 leaves an empty sequence (no replay).
  *
- * Returns TDM_OK, or TDM_ERR_INVALID_ARG (nothing changed) for NULL or p outside [0, length].
+ * Pages the sequence shares with others (engine_seq_share_prefix) stay shared; a shared page cut
+ * into is copied first (copy-on-write, engine/kv_cache.h).
+ *
+ * Returns TDM_OK, or (nothing changed) TDM_ERR_INVALID_ARG for NULL or p outside [0, length],
+ * TDM_ERR_NO_PAGES when a copy-on-write finds no free page.
  */
 tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p);
+
+/*
+ * engine_seq_share_prefix - start the empty sequence dst (length 0, no pages) from the first p
+ * tokens of src without computing them (MODEL.md 7 prefix cache, issue 17): dst links src's pages
+ * holding the rows below p (each page then has one more reference, engine/kv_cache.h; both
+ * sequences read them, a write into one copies it first) and is left exactly as
+ * engine_seq_truncate(copy of src, p) would leave a copy of src: length p, rows n_c(p - 1) =
+ * p / ratio per source, no pending half, no verify scratch, empty rings. p must be a multiple of
+ * 64 * max ratio (whole pages, even p), 0 < p <= src's length; dst and src use one model and pool.
+ * The caller MUST then run engine_fwd_replay(..., ENGINE_REPLAY_RECOVERY, ...) on dst with the
+ * ids of [p - min(W, p) - N + 1, p) (or all p) - the ids are the caller's: src keeps only its
+ * last W + N - 1 - before any other forward call. The result is then bit-identical (export, next
+ * logits) to src cut back by engine_seq_truncate to p and replayed the same way, and approximate
+ * against a cold prefill of the p tokens when p > W (MODEL.md 6(e)). src is not changed.
+ *
+ * Returns TDM_OK, or (nothing changed) TDM_ERR_INVALID_ARG (NULL, dst not empty, p not a whole
+ * page multiple or out of range, other model or pool) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t engine_seq_share_prefix(engine_seq_t *dst, const engine_seq_t *src, int64_t p);
 
 #endif
