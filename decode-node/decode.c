@@ -100,6 +100,12 @@ static void render_families(void *arg, tdm_prom_t *p)
                      "sessions cut back to a shorter prefix and replayed", st->rewinds_total);
     tdm_prom_counter(p, "tandem_decode_rewind_kept_tokens_total",
                      "positions rewinds kept (not prefilled again)", st->rewind_kept_tokens_total);
+    tdm_prom_counter(p, "tandem_decode_prefix_shares_total",
+                     "new sessions started from another session's KV pages (prefix_session_id)",
+                     st->prefix_shares_total);
+    tdm_prom_counter(p, "tandem_decode_prefix_shared_tokens_total",
+                     "prompt positions reused by prefix sharing (not prefilled)",
+                     st->prefix_shared_tokens_total);
     tdm_prom_counter(p, "tandem_decode_evictions_total", "idle sessions evicted for pages",
                      st->evictions_total);
     tdm_prom_counter(p, "tandem_decode_prefill_pieces_total",
@@ -120,6 +126,12 @@ static void render_families(void *arg, tdm_prom_t *p)
                    st->resident_sessions);
     tdm_prom_gauge(p, "tandem_decode_session_pages", "KV pages held by resident sessions",
                    st->session_pages);
+    tdm_prom_gauge(p, "tandem_decode_shared_pages",
+                   "KV pages linked by two or more sessions (shared prefixes)", st->shared_pages);
+    tdm_prom_gauge(p, "tandem_decode_shared_page_refs",
+                   "links to shared pages beyond each page's first: session_pages minus this is "
+                   "the distinct pages sessions hold",
+                   (double)st->shared_page_refs);
     tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
                    "recent generation throughput, tokens per second", st->recent_tokens_per_s);
     render_spec(st, p);
@@ -227,6 +239,7 @@ static int setup(decode_node_t *n)
     sp.n_threads = w->n_threads;
     sp.constrain_vocab = w->constrain_vocab;
     sp.tier = n->tier;
+    sp.no_prefix_share = cfg->no_prefix_share;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {

@@ -452,6 +452,9 @@ static void on_local(decode_sched_t *s, const Tandem__DecodeRequest *dr)
             return;
         }
     }
+    /* a new session sharing another's prefix (prefix_session_id): sched_prefix.c */
+    (void)sched_prefix_share(s, session, dr->prefix_session_id, dr->cached_len, dr->prefix_ids,
+                             dr->n_prefix_ids);
     held = session->seq != NULL ? (uint64_t)engine_seq_length(session->seq) : 0;
     if (held > dr->cached_len && dr->cached_len > 0) {
         /* The prompt shares only cached_len tokens with what the node holds: rewind to the
@@ -771,6 +774,8 @@ void sched_publish(decode_sched_t *s)
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
     s->stats.session_pages = decode_sessions_n_pages(s->sessions);
     decode_tier_stats(s->params.tier, &s->stats.tier);
+    s->stats.shared_pages = engine_kv_pool_n_shared(decode_pool_engine(s->pool));
+    s->stats.shared_page_refs = engine_kv_pool_n_extra_refs(decode_pool_engine(s->pool));
     for (int d = 0; d < ENGINE_SPEC_N_DRAFTERS && s->spec != NULL; d++) {
         engine_spec_metrics(s->spec, (engine_spec_drafter_t)d, &s->stats.spec[d]);
     }

@@ -58,6 +58,9 @@ typedef struct {
     /* Session tiers (tier.h; borrowed, must outlive the scheduler), or NULL: under page pressure
      * an idle session's state is dropped (the router rebuilds it) instead of demoted. */
     decode_tier_t *tier;
+    /* --no-prefix-share: a new session never links another session's pages (prefix_session_id
+     * is answered as without it: ERROR_STATE_LOST, the router sends the whole prompt) */
+    int no_prefix_share;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */
@@ -75,6 +78,8 @@ typedef struct {
     uint64_t rewind_kept_tokens_total; /* positions those rewinds kept (not prefilled again) */
     uint64_t evictions_total;
     uint64_t prefill_pieces_total; /* local prefill parts and replays run between decode steps */
+    uint64_t prefix_shares_total;        /* new sessions started from another's pages */
+    uint64_t prefix_shared_tokens_total; /* prompt positions those shares did not prefill */
     uint32_t running_sequences;
     uint32_t pending_prefills;
     uint64_t queued_prefill_tokens; /* delta tokens of pending local prefills not yet prefilled */
@@ -82,7 +87,10 @@ typedef struct {
     uint32_t total_pages;
     uint32_t reserved_pages;
     uint32_t resident_sessions;
-    uint32_t session_pages; /* pages held by resident sessions */
+    uint32_t session_pages; /* pages held by resident sessions (a shared page once per holder) */
+    uint32_t shared_pages;  /* pages linked by two or more sequences (engine_kv_pool_n_shared) */
+    uint64_t shared_page_refs; /* links beyond a page's first (engine_kv_pool_n_extra_refs):
+                                  session_pages - shared_page_refs = distinct session pages */
     double recent_tokens_per_s;
     engine_spec_metrics_t spec[ENGINE_SPEC_N_DRAFTERS]; /* per drafter; zero without --spec */
     decode_tier_stats_t tier; /* session tiers; zero without them */

@@ -208,6 +208,9 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                          "reservation lengths out of range");
         return;
     }
+    /* a new session sharing another's prefix (prefix_session_id): sched_prefix.c */
+    (void)sched_prefix_share(s, session, rp->prefix_session_id, H, rp->prefix_ids,
+                             rp->n_prefix_ids);
     if (session->seq != NULL && (uint64_t)engine_seq_length(session->seq) > H && H > 0) {
         /* rewind to the longest prefix <= H the node can rebuild; the reservation then says
          * the H it holds (docs/PROTOCOL.md 3c) */

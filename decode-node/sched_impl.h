@@ -201,6 +201,25 @@ int sched_tier_evict(decode_sched_t *s);
  */
 void sched_tier_on_turn(decode_sched_t *s, decode_session_t *session);
 
+/* ---- defined in sched_prefix.c ----------------------------------------------------------- */
+
+/*
+ * sched_prefix_share - start the new session `session` (no state, or length 0) from the first
+ * cached_len tokens of the resident session `prefix_session_id` (issue 17 item 2): when the node
+ * allows it (no --no-prefix-share), the donor is resident, of the same tenant (a hook), holds at
+ * least cached_len tokens whose recorded ids equal prefix_ids [n_prefix_ids = cached_len], and
+ * cached_len is a whole-page prefix (64 * max ratio) of at least W tokens, the session links the
+ * donor's pages below cached_len (engine_seq_share_prefix: shared, copy-on-write), is replayed
+ * (MODEL.md 6(d)(2) recovery) and records the ids; the caller then continues it at cached_len
+ * like any held session. Counted in prefix_shares_total and prefix_shared_tokens_total.
+ * Returns TDM_OK, TDM_ERR_UNSUPPORTED (not such a request, or refused: logged, nothing changed)
+ * or the engine's status (the session's state is dropped). Either way on failure the caller
+ * answers as without sharing (ERROR_STATE_LOST / a reservation from 0).
+ */
+tdm_status_t sched_prefix_share(decode_sched_t *s, decode_session_t *session,
+                                const char *prefix_session_id, uint64_t cached_len,
+                                const int32_t *prefix_ids, size_t n_prefix_ids);
+
 /* ---- defined in sched_handoff.c ---------------------------------------------------------- */
 
 /* A DecodeRequest with remote prefill: adopt the reservation's pages (its CompletionNotice). */

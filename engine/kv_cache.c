@@ -15,6 +15,7 @@ struct engine_kv_pool {
     uint32_t *free_ids; /* stack of free page ids, [n_free] valid */
     uint32_t *refs;     /* [n_pages] block tables linking each page (0: free) */
     uint32_t n_shared;  /* pages with refs >= 2 */
+    uint64_t n_refs;    /* sum of refs */
     unsigned char *pages; /* n_pages * page_bytes */
     int external;         /* pages are the caller's memory (engine_kv_pool_create_in) */
 };
@@ -117,6 +118,11 @@ uint32_t engine_kv_pool_n_shared(const engine_kv_pool_t *pool)
     return pool->n_shared;
 }
 
+uint64_t engine_kv_pool_n_extra_refs(const engine_kv_pool_t *pool)
+{
+    return pool->n_refs - (uint64_t)(pool->n_pages - pool->n_free);
+}
+
 uint32_t engine_kv_pool_page_refs(const engine_kv_pool_t *pool, uint32_t page_id)
 {
     if (pool == NULL || page_id >= pool->n_pages) {
@@ -128,6 +134,7 @@ uint32_t engine_kv_pool_page_refs(const engine_kv_pool_t *pool, uint32_t page_id
 /* Take one reference to page id (a table links it). */
 static void page_ref(engine_kv_pool_t *pool, uint32_t id)
 {
+    pool->n_refs++;
     if (++pool->refs[id] == 2) {
         pool->n_shared++;
     }
@@ -140,6 +147,7 @@ static void page_unref(engine_kv_pool_t *pool, uint32_t id)
         tdm_log(TDM_LOG_ERROR, "engine", "kv page %u released twice", id);
         return;
     }
+    pool->n_refs--;
     if (pool->refs[id]-- == 2) {
         pool->n_shared--;
     }
@@ -165,6 +173,7 @@ static tdm_status_t page_make_private(engine_kv_pool_t *pool, engine_kv_table_t 
     id = pool->free_ids[--pool->n_free];
     memcpy(engine_kv_pool_page(pool, id), engine_kv_pool_page(pool, old), pool->layout.page_bytes);
     pool->refs[id] = 1;
+    pool->n_refs++;
     page_unref(pool, old);
     table->page_ids[i] = id;
     return TDM_OK;
@@ -229,6 +238,7 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
             return st;
         }
         pool->refs[id] = 1;
+        pool->n_refs++;
         table->page_ids[table->n_pages++] = id;
     }
     return TDM_OK;

@@ -93,6 +93,10 @@ const void *engine_kv_pool_page_const(const engine_kv_pool_t *pool, uint32_t pag
 /* engine_kv_pool_n_shared - pages currently linked into two or more block tables. */
 uint32_t engine_kv_pool_n_shared(const engine_kv_pool_t *pool);
 
+/* engine_kv_pool_n_extra_refs - links beyond the first of every page (sum of references minus
+ * pages in use): pages summed over every table minus this = distinct pages in use. */
+uint64_t engine_kv_pool_n_extra_refs(const engine_kv_pool_t *pool);
+
 /* engine_kv_pool_page_refs - block tables linking page `page_id` (0: free or out of range). */
 uint32_t engine_kv_pool_page_refs(const engine_kv_pool_t *pool, uint32_t page_id);
 

@@ -239,6 +239,10 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     dr.max_tokens = gen->max_tokens - f->n_generated;
     dr.canonical_start = delta >= d->params.local_prefill_tokens;
     dr.prefix_session_id = f->prefix_session;
+    if (f->prefix_session[0] != '\0') { /* the node matches the prefix on these ids */
+        dr.prefix_ids = s->tokens;
+        dr.n_prefix_ids = f->cached_len;
+    }
     dr.spec = (char *)router_spec_name(gen->spec); /* "": the node's --spec */
     /* REMOTE too: the decode node records the session's ids for a later rewind (PROTOCOL.md 3c) */
     dr.delta_tokens = s->tokens + f->cached_len;
@@ -273,6 +277,10 @@ static void send_reserve(router_dispatch_t *d, inflight_t *f, uint64_t now_ns)
     rp.cached_len = f->cached_len;
     rp.total_len = f->total_len;
     rp.prefix_session_id = f->prefix_session;
+    if (f->prefix_session[0] != '\0') { /* the node matches the prefix on these ids */
+        rp.prefix_ids = f->session->tokens;
+        rp.n_prefix_ids = f->cached_len;
+    }
     rp.attempt = f->attempts + 1;
     /* The pages must outlive the prefill job too: the handoff comes only after its notice, so
      * the reservation lapses past both stage deadlines (a lost or late job is aborted sooner). */

@@ -494,7 +494,9 @@ def page_report(cluster, settle_s):
             continue
         total = int(m.get("tandem_decode_total_pages", 0))
         free = int(m.get("tandem_decode_free_pages", 0))
-        held = int(m.get("tandem_decode_session_pages", 0))
+        # a page shared by k sessions counts k times in session_pages (issue 17)
+        held = int(m.get("tandem_decode_session_pages", 0)) - \
+            int(m.get("tandem_decode_shared_page_refs", 0))
         resv = int(m.get("tandem_decode_reserved_pages", 0))
         rows.append((w.name, total, free, held, resv, max(0, total - free - held)))
     return rows

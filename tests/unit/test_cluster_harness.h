@@ -358,7 +358,7 @@ static inline void cluster_check_pages(const cluster_t *c, const char *test)
     for (int i = 0; i < c->n_decode; i++) {
         uint64_t end = tdm_clock_now_ns() + T_PAGES_WAIT_MS * TDM_NS_PER_MS;
         unsigned port = c->decode_port[i];
-        double reserved, n_free, n_session, n_sessions;
+        double reserved, n_free, n_session, n_sessions, extra;
 
         if (c->decode_killed[i]) {
             continue;
@@ -367,6 +367,9 @@ static inline void cluster_check_pages(const cluster_t *c, const char *test)
             reserved = metric(port, "tandem_decode_reserved_pages");
             n_free = metric(port, "tandem_decode_free_pages");
             n_session = metric(port, "tandem_decode_session_pages");
+            /* a page shared by k sessions counts k times in session_pages (issue 17) */
+            extra = metric(port, "tandem_decode_shared_page_refs");
+            n_session -= extra > 0 ? extra : 0;
         } while ((reserved != 0 || n_free + n_session != c->decode_base_free[i]) &&
                  tdm_clock_now_ns() < end);
         n_sessions = metric(port, "tandem_decode_resident_sessions");
