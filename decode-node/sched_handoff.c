@@ -35,6 +35,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
     uint32_t n_all = 0, k = 0, n_bad = 0, first_bad = 0;
     uint8_t *blob = NULL;
     size_t n_blob = 0;
+    engine_kv_table_t held[NODE_MAX_SOURCES];
     tdm_status_t status = TDM_OK;
 
     if (h->n_page_checksums != resv->n_pages || h->state_record.len == 0 ||
@@ -100,12 +101,17 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
         status = node_blob_with_pages(h->state_record.data, h->state_record.len, resv->n_sources,
                                       n_rows, n_pages, pages, page_bytes, &blob, &n_blob);
     }
+    if (status == TDM_OK) {
+        /* pages shared with other sessions stay shared (issue 17): held across the import */
+        sched_prefix_hold(s, session, resv->n_sources, resv->first_target, held);
+    }
     decode_pool_release(s->pool, resv);
     if (status == TDM_OK) {
         decode_sessions_drop_state(session); /* its pages are in the blob */
         do {
             status = engine_seq_import(s->model, kv, blob, n_blob, seq_out);
         } while (sched_evicted_for_retry(s, status));
+        sched_prefix_relink(s, status == TDM_OK ? *seq_out : NULL, held);
     }
     if (status == TDM_ERR_NO_PAGES && *why == NULL) {
         *why = "no free pages for the handed-off sequence";

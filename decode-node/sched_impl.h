@@ -220,6 +220,18 @@ tdm_status_t sched_prefix_share(decode_sched_t *s, decode_session_t *session,
                                 const char *prefix_session_id, uint64_t cached_len,
                                 const int32_t *prefix_ids, size_t n_prefix_ids);
 
+/*
+ * sched_prefix_hold - before a handoff drops the session's old sequence: each of the first
+ * n_sources KV sources gets in held[i] (initialised here) one more reference to the session's
+ * leading history pages below first_target[i] that other sessions share too, so that they
+ * survive the import. sched_prefix_relink then makes the imported sequence `seq` link them
+ * instead of its private copies (equal bytes only; seq NULL: just let go) and releases held[].
+ * Counted in the shared-pages gauge; a failure only leaves the copies private.
+ */
+void sched_prefix_hold(decode_sched_t *s, const decode_session_t *session, uint32_t n_sources,
+                       const uint32_t *first_target, engine_kv_table_t *held);
+void sched_prefix_relink(decode_sched_t *s, engine_seq_t *seq, engine_kv_table_t *held);
+
 /* ---- defined in sched_handoff.c ---------------------------------------------------------- */
 
 /* A DecodeRequest with remote prefill: adopt the reservation's pages (its CompletionNotice). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "node/node_handoff.h"
 
 /*
  * The tenant hook (issue 17: "scoped per tenant key when the API has keys"): 1 when `session`
@@ -107,4 +108,48 @@ tdm_status_t sched_prefix_share(decode_sched_t *s, decode_session_t *session,
     tdm_log(TDM_LOG_DEBUG, "sched", "prefix shared: session=%s from=%s tokens=%lld pages=%u",
             session->id, prefix_session_id, (long long)p, engine_seq_n_pages(session->seq));
     return TDM_OK;
+}
+
+void sched_prefix_hold(decode_sched_t *s, const decode_session_t *session, uint32_t n_sources,
+                       const uint32_t *first_target, engine_kv_table_t *held)
+{
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+
+    for (uint32_t i = 0; i < NODE_MAX_SOURCES; i++) {
+        int layer = i < n_sources ? (int)s->cfg->kv_source_layer_ids[i] : -1;
+        const engine_kv_table_t *t =
+            layer >= 0 && session->seq != NULL ? engine_seq_table(session->seq, layer) : NULL;
+        uint32_t k = 0;
+
+        memset(&held[i], 0, sizeof(held[i]));
+        if (t == NULL) {
+            continue;
+        }
+        (void)engine_kv_table_init(&held[i], layer, t->ratio);
+        while (k < first_target[i] && k < t->n_pages &&
+               (int64_t)(k + 1) * KERN_KV_PAGE_ROWS <= t->n_rows &&
+               engine_kv_pool_page_refs(kv, t->page_ids[k]) >= 2) {
+            k++;
+        }
+        if (k > 0) {
+            (void)engine_kv_table_share(kv, &held[i], t, (int64_t)k * KERN_KV_PAGE_ROWS);
+        }
+    }
+}
+
+void sched_prefix_relink(decode_sched_t *s, engine_seq_t *seq, engine_kv_table_t *held)
+{
+    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < NODE_MAX_SOURCES; i++) {
+        for (uint32_t j = 0; seq != NULL && j < held[i].n_pages; j++) {
+            n += engine_seq_relink_page(seq, held[i].source_layer, j, held[i].page_ids[j]) ==
+                 TDM_OK;
+        }
+        engine_kv_table_release(kv, &held[i]);
+    }
+    if (n > 0) {
+        tdm_log(TDM_LOG_DEBUG, "sched", "handoff kept %u shared page(s) shared", n);
+    }
 }

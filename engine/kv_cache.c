@@ -356,6 +356,29 @@ void *engine_kv_table_row_page_mut(engine_kv_pool_t *pool, engine_kv_table_t *ta
     return engine_kv_table_row_page(pool, table, j, slot_out);
 }
 
+tdm_status_t engine_kv_table_relink(engine_kv_pool_t *pool, engine_kv_table_t *table, uint32_t i,
+                                    uint32_t page_id)
+{
+    uint32_t old;
+
+    if (pool == NULL || table == NULL || i >= table->n_pages || page_id >= pool->n_pages ||
+        pool->refs[page_id] == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    old = table->page_ids[i];
+    if (old == page_id) {
+        return TDM_OK;
+    }
+    if (memcmp(engine_kv_pool_page_const(pool, old), engine_kv_pool_page_const(pool, page_id),
+               pool->layout.page_bytes) != 0) {
+        return TDM_ERR_MISMATCH;
+    }
+    page_ref(pool, page_id);
+    page_unref(pool, old);
+    table->page_ids[i] = page_id;
+    return TDM_OK;
+}
+
 tdm_status_t engine_kv_table_share(engine_kv_pool_t *pool, engine_kv_table_t *dst,
                                    const engine_kv_table_t *src, int64_t n_rows)
 {

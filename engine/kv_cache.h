@@ -154,6 +154,18 @@ uint32_t engine_kv_table_truncate_pages_needed(const engine_kv_pool_t *pool,
 tdm_status_t engine_kv_table_share(engine_kv_pool_t *pool, engine_kv_table_t *dst,
                                    const engine_kv_table_t *src, int64_t n_rows);
 
+/*
+ * engine_kv_table_relink - let page i of `table` be page `page_id` (a page in use by other tables,
+ * byte for byte equal to the table's page i): the table takes a reference to page_id and drops
+ * its reference to its own page (freed when it was the last). For a holder of a private copy of
+ * a shared page (an import) to share the original again.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, i or page_id out of range, page_id free) or
+ * TDM_ERR_MISMATCH (the bytes differ); nothing changed on error.
+ */
+tdm_status_t engine_kv_table_relink(engine_kv_pool_t *pool, engine_kv_table_t *table, uint32_t i,
+                                    uint32_t page_id);
+
 /* engine_kv_table_release - drop the table's reference to every page (a page goes back to the
  * pool with its last reference) and free the id array; the table is left empty
  * (source and ratio kept). Accepts a zeroed table. */

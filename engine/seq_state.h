@@ -184,6 +184,15 @@ tdm_status_t engine_seq_blob_add_pages(const uint8_t *record, size_t n_record, u
 tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p);
 
 /*
+ * engine_seq_relink_page - page i of KV source `source_layer` becomes the equal page `page_id`
+ * that other sequences hold (engine_kv_table_relink: the sequence's own copy goes back to the
+ * pool). Returns TDM_OK, TDM_ERR_INVALID_ARG (no such source, page or free page_id) or
+ * TDM_ERR_MISMATCH (the bytes differ); nothing changed on error.
+ */
+tdm_status_t engine_seq_relink_page(engine_seq_t *seq, int source_layer, uint32_t i,
+                                    uint32_t page_id);
+
+/*
  * engine_seq_share_prefix - start the empty sequence dst (length 0, no pages) from the first p
  * tokens of src without computing them (MODEL.md 7 prefix cache, issue 17): dst links src's pages
  * holding the rows below p (each page then has one more reference, engine/kv_cache.h; both

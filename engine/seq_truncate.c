@@ -42,6 +42,17 @@ tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p)
     return TDM_OK;
 }
 
+tdm_status_t engine_seq_relink_page(engine_seq_t *seq, int source_layer, uint32_t i,
+                                    uint32_t page_id)
+{
+    int s = seq != NULL ? engine_seq_source_slot(seq, source_layer) : -1;
+
+    if (s < 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return engine_kv_table_relink(seq->pool, &seq->tables[s], i, page_id);
+}
+
 tdm_status_t engine_seq_share_prefix(engine_seq_t *dst, const engine_seq_t *src, int64_t p)
 {
     int64_t unit = KERN_KV_PAGE_ROWS;

@@ -3,7 +3,8 @@
  * preset: whole blocks of 128 tokens match, so 256 are shared). The second is a new session; the
  * router names the first as prefix_session_id with cached_len 256 and sends the 256 ids; the
  * decode node links the first session's pages, replays (MODEL.md 6(d)(2) recovery) and prefills
- * only the rest, locally (a short own part) and through a prefill node (a long one). The
+ * only the rest, locally (a short own part) and through a prefill node (a long one: the import of
+ * the handoff links the shared pages again instead of keeping copies). The
  * router's tokens_computed_total grows by |prompt| - 256 and tokens_reused_total by 256; the
  * node counts one share and no STATE_LOST. The text equals bit for bit the unshared schedule
  * that gives the same state: a named session that computed P[0, 256) itself (then diverged) and
@@ -25,6 +26,7 @@ typedef struct {
     double shared;   /* decode: tandem_decode_prefix_shared_tokens_total */
     double lost;     /* decode: tandem_decode_state_lost_total */
     double rewinds;  /* decode: tandem_decode_rewinds_total */
+    double refs;     /* decode: tandem_decode_shared_page_refs */
 } counters_t;
 
 static void read_counters(const cluster_t *c, counters_t *out)
@@ -35,6 +37,7 @@ static void read_counters(const cluster_t *c, counters_t *out)
     out->shared = metric(c->decode_port[0], "tandem_decode_prefix_shared_tokens_total");
     out->lost = metric(c->decode_port[0], "tandem_decode_state_lost_total");
     out->rewinds = metric(c->decode_port[0], "tandem_decode_rewinds_total");
+    out->refs = metric(c->decode_port[0], "tandem_decode_shared_page_refs");
 }
 
 /* The prompt P + own part of n_own ids (seeded by `own_seed`), as "a,b,c" (T_BODY bytes). */
@@ -75,6 +78,8 @@ static char *shared_turn(const cluster_t *c, const char *p, int n_own, int own_s
         assert_true(after.lost - before.lost == 0);
         assert_true(after.computed - before.computed == total - N_SHARED);
         assert_true(after.reused - before.reused == N_SHARED);
+        /* the session links the shared pages, also after a remote handoff's import */
+        assert_true(after.refs > before.refs);
     } else {
         /* local: STATE_LOST and a resend from 0; remote: the reservation says H = 0 */
         assert_true(after.shares - before.shares == 0);

@@ -285,6 +285,49 @@ static void test_share_vs_cold_prefill_statistics(void **state)
     free(lc);
 }
 
+/* An imported copy of a shared page links the original again (a remote handoff's import): the
+ * copy goes back to the pool; different bytes or a free page are refused with nothing changed. */
+static void test_relink_imported_copy(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t p = share_unit(fx), T = p + 20;
+    int32_t ids[MAX_T];
+    uint32_t free0 = engine_kv_pool_n_free(fx->pool);
+    int layer = (int)fx->cfg->kv_source_layer_ids[0];
+    size_t n = 0;
+
+    ftu_prompt(14, fx->V, ids, T);
+    engine_seq_t *a = ftu_new_seq(fx);
+    engine_seq_t *b = NULL;
+    assert_int_equal(engine_fwd_prefill(fx->fwd, a, ids, T, 0, NULL, NULL), TDM_OK);
+    uint8_t *blob = export_all(a, &n); /* seals a's pages, as a handoff's history pull does */
+    assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n, &b), TDM_OK);
+    const engine_kv_table_t *ta = engine_seq_table(a, layer);
+    const engine_kv_table_t *tb = engine_seq_table(b, layer);
+    uint32_t copy = tb->page_ids[0];
+    uint32_t free1 = engine_kv_pool_n_free(fx->pool);
+    assert_int_not_equal(copy, ta->page_ids[0]);
+    /* page 1 of a is not page 0's bytes */
+    assert_int_equal(engine_seq_relink_page(b, layer, 0, ta->page_ids[1]), TDM_ERR_MISMATCH);
+    assert_int_equal(engine_seq_relink_page(b, layer, 0, UINT32_MAX),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(engine_seq_relink_page(b, -5, 0, ta->page_ids[0]), TDM_ERR_INVALID_ARG);
+    assert_int_equal(tb->page_ids[0], copy);
+    assert_int_equal(engine_kv_pool_n_free(fx->pool), free1);
+    assert_int_equal(engine_seq_relink_page(b, layer, 0, ta->page_ids[0]), TDM_OK);
+    assert_int_equal(tb->page_ids[0], ta->page_ids[0]);
+    assert_int_equal(engine_kv_pool_page_refs(fx->pool, ta->page_ids[0]), 2);
+    assert_int_equal(engine_kv_pool_page_refs(fx->pool, copy), 0);
+    assert_int_equal(engine_kv_pool_n_free(fx->pool), free1 + 1);
+    assert_int_equal(engine_kv_pool_n_extra_refs(fx->pool), 1);
+    expect_same_export(a, b);
+    engine_seq_destroy(a);
+    engine_seq_destroy(b);
+    free(blob);
+    assert_int_equal(engine_kv_pool_n_extra_refs(fx->pool), 0);
+    assert_int_equal(engine_kv_pool_n_free(fx->pool), free0);
+}
+
 static void test_share_bad_args_change_nothing(void **state)
 {
     fixture_t *fx = *state;
@@ -320,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_cow_without_free_page_changes_nothing),
         cmocka_unit_test(test_share_equals_own_prefix_cut_and_replayed),
         cmocka_unit_test(test_share_vs_cold_prefill_statistics),
+        cmocka_unit_test(test_relink_imported_copy),
         cmocka_unit_test(test_share_bad_args_change_nothing),
     };
     return cmocka_run_group_tests(tests, setup, ftu_fixture_teardown);
