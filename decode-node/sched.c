@@ -615,7 +615,7 @@ tdm_status_t sched_make_history(decode_sched_t *s, req_t *r)
         memcpy(r->history, r->delta, (size_t)r->n_delta * sizeof(int32_t));
         r->n_history = r->n_delta;
     } else {
-        r->n_history = engine_seq_last_ids(r->session->seq, r->history, s->n_ids_cap);
+        r->n_history = decode_sessions_last_ids(r->session, r->history, s->n_ids_cap);
     }
     r->history[r->n_history++] = r->last_token;
     return TDM_OK;

@@ -93,7 +93,8 @@ static int run_replay(decode_sched_t *s, req_t *r)
     r->canonical = 0;
     r->mid_prefill = 1;
     {
-        int64_t n = engine_seq_last_ids(seq, s->ids, s->n_ids_cap);
+        /* the recorded history: a handed-off sequence keeps only the record's last N - 1 ids */
+        int64_t n = decode_sessions_last_ids(r->session, s->ids, s->n_ids_cap);
         engine_seq_reset_rings(seq);
         status = engine_fwd_replay(s->fwd, seq, s->ids, n, ENGINE_REPLAY_CANONICAL, NULL);
     }

@@ -122,6 +122,25 @@ tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, co
     return TDM_OK;
 }
 
+int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out,
+                                 int64_t n_max)
+{
+    int64_t length, n;
+
+    if (session->seq == NULL || n_max <= 0) {
+        return 0;
+    }
+    length = engine_seq_length(session->seq);
+    if (session->n_ids < length) {
+        return engine_seq_last_ids(session->seq, ids_out, n_max);
+    }
+    n = length < n_max ? length : n_max;
+    if (n > 0) {
+        memcpy(ids_out, session->ids + (length - n), (size_t)n * sizeof(int32_t));
+    }
+    return n;
+}
+
 void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos)
 {
     if (pos < session->n_ids) {

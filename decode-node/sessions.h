@@ -60,6 +60,18 @@ decode_session_t *decode_sessions_get(decode_sessions_t *sessions, const char *i
 tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, const int32_t *ids,
                                       int64_t n);
 
+/*
+ * decode_sessions_last_ids - the ids of the last min(n_max, length) positions of the session's
+ * sequence (length = engine_seq_length), oldest first, into ids_out; returns how many (0 without
+ * a sequence). They come from the recorded history when it covers the sequence (n_ids >= length):
+ * an imported sequence (a handoff's state record, a promotion from a tier) holds only the
+ * record's last N - 1 ids, not the W + N - 1 a canonical-start replay (MODEL.md 6(d)(1)) or an
+ * n-gram history reads. Else from the sequence (engine_seq_last_ids: right for a sequence that
+ * ran every position here).
+ */
+int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out,
+                                 int64_t n_max);
+
 /* decode_sessions_forget_ids_from - cut the recorded history to positions [0, min(n_ids, pos)). */
 void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos);
 
