@@ -3,7 +3,8 @@
  * least recently used idle entry, never a busy one), eviction of idle sessions' state under page
  * pressure (busy sessions and sessions without state are skipped, pages go back to the pool; the
  * victim by score, not LRU: a session due back by its rhythm stays), and the recorded token
- * history a rewind replays from. */
+ * history a rewind and a canonical-start replay read (an imported sequence keeps only its state
+ * record's last N - 1 ids). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -196,6 +197,60 @@ static void test_note_ids_records_a_true_prefix(void **state)
     decode_sessions_destroy(t);
 }
 
+/* The ids a canonical-start replay reads: an imported sequence (a handoff, a tier promotion)
+ * holds only its state record's last N - 1 ids; the session's recorded history gives all of
+ * them. Without a history that covers the sequence, the sequence's own ids; without one, none. */
+static void test_last_ids_come_from_the_history_of_an_imported_sequence(void **state)
+{
+    fixture_t *fx = *state;
+    decode_sessions_t *t = NULL;
+    decode_session_t *a;
+    int32_t prompt[PROMPT_TOKENS], got[PROMPT_TOKENS], seq_ids[PROMPT_TOKENS];
+    const int64_t n_want = 24; /* > N - 1, < PROMPT_TOKENS */
+    engine_seq_t *imported = NULL;
+    uint8_t *blob;
+    size_t n_blob, n_written = 0;
+    int64_t n;
+    int differs = 0;
+
+    assert_int_equal(decode_sessions_create(1, &t), TDM_OK);
+    a = decode_sessions_get(t, "a");
+    assert_non_null(a);
+    assert_int_equal(decode_sessions_last_ids(a, got, n_want), 0); /* no sequence */
+    give_state(fx, a, 31);
+    ftu_prompt(31, fx->V, prompt, PROMPT_TOKENS);
+    /* a sequence that ran every position here: its own ids, with or without a history */
+    assert_int_equal(decode_sessions_last_ids(a, got, n_want), n_want);
+    assert_memory_equal(got, prompt + PROMPT_TOKENS - n_want, (size_t)n_want * sizeof(int32_t));
+    assert_int_equal(decode_sessions_note_ids(a, 0, prompt, PROMPT_TOKENS), TDM_OK);
+
+    /* the sequence replaced by its export's import, as a handoff or a promotion does */
+    n_blob = engine_seq_export_bytes(a->seq, ENGINE_SEQ_EXPORT_PAGES);
+    blob = malloc(n_blob);
+    assert_non_null(blob);
+    assert_int_equal(engine_seq_export(a->seq, ENGINE_SEQ_EXPORT_PAGES, blob, n_blob, &n_written),
+                     TDM_OK);
+    engine_seq_destroy(a->seq);
+    a->seq = NULL;
+    assert_int_equal(engine_seq_import(fx->model, fx->pool, blob, n_written, &imported), TDM_OK);
+    free(blob);
+    a->seq = imported;
+    assert_int_equal(engine_seq_length(imported), PROMPT_TOKENS);
+    n = engine_seq_last_ids(imported, seq_ids, n_want);
+    assert_int_equal(n, n_want);
+    for (int64_t i = 0; i < n; i++) {
+        differs |= seq_ids[i] != prompt[PROMPT_TOKENS - n_want + i];
+    }
+    assert_true(differs); /* what the decode node used to replay from */
+    assert_int_equal(decode_sessions_last_ids(a, got, n_want), n_want);
+    assert_memory_equal(got, prompt + PROMPT_TOKENS - n_want, (size_t)n_want * sizeof(int32_t));
+    /* a history that stops short of the sequence: the sequence's own ids */
+    decode_sessions_forget_ids_from(a, PROMPT_TOKENS - 1);
+    assert_int_equal(decode_sessions_last_ids(a, got, n_want), n_want);
+    assert_memory_equal(got, seq_ids, (size_t)n_want * sizeof(int32_t));
+    decode_sessions_destroy(t);
+}
+
 /* Issue 17: the victim is session-aware, not the least recently used. "regular" (idle longer)
  * returns every 10 s and is due back now; "once" had one turn, 5 s ago: "once" goes first, where
  * LRU would take "regular". Turn accounting folds each pause into the mean. */
@@ -249,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_full_table_replaces_its_least_recently_used_idle_entry),
         cmocka_unit_test(test_evict_lru_drops_idle_state_oldest_first),
         cmocka_unit_test(test_note_ids_records_a_true_prefix),
+        cmocka_unit_test(test_last_ids_come_from_the_history_of_an_imported_sequence),
         cmocka_unit_test(test_victim_keeps_a_session_due_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
