@@ -98,22 +98,23 @@ static void serve(cluster_t *c, const char *prefix, int kill_prefill, second_tur
     free(ids1);
 }
 
-static void test_fallback_second_turn_matches_remote_and_colocated(void **state)
+/* The three ways, each cluster's decode node with --spec `spec` (NULL: the default, off). */
+static void three_ways(const char *spec)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
     second_turns_t remote, fallback, colocated;
     double local;
 
-    (void)state;
+    print_message("decode nodes' --spec: %s\n", spec != NULL ? spec : "default");
     /* Remote: every turn through the prefill node. */
-    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, spec), 0);
     serve(&c, "remote", 0, &remote);
     assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") == 4);
     assert_true(metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total") == 0);
     cluster_check_pages(&c, "remote second turns");
     cluster_stop(&c);
     /* Fallback: the first turns remote, the second ones on the decode node (canonical start). */
-    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, spec), 0);
     serve(&c, "fallback", 1, &fallback);
     local = metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total");
     assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") == 2);
@@ -121,7 +122,7 @@ static void test_fallback_second_turn_matches_remote_and_colocated(void **state)
     cluster_check_pages(&c, "fallback second turns");
     cluster_stop(&c);
     /* Colocated: every turn on the decode node. */
-    assert_int_equal(cluster_start(&c, 0, 1, NULL, 0), 0);
+    assert_int_equal(cluster_start_spec(&c, 0, 1, NULL, 0, spec), 0);
     serve(&c, "colocated", 0, &colocated);
     cluster_check_pages(&c, "colocated second turns");
     cluster_stop(&c);
@@ -134,11 +135,33 @@ static void test_fallback_second_turn_matches_remote_and_colocated(void **state)
     }
 }
 
+static void test_fallback_second_turn_matches_remote_and_colocated(void **state)
+{
+    (void)state;
+    three_ways(NULL);
+}
+
+/* The same with speculative decoding: the n-gram drafter's history of a turn is the session's
+ * last ids too (drafts change only speed), and DSpark's taps come from the prefill's tail. */
+static void test_fallback_matches_with_ngram_drafts(void **state)
+{
+    (void)state;
+    three_ways("ngram");
+}
+
+static void test_fallback_matches_with_dspark_drafts(void **state)
+{
+    (void)state;
+    three_ways("dspark");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fallback_second_turn_matches_remote_and_colocated,
                                   stop_leftovers),
+        cmocka_unit_test_teardown(test_fallback_matches_with_ngram_drafts, stop_leftovers),
+        cmocka_unit_test_teardown(test_fallback_matches_with_dspark_drafts, stop_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, setup_models, teardown_models);
