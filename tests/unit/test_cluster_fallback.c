@@ -3,23 +3,24 @@
  * the threshold starts from rings of layers 0..c replayed at H "on whichever node runs it", so the
  * same turn gives the same tokens whether a prefill node runs it (PrefillJob + handoff) or the
  * decode node does (PREFILL_LOCAL with canonical_start, the router's fallback when no prefill node
- * can take the job). Two sessions each have a first turn of 100 prompt ids prefilled remotely
- * (one generated token: H = 100 for the next turn, the decode node's sequence comes from the
- * handoff's state record); their second turns (the first turn, its token and 60 new ids: delta
- * 61 > 32, H = 100) run
+ * can take the job). Two sessions have a first turn of 100 prompt ids prefilled remotely (one
+ * generated token: H = 100 for the next turn, the decode node's sequence comes from the handoff's
+ * state record), a third one of 20 ids prefilled on the decode node; their second turns (the
+ * first turn, its token and 60 new ids: delta 61 > 32) run
  *  - remotely in one cluster (the prefill node is up),
  *  - on the decode node in another (the prefill node was SIGKILLed after the first turns: the
  *    router places the delta locally, canonical start),
  *  - on the decode node of a colocated cluster (--prefill 0: every turn local),
- * one at temperature 0, one at temperature 1 with a seed; the texts must be equal. The decode
- * node used to replay the canonical start from its sequence's ids, of which a handed-off
- * sequence holds only the last N - 1 (the state record's), not the W before H: the fallback's
- * text differed from the remote one.
+ * at temperature 0, and one at temperature 1 with a seed; the texts must be equal; and so with
+ * the decode nodes' --spec ngram and dspark. The decode node used to replay the canonical start
+ * from its sequence's ids, of which a handed-off sequence holds only the last N - 1 (the state
+ * record's), not the W before H: the fallback's greedy text differed from the remote one.
  */
 #define T_MODEL_PREFIX "cluster-fallback"
 #include "test_cluster_harness.h"
 
 #define T_FIRST 100 /* prompt ids of the first turn (> T_THRESHOLD: remote) */
+#define T_SHORT 20  /* prompt ids of a first turn below T_THRESHOLD (local) */
 #define T_MORE  60  /* new ids of the second turn: delta 61 > T_THRESHOLD */
 #define T_SEED  1234
 
@@ -47,54 +48,65 @@ static char *complete_as(unsigned port, const char *session, const char *ids, in
     return text;
 }
 
-/* The second turns' texts of one cluster: [0] greedy, [1] seeded. */
+/* The sessions of one cluster: first-turn prompt ids and whether the second turn is seeded.
+ * "short" starts below the threshold (its first turn runs on the decode node everywhere, exact
+ * state; its second turn is a large delta: remote where a prefill node is up). */
+static const struct {
+    const char *name;
+    int n_first;
+    int seeded;
+} k_sessions[] = {{"greedy", T_FIRST, 0}, {"seeded", T_FIRST, 1}, {"short", T_SHORT, 0}};
+#define N_SESSIONS 3
+
+/* The second turns' texts of one cluster, in k_sessions' order. */
 typedef struct {
-    char *text[2];
+    char *text[N_SESSIONS];
 } second_turns_t;
 
 /*
- * Serve both sessions' first turns (greedy, one token each), then, when kill_prefill, SIGKILL
- * the prefill node and wait until the router counts none; then both second turns. prefix names
- * the sessions (each cluster its own).
+ * Serve every session's first turn (greedy, one token), then, when kill_prefill, SIGKILL the
+ * prefill node and wait until the router counts none; then the second turns. prefix names the
+ * sessions (each cluster its own).
  */
 static void serve(cluster_t *c, const char *prefix, int kill_prefill, second_turns_t *out)
 {
-    char *ids1 = malloc(T_BODY), *ids2 = malloc(T_BODY), *more = malloc(T_BODY);
+    char *ids1 = malloc(T_BODY), *ids2[N_SESSIONS], *more = malloc(T_BODY);
     char *health = malloc(T_BODY);
-    char gen[64], sid[2][64];
+    char gen[64], sid[N_SESSIONS][64];
     char *first;
 
     assert_non_null(ids1);
-    assert_non_null(ids2);
     assert_non_null(more);
     assert_non_null(health);
-    make_ids(ids1, T_BODY, T_FIRST, 7, 3);
-    generate_ids(ids1, 1, gen, sizeof(gen));
-    make_ids(more, T_BODY, T_MORE, 13, 5);
-    snprintf(ids2, T_BODY, "%s,%s,%s", ids1, gen, more);
-    for (int k = 0; k < 2; k++) {
-        snprintf(sid[k], sizeof(sid[k]), "%s-%s", prefix, k == 0 ? "greedy" : "seeded");
+    for (int k = 0; k < N_SESSIONS; k++) {
+        make_ids(more, T_BODY, T_MORE, 13, 5 + 100 * k);
+        ids2[k] = malloc(T_BODY);
+        assert_non_null(ids2[k]);
+        make_ids(ids1, T_BODY, k_sessions[k].n_first, 7, 3);
+        generate_ids(ids1, 1, gen, sizeof(gen));
+        snprintf(ids2[k], T_BODY, "%s,%s,%s", ids1, gen, more);
+        snprintf(sid[k], sizeof(sid[k]), "%s-%s", prefix, k_sessions[k].name);
         first = complete_as(c->http_port, sid[k], ids1, 1, 0);
         free(first);
     }
     if (c->n_prefill > 0) {
-        /* both first turns were handed off: the decode node's sequences are imported ones */
+        /* the long first turns were handed off: those sequences on the decode node are imported */
         assert_true(metric(c->decode_port[0], "tandem_decode_handoffs_total") == 2);
     }
     if (kill_prefill) {
         kill(c->prefill_pid[0], SIGKILL);
         assert_true(await_health(c->http_port, "\"prefill\":0,", 20000, health) >= 0);
     }
-    for (int k = 0; k < 2; k++) {
-        out->text[k] = complete_as(c->http_port, sid[k], ids2, 8, k == 1);
+    for (int k = 0; k < N_SESSIONS; k++) {
+        out->text[k] = complete_as(c->http_port, sid[k], ids2[k], 8, k_sessions[k].seeded);
+        print_message("%s-%s: \"%s\"\n", prefix, k_sessions[k].name, out->text[k]);
+        free(ids2[k]);
     }
-    print_message("%s: greedy \"%s\", seeded \"%s\"; handoffs %.0f, local prefill tokens %.0f\n",
-                  prefix, out->text[0], out->text[1],
+    print_message("%s: handoffs %.0f, local prefill tokens %.0f\n", prefix,
                   metric(c->decode_port[0], "tandem_decode_handoffs_total"),
                   metric(c->decode_port[0], "tandem_decode_local_prefill_tokens_total"));
     free(health);
     free(more);
-    free(ids2);
     free(ids1);
 }
 
@@ -109,8 +121,8 @@ static void three_ways(const char *spec)
     /* Remote: every turn through the prefill node. */
     assert_int_equal(cluster_start_spec(&c, 1, 1, NULL, 0, spec), 0);
     serve(&c, "remote", 0, &remote);
-    assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") == 4);
-    assert_true(metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total") == 0);
+    assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") == 2 + N_SESSIONS);
+    assert_true(metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total") == T_SHORT);
     cluster_check_pages(&c, "remote second turns");
     cluster_stop(&c);
     /* Fallback: the first turns remote, the second ones on the decode node (canonical start). */
@@ -118,7 +130,7 @@ static void three_ways(const char *spec)
     serve(&c, "fallback", 1, &fallback);
     local = metric(c.decode_port[0], "tandem_decode_local_prefill_tokens_total");
     assert_true(metric(c.decode_port[0], "tandem_decode_handoffs_total") == 2);
-    assert_true(local == 2 * (1 + T_MORE));
+    assert_true(local == T_SHORT + N_SESSIONS * (1 + T_MORE));
     cluster_check_pages(&c, "fallback second turns");
     cluster_stop(&c);
     /* Colocated: every turn on the decode node. */
@@ -126,7 +138,7 @@ static void three_ways(const char *spec)
     serve(&c, "colocated", 0, &colocated);
     cluster_check_pages(&c, "colocated second turns");
     cluster_stop(&c);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < N_SESSIONS; k++) {
         assert_string_equal(remote.text[k], colocated.text[k]);
         assert_string_equal(fallback.text[k], remote.text[k]);
         free(remote.text[k]);
