@@ -122,8 +122,7 @@ tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, co
     return TDM_OK;
 }
 
-int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out,
-                                 int64_t n_max)
+int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out, int64_t n_max)
 {
     int64_t length, n;
 

@@ -69,8 +69,7 @@ tdm_status_t decode_sessions_note_ids(decode_session_t *session, int64_t pos, co
  * n-gram history reads. Else from the sequence (engine_seq_last_ids: right for a sequence that
  * ran every position here).
  */
-int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out,
-                                 int64_t n_max);
+int64_t decode_sessions_last_ids(const decode_session_t *session, int32_t *ids_out, int64_t n_max);
 
 /* decode_sessions_forget_ids_from - cut the recorded history to positions [0, min(n_ids, pos)). */
 void decode_sessions_forget_ids_from(decode_session_t *session, int64_t pos);
