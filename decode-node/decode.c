@@ -239,7 +239,7 @@ static int setup(decode_node_t *n)
     sp.n_threads = w->n_threads;
     sp.constrain_vocab = w->constrain_vocab;
     sp.tier = n->tier;
-    sp.no_prefix_share = cfg->no_prefix_share;
+    sp.prefix_share = cfg->prefix_share;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {

@@ -25,7 +25,7 @@ typedef struct {
     const char *spec;          /* --spec: off, dspark or ngram */
     const char *spec_accept;   /* --spec-accept: coupled or rejection */
     double spec_threshold;     /* --spec-confidence-threshold */
-    int no_prefix_share;       /* --no-prefix-share: never link another session's pages */
+    int prefix_share;          /* --prefix-share: link another session's pages (off by default) */
     uint32_t drain_timeout_ms; /* --drain-timeout-ms: SIGTERM drains this long at most; 0: stop
                                   at once (as SIGINT does) */
     /* --step-token-budget: tokens of one scheduler step (decode rows first, then prefill

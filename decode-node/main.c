@@ -31,9 +31,11 @@ static const tdm_flag_t decode_flags[] = {
     {"spec-confidence-threshold", TDM_FLAG_F64, "0.3",
      offsetof(decode_node_params_t, spec_threshold),
      "DSpark verify length: drafts while the confidence product stays above this", 0, 1, 0},
-    {"no-prefix-share", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, no_prefix_share),
-     "never start a new session from another resident session's KV pages (prefix_session_id is "
-     "answered as without it: the router sends the whole prompt); for comparisons",
+    {"prefix-share", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, prefix_share),
+     "start a new session whose prompt shares whole blocks with a resident session from that "
+     "session's KV pages (prefix_session_id) plus a recovery replay: the prefix is computed once, "
+     "but the text is the approximate state of MODEL.md 6(e), not a cold prefill's, so the same "
+     "request may answer differently; off: the router sends the whole prompt (docs/PROTOCOL.md 6)",
      0, 0, 0},
     {"drain-timeout-ms", TDM_FLAG_U32, "30000", offsetof(decode_node_params_t, drain_timeout_ms),
      "SIGTERM drains: admit nothing new (ERROR_DRAINING), finish running streams for at most "

@@ -58,9 +58,10 @@ typedef struct {
     /* Session tiers (tier.h; borrowed, must outlive the scheduler), or NULL: under page pressure
      * an idle session's state is dropped (the router rebuilds it) instead of demoted. */
     decode_tier_t *tier;
-    /* --no-prefix-share: a new session never links another session's pages (prefix_session_id
-     * is answered as without it: ERROR_STATE_LOST, the router sends the whole prompt) */
-    int no_prefix_share;
+    /* --prefix-share: a new session may link another session's pages (prefix_session_id); 0 (the
+     * default): it is answered as without it, ERROR_STATE_LOST, and the router sends the whole
+     * prompt, so a request's text never depends on what else is cached (docs/PROTOCOL.md 6) */
+    int prefix_share;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */

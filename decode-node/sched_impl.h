@@ -206,7 +206,7 @@ void sched_tier_on_turn(decode_sched_t *s, decode_session_t *session);
 /*
  * sched_prefix_share - start the new session `session` (no state, or length 0) from the first
  * cached_len tokens of the resident session `prefix_session_id` (issue 17 item 2): when the node
- * allows it (no --no-prefix-share), the donor is resident, of the same tenant (a hook), holds at
+ * allows it (--prefix-share), the donor is resident, of the same tenant (a hook), holds at
  * least cached_len tokens whose recorded ids equal prefix_ids [n_prefix_ids = cached_len], and
  * cached_len is a whole-page prefix (64 * max ratio) of at least W tokens, the session links the
  * donor's pages below cached_len (engine_seq_share_prefix: shared, copy-on-write), is replayed

@@ -39,8 +39,8 @@ static const char *refusal(const decode_sched_t *s, const decode_session_t *sess
                            const decode_session_t *donor, int64_t p, const int32_t *ids,
                            size_t n_ids)
 {
-    if (s->params.no_prefix_share) {
-        return "prefix sharing is off (--no-prefix-share)";
+    if (!s->params.prefix_share) {
+        return "prefix sharing is off (the decode node runs without --prefix-share)";
     }
     if (donor == NULL || donor == session || donor->seq == NULL) {
         return "the named session holds no state here";

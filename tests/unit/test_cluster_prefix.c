@@ -8,7 +8,7 @@
  * router's tokens_computed_total grows by |prompt| - 256 and tokens_reused_total by 256; the
  * node counts one share and no STATE_LOST. The text equals bit for bit the unshared schedule
  * that gives the same state: a named session that computed P[0, 256) itself (then diverged) and
- * is cut back to 256 and replayed by the next turn (a rewind). With --no-prefix-share the node
+ * is cut back to 256 and replayed by the next turn (a rewind). Without --prefix-share the node
  * answers STATE_LOST (or reserves from 0) and the router computes the whole prompt; that cold-prefill text is
  * approximate against the shared one (MODEL.md 6(e), |P| > W = 16) and only printed. Pages back
  * at baseline (a shared page counted once).
@@ -53,7 +53,7 @@ static char *prompt_of(const char *p, int n_own, int own_seed)
 
 /*
  * One shared request: P + own part of n_own ids as a new session (no X-Session-Id) after the
- * donor; returns its text. want_share: the node shares (else --no-prefix-share: STATE_LOST and a
+ * donor; returns its text. want_share: the node shares (else no --prefix-share: STATE_LOST and a
  * whole-prompt prefill).
  */
 static char *shared_turn(const cluster_t *c, const char *p, int n_own, int own_seed,
@@ -69,7 +69,7 @@ static char *shared_turn(const cluster_t *c, const char *p, int n_own, int own_s
     print_message("own %d (%s), %s: router computed %.0f reused %.0f, node shares %.0f shared "
                   "tokens %.0f state lost %.0f\n",
                   n_own, total - N_SHARED >= T_THRESHOLD ? "remote" : "local",
-                  want_share ? "sharing" : "--no-prefix-share", after.computed - before.computed,
+                  want_share ? "sharing" : "no --prefix-share", after.computed - before.computed,
                   after.reused - before.reused, after.shares - before.shares,
                   after.shared - before.shared, after.lost - before.lost);
     if (want_share) {
@@ -126,7 +126,9 @@ static void test_sessions_share_a_system_prompt(void **state)
     make_ids(p_256, T_BODY, N_SHARED, 7, 5);
     assert_true((256 * 7 + 5) % 1000 + 3 != 780); /* P[256] != X[0] */
 
+    assert_int_equal(setenv("TANDEM_PREFIX_SHARE", "1", 1), 0); /* --prefix-share */
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
+    assert_int_equal(unsetenv("TANDEM_PREFIX_SHARE"), 0);
     donor_prompt = prompt_of(p, 20, 901);
     t = complete(c.http_port, NULL, donor_prompt, 8); /* the donor: computes all of P */
     free(t);
@@ -147,9 +149,7 @@ static void test_sessions_share_a_system_prompt(void **state)
     cluster_stop(&c);
 
     /* the same requests on a node that does not share: whole prompts, cold prefills */
-    assert_int_equal(setenv("TANDEM_NO_PREFIX_SHARE", "1", 1), 0);
-    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
-    assert_int_equal(unsetenv("TANDEM_NO_PREFIX_SHARE"), 0);
+    assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0); /* default: no sharing */
     t = complete(c.http_port, NULL, donor_prompt, 8);
     free(t);
     for (int k = 0; k < 2; k++) {
@@ -157,7 +157,7 @@ static void test_sessions_share_a_system_prompt(void **state)
         print_message("own %d: shared \"%s\", cold prefill \"%s\" (approximate: MODEL.md 6(e))\n",
                       own[k], shared[k], cold[k]);
     }
-    cluster_check_pages(&c, "no-prefix-share");
+    cluster_check_pages(&c, "no --prefix-share");
     cluster_stop(&c);
     for (int k = 0; k < 2; k++) {
         free(shared[k]);

@@ -5,8 +5,8 @@
  * tiny model), so the text differed even at temperature 0. Now each gets its own session: the
  * same request twice at temperature 0, and twice with a seed at temperature 1, gives the same
  * text as a fresh named session, on the local prefill path (delta below --local-prefill-tokens)
- * and on the remote one, on a decode node with --no-prefix-share. With prefix sharing (the
- * default, issue 17) a repeat of a prompt of at least one 128-token block starts from the first
+ * and on the remote one, on a decode node without --prefix-share (the default). With prefix
+ * sharing (--prefix-share, issue 17) a repeat of a prompt of at least one 128-token block starts from the first
  * one's pages and a recovery replay of its window (MODEL.md 7 and 6(d)(2)): bit-exact against
  * the unshared schedule with that state (test_cluster_prefix), approximate against a fresh run
  * past W (MODEL.md 6(e), docs/MODEL-NOTES.md 9), so there the repeat is counted as shared and
@@ -82,11 +82,11 @@ static void test_same_request_without_session_gives_the_same_text(void **state)
 
     (void)state;
     for (int share = 0; share < 2; share++) {
-        if (!share) {
-            assert_int_equal(setenv("TANDEM_NO_PREFIX_SHARE", "1", 1), 0);
+        if (share) {
+            assert_int_equal(setenv("TANDEM_PREFIX_SHARE", "1", 1), 0); /* --prefix-share */
         }
         assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
-        assert_int_equal(unsetenv("TANDEM_NO_PREFIX_SHARE"), 0);
+        assert_int_equal(unsetenv("TANDEM_PREFIX_SHARE"), 0);
         /* 28 ids: prefilled on the decode node (< 32); the others on the prefill node. All
          * past W = 16, where a rewound state is approximate; the old router's second answer
          * differed from the first at 300 ids (greedy), measured with this test. */
@@ -96,7 +96,7 @@ static void test_same_request_without_session_gives_the_same_text(void **state)
         same_request_twice(&c, "longer-greedy", 700, 0, share);
         same_request_twice(&c, "local-seeded", 28, 1, share);
         same_request_twice(&c, "long-seeded", 300, 1, share);
-        cluster_check_pages(&c, share ? "sessions (sharing)" : "sessions (--no-prefix-share)");
+        cluster_check_pages(&c, share ? "sessions (sharing)" : "sessions (no --prefix-share)");
         cluster_stop(&c);
     }
 }

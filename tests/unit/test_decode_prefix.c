@@ -4,7 +4,7 @@
  * session in prefix_session_id with the ids of [0, cached_len) links that session's pages and
  * prefills only its delta, with the tokens of a session cut back to cached_len and replayed;
  * every refusal (ids that differ, no ids, an unknown or too short donor, a cached_len that is not
- * whole pages, --no-prefix-share) is answered ERROR_STATE_LOST with nothing shared; a
+ * whole pages, no --prefix-share) is answered ERROR_STATE_LOST with nothing shared; a
  * reservation for a shared prefix says the shared cached_len; pages and shared counts come back
  * to baseline. */
 #include <setjmp.h>
@@ -89,7 +89,7 @@ static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, int no_shar
     sp.chunk_tokens = 64;
     sp.n_threads = 2;
     sp.spec_drafter = ENGINE_SPEC_OFF;
-    sp.no_prefix_share = no_share;
+    sp.prefix_share = !no_share;
     assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
     assert_int_equal(decode_sessions_create(8, &node->sessions), TDM_OK);
     assert_int_equal(
