@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "decode_test_util.h"
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
@@ -29,21 +30,6 @@
 #define POOL_PAGES  2048u
 #define LONG_PROMPT 3000
 #define MAX_STEPS   4000
-
-/* The router's side: every envelope the scheduler sent (copies), and its last load report. */
-typedef struct {
-    Tandem__Envelope **msgs;
-    int n_msgs;
-    int cap;
-    node_load_t load;
-} recorder_t;
-
-typedef struct {
-    decode_pool_t *pool;
-    decode_sessions_t *sessions;
-    decode_sched_t *sched;
-    recorder_t rec;
-} node_t;
 
 typedef struct {
     ftu_engine_t engine; /* the model (its own small pool is not used here) */
@@ -56,73 +42,25 @@ typedef struct {
     int canonical_start;
 } turn_t;
 
-static void record_send(void *arg, const Tandem__Envelope *env)
-{
-    recorder_t *rec = arg;
-    uint8_t *buf = NULL;
-    size_t n = 0;
-    Tandem__Envelope *copy = NULL;
-
-    if (rec->n_msgs == rec->cap) {
-        rec->cap = rec->cap == 0 ? 1024 : rec->cap * 2;
-        rec->msgs = realloc(rec->msgs, (size_t)rec->cap * sizeof(*rec->msgs));
-        assert_non_null(rec->msgs);
-    }
-    assert_int_equal(proto_pack(env, &buf, &n), TDM_OK);
-    assert_int_equal(proto_unpack(buf, n, 0, &copy, NULL, 0), TDM_OK);
-    free(buf);
-    rec->msgs[rec->n_msgs++] = copy;
-}
-
-static void record_load(void *arg, const node_load_t *load)
-{
-    ((recorder_t *)arg)->load = *load;
-}
-
 static uint32_t g_engine_chunk = 64; /* the engine's max_chunk_tokens (--chunk-tokens) */
 static engine_spec_drafter_t g_spec = ENGINE_SPEC_OFF; /* the node's drafter (--spec) */
 
 /* A node with the given step token budget and prefill chunk (0: no limit) over n_pages. */
-static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, uint32_t budget,
+static void node_open(fixture_t *fx, dtu_node_t *node, uint32_t n_pages, uint32_t budget,
                       uint32_t chunk)
 {
     decode_sched_params_t sp;
-    decode_sched_out_t out = {record_send, record_load, &node->rec};
 
-    memset(node, 0, sizeof(*node));
-    memset(&sp, 0, sizeof(sp));
+    dtu_sched_params(&sp);
     sp.max_batch = 8;
     sp.chunk_tokens = g_engine_chunk;
-    sp.n_threads = 2;
     sp.spec_drafter = g_spec;
     if (g_spec != ENGINE_SPEC_OFF) {
         engine_spec_params_default(fx->engine.model, &sp.spec);
     }
     sp.step_token_budget = budget;
     sp.prefill_chunk_tokens = chunk;
-    assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
-    assert_int_equal(decode_sessions_create(8, &node->sessions), TDM_OK);
-    assert_int_equal(
-        decode_sched_create(&sp, fx->engine.model, node->pool, node->sessions, &out, &node->sched),
-        TDM_OK);
-}
-
-/* Close the node (destroy aborts what runs); returns 1 when every page was free before the pool
- * went. */
-static int node_close(node_t *node)
-{
-    int all_back;
-
-    decode_sched_destroy(node->sched);
-    decode_sessions_destroy(node->sessions);
-    all_back = decode_pool_n_free(node->pool) == decode_pool_n_total(node->pool) &&
-               decode_pool_n_reserved(node->pool) == 0;
-    decode_pool_destroy(node->pool);
-    for (int i = 0; i < node->rec.n_msgs; i++) {
-        proto_envelope_free(node->rec.msgs[i]);
-    }
-    free(node->rec.msgs);
-    return all_back;
+    dtu_node_open(node, fx->engine.model, n_pages, &sp);
 }
 
 static int setup(void **state)
@@ -145,135 +83,48 @@ static int teardown(void **state)
     return ok ? 0 : -1;
 }
 
-static void submit(node_t *node, uint64_t request_id, const char *session, uint64_t cached_len,
+static void submit(dtu_node_t *node, uint64_t request_id, const char *session, uint64_t cached_len,
                    const int32_t *ids, size_t n, uint32_t max_tokens, const turn_t *t)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
-    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    Tandem__DecodeRequest dr;
+    Tandem__SamplingParams sp;
 
-    sp.temperature = t != NULL ? t->temperature : 0.0;
-    sp.top_p = 1.0;
-    sp.seed = t != NULL ? t->seed : 42;
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.cached_len = cached_len;
-    dr.n_delta_tokens = n;
-    dr.delta_tokens = (int32_t *)ids;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
-    dr.sampling = &sp;
-    dr.max_tokens = max_tokens;
-    dr.total_len = cached_len + n;
+    dtu_sampling(&sp, t != NULL ? t->temperature : 0.0, t != NULL ? t->seed : 42);
+    dtu_request(&dr, request_id, session, cached_len, ids, n, max_tokens, &sp);
     dr.canonical_start = t != NULL ? t->canonical_start : 0;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
-}
-
-static void submit_abort(node_t *node, uint64_t request_id)
-{
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Abort a = TANDEM__ABORT__INIT;
-
-    a.request_id = request_id;
-    a.reason = (char *)"test";
-    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
-    env.abort = &a;
-    decode_sched_on_message(node->sched, &env);
-}
-
-/* The request a message is about (0 for other types). */
-static uint64_t request_of(const Tandem__Envelope *e)
-{
-    switch (e->body_case) {
-    case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
-        return e->token_chunk->request_id;
-    case TANDEM__ENVELOPE__BODY_FINISH:
-        return e->finish->request_id;
-    case TANDEM__ENVELOPE__BODY_ERROR:
-        return e->error->request_id;
-    default:
-        return 0;
-    }
-}
-
-/* Index of the first message of `type` for request_id at or after `from`, or -1. */
-static int find(const node_t *node, Tandem__Envelope__BodyCase type, uint64_t request_id, int from)
-{
-    for (int i = from; i < node->rec.n_msgs; i++) {
-        if (node->rec.msgs[i]->body_case == type && request_of(node->rec.msgs[i]) == request_id) {
-            return i;
-        }
-    }
-    return -1;
-}
-
-/* Step until request_id's Finish (or Error) is out; returns the Finish (NULL after an Error). */
-static const Tandem__Finish *run_to_end(node_t *node, uint64_t request_id)
-{
-    for (int step = 0; step < MAX_STEPS; step++) {
-        int f = find(node, TANDEM__ENVELOPE__BODY_FINISH, request_id, 0);
-        if (f >= 0) {
-            return node->rec.msgs[f]->finish;
-        }
-        if (find(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, 0) >= 0) {
-            return NULL;
-        }
-        decode_sched_step(node->sched);
-    }
-    fail_msg("request %llu did not end in %d steps", (unsigned long long)request_id, MAX_STEPS);
-    return NULL;
+    dtu_send_request(node, &dr);
 }
 
 /* Step until request_id streamed its first token; returns that chunk's message index. */
-static int run_to_first_token(node_t *node, uint64_t request_id)
+static int run_to_first_token(dtu_node_t *node, uint64_t request_id)
 {
     for (int step = 0; step < MAX_STEPS; step++) {
-        int i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, 0);
+        int i = dtu_find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, 0);
         if (i >= 0) {
             return i;
         }
-        assert_true(find(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, 0) < 0);
+        assert_true(dtu_find(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, 0) < 0);
         decode_sched_step(node->sched);
     }
     fail_msg("request %llu got no token in %d steps", (unsigned long long)request_id, MAX_STEPS);
     return -1;
 }
 
-/* The tokens request_id streamed (at most cap), checked to follow on; returns the count. */
-static int tokens_of(const node_t *node, uint64_t request_id, int32_t *out, int cap)
-{
-    int n = 0;
-    uint64_t first = 0;
-
-    for (int i = 0; (i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0; i++) {
-        const Tandem__TokenChunk *c = node->rec.msgs[i]->token_chunk;
-        if (n == 0) {
-            first = c->first_position;
-        }
-        assert_int_equal(c->first_position, first + (uint64_t)n);
-        for (size_t k = 0; k < c->n_tokens && n < cap; k++) {
-            out[n++] = c->tokens[k];
-        }
-    }
-    return n;
-}
-
 /* TokenChunks of requests [first_id, first_id + n_ids) in messages [from, to). */
-static int chunks_between(const node_t *node, uint64_t first_id, int n_ids, int from, int to)
+static int chunks_between(const dtu_node_t *node, uint64_t first_id, int n_ids, int from, int to)
 {
     int n = 0;
 
     for (int i = from; i < to; i++) {
         const Tandem__Envelope *e = node->rec.msgs[i];
-        uint64_t id = request_of(e);
+        uint64_t id = dtu_request_of(e);
         n += e->body_case == TANDEM__ENVELOPE__BODY_TOKEN_CHUNK && id >= first_id &&
              id < first_id + (uint64_t)n_ids;
     }
     return n;
 }
 
-static void check_all_pages_back(node_t *node)
+static void check_all_pages_back(dtu_node_t *node)
 {
     decode_stats_t st;
 
@@ -289,7 +140,7 @@ static void check_all_pages_back(node_t *node)
 static int streams_during_long_prompt(fixture_t *fx, uint32_t budget, uint32_t chunk,
                                       int32_t *first_out)
 {
-    node_t node;
+    dtu_node_t node;
     int32_t short_ids[12];
     int32_t *prompt = malloc(LONG_PROMPT * sizeof(int32_t));
     decode_stats_t st;
@@ -323,8 +174,8 @@ static int streams_during_long_prompt(fixture_t *fx, uint32_t budget, uint32_t c
     if (budget != 0) {
         assert_true(st.prefill_pieces_total >= 3 + (LONG_PROMPT + chunk - 1) / chunk);
     }
-    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_ERROR, 10, 0), -1);
-    assert_true(node_close(&node)); /* destroy aborts the 3 streams; every page back */
+    assert_int_equal(dtu_find(&node, TANDEM__ENVELOPE__BODY_ERROR, 10, 0), -1);
+    assert_true(dtu_node_close(&node)); /* destroy aborts the 3 streams; every page back */
     free(prompt);
     return n;
 }
@@ -354,7 +205,7 @@ static void test_running_streams_keep_streaming_while_a_long_prompt_prefills(voi
 static void same_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, const turn_t *t,
                           int32_t out[4][SAME_MAX], int n_out[4])
 {
-    node_t node;
+    dtu_node_t node;
     int32_t a[20], b[150], c[230], delta[90];
     const Tandem__Finish *f;
 
@@ -370,9 +221,9 @@ static void same_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, const 
         t3.canonical_start = 1;
         submit(&node, 3, "c", 0, c, 230, SAME_MAX, &t3);
     }
-    f = run_to_end(&node, 2);
+    f = dtu_run_to_end(&node, 2, MAX_STEPS);
     assert_non_null(f);
-    n_out[1] = tokens_of(&node, 2, out[1], SAME_MAX);
+    n_out[1] = dtu_tokens_of(&node, 2, out[1], SAME_MAX);
     delta[0] = out[1][n_out[1] - 1];
     ftu_prompt(24, fx->engine.V, delta + 1, 89);
     {
@@ -380,14 +231,14 @@ static void same_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, const 
         t2.canonical_start = 1;
         submit(&node, 4, "b", f->cached_len, delta, 90, SAME_MAX, &t2);
     }
-    assert_non_null(run_to_end(&node, 1));
-    assert_non_null(run_to_end(&node, 3));
-    assert_non_null(run_to_end(&node, 4));
-    n_out[0] = tokens_of(&node, 1, out[0], SAME_MAX);
-    n_out[2] = tokens_of(&node, 3, out[2], SAME_MAX);
-    n_out[3] = tokens_of(&node, 4, out[3], SAME_MAX);
+    assert_non_null(dtu_run_to_end(&node, 1, MAX_STEPS));
+    assert_non_null(dtu_run_to_end(&node, 3, MAX_STEPS));
+    assert_non_null(dtu_run_to_end(&node, 4, MAX_STEPS));
+    n_out[0] = dtu_tokens_of(&node, 1, out[0], SAME_MAX);
+    n_out[2] = dtu_tokens_of(&node, 3, out[2], SAME_MAX);
+    n_out[3] = dtu_tokens_of(&node, 4, out[3], SAME_MAX);
     check_all_pages_back(&node);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 static void test_chunked_service_gives_the_same_tokens(void **state)
@@ -417,7 +268,7 @@ static void test_chunked_service_gives_the_same_tokens(void **state)
 static void test_abort_mid_prefill_frees_everything(void **state)
 {
     fixture_t *fx = *state;
-    node_t node;
+    dtu_node_t node;
     int32_t ids[500], want[4], got[4];
     decode_stats_t st;
     const Tandem__Finish *f;
@@ -434,9 +285,9 @@ static void test_abort_mid_prefill_frees_everything(void **state)
     assert_int_equal(st.queued_prefill_tokens, 500 - 3 * 40);
     assert_int_equal(st.resident_sessions, 1);
     assert_true(st.session_pages > 0); /* the parts so far hold pages */
-    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 1, 0), -1);
-    submit_abort(&node, 1);
-    i = find(&node, TANDEM__ENVELOPE__BODY_FINISH, 1, 0);
+    assert_int_equal(dtu_find(&node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 1, 0), -1);
+    dtu_submit_abort(&node, 1, 0);
+    i = dtu_find(&node, TANDEM__ENVELOPE__BODY_FINISH, 1, 0);
     assert_true(i >= 0);
     f = node.rec.msgs[i]->finish;
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
@@ -450,15 +301,15 @@ static void test_abort_mid_prefill_frees_everything(void **state)
 
     /* the session serves again from 0, as a fresh one would */
     submit(&node, 2, "s", 0, ids, 500, 4, NULL);
-    assert_non_null(run_to_end(&node, 2));
-    assert_int_equal(tokens_of(&node, 2, got, 4), 4);
-    assert_true(node_close(&node));
+    assert_non_null(dtu_run_to_end(&node, 2, MAX_STEPS));
+    assert_int_equal(dtu_tokens_of(&node, 2, got, 4), 4);
+    assert_true(dtu_node_close(&node));
     node_open(fx, &node, POOL_PAGES, 0, 0);
     submit(&node, 2, "fresh", 0, ids, 500, 4, NULL);
-    assert_non_null(run_to_end(&node, 2));
-    assert_int_equal(tokens_of(&node, 2, want, 4), 4);
+    assert_non_null(dtu_run_to_end(&node, 2, MAX_STEPS));
+    assert_int_equal(dtu_tokens_of(&node, 2, want, 4), 4);
     assert_memory_equal(got, want, sizeof(want));
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 
     /* destroyed part way: Finish ABORTED with nothing held, every page back */
     node_open(fx, &node, POOL_PAGES, 40, 40);
@@ -466,12 +317,12 @@ static void test_abort_mid_prefill_frees_everything(void **state)
     decode_sched_step(node.sched);
     decode_sched_destroy(node.sched);
     node.sched = NULL;
-    i = find(&node, TANDEM__ENVELOPE__BODY_FINISH, 3, 0);
+    i = dtu_find(&node, TANDEM__ENVELOPE__BODY_FINISH, 3, 0);
     assert_true(i >= 0);
     assert_int_equal(node.rec.msgs[i]->finish->cached_len, 0);
     assert_int_equal(decode_sessions_n_resident(node.sessions), 0);
     assert_int_equal(decode_pool_n_free(node.pool), decode_pool_n_total(node.pool));
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 static void test_out_of_pages_mid_prefill_fails_cleanly(void **state)
@@ -482,7 +333,7 @@ static void test_out_of_pages_mid_prefill_fails_cleanly(void **state)
     int64_t n = fits + 200;
     int32_t *ids = malloc((size_t)n * sizeof(int32_t));
     int32_t small[12];
-    node_t node;
+    dtu_node_t node;
     decode_stats_t st;
     const Tandem__Finish *f;
 
@@ -492,12 +343,13 @@ static void test_out_of_pages_mid_prefill_fails_cleanly(void **state)
     node_open(fx, &node, n_pages, 64, 32);
     /* an idle session holding pages: evicted first, then the prompt still does not fit */
     submit(&node, 1, "idle", 0, small, 12, 2, NULL);
-    assert_non_null(run_to_end(&node, 1));
+    assert_non_null(dtu_run_to_end(&node, 1, MAX_STEPS));
     submit(&node, 2, "big", 0, ids, (size_t)n, 2, NULL);
-    assert_null(run_to_end(&node, 2));
-    assert_int_equal(node.rec.msgs[find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
-                     TANDEM__ERROR_CODE__ERROR_NO_PAGES);
-    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 2, 0), -1);
+    assert_null(dtu_run_to_end(&node, 2, MAX_STEPS));
+    assert_int_equal(
+        node.rec.msgs[dtu_find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
+        TANDEM__ERROR_CODE__ERROR_NO_PAGES);
+    assert_int_equal(dtu_find(&node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 2, 0), -1);
     decode_sched_step(node.sched);
     decode_sched_stats(node.sched, &st);
     assert_true(st.evictions_total >= 1);
@@ -507,18 +359,18 @@ static void test_out_of_pages_mid_prefill_fails_cleanly(void **state)
 
     /* the node serves on: a prompt that fits */
     submit(&node, 3, "big", 0, ids, (size_t)(fits / 2), 2, NULL);
-    f = run_to_end(&node, 3);
+    f = dtu_run_to_end(&node, 3, MAX_STEPS);
     assert_non_null(f);
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
     check_all_pages_back(&node);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
     free(ids);
 }
 
 static void test_drain_finishes_a_half_prefilled_turn(void **state)
 {
     fixture_t *fx = *state;
-    node_t node;
+    dtu_node_t node;
     int32_t ids[300];
     const Tandem__Finish *f;
 
@@ -529,14 +381,15 @@ static void test_drain_finishes_a_half_prefilled_turn(void **state)
     decode_sched_drain(node.sched);
     assert_int_equal(decode_sched_idle(node.sched), 0);
     submit(&node, 2, "t", 0, ids, 10, 3, NULL); /* refused while draining */
-    assert_int_equal(node.rec.msgs[find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
-                     TANDEM__ERROR_CODE__ERROR_DRAINING);
-    f = run_to_end(&node, 1);
+    assert_int_equal(
+        node.rec.msgs[dtu_find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0)]->error->code,
+        TANDEM__ERROR_CODE__ERROR_DRAINING);
+    f = dtu_run_to_end(&node, 1, MAX_STEPS);
     assert_non_null(f);
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
     assert_int_equal(f->n_prefilled, 300);
     assert_int_equal(decode_sched_idle(node.sched), 1);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 /* Turn 1 of 40 tokens (4 generated), then a turn that shares only 30 of them: the node rewinds
@@ -544,7 +397,7 @@ static void test_drain_finishes_a_half_prefilled_turn(void **state)
  * stream runs. Returns turn 2's tokens in out[6] and checks the rewind ran in a step. */
 static void rewind_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, int32_t out[6])
 {
-    node_t node;
+    dtu_node_t node;
     int32_t ids[40], delta[25], other[12];
     decode_stats_t st;
     const Tandem__Finish *f;
@@ -555,7 +408,7 @@ static void rewind_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, int3
     ftu_prompt(63, fx->engine.V, other, 12);
     node_open(fx, &node, POOL_PAGES, budget, chunk);
     submit(&node, 1, "s", 0, ids, 40, 4, NULL);
-    assert_int_equal(run_to_end(&node, 1)->cached_len, 43);
+    assert_int_equal(dtu_run_to_end(&node, 1, MAX_STEPS)->cached_len, 43);
     submit(&node, 2, "other", 0, other, 12, 200, NULL);
     run_to_first_token(&node, 2);
     before = node.rec.n_msgs;
@@ -569,14 +422,14 @@ static void rewind_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, int3
     assert_int_equal(st.rewind_kept_tokens_total, 30);
     /* the running stream got its token in that step */
     assert_true(chunks_between(&node, 2, 1, before, node.rec.n_msgs) == 1);
-    f = run_to_end(&node, 3);
+    f = dtu_run_to_end(&node, 3, MAX_STEPS);
     assert_non_null(f);
     assert_int_equal(f->n_prefilled, 25);
     assert_int_equal(f->cached_len, 30 + 25 + 6 - 1);
-    assert_int_equal(tokens_of(&node, 3, out, 6), 6);
-    submit_abort(&node, 2);
+    assert_int_equal(dtu_tokens_of(&node, 3, out, 6), 6);
+    dtu_submit_abort(&node, 2, 0);
     check_all_pages_back(&node);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 /* A rewind whose record reaches only 20 of the 30 shared tokens: the piece rewinds to 20, then
@@ -584,7 +437,7 @@ static void rewind_scenario(fixture_t *fx, uint32_t budget, uint32_t chunk, int3
 static void test_rewind_short_of_cached_len_is_state_lost_after_the_piece(void **state)
 {
     fixture_t *fx = *state;
-    node_t node;
+    dtu_node_t node;
     int32_t ids[40], delta[25];
     decode_stats_t st;
     const Tandem__Error *e;
@@ -594,17 +447,17 @@ static void test_rewind_short_of_cached_len_is_state_lost_after_the_piece(void *
     ftu_prompt(62, fx->engine.V, delta, 25);
     node_open(fx, &node, POOL_PAGES, 20, 8);
     submit(&node, 1, "s", 0, ids, 40, 4, NULL);
-    assert_int_equal(run_to_end(&node, 1)->cached_len, 43);
+    assert_int_equal(dtu_run_to_end(&node, 1, MAX_STEPS)->cached_len, 43);
     decode_sessions_forget_ids_from(decode_sessions_find(node.sessions, "s"), 20);
     submit(&node, 2, "s", 30, delta, 25, 6, NULL);
-    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0), -1);
+    assert_int_equal(dtu_find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0), -1);
     decode_sched_step(node.sched);
-    i = find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0);
+    i = dtu_find(&node, TANDEM__ENVELOPE__BODY_ERROR, 2, 0);
     assert_true(i >= 0);
     e = node.rec.msgs[i]->error;
     assert_int_equal(e->code, TANDEM__ERROR_CODE__ERROR_STATE_LOST);
     assert_int_equal(e->cached_len, 20);
-    assert_int_equal(find(&node, TANDEM__ENVELOPE__BODY_FINISH, 2, 0), -1);
+    assert_int_equal(dtu_find(&node, TANDEM__ENVELOPE__BODY_FINISH, 2, 0), -1);
     decode_sched_stats(node.sched, &st);
     assert_int_equal(st.rewinds_total, 1);
     assert_int_equal(st.state_lost_total, 1);
@@ -613,9 +466,9 @@ static void test_rewind_short_of_cached_len_is_state_lost_after_the_piece(void *
 
     /* the router's retry from 20 goes on from the rewound state */
     submit(&node, 3, "s", 20, delta, 25, 3, NULL);
-    assert_int_equal(run_to_end(&node, 3)->cached_len, 20 + 25 + 3 - 1);
+    assert_int_equal(dtu_run_to_end(&node, 3, MAX_STEPS)->cached_len, 20 + 25 + 3 - 1);
     check_all_pages_back(&node);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 static void test_rewind_runs_as_a_piece(void **state)
@@ -642,28 +495,29 @@ static void test_pieces_across_engine_passes_give_the_same_tokens(void **state)
     ftu_prompt(71, fx->engine.V, ids, 400);
     g_engine_chunk = 256;
     for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
-        node_t node;
+        dtu_node_t node;
 
         node_open(fx, &node, POOL_PAGES, budgets[b], budgets[b]);
         submit(&node, 1, "s", 0, ids, 400, 16, NULL);
-        assert_non_null(run_to_end(&node, 1));
-        assert_int_equal(tokens_of(&node, 1, b == 0 ? want : got, 16), 16);
+        assert_non_null(dtu_run_to_end(&node, 1, MAX_STEPS));
+        assert_int_equal(dtu_tokens_of(&node, 1, b == 0 ? want : got, 16), 16);
         if (b > 0) {
             print_message("budget %u\n", budgets[b]);
             assert_memory_equal(got, want, sizeof(want));
         }
-        assert_true(node_close(&node));
+        assert_true(dtu_node_close(&node));
     }
     g_engine_chunk = 64;
 }
 
 /* The tokens of request_id's choice `choice` (at most cap). */
-static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choice, int32_t *out,
+static int choice_tokens(const dtu_node_t *node, uint64_t request_id, uint32_t choice, int32_t *out,
                          int cap)
 {
     int n = 0;
 
-    for (int i = 0; (i = find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0; i++) {
+    for (int i = 0; (i = dtu_find(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, i)) >= 0;
+         i++) {
         const Tandem__TokenChunk *c = node->rec.msgs[i]->token_chunk;
         for (size_t k = 0; k < c->n_tokens && n < cap && c->choice == choice; k++) {
             out[n++] = c->tokens[k];
@@ -677,7 +531,7 @@ static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choic
  * every choice streams what the unchunked node streams. */
 static void choices_on_a_spec_node(fixture_t *fx, uint32_t budget, int32_t out[3][12])
 {
-    node_t node;
+    dtu_node_t node;
     int32_t ids[180], other[12];
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
@@ -703,13 +557,13 @@ static void choices_on_a_spec_node(fixture_t *fx, uint32_t budget, int32_t out[3
     env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
     env.decode_request = &dr;
     decode_sched_on_message(node.sched, &env);
-    assert_non_null(run_to_end(&node, 2));
+    assert_non_null(dtu_run_to_end(&node, 2, MAX_STEPS));
     for (uint32_t c = 0; c < 3; c++) {
         assert_int_equal(choice_tokens(&node, 2, c, out[c], 12), 12);
     }
-    assert_non_null(run_to_end(&node, 1));
+    assert_non_null(dtu_run_to_end(&node, 1, MAX_STEPS));
     check_all_pages_back(&node);
-    assert_true(node_close(&node));
+    assert_true(dtu_node_close(&node));
 }
 
 static void test_choices_and_speculation_under_the_budget(void **state)

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "common/hash.h"
+#include "decode_test_util.h"
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
@@ -29,209 +30,59 @@
 #include "node/node_handoff.h"
 #include "proto/proto.h"
 
-#define MAX_MSGS      512
 #define MAX_STEPS     64
 #define POOL_PAGES    256u
 #define PROMPT_TOKENS 12
 #define MAX_TOKENS    4
 
-/* The router's side: every envelope the scheduler sent (copies), and its load reports. */
-typedef struct {
-    Tandem__Envelope *msgs[MAX_MSGS];
-    int n_msgs;
-    int n_loads;
-    node_load_t load;
-} recorder_t;
-
-/* One decode node's parts over the fixture's model. */
-typedef struct {
-    decode_pool_t *pool;
-    decode_sessions_t *sessions;
-    decode_sched_t *sched;
-    recorder_t rec;
-} node_t;
-
-typedef struct {
-    ftu_engine_t engine; /* the model (its own small pool is not used here) */
-    node_t node;
-} fixture_t;
-
-static void record_send(void *arg, const Tandem__Envelope *env)
-{
-    recorder_t *rec = arg;
-    uint8_t *buf = NULL;
-    size_t n = 0;
-    Tandem__Envelope *copy = NULL;
-
-    assert_true(rec->n_msgs < MAX_MSGS);
-    assert_int_equal(proto_pack(env, &buf, &n), TDM_OK);
-    assert_int_equal(proto_unpack(buf, n, 0, &copy, NULL, 0), TDM_OK);
-    free(buf);
-    rec->msgs[rec->n_msgs++] = copy;
-}
-
-static void record_load(void *arg, const node_load_t *load)
-{
-    recorder_t *rec = arg;
-
-    rec->n_loads++;
-    rec->load = *load;
-}
-
-static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages)
+/* A node of n_pages with the tests' scheduler parameters (fence_ms 0: an aborted reservation's
+ * pages come back at the next step). */
+static void node_open(dtu_fixture_t *fx, dtu_node_t *node, uint32_t n_pages)
 {
     decode_sched_params_t sp;
-    decode_sched_out_t out = {record_send, record_load, &node->rec};
 
-    memset(node, 0, sizeof(*node));
-    memset(&sp, 0, sizeof(sp));
-    sp.fence_ms = 0; /* an aborted reservation's pages come back at the next step */
-    sp.max_batch = 4;
-    sp.chunk_tokens = 64;
-    sp.n_threads = 2;
-    sp.spec_drafter = ENGINE_SPEC_OFF;
-    assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
-    assert_int_equal(decode_sessions_create(8, &node->sessions), TDM_OK);
-    assert_int_equal(
-        decode_sched_create(&sp, fx->engine.model, node->pool, node->sessions, &out, &node->sched),
-        TDM_OK);
-}
-
-/* Close the node; returns 1 when every page was free before the pool went. */
-static int node_close(node_t *node)
-{
-    int all_back;
-
-    decode_sched_destroy(node->sched);
-    decode_sessions_destroy(node->sessions);
-    all_back = decode_pool_n_free(node->pool) == decode_pool_n_total(node->pool) &&
-               decode_pool_n_reserved(node->pool) == 0;
-    decode_pool_destroy(node->pool);
-    for (int i = 0; i < node->rec.n_msgs; i++) {
-        proto_envelope_free(node->rec.msgs[i]);
-    }
-    return all_back;
+    dtu_sched_params(&sp);
+    dtu_node_open(node, fx->engine.model, n_pages, &sp);
 }
 
 static int setup(void **state)
 {
-    fixture_t *fx = calloc(1, sizeof(*fx));
+    decode_sched_params_t sp;
 
-    if (fx == NULL || ftu_engine_open(&fx->engine, 16) != 0) {
-        return -1;
-    }
-    node_open(fx, &fx->node, POOL_PAGES);
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *fx = *state;
-    int ok = node_close(&fx->node);
-
-    ok = ftu_engine_close(&fx->engine) == 0 && ok;
-    free(fx);
-    return ok ? 0 : -1;
+    dtu_sched_params(&sp);
+    return dtu_fixture_setup(state, POOL_PAGES, &sp);
 }
 
 /* Hand the scheduler one DecodeRequest with local prefill of ids[0..n) at cached_len. */
-static void submit_local(node_t *node, uint64_t request_id, const char *session,
+static void submit_local(dtu_node_t *node, uint64_t request_id, const char *session,
                          uint64_t cached_len, const int32_t *ids, size_t n, uint32_t max_tokens)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
-    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    Tandem__DecodeRequest dr;
+    Tandem__SamplingParams sp;
 
-    sp.temperature = 0.0; /* greedy */
-    sp.top_p = 1.0;
-    sp.seed = 42;
-    sp.n_logprobs = 0;
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.cached_len = cached_len;
-    dr.n_delta_tokens = n;
-    dr.delta_tokens = (int32_t *)ids;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
-    dr.sampling = &sp;
-    dr.max_tokens = max_tokens;
-    dr.total_len = cached_len + n;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
+    dtu_sampling(&sp, 0.0, 42); /* greedy */
+    dtu_request(&dr, request_id, session, cached_len, ids, n, max_tokens, &sp);
+    dtu_send_request(node, &dr);
 }
 
 /* submit_local with the caller's sampling (min_tokens, n_choices, stop ids, seed ...). */
-static void submit_local_sp(node_t *node, uint64_t request_id, const char *session,
+static void submit_local_sp(dtu_node_t *node, uint64_t request_id, const char *session,
                             const int32_t *ids, size_t n, uint32_t max_tokens,
                             Tandem__SamplingParams *sp)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__DecodeRequest dr;
 
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.n_delta_tokens = n;
-    dr.delta_tokens = (int32_t *)ids;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
-    dr.sampling = sp;
-    dr.max_tokens = max_tokens;
-    dr.total_len = n;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
-}
-
-static void submit_abort(node_t *node, uint64_t request_id, uint64_t reservation_id)
-{
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Abort a = TANDEM__ABORT__INIT;
-
-    a.request_id = request_id;
-    a.reservation_id = reservation_id;
-    a.reason = (char *)"test";
-    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
-    env.abort = &a;
-    decode_sched_on_message(node->sched, &env);
-}
-
-/* The first recorded message of `type` for request_id at or after index *from (advanced past
- * it), or NULL. */
-static const Tandem__Envelope *next_of(const node_t *node, Tandem__Envelope__BodyCase type,
-                                       uint64_t request_id, int *from)
-{
-    for (int i = *from; i < node->rec.n_msgs; i++) {
-        const Tandem__Envelope *e = node->rec.msgs[i];
-        uint64_t id = type == TANDEM__ENVELOPE__BODY_FINISH        ? e->finish->request_id
-                      : type == TANDEM__ENVELOPE__BODY_TOKEN_CHUNK ? e->token_chunk->request_id
-                      : type == TANDEM__ENVELOPE__BODY_ERROR       ? e->error->request_id
-                                                             : e->page_reservation->request_id;
-        if (e->body_case == type && id == request_id) {
-            *from = i + 1;
-            return e;
-        }
-    }
-    return NULL;
-}
-
-/* request_id got an Error with `code`; returns it. */
-static const Tandem__Error *expect_error(const node_t *node, uint64_t request_id,
-                                         Tandem__ErrorCode code)
-{
-    int from = 0;
-    const Tandem__Envelope *e = next_of(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, &from);
-
-    assert_non_null(e);
-    assert_int_equal(e->error->code, code);
-    return e->error;
+    dtu_request(&dr, request_id, session, 0, ids, n, max_tokens, sp);
+    dtu_send_request(node, &dr);
 }
 
 /* Step until request_id's Finish is out (at most MAX_STEPS steps); returns it. */
-static const Tandem__Finish *run_to_finish(node_t *node, uint64_t request_id)
+static const Tandem__Finish *run_to_finish(dtu_node_t *node, uint64_t request_id)
 {
     for (int step = 0; step < MAX_STEPS; step++) {
         int from = 0;
-        const Tandem__Envelope *f = next_of(node, TANDEM__ENVELOPE__BODY_FINISH, request_id, &from);
+        const Tandem__Envelope *f =
+            dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, request_id, &from);
         if (f != NULL) {
             return f->finish;
         }
@@ -243,13 +94,13 @@ static const Tandem__Finish *run_to_finish(node_t *node, uint64_t request_id)
 
 /* The tokens request_id streamed, checked to start at `first` and follow on; returns the count
  * and the last token in *last_out. */
-static int streamed(const node_t *node, uint64_t request_id, uint64_t first, int32_t *last_out)
+static int streamed(const dtu_node_t *node, uint64_t request_id, uint64_t first, int32_t *last_out)
 {
     int from = 0;
     int n = 0;
     const Tandem__Envelope *e;
 
-    while ((e = next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
+    while ((e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
         const Tandem__TokenChunk *c = e->token_chunk;
         assert_int_equal(c->first_position, first + (uint64_t)n);
         assert_true(c->n_tokens > 0);
@@ -262,8 +113,8 @@ static int streamed(const node_t *node, uint64_t request_id, uint64_t first, int
 
 static void test_local_turn_streams_max_tokens_then_finishes(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[PROMPT_TOKENS];
     int32_t last = -1;
     const Tandem__Finish *f;
@@ -280,7 +131,7 @@ static void test_local_turn_streams_max_tokens_then_finishes(void **state)
     assert_int_equal(f->cached_len, PROMPT_TOKENS + MAX_TOKENS - 1);
     assert_int_equal(streamed(node, 1, PROMPT_TOKENS, &last), MAX_TOKENS);
     assert_true(last >= 0 && last < fx->engine.V);
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 1, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 1, &from));
 
     decode_sched_stats(node->sched, &st);
     assert_int_equal(st.requests_total, 1);
@@ -297,8 +148,8 @@ static void test_local_turn_streams_max_tokens_then_finishes(void **state)
 
 static void test_next_turn_continues_at_cached_len(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[PROMPT_TOKENS];
     int32_t delta[3];
     int32_t last = -1;
@@ -319,25 +170,26 @@ static void test_next_turn_continues_at_cached_len(void **state)
     assert_int_equal(f->n_prefilled, 3);
     assert_int_equal(f->cached_len, PROMPT_TOKENS + MAX_TOKENS - 1 + 3 + 2 - 1);
     assert_int_equal(streamed(node, 2, PROMPT_TOKENS + MAX_TOKENS - 1 + 3, &last), 2);
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 2, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_ERROR, 2, &from));
 }
 
 static void test_unheld_cached_len_is_state_lost(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[4] = {1, 2, 3, 4};
     decode_stats_t st;
     int from = 0;
 
     submit_local(node, 9, "fresh", 10, ids, 4, MAX_TOKENS);
-    assert_int_equal(expect_error(node, 9, TANDEM__ERROR_CODE__ERROR_STATE_LOST)->cached_len, 0);
+    assert_int_equal(dtu_expect_error(node, 9, TANDEM__ERROR_CODE__ERROR_STATE_LOST)->cached_len,
+                     0);
     decode_sched_step(node->sched);
     decode_sched_stats(node->sched, &st);
     assert_int_equal(st.state_lost_total, 1);
     assert_int_equal(st.requests_total, 0);
     assert_int_equal(st.running_sequences + st.pending_prefills, 0);
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 9, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, 9, &from));
 
     /* the session is not left busy: a turn from 0 now runs */
     submit_local(node, 10, "fresh", 0, ids, 4, 1);
@@ -346,21 +198,21 @@ static void test_unheld_cached_len_is_state_lost(void **state)
 
 static void test_bad_requests_are_refused(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[PROMPT_TOKENS];
     int32_t outside[2] = {1, (int32_t)fx->engine.V};
     decode_stats_t st;
 
     submit_local(node, 20, "v", 0, outside, 2, MAX_TOKENS); /* a token outside the vocabulary */
-    expect_error(node, 20, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+    dtu_expect_error(node, 20, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
     submit_local(node, 21, "z", 0, outside, 1, 0); /* max_tokens 0 */
-    expect_error(node, 21, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+    dtu_expect_error(node, 21, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
 
     ftu_prompt(6, fx->engine.V, ids, PROMPT_TOKENS);
     submit_local(node, 22, "w", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
     submit_local(node, 22, "w2", 0, ids, PROMPT_TOKENS, MAX_TOKENS); /* same id again */
-    expect_error(node, 22, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
+    dtu_expect_error(node, 22, TANDEM__ERROR_CODE__ERROR_BAD_MESSAGE);
     assert_null(decode_sessions_find(node->sessions, "w2"));
     assert_int_equal(run_to_finish(node, 22)->n_generated, MAX_TOKENS); /* the first one runs */
     decode_sched_stats(node->sched, &st);
@@ -369,8 +221,8 @@ static void test_bad_requests_are_refused(void **state)
 
 static void test_abort_ends_a_running_turn(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[PROMPT_TOKENS];
     const Tandem__Finish *f;
     decode_stats_t st;
@@ -378,7 +230,7 @@ static void test_abort_ends_a_running_turn(void **state)
     ftu_prompt(7, fx->engine.V, ids, PROMPT_TOKENS);
     submit_local(node, 30, "a", 0, ids, PROMPT_TOKENS, 1000);
     decode_sched_step(node->sched); /* prefill and the first tokens */
-    submit_abort(node, 30, 0);
+    dtu_submit_abort(node, 30, 0);
     f = run_to_finish(node, 30);
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
     assert_true(f->n_generated >= 1 && f->n_generated < 1000);
@@ -390,8 +242,8 @@ static void test_abort_ends_a_running_turn(void **state)
 
 static void test_aborted_reservation_returns_its_pages_after_the_fence(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
     const Tandem__Envelope *e;
@@ -407,7 +259,7 @@ static void test_aborted_reservation_returns_its_pages_after_the_fence(void **st
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     decode_sched_on_message(node->sched, &env);
-    e = next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, 40, &from);
+    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, 40, &from);
     assert_non_null(e);
     reservation_id = e->page_reservation->reservation_id;
     assert_true(e->page_reservation->n_pages > 0);
@@ -416,7 +268,7 @@ static void test_aborted_reservation_returns_its_pages_after_the_fence(void **st
     assert_int_equal(decode_pool_n_reserved(node->pool), e->page_reservation->n_pages);
     assert_true(decode_sessions_find(node->sessions, "r")->busy);
 
-    submit_abort(node, 40, reservation_id);
+    dtu_submit_abort(node, 40, reservation_id);
     assert_false(decode_sessions_find(node->sessions, "r")->busy);
     assert_int_equal(decode_pool_n_reserved(node->pool), e->page_reservation->n_pages);
     decode_sched_step(node->sched); /* fence_ms 0: freed at the next expiry */
@@ -429,9 +281,9 @@ static void test_aborted_reservation_returns_its_pages_after_the_fence(void **st
 
 static void test_page_pressure_evicts_the_idle_session_and_retries(void **state)
 {
-    fixture_t *fx = *state;
+    dtu_fixture_t *fx = *state;
     int32_t ids[2][PROMPT_TOKENS * 4];
-    node_t small;
+    dtu_node_t small;
     uint32_t one_session;
     decode_stats_t st;
 
@@ -454,7 +306,7 @@ static void test_page_pressure_evicts_the_idle_session_and_retries(void **state)
     assert_int_equal(st.resident_sessions, 1);
     assert_null(decode_sessions_find(small.sessions, "first")->seq);
     assert_non_null(decode_sessions_find(small.sessions, "second")->seq);
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
 }
 
 /* Issue 16, "a request that must evict gets 503": under steady pressure (a pool for about one
@@ -462,9 +314,9 @@ static void test_page_pressure_evicts_the_idle_session_and_retries(void **state)
  * recently used one and succeeds; no Error, every page back. */
 static void test_steady_pressure_every_new_local_session_succeeds(void **state)
 {
-    fixture_t *fx = *state;
+    dtu_fixture_t *fx = *state;
     int32_t ids[PROMPT_TOKENS * 4];
-    node_t small;
+    dtu_node_t small;
     uint32_t one_session;
     decode_stats_t st;
     char name[32];
@@ -483,12 +335,12 @@ static void test_steady_pressure_every_new_local_session_succeeds(void **state)
         submit_local(&small, 100 + i, name, 0, ids, PROMPT_TOKENS * 4, MAX_TOKENS);
         assert_int_equal(run_to_finish(&small, 100 + i)->reason,
                          TANDEM__FINISH_REASON__FINISH_LENGTH);
-        assert_null(next_of(&small, TANDEM__ENVELOPE__BODY_ERROR, 100 + i, &from));
+        assert_null(dtu_next_of(&small, TANDEM__ENVELOPE__BODY_ERROR, 100 + i, &from));
     }
     decode_sched_stats(small.sched, &st);
     assert_int_equal(st.evictions_total, 5);
     assert_int_equal(st.resident_sessions, 1);
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
 }
 
 /*
@@ -497,8 +349,8 @@ static void test_steady_pressure_every_new_local_session_succeeds(void **state)
  * prefill node's puts do), then the DecodeRequest with its CompletionNotice. Returns 0, or -1
  * when the reservation was refused (its Error recorded).
  */
-static int submit_remote(fixture_t *fx, node_t *node, uint64_t request_id, const char *session,
-                         const int32_t *ids, size_t n, uint32_t max_tokens)
+static int submit_remote(dtu_fixture_t *fx, dtu_node_t *node, uint64_t request_id,
+                         const char *session, const int32_t *ids, size_t n, uint32_t max_tokens)
 {
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
@@ -524,7 +376,7 @@ static int submit_remote(fixture_t *fx, node_t *node, uint64_t request_id, const
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     decode_sched_on_message(node->sched, &env);
-    e = next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
+    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
     if (e == NULL) {
         engine_seq_destroy(seq);
         free(logits);
@@ -593,9 +445,9 @@ static int submit_remote(fixture_t *fx, node_t *node, uint64_t request_id, const
  * second new session as a failed "import check"). */
 static void test_steady_pressure_every_new_remote_session_succeeds(void **state)
 {
-    fixture_t *fx = *state;
+    dtu_fixture_t *fx = *state;
     int32_t ids[PROMPT_TOKENS * 4];
-    node_t small;
+    dtu_node_t small;
     uint32_t one_session;
     decode_stats_t st;
     char name[32];
@@ -613,22 +465,22 @@ static void test_steady_pressure_every_new_remote_session_succeeds(void **state)
         snprintf(name, sizeof(name), "remote-%llu", (unsigned long long)i);
         ftu_prompt(40 + i, fx->engine.V, ids, PROMPT_TOKENS * 4);
         assert_int_equal(submit_remote(fx, &small, 200 + i, name, ids, PROMPT_TOKENS * 4, 1), 0);
-        assert_null(next_of(&small, TANDEM__ENVELOPE__BODY_ERROR, 200 + i, &from));
+        assert_null(dtu_next_of(&small, TANDEM__ENVELOPE__BODY_ERROR, 200 + i, &from));
         run_to_finish(&small, 200 + i);
     }
     decode_sched_stats(small.sched, &st);
     assert_int_equal(st.handoffs_total, 6);
     assert_int_equal(st.handoff_failures_total, 0);
     assert_int_equal(st.resident_sessions, 1);
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
 }
 
 /* Drain (issue 16 item 9): a draining scheduler answers new turns and reservations with
  * ERROR_DRAINING while the running turn streams to its end; then it is idle. */
 static void test_drain_refuses_new_work_and_finishes_the_running_turn(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     int32_t ids[PROMPT_TOKENS];
     Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
     Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
@@ -643,7 +495,7 @@ static void test_drain_refuses_new_work_and_finishes_the_running_turn(void **sta
     decode_sched_drain(node->sched);
     decode_sched_drain(node->sched); /* idempotent */
     submit_local(node, 81, "new", 0, ids, PROMPT_TOKENS, MAX_TOKENS);
-    e = expect_error(node, 81, TANDEM__ERROR_CODE__ERROR_DRAINING);
+    e = dtu_expect_error(node, 81, TANDEM__ERROR_CODE__ERROR_DRAINING);
     assert_non_null(strstr(e->message, "draining"));
     rp.request_id = 82;
     rp.session_id = (char *)"remote";
@@ -652,7 +504,7 @@ static void test_drain_refuses_new_work_and_finishes_the_running_turn(void **sta
     env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
     env.reserve_pages = &rp;
     decode_sched_on_message(node->sched, &env);
-    expect_error(node, 82, TANDEM__ERROR_CODE__ERROR_DRAINING);
+    dtu_expect_error(node, 82, TANDEM__ERROR_CODE__ERROR_DRAINING);
     assert_int_equal(decode_pool_n_reserved(node->pool), 0);
     /* the session of the next turn was not even created */
     assert_null(decode_sessions_find(node->sessions, "new"));
@@ -664,9 +516,9 @@ static void test_drain_refuses_new_work_and_finishes_the_running_turn(void **sta
 
 static void test_create_without_an_output_is_invalid(void **state)
 {
-    fixture_t *fx = *state;
+    dtu_fixture_t *fx = *state;
     decode_sched_params_t sp;
-    decode_sched_out_t out = {record_send, NULL, &fx->node.rec};
+    decode_sched_out_t out = {dtu_record_send, NULL, &fx->node.rec};
     decode_sched_t *sched = NULL;
 
     memset(&sp, 0, sizeof(sp));
@@ -683,14 +535,14 @@ static void test_create_without_an_output_is_invalid(void **state)
 
 /* The tokens of request_id's choice `choice` in order (at most max), checked to start at
  * position `first` and follow on; returns the count. */
-static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choice, uint64_t first,
-                         int32_t *out, int max)
+static int choice_tokens(const dtu_node_t *node, uint64_t request_id, uint32_t choice,
+                         uint64_t first, int32_t *out, int max)
 {
     int from = 0;
     int n = 0;
     const Tandem__Envelope *e;
 
-    while ((e = next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
+    while ((e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_TOKEN_CHUNK, request_id, &from)) != NULL) {
         const Tandem__TokenChunk *c = e->token_chunk;
         if (c->choice != choice) {
             continue;
@@ -705,8 +557,8 @@ static int choice_tokens(const node_t *node, uint64_t request_id, uint32_t choic
 
 static void test_min_tokens_masks_the_stop_ids(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
     int32_t ids[PROMPT_TOKENS], plain[8], masked[8], stop[1];
     const Tandem__Finish *f;
@@ -743,8 +595,8 @@ static void test_min_tokens_masks_the_stop_ids(void **state)
 static void test_n_choices_fork_one_prefill(void **state)
 {
     enum { N = 3, T = 5 };
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
     int32_t ids[PROMPT_TOKENS], got[N][8], alone[8];
     const Tandem__Finish *f;
@@ -762,8 +614,8 @@ static void test_n_choices_fork_one_prefill(void **state)
     f = run_to_finish(node, 7);
     decode_sched_stats(node->sched, &after);
     /* one Finish for the request, summing the choices; the prompt prefilled once */
-    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from));
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from)); /* only one */
+    assert_non_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 7, &from)); /* only one */
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
     assert_int_equal(f->n_generated, N * T);
     assert_int_equal(f->n_prefilled, PROMPT_TOKENS);
@@ -797,8 +649,8 @@ static void test_n_choices_fork_one_prefill(void **state)
     assert_int_equal(f->n_generated, N);
     assert_int_equal(f->cached_len, PROMPT_TOKENS);
     from = 0;
-    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
+    assert_non_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 200, &from));
     for (uint32_t c = 0; c < N; c++) {
         assert_int_equal(choice_tokens(node, 200, c, PROMPT_TOKENS, alone, 8), 1);
         assert_int_equal(alone[0], got[c][0]);
@@ -811,8 +663,8 @@ static void test_n_choices_fork_one_prefill(void **state)
 
 static void test_abort_ends_every_choice(void **state)
 {
-    fixture_t *fx = *state;
-    node_t *node = &fx->node;
+    dtu_fixture_t *fx = *state;
+    dtu_node_t *node = &fx->node;
     Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
     int32_t ids[PROMPT_TOKENS];
     const Tandem__Finish *f;
@@ -830,11 +682,11 @@ static void test_abort_ends_every_choice(void **state)
     decode_sched_step(node->sched);
     decode_sched_stats(node->sched, &st);
     assert_int_equal(st.running_sequences, 4);
-    submit_abort(node, 9, 0);
+    dtu_submit_abort(node, 9, 0);
     f = run_to_finish(node, 9);
     assert_int_equal(f->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
-    assert_non_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from));
-    assert_null(next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from)); /* only one */
+    assert_non_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from));
+    assert_null(dtu_next_of(node, TANDEM__ENVELOPE__BODY_FINISH, 9, &from)); /* only one */
     decode_sched_step(node->sched);
     decode_sched_stats(node->sched, &st);
     assert_int_equal(st.running_sequences, 0);
@@ -845,25 +697,31 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_local_turn_streams_max_tokens_then_finishes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_next_turn_continues_at_cached_len, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unheld_cached_len_is_state_lost, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_requests_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_abort_ends_a_running_turn, setup, teardown),
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_next_turn_continues_at_cached_len, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_unheld_cached_len_is_state_lost, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_requests_are_refused, setup, dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_abort_ends_a_running_turn, setup,
+                                        dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_aborted_reservation_returns_its_pages_after_the_fence,
-                                        setup, teardown),
+                                        setup, dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_steady_pressure_every_new_local_session_succeeds,
-                                        setup, teardown),
+                                        setup, dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_steady_pressure_every_new_remote_session_succeeds,
-                                        setup, teardown),
+                                        setup, dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_drain_refuses_new_work_and_finishes_the_running_turn,
-                                        setup, teardown),
+                                        setup, dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_page_pressure_evicts_the_idle_session_and_retries,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_without_an_output_is_invalid, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_min_tokens_masks_the_stop_ids, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_n_choices_fork_one_prefill, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_abort_ends_every_choice, setup, teardown),
+                                        setup, dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_create_without_an_output_is_invalid, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_min_tokens_masks_the_stop_ids, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_n_choices_fork_one_prefill, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_abort_ends_every_choice, setup, dtu_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

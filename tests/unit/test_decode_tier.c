@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/hash.h"
+#include "decode_test_util.h"
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
@@ -27,7 +29,6 @@
 #include "forward_test_util.h"
 #include "proto/proto.h"
 
-#define MAX_MSGS      256
 #define MAX_STEPS     64
 #define PROMPT_TOKENS 160
 #define MAX_TOKENS    4
@@ -139,15 +140,15 @@ static void test_host_full_moves_to_disk_and_both_come_back(void **state)
     assert_true(decode_tier_enabled(t));
 
     old.last_used_ns = 1; /* idle for as long as the clock has run: the higher score */
-    assert_int_equal(decode_tier_put(t, "a", &old, fake_blob(4000, 1), 4000, fake_ids(10, 100), 10,
-                                     &kind),
-                     TDM_OK);
+    assert_int_equal(
+        decode_tier_put(t, "a", &old, fake_blob(4000, 1), 4000, fake_ids(10, 100), 10, &kind),
+        TDM_OK);
     assert_int_equal(kind, DECODE_TIER_HOST);
     assert_int_equal(decode_tier_spill_path(t, "a", path, sizeof(path)), TDM_ERR_NOT_FOUND);
     /* "b" (just used) does not fit beside it: "a" (idle longer) goes to disk */
-    assert_int_equal(decode_tier_put(t, "b", used_now(), fake_blob(4000, 2), 4000,
-                                     fake_ids(3, 200), 3, &kind),
-                     TDM_OK);
+    assert_int_equal(
+        decode_tier_put(t, "b", used_now(), fake_blob(4000, 2), 4000, fake_ids(3, 200), 3, &kind),
+        TDM_OK);
     assert_int_equal(kind, DECODE_TIER_HOST);
     assert_int_equal(decode_tier_spill_path(t, "a", path, sizeof(path)), TDM_OK);
     assert_int_equal(access(path, R_OK), 0);
@@ -214,7 +215,7 @@ static void test_damaged_or_missing_spill_file_is_a_miss(void **state)
                          TDM_OK);
         assert_int_equal(kind, DECODE_TIER_DISK);
     }
-    damage(t, "page", 100);   /* inside the blob (pages and state) */
+    damage(t, "page", 100);            /* inside the blob (pages and state) */
     damage(t, "header", 3000 + 8 + 2); /* inside the ids, under the header checksum */
     damage(t, "short", 0);
     assert_int_equal(decode_tier_spill_path(t, "gone", path, sizeof(path)), TDM_OK);
@@ -292,9 +293,8 @@ static void test_disk_cap_drops_and_the_next_turn_misses(void **state)
     old.last_used_ns = 1;
     assert_int_equal(decode_tier_put(t, "old", &old, fake_blob(4000, 1), 4000, NULL, 0, &kind),
                      TDM_OK);
-    assert_int_equal(decode_tier_put(t, "new", used_now(), fake_blob(4000, 2), 4000, NULL, 0,
-                                     &kind),
-                     TDM_OK);
+    assert_int_equal(
+        decode_tier_put(t, "new", used_now(), fake_blob(4000, 2), 4000, NULL, 0, &kind), TDM_OK);
     assert_false(decode_tier_holds(t, "old"));
     decode_tier_stats(t, &st);
     assert_int_equal(st.t[DECODE_TIER_DISK].drops_total, 1);
@@ -334,142 +334,51 @@ static void test_score_prefers_idle_rare_and_large(void **state)
 /* ---- the scheduler with tiers ------------------------------------------------------------- */
 
 typedef struct {
-    Tandem__Envelope *msgs[MAX_MSGS];
-    int n_msgs;
-} recorder_t;
-
-typedef struct {
-    decode_pool_t *pool;
-    decode_sessions_t *sessions;
-    decode_tier_t *tier;
-    decode_sched_t *sched;
-    recorder_t rec;
-} node_t;
-
-typedef struct {
     ftu_engine_t engine;
     uint32_t one_session; /* pages a finished first turn keeps */
 } fixture_t;
 
-static void record_send(void *arg, const Tandem__Envelope *env)
-{
-    recorder_t *rec = arg;
-    uint8_t *buf = NULL;
-    size_t n = 0;
-    Tandem__Envelope *copy = NULL;
-
-    assert_true(rec->n_msgs < MAX_MSGS);
-    assert_int_equal(proto_pack(env, &buf, &n), TDM_OK);
-    assert_int_equal(proto_unpack(buf, n, 0, &copy, NULL, 0), TDM_OK);
-    free(buf);
-    rec->msgs[rec->n_msgs++] = copy;
-}
-
-static void record_load(void *arg, const node_load_t *load)
-{
-    (void)arg;
-    (void)load;
-}
-
 /* A node of n_pages; tier may be NULL (no tiers: the old drop). Takes ownership of tier. */
-static void node_open(fixture_t *fx, node_t *node, uint32_t n_pages, decode_tier_t *tier)
+static void node_open(fixture_t *fx, dtu_node_t *node, uint32_t n_pages, decode_tier_t *tier)
 {
     decode_sched_params_t sp;
-    decode_sched_out_t out = {record_send, record_load, &node->rec};
 
-    memset(node, 0, sizeof(*node));
-    memset(&sp, 0, sizeof(sp));
-    sp.max_batch = 4;
-    sp.chunk_tokens = 64;
-    sp.n_threads = 2;
-    sp.spec_drafter = ENGINE_SPEC_OFF;
+    dtu_sched_params(&sp);
     sp.tier = tier;
-    node->tier = tier;
-    assert_int_equal(decode_pool_create(fx->engine.model, n_pages, NULL, &node->pool), TDM_OK);
-    assert_int_equal(decode_sessions_create(8, &node->sessions), TDM_OK);
-    assert_int_equal(
-        decode_sched_create(&sp, fx->engine.model, node->pool, node->sessions, &out, &node->sched),
-        TDM_OK);
+    dtu_node_open(node, fx->engine.model, n_pages, &sp);
 }
 
-/* Close the node; returns 1 when every page was free before the pool went. */
-static int node_close(node_t *node)
-{
-    int all_back;
-
-    decode_sched_destroy(node->sched);
-    decode_sessions_destroy(node->sessions);
-    decode_tier_destroy(node->tier);
-    all_back = decode_pool_n_free(node->pool) == decode_pool_n_total(node->pool) &&
-               decode_pool_n_reserved(node->pool) == 0;
-    decode_pool_destroy(node->pool);
-    for (int i = 0; i < node->rec.n_msgs; i++) {
-        proto_envelope_free(node->rec.msgs[i]);
-    }
-    return all_back;
-}
-
-static void submit(node_t *node, uint64_t request_id, const char *session, uint64_t cached_len,
+static void submit(dtu_node_t *node, uint64_t request_id, const char *session, uint64_t cached_len,
                    const int32_t *ids, size_t n, double temperature)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
-    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    Tandem__DecodeRequest dr;
+    Tandem__SamplingParams sp;
 
-    sp.temperature = temperature;
-    sp.top_p = 1.0;
-    sp.seed = 42;
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.cached_len = cached_len;
-    dr.n_delta_tokens = n;
-    dr.delta_tokens = (int32_t *)ids;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_LOCAL;
-    dr.sampling = &sp;
-    dr.max_tokens = MAX_TOKENS;
-    dr.total_len = cached_len + n;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
+    dtu_sampling(&sp, temperature, 42);
+    dtu_request(&dr, request_id, session, cached_len, ids, n, MAX_TOKENS, &sp);
+    dtu_send_request(node, &dr);
 }
 
 /* The Finish or Error of request_id once out (stepping at most MAX_STEPS); tokens streamed go to
  * toks[0..*n_toks). Returns the Finish, or NULL after an Error (*code_out set). */
-static const Tandem__Finish *run(node_t *node, uint64_t request_id, int32_t *toks, int *n_toks,
+static const Tandem__Finish *run(dtu_node_t *node, uint64_t request_id, int32_t *toks, int *n_toks,
                                  Tandem__ErrorCode *code_out)
 {
-    for (int step = 0; step <= MAX_STEPS; step++) {
-        for (int i = 0; i < node->rec.n_msgs; i++) {
-            const Tandem__Envelope *e = node->rec.msgs[i];
-            if (e->body_case == TANDEM__ENVELOPE__BODY_ERROR &&
-                e->error->request_id == request_id) {
-                *code_out = e->error->code;
-                return NULL;
-            }
-            if (e->body_case == TANDEM__ENVELOPE__BODY_FINISH &&
-                e->finish->request_id == request_id) {
-                *n_toks = 0;
-                for (int j = 0; j < node->rec.n_msgs; j++) {
-                    const Tandem__Envelope *c = node->rec.msgs[j];
-                    if (c->body_case == TANDEM__ENVELOPE__BODY_TOKEN_CHUNK &&
-                        c->token_chunk->request_id == request_id) {
-                        for (size_t k = 0; k < c->token_chunk->n_tokens; k++) {
-                            toks[(*n_toks)++] = c->token_chunk->tokens[k];
-                        }
-                    }
-                }
-                return e->finish;
-            }
-        }
-        decode_sched_step(node->sched);
+    const Tandem__Finish *f = dtu_run_to_end(node, request_id, MAX_STEPS + 1);
+
+    if (f == NULL) {
+        int e = dtu_find(node, TANDEM__ENVELOPE__BODY_ERROR, request_id, 0);
+        *code_out = node->rec.msgs[e]->error->code;
+        return NULL;
     }
-    fail_msg("request %llu did not end", (unsigned long long)request_id);
-    return NULL;
+    *n_toks = dtu_tokens_of(node, request_id, toks, INT_MAX);
+    return f;
 }
 
 /* One turn that must finish; its tokens in toks (MAX_TOKENS), returns its cached_len. */
-static uint64_t turn(node_t *node, uint64_t request_id, const char *session, uint64_t cached_len,
-                     const int32_t *ids, size_t n, double temperature, int32_t *toks)
+static uint64_t turn(dtu_node_t *node, uint64_t request_id, const char *session,
+                     uint64_t cached_len, const int32_t *ids, size_t n, double temperature,
+                     int32_t *toks)
 {
     Tandem__ErrorCode code = TANDEM__ERROR_CODE__ERROR_UNSPECIFIED;
     const Tandem__Finish *f;
@@ -487,7 +396,7 @@ static uint64_t turn(node_t *node, uint64_t request_id, const char *session, uin
 static int setup(void **state)
 {
     fixture_t *fx = calloc(1, sizeof(*fx));
-    node_t probe;
+    dtu_node_t probe;
     int32_t ids[PROMPT_TOKENS], toks[MAX_TOKENS];
 
     *state = NULL;
@@ -499,7 +408,7 @@ static int setup(void **state)
     ftu_prompt(1, fx->engine.V, ids, PROMPT_TOKENS);
     turn(&probe, 1, "probe", 0, ids, PROMPT_TOKENS, 0.0, toks);
     fx->one_session = decode_sessions_n_pages(probe.sessions);
-    if (!node_close(&probe) || fx->one_session < 2) {
+    if (!dtu_node_close(&probe) || fx->one_session < 2) {
         return -1;
     }
     *state = fx;
@@ -526,7 +435,7 @@ static int teardown(void **state)
  * a's pages and a's second turn needs b's. toks2: a's second turn's tokens. Returns 0, or the
  * Error code of a's second turn.
  */
-static int two_sessions(fixture_t *fx, node_t *node, int with_b, double temperature,
+static int two_sessions(fixture_t *fx, dtu_node_t *node, int with_b, double temperature,
                         int32_t *toks2)
 {
     int32_t a[PROMPT_TOKENS], b[PROMPT_TOKENS], toks[MAX_TOKENS], delta[3];
@@ -556,7 +465,7 @@ static int two_sessions(fixture_t *fx, node_t *node, int with_b, double temperat
 static void reference(fixture_t *fx, double temperature, int32_t *toks2, int32_t *ids_out,
                       int64_t *n_ids_out)
 {
-    node_t roomy;
+    dtu_node_t roomy;
     const decode_session_t *a;
 
     node_open(fx, &roomy, 1024, NULL);
@@ -565,7 +474,7 @@ static void reference(fixture_t *fx, double temperature, int32_t *toks2, int32_t
     assert_true(a->n_ids > PROMPT_TOKENS && a->n_ids <= 1024);
     memcpy(ids_out, a->ids, (size_t)a->n_ids * sizeof(int32_t));
     *n_ids_out = a->n_ids;
-    assert_true(node_close(&roomy));
+    assert_true(dtu_node_close(&roomy));
 }
 
 static uint32_t small_pool(const fixture_t *fx)
@@ -578,7 +487,7 @@ static void resume_equals_never_demoted(fixture_t *fx, decode_tier_t *tier,
 {
     int32_t want[MAX_TOKENS], got[MAX_TOKENS], want_ids[1024];
     int64_t n_want_ids = 0;
-    node_t small;
+    dtu_node_t small;
     decode_stats_t st;
     decode_session_t *a;
 
@@ -605,7 +514,7 @@ static void resume_equals_never_demoted(fixture_t *fx, decode_tier_t *tier,
     assert_non_null(decode_sessions_find(small.sessions, "b")->tier_home);
     assert_true(decode_tier_holds(tier, "b"));
     assert_int_equal(st.free_pages + st.session_pages, small_pool(fx));
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
 }
 
 static void test_demoted_to_host_resumes_with_the_same_tokens(void **state)
@@ -634,7 +543,7 @@ static void test_corrupt_spill_file_is_rebuilt_not_wrong(void **state)
     int32_t a[PROMPT_TOKENS], b[PROMPT_TOKENS], toks[MAX_TOKENS], delta[3];
     Tandem__ErrorCode code = TANDEM__ERROR_CODE__ERROR_UNSPECIFIED;
     char dir[512];
-    node_t small;
+    dtu_node_t small;
     decode_stats_t st;
     uint64_t cached;
     int n_toks = 0;
@@ -660,7 +569,7 @@ static void test_corrupt_spill_file_is_rebuilt_not_wrong(void **state)
     assert_null(decode_sessions_find(small.sessions, "a")->seq);
     /* the router resends the history from 0: the session is rebuilt and served */
     turn(&small, 4, "a", 0, a, PROMPT_TOKENS, 0.0, toks);
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
     remove_dir(dir);
 }
 
@@ -670,19 +579,18 @@ static void test_unwritable_spill_dir_drops_cleanly(void **state)
 {
     fixture_t *fx = *state;
     int32_t toks2[MAX_TOKENS];
-    node_t small;
+    dtu_node_t small;
     decode_stats_t st;
 
     node_open(fx, &small, small_pool(fx), open_tier(0, "/dev/null/spill", 0));
-    assert_int_equal(two_sessions(fx, &small, 1, 0.0, toks2),
-                     TANDEM__ERROR_CODE__ERROR_STATE_LOST);
+    assert_int_equal(two_sessions(fx, &small, 1, 0.0, toks2), TANDEM__ERROR_CODE__ERROR_STATE_LOST);
     decode_sched_step(small.sched);
     decode_sched_stats(small.sched, &st);
     assert_true(st.tier.spill_failures_total >= 1);
     assert_int_equal(st.tier.t[DECODE_TIER_DISK].sessions, 0);
     assert_int_equal(st.evictions_total, 1);
     assert_int_equal(st.free_pages + st.session_pages, small_pool(fx));
-    assert_true(node_close(&small));
+    assert_true(dtu_node_close(&small));
 }
 
 /* Without tiers (the old behaviour, --host-tier-mb 0 and no --spill-dir) the same two sessions
@@ -691,13 +599,12 @@ static void test_without_tiers_the_state_is_lost(void **state)
 {
     fixture_t *fx = *state;
     int32_t toks2[MAX_TOKENS];
-    node_t small;
+    dtu_node_t small;
 
     node_open(fx, &small, small_pool(fx), open_tier(0, NULL, 0));
     assert_false(decode_tier_enabled(small.tier));
-    assert_int_equal(two_sessions(fx, &small, 1, 0.0, toks2),
-                     TANDEM__ERROR_CODE__ERROR_STATE_LOST);
-    assert_true(node_close(&small));
+    assert_int_equal(two_sessions(fx, &small, 1, 0.0, toks2), TANDEM__ERROR_CODE__ERROR_STATE_LOST);
+    assert_true(dtu_node_close(&small));
 }
 
 int main(void)
