@@ -71,9 +71,9 @@ static void test_paused_session_comes_back_from_disk(void **state)
 
     /* the pool: 2 x a's pages + 2. The prefill node gets the same --pages and must hold a's
      * second turn (a's history pages and its new ones, about that many), or the router prefills
-     * it on the decode node (another path: the test checks the remote one; test_cluster_fallback shows
-     * both give the same text). b (N_B tokens) is larger than the
-     * room a leaves, so b's turn sends a down and a's second turn sends b down. Disk tier only. */
+     * it on the decode node (another path: this test checks the remote one; test_cluster_fallback
+     * shows both give the same text). b (N_B tokens) is larger than the room a leaves, so b's
+     * turn sends a down and a's second turn sends b down. Disk tier only. */
     pages = 2 * (int)one_session + 2;
     g_pages = pages < 16 ? 16 : pages;
     snprintf(dir, sizeof(dir), "%s/cluster-tier-spill-%d", tmp != NULL ? tmp : "/tmp",
