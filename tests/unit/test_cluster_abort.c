@@ -17,10 +17,6 @@
 #define T_MODEL_PREFIX "cluster-abort"
 #include "test_cluster_harness.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #define T_PROMPT_TOKENS                                                                            \
     1500 /* long enough that a prefill job is caught running (ASan: seconds)                       \
           */
@@ -106,32 +102,6 @@ static char *req_join(req_t *r, int want_ok)
     return text;
 }
 
-/* A client that sends a completion body on a plain socket and leaves (closes it) when told:
- * returns the socket. */
-static int leaving_client_start(const cluster_t *c, const char *session, const char *body)
-{
-    struct sockaddr_in addr;
-    char head[512];
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    size_t n = strlen(body);
-    int n_head;
-
-    assert_true(fd >= 0);
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)c->http_port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-    n_head = snprintf(head, sizeof(head),
-                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                      "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
-                      "Content-Length: %zu\r\n\r\n",
-                      session, n);
-    assert_int_equal(write(fd, head, (size_t)n_head), n_head);
-    assert_int_equal(write(fd, body, n), (ssize_t)n);
-    return fd;
-}
-
 /* Wait until the prefill node shows a job queued or running; returns the ms that took. */
 static double await_prefill_job(const cluster_t *c)
 {
@@ -186,7 +156,7 @@ static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **s
     /* A's client leaves halfway through its job (by the clean run's clock, while the node still
      * shows it), so the abort reaches it between layers; B asks for pages right after. */
     t0 = tdm_clock_now_ns();
-    fd = leaving_client_start(&c, "slow-a", body_a);
+    fd = cluster_leaving_client(&c, "slow-a", body_a);
     left_ms = await_prefill_job(&c);
     while (left_ms < seen_ms + (done_ms - seen_ms) / 2 &&
            metric(c.prefill_port[0], "tandem_prefill_queued_tokens") > 0) {

@@ -18,10 +18,6 @@
 #define T_MODEL_PREFIX "cluster-batch"
 #include "test_cluster_harness.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #define T_N_SESSIONS 6
 #define T_MAX_TOKENS 6
 #define T_FIND_MS    60000
@@ -125,32 +121,6 @@ static void test_batched_jobs_equal_one_at_a_time(void **state)
     }
 }
 
-/* A client that sends a completion body on a plain socket and leaves (closes it) when told:
- * returns the socket. */
-static int leaving_client_start(const cluster_t *c, const char *session, const char *body)
-{
-    struct sockaddr_in addr;
-    char head[512];
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    size_t n = strlen(body);
-    int n_head;
-
-    assert_true(fd >= 0);
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)c->http_port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-    n_head = snprintf(head, sizeof(head),
-                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                      "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
-                      "Content-Length: %zu\r\n\r\n",
-                      session, n);
-    assert_int_equal(write(fd, head, (size_t)n_head), n_head);
-    assert_int_equal(write(fd, body, n), (ssize_t)n);
-    return fd;
-}
-
 /* Wait until the prefill node runs at least n jobs; returns 0, or -1 after T_FIND_MS. */
 static int await_running(const cluster_t *c, double n)
 {
@@ -193,7 +163,7 @@ static void test_abort_of_one_job_in_a_batch_leaves_the_others_correct(void **st
              "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,"
              "\"ignore_eos\":true}",
              T_MODEL_NAME, ids, T_MAX_TOKENS);
-    fd = leaving_client_start(&c, "abort-leaving", leaving);
+    fd = cluster_leaving_client(&c, "abort-leaving", leaving);
     assert_int_equal(await_running(&c, 1), 0); /* the long job runs */
     for (int k = 0; k < 3; k++) {
         snprintf(session[k], sizeof(session[k]), "abort-%d", k);

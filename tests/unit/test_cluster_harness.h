@@ -14,7 +14,9 @@
 #ifndef TANDEM_TESTS_TEST_CLUSTER_HARNESS_H
 #define TANDEM_TESTS_TEST_CLUSTER_HARNESS_H
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -429,6 +432,32 @@ static inline char *completion_body(const char *ids, int max_tokens)
              "\"ignore_eos\":true}",
              T_MODEL_NAME, ids, max_tokens);
     return body;
+}
+
+/* A client that sends a completion body (POST /v1/completions, X-Session-Id `session`) to the
+ * router on a plain socket and leaves when the caller closes it: returns the socket. */
+static inline int cluster_leaving_client(const cluster_t *c, const char *session, const char *body)
+{
+    struct sockaddr_in addr;
+    char head[512];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    size_t n = strlen(body);
+    int n_head;
+
+    assert_true(fd >= 0);
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)c->http_port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    n_head = snprintf(head, sizeof(head),
+                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
+                      "Content-Length: %zu\r\n\r\n",
+                      session, n);
+    assert_int_equal(write(fd, head, (size_t)n_head), n_head);
+    assert_int_equal(write(fd, body, n), (ssize_t)n);
+    return fd;
 }
 
 /* The "text" value of a completion response (malloc'ed), or NULL when it has none. */
