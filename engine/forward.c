@@ -443,7 +443,7 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
                                 int64_t *tail_start_out)
 {
     engine_prefill_part_t part;
-    int64_t W, H, T;
+    int64_t H, T;
     tdm_status_t st;
 
     if (fwd == NULL || seq == NULL) {
@@ -455,11 +455,10 @@ tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int3
     }
     H = seq->length;
     T = H + n_ids;
-    W = fwd->cfg->sliding_window;
     part = (engine_prefill_part_t){seq, H, T, ids, n_ids, flags, logits_out, 0};
     st = engine_fwd_prefill_parts(fwd, &part, 1);
     if (st == TDM_OK && tail_start_out != NULL) {
-        *tail_start_out = (flags & ENGINE_PREFILL_TAIL_FROM_H) != 0 ? H : (T - W > H ? T - W : H);
+        *tail_start_out = fwd_tail_start(fwd->cfg, H, T, flags);
     }
     return st;
 }

@@ -254,14 +254,12 @@ tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *
                                       int n_parts)
 {
     part_plan_t plan[ENGINE_FWD_MAX_BATCH];
-    int64_t W;
     int n_ok = 0;
     tdm_status_t st = TDM_OK, reserved = TDM_OK;
 
     if (fwd == NULL || parts == NULL || n_parts < 1 || n_parts > ENGINE_FWD_MAX_BATCH) {
         return TDM_ERR_INVALID_ARG;
     }
-    W = fwd->cfg->sliding_window;
     for (int i = 0; i < n_parts; i++) {
         const engine_prefill_part_t *p = &parts[i];
         if (p->seq == NULL || p->start < 0 || p->start > p->seq->length || p->n_ids < 1 ||
@@ -288,9 +286,7 @@ tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *
             break;
         }
         plan[n_ok].L = p->seq->length;
-        plan[n_ok].R = (p->flags & ENGINE_PREFILL_TAIL_FROM_H) != 0
-                           ? p->start
-                           : (p->end - W > p->start ? p->end - W : p->start);
+        plan[n_ok].R = fwd_tail_start(fwd->cfg, p->start, p->end, p->flags);
         plan[n_ok].lo = plan[n_ok].R > p->start ? plan[n_ok].R : 0;
         plan[n_ok].done = 0;
         p->n_logits = 0;

@@ -146,6 +146,19 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
  * from b->taps); nothing for a model without blocks. Resets the layer arena. */
 tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b);
 
+/* fwd_tail_start - the tail start R of a CED prefill of [start, end) (MODEL.md 6(b) step 2):
+ * max(start, end - W), or start with the test-only ENGINE_PREFILL_TAIL_FROM_H in flags. */
+static inline int64_t fwd_tail_start(const engine_config_t *c, int64_t start, int64_t end,
+                                     uint32_t flags)
+{
+    int64_t from_window = end - c->sliding_window;
+
+    if ((flags & ENGINE_PREFILL_TAIL_FROM_H) != 0) {
+        return start;
+    }
+    return from_window > start ? from_window : start;
+}
+
 /* fwd_check_ids - TDM_OK when ids [n] (n > 0) all lie in the vocabulary, else
  * TDM_ERR_INVALID_ARG (logged). */
 tdm_status_t fwd_check_ids(const engine_config_t *c, const int32_t *ids, int64_t n);
