@@ -1,6 +1,7 @@
 /* forward_impl.h - what the forward pass's files share (forward.c: schedules and batching;
- * forward_batch.c: the CED prefill of several parts in one batch; forward_layer.c: one layer on a batch of rows; forward_attn.c: attention, compressor and
- * selection). Not a public header: other modules use engine/forward.h.
+ * forward_batch.c: the CED prefill of several parts in one batch; forward_layer.c: one layer on a
+ * batch of rows; forward_attn.c: attention, compressor and selection). Not a public header: other
+ * modules use engine/forward.h.
  */
 #ifndef TANDEM_ENGINE_FORWARD_IMPL_H
 #define TANDEM_ENGINE_FORWARD_IMPL_H
@@ -68,7 +69,7 @@ struct engine_fwd {
     tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer */
     float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
     int64_t ikey_cap_rows;
-    float *head_scratch;     /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
+    float *head_scratch; /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
     int64_t head_cap_rows;
     int n_index_sources;
     int index_source_layer[FWD_MAX_INDEX_SOURCES];
@@ -165,8 +166,8 @@ tdm_status_t fwd_check_ids(const engine_config_t *c, const int32_t *ids, int64_t
 
 /* fwd_reserve_pages - reserve the pages each of seqs [n] needs at length new_len[i]; all or
  * nothing: TDM_OK, or TDM_ERR_NO_PAGES with every table as it was. */
-tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
-                               const int64_t *new_len, int n);
+tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int64_t *new_len,
+                               int n);
 
 /* fwd_commit_rows - write the segment's ids into its sequence's history and extend its length
  * to pos0 + n. */
