@@ -62,6 +62,9 @@ uint64_t proto_choice_seed(uint64_t seed, uint32_t choice);
 /* Most session keys in Load.history_sessions (a prefill node's history cache, issue 17). */
 #define PROTO_MAX_HISTORY_SESSIONS 4096u
 
+/* Most session keys in Load.resident_session_keys (a decode node's sessions, issue 18). */
+#define PROTO_MAX_RESIDENT_SESSIONS 4096u
+
 /* Most KV format names in Register.kv_formats. */
 #define PROTO_MAX_KV_FORMATS 8u
 

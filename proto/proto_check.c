@@ -328,6 +328,13 @@ static tdm_status_t check_body(const Tandem__Envelope *env, char *err, size_t er
         if (env->heartbeat->load->n_history_sessions > PROTO_MAX_HISTORY_SESSIONS) {
             return fail(err, err_bytes, "heartbeat load history_sessions over the limit");
         }
+        if (env->heartbeat->load->n_resident_session_keys > PROTO_MAX_RESIDENT_SESSIONS ||
+            env->heartbeat->load->n_resident_session_keys !=
+                env->heartbeat->load->n_resident_cached_lens) {
+            return fail(err, err_bytes,
+                        "heartbeat load resident_session_keys over the limit or not paired with "
+                        "resident_cached_lens");
+        }
         return TDM_OK;
     case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
         if (env->reserve_pages->total_len <= env->reserve_pages->cached_len) {
@@ -369,6 +376,41 @@ static tdm_status_t check_body(const Tandem__Envelope *env, char *err, size_t er
             return fail(err, err_bytes, "abort_ack request_id is 0");
         }
         return TDM_OK;
+    case TANDEM__ENVELOPE__BODY_SESSION_QUERY:
+        if (env->session_query->query_id == 0) {
+            return fail(err, err_bytes, "session_query query_id is 0");
+        }
+        return check_id("session_query session_id", env->session_query->session_id, 1, err,
+                        err_bytes);
+    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY:
+        if (env->session_history->n_tokens != env->session_history->cached_len ||
+            env->session_history->prompt_len > env->session_history->cached_len) {
+            return fail(err, err_bytes,
+                        "session_history has %zu tokens for cached_len %llu (prompt_len %u)",
+                        env->session_history->n_tokens,
+                        (unsigned long long)env->session_history->cached_len,
+                        env->session_history->prompt_len);
+        }
+        if (check_tokens("session_history tokens", env->session_history->tokens,
+                         env->session_history->n_tokens, PROTO_MAX_TOKENS, err,
+                         err_bytes) != TDM_OK) {
+            return TDM_ERR_INVALID_ARG; /* err says which id */
+        }
+        return check_id("session_history session_id", env->session_history->session_id, 1, err,
+                        err_bytes);
+    case TANDEM__ENVELOPE__BODY_SESSION_REPLICA:
+        if (env->session_replica->prompt_len > env->session_replica->n_tokens ||
+            check_tokens("session_replica tokens", env->session_replica->tokens,
+                         env->session_replica->n_tokens, PROTO_MAX_TOKENS, err,
+                         err_bytes) != TDM_OK) {
+            return fail(err, err_bytes, "session_replica tokens malformed");
+        }
+        if (check_id("session_replica decode_incarnation_id",
+                     env->session_replica->decode_incarnation_id, 0, err, err_bytes) != TDM_OK) {
+            return TDM_ERR_INVALID_ARG; /* err says why */
+        }
+        return check_id("session_replica session_id", env->session_replica->session_id, 1, err,
+                        err_bytes);
     case TANDEM__ENVELOPE__BODY__NOT_SET:
     default:
         return fail(err, err_bytes, "envelope has no body (case %d)", (int)env->body_case);
