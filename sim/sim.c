@@ -490,7 +490,7 @@ tdm_status_t sim_run(const sim_config_t *config, const sim_workload_t *workload,
         results(s);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         res.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-        *result_out = res;
+        memcpy(result_out, &res, sizeof(res)); /* padding too: results compare bytewise */
     }
     teardown(s);
     free(s);
