@@ -81,7 +81,7 @@ router_session_t *sim_router_session(sim_t *s, int32_t a, int *created_out)
     char id[48];
     router_session_t *rs;
 
-    snprintf(id, sizeof(id), "agent-%d.%u", a, s->agents[a].round);
+    snprintf(id, sizeof(id), "agent-%d", a);
     rs = router_sessions_get(s->sessions, id);
     if (rs == NULL && created_out != NULL) {
         if (router_sessions_add(s->sessions, id, 0, (uint64_t)(s->now * 1e9), &rs) != TDM_OK) {
@@ -313,7 +313,7 @@ static tdm_status_t setup(sim_t *s, char *err, size_t err_bytes)
         status = router_registry_create(&sim_compat, 3600u * 1000u, &s->registry);
     }
     if (status == TDM_OK) {
-        status = router_sessions_create(s->cfg.agents * 2u + 16u, SIM_PAGE_TOKENS, &s->sessions);
+        status = router_sessions_create(s->cfg.agents + 16u, SIM_PAGE_TOKENS, &s->sessions);
     }
     if (status != TDM_OK) {
         return status;

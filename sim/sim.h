@@ -83,9 +83,9 @@ typedef struct {
     uint64_t remote_prefills;       /* turns prefilled on a prefill instance ... */
     uint64_t rack_local_prefills;   /* ... in the decode instance's rack (NVLink) */
     uint64_t evictions;             /* idle sessions evicted from a decode instance's KV */
-    uint64_t sessions_started;
-    uint64_t decode_placements; /* router_place_decode calls that found an instance */
-    uint64_t placement_misses;  /* router_place_* calls that found none (turn retried) */
+    uint64_t sessions_started;      /* trace sessions begun (their first turn placed) */
+    uint64_t decode_placements;     /* router_place_decode calls that found an instance */
+    uint64_t placement_misses;      /* router_place_* calls that found none (turn retried) */
     uint64_t events;
     /* the window */
     double output_tok_s;    /* aggregate output tokens/s (turns finished in the window) */

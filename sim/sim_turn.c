@@ -255,9 +255,7 @@ tdm_status_t turn_submit(sim_t *s, int32_t a)
     if (rs == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    if (created && ag->turn == 0) {
-        s->res->sessions_started++;
-    }
+    (void)created;
     rs->last_used_ns = (uint64_t)(s->now * 1e9);
     if (rs->worker_slot >= 0) {
         dw = router_registry_worker(s->registry, rs->worker_slot, rs->worker_generation);
@@ -271,6 +269,9 @@ tdm_status_t turn_submit(sim_t *s, int32_t a)
             return sim_evq_push(s->evq, s->now + SIM_RETRY_S, EV_TURN, (uint32_t)a, 0);
         }
         s->res->decode_placements++;
+        if (ag->turn == 0) {
+            s->res->sessions_started++;
+        }
         if (ag->decode >= 0) {
             kv_release(s, a);
         }
@@ -419,6 +420,17 @@ static tdm_status_t turn_finish(sim_t *s, inst_t *in, int32_t a)
     } else {
         kv_release(s, a); /* the session is over: its KV goes */
         ag->decode = -1;
+        if (rs != NULL) {
+            /* the agent's next session reuses its router session, emptied and unplaced: the
+             * table holds one session per agent (as a full one would after evicting idle
+             * ones) and the next turn is placed afresh (router_place_decode) */
+            rs->worker_slot = -1;
+            rs->worker_generation = 0;
+            rs->cached_len = 0;
+            if (router_sessions_set_history(s->sessions, rs, NULL, 0) != TDM_OK) {
+                return TDM_ERR_NO_MEMORY;
+            }
+        }
         ag->round++;
         ag->turn = 0;
         ag->session = (uint32_t)((ag->session + 1) % s->wl->n_sessions);
