@@ -96,9 +96,23 @@ static void with_ext(const char *path, const char *ext, char *buf, size_t n)
     snprintf(buf, n, "%.*s.%s", keep, path, ext);
 }
 
+/* text for a single-quoted gnuplot string: quotes and backslashes become spaces. */
+static const char *gp_text(const char *text, char *buf, size_t n)
+{
+    size_t i = 0;
+
+    for (; text != NULL && text[i] != '\0' && i + 1 < n; i++) {
+        buf[i] = text[i] == '\'' || text[i] == '\\' ? ' ' : text[i];
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
 tdm_status_t sim_report_plot(const char *png_path, const char *title, const sim_curve_t *curves,
                              size_t n_curves, char *err, size_t err_bytes)
 {
+    char text[256];
+
     char dat[1024], gp[1024], cmd[2200];
     FILE *f;
     int rc;
@@ -132,12 +146,12 @@ tdm_status_t sim_report_plot(const char *png_path, const char *title, const sim_
             "set ylabel 'aggregate output tokens/s per MW of GPU power'\n"
             "set grid\nset key top right\nset logscale y\n"
             "plot ",
-            png_path, title != NULL ? title : "tandem-sim");
+            png_path, gp_text(title != NULL ? title : "tandem-sim", text, sizeof(text)));
     for (size_t c = 0; c < n_curves; c++) {
         fprintf(f,
                 "%s'%s' index %zu using 1:2 with linespoints lw 2 title '%s', "
                 "'' index %zu using 1:2:3 with labels offset 0,0.8 font ',8' notitle",
-                c > 0 ? ", " : "", dat, c, curves[c].label, c);
+                c > 0 ? ", " : "", dat, c, gp_text(curves[c].label, text, sizeof(text)), c);
     }
     fprintf(f, "\n");
     fclose(f);
