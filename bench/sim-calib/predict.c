@@ -49,13 +49,16 @@ typedef struct {
     uint32_t max_batch;
     double request_overhead_ms;
     double handoff_ms;
+    int gpu_table;
 } cfg_t;
 
 static const tdm_flag_t flags[] = {
     {"calib", TDM_FLAG_PATH, NULL, offsetof(cfg_t, calib),
-     "calibration file (tandem-bench-engine --calib)", 0, 0, 1},
+     "calibration file (tandem-bench-engine --calib)", 0, 0, 0},
     {"requests", TDM_FLAG_PATH, NULL, offsetof(cfg_t, requests),
-     "requests.csv of the tandem-bench replay to predict", 0, 0, 1},
+     "requests.csv of the tandem-bench replay to predict", 0, 0, 0},
+    {"gpu-table", TDM_FLAG_BOOL, "false", offsetof(cfg_t, gpu_table),
+     "print the analytic model's figures per GPU kind (docs/SIM.md) instead", 0, 0, 0},
     {"local-prefill-tokens", TDM_FLAG_U32, "64", offsetof(cfg_t, local_prefill_tokens),
      "the router's --local-prefill-tokens of the replay", 1, 1u << 30, 0},
     {"max-batch", TDM_FLAG_U32, "64", offsetof(cfg_t, max_batch), "the decode node's --max-batch",
@@ -196,7 +199,8 @@ typedef struct {
 
 /* Predict one level; returns 0 and the two figures. */
 static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *reqs, size_t n,
-                         int concurrency, double *tok_s, double *ttft_p50_ms)
+                         int concurrency, double *tok_s, double *ttft_p50_ms,
+                         double *remote_compute_s, int *remote_jobs)
 {
     agent_t *agents = calloc((size_t)concurrency, sizeof(*agents));
     flight_t *fl = calloc(n, sizeof(*fl));
@@ -257,6 +261,8 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
                 double cost = sim_perf_prefill_s(perf, (uint64_t)(delta + replay),
                                                  (uint64_t)(cached - replay));
                 prefill_free = start + cost;
+                *remote_compute_s += cost;
+                (*remote_jobs)++;
                 f->ttft_s = prefill_free + overhead - f->arrive_s;
                 f->ready_s = prefill_free + cfg->handoff_ms / 1e3;
             } else {
@@ -342,6 +348,45 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
     return n_done == n ? 0 : -1;
 }
 
+/* The analytic model's headline figures per GPU kind (docs/SIM.md "Cost model"). */
+static int gpu_table(void)
+{
+    static const char *const names[] = {"h200", "b200", "b300", "gb200", "gb300"};
+    printf("%-6s %5s %12s | %10s %10s | %10s %10s | %12s %10s\n", "gpu", "group", "KV tokens",
+           "b1 plain", "b1 DSpark", "b64 tok/s", "per GPU", "prefill 8k s", "power kW");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        sim_perf_params_t p;
+        sim_perf_t *plain = NULL, *spec = NULL;
+        char err[256];
+        sim_perf_params_default(&p);
+        p.gpu = sim_gpu_find(names[i]);
+        if (sim_perf_create(SIM_ROLE_DECODE, &p, &spec, err, sizeof(err)) != TDM_OK) {
+            fprintf(stderr, "tandem-sim-calib: %s: %s\n", names[i], err);
+            return 1;
+        }
+        p.dspark_draft_len = 0;
+        p.dspark_acceptance = 0;
+        if (sim_perf_create(SIM_ROLE_DECODE, &p, &plain, err, sizeof(err)) != TDM_OK) {
+            sim_perf_destroy(spec);
+            return 1;
+        }
+        const uint64_t ctx = 8192;
+        double b1p = 1.0 / sim_perf_decode_step_s(plain, 1, ctx);
+        double b1s = sim_perf_tokens_per_step(spec) / sim_perf_decode_step_s(spec, 1, ctx);
+        double b64 =
+            64.0 * sim_perf_tokens_per_step(spec) / sim_perf_decode_step_s(spec, 64, 64 * ctx);
+        printf("%-6s %5u %12llu | %10.0f %10.0f | %10.0f %10.0f | %12.3f %10.2f\n", names[i],
+               sim_perf_group_gpus(spec), (unsigned long long)sim_perf_kv_tokens(spec), b1p, b1s,
+               b64, b64 / sim_perf_group_gpus(spec), sim_perf_prefill_s(spec, 8192, 0),
+               sim_perf_power_w(spec, 1.0) / 1e3);
+        sim_perf_destroy(plain);
+        sim_perf_destroy(spec);
+    }
+    printf("(decode tok/s per agent at 8,192 tokens of context; DSpark: 3 drafts, 1.5 accepted; "
+           "b64: 64 agents on one instance; efficiency 0.6; FP8 expert math)\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cfg_t cfg;
@@ -362,6 +407,13 @@ int main(int argc, char **argv)
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
+    }
+    if (cfg.gpu_table) {
+        return gpu_table();
+    }
+    if (cfg.calib == NULL || cfg.requests == NULL) {
+        fprintf(stderr, "tandem-sim-calib: --calib and --requests are required (or --gpu-table)\n");
+        return 2;
     }
     /* The calibration replaces the step costs; the GPU kind only sizes capacity (unused). */
     sim_perf_params_default(&params);
@@ -400,6 +452,8 @@ int main(int argc, char **argv)
     }
     printf("%5s %9s | %12s %12s %7s | %12s %12s %7s\n", "level", "requests", "meas tok/s",
            "pred tok/s", "err %", "meas TTFT50", "pred TTFT50", "err %");
+    double remote_s = 0;
+    int remote_jobs = 0;
     for (int level = 0; level < MAX_LEVELS; level++) {
         size_t n = 0;
         int conc = 0;
@@ -430,7 +484,8 @@ int main(int argc, char **argv)
         double meas_tok_s = end > 0 ? (double)out / (end / 1e3) : 0;
         double meas_ttft = median(tt, n_tt);
         double pred_tok_s = 0, pred_ttft = 0;
-        if (predict_level(&cfg, perf, lv, n, conc, &pred_tok_s, &pred_ttft) != 0) {
+        if (predict_level(&cfg, perf, lv, n, conc, &pred_tok_s, &pred_ttft, &remote_s,
+                          &remote_jobs) != 0) {
             fprintf(stderr, "tandem-sim-calib: level %d: the prediction did not finish\n", level);
             rc = 1;
         }
@@ -443,6 +498,9 @@ int main(int argc, char **argv)
         free(lv);
         free(tt);
     }
+    printf("model: %d prefill-node jobs, %.2f s of calibrated compute (compare the prefill "
+           "node's tandem_prefill_compute_seconds_total)\n",
+           remote_jobs, remote_s);
     free(reqs);
     sim_perf_destroy(perf);
     return rc;
