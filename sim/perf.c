@@ -2,8 +2,8 @@
  * docs/SIM.md "Cost model").
  *
  * Every cost is a roofline over the GPU's datasheet figures times `efficiency`:
- *   step = max(bytes / (bw x eff), flops / (rate x eff)) + Engram host reads + EP all-to-all
- *          + a fixed per-step overhead,
+ *   step = max(bytes / (bw x eff), flops / (rate x eff), EP all-to-all bytes / (NVLink x eff))
+ *          + EP collective latencies + Engram host reads + a fixed per-step overhead,
  * with bytes and FLOPs counted from the full preset's tensor inventory (engine/inventory.h, the
  * same numbers as MODEL.md 10) and the KV geometry of MODEL.md 7. Attention is data parallel
  * over the GPUs of an instance (each GPU runs its own sequences: plan_gpu.h), routed experts are
@@ -32,6 +32,8 @@
 #define SIM_EP_LATENCY_S     3e-6  /* one expert-parallel all-to-all over NVLink */
 #define SIM_NVLINK_LATENCY_S 5e-6  /* one KV transfer's setup, same NVLink domain */
 #define SIM_RDMA_LATENCY_S   20e-6 /* one KV transfer's setup over the NIC */
+/* Prefill query tokens that share one read of their keys (flash-attention tile). */
+#define SIM_PREFILL_QUERY_TILE 128.0
 /* Bytes per token per MoE layer of the EP all-to-all: K copies of H out (FP8) and back (BF16). */
 #define SIM_EP_BYTES_PER_EXPERT_ELEM 3.0
 
@@ -343,8 +345,10 @@ static double sum_range(const double *v, int l0, int l1)
     return s;
 }
 
-/* Seconds of the EP all-to-all of `tokens` tokens on one GPU over `layers` MoE layers. */
-static double ep_seconds(const sim_perf_t *perf, double tokens, double layers)
+/* Seconds of the EP all-to-all traffic of `tokens` tokens on one GPU over `layers` MoE layers
+ * (bandwidth only: it overlaps the GEMMs, as two-batch overlap does), and the latency of its
+ * 2 x layers collectives (not overlapped). 0 for a one-GPU instance. */
+static double ep_bw_seconds(const sim_perf_t *perf, double tokens, double layers)
 {
     double g = (double)perf->group;
     if (perf->group <= 1) {
@@ -352,8 +356,19 @@ static double ep_seconds(const sim_perf_t *perf, double tokens, double layers)
     }
     double bytes = tokens * layers * SIM_EP_BYTES_PER_EXPERT_ELEM * perf->m.k_experts *
                    perf->m.hidden * (g - 1.0) / g;
-    return bytes / (perf->gpu.nvlink_bytes_per_s * perf->params.efficiency) +
-           2.0 * layers * SIM_EP_LATENCY_S;
+    return bytes / (perf->gpu.nvlink_bytes_per_s * perf->params.efficiency);
+}
+
+static double ep_latency_seconds(const sim_perf_t *perf, double layers)
+{
+    return perf->group <= 1 ? 0 : 2.0 * layers * SIM_EP_LATENCY_S;
+}
+
+/* The slowest of the overlapped parts. */
+static double max3(double a, double b, double c)
+{
+    double m = a > b ? a : b;
+    return m > c ? m : c;
 }
 
 double sim_perf_tokens_per_step(const sim_perf_t *perf)
@@ -415,9 +430,8 @@ double sim_perf_decode_step_s(const sim_perf_t *perf, uint32_t n_seqs, uint64_t 
     exp_rate = sim_perf_flop_rate(perf, perf->expert_fp4);
     t_mem = bytes / sim_perf_hbm_rate(perf);
     t_cmp = rep_flops / sim_perf_flop_rate(perf, 0) + exp_flops / exp_rate;
-    t = t_mem > t_cmp ? t_mem : t_cmp;
+    t = max3(t_mem, t_cmp, ep_bw_seconds(perf, n_gpu * tok, L)) + ep_latency_seconds(perf, L);
     t += n_gpu * tok * SIM_ENGRAM_BYTES_PER_TOKEN / (perf->gpu.host_bytes_per_s * eff);
-    t += ep_seconds(perf, n_gpu * tok, L);
     return t + SIM_STEP_OVERHEAD_S;
 }
 
@@ -466,16 +480,20 @@ double sim_perf_prefill_s(const sim_perf_t *perf, uint64_t new_tokens, uint64_t 
         tail * (2.0 * sum_range(m->layer_rep_params, c1, L) + kvf_t) + 2.0 * m->head_params;
     double tail_exp_flops = tail * 2.0 * m->expert_params * m->k_experts * (L - c1);
 
-    double t_mem = (n_chunks * chunk_bytes + n * kvb / g) / sim_perf_hbm_rate(perf);
+    /* attention reads a query tile's keys once (flash-attention tiling) */
+    double tiles = ceil(n / SIM_PREFILL_QUERY_TILE);
+    double t_mem = (n_chunks * chunk_bytes + tiles * kvb / g) / sim_perf_hbm_rate(perf);
     double t_cmp = lo_rep_flops / g / sim_perf_flop_rate(perf, 0) + lo_exp_flops / g / exp_rate;
-    t = t_mem > t_cmp ? t_mem : t_cmp;
+    t = max3(t_mem, t_cmp, ep_bw_seconds(perf, n / g, c1)) +
+        n_chunks * ep_latency_seconds(perf, c1);
     /* the tail: its tokens on one GPU's share, after the lower layers */
-    double t_tail_mem = (tail_bytes + tail * kvb_t) / sim_perf_hbm_rate(perf);
+    double t_tail_mem =
+        (tail_bytes + ceil(tail / SIM_PREFILL_QUERY_TILE) * kvb_t) / sim_perf_hbm_rate(perf);
     double t_tail_cmp =
         tail_rep_flops / sim_perf_flop_rate(perf, 0) + tail_exp_flops / g / exp_rate;
-    t += t_tail_mem > t_tail_cmp ? t_tail_mem : t_tail_cmp;
+    t += max3(t_tail_mem, t_tail_cmp, ep_bw_seconds(perf, tail, L - c1)) +
+         ep_latency_seconds(perf, L - c1);
     t += n * SIM_ENGRAM_BYTES_PER_TOKEN / g / (perf->gpu.host_bytes_per_s * eff);
-    t += ep_seconds(perf, n / g, c1) + ep_seconds(perf, tail, L - c1);
     return t + n_chunks * SIM_CHUNK_OVERHEAD_S;
 }
 
