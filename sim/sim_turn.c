@@ -73,9 +73,39 @@ static void lru_append(sim_t *s, inst_t *in, int32_t a)
     ag->in_lru = 1;
 }
 
-static router_worker_t *worker_of(sim_t *s, const inst_t *in)
+/*
+ * The dispatcher's bookkeeping of a worker (router/dispatch.c set_decode / set_prefill): one more
+ * (or one fewer) turn in flight and n_tokens more (fewer) prefill tokens handed to it. The
+ * registry of this tree has a fixed worker cap (ROUTER_MAX_WORKERS) and the dispatcher edits the
+ * two fields itself; the registry without the cap (issue 18 item 1) keeps placement indexes and
+ * must hear of every change through router_registry_note_assigned / _released.
+ */
+static void note_assigned(sim_t *s, int slot, uint64_t gen, uint64_t n_tokens)
 {
-    return router_registry_worker(s->registry, in->slot, in->gen);
+#ifdef ROUTER_MAX_WORKERS
+    router_worker_t *w = router_registry_worker(s->registry, slot, gen);
+
+    if (w != NULL) {
+        w->n_active++;
+        w->n_assigned_tokens += n_tokens;
+    }
+#else
+    router_registry_note_assigned(s->registry, slot, gen, n_tokens);
+#endif
+}
+
+static void note_released(sim_t *s, int slot, uint64_t gen, uint64_t n_tokens)
+{
+#ifdef ROUTER_MAX_WORKERS
+    router_worker_t *w = router_registry_worker(s->registry, slot, gen);
+
+    if (w != NULL) {
+        w->n_active -= w->n_active > 0 ? 1 : 0;
+        w->n_assigned_tokens -= w->n_assigned_tokens >= n_tokens ? n_tokens : w->n_assigned_tokens;
+    }
+#else
+    router_registry_note_released(s->registry, slot, gen, n_tokens);
+#endif
 }
 
 /* Release agent a's KV on its decode instance (session over, or evicted). */
@@ -285,7 +315,7 @@ tdm_status_t turn_submit(sim_t *s, int32_t a)
     din = &s->inst[ag->decode];
     lru_remove(s, din, a);
     rs->active_request = ++s->turn_seq;
-    dw->n_active++; /* the dispatcher's set_decode */
+    note_assigned(s, rs->worker_slot, rs->worker_generation, 0); /* set_decode */
     s->res->turns_started++;
     s->res->output_tokens_started += t->output_tokens;
     ag->t_submit = s->now;
@@ -311,12 +341,10 @@ tdm_status_t turn_submit(sim_t *s, int32_t a)
     if (ag->delta >= s->cfg.local_prefill_tokens && s->n_prefill_inst > 0) {
         slot = router_place_prefill_session(s->registry, dw, t->input_tokens, 0, &gen, NULL);
         if (slot >= 0) {
-            router_worker_t *pw = router_registry_worker(s->registry, slot, gen);
             uint32_t pi = (uint32_t)s->inst_of_slot[slot];
             inst_t *pin = &s->inst[pi];
 
-            pw->n_active++; /* the dispatcher's set_prefill */
-            pw->n_assigned_tokens += ag->delta;
+            note_assigned(s, slot, gen, ag->delta); /* the dispatcher's set_prefill */
             ag->prefill = (int32_t)pi;
             ag->state = AG_PREFILLING;
             s->res->remote_prefills++;
@@ -341,7 +369,6 @@ tdm_status_t turn_prefill_done(sim_t *s, uint32_t i)
     inst_t *in = &s->inst[i];
     int32_t a = in->current;
     agent_t *ag = &s->agents[a];
-    router_worker_t *pw = worker_of(s, in);
     const inst_t *din = &s->inst[ag->decode];
     double busy = s->now - in->busy_since;
     tdm_status_t status;
@@ -351,11 +378,7 @@ tdm_status_t turn_prefill_done(sim_t *s, uint32_t i)
     in->queued_tokens -= ag->delta;
     in->tok_rate = busy > 0.0 ? (double)ag->delta / busy : in->tok_rate;
     in->dirty = 1;
-    if (pw != NULL) { /* the dispatcher's set_prefill(-1) on CompletionNotice */
-        pw->n_active -= pw->n_active > 0 ? 1 : 0;
-        pw->n_assigned_tokens -=
-            pw->n_assigned_tokens >= ag->delta ? ag->delta : pw->n_assigned_tokens;
-    }
+    note_released(s, in->slot, in->gen, ag->delta); /* set_prefill(-1), CompletionNotice */
     ag->state = AG_XFER;
     status = sim_evq_push(s->evq,
                           s->now + sim_perf_transfer_s(in->perf, ag->delta, in->rack == din->rack),
@@ -384,7 +407,6 @@ static tdm_status_t turn_finish(sim_t *s, inst_t *in, int32_t a)
     const sim_session_t *ss = &s->wl->sessions[ag->session];
     const sim_turn_t *t = &s->wl->turns[ss->first_turn + ag->turn];
     router_session_t *rs = sim_router_session(s, a, NULL);
-    router_worker_t *dw = worker_of(s, in);
     double next_s;
 
     in->n_running--;
@@ -393,9 +415,7 @@ static tdm_status_t turn_finish(sim_t *s, inst_t *in, int32_t a)
         in->ctx_sum = 0.0;
     }
     in->dirty = 1;
-    if (dw != NULL) {
-        dw->n_active -= dw->n_active > 0 ? 1 : 0;
-    }
+    note_released(s, in->slot, in->gen, 0); /* the turn ended (end_turn) */
     s->res->turns_done++;
     s->res->output_tokens_done += t->output_tokens;
     if (s->now >= s->cfg.warmup_s && s->now <= s->cfg.duration_s) {
