@@ -163,11 +163,11 @@ int main(int argc, char **argv)
     progress_t prog;
     sim_curve_t curve;
     tdm_status_t status;
-    int opt, quiet = 0;
+    int opt, quiet = 0, index = 0;
 
     sim_config_default(&cfg);
     sim_workload_opts_default(&wopts);
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", options, &index)) != -1) {
         int bad = 0;
         double hours;
 
@@ -235,8 +235,8 @@ int main(int argc, char **argv)
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "tandem-sim: bad value for --%s: '%s'\n",
-                    options[optind > 0 ? 0 : 0].name, optarg != NULL ? optarg : "");
+            fprintf(stderr, "tandem-sim: bad value for --%s: '%s'\n", options[index].name,
+                    optarg != NULL ? optarg : "");
             usage(stderr);
             return 2;
         }
