@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
+#include "engine/seq_state.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,10 @@ static const int64_t calib_prefill_cached[] = {0, 512, 2048};
 static const int64_t calib_prefill_new[] = {64, 256, 1024};
 static const int calib_decode_batch[] = {1, 2, 4, 8};
 static const int64_t calib_decode_ctx[] = {128, 1024};
+/* Tokens of the reply a continuing turn's prompt does not repeat (rewound away). */
+#define CALIB_OUTPUT_TOKENS 16
+/* Tokens of the reply a continuing turn's prompt does not repeat (rewound away). */
+#define CALIB_OUTPUT_TOKENS 16
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -163,6 +168,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
     double runs[64];
     uint32_t n_runs = cfg->repeat < 64 ? cfg->repeat : 64;
     int rc = 0;
+    double cpu_total = 0, wall_total = 0; /* over the timed sections: the CPU share we got */
 
     if (out == NULL || ids == NULL || lg == NULL) {
         fprintf(stderr, "tandem-bench-engine: --calib %s: cannot open or out of memory\n",
@@ -191,10 +197,13 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
                     rc = 1;
                 }
                 uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
                 if (rc == 0 && engine_fwd_prefill(fwd, seq, ids + C, N, 0, lg, NULL) != TDM_OK) {
                     rc = 1;
                 }
                 runs[r] = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += runs[r];
                 engine_seq_destroy(seq);
             }
             if (rc != 0) {
@@ -203,6 +212,51 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             qsort(runs, n_runs, sizeof(double), cmp_double);
             fprintf(out, "prefill %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
             printf("calib: prefill cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
+                   runs[n_runs / 2]);
+        }
+    }
+    fprintf(out,
+            "# continue CACHED NEW SECONDS (a continuing turn: rewind to CACHED, recovery "
+            "replay of the window, prefill NEW; median of %u)\n",
+            n_runs);
+    for (size_t ci = 1;
+         ci < sizeof(calib_prefill_cached) / sizeof(calib_prefill_cached[0]) && rc == 0; ci++) {
+        for (size_t ni = 0; ni < 2 && rc == 0; ni++) {
+            int64_t C = calib_prefill_cached[ci], N = calib_prefill_new[ni];
+            for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
+                engine_seq_t *seq = NULL;
+                prompt_ids(200 + r, V, ids, C + N + CALIB_OUTPUT_TOKENS);
+                /* the session as the decode node holds it: prompt C plus a reply the next
+                 * prompt does not repeat */
+                if (engine_seq_create(model, pool, &seq) != TDM_OK ||
+                    engine_fwd_prefill(fwd, seq, ids, C + CALIB_OUTPUT_TOKENS, 0, NULL, NULL) !=
+                        TDM_OK) {
+                    rc = 1;
+                }
+                uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
+                if (rc == 0 && engine_seq_truncate(seq, C) != TDM_OK) {
+                    rc = 1;
+                }
+                if (rc == 0) {
+                    engine_seq_reset_rings(seq);
+                    if (engine_fwd_replay(fwd, seq, ids, C, ENGINE_REPLAY_RECOVERY, NULL) !=
+                            TDM_OK ||
+                        engine_fwd_prefill(fwd, seq, ids + C, N, 0, lg, NULL) != TDM_OK) {
+                        rc = 1;
+                    }
+                }
+                runs[r] = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += runs[r];
+                engine_seq_destroy(seq);
+            }
+            if (rc != 0) {
+                break;
+            }
+            qsort(runs, n_runs, sizeof(double), cmp_double);
+            fprintf(out, "continue %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
+            printf("calib: continue cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
                    runs[n_runs / 2]);
         }
     }
@@ -233,6 +287,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             }
             for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
                 uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
                 for (uint32_t step = 0; step < cfg->decode_steps && rc == 0; step++) {
                     if (engine_fwd_decode(fwd, seqs, toks, B, lg) != TDM_OK) {
                         rc = 1;
@@ -241,7 +296,10 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
                         toks[i] = (int32_t)((toks[i] * 7 + 13) % V);
                     }
                 }
-                runs[r] = tdm_clock_elapsed_ms(t0) / 1e3 / cfg->decode_steps;
+                double wall = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += wall;
+                runs[r] = wall / cfg->decode_steps;
             }
             for (int i = 0; i < made; i++) {
                 engine_seq_destroy(seqs[i]);
@@ -257,6 +315,11 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
                    runs[n_runs / 2] * 1e3);
         }
     }
+    /* process CPU seconds per wall second of the timed sections: below 1 (one thread) when the
+     * box is shared; a comment for the parser, read by bench/sim-calib/run */
+    double share = wall_total > 0 ? cpu_total / wall_total : 0;
+    fprintf(out, "# cpu_share %.4f (process CPU seconds / wall seconds while timed)\n", share);
+    printf("calib: cpu share %.3f\n", share);
     if (fclose(out) != 0) {
         rc = 1;
     }

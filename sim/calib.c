@@ -3,7 +3,8 @@
  *
  * Two inputs:
  *   - a step-cost file (`tandem-calib 1`, written by `tandem-bench-engine --calib FILE`): lines
- *     `prefill CACHED NEW SECONDS` and `decode N_SEQS CONTEXT_PER_SEQ SECONDS_PER_STEP`; each
+ *     `prefill CACHED NEW SECONDS`, `continue CACHED NEW SECONDS` (a continuing turn: rewind,
+ *     window replay, prefill) and `decode N_SEQS CONTEXT_PER_SEQ SECONDS_PER_STEP`; each
  *     kind present is fitted by weighted least squares (relative residuals, coefficients >= 0)
  *     to  prefill = p0 + p1 new + p2 new (cached + new / 2)  and  decode = d0 + d1 n + d2 sum_ctx,
  *     and replaces that analytic cost;
@@ -181,16 +182,17 @@ static tdm_status_t fail(char *err, size_t err_bytes, const char *path, int line
     }
     free(sets[0].pts);
     free(sets[1].pts);
+    free(sets[2].pts);
     return TDM_ERR_FORMAT;
 }
 
 tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, size_t err_bytes)
 {
     char line[CALIB_LINE_BYTES];
-    calib_set_t sets[2] = {{NULL, 0}, {NULL, 0}}; /* [0] prefill, [1] decode */
+    calib_set_t sets[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}}; /* prefill, decode, continue */
     int line_no = 0, header = 0, significant = 0;
     double gbps = -1, tflops = -1;
-    sim_perf_fit_t fits[2];
+    sim_perf_fit_t fits[3];
     FILE *f;
 
     if (perf == NULL || path == NULL) {
@@ -208,7 +210,8 @@ tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, s
     }
     sets[0].pts = calloc(CALIB_MAX_POINTS, sizeof(calib_point_t));
     sets[1].pts = calloc(CALIB_MAX_POINTS, sizeof(calib_point_t));
-    if (sets[0].pts == NULL || sets[1].pts == NULL) {
+    sets[2].pts = calloc(CALIB_MAX_POINTS, sizeof(calib_point_t));
+    if (sets[0].pts == NULL || sets[1].pts == NULL || sets[2].pts == NULL) {
         fail(err, err_bytes, path, 0, "out of memory", f, sets);
         return TDM_ERR_NO_MEMORY;
     }
@@ -257,10 +260,14 @@ tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, s
             strcmp(kw, "threads") == 0 || strcmp(kw, "cpu") == 0) {
             continue; /* descriptive */
         }
-        int kind = strcmp(kw, "prefill") == 0 ? 0 : strcmp(kw, "decode") == 0 ? 1 : -1;
+        int kind = strcmp(kw, "prefill") == 0    ? 0
+                   : strcmp(kw, "decode") == 0   ? 1
+                   : strcmp(kw, "continue") == 0 ? 2
+                                                 : -1;
         if (kind < 0) {
             char why[160];
-            snprintf(why, sizeof(why), "unknown record `%.40s` (expected prefill or decode)", kw);
+            snprintf(why, sizeof(why),
+                     "unknown record `%.40s` (expected prefill, continue or decode)", kw);
             return fail(err, err_bytes, path, line_no, why, f, sets);
         }
         double v1, v2, v3;
@@ -271,13 +278,14 @@ tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, s
         if (parse_num(t1, &v1) != 0 || parse_num(t2, &v2) != 0 || parse_num(t3, &v3) != 0 ||
             (extra != NULL && extra[0] != '#')) {
             return fail(err, err_bytes, path, line_no,
-                        kind == 0 ? "expected `prefill CACHED NEW SECONDS` (numbers >= 0)"
-                                  : "expected `decode N_SEQS CONTEXT SECONDS` (numbers >= 0)",
+                        kind == 1 ? "expected `decode N_SEQS CONTEXT SECONDS` (numbers >= 0)"
+                                  : "expected `prefill|continue CACHED NEW SECONDS` (numbers >= "
+                                    "0)",
                         f, sets);
         }
-        if (v3 <= 0 || (kind == 0 && v2 < 1) || (kind == 1 && v1 < 1)) {
+        if (v3 <= 0 || (kind != 1 && v2 < 1) || (kind == 1 && v1 < 1)) {
             return fail(err, err_bytes, path, line_no,
-                        kind == 0 ? "NEW must be >= 1 and SECONDS > 0"
+                        kind != 1 ? "NEW must be >= 1 and SECONDS > 0"
                                   : "N_SEQS must be >= 1 and SECONDS > 0",
                         f, sets);
         }
@@ -286,7 +294,7 @@ tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, s
                         sets);
         }
         calib_point_t *p = &sets[kind].pts[sets[kind].n++];
-        if (kind == 0) {
+        if (kind != 1) {
             p->a = v2;                   /* new */
             p->b = v2 * (v1 + v2 / 2.0); /* new x mid context */
         } else {
@@ -303,28 +311,32 @@ tdm_status_t sim_perf_calibrate(sim_perf_t *perf, const char *path, char *err, s
                     "neither a `tandem-calib 1` file nor a gpu-check log with a summary: line", f,
                     sets);
     }
-    if (header && sets[0].n == 0 && sets[1].n == 0) {
+    if (header && sets[0].n == 0 && sets[1].n == 0 && sets[2].n == 0) {
         return fail(err, err_bytes, path, 0, "no prefill or decode records", f, sets);
     }
     memset(fits, 0, sizeof(fits));
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         if (sets[k].n > 0 && fit(&sets[k], &fits[k]) != 0) {
             return fail(err, err_bytes, path, 0,
-                        k == 0 ? "the prefill records admit no fit"
-                               : "the decode records admit "
-                                 "no fit",
+                        k == 0   ? "the prefill records admit no fit"
+                        : k == 1 ? "the decode records admit no fit"
+                                 : "the continue records admit no fit",
                         f, sets);
         }
     }
     fclose(f);
     free(sets[0].pts);
     free(sets[1].pts);
+    free(sets[2].pts);
     if (header) {
         if (fits[0].have) {
             perf->prefill_fit = fits[0];
         }
         if (fits[1].have) {
             perf->decode_fit = fits[1];
+        }
+        if (fits[2].have) {
+            perf->continue_fit = fits[2];
         }
     } else {
         perf->measured_hbm_bytes_per_s = gbps * 1e9;

@@ -497,6 +497,23 @@ double sim_perf_prefill_s(const sim_perf_t *perf, uint64_t new_tokens, uint64_t 
     return t + n_chunks * SIM_CHUNK_OVERHEAD_S;
 }
 
+double sim_perf_continue_s(const sim_perf_t *perf, uint64_t new_tokens, uint64_t cached_tokens)
+{
+    uint64_t replay;
+
+    if (perf == NULL || new_tokens == 0) {
+        return 0;
+    }
+    if (perf->continue_fit.have) {
+        const double *c = perf->continue_fit.coef;
+        double n = (double)new_tokens, cached = (double)cached_tokens;
+        return c[0] + c[1] * n + c[2] * n * (cached + n / 2.0);
+    }
+    /* the window replay (MODEL.md 6(d)) as W more prefilled tokens before the new ones */
+    replay = (uint64_t)perf->m.window < cached_tokens ? (uint64_t)perf->m.window : cached_tokens;
+    return sim_perf_prefill_s(perf, new_tokens + replay, cached_tokens - replay);
+}
+
 double sim_perf_transfer_s(const sim_perf_t *perf, uint64_t tokens, int same_domain)
 {
     double bytes, bw;

@@ -143,6 +143,14 @@ typedef enum {
  * TDM_ERR_INVALID_ARG (NULL perf, unknown math). Call before sharing perf between threads. */
 tdm_status_t sim_perf_set_expert_math(sim_perf_t *perf, sim_math_t math);
 
+/*
+ * sim_perf_continue_s - seconds to prefill `new_tokens` (> 0) of a continuing turn after
+ * `cached_tokens` that the instance holds but must first rewind to (its reply is not in the new
+ * prompt) and whose window it replays (MODEL.md 6(d)): a calibration's `continue` records when
+ * present, else sim_perf_prefill_s of the new tokens plus min(W, cached) replayed ones.
+ */
+double sim_perf_continue_s(const sim_perf_t *perf, uint64_t new_tokens, uint64_t cached_tokens);
+
 /* sim_perf_calibrated - 1 when a step-cost calibration replaced a decode or prefill cost. */
 int sim_perf_calibrated(const sim_perf_t *perf);
 

@@ -60,6 +60,7 @@ struct sim_perf {
     sim_perf_model_t m;
     sim_perf_fit_t decode_fit;
     sim_perf_fit_t prefill_fit;
+    sim_perf_fit_t continue_fit; /* same form as prefill_fit, for continuing turns */
     /* achieved rates measured by scripts/gpu-check (0: datasheet x efficiency) */
     double measured_hbm_bytes_per_s;
     double measured_flops;

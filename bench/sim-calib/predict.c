@@ -12,10 +12,10 @@
  * --prefill 1 --decode 1`. A turn whose uncached delta is at least --local-prefill-tokens goes
  * to the prefill node (FIFO, one job at a time), which samples the first token (TTFT) and hands
  * the sequence to the decode node; a shorter one is prefilled on the decode node between its
- * decode steps. A continuing turn also replays the window (W = 128 tokens, MODEL.md 6(d)): the
- * canonical start on the prefill node, the rewind on the decode node. The decode node steps every
- * running sequence at once (continuous batching, at most --max-batch) at the calibrated cost of
- * sim_perf_decode_step_s(n, sum of contexts); prefill costs are sim_perf_prefill_s. Measured
+ * decode steps. A continuing turn costs sim_perf_continue_s (rewind and window replay, MODEL.md
+ * 6(d): the calibration's `continue` records), a new one sim_perf_prefill_s. The decode node steps
+ * every running sequence at once (continuous batching, at most --max-batch) at the calibrated cost
+ * of sim_perf_decode_step_s(n, sum of contexts); prefill costs are sim_perf_prefill_s. Measured
  * figures are computed from the same CSV as tandem-bench computes them: output tok/s = output
  * tokens / (last response end - first send), TTFT p50 over successful requests.
  */
@@ -27,9 +27,8 @@
 #include "common/flags.h"
 #include "sim/perf.h"
 
-#define MAX_LEVELS    16
-#define LINE_BYTES    1024
-#define REPLAY_TOKENS 128 /* W: the window a continuing turn replays */
+#define MAX_LEVELS 16
+#define LINE_BYTES 1024
 
 typedef struct {
     int level;
@@ -50,6 +49,7 @@ typedef struct {
     double request_overhead_ms;
     double handoff_ms;
     int gpu_table;
+    double slowdown;
 } cfg_t;
 
 static const tdm_flag_t flags[] = {
@@ -57,6 +57,10 @@ static const tdm_flag_t flags[] = {
      "calibration file (tandem-bench-engine --calib)", 0, 0, 0},
     {"requests", TDM_FLAG_PATH, NULL, offsetof(cfg_t, requests),
      "requests.csv of the tandem-bench replay to predict", 0, 0, 0},
+    {"slowdown", TDM_FLAG_F64, "1", offsetof(cfg_t, slowdown),
+     "multiply every calibrated step cost by this (a shared box: the calibration's CPU share "
+     "over the cluster's, measured by bench/sim-calib/run)",
+     0.01, 100, 0},
     {"gpu-table", TDM_FLAG_BOOL, "false", offsetof(cfg_t, gpu_table),
      "print the analytic model's figures per GPU kind (docs/SIM.md) instead", 0, 0, 0},
     {"local-prefill-tokens", TDM_FLAG_U32, "64", offsetof(cfg_t, local_prefill_tokens),
@@ -248,7 +252,6 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
                 cached = ag->last_input < r->input ? ag->last_input : r->input - 1;
             }
             long long delta = r->input - cached;
-            long long replay = cached > 0 ? (cached < REPLAY_TOKENS ? cached : REPLAY_TOKENS) : 0;
             flight_t *f = &fl[n_fl++];
             f->req = ri;
             f->agent = a;
@@ -258,8 +261,10 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
             double overhead = cfg->request_overhead_ms / 1e3;
             if (delta >= (long long)cfg->local_prefill_tokens) {
                 double start = prefill_free > f->arrive_s ? prefill_free : f->arrive_s;
-                double cost = sim_perf_prefill_s(perf, (uint64_t)(delta + replay),
-                                                 (uint64_t)(cached - replay));
+                double cost =
+                    cfg->slowdown *
+                    (cached > 0 ? sim_perf_continue_s(perf, (uint64_t)delta, (uint64_t)cached)
+                                : sim_perf_prefill_s(perf, (uint64_t)delta, 0));
                 prefill_free = start + cost;
                 *remote_compute_s += cost;
                 (*remote_jobs)++;
@@ -267,8 +272,10 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
                 f->ready_s = prefill_free + cfg->handoff_ms / 1e3;
             } else {
                 /* local: on the decode node before its next step (it runs whole) */
-                double cost = sim_perf_prefill_s(perf, (uint64_t)(delta + replay),
-                                                 (uint64_t)(cached - replay));
+                double cost =
+                    cfg->slowdown *
+                    (cached > 0 ? sim_perf_continue_s(perf, (uint64_t)delta, (uint64_t)cached)
+                                : sim_perf_prefill_s(perf, (uint64_t)delta, 0));
                 double start = now > f->arrive_s ? now : f->arrive_s;
                 now = start + cost;
                 f->ttft_s = now + overhead - f->arrive_s;
@@ -298,7 +305,7 @@ static int predict_level(const cfg_t *cfg, const sim_perf_t *perf, const req_t *
         }
         double step_start = now;
         if (n_run > 0) {
-            now += sim_perf_decode_step_s(perf, n_run, sum_ctx);
+            now += cfg->slowdown * sim_perf_decode_step_s(perf, n_run, sum_ctx);
         }
         /* retire finished requests; advance the running ones */
         uint32_t stepped = 0;

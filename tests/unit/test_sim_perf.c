@@ -388,6 +388,38 @@ static void test_calibration_fit(void **state)
     sim_perf_destroy(d);
 }
 
+static void test_continue_cost(void **state)
+{
+    (void)state;
+    sim_perf_t *d = make("gb300", SIM_ROLE_DECODE, 0);
+    char err[512] = "";
+
+    /* analytic: a continuing turn replays the window first, so it costs more than the plain
+     * prefill of its new tokens, and exactly the prefill of new + 128 after cached - 128 */
+    assert_true(sim_perf_continue_s(d, 64, 4096) > sim_perf_prefill_s(d, 64, 4096));
+    assert_true(fabs(sim_perf_continue_s(d, 64, 4096) - sim_perf_prefill_s(d, 192, 3968)) < 1e-15);
+    assert_true(fabs(sim_perf_continue_s(d, 64, 50) - sim_perf_prefill_s(d, 114, 0)) < 1e-15);
+    assert_true(sim_perf_continue_s(d, 0, 4096) == 0.0);
+    /* calibrated: continue records replace it (prefill records do not); exact data of
+     * 0.2 s + 1 ms x new + 1e-7 s x new x (cached + new / 2) */
+    assert_int_equal(sim_perf_calibrate(d,
+                                        scratch("cont", "tandem-calib 1\n"
+                                                        "continue 512 64 0.2674816\n"
+                                                        "continue 512 256 0.472384\n"
+                                                        "continue 2048 64 0.277312\n"
+                                                        "continue 2048 256 0.5117056\n"),
+                                        err, sizeof(err)),
+                     TDM_OK);
+    double c = sim_perf_continue_s(d, 64, 512);
+    assert_true(fabs(c - 0.2674816) < 1e-6); /* 0.2 + 1e-3 new + 1e-7 new (cached + new / 2) */
+    assert_true(sim_perf_continue_s(d, 256, 2048) > sim_perf_continue_s(d, 64, 2048));
+    assert_int_equal(sim_perf_calibration_fit(d, SIM_ROLE_PREFILL, (double[3]){0}, NULL),
+                     TDM_ERR_NOT_FOUND);
+    expect_format_error(d, "contbad", "tandem-calib 1\ncontinue 512 0 0.3\n",
+                        "sim-perf-contbad:2: NEW must be >= 1");
+    sim_perf_destroy(d);
+}
+
 static void test_calibration_gpu_check(void **state)
 {
     (void)state;
@@ -422,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_transfer_and_power),
         cmocka_unit_test(test_calibration_errors),
         cmocka_unit_test(test_calibration_fit),
+        cmocka_unit_test(test_continue_cost),
         cmocka_unit_test(test_calibration_gpu_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
