@@ -54,6 +54,8 @@ typedef struct {
     int32_t lru_next;
     uint8_t in_lru;
     uint8_t need_first; /* first token not yet stamped */
+    uint8_t rewind;     /* its decode instance must rewind to `cached` (the reply is not in the
+                           prompt) and replay the window: sim_perf_continue_s when local */
 } agent_t;
 
 typedef struct {

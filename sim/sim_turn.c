@@ -225,7 +225,11 @@ static tdm_status_t decode_kick(sim_t *s, uint32_t i)
         int32_t a = fifo_pop(s, &in->lp);
 
         in->current = a;
-        dt = sim_perf_prefill_s(in->perf, s->agents[a].delta, s->agents[a].cached);
+        /* on the instance that holds the sequence: a continuing turn whose prompt drops the
+         * reply rewinds and replays the window (MODEL.md 6(d)) */
+        dt = s->agents[a].rewind
+                 ? sim_perf_continue_s(in->perf, s->agents[a].delta, s->agents[a].cached)
+                 : sim_perf_prefill_s(in->perf, s->agents[a].delta, s->agents[a].cached);
         s->res->local_prefills++;
         return schedule_busy(s, i, dt, EV_STEP, i);
     }
@@ -325,6 +329,7 @@ tdm_status_t turn_submit(sim_t *s, int32_t a)
     if (cached >= t->input_tokens) {
         cached = t->input_tokens - 1; /* the last prompt token is always computed */
     }
+    ag->rewind = cached > 0 && ag->kv_tokens > cached;
     if (ag->kv_tokens > cached) {
         din->kv_used -= ag->kv_tokens - cached;
         ag->kv_tokens = cached;
