@@ -301,24 +301,32 @@ static int keep_serving(decode_node_t *n, uint64_t *drain_deadline_ns, const cha
     return 1;
 }
 
-/* Does `resv` belong to router *arg (decode_pool_lapse_if)? One whose request is not known to
- * the link (a route forgotten) counts as any router's. */
+/* Does `resv` (decode_pool_lapse_if) or the request `id` (decode_sched_abort_where) belong to
+ * router pick->router? One whose request is not known to the link (a route forgotten) counts as
+ * any router's. */
 typedef struct {
     node_link_t *link;
     uint32_t router;
 } lapse_pick_t;
 
-static int resv_of_router(void *arg, const decode_resv_t *resv)
+static int request_of_router(void *arg, uint64_t id)
 {
     const lapse_pick_t *pick = arg;
-    int r = node_link_request_router(pick->link, resv->request_id);
+    int r = node_link_request_router(pick->link, id);
 
     return r < 0 || (uint32_t)r == pick->router;
 }
 
-/* A router registered us again (it restarted, or declared this node lost): what it reserved
- * lapses now. With one router, decode_sched_router_changed (every reservation); with several,
- * only that router's: the others' turns go on. */
+static int resv_of_router(void *arg, const decode_resv_t *resv)
+{
+    return request_of_router(arg, resv->request_id);
+}
+
+/* A router registered us again (it restarted, declared this node lost, or was unreachable past
+ * its heartbeat timeout): what it reserved lapses now. With one router, decode_sched_router_changed
+ * (every reservation); with several, only that router's reservations lapse and its running turns
+ * end (nobody reads them: the router that takes the sessions over must find them idle); the
+ * other routers' turns go on. */
 static void note_registrations(decode_node_t *n)
 {
     node_link_t *link = n->worker.link;
@@ -327,7 +335,7 @@ static void note_registrations(decode_node_t *n)
     for (uint32_t r = 0; r < n_routers; r++) {
         uint64_t seen = node_link_router_registrations(link, r);
         lapse_pick_t pick = {link, r};
-        uint32_t n_lapsed;
+        uint32_t n_lapsed, n_aborted;
 
         if (seen == n->registrations[r]) {
             continue;
@@ -338,9 +346,11 @@ static void note_registrations(decode_node_t *n)
             continue;
         }
         n_lapsed = decode_pool_lapse_if(n->pool, tdm_clock_now_ns(), resv_of_router, &pick);
-        tdm_log(n_lapsed > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
-                "registered again with router %u of %u: %u of its reservation(s) lapse now", r + 1,
-                n_routers, n_lapsed);
+        n_aborted = decode_sched_abort_where(n->sched, request_of_router, &pick);
+        tdm_log(n_lapsed + n_aborted > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
+                "router %u of %u lost this node's registration: %u of its reservation(s) lapse "
+                "now, %u of its turn(s) aborted",
+                r + 1, n_routers, n_lapsed, n_aborted);
     }
 }
 
