@@ -22,7 +22,7 @@
 #define IO_RECONNECT_MS     100   /* ZeroMQ's TCP reconnect: first retry ... */
 #define IO_RECONNECT_MAX_MS 5000  /* ... doubling up to this */
 #define IO_ZMTP_PING_MS     1000  /* ZMTP heartbeats: a silent peer's connection is dropped ... */
-#define IO_ZMTP_TIMEOUT_MS  5000  /* ... after this, and reconnected */
+#define IO_ZMTP_TIMEOUT_MS  10000 /* ... after this, and reconnected (a paused router lives) */
 
 static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
 {
