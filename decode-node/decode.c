@@ -29,13 +29,15 @@ typedef struct {
     const decode_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     decode_pool_t *pool;
-    decode_tier_t *tier;
-    decode_sessions_t *sessions;
-    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
-    uint64_t registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute thread */
+    uint64_t router_registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute
+                                                             thread */
     uint64_t *report_keys; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_session_keys */
     uint64_t *report_lens; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_cached_lens */
     uint64_t next_report_ns;
+    decode_tier_t *tier;
+    decode_sessions_t *sessions;
+    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
+    uint64_t registrations; /* node_link_registrations seen by the compute thread */
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -331,16 +333,21 @@ static void note_registrations(decode_node_t *n)
 {
     node_link_t *link = n->worker.link;
     uint32_t n_routers = node_link_n_routers(link);
+    uint64_t total = node_link_registrations(link);
 
+    if (total == n->registrations) {
+        return; /* no router registered us again since the last look */
+    }
+    n->registrations = total;
     for (uint32_t r = 0; r < n_routers; r++) {
         uint64_t seen = node_link_router_registrations(link, r);
         lapse_pick_t pick = {link, r};
         uint32_t n_lapsed, n_aborted;
 
-        if (seen == n->registrations[r]) {
+        if (seen == n->router_registrations[r]) {
             continue;
         }
-        n->registrations[r] = seen;
+        n->router_registrations[r] = seen;
         if (n_routers == 1) {
             decode_sched_router_changed(n->sched);
             continue;
