@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "node/node_handoff.h"
+#include "node/node_state.h"
 #include "engine/sampler.h"
 #include "kernels/kv_page.h"
 #include "transfer/batch.h"
@@ -601,6 +602,38 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
     return status;
 }
 
+/* Sequence state off the router (job.h, env->state_inband 0): the record at T and the page
+ * checksums of `notice` go to the decode node in a transfer notice; `notice` keeps what the
+ * router relays (state_direct, n_pages, state_checksum). On failure the job fails. */
+static tdm_status_t send_state_direct(prefill_job_t *j, Tandem__CompletionNotice *notice)
+{
+    uint8_t *payload = NULL;
+    size_t n_payload = 0;
+    tdm_status_t status = node_state_pack(notice, &payload, &n_payload);
+
+    if (status == TDM_OK) {
+        status = prefill_stream_notice(&j->ps, payload, n_payload);
+    }
+    free(payload);
+    if (status != TDM_OK) {
+        prefill_job_notice_fini(notice);
+        job_fail(j, status, "sending the state notice to the decode node failed");
+        return status;
+    }
+    free(notice->page_checksums);
+    free(notice->state_record.data);
+    notice->page_checksums = NULL;
+    notice->n_page_checksums = 0;
+    notice->state_record.data = NULL;
+    notice->state_record.len = 0;
+    notice->state_direct = 1;
+    tdm_log(TDM_LOG_DEBUG, "prefill",
+            "state sent direct: request=%llu reservation=%llu payload_bytes=%zu pages=%u",
+            (unsigned long long)notice->request_id, (unsigned long long)notice->reservation_id,
+            n_payload, notice->n_pages);
+    return TDM_OK;
+}
+
 /* The last puts, the state record at T and the notice of a job that computed every row. */
 static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *samples,
                                   uint32_t n_samples, Tandem__CompletionNotice *notice_out)
@@ -668,11 +701,17 @@ static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *sampl
     notice_out->state_record.len = n_record;
     notice_out->state_checksum = tdm_hash_xxh3_64(record, n_record);
     notice_out->prefill_ns = j->rep.compute_ns;
+    notice_out->n_pages = ps->n_all;
+    notice_out->attempt = job->attempt;
     status = notice_first(notice_out, samples, n_samples,
                           job->sampling != NULL ? job->sampling->n_logprobs : -1);
     if (status != TDM_OK) {
         prefill_job_notice_fini(notice_out);
         job_fail(j, status, "out of memory");
+        return status;
+    }
+    if (!j->env->state_inband) {
+        status = send_state_direct(j, notice_out);
     }
     return status;
 }
