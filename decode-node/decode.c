@@ -264,6 +264,7 @@ static int setup(decode_node_t *n)
     sp.tier = n->tier;
     sp.prefix_share = cfg->prefix_share;
     sp.notices = n->notices;
+    sp.state_inband = cfg->state_inband;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {

@@ -39,6 +39,8 @@ typedef struct {
     uint64_t spill_max_mb;  /* --spill-max-mb: disk tier cap; 0: what the disk takes */
     uint32_t state_wait_ms; /* --state-wait-ms: a handoff waits this long for the prefill
                                node's state notice (notices.h) */
+    int state_inband;       /* --state-inband: the record at H inline in the reservation
+                               descriptor (for prefill nodes older than version 3) */
 } decode_node_params_t;
 
 /*

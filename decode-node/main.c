@@ -36,6 +36,11 @@ static const tdm_flag_t decode_flags[] = {
      "transfer notice, docs/PROTOCOL.md 3b) waits this long for it after the router's message; "
      "then that request fails (ERROR_STATE_LOST) and its reserved pages go back",
      1, 600000, 0},
+    {"state-inband", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, state_inband),
+     "put a continued session's state record at H inline in the reservation descriptor the "
+     "router relays (the path before issue 18), not in staged pages the prefill node gets over "
+     "UCX: for rolling upgrades while prefill nodes older than the direct path still run",
+     0, 1, 0},
     {"prefix-share", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, prefix_share),
      "start a new session whose prompt shares whole blocks with a resident session from that "
      "session's KV pages (prefix_session_id) plus a recovery replay: the prefix is computed once, "

@@ -67,6 +67,10 @@ typedef struct {
      * scheduler; the transfer context's notice callback fills it), or NULL: a handoff whose
      * CompletionNotice says state_direct is then refused (ERROR_STATE_LOST). */
     decode_notices_t *notices;
+    /* --state-inband (TANDEM_STATE_INBAND): the state record at H rides inline in the
+     * reservation descriptor the router relays (version 2), as before issue 18; 0: it is staged
+     * in pages of the reservation that the prefill node gets (version 3, node_handoff.h). */
+    int state_inband;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */

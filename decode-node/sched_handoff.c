@@ -394,6 +394,20 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                      : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD, desc.record,
                                          desc.n_record, &desc.n_record);
     }
+    if (status == TDM_OK && desc.n_record > 0 && !s->params.state_inband) {
+        /* sequence state off the router (issue 18 item 4): the record at H goes into staged
+         * pages of the reservation, which the prefill node gets with UCX; the descriptor the
+         * router relays names them (version 3). Without the pages: inline, as before. */
+        tdm_status_t staged;
+        do {
+            staged = decode_pool_stage(s->pool, resv, desc.record, desc.n_record);
+        } while (sched_evicted_for_retry(s, staged));
+        if (staged == TDM_OK) {
+            desc.n_stage = resv->stage.n_pages;
+            desc.stage = resv->stage.page_ids;
+            desc.record_checksum = tdm_hash_xxh3_64(desc.record, desc.n_record);
+        }
+    }
     if (status == TDM_OK) {
         status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
     }

@@ -320,6 +320,7 @@ uint32_t prefill_job_pages_needed(const Tandem__PrefillJob *job)
     for (uint32_t s = 0; s < rd.n_sources; s++) {
         n += 2 * rd.src[s].n_history + rd.src[s].first_target + rd.src[s].n_targets;
     }
+    n += rd.n_stage; /* the staged record at H, got before the history */
     node_resv_desc_fini(&rd);
     return n;
 }
@@ -357,6 +358,56 @@ static tdm_status_t check_job(prefill_job_t *j)
 }
 
 /* The pull step: the sequence at H from the decode node's pages (load_history). */
+/* Descriptor version 3 (node_handoff.h; issue 18 item 4): the state record at H lies in the
+ * decode node's staged pages, not in the descriptor the router relayed: get them into scratch
+ * pages, copy the record out into rd->record and check it against rd->record_checksum. */
+static tdm_status_t get_staged_record(prefill_job_t *j)
+{
+    node_resv_desc_t *rd = &j->rd;
+    engine_kv_pool_t *kv = j->env->kv;
+    size_t page_bytes = engine_kv_pool_page_bytes(kv);
+    engine_kv_table_t scratch;
+    uint8_t *record;
+    tdm_status_t status;
+
+    if (rd->n_stage == 0 || rd->record != NULL) {
+        return TDM_OK;
+    }
+    if (rd->n_record > (size_t)rd->n_stage * page_bytes ||
+        rd->n_record <= (size_t)(rd->n_stage - 1) * page_bytes) {
+        job_fail(j, TDM_ERR_FORMAT, "staged record length does not match its pages");
+        return TDM_ERR_FORMAT;
+    }
+    record = malloc(rd->n_record);
+    engine_kv_table_init(&scratch, (int)engine_model_config(j->env->model)->kv_source_layer_ids[0],
+                         1);
+    status = record == NULL
+                 ? TDM_ERR_NO_MEMORY
+                 : engine_kv_table_reserve(kv, &scratch, (int64_t)rd->n_stage * KERN_KV_PAGE_ROWS);
+    if (status == TDM_OK) {
+        status = move_pages(j->env, j->peer, XFER_OP_GET, j->job->request_id, scratch.page_ids,
+                            rd->stage, rd->n_stage);
+    }
+    for (uint32_t i = 0; status == TDM_OK && i < rd->n_stage; i++) {
+        size_t at = (size_t)i * page_bytes;
+        size_t n = rd->n_record - at < page_bytes ? rd->n_record - at : page_bytes;
+        memcpy(record + at, engine_kv_pool_page(kv, scratch.page_ids[i]), n);
+    }
+    engine_kv_table_release(kv, &scratch);
+    if (status == TDM_OK && tdm_hash_xxh3_64(record, rd->n_record) != rd->record_checksum) {
+        status = TDM_ERR_MISMATCH;
+    }
+    if (status != TDM_OK) {
+        free(record);
+        job_fail(j, status,
+                 status == TDM_ERR_MISMATCH ? "the staged record at H does not match its checksum"
+                                            : "getting the staged record at H failed");
+        return status;
+    }
+    rd->record = record;
+    return TDM_OK;
+}
+
 static tdm_status_t prefill_job_pull(prefill_job_t *j)
 {
     xfer_desc_t xd;
@@ -369,6 +420,10 @@ static tdm_status_t prefill_job_pull(prefill_job_t *j)
     }
     if (status != TDM_OK) {
         job_fail(j, status, "cannot reach the decode node's page pool");
+        return status;
+    }
+    status = get_staged_record(j);
+    if (status != TDM_OK) {
         return status;
     }
     status = load_history(j->env, j->peer, &j->rd, j->job->session_id, j->job->request_id, &j->seq,

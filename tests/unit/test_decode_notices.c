@@ -27,6 +27,7 @@
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "forward_test_util.h"
+#include "node/node_handoff.h"
 #include "node/node_state.h"
 #include "proto/proto.h"
 
@@ -124,6 +125,57 @@ static void test_state_payload_round_trip_and_checks(void **state)
     assert_int_equal(node_state_unpack(bytes, n, &st), TDM_ERR_MISMATCH);
     assert_null(st);
     assert_int_equal(node_state_unpack(bytes, 3, &st), TDM_ERR_FORMAT);
+    free(bytes);
+}
+
+/* Descriptor version 3: the record at H named by staged pages, not carried; version 2 (inline)
+ * when nothing is staged. */
+static void test_descriptor_names_the_staged_record(void **state)
+{
+    uint32_t history[2] = {4, 5}, targets[3] = {7, 8, 9}, stage[2] = {30, 31};
+    uint64_t digests[2] = {0x11, 0x22};
+    uint8_t record[100];
+    node_resv_desc_t d, back;
+    uint8_t *bytes = NULL;
+    size_t n = 0, n_inline = 0;
+
+    (void)state;
+    memset(&d, 0, sizeof(d));
+    memset(record, 0x5a, sizeof(record));
+    d.reservation_id = 77;
+    d.cached_len = 128;
+    d.total_len = 300;
+    d.n_sources = 1;
+    d.src[0].layer = 0;
+    d.src[0].n_history = 2;
+    d.src[0].history = history;
+    d.src[0].history_digests = digests;
+    d.src[0].first_target = 2;
+    d.src[0].n_targets = 3;
+    d.src[0].targets = targets;
+    d.record = record;
+    d.n_record = sizeof(record);
+    assert_int_equal(node_resv_desc_encode(&d, &bytes, &n_inline), TDM_OK);
+    assert_int_equal(node_resv_desc_parse(bytes, n_inline, &back), TDM_OK);
+    assert_int_equal(back.n_stage, 0);
+    assert_non_null(back.record);
+    assert_memory_equal(back.record, record, sizeof(record));
+    node_resv_desc_fini(&back);
+    free(bytes);
+    d.n_stage = 2;
+    d.stage = stage;
+    d.record_checksum = tdm_hash_xxh3_64(record, sizeof(record));
+    assert_int_equal(node_resv_desc_encode(&d, &bytes, &n), TDM_OK);
+    assert_true(n + sizeof(record) - 8 - 4 - 8 == n_inline); /* no record bytes: their place */
+    assert_int_equal(node_resv_desc_parse(bytes, n, &back), TDM_OK);
+    assert_null(back.record);
+    assert_int_equal(back.n_record, sizeof(record));
+    assert_int_equal(back.n_stage, 2);
+    assert_int_equal(back.stage[1], 31);
+    assert_int_equal(back.record_checksum, d.record_checksum);
+    assert_int_equal(back.src[0].history_digests[1], 0x22); /* digests kept from version 2 */
+    assert_int_equal(back.src[0].targets[2], 9);
+    node_resv_desc_fini(&back);
     free(bytes);
 }
 
@@ -413,6 +465,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_payload_round_trip_and_checks),
+        cmocka_unit_test(test_descriptor_names_the_staged_record),
         cmocka_unit_test(test_join_in_either_order),
         cmocka_unit_test(test_timeouts_drops_and_bounds),
         cmocka_unit_test_setup_teardown(test_sched_timeout_fails_only_that_request, setup,
