@@ -12,10 +12,11 @@
  *    record, u64 XXH3-64 of every byte before it. Version 3 (the record at H staged in the
  *    decode node's pool, fields n_stage / stage / record_checksum below) replaces the inline
  *    record by u64 record checksum, u32 n_stage, u32 stage[n_stage]; encode writes version 3
- *    only when n_stage > 0, so an in-band descriptor stays version 2. digests[j] is node_page_digest of history
- *    page j as the decode node sealed it when it described the reservation (0: not known), so a
- *    prefill node that kept a copy of the page (prefill-node/history.h) pulls it only when the
- *    digests differ. Version 1 (no digests) still parses, with history_digests NULL;
+ *    only when n_stage > 0, so an in-band descriptor stays version 2. digests[j] is
+ *    node_page_digest of history page j as the decode node sealed it when it described the
+ *    reservation (0: not known), so a prefill node that kept a copy of the page
+ *    (prefill-node/history.h) pulls it only when the digests differ. Version 1 (no digests)
+ *    still parses, with history_digests NULL;
  *  - a sequence blob with pages (engine/seq_state.h format, flag 1) assembled from a state record
  *    blob (flag 0) and the pages of every source, so engine_seq_import can check and adopt them.
  * Page ids are indices in the sender's xfer pool, which is the engine page pool's memory.
