@@ -6,7 +6,7 @@
  * Two tables keyed by reservation id:
  *   arrived notices  - a transfer notice came in (decode_notices_on_xfer, the transfer context's
  *                      notice callback) before the router's DecodeRequest: kept until the
- *                      DecodeRequest takes it (decode_notices_take), its reservation ends
+ *                      DecodeRequest takes it (decode_notices_take), its reservation is aborted
  *                      (decode_notices_drop) or keep_ms pass (decode_notices_next drops it);
  *   waiting requests - a DecodeRequest (PREFILL_REMOTE, handoff.state_direct) came in before its
  *                      notice: a copy waits (decode_notices_park) until the notice arrives
@@ -102,9 +102,8 @@ decode_notices_event_t decode_notices_next(decode_notices_t *n, uint64_t now_ns,
                                            Tandem__DecodeRequest **dr_out,
                                            Tandem__CompletionNotice **state_out);
 
-/* decode_notices_drop - reservation_id ended (aborted, lapsed): forget its notice and its
- * waiting request (no answer: the router aborted it, or its own timeout answers). Returns 1 when
- * a request was waiting. */
+/* decode_notices_drop - reservation_id was aborted: forget its notice and its waiting request
+ * (no answer: the router aborted the turn). Returns 1 when a request was waiting. */
 int decode_notices_drop(decode_notices_t *n, uint64_t reservation_id);
 
 /* decode_notices_drop_request - forget the waiting request request_id (an Abort). Returns the

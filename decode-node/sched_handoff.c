@@ -455,9 +455,8 @@ void sched_on_lapse(void *arg, decode_resv_t *resv)
     decode_sched_t *s = arg;
 
     s->stats.reservations_lapsed_total++;
-    if (s->params.notices != NULL) {
-        (void)decode_notices_drop(s->params.notices, resv->id);
-    }
+    /* a handoff waiting for its state notice keeps waiting: its wait (far shorter than the
+     * reservation's timeout) ends it with an Error; an unclaimed notice expires on its own */
     sched_release_session_of(s, resv);
 }
 
