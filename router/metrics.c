@@ -120,7 +120,9 @@ void router_metrics_worker_message(router_metrics_t *metrics, const Tandem__Enve
         if (notice->total_len > notice->cached_len) {
             c[ROUTER_METRIC_TOKENS_COMPUTED] += notice->total_len - notice->cached_len;
         }
-        c[ROUTER_METRIC_KV_BYTES_MOVED] += (uint64_t)notice->n_page_checksums * page_bytes;
+        c[ROUTER_METRIC_KV_BYTES_MOVED] +=
+            (uint64_t)(notice->n_page_checksums > 0 ? notice->n_page_checksums : notice->n_pages) *
+            page_bytes;
         break;
     case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
         p = pending_of(metrics, env->token_chunk->request_id);
@@ -277,6 +279,13 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                      "bytes of KV pages prefill nodes put into decode nodes (pages of every "
                      "completed prefill job times the page size)",
                      c[ROUTER_METRIC_KV_BYTES_MOVED]);
+    {
+        const tdm_prom_label_t in = {"direction", "in"}, out = {"direction", "out"};
+        tdm_prom_family(p, "tandem_router_control_bytes_total", TDM_PROM_COUNTER,
+                        "bytes of the frames received (in) and sent (out) on the control socket");
+        tdm_prom_sample_u64(p, &in, 1, c[ROUTER_METRIC_CONTROL_BYTES_IN]);
+        tdm_prom_sample_u64(p, &out, 1, c[ROUTER_METRIC_CONTROL_BYTES_OUT]);
+    }
     tdm_prom_counter(p, "tandem_router_prefix_hits_total",
                      "requests without a session id matched to a session by cached prefix",
                      c[ROUTER_METRIC_PREFIX_HITS]);

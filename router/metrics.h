@@ -44,6 +44,10 @@ typedef enum {
     ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT, /* none shares a transport with the decode node */
     ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY,  /* none holds the sequence (Capacity.max_tokens) */
     ROUTER_METRIC_PREFILL_FALLBACK_STALLED,   /* every one stalled or draining */
+    /* bytes of the frames (identity + body) on the router's ZeroMQ control socket (issue 18
+     * item 4: tandem_router_control_bytes_total{direction="in|out"}) */
+    ROUTER_METRIC_CONTROL_BYTES_IN,
+    ROUTER_METRIC_CONTROL_BYTES_OUT,
     ROUTER_METRIC_COUNT
 } router_metric_t;
 
@@ -83,7 +87,8 @@ void router_metrics_itl(router_metrics_t *metrics, double seconds);
  *   tandem_prefill_tokens_reused_total: cached_len of every DecodeRequest whose first token
  *       arrived (prompt tokens served from KV the decode node already held or shared);
  *   tandem_kv_bytes_moved_total: pages of every CompletionNotice (one checksum per page put
- *       into the decode node's reservation) x page_bytes.
+ *       into the decode node's reservation, or its n_pages when the checksums went to the
+ *       decode node directly: state_direct) x page_bytes.
  * A turn served without waste adds its prompt length to computed + reused exactly.
  */
 
