@@ -10,8 +10,8 @@
  * that created it; 0 when the router runs without keys) and the prefix index never matches
  * across tenants. A match is a page-sharing hint for a new session, never a reason to attach a
  * request to the matched session (docs/PROTOCOL.md 3c). Idle sessions past the table's limit are
- * evicted
- * least recently used first. Knows nothing of sockets, HTTP or placement policy.
+ * evicted least recently used first (a heap on last_used_ns: O(log N)); lookups by id and by
+ * block hash use tables that grow with the sessions, so neither scans the table (issue 18). Knows nothing of sockets, HTTP or placement policy.
  * Not thread-safe: the caller serialises access (the router's control state lock).
  */
 #ifndef TANDEM_ROUTER_SESSION_H
