@@ -396,7 +396,7 @@ static int measure(const bench_cfg_t *cfg, uint32_t n_workers, uint32_t n_racks,
         return -1;
     }
     for (uint32_t r = 0; r < cfg->rounds && rc == 0; r++) {
-        result_t x, y;
+        result_t x = {0, 0, 0}, y = {0, 0, 0};
         rc = run_round(&f, 0, n_a, cfg->beat_every, lat, &x);
         rc = rc != 0 ? rc : run_round(&f, 1, n_b, cfg->beat_every, lat, &y);
         av[0][r] = x.per_s, av[1][r] = x.p50_us, av[2][r] = x.p99_us;
