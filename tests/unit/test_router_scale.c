@@ -3,7 +3,8 @@
  * register, heartbeat, lost, assign/release, drain and capacity limits the indexed placement
  * picks exactly what a linear scan of the policy picks (router_place_ref.h); with several racks a
  * prefill job stays in its decode worker's rack, and spills to the least loaded rack once that
- * rack is saturated (ROUTER_PLACE_RACK_SATURATED_S). */
+ * rack is saturated (ROUTER_PLACE_RACK_SATURATED_S); the session table evicts the least
+ * recently used idle session through its heap and matches prefixes after its block index grew. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "proto/proto.h"
 #include "router/placement.h"
 #include "router/registry.h"
+#include "router/session.h"
 #include "router_place_ref.h"
 
 static const char *const kv_formats[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
@@ -300,6 +302,89 @@ static void test_rack_without_prefill_spills_and_decode_prefers_idle_racks(void 
     router_registry_destroy(k.reg);
 }
 
+static router_session_t *add_session(router_sessions_t *t, const char *id, uint64_t now_ns)
+{
+    router_session_t *s = NULL;
+
+    assert_int_equal(router_sessions_add(t, id, 0, now_ns, &s), TDM_OK);
+    return s;
+}
+
+/* The eviction heap takes the least recently used idle session, sees last_used_ns written after
+ * the session was added, skips active ones, and answers BUSY (nothing changed) when every
+ * session is active. */
+static void test_session_eviction_takes_least_recently_used_idle(void **state)
+{
+    router_sessions_t *t = NULL;
+    router_session_t *s0, *s1, *s6, *s7, *s8;
+    router_session_t *out = NULL;
+
+    (void)state;
+    assert_int_equal(router_sessions_create(4, 16, &t), TDM_OK);
+    s0 = add_session(t, "s0", 1);
+    s1 = add_session(t, "s1", 2);
+    add_session(t, "s2", 3);
+    add_session(t, "s3", 4);
+    s0->last_used_ns = 10; /* used again (dispatch writes it directly) */
+    s1->active_request = 7;
+    add_session(t, "s4", 11); /* evicts s2 (3) */
+    assert_null(router_sessions_get(t, "s2"));
+    add_session(t, "s5", 12); /* evicts s3 (4) */
+    assert_null(router_sessions_get(t, "s3"));
+    s6 = add_session(t, "s6", 13); /* evicts s0 (10); s1 is older but active */
+    assert_null(router_sessions_get(t, "s0"));
+    assert_non_null(router_sessions_get(t, "s1"));
+    assert_int_equal(router_sessions_count(t), 4);
+    s7 = add_session(t, "s4b", 14); /* evicts s4 (11) */
+    assert_null(router_sessions_get(t, "s4"));
+    s8 = router_sessions_get(t, "s5");
+    s6->active_request = 1;
+    s7->active_request = 2;
+    s8->active_request = 3;
+    assert_int_equal(router_sessions_add(t, "s9", 0, 15, &out), TDM_ERR_BUSY);
+    assert_null(out);
+    assert_int_equal(router_sessions_count(t), 4);
+    s1->active_request = 0;
+    add_session(t, "s9", 16); /* the one idle session goes */
+    assert_null(router_sessions_get(t, "s1"));
+    router_sessions_destroy(t);
+}
+
+/* Prefix matches stay right after the block index grew past its first size (2,000 sessions of
+ * 80 one-token blocks = 160,000 entries). */
+static void test_prefix_match_after_block_index_growth(void **state)
+{
+    enum { N = 2000, LEN = 80 };
+    router_sessions_t *t = NULL;
+    int32_t tokens[LEN];
+    char id[32];
+    size_t matched = 0;
+    router_session_t *hit;
+
+    (void)state;
+    assert_int_equal(router_sessions_create(N, 1, &t), TDM_OK);
+    for (int i = 0; i < N; i++) {
+        router_session_t *s;
+        snprintf(id, sizeof(id), "p%d", i);
+        s = add_session(t, id, (uint64_t)i + 1);
+        tokens[0] = i;
+        for (int k = 1; k < LEN; k++) {
+            tokens[k] = i * 131 + k;
+        }
+        assert_int_equal(router_sessions_set_history(t, s, tokens, LEN), TDM_OK);
+    }
+    tokens[0] = 1234;
+    for (int k = 1; k < LEN; k++) {
+        tokens[k] = 1234 * 131 + k;
+    }
+    tokens[LEN - 10] = -5; /* differs from the 70th token on */
+    hit = router_sessions_match_prefix(t, 0, tokens, LEN, &matched);
+    assert_non_null(hit);
+    assert_string_equal(hit->id, "p1234");
+    assert_int_equal(matched, LEN - 10);
+    router_sessions_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +392,8 @@ int main(void)
         cmocka_unit_test(test_index_matches_reference_scan),
         cmocka_unit_test(test_prefill_stays_in_rack_until_saturated),
         cmocka_unit_test(test_rack_without_prefill_spills_and_decode_prefers_idle_racks),
+        cmocka_unit_test(test_session_eviction_takes_least_recently_used_idle),
+        cmocka_unit_test(test_prefix_match_after_block_index_growth),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
