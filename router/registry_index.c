@@ -157,10 +157,10 @@ static router_rack_t *rack_get(router_registry_t *r, const char *name)
     k->id = r->n_racks;
     router_ordset_init(&k->decode, 0xdec0de00u + k->id);
     router_ordset_init(&k->prefill, 0x9ef11000u + k->id);
-    r->racks[r->n_racks++] = k;
-    if (r->n_racks > r->n_rack_buckets) {
-        rack_rehash(r);
+    if (r->n_racks + 1 > r->n_rack_buckets) {
+        rack_rehash(r); /* the racks so far; k is linked below */
     }
+    r->racks[r->n_racks++] = k;
     b = rack_bucket(r->n_rack_buckets, name);
     k->next_by_name = r->rack_buckets[b];
     r->rack_buckets[b] = k;

@@ -102,10 +102,12 @@ static void test_more_than_256_workers_register(void **state)
     (void)state;
     assert_int_equal(router_registry_create(&compat, 1500, &reg), TDM_OK);
     for (int i = 0; i < N; i++) {
+        char rack[16];
         snprintf(id, sizeof(id), "w-%d", i);
+        snprintf(rack, sizeof(rack), "nvl-%d", i % 150); /* past the first rack table size */
         slots[i] =
             add_worker(reg, id, i % 4 == 0 ? TANDEM__ROLE__ROLE_PREFILL : TANDEM__ROLE__ROLE_DECODE,
-                       i % 2 ? "rack-a" : "rack-b", 0, NULL);
+                       rack, 0, NULL);
         assert_true(slots[i] >= 0);
     }
     assert_int_equal(router_registry_count(reg), N);
@@ -124,11 +126,17 @@ static void test_more_than_256_workers_register(void **state)
     router_registry_remove(reg, slots[300], ROUTER_REGISTRY_LOST, "test");
     assert_int_equal(router_registry_find(reg, "w-300"), -1);
     assert_int_equal(router_registry_count(reg), N - 1);
-    assert_int_equal(add_worker(reg, "w-300b", TANDEM__ROLE__ROLE_DECODE, "rack-a", 0, NULL),
+    assert_int_equal(add_worker(reg, "w-300b", TANDEM__ROLE__ROLE_DECODE, "nvl-0", 0, NULL),
                      slots[300]);
     assert_null(router_registry_worker(reg, slots[300], gen));
     assert_non_null(router_registry_worker(reg, slots[300], 0));
     assert_true(router_place_decode(reg, 10, &gen, NULL, NULL) >= 0);
+    for (int i = 0; i < 150; i++) {
+        char rack[16];
+        snprintf(rack, sizeof(rack), "nvl-%d", i);
+        assert_non_null(router_registry_rack_named(reg, rack));
+    }
+    assert_null(router_registry_rack_named(reg, "nvl-150"));
     router_registry_destroy(reg);
 }
 
