@@ -158,9 +158,10 @@ void router_registry_destroy(router_registry_t *registry);
  * n_transport_mismatch_total; they stay registered, and placement never pairs them.
  *
  * Returns TDM_OK with *slot_out, or (registry unchanged) TDM_ERR_MISMATCH (incompatible, or id
- * != routing_id; reason says which field and both values), TDM_ERR_BUSY (table full) or
- * TDM_ERR_NO_MEMORY; reason (reason_bytes, may be 0) is filled on failure. Logs the admission
- * or the refusal once.
+ * != routing_id; reason says which field and both values) or TDM_ERR_NO_MEMORY (the slot,
+ * id or rack table could not grow; there is no fixed cap); reason (reason_bytes, may be 0) is
+ * filled on failure. Logs the admission or the refusal once. The worker joins the placement
+ * indexes of its rack (Register.rack) while placeable.
  */
 tdm_status_t router_registry_register(router_registry_t *registry, const char *routing_id,
                                       const Tandem__Register *reg, uint64_t now_ns, int *slot_out,
