@@ -46,7 +46,10 @@ static void find_before(router_ordset_t *set, const router_ordkey_t *key,
 {
     router_ordnode_t *x = &set->head;
 
-    for (int l = ROUTER_ORDSET_LEVELS - 1; l >= 0; l--) {
+    for (int l = ROUTER_ORDSET_LEVELS - 1; l >= set->top; l--) {
+        update[l] = x; /* levels no node uses */
+    }
+    for (int l = set->top - 1; l >= 0; l--) {
         while (x->next[l] != NULL && router_ordset_key_cmp(&x->next[l]->key, key) < 0) {
             x = x->next[l];
         }
@@ -61,6 +64,9 @@ void router_ordset_insert(router_ordset_t *set, router_ordnode_t *node, const ro
     node->key = *key;
     find_before(set, key, update);
     node->n_levels = random_levels(set);
+    if (node->n_levels > set->top) {
+        set->top = node->n_levels;
+    }
     for (int l = 0; l < node->n_levels; l++) {
         node->next[l] = update[l]->next[l];
         update[l]->next[l] = node;

@@ -34,6 +34,7 @@ typedef struct {
     router_ordnode_t head; /* sentinel: head.next[l] is the first node of level l */
     uint64_t rng;          /* xorshift state for node levels (deterministic) */
     uint32_t n;            /* entries */
+    int top;               /* levels ever used (1..ROUTER_ORDSET_LEVELS; 0: none yet) */
 } router_ordset_t;
 
 /* router_ordset_init - an empty set; seed picks the (deterministic) level sequence. */

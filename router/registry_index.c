@@ -173,13 +173,17 @@ static void rack_rekey_decode(router_registry_t *r, router_rack_t *k)
     const router_ordnode_t *best = router_ordset_first(&k->decode);
     router_ordkey_t key;
 
-    router_ordset_remove(&r->racks_by_decode, &k->by_decode);
     if (best == NULL) {
+        router_ordset_remove(&r->racks_by_decode, &k->by_decode);
         return;
     }
     key = best->key;
     key.score += router_rack_term_score(r->n_placeable_prefill > 0, k->prefill.n, k->prefill_tokens,
                                         k->prefill_rate_milli);
+    if (k->by_decode.n_levels != 0 && router_ordset_key_cmp(&key, &k->by_decode.key) == 0) {
+        return; /* unchanged: most changes are to a worker that is not the rack's best */
+    }
+    router_ordset_remove(&r->racks_by_decode, &k->by_decode);
     router_ordset_insert(&r->racks_by_decode, &k->by_decode, &key);
 }
 
@@ -187,11 +191,15 @@ static void rack_rekey_prefill(router_registry_t *r, router_rack_t *k)
 {
     router_ordkey_t key = {0, 0, k->id};
 
-    router_ordset_remove(&r->racks_by_prefill, &k->by_prefill);
     if (k->prefill.n == 0) {
+        router_ordset_remove(&r->racks_by_prefill, &k->by_prefill);
         return;
     }
     key.score = router_backlog_score(k->prefill_tokens, k->prefill_rate_milli);
+    if (k->by_prefill.n_levels != 0 && router_ordset_key_cmp(&key, &k->by_prefill.key) == 0) {
+        return;
+    }
+    router_ordset_remove(&r->racks_by_prefill, &k->by_prefill);
     router_ordset_insert(&r->racks_by_prefill, &k->by_prefill, &key);
 }
 
