@@ -332,14 +332,15 @@ router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_
         size_t len = (b + 1) * table->tokens_per_block;
         for (block_entry_t *e = *block_chain(table, hashes[b]); e != NULL; e = e->next) {
             router_session_t *s = e->s;
-            if (e->hash != hashes[b] || e->block != b || s->tenant != tenant ||
-                s->n_tokens < len || memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
+            if (e->hash != hashes[b] || e->block != b || s->tenant != tenant || s->n_tokens < len ||
+                memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
                 continue;
             }
-            if (best == NULL || s->last_used_ns > best->last_used_ns) {
-                best = s;
-                *matched_out = len;
-            }
+            /* the first confirmed one (chains are newest first, until the index grows), not a
+             * walk over every session that shares a common prefix (issue 18) */
+            best = s;
+            *matched_out = len;
+            break;
         }
     }
     free(hashes);
