@@ -79,9 +79,8 @@ tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint3
  * shares the longest prefix of whole blocks with `tokens` [n_tokens], found through the
  * block-hash index and confirmed on tokens (among equally long matches, one of them, usually the
  * session that indexed that block last; the cost does not grow with the sessions that share the
- * prefix). Returns the session
- * and its matched length in
- * *matched_out (a multiple of tokens_per_block), or NULL (and 0) when no full block matches.
+ * prefix). Returns the session and its matched length in *matched_out (a multiple of
+ * tokens_per_block), or NULL (and 0) when no full block matches.
  */
 router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_t tenant,
                                                const int32_t *tokens, size_t n_tokens,
