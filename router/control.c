@@ -628,6 +628,8 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
 {
     pthread_mutex_lock(&control->state_lock);
     router_registry_stats(control->registry, &gauges_out->workers);
+    /* out of memory: no per-worker rows, the rest renders */
+    (void)router_metrics_gauges_fill_workers(gauges_out, control->registry);
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;
