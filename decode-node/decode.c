@@ -11,7 +11,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "decode-node/notices.h"
 #include "decode-node/pool.h"
+#include "decode-node/report.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "decode-node/tier.h"
@@ -21,16 +23,23 @@
 
 #define DECODE_FIELDS_BYTES 256
 #define DECODE_XFER_POLL_MS 5u
+#define DECODE_REPORT_MS    250u /* the held-sessions list is refreshed this often (report.h) */
 
 /* Process state, made in decode_node_run and passed down. */
 typedef struct {
     const decode_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     decode_pool_t *pool;
+    uint64_t router_registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute
+                                                             thread */
+    uint64_t *report_keys; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_session_keys */
+    uint64_t *report_lens; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_cached_lens */
+    uint64_t next_report_ns;
     decode_tier_t *tier;
     decode_sessions_t *sessions;
-    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
-    uint64_t registrations; /* node_link_registrations seen by the compute thread */
+    decode_notices_t *notices; /* state notices from prefill nodes (the transfer callback's) */
+    decode_sched_t *sched;     /* NULL until registered; /health says "starting" */
+    uint64_t registrations;    /* node_link_registrations seen by the compute thread */
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -134,6 +143,18 @@ static void render_families(void *arg, tdm_prom_t *p)
                    (double)st->shared_page_refs);
     tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
                    "recent generation throughput, tokens per second", st->recent_tokens_per_s);
+    tdm_prom_counter(p, "tandem_decode_state_notices_total",
+                     "state records received straight from prefill nodes (transfer notices)",
+                     st->notices.arrived_total);
+    tdm_prom_counter(p, "tandem_decode_state_notice_bytes_total",
+                     "bytes of those state records and page checksums (not relayed by the router)",
+                     st->notices.state_bytes_total);
+    tdm_prom_counter(p, "tandem_decode_state_notice_timeouts_total",
+                     "remote handoffs failed because their state notice did not arrive in time",
+                     st->notices.timeouts_total);
+    tdm_prom_counter(p, "tandem_decode_state_notices_refused_total",
+                     "state notices refused (malformed payload, checksum) or dropped unclaimed",
+                     st->notices.bad_total + st->notices.expired_total);
     render_spec(st, p);
     decode_tier_render(&st->tier, p);
 }
@@ -190,6 +211,15 @@ static int setup(decode_node_t *n)
         rc = parse_spec(cfg, &sp);
     }
     if (rc == NODE_EXIT_OK) {
+        /* before the transfer context exists: it delivers the prefill nodes' state notices
+         * here (sequence state off the router, docs/PROTOCOL.md 3b) */
+        decode_notices_params_t np = {cfg->state_wait_ms, 0, 0};
+        if (decode_notices_create(&np, &n->notices) != TDM_OK) {
+            fprintf(stderr, "tandem-decode: setup failed: out of memory\n");
+            return NODE_EXIT_FAILED;
+        }
+        w->xfer_params.on_notice = decode_notices_on_xfer;
+        w->xfer_params.on_notice_arg = n->notices;
         rc = node_worker_load(w);
     }
     if (rc != NODE_EXIT_OK) {
@@ -240,6 +270,8 @@ static int setup(decode_node_t *n)
     sp.constrain_vocab = w->constrain_vocab;
     sp.tier = n->tier;
     sp.prefix_share = cfg->prefix_share;
+    sp.notices = n->notices;
+    sp.state_inband = cfg->state_inband;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {
@@ -296,6 +328,79 @@ static int keep_serving(decode_node_t *n, uint64_t *drain_deadline_ns, const cha
     return 1;
 }
 
+/* Does `resv` (decode_pool_lapse_if) or the request `id` (decode_sched_abort_where) belong to
+ * router pick->router? One whose request is not known to the link (a route forgotten) counts as
+ * any router's. */
+typedef struct {
+    node_link_t *link;
+    uint32_t router;
+} lapse_pick_t;
+
+static int request_of_router(void *arg, uint64_t id)
+{
+    const lapse_pick_t *pick = arg;
+    int r = node_link_request_router(pick->link, id);
+
+    return r < 0 || (uint32_t)r == pick->router;
+}
+
+static int resv_of_router(void *arg, const decode_resv_t *resv)
+{
+    return request_of_router(arg, resv->request_id);
+}
+
+/* A router registered us again (it restarted, declared this node lost, or was unreachable past
+ * its heartbeat timeout): what it reserved lapses now. With one router, decode_sched_router_changed
+ * (every reservation); with several, only that router's reservations lapse and its running turns
+ * end (nobody reads them: the router that takes the sessions over must find them idle); the
+ * other routers' turns go on. */
+static void note_registrations(decode_node_t *n)
+{
+    node_link_t *link = n->worker.link;
+    uint32_t n_routers = node_link_n_routers(link);
+    uint64_t total = node_link_registrations(link);
+
+    if (total == n->registrations) {
+        return; /* no router registered us again since the last look */
+    }
+    n->registrations = total;
+    for (uint32_t r = 0; r < n_routers; r++) {
+        uint64_t seen = node_link_router_registrations(link, r);
+        lapse_pick_t pick = {link, r};
+        uint32_t n_lapsed, n_aborted;
+
+        if (seen == n->router_registrations[r]) {
+            continue;
+        }
+        n->router_registrations[r] = seen;
+        if (n_routers == 1) {
+            decode_sched_router_changed(n->sched);
+            continue;
+        }
+        n_lapsed = decode_pool_lapse_if(n->pool, tdm_clock_now_ns(), resv_of_router, &pick);
+        n_aborted = decode_sched_abort_where(n->sched, request_of_router, &pick);
+        tdm_log(n_lapsed + n_aborted > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
+                "router %u of %u lost this node's registration: %u of its reservation(s) lapse "
+                "now, %u of its turn(s) aborted",
+                r + 1, n_routers, n_lapsed, n_aborted);
+    }
+}
+
+/* Every DECODE_REPORT_MS: the held sessions the heartbeats carry (report.h). */
+static void report_sessions(decode_node_t *n)
+{
+    uint64_t now = tdm_clock_now_ns();
+    uint32_t n_held;
+
+    if (now < n->next_report_ns || n->report_keys == NULL || n->report_lens == NULL) {
+        return;
+    }
+    n->next_report_ns = now + (uint64_t)DECODE_REPORT_MS * TDM_NS_PER_MS;
+    n_held = decode_report_resident(n->sessions, n->report_keys, n->report_lens,
+                                    NODE_MAX_RESIDENT_SESSIONS);
+    node_link_set_resident_sessions(n->worker.link, n->report_keys, n->report_lens, n_held);
+}
+
 static void run(decode_node_t *n, const char **reason_out)
 {
     uint64_t drain_deadline_ns = 0;
@@ -304,7 +409,6 @@ static void run(decode_node_t *n, const char **reason_out)
         uint32_t wait_ms = decode_sched_step(n->sched);
         Tandem__Envelope *env = NULL;
         decode_stats_t st;
-        uint64_t registrations;
 
         /* liveness from progress: the link's heartbeats and /health read it (node_progress.h) */
         decode_sched_stats(n->sched, &st);
@@ -314,16 +418,14 @@ static void run(decode_node_t *n, const char **reason_out)
             wait_ms = DECODE_XFER_POLL_MS; /* keep UCX progressing while peers write */
         }
         xfer_context_progress(n->worker.xfer);
+        decode_sched_join_notices(n->sched); /* handoffs whose state notice just arrived */
         while (node_link_recv(n->worker.link, wait_ms, &env) == TDM_OK) {
             decode_sched_on_message(n->sched, env);
             proto_envelope_free(env);
             wait_ms = 0;
         }
-        registrations = node_link_registrations(n->worker.link);
-        if (registrations != n->registrations) {
-            n->registrations = registrations;
-            decode_sched_router_changed(n->sched);
-        }
+        note_registrations(n);
+        report_sessions(n);
     }
 }
 
@@ -338,7 +440,8 @@ static void teardown(decode_node_t *n, const char *reason)
     decode_sessions_destroy(n->sessions);
     decode_tier_destroy(n->tier);
     decode_pool_destroy(n->pool);
-    node_worker_close(&n->worker);
+    node_worker_close(&n->worker); /* the transfer context, which delivered into notices */
+    decode_notices_destroy(n->notices);
 }
 
 int decode_node_run(const decode_node_params_t *params)
@@ -349,6 +452,11 @@ int decode_node_run(const decode_node_params_t *params)
 
     memset(&node, 0, sizeof(node));
     node.params = params;
+    node.report_keys = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
+    node.report_lens = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
+    if (node.report_keys == NULL || node.report_lens == NULL) {
+        tdm_log(TDM_LOG_WARN, "decode", "out of memory: heartbeats go without the held sessions");
+    }
     rc = setup(&node);
     if (rc == NODE_EXIT_OK) {
         run(&node, &reason);
@@ -356,5 +464,7 @@ int decode_node_run(const decode_node_params_t *params)
                 reason);
     }
     teardown(&node, reason);
+    free(node.report_keys);
+    free(node.report_lens);
     return rc;
 }

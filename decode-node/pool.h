@@ -44,6 +44,10 @@ typedef struct decode_resv {
     uint32_t first_target[NODE_MAX_SOURCES];
     engine_kv_table_t tables[NODE_MAX_SOURCES]; /* the reserved pages, per source */
     uint32_t n_pages;
+    /* Pages holding the session's state record at H for the prefill node to get (descriptor
+     * version 3, decode_pool_stage; issue 18 item 4); n_pages 0 when none. Freed with the
+     * reservation, counted in decode_pool_n_reserved, not in n_pages. */
+    engine_kv_table_t stage;
     struct decode_resv *next;
 } decode_resv_t;
 
@@ -93,6 +97,16 @@ decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id
 /* decode_pool_fence - an aborted reservation: keep its pages fence_ms more, then free them. */
 void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms);
 
+/*
+ * decode_pool_stage - hold n_bytes (> 0) of `bytes` (borrowed) in ceil(n_bytes / page) more
+ * pages of resv (resv->stage), in order from the start of its first page: the state record at
+ * H a prefill node gets with UCX instead of receiving it through the router. Once per
+ * reservation. Returns TDM_OK, TDM_ERR_NO_PAGES (nothing changed), TDM_ERR_INVALID_ARG (staged
+ * already, 0 bytes) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t decode_pool_stage(decode_pool_t *pool, decode_resv_t *resv, const uint8_t *bytes,
+                               size_t n_bytes);
+
 /* decode_pool_release - free the pages now, in any state: the handoff was consumed, or the
  * writer is fenced (acknowledged, or never given the reservation). `resv` is freed. */
 void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv);
@@ -104,6 +118,12 @@ void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv);
  * writer may still be putting) and reports it through on_lapse. Returns how many it lapsed.
  */
 uint32_t decode_pool_lapse_all(decode_pool_t *pool, uint64_t now_ns);
+
+/* decode_pool_lapse_if - decode_pool_lapse_all for the ACTIVE reservations pick(arg, resv) says
+ * nonzero for (pick NULL: all): the ones one router of several asked for, when only that router
+ * restarted or declared this node lost (issue 18 item 3). Returns how many it lapsed. */
+uint32_t decode_pool_lapse_if(decode_pool_t *pool, uint64_t now_ns,
+                              int (*pick)(void *arg, const decode_resv_t *resv), void *arg);
 
 /*
  * decode_pool_expire - at now_ns, fence every ACTIVE reservation past its timeout (fence_ms) and

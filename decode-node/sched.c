@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "decode-node/report.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "engine/spec.h"
@@ -377,6 +378,8 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
     }
     r->id = dr->request_id;
     r->session = session;
+    session->tenant = dr->tenant; /* what SessionHistory reports (report.h) */
+    session->prompt_len = dr->total_len;
     r->max_tokens = dr->max_tokens;
     r->min_tokens = dr->sampling != NULL ? dr->sampling->min_tokens : 0;
     r->n_choices =
@@ -505,6 +508,32 @@ void decode_sched_router_changed(decode_sched_t *s)
             n);
 }
 
+uint32_t decode_sched_abort_where(decode_sched_t *s, int (*pick)(void *arg, uint64_t id), void *arg)
+{
+    uint32_t n = 0, n_reqs = 0;
+    req_t *r;
+
+    for (r = s->reqs; r != NULL; r = r->next) {
+        n_reqs++;
+    }
+    /* one at a time: an abort ends every choice of its request and changes the list */
+    for (uint32_t pass = 0; pass < n_reqs && (r = s->reqs) != NULL; pass++) {
+        Tandem__Abort a = TANDEM__ABORT__INIT;
+
+        while (r != NULL && !pick(arg, r->id)) {
+            r = r->next;
+        }
+        if (r == NULL) {
+            break;
+        }
+        a.request_id = r->id;
+        a.reason = (char *)"its router is gone";
+        sched_on_abort(s, &a);
+        n++;
+    }
+    return n;
+}
+
 void decode_sched_drain(decode_sched_t *s)
 {
     if (!s->draining) {
@@ -560,6 +589,17 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
     case TANDEM__ENVELOPE__BODY_ABORT:
         sched_on_abort(s, env->abort);
         break;
+    case TANDEM__ENVELOPE__BODY_SESSION_QUERY: {
+        /* a router re-learning the session asks what this node holds of it (report.h) */
+        Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
+        Tandem__SessionHistory h;
+
+        decode_report_history(s->sessions, env->session_query, &h);
+        out.body_case = TANDEM__ENVELOPE__BODY_SESSION_HISTORY;
+        out.session_history = &h;
+        s->out.send(s->out.arg, &out);
+        break;
+    }
     default:
         tdm_log(TDM_LOG_WARN, "sched", "unexpected message: type=%s",
                 proto_type_name(env->body_case));
@@ -771,6 +811,9 @@ void sched_publish(decode_sched_t *s)
     s->stats.free_pages = decode_pool_n_free(s->pool);
     s->stats.total_pages = decode_pool_n_total(s->pool);
     s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
+    if (s->params.notices != NULL) {
+        decode_notices_stats(s->params.notices, &s->stats.notices);
+    }
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
     s->stats.session_pages = decode_sessions_n_pages(s->sessions);
     decode_tier_stats(s->params.tier, &s->stats.tier);
@@ -813,6 +856,7 @@ uint32_t decode_sched_step(decode_sched_t *s)
     uint64_t next_ns;
     uint32_t wait_ms = IDLE_WAIT_MS;
 
+    decode_sched_join_notices(s);
     next_ns =
         decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
     sched_prefill_step(s, decode_rows(s));

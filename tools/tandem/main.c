@@ -1,10 +1,12 @@
 /* tandem - the local-cluster launcher: `tandem local --model DIR --prefill N --decode M
- * [--http HOST:PORT]` starts a router, N prefill nodes and M decode nodes on loopback (the
- * executables next to this one), waits until each answers /health with 200 within a deadline,
+ * [--http HOST:PORT] [--racks R]` starts a router, N prefill nodes and M decode nodes on loopback
+ * (the executables next to this one), waits until each answers /health with 200 within a deadline,
  * prints the endpoint and one "started:" line per process (role, pid, /health address), and on
  * SIGINT or SIGTERM stops them all (SIGTERM by PID, then SIGKILL after a grace period) and reaps
- * them. A worker that exits while starting (exit 3: the router refused its registration, e.g. a
- * model fingerprint mismatch) stops the launch with its reason. Owns only child processes.
+ * them. With --racks R, decode node i and prefill node i register in rack "rack{i mod R}" (the
+ * router keeps a session's prefill in its decode node's rack). A worker that exits while starting
+ * (exit 3: the router refused its registration, e.g. a model fingerprint mismatch) stops the launch
+ * with its reason. Owns only child processes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,10 +27,10 @@
 #include "common/startup.h"
 #include "keygen.h"
 
-#define LAUNCH_MAX_PROCS 65
-#define LAUNCH_ARG_BYTES 256
-#define LAUNCH_POLL_MS 50
-#define LAUNCH_GRACE_MS 5000
+#define LAUNCH_MAX_PROCS    65
+#define LAUNCH_ARG_BYTES    256
+#define LAUNCH_POLL_MS      50
+#define LAUNCH_GRACE_MS     5000
 #define LAUNCH_EXIT_REFUSED 3
 
 typedef struct {
@@ -42,6 +44,7 @@ typedef struct {
     uint32_t health_timeout_ms;
     const char *worker_model_dir;
     const char *log_level;
+    uint32_t n_racks;
 } launch_cfg_t;
 
 static const tdm_flag_t launch_flags[] = {
@@ -59,10 +62,14 @@ static const tdm_flag_t launch_flags[] = {
     {"health-timeout-ms", TDM_FLAG_U32, "120000", offsetof(launch_cfg_t, health_timeout_ms),
      "deadline for every process to answer /health", 100, 3600000, 0},
     {"worker-model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, worker_model_dir),
-     "model directory the workers load (default --model; tests use it to provoke a refusal)", 0,
-     0, 0},
+     "model directory the workers load (default --model; tests use it to provoke a refusal)", 0, 0,
+     0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(launch_cfg_t, log_level),
      "log level of every process", 0, 0, 0},
+    {"racks", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_racks),
+     "racks (NVLink domains) the workers are spread over: decode node i and prefill node i go to "
+     "rack{i mod N}",
+     1, 32, 0},
 };
 
 typedef struct {
@@ -188,11 +195,11 @@ static void describe_exit(const proc_t *p)
                 "above: model fingerprint, page format, KV formats or max context mismatch)\n",
                 p->role, (int)p->pid);
     } else if (WIFEXITED(p->status)) {
-        fprintf(stderr, "tandem local: %s (pid %d) exited with status %d\n", p->role,
-                (int)p->pid, WEXITSTATUS(p->status));
+        fprintf(stderr, "tandem local: %s (pid %d) exited with status %d\n", p->role, (int)p->pid,
+                WEXITSTATUS(p->status));
     } else if (WIFSIGNALED(p->status)) {
-        fprintf(stderr, "tandem local: %s (pid %d) was killed by signal %d\n", p->role,
-                (int)p->pid, WTERMSIG(p->status));
+        fprintf(stderr, "tandem local: %s (pid %d) was killed by signal %d\n", p->role, (int)p->pid,
+                WTERMSIG(p->status));
     }
 }
 
@@ -212,8 +219,8 @@ static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
         }
         nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "tandem local: %s (pid %d) not healthy before the deadline\n",
-            l->procs[i].role, (int)l->procs[i].pid);
+    fprintf(stderr, "tandem local: %s (pid %d) not healthy before the deadline\n", l->procs[i].role,
+            (int)l->procs[i].pid);
     return -1;
 }
 
@@ -257,7 +264,7 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                          const char *http_host)
 {
     char control[LAUNCH_ARG_BYTES], http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32];
-    char whttp[LAUNCH_ARG_BYTES];
+    char whttp[LAUNCH_ARG_BYTES], rack[32];
     uint16_t control_port = free_port();
     uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
@@ -268,9 +275,10 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     snprintf(threads, sizeof(threads), "%u", c->threads);
     snprintf(pages, sizeof(pages), "%u", c->pages);
     {
-        char *argv[] = {"tandem-router", "--model", (char *)c->model_dir, "--http", http,
-                        "--control", control, "--local-prefill-tokens", lpt, "--log-level",
-                        (char *)c->log_level, NULL};
+        char *argv[] = {
+            "tandem-router",      "--model", (char *)c->model_dir,     "--http", http,
+            "--control",          control,   "--local-prefill-tokens", lpt,      "--log-level",
+            (char *)c->log_level, NULL};
         if (spawn(l, "router", "tandem-router", argv, http_port) != 0) {
             return -1;
         }
@@ -287,10 +295,24 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     for (uint32_t i = 0; i < c->n_decode + c->n_prefill; i++) {
         int is_decode = i < c->n_decode;
         uint16_t port = free_port();
-        char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill", "--model", (char *)wmodel,
-                        "--router", control, "--http", whttp, "--threads", threads, "--pages",
-                        pages, "--log-level", (char *)c->log_level, NULL};
+        char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill",
+                        "--model",
+                        (char *)wmodel,
+                        "--router",
+                        control,
+                        "--http",
+                        whttp,
+                        "--threads",
+                        threads,
+                        "--pages",
+                        pages,
+                        "--log-level",
+                        (char *)c->log_level,
+                        "--rack",
+                        rack,
+                        NULL};
         snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
+        snprintf(rack, sizeof(rack), "rack%u", (is_decode ? i : i - c->n_decode) % c->n_racks);
         if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
             await_healthy(l, l->n_procs - 1, deadline) != 0) {
             return -1;
