@@ -225,15 +225,6 @@ static tdm_status_t setup_instances(sim_t *s, char *err, size_t err_bytes)
         n_p--;
     }
     n_d = (gpr - n_p * gp) / gd;
-#ifdef ROUTER_MAX_WORKERS
-    if ((uint64_t)(n_p + n_d) * s->cfg.racks > ROUTER_MAX_WORKERS) {
-        snprintf(err, err_bytes,
-                 "%u racks x %u instances exceed the router registry's %d workers "
-                 "(larger instances: --group-gpus)",
-                 s->cfg.racks, n_p + n_d, ROUTER_MAX_WORKERS);
-        return TDM_ERR_UNSUPPORTED;
-    }
-#endif
     s->res->prefill_group_gpus = gp;
     s->res->decode_group_gpus = gd;
     s->res->prefill_per_rack = n_p;

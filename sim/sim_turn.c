@@ -75,37 +75,17 @@ static void lru_append(sim_t *s, inst_t *in, int32_t a)
 
 /*
  * The dispatcher's bookkeeping of a worker (router/dispatch.c set_decode / set_prefill): one more
- * (or one fewer) turn in flight and n_tokens more (fewer) prefill tokens handed to it. The
- * registry of this tree has a fixed worker cap (ROUTER_MAX_WORKERS) and the dispatcher edits the
- * two fields itself; the registry without the cap (issue 18 item 1) keeps placement indexes and
- * must hear of every change through router_registry_note_assigned / _released.
+ * (or one fewer) turn in flight and n_tokens more (fewer) prefill tokens handed to it, through
+ * the registry so its placement indexes stay right.
  */
 static void note_assigned(sim_t *s, int slot, uint64_t gen, uint64_t n_tokens)
 {
-#ifdef ROUTER_MAX_WORKERS
-    router_worker_t *w = router_registry_worker(s->registry, slot, gen);
-
-    if (w != NULL) {
-        w->n_active++;
-        w->n_assigned_tokens += n_tokens;
-    }
-#else
     router_registry_note_assigned(s->registry, slot, gen, n_tokens);
-#endif
 }
 
 static void note_released(sim_t *s, int slot, uint64_t gen, uint64_t n_tokens)
 {
-#ifdef ROUTER_MAX_WORKERS
-    router_worker_t *w = router_registry_worker(s->registry, slot, gen);
-
-    if (w != NULL) {
-        w->n_active -= w->n_active > 0 ? 1 : 0;
-        w->n_assigned_tokens -= w->n_assigned_tokens >= n_tokens ? n_tokens : w->n_assigned_tokens;
-    }
-#else
     router_registry_note_released(s->registry, slot, gen, n_tokens);
-#endif
 }
 
 /* Release agent a's KV on its decode instance (session over, or evicted). */
