@@ -104,7 +104,7 @@ typedef struct {
 /*
  * sim_run - simulate `config` over `workload` (borrowed; >= 1 session). Returns TDM_OK with
  * *result_out, TDM_ERR_INVALID_ARG (bad config: reason in err), TDM_ERR_UNSUPPORTED (the model
- * does not fit the GPU kind's group, or more workers than the router's registry tracks; err
+ * does not fit the GPU kind's group or a rack; err
  * says which), an error of sim_perf_calibrate, or TDM_ERR_NO_MEMORY. err: err_bytes, may be 0.
  */
 tdm_status_t sim_run(const sim_config_t *config, const sim_workload_t *workload,
