@@ -104,8 +104,8 @@ typedef struct {
 /*
  * sim_run - simulate `config` over `workload` (borrowed; >= 1 session). Returns TDM_OK with
  * *result_out, TDM_ERR_INVALID_ARG (bad config: reason in err), TDM_ERR_UNSUPPORTED (the model
- * does not fit the GPU kind's group or a rack; err
- * says which), an error of sim_perf_calibrate, or TDM_ERR_NO_MEMORY. err: err_bytes, may be 0.
+ * does not fit the GPU kind's group, or a group does not fit a rack; err says which), an error of
+ * sim_perf_calibrate, or TDM_ERR_NO_MEMORY. err: err_bytes, may be 0.
  */
 tdm_status_t sim_run(const sim_config_t *config, const sim_workload_t *workload,
                      sim_result_t *result_out, char *err, size_t err_bytes);
