@@ -14,7 +14,10 @@
 #include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "router/peers.h"
 #include "router/registry.h"
+#include "router/relearn.h"
+#include "router/residents.h"
 #include "router/session.h"
 #include "router/zap.h"
 
@@ -59,6 +62,10 @@ struct router_control {
     router_registry_t *registry;
     router_sessions_t *sessions;
     router_dispatch_t *dispatch;
+    router_residents_t *residents; /* sessions the decode nodes report (issue 18 item 3) */
+    router_relearn_t *relearn;     /* unknown sessions learned before their turn */
+    router_peers_t *peers;         /* the other routers; replicas after each turn */
+    uint64_t n_replicas_sent;
 };
 
 void router_control_params_default(router_control_params_t *params)
@@ -171,6 +178,50 @@ static void handle_register(router_control_t *c, const char *id, const Tandem__E
     }
 }
 
+/* Index the sessions a decode node reports holding (issue 18 item 3: router/residents.h). */
+static void index_residents(router_control_t *c, const char *id, const Tandem__Heartbeat *hb)
+{
+    const Tandem__Load *load = hb != NULL ? hb->load : NULL;
+
+    if (load == NULL) {
+        return;
+    }
+    if (router_residents_update(c->residents, id, load->resident_session_keys,
+                                load->n_resident_session_keys, load->resident_cached_lens,
+                                load->n_resident_cached_lens) != TDM_OK) {
+        tdm_log(TDM_LOG_WARN, "control", "resident sessions not indexed: worker=%s keys=%zu", id,
+                load->n_resident_session_keys);
+    }
+}
+
+/* After a turn: the session's replica to its owner and replica routers (router/peers.h). */
+static void replicate(router_control_t *c, router_request_t *request)
+{
+    char sid[ROUTER_SESSION_ID_BYTES + 1] = "";
+    Tandem__SessionReplica r = TANDEM__SESSION_REPLICA__INIT;
+    router_session_t *s;
+
+    if (router_peers_count(c->peers) == 0) {
+        return;
+    }
+    router_request_session(request, sid, sizeof(sid));
+    s = sid[0] != '\0' ? router_sessions_get(c->sessions, sid) : NULL;
+    if (s == NULL || s->active_request != 0 || s->n_tokens == 0) {
+        return;
+    }
+    router_relearn_make_replica(c->relearn, s, &r);
+    c->n_replicas_sent += router_peers_replicate(c->peers, &r);
+}
+
+static void resume_submit(void *ctx, router_request_t *request, uint64_t now_ns)
+{
+    router_control_t *c = ctx;
+
+    if (c->dispatch != NULL) {
+        router_dispatch_submit(c->dispatch, request, now_ns);
+    }
+}
+
 /* A PageReservation from a worker the registry does not know (declared lost while it was paused,
  * then resumed): its turn has moved on, and no writer ever saw the reservation, so its pages go
  * back at once (Abort with writer_fenced) instead of after the reservation's timeout. */
@@ -228,6 +279,19 @@ static void handle_frame(router_control_t *c, const unsigned char *identity, siz
         if (router_registry_heartbeat(c->registry, id, env->heartbeat, now_ns) != TDM_OK) {
             send_error(c, identity, n_identity, 0, TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED,
                        "unknown worker: register first");
+        } else {
+            index_residents(c, id, env->heartbeat);
+        }
+        break;
+    case TANDEM__ENVELOPE__BODY_SESSION_REPLICA:
+        /* from a peer router (routing id "peer:<id>"), never registered as a worker */
+        if (strncmp(id, ROUTER_PEERS_ID_PREFIX, strlen(ROUTER_PEERS_ID_PREFIX)) == 0) {
+            router_relearn_on_replica(c->relearn, env->session_replica, now_ns);
+        }
+        break;
+    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY:
+        if (router_registry_touch(c->registry, id, now_ns) >= 0) {
+            router_relearn_on_history(c->relearn, id, env->session_history, now_ns);
         }
         break;
     case TANDEM__ENVELOPE__BODY_GOODBYE:
@@ -337,9 +401,12 @@ static void run_commands(router_control_t *c, uint64_t now_ns)
     while (cmd != NULL) {
         cmd_t *next = cmd->next;
         if (cmd->type == CMD_SUBMIT) {
-            router_dispatch_submit(c->dispatch, cmd->request, now_ns);
+            if (c->relearn == NULL || !router_relearn_submit(c->relearn, cmd->request, now_ns)) {
+                router_dispatch_submit(c->dispatch, cmd->request, now_ns);
+            }
         } else {
             router_dispatch_release(c->dispatch, cmd->request, cmd->client_gone, now_ns);
+            replicate(c, cmd->request);
         }
         router_request_unref(cmd->request);
         free(cmd);
@@ -353,6 +420,10 @@ static void expire_workers(router_control_t *c, uint64_t now_ns)
     int slot;
 
     while ((slot = router_registry_expire(c->registry, now_ns, &why)) >= 0) {
+        router_worker_t *w = router_registry_worker(c->registry, slot, 0);
+        if (w != NULL) {
+            router_residents_forget(c->residents, w->id);
+        }
         router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, why, now_ns);
     }
 }
@@ -388,7 +459,9 @@ static void *control_main(void *arg)
         }
         run_commands(c, now_ns);
         expire_workers(c, now_ns);
+        router_relearn_tick(c->relearn, now_ns);
         router_dispatch_tick(c->dispatch, now_ns);
+        router_peers_drain(c->peers);
         pthread_mutex_unlock(&c->state_lock);
     }
     return NULL;
@@ -427,14 +500,13 @@ static tdm_status_t secure_socket(router_control_t *c)
                                           sizeof(err));
     }
     if (status == TDM_OK) {
-        status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1])allowed,
+        status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1]) allowed,
                                   n_allowed, &c->zap);
     }
-    if (status == TDM_OK &&
-        (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
-         zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, keys.secret_z85, TDM_CURVE_Z85_CHARS + 1) !=
-             0 ||
-         zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
+    if (status == TDM_OK && (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+                             zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, keys.secret_z85,
+                                            TDM_CURVE_Z85_CHARS + 1) != 0 ||
+                             zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
         snprintf(err, sizeof(err), "cannot enable CURVE: %s", zmq_strerror(errno));
         status = TDM_ERR_IO;
     }
@@ -444,8 +516,7 @@ static tdm_status_t secure_socket(router_control_t *c)
         tdm_log(TDM_LOG_ERROR, "control", "CurveZMQ refused: %s", err);
         return status;
     }
-    tdm_log(TDM_LOG_INFO, "control", "control plane uses CurveZMQ: allowed_workers=%zu",
-            n_allowed);
+    tdm_log(TDM_LOG_INFO, "control", "control plane uses CurveZMQ: allowed_workers=%zu", n_allowed);
     return TDM_OK;
 }
 
@@ -487,6 +558,26 @@ static tdm_status_t open_socket(router_control_t *c)
     return TDM_OK;
 }
 
+/* The peer routers (after the socket: they share its ZeroMQ context). */
+static tdm_status_t open_peers(router_control_t *c)
+{
+    char err[CONTROL_ERR_BYTES] = "";
+    tdm_status_t status;
+
+    if (c->params.peers != NULL && c->params.peers[0] != '\0' && c->zap != NULL) {
+        tdm_log(TDM_LOG_ERROR, "control",
+                "--peers with CurveZMQ is not supported yet (docs/ROUTERS.md): the peers' "
+                "replica links would be unauthenticated");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    status =
+        router_peers_create(c->zctx, c->router_id, c->params.peers, &c->peers, err, sizeof(err));
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "control", "peer routers refused: %s", err);
+    }
+    return status;
+}
+
 tdm_status_t router_control_create(const router_control_params_t *params,
                                    const router_model_t *model, router_metrics_t *metrics,
                                    router_control_t **control_out)
@@ -509,8 +600,12 @@ tdm_status_t router_control_create(const router_control_params_t *params,
     c->wake_fd = -1;
     pthread_mutex_init(&c->queue_lock, NULL);
     pthread_mutex_init(&c->state_lock, NULL);
-    snprintf(c->router_id, sizeof(c->router_id), "router-%d-%016llx", (int)getpid(),
-             (unsigned long long)tdm_hash_splitmix64(tdm_clock_now_ns()));
+    if (params->router_id != NULL && params->router_id[0] != '\0') {
+        snprintf(c->router_id, sizeof(c->router_id), "%s", params->router_id);
+    } else {
+        snprintf(c->router_id, sizeof(c->router_id), "router-%d-%016llx", (int)getpid(),
+                 (unsigned long long)tdm_hash_splitmix64(tdm_clock_now_ns()));
+    }
     status = router_registry_create(router_model_compat(model), params->heartbeat_timeout_ms,
                                     &c->registry);
     if (status == TDM_OK) {
@@ -525,6 +620,13 @@ tdm_status_t router_control_create(const router_control_params_t *params,
                                         send_to_worker, c, &c->dispatch);
     }
     if (status == TDM_OK) {
+        status = router_residents_create(&c->residents);
+    }
+    if (status == TDM_OK) {
+        status = router_relearn_create(c->registry, c->sessions, c->residents, 0, send_to_worker, c,
+                                       resume_submit, c, &c->relearn);
+    }
+    if (status == TDM_OK) {
         c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (c->wake_fd < 0) {
             tdm_log(TDM_LOG_ERROR, "control", "eventfd failed: error=\"%s\"", strerror(errno));
@@ -533,6 +635,9 @@ tdm_status_t router_control_create(const router_control_params_t *params,
     }
     if (status == TDM_OK) {
         status = open_socket(c);
+    }
+    if (status == TDM_OK) {
+        status = open_peers(c);
     }
     if (status == TDM_OK) {
         if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
@@ -569,6 +674,9 @@ void router_control_stop(router_control_t *control)
     }
     pthread_mutex_lock(&c->state_lock);
     if (c->dispatch != NULL) {
+        /* Parked turns resume into the dispatcher, which fails them below with the rest. */
+        router_relearn_destroy(c->relearn, tdm_clock_now_ns());
+        c->relearn = NULL;
         /* Commands still queued: releases need nothing more; submits are failed below. */
         run_commands(c, tdm_clock_now_ns());
         router_dispatch_destroy(c->dispatch);
@@ -585,6 +693,9 @@ void router_control_destroy(router_control_t *control)
         return;
     }
     router_control_stop(c);
+    router_relearn_destroy(c->relearn, tdm_clock_now_ns()); /* NULL unless create failed early */
+    router_peers_destroy(c->peers);
+    router_residents_destroy(c->residents);
     router_sessions_destroy(c->sessions);
     router_registry_destroy(c->registry);
     if (c->sock != NULL) {
@@ -627,5 +738,20 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;
+    pthread_mutex_unlock(&control->state_lock);
+}
+
+void router_control_relearn_stats(router_control_t *control, router_relearn_stats_t *stats_out,
+                                  uint64_t *n_replicas_sent_out, uint64_t *n_replica_failures_out)
+{
+    pthread_mutex_lock(&control->state_lock);
+    if (control->relearn != NULL) {
+        router_relearn_stats(control->relearn, stats_out);
+    } else {
+        memset(stats_out, 0, sizeof(*stats_out));
+    }
+    *n_replicas_sent_out = control->n_replicas_sent;
+    *n_replica_failures_out =
+        control->peers != NULL ? router_peers_send_failures(control->peers) : 0;
     pthread_mutex_unlock(&control->state_lock);
 }
