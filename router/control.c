@@ -738,6 +738,21 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;
+    gauges_out->n_session_queries = 0;
+    gauges_out->n_sessions_learned = 0;
+    gauges_out->n_session_query_timeouts = 0;
+    gauges_out->n_replicas_applied = 0;
+    if (control->relearn != NULL) {
+        router_relearn_stats_t rs;
+        router_relearn_stats(control->relearn, &rs);
+        gauges_out->n_session_queries = rs.n_queries;
+        gauges_out->n_sessions_learned = rs.n_learned;
+        gauges_out->n_session_query_timeouts = rs.n_timeouts;
+        gauges_out->n_replicas_applied = rs.n_replicas_applied;
+    }
+    gauges_out->n_replicas_sent = control->n_replicas_sent;
+    gauges_out->n_replica_send_failures =
+        control->peers != NULL ? router_peers_send_failures(control->peers) : 0;
     pthread_mutex_unlock(&control->state_lock);
 }
 

@@ -25,16 +25,18 @@
 #include "common/startup.h"
 #include "keygen.h"
 
-#define LAUNCH_MAX_PROCS 65
-#define LAUNCH_ARG_BYTES 256
-#define LAUNCH_POLL_MS 50
-#define LAUNCH_GRACE_MS 5000
+#define LAUNCH_MAX_ROUTERS  8
+#define LAUNCH_MAX_PROCS    (LAUNCH_MAX_ROUTERS + 64)
+#define LAUNCH_ARG_BYTES    256
+#define LAUNCH_POLL_MS      50
+#define LAUNCH_GRACE_MS     5000
 #define LAUNCH_EXIT_REFUSED 3
 
 typedef struct {
     const char *model_dir;
     uint32_t n_prefill;
     uint32_t n_decode;
+    uint32_t n_routers;
     const char *http;
     uint32_t local_prefill_tokens;
     uint32_t threads;
@@ -48,6 +50,10 @@ static const tdm_flag_t launch_flags[] = {
     {"model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, model_dir), "model directory", 0, 0, 1},
     {"prefill", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_prefill), "prefill nodes", 0, 32, 0},
     {"decode", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_decode), "decode nodes", 1, 32, 0},
+    {"routers", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_routers),
+     "routers of one fleet (issue 18: peers of each other, every worker registers with all; "
+     "the first serves --http, the others free ports, each printed as started: role=router)",
+     1, LAUNCH_MAX_ROUTERS, 0},
     {"http", TDM_FLAG_STRING, "127.0.0.1:8000", offsetof(launch_cfg_t, http),
      "HOST:PORT of the OpenAI API (port 0: any free port)", 0, 0, 0},
     {"local-prefill-tokens", TDM_FLAG_U32, "512", offsetof(launch_cfg_t, local_prefill_tokens),
@@ -59,8 +65,8 @@ static const tdm_flag_t launch_flags[] = {
     {"health-timeout-ms", TDM_FLAG_U32, "120000", offsetof(launch_cfg_t, health_timeout_ms),
      "deadline for every process to answer /health", 100, 3600000, 0},
     {"worker-model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, worker_model_dir),
-     "model directory the workers load (default --model; tests use it to provoke a refusal)", 0,
-     0, 0},
+     "model directory the workers load (default --model; tests use it to provoke a refusal)", 0, 0,
+     0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(launch_cfg_t, log_level),
      "log level of every process", 0, 0, 0},
 };
@@ -188,11 +194,11 @@ static void describe_exit(const proc_t *p)
                 "above: model fingerprint, page format, KV formats or max context mismatch)\n",
                 p->role, (int)p->pid);
     } else if (WIFEXITED(p->status)) {
-        fprintf(stderr, "tandem local: %s (pid %d) exited with status %d\n", p->role,
-                (int)p->pid, WEXITSTATUS(p->status));
+        fprintf(stderr, "tandem local: %s (pid %d) exited with status %d\n", p->role, (int)p->pid,
+                WEXITSTATUS(p->status));
     } else if (WIFSIGNALED(p->status)) {
-        fprintf(stderr, "tandem local: %s (pid %d) was killed by signal %d\n", p->role,
-                (int)p->pid, WTERMSIG(p->status));
+        fprintf(stderr, "tandem local: %s (pid %d) was killed by signal %d\n", p->role, (int)p->pid,
+                WTERMSIG(p->status));
     }
 }
 
@@ -212,8 +218,8 @@ static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
         }
         nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "tandem local: %s (pid %d) not healthy before the deadline\n",
-            l->procs[i].role, (int)l->procs[i].pid);
+    fprintf(stderr, "tandem local: %s (pid %d) not healthy before the deadline\n", l->procs[i].role,
+            (int)l->procs[i].pid);
     return -1;
 }
 
@@ -256,47 +262,91 @@ static void stop_all(launch_t *l)
 static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                          const char *http_host)
 {
-    char control[LAUNCH_ARG_BYTES], http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32];
+    char controls[LAUNCH_MAX_ROUTERS * LAUNCH_ARG_BYTES] = "";
+    char peers[LAUNCH_MAX_ROUTERS * (LAUNCH_ARG_BYTES + 16)] = "";
+    char control[LAUNCH_MAX_ROUTERS][LAUNCH_ARG_BYTES];
+    char http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32], rid[32];
     char whttp[LAUNCH_ARG_BYTES];
-    uint16_t control_port = free_port();
+    uint16_t router_http[LAUNCH_MAX_ROUTERS];
     uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
 
-    snprintf(control, sizeof(control), "tcp://127.0.0.1:%u", (unsigned)control_port);
-    snprintf(http, sizeof(http), "%s:%u", http_host, (unsigned)http_port);
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        size_t n_controls = strlen(controls);
+        size_t n_peers = strlen(peers);
+        snprintf(control[r], sizeof(control[r]), "tcp://127.0.0.1:%u", (unsigned)free_port());
+        router_http[r] = r == 0 ? http_port : free_port();
+        snprintf(controls + n_controls, sizeof(controls) - n_controls, "%s%s", r > 0 ? "," : "",
+                 control[r]);
+        snprintf(peers + n_peers, sizeof(peers) - n_peers, "%srouter-%u=%s", r > 0 ? "," : "",
+                 (unsigned)r, control[r]);
+    }
     snprintf(lpt, sizeof(lpt), "%u", c->local_prefill_tokens);
     snprintf(threads, sizeof(threads), "%u", c->threads);
     snprintf(pages, sizeof(pages), "%u", c->pages);
-    {
-        char *argv[] = {"tandem-router", "--model", (char *)c->model_dir, "--http", http,
-                        "--control", control, "--local-prefill-tokens", lpt, "--log-level",
-                        (char *)c->log_level, NULL};
-        if (spawn(l, "router", "tandem-router", argv, http_port) != 0) {
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        char *argv[] = {"tandem-router",
+                        "--model",
+                        (char *)c->model_dir,
+                        "--http",
+                        http,
+                        "--control",
+                        control[r],
+                        "--local-prefill-tokens",
+                        lpt,
+                        "--log-level",
+                        (char *)c->log_level,
+                        c->n_routers > 1 ? "--router-id" : NULL,
+                        rid,
+                        "--peers",
+                        peers,
+                        NULL};
+        snprintf(http, sizeof(http), "%s:%u", r == 0 ? http_host : "127.0.0.1",
+                 (unsigned)router_http[r]);
+        snprintf(rid, sizeof(rid), "router-%u", (unsigned)r);
+        if (spawn(l, "router", "tandem-router", argv, router_http[r]) != 0) {
             return -1;
         }
-    }
-    /* The router answers /health (503 until a decode node registers) once it listens. */
-    while (health_status(http_port) < 0) {
-        struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
-        if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
-            describe_exit(&l->procs[0]);
-            return -1;
+        /* A router answers /health (503 until a decode node registers) once it listens. */
+        while (health_status(router_http[r]) < 0) {
+            struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
+            if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
+                describe_exit(&l->procs[l->n_procs - 1]);
+                return -1;
+            }
+            nanosleep(&ts, NULL);
         }
-        nanosleep(&ts, NULL);
     }
     for (uint32_t i = 0; i < c->n_decode + c->n_prefill; i++) {
         int is_decode = i < c->n_decode;
         uint16_t port = free_port();
-        char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill", "--model", (char *)wmodel,
-                        "--router", control, "--http", whttp, "--threads", threads, "--pages",
-                        pages, "--log-level", (char *)c->log_level, NULL};
+        /* every router's control endpoint, comma-separated (one: the single-router form) */
+        char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill",
+                        "--model",
+                        (char *)wmodel,
+                        "--router",
+                        controls,
+                        "--http",
+                        whttp,
+                        "--threads",
+                        threads,
+                        "--pages",
+                        pages,
+                        "--log-level",
+                        (char *)c->log_level,
+                        NULL};
         snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
         if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
             await_healthy(l, l->n_procs - 1, deadline) != 0) {
             return -1;
         }
     }
-    return await_healthy(l, 0, deadline);
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        if (await_healthy(l, (int)r, deadline) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void print_usage(FILE *out)
@@ -382,8 +432,8 @@ int main(int argc, char **argv)
         stop_all(&l);
         return 1;
     }
-    printf("ready: http://%s:%u/v1 prefill=%u decode=%u\n", host, (unsigned)port, cfg.n_prefill,
-           cfg.n_decode);
+    printf("ready: http://%s:%u/v1 prefill=%u decode=%u routers=%u\n", host, (unsigned)port,
+           cfg.n_prefill, cfg.n_decode, cfg.n_routers);
     fflush(stdout);
     for (;;) {
         int died;
@@ -393,10 +443,16 @@ int main(int argc, char **argv)
         }
         died = reap(&l);
         if (died >= 0) {
-            describe_exit(&l.procs[died]); /* keep serving: the router handles lost workers */
-            if (died == 0) {
-                rc = 1;
-                break;
+            describe_exit(&l.procs[died]);   /* keep serving: the router handles lost workers */
+            if (died < (int)cfg.n_routers) { /* a router: stop when none is left */
+                int routers_left = 0;
+                for (uint32_t r = 0; r < cfg.n_routers; r++) {
+                    routers_left += !l.procs[r].exited;
+                }
+                if (routers_left == 0) {
+                    rc = 1;
+                    break;
+                }
             }
         }
     }
