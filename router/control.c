@@ -62,9 +62,12 @@ struct router_control {
     router_registry_t *registry;
     router_sessions_t *sessions;
     router_dispatch_t *dispatch;
-    router_residents_t *residents; /* sessions the decode nodes report (issue 18 item 3) */
-    router_relearn_t *relearn;     /* unknown sessions learned before their turn */
-    router_peers_t *peers;         /* the other routers; replicas after each turn */
+    router_residents_t *residents;  /* sessions the decode nodes report (issue 18 item 3) */
+    router_relearn_t *relearn;      /* unknown sessions learned before their turn */
+    router_peers_t *peers;          /* the other routers; replicas after each turn */
+    tdm_curve_keypair_t curve_keys; /* the router's CURVE key pair (peers share it); zeroed at
+                                       destroy */
+    int curve_on;
     uint64_t n_replicas_sent;
 };
 
@@ -499,6 +502,17 @@ static tdm_status_t secure_socket(router_control_t *c)
         status = tdm_curve_allowlist_load(c->params.curve_workers, &allowed, &n_allowed, err,
                                           sizeof(err));
     }
+    if (status == TDM_OK && c->params.peers != NULL && c->params.peers[0] != '\0') {
+        /* peer routers share this key pair: their replica links present its public key */
+        char(*grown)[TDM_CURVE_Z85_CHARS + 1] = realloc(allowed, (n_allowed + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+            snprintf(err, sizeof(err), "out of memory");
+        } else {
+            allowed = grown;
+            memcpy(allowed[n_allowed++], keys.public_z85, sizeof(allowed[0]));
+        }
+    }
     if (status == TDM_OK) {
         status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1]) allowed,
                                   n_allowed, &c->zap);
@@ -509,6 +523,10 @@ static tdm_status_t secure_socket(router_control_t *c)
                              zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
         snprintf(err, sizeof(err), "cannot enable CURVE: %s", zmq_strerror(errno));
         status = TDM_ERR_IO;
+    }
+    if (status == TDM_OK) {
+        c->curve_keys = keys;
+        c->curve_on = 1;
     }
     memset(&keys, 0, sizeof(keys));
     free(allowed);
@@ -564,14 +582,8 @@ static tdm_status_t open_peers(router_control_t *c)
     char err[CONTROL_ERR_BYTES] = "";
     tdm_status_t status;
 
-    if (c->params.peers != NULL && c->params.peers[0] != '\0' && c->zap != NULL) {
-        tdm_log(TDM_LOG_ERROR, "control",
-                "--peers with CurveZMQ is not supported yet (docs/ROUTERS.md): the peers' "
-                "replica links would be unauthenticated");
-        return TDM_ERR_UNSUPPORTED;
-    }
-    status =
-        router_peers_create(c->zctx, c->router_id, c->params.peers, &c->peers, err, sizeof(err));
+    status = router_peers_create(c->zctx, c->router_id, c->params.peers,
+                                 c->curve_on ? &c->curve_keys : NULL, &c->peers, err, sizeof(err));
     if (status != TDM_OK) {
         tdm_log(TDM_LOG_ERROR, "control", "peer routers refused: %s", err);
     }
@@ -696,6 +708,7 @@ void router_control_destroy(router_control_t *control)
     router_relearn_destroy(c->relearn, tdm_clock_now_ns()); /* NULL unless create failed early */
     router_peers_destroy(c->peers);
     router_residents_destroy(c->residents);
+    memset(&c->curve_keys, 0, sizeof(c->curve_keys));
     router_sessions_destroy(c->sessions);
     router_registry_destroy(c->registry);
     if (c->sock != NULL) {

@@ -26,7 +26,8 @@ struct router_peers {
     uint64_t send_failures;
 };
 
-static tdm_status_t open_peer(void *zctx, const char *self, peer_t *p, char *err, size_t n_err)
+static tdm_status_t open_peer(void *zctx, const char *self, const tdm_curve_keypair_t *curve,
+                              peer_t *p, char *err, size_t n_err)
 {
     char routing_id[ROUTER_RING_ID_BYTES + sizeof(ROUTER_PEERS_ID_PREFIX)];
     int one = 1;
@@ -45,6 +46,15 @@ static tdm_status_t open_peer(void *zctx, const char *self, peer_t *p, char *err
     zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
+    if (curve != NULL && (zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, curve->public_z85,
+                                         TDM_CURVE_Z85_CHARS + 1) != 0 ||
+                          zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, curve->public_z85,
+                                         TDM_CURVE_Z85_CHARS + 1) != 0 ||
+                          zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, curve->secret_z85,
+                                         TDM_CURVE_Z85_CHARS + 1) != 0)) {
+        snprintf(err, n_err, "peer %s: CURVE: %s", p->id, zmq_strerror(errno));
+        return TDM_ERR_IO;
+    }
     if (zmq_connect(p->sock, p->endpoint) != 0) {
         snprintf(err, n_err, "peer %s: connect %s: %s", p->id, p->endpoint, zmq_strerror(errno));
         return TDM_ERR_INVALID_ARG;
@@ -73,7 +83,8 @@ static tdm_status_t parse_entry(const char *text, size_t n, peer_t *p, char *err
 }
 
 tdm_status_t router_peers_create(void *zctx, const char *self_id, const char *spec,
-                                 router_peers_t **peers_out, char *err, size_t err_bytes)
+                                 const tdm_curve_keypair_t *curve, router_peers_t **peers_out,
+                                 char *err, size_t err_bytes)
 {
     router_peers_t *ps;
     tdm_status_t status;
@@ -119,7 +130,7 @@ tdm_status_t router_peers_create(void *zctx, const char *self_id, const char *sp
                 }
                 if (status == TDM_OK) {
                     ps->n_peers++;
-                    status = open_peer(zctx, self_id, p, err, err_bytes);
+                    status = open_peer(zctx, self_id, curve, p, err, err_bytes);
                 }
             }
         }

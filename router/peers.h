@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/curve.h"
 #include "common/status.h"
 #include "proto/proto.h"
 
@@ -31,11 +32,15 @@ typedef struct router_peers router_peers_t;
  * router_peers_create - the ring of `self_id` and the peers of `spec`, a comma-separated list of
  * ID=ENDPOINT (e.g. "router-1=tcp://10.0.0.2:5557,router-2=tcp://10.0.0.3:5557"; an entry naming
  * self_id is skipped, so every router can take the same list), each connected through a DEALER
- * of `zctx`. spec NULL or "" is a ring of one (no peers). Returns TDM_OK, TDM_ERR_INVALID_ARG (a
+ * of `zctx`. With `curve` (the router's key pair, borrowed; NULL: plain TCP) each link is a
+ * CURVE client presenting that key pair to a server of the same public key: the routers of one
+ * fleet share one key pair and each admits it (router/control.c adds it to its allow-list).
+ * spec NULL or "" is a ring of one (no peers). Returns TDM_OK, TDM_ERR_INVALID_ARG (a
  * malformed entry or id, with the reason in err) or TDM_ERR_NO_MEMORY / TDM_ERR_IO (socket).
  */
 tdm_status_t router_peers_create(void *zctx, const char *self_id, const char *spec,
-                                 router_peers_t **peers_out, char *err, size_t err_bytes);
+                                 const tdm_curve_keypair_t *curve, router_peers_t **peers_out,
+                                 char *err, size_t err_bytes);
 
 /* router_peers_destroy - close the sockets and free. Accepts NULL. */
 void router_peers_destroy(router_peers_t *peers);

@@ -21,9 +21,6 @@ worker registers and heartbeats with each. */}}
 skips its own entry, its id being its pod name, TANDEM_ROUTER_ID). */}}
 {{- define "tandem.routerPeers" -}}
 {{- $root := . -}}
-{{- if and .Values.security.curve.existingSecret (gt (int .Values.router.replicas) 1) -}}
-{{- fail "router.replicas > 1 with security.curve is not supported yet: the routers' replica links are not CurveZMQ clients (docs/ROUTERS.md); set router.replicas: 1 or leave curve off" -}}
-{{- end -}}
 {{- $peers := list -}}
 {{- range $i := until (int .Values.router.replicas) -}}
 {{- $peers = append $peers (printf "%s-router-%d=tcp://%s:%v" (include "tandem.fullname" $root) $i (include "tandem.routerPodHost" (dict "root" $root "i" $i)) $root.Values.router.ports.control) -}}
