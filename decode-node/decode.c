@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "decode-node/pool.h"
+#include "decode-node/report.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "decode-node/tier.h"
@@ -21,6 +22,7 @@
 
 #define DECODE_FIELDS_BYTES 256
 #define DECODE_XFER_POLL_MS 5u
+#define DECODE_REPORT_MS    250u /* the held-sessions list is refreshed this often (report.h) */
 
 /* Process state, made in decode_node_run and passed down. */
 typedef struct {
@@ -29,8 +31,11 @@ typedef struct {
     decode_pool_t *pool;
     decode_tier_t *tier;
     decode_sessions_t *sessions;
-    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
-    uint64_t registrations; /* node_link_registrations seen by the compute thread */
+    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
+    uint64_t registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute thread */
+    uint64_t *report_keys; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_session_keys */
+    uint64_t *report_lens; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_cached_lens */
+    uint64_t next_report_ns;
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -296,6 +301,64 @@ static int keep_serving(decode_node_t *n, uint64_t *drain_deadline_ns, const cha
     return 1;
 }
 
+/* Does `resv` belong to router *arg (decode_pool_lapse_if)? One whose request is not known to
+ * the link (a route forgotten) counts as any router's. */
+typedef struct {
+    node_link_t *link;
+    uint32_t router;
+} lapse_pick_t;
+
+static int resv_of_router(void *arg, const decode_resv_t *resv)
+{
+    const lapse_pick_t *pick = arg;
+    int r = node_link_request_router(pick->link, resv->request_id);
+
+    return r < 0 || (uint32_t)r == pick->router;
+}
+
+/* A router registered us again (it restarted, or declared this node lost): what it reserved
+ * lapses now. With one router, decode_sched_router_changed (every reservation); with several,
+ * only that router's: the others' turns go on. */
+static void note_registrations(decode_node_t *n)
+{
+    node_link_t *link = n->worker.link;
+    uint32_t n_routers = node_link_n_routers(link);
+
+    for (uint32_t r = 0; r < n_routers; r++) {
+        uint64_t seen = node_link_router_registrations(link, r);
+        lapse_pick_t pick = {link, r};
+        uint32_t n_lapsed;
+
+        if (seen == n->registrations[r]) {
+            continue;
+        }
+        n->registrations[r] = seen;
+        if (n_routers == 1) {
+            decode_sched_router_changed(n->sched);
+            continue;
+        }
+        n_lapsed = decode_pool_lapse_if(n->pool, tdm_clock_now_ns(), resv_of_router, &pick);
+        tdm_log(n_lapsed > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
+                "registered again with router %u of %u: %u of its reservation(s) lapse now", r + 1,
+                n_routers, n_lapsed);
+    }
+}
+
+/* Every DECODE_REPORT_MS: the held sessions the heartbeats carry (report.h). */
+static void report_sessions(decode_node_t *n)
+{
+    uint64_t now = tdm_clock_now_ns();
+    uint32_t n_held;
+
+    if (now < n->next_report_ns || n->report_keys == NULL || n->report_lens == NULL) {
+        return;
+    }
+    n->next_report_ns = now + (uint64_t)DECODE_REPORT_MS * TDM_NS_PER_MS;
+    n_held = decode_report_resident(n->sessions, n->report_keys, n->report_lens,
+                                    NODE_MAX_RESIDENT_SESSIONS);
+    node_link_set_resident_sessions(n->worker.link, n->report_keys, n->report_lens, n_held);
+}
+
 static void run(decode_node_t *n, const char **reason_out)
 {
     uint64_t drain_deadline_ns = 0;
@@ -304,7 +367,6 @@ static void run(decode_node_t *n, const char **reason_out)
         uint32_t wait_ms = decode_sched_step(n->sched);
         Tandem__Envelope *env = NULL;
         decode_stats_t st;
-        uint64_t registrations;
 
         /* liveness from progress: the link's heartbeats and /health read it (node_progress.h) */
         decode_sched_stats(n->sched, &st);
@@ -319,11 +381,8 @@ static void run(decode_node_t *n, const char **reason_out)
             proto_envelope_free(env);
             wait_ms = 0;
         }
-        registrations = node_link_registrations(n->worker.link);
-        if (registrations != n->registrations) {
-            n->registrations = registrations;
-            decode_sched_router_changed(n->sched);
-        }
+        note_registrations(n);
+        report_sessions(n);
     }
 }
 
@@ -349,6 +408,11 @@ int decode_node_run(const decode_node_params_t *params)
 
     memset(&node, 0, sizeof(node));
     node.params = params;
+    node.report_keys = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
+    node.report_lens = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
+    if (node.report_keys == NULL || node.report_lens == NULL) {
+        tdm_log(TDM_LOG_WARN, "decode", "out of memory: heartbeats go without the held sessions");
+    }
     rc = setup(&node);
     if (rc == NODE_EXIT_OK) {
         run(&node, &reason);
@@ -356,5 +420,7 @@ int decode_node_run(const decode_node_params_t *params)
                 reason);
     }
     teardown(&node, reason);
+    free(node.report_keys);
+    free(node.report_lens);
     return rc;
 }

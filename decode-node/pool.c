@@ -202,10 +202,17 @@ void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_
 
 uint32_t decode_pool_lapse_all(decode_pool_t *pool, uint64_t now_ns)
 {
+    return decode_pool_lapse_if(pool, now_ns, NULL, NULL);
+}
+
+uint32_t decode_pool_lapse_if(decode_pool_t *pool, uint64_t now_ns,
+                              int (*pick)(void *arg, const decode_resv_t *resv), void *arg)
+{
     uint32_t n = 0;
 
     for (decode_resv_t *r = pool->resvs; r != NULL; r = r->next) {
-        if (r->state == DECODE_RESV_ACTIVE && r->deadline_ns > now_ns) {
+        if (r->state == DECODE_RESV_ACTIVE && r->deadline_ns > now_ns &&
+            (pick == NULL || pick(arg, r))) {
             r->deadline_ns = now_ns;
             n++;
         }

@@ -105,6 +105,12 @@ void decode_pool_release(decode_pool_t *pool, decode_resv_t *resv);
  */
 uint32_t decode_pool_lapse_all(decode_pool_t *pool, uint64_t now_ns);
 
+/* decode_pool_lapse_if - decode_pool_lapse_all for the ACTIVE reservations pick(arg, resv) says
+ * nonzero for (pick NULL: all): the ones one router of several asked for, when only that router
+ * restarted or declared this node lost (issue 18 item 3). Returns how many it lapsed. */
+uint32_t decode_pool_lapse_if(decode_pool_t *pool, uint64_t now_ns,
+                              int (*pick)(void *arg, const decode_resv_t *resv), void *arg);
+
 /*
  * decode_pool_expire - at now_ns, fence every ACTIVE reservation past its timeout (fence_ms) and
  * free every FENCED one past its fence. Calls on_lapse(arg, resv) for each newly timed-out one.

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "decode-node/report.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "engine/spec.h"
@@ -377,6 +378,8 @@ req_t *sched_new_req(decode_sched_t *s, const Tandem__DecodeRequest *dr, decode_
     }
     r->id = dr->request_id;
     r->session = session;
+    session->tenant = dr->tenant; /* what SessionHistory reports (report.h) */
+    session->prompt_len = dr->total_len;
     r->max_tokens = dr->max_tokens;
     r->min_tokens = dr->sampling != NULL ? dr->sampling->min_tokens : 0;
     r->n_choices =
@@ -560,6 +563,17 @@ void decode_sched_on_message(decode_sched_t *s, const Tandem__Envelope *env)
     case TANDEM__ENVELOPE__BODY_ABORT:
         sched_on_abort(s, env->abort);
         break;
+    case TANDEM__ENVELOPE__BODY_SESSION_QUERY: {
+        /* a router re-learning the session asks what this node holds of it (report.h) */
+        Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
+        Tandem__SessionHistory h;
+
+        decode_report_history(s->sessions, env->session_query, &h);
+        out.body_case = TANDEM__ENVELOPE__BODY_SESSION_HISTORY;
+        out.session_history = &h;
+        s->out.send(s->out.arg, &out);
+        break;
+    }
     default:
         tdm_log(TDM_LOG_WARN, "sched", "unexpected message: type=%s",
                 proto_type_name(env->body_case));

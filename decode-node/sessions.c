@@ -243,3 +243,13 @@ uint32_t decode_sessions_n_pages(const decode_sessions_t *sessions)
     }
     return n;
 }
+
+uint32_t decode_sessions_count(const decode_sessions_t *sessions)
+{
+    return sessions->n;
+}
+
+decode_session_t *decode_sessions_at(const decode_sessions_t *sessions, uint32_t i)
+{
+    return i < sessions->n ? sessions->items[i] : NULL;
+}

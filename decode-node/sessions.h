@@ -24,7 +24,9 @@
  * entries.
  * n_turns, gap_mean_ns: turns started here and the mean pause between them (the eviction score).
  * tier_home: non-NULL while the state is demoted (seq NULL, ids moved with it): the tiers that
- * hold it, until the next turn promotes it (sched_tier.c) or the state is dropped. */
+ * hold it, until the next turn promotes it (sched_tier.c) or the state is dropped.
+ * tenant, prompt_len: DecodeRequest.tenant and total_len (T, the prompt; the ids after it were
+ * generated) of the session's latest turn, what SessionHistory reports (issue 18 item 3). */
 typedef struct {
     char id[129];
     engine_seq_t *seq;
@@ -36,6 +38,8 @@ typedef struct {
     uint32_t n_turns;
     uint64_t gap_mean_ns;
     decode_tier_t *tier_home;
+    uint32_t tenant;
+    uint64_t prompt_len;
 } decode_session_t;
 
 typedef struct decode_sessions decode_sessions_t;
@@ -93,6 +97,11 @@ void decode_sessions_note_turn(decode_session_t *session, uint64_t now_ns);
 /* decode_sessions_evict_lru - drop the state of decode_sessions_victim (no tiers: the next turn
  * is rebuilt from history). Returns 1 when one was evicted, 0 when none could be. */
 int decode_sessions_evict_lru(decode_sessions_t *sessions);
+
+/* decode_sessions_count - entries in the table (with or without state); with decode_sessions_at
+ * (i < count) the table can be walked, in no particular order, between two changes of it. */
+uint32_t decode_sessions_count(const decode_sessions_t *sessions);
+decode_session_t *decode_sessions_at(const decode_sessions_t *sessions, uint32_t i);
 
 /* decode_sessions_n_resident - sessions holding a sequence. */
 uint32_t decode_sessions_n_resident(const decode_sessions_t *sessions);

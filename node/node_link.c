@@ -1,9 +1,9 @@
-/* node_link.c - the worker's control link (node_link.h). */
+/* node_link.c - the worker's control links (node_link.h): the owner's side (create, send,
+ * receive, the lease, the published load); the sockets are node_link_io.c's. */
 #include "node/node_link.h"
+#include "node/node_link_impl.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,59 +13,10 @@
 #include <zmq.h>
 
 #include "common/clock.h"
-#include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "kernels/kv_page.h"
 
-#define LINK_HOST_BYTES   64
-#define LINK_REASON_BYTES 512
-
-/* One packed frame waiting in the outbox, or one envelope waiting in the inbox. */
-typedef struct link_item {
-    uint8_t *buf;
-    size_t n_bytes;
-    Tandem__Envelope *env;
-    uint64_t epoch; /* inbox: the lease epoch it arrived in (NODE_LINK_EPOCH_VOID: after a pause) */
-    struct link_item *next;
-} link_item_t;
-
-struct node_link {
-    void *zctx;
-    void *sock;
-    int curve; /* the link is a CURVE client */
-    int wake_fd;
-    pthread_t thread;
-    int thread_started;
-    atomic_int stop;
-    uint8_t *register_buf; /* packed Register, re-sent after ERROR_NOT_REGISTERED */
-    size_t n_register;
-    uint32_t heartbeat_interval_ms;
-    uint32_t heartbeat_timeout_ms; /* the router's (RegisterAck): silence it declares us lost */
-    /* The lease (node_link_lease_valid): when the I/O thread last ran, and how many pauses it
-     * has seen; suspect_until_ns (I/O thread only): frames read before then may predate one. */
-    _Atomic uint64_t last_wake_ns;
-    _Atomic uint64_t lease_epoch;
-    _Atomic uint64_t registrations; /* re-registrations after ERROR_NOT_REGISTERED */
-    uint64_t suspect_until_ns;
-    uint64_t recv_epoch;  /* epoch of the envelope the last node_link_recv returned (lock) */
-    pthread_mutex_t lock; /* guards the queues, load and wake flag */
-    pthread_cond_t cond;
-    link_item_t *out_head, *out_tail;
-    link_item_t *in_head, *in_tail;
-    node_load_t load;
-    uint64_t history_sessions[NODE_MAX_HISTORY_SESSIONS]; /* Load.history_sessions */
-    uint32_t n_history_sessions;
-    int woken;
-    node_progress_t *progress; /* borrowed; NULL: none */
-};
-
-static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
-{
-    if (err != NULL && err_bytes > 0) {
-        snprintf(err, err_bytes, fmt, a, b);
-    }
-}
+#define LINK_HOST_BYTES 64
 
 void node_link_make_id(const char *role, char *id, size_t id_bytes)
 {
@@ -83,103 +34,7 @@ void node_link_make_id(const char *role, char *id, size_t id_bytes)
              (unsigned long long)(r & 0xffffffffull));
 }
 
-static tdm_status_t pack_register(node_link_t *link, const node_link_params_t *p)
-{
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Register reg = TANDEM__REGISTER__INIT;
-    Tandem__PageFormat pf = TANDEM__PAGE_FORMAT__INIT;
-    Tandem__Capacity cap = TANDEM__CAPACITY__INIT;
-    char *formats[2] = {PROTO_KV_FORMAT_MAIN, PROTO_KV_FORMAT_INDEX};
-
-    pf.version = KERN_KV_PAGE_VERSION;
-    pf.rows_per_page = KERN_KV_PAGE_ROWS;
-    pf.page_bytes = p->page_bytes;
-    pf.tokens_per_block = p->tokens_per_block;
-    cap.total_pages = p->total_pages;
-    cap.max_sequences = p->max_sequences;
-    cap.max_batch_tokens = p->max_batch_tokens;
-    cap.max_tokens = p->max_tokens;
-    reg.role = p->role;
-    reg.incarnation_id = (char *)p->incarnation_id;
-    reg.rack = (char *)(p->rack != NULL ? p->rack : "");
-    reg.node = (char *)(p->node != NULL ? p->node : "");
-    reg.model_fingerprint = p->model_fingerprint;
-    reg.weights_digest = p->weights_digest;
-    reg.kv_layout = (char *)(p->kv_layout != NULL ? p->kv_layout : "");
-    reg.transports = (char **)p->transports;
-    reg.n_transports = p->n_transports;
-    reg.page_format = &pf;
-    reg.n_kv_formats = 2;
-    reg.kv_formats = formats;
-    reg.max_context = p->max_context;
-    reg.protocol_version = PROTO_VERSION;
-    reg.transfer_descriptor.data = (uint8_t *)p->transfer_descriptor;
-    reg.transfer_descriptor.len = p->n_transfer_descriptor;
-    reg.capacity = &cap;
-    reg.http_endpoint = (char *)(p->http_endpoint != NULL ? p->http_endpoint : "");
-    env.body_case = TANDEM__ENVELOPE__BODY_REGISTER;
-    env.register_ = &reg;
-    return proto_pack(&env, &link->register_buf, &link->n_register);
-}
-
-/* Wait for the RegisterAck of the first registration (on the caller's thread). */
-static tdm_status_t await_ack(node_link_t *link, uint32_t timeout_ms, char *err, size_t err_bytes)
-{
-    uint64_t deadline = tdm_clock_now_ns() + (uint64_t)timeout_ms * TDM_NS_PER_MS;
-
-    for (;;) {
-        uint64_t now = tdm_clock_now_ns();
-        zmq_pollitem_t item = {link->sock, 0, ZMQ_POLLIN, 0};
-        Tandem__Envelope *env = NULL;
-        zmq_msg_t msg;
-        char why[LINK_REASON_BYTES];
-        tdm_status_t status;
-
-        if (now >= deadline) {
-            set_err(err, err_bytes, "no RegisterAck from the router within the deadline%s%s",
-                    link->curve ? " (with CurveZMQ: is this worker's public key on the router's "
-                                  "--curve-workers list, and --curve-router-key the router's?)"
-                                : "",
-                    "");
-            return TDM_ERR_TIMEOUT;
-        }
-        if (zmq_poll(&item, 1, (long)((deadline - now) / TDM_NS_PER_MS) + 1) <= 0) {
-            continue;
-        }
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, link->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&msg);
-            continue;
-        }
-        status = proto_unpack(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, why, sizeof(why));
-        zmq_msg_close(&msg);
-        if (status != TDM_OK) {
-            tdm_log(TDM_LOG_WARN, "link", "bad frame from router: %s", why);
-            continue;
-        }
-        if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER_ACK) {
-            Tandem__RegisterAck *ack = env->register_ack;
-            if (!ack->accepted) {
-                set_err(err, err_bytes, "registration refused by router %s: %s", ack->router_id,
-                        ack->reason);
-                proto_envelope_free(env);
-                return TDM_ERR_MISMATCH;
-            }
-            link->heartbeat_interval_ms = ack->heartbeat_interval_ms > 0
-                                              ? ack->heartbeat_interval_ms
-                                              : PROTO_HEARTBEAT_INTERVAL_MS;
-            link->heartbeat_timeout_ms = ack->heartbeat_timeout_ms > 0 ? ack->heartbeat_timeout_ms
-                                                                       : PROTO_HEARTBEAT_TIMEOUT_MS;
-            tdm_log(TDM_LOG_INFO, "link", "registered: router=%s heartbeat_interval_ms=%u",
-                    ack->router_id, link->heartbeat_interval_ms);
-            proto_envelope_free(env);
-            return TDM_OK;
-        }
-        proto_envelope_free(env);
-    }
-}
-
-static void push(link_item_t **head, link_item_t **tail, link_item_t *item)
+void link_push(link_item_t **head, link_item_t **tail, link_item_t *item)
 {
     item->next = NULL;
     if (*tail != NULL) {
@@ -190,239 +45,110 @@ static void push(link_item_t **head, link_item_t **tail, link_item_t *item)
     *tail = item;
 }
 
-static void send_heartbeat(node_link_t *link, uint64_t seq)
-{
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
-    Tandem__Load load = TANDEM__LOAD__INIT;
-    uint64_t *history = NULL;
-    uint8_t *buf;
-    size_t n;
-
-    pthread_mutex_lock(&link->lock);
-    if (link->n_history_sessions > 0) {
-        history = malloc(link->n_history_sessions * sizeof(uint64_t));
-        if (history != NULL) { /* out of memory: this heartbeat goes without the hint */
-            memcpy(history, link->history_sessions, link->n_history_sessions * sizeof(uint64_t));
-            load.history_sessions = history;
-            load.n_history_sessions = link->n_history_sessions;
-        }
-    }
-    load.queued_prefill_tokens = link->load.queued_prefill_tokens;
-    load.running_sequences = link->load.running_sequences;
-    load.free_pages = link->load.free_pages;
-    load.total_pages = link->load.total_pages;
-    load.reserved_pages = link->load.reserved_pages;
-    load.resident_sessions = link->load.resident_sessions;
-    load.recent_tokens_per_s = link->load.recent_tokens_per_s;
-    pthread_mutex_unlock(&link->lock);
-    if (link->progress != NULL) {
-        /* read here, on the I/O thread: a wedged compute thread cannot hide behind heartbeats */
-        node_progress_view_t v;
-
-        node_progress_read(link->progress, tdm_clock_now_ns(), &v);
-        load.steps_completed = v.steps_completed;
-        load.pending_work = v.pending_work;
-        load.stalled = v.stalled != 0;
-        load.draining = v.draining != 0;
-    }
-    hb.seq = seq;
-    hb.load = &load;
-    env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    if (proto_pack(&env, &buf, &n) == TDM_OK) {
-        zmq_send(link->sock, buf, n, ZMQ_DONTWAIT);
-        free(buf);
-    }
-    free(history);
-}
-
-/* Hand one received frame to the owner, or handle link-level messages here. */
-static void on_frame(node_link_t *link, const void *data, size_t n_bytes)
-{
-    Tandem__Envelope *env = NULL;
-    char why[LINK_REASON_BYTES];
-    link_item_t *item;
-
-    if (proto_unpack(data, n_bytes, 0, &env, why, sizeof(why)) != TDM_OK) {
-        tdm_log(TDM_LOG_WARN, "link", "bad frame from router dropped: %s", why);
-        return;
-    }
-    if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER_ACK) {
-        if (!env->register_ack->accepted) {
-            tdm_log(TDM_LOG_ERROR, "link", "re-registration refused: %s",
-                    env->register_ack->reason);
-        }
-        proto_envelope_free(env);
-        return;
-    }
-    if (env->body_case == TANDEM__ENVELOPE__BODY_ERROR && env->error->request_id == 0 &&
-        env->error->code == TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED) {
-        tdm_log(TDM_LOG_WARN, "link", "router does not know us: registering again");
-        /* the router declared us lost: what it sent before this came first (void); what follows
-         * belongs to the new registration */
-        link->suspect_until_ns = 0;
-        atomic_fetch_add(&link->lease_epoch, 1); /* the old registration's work is void */
-        atomic_fetch_add(&link->registrations, 1);
-        zmq_send(link->sock, link->register_buf, link->n_register, ZMQ_DONTWAIT);
-        proto_envelope_free(env);
-        return;
-    }
-    item = calloc(1, sizeof(*item));
-    if (item == NULL) {
-        proto_envelope_free(env);
-        return;
-    }
-    item->env = env;
-    node_progress_inbox(link->progress, 1);
-    item->epoch = tdm_clock_now_ns() < link->suspect_until_ns ? NODE_LINK_EPOCH_VOID
-                                                              : atomic_load(&link->lease_epoch);
-    pthread_mutex_lock(&link->lock);
-    push(&link->in_head, &link->in_tail, item);
-    pthread_cond_signal(&link->cond);
-    pthread_mutex_unlock(&link->lock);
-}
-
-static void flush_outbox(node_link_t *link)
-{
-    for (;;) {
-        link_item_t *item;
-
-        pthread_mutex_lock(&link->lock);
-        item = link->out_head;
-        if (item != NULL) {
-            link->out_head = item->next;
-            if (link->out_head == NULL) {
-                link->out_tail = NULL;
-            }
-        }
-        pthread_mutex_unlock(&link->lock);
-        if (item == NULL) {
-            return;
-        }
-        if (zmq_send(link->sock, item->buf, item->n_bytes, 0) < 0) {
-            tdm_log(TDM_LOG_WARN, "link", "send to router failed: %s", zmq_strerror(errno));
-        }
-        free(item->buf);
-        free(item);
-    }
-}
-
 /* How long the lease lasts past the I/O thread's last run: the router's heartbeat timeout less
  * one interval (our last heartbeat may have left up to an interval before that run). */
-static uint64_t lease_ns(const node_link_t *link)
+uint64_t link_lease_ns(const link_router_t *rt)
 {
-    uint32_t ms = link->heartbeat_timeout_ms > link->heartbeat_interval_ms
-                      ? link->heartbeat_timeout_ms - link->heartbeat_interval_ms
-                      : link->heartbeat_timeout_ms / 2;
+    uint32_t ms = rt->heartbeat_timeout_ms > rt->heartbeat_interval_ms
+                      ? rt->heartbeat_timeout_ms - rt->heartbeat_interval_ms
+                      : rt->heartbeat_timeout_ms / 2;
 
     return (uint64_t)ms * TDM_NS_PER_MS;
 }
 
-/* The I/O thread runs at least once per heartbeat interval; a longer gap means the process (or
- * this thread) stood still long enough that the router may have declared us lost: a new lease
- * epoch, and the frames read in the next lease length predate it (void). */
-static void lease_tick(node_link_t *link, uint64_t now)
+uint64_t link_route_key(const Tandem__Envelope *env)
 {
-    uint64_t prev = atomic_load(&link->last_wake_ns);
-
-    if (prev != 0 && now > prev && now - prev >= lease_ns(link)) {
-        atomic_fetch_add(&link->lease_epoch, 1);
-        link->suspect_until_ns = now + lease_ns(link);
-        tdm_log(TDM_LOG_WARN, "link",
-                "stood still for %.0f ms (router heartbeat timeout %u ms): work received before "
-                "is void",
-                (double)(now - prev) / TDM_NS_PER_MS, link->heartbeat_timeout_ms);
+    switch (env->body_case) {
+    case TANDEM__ENVELOPE__BODY_RESERVE_PAGES:
+        return env->reserve_pages->request_id;
+    case TANDEM__ENVELOPE__BODY_PAGE_RESERVATION:
+        return env->page_reservation->request_id;
+    case TANDEM__ENVELOPE__BODY_PREFILL_JOB:
+        return env->prefill_job->request_id;
+    case TANDEM__ENVELOPE__BODY_COMPLETION:
+        return env->completion->request_id;
+    case TANDEM__ENVELOPE__BODY_DECODE_REQUEST:
+        return env->decode_request->request_id;
+    case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
+        return env->token_chunk->request_id;
+    case TANDEM__ENVELOPE__BODY_FINISH:
+        return env->finish->request_id;
+    case TANDEM__ENVELOPE__BODY_ABORT:
+        return env->abort->request_id;
+    case TANDEM__ENVELOPE__BODY_ERROR:
+        return env->error->request_id;
+    case TANDEM__ENVELOPE__BODY_ABORT_ACK:
+        return env->abort_ack->request_id;
+    case TANDEM__ENVELOPE__BODY_SESSION_QUERY:
+        return env->session_query->query_id;
+    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY:
+        return env->session_history->query_id;
+    default:
+        return 0;
     }
-    atomic_store(&link->last_wake_ns, now);
 }
 
-static void *io_main(void *arg)
+static uint32_t route_slot(uint64_t key)
 {
-    node_link_t *link = arg;
-    uint64_t next_hb = tdm_clock_now_ns();
-    uint64_t seq = 0;
-
-    while (!atomic_load(&link->stop)) {
-        zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0},
-                                   {NULL, link->wake_fd, ZMQ_POLLIN, 0}};
-        uint64_t now = tdm_clock_now_ns();
-        long wait_ms = now >= next_hb ? 0 : (long)((next_hb - now) / TDM_NS_PER_MS) + 1;
-
-        lease_tick(link, now);
-        if (now >= next_hb) {
-            send_heartbeat(link, ++seq);
-            next_hb = now + (uint64_t)link->heartbeat_interval_ms * TDM_NS_PER_MS;
-            continue;
-        }
-        if (zmq_poll(items, 2, wait_ms) < 0) {
-            continue;
-        }
-        lease_tick(link, tdm_clock_now_ns()); /* a pause in the poll shows before its frames */
-        if ((items[1].revents & ZMQ_POLLIN) != 0) {
-            uint64_t v;
-            if (read(link->wake_fd, &v, sizeof(v)) < 0) {
-                /* nothing: the counter is reset either way */
-            }
-        }
-        flush_outbox(link);
-        for (int i = 0; i < 256; i++) {
-            zmq_msg_t msg;
-            zmq_msg_init(&msg);
-            if (zmq_msg_recv(&msg, link->sock, ZMQ_DONTWAIT) < 0) {
-                zmq_msg_close(&msg);
-                break;
-            }
-            on_frame(link, zmq_msg_data(&msg), zmq_msg_size(&msg));
-            zmq_msg_close(&msg);
-        }
-    }
-    flush_outbox(link);
-    return NULL;
+    return (uint32_t)(tdm_hash_splitmix64(key) & (LINK_ROUTE_SLOTS - 1u));
 }
 
-/* Make `sock` a CURVE client of the router when both key files are given (before connect). */
-static tdm_status_t secure_link(void *sock, const node_link_params_t *params, char *err,
-                                size_t err_bytes)
+void link_route_note(node_link_t *link, uint64_t key, uint32_t r)
 {
-    tdm_curve_keypair_t mine;
-    tdm_curve_keypair_t router;
-    char why[256] = "";
-    tdm_status_t status;
-
-    if (params->curve_key == NULL && params->curve_router_key == NULL) {
-        tdm_log(TDM_LOG_WARN, "link",
-                "control link without CurveZMQ: unencrypted and unauthenticated "
-                "(--curve-key, --curve-router-key; docs/DEPLOY.md Security)");
-        return TDM_OK;
+    if (key != 0) {
+        /* a collision overwrites: the older id is then unknown and its answers go to every
+         * router (node_link_send), which still reaches the right one */
+        link->routes[route_slot(key)].key = key;
+        link->routes[route_slot(key)].router = r;
     }
-    if (params->curve_key == NULL || params->curve_router_key == NULL) {
-        set_err(err, err_bytes, "CurveZMQ needs both --curve-key and --curve-router-key%s%s", "",
-                "");
+}
+
+/* The router `key` came from, or -1 (caller holds lock). */
+static int route_find(const node_link_t *link, uint64_t key)
+{
+    if (link->n_routers == 1) {
+        return 0;
+    }
+    if (key == 0 || link->routes[route_slot(key)].key != key) {
+        return -1;
+    }
+    return (int)link->routes[route_slot(key)].router;
+}
+
+/* Split the comma list `endpoints` into link->routers (empty entries skipped). */
+static tdm_status_t split_endpoints(node_link_t *link, const char *endpoints, char *err,
+                                    size_t err_bytes)
+{
+    const char *p = endpoints;
+
+    link->routers = calloc(NODE_LINK_MAX_ROUTERS, sizeof(*link->routers));
+    if (link->routers == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    while (*p != '\0') {
+        size_t n = strcspn(p, ",");
+
+        if (n > 0) {
+            char *ep;
+
+            if (link->n_routers == NODE_LINK_MAX_ROUTERS) {
+                snprintf(err, err_bytes, "more than %u router endpoints in \"%s\"",
+                         NODE_LINK_MAX_ROUTERS, endpoints);
+                return TDM_ERR_INVALID_ARG;
+            }
+            ep = strndup(p, n);
+            if (ep == NULL) {
+                return TDM_ERR_NO_MEMORY;
+            }
+            link->routers[link->n_routers++].endpoint = ep;
+        }
+        p += n + (p[n] == ',');
+    }
+    if (link->n_routers == 0) {
+        snprintf(err, err_bytes, "no router endpoint in \"%s\"", endpoints);
         return TDM_ERR_INVALID_ARG;
     }
-    status = tdm_curve_keyfile_load(params->curve_key, &mine, why, sizeof(why));
-    if (status == TDM_OK && mine.secret_z85[0] == '\0') {
-        snprintf(why, sizeof(why), "%s holds no secret-key", params->curve_key);
-        status = TDM_ERR_FORMAT;
-    }
-    if (status == TDM_OK) {
-        status = tdm_curve_keyfile_load(params->curve_router_key, &router, why, sizeof(why));
-    }
-    if (status == TDM_OK &&
-        (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, router.public_z85, TDM_CURVE_Z85_CHARS + 1) !=
-             0 ||
-         zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, mine.public_z85, TDM_CURVE_Z85_CHARS + 1) != 0 ||
-         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, mine.secret_z85, TDM_CURVE_Z85_CHARS + 1) !=
-             0)) {
-        snprintf(why, sizeof(why), "cannot enable CURVE: %s", zmq_strerror(errno));
-        status = TDM_ERR_IO;
-    }
-    memset(&mine, 0, sizeof(mine));
-    if (status != TDM_OK) {
-        set_err(err, err_bytes, "%s%s", why, "");
-    }
-    return status;
+    return TDM_OK;
 }
 
 tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **link_out, char *err,
@@ -430,9 +156,14 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
 {
     node_link_t *link;
     pthread_condattr_t cond_attr;
-    int zero = 0;
     tdm_status_t status;
+    char scratch[8];
 
+    if (err == NULL || err_bytes == 0) {
+        err = scratch;
+        err_bytes = sizeof(scratch);
+    }
+    err[0] = '\0';
     if (params == NULL || link_out == NULL || params->router_endpoint == NULL ||
         params->incarnation_id == NULL || strlen(params->incarnation_id) > NODE_ID_BYTES) {
         return TDM_ERR_INVALID_ARG;
@@ -448,44 +179,50 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
     pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
     pthread_cond_init(&link->cond, &cond_attr);
     pthread_condattr_destroy(&cond_attr);
-    link->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
     link->progress = params->progress;
-    link->heartbeat_timeout_ms = PROTO_HEARTBEAT_TIMEOUT_MS;
     link->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     link->zctx = zmq_ctx_new();
+    link->resident_keys = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
+    link->resident_lens = calloc(NODE_MAX_RESIDENT_SESSIONS, sizeof(uint64_t));
     if (link->wake_fd < 0 || link->zctx == NULL) {
-        set_err(err, err_bytes, "cannot create the control link: %s%s", strerror(errno), "");
+        snprintf(err, err_bytes, "cannot create the control link: %s", strerror(errno));
         status = TDM_ERR_IO;
         goto err_free;
     }
-    link->sock = zmq_socket(link->zctx, ZMQ_DEALER);
-    status = link->sock != NULL ? secure_link(link->sock, params, err, err_bytes) : TDM_OK;
+    status = split_endpoints(link, params->router_endpoint, err, err_bytes);
+    if (status == TDM_OK && (link->resident_keys == NULL || link->resident_lens == NULL)) {
+        status = TDM_ERR_NO_MEMORY;
+    }
+    if (status == TDM_OK && link->n_routers > 1) {
+        link->routes = calloc(LINK_ROUTE_SLOTS, sizeof(*link->routes));
+        status = link->routes == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    }
     if (status != TDM_OK) {
         goto err_free;
+    }
+    if (params->curve_key == NULL && params->curve_router_key == NULL) {
+        tdm_log(TDM_LOG_WARN, "link",
+                "control link without CurveZMQ: unencrypted and unauthenticated "
+                "(--curve-key, --curve-router-key; docs/DEPLOY.md Security)");
     }
     link->curve = params->curve_key != NULL;
-    if (link->sock == NULL ||
-        zmq_setsockopt(link->sock, ZMQ_ROUTING_ID, params->incarnation_id,
-                       strlen(params->incarnation_id)) != 0 ||
-        zmq_setsockopt(link->sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
-        zmq_connect(link->sock, params->router_endpoint) != 0) {
-        set_err(err, err_bytes, "cannot connect to %s: %s", params->router_endpoint,
-                zmq_strerror(errno));
-        status = TDM_ERR_IO;
-        goto err_free;
+    for (uint32_t r = 0; r < link->n_routers; r++) {
+        status = link_io_open(link, r, params, err, err_bytes);
+        if (status != TDM_OK) {
+            goto err_free;
+        }
     }
-    status = pack_register(link, params);
+    status = link_io_pack_register(link, params);
     if (status != TDM_OK) {
-        set_err(err, err_bytes, "cannot pack Register%s%s", "", "");
+        snprintf(err, err_bytes, "cannot pack Register");
         goto err_free;
     }
-    zmq_send(link->sock, link->register_buf, link->n_register, 0);
-    status = await_ack(link, params->register_timeout_ms, err, err_bytes);
+    status = link_io_await_first(link, params->register_timeout_ms, err, err_bytes);
     if (status != TDM_OK) {
         goto err_free;
     }
     atomic_store(&link->last_wake_ns, tdm_clock_now_ns());
-    if (pthread_create(&link->thread, NULL, io_main, link) != 0) {
+    if (pthread_create(&link->thread, NULL, link_io_main, link) != 0) {
         status = TDM_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -496,6 +233,19 @@ tdm_status_t node_link_create(const node_link_params_t *params, node_link_t **li
 err_free:
     node_link_destroy(link, NULL);
     return status;
+}
+
+static void free_items(link_item_t *item)
+{
+    while (item != NULL) {
+        link_item_t *next = item->next;
+        free(item->buf);
+        if (item->env != NULL) {
+            proto_envelope_free(item->env);
+        }
+        free(item);
+        item = next;
+    }
 }
 
 void node_link_destroy(node_link_t *link, const char *reason)
@@ -509,30 +259,23 @@ void node_link_destroy(node_link_t *link, const char *reason)
         bye.reason = (char *)reason;
         env.body_case = TANDEM__ENVELOPE__BODY_GOODBYE;
         env.goodbye = &bye;
-        node_link_send(link, &env);
+        node_link_send(link, &env); /* to every router */
     }
     atomic_store(&link->stop, 1);
     if (link->thread_started) {
         uint64_t one = 1;
         if (write(link->wake_fd, &one, sizeof(one)) < 0) {
-            /* the thread still wakes within one heartbeat interval */
+            /* the thread still wakes within a second */
         }
         pthread_join(link->thread, NULL);
     }
-    while (link->out_head != NULL) {
-        link_item_t *item = link->out_head;
-        link->out_head = item->next;
-        free(item->buf);
-        free(item);
-    }
-    while (link->in_head != NULL) {
-        link_item_t *item = link->in_head;
-        link->in_head = item->next;
-        proto_envelope_free(item->env);
-        free(item);
-    }
-    if (link->sock != NULL) {
-        zmq_close(link->sock);
+    free_items(link->in_head);
+    for (uint32_t r = 0; link->routers != NULL && r < NODE_LINK_MAX_ROUTERS; r++) {
+        free_items(link->routers[r].out_head);
+        if (link->routers[r].sock != NULL) {
+            zmq_close(link->routers[r].sock);
+        }
+        free(link->routers[r].endpoint);
     }
     if (link->zctx != NULL) {
         zmq_ctx_term(link->zctx);
@@ -540,33 +283,74 @@ void node_link_destroy(node_link_t *link, const char *reason)
     if (link->wake_fd >= 0) {
         close(link->wake_fd);
     }
+    free(link->routers);
+    free(link->routes);
+    free(link->resident_keys);
+    free(link->resident_lens);
     free(link->register_buf);
     pthread_cond_destroy(&link->cond);
     pthread_mutex_destroy(&link->lock);
     free(link);
 }
 
+/* Queue a copy of `buf` for router r (caller holds lock). Returns 0 when the outbox is full. */
+static int queue_for(node_link_t *link, uint32_t r, const uint8_t *buf, size_t n_bytes)
+{
+    link_router_t *rt = &link->routers[r];
+    link_item_t *item;
+
+    if (rt->n_out >= LINK_MAX_OUTBOX) {
+        return 0;
+    }
+    item = calloc(1, sizeof(*item));
+    if (item == NULL || (item->buf = malloc(n_bytes > 0 ? n_bytes : 1)) == NULL) {
+        free(item);
+        return 0;
+    }
+    memcpy(item->buf, buf, n_bytes);
+    item->n_bytes = n_bytes;
+    link_push(&rt->out_head, &rt->out_tail, item);
+    rt->n_out++;
+    return 1;
+}
+
 tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env)
 {
-    link_item_t *item = calloc(1, sizeof(*item));
+    uint8_t *buf = NULL;
+    size_t n_bytes = 0;
     uint64_t one = 1;
-    tdm_status_t status;
+    uint32_t n_queued = 0, n_full = 0;
+    int r;
+    tdm_status_t status = proto_pack(env, &buf, &n_bytes);
 
-    if (item == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    status = proto_pack(env, &item->buf, &item->n_bytes);
     if (status != TDM_OK) {
-        free(item);
         return status;
     }
     pthread_mutex_lock(&link->lock);
-    push(&link->out_head, &link->out_tail, item);
+    r = route_find(link, link_route_key(env));
+    for (uint32_t i = 0; i < link->n_routers; i++) {
+        if (r >= 0 && (uint32_t)r != i) {
+            continue;
+        }
+        /* an answer goes where its request came from; the rest (Goodbye, an answer whose
+         * request is not known here) to every router, which ignores what is not its own */
+        if (queue_for(link, i, buf, n_bytes)) {
+            n_queued++;
+        } else {
+            n_full++;
+        }
+    }
     pthread_mutex_unlock(&link->lock);
+    free(buf);
+    if (n_full > 0) {
+        tdm_log(TDM_LOG_WARN, "link",
+                "a message dropped for %u router(s): outbox full (%u) or out of memory", n_full,
+                LINK_MAX_OUTBOX);
+    }
     if (write(link->wake_fd, &one, sizeof(one)) < 0) {
         /* counter saturated: the thread is already due to wake */
     }
-    return TDM_OK;
+    return n_queued > 0 ? TDM_OK : TDM_ERR_NO_MEMORY;
 }
 
 tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Envelope **env_out)
@@ -594,15 +378,14 @@ tdm_status_t node_link_recv(node_link_t *link, uint32_t timeout_ms, Tandem__Enve
         if (link->in_head == NULL) {
             link->in_tail = NULL;
         }
+        link->recv_epoch = item->epoch;
+        link->recv_router = item->router;
     }
     pthread_mutex_unlock(&link->lock);
     if (item == NULL) {
         return TDM_ERR_TIMEOUT;
     }
     node_progress_inbox(link->progress, -1);
-    pthread_mutex_lock(&link->lock);
-    link->recv_epoch = item->epoch;
-    pthread_mutex_unlock(&link->lock);
     *env_out = item->env;
     free(item);
     return TDM_OK;
@@ -618,20 +401,71 @@ uint64_t node_link_recv_epoch(node_link_t *link)
     return epoch;
 }
 
+uint32_t node_link_recv_router(node_link_t *link)
+{
+    uint32_t r;
+
+    pthread_mutex_lock(&link->lock);
+    r = link->recv_router;
+    pthread_mutex_unlock(&link->lock);
+    return r;
+}
+
+int node_link_request_router(node_link_t *link, uint64_t request_id)
+{
+    int r;
+
+    pthread_mutex_lock(&link->lock);
+    r = route_find(link, request_id);
+    pthread_mutex_unlock(&link->lock);
+    return r;
+}
+
 uint64_t node_link_registrations(node_link_t *link)
 {
-    return atomic_load(&link->registrations);
+    uint64_t n = 0;
+
+    for (uint32_t r = 0; r < link->n_routers; r++) {
+        n += atomic_load(&link->routers[r].registrations);
+    }
+    return n;
+}
+
+uint32_t node_link_n_routers(const node_link_t *link)
+{
+    return link->n_routers;
+}
+
+uint64_t node_link_router_registrations(node_link_t *link, uint32_t router)
+{
+    return router < link->n_routers ? atomic_load(&link->routers[router].registrations) : 0;
+}
+
+uint32_t node_link_n_registered(node_link_t *link)
+{
+    uint32_t n = 0;
+
+    for (uint32_t r = 0; r < link->n_routers; r++) {
+        n += atomic_load(&link->routers[r].up) != 0;
+    }
+    return n;
 }
 
 int node_link_lease_valid(node_link_t *link, uint64_t epoch)
 {
     uint64_t last = atomic_load(&link->last_wake_ns);
     uint64_t now = tdm_clock_now_ns();
+    uint64_t r = epoch >> LINK_EPOCH_ROUTER_SHIFT;
+    const link_router_t *rt;
 
-    if (now > last && now - last >= lease_ns(link)) {
+    if (epoch == NODE_LINK_EPOCH_VOID || r >= link->n_routers) {
+        return 0;
+    }
+    rt = &link->routers[r];
+    if (now > last && now - last >= link_lease_ns(rt)) {
         return 0; /* the I/O thread has not run for a lease: we may be lost already */
     }
-    return epoch != NODE_LINK_EPOCH_VOID && epoch == atomic_load(&link->lease_epoch);
+    return epoch == link_epoch((uint32_t)r, atomic_load(&rt->epoch));
 }
 
 void node_link_wake(node_link_t *link)
@@ -659,5 +493,20 @@ void node_link_set_history_sessions(node_link_t *link, const uint64_t *keys, uin
         memcpy(link->history_sessions, keys, n * sizeof(uint64_t));
     }
     link->n_history_sessions = n;
+    pthread_mutex_unlock(&link->lock);
+}
+
+void node_link_set_resident_sessions(node_link_t *link, const uint64_t *keys,
+                                     const uint64_t *cached_lens, uint32_t n)
+{
+    if (n > NODE_MAX_RESIDENT_SESSIONS) {
+        n = NODE_MAX_RESIDENT_SESSIONS;
+    }
+    pthread_mutex_lock(&link->lock);
+    if (n > 0) {
+        memcpy(link->resident_keys, keys, n * sizeof(uint64_t));
+        memcpy(link->resident_lens, cached_lens, n * sizeof(uint64_t));
+    }
+    link->n_resident = n;
     pthread_mutex_unlock(&link->lock);
 }

@@ -27,7 +27,9 @@ static const tdm_flag_t shared_flags[] = {
     {"model", TDM_FLAG_PATH, NULL, offsetof(node_worker_cfg_t, model_dir), "model directory", 0, 0,
      1},
     {"router", TDM_FLAG_STRING, "tcp://127.0.0.1:5557", offsetof(node_worker_cfg_t, router),
-     "the router's control endpoint", 0, 0, 0},
+     "the router's control endpoint, or a comma list of every router of the fleet (one link "
+     "each; the node serves while any of them is up)",
+     0, 0, 0},
     {"http", TDM_FLAG_STRING, "127.0.0.1:0", offsetof(node_worker_cfg_t, http),
      "HOST:PORT of /health and /metrics (port 0: any free port)", 0, 0, 0},
     {"rack", TDM_FLAG_STRING, "rack0", offsetof(node_worker_cfg_t, rack), "NVLink domain id", 0, 0,
@@ -228,7 +230,8 @@ int node_worker_load(node_worker_t *w)
         fprintf(stderr, "%s: weights digest of %s: %s\n", w->program, w->cfg->model_dir, err);
         return NODE_EXIT_FAILED;
     }
-    tdm_log(TDM_LOG_INFO, w->role, "model identity: fingerprint=0x%016llx weights=0x%016llx "
+    tdm_log(TDM_LOG_INFO, w->role,
+            "model identity: fingerprint=0x%016llx weights=0x%016llx "
             "kv_layout=%s",
             (unsigned long long)engine_model_fingerprint(w->model),
             (unsigned long long)w->weights_digest, w->kv_layout);
@@ -268,6 +271,7 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     char err[WORKER_ERR_BYTES] = "";
     node_link_params_t lp;
     const char *transports[NODE_XFER_MAX_TRANSPORTS];
+    node_link_t *link = NULL;
     uint32_t kv_pages = join->kv_pages > 0 ? join->kv_pages : join->total_pages;
     tdm_status_t status;
     int rc = serve(w, join->render, join->render_arg);
@@ -285,10 +289,10 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.transports = transports;
     lp.n_transports = w->transports.n_names;
     /* what this worker's pages really hold for one sequence (issue 16) */
-    lp.max_tokens = kv_pages > 0 ? engine_config_max_tokens_in_pages(
-                                       w->config, kv_pages,
-                                       (uint64_t)w->config->max_position_embeddings)
-                                 : 0;
+    lp.max_tokens = kv_pages > 0
+                        ? engine_config_max_tokens_in_pages(
+                              w->config, kv_pages, (uint64_t)w->config->max_position_embeddings)
+                        : 0;
     lp.router_endpoint = w->cfg->router;
     lp.role = w->proto_role;
     lp.incarnation_id = w->id;
@@ -309,12 +313,13 @@ int node_worker_join(node_worker_t *w, const node_worker_join_t *join)
     lp.progress = &w->progress;
     tdm_log(TDM_LOG_INFO, w->role, "declared: max_tokens=%llu pages=%u transports=%u",
             (unsigned long long)lp.max_tokens, kv_pages, lp.n_transports);
-    status = node_link_create(&lp, &w->link, err, sizeof(err));
+    status = node_link_create(&lp, &link, err, sizeof(err));
     if (status != TDM_OK) {
         tdm_log(TDM_LOG_ERROR, w->role, "cannot join the cluster: %s", err);
         fprintf(stderr, "%s: %s\n", w->program, err);
         return status == TDM_ERR_MISMATCH ? NODE_EXIT_REFUSED : NODE_EXIT_FAILED;
     }
+    __atomic_store_n(&w->link, link, __ATOMIC_RELEASE); /* /metrics reads it */
     return NODE_EXIT_OK;
 }
 
@@ -325,6 +330,7 @@ static char *render_metrics(const node_worker_t *w, node_worker_families_fn *fam
     char *text = NULL;
     size_t n_bytes = 0;
     node_progress_view_t v;
+    node_link_t *link;
 
     if (tdm_prom_create(&p) != TDM_OK) {
         return NULL;
@@ -343,6 +349,14 @@ static char *render_metrics(const node_worker_t *w, node_worker_families_fn *fam
                    v.stalled ? 1.0 : 0.0);
     tdm_prom_gauge(p, "tandem_worker_draining", "1 once SIGTERM started a drain",
                    v.draining ? 1.0 : 0.0);
+    link = __atomic_load_n(&w->link, __ATOMIC_ACQUIRE); /* set by node_worker_join */
+    if (link != NULL) {
+        tdm_prom_gauge(p, "tandem_worker_routers", "routers this worker links to (--router)",
+                       node_link_n_routers(link));
+        tdm_prom_gauge(p, "tandem_worker_routers_registered",
+                       "routers that accept this worker now (registered)",
+                       node_link_n_registered(link));
+    }
     if (w->xfer != NULL) {
         xfer_metrics_render_to(xfer_context_metrics(w->xfer), p);
     }

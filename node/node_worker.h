@@ -46,7 +46,8 @@ typedef enum {
  * table, and live as long as the process). A worker's config struct holds one as a member. */
 typedef struct {
     const char *model_dir;         /* --model: the checkpoint directory */
-    const char *router;            /* --router: the router's ZeroMQ control endpoint */
+    const char *router;            /* --router: the router's ZeroMQ control endpoint, or a comma
+                                      list of every router of the fleet (node_link.h) */
     const char *http;              /* --http: HOST:PORT of /health and /metrics (port 0: any) */
     const char *rack;              /* --rack: NVLink domain id, sent at registration */
     uint32_t threads;              /* --threads: kernel threads (0: every online CPU) */
