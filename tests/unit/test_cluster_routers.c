@@ -152,14 +152,48 @@ static int count_ids(const char *ids)
     return n;
 }
 
-/* Extend ids (T_BODY bytes) with the greedy continuation the turn produced and n_more new ids. */
+/* The model's image_token_id (config.json), which a prompt may not hold; -1 when absent. */
+static int image_token_id(void)
+{
+    char path[T_PATH + 32];
+    char line[512];
+    FILE *f;
+    int id = -1;
+
+    snprintf(path, sizeof(path), "%s/config.json", g_model);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *at = strstr(line, "\"image_token_id\":");
+        if (at != NULL) {
+            id = atoi(at + strlen("\"image_token_id\":"));
+        }
+    }
+    fclose(f);
+    return id;
+}
+
+/* Extend ids (T_BODY bytes) with the greedy continuation the turn produced and n_more new ids.
+ * A generated image token (the tiny model's random weights emit any id) cannot be sent back in a
+ * prompt: it becomes id 7, and the history diverges there (the reuse then stops at it). */
 static void next_prompt(char *ids, int n_more, int salt)
 {
     char gen[4096];
     char more[4096];
+    char token[16];
     size_t n = strlen(ids);
+    int image = image_token_id();
 
     generate_ids(ids, R_GEN, gen, sizeof(gen));
+    snprintf(token, sizeof(token), "%d", image);
+    for (char *p = gen; image >= 0 && *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == strlen(token) && strncmp(p, token, len) == 0) {
+            memset(p, ' ', len);
+            p[0] = '7';
+        }
+        p += len + (p[len] == ',');
+    }
     make_ids(more, sizeof(more), n_more, 17, salt);
     snprintf(ids + n, T_BODY - n, ",%s,%s", gen, more);
 }
@@ -191,7 +225,7 @@ static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_b
                 assert_true(cached >= n_prev[i]); /* sticky on its router: the usual reuse */
             }
             n_prev[i] = count_ids(ids[i]);
-            next_prompt(ids[i], R_MORE_IDS, 100 * t + i);
+            next_prompt(ids[i], R_MORE_IDS, 4 * t + i); /* small ids: clear of special tokens */
         }
     }
     assert_int_equal(kill(f->router_pid[victim], SIGKILL), 0);
