@@ -1,10 +1,13 @@
 /* test_cluster_routers.c - no single point of failure (issue 18 item 3) on a real local cluster
  * (tools/tandem local --routers N: N peer routers, two decode nodes registered with every
  * router, tiny model). A replay of several multi-turn sessions spread over the routers; one
- * router is SIGKILLed between turns; every session's next turn goes through a surviving router
+ * router is SIGKILLed while a long turn of one session is in flight on it (that HTTP stream is
+ * cut at once, not hung); every session's next turn goes through a surviving router
  * and continues on the decode node that holds its KV without recomputing it: the turn's
  * usage.prompt_tokens_details.cached_tokens covers at least the whole previous prompt, and every
- * request answers within its deadline. With 2 routers the survivor knows the sessions from the
+ * request answers within its deadline (the interrupted session's node may answer "session busy"
+ * until the killed router's orphaned turn ends: the client retries that, within the deadline).
+ * With 2 routers the survivor knows the sessions from the
  * replicas its peer sent after each turn (tandem_router_replicas_applied_total); with 3, the
  * sessions whose owner and replica were the killed router and the third one are unknown to the
  * survivor, which learns them from the decode nodes (Load.resident_session_keys, SessionQuery ->
