@@ -14,10 +14,8 @@
 #include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "router/peers.h"
+#include "router/fleet.h"
 #include "router/registry.h"
-#include "router/relearn.h"
-#include "router/residents.h"
 #include "router/session.h"
 #include "router/zap.h"
 
@@ -62,13 +60,10 @@ struct router_control {
     router_registry_t *registry;
     router_sessions_t *sessions;
     router_dispatch_t *dispatch;
-    router_residents_t *residents;  /* sessions the decode nodes report (issue 18 item 3) */
-    router_relearn_t *relearn;      /* unknown sessions learned before their turn */
-    router_peers_t *peers;          /* the other routers; replicas after each turn */
+    router_fleet_t *fleet;          /* peers, replicas, relearning (issue 18 item 3: fleet.h) */
     tdm_curve_keypair_t curve_keys; /* the router's CURVE key pair (peers share it); zeroed at
                                        destroy */
     int curve_on;
-    uint64_t n_replicas_sent;
 };
 
 void router_control_params_default(router_control_params_t *params)
@@ -181,41 +176,7 @@ static void handle_register(router_control_t *c, const char *id, const Tandem__E
     }
 }
 
-/* Index the sessions a decode node reports holding (issue 18 item 3: router/residents.h). */
-static void index_residents(router_control_t *c, const char *id, const Tandem__Heartbeat *hb)
-{
-    const Tandem__Load *load = hb != NULL ? hb->load : NULL;
-
-    if (load == NULL) {
-        return;
-    }
-    if (router_residents_update(c->residents, id, load->resident_session_keys,
-                                load->n_resident_session_keys, load->resident_cached_lens,
-                                load->n_resident_cached_lens) != TDM_OK) {
-        tdm_log(TDM_LOG_WARN, "control", "resident sessions not indexed: worker=%s keys=%zu", id,
-                load->n_resident_session_keys);
-    }
-}
-
-/* After a turn: the session's replica to its owner and replica routers (router/peers.h). */
-static void replicate(router_control_t *c, router_request_t *request)
-{
-    char sid[ROUTER_SESSION_ID_BYTES + 1] = "";
-    Tandem__SessionReplica r = TANDEM__SESSION_REPLICA__INIT;
-    router_session_t *s;
-
-    if (router_peers_count(c->peers) == 0) {
-        return;
-    }
-    router_request_session(request, sid, sizeof(sid));
-    s = sid[0] != '\0' ? router_sessions_get(c->sessions, sid) : NULL;
-    if (s == NULL || s->active_request != 0 || s->n_tokens == 0) {
-        return;
-    }
-    router_relearn_make_replica(c->relearn, s, &r);
-    c->n_replicas_sent += router_peers_replicate(c->peers, &r);
-}
-
+/* A turn the fleet part parked (router/fleet.h) resumes. */
 static void resume_submit(void *ctx, router_request_t *request, uint64_t now_ns)
 {
     router_control_t *c = ctx;
@@ -283,19 +244,12 @@ static void handle_frame(router_control_t *c, const unsigned char *identity, siz
             send_error(c, identity, n_identity, 0, TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED,
                        "unknown worker: register first");
         } else {
-            index_residents(c, id, env->heartbeat);
+            router_fleet_on_heartbeat(c->fleet, id, env->heartbeat);
         }
         break;
-    case TANDEM__ENVELOPE__BODY_SESSION_REPLICA:
-        /* from a peer router (routing id "peer:<id>"), never registered as a worker */
-        if (strncmp(id, ROUTER_PEERS_ID_PREFIX, strlen(ROUTER_PEERS_ID_PREFIX)) == 0) {
-            router_relearn_on_replica(c->relearn, env->session_replica, now_ns);
-        }
-        break;
-    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY:
-        if (router_registry_touch(c->registry, id, now_ns) >= 0) {
-            router_relearn_on_history(c->relearn, id, env->session_history, now_ns);
-        }
+    case TANDEM__ENVELOPE__BODY_SESSION_REPLICA: /* a peer router's */
+    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY: /* a decode node's answer to SessionQuery */
+        router_fleet_on_message(c->fleet, id, env, now_ns);
         break;
     case TANDEM__ENVELOPE__BODY_GOODBYE:
         slot = router_registry_find(c->registry, id);
@@ -404,12 +358,12 @@ static void run_commands(router_control_t *c, uint64_t now_ns)
     while (cmd != NULL) {
         cmd_t *next = cmd->next;
         if (cmd->type == CMD_SUBMIT) {
-            if (c->relearn == NULL || !router_relearn_submit(c->relearn, cmd->request, now_ns)) {
+            if (!router_fleet_submit(c->fleet, cmd->request, now_ns)) {
                 router_dispatch_submit(c->dispatch, cmd->request, now_ns);
             }
         } else {
             router_dispatch_release(c->dispatch, cmd->request, cmd->client_gone, now_ns);
-            replicate(c, cmd->request);
+            router_fleet_release(c->fleet, cmd->request);
         }
         router_request_unref(cmd->request);
         free(cmd);
@@ -425,7 +379,7 @@ static void expire_workers(router_control_t *c, uint64_t now_ns)
     while ((slot = router_registry_expire(c->registry, now_ns, &why)) >= 0) {
         router_worker_t *w = router_registry_worker(c->registry, slot, 0);
         if (w != NULL) {
-            router_residents_forget(c->residents, w->id);
+            router_fleet_worker_gone(c->fleet, w->id);
         }
         router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, why, now_ns);
     }
@@ -462,9 +416,8 @@ static void *control_main(void *arg)
         }
         run_commands(c, now_ns);
         expire_workers(c, now_ns);
-        router_relearn_tick(c->relearn, now_ns);
+        router_fleet_tick(c->fleet, now_ns);
         router_dispatch_tick(c->dispatch, now_ns);
-        router_peers_drain(c->peers);
         pthread_mutex_unlock(&c->state_lock);
     }
     return NULL;
@@ -576,18 +529,23 @@ static tdm_status_t open_socket(router_control_t *c)
     return TDM_OK;
 }
 
-/* The peer routers (after the socket: they share its ZeroMQ context). */
-static tdm_status_t open_peers(router_control_t *c)
+/* The fleet part (after the socket: the peers' links share its ZeroMQ context). */
+static tdm_status_t open_fleet(router_control_t *c)
 {
-    char err[CONTROL_ERR_BYTES] = "";
-    tdm_status_t status;
+    router_fleet_params_t fp;
 
-    status = router_peers_create(c->zctx, c->router_id, c->params.peers,
-                                 c->curve_on ? &c->curve_keys : NULL, &c->peers, err, sizeof(err));
-    if (status != TDM_OK) {
-        tdm_log(TDM_LOG_ERROR, "control", "peer routers refused: %s", err);
-    }
-    return status;
+    memset(&fp, 0, sizeof(fp));
+    fp.zctx = c->zctx;
+    fp.router_id = c->router_id;
+    fp.peers = c->params.peers;
+    fp.curve = c->curve_on ? &c->curve_keys : NULL;
+    fp.registry = c->registry;
+    fp.sessions = c->sessions;
+    fp.send = send_to_worker;
+    fp.send_ctx = c;
+    fp.submit = resume_submit;
+    fp.submit_ctx = c;
+    return router_fleet_create(&fp, &c->fleet);
 }
 
 tdm_status_t router_control_create(const router_control_params_t *params,
@@ -632,13 +590,6 @@ tdm_status_t router_control_create(const router_control_params_t *params,
                                         send_to_worker, c, &c->dispatch);
     }
     if (status == TDM_OK) {
-        status = router_residents_create(&c->residents);
-    }
-    if (status == TDM_OK) {
-        status = router_relearn_create(c->registry, c->sessions, c->residents, 0, send_to_worker, c,
-                                       resume_submit, c, &c->relearn);
-    }
-    if (status == TDM_OK) {
         c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (c->wake_fd < 0) {
             tdm_log(TDM_LOG_ERROR, "control", "eventfd failed: error=\"%s\"", strerror(errno));
@@ -649,7 +600,7 @@ tdm_status_t router_control_create(const router_control_params_t *params,
         status = open_socket(c);
     }
     if (status == TDM_OK) {
-        status = open_peers(c);
+        status = open_fleet(c);
     }
     if (status == TDM_OK) {
         if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
@@ -687,8 +638,7 @@ void router_control_stop(router_control_t *control)
     pthread_mutex_lock(&c->state_lock);
     if (c->dispatch != NULL) {
         /* Parked turns resume into the dispatcher, which fails them below with the rest. */
-        router_relearn_destroy(c->relearn, tdm_clock_now_ns());
-        c->relearn = NULL;
+        router_fleet_stop(c->fleet, tdm_clock_now_ns());
         /* Commands still queued: releases need nothing more; submits are failed below. */
         run_commands(c, tdm_clock_now_ns());
         router_dispatch_destroy(c->dispatch);
@@ -705,9 +655,7 @@ void router_control_destroy(router_control_t *control)
         return;
     }
     router_control_stop(c);
-    router_relearn_destroy(c->relearn, tdm_clock_now_ns()); /* NULL unless create failed early */
-    router_peers_destroy(c->peers);
-    router_residents_destroy(c->residents);
+    router_fleet_destroy(c->fleet, tdm_clock_now_ns());
     memset(&c->curve_keys, 0, sizeof(c->curve_keys));
     router_sessions_destroy(c->sessions);
     router_registry_destroy(c->registry);
@@ -751,35 +699,15 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;
-    gauges_out->n_session_queries = 0;
-    gauges_out->n_sessions_learned = 0;
-    gauges_out->n_session_query_timeouts = 0;
-    gauges_out->n_replicas_applied = 0;
-    if (control->relearn != NULL) {
-        router_relearn_stats_t rs;
-        router_relearn_stats(control->relearn, &rs);
-        gauges_out->n_session_queries = rs.n_queries;
-        gauges_out->n_sessions_learned = rs.n_learned;
-        gauges_out->n_session_query_timeouts = rs.n_timeouts;
-        gauges_out->n_replicas_applied = rs.n_replicas_applied;
-    }
-    gauges_out->n_replicas_sent = control->n_replicas_sent;
-    gauges_out->n_replica_send_failures =
-        control->peers != NULL ? router_peers_send_failures(control->peers) : 0;
-    pthread_mutex_unlock(&control->state_lock);
-}
-
-void router_control_relearn_stats(router_control_t *control, router_relearn_stats_t *stats_out,
-                                  uint64_t *n_replicas_sent_out, uint64_t *n_replica_failures_out)
-{
-    pthread_mutex_lock(&control->state_lock);
-    if (control->relearn != NULL) {
-        router_relearn_stats(control->relearn, stats_out);
+    if (control->fleet != NULL) {
+        router_fleet_gauges(control->fleet, gauges_out);
     } else {
-        memset(stats_out, 0, sizeof(*stats_out));
+        gauges_out->n_session_queries = 0;
+        gauges_out->n_sessions_learned = 0;
+        gauges_out->n_session_query_timeouts = 0;
+        gauges_out->n_replicas_applied = 0;
+        gauges_out->n_replicas_sent = 0;
+        gauges_out->n_replica_send_failures = 0;
     }
-    *n_replicas_sent_out = control->n_replicas_sent;
-    *n_replica_failures_out =
-        control->peers != NULL ? router_peers_send_failures(control->peers) : 0;
     pthread_mutex_unlock(&control->state_lock);
 }

@@ -10,10 +10,9 @@
  * register, expires silent workers on the monotonic clock (never counting the router's own loop
  * stalls against them: router_registry_tick) and workers stalled past their grace, and hands the
  * rest to the
- * dispatcher. With peer routers (issue 18 item 3, docs/ROUTERS.md) it also indexes the sessions
- * decode nodes report (router/residents.h), learns unknown sessions before their turn
- * (router/relearn.h: SessionQuery to the node, SessionReplica from peers) and sends a replica
- * of each session after its turn to the session's owner and replica routers (router/peers.h).
+ * dispatcher. Its part in a fleet of routers (issue 18 item 3, docs/ROUTERS.md: the sessions
+ * the decode nodes report, relearning unknown sessions, replicas to peer routers) is
+ * router/fleet.h, called from a few points of the loop.
  * Knows nothing of HTTP.
  *
  * Threading: create/destroy from one thread; submit, release and snapshot from any thread.
@@ -28,7 +27,6 @@
 #include "router/dispatch.h"
 #include "router/metrics.h"
 #include "router/model.h"
-#include "router/relearn.h"
 #include "router/request.h"
 
 /* Longest endpoint string, bytes. */
@@ -102,10 +100,5 @@ void router_control_release(router_control_t *control, router_request_t *request
 
 /* router_control_snapshot - the gauges /metrics and /health need, under the state lock. */
 void router_control_snapshot(router_control_t *control, router_metrics_gauges_t *gauges_out);
-
-/* router_control_relearn_stats - what the session relearning did (relearn.h), the replicas sent
- * to peers and those that found their peer down, under the state lock. */
-void router_control_relearn_stats(router_control_t *control, router_relearn_stats_t *stats_out,
-                                  uint64_t *n_replicas_sent_out, uint64_t *n_replica_failures_out);
 
 #endif

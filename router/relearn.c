@@ -280,6 +280,21 @@ void router_relearn_on_replica(router_relearn_t *relearn, const Tandem__SessionR
     rl->stats.n_replicas_applied++;
 }
 
+int router_relearn_cancel(router_relearn_t *relearn, router_request_t *request)
+{
+    for (parked_t **pp = &relearn->parked; *pp != NULL; pp = &(*pp)->next) {
+        parked_t *p = *pp;
+        if (p->request == request) {
+            *pp = p->next;
+            tdm_log(TDM_LOG_INFO, "relearn", "parked turn released: session=%s", p->session_id);
+            router_request_unref(p->request);
+            free(p);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void router_relearn_tick(router_relearn_t *relearn, uint64_t now_ns)
 {
     parked_t **pp = &relearn->parked;

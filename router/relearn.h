@@ -78,6 +78,12 @@ void router_relearn_on_history(router_relearn_t *relearn, const char *node_id,
 void router_relearn_on_replica(router_relearn_t *relearn, const Tandem__SessionReplica *replica,
                                uint64_t now_ns);
 
+/*
+ * router_relearn_cancel - the HTTP side released `request` (its client left) while it may be
+ * parked: if it is, it is dropped (never resumed) and 1 is returned; else 0.
+ */
+int router_relearn_cancel(router_relearn_t *relearn, router_request_t *request);
+
 /* router_relearn_tick - resume turns whose query timed out. */
 void router_relearn_tick(router_relearn_t *relearn, uint64_t now_ns);
 

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "router/relearn.h"
 #include "router_test_util.h"
 #include "test_router_fake.h"
 
@@ -39,9 +40,10 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* GET or POST (body non-NULL) on the router; the status; body_out: 64 KiB. */
-static long http(const fixture_t *fx, const char *path, const char *body, const char *session,
-                 char *body_out)
+/* GET or POST (body non-NULL) on the router within timeout_ms; the status (0: cut or timed
+ * out); body_out: 64 KiB. */
+static long http_within(const fixture_t *fx, const char *path, const char *body,
+                        const char *session, long timeout_ms, char *body_out)
 {
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = NULL;
@@ -54,7 +56,7 @@ static long http(const fixture_t *fx, const char *path, const char *body, const 
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, body_out);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     if (body != NULL) {
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
@@ -71,6 +73,12 @@ static long http(const fixture_t *fx, const char *path, const char *body, const 
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     return status;
+}
+
+static long http(const fixture_t *fx, const char *path, const char *body, const char *session,
+                 char *body_out)
+{
+    return http_within(fx, path, body, session, 30000, body_out);
 }
 
 static double metric(const fixture_t *fx, const char *name)
@@ -219,6 +227,32 @@ static void test_silent_node_costs_at_most_the_timeout(void **state)
     fx->decode.ignore_queries = 0;
 }
 
+static void test_client_leaving_while_parked_frees_the_turn(void **state)
+{
+    fixture_t *fx = *state;
+    static char resp[65536];
+    char ids[1024];
+    char body[4096];
+    int decodes = fake_n_records(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    fake_record_t r;
+
+    fx->decode.ignore_queries = 1;
+    snprintf(fx->decode.resident_session, sizeof(fx->decode.resident_session), "left");
+    zmq_poll(NULL, 0, 300);
+    ids_text(ids, sizeof(ids), 0, N_HELD + 2);
+    snprintf(body, sizeof(body), "{\"model\":\"tiny\",\"prompt\":[%s],\"max_tokens\":3}", ids);
+    /* the client gives up while its turn waits for the node's answer */
+    assert_int_equal(http_within(fx, "/v1/completions", body, "left", 500, resp), 0);
+    zmq_poll(NULL, 0, (long)ROUTER_RELEARN_QUERY_TIMEOUT_MS + 500);
+    assert_int_equal(fake_n_records(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), decodes);
+    /* the session is not left busy: the node answers now and the turn is learned */
+    fx->decode.ignore_queries = 0;
+    complete(fx, "left", ids);
+    assert_true(fake_last(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &r));
+    assert_string_equal(r.session_id, "left");
+    assert_int_equal(r.cached_len, N_HELD);
+}
+
 static void test_peer_replica_places_the_session(void **state)
 {
     fixture_t *fx = *state;
@@ -272,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_reported_session_is_learned_and_continued),
         cmocka_unit_test(test_unreported_session_is_not_asked_for),
         cmocka_unit_test(test_silent_node_costs_at_most_the_timeout),
+        cmocka_unit_test(test_client_leaving_while_parked_frees_the_turn),
         cmocka_unit_test(test_peer_replica_places_the_session),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,5 +1,7 @@
 /* tandem - the local-cluster launcher: `tandem local --model DIR --prefill N --decode M
- * [--http HOST:PORT]` starts a router, N prefill nodes and M decode nodes on loopback (the
+ * [--http HOST:PORT] [--routers R]` starts R routers (peers of each other: --router-id router-i,
+ * --peers; every worker gets all their control endpoints; the launcher runs while one lives,
+ * docs/ROUTERS.md), N prefill nodes and M decode nodes on loopback (the
  * executables next to this one), waits until each answers /health with 200 within a deadline,
  * prints the endpoint and one "started:" line per process (role, pid, /health address), and on
  * SIGINT or SIGTERM stops them all (SIGTERM by PID, then SIGKILL after a grace period) and reaps
