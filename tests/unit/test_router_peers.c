@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "common/curve.h"
+#include "router/peers.h"
 #include "router_test_util.h"
 #include "test_router_fake.h"
 
@@ -236,9 +237,45 @@ static void test_replica_reaches_the_peer_over_curve(void **state)
     memset(&worker_keys, 0, sizeof(worker_keys));
 }
 
+static void test_peers_list_is_checked(void **state)
+{
+    void *ctx = zmq_ctx_new();
+    router_peers_t *p = NULL;
+    char err[512];
+    int self = -1;
+    const char *owner;
+
+    (void)state;
+    /* this router's own entry is skipped: every router takes the same list */
+    assert_int_equal(router_peers_create(ctx, "r0", "r0=tcp://127.0.0.1:1,r1=tcp://127.0.0.1:2",
+                                         NULL, &p, err, sizeof(err)),
+                     TDM_OK);
+    assert_int_equal(router_peers_count(p), 1);
+    owner = router_peers_owner(p, "some-session", &self);
+    assert_true(strcmp(owner, "r0") == 0 || strcmp(owner, "r1") == 0);
+    assert_int_equal(self, strcmp(owner, "r0") == 0);
+    router_peers_destroy(p);
+    assert_int_equal(router_peers_create(ctx, "r0", NULL, NULL, &p, err, sizeof(err)), TDM_OK);
+    assert_int_equal(router_peers_count(p), 0);
+    router_peers_destroy(p);
+    assert_int_equal(router_peers_create(ctx, "r0", "r1", NULL, &p, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    print_message("bad entry: %s\n", err);
+    assert_non_null(strstr(err, "ID=ENDPOINT"));
+    assert_int_equal(router_peers_create(ctx, "r0", "r1=tcp://127.0.0.1:2,r1=tcp://127.0.0.1:3",
+                                         NULL, &p, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "repeated"));
+    assert_int_equal(router_peers_create(ctx, "r0", "r1=nonsense://x", NULL, &p, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    print_message("bad endpoint: %s\n", err);
+    zmq_ctx_term(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peers_list_is_checked),
         cmocka_unit_test(test_replica_reaches_the_peer_over_curve),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
