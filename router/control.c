@@ -539,6 +539,7 @@ static tdm_status_t open_fleet(router_control_t *c)
     fp.router_id = c->router_id;
     fp.peers = c->params.peers;
     fp.curve = c->curve_on ? &c->curve_keys : NULL;
+    fp.warmup_ms = c->params.relearn_warmup_ms;
     fp.registry = c->registry;
     fp.sessions = c->sessions;
     fp.send = send_to_worker;

@@ -48,6 +48,8 @@ typedef struct {
                                        "router-<pid>-<random>", a ring of one */
     const char *peers;              /* the fleet's other routers, "ID=ENDPOINT,..." (peers.h);
                                        NULL or "": none */
+    uint32_t relearn_warmup_ms;     /* after start, a named session no decode node reports yet
+                                       waits this long for their heartbeats (relearn.h); 0 none */
     router_dispatch_params_t dispatch;
 } router_control_params_t;
 

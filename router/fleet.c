@@ -37,8 +37,9 @@ tdm_status_t router_fleet_create(const router_fleet_params_t *params, router_fle
     status = router_residents_create(&f->residents);
     if (status == TDM_OK) {
         status = router_relearn_create(params->registry, params->sessions, f->residents,
-                                       params->query_timeout_ms, params->send, params->send_ctx,
-                                       params->submit, params->submit_ctx, &f->relearn);
+                                       params->query_timeout_ms, params->warmup_ms, params->send,
+                                       params->send_ctx, params->submit, params->submit_ctx,
+                                       &f->relearn);
     }
     if (status == TDM_OK) {
         status = router_peers_create(params->zctx, params->router_id, params->peers, params->curve,

@@ -31,6 +31,8 @@ typedef struct {
     const char *peers;                /* --peers: "ID=ENDPOINT,..." or NULL */
     const tdm_curve_keypair_t *curve; /* the router's CURVE key pair (peers share it), or NULL */
     uint32_t query_timeout_ms;        /* 0: ROUTER_RELEARN_QUERY_TIMEOUT_MS */
+    uint32_t warmup_ms;               /* after start, unknown named sessions wait this long for
+                                         the nodes' reports (relearn.h); 0: none */
     router_registry_t *registry;
     router_sessions_t *sessions;
     router_send_fn *send; /* to a worker (SessionQuery) */

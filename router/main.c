@@ -47,6 +47,7 @@ typedef struct {
     const char *curve_workers;
     const char *router_id;
     const char *peers;
+    uint32_t relearn_warmup_ms;
     const char *log_level;
 } router_cfg_t;
 
@@ -120,6 +121,11 @@ static const tdm_flag_t router_flags[] = {
      "skipped): sessions are owned by consistent hashing and replicated to the owner and the next "
      "router after each turn (docs/ROUTERS.md)",
      0, 0, 0},
+    {"relearn-warmup-ms", TDM_FLAG_U32, "0", offsetof(router_cfg_t, relearn_warmup_ms),
+     "for this long after start, a named session that no decode node reports yet waits for "
+     "their heartbeats (workers registering again after a restart) before it starts over, ms "
+     "(0: never waits; docs/ROUTERS.md)",
+     0, 600000, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(router_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -215,6 +221,7 @@ int main(int argc, char **argv)
     params.control.endpoint = cfg.control;
     params.control.router_id = cfg.router_id;
     params.control.peers = cfg.peers;
+    params.control.relearn_warmup_ms = cfg.relearn_warmup_ms;
     params.control.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
     params.control.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
     params.control.stall_grace_ms = cfg.stall_grace_ms;

@@ -24,6 +24,7 @@ struct router_relearn {
     router_sessions_t *sessions;
     router_residents_t *residents;
     uint64_t timeout_ns;
+    uint64_t warmup_end_ns; /* named unknown sessions wait for reports until then */
     router_send_fn *send;
     void *send_ctx;
     router_relearn_submit_fn *submit;
@@ -35,7 +36,7 @@ struct router_relearn {
 
 tdm_status_t router_relearn_create(router_registry_t *registry, router_sessions_t *sessions,
                                    router_residents_t *residents, uint32_t query_timeout_ms,
-                                   router_send_fn *send, void *send_ctx,
+                                   uint32_t warmup_ms, router_send_fn *send, void *send_ctx,
                                    router_relearn_submit_fn *submit, void *submit_ctx,
                                    router_relearn_t **relearn_out)
 {
@@ -55,6 +56,7 @@ tdm_status_t router_relearn_create(router_registry_t *registry, router_sessions_
     rl->timeout_ns =
         (uint64_t)(query_timeout_ms != 0 ? query_timeout_ms : ROUTER_RELEARN_QUERY_TIMEOUT_MS) *
         TDM_NS_PER_MS;
+    rl->warmup_end_ns = tdm_clock_now_ns() + (uint64_t)warmup_ms * TDM_NS_PER_MS;
     rl->send = send;
     rl->send_ctx = send_ctx;
     rl->submit = submit;
@@ -105,6 +107,32 @@ static parked_t *parked_for_session(router_relearn_t *rl, const char *session_id
     return NULL;
 }
 
+/* Send a SessionQuery for p's session to node_id; p gets the query id, node and deadline.
+ * Returns 0, or -1 when it could not be sent. */
+static int send_query(router_relearn_t *rl, parked_t *p, const char *node_id, uint64_t node_len,
+                      uint64_t now_ns)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__SessionQuery q = TANDEM__SESSION_QUERY__INIT;
+
+    q.query_id = rl->next_query;
+    q.session_id = p->session_id;
+    env.body_case = TANDEM__ENVELOPE__BODY_SESSION_QUERY;
+    env.session_query = &q;
+    if (rl->send(rl->send_ctx, node_id, &env) != TDM_OK) {
+        return -1;
+    }
+    p->query_id = rl->next_query;
+    rl->next_query += 2;
+    snprintf(p->node_id, sizeof(p->node_id), "%s", node_id);
+    p->deadline_ns = now_ns + rl->timeout_ns;
+    rl->stats.n_queries++;
+    tdm_log(TDM_LOG_INFO, "relearn",
+            "session query: session=%s node=%s reported_len=%llu query=%llu", p->session_id,
+            node_id, (unsigned long long)node_len, (unsigned long long)p->query_id);
+    return 0;
+}
+
 int router_relearn_submit(router_relearn_t *relearn, router_request_t *request, uint64_t now_ns)
 {
     router_relearn_t *rl = relearn;
@@ -114,8 +142,7 @@ int router_relearn_submit(router_relearn_t *relearn, router_request_t *request, 
     parked_t *p;
     char node_id[ROUTER_RESIDENTS_ID_BYTES + 1];
     uint64_t node_len = 0;
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__SessionQuery q = TANDEM__SESSION_QUERY__INIT;
+    int reported;
 
     if (asked == NULL || asked[0] == '\0' || strlen(asked) > ROUTER_SESSION_ID_BYTES) {
         return 0;
@@ -128,36 +155,29 @@ int router_relearn_submit(router_relearn_t *relearn, router_request_t *request, 
           router_registry_worker(rl->registry, s->worker_slot, s->worker_generation) != NULL))) {
         return 0; /* busy (dispatch answers 409) or known and placed */
     }
-    if (ahead == NULL && !router_residents_lookup(rl->residents, proto_session_hash(asked),
-                                                  node_live, rl, node_id, &node_len)) {
-        return 0;
+    reported = ahead == NULL && router_residents_lookup(rl->residents, proto_session_hash(asked),
+                                                        node_live, rl, node_id, &node_len);
+    if (ahead == NULL && !reported && (s != NULL || now_ns >= rl->warmup_end_ns)) {
+        return 0; /* nobody reports it, and no node is still on its way back */
     }
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
         return 0;
     }
     snprintf(p->session_id, sizeof(p->session_id), "%s", asked);
-    if (ahead != NULL) { /* a query for this session is out: wait for the same answer */
+    if (ahead != NULL) { /* a query (or a warmup wait) for this session is out: share it */
         p->query_id = ahead->query_id;
         snprintf(p->node_id, sizeof(p->node_id), "%s", ahead->node_id);
         p->deadline_ns = ahead->deadline_ns;
-    } else {
-        p->query_id = rl->next_query;
-        rl->next_query += 2;
-        snprintf(p->node_id, sizeof(p->node_id), "%s", node_id);
-        p->deadline_ns = now_ns + rl->timeout_ns;
-        q.query_id = p->query_id;
-        q.session_id = p->session_id;
-        env.body_case = TANDEM__ENVELOPE__BODY_SESSION_QUERY;
-        env.session_query = &q;
-        if (rl->send(rl->send_ctx, node_id, &env) != TDM_OK) {
+    } else if (reported) {
+        if (send_query(rl, p, node_id, node_len, now_ns) != 0) {
             free(p);
             return 0;
         }
-        rl->stats.n_queries++;
-        tdm_log(TDM_LOG_INFO, "relearn",
-                "session query: session=%s node=%s reported_len=%llu query=%llu", asked, node_id,
-                (unsigned long long)node_len, (unsigned long long)p->query_id);
+    } else { /* warmup: wait for the nodes' reports (query_id 0 never matches an answer) */
+        p->deadline_ns = rl->warmup_end_ns;
+        rl->stats.n_warmup_waits++;
+        tdm_log(TDM_LOG_INFO, "relearn", "session waits for the nodes' reports: session=%s", asked);
     }
     p->request = router_request_ref(request);
     p->next = rl->parked;
@@ -295,17 +315,45 @@ int router_relearn_cancel(router_relearn_t *relearn, router_request_t *request)
     return 0;
 }
 
+/* Warmup waiters whose session a node now reports: one query for each session, shared by every
+ * turn of that session waiting. */
+static void ask_reported(router_relearn_t *rl, uint64_t now_ns)
+{
+    for (parked_t *p = rl->parked; p != NULL; p = p->next) {
+        char node_id[ROUTER_RESIDENTS_ID_BYTES + 1];
+        uint64_t node_len = 0;
+
+        if (p->query_id != 0 ||
+            !router_residents_lookup(rl->residents, proto_session_hash(p->session_id), node_live,
+                                     rl, node_id, &node_len) ||
+            send_query(rl, p, node_id, node_len, now_ns) != 0) {
+            continue;
+        }
+        for (parked_t *o = rl->parked; o != NULL; o = o->next) {
+            if (o != p && o->query_id == 0 && strcmp(o->session_id, p->session_id) == 0) {
+                o->query_id = p->query_id;
+                snprintf(o->node_id, sizeof(o->node_id), "%s", p->node_id);
+                o->deadline_ns = p->deadline_ns;
+            }
+        }
+    }
+}
+
 void router_relearn_tick(router_relearn_t *relearn, uint64_t now_ns)
 {
     parked_t **pp = &relearn->parked;
+
+    ask_reported(relearn, now_ns);
 
     while (*pp != NULL) {
         parked_t *p = *pp;
         if (now_ns >= p->deadline_ns) {
             *pp = p->next;
-            relearn->stats.n_timeouts++;
-            tdm_log(TDM_LOG_WARN, "relearn", "session query timed out: session=%s node=%s",
-                    p->session_id, p->node_id);
+            if (p->query_id != 0) {
+                relearn->stats.n_timeouts++;
+                tdm_log(TDM_LOG_WARN, "relearn", "session query timed out: session=%s node=%s",
+                        p->session_id, p->node_id);
+            }
             resume(relearn, p, now_ns);
         } else {
             pp = &p->next;

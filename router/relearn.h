@@ -7,7 +7,10 @@
  *  - from the decode node that reports the session in Load.resident_session_keys
  *    (router/residents.h): the turn is parked, a SessionQuery goes to that node, and its
  *    SessionHistory installs the session placed on that node with its cached_len, so the turn
- *    continues there and prefills only the new tokens. A node that does not answer within the
+ *    continues there and prefills only the new tokens. In the first warmup_ms after the router
+ *    started (its workers still registering again after a restart), a named session no node
+ *    reports yet waits for the nodes' heartbeats instead of starting over at once; past the
+ *    warmup it starts over. A node that does not answer within the
  *    query timeout, or answers found=false, lets the turn go on unlearned (a full prefill, as
  *    before issue 18): nothing waits past the deadline.
  * Owns the parked turns (one request reference each) and the counters. Knows nothing of sockets:
@@ -40,6 +43,7 @@ typedef struct {
     uint64_t n_learned;          /* sessions installed from a SessionHistory */
     uint64_t n_not_found;        /* answers found=false (or unusable) */
     uint64_t n_timeouts;         /* queries unanswered within the timeout */
+    uint64_t n_warmup_waits;     /* turns that waited for the nodes' reports after start */
     uint64_t n_replicas_applied; /* SessionReplica written into the table */
     uint64_t n_replicas_ignored; /* replicas of a busy session or another tenant */
 } router_relearn_stats_t;
@@ -50,12 +54,13 @@ typedef struct router_relearn router_relearn_t;
 /*
  * router_relearn_create - over borrowed registry, sessions and residents (outliving it); queries
  * go through send(send_ctx, node_id, env), parked turns resume through submit(submit_ctx, ...).
- * query_timeout_ms 0: ROUTER_RELEARN_QUERY_TIMEOUT_MS. Returns TDM_OK, TDM_ERR_INVALID_ARG or
+ * query_timeout_ms 0: ROUTER_RELEARN_QUERY_TIMEOUT_MS; warmup_ms 0: no warmup (counted from
+ * this call). Returns TDM_OK, TDM_ERR_INVALID_ARG or
  * TDM_ERR_NO_MEMORY.
  */
 tdm_status_t router_relearn_create(router_registry_t *registry, router_sessions_t *sessions,
                                    router_residents_t *residents, uint32_t query_timeout_ms,
-                                   router_send_fn *send, void *send_ctx,
+                                   uint32_t warmup_ms, router_send_fn *send, void *send_ctx,
                                    router_relearn_submit_fn *submit, void *submit_ctx,
                                    router_relearn_t **relearn_out);
 
@@ -84,7 +89,8 @@ void router_relearn_on_replica(router_relearn_t *relearn, const Tandem__SessionR
  */
 int router_relearn_cancel(router_relearn_t *relearn, router_request_t *request);
 
-/* router_relearn_tick - resume turns whose query timed out. */
+/* router_relearn_tick - ask for sessions that a node reported meanwhile (warmup); resume turns
+ * whose query timed out or whose warmup ended. */
 void router_relearn_tick(router_relearn_t *relearn, uint64_t now_ns);
 
 /* router_relearn_stats - the counters. */

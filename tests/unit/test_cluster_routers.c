@@ -11,7 +11,10 @@
  * replicas its peer sent after each turn (tandem_router_replicas_applied_total); with 3, the
  * sessions whose owner and replica were the killed router and the third one are unknown to the
  * survivor, which learns them from the decode nodes (Load.resident_session_keys, SessionQuery ->
- * SessionHistory: tandem_router_sessions_learned_total). A cluster that cannot start with
+ * SessionHistory: tandem_router_sessions_learned_total). With 2 routers the killed one is then
+ * started again (same id, control endpoint and peers), empty: every session's fourth turn on it
+ * is learned from the decode nodes that re-registered, again without recomputing the previous
+ * prompt. A cluster that cannot start with
  * --routers is a failure, not a skip. The harness is test_cluster_harness.h.
  */
 #define T_MODEL_PREFIX "cluster-routers"
@@ -211,18 +214,119 @@ static void next_prompt(char *ids, int n_more, int salt)
         }
         p += len + (p[len] == ',');
     }
+    {
+        size_t w = 0;
+        for (size_t r = 0; gen[r] != '\0'; r++) { /* drop the padding: ids go on a command line */
+            if (gen[r] != ' ') {
+                gen[w++] = gen[r];
+            }
+        }
+        gen[w] = '\0';
+    }
     make_ids(more, sizeof(more), n_more, 17, salt);
     snprintf(ids + n, T_BODY - n, ",%s,%s", gen, more);
 }
 
+/* A router's command line, kept to start it again after its kill (restart_router). */
+typedef struct {
+    char exe[T_PATH];
+    char args[8192];
+    char *argv[64];
+} saved_cmd_t;
+
+/* A router the test restarted itself (not the launcher's child): stopped by the teardown. */
+static pid_t g_restarted;
+
+static void save_cmdline(pid_t pid, saved_cmd_t *cmd)
+{
+    char path[64];
+    FILE *f;
+    size_t n;
+    ssize_t len;
+    int argc = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+    len = readlink(path, cmd->exe, sizeof(cmd->exe) - 1);
+    assert_true(len > 0);
+    cmd->exe[len] = '\0';
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    n = fread(cmd->args, 1, sizeof(cmd->args) - 1, f);
+    fclose(f);
+    cmd->args[n] = '\0';
+    for (size_t at = 0; at < n && argc < 63; at += strlen(cmd->args + at) + 1) {
+        cmd->argv[argc++] = cmd->args + at;
+    }
+    cmd->argv[argc] = NULL;
+}
+
+/* Start the saved router again (same id, control endpoint and peers; a new HTTP port: the old
+ * one may still be held by its closed connections); waits until its /health is 200 (a decode
+ * node registered again). Returns its HTTP port. */
+static unsigned restart_router(saved_cmd_t *cmd)
+{
+    char http_arg[64];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t n = sizeof(a);
+    unsigned port;
+    uint64_t t0 = tdm_clock_now_ns();
+    char *resp = malloc(T_BODY);
+
+    assert_non_null(resp);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    snprintf(http_arg, sizeof(http_arg), "127.0.0.1:%u", port);
+    for (int i = 0; cmd->argv[i] != NULL; i++) {
+        if (strcmp(cmd->argv[i], "--http") == 0 && cmd->argv[i + 1] != NULL) {
+            cmd->argv[i + 1] = http_arg;
+        }
+    }
+    g_restarted = fork();
+    assert_true(g_restarted >= 0);
+    if (g_restarted == 0) {
+        execv(cmd->exe, cmd->argv);
+        _exit(127);
+    }
+    while (http(port, "/health", NULL, NULL, 0, 2000, resp) != 200) {
+        if (tdm_clock_now_ns() - t0 > (uint64_t)R_MAX_TURN_MS * TDM_NS_PER_MS) {
+            fail_msg("the restarted router was not healthy within %d ms: %s", R_MAX_TURN_MS, resp);
+        }
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    print_message("router restarted (pid %d, http %u): healthy after %.0f ms\n", (int)g_restarted,
+                  port, (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS);
+    free(resp);
+    return port;
+}
+
+static int stop_all_leftovers(void **state)
+{
+    if (g_restarted > 0) {
+        kill(g_restarted, SIGTERM);
+        waitpid(g_restarted, NULL, 0);
+        g_restarted = 0;
+    }
+    return stop_leftovers(state);
+}
+
 /*
  * The replay: sessions[i] plays its first two turns on router served_by[i]; then router `victim`
- * is SIGKILLed and every session plays its third turn on router `survivor`. Asserts each third
- * turn reuses at least the whole previous prompt's KV and answers within R_MAX_TURN_MS.
+ * is SIGKILLed (with session mid_turn's long turn in flight on it when mid_turn >= 0) and every
+ * session plays its third turn on router `survivor`. With `restart`, the victim is then started
+ * again, empty, and every session plays a fourth turn on it. Asserts each turn after a kill or
+ * restart reuses at least the whole previous prompt's KV and answers within R_MAX_TURN_MS.
  */
 static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_by, int n_sessions,
-                            int victim, int survivor, int mid_turn)
+                            int victim, int survivor, int mid_turn, int restart)
 {
+    saved_cmd_t cmd;
     static async_completion_t cut; /* static: outlives a failed assertion's jump */
     char *ids[R_SESSIONS];
     int n_prev[R_SESSIONS];
@@ -250,6 +354,7 @@ static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_b
         complete_start(&cut, f->router_port[victim], sessions[mid_turn], ids[mid_turn], R_LONG_GEN);
         nanosleep(&(struct timespec){0, R_KILL_AFTER_MS * 1000000L}, NULL);
     }
+    save_cmdline(f->router_pid[victim], &cmd);
     assert_int_equal(kill(f->router_pid[victim], SIGKILL), 0);
     print_message("router %d (pid %d) SIGKILLed\n", victim, (int)f->router_pid[victim]);
     if (mid_turn >= 0) {
@@ -270,6 +375,29 @@ static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_b
                       sessions[i], survivor, count_ids(ids[i]), cached, n_prev[i], ms);
         assert_true(cached >= n_prev[i]); /* the previous turn's KV is not recomputed */
         assert_true(ms < R_MAX_TURN_MS);
+        n_prev[i] = count_ids(ids[i]);
+        next_prompt(ids[i], R_MORE_IDS, 8 + i);
+    }
+    if (restart) {
+        unsigned port = restart_router(&cmd);
+        for (int i = 0; i < n_sessions; i++) {
+            cached = turn(port, sessions[i], ids[i], &ms);
+            print_message("turn 4 of %s on the restarted router %d: %d prompt ids, cached %ld "
+                          "(previous prompt %d), %.0f ms\n",
+                          sessions[i], victim, count_ids(ids[i]), cached, n_prev[i], ms);
+            assert_true(cached >= n_prev[i]);
+            assert_true(ms < R_MAX_TURN_MS);
+        }
+        print_message("restarted router: sessions learned %.0f, replicas applied %.0f\n",
+                      metric(port, "tandem_router_sessions_learned_total"),
+                      metric(port, "tandem_router_replicas_applied_total"));
+        /* it knew nothing: every session came from the decode nodes */
+        assert_true(metric(port, "tandem_router_sessions_learned_total") == n_sessions);
+        kill(g_restarted, SIGTERM);
+        waitpid(g_restarted, NULL, 0);
+        g_restarted = 0;
+    }
+    for (int i = 0; i < n_sessions; i++) {
         free(ids[i]);
     }
 }
@@ -287,7 +415,7 @@ static void test_two_routers_one_killed(void **state)
         snprintf(sessions[i], sizeof(sessions[i]), "rha2-%d", i);
         served_by[i] = i % 2;
     }
-    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 1, 0, 1);
+    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 1, 0, 1, 1);
     applied = metric(f.router_port[0], "tandem_router_replicas_applied_total");
     print_message("router 0: replicas applied %.0f, sessions learned %.0f\n", applied,
                   metric(f.router_port[0], "tandem_router_sessions_learned_total"));
@@ -323,7 +451,7 @@ static void test_three_routers_survivor_learns_from_decode_nodes(void **state)
     router_ring_destroy(ring);
     assert_int_equal(n, R_SESSIONS);
     fleet_start(&f, 3);
-    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 2, 0, 0);
+    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 2, 0, 0, 0);
     learned = metric(f.router_port[0], "tandem_router_sessions_learned_total");
     print_message("router 0: sessions learned %.0f, queries %.0f, timeouts %.0f\n", learned,
                   metric(f.router_port[0], "tandem_router_session_queries_total"),
@@ -335,9 +463,9 @@ static void test_three_routers_survivor_learns_from_decode_nodes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_two_routers_one_killed, stop_leftovers),
+        cmocka_unit_test_teardown(test_two_routers_one_killed, stop_all_leftovers),
         cmocka_unit_test_teardown(test_three_routers_survivor_learns_from_decode_nodes,
-                                  stop_leftovers),
+                                  stop_all_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, setup_models, teardown_models);

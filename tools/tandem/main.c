@@ -27,12 +27,15 @@
 #include "common/startup.h"
 #include "keygen.h"
 
-#define LAUNCH_MAX_ROUTERS  8
-#define LAUNCH_MAX_PROCS    (LAUNCH_MAX_ROUTERS + 64)
-#define LAUNCH_ARG_BYTES    256
-#define LAUNCH_POLL_MS      50
-#define LAUNCH_GRACE_MS     5000
-#define LAUNCH_EXIT_REFUSED 3
+#define LAUNCH_MAX_ROUTERS 8
+/* --relearn-warmup-ms of each router of a fleet (docs/ROUTERS.md): a restarted one waits this
+ * long for its workers' reports before a session it does not know starts over */
+#define LAUNCH_RELEARN_WARMUP_MS "3000"
+#define LAUNCH_MAX_PROCS         (LAUNCH_MAX_ROUTERS + 64)
+#define LAUNCH_ARG_BYTES         256
+#define LAUNCH_POLL_MS           50
+#define LAUNCH_GRACE_MS          5000
+#define LAUNCH_EXIT_REFUSED      3
 
 typedef struct {
     const char *model_dir;
@@ -302,6 +305,8 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                         rid,
                         "--peers",
                         peers,
+                        "--relearn-warmup-ms",
+                        LAUNCH_RELEARN_WARMUP_MS,
                         NULL};
         snprintf(http, sizeof(http), "%s:%u", r == 0 ? http_host : "127.0.0.1",
                  (unsigned)router_http[r]);
