@@ -29,13 +29,15 @@ typedef struct {
     const decode_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
     decode_pool_t *pool;
-    decode_tier_t *tier;
-    decode_sessions_t *sessions;
-    decode_sched_t *sched; /* NULL until registered; /health says "starting" */
-    uint64_t registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute thread */
+    uint64_t router_registrations[NODE_LINK_MAX_ROUTERS]; /* per router, seen by the compute
+                                                             thread */
     uint64_t *report_keys; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_session_keys */
     uint64_t *report_lens; /* [NODE_MAX_RESIDENT_SESSIONS] Load.resident_cached_lens */
     uint64_t next_report_ns;
+    decode_tier_t *tier;
+    decode_sessions_t *sessions;
+    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
+    uint64_t registrations; /* node_link_registrations seen by the compute thread */
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -301,46 +303,61 @@ static int keep_serving(decode_node_t *n, uint64_t *drain_deadline_ns, const cha
     return 1;
 }
 
-/* Does `resv` belong to router *arg (decode_pool_lapse_if)? One whose request is not known to
- * the link (a route forgotten) counts as any router's. */
+/* Does `resv` (decode_pool_lapse_if) or the request `id` (decode_sched_abort_where) belong to
+ * router pick->router? One whose request is not known to the link (a route forgotten) counts as
+ * any router's. */
 typedef struct {
     node_link_t *link;
     uint32_t router;
 } lapse_pick_t;
 
-static int resv_of_router(void *arg, const decode_resv_t *resv)
+static int request_of_router(void *arg, uint64_t id)
 {
     const lapse_pick_t *pick = arg;
-    int r = node_link_request_router(pick->link, resv->request_id);
+    int r = node_link_request_router(pick->link, id);
 
     return r < 0 || (uint32_t)r == pick->router;
 }
 
-/* A router registered us again (it restarted, or declared this node lost): what it reserved
- * lapses now. With one router, decode_sched_router_changed (every reservation); with several,
- * only that router's: the others' turns go on. */
+static int resv_of_router(void *arg, const decode_resv_t *resv)
+{
+    return request_of_router(arg, resv->request_id);
+}
+
+/* A router registered us again (it restarted, declared this node lost, or was unreachable past
+ * its heartbeat timeout): what it reserved lapses now. With one router, decode_sched_router_changed
+ * (every reservation); with several, only that router's reservations lapse and its running turns
+ * end (nobody reads them: the router that takes the sessions over must find them idle); the
+ * other routers' turns go on. */
 static void note_registrations(decode_node_t *n)
 {
     node_link_t *link = n->worker.link;
     uint32_t n_routers = node_link_n_routers(link);
+    uint64_t total = node_link_registrations(link);
 
+    if (total == n->registrations) {
+        return; /* no router registered us again since the last look */
+    }
+    n->registrations = total;
     for (uint32_t r = 0; r < n_routers; r++) {
         uint64_t seen = node_link_router_registrations(link, r);
         lapse_pick_t pick = {link, r};
-        uint32_t n_lapsed;
+        uint32_t n_lapsed, n_aborted;
 
-        if (seen == n->registrations[r]) {
+        if (seen == n->router_registrations[r]) {
             continue;
         }
-        n->registrations[r] = seen;
+        n->router_registrations[r] = seen;
         if (n_routers == 1) {
             decode_sched_router_changed(n->sched);
             continue;
         }
         n_lapsed = decode_pool_lapse_if(n->pool, tdm_clock_now_ns(), resv_of_router, &pick);
-        tdm_log(n_lapsed > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
-                "registered again with router %u of %u: %u of its reservation(s) lapse now", r + 1,
-                n_routers, n_lapsed);
+        n_aborted = decode_sched_abort_where(n->sched, request_of_router, &pick);
+        tdm_log(n_lapsed + n_aborted > 0 ? TDM_LOG_WARN : TDM_LOG_INFO, "decode",
+                "router %u of %u lost this node's registration: %u of its reservation(s) lapse "
+                "now, %u of its turn(s) aborted",
+                r + 1, n_routers, n_lapsed, n_aborted);
     }
 }
 

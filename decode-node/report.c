@@ -10,10 +10,13 @@ uint64_t decode_report_held(const decode_session_t *session)
 {
     int64_t length;
 
-    if (session->seq == NULL) {
+    if (session->seq != NULL) {
+        length = engine_seq_length(session->seq);
+    } else if (session->tier_home != NULL && decode_tier_holds(session->tier_home, session->id)) {
+        length = session->tier_len; /* demoted: its next turn brings it back first */
+    } else {
         return 0;
     }
-    length = engine_seq_length(session->seq);
     if (session->n_ids < length) {
         length = session->n_ids;
     }

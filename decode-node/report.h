@@ -5,10 +5,10 @@
  * KV (sessions.h records the ids of [0, n_ids), the tenant and the latest turn's prompt length).
  * This module reads that record for routers: the heartbeat's list of held sessions
  * (Load.resident_session_keys / resident_cached_lens: proto_session_hash keys, most recently used
- * first) and the answer to a SessionQuery (SessionHistory). Only sessions whose state is in the
- * page pool count: a session demoted to a tier (its ids moved with it) is reported as not held
- * until its next turn brings it back. Knows nothing of sockets; builds no envelope. Runs on the
- * decode node's compute thread (it reads the session table).
+ * first) and the answer to a SessionQuery (SessionHistory). A session counts while its state is
+ * in the page pool or in a tier that still holds it (decode_tier_holds: its next turn promotes
+ * it first; a state the tier dropped since is not reported). Knows nothing of sockets; builds no
+ * envelope. Runs on the decode node's compute thread (it reads the session table).
  */
 #ifndef TANDEM_DECODE_REPORT_H
 #define TANDEM_DECODE_REPORT_H
@@ -20,9 +20,10 @@
 
 /*
  * decode_report_held - the positions of `session` a router can continue from with the ids this
- * node recorded: min(engine_seq_length, n_ids) (a handoff without its delta's ids holds more KV
- * than ids: a router then continues at the shorter length and the node rewinds to it); 0 when
- * the session has no sequence in the pool.
+ * node recorded: min(positions of its state, n_ids) (a handoff without its delta's ids holds more
+ * KV than ids: a router then continues at the shorter length and the node rewinds to it); the
+ * state is its sequence in the pool, or while demoted the one its tier holds (tier_len); 0 when
+ * it has neither.
  */
 uint64_t decode_report_held(const decode_session_t *session);
 

@@ -508,6 +508,32 @@ void decode_sched_router_changed(decode_sched_t *s)
             n);
 }
 
+uint32_t decode_sched_abort_where(decode_sched_t *s, int (*pick)(void *arg, uint64_t id), void *arg)
+{
+    uint32_t n = 0, n_reqs = 0;
+    req_t *r;
+
+    for (r = s->reqs; r != NULL; r = r->next) {
+        n_reqs++;
+    }
+    /* one at a time: an abort ends every choice of its request and changes the list */
+    for (uint32_t pass = 0; pass < n_reqs && (r = s->reqs) != NULL; pass++) {
+        Tandem__Abort a = TANDEM__ABORT__INIT;
+
+        while (r != NULL && !pick(arg, r->id)) {
+            r = r->next;
+        }
+        if (r == NULL) {
+            break;
+        }
+        a.request_id = r->id;
+        a.reason = (char *)"its router is gone";
+        sched_on_abort(s, &a);
+        n++;
+    }
+    return n;
+}
+
 void decode_sched_drain(decode_sched_t *s)
 {
     if (!s->draining) {

@@ -148,6 +148,17 @@ void decode_sched_drain(decode_sched_t *sched);
  */
 void decode_sched_router_changed(decode_sched_t *sched);
 
+/*
+ * decode_sched_abort_where - end every running or pending request whose id pick(arg, id) selects
+ * as if its router had sent Abort{request_id} (Finish ABORTED; its active reservations fenced):
+ * the turns of one router of several that is gone (restarted, or unreachable past its heartbeat
+ * timeout: node_link.h), which nobody reads any more, so that they do not keep their sessions
+ * busy for the router that takes the sessions over (issue 18 item 3). Returns how many requests
+ * ended. Compute thread only.
+ */
+uint32_t decode_sched_abort_where(decode_sched_t *sched, int (*pick)(void *arg, uint64_t id),
+                                  void *arg);
+
 /* decode_sched_idle - 1 when no request runs or waits and no reservation holds pages (a drain is
  * done), else 0. Compute thread only. */
 int decode_sched_idle(const decode_sched_t *sched);

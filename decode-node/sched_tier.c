@@ -16,6 +16,7 @@
 #include "decode-node/sched_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -29,10 +30,14 @@ static tdm_status_t demote(decode_sched_t *s, decode_session_t *session)
     decode_tier_usage_t usage;
     decode_tier_kind_t kind = DECODE_TIER_HOST;
     size_t n_written = 0;
+    int32_t *kept = NULL; /* the ids the session keeps for routers' questions (report.h) */
     tdm_status_t status;
 
     if (blob == NULL) {
         return TDM_ERR_NO_MEMORY;
+    }
+    if (session->n_ids > 0 && (kept = malloc((size_t)session->n_ids * sizeof(int32_t))) != NULL) {
+        memcpy(kept, session->ids, (size_t)session->n_ids * sizeof(int32_t));
     }
     status = engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_PAGES, blob, n_blob, &n_written);
     if (status == TDM_OK) {
@@ -45,17 +50,19 @@ static tdm_status_t demote(decode_sched_t *s, decode_session_t *session)
     }
     if (status != TDM_OK) {
         free(blob);
+        free(kept);
         return status;
     }
     /* the tier owns the blob and the ids buffer now */
     tdm_log(TDM_LOG_DEBUG, "tier", "session demoted to %s: session=%s tokens=%lld bytes=%zu",
             decode_tier_kind_name(kind), session->id, (long long)engine_seq_length(session->seq),
             n_written);
+    session->tier_len = engine_seq_length(session->seq);
     engine_seq_destroy(session->seq);
     session->seq = NULL;
-    session->ids = NULL;
-    session->n_ids = 0;
-    session->ids_cap = 0;
+    session->ids = kept; /* out of memory: none, and the session is not reported while down */
+    session->n_ids = kept != NULL ? session->n_ids : 0;
+    session->ids_cap = session->n_ids;
     session->tier_home = tier;
     return TDM_OK;
 }

@@ -26,7 +26,10 @@
  * tier_home: non-NULL while the state is demoted (seq NULL, ids moved with it): the tiers that
  * hold it, until the next turn promotes it (sched_tier.c) or the state is dropped.
  * tenant, prompt_len: DecodeRequest.tenant and total_len (T, the prompt; the ids after it were
- * generated) of the session's latest turn, what SessionHistory reports (issue 18 item 3). */
+ * generated) of the session's latest turn, what SessionHistory reports (issue 18 item 3).
+ * tier_len: while demoted, the positions of the state the tiers hold; ids then keep a copy of
+ * the recorded ids (the tier has its own) so that routers can still be told the history
+ * (decode-node/report.h). */
 typedef struct {
     char id[129];
     engine_seq_t *seq;
@@ -40,6 +43,7 @@ typedef struct {
     decode_tier_t *tier_home;
     uint32_t tenant;
     uint64_t prompt_len;
+    int64_t tier_len;
 } decode_session_t;
 
 typedef struct decode_sessions decode_sessions_t;

@@ -273,7 +273,11 @@ void node_link_destroy(node_link_t *link, const char *reason)
     for (uint32_t r = 0; link->routers != NULL && r < NODE_LINK_MAX_ROUTERS; r++) {
         free_items(link->routers[r].out_head);
         if (link->routers[r].sock != NULL) {
+            zmq_socket_monitor(link->routers[r].sock, NULL, 0);
             zmq_close(link->routers[r].sock);
+        }
+        if (link->routers[r].monitor != NULL) {
+            zmq_close(link->routers[r].monitor);
         }
         free(link->routers[r].endpoint);
     }

@@ -47,6 +47,8 @@ typedef struct link_item {
 typedef struct {
     char *endpoint;            /* tcp://HOST:PORT (malloc'ed) */
     void *sock;                /* DEALER, routing id = the incarnation id (io) */
+    void *monitor;             /* PAIR reading sock's connection events (io) */
+    uint64_t down_since_ns;    /* the connection dropped then and has not come back; 0: up (io) */
     int registered;            /* it accepted our Register and has not forgotten us since (io) */
     int refused;               /* its last RegisterAck refused us (io) */
     uint64_t next_register_ns; /* not registered: when Register goes out again (io) */

@@ -22,7 +22,7 @@
 #define IO_RECONNECT_MS     100   /* ZeroMQ's TCP reconnect: first retry ... */
 #define IO_RECONNECT_MAX_MS 5000  /* ... doubling up to this */
 #define IO_ZMTP_PING_MS     1000  /* ZMTP heartbeats: a silent peer's connection is dropped ... */
-#define IO_ZMTP_TIMEOUT_MS  5000  /* ... after this, and reconnected */
+#define IO_ZMTP_TIMEOUT_MS  10000 /* ... after this, and reconnected (a paused router lives) */
 
 static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
 {
@@ -111,6 +111,26 @@ static tdm_status_t secure_link(void *sock, const node_link_params_t *params, ch
     return status;
 }
 
+/* Watch router r's socket: its connection events (connected, disconnected) arrive on a PAIR
+ * socket the I/O thread polls (handle_monitor). */
+static tdm_status_t open_monitor(node_link_t *link, uint32_t r)
+{
+    link_router_t *rt = &link->routers[r];
+    char addr[96];
+    const int zero = 0;
+
+    snprintf(addr, sizeof(addr), "inproc://tandem-link-%p-%u", (void *)link, r);
+    if (zmq_socket_monitor(rt->sock, addr, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        return TDM_ERR_IO;
+    }
+    rt->monitor = zmq_socket(link->zctx, ZMQ_PAIR);
+    if (rt->monitor == NULL || zmq_setsockopt(rt->monitor, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_connect(rt->monitor, addr) != 0) {
+        return TDM_ERR_IO;
+    }
+    return TDM_OK;
+}
+
 tdm_status_t link_io_open(node_link_t *link, uint32_t r, const node_link_params_t *params,
                           char *err, size_t err_bytes)
 {
@@ -142,6 +162,11 @@ tdm_status_t link_io_open(node_link_t *link, uint32_t r, const node_link_params_
         zmq_setsockopt(rt->sock, ZMQ_HEARTBEAT_TIMEOUT, &ping_timeout, sizeof(ping_timeout)) != 0 ||
         zmq_connect(rt->sock, rt->endpoint) != 0) {
         set_err(err, err_bytes, "cannot connect to %s: %s", rt->endpoint, zmq_strerror(errno));
+        return TDM_ERR_IO;
+    }
+    if (open_monitor(link, r) != TDM_OK) {
+        set_err(err, err_bytes, "cannot watch the connection to %s: %s", rt->endpoint,
+                zmq_strerror(errno));
         return TDM_ERR_IO;
     }
     rt->heartbeat_interval_ms = PROTO_HEARTBEAT_INTERVAL_MS;
@@ -374,6 +399,76 @@ static void clear_outbox(node_link_t *link, link_router_t *rt)
     }
 }
 
+/* Router r no longer counts us as registered (it said so, or it was unreachable past its
+ * heartbeat timeout: it declared us lost if it lives): its registration's work is void (a new
+ * lease epoch with it, counted as a re-registration), what waited for it is dropped, and
+ * Register goes to it again as soon as it is reachable. */
+static void router_lost(node_link_t *link, uint32_t r)
+{
+    link_router_t *rt = &link->routers[r];
+
+    rt->registered = 0;
+    atomic_store(&rt->up, 0);
+    rt->suspect_until_ns = 0;
+    atomic_fetch_add(&rt->epoch, 1);
+    atomic_fetch_add(&rt->registrations, 1);
+    clear_outbox(link, rt);
+    rt->backoff_ms = LINK_REGISTER_BACKOFF_MIN_MS;
+    rt->next_register_ns = 0;
+}
+
+/* Read router r's connection events; a connection down longer than the router's heartbeat
+ * timeout plus one interval (it has declared us lost by then, if it runs at all) loses the
+ * registration. Returns when router r's link is next due a look (UINT64_MAX: not before the
+ * next event). */
+static uint64_t handle_monitor(node_link_t *link, uint32_t r, uint64_t now)
+{
+    link_router_t *rt = &link->routers[r];
+    uint64_t limit_ns;
+
+    for (int i = 0; i < IO_MAX_FRAMES; i++) {
+        zmq_msg_t event, addr;
+        uint16_t id = 0;
+
+        zmq_msg_init(&event);
+        if (zmq_msg_recv(&event, rt->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&event);
+            break;
+        }
+        if (zmq_msg_size(&event) >= sizeof(id)) {
+            memcpy(&id, zmq_msg_data(&event), sizeof(id));
+        }
+        zmq_msg_close(&event);
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, rt->monitor, 0); /* the endpoint: always sent with the event */
+        zmq_msg_close(&addr);
+        if (id == ZMQ_EVENT_DISCONNECTED && rt->down_since_ns == 0) {
+            rt->down_since_ns = now;
+            tdm_log(TDM_LOG_WARN, "link", "connection to router %s dropped", rt->endpoint);
+        } else if (id == ZMQ_EVENT_CONNECTED) {
+            if (rt->down_since_ns != 0) {
+                tdm_log(TDM_LOG_INFO, "link", "connection to router %s back after %.0f ms",
+                        rt->endpoint, (double)(now - rt->down_since_ns) / TDM_NS_PER_MS);
+            }
+            rt->down_since_ns = 0;
+        }
+    }
+    if (!rt->registered || rt->down_since_ns == 0) {
+        return UINT64_MAX;
+    }
+    limit_ns = (uint64_t)(rt->heartbeat_timeout_ms + rt->heartbeat_interval_ms) * TDM_NS_PER_MS;
+    if (now - rt->down_since_ns < limit_ns) {
+        return rt->down_since_ns + limit_ns;
+    }
+    tdm_log(TDM_LOG_WARN, "link",
+            "router %s unreachable for %.0f ms (its heartbeat timeout %u ms): its work is void, "
+            "registering again when it is back",
+            rt->endpoint, (double)(now - rt->down_since_ns) / TDM_NS_PER_MS,
+            rt->heartbeat_timeout_ms);
+    router_lost(link, r);
+    return UINT64_MAX;
+}
+
 /* Hand one frame from router r to the owner, or handle link-level messages here. */
 static void on_frame(node_link_t *link, uint32_t r, const void *data, size_t n_bytes)
 {
@@ -399,14 +494,7 @@ static void on_frame(node_link_t *link, uint32_t r, const void *data, size_t n_b
                     rt->endpoint);
             /* it declared us lost: what it sent before this came first (void); what follows
              * belongs to the new registration */
-            rt->registered = 0;
-            atomic_store(&rt->up, 0);
-            rt->suspect_until_ns = 0;
-            atomic_fetch_add(&rt->epoch, 1); /* the old registration's work is void */
-            atomic_fetch_add(&rt->registrations, 1);
-            clear_outbox(link, rt);
-            rt->backoff_ms = LINK_REGISTER_BACKOFF_MIN_MS;
-            rt->next_register_ns = 0;
+            router_lost(link, r);
             maybe_register(link, r, now);
         }
         proto_envelope_free(env);
@@ -497,7 +585,7 @@ static void lease_tick(node_link_t *link, uint64_t now)
 void *link_io_main(void *arg)
 {
     node_link_t *link = arg;
-    zmq_pollitem_t items[NODE_LINK_MAX_ROUTERS + 1];
+    zmq_pollitem_t items[2 * NODE_LINK_MAX_ROUTERS + 1];
     uint32_t n = link->n_routers;
 
     while (!atomic_load(&link->stop)) {
@@ -507,7 +595,16 @@ void *link_io_main(void *arg)
         lease_tick(link, now);
         for (uint32_t r = 0; r < n; r++) {
             link_router_t *rt = &link->routers[r];
+            uint64_t due = handle_monitor(link, r, now);
             int has_out;
+
+            if (due < wake) {
+                wake = due;
+            }
+            items[n + 1 + r].socket = rt->monitor;
+            items[n + 1 + r].fd = 0;
+            items[n + 1 + r].events = ZMQ_POLLIN;
+            items[n + 1 + r].revents = 0;
 
             items[r].socket = rt->sock;
             items[r].fd = 0;
@@ -541,7 +638,7 @@ void *link_io_main(void *arg)
         items[n].fd = link->wake_fd;
         items[n].events = ZMQ_POLLIN;
         items[n].revents = 0;
-        if (zmq_poll(items, (int)n + 1, (long)((wake - now) / TDM_NS_PER_MS) + 1) < 0) {
+        if (zmq_poll(items, 2 * (int)n + 1, (long)((wake - now) / TDM_NS_PER_MS) + 1) < 0) {
             continue;
         }
         lease_tick(link, tdm_clock_now_ns()); /* a pause in the poll shows before its frames */

@@ -158,6 +158,43 @@ static void test_held_sessions_are_listed_most_recently_used_first(void **state)
     assert_true(keys[0] == proto_session_hash("s-mid"));
 }
 
+static int pick_31(void *arg, uint64_t id)
+{
+    (void)arg;
+    return id == 31;
+}
+
+/* The turns of a router that is gone end (Finish ABORTED) and free their session; the others go
+ * on. */
+static void test_abort_where_ends_only_the_picked_turns(void **state)
+{
+    dtu_fixture_t *fx = *state;
+    int32_t px[PROMPT_TOKENS], py[PROMPT_TOKENS];
+    Tandem__DecodeRequest dx, dy;
+    Tandem__SamplingParams sx, sy;
+    const Tandem__Finish *fin;
+
+    ftu_prompt(31, fx->engine.V, px, PROMPT_TOKENS);
+    ftu_prompt(32, fx->engine.V, py, PROMPT_TOKENS);
+    dtu_sampling(&sx, 0.0, 1);
+    dtu_sampling(&sy, 0.0, 2);
+    dtu_request(&dx, 31, "gone-router-session", 0, px, PROMPT_TOKENS, 64, &sx);
+    dtu_request(&dy, 32, "live-router-session", 0, py, PROMPT_TOKENS, 3, &sy);
+    dtu_send_request(&fx->node, &dx);
+    dtu_send_request(&fx->node, &dy);
+    decode_sched_step(fx->node.sched);
+
+    assert_int_equal(decode_sched_abort_where(fx->node.sched, pick_31, NULL), 1);
+    fin = dtu_run_to_end(&fx->node, 31, 1);
+    assert_non_null(fin);
+    assert_int_equal(fin->reason, TANDEM__FINISH_REASON__FINISH_ABORTED);
+    assert_false(decode_sessions_find(fx->node.sessions, "gone-router-session")->busy);
+    fin = dtu_run_to_end(&fx->node, 32, MAX_STEPS);
+    assert_non_null(fin);
+    assert_int_equal(fin->reason, TANDEM__FINISH_REASON__FINISH_LENGTH);
+    assert_int_equal(decode_sched_abort_where(fx->node.sched, pick_31, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +202,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_held_sessions_are_listed_most_recently_used_first,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abort_where_ends_only_the_picked_turns, setup,
+                                        teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;

@@ -23,6 +23,7 @@
 #include "common/hash.h"
 #include "decode_test_util.h"
 #include "decode-node/pool.h"
+#include "decode-node/report.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "decode-node/tier.h"
@@ -513,6 +514,22 @@ static void resume_equals_never_demoted(fixture_t *fx, decode_tier_t *tier,
     /* b went down in a's place and is held there */
     assert_non_null(decode_sessions_find(small.sessions, "b")->tier_home);
     assert_true(decode_tier_holds(tier, "b"));
+    /* and routers are still told b's history (report.h, issue 18 item 3): its ids and length */
+    {
+        const decode_session_t *b = decode_sessions_find(small.sessions, "b");
+        Tandem__SessionQuery q = TANDEM__SESSION_QUERY__INIT;
+        Tandem__SessionHistory h;
+
+        assert_null(b->seq);
+        assert_true(b->tier_len >= PROMPT_TOKENS);
+        assert_int_equal(decode_report_held(b), b->tier_len);
+        q.query_id = 9;
+        q.session_id = (char *)"b";
+        decode_report_history(small.sessions, &q, &h);
+        assert_true(h.found);
+        assert_int_equal(h.cached_len, b->tier_len);
+        assert_int_equal(h.n_tokens, h.cached_len);
+    }
     assert_int_equal(st.free_pages + st.session_pages, small_pool(fx));
     assert_true(dtu_node_close(&small));
 }

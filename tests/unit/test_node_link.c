@@ -547,6 +547,63 @@ static void test_a_forgetful_router_voids_only_its_own_work(void **state)
     router_stop(&b);
 }
 
+/* Router B dies (its socket closes): past its heartbeat timeout the link counts it as having
+ * declared the worker lost (B's work void, A's not); when B comes back on its endpoint the link
+ * registers with it again. */
+static void test_an_unreachable_router_voids_its_work_and_is_rejoined(void **state)
+{
+    fake_router_t a, b;
+    char endpoints[160], b_endpoint[64];
+    node_link_t *link = NULL;
+    uint64_t epoch_a = 0, epoch_b = 0;
+    uint64_t t0;
+    double lost_ms;
+
+    (void)state;
+    router_start(&a, "tcp://127.0.0.1:*");
+    router_start(&b, "tcp://127.0.0.1:*");
+    snprintf(b_endpoint, sizeof(b_endpoint), "%s", b.endpoint);
+    snprintf(endpoints, sizeof(endpoints), "%s,%s", a.endpoint, b.endpoint);
+    assert_int_equal(open_link(endpoints, &link), TDM_OK);
+    assert_true(await_registered(link, 2));
+    send_abort(&a, 5);
+    send_abort(&b, 6);
+    for (int i = 0; i < 2; i++) {
+        Tandem__Envelope *env = recv_one(link);
+
+        if (env->abort->request_id == 5) {
+            epoch_a = node_link_recv_epoch(link);
+        } else {
+            epoch_b = node_link_recv_epoch(link);
+        }
+        proto_envelope_free(env);
+    }
+
+    router_stop(&b); /* like kill -9: the connection drops */
+    t0 = tdm_clock_now_ns();
+    while (node_link_router_registrations(link, 1) == 0 && tdm_clock_elapsed_ms(t0) < DEADLINE_MS) {
+        sleep_ms(5);
+    }
+    lost_ms = (double)tdm_clock_elapsed_ms(t0);
+    print_message("router B unreachable: its work void after %.0f ms (heartbeat timeout 2000)\n",
+                  lost_ms);
+    assert_int_equal(node_link_router_registrations(link, 1), 1);
+    assert_true(lost_ms >= 1900); /* not before the router itself would have declared us lost */
+    assert_int_equal(node_link_n_registered(link), 1);
+    assert_false(node_link_lease_valid(link, epoch_b));
+    assert_true(node_link_lease_valid(link, epoch_a));
+    assert_int_equal(node_link_router_registrations(link, 0), 0);
+
+    router_start(&b, b_endpoint); /* a restarted router on the same endpoint */
+    assert_true(await_registered(link, 2));
+    assert_int_equal(router_field(&b, &b.n_registers), 1);
+    assert_int_equal(node_link_router_registrations(link, 1), 1); /* not counted twice */
+
+    node_link_destroy(link, "test done");
+    router_stop(&a);
+    router_stop(&b);
+}
+
 /* The held sessions the owner publishes ride every router's heartbeats, in order, cut at the
  * cap (and pass proto's checks: the router unpacked them). */
 static void test_held_sessions_ride_the_heartbeats(void **state)
@@ -629,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_answers_go_back_to_the_router_that_asked),
         cmocka_unit_test(test_a_late_router_is_registered_with),
         cmocka_unit_test(test_a_forgetful_router_voids_only_its_own_work),
+        cmocka_unit_test(test_an_unreachable_router_voids_its_work_and_is_rejoined),
         cmocka_unit_test(test_held_sessions_ride_the_heartbeats),
     };
 
