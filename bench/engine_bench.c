@@ -3,6 +3,11 @@
  * tok/s at several batch sizes, each printed beside a roofline measured in the same run
  * (decode: weight bytes one step reads / memcpy bandwidth; prefill: GEMM FLOPs per token / the
  * kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md.
+ *
+ * --calib FILE measures per-step costs instead and writes them in tandem-sim's calibration
+ * format (docs/SIM.md "Calibration"; read by sim_perf_calibrate): CED prefill seconds for
+ * several new-token counts after several cached lengths, and decode seconds per step for
+ * several batch sizes and contexts (each the median of --repeat runs of --steps steps).
  */
 #include "common/clock.h"
 #include "common/flags.h"
@@ -10,6 +15,7 @@
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
+#include "engine/seq_state.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BENCH_MAX_BATCHES 8
+#define BENCH_MAX_BATCHES  8
 #define BENCH_MEMCPY_BYTES (256u << 20)
-#define BENCH_GEMM_DIM 512
+#define BENCH_GEMM_DIM     512
 
 typedef struct {
     const char *model_dir;
@@ -31,6 +37,7 @@ typedef struct {
     int decode_only;
     uint32_t repeat;
     int expand_bf16;
+    const char *calib_path;
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -54,6 +61,10 @@ static const tdm_flag_t bench_flags[] = {
     {"expand-bf16", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, expand_bf16),
      "load FP8/MXFP4 weights expanded to BF16 (the reference layout, 2 B/param) instead of as "
      "stored: the baseline of the resident formats",
+     0, 0, 0},
+    {"calib", TDM_FLAG_PATH, NULL, offsetof(bench_cfg_t, calib_path),
+     "measure per-step costs (prefill vs cached length, decode vs batch and context) and write "
+     "them to this file in tandem-sim's calibration format (docs/SIM.md), then exit",
      0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
@@ -128,6 +139,198 @@ static double gemm_rate(int n_threads)
     return best;
 }
 
+/* Calibration points (docs/SIM.md "Calibration"): cached x new for prefill, batch x context for
+ * decode. Small enough for a 2-core box in about a minute on the small preset. */
+static const int64_t calib_prefill_cached[] = {0, 512, 2048};
+static const int64_t calib_prefill_new[] = {64, 256, 1024};
+static const int calib_decode_batch[] = {1, 2, 4, 8};
+static const int64_t calib_decode_ctx[] = {128, 1024};
+/* Tokens of the reply a continuing turn's prompt does not repeat (rewound away). */
+#define CALIB_OUTPUT_TOKENS 16
+/* Tokens of the reply a continuing turn's prompt does not repeat (rewound away). */
+#define CALIB_OUTPUT_TOKENS 16
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Measure and write the calibration file; 0 on success. */
+static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_pool_t *pool,
+                     engine_fwd_t *fwd)
+{
+    const engine_config_t *c = engine_model_config(model);
+    int64_t V = c->vocab_size;
+    FILE *out = fopen(cfg->calib_path, "w");
+    int32_t *ids = malloc(sizeof(int32_t) * 8192);
+    float *lg = malloc(sizeof(float) * (size_t)(ENGINE_FWD_MAX_BATCH * V));
+    double runs[64];
+    uint32_t n_runs = cfg->repeat < 64 ? cfg->repeat : 64;
+    int rc = 0;
+    double cpu_total = 0, wall_total = 0; /* over the timed sections: the CPU share we got */
+
+    if (out == NULL || ids == NULL || lg == NULL) {
+        fprintf(stderr, "tandem-bench-engine: --calib %s: cannot open or out of memory\n",
+                cfg->calib_path);
+        free(ids);
+        free(lg);
+        if (out != NULL) {
+            fclose(out);
+        }
+        return 1;
+    }
+    fprintf(out, "# tandem-bench-engine --calib: measured per-step costs (docs/SIM.md)\n");
+    fprintf(out, "tandem-calib 1\nsource tandem-bench-engine\nmodel %s\nthreads %u\n",
+            cfg->model_dir, cfg->n_threads);
+    fprintf(out, "cpu %s\n", kern_cpu_isa_name(kern_cpu_isa()));
+    fprintf(out, "# prefill CACHED_TOKENS NEW_TOKENS SECONDS (CED, one sequence; median of %u)\n",
+            n_runs);
+    for (size_t ci = 0; ci < sizeof(calib_prefill_cached) / sizeof(calib_prefill_cached[0]); ci++) {
+        for (size_t ni = 0; ni < sizeof(calib_prefill_new) / sizeof(calib_prefill_new[0]); ni++) {
+            int64_t C = calib_prefill_cached[ci], N = calib_prefill_new[ni];
+            for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
+                engine_seq_t *seq = NULL;
+                prompt_ids(100 + r, V, ids, C + N);
+                if (engine_seq_create(model, pool, &seq) != TDM_OK ||
+                    (C > 0 && engine_fwd_prefill(fwd, seq, ids, C, 0, NULL, NULL) != TDM_OK)) {
+                    rc = 1;
+                }
+                uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
+                if (rc == 0 && engine_fwd_prefill(fwd, seq, ids + C, N, 0, lg, NULL) != TDM_OK) {
+                    rc = 1;
+                }
+                runs[r] = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += runs[r];
+                engine_seq_destroy(seq);
+            }
+            if (rc != 0) {
+                break;
+            }
+            qsort(runs, n_runs, sizeof(double), cmp_double);
+            fprintf(out, "prefill %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
+            printf("calib: prefill cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
+                   runs[n_runs / 2]);
+        }
+    }
+    fprintf(out,
+            "# continue CACHED NEW SECONDS (a continuing turn: rewind to CACHED, recovery "
+            "replay of the window, prefill NEW; median of %u)\n",
+            n_runs);
+    for (size_t ci = 1;
+         ci < sizeof(calib_prefill_cached) / sizeof(calib_prefill_cached[0]) && rc == 0; ci++) {
+        for (size_t ni = 0; ni < 2 && rc == 0; ni++) {
+            int64_t C = calib_prefill_cached[ci], N = calib_prefill_new[ni];
+            for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
+                engine_seq_t *seq = NULL;
+                prompt_ids(200 + r, V, ids, C + N + CALIB_OUTPUT_TOKENS);
+                /* the session as the decode node holds it: prompt C plus a reply the next
+                 * prompt does not repeat */
+                if (engine_seq_create(model, pool, &seq) != TDM_OK ||
+                    engine_fwd_prefill(fwd, seq, ids, C + CALIB_OUTPUT_TOKENS, 0, NULL, NULL) !=
+                        TDM_OK) {
+                    rc = 1;
+                }
+                uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
+                if (rc == 0 && engine_seq_truncate(seq, C) != TDM_OK) {
+                    rc = 1;
+                }
+                if (rc == 0) {
+                    engine_seq_reset_rings(seq);
+                    if (engine_fwd_replay(fwd, seq, ids, C, ENGINE_REPLAY_RECOVERY, NULL) !=
+                            TDM_OK ||
+                        engine_fwd_prefill(fwd, seq, ids + C, N, 0, lg, NULL) != TDM_OK) {
+                        rc = 1;
+                    }
+                }
+                runs[r] = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += runs[r];
+                engine_seq_destroy(seq);
+            }
+            if (rc != 0) {
+                break;
+            }
+            qsort(runs, n_runs, sizeof(double), cmp_double);
+            fprintf(out, "continue %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
+            printf("calib: continue cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
+                   runs[n_runs / 2]);
+        }
+    }
+    fprintf(out,
+            "# decode N_SEQS CONTEXT_PER_SEQ SECONDS_PER_STEP (plain decode; median of %u "
+            "runs of %u steps)\n",
+            n_runs, cfg->decode_steps);
+    for (size_t bi = 0; bi < sizeof(calib_decode_batch) / sizeof(calib_decode_batch[0]) && rc == 0;
+         bi++) {
+        for (size_t xi = 0; xi < sizeof(calib_decode_ctx) / sizeof(calib_decode_ctx[0]) && rc == 0;
+             xi++) {
+            int B = calib_decode_batch[bi];
+            int64_t ctx = calib_decode_ctx[xi];
+            engine_seq_t *seqs[ENGINE_FWD_MAX_BATCH];
+            int32_t toks[ENGINE_FWD_MAX_BATCH];
+            int made = 0;
+            for (int i = 0; i < B && rc == 0; i++) {
+                prompt_ids(10 + (uint64_t)i, V, ids, ctx);
+                if (engine_seq_create(model, pool, &seqs[i]) != TDM_OK) {
+                    rc = 1;
+                    break;
+                }
+                made++;
+                if (engine_fwd_prefill(fwd, seqs[i], ids, ctx, 0, NULL, NULL) != TDM_OK) {
+                    rc = 1;
+                }
+                toks[i] = ids[ctx - 1];
+            }
+            for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
+                uint64_t t0 = tdm_clock_now_ns();
+                double c0 = cpu_seconds();
+                for (uint32_t step = 0; step < cfg->decode_steps && rc == 0; step++) {
+                    if (engine_fwd_decode(fwd, seqs, toks, B, lg) != TDM_OK) {
+                        rc = 1;
+                    }
+                    for (int i = 0; i < B; i++) {
+                        toks[i] = (int32_t)((toks[i] * 7 + 13) % V);
+                    }
+                }
+                double wall = tdm_clock_elapsed_ms(t0) / 1e3;
+                cpu_total += cpu_seconds() - c0;
+                wall_total += wall;
+                runs[r] = wall / cfg->decode_steps;
+            }
+            for (int i = 0; i < made; i++) {
+                engine_seq_destroy(seqs[i]);
+            }
+            if (rc != 0) {
+                break;
+            }
+            qsort(runs, n_runs, sizeof(double), cmp_double);
+            /* the context in the middle of the measured steps */
+            fprintf(out, "decode %d %lld %.6f\n", B,
+                    (long long)(ctx + (int64_t)cfg->decode_steps * n_runs / 2), runs[n_runs / 2]);
+            printf("calib: decode batch %d context %lld: %.2f ms/step\n", B, (long long)ctx,
+                   runs[n_runs / 2] * 1e3);
+        }
+    }
+    /* process CPU seconds per wall second of the timed sections: below 1 (one thread) when the
+     * box is shared; a comment for the parser, read by bench/sim-calib/run */
+    double share = wall_total > 0 ? cpu_total / wall_total : 0;
+    fprintf(out, "# cpu_share %.4f (process CPU seconds / wall seconds while timed)\n", share);
+    printf("calib: cpu share %.3f\n", share);
+    if (fclose(out) != 0) {
+        rc = 1;
+    }
+    free(ids);
+    free(lg);
+    if (rc != 0) {
+        fprintf(stderr, "tandem-bench-engine: --calib: a forward pass failed\n");
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     bench_cfg_t cfg;
@@ -183,6 +386,13 @@ int main(int argc, char **argv)
     engine_kv_pool_create(c, engine_model_fingerprint(model), 4096, &pool);
     engine_fwd_params_default(model, &fp);
     engine_fwd_create(model, pool, &fp, &fwd);
+    if (cfg.calib_path != NULL) {
+        int rc = run_calib(&cfg, model, pool, fwd);
+        engine_fwd_destroy(fwd);
+        engine_kv_pool_destroy(pool);
+        engine_model_destroy(model);
+        return rc;
+    }
 
     double bw = memcpy_rate();
     double rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5);

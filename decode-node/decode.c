@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "decode-node/notices.h"
 #include "decode-node/pool.h"
 #include "decode-node/report.h"
 #include "decode-node/sched.h"
@@ -36,8 +37,9 @@ typedef struct {
     uint64_t next_report_ns;
     decode_tier_t *tier;
     decode_sessions_t *sessions;
-    decode_sched_t *sched;  /* NULL until registered; /health says "starting" */
-    uint64_t registrations; /* node_link_registrations seen by the compute thread */
+    decode_notices_t *notices; /* state notices from prefill nodes (the transfer callback's) */
+    decode_sched_t *sched;     /* NULL until registered; /health says "starting" */
+    uint64_t registrations;    /* node_link_registrations seen by the compute thread */
 } decode_node_t;
 
 /* The speculative decoding families, one sample per drafter a node can run. */
@@ -141,6 +143,18 @@ static void render_families(void *arg, tdm_prom_t *p)
                    (double)st->shared_page_refs);
     tdm_prom_gauge(p, "tandem_decode_recent_tokens_per_second",
                    "recent generation throughput, tokens per second", st->recent_tokens_per_s);
+    tdm_prom_counter(p, "tandem_decode_state_notices_total",
+                     "state records received straight from prefill nodes (transfer notices)",
+                     st->notices.arrived_total);
+    tdm_prom_counter(p, "tandem_decode_state_notice_bytes_total",
+                     "bytes of those state records and page checksums (not relayed by the router)",
+                     st->notices.state_bytes_total);
+    tdm_prom_counter(p, "tandem_decode_state_notice_timeouts_total",
+                     "remote handoffs failed because their state notice did not arrive in time",
+                     st->notices.timeouts_total);
+    tdm_prom_counter(p, "tandem_decode_state_notices_refused_total",
+                     "state notices refused (malformed payload, checksum) or dropped unclaimed",
+                     st->notices.bad_total + st->notices.expired_total);
     render_spec(st, p);
     decode_tier_render(&st->tier, p);
 }
@@ -197,6 +211,15 @@ static int setup(decode_node_t *n)
         rc = parse_spec(cfg, &sp);
     }
     if (rc == NODE_EXIT_OK) {
+        /* before the transfer context exists: it delivers the prefill nodes' state notices
+         * here (sequence state off the router, docs/PROTOCOL.md 3b) */
+        decode_notices_params_t np = {cfg->state_wait_ms, 0, 0};
+        if (decode_notices_create(&np, &n->notices) != TDM_OK) {
+            fprintf(stderr, "tandem-decode: setup failed: out of memory\n");
+            return NODE_EXIT_FAILED;
+        }
+        w->xfer_params.on_notice = decode_notices_on_xfer;
+        w->xfer_params.on_notice_arg = n->notices;
         rc = node_worker_load(w);
     }
     if (rc != NODE_EXIT_OK) {
@@ -247,6 +270,8 @@ static int setup(decode_node_t *n)
     sp.constrain_vocab = w->constrain_vocab;
     sp.tier = n->tier;
     sp.prefix_share = cfg->prefix_share;
+    sp.notices = n->notices;
+    sp.state_inband = cfg->state_inband;
     decode_sched_out_link(w->link, &out);
     status = decode_sched_create(&sp, w->model, n->pool, n->sessions, &out, &sched);
     if (status != TDM_OK) {
@@ -393,6 +418,7 @@ static void run(decode_node_t *n, const char **reason_out)
             wait_ms = DECODE_XFER_POLL_MS; /* keep UCX progressing while peers write */
         }
         xfer_context_progress(n->worker.xfer);
+        decode_sched_join_notices(n->sched); /* handoffs whose state notice just arrived */
         while (node_link_recv(n->worker.link, wait_ms, &env) == TDM_OK) {
             decode_sched_on_message(n->sched, env);
             proto_envelope_free(env);
@@ -414,7 +440,8 @@ static void teardown(decode_node_t *n, const char *reason)
     decode_sessions_destroy(n->sessions);
     decode_tier_destroy(n->tier);
     decode_pool_destroy(n->pool);
-    node_worker_close(&n->worker);
+    node_worker_close(&n->worker); /* the transfer context, which delivered into notices */
+    decode_notices_destroy(n->notices);
 }
 
 int decode_node_run(const decode_node_params_t *params)

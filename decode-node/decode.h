@@ -3,10 +3,10 @@
  *
  * Owns the node's parts and their order of start and stop: the shared worker start-up
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the page
- * pool (pool.h), the session tiers (tier.h), the sessions (sessions.h) and, once registered, the scheduler (sched.h), whose
- * loop runs on the calling thread until SIGINT or SIGTERM. Renders the node's /health and
- * /metrics pages (the tandem_decode_* and tandem_spec_* families, then transfer/'s). Knows nothing
- * of argv (main.c parses the flags into decode_node_params_t).
+ * pool (pool.h), the session tiers (tier.h), the sessions (sessions.h) and, once registered, the
+ * scheduler (sched.h), whose loop runs on the calling thread until SIGINT or SIGTERM. Renders the
+ * node's /health and /metrics pages (the tandem_decode_* and tandem_spec_* families, then
+ * transfer/'s). Knows nothing of argv (main.c parses the flags into decode_node_params_t).
  */
 #ifndef TANDEM_DECODE_NODE_DECODE_H
 #define TANDEM_DECODE_NODE_DECODE_H
@@ -34,9 +34,13 @@ typedef struct {
     /* --prefill-chunk-tokens: most delta tokens one local prefill advances per step; 0: no
      * limit */
     uint32_t prefill_chunk_tokens;
-    uint64_t host_tier_mb;     /* --host-tier-mb: host store for demoted sessions; 0: none */
-    const char *spill_dir;     /* --spill-dir: disk tier directory; NULL: none */
-    uint64_t spill_max_mb;     /* --spill-max-mb: disk tier cap; 0: what the disk takes */
+    uint64_t host_tier_mb;  /* --host-tier-mb: host store for demoted sessions; 0: none */
+    const char *spill_dir;  /* --spill-dir: disk tier directory; NULL: none */
+    uint64_t spill_max_mb;  /* --spill-max-mb: disk tier cap; 0: what the disk takes */
+    uint32_t state_wait_ms; /* --state-wait-ms: a handoff waits this long for the prefill
+                               node's state notice (notices.h) */
+    int state_inband;       /* --state-inband: the record at H inline in the reservation
+                               descriptor (for prefill nodes older than version 3) */
 } decode_node_params_t;
 
 /*

@@ -31,6 +31,16 @@ static const tdm_flag_t decode_flags[] = {
     {"spec-confidence-threshold", TDM_FLAG_F64, "0.3",
      offsetof(decode_node_params_t, spec_threshold),
      "DSpark verify length: drafts while the confidence product stays above this", 0, 1, 0},
+    {"state-wait-ms", TDM_FLAG_U32, "5000", offsetof(decode_node_params_t, state_wait_ms),
+     "a remote handoff whose state record travels directly from the prefill node (a UCX "
+     "transfer notice, docs/PROTOCOL.md 3b) waits this long for it after the router's message; "
+     "then that request fails (ERROR_STATE_LOST) and its reserved pages go back",
+     1, 600000, 0},
+    {"state-inband", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, state_inband),
+     "put a continued session's state record at H inline in the reservation descriptor the "
+     "router relays (the path before issue 18), not in staged pages the prefill node gets over "
+     "UCX: for rolling upgrades while prefill nodes older than the direct path still run",
+     0, 1, 0},
     {"prefix-share", TDM_FLAG_BOOL, "false", offsetof(decode_node_params_t, prefix_share),
      "start a new session whose prompt shares whole blocks with a resident session from that "
      "session's KV pages (prefix_session_id) plus a recovery replay: the prefix is computed once, "

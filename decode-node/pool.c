@@ -71,7 +71,8 @@ static void free_resv(decode_pool_t *pool, decode_resv_t *resv)
     for (uint32_t s = 0; s < resv->n_sources; s++) {
         engine_kv_table_release(pool->kv, &resv->tables[s]);
     }
-    pool->n_reserved -= resv->n_pages;
+    pool->n_reserved -= resv->n_pages + resv->stage.n_pages;
+    engine_kv_table_release(pool->kv, &resv->stage);
     free(resv);
 }
 
@@ -255,4 +256,37 @@ uint64_t decode_pool_expire(decode_pool_t *pool, uint64_t now_ns, uint32_t fence
         r = after;
     }
     return next;
+}
+
+tdm_status_t decode_pool_stage(decode_pool_t *pool, decode_resv_t *resv, const uint8_t *bytes,
+                               size_t n_bytes)
+{
+    const engine_config_t *cfg = engine_model_config(pool->model);
+    size_t page_bytes = engine_kv_pool_page_bytes(pool->kv);
+    size_t n_pages = (n_bytes + page_bytes - 1) / page_bytes;
+    int layer = (int)cfg->kv_source_layer_ids[0];
+    tdm_status_t status;
+
+    if (resv->stage.n_pages > 0 || n_bytes == 0 || bytes == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (n_pages > engine_kv_pool_n_free(pool->kv)) {
+        return TDM_ERR_NO_PAGES;
+    }
+    status = engine_kv_table_init(&resv->stage, layer, (int)cfg->compress_ratios[layer]);
+    if (status == TDM_OK) {
+        status =
+            engine_kv_table_reserve(pool->kv, &resv->stage, (int64_t)n_pages * KERN_KV_PAGE_ROWS);
+    }
+    if (status != TDM_OK) {
+        engine_kv_table_release(pool->kv, &resv->stage);
+        return status;
+    }
+    for (size_t i = 0; i < n_pages; i++) { /* raw bytes: the pages' headers are rewritten when
+                                              the pool hands them out again */
+        size_t n = n_bytes - i * page_bytes < page_bytes ? n_bytes - i * page_bytes : page_bytes;
+        memcpy(engine_kv_pool_page(pool->kv, resv->stage.page_ids[i]), bytes + i * page_bytes, n);
+    }
+    pool->n_reserved += resv->stage.n_pages;
+    return TDM_OK;
 }

@@ -44,6 +44,10 @@ typedef struct decode_resv {
     uint32_t first_target[NODE_MAX_SOURCES];
     engine_kv_table_t tables[NODE_MAX_SOURCES]; /* the reserved pages, per source */
     uint32_t n_pages;
+    /* Pages holding the session's state record at H for the prefill node to get (descriptor
+     * version 3, decode_pool_stage; issue 18 item 4); n_pages 0 when none. Freed with the
+     * reservation, counted in decode_pool_n_reserved, not in n_pages. */
+    engine_kv_table_t stage;
     struct decode_resv *next;
 } decode_resv_t;
 
@@ -92,6 +96,16 @@ decode_resv_t *decode_pool_find_request(decode_pool_t *pool, uint64_t request_id
 
 /* decode_pool_fence - an aborted reservation: keep its pages fence_ms more, then free them. */
 void decode_pool_fence(decode_pool_t *pool, decode_resv_t *resv, uint32_t fence_ms);
+
+/*
+ * decode_pool_stage - hold n_bytes (> 0) of `bytes` (borrowed) in ceil(n_bytes / page) more
+ * pages of resv (resv->stage), in order from the start of its first page: the state record at
+ * H a prefill node gets with UCX instead of receiving it through the router. Once per
+ * reservation. Returns TDM_OK, TDM_ERR_NO_PAGES (nothing changed), TDM_ERR_INVALID_ARG (staged
+ * already, 0 bytes) or TDM_ERR_NO_MEMORY.
+ */
+tdm_status_t decode_pool_stage(decode_pool_t *pool, decode_resv_t *resv, const uint8_t *bytes,
+                               size_t n_bytes);
 
 /* decode_pool_release - free the pages now, in any state: the handoff was consumed, or the
  * writer is fenced (acknowledged, or never given the reservation). `resv` is freed. */

@@ -811,6 +811,9 @@ void sched_publish(decode_sched_t *s)
     s->stats.free_pages = decode_pool_n_free(s->pool);
     s->stats.total_pages = decode_pool_n_total(s->pool);
     s->stats.reserved_pages = decode_pool_n_reserved(s->pool);
+    if (s->params.notices != NULL) {
+        decode_notices_stats(s->params.notices, &s->stats.notices);
+    }
     s->stats.resident_sessions = decode_sessions_n_resident(s->sessions);
     s->stats.session_pages = decode_sessions_n_pages(s->sessions);
     decode_tier_stats(s->params.tier, &s->stats.tier);
@@ -853,6 +856,7 @@ uint32_t decode_sched_step(decode_sched_t *s)
     uint64_t next_ns;
     uint32_t wait_ms = IDLE_WAIT_MS;
 
+    decode_sched_join_notices(s);
     next_ns =
         decode_pool_expire(s->pool, tdm_clock_now_ns(), s->params.fence_ms, sched_on_lapse, s);
     sched_prefill_step(s, decode_rows(s));

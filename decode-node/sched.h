@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "decode-node/notices.h"
 #include "decode-node/pool.h"
 #include "decode-node/sessions.h"
 #include "decode-node/tier.h"
@@ -62,6 +63,14 @@ typedef struct {
      * default): it is answered as without it, ERROR_STATE_LOST, and the router sends the whole
      * prompt, so a request's text never depends on what else is cached (docs/PROTOCOL.md 6) */
     int prefix_share;
+    /* The state notices prefill nodes send here directly (notices.h; borrowed, must outlive the
+     * scheduler; the transfer context's notice callback fills it), or NULL: a handoff whose
+     * CompletionNotice says state_direct is then refused (ERROR_STATE_LOST). */
+    decode_notices_t *notices;
+    /* --state-inband (TANDEM_STATE_INBAND): the state record at H rides inline in the
+     * reservation descriptor the router relays (version 2), as before issue 18; 0: it is staged
+     * in pages of the reservation that the prefill node gets (version 3, node_handoff.h). */
+    int state_inband;
 } decode_sched_params_t;
 
 /* Counters and gauges for /metrics and heartbeats (plain data snapshot). */
@@ -79,7 +88,7 @@ typedef struct {
     uint64_t rewind_kept_tokens_total; /* positions those rewinds kept (not prefilled again) */
     uint64_t evictions_total;
     uint64_t prefill_pieces_total; /* local prefill parts and replays run between decode steps */
-    uint64_t prefix_shares_total;        /* new sessions started from another's pages */
+    uint64_t prefix_shares_total;  /* new sessions started from another's pages */
     uint64_t prefix_shared_tokens_total; /* prompt positions those shares did not prefill */
     uint32_t running_sequences;
     uint32_t pending_prefills;
@@ -88,13 +97,14 @@ typedef struct {
     uint32_t total_pages;
     uint32_t reserved_pages;
     uint32_t resident_sessions;
-    uint32_t session_pages; /* pages held by resident sessions (a shared page once per holder) */
-    uint32_t shared_pages;  /* pages linked by two or more sequences (engine_kv_pool_n_shared) */
+    uint32_t session_pages;    /* pages held by resident sessions (a shared page once per holder) */
+    uint32_t shared_pages;     /* pages linked by two or more sequences (engine_kv_pool_n_shared) */
     uint64_t shared_page_refs; /* links beyond a page's first (engine_kv_pool_n_extra_refs):
                                   session_pages - shared_page_refs = distinct session pages */
     double recent_tokens_per_s;
     engine_spec_metrics_t spec[ENGINE_SPEC_N_DRAFTERS]; /* per drafter; zero without --spec */
-    decode_tier_stats_t tier; /* session tiers; zero without them */
+    decode_tier_stats_t tier;                           /* session tiers; zero without them */
+    decode_notices_stats_t notices; /* direct state notices; zero without them */
 } decode_stats_t;
 
 /* Where the scheduler's messages to the router and its load report go (plain data, copied at
@@ -131,6 +141,16 @@ void decode_sched_on_message(decode_sched_t *sched, const Tandem__Envelope *env)
  * the longest the caller may wait for messages before calling again, ms (0: work is ready).
  */
 uint32_t decode_sched_step(decode_sched_t *sched);
+
+/*
+ * decode_sched_join_notices - the handoffs that waited for their state notice (params.notices):
+ * each whose notice has arrived is adopted now; each that waited past the notices' wait_ms fails
+ * alone (Error ERROR_STATE_LOST naming the missing notice, with the length the session still
+ * holds) and its reservation's pages go back at once (the writer answered the router, so no put
+ * of it is in flight). decode_sched_step calls it; the node also calls it right after the
+ * transfer context progressed, so an arrived notice does not wait for the next step.
+ */
+void decode_sched_join_notices(decode_sched_t *sched);
 
 /*
  * decode_sched_drain - stop admitting (SIGTERM, docs/DEPLOY.md "Draining a decode node"): from now

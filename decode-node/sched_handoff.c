@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "node/node_handoff.h"
+#include "node/node_state.h"
 #include "kernels/kv_page.h"
 #include "transfer/notice.h"
 
@@ -124,9 +125,11 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
     return status;
 }
 
-void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+/* Adopt the handoff h of dr (its state record and page checksums in h: in-band, or merged from
+ * the direct notice by remote_with_state). */
+static void remote_adopt(decode_sched_t *s, const Tandem__DecodeRequest *dr,
+                         const Tandem__CompletionNotice *h)
 {
-    const Tandem__CompletionNotice *h = dr->handoff;
     decode_resv_t *resv = decode_pool_find(s->pool, h->reservation_id);
     decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
     engine_seq_t *seq = NULL;
@@ -186,6 +189,109 @@ void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
             first.n_top = (int)i + 1;
         }
         sched_start_choices(s, r, h->first_token, &first, h->first_logprob, NULL, h);
+    }
+}
+
+/* A state_direct handoff with its state from the transfer notice (node/node_state.h): the two
+ * halves must name the same request, record and page count, else the handoff is refused (as an
+ * in-band one whose record does not check). */
+static void remote_with_state(decode_sched_t *s, const Tandem__DecodeRequest *dr,
+                              const Tandem__CompletionNotice *state)
+{
+    Tandem__CompletionNotice h = *dr->handoff;
+
+    if (state->request_id == h.request_id && state->state_checksum == h.state_checksum &&
+        state->n_page_checksums == h.n_pages && state->total_len == h.total_len &&
+        state->cached_len == h.cached_len) {
+        h.page_checksums = state->page_checksums;
+        h.n_page_checksums = state->n_page_checksums;
+        h.state_record = state->state_record;
+    } else {
+        tdm_log(TDM_LOG_ERROR, "sched",
+                "state notice does not match the router's completion: request=%llu/%llu "
+                "reservation=%llu pages=%zu/%u",
+                (unsigned long long)state->request_id, (unsigned long long)h.request_id,
+                (unsigned long long)h.reservation_id, state->n_page_checksums, h.n_pages);
+        h.state_record.len = 0; /* refused by sched_adopt's check, which frees the pages */
+    }
+    remote_adopt(s, dr, &h);
+}
+
+void sched_on_remote(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    const Tandem__CompletionNotice *h = dr->handoff;
+    decode_notices_t *notices = s->params.notices;
+    Tandem__CompletionNotice *state;
+    decode_resv_t *resv;
+    tdm_status_t status;
+
+    if (!h->state_direct) {
+        remote_adopt(s, dr, h); /* in-band: the record and checksums came through the router */
+        return;
+    }
+    state = notices != NULL ? decode_notices_take(notices, h->reservation_id) : NULL;
+    if (state != NULL) { /* the notice came first */
+        remote_with_state(s, dr, state);
+        node_state_free(state);
+        return;
+    }
+    resv = decode_pool_find(s->pool, h->reservation_id);
+    status = notices == NULL || resv == NULL || resv->state != DECODE_RESV_ACTIVE
+                 ? TDM_ERR_NOT_FOUND
+                 : decode_notices_park(notices, dr, tdm_clock_now_ns());
+    if (status != TDM_OK) {
+        /* no table, no live reservation, or too many waiting: refused like a bad handoff */
+        remote_adopt(s, dr, h);
+        return;
+    }
+    tdm_log(TDM_LOG_DEBUG, "sched",
+            "handoff waits for its state notice: request=%llu reservation=%llu",
+            (unsigned long long)dr->request_id, (unsigned long long)h->reservation_id);
+}
+
+/* A handoff whose state notice never came (decode_notices_next: TIMEOUT): that request alone
+ * fails; its reservation's pages go back now (the writer answered the router: fenced). */
+static void remote_timeout(decode_sched_t *s, const Tandem__DecodeRequest *dr)
+{
+    decode_resv_t *resv = decode_pool_find(s->pool, dr->handoff->reservation_id);
+    decode_session_t *session = decode_sessions_find(s->sessions, dr->session_id);
+    uint64_t held = 0;
+    char why[128];
+
+    s->stats.handoff_failures_total++;
+    if (resv != NULL) {
+        decode_pool_release(s->pool, resv);
+    }
+    if (session != NULL && sched_find_req(s, dr->request_id) == NULL) {
+        session->busy = 0;
+        held = session->seq != NULL ? (uint64_t)engine_seq_length(session->seq) : 0;
+    }
+    snprintf(why, sizeof(why), "the prefill node's state notice did not arrive within %u ms",
+             s->params.notices != NULL ? decode_notices_wait_ms(s->params.notices) : 0u);
+    tdm_log(TDM_LOG_ERROR, "sched", "handoff failed: request=%llu reservation=%llu reason=\"%s\"",
+            (unsigned long long)dr->request_id, (unsigned long long)dr->handoff->reservation_id,
+            why);
+    sched_send_error(s, dr->request_id, TANDEM__ERROR_CODE__ERROR_STATE_LOST, held, why);
+}
+
+void decode_sched_join_notices(decode_sched_t *s)
+{
+    Tandem__DecodeRequest *dr;
+    Tandem__CompletionNotice *state;
+    decode_notices_event_t ev;
+
+    if (s->params.notices == NULL) {
+        return;
+    }
+    while ((ev = decode_notices_next(s->params.notices, tdm_clock_now_ns(), &dr, &state)) !=
+           DECODE_NOTICES_NONE) {
+        if (ev == DECODE_NOTICES_READY) {
+            remote_with_state(s, dr, state);
+        } else {
+            remote_timeout(s, dr);
+        }
+        node_state_free(state);
+        tandem__decode_request__free_unpacked(dr, NULL);
     }
 }
 
@@ -288,6 +394,20 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
                      : engine_seq_export(session->seq, ENGINE_SEQ_EXPORT_RECORD, desc.record,
                                          desc.n_record, &desc.n_record);
     }
+    if (status == TDM_OK && desc.n_record > 0 && !s->params.state_inband) {
+        /* sequence state off the router (issue 18 item 4): the record at H goes into staged
+         * pages of the reservation, which the prefill node gets with UCX; the descriptor the
+         * router relays names them (version 3). Without the pages: inline, as before. */
+        tdm_status_t staged;
+        do {
+            staged = decode_pool_stage(s->pool, resv, desc.record, desc.n_record);
+        } while (sched_evicted_for_retry(s, staged));
+        if (staged == TDM_OK) {
+            desc.n_stage = resv->stage.n_pages;
+            desc.stage = resv->stage.page_ids;
+            desc.record_checksum = tdm_hash_xxh3_64(desc.record, desc.n_record);
+        }
+    }
     if (status == TDM_OK) {
         status = node_resv_desc_encode(&desc, &bytes, &n_bytes);
     }
@@ -335,6 +455,8 @@ void sched_on_lapse(void *arg, decode_resv_t *resv)
     decode_sched_t *s = arg;
 
     s->stats.reservations_lapsed_total++;
+    /* a handoff waiting for its state notice keeps waiting: its wait (far shorter than the
+     * reservation's timeout) ends it with an Error; an unclaimed notice expires on its own */
     sched_release_session_of(s, resv);
 }
 
@@ -342,6 +464,9 @@ void sched_on_lapse(void *arg, decode_resv_t *resv)
  * reservation) its pages are free at once; else they wait for that word or the timer fence. */
 static void sched_abort_resv(decode_sched_t *s, decode_resv_t *resv, int writer_fenced)
 {
+    if (s->params.notices != NULL) {
+        (void)decode_notices_drop(s->params.notices, resv->id); /* its waiting handoff too */
+    }
     if (resv->state == DECODE_RESV_ACTIVE) {
         sched_release_session_of(s, resv);
     }
@@ -359,6 +484,21 @@ static void sched_abort_resv(decode_sched_t *s, decode_resv_t *resv, int writer_
 void sched_on_abort(decode_sched_t *s, const Tandem__Abort *a)
 {
     req_t *r = a->request_id != 0 ? sched_find_req(s, a->request_id) : NULL;
+
+    uint64_t waited = a->request_id != 0 && s->params.notices != NULL
+                          ? decode_notices_drop_request(s->params.notices, a->request_id)
+                          : 0;
+
+    if (waited != 0) {
+        /* a handoff waiting for its state notice: its writer answered the router (fenced), so
+         * the reservation's pages go back now and the session is idle again */
+        decode_resv_t *resv = decode_pool_find(s->pool, waited);
+        s->stats.aborts_total++;
+        if (resv != NULL) {
+            sched_release_session_of(s, resv);
+            decode_pool_release(s->pool, resv);
+        }
+    }
 
     if (a->reservation_id != 0) {
         decode_resv_t *resv = decode_pool_find(s->pool, a->reservation_id);

@@ -8,15 +8,16 @@
 #include "common/hash.h"
 #include "engine/seq_state.h"
 
-#define RESV_MAGIC "TDRV"
+#define RESV_MAGIC              "TDRV"
 #define RESV_VERSION            2u
 #define RESV_VERSION_NO_DIGESTS 1u
-#define RESV_MAX_PAGES (1u << 24)
+#define RESV_VERSION_STAGED     3u /* the record at H in staged pages (issue 18 item 4) */
+#define RESV_MAX_PAGES          (1u << 24)
 
 static void write_desc(const node_resv_desc_t *d, tdm_bytes_writer_t *w)
 {
     tdm_bytes_put(w, RESV_MAGIC, 4);
-    tdm_bytes_put_u32(w, RESV_VERSION);
+    tdm_bytes_put_u32(w, d->n_stage > 0 ? RESV_VERSION_STAGED : RESV_VERSION);
     tdm_bytes_put_u64(w, d->reservation_id);
     tdm_bytes_put_u64(w, d->cached_len);
     tdm_bytes_put_u64(w, d->total_len);
@@ -38,6 +39,14 @@ static void write_desc(const node_resv_desc_t *d, tdm_bytes_writer_t *w)
         }
     }
     tdm_bytes_put_u64(w, d->n_record);
+    if (d->n_stage > 0) { /* version 3: the record lies in the decode node's staged pages */
+        tdm_bytes_put_u64(w, d->record_checksum);
+        tdm_bytes_put_u32(w, d->n_stage);
+        for (uint32_t i = 0; i < d->n_stage; i++) {
+            tdm_bytes_put_u32(w, d->stage[i]);
+        }
+        return;
+    }
     tdm_bytes_put(w, d->record, d->n_record);
 }
 
@@ -146,7 +155,8 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
     magic = tdm_bytes_get(&r, 4);
     version = tdm_bytes_get_u32(&r);
     if (magic == NULL || memcmp(magic, RESV_MAGIC, 4) != 0 ||
-        (version != RESV_VERSION && version != RESV_VERSION_NO_DIGESTS)) {
+        (version != RESV_VERSION && version != RESV_VERSION_NO_DIGESTS &&
+         version != RESV_VERSION_STAGED)) {
         return TDM_ERR_FORMAT;
     }
     d.reservation_id = tdm_bytes_get_u64(&r);
@@ -163,7 +173,7 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
         src->first_target = tdm_bytes_get_u32(&r);
         src->n_targets = tdm_bytes_get_u32(&r);
         status = r.bad ? TDM_ERR_FORMAT : read_ids(&r, src->n_history, &src->history);
-        if (status == TDM_OK && version == RESV_VERSION) {
+        if (status == TDM_OK && version != RESV_VERSION_NO_DIGESTS) {
             status = read_digests(&r, src->n_history, &src->history_digests);
         }
         if (status == TDM_OK) {
@@ -171,6 +181,14 @@ tdm_status_t node_resv_desc_parse(const uint8_t *bytes, size_t n_bytes, node_res
         }
     }
     n_record = tdm_bytes_get_u64(&r);
+    if (status == TDM_OK && version == RESV_VERSION_STAGED) {
+        d.record_checksum = tdm_bytes_get_u64(&r);
+        d.n_stage = tdm_bytes_get_u32(&r);
+        status = r.bad || d.n_stage == 0 || n_record == 0 ? TDM_ERR_FORMAT
+                                                          : read_ids(&r, d.n_stage, &d.stage);
+        d.n_record = (size_t)n_record; /* the bytes the staged pages hold; d.record stays NULL */
+        n_record = 0;
+    }
     rec = status == TDM_OK ? tdm_bytes_get(&r, (size_t)n_record) : NULL;
     if (status == TDM_OK && (r.bad || r.at != r.n)) {
         status = TDM_ERR_FORMAT;
@@ -203,6 +221,7 @@ void node_resv_desc_fini(node_resv_desc_t *desc)
         free(desc->src[s].targets);
     }
     free(desc->record);
+    free(desc->stage);
     memset(desc, 0, sizeof(*desc));
 }
 

@@ -9,10 +9,14 @@
  *    wire form, little-endian: "TDRV", u32 version 2, u64 reservation id, u64 H, u64 T,
  *    u32 n_sources, per source {i32 layer, u32 n_history, u32 first_target, u32 n_targets,
  *    u32 history[n_history], u64 digests[n_history], u32 targets[n_targets]}, u64 record bytes,
- *    record, u64 XXH3-64 of every byte before it. digests[j] is node_page_digest of history
- *    page j as the decode node sealed it when it described the reservation (0: not known), so a
- *    prefill node that kept a copy of the page (prefill-node/history.h) pulls it only when the
- *    digests differ. Version 1 (no digests) still parses, with history_digests NULL;
+ *    record, u64 XXH3-64 of every byte before it. Version 3 (the record at H staged in the
+ *    decode node's pool, fields n_stage / stage / record_checksum below) replaces the inline
+ *    record by u64 record checksum, u32 n_stage, u32 stage[n_stage]; encode writes version 3
+ *    only when n_stage > 0, so an in-band descriptor stays version 2. digests[j] is
+ *    node_page_digest of history page j as the decode node sealed it when it described the
+ *    reservation (0: not known), so a prefill node that kept a copy of the page
+ *    (prefill-node/history.h) pulls it only when the digests differ. Version 1 (no digests)
+ *    still parses, with history_digests NULL;
  *  - a sequence blob with pages (engine/seq_state.h format, flag 1) assembled from a state record
  *    blob (flag 0) and the pages of every source, so engine_seq_import can check and adopt them.
  * Page ids are indices in the sender's xfer pool, which is the engine page pool's memory.
@@ -48,8 +52,17 @@ typedef struct {
     uint64_t total_len;  /* T */
     uint32_t n_sources;
     node_resv_source_t src[NODE_MAX_SOURCES];
-    uint8_t *record; /* engine_seq_export record blob at H; NULL when H = 0 */
-    size_t n_record;
+    uint8_t *record; /* engine_seq_export record blob at H; NULL when H = 0 or staged */
+    size_t n_record; /* its bytes (also when staged) */
+    /* Version 3 (sequence state off the router, issue 18 item 4): the record at H is not in the
+     * descriptor (which the router relays) but in n_stage pages of the decode node's pool that
+     * the reservation holds, its bytes in order from the start of stage[0], page after page; the
+     * prefill node gets them with UCX and checks record_checksum (XXH3-64 of the n_record
+     * bytes). n_stage 0: the record is inline (version 2). stage: owned after parse (fini frees
+     * it); borrowed by encode. */
+    uint32_t n_stage;
+    uint32_t *stage;
+    uint64_t record_checksum;
 } node_resv_desc_t;
 
 /* Bytes of a KV page's header that node_page_digest covers (kern_kv_page.h's 64-byte header). */

@@ -1,7 +1,8 @@
 /* node_link_io.c - the control link's I/O (node_link_impl.h): one DEALER socket per router, the
- * registration with each (re-sent with backoff until it is accepted), heartbeats, the outboxes
- * and the frames received. One thread serves every router; nothing here blocks on one of them,
- * so a dead router stalls neither the node nor the other links. */
+ * registration with each (re-sent with backoff until it is accepted), heartbeats, the outboxes,
+ * the frames received, and a monitor of each connection (a router unreachable past its heartbeat
+ * timeout has declared the worker lost). One thread serves every router; nothing here blocks on one
+ * of them, so a dead router stalls neither the node nor the other links. */
 #include "node/node_link_impl.h"
 
 #include <errno.h>

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "node/node_handoff.h"
+#include "node/node_state.h"
 #include "engine/sampler.h"
 #include "kernels/kv_page.h"
 #include "transfer/batch.h"
@@ -319,6 +320,7 @@ uint32_t prefill_job_pages_needed(const Tandem__PrefillJob *job)
     for (uint32_t s = 0; s < rd.n_sources; s++) {
         n += 2 * rd.src[s].n_history + rd.src[s].first_target + rd.src[s].n_targets;
     }
+    n += rd.n_stage; /* the staged record at H, got before the history */
     node_resv_desc_fini(&rd);
     return n;
 }
@@ -356,6 +358,56 @@ static tdm_status_t check_job(prefill_job_t *j)
 }
 
 /* The pull step: the sequence at H from the decode node's pages (load_history). */
+/* Descriptor version 3 (node_handoff.h; issue 18 item 4): the state record at H lies in the
+ * decode node's staged pages, not in the descriptor the router relayed: get them into scratch
+ * pages, copy the record out into rd->record and check it against rd->record_checksum. */
+static tdm_status_t get_staged_record(prefill_job_t *j)
+{
+    node_resv_desc_t *rd = &j->rd;
+    engine_kv_pool_t *kv = j->env->kv;
+    size_t page_bytes = engine_kv_pool_page_bytes(kv);
+    engine_kv_table_t scratch;
+    uint8_t *record;
+    tdm_status_t status;
+
+    if (rd->n_stage == 0 || rd->record != NULL) {
+        return TDM_OK;
+    }
+    if (rd->n_record > (size_t)rd->n_stage * page_bytes ||
+        rd->n_record <= (size_t)(rd->n_stage - 1) * page_bytes) {
+        job_fail(j, TDM_ERR_FORMAT, "staged record length does not match its pages");
+        return TDM_ERR_FORMAT;
+    }
+    record = malloc(rd->n_record);
+    engine_kv_table_init(&scratch, (int)engine_model_config(j->env->model)->kv_source_layer_ids[0],
+                         1);
+    status = record == NULL
+                 ? TDM_ERR_NO_MEMORY
+                 : engine_kv_table_reserve(kv, &scratch, (int64_t)rd->n_stage * KERN_KV_PAGE_ROWS);
+    if (status == TDM_OK) {
+        status = move_pages(j->env, j->peer, XFER_OP_GET, j->job->request_id, scratch.page_ids,
+                            rd->stage, rd->n_stage);
+    }
+    for (uint32_t i = 0; status == TDM_OK && i < rd->n_stage; i++) {
+        size_t at = (size_t)i * page_bytes;
+        size_t n = rd->n_record - at < page_bytes ? rd->n_record - at : page_bytes;
+        memcpy(record + at, engine_kv_pool_page(kv, scratch.page_ids[i]), n);
+    }
+    engine_kv_table_release(kv, &scratch);
+    if (status == TDM_OK && tdm_hash_xxh3_64(record, rd->n_record) != rd->record_checksum) {
+        status = TDM_ERR_MISMATCH;
+    }
+    if (status != TDM_OK) {
+        free(record);
+        job_fail(j, status,
+                 status == TDM_ERR_MISMATCH ? "the staged record at H does not match its checksum"
+                                            : "getting the staged record at H failed");
+        return status;
+    }
+    rd->record = record;
+    return TDM_OK;
+}
+
 static tdm_status_t prefill_job_pull(prefill_job_t *j)
 {
     xfer_desc_t xd;
@@ -368,6 +420,10 @@ static tdm_status_t prefill_job_pull(prefill_job_t *j)
     }
     if (status != TDM_OK) {
         job_fail(j, status, "cannot reach the decode node's page pool");
+        return status;
+    }
+    status = get_staged_record(j);
+    if (status != TDM_OK) {
         return status;
     }
     status = load_history(j->env, j->peer, &j->rd, j->job->session_id, j->job->request_id, &j->seq,
@@ -601,6 +657,38 @@ tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *cons
     return status;
 }
 
+/* Sequence state off the router (job.h, env->state_inband 0): the record at T and the page
+ * checksums of `notice` go to the decode node in a transfer notice; `notice` keeps what the
+ * router relays (state_direct, n_pages, state_checksum). On failure the job fails. */
+static tdm_status_t send_state_direct(prefill_job_t *j, Tandem__CompletionNotice *notice)
+{
+    uint8_t *payload = NULL;
+    size_t n_payload = 0;
+    tdm_status_t status = node_state_pack(notice, &payload, &n_payload);
+
+    if (status == TDM_OK) {
+        status = prefill_stream_notice(&j->ps, payload, n_payload);
+    }
+    free(payload);
+    if (status != TDM_OK) {
+        prefill_job_notice_fini(notice);
+        job_fail(j, status, "sending the state notice to the decode node failed");
+        return status;
+    }
+    free(notice->page_checksums);
+    free(notice->state_record.data);
+    notice->page_checksums = NULL;
+    notice->n_page_checksums = 0;
+    notice->state_record.data = NULL;
+    notice->state_record.len = 0;
+    notice->state_direct = 1;
+    tdm_log(TDM_LOG_DEBUG, "prefill",
+            "state sent direct: request=%llu reservation=%llu payload_bytes=%zu pages=%u",
+            (unsigned long long)notice->request_id, (unsigned long long)notice->reservation_id,
+            n_payload, notice->n_pages);
+    return TDM_OK;
+}
+
 /* The last puts, the state record at T and the notice of a job that computed every row. */
 static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *samples,
                                   uint32_t n_samples, Tandem__CompletionNotice *notice_out)
@@ -668,11 +756,17 @@ static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *sampl
     notice_out->state_record.len = n_record;
     notice_out->state_checksum = tdm_hash_xxh3_64(record, n_record);
     notice_out->prefill_ns = j->rep.compute_ns;
+    notice_out->n_pages = ps->n_all;
+    notice_out->attempt = job->attempt;
     status = notice_first(notice_out, samples, n_samples,
                           job->sampling != NULL ? job->sampling->n_logprobs : -1);
     if (status != TDM_OK) {
         prefill_job_notice_fini(notice_out);
         job_fail(j, status, "out of memory");
+        return status;
+    }
+    if (!j->env->state_inband) {
+        status = send_state_direct(j, notice_out);
     }
     return status;
 }

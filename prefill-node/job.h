@@ -22,7 +22,9 @@
  *             pages still being appended to at the end (each source's last one) in a last batch,
  *             and once every batch has completed (flushed) builds the CompletionNotice: page
  *             checksums in reservation order, first token, its log-probability, the state record
- *             at T and its checksum.
+ *             at T and its checksum. Unless env->state_inband, the record and the checksums then
+ *             go to the decode node in a transfer notice (node/node_state.h) and the notice for
+ *             the router keeps only state_direct, n_pages and state_checksum.
  * An abort seen at a layer boundary (or before a step) stops the job's puts at once: it posts
  * nothing more, waits for its batches in flight and calls env->fenced, takes no part in later
  * steps (the step it was in runs to its end: the engine has no cancel point inside a pass), and
@@ -49,7 +51,7 @@
 /* What a job needs from the node (borrowed). */
 typedef struct {
     const engine_model_t *model;
-    engine_kv_pool_t *kv;   /* pages lie in xpool's memory: page i is xfer page i */
+    engine_kv_pool_t *kv; /* pages lie in xpool's memory: page i is xfer page i */
     xfer_context_t *xfer;
     xfer_pool_t *xpool;
     engine_fwd_t *fwd;
@@ -75,6 +77,12 @@ typedef struct {
      * unchanged instead of pulling them, and leaves the session's pages at T there after a
      * successful job; NULL: none (every history page is pulled). */
     prefill_history_t *history;
+    /* 0 (the default): the state record at T and the page checksums go to the decode node
+     * directly in a transfer notice (node/node_state.h) and the CompletionNotice to the router
+     * says state_direct; 1 (--state-inband, TANDEM_STATE_INBAND=1): they ride in the
+     * CompletionNotice through the router, as before issue 18 (rolling upgrades: decode nodes
+     * that predate the direct path). */
+    int state_inband;
 } prefill_job_env_t;
 
 /* What a job did (plain data, for metrics). */
@@ -137,9 +145,8 @@ uint32_t prefill_job_pages_to_come(const prefill_job_t *job);
  * batch). n_tokens_out: tokens computed (may be NULL).
  * Returns TDM_OK, or the engine's status when it failed (the jobs it names are over).
  */
-tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs,
-                               int n_jobs, int64_t budget_tokens, int64_t job_tokens,
-                               int64_t *n_tokens_out);
+tdm_status_t prefill_jobs_step(const prefill_job_env_t *env, prefill_job_t *const *jobs, int n_jobs,
+                               int64_t budget_tokens, int64_t job_tokens, int64_t *n_tokens_out);
 
 /*
  * prefill_job_finish - end a job whose rows_left is 0: on TDM_OK *notice_out is filled; its

@@ -22,8 +22,9 @@ static void on_stream_batch_done(void *arg, const xfer_batch_result_t *result)
     ps->n_in_flight--;
 }
 
-tdm_status_t prefill_stream_init(prefill_stream_t *ps, const prefill_job_env_t *env, xfer_peer_t *peer,
-                                const node_resv_desc_t *rd, engine_seq_t *seq, uint64_t job_id, void *user)
+tdm_status_t prefill_stream_init(prefill_stream_t *ps, const prefill_job_env_t *env,
+                                 xfer_peer_t *peer, const node_resv_desc_t *rd, engine_seq_t *seq,
+                                 uint64_t job_id, void *user)
 {
     memset(ps, 0, sizeof(*ps));
     ps->env = env;
@@ -202,7 +203,8 @@ tdm_status_t prefill_stream_drain(prefill_stream_t *ps)
 {
     while (ps->n_pend > 0 && ps->status == TDM_OK && !ps->aborted) {
         if (ps->env->aborted(ps->env->aborted_arg, ps->user)) {
-            prefill_stream_stop(ps); /* checked before every post: nothing goes out after an abort */
+            prefill_stream_stop(
+                ps); /* checked before every post: nothing goes out after an abort */
             break;
         }
         prefill_stream_post(ps, 0);
@@ -216,3 +218,37 @@ tdm_status_t prefill_stream_drain(prefill_stream_t *ps)
     return ps->status;
 }
 
+tdm_status_t prefill_stream_notice(prefill_stream_t *ps, const void *payload, size_t n_bytes)
+{
+    xfer_batch_params_t bp;
+    tdm_status_t status;
+
+    if (ps->n_in_flight > 0 || ps->status != TDM_OK) {
+        return ps->status != TDM_OK ? ps->status : TDM_ERR_INVALID_ARG;
+    }
+    memset(&bp, 0, sizeof(bp));
+    bp.op = XFER_OP_PUT;
+    bp.flags = XFER_BATCH_NOTICE;
+    bp.job_id = ps->job_id;
+    bp.local_pool = ps->env->xpool;
+    bp.n_pages = 0; /* the pages went in the job's put batches; this carries the state only */
+    bp.payload = payload;
+    bp.payload_bytes = n_bytes;
+    bp.done = on_stream_batch_done;
+    bp.done_arg = ps;
+    for (;;) {
+        status = xfer_batch_post(ps->peer, &bp);
+        if (status != TDM_ERR_BUSY) {
+            break;
+        }
+        xfer_context_wait(ps->env->xfer, STREAM_WAIT_MS);
+    }
+    if (status != TDM_IN_PROGRESS) {
+        return status;
+    }
+    ps->n_in_flight++;
+    while (ps->n_in_flight > 0) {
+        xfer_context_wait(ps->env->xfer, STREAM_WAIT_MS);
+    }
+    return ps->status;
+}

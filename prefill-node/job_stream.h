@@ -43,25 +43,24 @@ typedef struct {
     const node_resv_desc_t *rd;
     engine_seq_t *seq;
     uint64_t job_id;
-    void *user;                      /* the job's cookie for env->aborted and env->fenced */
+    void *user; /* the job's cookie for env->aborted and env->fenced */
     size_t page_bytes;
     uint32_t base[NODE_MAX_SOURCES]; /* index of source s's first target in the arrays below */
     uint32_t next[NODE_MAX_SOURCES]; /* targets of source s sealed and queued so far */
     uint32_t n_all;
-    uint32_t *local, *remote;        /* [n_all] reservation order */
-    uint64_t *sums;                  /* [n_all] XXH3-64 of each sealed page */
-    uint32_t *pend;                  /* [n_all] indices sealed, not yet posted (post was BUSY) */
+    uint32_t *local, *remote; /* [n_all] reservation order */
+    uint64_t *sums;           /* [n_all] XXH3-64 of each sealed page */
+    uint32_t *pend;           /* [n_all] indices sealed, not yet posted (post was BUSY) */
     uint32_t n_pend;
-    int checked;                     /* tables at T compared with the reservation */
-    int aborted;                     /* an abort was seen: post nothing more */
-    int fenced;                      /* env->fenced was called */
-    uint32_t n_in_flight;            /* batches posted, callback not yet run */
-    uint32_t n_chunk_batches;        /* batches posted while the prefill computed */
-    uint32_t n_early_pages;          /* pages posted while the prefill computed */
+    int checked;              /* tables at T compared with the reservation */
+    int aborted;              /* an abort was seen: post nothing more */
+    int fenced;               /* env->fenced was called */
+    uint32_t n_in_flight;     /* batches posted, callback not yet run */
+    uint32_t n_chunk_batches; /* batches posted while the prefill computed */
+    uint32_t n_early_pages;   /* pages posted while the prefill computed */
     uint32_t n_posted_pages;
-    tdm_status_t status;             /* first failure: a table mismatch, a post or a batch */
+    tdm_status_t status; /* first failure: a table mismatch, a post or a batch */
 } prefill_stream_t;
-
 
 /* prefill_stream_init - a stream of the reserved pages of `rd` (borrowed, as env, peer and seq,
  * for the stream's life); user: the job's cookie for env->aborted / env->fenced. TDM_OK or
@@ -99,5 +98,12 @@ void prefill_stream_on_layer(prefill_stream_t *ps, const engine_dump_layer_t *re
 /* prefill_stream_drain - post what is queued (retrying while BUSY, stopping at an abort), then
  * wait for every batch in flight. Returns ps->status; always returns with nothing in flight. */
 tdm_status_t prefill_stream_drain(prefill_stream_t *ps);
+
+/* prefill_stream_notice - after prefill_stream_drain returned TDM_OK (nothing in flight): send
+ * `payload` (n_bytes, copied at post; node/node_state.h) to the decode node in a completion
+ * notice of no pages (transfer/batch.h: XFER_BATCH_NOTICE with n_pages 0, which flushes the
+ * endpoint first), retrying while BUSY, and wait until UCX has taken it. Returns TDM_OK, or the
+ * post's or the batch's failure (TDM_ERR_PEER_LOST, ...); never leaves the batch in flight. */
+tdm_status_t prefill_stream_notice(prefill_stream_t *ps, const void *payload, size_t n_bytes);
 
 #endif

@@ -16,7 +16,8 @@ static const tdm_flag_t prefill_flags[] = {
      "local KV pages (a job's history plus its sequence at T)", 16, 16777216, 0},
     {"max-jobs", TDM_FLAG_U32, "8", offsetof(prefill_node_params_t, max_jobs),
      "prefill jobs started at once and batched into one engine call per step (1: one job at a "
-     "time)", 1, 64, 0},
+     "time)",
+     1, 64, 0},
     {"batch-tokens", TDM_FLAG_U32, "256", offsetof(prefill_node_params_t, batch_tokens),
      "delta tokens one prefill step takes over the started jobs, oldest first, at most "
      "--chunk-tokens per job (0: --chunk-tokens)",
@@ -25,6 +26,11 @@ static const tdm_flag_t prefill_flags[] = {
      "MiB of recently used sessions' history pages kept here, so a session's next turn pulls only "
      "the pages it lacks or that changed (LRU; 0: off, every turn pulls the whole history)",
      0, 1048576, 0},
+    {"state-inband", TDM_FLAG_BOOL, "false", offsetof(prefill_node_params_t, state_inband),
+     "send the state record and page checksums of a finished job through the router inside the "
+     "CompletionNotice (the path before issue 18), not straight to the decode node in a transfer "
+     "notice: for rolling upgrades while decode nodes older than the direct path still run",
+     0, 1, 0},
 };
 
 int main(int argc, char **argv)

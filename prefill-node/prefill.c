@@ -606,9 +606,18 @@ static int setup(prefill_node_t *n)
     if (status == TDM_OK) {
         status = prefill_queue_create(&n->queue);
     }
-    n->je = (prefill_job_env_t){w->model,    n->kv, w->xfer,    n->xpool,           n->fwd,
-                                job_aborted, n,     job_fenced, w->constrain_vocab, &w->progress,
-                                n->history};
+    n->je = (prefill_job_env_t){w->model,
+                                n->kv,
+                                w->xfer,
+                                n->xpool,
+                                n->fwd,
+                                job_aborted,
+                                n,
+                                job_fenced,
+                                w->constrain_vocab,
+                                &w->progress,
+                                n->history,
+                                cfg->state_inband};
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
@@ -627,10 +636,10 @@ static int setup(prefill_node_t *n)
     pthread_mutex_unlock(&n->lock);
     tdm_log(TDM_LOG_INFO, "prefill",
             "serving: id=%s http=%s pages=%u threads=%d max_jobs=%u batch_tokens=%u "
-            "history_cache_mb=%u",
+            "history_cache_mb=%u state=%s",
             w->id, w->endpoint, cfg->pages, w->n_threads, join.max_sequences,
             cfg->batch_tokens > 0 ? cfg->batch_tokens : cfg->worker.chunk_tokens,
-            cfg->history_cache_mb);
+            cfg->history_cache_mb, cfg->state_inband ? "inband" : "direct");
     return NODE_EXIT_OK;
 }
 

@@ -5,17 +5,17 @@
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
  * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
  * i), the forward context, the history page cache (history.h; the sessions it holds go to the
- * router in every heartbeat, Load.history_sessions) and the job queue (queue.h). Its loop, on the calling thread until
- * SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each names one attempt of
- * one request, queue.h), starts up to --max-jobs jobs, oldest first, while the page pool has
- * room for each whole job beside the running ones' (job.h: pull, import, replay), and steps them
- * together: each step takes up to --batch-tokens delta tokens of the started jobs, oldest first,
- * in one batched engine call (an abort reaches a job at its next layer boundary and stops only
- * that job); a job whose delta is computed finishes (sample, last puts, notice) and leaves. It
- * answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING for the jobs a
- * stop signal ends) or AbortAck (docs/PROTOCOL.md 4a). Renders the node's /health and /metrics pages
- * (the tandem_prefill_* families, then transfer/'s). Knows nothing of argv (main.c parses the
- * flags into prefill_node_params_t).
+ * router in every heartbeat, Load.history_sessions) and the job queue (queue.h). Its loop, on the
+ * calling thread until SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each
+ * names one attempt of one request, queue.h), starts up to --max-jobs jobs, oldest first, while the
+ * page pool has room for each whole job beside the running ones' (job.h: pull, import, replay), and
+ * steps them together: each step takes up to --batch-tokens delta tokens of the started jobs,
+ * oldest first, in one batched engine call (an abort reaches a job at its next layer boundary and
+ * stops only that job); a job whose delta is computed finishes (sample, last puts, notice) and
+ * leaves. It answers every job it took exactly once: CompletionNotice, Error (ERROR_DRAINING for
+ * the jobs a stop signal ends) or AbortAck (docs/PROTOCOL.md 4a). Renders the node's /health and
+ * /metrics pages (the tandem_prefill_* families, then transfer/'s). Knows nothing of argv (main.c
+ * parses the flags into prefill_node_params_t).
  */
 #ifndef TANDEM_PREFILL_NODE_PREFILL_H
 #define TANDEM_PREFILL_NODE_PREFILL_H
@@ -33,6 +33,8 @@ typedef struct {
                                  --chunk-tokens) */
     uint32_t history_cache_mb; /* --history-cache-mb: budget of the history page cache
                                   (history.h), MiB; 0 disables it */
+    int state_inband;          /* --state-inband (TANDEM_STATE_INBAND): the state record and page
+                                  checksums ride through the router, as before issue 18 (job.h) */
 } prefill_node_params_t;
 
 /*

@@ -188,6 +188,10 @@ static tdm_status_t check_notice(const Tandem__CompletionNotice *c, char *err, s
     if (c->n_choice_first + 1 > PROTO_MAX_CHOICES) {
         return fail(err, err_bytes, "completion has %zu extra choices", c->n_choice_first);
     }
+    if (c->state_direct && (c->state_record.len > 0 || c->n_page_checksums > 0)) {
+        return fail(err, err_bytes,
+                    "completion with state_direct carries a state record or page checksums");
+    }
     status = check_top("completion first_top", c->first_top, err, err_bytes);
     for (size_t i = 0; i < c->n_choice_first && status == TDM_OK; i++) {
         if (c->choice_first[i] == NULL || c->choice_first[i]->token < 0) {

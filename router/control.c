@@ -97,6 +97,8 @@ static tdm_status_t send_raw(router_control_t *c, const void *identity, size_t n
                 (int)(n_identity < 128 ? n_identity : 128), (const char *)identity,
                 proto_type_name(env->body_case), zmq_strerror(err));
         status = TDM_ERR_PEER_LOST;
+    } else {
+        router_metrics_count(c->metrics, ROUTER_METRIC_CONTROL_BYTES_OUT, n_identity + n_bytes);
     }
     free(buf);
     return status;
@@ -303,6 +305,8 @@ static int receive_one(router_control_t *c, uint64_t now_ns)
         n_parts++;
         more = zmq_msg_more(&part);
     }
+    router_metrics_count(c->metrics, ROUTER_METRIC_CONTROL_BYTES_IN,
+                         zmq_msg_size(&identity) + zmq_msg_size(&part));
     if (n_parts >= 2) {
         handle_frame(c, zmq_msg_data(&identity), zmq_msg_size(&identity), zmq_msg_data(&part),
                      zmq_msg_size(&part), now_ns);
@@ -697,6 +701,8 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
 {
     pthread_mutex_lock(&control->state_lock);
     router_registry_stats(control->registry, &gauges_out->workers);
+    /* out of memory: no per-worker rows, the rest renders */
+    (void)router_metrics_gauges_fill_workers(gauges_out, control->registry);
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;

@@ -100,7 +100,8 @@ tdm_status_t router_control_submit(router_control_t *control, router_request_t *
  */
 void router_control_release(router_control_t *control, router_request_t *request, int client_gone);
 
-/* router_control_snapshot - the gauges /metrics and /health need, under the state lock. */
+/* router_control_snapshot - the gauges /metrics and /health need, under the state lock; the
+ * caller frees them with router_metrics_gauges_fini. */
 void router_control_snapshot(router_control_t *control, router_metrics_gauges_t *gauges_out);
 
 #endif

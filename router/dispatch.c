@@ -97,37 +97,21 @@ static uint64_t *collect_ids(router_dispatch_t *d, size_t *n_out)
 
 static void set_decode(router_dispatch_t *d, inflight_t *f, int slot, uint64_t gen)
 {
-    router_worker_t *w = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
-
-    if (w != NULL && w->n_active > 0) {
-        w->n_active--;
-    }
+    router_registry_note_released(d->registry, f->decode_slot, f->decode_gen, 0);
     f->decode_slot = slot;
     f->decode_gen = gen;
-    w = router_registry_worker(d->registry, slot, gen);
-    if (w != NULL) {
-        w->n_active++;
-    }
+    router_registry_note_assigned(d->registry, slot, gen, 0);
 }
 
 static void set_prefill(router_dispatch_t *d, inflight_t *f, int slot, uint64_t gen,
                         uint64_t n_tokens)
 {
-    router_worker_t *w = router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen);
-
-    if (w != NULL) {
-        w->n_active -= w->n_active > 0 ? 1 : 0;
-        w->n_assigned_tokens -=
-            w->n_assigned_tokens >= f->prefill_tokens ? f->prefill_tokens : w->n_assigned_tokens;
-    }
+    router_registry_note_released(d->registry, f->prefill_slot, f->prefill_gen,
+                                  f->prefill_tokens);
     f->prefill_slot = slot;
     f->prefill_gen = gen;
     f->prefill_tokens = slot >= 0 ? n_tokens : 0;
-    w = router_registry_worker(d->registry, slot, gen);
-    if (w != NULL) {
-        w->n_active++;
-        w->n_assigned_tokens += n_tokens;
-    }
+    router_registry_note_assigned(d->registry, slot, gen, f->prefill_tokens);
 }
 
 static void end_turn(router_dispatch_t *d, inflight_t *f)
@@ -160,7 +144,7 @@ tdm_status_t dispatch_send_to(router_dispatch_t *d, int slot, uint64_t gen,
         return TDM_ERR_PEER_LOST;
     }
     status = d->send(d->send_ctx, w->id, env);
-    if (status == TDM_ERR_PEER_LOST && d->n_lost < ROUTER_MAX_WORKERS) {
+    if (status == TDM_ERR_PEER_LOST && d->n_lost < DISPATCH_MAX_LOST) {
         for (int i = 0; i < d->n_lost; i++) {
             if (d->lost[i] == slot) {
                 return status;
@@ -550,6 +534,9 @@ static void on_reservation(router_dispatch_t *d, int slot, const Tandem__PageRes
         return;
     }
     pw = router_registry_worker(d->registry, pslot, pgen);
+    if (strcmp(pw->rack, dw->rack) != 0) { /* its KV crosses racks over RDMA (placement.h) */
+        router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_CROSS_RACK, 1);
+    }
     n_context = f->cached_len < d->info->context_tokens ? f->cached_len : d->info->context_tokens;
     fill_sampling(d, router_request_gen(f->req), &sp, stop_ids);
     job.request_id = f->id;
@@ -723,10 +710,7 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
     if (e->code == TANDEM__ERROR_CODE__ERROR_DRAINING && slot == f->decode_slot) {
         /* the worker began draining before its heartbeat said so: it takes nothing new, so
          * place the turn elsewhere (start_attempt skips draining workers) */
-        router_worker_t *w = router_registry_worker(d->registry, slot, 0);
-        if (w != NULL) {
-            w->draining = 1;
-        }
+        router_registry_set_draining(d->registry, slot);
         if (f->reservation_id != 0) {
             dispatch_abort_workers(d, f, "decode worker draining", 0);
         }
@@ -737,10 +721,9 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
                          e->code == TANDEM__ERROR_CODE__ERROR_NO_PAGES)) {
         /* the prefill worker cannot hold this sequence: never send it one this long again, and
          * let the decode worker prefill it (issue 16: not four failed retries) */
-        router_worker_t *pw = router_registry_worker(d->registry, f->prefill_slot, f->prefill_gen);
-        if (pw != NULL && f->total_len > 0 &&
-            (pw->max_tokens == 0 || pw->max_tokens >= f->total_len)) {
-            pw->max_tokens = f->total_len - 1;
+        if (f->total_len > 0) {
+            router_registry_limit_max_tokens(d->registry, f->prefill_slot, f->prefill_gen,
+                                             f->total_len - 1);
         }
         router_metrics_count(d->metrics, ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY, 1);
         dispatch_send_abort(
@@ -754,20 +737,16 @@ static void on_error(router_dispatch_t *d, int slot, const Tandem__Error *e, uin
     if (from_prefill) {
         if (e->code == TANDEM__ERROR_CODE__ERROR_DRAINING) {
             /* the prefill node is stopping: no new job for it (its Goodbye follows) */
-            router_worker_t *w = router_registry_worker(d->registry, slot, 0);
-            if (w != NULL) {
-                w->draining = 1;
-            }
+            router_registry_set_draining(d->registry, slot);
         }
         dispatch_abort_workers(d, f, "prefill failed", 1); /* its Error is the writer's last word */
         retry(d, f, "prefill worker error", now_ns);
         return;
     }
     if (e->code == TANDEM__ERROR_CODE__ERROR_TOO_LARGE) {
-        router_worker_t *dw = router_registry_worker(d->registry, f->decode_slot, f->decode_gen);
-        if (dw != NULL && f->total_len > 0 &&
-            (dw->max_tokens == 0 || dw->max_tokens >= f->total_len)) {
-            dw->max_tokens = f->total_len - 1; /* its next turns go where they fit */
+        if (f->total_len > 0) { /* its next turns go where they fit */
+            router_registry_limit_max_tokens(d->registry, f->decode_slot, f->decode_gen,
+                                             f->total_len - 1);
         }
         dispatch_fail(d, f, TDM_HTTP_BAD_REQUEST, ROUTER_APIERR_INVALID_REQUEST,
                       "context_length_exceeded", "the decode worker cannot hold %zu tokens: %s",

@@ -47,6 +47,10 @@ typedef struct inflight {
     struct inflight *next;
 } inflight_t;
 
+/* Workers whose send failed, queued between two dispatch entry points; more in one burst are
+ * found lost by their heartbeat timeout instead. */
+#define DISPATCH_MAX_LOST 1024
+
 struct router_dispatch {
     router_dispatch_params_t params;
     const router_model_t *model;
@@ -59,7 +63,7 @@ struct router_dispatch {
     inflight_t *buckets[INFLIGHT_BUCKETS];
     router_fences_t *fences; /* aborted jobs whose writer has not answered (fence.h) */
     uint64_t n_inflight;
-    int lost[ROUTER_MAX_WORKERS];
+    int lost[DISPATCH_MAX_LOST]; /* slots whose send failed, for drain_lost */
     int n_lost;
     int draining;
     uint64_t session_counter;

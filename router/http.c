@@ -166,6 +166,7 @@ static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *con
     int healthy;
 
     router_control_snapshot(h->control, &g);
+    router_metrics_gauges_fini(&g); /* the per-worker rows are for /metrics */
     healthy = g.workers.n_decode > 0;
     snprintf(body, sizeof(body),
              "{\"status\":\"%s\",\"workers\":{\"prefill\":%u,\"decode\":%u,\"stalled\":%u},"
@@ -181,6 +182,7 @@ static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *con
 static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *conn)
 {
     router_metrics_gauges_t g;
+    tdm_status_t status;
     char *text;
     size_t n;
 
@@ -189,7 +191,9 @@ static enum MHD_Result serve_metrics(router_http_t *h, struct MHD_Connection *co
     char *both;
 
     router_control_snapshot(h->control, &g);
-    if (router_metrics_render(h->metrics, &g, &text, &n) != TDM_OK) {
+    status = router_metrics_render(h->metrics, &g, &text, &n);
+    router_metrics_gauges_fini(&g);
+    if (status != TDM_OK) {
         return MHD_NO;
     }
     if (router_apikeys_render(h->keys, &keys_text, &n_keys_text) != TDM_OK) {

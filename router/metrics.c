@@ -120,7 +120,9 @@ void router_metrics_worker_message(router_metrics_t *metrics, const Tandem__Enve
         if (notice->total_len > notice->cached_len) {
             c[ROUTER_METRIC_TOKENS_COMPUTED] += notice->total_len - notice->cached_len;
         }
-        c[ROUTER_METRIC_KV_BYTES_MOVED] += (uint64_t)notice->n_page_checksums * page_bytes;
+        c[ROUTER_METRIC_KV_BYTES_MOVED] +=
+            (uint64_t)(notice->n_page_checksums > 0 ? notice->n_page_checksums : notice->n_pages) *
+            page_bytes;
         break;
     case TANDEM__ENVELOPE__BODY_TOKEN_CHUNK:
         p = pending_of(metrics, env->token_chunk->request_id);
@@ -228,6 +230,119 @@ static void sample1(tdm_prom_t *p, const char *name, const char *value, double v
     tdm_prom_sample(p, &label, 1, v);
 }
 
+tdm_status_t router_metrics_gauges_fill_workers(router_metrics_gauges_t *gauges,
+                                                router_registry_t *registry)
+{
+    uint32_t n = router_registry_count(registry);
+    router_worker_gauge_t *rows;
+    size_t i = 0;
+
+    gauges->worker_rows = NULL;
+    gauges->n_worker_rows = 0;
+    if (n == 0) {
+        return TDM_OK;
+    }
+    rows = calloc(n, sizeof(*rows));
+    if (rows == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (int s = router_registry_next(registry, -1); s >= 0 && i < n;
+         s = router_registry_next(registry, s)) {
+        const router_worker_t *w = router_registry_worker(registry, s, 0);
+        router_worker_gauge_t *row = &rows[i++];
+        snprintf(row->id, sizeof(row->id), "%s", w->id);
+        snprintf(row->rack, sizeof(row->rack), "%s", w->rack);
+        row->role = w->role;
+        row->placeable = router_registry_placeable(w);
+        row->n_active = w->n_active;
+        row->n_assigned_tokens = w->n_assigned_tokens;
+        row->queued_prefill_tokens = w->queued_prefill_tokens;
+        row->running_sequences = w->running_sequences;
+        if (w->total_pages > 0) {
+            uint32_t free_pages = w->free_pages < w->total_pages ? w->free_pages : w->total_pages;
+            row->kv_occupancy = 1.0 - (double)free_pages / (double)w->total_pages;
+        }
+    }
+    gauges->worker_rows = rows;
+    gauges->n_worker_rows = i;
+    return TDM_OK;
+}
+
+void router_metrics_gauges_fini(router_metrics_gauges_t *gauges)
+{
+    free(gauges->worker_rows);
+    gauges->worker_rows = NULL;
+    gauges->n_worker_rows = 0;
+}
+
+/* One per-worker gauge family: a sample per row, labelled worker, role and rack. */
+typedef double worker_value_fn(const router_worker_gauge_t *row);
+
+static double row_in_flight(const router_worker_gauge_t *row)
+{
+    return (double)row->n_active;
+}
+
+static double row_assigned(const router_worker_gauge_t *row)
+{
+    return (double)row->n_assigned_tokens;
+}
+
+static double row_queued(const router_worker_gauge_t *row)
+{
+    return (double)row->queued_prefill_tokens;
+}
+
+static double row_running(const router_worker_gauge_t *row)
+{
+    return (double)row->running_sequences;
+}
+
+static double row_occupancy(const router_worker_gauge_t *row)
+{
+    return row->kv_occupancy;
+}
+
+static double row_placeable(const router_worker_gauge_t *row)
+{
+    return row->placeable ? 1.0 : 0.0;
+}
+
+static void render_worker_family(tdm_prom_t *p, const router_metrics_gauges_t *g, const char *name,
+                                 const char *help, worker_value_fn *value)
+{
+    tdm_prom_family(p, name, TDM_PROM_GAUGE, help);
+    for (size_t i = 0; i < g->n_worker_rows; i++) {
+        const router_worker_gauge_t *row = &g->worker_rows[i];
+        const tdm_prom_label_t labels[] = {
+            {"worker", row->id}, {"role", proto_role_name(row->role)}, {"rack", row->rack}};
+        tdm_prom_sample(p, labels, 3, value(row));
+    }
+}
+
+static void render_workers(tdm_prom_t *p, const router_metrics_gauges_t *g)
+{
+    if (g->n_worker_rows == 0) {
+        return;
+    }
+    render_worker_family(p, g, "tandem_router_worker_placeable",
+                         "1 while the worker takes new work (live, not stalled or draining)",
+                         row_placeable);
+    render_worker_family(p, g, "tandem_router_worker_inflight",
+                         "requests or jobs the router has in flight on the worker", row_in_flight);
+    render_worker_family(p, g, "tandem_router_worker_assigned_prefill_tokens",
+                         "prefill tokens the router handed the worker, not yet done", row_assigned);
+    render_worker_family(p, g, "tandem_router_worker_queued_prefill_tokens",
+                         "tokens waiting for prefill on the worker (its last heartbeat)",
+                         row_queued);
+    render_worker_family(p, g, "tandem_router_worker_running_sequences",
+                         "sequences in the worker's decode batch (its last heartbeat)",
+                         row_running);
+    render_worker_family(p, g, "tandem_router_worker_kv_occupancy",
+                         "fraction of the worker's KV pages in use (its last heartbeat)",
+                         row_occupancy);
+}
+
 tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metrics_gauges_t *gauges,
                                    char **text_out, size_t *n_bytes_out)
 {
@@ -277,6 +392,13 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                      "bytes of KV pages prefill nodes put into decode nodes (pages of every "
                      "completed prefill job times the page size)",
                      c[ROUTER_METRIC_KV_BYTES_MOVED]);
+    {
+        const tdm_prom_label_t in = {"direction", "in"}, out = {"direction", "out"};
+        tdm_prom_family(p, "tandem_router_control_bytes_total", TDM_PROM_COUNTER,
+                        "bytes of the frames received (in) and sent (out) on the control socket");
+        tdm_prom_sample_u64(p, &in, 1, c[ROUTER_METRIC_CONTROL_BYTES_IN]);
+        tdm_prom_sample_u64(p, &out, 1, c[ROUTER_METRIC_CONTROL_BYTES_OUT]);
+    }
     tdm_prom_counter(p, "tandem_router_prefix_hits_total",
                      "requests without a session id matched to a session by cached prefix",
                      c[ROUTER_METRIC_PREFIX_HITS]);
@@ -291,6 +413,10 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
     sample1(p, "reason", "transport", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT]);
     sample1(p, "reason", "capacity", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY]);
     sample1(p, "reason", "stalled", (double)c[ROUTER_METRIC_PREFILL_FALLBACK_STALLED]);
+    tdm_prom_counter(p, "tandem_router_prefill_cross_rack_total",
+                     "prefill jobs placed outside the decode worker's rack (NVLink domain): "
+                     "their KV pages cross racks over RDMA",
+                     c[ROUTER_METRIC_PREFILL_CROSS_RACK]);
     render_histogram(p, "tandem_router_ttft_seconds", "time to first token", &metrics->ttft);
     render_histogram(p, "tandem_router_itl_seconds", "inter-token latency", &metrics->itl);
     pthread_mutex_unlock(&metrics->lock);
@@ -345,5 +471,6 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
     tdm_prom_family(p, "tandem_router_running_sequences", TDM_PROM_GAUGE,
                     "sequences in decode batches, by role");
     sample1(p, "role", "decode", w->running_sequences);
+    render_workers(p, gauges);
     return tdm_prom_finish(p, text_out, n_bytes_out);
 }

@@ -18,11 +18,28 @@
 #include "common/status.h"
 #include "router/registry.h"
 
-/* Cluster gauges for router_metrics_render (plain data). */
+/* One live worker's per-worker gauges (plain data), each rendered with labels worker, role and
+ * rack (issue 18: the rack of every per-worker metric). */
+typedef struct {
+    char id[ROUTER_WORKER_ID_BYTES + 1];
+    char rack[ROUTER_WORKER_ID_BYTES + 1];
+    Tandem__Role role;
+    int placeable;                  /* router_registry_placeable */
+    uint32_t n_active;              /* requests or jobs the router has in flight on it */
+    uint64_t n_assigned_tokens;     /* prefill tokens handed to it, not yet done */
+    uint64_t queued_prefill_tokens; /* its last Load */
+    uint32_t running_sequences;     /* its last Load */
+    double kv_occupancy;            /* 1 - free / total pages, [0, 1] */
+} router_worker_gauge_t;
+
+/* Cluster gauges for router_metrics_render (plain data but for worker_rows). */
 typedef struct {
     router_registry_stats_t workers;
     uint64_t n_sessions;
-    uint64_t n_inflight; /* requests being served */
+    uint64_t n_inflight;                /* requests being served */
+    router_worker_gauge_t *worker_rows; /* [n_worker_rows], owned (router_metrics_gauges_fini);
+                                           NULL: no per-worker gauges */
+    size_t n_worker_rows;
     /* multi-router sessions (issue 18 item 3, router/relearn.h, router/peers.h): since start */
     uint64_t n_session_queries;        /* SessionQuery sent to decode nodes */
     uint64_t n_sessions_learned;       /* sessions installed from a SessionHistory */
@@ -31,6 +48,17 @@ typedef struct {
     uint64_t n_replicas_sent;          /* SessionReplica sent to peers */
     uint64_t n_replica_send_failures;  /* replicas whose peer was unreachable */
 } router_metrics_gauges_t;
+
+/*
+ * router_metrics_gauges_fill_workers - one row per live worker of `registry` (borrowed; the
+ * caller holds the lock that serialises it) into gauges->worker_rows. Returns TDM_OK or
+ * TDM_ERR_NO_MEMORY (no rows: per-worker gauges are left out of the render).
+ */
+tdm_status_t router_metrics_gauges_fill_workers(router_metrics_gauges_t *gauges,
+                                                router_registry_t *registry);
+
+/* router_metrics_gauges_fini - free the rows. Accepts a zeroed struct. */
+void router_metrics_gauges_fini(router_metrics_gauges_t *gauges);
 
 /* Counters of router_metrics_count. */
 typedef enum {
@@ -51,6 +79,13 @@ typedef enum {
     ROUTER_METRIC_PREFILL_FALLBACK_TRANSPORT, /* none shares a transport with the decode node */
     ROUTER_METRIC_PREFILL_FALLBACK_CAPACITY,  /* none holds the sequence (Capacity.max_tokens) */
     ROUTER_METRIC_PREFILL_FALLBACK_STALLED,   /* every one stalled or draining */
+    /* bytes of the frames (identity + body) on the router's ZeroMQ control socket (issue 18
+     * item 4: tandem_router_control_bytes_total{direction="in|out"}) */
+    ROUTER_METRIC_CONTROL_BYTES_IN,
+    ROUTER_METRIC_CONTROL_BYTES_OUT,
+    /* prefill jobs placed outside the decode worker's rack (its rack saturated or without a
+     * usable prefill worker): their KV crosses racks over RDMA, not NVLink (issue 18) */
+    ROUTER_METRIC_PREFILL_CROSS_RACK,
     ROUTER_METRIC_COUNT
 } router_metric_t;
 
@@ -90,7 +125,8 @@ void router_metrics_itl(router_metrics_t *metrics, double seconds);
  *   tandem_prefill_tokens_reused_total: cached_len of every DecodeRequest whose first token
  *       arrived (prompt tokens served from KV the decode node already held or shared);
  *   tandem_kv_bytes_moved_total: pages of every CompletionNotice (one checksum per page put
- *       into the decode node's reservation) x page_bytes.
+ *       into the decode node's reservation, or its n_pages when the checksums went to the
+ *       decode node directly: state_direct) x page_bytes.
  * A turn served without waste adds its prompt length to computed + reused exactly.
  */
 

@@ -1,20 +1,23 @@
 /* placement.h - where a new session decodes and where a prefill job runs.
  *
- * Pure policy over the registry's live workers (no state of its own): a new session goes to the
- * decode worker with the lowest score = KV occupancy + batch load (heartbeat running sequences
- * plus the router's own in-flight count, over max sequences) + a rack term that prefers racks
- * whose prefill workers are idle (their backlog in seconds, capped; a rack without prefill
- * workers pays ROUTER_PLACE_NO_PREFILL_PENALTY when another rack has some). Prefill jobs go to
- * a prefill worker in the decode worker's rack when there is one (KV puts stay on NVLink),
- * shortest queue first (queued tokens from heartbeats plus tokens the router has handed it
- * since), except that a prefill worker that keeps the session's history pages
- * (Load.history_sessions, prefill-node/history.h) wins when its backlog is at most
- * ROUTER_PLACE_HISTORY_SLACK_S above the best one's in the same rack class: it pulls only the
- * pages that changed instead of the whole history. Ties break by fewer in-flight items, then lower
- * slot, so placement is deterministic. Only what a worker declared it can do is placed on it (issue
- * 16): never a stalled or draining worker, never a sequence longer than its Capacity.max_tokens,
- * never a prefill worker that shares no transport with the decode worker its pages go to. Not
- * thread-safe: called under the router's control state lock.
+ * Pure policy over the registry's placement indexes (registry.h; no state of its own), O(log N)
+ * per decision (issue 18). A new session goes to the decode worker with the lowest score = KV
+ * occupancy + batch load (heartbeat running sequences plus the router's own in-flight count, over
+ * max sequences) + a rack term that prefers racks whose prefill workers are idle (the rack's
+ * prefill backlog in seconds x ROUTER_PLACE_BACKLOG_WEIGHT_PER_S, capped; a rack without prefill
+ * workers pays ROUTER_PLACE_NO_PREFILL_PENALTY when another rack has some); scores are fixed
+ * point (ROUTER_SCORE_ONE), ties break by fewer in-flight items, then lower slot. Prefill jobs
+ * stay in the decode worker's rack (NVLink domain: KV puts stay on NVLink) unless that rack is
+ * saturated (its prefill backlog, queued + assigned tokens over the sum of its workers' measured
+ * rates, exceeds ROUTER_PLACE_RACK_SATURATED_S) or has no usable prefill worker; then they go to
+ * the least loaded rack (by that backlog), an RDMA transfer (the caller counts it). Inside the
+ * rack: the shortest backlog first (ties: lower slot), except that a worker that keeps the
+ * session's history pages (Load.history_sessions, prefill-node/history.h) wins when its backlog
+ * is at most ROUTER_PLACE_HISTORY_SLACK_S above the best one's: it pulls only the pages that
+ * changed instead of the whole history. Only what a worker declared it can do is placed on it
+ * (issue 16): never a stalled or draining worker, never a sequence longer than its
+ * Capacity.max_tokens, never a prefill worker that shares no transport with the decode worker its
+ * pages go to. Not thread-safe: called under the router's control state lock.
  */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
 #define TANDEM_ROUTER_PLACEMENT_H
@@ -23,11 +26,13 @@
 
 #include "router/registry.h"
 
-/* Score added to a decode worker whose rack has no prefill worker while another rack has. */
-#define ROUTER_PLACE_NO_PREFILL_PENALTY 0.5
-/* Weight of a rack's prefill backlog (per second) in the decode score, and its cap. */
-#define ROUTER_PLACE_BACKLOG_WEIGHT_PER_S 0.05
-#define ROUTER_PLACE_BACKLOG_CAP_S        10.0
+/* ROUTER_PLACE_NO_PREFILL_PENALTY, ROUTER_PLACE_BACKLOG_WEIGHT_PER_S and _CAP_S: registry.h
+ * (the placement indexes key on them). */
+
+/* A rack is saturated when its prefill backlog (queued + assigned tokens of its placeable prefill
+ * workers) would take more than this many seconds at the rack's measured rate (the sum of their
+ * rates): its jobs then go to the least loaded rack, an RDMA (cross-rack) transfer. */
+#define ROUTER_PLACE_RACK_SATURATED_S 2.0
 
 /* Extra prefill backlog (seconds) a worker that keeps the session's history pages may have over
  * the least loaded one and still get the job. */
@@ -72,6 +77,12 @@ int router_place_prefill(router_registry_t *registry, const router_worker_t *dec
                          router_place_miss_t *miss_out);
 
 /*
+ * router_place_rack_saturated - whether `rack`'s prefill backlog exceeds
+ * ROUTER_PLACE_RACK_SATURATED_S (its jobs then spill to the least loaded rack).
+ */
+int router_place_rack_saturated(const router_registry_t *registry, const router_rack_t *rack);
+
+/*
  * router_worker_holds_session - whether prefill worker `w` said (Load.history_sessions) that it
  * keeps the history pages of the session with key `session_key` (proto_session_hash; 0: none).
  */
@@ -79,10 +90,9 @@ int router_worker_holds_session(const router_worker_t *w, uint64_t session_key);
 
 /*
  * router_place_prefill_session - router_place_prefill for a job of the session with key
- * `session_key` (proto_session_hash of its id; 0: no preference): among the placeable workers,
- * one that holds the session (router_worker_holds_session) in the best worker's rack class with
- * a backlog at most ROUTER_PLACE_HISTORY_SLACK_S above the best's is chosen (the least loaded
- * such one); otherwise the best.
+ * `session_key` (proto_session_hash of its id; 0: no preference): in the chosen rack, the least
+ * loaded worker that holds the session (router_worker_holds_session) with a backlog at most
+ * ROUTER_PLACE_HISTORY_SLACK_S above the best's is chosen; otherwise the best.
  */
 int router_place_prefill_session(router_registry_t *registry, const router_worker_t *decode,
                                  uint64_t n_tokens, uint64_t session_key, uint64_t *generation_out,

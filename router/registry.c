@@ -5,20 +5,13 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/log.h"
+#include "router/registry_impl.h"
 
-struct router_registry {
-    const proto_compat_t *compat;
-    uint64_t timeout_ns;
-    uint64_t stall_grace_ns;
-    uint64_t last_tick_ns; /* 0: never ticked */
-    uint64_t stall_credit_ns_total;
-    uint64_t n_transport_mismatch_total;
-    uint64_t next_generation;
-    uint64_t n_lost_total;
-    uint64_t n_refused_total;
-    router_worker_t slots[ROUTER_MAX_WORKERS];
-};
+#define ID_MIN_BUCKETS 256u
+
+static void remove_slot(router_registry_t *r, int slot);
 
 tdm_status_t router_registry_create(const proto_compat_t *compat, uint32_t timeout_ms,
                                     router_registry_t **registry_out)
@@ -36,6 +29,15 @@ tdm_status_t router_registry_create(const proto_compat_t *compat, uint32_t timeo
     r->timeout_ns = (uint64_t)timeout_ms * TDM_NS_PER_MS;
     r->stall_grace_ns = (uint64_t)ROUTER_REGISTRY_STALL_GRACE_MS * TDM_NS_PER_MS;
     r->next_generation = 1;
+    r->n_id_buckets = ID_MIN_BUCKETS;
+    r->id_buckets = malloc(r->n_id_buckets * sizeof(*r->id_buckets));
+    if (r->id_buckets == NULL || registry_index_init(r) != TDM_OK) {
+        router_registry_destroy(r);
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < r->n_id_buckets; i++) {
+        r->id_buckets[i] = -1;
+    }
     *registry_out = r;
     return TDM_OK;
 }
@@ -44,6 +46,26 @@ void router_registry_set_stall_grace(router_registry_t *registry, uint32_t grace
 {
     registry->stall_grace_ns =
         (uint64_t)(grace_ms > 0 ? grace_ms : ROUTER_REGISTRY_STALL_GRACE_MS) * TDM_NS_PER_MS;
+}
+
+router_worker_t *registry_slot_worker(const router_registry_t *r, int slot)
+{
+    uint32_t chunk = (uint32_t)slot / ROUTER_REGISTRY_CHUNK_SLOTS;
+
+    if (slot < 0 || chunk >= r->n_chunks) {
+        return NULL;
+    }
+    return &r->chunks[chunk]->w[(uint32_t)slot % ROUTER_REGISTRY_CHUNK_SLOTS];
+}
+
+registry_entry_t *registry_slot_entry(const router_registry_t *r, int slot)
+{
+    uint32_t chunk = (uint32_t)slot / ROUTER_REGISTRY_CHUNK_SLOTS;
+
+    if (slot < 0 || chunk >= r->n_chunks) {
+        return NULL;
+    }
+    return &r->chunks[chunk]->e[(uint32_t)slot % ROUTER_REGISTRY_CHUNK_SLOTS];
 }
 
 static void clear_slot(router_worker_t *w)
@@ -58,20 +80,110 @@ void router_registry_destroy(router_registry_t *registry)
     if (registry == NULL) {
         return;
     }
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        clear_slot(&registry->slots[i]);
+    for (uint32_t c = 0; c < registry->n_chunks; c++) {
+        for (int i = 0; i < ROUTER_REGISTRY_CHUNK_SLOTS; i++) {
+            clear_slot(&registry->chunks[c]->w[i]);
+        }
+        free(registry->chunks[c]);
     }
+    free(registry->chunks);
+    free(registry->id_buckets);
+    registry_index_fini(registry);
     free(registry);
+}
+
+static uint32_t id_bucket(uint32_t n_buckets, const char *id)
+{
+    return (uint32_t)(tdm_hash_xxh3_64(id, strlen(id)) & (n_buckets - 1));
 }
 
 int router_registry_find(const router_registry_t *registry, const char *routing_id)
 {
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        if (registry->slots[i].generation != 0 && strcmp(registry->slots[i].id, routing_id) == 0) {
-            return i;
+    int slot = registry->id_buckets[id_bucket(registry->n_id_buckets, routing_id)];
+
+    while (slot >= 0) {
+        const router_worker_t *w = registry_slot_worker(registry, slot);
+        if (w != NULL && w->generation != 0 && strcmp(w->id, routing_id) == 0) {
+            return slot;
         }
+        slot = registry_slot_entry(registry, slot)->next_in_bucket;
     }
     return -1;
+}
+
+/* Put live `slot` (its id set) into the id table, doubling the table past one slot per bucket
+ * (out of memory: the table keeps its size, chains grow). */
+static void id_link(router_registry_t *r, int slot)
+{
+    uint32_t b;
+
+    if (r->n_live > r->n_id_buckets) {
+        uint32_t n = r->n_id_buckets * 2;
+        int *grown = malloc(n * sizeof(*grown));
+        if (grown != NULL) {
+            for (uint32_t i = 0; i < n; i++) {
+                grown[i] = -1;
+            }
+            for (int s = router_registry_next(r, -1); s >= 0; s = router_registry_next(r, s)) {
+                if (s == slot) {
+                    continue;
+                }
+                b = id_bucket(n, registry_slot_worker(r, s)->id);
+                registry_slot_entry(r, s)->next_in_bucket = grown[b];
+                grown[b] = s;
+            }
+            free(r->id_buckets);
+            r->id_buckets = grown;
+            r->n_id_buckets = n;
+        }
+    }
+    b = id_bucket(r->n_id_buckets, registry_slot_worker(r, slot)->id);
+    registry_slot_entry(r, slot)->next_in_bucket = r->id_buckets[b];
+    r->id_buckets[b] = slot;
+}
+
+static void id_unlink(router_registry_t *r, int slot)
+{
+    int *link = &r->id_buckets[id_bucket(r->n_id_buckets, registry_slot_worker(r, slot)->id)];
+
+    while (*link >= 0 && *link != slot) {
+        link = &registry_slot_entry(r, *link)->next_in_bucket;
+    }
+    if (*link == slot) {
+        *link = registry_slot_entry(r, slot)->next_in_bucket;
+    }
+}
+
+/* The lowest free slot, allocating a chunk when every one is taken; -1 out of memory. */
+static int free_slot(router_registry_t *r)
+{
+    registry_chunk_t **chunks;
+    registry_chunk_t *chunk;
+
+    for (uint32_t c = 0; c < r->n_chunks; c++) {
+        if (r->chunks[c]->n_live == ROUTER_REGISTRY_CHUNK_SLOTS) {
+            continue;
+        }
+        for (int i = 0; i < ROUTER_REGISTRY_CHUNK_SLOTS; i++) {
+            if (r->chunks[c]->w[i].generation == 0) {
+                return (int)(c * ROUTER_REGISTRY_CHUNK_SLOTS + (uint32_t)i);
+            }
+        }
+    }
+    if (r->n_chunks >= (uint32_t)(INT32_MAX / ROUTER_REGISTRY_CHUNK_SLOTS) - 1) {
+        return -1;
+    }
+    chunks = realloc(r->chunks, (r->n_chunks + 1) * sizeof(*chunks));
+    if (chunks == NULL) {
+        return -1;
+    }
+    r->chunks = chunks;
+    chunk = calloc(1, sizeof(*chunk));
+    if (chunk == NULL) {
+        return -1;
+    }
+    r->chunks[r->n_chunks++] = chunk;
+    return (int)((r->n_chunks - 1) * ROUTER_REGISTRY_CHUNK_SLOTS);
 }
 
 static void copy_id(char *dst, const char *src)
@@ -133,8 +245,8 @@ static void check_transport_pairs(router_registry_t *r, const router_worker_t *w
     char mine[PROTO_MAX_TRANSPORTS * (PROTO_MAX_TRANSPORT_BYTES + 1) + 1];
     char theirs[sizeof(mine)];
 
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        const router_worker_t *o = &r->slots[i];
+    for (int i = router_registry_next(r, -1); i >= 0; i = router_registry_next(r, i)) {
+        const router_worker_t *o = registry_slot_worker(r, i);
         if (o == w || o->generation == 0 || o->role == w->role ||
             router_registry_transports_shared(w, o)) {
             continue;
@@ -164,6 +276,7 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
     router_worker_t *w;
     uint8_t *descriptor = NULL;
     int slot;
+    int fresh;
     tdm_status_t status;
 
     if (strcmp(routing_id, reg->incarnation_id) != 0) {
@@ -178,16 +291,13 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
         return status;
     }
     slot = router_registry_find(registry, routing_id);
-    if (slot < 0) {
-        for (slot = 0; slot < ROUTER_MAX_WORKERS; slot++) {
-            if (registry->slots[slot].generation == 0) {
-                break;
-            }
-        }
-        if (slot == ROUTER_MAX_WORKERS) {
-            snprintf(reason, reason_bytes, "router worker table full (%d)", ROUTER_MAX_WORKERS);
+    fresh = slot < 0;
+    if (fresh) {
+        slot = free_slot(registry);
+        if (slot < 0) {
+            snprintf(reason, reason_bytes, "router worker table could not grow (out of memory)");
             refuse(registry, routing_id, reason);
-            return TDM_ERR_BUSY;
+            return TDM_ERR_NO_MEMORY;
         }
     }
     if (reg->transfer_descriptor.len > 0) {
@@ -197,8 +307,14 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
         }
         memcpy(descriptor, reg->transfer_descriptor.data, reg->transfer_descriptor.len);
     }
-    w = &registry->slots[slot];
-    if (w->generation == 0) {
+    w = registry_slot_worker(registry, slot);
+    if (!fresh) {
+        registry_index_unlink(registry, slot);
+        if (strcmp(w->rack, reg->rack != NULL ? reg->rack : "") != 0) {
+            registry_slot_entry(registry, slot)->rack = NULL; /* moved rack: attach again */
+        }
+    }
+    if (fresh) {
         w->generation = registry->next_generation++;
         w->registered_ns = now_ns;
         tdm_log(TDM_LOG_INFO, "registry",
@@ -225,6 +341,18 @@ tdm_status_t router_registry_register(router_registry_t *registry, const char *r
     }
     w->free_pages = reg->capacity->total_pages;
     w->last_seen_ns = now_ns;
+    if (fresh) {
+        registry->n_live++;
+        registry->chunks[(uint32_t)slot / ROUTER_REGISTRY_CHUNK_SLOTS]->n_live++;
+        id_link(registry, slot);
+    }
+    if (registry_slot_entry(registry, slot)->rack == NULL &&
+        registry_index_attach(registry, slot) != TDM_OK) {
+        snprintf(reason, reason_bytes, "router rack table could not grow (out of memory)");
+        remove_slot(registry, slot);
+        return TDM_ERR_NO_MEMORY;
+    }
+    registry_index_link(registry, slot);
     check_transport_pairs(registry, w);
     *slot_out = slot;
     return TDM_OK;
@@ -271,7 +399,8 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
     if (slot < 0) {
         return TDM_ERR_NOT_FOUND;
     }
-    w = &registry->slots[slot];
+    w = registry_slot_worker(registry, slot);
+    registry_index_unlink(registry, slot);
     w->last_seen_ns = now_ns;
     w->heartbeat_seq = hb->seq;
     w->queued_prefill_tokens = hb->load->queued_prefill_tokens;
@@ -294,6 +423,7 @@ tdm_status_t router_registry_heartbeat(router_registry_t *registry, const char *
     }
     w->stalled = hb->load->stalled ? 1 : 0;
     set_history_sessions(w, hb->load);
+    registry_index_link(registry, slot);
     return TDM_OK;
 }
 
@@ -302,23 +432,30 @@ int router_registry_touch(router_registry_t *registry, const char *routing_id, u
     int slot = router_registry_find(registry, routing_id);
 
     if (slot >= 0) {
-        registry->slots[slot].last_seen_ns = now_ns;
+        registry_slot_worker(registry, slot)->last_seen_ns = now_ns;
     }
     return slot;
 }
 
 router_worker_t *router_registry_worker(router_registry_t *registry, int slot, uint64_t generation)
 {
-    router_worker_t *w;
+    router_worker_t *w = registry_slot_worker(registry, slot);
 
-    if (slot < 0 || slot >= ROUTER_MAX_WORKERS) {
-        return NULL;
-    }
-    w = &registry->slots[slot];
-    if (w->generation == 0 || (generation != 0 && w->generation != generation)) {
+    if (w == NULL || w->generation == 0 || (generation != 0 && w->generation != generation)) {
         return NULL;
     }
     return w;
+}
+
+/* Free live `slot`: out of the indexes and the id table, then cleared. */
+static void remove_slot(router_registry_t *r, int slot)
+{
+    registry_index_unlink(r, slot);
+    registry_slot_entry(r, slot)->rack = NULL;
+    id_unlink(r, slot);
+    clear_slot(registry_slot_worker(r, slot));
+    r->n_live--;
+    r->chunks[(uint32_t)slot / ROUTER_REGISTRY_CHUNK_SLOTS]->n_live--;
 }
 
 void router_registry_remove(router_registry_t *registry, int slot,
@@ -337,7 +474,7 @@ void router_registry_remove(router_registry_t *registry, int slot,
         tdm_log(TDM_LOG_INFO, "registry", "worker left: worker=%s role=%s reason=\"%s\"", w->id,
                 proto_role_name(w->role), why);
     }
-    clear_slot(w);
+    remove_slot(registry, slot);
 }
 
 uint64_t router_registry_tick(router_registry_t *registry, uint64_t now_ns)
@@ -354,11 +491,9 @@ uint64_t router_registry_tick(router_registry_t *registry, uint64_t now_ns)
     credit = now_ns - registry->last_tick_ns - max_gap;
     registry->last_tick_ns = now_ns;
     registry->stall_credit_ns_total += credit;
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        router_worker_t *w = &registry->slots[i];
-        if (w->generation == 0) {
-            continue;
-        }
+    for (int i = router_registry_next(registry, -1); i >= 0;
+         i = router_registry_next(registry, i)) {
+        router_worker_t *w = registry_slot_worker(registry, i);
         w->last_seen_ns = w->last_seen_ns + credit < now_ns ? w->last_seen_ns + credit : now_ns;
         if (w->stalled_since_ns != 0) {
             w->stalled_since_ns =
@@ -367,21 +502,18 @@ uint64_t router_registry_tick(router_registry_t *registry, uint64_t now_ns)
     }
     /* a loaded host delays the loop by a fraction of a second often: worth a warning only when
      * it approaches a heartbeat timeout */
-    tdm_log(credit + max_gap >= registry->timeout_ns / 2 ? TDM_LOG_WARN : TDM_LOG_DEBUG,
-            "registry", "router loop stalled: ms=%.0f; not counted against workers' heartbeats",
+    tdm_log(credit + max_gap >= registry->timeout_ns / 2 ? TDM_LOG_WARN : TDM_LOG_DEBUG, "registry",
+            "router loop stalled: ms=%.0f; not counted against workers' heartbeats",
             (double)(credit + max_gap) / TDM_NS_PER_MS);
     return credit;
 }
 
-int router_registry_expire(const router_registry_t *registry, uint64_t now_ns,
-                           const char **why_out)
+int router_registry_expire(const router_registry_t *registry, uint64_t now_ns, const char **why_out)
 {
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        const router_worker_t *w = &registry->slots[i];
+    for (int i = router_registry_next(registry, -1); i >= 0;
+         i = router_registry_next(registry, i)) {
+        const router_worker_t *w = registry_slot_worker(registry, i);
         const char *why = NULL;
-        if (w->generation == 0) {
-            continue;
-        }
         if (now_ns > w->last_seen_ns && now_ns - w->last_seen_ns > registry->timeout_ns) {
             why = "heartbeat timeout";
         } else if (w->stalled && now_ns > w->stalled_since_ns &&
@@ -400,8 +532,83 @@ int router_registry_expire(const router_registry_t *registry, uint64_t now_ns,
 
 int router_registry_capacity(const router_registry_t *registry)
 {
-    (void)registry;
-    return ROUTER_MAX_WORKERS;
+    return (int)(registry->n_chunks * ROUTER_REGISTRY_CHUNK_SLOTS);
+}
+
+int router_registry_next(const router_registry_t *registry, int slot)
+{
+    uint32_t s = slot < 0 ? 0 : (uint32_t)slot + 1;
+
+    while (s / ROUTER_REGISTRY_CHUNK_SLOTS < registry->n_chunks) {
+        const registry_chunk_t *c = registry->chunks[s / ROUTER_REGISTRY_CHUNK_SLOTS];
+        if (c->n_live == 0) { /* skip an empty chunk at once */
+            s = (s / ROUTER_REGISTRY_CHUNK_SLOTS + 1) * ROUTER_REGISTRY_CHUNK_SLOTS;
+            continue;
+        }
+        if (c->w[s % ROUTER_REGISTRY_CHUNK_SLOTS].generation != 0) {
+            return (int)s;
+        }
+        s++;
+    }
+    return -1;
+}
+
+uint32_t router_registry_count(const router_registry_t *registry)
+{
+    return registry->n_live;
+}
+
+void router_registry_note_assigned(router_registry_t *registry, int slot, uint64_t generation,
+                                   uint64_t n_tokens)
+{
+    router_worker_t *w = router_registry_worker(registry, slot, generation);
+
+    if (w == NULL) {
+        return;
+    }
+    registry_index_unlink(registry, slot);
+    w->n_active++;
+    w->n_assigned_tokens += n_tokens;
+    registry_index_link(registry, slot);
+}
+
+void router_registry_note_released(router_registry_t *registry, int slot, uint64_t generation,
+                                   uint64_t n_tokens)
+{
+    router_worker_t *w = router_registry_worker(registry, slot, generation);
+
+    if (w == NULL) {
+        return;
+    }
+    registry_index_unlink(registry, slot);
+    w->n_active -= w->n_active > 0 ? 1 : 0;
+    w->n_assigned_tokens -= w->n_assigned_tokens >= n_tokens ? n_tokens : w->n_assigned_tokens;
+    registry_index_link(registry, slot);
+}
+
+void router_registry_set_draining(router_registry_t *registry, int slot)
+{
+    router_worker_t *w = router_registry_worker(registry, slot, 0);
+
+    if (w == NULL || w->draining) {
+        return;
+    }
+    registry_index_unlink(registry, slot);
+    w->draining = 1;
+    registry_index_link(registry, slot);
+}
+
+void router_registry_limit_max_tokens(router_registry_t *registry, int slot, uint64_t generation,
+                                      uint64_t max_tokens)
+{
+    router_worker_t *w = router_registry_worker(registry, slot, generation);
+
+    if (w == NULL || (w->max_tokens != 0 && w->max_tokens <= max_tokens)) {
+        return;
+    }
+    registry_index_unlink(registry, slot);
+    w->max_tokens = max_tokens;
+    registry_index_link(registry, slot);
 }
 
 void router_registry_stats(const router_registry_t *registry, router_registry_stats_t *stats_out)
@@ -412,11 +619,9 @@ void router_registry_stats(const router_registry_t *registry, router_registry_st
     uint64_t total_pages = 0;
 
     memset(&st, 0, sizeof(st));
-    for (int i = 0; i < ROUTER_MAX_WORKERS; i++) {
-        const router_worker_t *w = &registry->slots[i];
-        if (w->generation == 0) {
-            continue;
-        }
+    for (int i = router_registry_next(registry, -1); i >= 0;
+         i = router_registry_next(registry, i)) {
+        const router_worker_t *w = registry_slot_worker(registry, i);
         st.n_stalled += w->stalled ? 1u : 0u;
         if (w->role == TANDEM__ROLE__ROLE_PREFILL) {
             st.n_prefill++;

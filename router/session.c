@@ -8,7 +8,7 @@
 #include "proto/proto_hash.h"
 
 #define SESSION_MIN_BUCKETS    64u
-#define BLOCK_BUCKETS          (1u << 16)
+#define BLOCK_MIN_BUCKETS      (1u << 16)
 #define SESSION_INITIAL_TOKENS 256
 
 /* One indexed block: block `block` of session `s` has chain hash `hash`. */
@@ -19,14 +19,23 @@ typedef struct block_entry {
     struct block_entry *next;
 } block_entry_t;
 
+/* One session in the eviction heap, keyed by its last_used_ns when it was last sifted (callers
+ * write last_used_ns directly: a stale key is refreshed when it reaches the top). */
+typedef struct {
+    uint64_t used_ns;
+    router_session_t *s;
+} lru_entry_t;
+
 struct router_sessions {
     uint32_t max_sessions;
     uint32_t tokens_per_block;
     router_session_t **by_id; /* [n_id_buckets] chains */
     uint32_t n_id_buckets;
-    router_session_t **all; /* [n_sessions] */
+    lru_entry_t *all; /* [n_sessions] every session, a min-heap on used_ns (eviction) */
     size_t n_sessions;
-    block_entry_t **blocks; /* [BLOCK_BUCKETS] chains */
+    block_entry_t **blocks; /* [n_block_buckets] chains */
+    size_t n_block_buckets; /* a power of two, doubled past two entries per bucket */
+    size_t n_block_entries;
 };
 
 static uint32_t pow2_at_least(uint32_t n)
@@ -55,7 +64,8 @@ tdm_status_t router_sessions_create(uint32_t max_sessions, uint32_t tokens_per_b
     t->n_id_buckets = pow2_at_least(max_sessions);
     t->by_id = calloc(t->n_id_buckets, sizeof(*t->by_id));
     t->all = calloc(max_sessions, sizeof(*t->all));
-    t->blocks = calloc(BLOCK_BUCKETS, sizeof(*t->blocks));
+    t->n_block_buckets = BLOCK_MIN_BUCKETS;
+    t->blocks = calloc(t->n_block_buckets, sizeof(*t->blocks));
     if (t->by_id == NULL || t->all == NULL || t->blocks == NULL) {
         router_sessions_destroy(t);
         return TDM_ERR_NO_MEMORY;
@@ -71,7 +81,35 @@ static uint32_t id_bucket(const router_sessions_t *t, const char *id)
 
 static block_entry_t **block_chain(const router_sessions_t *t, uint64_t hash)
 {
-    return &t->blocks[hash & (BLOCK_BUCKETS - 1)];
+    return &t->blocks[hash & (t->n_block_buckets - 1)];
+}
+
+/* Double the block buckets once entries outnumber them twice (out of memory: chains grow), so a
+ * lookup stays O(1) however many sessions are indexed. */
+static void grow_blocks(router_sessions_t *t)
+{
+    size_t n = t->n_block_buckets * 2;
+    block_entry_t **grown;
+
+    if (t->n_block_entries <= 2 * t->n_block_buckets) {
+        return;
+    }
+    grown = calloc(n, sizeof(*grown));
+    if (grown == NULL) {
+        return;
+    }
+    for (size_t b = 0; b < t->n_block_buckets; b++) {
+        block_entry_t *e = t->blocks[b];
+        while (e != NULL) {
+            block_entry_t *next = e->next;
+            e->next = grown[e->hash & (n - 1)];
+            grown[e->hash & (n - 1)] = e;
+            e = next;
+        }
+    }
+    free(t->blocks);
+    t->blocks = grown;
+    t->n_block_buckets = n;
 }
 
 static void unindex_from(router_sessions_t *t, router_session_t *s, size_t first_block)
@@ -83,6 +121,7 @@ static void unindex_from(router_sessions_t *t, router_session_t *s, size_t first
             if (e->s == s && e->block == b) {
                 *link = e->next;
                 free(e);
+                t->n_block_entries--;
                 break;
             }
             link = &e->next;
@@ -105,7 +144,7 @@ void router_sessions_destroy(router_sessions_t *table)
         return;
     }
     for (size_t i = 0; table->all != NULL && i < table->n_sessions; i++) {
-        free_session(table, table->all[i]);
+        free_session(table, table->all[i].s);
     }
     free(table->blocks);
     free(table->all);
@@ -123,37 +162,109 @@ router_session_t *router_sessions_get(router_sessions_t *table, const char *id)
     return s;
 }
 
-static void remove_session(router_sessions_t *t, size_t index)
+/* ---- eviction heap: least recently used at the top ------------------------------------------ */
+
+static void lru_swap(router_sessions_t *t, size_t a, size_t b)
 {
-    router_session_t *s = t->all[index];
+    lru_entry_t x = t->all[a];
+
+    t->all[a] = t->all[b];
+    t->all[b] = x;
+}
+
+static void lru_down(router_sessions_t *t, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < t->n_sessions && t->all[l].used_ns < t->all[m].used_ns) {
+            m = l;
+        }
+        if (r < t->n_sessions && t->all[r].used_ns < t->all[m].used_ns) {
+            m = r;
+        }
+        if (m == i) {
+            return;
+        }
+        lru_swap(t, i, m);
+        i = m;
+    }
+}
+
+static void lru_up(router_sessions_t *t, size_t i)
+{
+    while (i > 0 && t->all[(i - 1) / 2].used_ns > t->all[i].used_ns) {
+        lru_swap(t, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+/* Take the top of the heap out (its session is the caller's). */
+static router_session_t *lru_pop(router_sessions_t *t)
+{
+    router_session_t *s = t->all[0].s;
+
+    t->all[0] = t->all[--t->n_sessions];
+    lru_down(t, 0);
+    return s;
+}
+
+static void lru_push(router_sessions_t *t, router_session_t *s)
+{
+    t->all[t->n_sessions].used_ns = s->last_used_ns;
+    t->all[t->n_sessions].s = s;
+    lru_up(t, t->n_sessions++);
+}
+
+static void remove_session(router_sessions_t *t, router_session_t *s)
+{
     router_session_t **link = &t->by_id[id_bucket(t, s->id)];
 
     while (*link != s) {
         link = &(*link)->next_by_id;
     }
     *link = s->next_by_id;
-    t->all[index] = t->all[t->n_sessions - 1];
-    t->n_sessions--;
     free_session(t, s);
 }
 
+/* Evict the least recently used idle session: stale heap keys (last_used_ns moved on) are
+ * refreshed at the top, active sessions set aside and put back; O(log N) amortised. */
 static tdm_status_t evict_one(router_sessions_t *t)
 {
-    size_t victim = SIZE_MAX;
+    router_session_t **kept = NULL; /* active sessions popped meanwhile, put back at the end */
+    size_t n_kept = 0, cap_kept = 0;
+    tdm_status_t status = TDM_ERR_BUSY;
 
-    for (size_t i = 0; i < t->n_sessions; i++) {
-        if (t->all[i]->active_request != 0) {
+    while (t->n_sessions > 0) {
+        router_session_t *s = t->all[0].s;
+        if (t->all[0].used_ns != s->last_used_ns) {
+            t->all[0].used_ns = s->last_used_ns;
+            lru_down(t, 0);
             continue;
         }
-        if (victim == SIZE_MAX || t->all[i]->last_used_ns < t->all[victim]->last_used_ns) {
-            victim = i;
+        s = lru_pop(t);
+        if (s->active_request == 0) {
+            remove_session(t, s);
+            status = TDM_OK;
+            break;
         }
+        if (n_kept == cap_kept) {
+            size_t n = cap_kept > 0 ? cap_kept * 2 : 16;
+            router_session_t **grown = realloc(kept, n * sizeof(*grown));
+            if (grown == NULL) {
+                lru_push(t, s);
+                status = TDM_ERR_NO_MEMORY;
+                break;
+            }
+            kept = grown;
+            cap_kept = n;
+        }
+        kept[n_kept++] = s;
     }
-    if (victim == SIZE_MAX) {
-        return TDM_ERR_BUSY;
+    for (size_t i = 0; i < n_kept; i++) {
+        lru_push(t, kept[i]);
     }
-    remove_session(t, victim);
-    return TDM_OK;
+    free(kept);
+    return status;
 }
 
 tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint32_t tenant,
@@ -184,7 +295,7 @@ tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint3
     bucket = id_bucket(table, id);
     s->next_by_id = table->by_id[bucket];
     table->by_id[bucket] = s;
-    table->all[table->n_sessions++] = s;
+    lru_push(table, s);
     *session_out = s;
     return TDM_OK;
 }
@@ -221,14 +332,15 @@ router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_
         size_t len = (b + 1) * table->tokens_per_block;
         for (block_entry_t *e = *block_chain(table, hashes[b]); e != NULL; e = e->next) {
             router_session_t *s = e->s;
-            if (e->hash != hashes[b] || e->block != b || s->tenant != tenant ||
-                s->n_tokens < len || memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
+            if (e->hash != hashes[b] || e->block != b || s->tenant != tenant || s->n_tokens < len ||
+                memcmp(s->tokens, tokens, len * sizeof(*tokens)) != 0) {
                 continue;
             }
-            if (best == NULL || s->last_used_ns > best->last_used_ns) {
-                best = s;
-                *matched_out = len;
-            }
+            /* the first confirmed one (chains are newest first, until the index grows), not a
+             * walk over every session that shares a common prefix (issue 18) */
+            best = s;
+            *matched_out = len;
+            break;
         }
     }
     free(hashes);
@@ -279,7 +391,9 @@ static tdm_status_t index_new_blocks(router_sessions_t *t, router_session_t *s)
         e->next = *chain;
         *chain = e;
         s->n_blocks = b + 1;
+        t->n_block_entries++;
     }
+    grow_blocks(t);
     return TDM_OK;
 }
 
@@ -327,7 +441,7 @@ size_t router_sessions_unplace_worker(router_sessions_t *table, int slot, uint64
     size_t n = 0;
 
     for (size_t i = 0; i < table->n_sessions; i++) {
-        router_session_t *s = table->all[i];
+        router_session_t *s = table->all[i].s;
         if (s->worker_slot == slot && s->worker_generation == generation) {
             s->worker_slot = -1;
             s->worker_generation = 0;

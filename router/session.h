@@ -10,9 +10,10 @@
  * that created it; 0 when the router runs without keys) and the prefix index never matches
  * across tenants. A match is a page-sharing hint for a new session, never a reason to attach a
  * request to the matched session (docs/PROTOCOL.md 3c). Idle sessions past the table's limit are
- * evicted
- * least recently used first. Knows nothing of sockets, HTTP or placement policy.
- * Not thread-safe: the caller serialises access (the router's control state lock).
+ * evicted least recently used first (a heap on last_used_ns: O(log N)); lookups by id and by
+ * block hash use tables that grow with the sessions, so neither scans the table (issue 18). Knows
+ * nothing of sockets, HTTP or placement policy. Not thread-safe: the caller serialises access (the
+ * router's control state lock).
  */
 #ifndef TANDEM_ROUTER_SESSION_H
 #define TANDEM_ROUTER_SESSION_H
@@ -76,8 +77,10 @@ tdm_status_t router_sessions_add(router_sessions_t *table, const char *id, uint3
 /*
  * router_sessions_match_prefix - among the sessions of `tenant` only, the one whose history
  * shares the longest prefix of whole blocks with `tokens` [n_tokens], found through the
- * block-hash index and confirmed on tokens. Returns the session and its matched length in
- * *matched_out (a multiple of tokens_per_block), or NULL (and 0) when no full block matches.
+ * block-hash index and confirmed on tokens (among equally long matches, one of them, usually the
+ * session that indexed that block last; the cost does not grow with the sessions that share the
+ * prefix). Returns the session and its matched length in *matched_out (a multiple of
+ * tokens_per_block), or NULL (and 0) when no full block matches.
  */
 router_session_t *router_sessions_match_prefix(router_sessions_t *table, uint32_t tenant,
                                                const int32_t *tokens, size_t n_tokens,

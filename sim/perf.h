@@ -56,14 +56,14 @@ typedef enum {
 
 /* What to model (plain data; sim_perf_params_default fills the defaults). */
 typedef struct {
-    const sim_gpu_t *gpu;       /* borrowed (sim_gpu_find) */
-    uint32_t group_gpus;        /* GPUs of one instance (EP group); 0: the smallest that fits */
-    double dspark_acceptance;   /* mean draft tokens accepted per verify step, [0, draft_len] */
-    uint32_t dspark_draft_len;  /* draft tokens proposed per verify step (MODEL.md 8); 0: no spec */
-    uint32_t max_batch_seqs;    /* decode: most sequences per step (the engine's batch limit) */
-    uint32_t max_batch_tokens;  /* prefill: most new tokens per step */
-    int64_t context_tokens;     /* session length the KV pool is sized for (plan_gpu) */
-    double efficiency;          /* fraction of the roofline reached, (0, 1]; default 0.6 */
+    const sim_gpu_t *gpu;      /* borrowed (sim_gpu_find) */
+    uint32_t group_gpus;       /* GPUs of one instance (EP group); 0: the smallest that fits */
+    double dspark_acceptance;  /* mean draft tokens accepted per verify step, [0, draft_len] */
+    uint32_t dspark_draft_len; /* draft tokens proposed per verify step (MODEL.md 8); 0: no spec */
+    uint32_t max_batch_seqs;   /* decode: most sequences per step (the engine's batch limit) */
+    uint32_t max_batch_tokens; /* prefill: most new tokens per step */
+    int64_t context_tokens;    /* session length the KV pool is sized for (plan_gpu) */
+    double efficiency;         /* fraction of the roofline reached, (0, 1]; default 0.6 */
 } sim_perf_params_t;
 
 /* sim_perf_params_default - defaults documented in docs/SIM.md. Cannot fail. */
@@ -128,5 +128,40 @@ uint32_t sim_perf_group_gpus(const sim_perf_t *perf);
 /* sim_perf_power_w - watts of the whole instance busy a fraction `busy` ([0, 1]) of the time:
  * group_gpus x (idle + busy x (busy_w - idle_w)). */
 double sim_perf_power_w(const sim_perf_t *perf, double busy);
+
+/* ---- Added by the simperf branch (issue 18 items 5-6); the functions above are unchanged. ---- */
+
+/* Math of the routed-expert GEMMs (FP4 weights). MODEL.md 4 R4 feeds them E4M3 activations, and
+ * an FP8 x FP4 tensor-core MMA runs at the FP8 rate on Blackwell, so SIM_MATH_FP8 is the default;
+ * SIM_MATH_FP4 models FP4 activations (the datasheet's FP4 rate; on H200 both are the FP8 rate). */
+typedef enum {
+    SIM_MATH_FP8 = 0,
+    SIM_MATH_FP4 = 1,
+} sim_math_t;
+
+/* sim_perf_set_expert_math - choose the expert GEMM rate (default SIM_MATH_FP8). Returns TDM_OK or
+ * TDM_ERR_INVALID_ARG (NULL perf, unknown math). Call before sharing perf between threads. */
+tdm_status_t sim_perf_set_expert_math(sim_perf_t *perf, sim_math_t math);
+
+/*
+ * sim_perf_continue_s - seconds to prefill `new_tokens` (> 0) of a continuing turn after
+ * `cached_tokens` that the instance holds but must first rewind to (its reply is not in the new
+ * prompt) and whose window it replays (MODEL.md 6(d)): a calibration's `continue` records when
+ * present, else sim_perf_prefill_s of the new tokens plus min(W, cached) replayed ones.
+ */
+double sim_perf_continue_s(const sim_perf_t *perf, uint64_t new_tokens, uint64_t cached_tokens);
+
+/* sim_perf_calibrated - 1 when a step-cost calibration replaced a decode or prefill cost. */
+int sim_perf_calibrated(const sim_perf_t *perf);
+
+/*
+ * sim_perf_calibration_fit - the fitted step-cost model of `role` (SIM_ROLE_DECODE: seconds =
+ * coef[0] + coef[1] n_seqs + coef[2] sum_context; SIM_ROLE_PREFILL: coef[0] + coef[1] new +
+ * coef[2] new (cached + new / 2)) and its root mean square relative residual over the file's
+ * records (rms_rel may be NULL). TDM_OK, TDM_ERR_NOT_FOUND (that cost is not calibrated) or
+ * TDM_ERR_INVALID_ARG.
+ */
+tdm_status_t sim_perf_calibration_fit(const sim_perf_t *perf, sim_role_t role, double coef[3],
+                                      double *rms_rel);
 
 #endif

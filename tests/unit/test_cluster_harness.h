@@ -69,6 +69,8 @@ static char g_model[T_PATH];
 static char g_model2[T_PATH];
 /* --pages of every worker of the clusters started next (a test may lower it for page pressure) */
 static int g_pages = T_PAGES;
+/* --racks of the clusters started next (tandem local spreads the workers over them) */
+static int g_racks = 1;
 
 static inline void run_or_fail(const char *cmd)
 {
@@ -241,7 +243,7 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
 {
     int fds[2];
     char line[512];
-    char exe[T_PATH + 16], np[16], nd[16], lpt[16], pages[16];
+    char exe[T_PATH + 16], np[16], nd[16], lpt[16], pages[16], racks[16];
 
     memset(c, 0, sizeof(*c));
     snprintf(exe, sizeof(exe), "%s/tandem", g_bin);
@@ -249,6 +251,7 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
     snprintf(nd, sizeof(nd), "%d", n_decode);
     snprintf(lpt, sizeof(lpt), "%d", T_THRESHOLD);
     snprintf(pages, sizeof(pages), "%d", g_pages);
+    snprintf(racks, sizeof(racks), "%d", g_racks);
     assert_int_equal(pipe(fds), 0);
     c->launcher = fork();
     assert_true(c->launcher >= 0);
@@ -271,6 +274,8 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
                         lpt,
                         "--log-level",
                         "warn",
+                        "--racks",
+                        racks,
                         worker_model != NULL ? "--worker-model" : NULL,
                         (char *)worker_model,
                         NULL};

@@ -190,6 +190,24 @@ static void test_every_message_type_round_trips(void **state)
     out = round_trip(&env);
     assert_int_equal(out->completion->page_checksums[1], 12);
     proto_envelope_free(out);
+    /* issue 18 item 4: with state_direct the record and checksums went to the decode node */
+    cn.state_direct = 1;
+    cn.n_pages = 2;
+    {
+        char why[256];
+        assert_int_not_equal(proto_check(&env, why, sizeof(why)), TDM_OK);
+        assert_non_null(strstr(why, "state_direct"));
+    }
+    cn.page_checksums = NULL;
+    cn.n_page_checksums = 0;
+    out = round_trip(&env);
+    assert_true(out->completion->state_direct);
+    assert_int_equal(out->completion->n_pages, 2);
+    proto_envelope_free(out);
+    cn.state_direct = 0;
+    cn.n_pages = 0;
+    cn.page_checksums = checksums;
+    cn.n_page_checksums = 2;
 
     dr.request_id = 3;
     dr.session_id = "s1";

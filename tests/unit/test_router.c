@@ -924,6 +924,53 @@ static void test_large_delta_is_prefilled_remotely_small_locally(void **state)
     fake_fini(&pre);
 }
 
+/* Rack-aware placement through the router (issue 18): a decode worker whose rack has no prefill
+ * worker gets its prefill from the other rack, counted in tandem_router_prefill_cross_rack_total;
+ * once its own rack has one, the next session's job stays there and the counter holds. */
+static void test_prefill_from_another_rack_is_counted_cross_rack(void **state)
+{
+    fixture_t *fx = *state;
+    fake_worker_t dec, far, near;
+    int32_t prompt[200];
+    http_resp_t r;
+    char *body;
+
+    start_worker(fx, &dec, "decode-rack-a", TANDEM__ROLE__ROLE_DECODE, "rack-a");
+    start_worker(fx, &far, "prefill-rack-b", TANDEM__ROLE__ROLE_PREFILL, "rack-b");
+    set_script(&dec, "Hi!", 1, 1);
+    for (size_t i = 0; i < 200; i++) {
+        prompt[i] = (int32_t)(60 + i);
+    }
+    body = ids_body(prompt, 200, 10);
+    post(fx, "/v1/completions", body, "rack-1", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&far, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_int_equal(
+        router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_PREFILL_CROSS_RACK), 1);
+    http_do(fx->port, "GET", "/metrics", NULL, NULL, NULL, &r);
+    assert_non_null(strstr(r.body, "tandem_router_prefill_cross_rack_total 1"));
+    assert_non_null(strstr(r.body, "tandem_router_worker_inflight{worker=\"decode-rack-a\","
+                                   "role=\"decode\",rack=\"rack-a\"}"));
+    free(r.body);
+
+    start_worker(fx, &near, "prefill-rack-a", TANDEM__ROLE__ROLE_PREFILL, "rack-a");
+    post(fx, "/v1/completions", body, "rack-2", &r);
+    free(body);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    assert_int_equal(fake_n_records(&near, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_int_equal(fake_n_records(&far, TANDEM__ENVELOPE__BODY_PREFILL_JOB), 1);
+    assert_int_equal(
+        router_metrics_get(router_metrics(fx->router), ROUTER_METRIC_PREFILL_CROSS_RACK), 1);
+    fake_kill(&dec);
+    fake_kill(&far);
+    fake_kill(&near);
+    fake_fini(&dec);
+    fake_fini(&far);
+    fake_fini(&near);
+}
+
 typedef struct {
     const fixture_t *fx;
     char *body;
@@ -1804,6 +1851,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prefix_match_finds_the_session_without_an_id, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_large_delta_is_prefilled_remotely_small_locally, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_prefill_from_another_rack_is_counted_cross_rack, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_prefill_worker_lost_mid_job_reruns_elsewhere, setup,
                                         teardown),

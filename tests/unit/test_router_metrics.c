@@ -110,6 +110,38 @@ static void receive_state_lost(router_metrics_t *m, uint64_t id)
     router_metrics_worker_message(m, &env, PAGE_BYTES);
 }
 
+/* Issue 18 item 4: a CompletionNotice whose page checksums went to the decode node directly
+ * (state_direct) counts its n_pages; the control socket's byte counters render by direction. */
+static void test_direct_state_notice_counts_its_pages_and_control_bytes_render(void **state)
+{
+    router_metrics_t *m = NULL;
+    router_metrics_gauges_t gauges;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__CompletionNotice notice = TANDEM__COMPLETION_NOTICE__INIT;
+    char *text = NULL;
+    size_t n_bytes = 0;
+
+    (void)state;
+    assert_int_equal(router_metrics_create(&m), TDM_OK);
+    notice.request_id = 9;
+    notice.total_len = 300;
+    notice.state_direct = 1;
+    notice.n_pages = 5;
+    env.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
+    env.completion = &notice;
+    router_metrics_worker_message(m, &env, PAGE_BYTES);
+    assert_true(counts(m).kv_bytes == 5.0 * PAGE_BYTES);
+    router_metrics_count(m, ROUTER_METRIC_CONTROL_BYTES_IN, 1200);
+    router_metrics_count(m, ROUTER_METRIC_CONTROL_BYTES_OUT, 345);
+    router_metrics_count(m, ROUTER_METRIC_CONTROL_BYTES_IN, 34);
+    memset(&gauges, 0, sizeof(gauges));
+    assert_int_equal(router_metrics_render(m, &gauges, &text, &n_bytes), TDM_OK);
+    assert_true(sample(text, "tandem_router_control_bytes_total{direction=\"in\"}") == 1234);
+    assert_true(sample(text, "tandem_router_control_bytes_total{direction=\"out\"}") == 345);
+    free(text);
+    router_metrics_destroy(m);
+}
+
 static void test_local_turn_counts_at_its_first_token(void **state)
 {
     router_metrics_t *m = NULL;
@@ -204,6 +236,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_local_turn_counts_at_its_first_token),
+        cmocka_unit_test(test_direct_state_notice_counts_its_pages_and_control_bytes_render),
         cmocka_unit_test(test_refused_attempt_adds_nothing_and_its_retry_counts_once),
         cmocka_unit_test(test_remote_turn_counts_its_notice_and_its_reuse),
         cmocka_unit_test(test_finish_without_tokens_counts_no_reuse),

@@ -77,8 +77,8 @@ static const tdm_flag_t convert_flags[] = {
     {"pages", TDM_FLAG_U32, "4096", offsetof(convert_cfg_t, n_pages),
      "KV pages to size the pool of in the plan", 1, 16777216, 0},
     {"gpu", TDM_FLAG_STRING, NULL, offsetof(convert_cfg_t, gpu),
-     "add the GPU layout plan for h200, b200, b300 or gb300 (config only: no shard is read); "
-     "implies --plan",
+     "add the GPU layout plan for h200, b200, b300, gb200 or gb300 (config only: no shard is "
+     "read); implies --plan",
      0, 0, 0},
     {"gpus", TDM_FLAG_U32, "0", offsetof(convert_cfg_t, n_gpus),
      "GPUs of the layout (0: the smallest expert-parallel group that fits)", 0, 4608, 0},

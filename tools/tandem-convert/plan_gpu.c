@@ -17,12 +17,14 @@
 /*
  * NVIDIA's per-GPU memory figures (docs/DEPLOY.md section 10 cites each): H200 141 GB at 4.8 TB/s;
  * B200 180 GB (the HGX/DGX B200 part) at 8 TB/s; B300 288 GB at 8 TB/s; GB300 288 GB per GPU,
- * 72 GPUs in one NVL72 NVLink domain.
+ * 72 GPUs in one NVL72 NVLink domain; GB200 186 GB per GPU (13.4 TB HBM3e per 72-GPU NVL72 rack)
+ * at 8 TB/s, one NVL72 NVLink domain.
  */
 static const plan_gpu_kind_t plan_gpu_kinds[] = {
     {"h200", "NVIDIA H200 SXM (HGX H200)", 141000000000LL, 4.8, 8},
     {"b200", "NVIDIA B200 SXM (HGX B200)", 180000000000LL, 8.0, 8},
     {"b300", "NVIDIA B300 SXM (HGX B300)", 288000000000LL, 8.0, 8},
+    {"gb200", "NVIDIA GB200 NVL72 (18 trays x 4 GPUs)", 186000000000LL, 8.0, 72},
     {"gb300", "NVIDIA GB300 NVL72 (18 trays x 4 GPUs)", 288000000000LL, 8.0, 72},
 };
 
@@ -41,7 +43,7 @@ const plan_gpu_kind_t *plan_gpu_kind_find(const char *name)
 
 const char *plan_gpu_kind_names(void)
 {
-    return "h200, b200, b300 or gb300";
+    return "h200, b200, b300, gb200 or gb300";
 }
 
 void plan_gpu_params_default(plan_gpu_params_t *params)

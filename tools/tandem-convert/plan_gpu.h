@@ -46,7 +46,7 @@
  * bytes (1 GB = 1e9 B); docs/DEPLOY.md section 10 cites them. Static data.
  */
 typedef struct {
-    const char *name;        /* the --gpu value: "h200", "b200", "b300", "gb300" */
+    const char *name;        /* the --gpu value: "h200", "b200", "b300", "gb200", "gb300" */
     const char *description; /* e.g. "NVIDIA H200 SXM (HGX H200)" */
     int64_t mem_bytes;       /* HBM3e per GPU, bytes */
     double hbm_tb_per_s;     /* peak HBM bandwidth per GPU, TB/s (printed, not used in sizing) */
@@ -59,7 +59,8 @@ typedef struct {
  */
 const plan_gpu_kind_t *plan_gpu_kind_find(const char *name);
 
-/* plan_gpu_kind_names - the known names for messages: "h200, b200, b300 or gb300". Static. */
+/* plan_gpu_kind_names - the known names for messages: "h200, b200, b300, gb200 or gb300".
+ * Static. */
 const char *plan_gpu_kind_names(void);
 
 /* What to plan for. Plain data; plan_gpu_params_default fills the defaults. */

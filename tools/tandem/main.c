@@ -1,12 +1,14 @@
 /* tandem - the local-cluster launcher: `tandem local --model DIR --prefill N --decode M
- * [--http HOST:PORT] [--routers R]` starts R routers (peers of each other: --router-id router-i,
- * --peers; every worker gets all their control endpoints; the launcher runs while one lives,
- * docs/ROUTERS.md), N prefill nodes and M decode nodes on loopback (the
+ * [--http HOST:PORT] [--routers R] [--racks R]` starts R routers (peers of each other:
+ * --router-id router-i, --peers; every worker gets all their control endpoints; the launcher runs
+ * while one lives, docs/ROUTERS.md), N prefill nodes and M decode nodes on loopback (the
  * executables next to this one), waits until each answers /health with 200 within a deadline,
  * prints the endpoint and one "started:" line per process (role, pid, /health address), and on
  * SIGINT or SIGTERM stops them all (SIGTERM by PID, then SIGKILL after a grace period) and reaps
- * them. A worker that exits while starting (exit 3: the router refused its registration, e.g. a
- * model fingerprint mismatch) stops the launch with its reason. Owns only child processes.
+ * them. With --racks R, decode node i and prefill node i register in rack "rack{i mod R}" (the
+ * router keeps a session's prefill in its decode node's rack). A worker that exits while starting
+ * (exit 3: the router refused its registration, e.g. a model fingerprint mismatch) stops the launch
+ * with its reason. Owns only child processes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,6 +51,7 @@ typedef struct {
     uint32_t health_timeout_ms;
     const char *worker_model_dir;
     const char *log_level;
+    uint32_t n_racks;
 } launch_cfg_t;
 
 static const tdm_flag_t launch_flags[] = {
@@ -74,6 +77,10 @@ static const tdm_flag_t launch_flags[] = {
      0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(launch_cfg_t, log_level),
      "log level of every process", 0, 0, 0},
+    {"racks", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_racks),
+     "racks (NVLink domains) the workers are spread over: decode node i and prefill node i go to "
+     "rack{i mod N}",
+     1, 32, 0},
 };
 
 typedef struct {
@@ -271,7 +278,7 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     char peers[LAUNCH_MAX_ROUTERS * (LAUNCH_ARG_BYTES + 16)] = "";
     char control[LAUNCH_MAX_ROUTERS][LAUNCH_ARG_BYTES];
     char http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32], rid[32];
-    char whttp[LAUNCH_ARG_BYTES];
+    char whttp[LAUNCH_ARG_BYTES], rack[32];
     uint16_t router_http[LAUNCH_MAX_ROUTERS];
     uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
@@ -341,8 +348,11 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                         pages,
                         "--log-level",
                         (char *)c->log_level,
+                        "--rack",
+                        rack,
                         NULL};
         snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
+        snprintf(rack, sizeof(rack), "rack%u", (is_decode ? i : i - c->n_decode) % c->n_racks);
         if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
             await_healthy(l, l->n_procs - 1, deadline) != 0) {
             return -1;
