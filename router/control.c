@@ -14,6 +14,7 @@
 #include "common/curve.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "router/fleet.h"
 #include "router/registry.h"
 #include "router/session.h"
 #include "router/zap.h"
@@ -59,6 +60,10 @@ struct router_control {
     router_registry_t *registry;
     router_sessions_t *sessions;
     router_dispatch_t *dispatch;
+    router_fleet_t *fleet;          /* peers, replicas, relearning (issue 18 item 3: fleet.h) */
+    tdm_curve_keypair_t curve_keys; /* the router's CURVE key pair (peers share it); zeroed at
+                                       destroy */
+    int curve_on;
 };
 
 void router_control_params_default(router_control_params_t *params)
@@ -173,6 +178,16 @@ static void handle_register(router_control_t *c, const char *id, const Tandem__E
     }
 }
 
+/* A turn the fleet part parked (router/fleet.h) resumes. */
+static void resume_submit(void *ctx, router_request_t *request, uint64_t now_ns)
+{
+    router_control_t *c = ctx;
+
+    if (c->dispatch != NULL) {
+        router_dispatch_submit(c->dispatch, request, now_ns);
+    }
+}
+
 /* A PageReservation from a worker the registry does not know (declared lost while it was paused,
  * then resumed): its turn has moved on, and no writer ever saw the reservation, so its pages go
  * back at once (Abort with writer_fenced) instead of after the reservation's timeout. */
@@ -230,7 +245,13 @@ static void handle_frame(router_control_t *c, const unsigned char *identity, siz
         if (router_registry_heartbeat(c->registry, id, env->heartbeat, now_ns) != TDM_OK) {
             send_error(c, identity, n_identity, 0, TANDEM__ERROR_CODE__ERROR_NOT_REGISTERED,
                        "unknown worker: register first");
+        } else {
+            router_fleet_on_heartbeat(c->fleet, id, env->heartbeat);
         }
+        break;
+    case TANDEM__ENVELOPE__BODY_SESSION_REPLICA: /* a peer router's */
+    case TANDEM__ENVELOPE__BODY_SESSION_HISTORY: /* a decode node's answer to SessionQuery */
+        router_fleet_on_message(c->fleet, id, env, now_ns);
         break;
     case TANDEM__ENVELOPE__BODY_GOODBYE:
         slot = router_registry_find(c->registry, id);
@@ -341,9 +362,12 @@ static void run_commands(router_control_t *c, uint64_t now_ns)
     while (cmd != NULL) {
         cmd_t *next = cmd->next;
         if (cmd->type == CMD_SUBMIT) {
-            router_dispatch_submit(c->dispatch, cmd->request, now_ns);
+            if (!router_fleet_submit(c->fleet, cmd->request, now_ns)) {
+                router_dispatch_submit(c->dispatch, cmd->request, now_ns);
+            }
         } else {
             router_dispatch_release(c->dispatch, cmd->request, cmd->client_gone, now_ns);
+            router_fleet_release(c->fleet, cmd->request);
         }
         router_request_unref(cmd->request);
         free(cmd);
@@ -357,6 +381,10 @@ static void expire_workers(router_control_t *c, uint64_t now_ns)
     int slot;
 
     while ((slot = router_registry_expire(c->registry, now_ns, &why)) >= 0) {
+        router_worker_t *w = router_registry_worker(c->registry, slot, 0);
+        if (w != NULL) {
+            router_fleet_worker_gone(c->fleet, w->id);
+        }
         router_dispatch_worker_gone(c->dispatch, slot, ROUTER_REGISTRY_LOST, why, now_ns);
     }
 }
@@ -392,6 +420,7 @@ static void *control_main(void *arg)
         }
         run_commands(c, now_ns);
         expire_workers(c, now_ns);
+        router_fleet_tick(c->fleet, now_ns);
         router_dispatch_tick(c->dispatch, now_ns);
         pthread_mutex_unlock(&c->state_lock);
     }
@@ -430,17 +459,31 @@ static tdm_status_t secure_socket(router_control_t *c)
         status = tdm_curve_allowlist_load(c->params.curve_workers, &allowed, &n_allowed, err,
                                           sizeof(err));
     }
+    if (status == TDM_OK && c->params.peers != NULL && c->params.peers[0] != '\0') {
+        /* peer routers share this key pair: their replica links present its public key */
+        char(*grown)[TDM_CURVE_Z85_CHARS + 1] = realloc(allowed, (n_allowed + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            status = TDM_ERR_NO_MEMORY;
+            snprintf(err, sizeof(err), "out of memory");
+        } else {
+            allowed = grown;
+            memcpy(allowed[n_allowed++], keys.public_z85, sizeof(allowed[0]));
+        }
+    }
     if (status == TDM_OK) {
-        status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1])allowed,
+        status = router_zap_start(c->zctx, (const char(*)[TDM_CURVE_Z85_CHARS + 1]) allowed,
                                   n_allowed, &c->zap);
     }
-    if (status == TDM_OK &&
-        (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
-         zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, keys.secret_z85, TDM_CURVE_Z85_CHARS + 1) !=
-             0 ||
-         zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
+    if (status == TDM_OK && (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+                             zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, keys.secret_z85,
+                                            TDM_CURVE_Z85_CHARS + 1) != 0 ||
+                             zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "tandem", 6) != 0)) {
         snprintf(err, sizeof(err), "cannot enable CURVE: %s", zmq_strerror(errno));
         status = TDM_ERR_IO;
+    }
+    if (status == TDM_OK) {
+        c->curve_keys = keys;
+        c->curve_on = 1;
     }
     memset(&keys, 0, sizeof(keys));
     free(allowed);
@@ -448,8 +491,7 @@ static tdm_status_t secure_socket(router_control_t *c)
         tdm_log(TDM_LOG_ERROR, "control", "CurveZMQ refused: %s", err);
         return status;
     }
-    tdm_log(TDM_LOG_INFO, "control", "control plane uses CurveZMQ: allowed_workers=%zu",
-            n_allowed);
+    tdm_log(TDM_LOG_INFO, "control", "control plane uses CurveZMQ: allowed_workers=%zu", n_allowed);
     return TDM_OK;
 }
 
@@ -491,6 +533,26 @@ static tdm_status_t open_socket(router_control_t *c)
     return TDM_OK;
 }
 
+/* The fleet part (after the socket: the peers' links share its ZeroMQ context). */
+static tdm_status_t open_fleet(router_control_t *c)
+{
+    router_fleet_params_t fp;
+
+    memset(&fp, 0, sizeof(fp));
+    fp.zctx = c->zctx;
+    fp.router_id = c->router_id;
+    fp.peers = c->params.peers;
+    fp.curve = c->curve_on ? &c->curve_keys : NULL;
+    fp.warmup_ms = c->params.relearn_warmup_ms;
+    fp.registry = c->registry;
+    fp.sessions = c->sessions;
+    fp.send = send_to_worker;
+    fp.send_ctx = c;
+    fp.submit = resume_submit;
+    fp.submit_ctx = c;
+    return router_fleet_create(&fp, &c->fleet);
+}
+
 tdm_status_t router_control_create(const router_control_params_t *params,
                                    const router_model_t *model, router_metrics_t *metrics,
                                    router_control_t **control_out)
@@ -513,8 +575,12 @@ tdm_status_t router_control_create(const router_control_params_t *params,
     c->wake_fd = -1;
     pthread_mutex_init(&c->queue_lock, NULL);
     pthread_mutex_init(&c->state_lock, NULL);
-    snprintf(c->router_id, sizeof(c->router_id), "router-%d-%016llx", (int)getpid(),
-             (unsigned long long)tdm_hash_splitmix64(tdm_clock_now_ns()));
+    if (params->router_id != NULL && params->router_id[0] != '\0') {
+        snprintf(c->router_id, sizeof(c->router_id), "%s", params->router_id);
+    } else {
+        snprintf(c->router_id, sizeof(c->router_id), "router-%d-%016llx", (int)getpid(),
+                 (unsigned long long)tdm_hash_splitmix64(tdm_clock_now_ns()));
+    }
     status = router_registry_create(router_model_compat(model), params->heartbeat_timeout_ms,
                                     &c->registry);
     if (status == TDM_OK) {
@@ -537,6 +603,9 @@ tdm_status_t router_control_create(const router_control_params_t *params,
     }
     if (status == TDM_OK) {
         status = open_socket(c);
+    }
+    if (status == TDM_OK) {
+        status = open_fleet(c);
     }
     if (status == TDM_OK) {
         if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
@@ -573,6 +642,8 @@ void router_control_stop(router_control_t *control)
     }
     pthread_mutex_lock(&c->state_lock);
     if (c->dispatch != NULL) {
+        /* Parked turns resume into the dispatcher, which fails them below with the rest. */
+        router_fleet_stop(c->fleet, tdm_clock_now_ns());
         /* Commands still queued: releases need nothing more; submits are failed below. */
         run_commands(c, tdm_clock_now_ns());
         router_dispatch_destroy(c->dispatch);
@@ -589,6 +660,8 @@ void router_control_destroy(router_control_t *control)
         return;
     }
     router_control_stop(c);
+    router_fleet_destroy(c->fleet, tdm_clock_now_ns());
+    memset(&c->curve_keys, 0, sizeof(c->curve_keys));
     router_sessions_destroy(c->sessions);
     router_registry_destroy(c->registry);
     if (c->sock != NULL) {
@@ -633,5 +706,15 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
     gauges_out->n_sessions = router_sessions_count(control->sessions);
     gauges_out->n_inflight =
         control->dispatch != NULL ? router_dispatch_n_inflight(control->dispatch) : 0;
+    if (control->fleet != NULL) {
+        router_fleet_gauges(control->fleet, gauges_out);
+    } else {
+        gauges_out->n_session_queries = 0;
+        gauges_out->n_sessions_learned = 0;
+        gauges_out->n_session_query_timeouts = 0;
+        gauges_out->n_replicas_applied = 0;
+        gauges_out->n_replicas_sent = 0;
+        gauges_out->n_replica_send_failures = 0;
+    }
     pthread_mutex_unlock(&control->state_lock);
 }

@@ -10,7 +10,10 @@
  * register, expires silent workers on the monotonic clock (never counting the router's own loop
  * stalls against them: router_registry_tick) and workers stalled past their grace, and hands the
  * rest to the
- * dispatcher. Knows nothing of HTTP.
+ * dispatcher. Its part in a fleet of routers (issue 18 item 3, docs/ROUTERS.md: the sessions
+ * the decode nodes report, relearning unknown sessions, replicas to peer routers) is
+ * router/fleet.h, called from a few points of the loop.
+ * Knows nothing of HTTP.
  *
  * Threading: create/destroy from one thread; submit, release and snapshot from any thread.
  */
@@ -41,6 +44,12 @@ typedef struct {
     uint32_t max_sessions;          /* session table size */
     const char *curve_secret_key;   /* router's CurveZMQ key file (common/curve.h), or NULL */
     const char *curve_workers;      /* allow-list of worker public keys; set with the above */
+    const char *router_id;          /* this router's id on the peer ring (router/peers.h); NULL:
+                                       "router-<pid>-<random>", a ring of one */
+    const char *peers;              /* the fleet's other routers, "ID=ENDPOINT,..." (peers.h);
+                                       NULL or "": none */
+    uint32_t relearn_warmup_ms;     /* after start, a named session no decode node reports yet
+                                       waits this long for their heartbeats (relearn.h); 0 none */
     router_dispatch_params_t dispatch;
 } router_control_params_t;
 

@@ -217,6 +217,7 @@ static void send_decode(router_dispatch_t *d, inflight_t *f,
     }
     dr.request_id = f->id;
     dr.session_id = s->id;
+    dr.tenant = s->tenant; /* kept by the node for SessionHistory (issue 18 item 3) */
     dr.cached_len = f->cached_len;
     dr.total_len = f->total_len;
     dr.sampling = &sp;

@@ -45,6 +45,9 @@ typedef struct {
     uint32_t api_key_rpm;
     const char *curve_secret_key;
     const char *curve_workers;
+    const char *router_id;
+    const char *peers;
+    uint32_t relearn_warmup_ms;
     const char *log_level;
 } router_cfg_t;
 
@@ -64,8 +67,8 @@ static const tdm_flag_t router_flags[] = {
     {"heartbeat-interval-ms", TDM_FLAG_U32, "250", offsetof(router_cfg_t, heartbeat_interval_ms),
      "heartbeat period announced to workers, ms", 10, 60000, 0},
     {"heartbeat-timeout-ms", TDM_FLAG_U32, "1500", offsetof(router_cfg_t, heartbeat_timeout_ms),
-     "silence after which a worker is lost, ms (counted only while the router runs)", 50,
-     600000, 0},
+     "silence after which a worker is lost, ms (counted only while the router runs)", 50, 600000,
+     0},
     {"stall-grace-ms", TDM_FLAG_U32, "10000", offsetof(router_cfg_t, stall_grace_ms),
      "a worker reporting itself stalled (work pending, no progress) this long is lost, ms; "
      "new work skips it at once",
@@ -96,8 +99,7 @@ static const tdm_flag_t router_flags[] = {
     {"http-body-timeout-s", TDM_FLAG_U32, "30", offsetof(router_cfg_t, http_body_timeout_s),
      "a request's body must be complete this long after its headers, s", 1, 86400, 0},
     {"api-keys-file", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, api_keys_file),
-     "API key file: one 'KEY [name=N] [concurrency=N] [rpm=N]' per line (docs/DEPLOY.md)", 0, 0,
-     0},
+     "API key file: one 'KEY [name=N] [concurrency=N] [rpm=N]' per line (docs/DEPLOY.md)", 0, 0, 0},
     {"api-keys", TDM_FLAG_STRING, NULL, offsetof(router_cfg_t, api_keys),
      "API key entries separated by commas (prefer the env TANDEM_API_KEYS or the file); none "
      "given anywhere: the API is open",
@@ -112,6 +114,18 @@ static const tdm_flag_t router_flags[] = {
      0, 0, 0},
     {"curve-workers", TDM_FLAG_PATH, NULL, offsetof(router_cfg_t, curve_workers),
      "file of the worker public keys allowed to connect (one Z85 key per line)", 0, 0, 0},
+    {"router-id", TDM_FLAG_STRING, NULL, offsetof(router_cfg_t, router_id),
+     "this router's id among its --peers (default: router-PID-RANDOM, a fleet of one)", 0, 0, 0},
+    {"peers", TDM_FLAG_STRING, NULL, offsetof(router_cfg_t, peers),
+     "the fleet's routers as ID=ENDPOINT,... (control endpoints; this router's own entry is "
+     "skipped): sessions are owned by consistent hashing and replicated to the owner and the next "
+     "router after each turn (docs/ROUTERS.md)",
+     0, 0, 0},
+    {"relearn-warmup-ms", TDM_FLAG_U32, "0", offsetof(router_cfg_t, relearn_warmup_ms),
+     "for this long after start, a named session that no decode node reports yet waits for "
+     "their heartbeats (workers registering again after a restart) before it starts over, ms "
+     "(0: never waits; docs/ROUTERS.md)",
+     0, 600000, 0},
     {"log-level", TDM_FLAG_STRING, "info", offsetof(router_cfg_t, log_level),
      "trace, debug, info, warn or error", 0, 0, 0},
 };
@@ -205,6 +219,9 @@ int main(int argc, char **argv)
     params.control.curve_secret_key = cfg.curve_secret_key;
     params.control.curve_workers = cfg.curve_workers;
     params.control.endpoint = cfg.control;
+    params.control.router_id = cfg.router_id;
+    params.control.peers = cfg.peers;
+    params.control.relearn_warmup_ms = cfg.relearn_warmup_ms;
     params.control.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
     params.control.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
     params.control.stall_grace_ms = cfg.stall_grace_ms;

@@ -425,6 +425,23 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
                    (double)gauges->n_sessions);
     tdm_prom_gauge(p, "tandem_router_inflight_requests", "requests being served",
                    (double)gauges->n_inflight);
+    tdm_prom_counter(p, "tandem_router_session_queries_total",
+                     "SessionQuery sent to decode nodes for sessions this router had no record of",
+                     gauges->n_session_queries);
+    tdm_prom_counter(p, "tandem_router_sessions_learned_total",
+                     "sessions learned from a decode node's SessionHistory",
+                     gauges->n_sessions_learned);
+    tdm_prom_counter(p, "tandem_router_session_query_timeouts_total",
+                     "SessionQuery unanswered in time (the turn went on without the record)",
+                     gauges->n_session_query_timeouts);
+    tdm_prom_counter(p, "tandem_router_replicas_applied_total",
+                     "session replicas from peer routers written into the table",
+                     gauges->n_replicas_applied);
+    tdm_prom_counter(p, "tandem_router_replicas_sent_total", "session replicas sent to peers",
+                     gauges->n_replicas_sent);
+    tdm_prom_counter(p, "tandem_router_replica_send_failures_total",
+                     "session replicas whose peer router was unreachable",
+                     gauges->n_replica_send_failures);
     tdm_prom_family(p, "tandem_router_workers", TDM_PROM_GAUGE, "live workers, by role");
     sample1(p, "role", "prefill", w->n_prefill);
     sample1(p, "role", "decode", w->n_decode);

@@ -40,6 +40,13 @@ typedef struct {
     router_worker_gauge_t *worker_rows; /* [n_worker_rows], owned (router_metrics_gauges_fini);
                                            NULL: no per-worker gauges */
     size_t n_worker_rows;
+    /* multi-router sessions (issue 18 item 3, router/relearn.h, router/peers.h): since start */
+    uint64_t n_session_queries;        /* SessionQuery sent to decode nodes */
+    uint64_t n_sessions_learned;       /* sessions installed from a SessionHistory */
+    uint64_t n_session_query_timeouts; /* queries unanswered in time (turn went on unlearned) */
+    uint64_t n_replicas_applied;       /* peers' SessionReplica written into the table */
+    uint64_t n_replicas_sent;          /* SessionReplica sent to peers */
+    uint64_t n_replica_send_failures;  /* replicas whose peer was unreachable */
 } router_metrics_gauges_t;
 
 /*

@@ -513,18 +513,33 @@ def check_rendered_objects(objects, expect_gpu, values):
                 problems.append("%s: no TANDEM_MODEL" % cname)
             if not re.match(r"^0\.0\.0\.0:\d+$", flags.get("TANDEM_HTTP", "")):
                 problems.append("%s: TANDEM_HTTP %r" % (cname, flags.get("TANDEM_HTTP")))
+            n_routers = int((values.get("router") or {}).get("replicas", 1))
             if role == "router":
                 if not re.match(r"^tcp://0\.0\.0\.0:\d+$", flags.get("TANDEM_CONTROL", "")):
                     problems.append("%s: TANDEM_CONTROL %r"
                                     % (cname, flags.get("TANDEM_CONTROL")))
+                # issue 18 item 3: every router lists all of them (docs/ROUTERS.md)
+                env = container_env(container)
+                peers = [p for p in (env.get("TANDEM_PEERS") or "").split(",") if p]
+                if len(peers) != n_routers or not all(
+                        re.match(r"^[a-z0-9-]+=tcp://[a-z0-9.-]+:\d+$", p) for p in peers):
+                    problems.append("%s: TANDEM_PEERS %r is not %d ID=tcp://HOST:PORT"
+                                    % (cname, env.get("TANDEM_PEERS"), n_routers))
+                if "TANDEM_ROUTER_ID" not in env:
+                    problems.append("%s: no TANDEM_ROUTER_ID" % cname)
                 continue
-            if not re.match(r"^tcp://[a-z0-9.-]+:\d+$", flags.get("TANDEM_ROUTER", "")):
-                problems.append("%s: TANDEM_ROUTER %r" % (cname, flags.get("TANDEM_ROUTER")))
+            # every router's control address (router pod DNS names under the peers Service)
+            addrs = [a for a in flags.get("TANDEM_ROUTER", "").split(",") if a]
+            if len(addrs) != n_routers or not all(
+                    re.match(r"^tcp://[a-z0-9.-]+:\d+$", a) for a in addrs):
+                problems.append("%s: TANDEM_ROUTER %r is not %d router addresses"
+                                % (cname, flags.get("TANDEM_ROUTER"), n_routers))
             else:
-                host = flags["TANDEM_ROUTER"][len("tcp://"):].split(".")[0]
-                if host not in service_names:
-                    problems.append("%s: TANDEM_ROUTER names %s, not a rendered Service"
-                                    % (cname, host))
+                for addr in addrs:
+                    labels = addr[len("tcp://"):].split(".")
+                    if len(labels) < 2 or labels[1] not in service_names:
+                        problems.append("%s: TANDEM_ROUTER %s is not under a rendered Service"
+                                        % (cname, addr))
             if not any(k.startswith("UCX_") for k in flags):
                 problems.append("%s: no UCX_* environment" % cname)
             env = container_env(container)

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "kernels/kv_page.h"
 #include "proto/proto.h"
+#include "proto/proto_hash.h"
 
 #define FAKE_MAX_RECORDS  64
 #define FAKE_MAX_SCRIPT   256
@@ -69,6 +70,16 @@ typedef struct {
                                    next one's answer (a node that was slow to reserve) */
     size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
     uint32_t decode_delay_ms; /* decode: wait this long before the first token (blocks the fake) */
+    /* decode (issue 18 item 3): one session this node reports holding in
+     * Load.resident_session_keys and answers SessionQuery for (resident_session "" = none) */
+    char resident_session[PROTO_MAX_ID_BYTES + 1];
+    int32_t resident_tokens[FAKE_MAX_SCRIPT]; /* the ids it holds KV of: [0, n_resident) */
+    size_t n_resident;
+    uint32_t resident_tenant;
+    int ignore_queries;    /* leave SessionQuery unanswered */
+    atomic_int n_queries;  /* SessionQuery received */
+    uint64_t resident_key; /* heartbeat scratch (the fake's thread only) */
+    uint64_t resident_len;
     char curve_server[41];    /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
     char curve_public[41];    /* CurveZMQ: this fake's key pair (Z85) */
     char curve_secret[41];
@@ -144,6 +155,14 @@ static void fake_heartbeat(fake_worker_t *w, void *sock, uint64_t seq)
     load.total_pages = w->role == TANDEM__ROLE__ROLE_DECODE ? 1000 : 0;
     load.recent_tokens_per_s = 1000.0;
     load.stalled = atomic_load(&w->stalled) != 0;
+    if (w->resident_session[0] != '\0') {
+        w->resident_key = proto_session_hash(w->resident_session);
+        w->resident_len = w->n_resident;
+        load.resident_session_keys = &w->resident_key;
+        load.n_resident_session_keys = 1;
+        load.resident_cached_lens = &w->resident_len;
+        load.n_resident_cached_lens = 1;
+    }
     hb.seq = seq;
     hb.load = &load;
     env.body_case = TANDEM__ENVELOPE__BODY_HEARTBEAT;
@@ -321,6 +340,26 @@ static void fake_handle(fake_worker_t *w, void *sock, const Tandem__Envelope *en
         cn.first_token = w->n_script > 0 ? w->script[0] : 0;
         reply.body_case = TANDEM__ENVELOPE__BODY_COMPLETION;
         reply.completion = &cn;
+        fake_send(sock, &reply);
+        break;
+    }
+    case TANDEM__ENVELOPE__BODY_SESSION_QUERY: {
+        Tandem__SessionHistory h = TANDEM__SESSION_HISTORY__INIT;
+        atomic_fetch_add(&w->n_queries, 1);
+        if (w->ignore_queries) {
+            break;
+        }
+        h.query_id = env->session_query->query_id;
+        h.session_id = env->session_query->session_id;
+        h.found = strcmp(w->resident_session, env->session_query->session_id) == 0;
+        if (h.found) {
+            h.cached_len = w->n_resident;
+            h.tokens = w->resident_tokens;
+            h.n_tokens = w->n_resident;
+            h.tenant = w->resident_tenant;
+        }
+        reply.body_case = TANDEM__ENVELOPE__BODY_SESSION_HISTORY;
+        reply.session_history = &h;
         fake_send(sock, &reply);
         break;
     }

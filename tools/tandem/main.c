@@ -1,6 +1,8 @@
 /* tandem - the local-cluster launcher: `tandem local --model DIR --prefill N --decode M
- * [--http HOST:PORT] [--racks R]` starts a router, N prefill nodes and M decode nodes on loopback
- * (the executables next to this one), waits until each answers /health with 200 within a deadline,
+ * [--http HOST:PORT] [--routers R] [--racks R]` starts R routers (peers of each other:
+ * --router-id router-i, --peers; every worker gets all their control endpoints; the launcher runs
+ * while one lives, docs/ROUTERS.md), N prefill nodes and M decode nodes on loopback (the
+ * executables next to this one), waits until each answers /health with 200 within a deadline,
  * prints the endpoint and one "started:" line per process (role, pid, /health address), and on
  * SIGINT or SIGTERM stops them all (SIGTERM by PID, then SIGKILL after a grace period) and reaps
  * them. With --racks R, decode node i and prefill node i register in rack "rack{i mod R}" (the
@@ -27,16 +29,21 @@
 #include "common/startup.h"
 #include "keygen.h"
 
-#define LAUNCH_MAX_PROCS    65
-#define LAUNCH_ARG_BYTES    256
-#define LAUNCH_POLL_MS      50
-#define LAUNCH_GRACE_MS     5000
-#define LAUNCH_EXIT_REFUSED 3
+#define LAUNCH_MAX_ROUTERS 8
+/* --relearn-warmup-ms of each router of a fleet (docs/ROUTERS.md): a restarted one waits this
+ * long for its workers' reports before a session it does not know starts over */
+#define LAUNCH_RELEARN_WARMUP_MS "3000"
+#define LAUNCH_MAX_PROCS         (LAUNCH_MAX_ROUTERS + 64)
+#define LAUNCH_ARG_BYTES         256
+#define LAUNCH_POLL_MS           50
+#define LAUNCH_GRACE_MS          5000
+#define LAUNCH_EXIT_REFUSED      3
 
 typedef struct {
     const char *model_dir;
     uint32_t n_prefill;
     uint32_t n_decode;
+    uint32_t n_routers;
     const char *http;
     uint32_t local_prefill_tokens;
     uint32_t threads;
@@ -51,6 +58,10 @@ static const tdm_flag_t launch_flags[] = {
     {"model", TDM_FLAG_PATH, NULL, offsetof(launch_cfg_t, model_dir), "model directory", 0, 0, 1},
     {"prefill", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_prefill), "prefill nodes", 0, 32, 0},
     {"decode", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_decode), "decode nodes", 1, 32, 0},
+    {"routers", TDM_FLAG_U32, "1", offsetof(launch_cfg_t, n_routers),
+     "routers of one fleet (issue 18: peers of each other, every worker registers with all; "
+     "the first serves --http, the others free ports, each printed as started: role=router)",
+     1, LAUNCH_MAX_ROUTERS, 0},
     {"http", TDM_FLAG_STRING, "127.0.0.1:8000", offsetof(launch_cfg_t, http),
      "HOST:PORT of the OpenAI API (port 0: any free port)", 0, 0, 0},
     {"local-prefill-tokens", TDM_FLAG_U32, "512", offsetof(launch_cfg_t, local_prefill_tokens),
@@ -263,43 +274,72 @@ static void stop_all(launch_t *l)
 static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                          const char *http_host)
 {
-    char control[LAUNCH_ARG_BYTES], http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32];
+    char controls[LAUNCH_MAX_ROUTERS * LAUNCH_ARG_BYTES] = "";
+    char peers[LAUNCH_MAX_ROUTERS * (LAUNCH_ARG_BYTES + 16)] = "";
+    char control[LAUNCH_MAX_ROUTERS][LAUNCH_ARG_BYTES];
+    char http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32], rid[32];
     char whttp[LAUNCH_ARG_BYTES], rack[32];
-    uint16_t control_port = free_port();
+    uint16_t router_http[LAUNCH_MAX_ROUTERS];
     uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
 
-    snprintf(control, sizeof(control), "tcp://127.0.0.1:%u", (unsigned)control_port);
-    snprintf(http, sizeof(http), "%s:%u", http_host, (unsigned)http_port);
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        size_t n_controls = strlen(controls);
+        size_t n_peers = strlen(peers);
+        snprintf(control[r], sizeof(control[r]), "tcp://127.0.0.1:%u", (unsigned)free_port());
+        router_http[r] = r == 0 ? http_port : free_port();
+        snprintf(controls + n_controls, sizeof(controls) - n_controls, "%s%s", r > 0 ? "," : "",
+                 control[r]);
+        snprintf(peers + n_peers, sizeof(peers) - n_peers, "%srouter-%u=%s", r > 0 ? "," : "",
+                 (unsigned)r, control[r]);
+    }
     snprintf(lpt, sizeof(lpt), "%u", c->local_prefill_tokens);
     snprintf(threads, sizeof(threads), "%u", c->threads);
     snprintf(pages, sizeof(pages), "%u", c->pages);
-    {
-        char *argv[] = {
-            "tandem-router",      "--model", (char *)c->model_dir,     "--http", http,
-            "--control",          control,   "--local-prefill-tokens", lpt,      "--log-level",
-            (char *)c->log_level, NULL};
-        if (spawn(l, "router", "tandem-router", argv, http_port) != 0) {
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        char *argv[] = {"tandem-router",
+                        "--model",
+                        (char *)c->model_dir,
+                        "--http",
+                        http,
+                        "--control",
+                        control[r],
+                        "--local-prefill-tokens",
+                        lpt,
+                        "--log-level",
+                        (char *)c->log_level,
+                        c->n_routers > 1 ? "--router-id" : NULL,
+                        rid,
+                        "--peers",
+                        peers,
+                        "--relearn-warmup-ms",
+                        LAUNCH_RELEARN_WARMUP_MS,
+                        NULL};
+        snprintf(http, sizeof(http), "%s:%u", r == 0 ? http_host : "127.0.0.1",
+                 (unsigned)router_http[r]);
+        snprintf(rid, sizeof(rid), "router-%u", (unsigned)r);
+        if (spawn(l, "router", "tandem-router", argv, router_http[r]) != 0) {
             return -1;
         }
-    }
-    /* The router answers /health (503 until a decode node registers) once it listens. */
-    while (health_status(http_port) < 0) {
-        struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
-        if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
-            describe_exit(&l->procs[0]);
-            return -1;
+        /* A router answers /health (503 until a decode node registers) once it listens. */
+        while (health_status(router_http[r]) < 0) {
+            struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
+            if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
+                describe_exit(&l->procs[l->n_procs - 1]);
+                return -1;
+            }
+            nanosleep(&ts, NULL);
         }
-        nanosleep(&ts, NULL);
     }
     for (uint32_t i = 0; i < c->n_decode + c->n_prefill; i++) {
         int is_decode = i < c->n_decode;
         uint16_t port = free_port();
+        /* every router's control endpoint, comma-separated (one: the single-router form) */
         char *argv[] = {is_decode ? "tandem-decode" : "tandem-prefill",
                         "--model",
                         (char *)wmodel,
                         "--router",
-                        control,
+                        controls,
                         "--http",
                         whttp,
                         "--threads",
@@ -318,7 +358,12 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
             return -1;
         }
     }
-    return await_healthy(l, 0, deadline);
+    for (uint32_t r = 0; r < c->n_routers; r++) {
+        if (await_healthy(l, (int)r, deadline) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void print_usage(FILE *out)
@@ -404,8 +449,8 @@ int main(int argc, char **argv)
         stop_all(&l);
         return 1;
     }
-    printf("ready: http://%s:%u/v1 prefill=%u decode=%u\n", host, (unsigned)port, cfg.n_prefill,
-           cfg.n_decode);
+    printf("ready: http://%s:%u/v1 prefill=%u decode=%u routers=%u\n", host, (unsigned)port,
+           cfg.n_prefill, cfg.n_decode, cfg.n_routers);
     fflush(stdout);
     for (;;) {
         int died;
@@ -415,10 +460,16 @@ int main(int argc, char **argv)
         }
         died = reap(&l);
         if (died >= 0) {
-            describe_exit(&l.procs[died]); /* keep serving: the router handles lost workers */
-            if (died == 0) {
-                rc = 1;
-                break;
+            describe_exit(&l.procs[died]);   /* keep serving: the router handles lost workers */
+            if (died < (int)cfg.n_routers) { /* a router: stop when none is left */
+                int routers_left = 0;
+                for (uint32_t r = 0; r < cfg.n_routers; r++) {
+                    routers_left += !l.procs[r].exited;
+                }
+                if (routers_left == 0) {
+                    rc = 1;
+                    break;
+                }
             }
         }
     }

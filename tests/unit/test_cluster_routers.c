@@ -1,0 +1,472 @@
+/* test_cluster_routers.c - no single point of failure (issue 18 item 3) on a real local cluster
+ * (tools/tandem local --routers N: N peer routers, two decode nodes registered with every
+ * router, tiny model). A replay of several multi-turn sessions spread over the routers; one
+ * router is SIGKILLed while a long turn of one session is in flight on it (that HTTP stream is
+ * cut at once, not hung); every session's next turn goes through a surviving router
+ * and continues on the decode node that holds its KV without recomputing it: the turn's
+ * usage.prompt_tokens_details.cached_tokens covers at least the whole previous prompt, and every
+ * request answers within its deadline (the interrupted session's node may answer "session busy"
+ * until the killed router's orphaned turn ends: the client retries that, within the deadline).
+ * With 2 routers the survivor knows the sessions from the
+ * replicas its peer sent after each turn (tandem_router_replicas_applied_total); with 3, the
+ * sessions whose owner and replica were the killed router and the third one are unknown to the
+ * survivor, which learns them from the decode nodes (Load.resident_session_keys, SessionQuery ->
+ * SessionHistory: tandem_router_sessions_learned_total). With 2 routers the killed one is then
+ * started again (same id, control endpoint and peers), empty: every session's fourth turn on it
+ * is learned from the decode nodes that re-registered, again without recomputing the previous
+ * prompt. A cluster that cannot start with
+ * --routers is a failure, not a skip. The harness is test_cluster_harness.h.
+ */
+#define T_MODEL_PREFIX "cluster-routers"
+#include "test_cluster_harness.h"
+
+#include "router/ring.h"
+
+#define R_MAX_ROUTERS   3
+#define R_SESSIONS      4
+#define R_FIRST_IDS     40
+#define R_MORE_IDS      5
+#define R_GEN           8
+#define R_DEADLINE_MS   60000 /* every turn answers within this, before and after the kill */
+#define R_MAX_TURN_MS   30000 /* a turn after the kill (relearning included) takes less */
+#define R_LONG_GEN      400   /* tokens of the turn in flight when its router is killed */
+#define R_KILL_AFTER_MS 150   /* ... killed this long after it was sent */
+
+typedef struct {
+    cluster_t c;
+    pid_t router_pid[R_MAX_ROUTERS];
+    unsigned router_port[R_MAX_ROUTERS];
+    int n_routers;
+} fleet_t;
+
+/* Start `tandem local --routers n --prefill 0 --decode 2`; fails the test (never skips) when it
+ * does not come up with n routers. */
+static void fleet_start(fleet_t *f, int n)
+{
+    int fds[2];
+    char line[512];
+    char exe[T_PATH + 16], nr[16], lpt[16], pages[16];
+    cluster_t *c = &f->c;
+
+    memset(f, 0, sizeof(*f));
+    snprintf(exe, sizeof(exe), "%s/tandem", g_bin);
+    snprintf(nr, sizeof(nr), "%d", n);
+    snprintf(lpt, sizeof(lpt), "%d", T_THRESHOLD);
+    snprintf(pages, sizeof(pages), "%d", g_pages);
+    assert_int_equal(pipe(fds), 0);
+    c->launcher = fork();
+    assert_true(c->launcher >= 0);
+    if (c->launcher == 0) {
+        char *argv[] = {"tandem",
+                        "local",
+                        "--model",
+                        g_model,
+                        "--routers",
+                        nr,
+                        "--prefill",
+                        "0",
+                        "--decode",
+                        "2",
+                        "--http",
+                        "127.0.0.1:0",
+                        "--threads",
+                        "1",
+                        "--pages",
+                        pages,
+                        "--local-prefill-tokens",
+                        lpt,
+                        "--log-level",
+                        "warn",
+                        NULL};
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execv(exe, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    c->out = fdopen(fds[0], "r");
+    for (int i = 0; i < T_MAX_CLUSTERS; i++) {
+        if (g_running[i] == NULL) {
+            g_running[i] = c;
+            break;
+        }
+    }
+    while (fgets(line, sizeof(line), c->out) != NULL) {
+        int pid;
+        unsigned port;
+        if (sscanf(line, "started: role=router pid=%d health=127.0.0.1:%u", &pid, &port) == 2 &&
+            f->n_routers < R_MAX_ROUTERS) {
+            f->router_pid[f->n_routers] = pid;
+            f->router_port[f->n_routers++] = port;
+        } else if (sscanf(line, "started: role=decode pid=%d health=127.0.0.1:%u", &pid, &port) ==
+                       2 &&
+                   c->n_decode < T_MAX_WORKERS) {
+            c->decode_pid[c->n_decode] = pid;
+            c->decode_port[c->n_decode++] = port;
+        } else if (sscanf(line, "ready: http://127.0.0.1:%u", &port) == 1) {
+            c->http_port = port;
+            if (f->n_routers != n) {
+                fail_msg("tandem local --routers %d started %d routers", n, f->n_routers);
+            }
+            return;
+        }
+    }
+    {
+        int status = 0;
+        waitpid(c->launcher, &status, 0);
+        fclose(c->out);
+        c->launcher = 0;
+        cluster_stop(c);
+        fail_msg("tandem local --routers %d did not start (exit %d): multi-router clusters are "
+                 "required (issue 18 item 3)",
+                 n, WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+    }
+}
+
+/* One turn: POST a greedy completion of ids to router port `port` in `session`; returns
+ * usage.prompt_tokens_details.cached_tokens; asserts 200 within R_DEADLINE_MS. *ms_out: wall. */
+static long turn(unsigned port, const char *session, const char *ids, double *ms_out)
+{
+    char *body = completion_body(ids, R_GEN);
+    char *resp = malloc(T_BODY);
+    const char *cached;
+    uint64_t t0 = tdm_clock_now_ns();
+    long status;
+    long n_cached;
+    int n_busy = 0;
+
+    assert_non_null(resp);
+    /* A 503 "session busy" is the decode node still running a turn of a killed router (it runs
+     * to its end unless the node aborts it): a client retries that, within the deadline. */
+    while ((status = http(port, "/v1/completions", body, session, 0, R_DEADLINE_MS, resp)) == 503 &&
+           strstr(resp, "session busy") != NULL &&
+           tdm_clock_now_ns() - t0 < (uint64_t)R_MAX_TURN_MS * TDM_NS_PER_MS) {
+        n_busy++;
+        nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
+    }
+    *ms_out = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+    if (n_busy > 0) {
+        print_message("%s: %d retries of 'session busy' (an orphaned turn on its node)\n", session,
+                      n_busy);
+    }
+    if (status != 200) {
+        fail_msg("turn of %s on port %u: status=%ld after %.0f ms body=%s", session, port, status,
+                 *ms_out, resp);
+    }
+    cached = strstr(resp, "\"cached_tokens\":");
+    assert_non_null(cached);
+    n_cached = atol(cached + strlen("\"cached_tokens\":"));
+    free(body);
+    free(resp);
+    return n_cached;
+}
+
+static int count_ids(const char *ids)
+{
+    int n = ids[0] != '\0';
+
+    for (const char *p = ids; *p != '\0'; p++) {
+        n += *p == ',';
+    }
+    return n;
+}
+
+/* The model's image_token_id (config.json), which a prompt may not hold; -1 when absent. */
+static int image_token_id(void)
+{
+    char path[T_PATH + 32];
+    char line[512];
+    FILE *f;
+    int id = -1;
+
+    snprintf(path, sizeof(path), "%s/config.json", g_model);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *at = strstr(line, "\"image_token_id\":");
+        if (at != NULL) {
+            id = atoi(at + strlen("\"image_token_id\":"));
+        }
+    }
+    fclose(f);
+    return id;
+}
+
+/* Extend ids (T_BODY bytes) with the greedy continuation the turn produced and n_more new ids.
+ * A generated image token (the tiny model's random weights emit any id) cannot be sent back in a
+ * prompt: it becomes id 7, and the history diverges there (the reuse then stops at it). */
+static void next_prompt(char *ids, int n_more, int salt)
+{
+    char gen[4096];
+    char more[4096];
+    char token[16];
+    size_t n = strlen(ids);
+    int image = image_token_id();
+
+    generate_ids(ids, R_GEN, gen, sizeof(gen));
+    snprintf(token, sizeof(token), "%d", image);
+    for (char *p = gen; image >= 0 && *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == strlen(token) && strncmp(p, token, len) == 0) {
+            memset(p, ' ', len);
+            p[0] = '7';
+        }
+        p += len + (p[len] == ',');
+    }
+    {
+        size_t w = 0;
+        for (size_t r = 0; gen[r] != '\0'; r++) { /* drop the padding: ids go on a command line */
+            if (gen[r] != ' ') {
+                gen[w++] = gen[r];
+            }
+        }
+        gen[w] = '\0';
+    }
+    make_ids(more, sizeof(more), n_more, 17, salt);
+    snprintf(ids + n, T_BODY - n, ",%s,%s", gen, more);
+}
+
+/* A router's command line, kept to start it again after its kill (restart_router). */
+typedef struct {
+    char exe[T_PATH];
+    char args[8192];
+    char *argv[64];
+} saved_cmd_t;
+
+/* A router the test restarted itself (not the launcher's child): stopped by the teardown. */
+static pid_t g_restarted;
+
+static void save_cmdline(pid_t pid, saved_cmd_t *cmd)
+{
+    char path[64];
+    FILE *f;
+    size_t n;
+    ssize_t len;
+    int argc = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+    len = readlink(path, cmd->exe, sizeof(cmd->exe) - 1);
+    assert_true(len > 0);
+    cmd->exe[len] = '\0';
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    n = fread(cmd->args, 1, sizeof(cmd->args) - 1, f);
+    fclose(f);
+    cmd->args[n] = '\0';
+    for (size_t at = 0; at < n && argc < 63; at += strlen(cmd->args + at) + 1) {
+        cmd->argv[argc++] = cmd->args + at;
+    }
+    cmd->argv[argc] = NULL;
+}
+
+/* Start the saved router again (same id, control endpoint and peers; a new HTTP port: the old
+ * one may still be held by its closed connections); waits until its /health is 200 (a decode
+ * node registered again). Returns its HTTP port. */
+static unsigned restart_router(saved_cmd_t *cmd)
+{
+    char http_arg[64];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t n = sizeof(a);
+    unsigned port;
+    uint64_t t0 = tdm_clock_now_ns();
+    char *resp = malloc(T_BODY);
+
+    assert_non_null(resp);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    snprintf(http_arg, sizeof(http_arg), "127.0.0.1:%u", port);
+    for (int i = 0; cmd->argv[i] != NULL; i++) {
+        if (strcmp(cmd->argv[i], "--http") == 0 && cmd->argv[i + 1] != NULL) {
+            cmd->argv[i + 1] = http_arg;
+        }
+    }
+    g_restarted = fork();
+    assert_true(g_restarted >= 0);
+    if (g_restarted == 0) {
+        execv(cmd->exe, cmd->argv);
+        _exit(127);
+    }
+    while (http(port, "/health", NULL, NULL, 0, 2000, resp) != 200) {
+        if (tdm_clock_now_ns() - t0 > (uint64_t)R_MAX_TURN_MS * TDM_NS_PER_MS) {
+            fail_msg("the restarted router was not healthy within %d ms: %s", R_MAX_TURN_MS, resp);
+        }
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    print_message("router restarted (pid %d, http %u): healthy after %.0f ms\n", (int)g_restarted,
+                  port, (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS);
+    free(resp);
+    return port;
+}
+
+static int stop_all_leftovers(void **state)
+{
+    if (g_restarted > 0) {
+        kill(g_restarted, SIGTERM);
+        waitpid(g_restarted, NULL, 0);
+        g_restarted = 0;
+    }
+    return stop_leftovers(state);
+}
+
+/*
+ * The replay: sessions[i] plays its first two turns on router served_by[i]; then router `victim`
+ * is SIGKILLed (with session mid_turn's long turn in flight on it when mid_turn >= 0) and every
+ * session plays its third turn on router `survivor`. With `restart`, the victim is then started
+ * again, empty, and every session plays a fourth turn on it. Asserts each turn after a kill or
+ * restart reuses at least the whole previous prompt's KV and answers within R_MAX_TURN_MS.
+ */
+static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_by, int n_sessions,
+                            int victim, int survivor, int mid_turn, int restart)
+{
+    saved_cmd_t cmd;
+    static async_completion_t cut; /* static: outlives a failed assertion's jump */
+    char *ids[R_SESSIONS];
+    int n_prev[R_SESSIONS];
+    double ms;
+    long cached;
+
+    for (int i = 0; i < n_sessions; i++) {
+        ids[i] = malloc(T_BODY);
+        assert_non_null(ids[i]);
+        make_ids(ids[i], T_BODY, R_FIRST_IDS, 3 + i, 7 * i + 1);
+    }
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < n_sessions; i++) {
+            cached = turn(f->router_port[served_by[i]], sessions[i], ids[i], &ms);
+            print_message("turn %d of %s on router %d: %d prompt ids, cached %ld, %.0f ms\n", t + 1,
+                          sessions[i], served_by[i], count_ids(ids[i]), cached, ms);
+            if (t == 1) {
+                assert_true(cached >= n_prev[i]); /* sticky on its router: the usual reuse */
+            }
+            n_prev[i] = count_ids(ids[i]);
+            next_prompt(ids[i], R_MORE_IDS, 4 * t + i); /* small ids: clear of special tokens */
+        }
+    }
+    if (mid_turn >= 0) { /* a long turn in flight on the victim when it dies */
+        complete_start(&cut, f->router_port[victim], sessions[mid_turn], ids[mid_turn], R_LONG_GEN);
+        nanosleep(&(struct timespec){0, R_KILL_AFTER_MS * 1000000L}, NULL);
+    }
+    save_cmdline(f->router_pid[victim], &cmd);
+    assert_int_equal(kill(f->router_pid[victim], SIGKILL), 0);
+    print_message("router %d (pid %d) SIGKILLed\n", victim, (int)f->router_pid[victim]);
+    if (mid_turn >= 0) {
+        uint64_t t0 = tdm_clock_now_ns();
+        assert_int_equal(pthread_join(cut.thread, NULL), 0);
+        ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+        print_message("the turn of %s in flight on router %d ended with status %ld %.0f ms after "
+                      "the kill\n",
+                      sessions[mid_turn], victim, cut.status, ms);
+        assert_true(ms < R_MAX_TURN_MS); /* cut, not hung */
+        free(cut.body);
+        free(cut.resp);
+    }
+    for (int i = 0; i < n_sessions; i++) {
+        cached = turn(f->router_port[survivor], sessions[i], ids[i], &ms);
+        print_message("turn 3 of %s on router %d after the kill: %d prompt ids, cached %ld "
+                      "(previous prompt %d), %.0f ms\n",
+                      sessions[i], survivor, count_ids(ids[i]), cached, n_prev[i], ms);
+        assert_true(cached >= n_prev[i]); /* the previous turn's KV is not recomputed */
+        assert_true(ms < R_MAX_TURN_MS);
+        n_prev[i] = count_ids(ids[i]);
+        next_prompt(ids[i], R_MORE_IDS, 8 + i);
+    }
+    if (restart) {
+        unsigned port = restart_router(&cmd);
+        for (int i = 0; i < n_sessions; i++) {
+            cached = turn(port, sessions[i], ids[i], &ms);
+            print_message("turn 4 of %s on the restarted router %d: %d prompt ids, cached %ld "
+                          "(previous prompt %d), %.0f ms\n",
+                          sessions[i], victim, count_ids(ids[i]), cached, n_prev[i], ms);
+            assert_true(cached >= n_prev[i]);
+            assert_true(ms < R_MAX_TURN_MS);
+        }
+        print_message("restarted router: sessions learned %.0f, replicas applied %.0f\n",
+                      metric(port, "tandem_router_sessions_learned_total"),
+                      metric(port, "tandem_router_replicas_applied_total"));
+        /* it knew nothing: every session came from the decode nodes */
+        assert_true(metric(port, "tandem_router_sessions_learned_total") == n_sessions);
+        kill(g_restarted, SIGTERM);
+        waitpid(g_restarted, NULL, 0);
+        g_restarted = 0;
+    }
+    for (int i = 0; i < n_sessions; i++) {
+        free(ids[i]);
+    }
+}
+
+static void test_two_routers_one_killed(void **state)
+{
+    static fleet_t f; /* static: the teardown may stop it after a failed assertion */
+    char sessions[R_SESSIONS][64];
+    int served_by[R_SESSIONS];
+    double applied;
+
+    (void)state;
+    fleet_start(&f, 2);
+    for (int i = 0; i < R_SESSIONS; i++) {
+        snprintf(sessions[i], sizeof(sessions[i]), "rha2-%d", i);
+        served_by[i] = i % 2;
+    }
+    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 1, 0, 1, 1);
+    applied = metric(f.router_port[0], "tandem_router_replicas_applied_total");
+    print_message("router 0: replicas applied %.0f, sessions learned %.0f\n", applied,
+                  metric(f.router_port[0], "tandem_router_sessions_learned_total"));
+    assert_true(applied >= R_SESSIONS); /* router 1's sessions, two turns each (and own echoes) */
+    cluster_stop(&f.c);
+}
+
+static void test_three_routers_survivor_learns_from_decode_nodes(void **state)
+{
+    static fleet_t f;
+    char sessions[R_SESSIONS][64];
+    int served_by[R_SESSIONS];
+    router_ring_t *ring;
+    const char *owners[2];
+    int n = 0;
+    double learned;
+
+    (void)state;
+    /* sessions whose owner and replica are routers 2 and 1: router 0 never gets their replica */
+    assert_int_equal(router_ring_create(&ring), TDM_OK);
+    assert_int_equal(router_ring_add(ring, "router-0"), TDM_OK);
+    assert_int_equal(router_ring_add(ring, "router-1"), TDM_OK);
+    assert_int_equal(router_ring_add(ring, "router-2"), TDM_OK);
+    for (int k = 0; n < R_SESSIONS && k < 10000; k++) {
+        char sid[64];
+        snprintf(sid, sizeof(sid), "rha3-%d", k);
+        router_ring_owners(ring, router_ring_key(sid), owners, 2);
+        if (strcmp(owners[0], "router-0") != 0 && strcmp(owners[1], "router-0") != 0) {
+            snprintf(sessions[n], sizeof(sessions[n]), "%s", sid);
+            served_by[n++] = 2;
+        }
+    }
+    router_ring_destroy(ring);
+    assert_int_equal(n, R_SESSIONS);
+    fleet_start(&f, 3);
+    replay_and_kill(&f, sessions, served_by, R_SESSIONS, 2, 0, 0, 0);
+    learned = metric(f.router_port[0], "tandem_router_sessions_learned_total");
+    print_message("router 0: sessions learned %.0f, queries %.0f, timeouts %.0f\n", learned,
+                  metric(f.router_port[0], "tandem_router_session_queries_total"),
+                  metric(f.router_port[0], "tandem_router_session_query_timeouts_total"));
+    assert_true(learned >= R_SESSIONS);
+    cluster_stop(&f.c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_two_routers_one_killed, stop_all_leftovers),
+        cmocka_unit_test_teardown(test_three_routers_survivor_learns_from_decode_nodes,
+                                  stop_all_leftovers),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, setup_models, teardown_models);
+}
