@@ -74,7 +74,7 @@ void link_release_unsent(node_link_t *link, uint32_t r, uint64_t resv_id)
         free(item);
         return;
     }
-    tdm_log(TDM_LOG_INFO, "link",
+    tdm_log(TDM_LOG_WARN, "link",
             "reservation=%llu dropped unsent for router %s: released (no writer has it)",
             (unsigned long long)resv_id, link->routers[r].endpoint);
     item->router = r;
