@@ -45,6 +45,47 @@ void link_push(link_item_t **head, link_item_t **tail, link_item_t *item)
     *tail = item;
 }
 
+void link_release_unsent(node_link_t *link, uint32_t r, uint64_t resv_id)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__Abort a = TANDEM__ABORT__INIT;
+    char why[128];
+    uint8_t *buf = NULL;
+    size_t n_bytes = 0;
+    link_item_t *item = calloc(1, sizeof(*item));
+    tdm_status_t status;
+
+    a.reservation_id = resv_id;
+    a.reason = "reservation never sent: its router no longer had us";
+    a.writer_fenced = 1;
+    env.body_case = TANDEM__ENVELOPE__BODY_ABORT;
+    env.abort = &a;
+    /* packed and read back: the inbox holds envelopes the owner frees with proto_envelope_free */
+    status = item == NULL ? TDM_ERR_NO_MEMORY : proto_pack(&env, &buf, &n_bytes);
+    if (status == TDM_OK) {
+        status = proto_unpack(buf, n_bytes, 0, &item->env, why, sizeof(why));
+    }
+    free(buf);
+    if (status != TDM_OK) {
+        tdm_log(TDM_LOG_ERROR, "link",
+                "reservation=%llu was never sent and cannot be released now (%s): its pages "
+                "wait for its timeout and fence",
+                (unsigned long long)resv_id, tdm_status_name(status));
+        free(item);
+        return;
+    }
+    tdm_log(TDM_LOG_WARN, "link",
+            "reservation=%llu dropped unsent for router %s: released (no writer has it)",
+            (unsigned long long)resv_id, link->routers[r].endpoint);
+    item->router = r;
+    item->epoch = link_epoch(r, atomic_load(&link->routers[r].epoch));
+    node_progress_inbox(link->progress, 1);
+    pthread_mutex_lock(&link->lock);
+    link_push(&link->in_head, &link->in_tail, item);
+    pthread_cond_signal(&link->cond);
+    pthread_mutex_unlock(&link->lock);
+}
+
 /* How long the lease lasts past the I/O thread's last run: the router's heartbeat timeout less
  * one interval (our last heartbeat may have left up to an interval before that run). */
 uint64_t link_lease_ns(const link_router_t *rt)
@@ -297,8 +338,10 @@ void node_link_destroy(node_link_t *link, const char *reason)
     free(link);
 }
 
-/* Queue a copy of `buf` for router r (caller holds lock). Returns 0 when the outbox is full. */
-static int queue_for(node_link_t *link, uint32_t r, const uint8_t *buf, size_t n_bytes)
+/* Queue a copy of `buf` for router r (caller holds lock); unsent_resv: link_item_t's. Returns 0
+ * when the outbox is full. */
+static int queue_for(node_link_t *link, uint32_t r, const uint8_t *buf, size_t n_bytes,
+                     uint64_t unsent_resv)
 {
     link_router_t *rt = &link->routers[r];
     link_item_t *item;
@@ -313,6 +356,7 @@ static int queue_for(node_link_t *link, uint32_t r, const uint8_t *buf, size_t n
     }
     memcpy(item->buf, buf, n_bytes);
     item->n_bytes = n_bytes;
+    item->unsent_resv = unsent_resv;
     link_push(&rt->out_head, &rt->out_tail, item);
     rt->n_out++;
     return 1;
@@ -324,6 +368,7 @@ tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env)
     size_t n_bytes = 0;
     uint64_t one = 1;
     uint32_t n_queued = 0, n_full = 0;
+    uint64_t resv = 0;
     int r;
     tdm_status_t status = proto_pack(env, &buf, &n_bytes);
 
@@ -332,13 +377,18 @@ tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env)
     }
     pthread_mutex_lock(&link->lock);
     r = route_find(link, link_route_key(env));
+    if (r >= 0 && env->body_case == TANDEM__ENVELOPE__BODY_PAGE_RESERVATION) {
+        /* for its router alone: dropped unsent, nobody saw it (link_release_unsent). A copy
+         * to every router is not: another one may have relayed it to a writer. */
+        resv = env->page_reservation->reservation_id;
+    }
     for (uint32_t i = 0; i < link->n_routers; i++) {
         if (r >= 0 && (uint32_t)r != i) {
             continue;
         }
         /* an answer goes where its request came from; the rest (Goodbye, an answer whose
          * request is not known here) to every router, which ignores what is not its own */
-        if (queue_for(link, i, buf, n_bytes)) {
+        if (queue_for(link, i, buf, n_bytes, resv)) {
             n_queued++;
         } else {
             n_full++;
@@ -346,6 +396,9 @@ tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env)
     }
     pthread_mutex_unlock(&link->lock);
     free(buf);
+    if (n_queued == 0 && resv != 0) {
+        link_release_unsent(link, (uint32_t)r, resv);
+    }
     if (n_full > 0) {
         tdm_log(TDM_LOG_WARN, "link",
                 "a message dropped for %u router(s): outbox full (%u) or out of memory", n_full,

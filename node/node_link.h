@@ -110,6 +110,10 @@ void node_link_destroy(node_link_t *link, const char *reason);
  * table). A router that does not accept us (not registered) gets nothing. Thread-safe. Returns
  * TDM_OK, proto_pack's error (the message is dropped, logged by proto_pack) or TDM_ERR_NO_MEMORY
  * (no outbox took it: full, or out of memory; logged).
+ * A PageReservation queued for its request's router alone that never leaves this node (that
+ * router forgot us or became unreachable first, its outbox was full, the send failed) comes back
+ * through node_link_recv as Abort{reservation_id, writer_fenced, request_id 0} from that router,
+ * as the router answers a late one: nobody saw the reservation, so its pages can go back at once.
  */
 tdm_status_t node_link_send(node_link_t *link, const Tandem__Envelope *env);
 

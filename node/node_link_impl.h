@@ -40,6 +40,9 @@ typedef struct link_item {
     Tandem__Envelope *env;
     uint64_t epoch; /* inbox: the lease epoch it arrived in (NODE_LINK_EPOCH_VOID: after a pause) */
     uint32_t router; /* inbox: the router it came from */
+    /* outbox: the reservation id of a PageReservation queued for this router alone (0: none);
+     * dropped unsent, it is released as its router would have (link_release_unsent) */
+    uint64_t unsent_resv;
     struct link_item *next;
 } link_item_t;
 
@@ -101,6 +104,15 @@ struct node_link {
 };
 
 /* ---- node_link.c ------------------------------------------------------------------------- */
+
+/* link_release_unsent - a PageReservation for router r alone (reservation `resv_id`) is dropped
+ * before it left this node (r no longer accepts us, its outbox was full, the send failed): no
+ * router and no writer ever saw the reservation, so an Abort{reservation_id, writer_fenced} goes
+ * into the inbox as if r had answered it (router/control.c answers a late one so): the owner frees
+ * its pages at once instead of holding them for its fence. No request_id: a retry of the request
+ * under a new registration is not touched. Takes `lock`; call without it. Out of memory: logged,
+ * the reservation then waits for its timeout and fence. */
+void link_release_unsent(node_link_t *link, uint32_t r, uint64_t resv_id);
 
 /* link_epoch - the lease epoch value of router r at count `count`. */
 static inline uint64_t link_epoch(uint32_t r, uint64_t count)

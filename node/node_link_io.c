@@ -383,8 +383,9 @@ static void send_heartbeat(node_link_t *link, uint32_t r)
 }
 
 /* Drop what waits for router r (its registration ended: the old one's answers are void). */
-static void clear_outbox(node_link_t *link, link_router_t *rt)
+static void clear_outbox(node_link_t *link, uint32_t r)
 {
+    link_router_t *rt = &link->routers[r];
     link_item_t *item;
 
     pthread_mutex_lock(&link->lock);
@@ -394,6 +395,9 @@ static void clear_outbox(node_link_t *link, link_router_t *rt)
     pthread_mutex_unlock(&link->lock);
     while (item != NULL) {
         link_item_t *next = item->next;
+        if (item->unsent_resv != 0) {
+            link_release_unsent(link, r, item->unsent_resv); /* nobody saw it */
+        }
         free(item->buf);
         free(item);
         item = next;
@@ -413,7 +417,7 @@ static void router_lost(node_link_t *link, uint32_t r)
     rt->suspect_until_ns = 0;
     atomic_fetch_add(&rt->epoch, 1);
     atomic_fetch_add(&rt->registrations, 1);
-    clear_outbox(link, rt);
+    clear_outbox(link, r);
     rt->backoff_ms = LINK_REGISTER_BACKOFF_MIN_MS;
     rt->next_register_ns = 0;
 }
@@ -529,7 +533,7 @@ static void flush_outbox(node_link_t *link, uint32_t r)
     link_router_t *rt = &link->routers[r];
 
     if (!rt->registered) {
-        clear_outbox(link, rt);
+        clear_outbox(link, r);
         return;
     }
     for (;;) {
@@ -545,6 +549,9 @@ static void flush_outbox(node_link_t *link, uint32_t r)
             if (errno != EAGAIN) {
                 tdm_log(TDM_LOG_WARN, "link", "send to router %s failed: %s", rt->endpoint,
                         zmq_strerror(errno));
+                if (item->unsent_resv != 0) {
+                    link_release_unsent(link, r, item->unsent_resv);
+                }
             } else {
                 return; /* not connected, or its queue is full: later */
             }

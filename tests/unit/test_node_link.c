@@ -4,7 +4,8 @@
  * go back to the router that asked (request_id, query_id) and the rest to every router; a router
  * that comes up late is registered with (backoff) without counting as a re-registration; a
  * router that forgets the worker voids only its own work (per-router lease epochs); the held
- * sessions the owner publishes ride the heartbeats in order, cut at the cap. */
+ * sessions the owner publishes ride the heartbeats in order, cut at the cap; a PageReservation
+ * dropped unsent comes back to the owner as an Abort with writer_fenced. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,6 +46,7 @@ typedef struct {
     int n_registers;
     int n_heartbeats;
     atomic_int forget; /* answer the next heartbeat with ERROR_NOT_REGISTERED */
+    atomic_int deaf;   /* leave Register unanswered (the worker stays unregistered) */
     recorded_t recorded[MAX_RECORDED];
     int n_recorded;
     uint64_t *last_keys; /* the last heartbeat's Load.resident_session_keys */
@@ -66,6 +68,8 @@ static uint64_t key_of(const Tandem__Envelope *env)
         return env->error->request_id;
     case TANDEM__ENVELOPE__BODY_SESSION_HISTORY:
         return env->session_history->query_id;
+    case TANDEM__ENVELOPE__BODY_PAGE_RESERVATION:
+        return env->page_reservation->request_id;
     default:
         return 0;
     }
@@ -85,7 +89,11 @@ static void reply(fake_router_t *r, zmq_msg_t *id, const Tandem__Envelope *out)
 
 static void on_envelope(fake_router_t *r, zmq_msg_t *id, const Tandem__Envelope *env)
 {
-    if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER) {
+    if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER && atomic_load(&r->deaf)) {
+        pthread_mutex_lock(&r->lock);
+        r->n_registers++;
+        pthread_mutex_unlock(&r->lock);
+    } else if (env->body_case == TANDEM__ENVELOPE__BODY_REGISTER) {
         Tandem__Envelope out = TANDEM__ENVELOPE__INIT;
         Tandem__RegisterAck ack = TANDEM__REGISTER_ACK__INIT;
 
@@ -678,6 +686,62 @@ static void test_held_sessions_ride_the_heartbeats(void **state)
     free(lens);
 }
 
+/* The router forgets the worker and then leaves its Register unanswered: a PageReservation
+ * the owner sends meanwhile is dropped unsent (the router no longer accepts us), so nobody ever
+ * saw the reservation; the link hands the owner an Abort of it with writer_fenced (its pages go
+ * back at once, as the router would answer a late one) and no request_id (a retry of the request
+ * is not touched). Before the fix the reservation waited for its timeout and then its fence. */
+static void test_a_reservation_dropped_unsent_is_released(void **state)
+{
+    fake_router_t a;
+    node_link_t *link = NULL;
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__PageReservation pr = TANDEM__PAGE_RESERVATION__INIT;
+    Tandem__Envelope *got;
+    uint64_t t0;
+
+    (void)state;
+    router_start(&a, "tcp://127.0.0.1:*");
+    assert_int_equal(open_link(a.endpoint, &link), TDM_OK);
+    assert_true(await_registered(link, 1));
+
+    atomic_store(&a.deaf, 1);
+    atomic_store(&a.forget, 1);
+    t0 = tdm_clock_now_ns();
+    while ((node_link_router_registrations(link, 0) == 0 || node_link_n_registered(link) != 0) &&
+           tdm_clock_elapsed_ms(t0) < DEADLINE_MS) {
+        sleep_ms(5);
+    }
+    assert_int_equal(node_link_router_registrations(link, 0), 1);
+    assert_int_equal(node_link_n_registered(link), 0);
+
+    pr.request_id = 7;
+    pr.reservation_id = 99;
+    pr.n_pages = 36;
+    env.body_case = TANDEM__ENVELOPE__BODY_PAGE_RESERVATION;
+    env.page_reservation = &pr;
+    assert_int_equal(node_link_send(link, &env), TDM_OK);
+    got = recv_one(link);
+    assert_int_equal(got->body_case, TANDEM__ENVELOPE__BODY_ABORT);
+    assert_int_equal(got->abort->reservation_id, 99);
+    assert_int_equal(got->abort->request_id, 0);
+    assert_true(got->abort->writer_fenced);
+    assert_int_equal(node_link_recv_router(link), 0);
+    proto_envelope_free(got);
+    assert_int_equal(router_count(&a, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, 7), 0);
+
+    /* registered again, a PageReservation goes out and nothing is released */
+    atomic_store(&a.deaf, 0);
+    assert_true(await_registered(link, 1));
+    pr.reservation_id = 100;
+    assert_int_equal(node_link_send(link, &env), TDM_OK);
+    assert_true(await_count(&a, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, 7, 1));
+    assert_int_equal(node_link_recv(link, 50, &got), TDM_ERR_TIMEOUT);
+
+    node_link_destroy(link, "test done");
+    router_stop(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -688,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_a_forgetful_router_voids_only_its_own_work),
         cmocka_unit_test(test_an_unreachable_router_voids_its_work_and_is_rejoined),
         cmocka_unit_test(test_held_sessions_ride_the_heartbeats),
+        cmocka_unit_test(test_a_reservation_dropped_unsent_is_released),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;
