@@ -36,13 +36,13 @@
 /* One KV source's page lists (arrays owned by the descriptor). */
 typedef struct {
     int32_t layer;
-    uint32_t n_history;      /* pages of the session at H (pulled) */
-    uint32_t first_target;   /* page index of the sequence at T that targets[0] receives */
-    uint32_t n_targets;      /* pages put: indices first_target .. first_target + n_targets - 1 */
-    uint32_t *history;       /* [n_history] decode-node page ids */
+    uint32_t n_history;        /* pages of the session at H (pulled) */
+    uint32_t first_target;     /* page index of the sequence at T that targets[0] receives */
+    uint32_t n_targets;        /* pages put: indices first_target .. first_target + n_targets - 1 */
+    uint32_t *history;         /* [n_history] decode-node page ids */
     uint64_t *history_digests; /* [n_history] node_page_digest of each history page (0: not
                                   known), or NULL: none known (encode writes zeros) */
-    uint32_t *targets;       /* [n_targets] reserved decode-node page ids */
+    uint32_t *targets;         /* [n_targets] reserved decode-node page ids */
 } node_resv_source_t;
 
 /* A reservation descriptor. node_resv_desc_fini frees the arrays and the record. */

@@ -111,19 +111,19 @@ typedef struct {
     int n_threads;                             /* kernel threads (--threads, or online CPUs) */
     xfer_context_params_t xfer_params;         /* from the transfer flags */
     node_xfer_transports_t transports; /* lane classes declared at registration (node_xfer.h) */
-    engine_model_t *model;                     /* node_worker_load */
-    const engine_config_t *config;             /* the model's (borrowed from it) */
-    uint32_t page_bytes;                       /* one KV page (kern_kv_geometry of the model) */
-    uint32_t tokens_per_block; /* kern_kv_geometry: KERN_KV_PAGE_ROWS times the largest KV
-                                  source ratio, the router's block hash granularity */
-    uint64_t weights_digest;   /* node_worker_load: tdm_weights_digest of --model (cached) */
+    engine_model_t *model;             /* node_worker_load */
+    const engine_config_t *config;     /* the model's (borrowed from it) */
+    uint32_t page_bytes;               /* one KV page (kern_kv_geometry of the model) */
+    uint32_t tokens_per_block;         /* kern_kv_geometry: KERN_KV_PAGE_ROWS times the largest KV
+                                          source ratio, the router's block hash granularity */
+    uint64_t weights_digest; /* node_worker_load: tdm_weights_digest of --model (cached) */
     char kv_layout[ENGINE_CONFIG_KV_LAYOUT_BYTES]; /* engine_config_kv_layout of the model */
-    xfer_context_t *xfer;      /* node_worker_load */
-    engine_constrain_vocab_t *constrain_vocab; /* node_worker_load: the byte tries of the
-                                                  model's tokenizer.json for constrained
-                                                  decoding; NULL when the checkpoint has none */
-    node_http_t *http;                         /* node_worker_join */
-    node_link_t *link;                         /* node_worker_join */
+    xfer_context_t *xfer;                          /* node_worker_load */
+    engine_constrain_vocab_t *constrain_vocab;     /* node_worker_load: the byte tries of the
+                                                      model's tokenizer.json for constrained
+                                                      decoding; NULL when the checkpoint has none */
+    node_http_t *http;                             /* node_worker_join */
+    node_link_t *link;                             /* node_worker_join */
     node_progress_t progress; /* node_worker_open: the compute thread's progress (the worker
                                  calls node_progress_step); read by the link's heartbeats and
                                  by /health */
@@ -145,8 +145,8 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
  * (kern_kv_geometry: page_bytes, tokens_per_block) and KV layout name, compute the weights digest
  * (tdm_weights_digest: every tensor byte once, read from the cache beside the checkpoint when
  * its shards are unchanged; progress logged for big checkpoints) and create the KV-transfer
- * context named after the id. Returns NODE_EXIT_OK or NODE_EXIT_FAILED (the reason on stderr; what was made stays for
- * node_worker_close).
+ * context named after the id. Returns NODE_EXIT_OK or NODE_EXIT_FAILED (the reason on stderr; what
+ * was made stays for node_worker_close).
  */
 int node_worker_load(node_worker_t *w);
 
@@ -171,10 +171,10 @@ typedef struct {
  * (docs/PROTOCOL.md), the KV layout, the transports (node_xfer_transports of the transfer flags),
  * the HTTP endpoint, page geometry, max_position_embeddings, Capacity.max_tokens (the longest
  * sequence join->kv_pages hold, at most max_position_embeddings; 0 pages: not declared),
- * --chunk-tokens as the batch token limit, --register-timeout-ms) and start the link thread. Call after node_worker_load and once the
- * worker's own parts exist (the pages may be asked for at once).
- * Returns NODE_EXIT_OK, NODE_EXIT_REFUSED (the router refused: its reason logged and on stderr)
- * or NODE_EXIT_FAILED (cannot bind, or the link failed: on stderr).
+ * --chunk-tokens as the batch token limit, --register-timeout-ms) and start the link thread. Call
+ * after node_worker_load and once the worker's own parts exist (the pages may be asked for at
+ * once). Returns NODE_EXIT_OK, NODE_EXIT_REFUSED (the router refused: its reason logged and on
+ * stderr) or NODE_EXIT_FAILED (cannot bind, or the link failed: on stderr).
  */
 int node_worker_join(node_worker_t *w, const node_worker_join_t *join);
 

@@ -121,9 +121,9 @@ void proto_envelope_free(Tandem__Envelope *env);
  * proto_check - structural checks of one envelope: a body is set; ids fit PROTO_MAX_ID_BYTES and
  * text PROTO_MAX_TEXT_BYTES; enums hold known values; token ids are >= 0 and token arrays fit
  * PROTO_MAX_TOKENS (context: PROTO_MAX_CONTEXT_TOKENS); Register's kv_layout and transports
- * are ids (PROTO_MAX_TRANSPORTS names of PROTO_MAX_TRANSPORT_BYTES at most); paired arrays match (a TokenChunk's
- * logprobs and top, each TopLogprobs); required parts are present (Register: role, incarnation
- * id, page format, capacity; DecodeRequest: delta tokens for PREFILL_LOCAL, handoff for
+ * are ids (PROTO_MAX_TRANSPORTS names of PROTO_MAX_TRANSPORT_BYTES at most); paired arrays match (a
+ * TokenChunk's logprobs and top, each TopLogprobs); required parts are present (Register: role,
+ * incarnation id, page format, capacity; DecodeRequest: delta tokens for PREFILL_LOCAL, handoff for
  * PREFILL_REMOTE; PrefillJob: delta tokens; sampling params where a job samples). Vocabulary
  * bounds are the receiver's to check (it knows V).
  *

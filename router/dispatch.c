@@ -106,8 +106,7 @@ static void set_decode(router_dispatch_t *d, inflight_t *f, int slot, uint64_t g
 static void set_prefill(router_dispatch_t *d, inflight_t *f, int slot, uint64_t gen,
                         uint64_t n_tokens)
 {
-    router_registry_note_released(d->registry, f->prefill_slot, f->prefill_gen,
-                                  f->prefill_tokens);
+    router_registry_note_released(d->registry, f->prefill_slot, f->prefill_gen, f->prefill_tokens);
     f->prefill_slot = slot;
     f->prefill_gen = gen;
     f->prefill_tokens = slot >= 0 ? n_tokens : 0;

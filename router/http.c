@@ -24,9 +24,9 @@
 #include "router/responses.h"
 #include "router/validate.h"
 
-#define SSE_BLOCK_BYTES         (16u * 1024u)
-#define MIB                     (1024u * 1024u)
-#define REAPER_PERIOD_MS        200L
+#define SSE_BLOCK_BYTES  (16u * 1024u)
+#define MIB              (1024u * 1024u)
+#define REAPER_PERIOD_MS 200L
 
 struct router_http {
     router_http_params_t params;
@@ -41,9 +41,9 @@ struct router_http {
     router_apikeys_t *keys;        /* API keys (none: the API is open) */
     pthread_mutex_t socks_lock;    /* guards socks and every sock_t's phase */
     pthread_cond_t reaper_wake;
-    struct sock *socks;            /* open connections */
-    pthread_t reaper;              /* closes connections past their header or body deadline */
-    int stopping;                  /* guarded by socks_lock */
+    struct sock *socks; /* open connections */
+    pthread_t reaper;   /* closes connections past their header or body deadline */
+    int stopping;       /* guarded by socks_lock */
 };
 
 /* Per-request state of one HTTP request (MHD's con_cls). */
@@ -172,9 +172,8 @@ static enum MHD_Result serve_health(router_http_t *h, struct MHD_Connection *con
              "{\"status\":\"%s\",\"workers\":{\"prefill\":%u,\"decode\":%u,\"stalled\":%u},"
              "\"workers_lost_total\":%llu,\"sessions\":%llu,\"inflight\":%llu}",
              healthy ? "ok" : "no_decode_workers", g.workers.n_prefill, g.workers.n_decode,
-             g.workers.n_stalled,
-             (unsigned long long)g.workers.n_lost_total, (unsigned long long)g.n_sessions,
-             (unsigned long long)g.n_inflight);
+             g.workers.n_stalled, (unsigned long long)g.workers.n_lost_total,
+             (unsigned long long)g.n_sessions, (unsigned long long)g.n_inflight);
     return respond_text(conn, healthy ? TDM_HTTP_OK : TDM_HTTP_UNAVAILABLE, "application/json",
                         body);
 }
@@ -384,8 +383,8 @@ static enum MHD_Result queue_responses_stream(router_http_t *h, struct MHD_Conne
     r->turn = turn;
     r->req = *rreq;
     memset(rreq, 0, sizeof(*rreq));
-    if (router_responses_stream_create(h->responses, &r->req, router_turn_session(turn),
-                                       &r->rs) != TDM_OK) {
+    if (router_responses_stream_create(h->responses, &r->req, router_turn_session(turn), &r->rs) !=
+        TDM_OK) {
         resp_sse_free(r);
         return MHD_NO;
     }
@@ -632,8 +631,8 @@ static enum MHD_Result on_headers(router_http_t *h, struct MHD_Connection *conn,
     conn_t *cc;
 
     (void)method;
-    if (set_phase(h, conn, SOCK_BODY, now_ns) > (uint64_t)h->params.header_timeout_s *
-                                                    TDM_NS_PER_S) {
+    if (set_phase(h, conn, SOCK_BODY, now_ns) >
+        (uint64_t)h->params.header_timeout_s * TDM_NS_PER_S) {
         tdm_log(TDM_LOG_INFO, "http", "request headers too slow: closed after %u s",
                 h->params.header_timeout_s);
         return MHD_NO;
@@ -652,9 +651,9 @@ static enum MHD_Result on_headers(router_http_t *h, struct MHD_Connection *conn,
         h->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
     if (cc->tenant == 0) {
         router_apierr_set(&err, TDM_HTTP_UNAUTHORIZED, ROUTER_APIERR_INVALID_REQUEST,
-                          "invalid_api_key", NULL,
-                          "%s", MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                            MHD_HTTP_HEADER_AUTHORIZATION) == NULL
+                          "invalid_api_key", NULL, "%s",
+                          MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_AUTHORIZATION) == NULL
                               ? "no API key given: send 'Authorization: Bearer KEY'"
                               : "incorrect API key provided");
         return respond_error(h, conn, &err);
@@ -915,14 +914,13 @@ tdm_status_t router_http_create(const router_http_params_t *params, const router
     if (addr->ai_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
-    h->daemon = MHD_start_daemon(flags, params->port, NULL, NULL, on_request, h,
-                                 MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned int)params->max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                                 MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned int)params->idle_timeout_s,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                 (unsigned int)params->max_connections_per_ip, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(
+        flags, params->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)params->max_connections,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)params->idle_timeout_s,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)params->max_connections_per_ip,
+        MHD_OPTION_END);
     if (h->daemon == NULL) {
         tdm_log(TDM_LOG_ERROR, "http", "cannot listen: host=%s port=%u", params->host,
                 params->port);

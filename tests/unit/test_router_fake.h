@@ -38,7 +38,7 @@ typedef struct {
     int canonical_start;
     uint32_t max_tokens;
     uint64_t seed;
-    char spec[16]; /* DecodeRequest.spec ("" = the node's default drafter) */
+    char spec[16];           /* DecodeRequest.spec ("" = the node's default drafter) */
     uint64_t reservation_id; /* PrefillJob, Abort */
     uint32_t attempt;        /* PrefillJob, Abort */
     int writer_fenced;       /* Abort */
@@ -50,13 +50,13 @@ typedef struct {
     Tandem__Role role;
     char rack[32];
     uint64_t fingerprint;
-    uint64_t weights_digest;     /* from the router's compat (fake_init) */
-    char kv_layout[128];         /* from the router's compat (fake_init) */
-    const char *transports[4];   /* Register.transports; none: not declared */
+    uint64_t weights_digest;   /* from the router's compat (fake_init) */
+    char kv_layout[128];       /* from the router's compat (fake_init) */
+    const char *transports[4]; /* Register.transports; none: not declared */
     size_t n_transports;
-    uint64_t max_tokens;         /* Capacity.max_tokens; 0: not declared */
-    atomic_int stalled;          /* reported in Load.stalled */
-    int error_jobs;              /* prefill: answer every job with this ErrorCode (0: off) */
+    uint64_t max_tokens; /* Capacity.max_tokens; 0: not declared */
+    atomic_int stalled;  /* reported in Load.stalled */
+    int error_jobs;      /* prefill: answer every job with this ErrorCode (0: off) */
     uint32_t page_bytes;
     uint32_t tokens_per_block;
     uint32_t max_context;
@@ -68,7 +68,7 @@ typedef struct {
     int ack_aborts;      /* prefill: answer an Abort of a job with AbortAck (a real node's way) */
     int late_first_reservation; /* decode: answer the first ReservePages only just before the
                                    next one's answer (a node that was slow to reserve) */
-    size_t hold_after;   /* decode: stream this many tokens, then wait for Abort (0: all) */
+    size_t hold_after;          /* decode: stream this many tokens, then wait for Abort (0: all) */
     uint32_t decode_delay_ms; /* decode: wait this long before the first token (blocks the fake) */
     /* decode (issue 18 item 3): one session this node reports holding in
      * Load.resident_session_keys and answers SessionQuery for (resident_session "" = none) */
@@ -80,8 +80,8 @@ typedef struct {
     atomic_int n_queries;  /* SessionQuery received */
     uint64_t resident_key; /* heartbeat scratch (the fake's thread only) */
     uint64_t resident_len;
-    char curve_server[41];    /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
-    char curve_public[41];    /* CurveZMQ: this fake's key pair (Z85) */
+    char curve_server[41]; /* CurveZMQ: the router's public key (Z85); "" = plain TCP */
+    char curve_public[41]; /* CurveZMQ: this fake's key pair (Z85) */
     char curve_secret[41];
     /* state */
     pthread_t thread;
