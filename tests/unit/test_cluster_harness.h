@@ -39,6 +39,7 @@
 #define T_BODY          (1u << 20)
 #define T_MAX_WORKERS   8
 #define T_MAX_CLUSTERS  4
+#define T_MAX_ROUTERS   4
 #define T_THRESHOLD     32    /* --local-prefill-tokens in these tests */
 #define T_PAGES         1024  /* --pages of every worker */
 #define T_PAGES_WAIT_MS 20000 /* reservations come back after their fence within this */
@@ -59,6 +60,9 @@ typedef struct {
     pid_t prefill_pid[T_MAX_WORKERS];
     unsigned prefill_port[T_MAX_WORKERS];
     int n_prefill;
+    pid_t router_pid[T_MAX_ROUTERS]; /* the first serves http_port */
+    unsigned router_port[T_MAX_ROUTERS];
+    int n_routers;
 } cluster_t;
 
 /* Clusters started and not yet stopped: a failed assertion jumps out of a test, so the test
@@ -71,6 +75,8 @@ static char g_model2[T_PATH];
 static int g_pages = T_PAGES;
 /* --racks of the clusters started next (tandem local spreads the workers over them) */
 static int g_racks = 1;
+/* --routers of the clusters started next (one fleet of routers, docs/ROUTERS.md) */
+static int g_routers = 1;
 
 static inline void run_or_fail(const char *cmd)
 {
@@ -243,7 +249,7 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
 {
     int fds[2];
     char line[512];
-    char exe[T_PATH + 16], np[16], nd[16], lpt[16], pages[16], racks[16];
+    char exe[T_PATH + 16], np[16], nd[16], lpt[16], pages[16], racks[16], routers[16];
 
     memset(c, 0, sizeof(*c));
     snprintf(exe, sizeof(exe), "%s/tandem", g_bin);
@@ -252,6 +258,7 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
     snprintf(lpt, sizeof(lpt), "%d", T_THRESHOLD);
     snprintf(pages, sizeof(pages), "%d", g_pages);
     snprintf(racks, sizeof(racks), "%d", g_racks);
+    snprintf(routers, sizeof(routers), "%d", g_routers);
     assert_int_equal(pipe(fds), 0);
     c->launcher = fork();
     assert_true(c->launcher >= 0);
@@ -276,6 +283,8 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
                         "warn",
                         "--racks",
                         racks,
+                        "--routers",
+                        routers,
                         worker_model != NULL ? "--worker-model" : NULL,
                         (char *)worker_model,
                         NULL};
@@ -304,8 +313,13 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
     while (fgets(line, sizeof(line), c->out) != NULL) {
         int pid;
         unsigned port;
-        if (sscanf(line, "started: role=decode pid=%d health=127.0.0.1:%u", &pid, &port) == 2 &&
-            c->n_decode < T_MAX_WORKERS) {
+        if (sscanf(line, "started: role=router pid=%d health=127.0.0.1:%u", &pid, &port) == 2 &&
+            c->n_routers < T_MAX_ROUTERS) {
+            c->router_pid[c->n_routers] = pid;
+            c->router_port[c->n_routers++] = port;
+        } else if (sscanf(line, "started: role=decode pid=%d health=127.0.0.1:%u", &pid, &port) ==
+                       2 &&
+                   c->n_decode < T_MAX_WORKERS) {
             c->decode_pid[c->n_decode] = pid;
             c->decode_port[c->n_decode++] = port;
         } else if (sscanf(line, "started: role=prefill pid=%d health=127.0.0.1:%u", &pid, &port) ==

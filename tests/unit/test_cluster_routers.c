@@ -22,7 +22,6 @@
 
 #include "router/ring.h"
 
-#define R_MAX_ROUTERS   3
 #define R_SESSIONS      4
 #define R_FIRST_IDS     40
 #define R_MORE_IDS      5
@@ -32,95 +31,22 @@
 #define R_LONG_GEN      400   /* tokens of the turn in flight when its router is killed */
 #define R_KILL_AFTER_MS 150   /* ... killed this long after it was sent */
 
-typedef struct {
-    cluster_t c;
-    pid_t router_pid[R_MAX_ROUTERS];
-    unsigned router_port[R_MAX_ROUTERS];
-    int n_routers;
-} fleet_t;
-
-/* Start `tandem local --routers n --prefill 0 --decode 2`; fails the test (never skips) when it
- * does not come up with n routers. */
-static void fleet_start(fleet_t *f, int n)
+/* Start `tandem local --routers n --prefill 0 --decode 2` with the harness; fails the test (never
+ * skips) when it does not come up with n routers. */
+static void fleet_start(cluster_t *c, int n)
 {
-    int fds[2];
-    char line[512];
-    char exe[T_PATH + 16], nr[16], lpt[16], pages[16];
-    cluster_t *c = &f->c;
+    int rc;
 
-    memset(f, 0, sizeof(*f));
-    snprintf(exe, sizeof(exe), "%s/tandem", g_bin);
-    snprintf(nr, sizeof(nr), "%d", n);
-    snprintf(lpt, sizeof(lpt), "%d", T_THRESHOLD);
-    snprintf(pages, sizeof(pages), "%d", g_pages);
-    assert_int_equal(pipe(fds), 0);
-    c->launcher = fork();
-    assert_true(c->launcher >= 0);
-    if (c->launcher == 0) {
-        char *argv[] = {"tandem",
-                        "local",
-                        "--model",
-                        g_model,
-                        "--routers",
-                        nr,
-                        "--prefill",
-                        "0",
-                        "--decode",
-                        "2",
-                        "--http",
-                        "127.0.0.1:0",
-                        "--threads",
-                        "1",
-                        "--pages",
-                        pages,
-                        "--local-prefill-tokens",
-                        lpt,
-                        "--log-level",
-                        "warn",
-                        NULL};
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        execv(exe, argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    c->out = fdopen(fds[0], "r");
-    for (int i = 0; i < T_MAX_CLUSTERS; i++) {
-        if (g_running[i] == NULL) {
-            g_running[i] = c;
-            break;
-        }
-    }
-    while (fgets(line, sizeof(line), c->out) != NULL) {
-        int pid;
-        unsigned port;
-        if (sscanf(line, "started: role=router pid=%d health=127.0.0.1:%u", &pid, &port) == 2 &&
-            f->n_routers < R_MAX_ROUTERS) {
-            f->router_pid[f->n_routers] = pid;
-            f->router_port[f->n_routers++] = port;
-        } else if (sscanf(line, "started: role=decode pid=%d health=127.0.0.1:%u", &pid, &port) ==
-                       2 &&
-                   c->n_decode < T_MAX_WORKERS) {
-            c->decode_pid[c->n_decode] = pid;
-            c->decode_port[c->n_decode++] = port;
-        } else if (sscanf(line, "ready: http://127.0.0.1:%u", &port) == 1) {
-            c->http_port = port;
-            if (f->n_routers != n) {
-                fail_msg("tandem local --routers %d started %d routers", n, f->n_routers);
-            }
-            return;
-        }
-    }
-    {
-        int status = 0;
-        waitpid(c->launcher, &status, 0);
-        fclose(c->out);
-        c->launcher = 0;
-        cluster_stop(c);
+    g_routers = n;
+    rc = cluster_start(c, 0, 2, NULL, 0);
+    g_routers = 1;
+    if (rc != 0) {
         fail_msg("tandem local --routers %d did not start (exit %d): multi-router clusters are "
                  "required (issue 18 item 3)",
-                 n, WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+                 n, rc);
+    }
+    if (c->n_routers != n) {
+        fail_msg("tandem local --routers %d started %d routers", n, c->n_routers);
     }
 }
 
@@ -323,7 +249,7 @@ static int stop_all_leftovers(void **state)
  * again, empty, and every session plays a fourth turn on it. Asserts each turn after a kill or
  * restart reuses at least the whole previous prompt's KV and answers within R_MAX_TURN_MS.
  */
-static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_by, int n_sessions,
+static void replay_and_kill(cluster_t *f, char sessions[][64], const int *served_by, int n_sessions,
                             int victim, int survivor, int mid_turn, int restart)
 {
     saved_cmd_t cmd;
@@ -404,7 +330,7 @@ static void replay_and_kill(fleet_t *f, char sessions[][64], const int *served_b
 
 static void test_two_routers_one_killed(void **state)
 {
-    static fleet_t f; /* static: the teardown may stop it after a failed assertion */
+    static cluster_t f; /* static: the teardown may stop it after a failed assertion */
     char sessions[R_SESSIONS][64];
     int served_by[R_SESSIONS];
     double applied;
@@ -420,12 +346,12 @@ static void test_two_routers_one_killed(void **state)
     print_message("router 0: replicas applied %.0f, sessions learned %.0f\n", applied,
                   metric(f.router_port[0], "tandem_router_sessions_learned_total"));
     assert_true(applied >= R_SESSIONS); /* router 1's sessions, two turns each (and own echoes) */
-    cluster_stop(&f.c);
+    cluster_stop(&f);
 }
 
 static void test_three_routers_survivor_learns_from_decode_nodes(void **state)
 {
-    static fleet_t f;
+    static cluster_t f;
     char sessions[R_SESSIONS][64];
     int served_by[R_SESSIONS];
     router_ring_t *ring;
@@ -457,7 +383,7 @@ static void test_three_routers_survivor_learns_from_decode_nodes(void **state)
                   metric(f.router_port[0], "tandem_router_session_queries_total"),
                   metric(f.router_port[0], "tandem_router_session_query_timeouts_total"));
     assert_true(learned >= R_SESSIONS);
-    cluster_stop(&f.c);
+    cluster_stop(&f);
 }
 
 int main(void)
