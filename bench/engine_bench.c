@@ -156,6 +156,22 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median of runs[0..n) (n > 0; sorts runs in place). */
+static double calib_median(double *runs, uint32_t n)
+{
+    qsort(runs, n, sizeof(double), cmp_double);
+    return runs[n / 2];
+}
+
+/* One prefill-kind record ("prefill" or "continue") of the calibration file, echoed. */
+static void calib_prefill_record(FILE *out, const char *kind, int64_t cached, int64_t fresh,
+                                 double seconds)
+{
+    fprintf(out, "%s %lld %lld %.6f\n", kind, (long long)cached, (long long)fresh, seconds);
+    printf("calib: %s cached %lld new %lld: %.4f s\n", kind, (long long)cached, (long long)fresh,
+           seconds);
+}
+
 /* Measure and write the calibration file; 0 on success. */
 static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_pool_t *pool,
                      engine_fwd_t *fwd)
@@ -209,10 +225,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             if (rc != 0) {
                 break;
             }
-            qsort(runs, n_runs, sizeof(double), cmp_double);
-            fprintf(out, "prefill %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
-            printf("calib: prefill cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
-                   runs[n_runs / 2]);
+            calib_prefill_record(out, "prefill", C, N, calib_median(runs, n_runs));
         }
     }
     fprintf(out,
@@ -254,10 +267,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             if (rc != 0) {
                 break;
             }
-            qsort(runs, n_runs, sizeof(double), cmp_double);
-            fprintf(out, "continue %lld %lld %.6f\n", (long long)C, (long long)N, runs[n_runs / 2]);
-            printf("calib: continue cached %lld new %lld: %.4f s\n", (long long)C, (long long)N,
-                   runs[n_runs / 2]);
+            calib_prefill_record(out, "continue", C, N, calib_median(runs, n_runs));
         }
     }
     fprintf(out,
@@ -307,12 +317,12 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             if (rc != 0) {
                 break;
             }
-            qsort(runs, n_runs, sizeof(double), cmp_double);
+            double step_s = calib_median(runs, n_runs);
             /* the context in the middle of the measured steps */
             fprintf(out, "decode %d %lld %.6f\n", B,
-                    (long long)(ctx + (int64_t)cfg->decode_steps * n_runs / 2), runs[n_runs / 2]);
+                    (long long)(ctx + (int64_t)cfg->decode_steps * n_runs / 2), step_s);
             printf("calib: decode batch %d context %lld: %.2f ms/step\n", B, (long long)ctx,
-                   runs[n_runs / 2] * 1e3);
+                   step_s * 1e3);
         }
     }
     /* process CPU seconds per wall second of the timed sections: below 1 (one thread) when the
