@@ -97,25 +97,62 @@ typedef struct {
     char bin_dir[PATH_MAX];
 } launch_t;
 
-/* A free loopback TCP port (bound and released; loopback races are the caller's risk). */
-static uint16_t free_port(void)
+/* Bind a loopback TCP socket to `port` (0: the kernel picks one) and release it; returns the
+ * port bound, or 0 when the bind failed. */
+static uint16_t try_port(uint16_t port)
 {
     struct sockaddr_in a;
     socklen_t n = sizeof(a);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    uint16_t port = 0;
+    uint16_t bound = 0;
 
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
     if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &n) == 0) {
-        port = ntohs(a.sin_port);
+        bound = ntohs(a.sin_port);
     }
     if (fd >= 0) {
         close(fd);
     }
-    return port;
+    return bound;
+}
+
+/* A free loopback TCP port for a child to bind. The port is released before the child binds
+ * it, so it is picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range): there
+ * the kernel never hands it to another process's connect() or bind(0) meanwhile (the race that
+ * made a worker fail with "address already in use" while other clusters ran). Falls back to a
+ * kernel-picked port when no such range is free. */
+static uint16_t free_port(void)
+{
+    static uint64_t rng;
+    unsigned lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    if (f != NULL) {
+        if (fscanf(f, "%u %u", &lo, &hi) != 2) {
+            lo = 32768;
+        }
+        fclose(f);
+    }
+    if (rng == 0) {
+        rng = tdm_clock_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    }
+    if (lo > 12000) {
+        unsigned base = lo > 20000 ? lo - 10000 : 10000; /* [base, lo): outside the range */
+        for (int tries = 0; tries < 64; tries++) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            uint16_t port = try_port((uint16_t)(base + rng % (lo - base)));
+            if (port != 0) {
+                return port;
+            }
+        }
+    }
+    return try_port(0);
 }
 
 /* HTTP status of GET /health on 127.0.0.1:port, or -1 when nothing answers. */
