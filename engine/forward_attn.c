@@ -66,9 +66,8 @@ static tdm_status_t page_geom(const engine_config_t *cfg, page_geom_t *g)
 }
 
 /* Where main row j of table lies in its page: *codes_out, *scales_out (for ops->dequant_rows). */
-static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g,
-                                const engine_kv_table_t *t, int64_t j, const uint8_t **codes_out,
-                                const uint8_t **scales_out)
+static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g, const engine_kv_table_t *t,
+                                int64_t j, const uint8_t **codes_out, const uint8_t **scales_out)
 {
     uint32_t slot;
     const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j, &slot);
@@ -123,8 +122,8 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
  * half-group is carried across segments. a, bg: [N, d] projections of the batch (bg NULL at
  * ratio 1).
  */
-static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
-                                     const float *a, const float *bg, const page_geom_t *g)
+static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
+                                     const float *bg, const page_geom_t *g)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_weights_t *lw = &fwd->model->layers[l];
@@ -166,8 +165,10 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
             continue;
         } else {
             if (!seq->has_pend[slot]) {
-                tdm_log(TDM_LOG_ERROR, "engine", "ratio-2 group without its first half: layer=%d "
-                        "pos=%lld", l, (long long)p);
+                tdm_log(TDM_LOG_ERROR, "engine",
+                        "ratio-2 group without its first half: layer=%d "
+                        "pos=%lld",
+                        l, (long long)p);
                 return TDM_ERR_INTERNAL;
             }
             st = fwd_copy(fwd, ab, pa, FLOAT_BYTES(d));
@@ -205,8 +206,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     ms = fwd_alloc(fwd, (size_t)(n_new * d / 16));
     ic = fwd_alloc(fwd, (size_t)(n_new * dI / 2));
     is = fwd_alloc(fwd, (size_t)(n_new * dI / 32));
-    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL ||
-        ic == NULL || is == NULL) {
+    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL || ic == NULL ||
+        is == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int64_t k = 0; k < n_new; k++) {
@@ -243,12 +244,14 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         uint32_t pslot;
         void *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
         if (page == NULL || j != t->n_rows) {
-            tdm_log(TDM_LOG_ERROR, "engine", "compressed row out of order: layer=%d row=%lld "
-                    "have=%lld", l, (long long)j, (long long)t->n_rows);
+            tdm_log(TDM_LOG_ERROR, "engine",
+                    "compressed row out of order: layer=%d row=%lld "
+                    "have=%lld",
+                    l, (long long)j, (long long)t->n_rows);
             return TDM_ERR_INTERNAL;
         }
-        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16,
-                                    ic + k * dI / 2, is + k * dI / 32);
+        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16, ic + k * dI / 2,
+                                    is + k * dI / 32);
         t->n_rows = j + 1;
     }
     (void)g;
@@ -256,8 +259,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
 }
 
 /* Replay: keep the session's pending half, or rebuild it for odd H (MODEL.md 6(d)). */
-static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
-                                   const float *a, const float *bg)
+static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
+                                   const float *bg)
 {
     engine_seq_t *seq = seg->seq;
     int slot = engine_seq_source_slot(seq, l);
@@ -291,9 +294,9 @@ static int cmp_i32(const void *x, const void *y)
  * Selection S(t) of index-source layer l for batch row `row` at position t over n_vis rows
  * (MODEL.md 5.4): writes sel [k_I] ascending, -1 padded.
  */
-static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row,
-                               int64_t n_vis, const float *qI, const float *w, float *scores,
-                               int32_t *iscratch, int32_t *sel)
+static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row, int64_t n_vis,
+                               const float *qI, const float *w, float *scores, int32_t *iscratch,
+                               int32_t *sel)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_role_t *role = &cfg->roles[l];
@@ -333,8 +336,7 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
         b->n_pool[row] = (int32_t)n_kept;
     }
     if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && b->n_pool[row] >= 0) {
-        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB,
-                                 b->n_pool[row]);
+        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB, b->n_pool[row]);
         if (st != TDM_OK) {
             return st;
         }
@@ -381,7 +383,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
     const uint8_t **sel_codes = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_codes));
     const uint8_t **sel_scales = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_scales));
-    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + cfg->dspark_block_size + kI + 16));
+    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(nh * (W + cfg->dspark_block_size + kI + 16)));
     float *qI = NULL;
     float *wI = NULL;
 

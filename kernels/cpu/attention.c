@@ -16,7 +16,6 @@ static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b
     return e < n_a ? keys_a + e * d : keys_b + (e - n_a) * d;
 }
 
-
 tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
                                 const float *keys_b, int64_t n_b, const float *sink,
                                 int64_t n_heads, int64_t d, float scale, float *scratch,
@@ -31,6 +30,16 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         return TDM_ERR_INVALID_ARG;
     }
     const cpu_vec_ops_t *vec = cpu_vec_ops();
+    if (vec != NULL && n_keys > 0) {
+        /* the same dots, softmax and sums: every head's logits in one pass over the keys
+         * (scratch [n_heads, n_keys]), then every head's weighted sums in one pass */
+        vec->attn_scores(q, n_heads, keys_a, n_a, keys_b, n_keys, d, scale, scratch);
+        for (int64_t h = 0; h < n_heads; h++) {
+            vec->attn_softmax(scratch + h * n_keys, n_keys, sink[h]);
+        }
+        vec->attn_accum(scratch, n_heads, keys_a, n_a, keys_b, n_keys, d, o_out);
+        return TDM_OK;
+    }
     for (int64_t h = 0; h < n_heads; h++) {
         const float *qh = q + h * d;
         float *oh = o_out + h * d;
@@ -42,29 +51,15 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         if (n_keys == 0) {
             continue;
         }
-        if (vec != NULL) { /* the same dots, four keys per pass over qh */
-            vec->attn_scores(qh, keys_a, n_a, keys_b, n_keys, d, scale, scratch);
-            for (int64_t e = 0; e < n_keys; e++) {
-                mu = scratch[e] > mu ? scratch[e] : mu;
-            }
-        } else {
-            for (int64_t e = 0; e < n_keys; e++) {
-                scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
-                mu = scratch[e] > mu ? scratch[e] : mu;
-            }
+        for (int64_t e = 0; e < n_keys; e++) {
+            scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
+            mu = scratch[e] > mu ? scratch[e] : mu;
         }
         for (int64_t e = 0; e < n_keys; e++) {
             scratch[e] = expf(scratch[e] - mu);
             den += scratch[e];
         }
         den += expf(sink[h] - mu);
-        if (vec != NULL) { /* the same sums, column blocks kept in registers over all keys */
-            for (int64_t e = 0; e < n_keys; e++) {
-                scratch[e] = scratch[e] / den;
-            }
-            vec->attn_accum(scratch, keys_a, n_a, keys_b, n_keys, d, oh);
-            continue;
-        }
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
             const float *k = key_at(keys_a, n_a, keys_b, e, d);

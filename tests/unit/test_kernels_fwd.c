@@ -350,7 +350,7 @@ static void test_attention_matches_double_with_sink(void **state)
 {
     (void)state;
     int64_t nh = 2, d = 32, na = 5, nb = 3;
-    float q[64], ka[5 * 32], kb[3 * 32], sink[2] = {0.3f, -0.7f}, o[64], scratch[8];
+    float q[64], ka[5 * 32], kb[3 * 32], sink[2] = {0.3f, -0.7f}, o[64], scratch[16];
     double ref[64];
     fill(q, nh * d, 1.0f);
     fill(ka, na * d, 1.0f);
