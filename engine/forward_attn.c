@@ -283,11 +283,20 @@ static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int 
     return st;
 }
 
-static int cmp_i32(const void *x, const void *y)
+/* sel [n_sel] (distinct values in [0, n_vis)) into ascending order through a bitmap
+ * bits [(n_vis + 31) / 32]. */
+static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint32_t *bits)
 {
-    int32_t a = *(const int32_t *)x;
-    int32_t b = *(const int32_t *)y;
-    return (a > b) - (a < b);
+    int64_t n_words = (n_vis + 31) / 32, o = 0;
+    memset(bits, 0, (size_t)n_words * sizeof(uint32_t));
+    for (int64_t i = 0; i < n_sel; i++) {
+        bits[sel[i] >> 5] |= 1u << (sel[i] & 31);
+    }
+    for (int64_t w = 0; w < n_words; w++) {
+        for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+            sel[o++] = (int32_t)(w * 32 + __builtin_ctz(x));
+        }
+    }
 }
 
 /*
@@ -351,7 +360,7 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
     for (int64_t k = n_sel; k < kI; k++) {
         sel[k] = -1;
     }
-    qsort(sel, (size_t)n_sel, sizeof(int32_t), cmp_i32);
+    sort_sel_ascending(sel, n_sel, n_vis, (uint32_t *)iscratch); /* iscratch: n_vis + 1 */
     return TDM_OK;
 }
 
