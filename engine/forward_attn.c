@@ -80,22 +80,53 @@ static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g, const e
     return TDM_OK;
 }
 
+/* *buf [*cap_rows, dim] grown (doubling from 1024 rows) to hold n rows. */
+static tdm_status_t grow_rows(float **buf, int64_t *cap_rows, int64_t n, int64_t dim)
+{
+    if (n > *cap_rows) {
+        int64_t cap = *cap_rows == 0 ? 1024 : *cap_rows;
+        while (cap < n) {
+            cap *= 2;
+        }
+        float *grown = realloc(*buf, FLOAT_BYTES(cap * dim));
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        *buf = grown;
+        *cap_rows = cap;
+    }
+    return TDM_OK;
+}
+
+/* Dequantize main (compressed KV) rows [0, n) of table into fwd->ckv_cache: the same values
+ * kern_dequant_rows gives row by row (one codec, element by element). */
+static tdm_status_t load_main_rows(engine_fwd_t *fwd, const page_geom_t *g,
+                                   const engine_kv_table_t *t, int64_t n)
+{
+    int64_t d = fwd->cfg->head_dim;
+    tdm_status_t st = grow_rows(&fwd->ckv_cache, &fwd->ckv_cap_rows, n, d);
+    for (int64_t j0 = 0; j0 < n && st == TDM_OK; j0 += KERN_KV_PAGE_ROWS) {
+        uint32_t slot;
+        const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
+        int64_t cnt = n - j0 < KERN_KV_PAGE_ROWS ? n - j0 : KERN_KV_PAGE_ROWS;
+        if (page == NULL || slot != 0) {
+            return TDM_ERR_INTERNAL;
+        }
+        st =
+            fwd->ops->dequant_ckv(&fwd->kctx, page + g->ly.main_codes_offset,
+                                  page + g->ly.main_scales_offset, cnt, d, fwd->ckv_cache + j0 * d);
+    }
+    return st;
+}
+
 /* Dequantize index keys [0, n) of table into fwd->ikey_cache. */
 static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
                                     const engine_kv_table_t *t, int64_t n)
 {
     int64_t dI = g->ly.d_I;
-    if (n > fwd->ikey_cap_rows) {
-        int64_t cap = fwd->ikey_cap_rows == 0 ? 1024 : fwd->ikey_cap_rows;
-        while (cap < n) {
-            cap *= 2;
-        }
-        float *grown = realloc(fwd->ikey_cache, FLOAT_BYTES(cap * dI));
-        if (grown == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        fwd->ikey_cache = grown;
-        fwd->ikey_cap_rows = cap;
+    tdm_status_t grown_st = grow_rows(&fwd->ikey_cache, &fwd->ikey_cap_rows, n, dI);
+    if (grown_st != TDM_OK) {
+        return grown_st;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KERN_KV_PAGE_ROWS) {
         uint32_t slot;
@@ -548,6 +579,17 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 return TDM_ERR_NO_MEMORY;
             }
         }
+        /* A prefill chunk whose queries together would dequantize more selected rows than the
+         * table's visible rows: dequantize those once and attend to them in place. */
+        int64_t n_ckv = 0;
+        if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
+            int64_t n_c = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
+            n_c = n_c < tab->n_rows ? n_c : tab->n_rows;
+            if (n_c > 0 && n_c <= seg->n * kI) {
+                st = load_main_rows(fwd, &g, tab, n_c);
+                n_ckv = n_c;
+            }
+        }
         for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
             int64_t row = seg->row0 + i;
             int64_t t = seg->pos0 + i;
@@ -580,6 +622,25 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                     st = fwd_copy(fwd, srow,
                                   b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
                                   (size_t)kI * sizeof(int32_t));
+                }
+                if (n_ckv > 0 && st == TDM_OK) {
+                    while (n_b < kI && srow[n_b] >= 0 && srow[n_b] < n_ckv) {
+                        n_b++;
+                    }
+                    if (n_b < kI && srow[n_b] >= 0) {
+                        tdm_log(TDM_LOG_ERROR, "engine",
+                                "selected row past the visible rows: "
+                                "layer=%d row=%d visible=%lld",
+                                l, (int)srow[n_b], (long long)n_ckv);
+                        return TDM_ERR_INTERNAL;
+                    }
+                    fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
+                                                                     g.ly.main_scales_row_bytes);
+                    st = fwd->ops->attention_sel(
+                        &fwd->kctx, q + row * nh * d, win + (ws - wstart) * d, n_keys,
+                        fwd->ckv_cache, srow, n_b, lw->attn_sink, nh, d,
+                        (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
+                    continue;
                 }
                 for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
                     st = main_row_at(fwd, &g, tab, srow[k], &sel_codes[n_b], &sel_scales[n_b]);

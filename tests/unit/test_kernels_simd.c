@@ -607,8 +607,9 @@ static void test_other_kernels_match_scalar_set(void **state)
     }
 }
 
-/* Attention of every head in one pass (the vector sets' multi-head blocks) against the scalar
- * set's one-head-at-a-time loops, bit for bit: head counts around the register blocks (1-9),
+/* Attention of every head in one pass (the vector sets' multi-head blocks), and with the selected
+ * rows in place (kern_attention_sel_cpu), against the scalar set's one-head-at-a-time loops over
+ * the gathered rows, bit for bit: head counts around the register blocks (1-9),
  * key counts 0-29 split between the window and the selected part, d with and without a 64-column
  * tail; logits with ties, zero maxima of either sign, -inf, +inf and NaN among them. */
 static void test_attention_heads_match_scalar_set(void **state)
@@ -616,6 +617,8 @@ static void test_attention_heads_match_scalar_set(void **state)
     enum { NHM = 9, DM = 128, NAM = 20, NBM = 9 };
     static float q[NHM * DM], ka[NAM * DM], kb[NBM * DM], sink[NHM];
     static float o[NHM * DM], o_ref[NHM * DM], scratch[NHM * (NAM + NBM)];
+    static float rows[2 * NBM * DM];
+    int32_t sel[NBM];
     static const int64_t ds[3] = {16, 80, 128};
     (void)state;
     g_test_isa = kern_cpu_isa();
@@ -629,8 +632,12 @@ static void test_attention_heads_match_scalar_set(void **state)
         for (int64_t i = 0; i < na * d; i++) {
             ka[i] = frand(1.0f);
         }
-        for (int64_t i = 0; i < nb * d; i++) {
-            kb[i] = frand(1.0f);
+        for (int64_t i = 0; i < 2 * NBM * d; i++) {
+            rows[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nb; i++) { /* the selected part: rows of a matrix, gathered */
+            sel[i] = (int32_t)(rnd32() % (2 * NBM));
+            memcpy(kb + i * d, rows + sel[i] * d, (size_t)d * sizeof(float));
         }
         if (special == 1 && nh > 1) {
             q[d] = -0.0f; /* head 1: every logit -0 or +0 (sign by key) */
@@ -640,9 +647,8 @@ static void test_attention_heads_match_scalar_set(void **state)
             ka[d] = INFINITY;
             q[0] = 1.0f;
         }
-        if (special == 3 && na + nb > 0) { /* a NaN logit */
-            float *k = na > 0 ? ka : kb;
-            k[0] = NAN;
+        if (special == 3 && na > 0) { /* a NaN logit */
+            ka[0] = NAN;
         }
         if (special == 4 && na > 1) {
             ka[d] = -INFINITY;
@@ -661,7 +667,19 @@ static void test_attention_heads_match_scalar_set(void **state)
                                             0.125f, scratch, o),
                          TDM_OK);
         assert_bits_equal(o, o_ref, nh * d, "attention heads");
+        memset(o, 0x5A, sizeof(o)); /* the same keys, the selected part in place */
+        assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, na, rows, sel, nb, sink, nh, d,
+                                                0.125f, scratch, o),
+                         TDM_OK);
+        assert_bits_equal(o, o_ref, nh * d, "attention with selected rows in place");
     }
+    sel[0] = -1; /* a negative row, rows or sel missing */
+    assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, 1, rows, sel, 1, sink, 1, 16, 0.125f,
+                                            scratch, o),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, 1, rows, NULL, 1, sink, 1, 16, 0.125f,
+                                            scratch, o),
+                     TDM_ERR_INVALID_ARG);
 }
 
 /* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
