@@ -28,9 +28,7 @@ static void attention(const float *q, const float *keys_a, int64_t n_a, const fl
         /* the same dots, softmax and sums: every head's logits in one pass over the keys
          * (scratch [n_heads, n_keys]), then every head's weighted sums in one pass */
         vec->attn_scores(q, n_heads, keys_a, n_a, keys_b, sel, n_keys, d, scale, scratch);
-        for (int64_t h = 0; h < n_heads; h++) {
-            vec->attn_softmax(scratch + h * n_keys, n_keys, sink[h]);
-        }
+        vec->attn_softmax(scratch, n_heads, n_keys, sink);
         vec->attn_accum(scratch, n_heads, keys_a, n_a, keys_b, sel, n_keys, d, o_out);
         return;
     }
