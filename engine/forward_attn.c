@@ -197,9 +197,7 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         } else {
             if (!seq->has_pend[slot]) {
                 tdm_log(TDM_LOG_ERROR, "engine",
-                        "ratio-2 group without its first half: layer=%d "
-                        "pos=%lld",
-                        l, (long long)p);
+                        "ratio-2 group without its first half: layer=%d pos=%lld", l, (long long)p);
                 return TDM_ERR_INTERNAL;
             }
             st = fwd_copy(fwd, ab, pa, FLOAT_BYTES(d));
@@ -276,9 +274,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         void *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
         if (page == NULL || j != t->n_rows) {
             tdm_log(TDM_LOG_ERROR, "engine",
-                    "compressed row out of order: layer=%d row=%lld "
-                    "have=%lld",
-                    l, (long long)j, (long long)t->n_rows);
+                    "compressed row out of order: layer=%d row=%lld have=%lld", l, (long long)j,
+                    (long long)t->n_rows);
             return TDM_ERR_INTERNAL;
         }
         st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16, ic + k * dI / 2,
@@ -629,8 +626,8 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                     }
                     if (n_b < kI && srow[n_b] >= 0) {
                         tdm_log(TDM_LOG_ERROR, "engine",
-                                "selected row past the visible rows: "
-                                "layer=%d row=%d visible=%lld",
+                                "selected row past the visible rows: layer=%d row=%d "
+                                "visible=%lld",
                                 l, (int)srow[n_b], (long long)n_ckv);
                         return TDM_ERR_INTERNAL;
                     }
