@@ -682,6 +682,36 @@ static void test_attention_heads_match_scalar_set(void **state)
                      TDM_ERR_INVALID_ARG);
 }
 
+/* Indexer scores with head counts around the register blocks (1-17: whole blocks of 4 and 8
+ * heads and tails) and key counts 0-39 (pairs and a tail), against the scalar set, bit for bit;
+ * negative dots (the max(0, .)) and negative weights included. */
+static void test_index_scores_blocks_match_scalar_set(void **state)
+{
+    enum { NHX = 17, DX = 64, NKX = 39 };
+    static float q[NHX * DX], w[NHX], keys[NKX * DX], sc[NKX], sc_ref[NKX];
+    static const int64_t ds[3] = {16, 48, 64};
+    (void)state;
+    g_test_isa = kern_cpu_isa();
+    for (int rep = 0; rep < 200; rep++) {
+        int64_t nh = 1 + (int64_t)(rnd32() % NHX), d = ds[rep % 3];
+        int64_t nk = (int64_t)(rnd32() % (NKX + 1));
+        for (int64_t i = 0; i < nh * d; i++) {
+            q[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nh; i++) {
+            w[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nk * d; i++) {
+            keys[i] = frand(1.0f);
+        }
+        use_scalar();
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, nh, d, keys, nk, sc_ref), TDM_OK);
+        use_test_isa();
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, nh, d, keys, nk, sc), TDM_OK);
+        assert_bits_equal(sc, sc_ref, nk, "index_scores blocks");
+    }
+}
+
 /* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
  * the scalar definitions' bits. */
 int main(void)
@@ -697,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_quantizers_match_scalar_codec),
         cmocka_unit_test(test_other_kernels_match_scalar_set),
         cmocka_unit_test(test_attention_heads_match_scalar_set),
+        cmocka_unit_test(test_index_scores_blocks_match_scalar_set),
     };
     int failures = 0;
     int n_run = 0;
