@@ -41,6 +41,7 @@ typedef struct {
     const char *gemm_presets;  /* "small", "full" or "small,full" */
     uint32_t gemm_threads;     /* CPU threads of the GEMM (0: every online CPU) */
     const char *gemm_cpu_rows; /* row counts of the resident-format CPU GEMM cases ("": none) */
+    int gemm_cpu_cold;         /* cpu-gemm weights from DRAM, not cache */
     int quant;                 /* time the quantizers */
 } bench_cfg_t;
 
@@ -64,6 +65,10 @@ static const tdm_flag_t bench_flags[] = {
     {"gemm-cpu-rows", TDM_FLAG_STRING, "1,4,16", offsetof(bench_cfg_t, gemm_cpu_rows),
      "row counts of the cpu-gemm cases (kern_gemm_cpu on the small preset's resident formats, "
      "decode batches; empty: skip them)",
+     0, 0, 0},
+    {"gemm-cpu-cold", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, gemm_cpu_cold),
+     "cpu-gemm weights cold (copies used in turn, 96 MiB in all: from DRAM, as in an engine "
+     "step); false: one cached copy",
      0, 0, 0},
     {"quant", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, quant),
      "time the quantizer and dequantizer ops", 0, 0, 0},
@@ -410,6 +415,7 @@ int main(int argc, char **argv)
             .n_threads =
                 cfg.gemm_threads > 0 ? (int)cfg.gemm_threads : (int)(n_online > 0 ? n_online : 1),
             .rows = cfg.gemm_cpu_rows,
+            .cold = cfg.gemm_cpu_cold,
         };
         if (bench_gemm_cpu_run(&cp, &cpu_summary) != 0) {
             status = 1;

@@ -63,11 +63,14 @@ int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
                    bench_gemm_summary_t *summary_out);
 
 /* What bench_gemm_cpu_run runs. */
-#define BENCH_GEMM_CPU_MAX_ROWS 16 /* row counts in one list */
+#define BENCH_GEMM_CPU_MAX_ROWS   16                   /* row counts in one list */
+#define BENCH_GEMM_CPU_COLD_BYTES (96.0 * 1024 * 1024) /* cold: copies of a weight in turn */
+#define BENCH_GEMM_CPU_MAX_COPIES 512
 typedef struct {
     double min_ms;    /* minimum measured milliseconds per case */
     int n_threads;    /* CPU threads of kern_gemm_cpu */
     const char *rows; /* comma-separated row counts, e.g. "1,4,16" */
+    int cold;         /* weights from DRAM (copies used in turn), else one cached copy */
 } bench_gemm_cpu_params_t;
 
 /* What it found, for the summary line. */

@@ -8,11 +8,17 @@
  *   cpu-gemm <weight> <fmt> <n_out> <n_in> <rows> <ms> <GFLOP/s> <% FMA peak> <GB/s> <check>
  *
  * ms is the fastest of several timed batches of calls (each about min_ms / 8; a shared box's
- * load varies, the fastest batch is the least disturbed), GFLOP/s = 2 rows n_out n_in / time,
+ * load varies, the fastest batch is the least disturbed), timed on the thread's CPU clock with
+ * one GEMM thread (time other processes hold the CPU does not count) and on the wall clock with
+ * more; GFLOP/s = 2 rows n_out n_in / time,
  * GB/s = resident weight bytes (codes + scales) / time, % FMA peak against kern_fma_peak_cpu
- * measured at the start of the run. check: "same" when every row's outputs equal, bit for bit,
- * the same row computed alone (rows = 1: batch invariance, kernels/gemm.h), else "DIFFERENT"
- * (counted in the summary). Activations are Q_act8 operands (FP8 / MXFP4 weights) or N(0, 1).
+ * measured at the start of the run (wall clock: on a loaded box it reads low). With cold, each
+ * call uses the next of enough copies of the weight to outgrow the last-level cache
+ * (BENCH_GEMM_CPU_COLD_BYTES), so the weights come from DRAM as in an engine step, whose layers
+ * together do not fit in the cache; else the one weight stays cached. check: "same" when every
+ * row's outputs equal, bit for bit, the same row computed alone (rows = 1: batch invariance,
+ * kernels/gemm.h), else "DIFFERENT" (counted in the summary). Activations are Q_act8 operands (FP8
+ * / MXFP4 weights) or N(0, 1).
  */
 #include "bench/kernels_bench.h"
 
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CPU_BENCH_BATCHES 8 /* timed batches per case; the fastest is printed */
 
@@ -102,23 +109,37 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
     return 1;
 }
 
+/* Milliseconds on the clock of time_gemm: the calling thread's CPU time with one GEMM thread
+ * (a shared box's other processes then do not count), else wall time. */
+static double clock_ms(int n_threads)
+{
+    struct timespec ts;
+    if (n_threads > 1 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+        return (double)tdm_clock_now_ns() / 1e6;
+    }
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* Seconds per call: the fastest of CPU_BENCH_BATCHES batches of calls, each at least
- * min_ms / CPU_BENCH_BATCHES; negative when the GEMM fails. */
-static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t rows,
-                        float *y, double min_ms)
+ * min_ms / CPU_BENCH_BATCHES on clock_ms; negative when the GEMM fails. */
+static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, const float *x,
+                        int64_t rows, float *y, double min_ms)
 {
     double best = -1.0;
+    const kern_mat_t *w = &ws[0];
+    int next = 0;
     if (kern_gemm_cpu(ctx, w, x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out) != TDM_OK) {
         return -1.0;
     }
     for (int b = 0; b < CPU_BENCH_BATCHES; b++) {
-        uint64_t t0 = tdm_clock_now_ns();
+        double t0 = clock_ms(ctx->n_threads);
         int64_t calls = 0;
         double ms;
         do {
-            kern_gemm_cpu(ctx, w, x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out);
+            next = next + 1 < n_copies ? next + 1 : 0;
+            kern_gemm_cpu(ctx, &ws[next], x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out);
             calls++;
-            ms = tdm_clock_elapsed_ms(t0);
+            ms = clock_ms(ctx->n_threads) - t0;
         } while (ms < min_ms / CPU_BENCH_BATCHES);
         double per_call = ms / 1e3 / (double)calls;
         best = best < 0.0 || per_call < best ? per_call : best;
@@ -166,9 +187,11 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
         ctx.n_threads = 1;
     }
     double peak = kern_fma_peak_cpu(50.0);
-    printf("\ncpu-gemm: kern_gemm_cpu on resident formats (%d threads), BF16 out; FMA peak %.1f "
-           "GFLOP/s; ms = fastest of %d batches; check = rows equal to each row alone\n",
-           ctx.n_threads, peak / 1e9, CPU_BENCH_BATCHES);
+    printf("\ncpu-gemm: kern_gemm_cpu on resident formats (%d threads), BF16 out, %s weights; FMA "
+           "peak %.1f GFLOP/s; ms = fastest of %d batches (%s time); check = rows equal to each "
+           "row alone\n",
+           ctx.n_threads, params->cold ? "cold" : "cached", peak / 1e9, CPU_BENCH_BATCHES,
+           ctx.n_threads > 1 ? "wall" : "thread CPU");
     printf("%-8s %-9s %5s %6s %5s %5s %9s %8s %6s %7s %s\n", "cpu-gemm", "weight", "fmt", "n_out",
            "n_in", "rows", "ms", "GFLOP/s", "%peak", "GB/s", "check");
     for (size_t i = 0; i < N_CPU_SHAPES && status == 0; i++) {
@@ -176,6 +199,8 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
         kern_mat_t w;
         void *data = NULL;
         uint8_t *scales = NULL;
+        void *copy_data[BENCH_GEMM_CPU_MAX_COPIES];
+        uint8_t *copy_scales[BENCH_GEMM_CPU_MAX_COPIES];
         float *x = malloc(sizeof(float) * (size_t)(max_rows * s->n_in));
         float *y = malloc(sizeof(float) * (size_t)(max_rows * s->n_out));
         float *y1 = malloc(sizeof(float) * (size_t)(max_rows * s->n_out));
@@ -201,9 +226,23 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
             }
         }
         const double bytes = (double)kern_mat_bytes(&w);
+        /* cold: copies of the weight, used in turn, that together outgrow the last-level cache */
+        int n_copies = 1;
+        kern_mat_t copies[BENCH_GEMM_CPU_MAX_COPIES];
+        copies[0] = w;
+        if (params->cold) {
+            int want = (int)(BENCH_GEMM_CPU_COLD_BYTES / bytes) + 1;
+            want = want < BENCH_GEMM_CPU_MAX_COPIES ? want : BENCH_GEMM_CPU_MAX_COPIES;
+            for (; n_copies < want; n_copies++) {
+                if (!make_mat(s, 7000u * (i + 1), &copies[n_copies], &copy_data[n_copies],
+                              &copy_scales[n_copies])) {
+                    break;
+                }
+            }
+        }
         for (int ri = 0; ri < n_rows && status == 0; ri++) {
             const double flops = 2.0 * (double)rows[ri] * (double)(s->n_out * s->n_in);
-            double sec = time_gemm(&ctx, &w, x, rows[ri], y, params->min_ms);
+            double sec = time_gemm(&ctx, copies, n_copies, x, rows[ri], y, params->min_ms);
             if (sec <= 0.0) {
                 fprintf(stderr, "tandem-bench-kernels: kern_gemm_cpu failed\n");
                 status = 1;
@@ -218,6 +257,10 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
                    peak > 0.0 ? 100.0 * flops / sec / peak : 0.0, bytes / sec / 1e9,
                    same ? "same" : "DIFFERENT");
             fflush(stdout);
+        }
+        for (int c = 1; c < n_copies; c++) {
+            free(copy_scales[c]);
+            free(copy_data[c]);
         }
         free(scales);
         free(data);

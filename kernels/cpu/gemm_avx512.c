@@ -10,7 +10,7 @@
 #define TILE_O            4
 #define FMA_CHAINS        10
 #define GEMVR_OUT         4
-#define GEMVR_ROWS        4
+#define GEMVR_ROWS        6
 #define TILE_R            6
 #include "kernels/cpu/simd16.h"
 
