@@ -7,7 +7,10 @@
  * around back-to-back launches on the default stream (device memory already resident; no
  * copies). With --verify (default) the CUDA outputs of every case are compared with the CPU
  * bytes. With --gemm (default) the GEMM cases follow (decode and prefill shapes of the small and
- * full presets).
+ * full presets), then the cpu-gemm cases (bench/kernels_bench_cpu.c: kern_gemm_cpu alone on the
+ * small preset's resident formats at the --gemm-cpu-rows decode batches; --quant=false and
+ * --gemm-presets select only those, e.g. --quant=false --gemm-presets none). The summary line's
+ * cpu_gemm_batch_mismatches counts cases whose rows differ from the same rows computed alone.
  */
 #include "bench/kernels_bench.h"
 #include "common/clock.h"
@@ -29,14 +32,17 @@
 #define N_OPS     6
 
 typedef struct {
-    double min_ms;            /* minimum measured time per case and backend */
-    int require_cuda;         /* fail when no CUDA device */
-    int verify;               /* compare CUDA outputs with CPU bytes */
-    uint64_t max_rows;        /* largest shape's rows (dim 4096) */
-    int gemm;                 /* also time the forward GEMM */
-    uint64_t gemm_rows;       /* rows of the GEMM prefill shape */
-    const char *gemm_presets; /* "small", "full" or "small,full" */
-    uint32_t gemm_threads;    /* CPU threads of the GEMM (0: every online CPU) */
+    double min_ms;             /* minimum measured time per case and backend */
+    int require_cuda;          /* fail when no CUDA device */
+    int verify;                /* compare CUDA outputs with CPU bytes */
+    uint64_t max_rows;         /* largest shape's rows (dim 4096) */
+    int gemm;                  /* also time the forward GEMM */
+    uint64_t gemm_rows;        /* rows of the GEMM prefill shape */
+    const char *gemm_presets;  /* "small", "full" or "small,full" */
+    uint32_t gemm_threads;     /* CPU threads of the GEMM (0: every online CPU) */
+    const char *gemm_cpu_rows; /* row counts of the resident-format CPU GEMM cases ("": none) */
+    int gemm_cpu_cold;         /* cpu-gemm weights from DRAM, not cache */
+    int quant;                 /* time the quantizers */
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -56,6 +62,16 @@ static const tdm_flag_t bench_flags[] = {
      "GEMM shapes of these presets: small, full or small,full", 0, 0, 0},
     {"gemm-threads", TDM_FLAG_U32, "0", offsetof(bench_cfg_t, gemm_threads),
      "CPU threads of the GEMM (0: every online CPU)", 0, 1024, 0},
+    {"gemm-cpu-rows", TDM_FLAG_STRING, "1,4,16", offsetof(bench_cfg_t, gemm_cpu_rows),
+     "row counts of the cpu-gemm cases (kern_gemm_cpu on the small preset's resident formats, "
+     "decode batches; empty: skip them)",
+     0, 0, 0},
+    {"gemm-cpu-cold", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, gemm_cpu_cold),
+     "cpu-gemm weights cold (copies used in turn, 96 MiB in all: from DRAM, as in an engine "
+     "step); false: one cached copy",
+     0, 0, 0},
+    {"quant", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, quant),
+     "time the quantizer and dequantizer ops", 0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -327,7 +343,7 @@ int main(int argc, char **argv)
 
     printf("%-13s %6s %6s %12s %10s %10s %9s %s\n", "op", "rows", "dim", "bytes/call", "cpu_GB/s",
            "cuda_GB/s", "cuda/cpu", "verify");
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 3 && cfg.quant; s++) {
         const int64_t n_rows = shapes[s];
         const int64_t n = n_rows * BENCH_DIM;
         for (int o = 0; o < N_OPS; o++) {
@@ -390,13 +406,29 @@ int main(int argc, char **argv)
             status = 1;
         }
     }
+    bench_gemm_cpu_summary_t cpu_summary;
+    memset(&cpu_summary, 0, sizeof(cpu_summary));
+    if (cfg.gemm && cfg.gemm_cpu_rows != NULL && cfg.gemm_cpu_rows[0] != '\0' && status == 0) {
+        long n_online = sysconf(_SC_NPROCESSORS_ONLN);
+        bench_gemm_cpu_params_t cp = {
+            .min_ms = cfg.min_ms,
+            .n_threads =
+                cfg.gemm_threads > 0 ? (int)cfg.gemm_threads : (int)(n_online > 0 ? n_online : 1),
+            .rows = cfg.gemm_cpu_rows,
+            .cold = cfg.gemm_cpu_cold,
+        };
+        if (bench_gemm_cpu_run(&cp, &cpu_summary) != 0) {
+            status = 1;
+        }
+    }
     printf("summary: cases=%d cuda=%s best_cuda_over_cpu=%.1fx cuda_vs_cpu_mismatches=%d "
            "gemm_cases=%d gemm_decode_best_GBps=%.1f gemm_prefill_best_TFLOPs=%.2f "
-           "gemm_best_cuda_over_cpu=%.1fx gemm_cuda_vs_cpu_mismatches=%d\n",
+           "gemm_best_cuda_over_cpu=%.1fx gemm_cuda_vs_cpu_mismatches=%d cpu_gemm_cases=%d "
+           "cpu_gemm_batch_mismatches=%d\n",
            n_cases, cuda_ops != NULL ? "yes" : "no", best_ratio, n_mismatch, gemm_summary.n_cases,
            gemm_summary.best_decode_gbps, gemm_summary.best_prefill_tflops, gemm_summary.best_ratio,
-           gemm_summary.n_mismatch);
-    if (n_mismatch != 0 || gemm_summary.n_mismatch != 0) {
+           gemm_summary.n_mismatch, cpu_summary.n_cases, cpu_summary.n_mismatch);
+    if (n_mismatch != 0 || gemm_summary.n_mismatch != 0 || cpu_summary.n_mismatch != 0) {
         status = 1;
     }
 

@@ -4,6 +4,8 @@
  * kernels_bench_gemm.c times the forward GEMM (kernels/gemm.h) on the CPU and the CUDA backend
  * at decode (1 row) and prefill shapes of the small and full presets (MODEL.md 9). Both time
  * CUDA calls with bench_time_cuda and report CUDA errors with bench_cuda_ok.
+ * kernels_bench_cpu.c times kern_gemm_cpu alone on the small preset's weights in their resident
+ * formats (FP8, MXFP4, the BF16 head, F32 mHC) at decode batch row counts.
  */
 #ifndef TANDEM_BENCH_KERNELS_BENCH_H
 #define TANDEM_BENCH_KERNELS_BENCH_H
@@ -30,6 +32,7 @@ typedef tdm_status_t bench_cuda_call_fn(const void *arg);
  * (printed by bench_cuda_ok).
  */
 double bench_time_cuda(bench_cuda_call_fn *call, const void *arg, double min_ms, int64_t max_batch);
+
 #endif
 
 /* What to run. */
@@ -58,5 +61,31 @@ typedef struct {
  */
 int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
                    bench_gemm_summary_t *summary_out);
+
+/* What bench_gemm_cpu_run runs. */
+#define BENCH_GEMM_CPU_MAX_ROWS   16                   /* row counts in one list */
+#define BENCH_GEMM_CPU_COLD_BYTES (96.0 * 1024 * 1024) /* cold: copies of a weight in turn */
+#define BENCH_GEMM_CPU_MAX_COPIES 512
+typedef struct {
+    double min_ms;    /* minimum measured milliseconds per case */
+    int n_threads;    /* CPU threads of kern_gemm_cpu */
+    const char *rows; /* comma-separated row counts, e.g. "1,4,16" */
+    int cold;         /* weights from DRAM (copies used in turn), else one cached copy */
+} bench_gemm_cpu_params_t;
+
+/* What it found, for the summary line. */
+typedef struct {
+    int n_cases;    /* (shape, rows) pairs timed */
+    int n_mismatch; /* cases whose rows differ from each row computed alone */
+} bench_gemm_cpu_summary_t;
+
+/*
+ * bench_gemm_cpu_run - time kern_gemm_cpu on every resident-format shape of the small preset at
+ * every row count of params->rows; one "cpu-gemm" line each (kernels_bench_cpu.c gives the
+ * columns). Returns 0, or 1 after printing the reason (bad row list, out of memory, a kernel
+ * error); summary_out is filled either way.
+ */
+int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params,
+                       bench_gemm_cpu_summary_t *summary_out);
 
 #endif

@@ -1,6 +1,7 @@
 /* gemm_avx512.c - kern_gemm_cpu for AVX-512F (gemm_body.inc; built with -mavx512f -mfma
  * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX512). 32 registers: a 6 x 4
- * tile (24 accumulators), weight rows per GEMV block: 2 BF16/F32, 4 FP8/MXFP4. */
+ * tile (24 accumulators) for panels and for the few-row path (GEMVR), weight rows per GEMV
+ * block: 2 BF16/F32, 4 FP8/MXFP4. */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX512 1
 #define CPU_SIMD16_SUFFIX avx512
@@ -10,7 +11,7 @@
 #define TILE_O            4
 #define FMA_CHAINS        10
 #define GEMVR_OUT         4
-#define GEMVR_ROWS        4
+#define GEMVR_ROWS        6
 #define TILE_R            6
 #include "kernels/cpu/simd16.h"
 

@@ -289,6 +289,26 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     check_gemm_quant(KERN_MAT_MXFP4, 300, 512, 40, 3, KERN_GEMM_OUT_BF16, 100, 140);
 }
 
+/* The few-row path (2 up to 16 rows on every set; panels past it): every row count 2..17, each
+ * format, outputs that leave ragged tile ends (1, 5, 13, 33), both output roundings. */
+static void test_few_row_gemm_matches_reference(void **state)
+{
+    static const int64_t outs[] = {1, 5, 13, 33};
+    (void)state;
+    for (int64_t rows = 2; rows <= 17; rows++) {
+        for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+            uint32_t flags = (rows + (int64_t)i) % 2 == 0 ? KERN_GEMM_OUT_BF16 : 0;
+            check_gemm(KERN_MAT_BF16, outs[i], 64, rows, 1, flags);
+            check_gemm(KERN_MAT_F32, outs[i], 48, rows, 1, flags ^ KERN_GEMM_OUT_BF16);
+            check_gemm_quant(KERN_MAT_FP8, outs[i], 96, rows, 1, flags, 3, 134);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[i], 64, rows, 1, flags ^ KERN_GEMM_OUT_BF16, 0,
+                             200);
+        }
+    }
+    /* an FP8 matrix past one 32-row scale block, threaded */
+    check_gemm_quant(KERN_MAT_FP8, 1030, 512, 13, 2, KERN_GEMM_OUT_BF16, 100, 134);
+}
+
 static void test_quantized_checks(void **state)
 {
     kern_mat_t m;
@@ -721,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_qdq_act8_matches_scalar_composition),
         cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
         cmocka_unit_test(test_quantized_gemm_matches_bf16_expansion),
+        cmocka_unit_test(test_few_row_gemm_matches_reference),
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
