@@ -145,6 +145,8 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
 {
     float cs_own[KERN_ROPE_MAX_DIMS / 2];
     float sn_own[KERN_ROPE_MAX_DIMS / 2];
+    float cs2[KERN_ROPE_MAX_DIMS];
+    float sn2[KERN_ROPE_MAX_DIMS];
     const cpu_vec_ops_t *vec = cpu_vec_ops();
 
     if (x == NULL || pos == NULL || freqs == NULL || d_r <= 0 || d_r % 2 != 0 ||
@@ -170,12 +172,22 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
         } else {
             kern_rope_cos_sin(freqs, d_r, pos[r], cs_own, sn_own);
         }
+        if (vec != NULL) {
+            /* each pair's cos and sin at both of its lanes (the vector rotation's operands) */
+            for (int i = 0; i < d_r / 2; i++) {
+                cs2[2 * i] = cs[i];
+                cs2[2 * i + 1] = cs[i];
+                sn2[2 * i] = sn[i];
+                sn2[2 * i + 1] = sn[i];
+            }
+            vec->rope_heads(x + r * n_heads * dim, n_heads, dim, d_r, cs2, sn2,
+                            dir == KERN_ROPE_INVERSE);
+            continue;
+        }
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (r * n_heads + h) * dim;
             float *tail = v + dim - d_r;
-            if (vec != NULL) {
-                vec->axpy_bf16(v, 0.0f, NULL, dim - d_r);
-            } else {
+            {
                 for (int64_t i = 0; i < dim - d_r; i++) {
                     v[i] = cpu_bf16_round(v[i]);
                 }

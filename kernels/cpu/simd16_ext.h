@@ -7,6 +7,7 @@
  * operation on lane j alone, so every implementation gives the same bits:
  *   v16_div      correctly rounded quotient (divps / vdivq_f32; never a reciprocal estimate)
  *   v16_rint     round to an integral value, ties to even (roundps / vrndnq_f32), any exponent
+ *   v16_swap_pairs  lanes (2i, 2i + 1) exchanged (a permutation: the values unchanged)
  *   v16_gt       a > b, ordered (false when either is NaN)
  *   v16i_gt      signed 32-bit a > b (callers compare magnitudes below 2^31)
  *   v16i_shl/shr logical shifts by a count 0..31
@@ -36,6 +37,10 @@ static inline v16 v16_sub(v16 a, v16 b)
 static inline v16 v16_div(v16 a, v16 b)
 {
     return _mm512_div_ps(a, b);
+}
+static inline v16 v16_swap_pairs(v16 a)
+{
+    return _mm512_permute_ps(a, 0xB1);
 }
 static inline v16 v16_rint(v16 a)
 {
@@ -144,6 +149,10 @@ static inline v16 v16_sub(v16 x, v16 y)
 static inline v16 v16_div(v16 x, v16 y)
 {
     return (v16){_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)};
+}
+static inline v16 v16_swap_pairs(v16 x)
+{
+    return (v16){_mm256_permute_ps(x.a, 0xB1), _mm256_permute_ps(x.b, 0xB1)};
 }
 static inline v16 v16_rint(v16 x)
 {
@@ -276,6 +285,10 @@ static inline v16 v16_sub(v16 x, v16 y)
 static inline v16 v16_div(v16 x, v16 y)
 {
     V16_EXT_MAP2(v16, vdivq_f32(x.q[i], y.q[i]));
+}
+static inline v16 v16_swap_pairs(v16 x)
+{
+    V16_EXT_MAP2(v16, vrev64q_f32(x.q[i]));
 }
 static inline v16 v16_rint(v16 x)
 {
@@ -422,16 +435,21 @@ static inline v16 v16_amax_merge(v16 a, v16 b)
     return v16_select(v16_gt(b, a), b, a);
 }
 
-/* The largest of 16 non-NaN, non-negative lanes (any order gives it). */
+/* The largest of 16 non-NaN, non-negative lanes (any order gives it: a tree of maxima in
+ * registers where the set has the shuffles). */
 static inline float v16_amax_lanes(v16 x)
 {
-    float l[V16_LANES];
-    float m = 0.0f;
-    v16_store(l, x);
-    for (int j = 0; j < V16_LANES; j++) {
-        m = l[j] > m ? l[j] : m;
-    }
-    return m;
+#if defined(CPU_SIMD16_AVX512)
+    return _mm512_reduce_max_ps(x);
+#elif defined(CPU_SIMD16_AVX2)
+    __m256 h = _mm256_max_ps(x.a, x.b);
+    __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+#else
+    return vmaxvq_f32(vmaxq_f32(vmaxq_f32(x.q[0], x.q[1]), vmaxq_f32(x.q[2], x.q[3])));
+#endif
 }
 
 #endif

@@ -49,6 +49,11 @@ typedef struct {
      * expf(-min(g[i], lambda)) computed by the caller (libm's, per element) */
     void (*swiglu)(const float *g, const float *u, const float *e, int64_t n, float lambda,
                    float wr, float *h);
+    /* kern_rope_cpu on one row x [n_heads, dim] (every head's first dim - d_r elements rounded
+     * to BF16, its last d_r rotated), given cs2[2i] = cs2[2i + 1] = cos_i and sn2 likewise
+     * (d_r elements each); inverse: KERN_ROPE_INVERSE */
+    void (*rope_heads)(float *x, int64_t n_heads, int64_t dim, int d_r, const float *cs2,
+                       const float *sn2, int inverse);
     /* y[i] = bf16((x[i] * s) * gamma[i]) (kern_rmsnorm_cpu's second loop) */
     void (*scale_gamma_bf16)(const float *x, float s, const float *gamma, int64_t n, float *y);
     /* x[i] = bf16(x[i] + g * v[i]) (the Engram gate's update); v NULL: x[i] = bf16(x[i]) */

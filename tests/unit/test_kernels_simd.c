@@ -693,6 +693,29 @@ static void test_row_blocked_kernels_match_row_at_a_time(void **state)
         use_test_isa();
         assert_int_equal(kern_swiglu_cpu(NULL, gu, rep % 2 ? wr : NULL, NR, I, 10.0f, h), TDM_OK);
         assert_bits_equal(h, h_ref, NR * I, "swiglu");
+        /* RoPE with a vector part and a pair tail (d_r 20) and an odd unrotated part, both
+         * directions, NaNs and infinities among the values */
+        {
+            float fr[10], rx[NR * 2 * 30], rx_ref[NR * 2 * 30];
+            int64_t rpos[NR];
+            assert_int_equal(kern_rope_freqs(20, 10000.0, NULL, fr), TDM_OK);
+            for (int i = 0; i < NR * 2 * 30; i++) {
+                rx[i] = i % 41 == 0 ? from_bits(rnd32() | 0x7F800000u) : frand(5.0f);
+            }
+            for (int r = 0; r < NR; r++) {
+                rpos[r] = (int64_t)(rnd32() % 70000u);
+            }
+            memcpy(rx_ref, rx, sizeof(rx));
+            use_scalar();
+            assert_int_equal(
+                kern_rope_cpu(NULL, rx_ref, NR, 2, 30, 20, rpos, fr, (kern_rope_dir_t)(rep % 2)),
+                TDM_OK);
+            use_test_isa();
+            assert_int_equal(
+                kern_rope_cpu(NULL, rx, NR, 2, 30, 20, rpos, fr, (kern_rope_dir_t)(rep % 2)),
+                TDM_OK);
+            assert_bits_equal(rx, rx_ref, NR * 2 * 30, "rope d_r 20");
+        }
         /* BF16 rounding and the BF16 residual sum, n with a tail, NaN payloads and overflow */
         for (int i = 0; i < NB; i++) {
             a[i] = i % 31 == 0 ? from_bits(rnd32() | 0x7F800001u) : from_bits(rnd32());
