@@ -42,8 +42,11 @@ float kern_rms_scale_cpu(const float *x, int64_t n, float eps);
 void kern_rms_scales_cpu(const float *x, int64_t ldx, int64_t n_rows, int64_t n, float eps,
                          float *scales_out);
 
-/* Rows whose sums kern_rms_scales_cpu runs side by side. */
-#define KERN_RMS_ROWS 8
+/* Rows whose sums kern_rms_scales_cpu runs side by side: KERN_RMS_VEC_ROWS (one per lane) on a
+ * CPU with a vector set when more than half of them are left, else KERN_RMS_ROWS (scalar
+ * registers). */
+#define KERN_RMS_ROWS     8
+#define KERN_RMS_VEC_ROWS 16
 
 #ifdef __cplusplus
 }

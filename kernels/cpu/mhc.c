@@ -93,7 +93,7 @@ tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *param
         int64_t nb = n_rows - r0 < MHC_LANES ? n_rows - r0 : MHC_LANES;
         float rs_block[MHC_LANES];
 
-        /* the block's scales, KERN_RMS_ROWS rows side by side */
+        /* the block's scales (kern_rms_scales_cpu: its rows side by side) */
         kern_rms_scales_cpu(x + r0 * m * H, m * H, nb, m * H, params->eps, rs_block);
         for (int64_t r = r0; r < r0 + nb; r++) {
             float mix[(2 + KERN_MHC_MAX_STREAMS) * KERN_MHC_MAX_STREAMS];

@@ -20,8 +20,18 @@ float kern_rms_scale_cpu(const float *x, int64_t n, float eps)
 void kern_rms_scales_cpu(const float *x, int64_t ldx, int64_t n_rows, int64_t n, float eps,
                          float *scales_out)
 {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
     int64_t r = 0;
 
+    /* 16 rows at a time, one per vector lane, when the CPU has a vector set */
+    for (; vec != NULL && r + KERN_RMS_VEC_ROWS / 2 < n_rows; r += KERN_RMS_VEC_ROWS) {
+        float sum[KERN_RMS_VEC_ROWS];
+        int64_t nb = n_rows - r < KERN_RMS_VEC_ROWS ? n_rows - r : KERN_RMS_VEC_ROWS;
+        vec->sq_sums16(x + r * ldx, ldx, nb, n, sum);
+        for (int64_t j = 0; j < nb; j++) {
+            scales_out[r + j] = 1.0f / sqrtf(sum[j] / (float)n + eps);
+        }
+    }
     /* KERN_RMS_ROWS rows at a time: row j's sum is the loop of kern_rms_scale_cpu (x*x, then
      * one FP32 addition, ascending i); the rows only interleave, so each gets the same bits */
     for (; r + KERN_RMS_ROWS <= n_rows; r += KERN_RMS_ROWS) {
@@ -55,9 +65,9 @@ tdm_status_t kern_rmsnorm_cpu(kern_ctx_t *ctx, const float *x, int64_t ldx, int6
         ldy < dim) {
         return TDM_ERR_INVALID_ARG;
     }
-    for (int64_t r0 = 0; r0 < n_rows; r0 += KERN_RMS_ROWS) {
-        int64_t nb = n_rows - r0 < KERN_RMS_ROWS ? n_rows - r0 : KERN_RMS_ROWS;
-        float s[KERN_RMS_ROWS];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += KERN_RMS_VEC_ROWS) {
+        int64_t nb = n_rows - r0 < KERN_RMS_VEC_ROWS ? n_rows - r0 : KERN_RMS_VEC_ROWS;
+        float s[KERN_RMS_VEC_ROWS];
         /* every scale of the block before any row is written (y may alias x) */
         kern_rms_scales_cpu(x + r0 * ldx, ldx, nb, dim, eps, s);
         for (int64_t j = 0; j < nb; j++) {
