@@ -66,9 +66,8 @@ static tdm_status_t page_geom(const engine_config_t *cfg, page_geom_t *g)
 }
 
 /* Where main row j of table lies in its page: *codes_out, *scales_out (for ops->dequant_rows). */
-static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g,
-                                const engine_kv_table_t *t, int64_t j, const uint8_t **codes_out,
-                                const uint8_t **scales_out)
+static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g, const engine_kv_table_t *t,
+                                int64_t j, const uint8_t **codes_out, const uint8_t **scales_out)
 {
     uint32_t slot;
     const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j, &slot);
@@ -81,22 +80,53 @@ static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g,
     return TDM_OK;
 }
 
+/* *buf [*cap_rows, dim] grown (doubling from 1024 rows) to hold n rows. */
+static tdm_status_t grow_rows(float **buf, int64_t *cap_rows, int64_t n, int64_t dim)
+{
+    if (n > *cap_rows) {
+        int64_t cap = *cap_rows == 0 ? 1024 : *cap_rows;
+        while (cap < n) {
+            cap *= 2;
+        }
+        float *grown = realloc(*buf, FLOAT_BYTES(cap * dim));
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        *buf = grown;
+        *cap_rows = cap;
+    }
+    return TDM_OK;
+}
+
+/* Dequantize main (compressed KV) rows [0, n) of table into fwd->ckv_cache: the same values
+ * kern_dequant_rows gives row by row (one codec, element by element). */
+static tdm_status_t load_main_rows(engine_fwd_t *fwd, const page_geom_t *g,
+                                   const engine_kv_table_t *t, int64_t n)
+{
+    int64_t d = fwd->cfg->head_dim;
+    tdm_status_t st = grow_rows(&fwd->ckv_cache, &fwd->ckv_cap_rows, n, d);
+    for (int64_t j0 = 0; j0 < n && st == TDM_OK; j0 += KERN_KV_PAGE_ROWS) {
+        uint32_t slot;
+        const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
+        int64_t cnt = n - j0 < KERN_KV_PAGE_ROWS ? n - j0 : KERN_KV_PAGE_ROWS;
+        if (page == NULL || slot != 0) {
+            return TDM_ERR_INTERNAL;
+        }
+        st =
+            fwd->ops->dequant_ckv(&fwd->kctx, page + g->ly.main_codes_offset,
+                                  page + g->ly.main_scales_offset, cnt, d, fwd->ckv_cache + j0 * d);
+    }
+    return st;
+}
+
 /* Dequantize index keys [0, n) of table into fwd->ikey_cache. */
 static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
                                     const engine_kv_table_t *t, int64_t n)
 {
     int64_t dI = g->ly.d_I;
-    if (n > fwd->ikey_cap_rows) {
-        int64_t cap = fwd->ikey_cap_rows == 0 ? 1024 : fwd->ikey_cap_rows;
-        while (cap < n) {
-            cap *= 2;
-        }
-        float *grown = realloc(fwd->ikey_cache, FLOAT_BYTES(cap * dI));
-        if (grown == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        fwd->ikey_cache = grown;
-        fwd->ikey_cap_rows = cap;
+    tdm_status_t grown_st = grow_rows(&fwd->ikey_cache, &fwd->ikey_cap_rows, n, dI);
+    if (grown_st != TDM_OK) {
+        return grown_st;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KERN_KV_PAGE_ROWS) {
         uint32_t slot;
@@ -123,8 +153,8 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
  * half-group is carried across segments. a, bg: [N, d] projections of the batch (bg NULL at
  * ratio 1).
  */
-static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
-                                     const float *a, const float *bg, const page_geom_t *g)
+static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
+                                     const float *bg, const page_geom_t *g)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_weights_t *lw = &fwd->model->layers[l];
@@ -166,8 +196,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
             continue;
         } else {
             if (!seq->has_pend[slot]) {
-                tdm_log(TDM_LOG_ERROR, "engine", "ratio-2 group without its first half: layer=%d "
-                        "pos=%lld", l, (long long)p);
+                tdm_log(TDM_LOG_ERROR, "engine",
+                        "ratio-2 group without its first half: layer=%d pos=%lld", l, (long long)p);
                 return TDM_ERR_INTERNAL;
             }
             st = fwd_copy(fwd, ab, pa, FLOAT_BYTES(d));
@@ -205,8 +235,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     ms = fwd_alloc(fwd, (size_t)(n_new * d / 16));
     ic = fwd_alloc(fwd, (size_t)(n_new * dI / 2));
     is = fwd_alloc(fwd, (size_t)(n_new * dI / 32));
-    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL ||
-        ic == NULL || is == NULL) {
+    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL || ic == NULL ||
+        is == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int64_t k = 0; k < n_new; k++) {
@@ -243,12 +273,13 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
         uint32_t pslot;
         void *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
         if (page == NULL || j != t->n_rows) {
-            tdm_log(TDM_LOG_ERROR, "engine", "compressed row out of order: layer=%d row=%lld "
-                    "have=%lld", l, (long long)j, (long long)t->n_rows);
+            tdm_log(TDM_LOG_ERROR, "engine",
+                    "compressed row out of order: layer=%d row=%lld have=%lld", l, (long long)j,
+                    (long long)t->n_rows);
             return TDM_ERR_INTERNAL;
         }
-        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16,
-                                    ic + k * dI / 2, is + k * dI / 32);
+        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16, ic + k * dI / 2,
+                                    is + k * dI / 32);
         t->n_rows = j + 1;
     }
     (void)g;
@@ -256,8 +287,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
 }
 
 /* Replay: keep the session's pending half, or rebuild it for odd H (MODEL.md 6(d)). */
-static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l,
-                                   const float *a, const float *bg)
+static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *a,
+                                   const float *bg)
 {
     engine_seq_t *seq = seg->seq;
     int slot = engine_seq_source_slot(seq, l);
@@ -280,20 +311,29 @@ static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int 
     return st;
 }
 
-static int cmp_i32(const void *x, const void *y)
+/* sel [n_sel] (distinct values in [0, n_vis)) into ascending order through a bitmap
+ * bits [(n_vis + 31) / 32]. */
+static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint32_t *bits)
 {
-    int32_t a = *(const int32_t *)x;
-    int32_t b = *(const int32_t *)y;
-    return (a > b) - (a < b);
+    int64_t n_words = (n_vis + 31) / 32, o = 0;
+    memset(bits, 0, (size_t)n_words * sizeof(uint32_t));
+    for (int64_t i = 0; i < n_sel; i++) {
+        bits[sel[i] >> 5] |= 1u << (sel[i] & 31);
+    }
+    for (int64_t w = 0; w < n_words; w++) {
+        for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+            sel[o++] = (int32_t)(w * 32 + __builtin_ctz(x));
+        }
+    }
 }
 
 /*
  * Selection S(t) of index-source layer l for batch row `row` at position t over n_vis rows
  * (MODEL.md 5.4): writes sel [k_I] ascending, -1 padded.
  */
-static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row,
-                               int64_t n_vis, const float *qI, const float *w, float *scores,
-                               int32_t *iscratch, int32_t *sel)
+static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row, int64_t n_vis,
+                               const float *qI, const float *w, float *scores, int32_t *iscratch,
+                               int32_t *sel)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_role_t *role = &cfg->roles[l];
@@ -333,8 +373,7 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
         b->n_pool[row] = (int32_t)n_kept;
     }
     if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && b->n_pool[row] >= 0) {
-        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB,
-                                 b->n_pool[row]);
+        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB, b->n_pool[row]);
         if (st != TDM_OK) {
             return st;
         }
@@ -349,7 +388,7 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
     for (int64_t k = n_sel; k < kI; k++) {
         sel[k] = -1;
     }
-    qsort(sel, (size_t)n_sel, sizeof(int32_t), cmp_i32);
+    sort_sel_ascending(sel, n_sel, n_vis, (uint32_t *)iscratch); /* iscratch: n_vis + 1 */
     return TDM_OK;
 }
 
@@ -381,7 +420,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
     const uint8_t **sel_codes = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_codes));
     const uint8_t **sel_scales = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_scales));
-    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(W + cfg->dspark_block_size + kI + 16));
+    float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(nh * (W + cfg->dspark_block_size + kI + 16)));
     float *qI = NULL;
     float *wI = NULL;
 
@@ -537,6 +576,17 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 return TDM_ERR_NO_MEMORY;
             }
         }
+        /* A prefill chunk whose queries together would dequantize more selected rows than the
+         * table's visible rows: dequantize those once and attend to them in place. */
+        int64_t n_ckv = 0;
+        if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
+            int64_t n_c = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
+            n_c = n_c < tab->n_rows ? n_c : tab->n_rows;
+            if (n_c > 0 && n_c <= seg->n * kI) {
+                st = load_main_rows(fwd, &g, tab, n_c);
+                n_ckv = n_c;
+            }
+        }
         for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
             int64_t row = seg->row0 + i;
             int64_t t = seg->pos0 + i;
@@ -569,6 +619,25 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                     st = fwd_copy(fwd, srow,
                                   b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
                                   (size_t)kI * sizeof(int32_t));
+                }
+                if (n_ckv > 0 && st == TDM_OK) {
+                    while (n_b < kI && srow[n_b] >= 0 && srow[n_b] < n_ckv) {
+                        n_b++;
+                    }
+                    if (n_b < kI && srow[n_b] >= 0) {
+                        tdm_log(TDM_LOG_ERROR, "engine",
+                                "selected row past the visible rows: layer=%d row=%d "
+                                "visible=%lld",
+                                l, (int)srow[n_b], (long long)n_ckv);
+                        return TDM_ERR_INTERNAL;
+                    }
+                    fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
+                                                                     g.ly.main_scales_row_bytes);
+                    st = fwd->ops->attention_sel(
+                        &fwd->kctx, q + row * nh * d, win + (ws - wstart) * d, n_keys,
+                        fwd->ckv_cache, srow, n_b, lw->attn_sink, nh, d,
+                        (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
+                    continue;
                 }
                 for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
                     st = main_row_at(fwd, &g, tab, srow[k], &sel_codes[n_b], &sel_scales[n_b]);

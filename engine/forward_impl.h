@@ -69,6 +69,8 @@ struct engine_fwd {
     tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer */
     float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
     int64_t ikey_cap_rows;
+    float *ckv_cache; /* dequantized compressed rows of one table (prefill chunks) */
+    int64_t ckv_cap_rows;
     float *head_scratch; /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
     int64_t head_cap_rows;
     int n_index_sources;

@@ -27,6 +27,7 @@ static const kern_ops_t ops_cpu = {
     .moe_route = kern_moe_route_cpu,
     .swiglu = kern_swiglu_cpu,
     .attention = kern_attention_cpu,
+    .attention_sel = kern_attention_sel_cpu,
     .compress_pool = kern_compress_pool_cpu,
     .index_scores = kern_index_scores_cpu,
     .topk = kern_topk_cpu,

@@ -9,13 +9,61 @@
 #include <math.h>
 #include <stddef.h>
 
-/* Key e of the concatenated set. */
-static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b, int64_t e,
-                           int64_t d)
+/* Key e of the concatenated set: keys_a's rows, then keys_b's in order (sel NULL) or its rows
+ * sel[0], sel[1], ... */
+static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b,
+                           const int32_t *sel, int64_t e, int64_t d)
 {
-    return e < n_a ? keys_a + e * d : keys_b + (e - n_a) * d;
+    return e < n_a ? keys_a + e * d : keys_b + (sel != NULL ? sel[e - n_a] : e - n_a) * d;
 }
 
+/* kern_attention_cpu and kern_attention_sel_cpu (arguments checked by them). */
+static void attention(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
+                      const int32_t *sel, int64_t n_b, const float *sink, int64_t n_heads,
+                      int64_t d, float scale, float *scratch, float *o_out)
+{
+    int64_t n_keys = n_a + n_b;
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+    if (vec != NULL && n_keys > 0) {
+        /* the same dots, softmax and sums: every head's logits in one pass over the keys
+         * (scratch [n_heads, n_keys]), then every head's weighted sums in one pass */
+        vec->attn_scores(q, n_heads, keys_a, n_a, keys_b, sel, n_keys, d, scale, scratch);
+        vec->attn_softmax(scratch, n_heads, n_keys, sink);
+        vec->attn_accum(scratch, n_heads, keys_a, n_a, keys_b, sel, n_keys, d, o_out);
+        return;
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        const float *qh = q + h * d;
+        float *oh = o_out + h * d;
+        float mu = -INFINITY;
+        float den = 0.0f;
+        for (int64_t c = 0; c < d; c++) {
+            oh[c] = 0.0f;
+        }
+        if (n_keys == 0) {
+            continue;
+        }
+        for (int64_t e = 0; e < n_keys; e++) {
+            scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, sel, e, d), d) * scale;
+            mu = scratch[e] > mu ? scratch[e] : mu;
+        }
+        for (int64_t e = 0; e < n_keys; e++) {
+            scratch[e] = expf(scratch[e] - mu);
+            den += scratch[e];
+        }
+        den += expf(sink[h] - mu);
+        for (int64_t e = 0; e < n_keys; e++) {
+            float p = scratch[e] / den;
+            const float *k = key_at(keys_a, n_a, keys_b, sel, e, d);
+            for (int64_t c = 0; c < d; c++) {
+                oh[c] += p * k[c];
+            }
+        }
+        for (int64_t c = 0; c < d; c++) {
+            oh[c] = cpu_bf16_round(oh[c]);
+        }
+    }
+}
 
 tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
                                 const float *keys_b, int64_t n_b, const float *sink,
@@ -30,52 +78,29 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
         (n_b > 0 && keys_b == NULL) || (n_keys > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
-    const cpu_vec_ops_t *vec = cpu_vec_ops();
-    for (int64_t h = 0; h < n_heads; h++) {
-        const float *qh = q + h * d;
-        float *oh = o_out + h * d;
-        float mu = -INFINITY;
-        float den = 0.0f;
-        for (int64_t c = 0; c < d; c++) {
-            oh[c] = 0.0f;
-        }
-        if (n_keys == 0) {
-            continue;
-        }
-        if (vec != NULL) { /* the same dots, four keys per pass over qh */
-            vec->attn_scores(qh, keys_a, n_a, keys_b, n_keys, d, scale, scratch);
-            for (int64_t e = 0; e < n_keys; e++) {
-                mu = scratch[e] > mu ? scratch[e] : mu;
-            }
-        } else {
-            for (int64_t e = 0; e < n_keys; e++) {
-                scratch[e] = kern_dot_cpu(qh, key_at(keys_a, n_a, keys_b, e, d), d) * scale;
-                mu = scratch[e] > mu ? scratch[e] : mu;
-            }
-        }
-        for (int64_t e = 0; e < n_keys; e++) {
-            scratch[e] = expf(scratch[e] - mu);
-            den += scratch[e];
-        }
-        den += expf(sink[h] - mu);
-        if (vec != NULL) { /* the same sums, column blocks kept in registers over all keys */
-            for (int64_t e = 0; e < n_keys; e++) {
-                scratch[e] = scratch[e] / den;
-            }
-            vec->attn_accum(scratch, keys_a, n_a, keys_b, n_keys, d, oh);
-            continue;
-        }
-        for (int64_t e = 0; e < n_keys; e++) {
-            float p = scratch[e] / den;
-            const float *k = key_at(keys_a, n_a, keys_b, e, d);
-            for (int64_t c = 0; c < d; c++) {
-                oh[c] += p * k[c];
-            }
-        }
-        for (int64_t c = 0; c < d; c++) {
-            oh[c] = cpu_bf16_round(oh[c]);
+    attention(q, keys_a, n_a, keys_b, NULL, n_b, sink, n_heads, d, scale, scratch, o_out);
+    return TDM_OK;
+}
+
+tdm_status_t kern_attention_sel_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a,
+                                    int64_t n_a, const float *rows, const int32_t *sel, int64_t n_b,
+                                    const float *sink, int64_t n_heads, int64_t d, float scale,
+                                    float *scratch, float *o_out)
+{
+    int64_t n_keys = n_a + n_b;
+
+    (void)ctx;
+    if (q == NULL || sink == NULL || o_out == NULL || n_a < 0 || n_b < 0 || n_heads <= 0 ||
+        d % KERN_GEMM_K_MULTIPLE != 0 || (n_a > 0 && keys_a == NULL) ||
+        (n_b > 0 && (rows == NULL || sel == NULL)) || (n_keys > 0 && scratch == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int64_t i = 0; i < n_b; i++) {
+        if (sel[i] < 0) {
+            return TDM_ERR_INVALID_ARG;
         }
     }
+    attention(q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d, scale, scratch, o_out);
     return TDM_OK;
 }
 

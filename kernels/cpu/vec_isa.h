@@ -27,14 +27,22 @@ typedef struct {
     /* kern_quant_ckv_cpu (e4m3_scales 1, group 16) or kern_quant_mx4_cpu (0, group 32) */
     void (*quant_e2m1)(const float *x, int64_t n, int64_t group, int e4m3_scales, uint8_t *codes,
                        uint8_t *scales);
-    /* s[e] = kern_dot_cpu(q, key_e, d) * scale for e < n_keys, keys e < n_a in keys_a, the rest
-     * in keys_b; d % 16 == 0 (kern_attention_cpu's logits of one head) */
-    void (*attn_scores)(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
-                        int64_t n_keys, int64_t d, float scale, float *s);
-    /* o[c] = bf16(sum over e ascending of p[e] * key_e[c]) from 0.0f, keys e < n_a in keys_a,
-     * the rest in keys_b; d % 16 == 0 (kern_attention_cpu's weighted sum of one head) */
-    void (*attn_accum)(const float *p, const float *keys_a, int64_t n_a, const float *keys_b,
-                       int64_t n_keys, int64_t d, float *o);
+    /* s[h * n_keys + e] = kern_dot_cpu(q_h, key_e, d) * scale for h < n_heads, e < n_keys
+     * (q: [n_heads, d]), keys e < n_a in keys_a, the rest rows of keys_b: in order (sel NULL)
+     * or rows sel[e - n_a]; d % 16 == 0 (kern_attention_cpu's logits of every head) */
+    void (*attn_scores)(const float *q, int64_t n_heads, const float *keys_a, int64_t n_a,
+                        const float *keys_b, const int32_t *sel, int64_t n_keys, int64_t d,
+                        float scale, float *s);
+    /* kern_attention_cpu's softmax of every head in place, s [n_heads, n] (n >= 1):
+     * s[h n + e] = exp(s[h n + e] - mu_h) / den_h, den_h = sum over e ascending of those
+     * exponentials, plus exp(sink[h] - mu_h); libm's expf */
+    void (*attn_softmax)(float *s, int64_t n_heads, int64_t n, const float *sink);
+    /* o[h * d + c] = bf16(sum over e ascending of p[h * n_keys + e] * key_e[c]) from 0.0f for
+     * h < n_heads, keys as attn_scores'; d % 16 == 0 (kern_attention_cpu's weighted sums of
+     * every head) */
+    void (*attn_accum)(const float *p, int64_t n_heads, const float *keys_a, int64_t n_a,
+                       const float *keys_b, const int32_t *sel, int64_t n_keys, int64_t d,
+                       float *o);
     /* kern_index_scores_cpu's loop (d_I % 16 == 0) */
     void (*index_scores)(const float *q, const float *w, int64_t n_heads, int64_t d_I,
                          const float *keys, int64_t n_keys, float *scores);

@@ -298,9 +298,9 @@ static void test_topk_tie_order_skips_minus_inf_and_rejects_nan(void **state)
     assert_int_equal(kern_topk_cpu(NULL, v, 8, 2, scratch, idx, &n), TDM_ERR_INTERNAL);
 }
 
-/* Long inputs (the heap fills, then runs of 16 are skipped when none beats its worst): the same
- * selection and order as a full sort in the tie order (value descending, index ascending), with
- * many ties and -inf entries. */
+/* Long inputs (the heap fills, then runs of 16 are skipped when none beats its worst; from 128
+ * values the histogram selection): the same selection and order as a full sort in the tie order
+ * (value descending, index ascending), with many ties, signed zeros and -inf entries. */
 static int32_t topk_cmp_vals_idx(const float *v, int32_t a, int32_t b)
 {
     if (v[a] != v[b]) {
@@ -312,8 +312,8 @@ static int32_t topk_cmp_vals_idx(const float *v, int32_t a, int32_t b)
 static void test_topk_long_inputs_match_a_full_sort(void **state)
 {
     enum { N = 1000 };
-    static const int64_t ns[] = {16, 17, 31, 32, 100, 257, N};
-    static const int64_t ks[] = {1, 3, 16, 64, 128};
+    static const int64_t ns[] = {16, 17, 31, 32, 100, 127, 128, 257, 512, N};
+    static const int64_t ks[] = {1, 3, 7, 8, 16, 64, 128, 300, N};
     float v[N];
     int32_t scratch[N], idx[N], want[N];
     (void)state;
@@ -326,6 +326,11 @@ static void test_topk_long_inputs_match_a_full_sort(void **state)
                 v[i] = u < 0.05 ? -INFINITY
                                 : (rep % 2 == 0 ? (float)(int)(urand() * 8)
                                                 : (float)i * 0.01f + (float)(int)(u * 4));
+                if (rep % 4 == 3) { /* signed zeros (equal), infinities, subnormals, negatives */
+                    static const float odd[8] = {0.0f,     -0.0f,   INFINITY, -1e-40f,
+                                                 1e-40f,   -2.5f,   -0.0f,    -3e38f};
+                    v[i] = u < 0.05 ? -INFINITY : odd[(int)(urand() * 8)];
+                }
             }
             for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++) {
                 int64_t k = ks[b], got = 0, n_fin = 0;
@@ -390,7 +395,7 @@ static void test_attention_matches_double_with_sink(void **state)
 {
     (void)state;
     int64_t nh = 2, d = 32, na = 5, nb = 3;
-    float q[64], ka[5 * 32], kb[3 * 32], sink[2] = {0.3f, -0.7f}, o[64], scratch[8];
+    float q[64], ka[5 * 32], kb[3 * 32], sink[2] = {0.3f, -0.7f}, o[64], scratch[16];
     double ref[64];
     fill(q, nh * d, 1.0f);
     fill(ka, na * d, 1.0f);

@@ -355,7 +355,7 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
 {
     enum { M = 4, H = 96, D = 64, NH = 3, NA = 21, NB = 5 };
     float pre[M], post[M], Mx[M * M], X[M * H], X2[M * H], F[H], y[H], want[H * M];
-    float q[NH * D], ka[NA * D], kb[NB * D], sink[NH], o[NH * D], scratch[NA + NB];
+    float q[NH * D], ka[NA * D], kb[NB * D], sink[NH], o[NH * D], scratch[NH * (NA + NB)];
     (void)state;
     for (int rep = 0; rep < 50; rep++) {
         for (int i = 0; i < M; i++) {
@@ -524,7 +524,7 @@ static void test_other_kernels_match_scalar_set(void **state)
     static float X[M * H], X_ref[M * H], Xt[M * H], kv[(M + 1) * H], qw[M * H], kw[M * H];
     static float yc[H], yc_ref[H];
     static float pre[M], post[M], Mx[M * M], F[H], o[2 * D], o_ref[2 * D];
-    static float aq[2 * D], ka[NA * D], kb[NB * D], sink[2], scratch[NA + NB];
+    static float aq[2 * D], ka[NA * D], kb[NB * D], sink[2], scratch[2 * (NA + NB)];
     int64_t pos[ROWS] = {0, 17, 4099};
     (void)state;
     g_test_isa = kern_cpu_isa();
@@ -734,6 +734,111 @@ static void test_row_blocked_kernels_match_row_at_a_time(void **state)
     }
 }
 
+/* Attention of every head in one pass (the vector sets' multi-head blocks), and with the selected
+ * rows in place (kern_attention_sel_cpu), against the scalar set's one-head-at-a-time loops over
+ * the gathered rows, bit for bit: head counts around the register blocks (1-9),
+ * key counts 0-29 split between the window and the selected part, d with and without a 64-column
+ * tail; logits with ties, zero maxima of either sign, -inf, +inf and NaN among them. */
+static void test_attention_heads_match_scalar_set(void **state)
+{
+    enum { NHM = 9, DM = 128, NAM = 20, NBM = 9 };
+    static float q[NHM * DM], ka[NAM * DM], kb[NBM * DM], sink[NHM];
+    static float o[NHM * DM], o_ref[NHM * DM], scratch[NHM * (NAM + NBM)];
+    static float rows[2 * NBM * DM];
+    int32_t sel[NBM];
+    static const int64_t ds[3] = {16, 80, 128};
+    (void)state;
+    g_test_isa = kern_cpu_isa();
+    for (int rep = 0; rep < 300; rep++) {
+        int64_t nh = 1 + (int64_t)(rnd32() % NHM), d = ds[rep % 3];
+        int64_t na = (int64_t)(rnd32() % (NAM + 1)), nb = (int64_t)(rnd32() % (NBM + 1));
+        int special = rep % 5;
+        for (int64_t i = 0; i < nh * d; i++) {
+            q[i] = special == 1 ? 0.0f : frand(1.0f);
+        }
+        for (int64_t i = 0; i < na * d; i++) {
+            ka[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < 2 * NBM * d; i++) {
+            rows[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nb; i++) { /* the selected part: rows of a matrix, gathered */
+            sel[i] = (int32_t)(rnd32() % (2 * NBM));
+            memcpy(kb + i * d, rows + sel[i] * d, (size_t)d * sizeof(float));
+        }
+        if (special == 1 && nh > 1) {
+            q[d] = -0.0f; /* head 1: every logit -0 or +0 (sign by key) */
+        }
+        if (special == 2 && na > 2) { /* ties: a repeated key; head 0 sees -inf and +inf */
+            memcpy(ka + 2 * d, ka, (size_t)d * sizeof(float));
+            ka[d] = INFINITY;
+            q[0] = 1.0f;
+        }
+        if (special == 3 && na > 0) { /* a NaN logit */
+            ka[0] = NAN;
+        }
+        if (special == 4 && na > 1) {
+            ka[d] = -INFINITY;
+            q[0] = 1.0f;
+        }
+        for (int64_t h = 0; h < nh; h++) {
+            sink[h] = frand(2.0f);
+        }
+        use_scalar();
+        assert_int_equal(kern_attention_cpu(NULL, q, ka, na, nb > 0 ? kb : NULL, nb, sink, nh, d,
+                                            0.125f, scratch, o_ref),
+                         TDM_OK);
+        use_test_isa();
+        memset(o, 0x5A, sizeof(o));
+        assert_int_equal(kern_attention_cpu(NULL, q, ka, na, nb > 0 ? kb : NULL, nb, sink, nh, d,
+                                            0.125f, scratch, o),
+                         TDM_OK);
+        assert_bits_equal(o, o_ref, nh * d, "attention heads");
+        memset(o, 0x5A, sizeof(o)); /* the same keys, the selected part in place */
+        assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, na, rows, sel, nb, sink, nh, d,
+                                                0.125f, scratch, o),
+                         TDM_OK);
+        assert_bits_equal(o, o_ref, nh * d, "attention with selected rows in place");
+    }
+    sel[0] = -1; /* a negative row, rows or sel missing */
+    assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, 1, rows, sel, 1, sink, 1, 16, 0.125f,
+                                            scratch, o),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_attention_sel_cpu(NULL, q, ka, 1, rows, NULL, 1, sink, 1, 16, 0.125f,
+                                            scratch, o),
+                     TDM_ERR_INVALID_ARG);
+}
+
+/* Indexer scores with head counts around the register blocks (1-17: whole blocks of 4 and 8
+ * heads and tails) and key counts 0-39 (pairs and a tail), against the scalar set, bit for bit;
+ * negative dots (the max(0, .)) and negative weights included. */
+static void test_index_scores_blocks_match_scalar_set(void **state)
+{
+    enum { NHX = 17, DX = 64, NKX = 39 };
+    static float q[NHX * DX], w[NHX], keys[NKX * DX], sc[NKX], sc_ref[NKX];
+    static const int64_t ds[3] = {16, 48, 64};
+    (void)state;
+    g_test_isa = kern_cpu_isa();
+    for (int rep = 0; rep < 200; rep++) {
+        int64_t nh = 1 + (int64_t)(rnd32() % NHX), d = ds[rep % 3];
+        int64_t nk = (int64_t)(rnd32() % (NKX + 1));
+        for (int64_t i = 0; i < nh * d; i++) {
+            q[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nh; i++) {
+            w[i] = frand(1.0f);
+        }
+        for (int64_t i = 0; i < nk * d; i++) {
+            keys[i] = frand(1.0f);
+        }
+        use_scalar();
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, nh, d, keys, nk, sc_ref), TDM_OK);
+        use_test_isa();
+        assert_int_equal(kern_index_scores_cpu(NULL, q, w, nh, d, keys, nk, sc), TDM_OK);
+        assert_bits_equal(sc, sc_ref, nk, "index_scores blocks");
+    }
+}
+
 /* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
  * the scalar definitions' bits. */
 int main(void)
@@ -749,6 +854,8 @@ int main(void)
         cmocka_unit_test(test_quantizers_match_scalar_codec),
         cmocka_unit_test(test_other_kernels_match_scalar_set),
         cmocka_unit_test(test_row_blocked_kernels_match_row_at_a_time),
+        cmocka_unit_test(test_attention_heads_match_scalar_set),
+        cmocka_unit_test(test_index_scores_blocks_match_scalar_set),
     };
     int failures = 0;
     int n_run = 0;
