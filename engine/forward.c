@@ -6,14 +6,17 @@
 
 #include "common/log.h"
 #include "engine/forward_impl.h"
+#include "kernels/rope.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
+#define FLOAT_BYTES(n)       ((size_t)(n) * sizeof(float))
 #define DEFAULT_CHUNK_TOKENS 256
-#define ARENA_SAFETY 2      /* factor over the per-row estimate */
-#define ARENA_FIXED_BYTES (4u << 20)
+#define ARENA_SAFETY         2 /* factor over the per-row estimate */
+#define ARENA_FIXED_BYTES    (4u << 20)
+#define ROPE_CACHE_SLOTS     4096 /* positions per RoPE table: a prefill chunk's and a decode batch's \
+                                   */
 
 void engine_fwd_params_default(const engine_model_t *model, engine_fwd_params_t *params)
 {
@@ -49,12 +52,13 @@ static size_t layer_row_bytes(const engine_config_t *c)
     int64_t m = c->hc_mult, H = c->hidden_size, d = c->head_dim;
     int64_t n_mix = (2 + m) * m;
     int64_t E = c->n_routed_experts > c->dspark_n_routed_experts ? c->n_routed_experts
-                                                                  : c->dspark_n_routed_experts;
+                                                                 : c->dspark_n_routed_experts;
     int64_t n_e = (c->engram_max_ngram_size - 1) * c->engram_n_heads * c->engram_head_dim;
-    int64_t floats = 2 * m * H + 2 * n_mix + 6 * m + 2 * m * m + 2 * H + 2 * H + 3 * c->q_lora_rank +
-                     2 * c->num_attention_heads * d + 8 * d + c->o_groups * c->o_lora_rank +
-                     2 * c->index_n_heads * c->index_head_dim + c->index_n_heads + 4 * c->index_head_dim +
-                     E + 2 * c->num_experts_per_tok + 5 * H + 3 * c->moe_intermediate_size +
+    int64_t floats = 2 * m * H + 2 * n_mix + 6 * m + 2 * m * m + 2 * H + 2 * H +
+                     3 * c->q_lora_rank + 2 * c->num_attention_heads * d + 8 * d +
+                     c->o_groups * c->o_lora_rank + 2 * c->index_n_heads * c->index_head_dim +
+                     c->index_n_heads + 4 * c->index_head_dim + E + 2 * c->num_experts_per_tok +
+                     5 * H + 3 * c->moe_intermediate_size +
                      3 * (c->num_experts_per_tok + c->dspark_num_experts_per_tok) + /* grouping */
                      4 * (c->engram_max_ngram_size - 1) * c->engram_n_heads + /* row pointers */
                      2 * n_e + (m + 1) * H + c->index_topk + 64;
@@ -105,20 +109,26 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
             return st;
         }
     }
+    /* cos/sin rows shared by every RoPE call of a pass (freed in engine_fwd_destroy) */
+    st = kern_rope_cache_create(ROPE_CACHE_SLOTS, &fwd->kctx.rope_cache);
+    if (st != TDM_OK) {
+        engine_fwd_destroy(fwd);
+        return st;
+    }
     fwd->n_index_sources = c->n_index_source_layer_ids;
     for (int i = 0; i < c->n_index_source_layer_ids; i++) {
         fwd->index_source_layer[i] = (int)c->index_source_layer_ids[i];
     }
     fixed = ARENA_FIXED_BYTES +
-            (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) *
-                (size_t)c->head_dim * sizeof(float) +
+            (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * (size_t)c->head_dim *
+                sizeof(float) +
             (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
             (size_t)c->vocab_size * 0;
     st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
-        st = tdm_arena_init(&fwd->batch_arena,
-                            batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
-                                ARENA_FIXED_BYTES);
+        st = tdm_arena_init(&fwd->batch_arena, batch_row_bytes(c, fwd->n_index_sources) *
+                                                       (size_t)fwd_max_rows(fwd) * 2 +
+                                                   ARENA_FIXED_BYTES);
     }
     if (st != TDM_OK) {
         engine_fwd_destroy(fwd);
@@ -139,6 +149,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     free(fwd->ckv_cache);
     free(fwd->head_scratch);
     kern_pool_destroy(fwd->kctx.pool);
+    kern_rope_cache_destroy(fwd->kctx.rope_cache);
     free(fwd);
 }
 
@@ -228,7 +239,7 @@ tdm_status_t fwd_batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
 
 /* logits [rows, V] of batch rows [r0, r0 + n): head on the collapse with the last FFN pre. */
 tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
-                              float *logits_out)
+                           float *logits_out)
 {
     const engine_config_t *c = fwd->cfg;
     int64_t m = c->hc_mult, H = c->hidden_size;
@@ -242,8 +253,8 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
     }
     st = fwd->ops->mhc_collapse(&fwd->kctx, b->pre + r0 * m, b->X + r0 * m * H, n, (int)m, H, h);
     if (st == TDM_OK) {
-        st = fwd->ops->rmsnorm(&fwd->kctx, h, H, n, H, fwd->model->norm,
-                               (float)c->rms_norm_eps, h, H);
+        st = fwd->ops->rmsnorm(&fwd->kctx, h, H, n, H, fwd->model->norm, (float)c->rms_norm_eps, h,
+                               H);
     }
     if (st == TDM_OK) {
         st =
@@ -301,8 +312,8 @@ tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
         const engine_layer_weights_t *lw = &model->layers[l];
         st = fwd_gemm(fwd, &lw->wkv, mx, H, N, KERN_GEMM_OUT_BF16, kv, d);
         if (st == TDM_OK) {
-            st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, (float)c->rms_norm_eps,
-                                   kv, d);
+            st = fwd->ops->rmsnorm(&fwd->kctx, kv, d, N, d, lw->kv_norm, (float)c->rms_norm_eps, kv,
+                                   d);
         }
         if (st == TDM_OK) {
             st = fwd->ops->rope(&fwd->kctx, kv, N, 1, d, (int)c->qk_rope_head_dim, pos,
@@ -336,8 +347,8 @@ tdm_status_t fwd_check_ids(const engine_config_t *c, const int32_t *ids, int64_t
 }
 
 /* Reserve the pages every sequence needs at its new length; all or nothing. */
-tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
-                                  const int64_t *new_len, int n)
+tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int64_t *new_len,
+                               int n)
 {
     uint32_t need = 0;
     tdm_status_t st = TDM_OK;
@@ -358,16 +369,14 @@ tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs,
     for (done = 0; done < n && st == TDM_OK; done++) {
         for (int s = 0; s < seqs[done]->n_sources && st == TDM_OK; s++) {
             engine_kv_table_t *t = &seqs[done]->tables[s];
-            st = engine_kv_table_reserve(fwd->pool, t,
-                                         engine_config_n_c(fwd->cfg, t->source_layer,
-                                                           new_len[done] - 1));
+            st = engine_kv_table_reserve(
+                fwd->pool, t, engine_config_n_c(fwd->cfg, t->source_layer, new_len[done] - 1));
         }
     }
     if (st != TDM_OK) {
         for (int i = 0; i < n; i++) {
             for (int s = 0; s < seqs[i]->n_sources; s++) {
-                engine_kv_table_truncate(fwd->pool, &seqs[i]->tables[s],
-                                         seqs[i]->tables[s].n_rows);
+                engine_kv_table_truncate(fwd->pool, &seqs[i]->tables[s], seqs[i]->tables[s].n_rows);
             }
         }
     }
@@ -523,8 +532,7 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
             }
         }
         new_len[i] = seqs[i]->length + n_ids[i];
-        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, n_ids[i], n_rows, 0, 1, ids + n_rows,
-                               0};
+        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, n_ids[i], n_rows, 0, 1, ids + n_rows, 0};
         n_rows += n_ids[i];
     }
     if (n_rows > fwd_max_rows(fwd)) {
@@ -685,8 +693,8 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     b.n_segs = 1;
     st = fwd_batch_alloc(fwd, &b, Wp);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, H - Wp, &want,
-                       recovery, logits_out);
+        st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, H - Wp, &want, recovery,
+                       logits_out);
     }
     return st;
 }

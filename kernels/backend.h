@@ -35,6 +35,9 @@ typedef struct {
     kern_pool_t *pool; /* CPU workers, borrowed (must outlive every kernel call); NULL = none */
     int cuda_device;   /* CUDA device ordinal (CUDA backend) */
     void *cuda_stream; /* cudaStream_t, NULL = default stream (CUDA backend) */
+    /* CPU RoPE cos/sin rows of recent positions (kernels/rope.h kern_rope_cache_create),
+     * borrowed like pool; NULL = computed in every call. Changes no result, only time. */
+    struct kern_rope_cache *rope_cache;
 } kern_ctx_t;
 
 /*

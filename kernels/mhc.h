@@ -64,8 +64,7 @@ kern_mhc_collapse_fn kern_mhc_collapse_cpu;
  * post: [n_rows, m].  F: [n_rows, H] (the sublayer output).  M: [n_rows, m, m].
  */
 typedef tdm_status_t kern_mhc_update_fn(kern_ctx_t *ctx, const float *post, const float *F,
-                                        const float *M, int64_t n_rows, int m, int64_t H,
-                                        float *X);
+                                        const float *M, int64_t n_rows, int m, int64_t H, float *X);
 kern_mhc_update_fn kern_mhc_update_cpu;
 
 /*
@@ -75,6 +74,7 @@ kern_mhc_update_fn kern_mhc_update_cpu;
  * +; X_i = BF16(X_i + g value).
  * X: [n_rows, m, H].  kv: [n_rows, (m+1) H] = [key_0 .. key_{m-1}, value] (BF16 values).
  * qw, kw: [m, H] f32.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, m out of 1..16, H <= 0; X untouched).
  */
 typedef tdm_status_t kern_engram_gate_fn(kern_ctx_t *ctx, float *X, const float *kv,
                                          const float *qw, const float *kw, int64_t n_rows, int m,

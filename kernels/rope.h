@@ -37,11 +37,35 @@ typedef struct {
  * f_i = f_i (1 - ramp_i) + (f_i / factor) ramp_i; then rounded to FP32 into freqs_out [d_r/2].
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (d_r odd, <= 0 or > KERN_ROPE_MAX_DIMS, theta <= 1).
  */
-tdm_status_t kern_rope_freqs(int d_r, double theta, const kern_rope_yarn_t *yarn,
-                             float *freqs_out);
+tdm_status_t kern_rope_freqs(int d_r, double theta, const kern_rope_yarn_t *yarn, float *freqs_out);
 
 /* kern_rope_cos_sin - cos_out, sin_out [d_r/2] FP32 at position pos (the table rule). */
 void kern_rope_cos_sin(const float *freqs, int d_r, int64_t pos, float *cos_out, float *sin_out);
+
+/*
+ * kern_rope_cache_t - the CPU RoPE's cos/sin rows (kern_rope_cos_sin) of recently used positions,
+ * for up to KERN_ROPE_CACHE_TABLES frequency tables (told apart by their values, not their
+ * address): a forward pass rotates the same positions with the same table in many calls (q, kv,
+ * index keys and the inverse rotation of every layer), and each row's cos/sin would otherwise be
+ * computed (d_r libm calls) in each. A cached row is the very floats kern_rope_cos_sin returns,
+ * so results do not change. Direct-mapped on pos % n_slots; a kern_ctx_t points at it
+ * (rope_cache) and kern_rope_cpu uses it. Not thread-safe: one per kernel context.
+ */
+typedef struct kern_rope_cache kern_rope_cache_t;
+
+/* Frequency tables a kern_rope_cache_t holds at once (the least recently created is replaced). */
+#define KERN_ROPE_CACHE_TABLES 4
+
+/*
+ * kern_rope_cache_create - an empty cache of n_slots positions per table (a power of two,
+ * 1..2^20); each table's rows (n_slots * d_r floats plus a tag per slot) are allocated the
+ * first time kern_rope_cpu sees it. Returns TDM_OK, TDM_ERR_INVALID_ARG (n_slots not a power of
+ * two in range, cache_out NULL), TDM_ERR_NO_MEMORY. Caller frees with kern_rope_cache_destroy.
+ */
+tdm_status_t kern_rope_cache_create(int64_t n_slots, kern_rope_cache_t **cache_out);
+
+/* kern_rope_cache_destroy - frees the cache and its rows; NULL is a no-op. */
+void kern_rope_cache_destroy(kern_rope_cache_t *cache);
 
 /* Direction of kern_rope_fn. */
 typedef enum {
@@ -57,6 +81,8 @@ typedef enum {
  * x:     [n_rows, n_heads, dim] f32, rows of n_heads * dim contiguous elements, in place.
  * pos:   [n_rows] positions >= 0.   freqs: [d_r/2] from kern_rope_freqs.
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, d_r > dim, d_r odd).
+ * The CPU version takes each row's cos/sin from ctx->rope_cache when ctx has one (filling it on
+ * a miss; a table whose rows cannot be allocated is simply not cached): the same values.
  */
 typedef tdm_status_t kern_rope_fn(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_heads,
                                   int64_t dim, int d_r, const int64_t *pos, const float *freqs,

@@ -13,7 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 /* fl(a/b) on the host is C's `/`: only correct if float arithmetic is done in float. */
 #if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
 #error "kernels/cpu/codec.c needs FLT_EVAL_METHOD == 0 (SSE float arithmetic, no x87)"
@@ -197,7 +196,7 @@ static void qdq_act8_scalar(const float *x, int64_t n, float *y_out)
 
 /* The row operations of this CPU's vector version (kernels/cpu/vec_isa.h), or the scalar ones
  * (a table with only the row operations). */
-static const cpu_vec_ops_t *row_ops(void)
+const cpu_vec_ops_t *cpu_row_ops(void)
 {
     static const cpu_vec_ops_t scalar = {
         .dequant_act8 = dequant_act8_scalar,
@@ -219,7 +218,7 @@ tdm_status_t kern_quant_act8_cpu(kern_ctx_t *ctx, const float *x, int64_t n_rows
 
     (void)ctx;
     if (status == TDM_OK) {
-        row_ops()->quant_act8(x, n_rows * dim, codes_out, scales_out);
+        cpu_row_ops()->quant_act8(x, n_rows * dim, codes_out, scales_out);
     }
     return status;
 }
@@ -233,7 +232,7 @@ static tdm_status_t quant_e2m1_rows(const char *what, const float *x, int64_t n_
         kern_codec_check_rows(what, x, x, codes_out, scales_out, n_rows, dim, group);
 
     if (status == TDM_OK) {
-        row_ops()->quant_e2m1(x, n_rows * dim, group, e4m3_scales, codes_out, scales_out);
+        cpu_row_ops()->quant_e2m1(x, n_rows * dim, group, e4m3_scales, codes_out, scales_out);
     }
     return status;
 }
@@ -262,22 +261,21 @@ tdm_status_t kern_dequant_act8_cpu(kern_ctx_t *ctx, const uint8_t *codes, const 
 
     (void)ctx;
     if (status == TDM_OK) {
-        row_ops()->dequant_act8(codes, scales, n_rows * dim, y_out);
+        cpu_row_ops()->dequant_act8(codes, scales, n_rows * dim, y_out);
     }
     return status;
 }
 
 /* codes * scale of Q_ckv (e4m3_scales: E4M3 scale per 16) or Q_mx4 (UE8M0 per 32) rows. */
-static tdm_status_t dequant_e2m1_rows(const char *what, const uint8_t *codes,
-                                      const uint8_t *scales, int64_t n_rows, int64_t dim,
-                                      int e4m3_scales, float *y_out)
+static tdm_status_t dequant_e2m1_rows(const char *what, const uint8_t *codes, const uint8_t *scales,
+                                      int64_t n_rows, int64_t dim, int e4m3_scales, float *y_out)
 {
     int64_t group = e4m3_scales ? KERN_CKV_GROUP : KERN_MX4_GROUP;
     tdm_status_t status =
         kern_codec_check_rows(what, codes, scales, y_out, y_out, n_rows, dim, group);
 
     if (status == TDM_OK) {
-        row_ops()->dequant_e2m1(codes, scales, n_rows * dim, group, e4m3_scales, y_out);
+        cpu_row_ops()->dequant_e2m1(codes, scales, n_rows * dim, group, e4m3_scales, y_out);
     }
     return status;
 }
@@ -302,7 +300,7 @@ tdm_status_t kern_qdq_act8_cpu(const float *x, int64_t n, float *y_out)
         kern_codec_check_rows("qdq_act8", x, x, y_out, y_out, 1, n, KERN_ACT8_GROUP);
 
     if (status == TDM_OK) {
-        row_ops()->qdq_act8(x, n, y_out);
+        cpu_row_ops()->qdq_act8(x, n, y_out);
     }
     return status;
 }

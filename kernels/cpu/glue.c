@@ -3,6 +3,8 @@
 #include "kernels/glue.h"
 
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -30,7 +32,8 @@ tdm_status_t kern_embed_cpu(kern_ctx_t *ctx, const uint16_t *table, int64_t n_vo
         for (int64_t k = 0; k < m; k++) {
             float *x = x_out + (r * m + k) * H;
             for (int64_t col = 0; col < H; col++) {
-                x[col] = kern_bf16_to_f32(e[col]);
+                uint32_t bits = (uint32_t)e[col] << 16; /* kern_bf16_to_f32, inline */
+                memcpy(&x[col], &bits, sizeof(bits));
             }
             if (pre_out != NULL) {
                 pre_out[r * m + k] = k == 0 ? 1.0f : 0.0f;
@@ -65,12 +68,18 @@ tdm_status_t kern_stream_mean_cpu(kern_ctx_t *ctx, const float *x, int64_t n_row
 
 tdm_status_t kern_bf16_round_cpu(kern_ctx_t *ctx, const float *x, int64_t n, float *y_out)
 {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+
     (void)ctx;
     if (n < 0 || (n > 0 && (x == NULL || y_out == NULL))) {
         return TDM_ERR_INVALID_ARG;
     }
+    if (vec != NULL) {
+        vec->add_bf16(x, NULL, n, y_out);
+        return TDM_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
-        y_out[i] = kern_bf16_round(x[i]);
+        y_out[i] = cpu_bf16_round(x[i]);
     }
     return TDM_OK;
 }
@@ -78,12 +87,18 @@ tdm_status_t kern_bf16_round_cpu(kern_ctx_t *ctx, const float *x, int64_t n, flo
 tdm_status_t kern_add_bf16_cpu(kern_ctx_t *ctx, const float *a, const float *b, int64_t n,
                                float *y_out)
 {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+
     (void)ctx;
     if (n < 0 || (n > 0 && (a == NULL || b == NULL || y_out == NULL))) {
         return TDM_ERR_INVALID_ARG;
     }
+    if (vec != NULL) {
+        vec->add_bf16(a, b, n, y_out);
+        return TDM_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
-        y_out[i] = kern_bf16_round(a[i] + b[i]);
+        y_out[i] = cpu_bf16_round(a[i] + b[i]);
     }
     return TDM_OK;
 }
@@ -251,21 +266,18 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
                                    const uint8_t *const *codes, const uint8_t *const *scales,
                                    int64_t n_rows, int64_t dim, float *y_out)
 {
-    kern_dequant_act8_fn *one;
+    const cpu_vec_ops_t *row = cpu_row_ops();
     int64_t group;
-    tdm_status_t st = TDM_OK;
 
+    (void)ctx;
     switch (format) {
     case KERN_ROWS_ACT8:
-        one = kern_dequant_act8_cpu;
         group = KERN_ACT8_GROUP;
         break;
     case KERN_ROWS_CKV:
-        one = kern_dequant_ckv_cpu;
         group = KERN_CKV_GROUP;
         break;
     case KERN_ROWS_MX4:
-        one = kern_dequant_mx4_cpu;
         group = KERN_MX4_GROUP;
         break;
     default:
@@ -280,8 +292,15 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
             return TDM_ERR_INVALID_ARG;
         }
     }
-    for (int64_t r = 0; r < n_rows && st == TDM_OK; r++) {
-        st = one(ctx, codes[r], scales[r], 1, dim, y_out + r * dim);
+    /* each row as kern_dequant_act8_cpu / _ckv_cpu / _mx4_cpu on one row of dim (their row
+     * operation, called directly: the checks above cover every row) */
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (format == KERN_ROWS_ACT8) {
+            row->dequant_act8(codes[r], scales[r], dim, y_out + r * dim);
+        } else {
+            row->dequant_e2m1(codes[r], scales[r], dim, group, format == KERN_ROWS_CKV,
+                              y_out + r * dim);
+        }
     }
-    return st;
+    return TDM_OK;
 }

@@ -9,14 +9,73 @@
 #include <math.h>
 #include <stddef.h>
 
+/* Rows whose coefficients are computed together (one per lane of the vector Sinkhorn). */
+#define MHC_LANES 16
+
 static float sigmoidf(float z)
 {
     return 1.0f / (1.0f + expf(-z));
 }
 
-tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *params,
-                                 const float *x, int64_t n_rows, int64_t H, const float *mix_raw,
-                                 float *pre_out, float *post_out, float *M_out)
+/* The Sinkhorn normalisation of one row's M [m, m] (kern_mhc_coeffs_fn): column normalise, then
+ * iters - 1 times row then column normalise, each dividing by sum + eh. */
+static void sinkhorn_row(float *M, int m, int iters, float eh)
+{
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            for (int i = 0; i < m; i++) { /* row normalise */
+                float sum = 0.0f;
+                for (int j = 0; j < m; j++) {
+                    sum += M[i * m + j];
+                }
+                for (int j = 0; j < m; j++) {
+                    M[i * m + j] = M[i * m + j] / (sum + eh);
+                }
+            }
+        }
+        for (int j = 0; j < m; j++) { /* column normalise */
+            float sum = 0.0f;
+            for (int i = 0; i < m; i++) {
+                sum += M[i * m + j];
+            }
+            for (int i = 0; i < m; i++) {
+                M[i * m + j] = M[i * m + j] / (sum + eh);
+            }
+        }
+    }
+}
+
+/* The Sinkhorn normalisation of rows' M [n, m, m] (n <= 16): one row per vector lane when the
+ * CPU has a vector set (each lane runs sinkhorn_row's operations on its own row), else row by
+ * row. */
+static void sinkhorn_rows(const cpu_vec_ops_t *vec, float *M, int64_t n, int m, int iters, float eh)
+{
+    float lanes[KERN_MHC_MAX_STREAMS * KERN_MHC_MAX_STREAMS * MHC_LANES];
+    int mm = m * m;
+
+    if (vec == NULL || n < 2) {
+        for (int64_t r = 0; r < n; r++) {
+            sinkhorn_row(M + r * mm, m, iters, eh);
+        }
+        return;
+    }
+    for (int k = 0; k < mm; k++) {
+        for (int64_t r = 0; r < MHC_LANES; r++) {
+            /* lanes past n repeat row 0 (computed, never stored) */
+            lanes[k * MHC_LANES + r] = M[(r < n ? r : 0) * mm + k];
+        }
+    }
+    vec->mhc_sinkhorn(lanes, m, iters, eh);
+    for (int k = 0; k < mm; k++) {
+        for (int64_t r = 0; r < n; r++) {
+            M[r * mm + k] = lanes[k * MHC_LANES + r];
+        }
+    }
+}
+
+tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *params, const float *x,
+                                 int64_t n_rows, int64_t H, const float *mix_raw, float *pre_out,
+                                 float *post_out, float *M_out)
 {
     (void)ctx;
     if (params == NULL || x == NULL || mix_raw == NULL || pre_out == NULL || post_out == NULL ||
@@ -28,61 +87,47 @@ tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *param
     const float *b = params->base;
     const float *sc = params->scale;
     float eh = params->eps_hc;
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
 
-    for (int64_t r = 0; r < n_rows; r++) {
-        float mix[(2 + KERN_MHC_MAX_STREAMS) * KERN_MHC_MAX_STREAMS];
-        float *M = M_out + r * m * m;
-        float rs = kern_rms_scale_cpu(x + r * m * H, m * H, params->eps);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += MHC_LANES) {
+        int64_t nb = n_rows - r0 < MHC_LANES ? n_rows - r0 : MHC_LANES;
+        float rs_block[MHC_LANES];
 
-        for (int k = 0; k < n_mix; k++) {
-            mix[k] = mix_raw[r * n_mix + k] * rs;
-        }
-        for (int i = 0; i < m; i++) {
-            pre_out[r * m + i] = sigmoidf(mix[i] * sc[0] + b[i]) + eh;
-            post_out[r * m + i] = 2.0f * sigmoidf(mix[m + i] * sc[1] + b[m + i]);
-        }
-        for (int i = 0; i < m; i++) {
-            float mx = -INFINITY;
-            float sum = 0.0f;
-            for (int j = 0; j < m; j++) {
-                float c = mix[2 * m + m * i + j] * sc[2] + b[2 * m + m * i + j];
-                M[i * m + j] = c;
-                mx = c > mx ? c : mx;
+        /* the block's scales (kern_rms_scales_cpu: its rows side by side) */
+        kern_rms_scales_cpu(x + r0 * m * H, m * H, nb, m * H, params->eps, rs_block);
+        for (int64_t r = r0; r < r0 + nb; r++) {
+            float mix[(2 + KERN_MHC_MAX_STREAMS) * KERN_MHC_MAX_STREAMS];
+            float *M = M_out + r * m * m;
+            float rs = rs_block[r - r0];
+
+            for (int k = 0; k < n_mix; k++) {
+                mix[k] = mix_raw[r * n_mix + k] * rs;
             }
-            for (int j = 0; j < m; j++) {
-                M[i * m + j] = expf(M[i * m + j] - mx);
-                sum += M[i * m + j];
+            for (int i = 0; i < m; i++) {
+                pre_out[r * m + i] = sigmoidf(mix[i] * sc[0] + b[i]) + eh;
+                post_out[r * m + i] = 2.0f * sigmoidf(mix[m + i] * sc[1] + b[m + i]);
             }
-            for (int j = 0; j < m; j++) {
-                M[i * m + j] = M[i * m + j] / sum + eh;
-            }
-        }
-        for (int it = 0; it < params->iters; it++) {
-            if (it > 0) {
-                for (int i = 0; i < m; i++) { /* row normalise */
-                    float sum = 0.0f;
-                    for (int j = 0; j < m; j++) {
-                        sum += M[i * m + j];
-                    }
-                    for (int j = 0; j < m; j++) {
-                        M[i * m + j] = M[i * m + j] / (sum + eh);
-                    }
-                }
-            }
-            for (int j = 0; j < m; j++) { /* column normalise */
+            for (int i = 0; i < m; i++) {
+                float mx = -INFINITY;
                 float sum = 0.0f;
-                for (int i = 0; i < m; i++) {
+                for (int j = 0; j < m; j++) {
+                    float c = mix[2 * m + m * i + j] * sc[2] + b[2 * m + m * i + j];
+                    M[i * m + j] = c;
+                    mx = c > mx ? c : mx;
+                }
+                for (int j = 0; j < m; j++) {
+                    M[i * m + j] = expf(M[i * m + j] - mx);
                     sum += M[i * m + j];
                 }
-                for (int i = 0; i < m; i++) {
-                    M[i * m + j] = M[i * m + j] / (sum + eh);
+                for (int j = 0; j < m; j++) {
+                    M[i * m + j] = M[i * m + j] / sum + eh;
                 }
             }
         }
+        sinkhorn_rows(vec, M_out + r0 * m * m, nb, m, params->iters, eh);
     }
     return TDM_OK;
 }
-
 
 tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const float *X,
                                    int64_t n_rows, int m, int64_t H, float *y_out)
@@ -110,12 +155,12 @@ tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const floa
     return TDM_OK;
 }
 
-tdm_status_t kern_mhc_update_cpu(kern_ctx_t *ctx, const float *post, const float *F,
-                                 const float *M, int64_t n_rows, int m, int64_t H, float *X)
+tdm_status_t kern_mhc_update_cpu(kern_ctx_t *ctx, const float *post, const float *F, const float *M,
+                                 int64_t n_rows, int m, int64_t H, float *X)
 {
     (void)ctx;
-    if (post == NULL || F == NULL || M == NULL || X == NULL || m < 1 ||
-        m > KERN_MHC_MAX_STREAMS || H <= 0) {
+    if (post == NULL || F == NULL || M == NULL || X == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS ||
+        H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     const cpu_vec_ops_t *vec = cpu_vec_ops();
@@ -149,7 +194,8 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
                                   const float *kw, int64_t n_rows, int m, int64_t H, float eps)
 {
     (void)ctx;
-    if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || H <= 0) {
+    if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS ||
+        H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     float sqrt_h = (float)sqrt((double)H);
@@ -157,6 +203,11 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
     for (int64_t r = 0; r < n_rows; r++) {
         const float *kvr = kv + r * (m + 1) * H;
         const float *value = kvr + m * H;
+        float rs_x[KERN_MHC_MAX_STREAMS];
+        float rs_k[KERN_MHC_MAX_STREAMS];
+        /* every stream's scales before any stream is updated (stream i reads only X_i) */
+        kern_rms_scales_cpu(X + r * m * H, H, m, H, eps, rs_x);
+        kern_rms_scales_cpu(kvr, H, m, H, eps, rs_k);
         for (int i = 0; i < m; i++) {
             float *xi = X + (r * m + i) * H;
             const float *key = kvr + i * H;
@@ -164,8 +215,7 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
             for (int64_t c = 0; c < H; c++) {
                 dot += ((xi[c] * qw[i * H + c]) * kw[i * H + c]) * key[c];
             }
-            float gam = dot * kern_rms_scale_cpu(xi, H, eps) * kern_rms_scale_cpu(key, H, eps) /
-                        sqrt_h;
+            float gam = dot * rs_x[i] * rs_k[i] / sqrt_h;
             float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
             float z = (gam >= 0.0f ? 1.0f : -1.0f) * sqrtf(mag);
             float g = 1.0f / (1.0f + expf(-z));

@@ -3,13 +3,15 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/topk.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 
-#define MOE_MAX_E 4096 /* most experts the router's stack scratch holds */
+#define MOE_MAX_E    4096 /* most experts the router's stack scratch holds */
+#define SWIGLU_CHUNK 16   /* elements per vector SwiGLU call (one expf pass, then the vector) */
 
 static int cmp_i32(const void *a, const void *b)
 {
@@ -61,13 +63,26 @@ tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits, const floa
 tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, int64_t n_rows,
                              int64_t I, float lambda, float *h_out)
 {
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+
     (void)ctx;
     if (gu == NULL || h_out == NULL || I <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int64_t r = 0; r < n_rows; r++) {
         float wr = w != NULL ? w[r] : 1.0f;
-        for (int64_t i = 0; i < I; i++) {
+        int64_t i = 0;
+        /* SWIGLU_CHUNK elements at a time: expf per element (libm), then the rest of the
+         * loop's operations, lane by lane, on the vector set */
+        for (; vec != NULL && i + SWIGLU_CHUNK <= I; i += SWIGLU_CHUNK) {
+            const float *g = gu + r * 2 * I + i;
+            float e[SWIGLU_CHUNK];
+            for (int k = 0; k < SWIGLU_CHUNK; k++) {
+                e[k] = expf(-(g[k] < lambda ? g[k] : lambda));
+            }
+            vec->swiglu(g, g + I, e, SWIGLU_CHUNK, lambda, wr, h_out + r * I + i);
+        }
+        for (; i < I; i++) {
             float g = gu[r * 2 * I + i];
             float u = gu[r * 2 * I + I + i];
             float gm = g < lambda ? g : lambda;

@@ -7,6 +7,8 @@
  * operation on lane j alone, so every implementation gives the same bits:
  *   v16_div      correctly rounded quotient (divps / vdivq_f32; never a reciprocal estimate)
  *   v16_rint     round to an integral value, ties to even (roundps / vrndnq_f32), any exponent
+ *   v16_swap_pairs  lanes (2i, 2i + 1) exchanged (a permutation: the values unchanged)
+ *   v16_transpose16 r[i] lane j <- r[j] lane i for 16 vectors (moves only)
  *   v16_gt       a > b, ordered (false when either is NaN)
  *   v16i_gt      signed 32-bit a > b (callers compare magnitudes below 2^31)
  *   v16i_shl/shr logical shifts by a count 0..31
@@ -36,6 +38,39 @@ static inline v16 v16_sub(v16 a, v16 b)
 static inline v16 v16_div(v16 a, v16 b)
 {
     return _mm512_div_ps(a, b);
+}
+static inline v16 v16_swap_pairs(v16 a)
+{
+    return _mm512_permute_ps(a, 0xB1);
+}
+static inline void v16_transpose16(v16 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) { /* 2x2 blocks of elements */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* 4x4 blocks inside each 128-bit lane */
+        u[i] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 1] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 2] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        u[i + 3] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* u[4g + k], lane block q: rows 4g..4g+3 of column 4q + k; move 128-bit blocks */
+    for (int k = 0; k < 4; k++) {
+        __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88); /* blocks 0,2 | 0,2 */
+        __m512 b = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD); /* blocks 1,3 | 1,3 */
+        __m512 c = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+        r[k] = _mm512_shuffle_f32x4(a, c, 0x88);      /* column k: block 0 of each */
+        r[8 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);  /* column 8 + k */
+        r[4 + k] = _mm512_shuffle_f32x4(b, d, 0x88);  /* column 4 + k */
+        r[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD); /* column 12 + k */
+    }
 }
 static inline v16 v16_rint(v16 a)
 {
@@ -144,6 +179,55 @@ static inline v16 v16_sub(v16 x, v16 y)
 static inline v16 v16_div(v16 x, v16 y)
 {
     return (v16){_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)};
+}
+static inline v16 v16_swap_pairs(v16 x)
+{
+    return (v16){_mm256_permute_ps(x.a, 0xB1), _mm256_permute_ps(x.b, 0xB1)};
+}
+/* 8x8 transpose of p[0..7] (rows) in place. */
+static inline void v8_transpose8(__m256 *p[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(*p[i], *p[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(*p[i], *p[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        *p[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        *p[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+static inline void v16_transpose16(v16 r[16])
+{
+    __m256 *p[8];
+    __m256 tmp;
+    for (int i = 0; i < 8; i++) { /* rows 0-7, columns 0-7 */
+        p[i] = &r[i].a;
+    }
+    v8_transpose8(p);
+    for (int i = 0; i < 8; i++) { /* rows 8-15, columns 8-15 */
+        p[i] = &r[8 + i].b;
+    }
+    v8_transpose8(p);
+    for (int i = 0; i < 8; i++) { /* rows 0-7 columns 8-15 and rows 8-15 columns 0-7 */
+        p[i] = &r[i].b;
+    }
+    v8_transpose8(p);
+    for (int i = 0; i < 8; i++) {
+        p[i] = &r[8 + i].a;
+    }
+    v8_transpose8(p);
+    for (int i = 0; i < 8; i++) { /* the off-diagonal blocks trade places */
+        tmp = r[i].b;
+        r[i].b = r[8 + i].a;
+        r[8 + i].a = tmp;
+    }
 }
 static inline v16 v16_rint(v16 x)
 {
@@ -276,6 +360,27 @@ static inline v16 v16_sub(v16 x, v16 y)
 static inline v16 v16_div(v16 x, v16 y)
 {
     V16_EXT_MAP2(v16, vdivq_f32(x.q[i], y.q[i]));
+}
+static inline v16 v16_swap_pairs(v16 x)
+{
+    V16_EXT_MAP2(v16, vrev64q_f32(x.q[i]));
+}
+static inline void v16_transpose16(v16 r[16])
+{
+    v16 o[16];
+    for (int bi = 0; bi < 4; bi++) { /* 4x4 block (rows 4bi.., columns 4bj..) -> (4bj.., 4bi..) */
+        for (int bj = 0; bj < 4; bj++) {
+            float32x4x2_t p = vtrnq_f32(r[4 * bi].q[bj], r[4 * bi + 1].q[bj]);
+            float32x4x2_t q = vtrnq_f32(r[4 * bi + 2].q[bj], r[4 * bi + 3].q[bj]);
+            o[4 * bj].q[bi] = vcombine_f32(vget_low_f32(p.val[0]), vget_low_f32(q.val[0]));
+            o[4 * bj + 1].q[bi] = vcombine_f32(vget_low_f32(p.val[1]), vget_low_f32(q.val[1]));
+            o[4 * bj + 2].q[bi] = vcombine_f32(vget_high_f32(p.val[0]), vget_high_f32(q.val[0]));
+            o[4 * bj + 3].q[bi] = vcombine_f32(vget_high_f32(p.val[1]), vget_high_f32(q.val[1]));
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        r[i] = o[i];
+    }
 }
 static inline v16 v16_rint(v16 x)
 {
@@ -422,16 +527,21 @@ static inline v16 v16_amax_merge(v16 a, v16 b)
     return v16_select(v16_gt(b, a), b, a);
 }
 
-/* The largest of 16 non-NaN, non-negative lanes (any order gives it). */
+/* The largest of 16 non-NaN, non-negative lanes (any order gives it: a tree of maxima in
+ * registers where the set has the shuffles). */
 static inline float v16_amax_lanes(v16 x)
 {
-    float l[V16_LANES];
-    float m = 0.0f;
-    v16_store(l, x);
-    for (int j = 0; j < V16_LANES; j++) {
-        m = l[j] > m ? l[j] : m;
-    }
-    return m;
+#if defined(CPU_SIMD16_AVX512)
+    return _mm512_reduce_max_ps(x);
+#elif defined(CPU_SIMD16_AVX2)
+    __m256 h = _mm256_max_ps(x.a, x.b);
+    __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+#else
+    return vmaxvq_f32(vmaxq_f32(vmaxq_f32(x.q[0], x.q[1]), vmaxq_f32(x.q[2], x.q[3])));
+#endif
 }
 
 #endif

@@ -50,10 +50,29 @@ typedef struct {
     void (*mhc_collapse)(const float *pre, const float *X, int m, int64_t H, float *y);
     void (*mhc_update)(const float *post, const float *F, const float *M, int m, int64_t H,
                        float *X);
+    /* the Sinkhorn loop of kern_mhc_coeffs_cpu on 16 rows at once, lane r = row r: M [m*m][16]
+     * (element k of row r at M[k * 16 + r]), in place */
+    void (*mhc_sinkhorn)(float *M, int m, int iters, float eh);
+    /* kern_swiglu_cpu's loop on one row of n elements (n % 16 == 0) with e[i] =
+     * expf(-min(g[i], lambda)) computed by the caller (libm's, per element) */
+    void (*swiglu)(const float *g, const float *u, const float *e, int64_t n, float lambda,
+                   float wr, float *h);
+    /* kern_rope_cpu on one row x [n_heads, dim] (every head's first dim - d_r elements rounded
+     * to BF16, its last d_r rotated), given cs2[2i] = cs2[2i + 1] = cos_i and sn2 likewise
+     * (d_r elements each); inverse: KERN_ROPE_INVERSE */
+    void (*rope_heads)(float *x, int64_t n_heads, int64_t dim, int d_r, const float *cs2,
+                       const float *sn2, int inverse);
+    /* sums_out[r] = the FP32 sum of x[r][i] * x[r][i] over i ascending from 0.0f (the sum of
+     * kern_rms_scale_cpu) for 16 rows x + r * ldx (n_rows <= 16; lanes past it unused), one row
+     * per lane (16 columns of the 16 rows transposed, then added in column order) */
+    void (*sq_sums16)(const float *x, int64_t ldx, int64_t n_rows, int64_t n, float *sums_out);
     /* y[i] = bf16((x[i] * s) * gamma[i]) (kern_rmsnorm_cpu's second loop) */
     void (*scale_gamma_bf16)(const float *x, float s, const float *gamma, int64_t n, float *y);
     /* x[i] = bf16(x[i] + g * v[i]) (the Engram gate's update); v NULL: x[i] = bf16(x[i]) */
     void (*axpy_bf16)(float *x, float g, const float *v, int64_t n);
+    /* y[i] = bf16(a[i] + b[i]) (kern_add_bf16_cpu); b NULL: y[i] = bf16(a[i])
+     * (kern_bf16_round_cpu); y may alias a or b */
+    void (*add_bf16)(const float *a, const float *b, int64_t n, float *y);
 } cpu_vec_ops_t;
 
 #if defined(__x86_64__)
@@ -66,5 +85,9 @@ extern const cpu_vec_ops_t cpu_vec_ops_neon;
 
 /* cpu_vec_ops - the table of kern_cpu_isa(); NULL for the scalar set. */
 const cpu_vec_ops_t *cpu_vec_ops(void);
+
+/* cpu_row_ops - cpu_vec_ops(), or for the scalar set a table of the codec's plain row loops
+ * (kernels/cpu/codec.c; only the dequant_*, qdq_act8 and quant_* members): never NULL. */
+const cpu_vec_ops_t *cpu_row_ops(void);
 
 #endif

@@ -78,11 +78,11 @@ static void test_gemm_matches_double_loop_and_rounds_bf16(void **state)
         }
     }
     kern_ctx_t ctx = {0};
-    assert_int_equal(kern_ops_cpu()->gemm(&ctx, &mat, x, n_in, n_rows, KERN_GEMM_OUT_F32, y,
-                                          n_out), TDM_OK);
+    assert_int_equal(kern_ops_cpu()->gemm(&ctx, &mat, x, n_in, n_rows, KERN_GEMM_OUT_F32, y, n_out),
+                     TDM_OK);
     assert_close(y, ref, n_rows * n_out, 1e-5);
-    assert_int_equal(kern_ops_cpu()->gemm(&ctx, &mat, x, n_in, n_rows, KERN_GEMM_OUT_BF16, y,
-                                          n_out), TDM_OK);
+    assert_int_equal(
+        kern_ops_cpu()->gemm(&ctx, &mat, x, n_in, n_rows, KERN_GEMM_OUT_BF16, y, n_out), TDM_OK);
     assert_close(y, ref, n_rows * n_out, 1.0 / 128);
     for (int64_t i = 0; i < n_rows * n_out; i++) {
         assert_true(kern_bf16_round(y[i]) == y[i]);
@@ -185,6 +185,46 @@ static void test_rope_inverse_undoes_forward_and_matches_double(void **state)
     for (int i = 0; i < 64; i++) {
         assert_true(fabsf(y[i] - x[i]) <= 0.02f * (1.0f + fabsf(x[i])));
     }
+}
+
+/* A kernel context with a RoPE cache gives the bits of one without: every table of a pass
+ * (more tables than the cache holds, so some are replaced), positions hit, missed and sharing a
+ * slot (pos and pos + n_slots), both directions. */
+static void test_rope_cache_changes_no_bit(void **state)
+{
+    enum { NT = 6, NROWS = 9, NH = 3, DIM = 48, DR = 32 };
+    float f[NT][DR / 2], x[NROWS * NH * DIM], y[NROWS * NH * DIM], z[NROWS * NH * DIM];
+    int64_t pos[NROWS] = {0, 1, 7, 7, 16, 1000, 17, 1, 16 + 7};
+    kern_ctx_t plain = {0}, cached = {0};
+    kern_rope_cache_t *cache = NULL;
+
+    (void)state;
+    assert_int_equal(kern_rope_cache_create(0, &cache), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_rope_cache_create(12, &cache), TDM_ERR_INVALID_ARG);
+    assert_null(cache);
+    assert_int_equal(kern_rope_cache_create(16, &cache), TDM_OK);
+    cached.rope_cache = cache;
+    for (int t = 0; t < NT; t++) {
+        kern_rope_yarn_t yarn = {16, 32, 1, 65536};
+        assert_int_equal(kern_rope_freqs(DR, 10000.0 * (t + 1), t % 2 ? &yarn : NULL, f[t]),
+                         TDM_OK);
+    }
+    fill(x, NROWS * NH * DIM, 2.0f);
+    for (int round = 0; round < 3; round++) {
+        for (int t = 0; t < NT; t++) {
+            kern_rope_dir_t dir = (t + round) % 2 ? KERN_ROPE_INVERSE : KERN_ROPE_FORWARD;
+            memcpy(y, x, sizeof(x));
+            memcpy(z, x, sizeof(x));
+            assert_int_equal(kern_ops_cpu()->rope(&plain, y, NROWS, NH, DIM, DR, pos, f[t], dir),
+                             TDM_OK);
+            assert_int_equal(kern_ops_cpu()->rope(&cached, z, NROWS, NH, DIM, DR, pos, f[t], dir),
+                             TDM_OK);
+            assert_memory_equal(y, z, sizeof(y));
+        }
+        pos[round] += 16; /* the same slot, another position */
+    }
+    kern_rope_cache_destroy(cache);
+    kern_rope_cache_destroy(NULL);
 }
 
 static void test_yarn_ramp_of_full_model(void **state)
@@ -449,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_gemm_rejects_bad_inner_dim_and_leaves_output),
         cmocka_unit_test(test_rmsnorm_matches_double),
         cmocka_unit_test(test_rope_inverse_undoes_forward_and_matches_double),
+        cmocka_unit_test(test_rope_cache_changes_no_bit),
         cmocka_unit_test(test_yarn_ramp_of_full_model),
         cmocka_unit_test(test_mhc_coeffs_doubly_stochastic_and_collapse),
         cmocka_unit_test(test_topk_tie_order_skips_minus_inf_and_rejects_nan),

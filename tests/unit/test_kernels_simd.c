@@ -22,7 +22,9 @@
 #include "kernels/codec_bits.h"
 #include "kernels/gemm.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/glue.h"
 #include "kernels/mhc.h"
+#include "kernels/moe.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/topk.h"
@@ -236,8 +238,8 @@ static void make_quant_mat(int dtype, int64_t n_out, int64_t n_in, int s_lo, int
 
 /* kern_gemm_cpu on an FP8 / MXFP4 matrix as stored equals kern_gemm_ref_cpu on it and on its
  * BF16 expansion, bit for bit. */
-static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows,
-                             int n_threads, uint32_t flags, int s_lo, int s_hi)
+static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, int n_threads,
+                             uint32_t flags, int s_lo, int s_hi)
 {
     kern_mat_t m;
     uint16_t *bf16;
@@ -520,9 +522,15 @@ static void test_quantizers_match_scalar_codec(void **state)
 /* Runs under kern_cpu_isa() and under the scalar set (the plain loops, the definition). */
 static kern_cpu_isa_t g_test_isa;
 
-static void use_scalar(void) { assert_int_equal(kern_cpu_isa_set(KERN_ISA_SCALAR), TDM_OK); }
+static void use_scalar(void)
+{
+    assert_int_equal(kern_cpu_isa_set(KERN_ISA_SCALAR), TDM_OK);
+}
 
-static void use_test_isa(void) { assert_int_equal(kern_cpu_isa_set(g_test_isa), TDM_OK); }
+static void use_test_isa(void)
+{
+    assert_int_equal(kern_cpu_isa_set(g_test_isa), TDM_OK);
+}
 
 /* Index scores, RMSNorm, RoPE, the Engram gate, mHC and attention at sizes with tails (heads not
  * a multiple of 4, H and dim not multiples of 16, d not a multiple of 64), against the scalar
@@ -595,16 +603,15 @@ static void test_other_kernels_match_scalar_set(void **state)
         assert_int_equal(kern_rmsnorm_cpu(NULL, x, DIM, ROWS, DIM, gamma, 1e-6f, y_ref, DIM),
                          TDM_OK);
         memcpy(rx_ref, rx, sizeof(rx));
-        assert_int_equal(kern_rope_cpu(NULL, rx_ref, ROWS, 2, 64, 32, pos, freqs,
-                                       (kern_rope_dir_t)(rep % 2)),
-                         TDM_OK);
+        assert_int_equal(
+            kern_rope_cpu(NULL, rx_ref, ROWS, 2, 64, 32, pos, freqs, (kern_rope_dir_t)(rep % 2)),
+            TDM_OK);
         memcpy(X_ref, X, sizeof(X));
         assert_int_equal(kern_engram_gate_cpu(NULL, X_ref, kv, qw, kw, 1, M, H, 1e-6f), TDM_OK);
         assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, M, H, X_ref), TDM_OK);
         assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X_ref, 1, M, H, yc_ref), TDM_OK);
         assert_int_equal(
-            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o_ref),
-            TDM_OK);
+            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o_ref), TDM_OK);
         use_test_isa();
 
         assert_int_equal(kern_index_scores_cpu(NULL, q, w, NH, DI, keys, NK, sc), TDM_OK);
@@ -621,9 +628,129 @@ static void test_other_kernels_match_scalar_set(void **state)
         assert_bits_equal(Xt, X_ref, M * H, "engram gate + mhc_update");
         assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, Xt, 1, M, H, yc), TDM_OK);
         assert_bits_equal(yc, yc_ref, H, "mhc_collapse");
-        assert_int_equal(
-            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o), TDM_OK);
+        assert_int_equal(kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o),
+                         TDM_OK);
         assert_bits_equal(o, o_ref, 2 * D, "attention d=80");
+    }
+}
+
+/* The kernels that work on several rows at once (RMS sums side by side, the Sinkhorn loop with a
+ * row per lane, SwiGLU's vector tail, BF16 rounding) give, on this set, the bits of the scalar
+ * set and of one row per call, at row counts with tails; NaN, infinities and clamped values
+ * included. */
+static void test_row_blocked_kernels_match_row_at_a_time(void **state)
+{
+    enum { M = 4, H = 24, MH = M * H, NR = 37, I = 100, NB = 1000 };
+    static float x[NR * MH], raw[NR * (2 + M) * M], base[(2 + M) * M], scale[3];
+    static float pre[NR * M], post[NR * M], Mx[NR * M * M], pre1[M], post1[M], M1[M * M];
+    static float pre_s[NR * M], post_s[NR * M], M_s[NR * M * M];
+    static float sc[NR], gu[NR * 2 * I], wr[NR], h[NR * I], h_ref[NR * I];
+    static float a[NB], b[NB], y[NB], y_ref[NB], gamma[MH], yn[NR * MH], yn1[MH];
+    (void)state;
+    g_test_isa = kern_cpu_isa();
+    for (int rep = 0; rep < 8; rep++) {
+        for (int i = 0; i < NR * MH; i++) {
+            x[i] = frand(rep % 2 == 0 ? 3.0f : 1e-19f);
+        }
+        for (int i = 0; i < NR * (2 + M) * M; i++) {
+            raw[i] = frand(4.0f);
+        }
+        for (int i = 0; i < (2 + M) * M; i++) {
+            base[i] = frand(1.0f);
+        }
+        for (int i = 0; i < 3; i++) {
+            scale[i] = frand(1.0f);
+        }
+        for (int i = 0; i < MH; i++) {
+            gamma[i] = frand(2.0f);
+        }
+        /* RMS scales of every row count 0..NR (blocks and tails), stride > n */
+        for (int n = 0; n <= NR; n += 6) {
+            kern_rms_scales_cpu(x, MH, n, MH - 5, 1e-20f, sc);
+            for (int r = 0; r < n; r++) {
+                float want = kern_rms_scale_cpu(x + r * MH, MH - 5, 1e-20f);
+                assert_memory_equal(&sc[r], &want, sizeof(float));
+            }
+        }
+        /* RMSNorm over NR rows = in place = one row per call */
+        assert_int_equal(kern_rmsnorm_cpu(NULL, x, MH, NR, MH, gamma, 1e-20f, yn, MH), TDM_OK);
+        memcpy(h, x, sizeof(x));
+        assert_int_equal(kern_rmsnorm_cpu(NULL, h, MH, NR, MH, gamma, 1e-20f, h, MH), TDM_OK);
+        assert_bits_equal(h, yn, NR * MH, "rmsnorm in place");
+        for (int r = 0; r < NR; r++) {
+            assert_int_equal(kern_rmsnorm_cpu(NULL, x + r * MH, MH, 1, MH, gamma, 1e-20f, yn1, MH),
+                             TDM_OK);
+            assert_bits_equal(yn + r * MH, yn1, MH, "rmsnorm rows");
+        }
+        /* mHC coefficients: NR rows (vector Sinkhorn, 16 rows a pass) = one row per call (the
+         * row loop) = the scalar set */
+        kern_mhc_params_t p = {base, scale, M, 20, 1e-20f, 1e-6f};
+        assert_int_equal(kern_mhc_coeffs_cpu(NULL, &p, x, NR, H, raw, pre, post, Mx), TDM_OK);
+        for (int r = 0; r < NR; r++) {
+            assert_int_equal(kern_mhc_coeffs_cpu(NULL, &p, x + r * MH, 1, H, raw + r * (2 + M) * M,
+                                                 pre1, post1, M1),
+                             TDM_OK);
+            assert_bits_equal(pre + r * M, pre1, M, "mhc pre");
+            assert_bits_equal(post + r * M, post1, M, "mhc post");
+            assert_bits_equal(Mx + r * M * M, M1, M * M, "mhc M");
+        }
+        use_scalar();
+        assert_int_equal(kern_mhc_coeffs_cpu(NULL, &p, x, NR, H, raw, pre_s, post_s, M_s), TDM_OK);
+        use_test_isa();
+        assert_bits_equal(Mx, M_s, NR * M * M, "mhc M vs scalar set");
+        /* SwiGLU (I = 100: six vector chunks and a tail), clamps, NaN and infinities */
+        for (int i = 0; i < NR * 2 * I; i++) {
+            gu[i] = i % 53 == 0   ? from_bits(0x7FC00001u + rnd32() % 7u)
+                    : i % 59 == 0 ? (rnd32() % 2 ? INFINITY : -INFINITY)
+                                  : frand(rep % 2 == 0 ? 14.0f : 3.0f);
+        }
+        for (int r = 0; r < NR; r++) {
+            wr[r] = frand(1.5f);
+        }
+        use_scalar();
+        assert_int_equal(kern_swiglu_cpu(NULL, gu, rep % 2 ? wr : NULL, NR, I, 10.0f, h_ref),
+                         TDM_OK);
+        use_test_isa();
+        assert_int_equal(kern_swiglu_cpu(NULL, gu, rep % 2 ? wr : NULL, NR, I, 10.0f, h), TDM_OK);
+        assert_bits_equal(h, h_ref, NR * I, "swiglu");
+        /* RoPE with a vector part and a pair tail (d_r 20) and an odd unrotated part, both
+         * directions, NaNs and infinities among the values */
+        {
+            float fr[10], rx[NR * 2 * 30], rx_ref[NR * 2 * 30];
+            int64_t rpos[NR];
+            assert_int_equal(kern_rope_freqs(20, 10000.0, NULL, fr), TDM_OK);
+            for (int i = 0; i < NR * 2 * 30; i++) {
+                rx[i] = i % 41 == 0 ? from_bits(rnd32() | 0x7F800000u) : frand(5.0f);
+            }
+            for (int r = 0; r < NR; r++) {
+                rpos[r] = (int64_t)(rnd32() % 70000u);
+            }
+            memcpy(rx_ref, rx, sizeof(rx));
+            use_scalar();
+            assert_int_equal(
+                kern_rope_cpu(NULL, rx_ref, NR, 2, 30, 20, rpos, fr, (kern_rope_dir_t)(rep % 2)),
+                TDM_OK);
+            use_test_isa();
+            assert_int_equal(
+                kern_rope_cpu(NULL, rx, NR, 2, 30, 20, rpos, fr, (kern_rope_dir_t)(rep % 2)),
+                TDM_OK);
+            assert_bits_equal(rx, rx_ref, NR * 2 * 30, "rope d_r 20");
+        }
+        /* BF16 rounding and the BF16 residual sum, n with a tail, NaN payloads and overflow */
+        for (int i = 0; i < NB; i++) {
+            a[i] = i % 31 == 0 ? from_bits(rnd32() | 0x7F800001u) : from_bits(rnd32());
+            b[i] = frand(100.0f);
+        }
+        use_scalar();
+        assert_int_equal(kern_add_bf16_cpu(NULL, a, b, NB - 3, y_ref), TDM_OK);
+        use_test_isa();
+        assert_int_equal(kern_add_bf16_cpu(NULL, a, b, NB - 3, y), TDM_OK);
+        assert_bits_equal(y, y_ref, NB - 3, "add_bf16");
+        use_scalar();
+        assert_int_equal(kern_bf16_round_cpu(NULL, a, NB - 3, y_ref), TDM_OK);
+        use_test_isa();
+        assert_int_equal(kern_bf16_round_cpu(NULL, a, NB - 3, y), TDM_OK);
+        assert_bits_equal(y, y_ref, NB - 3, "bf16_round");
     }
 }
 
@@ -747,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
         cmocka_unit_test(test_quantizers_match_scalar_codec),
         cmocka_unit_test(test_other_kernels_match_scalar_set),
+        cmocka_unit_test(test_row_blocked_kernels_match_row_at_a_time),
         cmocka_unit_test(test_attention_heads_match_scalar_set),
         cmocka_unit_test(test_index_scores_blocks_match_scalar_set),
     };
@@ -761,8 +889,8 @@ int main(void)
         }
         assert_int_equal(kern_cpu_isa_set((kern_cpu_isa_t)isa), TDM_OK);
         snprintf(name, sizeof(name), "kernels_simd[%s]", kern_cpu_isa_name((kern_cpu_isa_t)isa));
-        failures += _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL,
-                                            NULL);
+        failures +=
+            _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
         n_run++;
     }
     return failures != 0 || n_run == 0;
