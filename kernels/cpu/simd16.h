@@ -453,95 +453,122 @@ static inline float v16_reduce(v16 x)
  * tree on each vector (lane j += lane j + 8, + 4, + 2, + 1, lower lane first), but the vectors
  * are reduced together through a transposing network (each level pairs two vectors, so one
  * shuffle pair and one add serve two reductions) instead of one shuffle chain each: about 3
- * instructions per output instead of 8. Slots n .. V16_GROUP - 1 are reduced as zeros and not
- * written. V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere (plain v16_reduce per vector).
+ * instructions per output instead of 8. With bf16 != 0 each result is rounded to BF16 as
+ * cpu_bf16_round does (kernels/cpu/cpu_simd.h: nearest even, NaN quieted). Writes all
+ * V16_GROUP floats of out (slots n .. V16_GROUP - 1: the reductions of zeros, +0): out must
+ * have room for them. V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere (plain v16_reduce per
+ * vector). Inputs slots >= n are never read, so a[] may be a register tile (after inlining with
+ * a constant n every slot index is a constant and nothing goes through memory).
  */
 #if defined(CPU_SIMD16_AVX512)
 #define V16_GROUP 16
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+/* cpu_bf16_round on each lane of a 512-bit vector. */
+static inline __m512 v16_x86_bf16_rne512(__m512 x)
+{
+    __m512i b = _mm512_castps_si512(x);
+    __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x00400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+/* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
+static inline __m512 v16_reduce16(const v16 *a, int n)
 {
     /* After the 4 levels, output lane 4k + t holds the input in slot k + 4t: the inputs are
      * taken in that (transposed) order so that lane i ends up holding a[i]. */
-    v16 pad[16], in[16], c[8], e[4], g[2];
-    for (int i = 0; i < 16; i++) {
-        pad[i] = _mm512_setzero_ps();
-    }
-    for (int i = 0; i < n; i++) {
-        pad[i] = a[i];
-    }
-    for (int i = 0; i < 16; i++) {
-        in[i] = pad[(i % 4) * 4 + i / 4];
-    }
+#define V16_IN(i) ((((i) % 4) * 4 + (i) / 4) < n ? a[((i) % 4) * 4 + (i) / 4] : _mm512_setzero_ps())
+    v16 c[8], e[4], g[2];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) { /* lanes 0-7: in[2i]'s j + (j + 8); lanes 8-15: in[2i + 1]'s */
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0xEE));
+        v16 p = V16_IN(2 * i), q = V16_IN(2 * i + 1);
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
     }
+#undef V16_IN
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) { /* 128-bit block b: one input's j + (j + 4) */
         e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
     }
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) { /* j + (j + 2), two inputs per block */
         g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
-    v16 r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    if (n == 16) {
-        _mm512_storeu_ps(out, r);
-    } else {
-        _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1u), r);
-    }
+    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
+{
+    __m512 r = v16_reduce16(a, n);
+    _mm512_storeu_ps(out, bf16 ? v16_x86_bf16_rne512(r) : r);
 }
 #elif defined(CPU_SIMD16_AVX2)
 #define V16_GROUP 8
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
 {
     /* Output lane 4k + t holds the input in slot k + 2t (k < 2, t < 4). */
-    __m256 pad[8], p[8], e[4], g[2];
-    for (int i = 0; i < 8; i++) {
-        pad[i] = _mm256_setzero_ps();
-    }
-    for (int i = 0; i < n; i++) {
-        pad[i] = _mm256_add_ps(a[i].a, a[i].b); /* lane j + (j + 8) */
-    }
-    for (int i = 0; i < 8; i++) {
-        p[i] = pad[(i % 2) * 4 + i / 2];
-    }
+#define V16_IN(i)                                                                                  \
+    ((((i) % 2) * 4 + (i) / 2) < n                                                                 \
+         ? _mm256_add_ps(a[((i) % 2) * 4 + (i) / 2].a, a[((i) % 2) * 4 + (i) / 2].b)               \
+         : _mm256_setzero_ps()) /* lane j + (j + 8) */
+    __m256 e[4], g[2];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) { /* 128-bit half h: p[2i + h]'s j + (j + 4) */
-        e[i] = _mm256_add_ps(_mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x31));
+        __m256 p = V16_IN(2 * i), q = V16_IN(2 * i + 1);
+        e[i] =
+            _mm256_add_ps(_mm256_permute2f128_ps(p, q, 0x20), _mm256_permute2f128_ps(p, q, 0x31));
     }
+#undef V16_IN
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) {
         g[i] = _mm256_add_ps(_mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
     __m256 r = _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    if (n == 8) {
-        _mm256_storeu_ps(out, r);
-    } else {
-        float t[8];
-        _mm256_storeu_ps(t, r);
-        for (int i = 0; i < n; i++) {
-            out[i] = t[i];
-        }
+    if (bf16) { /* cpu_bf16_round on each lane */
+        __m256i b = _mm256_castps_si256(r);
+        __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
+        __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+        __m256i rn = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+        __m256i qn = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
+        rn = _mm256_blendv_epi8(rn, qn, nan);
+        r = _mm256_castsi256_ps(_mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFFF0000u)));
     }
+    _mm256_storeu_ps(out, r);
 }
 #else
 #define V16_GROUP 1
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
 {
-    for (int i = 0; i < n; i++) {
-        out[i] = v16_reduce(a[i]);
+    (void)n;
+    float v = v16_reduce(a[0]);
+    if (bf16) { /* cpu_bf16_round (kernels/cpu/cpu_simd.h) */
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof(bits));
+        if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+            bits |= 0x00400000u;
+        } else {
+            bits += 0x7FFFu + ((bits >> 16) & 1u);
+        }
+        bits &= 0xFFFF0000u;
+        memcpy(&v, &bits, sizeof(v));
     }
+    out[0] = v;
 }
 #endif
 
-/* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n, V16_GROUP at a time. */
-static inline void v16_reduce_n(const v16 *a, int n, float *out)
+/* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n (BF16-rounded when bf16 != 0),
+ * V16_GROUP at a time; out has room for n rounded up to a multiple of V16_GROUP (the slots past
+ * n are written with +0). */
+static inline void v16_reduce_n(const v16 *a, int n, int bf16, float *out)
 {
+#pragma GCC unroll 8
     for (int i = 0; i < n; i += V16_GROUP) {
-        v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, out + i);
+        v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, bf16, out + i);
     }
 }
 
