@@ -414,6 +414,36 @@ static inline float v16_pow2(int e)
     return f;
 }
 
+/*
+ * v16_e2m1x2_32_scaled - out[0..31] = 2 * e2m1(nibble i of the 16 packed bytes at p) * scale
+ * (element 2b: low nibble of byte b, 2b + 1: high), each the product v16_mul(v16_e2m1x2(..),
+ * v16_set1(scale)) gives, bit for bit (the same two operands, one rounding). AVX-512 looks the
+ * 16 possible products up in one register (one multiply per 32 elements, two permutes and two
+ * interleaves); the other sets decode and multiply as v16_e2m1x2_32 does.
+ */
+static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
+{
+#if defined(CPU_SIMD16_AVX512)
+    static const float table_f[16] = {V16_E2M1X2_TABLE};
+    const __m512 table = _mm512_loadu_ps(table_f);
+    const __m512i even = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i odd =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512 lo = _mm512_permutexvar_ps(b, t); /* the index's low 4 bits: the low nibble */
+    __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(lo, even, hi));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(lo, odd, hi));
+#else
+    v16 lo, hi;
+    v16 sv = v16_set1(scale);
+    v16_e2m1x2_32(p, &lo, &hi);
+    v16_store(out, v16_mul(lo, sv));
+    v16_store(out + 16, v16_mul(hi, sv));
+#endif
+}
+
 /* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,
  * + 2, + 1), as the scalar definition does it; each step adds the same pairs of lanes, in
  * registers where the set has the shuffles. */
