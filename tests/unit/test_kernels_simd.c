@@ -236,8 +236,8 @@ static void make_quant_mat(int dtype, int64_t n_out, int64_t n_in, int s_lo, int
 
 /* kern_gemm_cpu on an FP8 / MXFP4 matrix as stored equals kern_gemm_ref_cpu on it and on its
  * BF16 expansion, bit for bit. */
-static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows,
-                             int n_threads, uint32_t flags, int s_lo, int s_hi)
+static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_rows, int n_threads,
+                             uint32_t flags, int s_lo, int s_hi)
 {
     kern_mat_t m;
     uint16_t *bf16;
@@ -287,6 +287,76 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     check_gemm_quant(KERN_MAT_MXFP4, 1030, 1024, 1, 2, 0, 100, 140);
     check_gemm_quant(KERN_MAT_FP8, 300, 512, 40, 2, 0, 100, 134);
     check_gemm_quant(KERN_MAT_MXFP4, 300, 512, 40, 3, KERN_GEMM_OUT_BF16, 100, 140);
+}
+
+/* The many-row register tiles (gemm_body.inc: the panel and the output-block orders) of every
+ * weight format: row counts that leave every tail of a TILE_R of 2-8 rows (9-23 rows, 47),
+ * output counts that leave every tail of a TILE_O of 2-4 (and blocks with ragged ends), inner
+ * dimensions on either side of the order switch, BF16 and FP32 outputs. */
+static void test_many_row_tiles_match_reference(void **state)
+{
+    static const int64_t rows[] = {9, 10, 11, 12, 13, 14, 15, 17, 19, 23, 47};
+    static const int64_t outs[] = {5, 6, 7, 13, 98};
+    (void)state;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        for (size_t o = 0; o < sizeof(outs) / sizeof(outs[0]); o++) {
+            uint32_t flags = (r + o) % 2 == 0 ? KERN_GEMM_OUT_BF16 : 0;
+            check_gemm(KERN_MAT_BF16, outs[o], 96, rows[r], 1, flags);
+            check_gemm(KERN_MAT_F32, outs[o], 48, rows[r], 1, flags ^ KERN_GEMM_OUT_BF16);
+            check_gemm_quant(KERN_MAT_FP8, outs[o], 96, rows[r], 1, flags, 100, 134);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[o], 64, rows[r], 1, flags, 0, 200);
+        }
+    }
+    /* x rows past L1 at a short inner dimension (output blocks), and long rows (panels) */
+    check_gemm(KERN_MAT_BF16, 101, 512, 77, 1, KERN_GEMM_OUT_BF16);
+    check_gemm(KERN_MAT_F32, 26, 2048, 37, 1, 0);
+    check_gemm_quant(KERN_MAT_FP8, 99, 1536, 29, 1, KERN_GEMM_OUT_BF16, 100, 134);
+    check_gemm_quant(KERN_MAT_MXFP4, 97, 512, 53, 1, KERN_GEMM_OUT_BF16, 0, 200);
+    check_gemm_quant(KERN_MAT_MXFP4, 514, 96, 45, 1, 0, 100, 140);
+}
+
+/* The tile epilogue's BF16 rounding (a vector per group of outputs) on the values where it can
+ * go wrong: ties to even both ways, the carry into the exponent and to infinity, zeros of both
+ * signs and subnormals; and infinities and a NaN made inside the sum. Output o < 20 reads column
+ * o % 16 alone (weight 1, the others 0: the output is that input exactly); outputs 20-22 add
+ * columns 0 and 8 times +-2 (overflow to +-inf, inf - inf = NaN where both are huge). No input
+ * is infinite, so no product is 0 * inf; the last rows hold a NaN with a payload in column 0,
+ * the one NaN lane of each of their outputs (no NaN payload depends on an operand order). */
+static void test_many_row_bf16_rounding_matches_reference(void **state)
+{
+    static const uint32_t special[] = {
+        0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu, 0xFF7FFF80u,
+        0x7F7F8000u, 0xFF7FFFFFu, 0x80000000u, 0x00000000u, 0x00008000u, 0x00018000u,
+        0x807FFFFFu, 0x3F800001u, 0xC0490FDBu, 0x7F000000u, 0x00400000u};
+    enum { N_IN = 16, N_OUT = 23, N_ROWS = 19 };
+    float w[N_OUT * N_IN] = {0};
+    float x[N_ROWS * N_IN];
+    float y[N_ROWS * N_OUT];
+    float y_ref[N_ROWS * N_OUT];
+    kern_mat_t m = {KERN_MAT_F32, N_OUT, N_IN, w, NULL};
+    kern_ctx_t ctx = {.n_threads = 1};
+    (void)state;
+    for (int o = 0; o < 20; o++) {
+        w[o * N_IN + o % 16] = 1.0f;
+    }
+    for (int o = 20; o < N_OUT; o++) {
+        w[o * N_IN] = 2.0f;
+        w[o * N_IN + 8] = o == 20 ? 2.0f : -2.0f;
+    }
+    for (int i = 0; i < N_ROWS * N_IN; i++) {
+        uint32_t bits = special[(size_t)i % (sizeof(special) / sizeof(special[0]))];
+        memcpy(&x[i], &bits, sizeof(bits));
+    }
+    for (int r = 16; r < N_ROWS; r++) { /* a quiet NaN with a full payload in lane 0 (alone) */
+        uint32_t bits = r == 16 ? 0x7FFFFFFFu : 0xFFC0FFFFu;
+        memcpy(&x[r * N_IN], &bits, sizeof(bits));
+    }
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        uint32_t flags = bf16 ? KERN_GEMM_OUT_BF16 : 0;
+        assert_int_equal(kern_gemm_cpu(&ctx, &m, x, N_IN, N_ROWS, flags, y, N_OUT), TDM_OK);
+        assert_int_equal(kern_gemm_ref_cpu(NULL, &m, x, N_IN, N_ROWS, flags, y_ref, N_OUT), TDM_OK);
+        assert_bits_equal(y, y_ref, N_ROWS * N_OUT, "gemm epilogue special values");
+    }
 }
 
 static void test_quantized_checks(void **state)
@@ -500,9 +570,15 @@ static void test_quantizers_match_scalar_codec(void **state)
 /* Runs under kern_cpu_isa() and under the scalar set (the plain loops, the definition). */
 static kern_cpu_isa_t g_test_isa;
 
-static void use_scalar(void) { assert_int_equal(kern_cpu_isa_set(KERN_ISA_SCALAR), TDM_OK); }
+static void use_scalar(void)
+{
+    assert_int_equal(kern_cpu_isa_set(KERN_ISA_SCALAR), TDM_OK);
+}
 
-static void use_test_isa(void) { assert_int_equal(kern_cpu_isa_set(g_test_isa), TDM_OK); }
+static void use_test_isa(void)
+{
+    assert_int_equal(kern_cpu_isa_set(g_test_isa), TDM_OK);
+}
 
 /* Index scores, RMSNorm, RoPE, the Engram gate, mHC and attention at sizes with tails (heads not
  * a multiple of 4, H and dim not multiples of 16, d not a multiple of 64), against the scalar
@@ -575,16 +651,15 @@ static void test_other_kernels_match_scalar_set(void **state)
         assert_int_equal(kern_rmsnorm_cpu(NULL, x, DIM, ROWS, DIM, gamma, 1e-6f, y_ref, DIM),
                          TDM_OK);
         memcpy(rx_ref, rx, sizeof(rx));
-        assert_int_equal(kern_rope_cpu(NULL, rx_ref, ROWS, 2, 64, 32, pos, freqs,
-                                       (kern_rope_dir_t)(rep % 2)),
-                         TDM_OK);
+        assert_int_equal(
+            kern_rope_cpu(NULL, rx_ref, ROWS, 2, 64, 32, pos, freqs, (kern_rope_dir_t)(rep % 2)),
+            TDM_OK);
         memcpy(X_ref, X, sizeof(X));
         assert_int_equal(kern_engram_gate_cpu(NULL, X_ref, kv, qw, kw, 1, M, H, 1e-6f), TDM_OK);
         assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, M, H, X_ref), TDM_OK);
         assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X_ref, 1, M, H, yc_ref), TDM_OK);
         assert_int_equal(
-            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o_ref),
-            TDM_OK);
+            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o_ref), TDM_OK);
         use_test_isa();
 
         assert_int_equal(kern_index_scores_cpu(NULL, q, w, NH, DI, keys, NK, sc), TDM_OK);
@@ -601,8 +676,8 @@ static void test_other_kernels_match_scalar_set(void **state)
         assert_bits_equal(Xt, X_ref, M * H, "engram gate + mhc_update");
         assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, Xt, 1, M, H, yc), TDM_OK);
         assert_bits_equal(yc, yc_ref, H, "mhc_collapse");
-        assert_int_equal(
-            kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o), TDM_OK);
+        assert_int_equal(kern_attention_cpu(NULL, aq, ka, NA, kb, NB, sink, 2, D, 0.1f, scratch, o),
+                         TDM_OK);
         assert_bits_equal(o, o_ref, 2 * D, "attention d=80");
     }
 }
@@ -721,6 +796,8 @@ int main(void)
         cmocka_unit_test(test_qdq_act8_matches_scalar_composition),
         cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
         cmocka_unit_test(test_quantized_gemm_matches_bf16_expansion),
+        cmocka_unit_test(test_many_row_tiles_match_reference),
+        cmocka_unit_test(test_many_row_bf16_rounding_matches_reference),
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
@@ -740,8 +817,8 @@ int main(void)
         }
         assert_int_equal(kern_cpu_isa_set((kern_cpu_isa_t)isa), TDM_OK);
         snprintf(name, sizeof(name), "kernels_simd[%s]", kern_cpu_isa_name((kern_cpu_isa_t)isa));
-        failures += _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL,
-                                            NULL);
+        failures +=
+            _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
         n_run++;
     }
     return failures != 0 || n_run == 0;
