@@ -483,12 +483,14 @@ static inline float v16_reduce(v16 x)
  * tree on each vector (lane j += lane j + 8, + 4, + 2, + 1, lower lane first), but the vectors
  * are reduced together through a transposing network (each level pairs two vectors, so one
  * shuffle pair and one add serve two reductions) instead of one shuffle chain each: about 3
- * instructions per output instead of 8. With bf16 != 0 each result is rounded to BF16 as
- * cpu_bf16_round does (kernels/cpu/cpu_simd.h: nearest even, NaN quieted). Writes all
- * V16_GROUP floats of out (slots n .. V16_GROUP - 1: the reductions of zeros, +0): out must
- * have room for them. V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere (plain v16_reduce per
- * vector). Inputs slots >= n are never read, so a[] may be a register tile (after inlining with
- * a constant n every slot index is a constant and nothing goes through memory).
+ * instructions per output instead of 8. Writes out[0 .. n - 1] only. Input slots >= n are never
+ * read, so a[] may be a register tile (after inlining with a constant n every slot index is a
+ * constant and nothing goes through memory). V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere
+ * (plain v16_reduce per vector).
+ *
+ * v16_reduce_group_full - the same reductions, each rounded to BF16 as cpu_bf16_round does
+ * (kernels/cpu/cpu_simd.h: nearest even, NaN quieted) when bf16 != 0, on the whole vector of
+ * results; writes all V16_GROUP floats of out (slots n and up: +0), so out must have room.
  */
 #if defined(CPU_SIMD16_AVX512)
 #define V16_GROUP 16
@@ -529,14 +531,24 @@ static inline __m512 v16_reduce16(const v16 *a, int n)
     return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    __m512 r = v16_reduce16(a, n);
+    if (n == 16) {
+        _mm512_storeu_ps(out, r);
+    } else {
+        _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1u), r);
+    }
+}
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     __m512 r = v16_reduce16(a, n);
     _mm512_storeu_ps(out, bf16 ? v16_x86_bf16_rne512(r) : r);
 }
 #elif defined(CPU_SIMD16_AVX2)
 #define V16_GROUP 8
-static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
+/* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
+static inline __m256 v16_reduce8(const v16 *a, int n)
 {
     /* Output lane 4k + t holds the input in slot k + 2t (k < 2, t < 4). */
 #define V16_IN(i)                                                                                  \
@@ -556,8 +568,25 @@ static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
         g[i] = _mm256_add_ps(_mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
-    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    __m256 r = v16_reduce8(a, n);
+    if (n == 8) {
+        _mm256_storeu_ps(out, r);
+    } else {
+        float t[8];
+        _mm256_storeu_ps(t, r);
+        for (int i = 0; i < n; i++) {
+            out[i] = t[i];
+        }
+    }
+}
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+{
+    __m256 r = v16_reduce8(a, n);
     if (bf16) { /* cpu_bf16_round on each lane */
         __m256i b = _mm256_castps_si256(r);
         __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
@@ -572,7 +601,13 @@ static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
 }
 #else
 #define V16_GROUP 1
-static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = v16_reduce(a[i]);
+    }
+}
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     (void)n;
     float v = v16_reduce(a[0]);
@@ -591,14 +626,22 @@ static inline void v16_reduce_group(const v16 *a, int n, int bf16, float *out)
 }
 #endif
 
-/* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n (BF16-rounded when bf16 != 0),
- * V16_GROUP at a time; out has room for n rounded up to a multiple of V16_GROUP (the slots past
- * n are written with +0). */
-static inline void v16_reduce_n(const v16 *a, int n, int bf16, float *out)
+/* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n, V16_GROUP at a time. */
+static inline void v16_reduce_n(const v16 *a, int n, float *out)
+{
+    for (int i = 0; i < n; i += V16_GROUP) {
+        v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, out + i);
+    }
+}
+
+/* v16_reduce_n_bf16 - v16_reduce_n, each result BF16-rounded when bf16 != 0, through
+ * v16_reduce_group_full: out has room for n rounded up to a multiple of V16_GROUP (the slots
+ * past n are written with +0). */
+static inline void v16_reduce_n_bf16(const v16 *a, int n, int bf16, float *out)
 {
 #pragma GCC unroll 8
     for (int i = 0; i < n; i += V16_GROUP) {
-        v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, bf16, out + i);
+        v16_reduce_group_full(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, bf16, out + i);
     }
 }
 
