@@ -414,6 +414,36 @@ static inline float v16_pow2(int e)
     return f;
 }
 
+/*
+ * v16_e2m1x2_32_scaled - out[0..31] = 2 * e2m1(nibble i of the 16 packed bytes at p) * scale
+ * (element 2b: low nibble of byte b, 2b + 1: high), each the product v16_mul(v16_e2m1x2(..),
+ * v16_set1(scale)) gives, bit for bit (the same two operands, one rounding). AVX-512 looks the
+ * 16 possible products up in one register (one multiply per 32 elements, two permutes and two
+ * interleaves); the other sets decode and multiply as v16_e2m1x2_32 does.
+ */
+static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
+{
+#if defined(CPU_SIMD16_AVX512)
+    static const float table_f[16] = {V16_E2M1X2_TABLE};
+    const __m512 table = _mm512_loadu_ps(table_f);
+    const __m512i even = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i odd =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512 lo = _mm512_permutexvar_ps(b, t); /* the index's low 4 bits: the low nibble */
+    __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(lo, even, hi));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(lo, odd, hi));
+#else
+    v16 lo, hi;
+    v16 sv = v16_set1(scale);
+    v16_e2m1x2_32(p, &lo, &hi);
+    v16_store(out, v16_mul(lo, sv));
+    v16_store(out + 16, v16_mul(hi, sv));
+#endif
+}
+
 /* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,
  * + 2, + 1), as the scalar definition does it; each step adds the same pairs of lanes, in
  * registers where the set has the shuffles. */
@@ -453,70 +483,97 @@ static inline float v16_reduce(v16 x)
  * tree on each vector (lane j += lane j + 8, + 4, + 2, + 1, lower lane first), but the vectors
  * are reduced together through a transposing network (each level pairs two vectors, so one
  * shuffle pair and one add serve two reductions) instead of one shuffle chain each: about 3
- * instructions per output instead of 8. Slots n .. V16_GROUP - 1 are reduced as zeros and not
- * written. V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere (plain v16_reduce per vector).
+ * instructions per output instead of 8. Writes out[0 .. n - 1] only. Input slots >= n are never
+ * read, so a[] may be a register tile (after inlining with a constant n every slot index is a
+ * constant and nothing goes through memory). V16_GROUP: 16 (AVX-512), 8 (AVX2), 1 elsewhere
+ * (plain v16_reduce per vector).
+ *
+ * v16_reduce_group_full - the same reductions, each rounded to BF16 as cpu_bf16_round does
+ * (kernels/cpu/cpu_simd.h: nearest even, NaN quieted) when bf16 != 0, on the whole vector of
+ * results; writes all V16_GROUP floats of out (slots n and up: +0), so out must have room.
  */
 #if defined(CPU_SIMD16_AVX512)
 #define V16_GROUP 16
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+/* cpu_bf16_round on each lane of a 512-bit vector. */
+static inline __m512 v16_x86_bf16_rne512(__m512 x)
+{
+    __m512i b = _mm512_castps_si512(x);
+    __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x00400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+/* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
+static inline __m512 v16_reduce16(const v16 *a, int n)
 {
     /* After the 4 levels, output lane 4k + t holds the input in slot k + 4t: the inputs are
      * taken in that (transposed) order so that lane i ends up holding a[i]. */
-    v16 pad[16], in[16], c[8], e[4], g[2];
-    for (int i = 0; i < 16; i++) {
-        pad[i] = _mm512_setzero_ps();
-    }
-    for (int i = 0; i < n; i++) {
-        pad[i] = a[i];
-    }
-    for (int i = 0; i < 16; i++) {
-        in[i] = pad[(i % 4) * 4 + i / 4];
-    }
+#define V16_IN(i) ((((i) % 4) * 4 + (i) / 4) < n ? a[((i) % 4) * 4 + (i) / 4] : _mm512_setzero_ps())
+    v16 c[8], e[4], g[2];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) { /* lanes 0-7: in[2i]'s j + (j + 8); lanes 8-15: in[2i + 1]'s */
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(in[2 * i], in[2 * i + 1], 0xEE));
+        v16 p = V16_IN(2 * i), q = V16_IN(2 * i + 1);
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
     }
+#undef V16_IN
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) { /* 128-bit block b: one input's j + (j + 4) */
         e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
     }
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) { /* j + (j + 2), two inputs per block */
         g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
-    v16 r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    __m512 r = v16_reduce16(a, n);
     if (n == 16) {
         _mm512_storeu_ps(out, r);
     } else {
         _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1u), r);
     }
 }
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+{
+    __m512 r = v16_reduce16(a, n);
+    _mm512_storeu_ps(out, bf16 ? v16_x86_bf16_rne512(r) : r);
+}
 #elif defined(CPU_SIMD16_AVX2)
 #define V16_GROUP 8
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+/* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
+static inline __m256 v16_reduce8(const v16 *a, int n)
 {
     /* Output lane 4k + t holds the input in slot k + 2t (k < 2, t < 4). */
-    __m256 pad[8], p[8], e[4], g[2];
-    for (int i = 0; i < 8; i++) {
-        pad[i] = _mm256_setzero_ps();
-    }
-    for (int i = 0; i < n; i++) {
-        pad[i] = _mm256_add_ps(a[i].a, a[i].b); /* lane j + (j + 8) */
-    }
-    for (int i = 0; i < 8; i++) {
-        p[i] = pad[(i % 2) * 4 + i / 2];
-    }
+#define V16_IN(i)                                                                                  \
+    ((((i) % 2) * 4 + (i) / 2) < n                                                                 \
+         ? _mm256_add_ps(a[((i) % 2) * 4 + (i) / 2].a, a[((i) % 2) * 4 + (i) / 2].b)               \
+         : _mm256_setzero_ps()) /* lane j + (j + 8) */
+    __m256 e[4], g[2];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) { /* 128-bit half h: p[2i + h]'s j + (j + 4) */
-        e[i] = _mm256_add_ps(_mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(p[2 * i], p[2 * i + 1], 0x31));
+        __m256 p = V16_IN(2 * i), q = V16_IN(2 * i + 1);
+        e[i] =
+            _mm256_add_ps(_mm256_permute2f128_ps(p, q, 0x20), _mm256_permute2f128_ps(p, q, 0x31));
     }
+#undef V16_IN
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) {
         g[i] = _mm256_add_ps(_mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
-    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline void v16_reduce_group(const v16 *a, int n, float *out)
+{
+    __m256 r = v16_reduce8(a, n);
     if (n == 8) {
         _mm256_storeu_ps(out, r);
     } else {
@@ -527,6 +584,21 @@ static inline void v16_reduce_group(const v16 *a, int n, float *out)
         }
     }
 }
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+{
+    __m256 r = v16_reduce8(a, n);
+    if (bf16) { /* cpu_bf16_round on each lane */
+        __m256i b = _mm256_castps_si256(r);
+        __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
+        __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+        __m256i rn = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+        __m256i qn = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
+        rn = _mm256_blendv_epi8(rn, qn, nan);
+        r = _mm256_castsi256_ps(_mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFFF0000u)));
+    }
+    _mm256_storeu_ps(out, r);
+}
 #else
 #define V16_GROUP 1
 static inline void v16_reduce_group(const v16 *a, int n, float *out)
@@ -535,6 +607,23 @@ static inline void v16_reduce_group(const v16 *a, int n, float *out)
         out[i] = v16_reduce(a[i]);
     }
 }
+static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+{
+    (void)n;
+    float v = v16_reduce(a[0]);
+    if (bf16) { /* cpu_bf16_round (kernels/cpu/cpu_simd.h) */
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof(bits));
+        if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+            bits |= 0x00400000u;
+        } else {
+            bits += 0x7FFFu + ((bits >> 16) & 1u);
+        }
+        bits &= 0xFFFF0000u;
+        memcpy(&v, &bits, sizeof(v));
+    }
+    out[0] = v;
+}
 #endif
 
 /* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n, V16_GROUP at a time. */
@@ -542,6 +631,17 @@ static inline void v16_reduce_n(const v16 *a, int n, float *out)
 {
     for (int i = 0; i < n; i += V16_GROUP) {
         v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, out + i);
+    }
+}
+
+/* v16_reduce_n_bf16 - v16_reduce_n, each result BF16-rounded when bf16 != 0, through
+ * v16_reduce_group_full: out has room for n rounded up to a multiple of V16_GROUP (the slots
+ * past n are written with +0). */
+static inline void v16_reduce_n_bf16(const v16 *a, int n, int bf16, float *out)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i += V16_GROUP) {
+        v16_reduce_group_full(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, bf16, out + i);
     }
 }
 

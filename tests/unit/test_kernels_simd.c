@@ -311,6 +311,76 @@ static void test_few_row_gemm_matches_reference(void **state)
     check_gemm_quant(KERN_MAT_FP8, 1030, 512, 13, 2, KERN_GEMM_OUT_BF16, 100, 134);
 }
 
+/* The many-row register tiles (gemm_body.inc: the panel and the output-block orders) of every
+ * weight format: row counts that leave every tail of a TILE_R of 2-8 rows (9-23 rows, 47),
+ * output counts that leave every tail of a TILE_O of 2-4 (and blocks with ragged ends), inner
+ * dimensions on either side of the order switch, BF16 and FP32 outputs. */
+static void test_many_row_tiles_match_reference(void **state)
+{
+    static const int64_t rows[] = {9, 10, 11, 12, 13, 14, 15, 17, 19, 23, 47};
+    static const int64_t outs[] = {5, 6, 7, 13, 98};
+    (void)state;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        for (size_t o = 0; o < sizeof(outs) / sizeof(outs[0]); o++) {
+            uint32_t flags = (r + o) % 2 == 0 ? KERN_GEMM_OUT_BF16 : 0;
+            check_gemm(KERN_MAT_BF16, outs[o], 96, rows[r], 1, flags);
+            check_gemm(KERN_MAT_F32, outs[o], 48, rows[r], 1, flags ^ KERN_GEMM_OUT_BF16);
+            check_gemm_quant(KERN_MAT_FP8, outs[o], 96, rows[r], 1, flags, 100, 134);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[o], 64, rows[r], 1, flags, 0, 200);
+        }
+    }
+    /* x rows past L1 at a short inner dimension (output blocks), and long rows (panels) */
+    check_gemm(KERN_MAT_BF16, 101, 512, 77, 1, KERN_GEMM_OUT_BF16);
+    check_gemm(KERN_MAT_F32, 26, 2048, 37, 1, 0);
+    check_gemm_quant(KERN_MAT_FP8, 99, 1536, 29, 1, KERN_GEMM_OUT_BF16, 100, 134);
+    check_gemm_quant(KERN_MAT_MXFP4, 97, 512, 53, 1, KERN_GEMM_OUT_BF16, 0, 200);
+    check_gemm_quant(KERN_MAT_MXFP4, 514, 96, 45, 1, 0, 100, 140);
+}
+
+/* The tile epilogue's BF16 rounding (a vector per group of outputs) on the values where it can
+ * go wrong: ties to even both ways, the carry into the exponent and to infinity, zeros of both
+ * signs and subnormals; and infinities and a NaN made inside the sum. Output o < 20 reads column
+ * o % 16 alone (weight 1, the others 0: the output is that input exactly); outputs 20-22 add
+ * columns 0 and 8 times +-2 (overflow to +-inf, inf - inf = NaN where both are huge). No input
+ * is infinite, so no product is 0 * inf; the last rows hold a NaN with a payload in column 0,
+ * the one NaN lane of each of their outputs (no NaN payload depends on an operand order). */
+static void test_many_row_bf16_rounding_matches_reference(void **state)
+{
+    static const uint32_t special[] = {
+        0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu, 0xFF7FFF80u,
+        0x7F7F8000u, 0xFF7FFFFFu, 0x80000000u, 0x00000000u, 0x00008000u, 0x00018000u,
+        0x807FFFFFu, 0x3F800001u, 0xC0490FDBu, 0x7F000000u, 0x00400000u};
+    enum { N_IN = 16, N_OUT = 23, N_ROWS = 19 };
+    float w[N_OUT * N_IN] = {0};
+    float x[N_ROWS * N_IN];
+    float y[N_ROWS * N_OUT];
+    float y_ref[N_ROWS * N_OUT];
+    kern_mat_t m = {KERN_MAT_F32, N_OUT, N_IN, w, NULL};
+    kern_ctx_t ctx = {.n_threads = 1};
+    (void)state;
+    for (int o = 0; o < 20; o++) {
+        w[o * N_IN + o % 16] = 1.0f;
+    }
+    for (int o = 20; o < N_OUT; o++) {
+        w[o * N_IN] = 2.0f;
+        w[o * N_IN + 8] = o == 20 ? 2.0f : -2.0f;
+    }
+    for (int i = 0; i < N_ROWS * N_IN; i++) {
+        uint32_t bits = special[(size_t)i % (sizeof(special) / sizeof(special[0]))];
+        memcpy(&x[i], &bits, sizeof(bits));
+    }
+    for (int r = 16; r < N_ROWS; r++) { /* a quiet NaN with a full payload in lane 0 (alone) */
+        uint32_t bits = r == 16 ? 0x7FFFFFFFu : 0xFFC0FFFFu;
+        memcpy(&x[r * N_IN], &bits, sizeof(bits));
+    }
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        uint32_t flags = bf16 ? KERN_GEMM_OUT_BF16 : 0;
+        assert_int_equal(kern_gemm_cpu(&ctx, &m, x, N_IN, N_ROWS, flags, y, N_OUT), TDM_OK);
+        assert_int_equal(kern_gemm_ref_cpu(NULL, &m, x, N_IN, N_ROWS, flags, y_ref, N_OUT), TDM_OK);
+        assert_bits_equal(y, y_ref, N_ROWS * N_OUT, "gemm epilogue special values");
+    }
+}
+
 static void test_quantized_checks(void **state)
 {
     kern_mat_t m;
@@ -869,6 +939,8 @@ int main(void)
         cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
         cmocka_unit_test(test_quantized_gemm_matches_bf16_expansion),
         cmocka_unit_test(test_few_row_gemm_matches_reference),
+        cmocka_unit_test(test_many_row_tiles_match_reference),
+        cmocka_unit_test(test_many_row_bf16_rounding_matches_reference),
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
