@@ -31,6 +31,8 @@
 #ifndef TANDEM_KERNELS_CPU_SIMD16_H
 #define TANDEM_KERNELS_CPU_SIMD16_H
 
+#include "kernels/cpu/cpu_simd.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -494,7 +496,7 @@ static inline float v16_reduce(v16 x)
  */
 #if defined(CPU_SIMD16_AVX512)
 #define V16_GROUP 16
-/* cpu_bf16_round on each lane of a 512-bit vector. */
+/* cpu_bf16_round on each lane of a 512-bit vector (simd16_ext.h's v16_bf16_round uses it too). */
 static inline __m512 v16_x86_bf16_rne512(__m512 x)
 {
     __m512i b = _mm512_castps_si512(x);
@@ -547,6 +549,18 @@ static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *o
 }
 #elif defined(CPU_SIMD16_AVX2)
 #define V16_GROUP 8
+/* cpu_bf16_round on each lane of a 256-bit vector (simd16_ext.h's v16_bf16_round uses it too). */
+static inline __m256 v16_x86_bf16_rne256(__m256 x)
+{
+    __m256i b = _mm256_castps_si256(x);
+    __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
+    __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    __m256i rn = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+    __m256i qn = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
+    rn = _mm256_blendv_epi8(rn, qn, nan);
+    return _mm256_castsi256_ps(_mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
 /* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
 static inline __m256 v16_reduce8(const v16 *a, int n)
 {
@@ -587,17 +601,7 @@ static inline void v16_reduce_group(const v16 *a, int n, float *out)
 static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     __m256 r = v16_reduce8(a, n);
-    if (bf16) { /* cpu_bf16_round on each lane */
-        __m256i b = _mm256_castps_si256(r);
-        __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
-        __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
-        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-        __m256i rn = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
-        __m256i qn = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
-        rn = _mm256_blendv_epi8(rn, qn, nan);
-        r = _mm256_castsi256_ps(_mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFFF0000u)));
-    }
-    _mm256_storeu_ps(out, r);
+    _mm256_storeu_ps(out, bf16 ? v16_x86_bf16_rne256(r) : r);
 }
 #else
 #define V16_GROUP 1
@@ -611,18 +615,7 @@ static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *o
 {
     (void)n;
     float v = v16_reduce(a[0]);
-    if (bf16) { /* cpu_bf16_round (kernels/cpu/cpu_simd.h) */
-        uint32_t bits;
-        memcpy(&bits, &v, sizeof(bits));
-        if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-            bits |= 0x00400000u;
-        } else {
-            bits += 0x7FFFu + ((bits >> 16) & 1u);
-        }
-        bits &= 0xFFFF0000u;
-        memcpy(&v, &bits, sizeof(v));
-    }
-    out[0] = v;
+    out[0] = bf16 ? cpu_bf16_round(v) : v;
 }
 #endif
 

@@ -505,6 +505,11 @@ static inline v16 v16_f_set1i(uint32_t bits)
 /* cpu_bf16_round on each lane: round to nearest even on the upper 16 bits, NaN quieted. */
 static inline v16 v16_bf16_round(v16 x)
 {
+#if defined(CPU_SIMD16_AVX512)
+    return v16_x86_bf16_rne512(x); /* simd16.h, shared with the GEMM epilogue */
+#elif defined(CPU_SIMD16_AVX2)
+    return (v16){v16_x86_bf16_rne256(x.a), v16_x86_bf16_rne256(x.b)};
+#else
     v16i b = v16_as_i(x);
     v16i abs = v16i_and(b, v16i_set1(0x7FFFFFFF));
     v16m nan = v16i_gt(abs, v16i_set1(0x7F800000));
@@ -512,6 +517,7 @@ static inline v16 v16_bf16_round(v16 x)
     v16i r = v16i_add(b, v16i_add(v16i_set1(0x7FFF), odd));
     r = v16i_select(nan, v16i_or(b, v16i_set1(0x00400000)), r);
     return v16i_as_f(v16i_and(r, v16i_set1((int32_t)0xFFFF0000u)));
+#endif
 }
 
 /* codec_amax_term on each lane: |x|, NaN as +0. */
