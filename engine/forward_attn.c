@@ -98,13 +98,15 @@ static tdm_status_t grow_rows(float **buf, int64_t *cap_rows, int64_t n, int64_t
     return TDM_OK;
 }
 
-/* Dequantize main (compressed KV) rows [0, n) of table into fwd->ckv_cache: the same values
- * kern_dequant_rows gives row by row (one codec, element by element). */
-static tdm_status_t load_main_rows(engine_fwd_t *fwd, const page_geom_t *g,
-                                   const engine_kv_table_t *t, int64_t n)
+/* Rows [0, n) of table t, dequantized page by page with `dequant` from the codes and scales at
+ * codes_off / scales_off of each page into *buf [*cap_rows, dim] (grown to n rows); counts
+ * counted_row_bytes per row into fwd->read_kv_bytes (0: the caller counts what it reads). */
+static tdm_status_t load_table_rows(engine_fwd_t *fwd, const engine_kv_table_t *t, int64_t n,
+                                    int64_t dim, size_t codes_off, size_t scales_off,
+                                    kern_dequant_mx4_fn *dequant, uint64_t counted_row_bytes,
+                                    float **buf, int64_t *cap_rows)
 {
-    int64_t d = fwd->cfg->head_dim;
-    tdm_status_t st = grow_rows(&fwd->ckv_cache, &fwd->ckv_cap_rows, n, d);
+    tdm_status_t st = grow_rows(buf, cap_rows, n, dim);
     for (int64_t j0 = 0; j0 < n && st == TDM_OK; j0 += KERN_KV_PAGE_ROWS) {
         uint32_t slot;
         const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
@@ -112,11 +114,21 @@ static tdm_status_t load_main_rows(engine_fwd_t *fwd, const page_geom_t *g,
         if (page == NULL || slot != 0) {
             return TDM_ERR_INTERNAL;
         }
-        st =
-            fwd->ops->dequant_ckv(&fwd->kctx, page + g->ly.main_codes_offset,
-                                  page + g->ly.main_scales_offset, cnt, d, fwd->ckv_cache + j0 * d);
+        fwd->read_kv_bytes += (uint64_t)cnt * counted_row_bytes;
+        st = dequant(&fwd->kctx, page + codes_off, page + scales_off, cnt, dim, *buf + j0 * dim);
     }
     return st;
+}
+
+/* Dequantize main (compressed KV) rows [0, n) of table into fwd->ckv_cache: the same values
+ * kern_dequant_rows gives row by row (one codec, element by element). Their bytes are counted
+ * where a query selects them. */
+static tdm_status_t load_main_rows(engine_fwd_t *fwd, const page_geom_t *g,
+                                   const engine_kv_table_t *t, int64_t n)
+{
+    return load_table_rows(fwd, t, n, fwd->cfg->head_dim, g->ly.main_codes_offset,
+                           g->ly.main_scales_offset, fwd->ops->dequant_ckv, 0, &fwd->ckv_cache,
+                           &fwd->ckv_cap_rows);
 }
 
 /* Dequantize index keys [0, n) of table into fwd->ikey_cache. */
@@ -124,27 +136,9 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
                                     const engine_kv_table_t *t, int64_t n)
 {
     int64_t dI = g->ly.d_I;
-    tdm_status_t grown_st = grow_rows(&fwd->ikey_cache, &fwd->ikey_cap_rows, n, dI);
-    if (grown_st != TDM_OK) {
-        return grown_st;
-    }
-    for (int64_t j0 = 0; j0 < n; j0 += KERN_KV_PAGE_ROWS) {
-        uint32_t slot;
-        const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
-        int64_t cnt = n - j0 < KERN_KV_PAGE_ROWS ? n - j0 : KERN_KV_PAGE_ROWS;
-        tdm_status_t st;
-        if (page == NULL) {
-            return TDM_ERR_INTERNAL;
-        }
-        fwd->read_kv_bytes += (uint64_t)(cnt * (dI / 2 + dI / 32));
-        st = fwd->ops->dequant_mx4(&fwd->kctx, page + g->ly.index_codes_offset,
-                                   page + g->ly.index_scales_offset, cnt, dI,
-                                   fwd->ikey_cache + j0 * dI);
-        if (st != TDM_OK) {
-            return st;
-        }
-    }
-    return TDM_OK;
+    return load_table_rows(fwd, t, n, dI, g->ly.index_codes_offset, g->ly.index_scales_offset,
+                           fwd->ops->dequant_mx4, (uint64_t)(dI / 2 + dI / 32), &fwd->ikey_cache,
+                           &fwd->ikey_cap_rows);
 }
 
 /*

@@ -187,10 +187,8 @@ tdm_status_t kern_rope_cpu(kern_ctx_t *ctx, float *x, int64_t n_rows, int64_t n_
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (r * n_heads + h) * dim;
             float *tail = v + dim - d_r;
-            {
-                for (int64_t i = 0; i < dim - d_r; i++) {
-                    v[i] = cpu_bf16_round(v[i]);
-                }
+            for (int64_t i = 0; i < dim - d_r; i++) {
+                v[i] = cpu_bf16_round(v[i]);
             }
             for (int i = 0; i < d_r / 2; i++) {
                 float a = tail[2 * i];
