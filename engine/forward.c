@@ -15,8 +15,8 @@
 #define DEFAULT_CHUNK_TOKENS 256
 #define ARENA_SAFETY         2 /* factor over the per-row estimate */
 #define ARENA_FIXED_BYTES    (4u << 20)
-#define ROPE_CACHE_SLOTS     4096 /* positions per RoPE table: a prefill chunk's and a decode batch's \
-                                   */
+/* Positions per RoPE cache table: more than a prefill chunk's and a decode batch's positions. */
+#define ROPE_CACHE_SLOTS 4096
 
 void engine_fwd_params_default(const engine_model_t *model, engine_fwd_params_t *params)
 {
