@@ -20,66 +20,18 @@
 
 #include "common/curve.h"
 #include "router/peers.h"
+#include "router_http_util.h"
 #include "router_test_util.h"
 #include "test_router_fake.h"
 
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    char *buf = arg;
-    size_t have = strlen(buf);
-    size_t n = size * nmemb;
-
-    if (have + n < 65536) {
-        memcpy(buf + have, data, n);
-        buf[have + n] = '\0';
-    }
-    return n;
-}
-
 static long http(int port, const char *path, const char *body, const char *session, char *out)
 {
-    CURL *curl = curl_easy_init();
-    struct curl_slist *headers = NULL;
-    char url[256];
-    char line[256];
-    long status = 0;
-
-    out[0] = '\0';
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    if (body != NULL) {
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        headers = curl_slist_append(headers, "Content-Type: application/json");
-    }
-    if (session != NULL) {
-        snprintf(line, sizeof(line), "X-Session-Id: %s", session);
-        headers = curl_slist_append(headers, line);
-    }
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    if (curl_easy_perform(curl) == CURLE_OK) {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    }
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
-    return status;
+    return rhu_http(port, path, body, session, 30000, out);
 }
 
 static double metric(int port, const char *name)
 {
-    static char body[65536];
-    const char *at;
-    char key[160];
-
-    if (http(port, "/metrics", NULL, NULL, body) != 200) {
-        return -1;
-    }
-    snprintf(key, sizeof(key), "\n%s ", name);
-    at = strstr(body, key);
-    return at != NULL ? atof(at + strlen(key)) : -1;
+    return rhu_metric(port, name);
 }
 
 static int free_port(void)

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "router/relearn.h"
+#include "router_http_util.h"
 #include "router_test_util.h"
 #include "test_router_fake.h"
 
@@ -27,52 +28,12 @@ typedef struct {
     fake_worker_t decode;
 } fixture_t;
 
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    char *buf = arg;
-    size_t have = strlen(buf);
-    size_t n = size * nmemb;
-
-    if (have + n < 65536) {
-        memcpy(buf + have, data, n);
-        buf[have + n] = '\0';
-    }
-    return n;
-}
-
 /* GET or POST (body non-NULL) on the router within timeout_ms; the status (0: cut or timed
- * out); body_out: 64 KiB. */
+ * out); body_out: RHU_BODY_BYTES. */
 static long http_within(const fixture_t *fx, const char *path, const char *body,
                         const char *session, long timeout_ms, char *body_out)
 {
-    CURL *curl = curl_easy_init();
-    struct curl_slist *headers = NULL;
-    char url[256];
-    char line[256];
-    long status = 0;
-
-    body_out[0] = '\0';
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", fx->rt->port, path);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, body_out);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    if (body != NULL) {
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        headers = curl_slist_append(headers, "Content-Type: application/json");
-    }
-    if (session != NULL) {
-        snprintf(line, sizeof(line), "X-Session-Id: %s", session);
-        headers = curl_slist_append(headers, line);
-    }
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    if (curl_easy_perform(curl) == CURLE_OK) {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    }
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
-    return status;
+    return rhu_http(fx->rt->port, path, body, session, timeout_ms, body_out);
 }
 
 static long http(const fixture_t *fx, const char *path, const char *body, const char *session,
@@ -83,16 +44,7 @@ static long http(const fixture_t *fx, const char *path, const char *body, const 
 
 static double metric(const fixture_t *fx, const char *name)
 {
-    static char body[65536];
-    const char *at;
-    char key[160];
-
-    if (http(fx, "/metrics", NULL, NULL, body) != 200) {
-        return -1;
-    }
-    snprintf(key, sizeof(key), "\n%s ", name);
-    at = strstr(body, key);
-    return at != NULL ? atof(at + strlen(key)) : -1;
+    return rhu_metric(fx->rt->port, name);
 }
 
 /* "5,6,...": ids first..first+n-1 (each + 5). */
