@@ -40,6 +40,17 @@ void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes)
     return tdm_arena_alloc(&fwd->layer_arena, n_bytes, 64);
 }
 
+void *fwd_host_alloc(engine_fwd_t *fwd, size_t n_bytes)
+{
+    return tdm_arena_alloc(&fwd->host_arena, n_bytes, 64);
+}
+
+void fwd_layer_reset(engine_fwd_t *fwd)
+{
+    tdm_arena_reset(&fwd->layer_arena);
+    tdm_arena_reset(&fwd->host_arena);
+}
+
 int64_t fwd_max_rows(const engine_fwd_t *fwd)
 {
     int64_t n = fwd->params.max_chunk_tokens;
@@ -126,6 +137,12 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
             (size_t)c->vocab_size * 0;
     st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
+        /* host staging: per-row metadata and pointer arrays (a few hundred bytes per row) */
+        st = tdm_arena_init(&fwd->host_arena,
+                            (size_t)fwd_max_rows(fwd) * (size_t)(c->index_topk + 256) * 16 +
+                                ARENA_FIXED_BYTES);
+    }
+    if (st == TDM_OK) {
         st = tdm_arena_init(&fwd->batch_arena, batch_row_bytes(c, fwd->n_index_sources) *
                                                        (size_t)fwd_max_rows(fwd) * 2 +
                                                    ARENA_FIXED_BYTES);
@@ -144,6 +161,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
         return;
     }
     tdm_arena_fini(&fwd->layer_arena);
+    tdm_arena_fini(&fwd->host_arena);
     tdm_arena_fini(&fwd->batch_arena);
     free(fwd->ikey_cache);
     free(fwd->ckv_cache);
@@ -246,7 +264,7 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
     float *h;
     tdm_status_t st;
 
-    tdm_arena_reset(&fwd->layer_arena);
+    fwd_layer_reset(fwd);
     h = fwd_alloc(fwd, FLOAT_BYTES(n * H));
     if (h == NULL) {
         return TDM_ERR_NO_MEMORY;
@@ -278,7 +296,7 @@ tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     if (c->n_blocks == 0 || b->taps == NULL || N == 0) {
         return TDM_OK;
     }
-    tdm_arena_reset(&fwd->layer_arena);
+    fwd_layer_reset(fwd);
     cat = fwd_alloc(fwd, FLOAT_BYTES(N * n_t * H));
     mx = fwd_alloc(fwd, FLOAT_BYTES(N * H));
     kv = fwd_alloc(fwd, FLOAT_BYTES(N * d));

@@ -66,7 +66,8 @@ struct engine_fwd {
     engine_dump_sink_t sink;
     int have_sink;
     tdm_arena_t batch_arena; /* per-call arrays of fwd_batch_t */
-    tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer */
+    tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer (backend memory) */
+    tdm_arena_t host_arena;  /* per-layer host staging (metadata, D2H/H2D copies), reset with it */
     float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
     int64_t ikey_cap_rows;
     float *ckv_cache; /* dequantized compressed rows of one table (prefill chunks) */
@@ -126,8 +127,18 @@ int64_t fwd_ring_run(const engine_seq_t *seq, int64_t p, int64_t end);
 tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const uint8_t *kc,
                             const uint8_t *ks);
 
-/* fwd_alloc - n floats (or bytes) from the layer arena; NULL when it is full. */
+/* fwd_alloc - n_bytes of backend memory (what ops read and write: device memory on CUDA) from
+ * the layer arena, 64-byte aligned; NULL when it is full. Host code never dereferences it: it
+ * moves such bytes with ops->mem_copy (KERN_COPY_D2H / H2D) through fwd_host_alloc staging. */
 void *fwd_alloc(engine_fwd_t *fwd, size_t n_bytes);
+
+/* fwd_host_alloc - n_bytes of host memory (row metadata, positions, pointer arrays, staging of
+ * small D2H/H2D copies) from the host arena, 64-byte aligned; NULL when it is full. Valid until
+ * the next fwd_layer_reset. */
+void *fwd_host_alloc(engine_fwd_t *fwd, size_t n_bytes);
+
+/* fwd_layer_reset - release everything fwd_alloc and fwd_host_alloc handed out (both arenas). */
+void fwd_layer_reset(engine_fwd_t *fwd);
 
 /* fwd_max_rows - most rows of one batch: max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH). */
 int64_t fwd_max_rows(const engine_fwd_t *fwd);

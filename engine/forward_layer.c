@@ -236,7 +236,7 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     int32_t *sel_used;
     tdm_status_t st = TDM_OK;
 
-    tdm_arena_reset(&fwd->layer_arena);
+    fwd_layer_reset(fwd);
     pre_a = fwd_alloc(fwd, FLOAT_BYTES(N * m));
     post_a = fwd_alloc(fwd, FLOAT_BYTES(N * m));
     M_a = fwd_alloc(fwd, FLOAT_BYTES(N * m * m));

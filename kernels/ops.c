@@ -10,6 +10,7 @@
 
 static const kern_ops_t ops_cpu = {
     .name = "cpu",
+    .host_memory = 1,
     .quant_act8 = kern_quant_act8_cpu,
     .quant_ckv = kern_quant_ckv_cpu,
     .quant_mx4 = kern_quant_mx4_cpu,
@@ -54,6 +55,7 @@ static const kern_ops_t ops_cpu = {
 #ifdef TANDEM_HAVE_CUDA
 static const kern_ops_t ops_cuda = {
     .name = "cuda",
+    .host_memory = 0,
     .quant_act8 = kern_quant_act8_cuda,
     .quant_ckv = kern_quant_ckv_cuda,
     .quant_mx4 = kern_quant_mx4_cuda,

@@ -32,6 +32,11 @@ extern "C" {
  */
 typedef struct {
     const char *name;                   /* "cpu" or "cuda" */
+    /* 1: backend memory is ordinary host memory that host code may also read (CPU: weights are
+     * used in place from the mapped checkpoint); 0: it is not (CUDA device memory, the test-only
+     * guard backend): weights are uploaded with mem_alloc + mem_copy and host code reaches
+     * backend memory only through mem_copy. */
+    int host_memory;
     kern_quant_act8_fn *quant_act8;     /* Q_act8 = Q_swa (MODEL.md 4) */
     kern_quant_ckv_fn *quant_ckv;       /* Q_ckv */
     kern_quant_mx4_fn *quant_mx4;       /* Q_mx4 */
