@@ -1,0 +1,137 @@
+/* device.c - kern_device_t: parse a --device value and pick its kernel table (device.h). */
+#include "kernels/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef TANDEM_HAVE_CUDA
+/* Defined in kernels/cuda/backend.cu. */
+int kern_cuda_probe_count(const char **reason);
+int kern_cuda_select(int ordinal, const char **reason);
+#endif
+
+#define DEVICE_MAX_ORDINAL 1023
+
+static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
+{
+    if (err != NULL && err_bytes > 0) {
+        snprintf(err, err_bytes, fmt, a, b);
+    }
+}
+
+tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, size_t err_bytes)
+{
+    static const char forms[] = "cpu, cuda or cuda:N (N = 0..1023)";
+    kern_device_t dev = {KERN_BACKEND_CPU, 0};
+    const char *p;
+    int n = 0;
+
+    if (text == NULL || out == NULL) {
+        set_err(err, err_bytes, "device: %s%s", "no value given", "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (strcmp(text, "cpu") == 0) {
+        *out = dev;
+        return TDM_OK;
+    }
+    if (strncmp(text, "cuda", 4) != 0 || (text[4] != '\0' && text[4] != ':')) {
+        set_err(err, err_bytes, "device '%s': expected %s", text, forms);
+        return TDM_ERR_INVALID_ARG;
+    }
+    dev.backend = KERN_BACKEND_CUDA;
+    if (text[4] == ':') {
+        p = text + 5;
+        if (*p == '\0' || strlen(p) > 4) {
+            set_err(err, err_bytes, "device '%s': expected %s", text, forms);
+            return TDM_ERR_INVALID_ARG;
+        }
+        for (; *p != '\0'; p++) {
+            if (*p < '0' || *p > '9') {
+                set_err(err, err_bytes, "device '%s': expected %s", text, forms);
+                return TDM_ERR_INVALID_ARG;
+            }
+            n = n * 10 + (*p - '0');
+        }
+        if (n > DEVICE_MAX_ORDINAL) {
+            set_err(err, err_bytes, "device '%s': expected %s", text, forms);
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    dev.ordinal = n;
+    *out = dev;
+    return TDM_OK;
+}
+
+const char *kern_device_name(const kern_device_t *dev, char *buf, size_t bytes)
+{
+    if (buf == NULL || bytes == 0) {
+        return buf;
+    }
+    if (dev == NULL || dev->backend != KERN_BACKEND_CUDA) {
+        snprintf(buf, bytes, "cpu");
+    } else {
+        snprintf(buf, bytes, "cuda:%d", dev->ordinal);
+    }
+    return buf;
+}
+
+int kern_cuda_device_count(const char **reason)
+{
+#ifdef TANDEM_HAVE_CUDA
+    return kern_cuda_probe_count(reason);
+#else
+    if (reason != NULL) {
+        *reason = "built without CUDA (nvcc not found at configure time)";
+    }
+    return 0;
+#endif
+}
+
+tdm_status_t kern_device_ops(const kern_device_t *dev, const kern_ops_t **ops_out, char *err,
+                             size_t err_bytes)
+{
+    char name[KERN_DEVICE_TEXT_MAX];
+    const char *reason = NULL;
+    int count;
+
+    if (dev == NULL || ops_out == NULL) {
+        set_err(err, err_bytes, "device: %s%s", "no device given", "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (dev->backend == KERN_BACKEND_CPU) {
+        *ops_out = kern_ops_cpu();
+        return TDM_OK;
+    }
+    if (dev->backend != KERN_BACKEND_CUDA || dev->ordinal < 0) {
+        set_err(err, err_bytes, "device: %s%s", "unknown backend", "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    kern_device_name(dev, name, sizeof(name));
+    count = kern_cuda_device_count(&reason);
+    if (count <= 0) {
+        set_err(err, err_bytes, "device %s: CUDA unavailable: %s", name,
+                reason != NULL ? reason : "no CUDA device");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    if (dev->ordinal >= count) {
+        char have[48];
+
+        snprintf(have, sizeof(have), "%d", count);
+        set_err(err, err_bytes, "device %s: not found (the driver reports %s CUDA device(s))", name,
+                have);
+        return TDM_ERR_NOT_FOUND;
+    }
+#ifdef TANDEM_HAVE_CUDA
+    if (kern_cuda_select(dev->ordinal, &reason) != 0) {
+        set_err(err, err_bytes, "device %s: cannot be selected: %s", name,
+                reason != NULL ? reason : "cudaSetDevice failed");
+        return TDM_ERR_UNSUPPORTED;
+    }
+#endif
+    *ops_out = kern_ops_cuda();
+    if (*ops_out == NULL) {
+        set_err(err, err_bytes, "device %s: %s", name, "the CUDA kernel table is unavailable");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    return TDM_OK;
+}

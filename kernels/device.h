@@ -1,0 +1,71 @@
+/* device.h - where a process runs its kernels: the `--device cpu|cuda[:N]` value of the tools
+ * and nodes (issue 14 item 1), parsed once and turned into a kernel table (kernels/ops.h).
+ *
+ * Owns nothing. A kern_device_t is plain data; kern_device_ops returns one of the static tables
+ * of kern_ops_cpu() / kern_ops_cuda() after making the chosen GPU the calling thread's current
+ * CUDA device. Every refusal is a status with one line naming the value and the reason, so a
+ * tool can print it and exit 2 without having loaded anything.
+ */
+#ifndef TANDEM_KERNELS_DEVICE_H
+#define TANDEM_KERNELS_DEVICE_H
+
+#include <stddef.h>
+
+#include "common/status.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest device text kern_device_parse accepts ("cuda:" plus a decimal ordinal). */
+#define KERN_DEVICE_TEXT_MAX 32
+
+/*
+ * kern_device_t - one place to run kernels. backend KERN_BACKEND_CPU (ordinal 0) or
+ * KERN_BACKEND_CUDA with the CUDA device ordinal (0-based, as cudaSetDevice and
+ * CUDA_VISIBLE_DEVICES number them).
+ */
+typedef struct {
+    kern_backend_t backend;
+    int ordinal;
+} kern_device_t;
+
+/*
+ * kern_device_parse - read "cpu", "cuda" (= "cuda:0") or "cuda:N" (N a decimal 0..1023 without
+ * sign or spaces). Case-sensitive, as the flag values are documented.
+ * Returns TDM_OK with *out filled, or TDM_ERR_INVALID_ARG with one line in err (err_bytes may
+ * be 0) naming the text and the accepted forms; *out untouched on error. Checks no hardware.
+ */
+tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, size_t err_bytes);
+
+/*
+ * kern_device_name - "cpu" or "cuda:N" into buf (bytes >= KERN_DEVICE_TEXT_MAX); returns buf.
+ */
+const char *kern_device_name(const kern_device_t *dev, char *buf, size_t bytes);
+
+/*
+ * kern_device_ops - the kernel table for dev, ready to use on the calling thread: for CUDA the
+ * device is made the thread's current device (cudaSetDevice; other threads that run the
+ * table's kernels must call this too).
+ * Returns TDM_OK with *ops_out, or with *ops_out untouched and one line in err:
+ *   TDM_ERR_INVALID_ARG  dev or ops_out NULL, unknown backend;
+ *   TDM_ERR_UNSUPPORTED  CUDA asked of a build without the CUDA backend (nvcc absent at
+ *                        configure time), or no usable CUDA device (the driver's reason);
+ *   TDM_ERR_NOT_FOUND    ordinal >= the number of CUDA devices (the count is named).
+ */
+tdm_status_t kern_device_ops(const kern_device_t *dev, const kern_ops_t **ops_out, char *err,
+                             size_t err_bytes);
+
+/*
+ * kern_cuda_device_count - CUDA devices the driver reports; 0 without the CUDA backend or a
+ * driver (reason, may be NULL, then gets a static string as for kern_cuda_available).
+ */
+int kern_cuda_device_count(const char **reason);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,116 @@
+/* test_device.c - the --device value (kernels/device.h): every accepted and refused form of
+ * kern_device_parse, names, and kern_device_ops' table or refusal on this build and machine
+ * (CUDA cases check what the driver says: with a device they get the "cuda" table, without one
+ * a TDM_ERR_UNSUPPORTED naming the reason). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/status.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+
+static void test_parse_accepts(void **state)
+{
+    kern_device_t d;
+    char name[KERN_DEVICE_TEXT_MAX];
+    (void)state;
+
+    assert_int_equal(kern_device_parse("cpu", &d, NULL, 0), TDM_OK);
+    assert_int_equal(d.backend, KERN_BACKEND_CPU);
+    assert_string_equal(kern_device_name(&d, name, sizeof(name)), "cpu");
+    assert_int_equal(kern_device_parse("cuda", &d, NULL, 0), TDM_OK);
+    assert_int_equal(d.backend, KERN_BACKEND_CUDA);
+    assert_int_equal(d.ordinal, 0);
+    assert_string_equal(kern_device_name(&d, name, sizeof(name)), "cuda:0");
+    assert_int_equal(kern_device_parse("cuda:7", &d, NULL, 0), TDM_OK);
+    assert_int_equal(d.ordinal, 7);
+    assert_string_equal(kern_device_name(&d, name, sizeof(name)), "cuda:7");
+    assert_int_equal(kern_device_parse("cuda:1023", &d, NULL, 0), TDM_OK);
+    assert_int_equal(d.ordinal, 1023);
+}
+
+static void test_parse_refuses(void **state)
+{
+    static const char *bad[] = {"",        "CPU",        "gpu",     "cuda:",     "cuda:-1",
+                                "cuda:+1", "cuda: 1",    "cuda:1x", "cuda:1024", "cuda0",
+                                "cudax",   "cuda:99999", "cpu:0",   " cpu"};
+    kern_device_t d = {KERN_BACKEND_CUDA, 42};
+    char err[160];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(kern_device_parse(bad[i], &d, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+        /* the message names the value and the accepted forms; the output is untouched */
+        assert_non_null(strstr(err, "cuda:N"));
+        assert_int_equal(d.backend, KERN_BACKEND_CUDA);
+        assert_int_equal(d.ordinal, 42);
+    }
+    assert_int_equal(kern_device_parse("cuda:x", &d, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "'cuda:x'"));
+    assert_int_equal(kern_device_parse(NULL, &d, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_device_parse("cpu", NULL, err, sizeof(err)), TDM_ERR_INVALID_ARG);
+}
+
+static void test_ops_cpu(void **state)
+{
+    kern_device_t d = {KERN_BACKEND_CPU, 0};
+    const kern_ops_t *ops = NULL;
+    (void)state;
+
+    assert_int_equal(kern_device_ops(&d, &ops, NULL, 0), TDM_OK);
+    assert_ptr_equal(ops, kern_ops_cpu());
+    assert_int_equal(ops->host_memory, 1);
+    assert_int_equal(kern_device_ops(NULL, &ops, NULL, 0), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_device_ops(&d, NULL, NULL, 0), TDM_ERR_INVALID_ARG);
+}
+
+static void test_ops_cuda_on_this_machine(void **state)
+{
+    kern_device_t d = {KERN_BACKEND_CUDA, 0};
+    const kern_ops_t *ops = kern_ops_cpu();
+    const char *reason = NULL;
+    char err[200] = "";
+    int count = kern_cuda_device_count(&reason);
+    tdm_status_t st;
+    (void)state;
+
+    assert_non_null(reason);
+    st = kern_device_ops(&d, &ops, err, sizeof(err));
+    if (count == 0) {
+        /* no CUDA here: refused with the driver's (or the build's) reason, table untouched */
+        assert_int_equal(st, TDM_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err, "cuda:0"));
+        assert_non_null(strstr(err, reason));
+        assert_ptr_equal(ops, kern_ops_cpu());
+        print_message("note: no CUDA device (%s): the cuda table itself is not exercised\n",
+                      reason);
+        return;
+    }
+    assert_int_equal(st, TDM_OK);
+    assert_non_null(ops);
+    assert_string_equal(ops->name, "cuda");
+    assert_int_equal(ops->host_memory, 0);
+    /* one past the last device is refused, naming the count */
+    d.ordinal = count;
+    ops = NULL;
+    assert_int_equal(kern_device_ops(&d, &ops, err, sizeof(err)), TDM_ERR_NOT_FOUND);
+    assert_null(ops);
+    assert_non_null(strstr(err, "not found"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_accepts),
+        cmocka_unit_test(test_parse_refuses),
+        cmocka_unit_test(test_ops_cpu),
+        cmocka_unit_test(test_ops_cuda_on_this_machine),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
