@@ -11,6 +11,7 @@
  */
 #include "common/clock.h"
 #include "common/flags.h"
+#include "kernels/device.h"
 #include "kernels/cpu_isa.h"
 #include "common/status.h"
 #include "engine/forward.h"
@@ -30,6 +31,7 @@
 typedef struct {
     const char *model_dir;
     uint32_t n_threads;
+    const char *device;
     uint32_t prompt_tokens;
     uint32_t context_tokens;
     uint32_t decode_steps;
@@ -44,6 +46,9 @@ static const tdm_flag_t bench_flags[] = {
     {"model", TDM_FLAG_PATH, NULL, offsetof(bench_cfg_t, model_dir), "checkpoint directory", 0, 0,
      1},
     {"threads", TDM_FLAG_U32, "2", offsetof(bench_cfg_t, n_threads), "kernel threads", 1, 256, 0},
+    {"device", TDM_FLAG_STRING, "cpu", offsetof(bench_cfg_t, device),
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
+     0},
     {"prompt", TDM_FLAG_U32, "512", offsetof(bench_cfg_t, prompt_tokens), "prefill prompt tokens",
      1, 65536, 0},
     {"context", TDM_FLAG_U32, "128", offsetof(bench_cfg_t, context_tokens),
@@ -381,6 +386,10 @@ int main(int argc, char **argv)
     }
     engine_model_params_default(&mp);
     mp.n_threads = (int)cfg.n_threads;
+    if (kern_device_open(cfg.device, NULL, &mp.ops, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "tandem-bench-engine: --device: %s\n", err);
+        return 2;
+    }
     mp.expand_bf16 = cfg.expand_bf16;
     if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: %s\n", err);

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/spec.h"
+#include "kernels/device.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,7 @@
 typedef struct {
     const char *model_dir;
     uint32_t n_threads;
+    const char *device;
     uint32_t context_tokens;
     uint32_t gen_tokens;
     const char *batches;
@@ -50,6 +52,9 @@ static const tdm_flag_t bench_flags[] = {
     {"model", TDM_FLAG_PATH, NULL, offsetof(bench_cfg_t, model_dir), "checkpoint directory", 0, 0,
      1},
     {"threads", TDM_FLAG_U32, "2", offsetof(bench_cfg_t, n_threads), "kernel threads", 1, 256, 0},
+    {"device", TDM_FLAG_STRING, "cpu", offsetof(bench_cfg_t, device),
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
+     0},
     {"context", TDM_FLAG_U32, "128", offsetof(bench_cfg_t, context_tokens),
      "tokens prefilled per sequence before decoding", 8, 65536, 0},
     {"tokens", TDM_FLAG_U32, "32", offsetof(bench_cfg_t, gen_tokens),
@@ -479,6 +484,10 @@ int main(int argc, char **argv)
     b.cpu_clock = strcmp(cfg.clock, "cpu") == 0;
     engine_model_params_default(&mp);
     mp.n_threads = (int)cfg.n_threads;
+    if (kern_device_open(cfg.device, NULL, &mp.ops, err, sizeof(err)) != TDM_OK) {
+        fprintf(stderr, "tandem-bench-spec: --device: %s\n", err);
+        return 2;
+    }
     if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-spec: %s: %s\n", cfg.model_dir, err);
         return 1;

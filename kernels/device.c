@@ -8,6 +8,7 @@
 /* Defined in kernels/cuda/backend.cu. */
 int kern_cuda_probe_count(const char **reason);
 int kern_cuda_select(int ordinal, const char **reason);
+int kern_cuda_query(int ordinal, kern_device_info_t *out, const char **reason);
 #endif
 
 #define DEVICE_MAX_ORDINAL 1023
@@ -134,4 +135,54 @@ tdm_status_t kern_device_ops(const kern_device_t *dev, const kern_ops_t **ops_ou
         return TDM_ERR_UNSUPPORTED;
     }
     return TDM_OK;
+}
+
+tdm_status_t kern_device_open(const char *text, kern_device_t *dev_out, const kern_ops_t **ops_out,
+                              char *err, size_t err_bytes)
+{
+    kern_device_t dev;
+    const kern_ops_t *ops = NULL;
+    tdm_status_t st = kern_device_parse(text, &dev, err, err_bytes);
+
+    if (st == TDM_OK) {
+        st = kern_device_ops(&dev, &ops, err, err_bytes);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    if (dev_out != NULL) {
+        *dev_out = dev;
+    }
+    *ops_out = ops;
+    return TDM_OK;
+}
+
+tdm_status_t kern_device_info(int ordinal, kern_device_info_t *out, char *err, size_t err_bytes)
+{
+    kern_device_info_t info;
+    const char *reason = NULL;
+
+    if (out == NULL || ordinal < 0) {
+        set_err(err, err_bytes, "device info: %s%s", "bad arguments", "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(&info, 0, sizeof(info));
+#ifdef TANDEM_HAVE_CUDA
+    if (kern_cuda_query(ordinal, &info, &reason) != 0) {
+        set_err(err, err_bytes, "device info: %s%s", reason != NULL ? reason : "query failed", "");
+        return TDM_ERR_UNSUPPORTED;
+    }
+    if (info.cc_major == 9) {
+        info.bf16_peak_flops = (double)info.n_sms * info.clock_khz * 1e3 * 4096.0;
+    } else if (info.cc_major == 10) {
+        info.bf16_peak_flops = (double)info.n_sms * info.clock_khz * 1e3 * 8192.0;
+    }
+    *out = info;
+    return TDM_OK;
+#else
+    (void)info;
+    kern_cuda_device_count(&reason);
+    set_err(err, err_bytes, "device info: %s%s", reason, "");
+    return TDM_ERR_UNSUPPORTED;
+#endif
 }

@@ -59,6 +59,45 @@ tdm_status_t kern_device_ops(const kern_device_t *dev, const kern_ops_t **ops_ou
                              size_t err_bytes);
 
 /*
+ * kern_device_open - kern_device_parse(text) then kern_device_ops: what a tool does with its
+ * --device value. Returns TDM_OK with *dev_out (may be NULL) and *ops_out, or the first step's
+ * status and message (outputs untouched).
+ */
+tdm_status_t kern_device_open(const char *text, kern_device_t *dev_out, const kern_ops_t **ops_out,
+                              char *err, size_t err_bytes);
+
+/*
+ * kern_device_info_t - what a benchmark needs to state a GPU's rooflines.
+ * name:           the driver's device name ("" when unknown)
+ * mem_bytes:      device memory, bytes
+ * n_sms, clock_khz, cc_major, cc_minor: streaming multiprocessors, SM clock (kHz), compute
+ *                 capability
+ * hbm_peak_bps:   peak memory bandwidth, bytes/s = 2 (double data rate) x memory clock x bus
+ *                 width / 8, from the driver's cudaDevAttrMemoryClockRate and
+ *                 cudaDevAttrGlobalMemoryBusWidth (the CUDA Runtime API's attribute list)
+ * bf16_peak_flops: dense BF16 tensor-core peak, FLOP/s = SMs x SM clock x dense BF16 FLOP per
+ *                 clock per SM (4096 for sm_90, Hopper whitepaper: 989 TFLOP/s on 132 SMs at
+ *                 1.83 GHz; 8192 for sm_100/sm_103, Blackwell datasheets); 0 for other parts
+ */
+typedef struct {
+    char name[128];
+    unsigned long long mem_bytes;
+    int n_sms;
+    int clock_khz;
+    int cc_major;
+    int cc_minor;
+    double hbm_peak_bps;
+    double bf16_peak_flops;
+} kern_device_info_t;
+
+/*
+ * kern_device_info - the CUDA device `ordinal`'s figures. Returns TDM_OK with *out filled, or
+ * TDM_ERR_UNSUPPORTED (no CUDA backend or device; reason in err) / TDM_ERR_INVALID_ARG (out
+ * NULL); *out untouched on error.
+ */
+tdm_status_t kern_device_info(int ordinal, kern_device_info_t *out, char *err, size_t err_bytes);
+
+/*
  * kern_cuda_device_count - CUDA devices the driver reports; 0 without the CUDA backend or a
  * driver (reason, may be NULL, then gets a static string as for kern_cuda_available).
  */

@@ -13,6 +13,7 @@
 #include "common/http_status.h"
 #include "common/log.h"
 #include "common/startup.h"
+#include "kernels/device.h"
 #include "kernels/kv_page.h"
 #include "text/tokenizer.h"
 #include "node/node_xfer.h"
@@ -36,6 +37,10 @@ static const tdm_flag_t shared_flags[] = {
      0},
     {"threads", TDM_FLAG_U32, "0", offsetof(node_worker_cfg_t, threads),
      "kernel threads (0: every online CPU)", 0, 1024, 0},
+    {"device", TDM_FLAG_STRING, "cpu", offsetof(node_worker_cfg_t, device),
+     "where the kernels run: cpu (cuda and cuda:N are refused until the node's KV page pool can "
+     "live in GPU memory registered with UCX: docs/DEPLOY.md)",
+     0, 0, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(node_worker_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
     {"register-timeout-ms", TDM_FLAG_U32, "10000", offsetof(node_worker_cfg_t, register_timeout_ms),
@@ -136,6 +141,33 @@ int node_worker_main_start(const node_worker_main_t *spec, int argc, char **argv
     return NODE_EXIT_OK;
 }
 
+/*
+ * --device: parsed and checked before anything is loaded. The nodes' KV page pool is host memory
+ * registered with UCX (transfer/, decode-node/pool.c) and their schedulers read pages on the
+ * host, so a GPU engine here would need the device pool of issue 14 item 5: refused by name
+ * rather than run on the CPU behind the operator's back.
+ */
+static int node_worker_check_device(const node_worker_cfg_t *cfg, const char *program)
+{
+    char err[WORKER_ERR_BYTES] = "";
+    kern_device_t dev;
+
+    if (kern_device_parse(cfg->device != NULL ? cfg->device : "cpu", &dev, err, sizeof(err)) !=
+        TDM_OK) {
+        fprintf(stderr, "%s: --device: %s\n", program, err);
+        return NODE_EXIT_USAGE;
+    }
+    if (dev.backend != KERN_BACKEND_CPU) {
+        fprintf(stderr,
+                "%s: --device %s: not supported on prefill and decode nodes yet (their KV page "
+                "pool lives in host memory registered with UCX; a GPU pool is issue 14 item 5): "
+                "use --device cpu, or tandem-generate / tandem-bench-engine --device %s\n",
+                program, cfg->device, cfg->device);
+        return NODE_EXIT_USAGE;
+    }
+    return NODE_EXIT_OK;
+}
+
 int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char *program,
                      const char *role, Tandem__Role proto_role)
 {
@@ -146,6 +178,9 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
     w->program = program;
     w->role = role;
     w->proto_role = proto_role;
+    if (node_worker_check_device(cfg, program) != NODE_EXIT_OK) {
+        return NODE_EXIT_USAGE;
+    }
     if (node_http_parse_host_port(cfg->http, w->host, sizeof(w->host), &w->port) != 0) {
         fprintf(stderr, "%s: --http=%s is invalid: expected HOST:PORT\n", program, cfg->http);
         return NODE_EXIT_USAGE;

@@ -51,6 +51,7 @@ typedef struct {
     const char *http;              /* --http: HOST:PORT of /health and /metrics (port 0: any) */
     const char *rack;              /* --rack: NVLink domain id, sent at registration */
     uint32_t threads;              /* --threads: kernel threads (0: every online CPU) */
+    const char *device;            /* --device: cpu (only cpu serves today; cuda is refused) */
     uint32_t chunk_tokens;         /* --chunk-tokens: most tokens one prefill layer pass takes */
     uint32_t register_timeout_ms;  /* --register-timeout-ms: wait for the RegisterAck */
     const char *transports;        /* --transports: UCX_TLS syntax, NULL: UCX's choice */

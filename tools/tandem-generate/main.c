@@ -6,6 +6,7 @@
  *                   --max-tokens N [--temperature X --top-p X --top-k N --min-p X --seed N]
  *                   [--schedule oracle|ced] [--dump-logits FILE] [--dump-layers DIR]
  *                   [--threads N] [--output text|ids] [--ignore-eos] [--thinking]
+ *                   [--device cpu|cuda[:N]]
  *
  * Schedules (MODEL.md 6): "oracle" runs the whole prompt through every layer with window floor 0
  * (engine_fwd_prefill with ENGINE_PREFILL_TAIL_FROM_H, which is how engine_fwd_oracle computes,
@@ -43,19 +44,20 @@
 #include "engine/sampler.h"
 #include "engine/spec.h"
 #include "engine/seq_state.h"
+#include "kernels/device.h"
 #include "kernels/kv_page.h"
 #include "text/tokenizer.h"
 #include "gen_dump.h"
 #include "gen_prompt.h"
 
-#define GEN_PROGRAM       "tandem-generate"
-#define GEN_ERR_BYTES     1024
-#define GEN_PATH_BYTES    4096
-#define GEN_EXIT_OK       0
-#define GEN_EXIT_FAILED   1
-#define GEN_EXIT_USAGE    2
-#define GEN_SPARE_PAGES   4
-#define GEN_MS_PER_S      1e3
+#define GEN_PROGRAM     "tandem-generate"
+#define GEN_ERR_BYTES   1024
+#define GEN_PATH_BYTES  4096
+#define GEN_EXIT_OK     0
+#define GEN_EXIT_FAILED 1
+#define GEN_EXIT_USAGE  2
+#define GEN_SPARE_PAGES 4
+#define GEN_MS_PER_S    1e3
 
 typedef struct {
     const char *model_dir;
@@ -73,6 +75,7 @@ typedef struct {
     const char *dump_layers;
     const char *output;
     uint32_t threads;
+    const char *device;
     uint32_t chunk_tokens;
     int ignore_eos;
     int thinking;
@@ -112,6 +115,9 @@ static const tdm_flag_t gen_flags[] = {
      "what streams to stdout: text (UTF-8 safe) or ids (space-separated token ids)", 0, 0, 0},
     {"threads", TDM_FLAG_U32, "0", offsetof(gen_cfg_t, threads),
      "kernel threads; 0 = every online CPU", 0, 1024, 0},
+    {"device", TDM_FLAG_STRING, "cpu", offsetof(gen_cfg_t, device),
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
+     0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(gen_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
     {"ignore-eos", TDM_FLAG_BOOL, "false", offsetof(gen_cfg_t, ignore_eos),
@@ -198,7 +204,8 @@ static int usage_error(const char *fmt, const char *a)
     return GEN_EXIT_USAGE;
 }
 
-/* Flags that do not need the model (--log-level: tdm_main_start). Returns GEN_EXIT_OK or GEN_EXIT_USAGE (message printed). */
+/* Flags that do not need the model (--log-level: tdm_main_start). Returns GEN_EXIT_OK or
+ * GEN_EXIT_USAGE (message printed). */
 static int check_flags(gen_state_t *g)
 {
     const gen_cfg_t *f = &g->flags;
@@ -395,6 +402,11 @@ static int load_engine(gen_state_t *g)
     }
     engine_model_params_default(&mp);
     mp.n_threads = n_threads;
+    status = kern_device_open(g->flags.device, NULL, &mp.ops, err, sizeof(err));
+    if (status != TDM_OK) {
+        fprintf(stderr, GEN_PROGRAM ": --device: %s\n", err);
+        return GEN_EXIT_USAGE;
+    }
     status = engine_model_load(g->flags.model_dir, &mp, &g->model, err, sizeof(err));
     if (status != TDM_OK) {
         fprintf(stderr, GEN_PROGRAM ": loading %s: %s (%s)\n", g->flags.model_dir, err,
