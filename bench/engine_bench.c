@@ -411,22 +411,43 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    double bw = memcpy_rate();
-    double rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5);
-    double flops = gemm_rate((int)cfg.n_threads);
-    /* the FMA peak of all kernel threads (one thread measured, times the threads) */
-    double peak = kern_fma_peak_cpu(100.0) * cfg.n_threads;
+    /* A device backend (--device cuda): its rooflines are the driver's HBM and dense BF16
+     * tensor peaks (kern_device_info); the CPU probes below would measure the host instead. */
+    int on_device = !mp.ops->host_memory;
+    kern_device_info_t dev_info;
+    double bw, rbw, flops, peak;
     engine_model_resident_t res;
     engine_model_resident(model, &res);
     printf("model %s: layers %d, H %lld, V %lld, active decode params %.1f M, threads %u\n",
            cfg.model_dir, c->n_layers, (long long)c->hidden_size, (long long)V,
            counts.active_decode_params / 1e6, cfg.n_threads);
-    printf("cpu kernels: %s; FP32 FMA peak %.1f GFLOP/s (%u thread%s); read bandwidth %.2f GB/s, "
-           "memcpy %.2f GB/s (the memory roofline uses the higher)\n",
-           kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, cfg.n_threads,
-           cfg.n_threads == 1 ? "" : "s", rbw / 1e9, bw / 1e9);
-    printf("kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d) = %.0f %% of the FMA peak\n",
-           flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM, 100.0 * flops / peak);
+    if (on_device) {
+        kern_device_t dev;
+        if (kern_device_parse(cfg.device, &dev, err, sizeof(err)) != TDM_OK ||
+            kern_device_info(dev.ordinal, &dev_info, err, sizeof(err)) != TDM_OK) {
+            fprintf(stderr, "tandem-bench-engine: --device: %s\n", err);
+            return 1;
+        }
+        bw = rbw = dev_info.hbm_peak_bps;
+        peak = flops = dev_info.bf16_peak_flops > 0.0 ? dev_info.bf16_peak_flops : 1.0;
+        printf("device %s: %s, sm_%d%d, %d SMs at %.0f MHz, %.1f GB; HBM peak %.0f GB/s; dense "
+               "BF16 tensor peak %.1f TFLOP/s%s (kern_device_info: the driver's attributes)\n",
+               cfg.device, dev_info.name, dev_info.cc_major, dev_info.cc_minor, dev_info.n_sms,
+               dev_info.clock_khz / 1e3, dev_info.mem_bytes / 1e9, bw / 1e9, peak / 1e12,
+               dev_info.bf16_peak_flops > 0.0 ? "" : " (unknown for this part: not a roofline)");
+    } else {
+        bw = memcpy_rate();
+        rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5);
+        flops = gemm_rate((int)cfg.n_threads);
+        /* the FMA peak of all kernel threads (one thread measured, times the threads) */
+        peak = kern_fma_peak_cpu(100.0) * cfg.n_threads;
+        printf("cpu kernels: %s; FP32 FMA peak %.1f GFLOP/s (%u thread%s); read bandwidth %.2f "
+               "GB/s, memcpy %.2f GB/s (the memory roofline uses the higher)\n",
+               kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, cfg.n_threads,
+               cfg.n_threads == 1 ? "" : "s", rbw / 1e9, bw / 1e9);
+        printf("kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d) = %.0f %% of the FMA peak\n",
+               flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM, 100.0 * flops / peak);
+    }
     printf("weights resident %.1f MB = %.3f B/param (fp8 %.1f + mxfp4 %.1f + scales %.1f + bf16 "
            "%.1f + f32 %.1f + expanded %.1f + vectors %.1f + engram %.1f MB)\n",
            engine_model_resident_total(&res) / 1e6,
@@ -459,9 +480,10 @@ int main(int argc, char **argv)
         double fl = 2.0 * (double)counts.active_decode_params *
                     (frac * (double)T + (1.0 - frac) * (double)tail) / (double)T;
         printf("prefill %lld tokens (CED): %s %.2f s, %.1f tok/s = %.1f GFLOP/s = %.0f %% of the "
-               "FMA peak (%.3f GFLOP/token; kernel-GEMM roofline %.1f tok/s)\n",
+               "%s (%.3f GFLOP/token; kernel-GEMM roofline %.1f tok/s)\n",
                (long long)T, tdm_status_name(st), s, T / s, T / s * fl / 1e9,
-               100.0 * (T / s) * fl / peak, fl / 1e9, flops / fl);
+               100.0 * (T / s) * fl / peak, on_device ? "BF16 tensor peak" : "FMA peak", fl / 1e9,
+               flops / fl);
         engine_seq_destroy(seq);
         free(ids);
         free(lg);
@@ -486,8 +508,8 @@ int main(int argc, char **argv)
         tdm_status_t st = TDM_OK;
         engine_fwd_reset_read_bytes(fwd);
         for (uint32_t rep = 0; rep < cfg.repeat && st == TDM_OK; rep++) {
-            double bw_r = rep == 0 && bi == 0 ? bw : memcpy_rate();
-            if (rep > 0 || bi > 0) {
+            double bw_r = (rep == 0 && bi == 0) || on_device ? bw : memcpy_rate();
+            if ((rep > 0 || bi > 0) && !on_device) {
                 double r = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 2);
                 bw_r = r > bw_r ? r : bw_r;
             }
@@ -520,7 +542,7 @@ int main(int argc, char **argv)
          * cache holds the model (hundreds of MB on recent server parts) serves every step's
          * weights from cache, faster than the 256 MiB stream above measures, so the roofline
          * takes the higher of the two (never flattering the ratio). */
-        double ws_bw = kern_read_bandwidth_cpu((size_t)bytes, 3);
+        double ws_bw = on_device ? 0.0 : kern_read_bandwidth_cpu((size_t)bytes, 3);
         if (ws_bw > bw) {
             bw = ws_bw;
         }
@@ -531,10 +553,11 @@ int main(int argc, char **argv)
         int mem_binds = mem_roof <= fma_roof;
         printf("decode batch %2d: %s %.1f tok/s (%.1f steps/s); roofline %.1f steps/s (%.1f MB "
                "weights + %.2f MB KV/step, read %.2f GB/s; %.2f over a step-sized buffer) = "
-               "%.0f %%; FMA roofline %.1f steps/s = %.0f %%; %s binds: %.0f %%\n",
+               "%.0f %%; %s roofline %.1f steps/s = %.0f %%; %s binds: %.0f %%\n",
                B, tdm_status_name(st), steps_per_s * B, steps_per_s, mem_roof, wstep / 1e6,
-               kvstep / 1e6, bw / 1e9, ws_bw / 1e9, 100.0 * steps_per_s / mem_roof, fma_roof,
-               100.0 * steps_per_s / fma_roof, mem_binds ? "memory" : "compute",
+               kvstep / 1e6, bw / 1e9, ws_bw / 1e9, 100.0 * steps_per_s / mem_roof,
+               on_device ? "BF16 tensor" : "FMA", fma_roof, 100.0 * steps_per_s / fma_roof,
+               mem_binds ? "memory" : "compute",
                100.0 * steps_per_s / (mem_binds ? mem_roof : fma_roof));
         printf("                 CPU-time rate %.1f steps/s (steps per process CPU second, all "
                "threads: near what an uncontended box reaches when this one is shared)\n",

@@ -26,7 +26,8 @@
 /* Write a preset checkpoint into $TANDEM_TEST_TMP/<name> (once per tandem-mkmodel build); path_out
  * gets its directory.
  * Returns 0 on success. */
-static inline int ftu_make_model(const char *preset, uint64_t seed, const char *name, char *path_out)
+static inline int ftu_make_model(const char *preset, uint64_t seed, const char *name,
+                                 char *path_out)
 {
     char cmd[FTU_PATH_BYTES * 2];
     char marker[FTU_PATH_BYTES + 32];
@@ -48,8 +49,8 @@ static inline int ftu_make_model(const char *preset, uint64_t seed, const char *
         }
     }
     snprintf(cmd, sizeof(cmd),
-             "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null",
-             bin, preset, (unsigned long long)seed, path_out);
+             "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null", bin,
+             preset, (unsigned long long)seed, path_out);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -65,19 +66,21 @@ typedef struct {
     tdm_arena_t arena;      /* scratch a test may tdm_arena_init; zeroed otherwise */
 } ftu_engine_t;
 
-/* Make (once) and load the tiny preset (seed 1) with 2 threads on kernel table `ops` (NULL: the
- * model's default, the CPU table), a pool of n_pages pages and a forward context of
- * max_chunk_tokens per pass (0: the default) into the zeroed *e. Returns 0, or -1 after printing
- * why (*e may hold what was made: ftu_engine_close releases it). */
-static inline int ftu_engine_open_on(ftu_engine_t *e, uint32_t n_pages, const kern_ops_t *ops,
-                                     int64_t max_chunk_tokens)
+/* Make (once) and load `preset` (seed 1; "tiny", "small", ...) with 2 threads on kernel table
+ * `ops` (NULL: the model's default, the CPU table), a pool of n_pages pages and a forward context
+ * of max_chunk_tokens per pass (0: the default) into the zeroed *e. Returns 0, or -1 after
+ * printing why (*e may hold what was made: ftu_engine_close releases it). */
+static inline int ftu_engine_open_preset(ftu_engine_t *e, const char *preset, uint32_t n_pages,
+                                         const kern_ops_t *ops, int64_t max_chunk_tokens)
 {
     char dir[FTU_PATH_BYTES];
+    char name[64];
     char err[256];
     engine_model_params_t mp;
     engine_fwd_params_t fp;
 
-    if (ftu_make_model("tiny", 1, "fwd-tiny", dir) != 0) {
+    snprintf(name, sizeof(name), "fwd-%s", preset);
+    if (ftu_make_model(preset, 1, name, dir) != 0) {
         return -1;
     }
     engine_model_params_default(&mp);
@@ -104,6 +107,13 @@ static inline int ftu_engine_open_on(ftu_engine_t *e, uint32_t n_pages, const ke
     }
     e->free_at_start = engine_kv_pool_n_free(e->pool);
     return 0;
+}
+
+/* ftu_engine_open_on - ftu_engine_open_preset of the tiny preset. */
+static inline int ftu_engine_open_on(ftu_engine_t *e, uint32_t n_pages, const kern_ops_t *ops,
+                                     int64_t max_chunk_tokens)
+{
+    return ftu_engine_open_preset(e, "tiny", n_pages, ops, max_chunk_tokens);
 }
 
 /* ftu_engine_open - ftu_engine_open_on with the CPU table and the default chunk size. */
@@ -206,7 +216,8 @@ typedef struct {
     int64_t rows_seen[64];
 } ftu_dump_t;
 
-static inline void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t first, int64_t T)
+static inline void ftu_dump_init(ftu_dump_t *d, const engine_config_t *cfg, int64_t first,
+                                 int64_t T)
 {
     memset(d, 0, sizeof(*d));
     d->n_layers = cfg->n_layers;
@@ -291,9 +302,10 @@ static inline int ftu_dump_write(const ftu_dump_t *d, const char *dir, const int
     if (f == NULL) {
         return -1;
     }
-    fprintf(f, "{\"format\": \"tandem-dump-layers\", \"writer\": \"tandem engine tests\", "
-               "\"schedule\": \"oracle\", \"first_position\": %lld, \"T\": %lld, \"m\": %d, "
-               "\"H\": %lld, \"k_I\": %lld, \"K\": %lld, \"layers\": [",
+    fprintf(f,
+            "{\"format\": \"tandem-dump-layers\", \"writer\": \"tandem engine tests\", "
+            "\"schedule\": \"oracle\", \"first_position\": %lld, \"T\": %lld, \"m\": %d, "
+            "\"H\": %lld, \"k_I\": %lld, \"K\": %lld, \"layers\": [",
             (long long)d->first, (long long)d->T, d->m, (long long)d->H, (long long)d->k_I,
             (long long)d->K);
     for (int l = 0; l < d->n_layers; l++) {
