@@ -78,6 +78,9 @@ static void test_guard_state_and_pages_match_cpu(void **state)
     assert_int_equal(engine_kv_pool_host_pages(grd.pool), 0);
     assert_ptr_equal(engine_kv_pool_ops(grd.pool), guard);
     assert_int_equal(engine_kv_pool_host_pages(cpu.pool), 1);
+    /* the weights were uploaded: the RoPE tables (model-made) are guard memory on that table */
+    assert_true(guard_ops_contains(engine_model_rope_freqs(grd.model, 0), sizeof(float)));
+    assert_false(guard_ops_contains(engine_model_rope_freqs(cpu.model, 0), sizeof(float)));
     logits = malloc(sizeof(float) * (size_t)cpu.V);
     assert_non_null(logits);
 
