@@ -23,12 +23,26 @@ tdm_status_t tdm_arena_init(tdm_arena_t *arena, size_t capacity_bytes)
     return TDM_OK;
 }
 
+tdm_status_t tdm_arena_init_over(tdm_arena_t *arena, void *base, size_t capacity_bytes)
+{
+    memset(arena, 0, sizeof(*arena));
+    if (base == NULL || capacity_bytes == 0 || (uintptr_t)base % ARENA_BASE_ALIGN != 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    arena->base = base;
+    arena->capacity_bytes = capacity_bytes;
+    arena->borrowed = 1;
+    return TDM_OK;
+}
+
 void tdm_arena_fini(tdm_arena_t *arena)
 {
     if (arena == NULL) {
         return;
     }
-    free(arena->base);
+    if (!arena->borrowed) {
+        free(arena->base);
+    }
     memset(arena, 0, sizeof(*arena));
 }
 
@@ -39,7 +53,8 @@ void *tdm_arena_alloc(tdm_arena_t *arena, size_t n_bytes, size_t align)
     if (align == 0) {
         align = ARENA_BASE_ALIGN;
     }
-    if ((align & (align - 1)) != 0 || align > ARENA_MAX_ALIGN || arena->base == NULL) {
+    if ((align & (align - 1)) != 0 || align > ARENA_MAX_ALIGN || arena->base == NULL ||
+        (arena->borrowed && (uintptr_t)arena->base % align != 0)) {
         return NULL;
     }
     start = (arena->used_bytes + align - 1) & ~(align - 1);

@@ -17,6 +17,7 @@ typedef struct {
     size_t capacity_bytes;
     size_t used_bytes;
     size_t high_water_bytes; /* most ever used since init (for sizing) */
+    int borrowed;            /* 1: base is the caller's (tdm_arena_init_over); fini frees nothing */
 } tdm_arena_t;
 
 /*
@@ -25,7 +26,16 @@ typedef struct {
  */
 tdm_status_t tdm_arena_init(tdm_arena_t *arena, size_t capacity_bytes);
 
-/* tdm_arena_fini - free the buffer; accepts a zeroed arena. */
+/*
+ * tdm_arena_init_over - an arena over the caller's buffer base [capacity_bytes] (e.g. backend
+ * memory from ops->mem_alloc: the arena only computes offsets, it never reads or writes the
+ * bytes). base must be 64-byte aligned; allocations asking for more alignment than base has are
+ * refused (NULL). The buffer stays the caller's: fini forgets it without freeing.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (base NULL or misaligned, capacity 0; arena zeroed).
+ */
+tdm_status_t tdm_arena_init_over(tdm_arena_t *arena, void *base, size_t capacity_bytes);
+
+/* tdm_arena_fini - free the buffer (not a borrowed one); accepts a zeroed arena. */
 void tdm_arena_fini(tdm_arena_t *arena);
 
 /*

@@ -51,6 +51,47 @@ void fwd_layer_reset(engine_fwd_t *fwd)
     tdm_arena_reset(&fwd->host_arena);
 }
 
+tdm_status_t fwd_grow_rows(engine_fwd_t *fwd, float **buf, int64_t *cap_rows, int64_t n,
+                           int64_t dim)
+{
+    int64_t cap;
+    void *grown = NULL;
+    tdm_status_t st;
+
+    if (n <= *cap_rows) {
+        return TDM_OK;
+    }
+    cap = *cap_rows == 0 ? 1024 : *cap_rows;
+    while (cap < n) {
+        cap *= 2;
+    }
+    st = fwd->ops->mem_alloc(&fwd->kctx, FLOAT_BYTES(cap * dim), &grown);
+    if (st != TDM_OK) {
+        return st;
+    }
+    fwd->ops->mem_free(&fwd->kctx, *buf);
+    *buf = grown;
+    *cap_rows = cap;
+    return TDM_OK;
+}
+
+/* An arena of capacity bytes: malloc memory when host code may read backend memory, else over
+ * ops->mem_alloc memory kept in *mem (freed by engine_fwd_destroy). */
+static tdm_status_t backend_arena(engine_fwd_t *fwd, tdm_arena_t *arena, void **mem,
+                                  size_t capacity)
+{
+    tdm_status_t st;
+
+    if (fwd->ops->host_memory) {
+        return tdm_arena_init(arena, capacity);
+    }
+    st = fwd->ops->mem_alloc(&fwd->kctx, capacity, mem);
+    if (st == TDM_OK) {
+        st = tdm_arena_init_over(arena, *mem, capacity);
+    }
+    return st;
+}
+
 int64_t fwd_max_rows(const engine_fwd_t *fwd)
 {
     int64_t n = fwd->params.max_chunk_tokens;
@@ -111,7 +152,9 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
     fwd->pool = pool;
     fwd->ops = engine_model_ops(model);
     fwd->params = *params;
-    fwd->kctx.backend = KERN_BACKEND_CPU;
+    /* the kernel context of the table's backend: CUDA on the calling thread's current device
+     * and its default stream (kernels/backend.h); every other table runs on the CPU */
+    fwd->kctx.backend = strcmp(fwd->ops->name, "cuda") == 0 ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     fwd->kctx.n_threads = params->n_threads;
     if (params->n_threads > 1) {
         st = kern_pool_create(params->n_threads, &fwd->kctx.pool); /* joined in fwd_destroy */
@@ -135,7 +178,8 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                 sizeof(float) +
             (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
             (size_t)c->vocab_size * 0;
-    st = tdm_arena_init(&fwd->layer_arena, layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
+    st = backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
+                       layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
         /* host staging: per-row metadata and pointer arrays (a few hundred bytes per row) */
         st = tdm_arena_init(&fwd->host_arena,
@@ -143,9 +187,10 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                                 ARENA_FIXED_BYTES);
     }
     if (st == TDM_OK) {
-        st = tdm_arena_init(&fwd->batch_arena, batch_row_bytes(c, fwd->n_index_sources) *
-                                                       (size_t)fwd_max_rows(fwd) * 2 +
-                                                   ARENA_FIXED_BYTES);
+        st =
+            backend_arena(fwd, &fwd->batch_arena, &fwd->batch_mem,
+                          batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
+                              ARENA_FIXED_BYTES);
     }
     if (st != TDM_OK) {
         engine_fwd_destroy(fwd);
@@ -163,9 +208,11 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->host_arena);
     tdm_arena_fini(&fwd->batch_arena);
-    free(fwd->ikey_cache);
-    free(fwd->ckv_cache);
-    free(fwd->head_scratch);
+    fwd->ops->mem_free(&fwd->kctx, fwd->layer_mem);
+    fwd->ops->mem_free(&fwd->kctx, fwd->batch_mem);
+    fwd->ops->mem_free(&fwd->kctx, fwd->ikey_cache);
+    fwd->ops->mem_free(&fwd->kctx, fwd->ckv_cache);
+    fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
     kern_pool_destroy(fwd->kctx.pool);
     kern_rope_cache_destroy(fwd->kctx.rope_cache);
     free(fwd);
@@ -203,7 +250,7 @@ void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
 
 /* ---- batches -------------------------------------------------------------------------- */
 
-/* Allocate the per-row arrays of a batch of N rows from the batch arena. */
+/* Allocate the per-row arrays of a batch of N rows from the batch arena (backend memory). */
 tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
 {
     const engine_config_t *c = fwd->cfg;
@@ -232,10 +279,8 @@ tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
             return TDM_ERR_NO_MEMORY;
         }
     }
-    for (int64_t r = 0; r < N; r++) {
-        b->n_pool[r] = -1;
-    }
-    return TDM_OK;
+    /* n_pool all -1: every byte 0xFF */
+    return fwd->ops->mem_set(&fwd->kctx, b->n_pool, 0xFF, (size_t)N * sizeof(int32_t));
 }
 
 /* X = m copies of embed[id] (R1), pre = e0: ops->embed once per segment (its rows are

@@ -80,24 +80,6 @@ static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g, const e
     return TDM_OK;
 }
 
-/* *buf [*cap_rows, dim] grown (doubling from 1024 rows) to hold n rows. */
-static tdm_status_t grow_rows(float **buf, int64_t *cap_rows, int64_t n, int64_t dim)
-{
-    if (n > *cap_rows) {
-        int64_t cap = *cap_rows == 0 ? 1024 : *cap_rows;
-        while (cap < n) {
-            cap *= 2;
-        }
-        float *grown = realloc(*buf, FLOAT_BYTES(cap * dim));
-        if (grown == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        *buf = grown;
-        *cap_rows = cap;
-    }
-    return TDM_OK;
-}
-
 /* Rows [0, n) of table t, dequantized page by page with `dequant` from the codes and scales at
  * codes_off / scales_off of each page into *buf [*cap_rows, dim] (grown to n rows); counts
  * counted_row_bytes per row into fwd->read_kv_bytes (0: the caller counts what it reads). */
@@ -106,7 +88,7 @@ static tdm_status_t load_table_rows(engine_fwd_t *fwd, const engine_kv_table_t *
                                     kern_dequant_mx4_fn *dequant, uint64_t counted_row_bytes,
                                     float **buf, int64_t *cap_rows)
 {
-    tdm_status_t st = grow_rows(buf, cap_rows, n, dim);
+    tdm_status_t st = fwd_grow_rows(fwd, buf, cap_rows, n, dim);
     for (int64_t j0 = 0; j0 < n && st == TDM_OK; j0 += KERN_KV_PAGE_ROWS) {
         uint32_t slot;
         const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);

@@ -72,15 +72,18 @@ static tdm_status_t copy_rows(engine_fwd_t *fwd, fwd_batch_t *dst, int64_t to,
 /* Grow fwd->head_scratch to n rows of logits. */
 static tdm_status_t head_scratch(engine_fwd_t *fwd, int64_t n)
 {
-    float *grown;
+    void *grown = NULL;
+    tdm_status_t st;
 
     if (n <= fwd->head_cap_rows) {
         return TDM_OK;
     }
-    grown = realloc(fwd->head_scratch, FLOAT_BYTES(n * fwd->cfg->vocab_size));
-    if (grown == NULL) {
-        return TDM_ERR_NO_MEMORY;
+    /* backend memory (freed by engine_fwd_destroy); its old rows need not survive */
+    st = fwd->ops->mem_alloc(&fwd->kctx, FLOAT_BYTES(n * fwd->cfg->vocab_size), &grown);
+    if (st != TDM_OK) {
+        return st;
     }
+    fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
     fwd->head_scratch = grown;
     fwd->head_cap_rows = n;
     return TDM_OK;

@@ -74,6 +74,10 @@ struct engine_fwd {
     int64_t ckv_cap_rows;
     float *head_scratch; /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
     int64_t head_cap_rows;
+    /* ops->mem_alloc memory under the layer and batch arenas (NULL: arenas own malloc memory,
+     * the host_memory = 1 backends) */
+    void *layer_mem;
+    void *batch_mem;
     int n_index_sources;
     int index_source_layer[FWD_MAX_INDEX_SOURCES];
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
@@ -139,6 +143,13 @@ void *fwd_host_alloc(engine_fwd_t *fwd, size_t n_bytes);
 
 /* fwd_layer_reset - release everything fwd_alloc and fwd_host_alloc handed out (both arenas). */
 void fwd_layer_reset(engine_fwd_t *fwd);
+
+/* fwd_grow_rows - *buf [*cap_rows, dim] FP32 backend memory (ops->mem_alloc) grown, doubling
+ * from 1024 rows, to hold n rows; the contents are NOT kept across a growth (callers rewrite
+ * the rows they use). Freed by engine_fwd_destroy with ops->mem_free. TDM_OK or
+ * TDM_ERR_NO_MEMORY (buffer unchanged). */
+tdm_status_t fwd_grow_rows(engine_fwd_t *fwd, float **buf, int64_t *cap_rows, int64_t n,
+                           int64_t dim);
 
 /* fwd_max_rows - most rows of one batch: max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH). */
 int64_t fwd_max_rows(const engine_fwd_t *fwd);

@@ -18,12 +18,99 @@ struct engine_kv_pool {
     uint64_t n_refs;    /* sum of refs */
     unsigned char *pages; /* n_pages * page_bytes */
     int external;         /* pages are the caller's memory (engine_kv_pool_create_in) */
+    const kern_ops_t *ops; /* the table whose memory holds the pages (NULL: host, malloc) */
+    int dev;               /* pages are backend memory: host code goes through ops */
+    unsigned char *stage;  /* dev: two host pages of staging (headers, seal, compare) */
 };
+
+/* pool->ops's member calls take no context of their own (default stream). */
+#define POOL_CTX NULL
 
 tdm_status_t engine_kv_pool_create(const engine_config_t *cfg, uint64_t fingerprint,
                                    uint32_t n_pages, engine_kv_pool_t **pool_out)
 {
     return engine_kv_pool_create_in(cfg, fingerprint, n_pages, NULL, pool_out);
+}
+
+tdm_status_t engine_kv_pool_create_ops(const engine_config_t *cfg, uint64_t fingerprint,
+                                       uint32_t n_pages, const kern_ops_t *ops,
+                                       engine_kv_pool_t **pool_out)
+{
+    engine_kv_pool_t *pool = NULL;
+    kern_kv_page_layout_t ly;
+    void *mem = NULL;
+    tdm_status_t st;
+
+    if (ops == NULL || ops->host_memory) {
+        st = engine_kv_pool_create_in(cfg, fingerprint, n_pages, NULL, pool_out);
+        if (st == TDM_OK && ops != NULL) {
+            (*pool_out)->ops = ops;
+        }
+        return st;
+    }
+    if (cfg == NULL || pool_out == NULL || n_pages == 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = kern_kv_page_layout((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim, &ly);
+    if (st != TDM_OK) {
+        return st;
+    }
+    st = ops->mem_alloc(POOL_CTX, (size_t)n_pages * ly.page_bytes, &mem);
+    if (st != TDM_OK) {
+        return st;
+    }
+    st = engine_kv_pool_create_in(cfg, fingerprint, n_pages, mem, &pool);
+    if (st == TDM_OK) {
+        pool->stage = malloc(2 * ly.page_bytes);
+        if (pool->stage == NULL) {
+            engine_kv_pool_destroy(pool);
+            ops->mem_free(POOL_CTX, mem);
+            return TDM_ERR_NO_MEMORY;
+        }
+        pool->external = 0; /* the pool's own backend memory, freed with ops->mem_free */
+        pool->ops = ops;
+        pool->dev = 1;
+        *pool_out = pool;
+    } else {
+        ops->mem_free(POOL_CTX, mem);
+    }
+    return st;
+}
+
+const kern_ops_t *engine_kv_pool_ops(const engine_kv_pool_t *pool)
+{
+    return pool->ops != NULL ? pool->ops : kern_ops_cpu();
+}
+
+int engine_kv_pool_host_pages(const engine_kv_pool_t *pool)
+{
+    return !pool->dev;
+}
+
+tdm_status_t engine_kv_pool_read_page(const engine_kv_pool_t *pool, uint32_t page_id, void *host)
+{
+    const void *page = engine_kv_pool_page_const(pool, page_id);
+    if (page == NULL || host == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (!pool->dev) {
+        memcpy(host, page, pool->layout.page_bytes);
+        return TDM_OK;
+    }
+    return pool->ops->mem_copy(POOL_CTX, host, page, pool->layout.page_bytes, KERN_COPY_D2H);
+}
+
+tdm_status_t engine_kv_pool_write_page(engine_kv_pool_t *pool, uint32_t page_id, const void *host)
+{
+    void *page = engine_kv_pool_page(pool, page_id);
+    if (page == NULL || host == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (!pool->dev) {
+        memcpy(page, host, pool->layout.page_bytes);
+        return TDM_OK;
+    }
+    return pool->ops->mem_copy(POOL_CTX, page, host, pool->layout.page_bytes, KERN_COPY_H2D);
 }
 
 tdm_status_t engine_kv_pool_create_in(const engine_config_t *cfg, uint64_t fingerprint,
@@ -71,9 +158,12 @@ void engine_kv_pool_destroy(engine_kv_pool_t *pool)
     }
     free(pool->free_ids);
     free(pool->refs);
-    if (!pool->external) {
+    if (pool->dev) {
+        pool->ops->mem_free(POOL_CTX, pool->pages);
+    } else if (!pool->external) {
         free(pool->pages);
     }
+    free(pool->stage);
     free(pool);
 }
 
@@ -170,13 +260,65 @@ static tdm_status_t page_make_private(engine_kv_pool_t *pool, engine_kv_table_t 
     if (pool->n_free == 0) {
         return TDM_ERR_NO_PAGES;
     }
-    id = pool->free_ids[--pool->n_free];
-    memcpy(engine_kv_pool_page(pool, id), engine_kv_pool_page(pool, old), pool->layout.page_bytes);
+    id = pool->free_ids[pool->n_free - 1];
+    if (pool->dev) {
+        tdm_status_t st = pool->ops->mem_copy(POOL_CTX, engine_kv_pool_page(pool, id),
+                                              engine_kv_pool_page(pool, old),
+                                              pool->layout.page_bytes, KERN_COPY_D2D);
+        if (st != TDM_OK) {
+            return st;
+        }
+    } else {
+        memcpy(engine_kv_pool_page(pool, id), engine_kv_pool_page(pool, old),
+               pool->layout.page_bytes);
+    }
+    pool->n_free--;
     pool->refs[id] = 1;
     pool->n_refs++;
     page_unref(pool, old);
     table->page_ids[i] = id;
     return TDM_OK;
+}
+
+/* Zero the slots >= live of page id (main and index regions), set its row_count to live and
+ * mark it stale (header bytes 16..17 and 21, kernels/kv_page.h). A backend page: mem_set on the
+ * regions and the 64-byte header through host staging. */
+static tdm_status_t page_cut(engine_kv_pool_t *pool, uint32_t id, uint32_t live)
+{
+    unsigned char *page = engine_kv_pool_page(pool, id);
+    const kern_kv_page_layout_t *ly = &pool->layout;
+    uint32_t dead = KERN_KV_PAGE_ROWS - live;
+    size_t off[4] = {ly->main_codes_offset + live * ly->main_codes_row_bytes,
+                     ly->main_scales_offset + live * ly->main_scales_row_bytes,
+                     ly->index_codes_offset + live * ly->index_codes_row_bytes,
+                     ly->index_scales_offset + live * ly->index_scales_row_bytes};
+    size_t len[4] = {dead * ly->main_codes_row_bytes, dead * ly->main_scales_row_bytes,
+                     dead * ly->index_codes_row_bytes, dead * ly->index_scales_row_bytes};
+    int n_regions = ly->d_I > 0 ? 4 : 2;
+    unsigned char *hdr = page;
+    tdm_status_t st = TDM_OK;
+
+    for (int r = 0; r < n_regions && st == TDM_OK; r++) {
+        if (pool->dev) {
+            st = pool->ops->mem_set(POOL_CTX, page + off[r], 0, len[r]);
+        } else {
+            memset(page + off[r], 0, len[r]);
+        }
+    }
+    if (st == TDM_OK && pool->dev) {
+        hdr = pool->stage;
+        st = pool->ops->mem_copy(POOL_CTX, hdr, page, KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_D2H);
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    hdr[16] = (unsigned char)(live & 0xFF);
+    hdr[17] = (unsigned char)(live >> 8);
+    hdr[21] |= KERN_KV_PAGE_FLAG_STALE;
+    if (pool->dev) {
+        st = pool->ops->mem_copy(POOL_CTX, page, hdr, KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
+    }
+    return st;
 }
 
 tdm_status_t engine_kv_table_init(engine_kv_table_t *table, int source_layer, int ratio)
@@ -231,8 +373,16 @@ tdm_status_t engine_kv_table_reserve(engine_kv_pool_t *pool, engine_kv_table_t *
             .d_I = (uint16_t)pool->layout.d_I,
             .fingerprint = pool->fingerprint,
         };
-        tdm_status_t st = kern_kv_page_init(engine_kv_pool_page(pool, id), pool->layout.page_bytes,
-                                            &params);
+        tdm_status_t st;
+        if (pool->dev) {
+            /* built in host staging, then one copy into the backend page */
+            st = kern_kv_page_init(pool->stage, pool->layout.page_bytes, &params);
+            if (st == TDM_OK) {
+                st = engine_kv_pool_write_page(pool, id, pool->stage);
+            }
+        } else {
+            st = kern_kv_page_init(engine_kv_pool_page(pool, id), pool->layout.page_bytes, &params);
+        }
         if (st != TDM_OK) {
             pool->n_free++; /* cannot happen for a valid layout; undo this page */
             return st;
@@ -280,25 +430,11 @@ tdm_status_t engine_kv_table_truncate(engine_kv_pool_t *pool, engine_kv_table_t 
     }
     if (n_rows < old_rows && n_rows % KERN_KV_PAGE_ROWS != 0) {
         /* zero the dropped slots of the last kept page and lower its row_count */
-        uint32_t id = table->page_ids[table->n_pages - 1];
-        unsigned char *page = engine_kv_pool_page(pool, id);
-        const kern_kv_page_layout_t *ly = &pool->layout;
-        uint32_t live = (uint32_t)(n_rows % KERN_KV_PAGE_ROWS);
-        uint32_t dead = KERN_KV_PAGE_ROWS - live;
-        memset(page + ly->main_codes_offset + live * ly->main_codes_row_bytes, 0,
-               dead * ly->main_codes_row_bytes);
-        memset(page + ly->main_scales_offset + live * ly->main_scales_row_bytes, 0,
-               dead * ly->main_scales_row_bytes);
-        if (ly->d_I > 0) {
-            memset(page + ly->index_codes_offset + live * ly->index_codes_row_bytes, 0,
-                   dead * ly->index_codes_row_bytes);
-            memset(page + ly->index_scales_offset + live * ly->index_scales_row_bytes, 0,
-                   dead * ly->index_scales_row_bytes);
+        tdm_status_t st = page_cut(pool, table->page_ids[table->n_pages - 1],
+                                   (uint32_t)(n_rows % KERN_KV_PAGE_ROWS));
+        if (st != TDM_OK) {
+            return st; /* a backend copy failed (logged by the backend) */
         }
-        /* row_count is bytes 16..17 of the header, flags byte 21 (kernels/kv_page.h) */
-        page[16] = (unsigned char)(live & 0xFF);
-        page[17] = (unsigned char)(live >> 8);
-        page[21] |= KERN_KV_PAGE_FLAG_STALE;
     }
     table->n_rows = n_rows;
     return TDM_OK;
@@ -337,7 +473,21 @@ void *engine_kv_table_row_page(engine_kv_pool_t *pool, const engine_kv_table_t *
 tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *table)
 {
     for (uint32_t i = 0; i < table->n_pages; i++) {
-        tdm_status_t st = kern_kv_page_seal(engine_kv_pool_page(pool, table->page_ids[i]));
+        uint32_t id = table->page_ids[i];
+        tdm_status_t st;
+        if (pool->dev) {
+            /* the page comes up to host staging, is sealed there, and its header goes back */
+            st = engine_kv_pool_read_page(pool, id, pool->stage);
+            if (st == TDM_OK) {
+                st = kern_kv_page_seal(pool->stage);
+            }
+            if (st == TDM_OK) {
+                st = pool->ops->mem_copy(POOL_CTX, engine_kv_pool_page(pool, id), pool->stage,
+                                         KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
+            }
+        } else {
+            st = kern_kv_page_seal(engine_kv_pool_page(pool, id));
+        }
         if (st != TDM_OK) {
             return st;
         }
@@ -369,8 +519,20 @@ tdm_status_t engine_kv_table_relink(engine_kv_pool_t *pool, engine_kv_table_t *t
     if (old == page_id) {
         return TDM_OK;
     }
-    if (memcmp(engine_kv_pool_page_const(pool, old), engine_kv_pool_page_const(pool, page_id),
-               pool->layout.page_bytes) != 0) {
+    if (pool->dev) {
+        unsigned char *a = pool->stage, *b = pool->stage + pool->layout.page_bytes;
+        tdm_status_t st = engine_kv_pool_read_page(pool, old, a);
+        if (st == TDM_OK) {
+            st = engine_kv_pool_read_page(pool, page_id, b);
+        }
+        if (st != TDM_OK) {
+            return st;
+        }
+        if (memcmp(a, b, pool->layout.page_bytes) != 0) {
+            return TDM_ERR_MISMATCH;
+        }
+    } else if (memcmp(engine_kv_pool_page_const(pool, old),
+                      engine_kv_pool_page_const(pool, page_id), pool->layout.page_bytes) != 0) {
         return TDM_ERR_MISMATCH;
     }
     page_ref(pool, page_id);

@@ -1,8 +1,12 @@
 /* kv_cache.h - a node's pool of compressed-KV pages and the per-sequence block tables into it.
  *
- * Owns a fixed number of MODEL.md section-7 pages (kernels/kv_page.h layout, host memory), all
- * allocated at create. A block table (engine_kv_table_t) maps the rows of one KV source of one
- * sequence to pages: row j lives in page ids[j / 64], slot j % 64.
+ * Owns a fixed number of MODEL.md section-7 pages (kernels/kv_page.h layout), all allocated at
+ * create: host memory, or a kernel backend's memory (engine_kv_pool_create_ops with a table whose
+ * host_memory is 0: CUDA device memory, the test-only guard table). On a backend pool the pool
+ * reaches page bytes only through that table's mem_copy / mem_set (headers, copy-on-write,
+ * sealing and comparisons go through a host staging page), never by dereferencing them. A block
+ * table (engine_kv_table_t) maps the rows of one KV source of one sequence to pages: row j lives in
+ * page ids[j / 64], slot j % 64.
  *
  * Ownership (reference-counted pages, issue 17): a page is free (owned by the pool, 0
  * references) or linked into one or more block tables, each link one reference (STYLE.md 4: the
@@ -29,6 +33,7 @@
 #include "common/status.h"
 #include "engine/config.h"
 #include "kernels/kv_page.h"
+#include "kernels/ops.h"
 
 /* A page pool; opaque. */
 typedef struct engine_kv_pool engine_kv_pool_t;
@@ -71,6 +76,31 @@ tdm_status_t engine_kv_pool_create_in(const engine_config_t *cfg, uint64_t finge
                                       uint32_t n_pages, void *pages_mem,
                                       engine_kv_pool_t **pool_out);
 
+/*
+ * engine_kv_pool_create_ops - as engine_kv_pool_create, with the pages in the memory of kernel
+ * table `ops` (its mem_alloc; NULL or a host_memory table: host memory exactly as
+ * engine_kv_pool_create). ops must outlive the pool. Same returns.
+ */
+tdm_status_t engine_kv_pool_create_ops(const engine_config_t *cfg, uint64_t fingerprint,
+                                       uint32_t n_pages, const kern_ops_t *ops,
+                                       engine_kv_pool_t **pool_out);
+
+/* engine_kv_pool_ops - the kernel table whose memory holds the pages (kern_ops_cpu() for a host
+ * pool). */
+const kern_ops_t *engine_kv_pool_ops(const engine_kv_pool_t *pool);
+
+/* engine_kv_pool_host_pages - 1 when host code may read and write the page bytes directly (a
+ * host pool), 0 for a backend pool (use engine_kv_pool_read_page / write_page). */
+int engine_kv_pool_host_pages(const engine_kv_pool_t *pool);
+
+/*
+ * engine_kv_pool_read_page / write_page - copy page `page_id` (< n_pages) out to / in from host
+ * memory host [page_bytes] (memcpy on a host pool, mem_copy D2H / H2D on a backend pool).
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, page out of range) or the backend's copy error.
+ */
+tdm_status_t engine_kv_pool_read_page(const engine_kv_pool_t *pool, uint32_t page_id, void *host);
+tdm_status_t engine_kv_pool_write_page(engine_kv_pool_t *pool, uint32_t page_id, const void *host);
+
 /* engine_kv_pool_destroy - free the pool and all its pages; accepts NULL. Tables still holding
  * pages must not be used afterwards. */
 void engine_kv_pool_destroy(engine_kv_pool_t *pool);
@@ -86,7 +116,7 @@ size_t engine_kv_pool_page_bytes(const engine_kv_pool_t *pool);
 uint64_t engine_kv_pool_fingerprint(const engine_kv_pool_t *pool);
 
 /* engine_kv_pool_page - the bytes of page `page_id` (< n_pages), owned by the pool; NULL when
- * out of range. */
+ * out of range. Backend memory for a backend pool (host code must not dereference it). */
 void *engine_kv_pool_page(engine_kv_pool_t *pool, uint32_t page_id);
 const void *engine_kv_pool_page_const(const engine_kv_pool_t *pool, uint32_t page_id);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NAME_BYTES 160
 
@@ -41,6 +42,66 @@ static void *model_alloc(engine_model_t *model, size_t n_bytes)
         model->weight_bytes += n_bytes;
     }
     return p;
+}
+
+/* n_bytes at *ptr (host memory) copied once into backend memory (ops->mem_alloc + H2D) when
+ * host code may not read the backend's memory; *ptr then points at the copy. No-op for a
+ * host_memory backend or a NULL *ptr. The copy is freed at destroy. */
+static tdm_status_t model_upload(engine_model_t *model, const void **ptr, size_t n_bytes)
+{
+    const kern_ops_t *ops = model->params.ops;
+    void *dev = NULL;
+    tdm_status_t st;
+
+    if (ops->host_memory || *ptr == NULL) {
+        return TDM_OK;
+    }
+    if (model->n_dev_allocs == model->cap_dev_allocs) {
+        void **grown = tdm_array_grow(model->dev_allocs, sizeof(*grown), model->n_dev_allocs + 1,
+                                      256, &model->cap_dev_allocs);
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        model->dev_allocs = grown;
+    }
+    st = ops->mem_alloc(NULL, n_bytes, &dev);
+    if (st != TDM_OK) {
+        return st;
+    }
+    model->dev_allocs[model->n_dev_allocs++] = dev;
+    model->dev_bytes += n_bytes;
+    st = ops->mem_copy(NULL, dev, *ptr, n_bytes, KERN_COPY_H2D);
+    if (st == TDM_OK) {
+        *ptr = dev;
+    }
+    return st;
+}
+
+/* The scale bytes of a stored matrix (kern_mat_bytes minus its data). */
+static size_t mat_scale_bytes(const kern_mat_t *m)
+{
+    switch (m->dtype) {
+    case KERN_MAT_FP8:
+        return (size_t)((m->n_out + 31) / 32 * (m->n_in / 32));
+    case KERN_MAT_MXFP4:
+        return (size_t)(m->n_out * (m->n_in / 32));
+    default:
+        return 0;
+    }
+}
+
+/* A matrix's data and scales uploaded as stored (model_upload). */
+static tdm_status_t model_upload_mat(engine_model_t *model, kern_mat_t *m)
+{
+    size_t scale_bytes = mat_scale_bytes(m);
+    const void *scales = m->scales;
+    tdm_status_t st = model_upload(model, &m->data, (size_t)kern_mat_bytes(m) - scale_bytes);
+
+    if (st == TDM_OK && scale_bytes > 0) {
+        st = model_upload(model, &scales, scale_bytes);
+        m->scales = scales;
+    }
+    return st;
 }
 
 typedef struct {
@@ -90,7 +151,11 @@ static const float *widen_to_f32(loader_t *ld, const engine_st_tensor_t *t, engi
             v[i] = kern_bf16_to_f32(b);
         }
     }
-    return v;
+    {
+        const void *p = v;
+        *status = model_upload(ld->model, &p, (size_t)n * sizeof(float));
+        return *status == TDM_OK ? p : NULL;
+    }
 }
 
 /* A BF16 or F32 vector [n] widened to FP32. */
@@ -183,13 +248,24 @@ static tdm_status_t copy_rows(const kern_mat_t *m, mat_format_t fmt, void *dst)
     }
 }
 
+static tdm_status_t load_mat_host(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                                  int64_t n_in, kern_mat_t *mat_out);
+
+/* load_mat_host's matrix, then uploaded to backend memory (model_upload_mat). */
+static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                             int64_t n_in, kern_mat_t *mat_out)
+{
+    tdm_status_t st = load_mat_host(ld, module, fmt, n_out, n_in, mat_out);
+    return st == TDM_OK ? model_upload_mat(ld->model, mat_out) : st;
+}
+
 /*
  * A weight matrix in its resident format: FP8 / MXFP4 as stored (unless params.expand_bf16 or
  * scales outside the exact range: then expanded to BF16), BF16 / F32 in place when aligned,
  * else copied. Counts the bytes into model->resident.
  */
-static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
-                             int64_t n_in, kern_mat_t *mat_out)
+static tdm_status_t load_mat_host(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
+                                  int64_t n_in, kern_mat_t *mat_out)
 {
     engine_model_t *model = ld->model;
     engine_model_resident_t *res = &model->resident;
@@ -483,9 +559,88 @@ static tdm_status_t load_rope(engine_model_t *model)
         if (st != TDM_OK) {
             return st;
         }
-        model->rope_freqs[l] = f;
+        {
+            const void *p = f;
+            st = model_upload(model, &p, (size_t)c->qk_rope_head_dim / 2 * sizeof(float));
+            if (st != TDM_OK) {
+                return st;
+            }
+            model->rope_freqs[l] = p;
+        }
     }
     return TDM_OK;
+}
+
+/* One host range of an Engram table (codes or scales of a layer) and where it sits. */
+typedef struct {
+    const uint8_t *host;
+    size_t n_bytes;
+    const uint8_t **slot; /* the layer member that gets the backend address */
+} engram_range_t;
+
+static int range_cmp(const void *a, const void *b)
+{
+    const engram_range_t *x = a, *y = b;
+    return x->host < y->host ? -1 : x->host > y->host;
+}
+
+/*
+ * The Engram tables stay host memory (MODEL.md: host RAM); a backend that cannot read host
+ * memory gets them through ops->host_register. Ranges that share a page are merged into one
+ * registration (a backend may map whole pages: two registrations must not overlap), and each
+ * table pointer becomes its backend address. No-op for a host_memory backend.
+ */
+static tdm_status_t register_engram(engine_model_t *model)
+{
+    const kern_ops_t *ops = model->params.ops;
+    const engine_config_t *c = &model->cfg;
+    engram_range_t ranges[2 * ENGINE_CONFIG_MAX_LAYERS];
+    long sys_page = sysconf(_SC_PAGESIZE);
+    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
+    size_t n = 0;
+    tdm_status_t st = TDM_OK;
+
+    if (ops->host_memory) {
+        return TDM_OK;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        engine_layer_weights_t *lw = &model->layers[l];
+        if (lw->e_codes == NULL) {
+            continue;
+        }
+        ranges[n++] =
+            (engram_range_t){lw->e_codes, (size_t)(lw->e_rows * c->engram_head_dim), &lw->e_codes};
+        ranges[n++] = (engram_range_t){
+            lw->e_scales, (size_t)(lw->e_rows * (c->engram_head_dim / 32)), &lw->e_scales};
+    }
+    qsort(ranges, n, sizeof(ranges[0]), range_cmp);
+    model->reg_ptrs = calloc(n + 1, sizeof(*model->reg_ptrs));
+    model->reg_bytes = calloc(n + 1, sizeof(*model->reg_bytes));
+    if (model->reg_ptrs == NULL || model->reg_bytes == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n && st == TDM_OK;) {
+        const uint8_t *lo = ranges[i].host;
+        uintptr_t hi = (uintptr_t)lo + ranges[i].n_bytes;
+        size_t j = i + 1;
+        const void *dev = NULL;
+        while (j < n &&
+               ((uintptr_t)ranges[j].host & ~(page - 1)) <= ((hi + page - 1) & ~(page - 1))) {
+            uintptr_t end = (uintptr_t)ranges[j].host + ranges[j].n_bytes;
+            hi = end > hi ? end : hi;
+            j++;
+        }
+        st = ops->host_register(NULL, lo, (size_t)(hi - (uintptr_t)lo), &dev);
+        if (st != TDM_OK) {
+            break;
+        }
+        model->reg_ptrs[model->n_regs] = lo;
+        model->reg_bytes[model->n_regs++] = (size_t)(hi - (uintptr_t)lo);
+        for (; i < j; i++) {
+            *ranges[i].slot = (const uint8_t *)dev + (ranges[i].host - lo);
+        }
+    }
+    return st;
 }
 
 tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *params,
@@ -553,6 +708,9 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
         st = load_rope(model);
     }
     if (st == TDM_OK) {
+        st = register_engram(model);
+    }
+    if (st == TDM_OK) {
         st = tdm_model_fingerprint(dir, &model->fingerprint, err, err_bytes);
     }
     if (st != TDM_OK) {
@@ -571,6 +729,10 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
                 (double)r->bf16 / 1e6, (double)r->f32 / 1e6, (double)r->expanded / 1e6,
                 (double)r->vectors / 1e6, (double)r->engram / 1e6,
                 (double)model->weight_bytes / 1e6);
+        if (model->dev_bytes > 0) {
+            tdm_log(TDM_LOG_INFO, "engine", "model weights uploaded to %s memory: %.1f MB",
+                    model->params.ops->name, (double)model->dev_bytes / 1e6);
+        }
     }
     *model_out = model;
     return TDM_OK;
@@ -592,6 +754,15 @@ void engine_model_destroy(engine_model_t *model)
         free(model->allocs[i]);
     }
     free(model->allocs);
+    for (size_t i = 0; i < model->n_regs; i++) {
+        model->params.ops->host_unregister(NULL, model->reg_ptrs[i], model->reg_bytes[i]);
+    }
+    free(model->reg_ptrs);
+    free(model->reg_bytes);
+    for (size_t i = 0; i < model->n_dev_allocs; i++) {
+        model->params.ops->mem_free(NULL, model->dev_allocs[i]);
+    }
+    free(model->dev_allocs);
     engine_engram_sidecar_fini(&model->sidecar);
     engine_weights_close(model->weights);
     free(model);

@@ -33,7 +33,10 @@ typedef struct engine_model engine_model_t;
  * engine_model_params_t - how to load. Filled by engine_model_params_default().
  *
  * n_threads: CPU worker threads the model's kernels may use (kern_ctx_t.n_threads), >= 1.
- * ops:       kernel table (kern_ops_cpu() by default). Only the CPU backend is supported now.
+ * ops:       kernel table (kern_ops_cpu() by default; must outlive the model). With a table whose
+ *            host_memory is 0 every weight except the Engram tables is uploaded once to its
+ *            memory (mem_alloc + mem_copy, stored formats) and the Engram tables are registered
+ *            with host_register; both are released by engine_model_destroy.
  * skip_weight_check: 0 = compare every tensor with the inventory (engine_weights_check).
  * expand_bf16: 0 (default) = FP8 and MXFP4 weights stay as stored; 1 = expand every one to BF16
  *   at load (2 bytes per parameter) - the reference mode of the kernel tests, which prove that
@@ -110,8 +113,9 @@ int engine_model_n_threads(const engine_model_t *model);
 /*
  * engine_model_rope_freqs - the FP32 RoPE frequencies f_i (i < d_r/2) of `layer` (0 <= layer <
  * n_roles): ratio-0 layers and DSpark blocks use rope_theta unscaled, ratio>0 layers
- * compress_rope_theta with YaRN (MODEL.md 5, [tandem] table rule). Owned by the model. NULL for
- * a layer out of range.
+ * compress_rope_theta with YaRN (MODEL.md 5, [tandem] table rule). Owned by the model; backend
+ * memory (host code must not read it) when the model's table has host_memory = 0. NULL for a
+ * layer out of range.
  */
 const float *engine_model_rope_freqs(const engine_model_t *model, int layer);
 

@@ -4,6 +4,13 @@
  * Every weight is in the kernel backend's compute layout (kern_mat_t, BF16 or FP32) or a widened
  * FP32 vector; the Engram tables stay in the checkpoint mapping (FP8 rows + UE8M0 scales) and are
  * gathered per row. Owned by the model; read-only after load.
+ *
+ * Where the pointers point: with a host_memory backend (CPU) into the mapped checkpoint or model
+ * allocations. Otherwise (CUDA, the test-only guard table) every matrix's data and scales, every
+ * vector, the embeddings and the RoPE tables are backend memory (uploaded once at load with
+ * ops->mem_alloc + mem_copy, stored formats kept; host code must not dereference them), and
+ * e_codes / e_scales are the backend's addresses of the host-resident Engram tables
+ * (ops->host_register). The kern_mat_t descriptors themselves are host structs.
  */
 #ifndef TANDEM_ENGINE_MODEL_IMPL_H
 #define TANDEM_ENGINE_MODEL_IMPL_H
@@ -80,11 +87,20 @@ struct engine_model {
     kern_mat_t markov_head;      /* [V, r_m] */
     const float *conf_proj;      /* [H + r_m] */
     engine_layer_weights_t layers[ENGINE_CONFIG_MAX_LAYERS]; /* roles: L backbone + n_d blocks */
-    float *rope_freqs[ENGINE_CONFIG_MAX_LAYERS];              /* [d_r/2] per role */
+    const float *rope_freqs[ENGINE_CONFIG_MAX_LAYERS];       /* [d_r/2] per role */
     /* every buffer the model allocated, freed at destroy */
     void **allocs;
     size_t n_allocs;
     size_t cap_allocs;
+    /* backend memory of the uploaded weights (ops->mem_alloc), freed with ops->mem_free */
+    void **dev_allocs;
+    size_t n_dev_allocs;
+    size_t cap_dev_allocs;
+    uint64_t dev_bytes;
+    /* host ranges registered with ops->host_register (Engram tables), ended at destroy */
+    const void **reg_ptrs;
+    size_t *reg_bytes;
+    size_t n_regs;
 };
 
 #endif

@@ -47,14 +47,64 @@ void engine_seq_set_id(engine_seq_t *seq, int64_t p, int32_t id)
     seq->ids[p % seq->n_ids_cap] = id;
 }
 
-void engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p)
+/* The kernel table whose memory holds the rings, pending halves and keep buffers. */
+static const kern_ops_t *seq_ops(const engine_seq_t *seq)
+{
+    return engine_model_ops(seq->model);
+}
+
+tdm_status_t engine_seq_copy_state(const engine_seq_t *seq, void *dst, const void *src,
+                                   size_t n_bytes, kern_copy_kind_t kind)
+{
+    return seq_ops(seq)->mem_copy(NULL, dst, src, n_bytes, kind);
+}
+
+void engine_seq_clear_pending(engine_seq_t *seq, int s)
+{
+    const kern_ops_t *ops = seq_ops(seq);
+    size_t n = (size_t)seq->d * sizeof(float);
+
+    seq->has_pend[s] = 0;
+    (void)ops->mem_set(NULL, seq->pend_a + (int64_t)s * seq->d, 0, n);
+    (void)ops->mem_set(NULL, seq->pend_b + (int64_t)s * seq->d, 0, n);
+}
+
+tdm_status_t engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p)
 {
     int64_t k = (int64_t)slot * seq->n_keep + (p / 2) % seq->n_keep;
-    memcpy(seq->keep_a + k * seq->d, seq->pend_a + (int64_t)slot * seq->d,
-           (size_t)seq->d * sizeof(float));
-    memcpy(seq->keep_b + k * seq->d, seq->pend_b + (int64_t)slot * seq->d,
-           (size_t)seq->d * sizeof(float));
-    seq->keep_pos[k] = p;
+    size_t n = (size_t)seq->d * sizeof(float);
+    tdm_status_t st = engine_seq_copy_state(seq, seq->keep_a + k * seq->d,
+                                            seq->pend_a + (int64_t)slot * seq->d, n, KERN_COPY_D2D);
+    if (st == TDM_OK) {
+        st = engine_seq_copy_state(seq, seq->keep_b + k * seq->d,
+                                   seq->pend_b + (int64_t)slot * seq->d, n, KERN_COPY_D2D);
+    }
+    if (st == TDM_OK) {
+        seq->keep_pos[k] = p;
+    }
+    return st;
+}
+
+/* n_bytes of zeroed backend memory (the model's table), or NULL with the error in *st (left
+ * alone on success; nothing is tried once *st holds an error). */
+static void *seq_zalloc(const engine_seq_t *seq, size_t n_bytes, tdm_status_t *st)
+{
+    const kern_ops_t *ops = seq_ops(seq);
+    void *mem = NULL;
+
+    if (*st != TDM_OK) {
+        return NULL;
+    }
+    *st = ops->mem_alloc(NULL, n_bytes, &mem);
+    if (*st != TDM_OK) {
+        return NULL;
+    }
+    *st = ops->mem_set(NULL, mem, 0, n_bytes);
+    if (*st != TDM_OK) {
+        ops->mem_free(NULL, mem);
+        return NULL;
+    }
+    return mem;
 }
 
 /* An empty sequence without checks on the pool's fingerprint. */
@@ -78,22 +128,30 @@ static tdm_status_t seq_alloc(const engine_model_t *model, engine_kv_pool_t *poo
         seq->source_layer[s] = layer;
         engine_kv_table_init(&seq->tables[s], layer, cfg->roles[layer].ratio);
     }
-    seq->n_ids_cap = cfg->sliding_window + cfg->engram_max_ngram_size - 1 +
-                     cfg->dspark_block_size + 1;
-    seq->ring_codes = calloc((size_t)(seq->n_rings * seq->C * seq->d), 1);
-    seq->ring_scales = calloc((size_t)(seq->n_rings * seq->C * (seq->d / 32)), 1);
-    seq->pend_a = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
-    seq->pend_b = calloc((size_t)(seq->n_sources * seq->d), sizeof(float));
-    seq->ids = calloc((size_t)seq->n_ids_cap, sizeof(int32_t));
+    seq->n_ids_cap =
+        cfg->sliding_window + cfg->engram_max_ngram_size - 1 + cfg->dspark_block_size + 1;
     seq->n_keep = cfg->dspark_block_size / 2 + 2;
-    seq->keep_a = calloc((size_t)(seq->n_sources * seq->n_keep * seq->d), sizeof(float));
-    seq->keep_b = calloc((size_t)(seq->n_sources * seq->n_keep * seq->d), sizeof(float));
-    seq->keep_pos = malloc((size_t)(seq->n_sources * seq->n_keep + 1) * sizeof(int64_t));
-    if (seq->ring_codes == NULL || seq->ring_scales == NULL || seq->pend_a == NULL ||
-        seq->pend_b == NULL || seq->ids == NULL || seq->keep_a == NULL || seq->keep_b == NULL ||
-        seq->keep_pos == NULL) {
-        engine_seq_destroy(seq);
-        return TDM_ERR_NO_MEMORY;
+    /* rings, pending halves and keep buffers: the kernels' memory (zeroed); ids and keep_pos
+     * are host metadata */
+    {
+        size_t pend = (size_t)(seq->n_sources * seq->d) * sizeof(float);
+        size_t keep = (size_t)(seq->n_sources * seq->n_keep * seq->d) * sizeof(float);
+        tdm_status_t st = TDM_OK;
+        seq->ring_codes = seq_zalloc(seq, (size_t)(seq->n_rings * seq->C * seq->d), &st);
+        seq->ring_scales = seq_zalloc(seq, (size_t)(seq->n_rings * seq->C * (seq->d / 32)), &st);
+        seq->pend_a = seq_zalloc(seq, pend, &st);
+        seq->pend_b = seq_zalloc(seq, pend, &st);
+        seq->keep_a = seq_zalloc(seq, keep, &st);
+        seq->keep_b = seq_zalloc(seq, keep, &st);
+        seq->ids = calloc((size_t)seq->n_ids_cap, sizeof(int32_t));
+        seq->keep_pos = malloc((size_t)(seq->n_sources * seq->n_keep + 1) * sizeof(int64_t));
+        if (st == TDM_OK && (seq->ids == NULL || seq->keep_pos == NULL)) {
+            st = TDM_ERR_NO_MEMORY;
+        }
+        if (st != TDM_OK) {
+            engine_seq_destroy(seq);
+            return st;
+        }
     }
     for (int64_t k = 0; k < seq->n_sources * seq->n_keep; k++) {
         seq->keep_pos[k] = -1;
@@ -122,13 +180,16 @@ void engine_seq_destroy(engine_seq_t *seq)
     for (int s = 0; s < seq->n_sources; s++) {
         engine_kv_table_release(seq->pool, &seq->tables[s]);
     }
-    free(seq->ring_codes);
-    free(seq->ring_scales);
-    free(seq->pend_a);
-    free(seq->pend_b);
+    {
+        const kern_ops_t *ops = seq_ops(seq);
+        ops->mem_free(NULL, seq->ring_codes);
+        ops->mem_free(NULL, seq->ring_scales);
+        ops->mem_free(NULL, seq->pend_a);
+        ops->mem_free(NULL, seq->pend_b);
+        ops->mem_free(NULL, seq->keep_a);
+        ops->mem_free(NULL, seq->keep_b);
+    }
     free(seq->ids);
-    free(seq->keep_a);
-    free(seq->keep_b);
     free(seq->keep_pos);
     free(seq);
 }
@@ -231,10 +292,16 @@ tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n)
         }
         if (n % 2 == 1) {
             int64_t k = (int64_t)s * seq->n_keep + ((n - 1) / 2) % seq->n_keep;
-            memcpy(seq->pend_a + s * seq->d, seq->keep_a + k * seq->d,
-                   (size_t)seq->d * sizeof(float));
-            memcpy(seq->pend_b + s * seq->d, seq->keep_b + k * seq->d,
-                   (size_t)seq->d * sizeof(float));
+            size_t bytes = (size_t)seq->d * sizeof(float);
+            tdm_status_t st = engine_seq_copy_state(seq, seq->pend_a + s * seq->d,
+                                                    seq->keep_a + k * seq->d, bytes, KERN_COPY_D2D);
+            if (st == TDM_OK) {
+                st = engine_seq_copy_state(seq, seq->pend_b + s * seq->d, seq->keep_b + k * seq->d,
+                                           bytes, KERN_COPY_D2D);
+            }
+            if (st != TDM_OK) {
+                return st; /* a backend copy failed (logged by the backend) */
+            }
             seq->has_pend[s] = 1;
         } else {
             seq->has_pend[s] = 0;
@@ -248,8 +315,10 @@ tdm_status_t engine_seq_rollback(engine_seq_t *seq, int64_t n)
 
 void engine_seq_reset_rings(engine_seq_t *seq)
 {
-    memset(seq->ring_codes, 0, (size_t)(seq->n_rings * seq->C * seq->d));
-    memset(seq->ring_scales, 0, (size_t)(seq->n_rings * seq->C * (seq->d / 32)));
+    const kern_ops_t *ops = seq_ops(seq);
+    /* a fill of memory the sequence owns: fails only on a broken device (logged there) */
+    (void)ops->mem_set(NULL, seq->ring_codes, 0, (size_t)(seq->n_rings * seq->C * seq->d));
+    (void)ops->mem_set(NULL, seq->ring_scales, 0, (size_t)(seq->n_rings * seq->C * (seq->d / 32)));
 }
 
 /* ---- blob ------------------------------------------------------------------------------- */
@@ -258,12 +327,31 @@ typedef struct {
     uint8_t *p;
     size_t used;
     size_t cap;
+    tdm_status_t st; /* the first failed backend copy (TDM_OK: none) */
 } writer_t;
 
 static void put(writer_t *w, const void *src, size_t n)
 {
     if (w->p != NULL && w->used + n <= w->cap) {
         memcpy(w->p + w->used, src, n);
+    }
+    w->used += n;
+}
+
+/* put of n bytes of the sequence's state buffers (backend memory: a D2H copy). */
+static void put_state(writer_t *w, const engine_seq_t *seq, const void *src, size_t n)
+{
+    if (w->p != NULL && w->used + n <= w->cap && w->st == TDM_OK) {
+        w->st = engine_seq_copy_state(seq, w->p + w->used, src, n, KERN_COPY_D2H);
+    }
+    w->used += n;
+}
+
+/* put of pool page `page_id` (a backend pool's page comes through a D2H copy). */
+static void put_page(writer_t *w, const engine_kv_pool_t *pool, uint32_t page_id, size_t n)
+{
+    if (w->p != NULL && w->used + n <= w->cap && w->st == TDM_OK) {
+        w->st = engine_kv_pool_read_page(pool, page_id, w->p + w->used);
     }
     w->used += n;
 }
@@ -348,8 +436,8 @@ static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
     put_u64(w, (uint64_t)page_bytes);
     for (int r = 0; r < seq->n_rings; r++) {
         for (int64_t p = seq->length - E; p < seq->length; p++) {
-            put(w, engine_seq_ring_codes_at(seq, r, p), (size_t)seq->d);
-            put(w, engine_seq_ring_scales_at(seq, r, p), (size_t)(seq->d / 32));
+            put_state(w, seq, engine_seq_ring_codes_at(seq, r, p), (size_t)seq->d);
+            put_state(w, seq, engine_seq_ring_scales_at(seq, r, p), (size_t)(seq->d / 32));
         }
     }
     for (int s = 0; s < seq->n_sources; s++) {
@@ -358,8 +446,8 @@ static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
         }
         put_u32(w, (uint32_t)seq->has_pend[s]);
         if (seq->has_pend[s]) {
-            put(w, seq->pend_a + s * seq->d, (size_t)seq->d * sizeof(float));
-            put(w, seq->pend_b + s * seq->d, (size_t)seq->d * sizeof(float));
+            put_state(w, seq, seq->pend_a + s * seq->d, (size_t)seq->d * sizeof(float));
+            put_state(w, seq, seq->pend_b + s * seq->d, (size_t)seq->d * sizeof(float));
         } else {
             static const float zero = 0.0f; /* zeros when absent (format above) */
             for (int64_t i = 0; i < 2 * seq->d; i++) {
@@ -376,7 +464,7 @@ static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
             put_u64(w, (uint64_t)t->n_rows);
             put_u32(w, t->n_pages);
             for (uint32_t i = 0; i < t->n_pages; i++) {
-                put(w, engine_kv_pool_page(seq->pool, t->page_ids[i]), page_bytes);
+                put_page(w, seq->pool, t->page_ids[i], page_bytes);
             }
         }
     }
@@ -384,7 +472,7 @@ static void write_blob(engine_seq_t *seq, uint32_t flags, writer_t *w)
 
 size_t engine_seq_export_bytes(const engine_seq_t *seq, uint32_t flags)
 {
-    writer_t w = {NULL, 0, 0};
+    writer_t w = {NULL, 0, 0, TDM_OK};
     write_blob((engine_seq_t *)seq, flags, &w);
     return w.used + 8;
 }
@@ -414,7 +502,11 @@ tdm_status_t engine_seq_export(engine_seq_t *seq, uint32_t flags, uint8_t *blob_
     w.p = blob_out;
     w.used = 0;
     w.cap = blob_bytes;
+    w.st = TDM_OK;
     write_blob(seq, flags, &w);
+    if (w.st != TDM_OK) {
+        return w.st;
+    }
     sum = tdm_hash_xxh3_64(blob_out, w.used);
     put_u64(&w, sum);
     *n_written_out = w.used;
@@ -497,8 +589,13 @@ tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *po
             if (c == NULL || s == NULL) {
                 break;
             }
-            memcpy(engine_seq_ring_codes_at(seq, (int)ring, p), c, d);
-            memcpy(engine_seq_ring_scales_at(seq, (int)ring, p), s, d / 32);
+            if (engine_seq_copy_state(seq, engine_seq_ring_codes_at(seq, (int)ring, p), c, d,
+                                      KERN_COPY_H2D) != TDM_OK ||
+                engine_seq_copy_state(seq, engine_seq_ring_scales_at(seq, (int)ring, p), s, d / 32,
+                                      KERN_COPY_H2D) != TDM_OK) {
+                r.bad = 1; /* a backend copy failed (logged there) */
+                break;
+            }
         }
     }
     {
@@ -511,9 +608,12 @@ tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *po
             seq->has_pend[s] = get_u32(&r) != 0;
             const uint8_t *a = get(&r, (size_t)d * sizeof(float));
             const uint8_t *b = get(&r, (size_t)d * sizeof(float));
-            if (a != NULL && b != NULL) {
-                memcpy(seq->pend_a + s * seq->d, a, (size_t)d * sizeof(float));
-                memcpy(seq->pend_b + s * seq->d, b, (size_t)d * sizeof(float));
+            if (a != NULL && b != NULL &&
+                (engine_seq_copy_state(seq, seq->pend_a + s * seq->d, a, (size_t)d * sizeof(float),
+                                       KERN_COPY_H2D) != TDM_OK ||
+                 engine_seq_copy_state(seq, seq->pend_b + s * seq->d, b, (size_t)d * sizeof(float),
+                                       KERN_COPY_H2D) != TDM_OK)) {
+                r.bad = 1; /* a backend copy failed (logged there) */
             }
         }
         if (seen != n_ratio2) {
@@ -562,7 +662,7 @@ tdm_status_t engine_seq_import(const engine_model_t *model, engine_kv_pool_t *po
                 st = kern_kv_page_check(src, (size_t)page_bytes, &want,
                                         KERN_KV_PAGE_CHECK_CHECKSUM);
                 if (st == TDM_OK) {
-                    memcpy(engine_kv_pool_page(pool, t->page_ids[i]), src, (size_t)page_bytes);
+                    st = engine_kv_pool_write_page(pool, t->page_ids[i], src);
                 }
             }
             t->n_rows = n_rows;

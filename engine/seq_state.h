@@ -83,7 +83,8 @@ int64_t engine_seq_last_ids(const engine_seq_t *seq, int32_t *ids_out, int64_t n
 /*
  * engine_seq_ring_entry - the Q_swa codes [d] and scales [d/32] of ring `ring` (layer or DSpark
  * block, < n_roles) at position p, borrowed from the sequence; TDM_ERR_INVALID_ARG when p is
- * not within the last C positions or out of range. For tests and dumps.
+ * not within the last C positions or out of range. For tests and dumps. The bytes are the model
+ * kernel table's memory (read them with its mem_copy D2H when its host_memory is 0).
  */
 tdm_status_t engine_seq_ring_entry(const engine_seq_t *seq, int ring, int64_t p,
                                    const uint8_t **codes_out, const uint8_t **scales_out);

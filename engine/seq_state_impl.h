@@ -12,6 +12,10 @@
 /*
  * struct engine_seq - see engine/seq_state.h.
  *
+ * Memory: ring_codes, ring_scales, pend_a/b and keep_a/b are the memory of the model's kernel
+ * table (ops->mem_alloc: device memory on CUDA; host code moves them with
+ * engine_seq_copy_state, never memcpy); ids and keep_pos are host metadata.
+ *
  * ring_codes:  [n_rings, C, d] E4M3 Q_swa codes; ring_scales [n_rings, C, d/32] UE8M0; the entry
  *              of position p lives in slot p mod C (valid for p in [length - C, length)).
  * tables:      one block table per KV source, in kv_source_layer_ids order.
@@ -57,7 +61,18 @@ int32_t engine_seq_id_at(const engine_seq_t *seq, int64_t p);
 void engine_seq_set_id(engine_seq_t *seq, int64_t p, int32_t id);
 
 /* engine_seq_keep_pending - copy the pending half of source slot `slot`, just set by the even
- * position p, into the verify scratch (engine_seq_rollback restores it from there). */
-void engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p);
+ * position p, into the verify scratch (engine_seq_rollback restores it from there): two
+ * backend-to-backend copies. TDM_OK or the backend's copy error (keep_pos then unchanged). */
+tdm_status_t engine_seq_keep_pending(engine_seq_t *seq, int slot, int64_t p);
+
+/* engine_seq_clear_pending - source slot s has no pending half: has_pend[s] = 0 and both
+ * halves zeroed (the model's ops->mem_set; a fill that fails only on a broken device). */
+void engine_seq_clear_pending(engine_seq_t *seq, int s);
+
+/* engine_seq_copy_state - n_bytes between the sequence's state buffers (rings, pending halves,
+ * keep buffers) and host memory or each other, through the model's ops->mem_copy in direction
+ * kind (memmove on the CPU). Returns what mem_copy returns. */
+tdm_status_t engine_seq_copy_state(const engine_seq_t *seq, void *dst, const void *src,
+                                   size_t n_bytes, kern_copy_kind_t kind);
 
 #endif

@@ -1,7 +1,5 @@
 /* seq_truncate.c - cut a sequence back to a shorter prefix of its history (MODEL.md 6(d)(2)):
  * the pages-only state a prefix-cache hit starts from, which engine_fwd_replay completes. */
-#include <string.h>
-
 #include "engine/seq_state_impl.h"
 
 tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p)
@@ -28,9 +26,7 @@ tdm_status_t engine_seq_truncate(engine_seq_t *seq, int64_t p)
         int64_t keep_rows = p / t->ratio;
         engine_kv_table_truncate(seq->pool, t, keep_rows < t->n_rows ? keep_rows : t->n_rows);
         /* the pending half of an odd p is rebuilt by the replay (MODEL.md 6(d)) */
-        seq->has_pend[s] = 0;
-        memset(seq->pend_a + (int64_t)s * seq->d, 0, (size_t)seq->d * sizeof(float));
-        memset(seq->pend_b + (int64_t)s * seq->d, 0, (size_t)seq->d * sizeof(float));
+        engine_seq_clear_pending(seq, s);
     }
     /* the verify scratch belongs to the cut positions: engine_seq_rollback must not reuse it */
     for (int64_t k = 0; k < (int64_t)seq->n_sources * seq->n_keep; k++) {
@@ -86,9 +82,7 @@ tdm_status_t engine_seq_share_prefix(engine_seq_t *dst, const engine_seq_t *src,
     /* the state engine_seq_truncate leaves at p: no pending half (p is even), no verify scratch,
      * empty rings; the replay rebuilds rings and ids */
     for (s = 0; s < dst->n_sources; s++) {
-        dst->has_pend[s] = 0;
-        memset(dst->pend_a + (int64_t)s * dst->d, 0, (size_t)dst->d * sizeof(float));
-        memset(dst->pend_b + (int64_t)s * dst->d, 0, (size_t)dst->d * sizeof(float));
+        engine_seq_clear_pending(dst, s);
     }
     for (int64_t k = 0; k < (int64_t)dst->n_sources * dst->n_keep; k++) {
         dst->keep_pos[k] = -1;

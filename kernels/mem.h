@@ -78,6 +78,29 @@ kern_mem_set_fn kern_mem_set_cpu;
 typedef tdm_status_t kern_sync_fn(kern_ctx_t *ctx);
 kern_sync_fn kern_sync_cpu;
 
+/*
+ * kern_host_register_fn - make n_bytes of ordinary host memory at host (e.g. a read-only file
+ * mapping: the Engram tables, MODEL.md host RAM) readable by the backend's kernels, and give the
+ * address kernels use for it in *dev_out (dev_out + i addresses host + i). The memory stays the
+ * caller's and must outlive the registration; kernels only read it. CPU (and any backend whose
+ * kernels read host memory): *dev_out = host, nothing else. CUDA: cudaHostRegister (mapped,
+ * read-only) of the enclosing pages and cudaHostGetDevicePointer; two live registrations must
+ * not share a page (callers merge neighbouring ranges into one registration).
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (host or dev_out NULL; *dev_out untouched) or
+ * TDM_ERR_INTERNAL (CUDA error, logged; nothing registered).
+ */
+typedef tdm_status_t kern_host_register_fn(kern_ctx_t *ctx, const void *host, size_t n_bytes,
+                                           const void **dev_out);
+kern_host_register_fn kern_host_register_cpu;
+
+/*
+ * kern_host_unregister_fn - end a kern_host_register_fn registration of host (the same pointer
+ * and size). Accepts NULL; cannot fail (CUDA errors are cleared: a range shared with another
+ * registration may already be gone). CPU: nothing.
+ */
+typedef void kern_host_unregister_fn(kern_ctx_t *ctx, const void *host, size_t n_bytes);
+kern_host_unregister_fn kern_host_unregister_cpu;
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,6 +66,9 @@ typedef struct {
     kern_mem_copy_fn *mem_copy;   /* host <-> backend, backend -> backend */
     kern_mem_set_fn *mem_set;     /* byte fill */
     kern_sync_fn *sync;           /* wait for the queued work (CPU: no-op) */
+    /* host memory the kernels read in place (Engram tables): CPU identity, CUDA mapped pinned */
+    kern_host_register_fn *host_register;
+    kern_host_unregister_fn *host_unregister;
     /* Glue between the kernels (kernels/glue.h), once loops in engine code. */
     kern_embed_fn *embed;                       /* token rows -> m streams, pre = e0 (R1) */
     kern_stream_mean_fn *stream_mean;           /* FP32 stream mean of a DSpark tap (8) */

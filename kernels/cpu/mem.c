@@ -69,3 +69,22 @@ tdm_status_t kern_sync_cpu(kern_ctx_t *ctx)
     (void)ctx;
     return TDM_OK;
 }
+
+tdm_status_t kern_host_register_cpu(kern_ctx_t *ctx, const void *host, size_t n_bytes,
+                                    const void **dev_out)
+{
+    (void)ctx;
+    (void)n_bytes;
+    if (host == NULL || dev_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    *dev_out = host;
+    return TDM_OK;
+}
+
+void kern_host_unregister_cpu(kern_ctx_t *ctx, const void *host, size_t n_bytes)
+{
+    (void)ctx;
+    (void)host;
+    (void)n_bytes;
+}

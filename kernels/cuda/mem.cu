@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
 
 extern "C" tdm_status_t kern_mem_alloc_cuda(kern_ctx_t *ctx, size_t n_bytes, void **ptr_out)
 {
@@ -88,4 +90,56 @@ extern "C" tdm_status_t kern_sync_cuda(kern_ctx_t *ctx)
 {
     return kc_call_status("sync_cuda", "cudaStreamSynchronize",
                           cudaStreamSynchronize(kc_stream(ctx)));
+}
+
+/* The page-aligned range [*base, *base + *len) that holds [host, host + n_bytes). */
+static void page_range(const void *host, size_t n_bytes, void **base, size_t *len)
+{
+    long sys_page = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
+    uintptr_t lo = (uintptr_t)host & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)host + (n_bytes > 0 ? n_bytes : 1) + page - 1) & ~(page - 1);
+    *base = (void *)lo;
+    *len = (size_t)(hi - lo);
+}
+
+extern "C" tdm_status_t kern_host_register_cuda(kern_ctx_t *ctx, const void *host, size_t n_bytes,
+                                                const void **dev_out)
+{
+    void *base;
+    void *dev = NULL;
+    size_t len;
+    cudaError_t err;
+
+    (void)ctx;
+    if (host == NULL || dev_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    page_range(host, n_bytes, &base, &len);
+    err = cudaHostRegister(base, len, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (kc_call_status("host_register_cuda", "cudaHostRegister", err) != TDM_OK) {
+        return TDM_ERR_INTERNAL;
+    }
+    if (kc_call_status("host_register_cuda", "cudaHostGetDevicePointer",
+                       cudaHostGetDevicePointer(&dev, (void *)host, 0)) != TDM_OK) {
+        (void)cudaHostUnregister(base);
+        return TDM_ERR_INTERNAL;
+    }
+    *dev_out = dev;
+    return TDM_OK;
+}
+
+extern "C" void kern_host_unregister_cuda(kern_ctx_t *ctx, const void *host, size_t n_bytes)
+{
+    void *base;
+    size_t len;
+
+    (void)ctx;
+    if (host == NULL) {
+        return;
+    }
+    page_range(host, n_bytes, &base, &len);
+    if (cudaHostUnregister(base) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not registered: nothing to end */
+    }
 }

@@ -53,6 +53,8 @@ kern_mem_free_fn kern_mem_free_cuda;
 kern_mem_copy_fn kern_mem_copy_cuda;
 kern_mem_set_fn kern_mem_set_cuda;
 kern_sync_fn kern_sync_cuda;
+kern_host_register_fn kern_host_register_cuda;
+kern_host_unregister_fn kern_host_unregister_cuda;
 kern_embed_fn kern_embed_cuda;
 kern_stream_mean_fn kern_stream_mean_cuda;
 kern_bf16_round_fn kern_bf16_round_cuda;

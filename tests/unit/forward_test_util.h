@@ -94,8 +94,9 @@ static inline int ftu_engine_open_preset(ftu_engine_t *e, const char *preset, ui
     }
     e->cfg = engine_model_config(e->model);
     e->V = e->cfg->vocab_size;
-    if (engine_kv_pool_create(e->cfg, engine_model_fingerprint(e->model), n_pages, &e->pool) !=
-        TDM_OK) {
+    /* the pages in the table's memory (host memory for the CPU table, as engine_kv_pool_create) */
+    if (engine_kv_pool_create_ops(e->cfg, engine_model_fingerprint(e->model), n_pages,
+                                  engine_model_ops(e->model), &e->pool) != TDM_OK) {
         return -1;
     }
     engine_fwd_params_default(e->model, &fp);
