@@ -163,10 +163,8 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->host_arena);
     tdm_arena_fini(&fwd->batch_arena);
-    if (fwd->ops != NULL) { /* backend memory (forward_attn.c grow_rows) */
-        fwd->ops->mem_free(&fwd->kctx, fwd->ikey_cache);
-        fwd->ops->mem_free(&fwd->kctx, fwd->ckv_cache);
-    }
+    free(fwd->ikey_cache);
+    free(fwd->ckv_cache);
     free(fwd->head_scratch);
     kern_pool_destroy(fwd->kctx.pool);
     kern_rope_cache_destroy(fwd->kctx.rope_cache);

@@ -1,5 +1,11 @@
 /* forward_attn.c - the attention sublayer (MODEL.md 5.2), the compressor (5.3), index keys and
- * selection (5.4) on a batch of rows; window rings and KV pages of the batch's sequences. */
+ * selection (5.4) on a batch of rows; window rings and KV pages of the batch's sequences.
+ *
+ * Activations, rings, pending halves, selections and pages are backend memory (device memory on
+ * CUDA): host code here only computes pointers into them and moves bytes with ops->mem_copy.
+ * What the host must know or build (positions, the selection bookkeeping, row-pointer arrays,
+ * page headers) goes through fwd_host_alloc staging with D2H / H2D copies (docs/NUMERICS.md 7,
+ * items 4 to 6, with their cost on a GPU). */
 #include "engine/forward_impl.h"
 
 #include "common/log.h"
@@ -80,24 +86,18 @@ static tdm_status_t main_row_at(engine_fwd_t *fwd, const page_geom_t *g, const e
     return TDM_OK;
 }
 
-/* *buf [*cap_rows, dim], backend memory (ops->mem_alloc; engine_fwd_destroy frees it), grown
- * (doubling from 1024 rows) to hold n rows. Growing does not keep the contents: every caller
- * refills rows [0, n). On an error *buf and *cap_rows are unchanged. */
-static tdm_status_t grow_rows(engine_fwd_t *fwd, float **buf, int64_t *cap_rows, int64_t n,
-                              int64_t dim)
+/* *buf [*cap_rows, dim] grown (doubling from 1024 rows) to hold n rows. */
+static tdm_status_t grow_rows(float **buf, int64_t *cap_rows, int64_t n, int64_t dim)
 {
     if (n > *cap_rows) {
         int64_t cap = *cap_rows == 0 ? 1024 : *cap_rows;
-        void *grown = NULL;
-        tdm_status_t st;
         while (cap < n) {
             cap *= 2;
         }
-        st = fwd->ops->mem_alloc(&fwd->kctx, FLOAT_BYTES(cap * dim), &grown);
-        if (st != TDM_OK) {
-            return st;
+        float *grown = realloc(*buf, FLOAT_BYTES(cap * dim));
+        if (grown == NULL) {
+            return TDM_ERR_NO_MEMORY;
         }
-        fwd->ops->mem_free(&fwd->kctx, *buf);
         *buf = grown;
         *cap_rows = cap;
     }
@@ -112,7 +112,7 @@ static tdm_status_t load_table_rows(engine_fwd_t *fwd, const engine_kv_table_t *
                                     kern_dequant_mx4_fn *dequant, uint64_t counted_row_bytes,
                                     float **buf, int64_t *cap_rows)
 {
-    tdm_status_t st = grow_rows(fwd, buf, cap_rows, n, dim);
+    tdm_status_t st = grow_rows(buf, cap_rows, n, dim);
     for (int64_t j0 = 0; j0 < n && st == TDM_OK; j0 += KERN_KV_PAGE_ROWS) {
         uint32_t slot;
         const uint8_t *page = engine_kv_table_row_page(fwd->pool, t, j0, &slot);
@@ -383,6 +383,8 @@ typedef struct {
     int32_t *sel;         /* host [k_I]: the row's selection, ascending, -1 padded */
     uint32_t *bits;       /* host [(n_vis_max + 31) / 32]: sort_sel_ascending's bitmap */
     const uint8_t **ptrs; /* host [2 k_I]: the selected rows' codes, then their scales */
+    int32_t *seg_sel;     /* host [N, k_I]: a segment's selections read from their index source
+                           * (one D2H per segment; NULL at an index source or without KV) */
     int64_t *n_dev;       /* backend [1]: ops->topk's count */
 } sel_stage_t;
 
@@ -633,7 +635,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         stage.ptrs = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*stage.ptrs));
         stage.bits = fwd_host_alloc(fwd, (size_t)((n_vis_most + 31) / 32) * sizeof(uint32_t));
         stage.n_dev = fwd_alloc(fwd, sizeof(int64_t));
-        if (stage.sel == NULL || stage.ptrs == NULL || stage.bits == NULL || stage.n_dev == NULL) {
+        stage.seg_sel = NULL;
+        if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0) {
+            stage.seg_sel = fwd_host_alloc(fwd, (size_t)(N * kI) * sizeof(int32_t));
+        }
+        if (stage.sel == NULL || stage.ptrs == NULL || stage.bits == NULL || stage.n_dev == NULL ||
+            (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0 &&
+             stage.seg_sel == NULL)) {
             return TDM_ERR_NO_MEMORY;
         }
     }
@@ -696,6 +704,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (role->ratio == 0 && st == TDM_OK) { /* no compressed rows: selections all -1 */
             st = fwd->ops->mem_set(&fwd->kctx, sel_used + seg->row0 * kI, 0xff,
                                    (size_t)(seg->n * kI) * sizeof(int32_t));
+        } else if (stage.seg_sel != NULL && st == TDM_OK) { /* the index source's selections */
+            const int32_t *src = b->sel[fwd_index_ordinal(fwd, role->idx_src)] + seg->row0 * kI;
+            size_t n_bytes = (size_t)(seg->n * kI) * sizeof(int32_t);
+            st = fwd_copy(fwd, sel_used + seg->row0 * kI, src, n_bytes);
+            if (st == TDM_OK) {
+                st = fwd_to_host(fwd, stage.seg_sel, src, n_bytes);
+            }
         }
         for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
             int64_t row = seg->row0 + i;
@@ -711,8 +726,8 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             }
 
             if (role->ratio > 0) {
-                /* the row's selection in sel_used and, for the pointers below, in stage.sel */
-                const int32_t *hs = stage.sel;
+                /* the row's selection in sel_used and, for the pointers below, on the host */
+                const int32_t *hs = stage.seg_sel != NULL ? stage.seg_sel + i * kI : stage.sel;
                 int64_t n_vis = engine_config_n_c(cfg, l, t);
                 if (n_vis > tab->n_rows) {
                     n_vis = tab->n_rows;
@@ -723,12 +738,6 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                                     scores, iscratch, own, &stage);
                     if (st == TDM_OK) {
                         st = fwd_copy(fwd, srow, own, (size_t)kI * sizeof(int32_t));
-                    }
-                } else {
-                    const int32_t *src = b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI;
-                    st = fwd_copy(fwd, srow, src, (size_t)kI * sizeof(int32_t));
-                    if (st == TDM_OK) {
-                        st = fwd_to_host(fwd, stage.sel, src, (size_t)kI * sizeof(int32_t));
                     }
                 }
                 while (st == TDM_OK && n_b < kI && hs[n_b] >= 0) {
