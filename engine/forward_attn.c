@@ -1,5 +1,11 @@
 /* forward_attn.c - the attention sublayer (MODEL.md 5.2), the compressor (5.3), index keys and
- * selection (5.4) on a batch of rows; window rings and KV pages of the batch's sequences. */
+ * selection (5.4) on a batch of rows; window rings and KV pages of the batch's sequences.
+ *
+ * Activations, rings, pending halves, selections and pages are backend memory (device memory on
+ * CUDA): host code here only computes pointers into them and moves bytes with ops->mem_copy.
+ * What the host must know or build (positions, the selection bookkeeping, row-pointer arrays,
+ * page headers) goes through fwd_host_alloc staging with D2H / H2D copies (docs/NUMERICS.md 7,
+ * items 4 to 6, with their cost on a GPU). */
 #include "engine/forward_impl.h"
 
 #include "common/log.h"
@@ -124,6 +130,39 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
 }
 
 /*
+ * Rows [slot, slot + n) of one page (slot + n <= 64) from n consecutive quantized rows mc [n, d/2],
+ * ms [n, d/16], ic [n, d_I/2], is [n, d_I/32] (backend memory, like the page): one backend copy
+ * per region, and the header's row count and stale flag through host staging hdr [64]
+ * (copied out, kern_kv_page_mark_rows, copied back). The page's bytes equal those of
+ * kern_kv_page_write_row on each slot, and no host code touches the page (docs/NUMERICS.md 7).
+ * Errors: TDM_ERR_INVALID_ARG (not an initialised page; nothing written), copy errors.
+ */
+static tdm_status_t page_write_rows(engine_fwd_t *fwd, const kern_kv_page_layout_t *ly,
+                                    uint8_t *page, uint32_t slot, int64_t n, const uint8_t *mc,
+                                    const uint8_t *ms, const uint8_t *ic, const uint8_t *is,
+                                    uint8_t *hdr)
+{
+    const size_t offset[4] = {ly->main_codes_offset, ly->main_scales_offset, ly->index_codes_offset,
+                              ly->index_scales_offset};
+    const size_t row_bytes[4] = {ly->main_codes_row_bytes, ly->main_scales_row_bytes,
+                                 ly->index_codes_row_bytes, ly->index_scales_row_bytes};
+    const uint8_t *src[4] = {mc, ms, ic, is};
+    tdm_status_t st = fwd_to_host(fwd, hdr, page, KERN_KV_PAGE_HEADER_BYTES);
+
+    if (st == TDM_OK) {
+        st = kern_kv_page_mark_rows(hdr, slot + (uint32_t)n);
+    }
+    for (int i = 0; i < 4 && st == TDM_OK; i++) {
+        st =
+            fwd_copy(fwd, page + offset[i] + slot * row_bytes[i], src[i], (size_t)n * row_bytes[i]);
+    }
+    if (st == TDM_OK) {
+        st = fwd_to_backend(fwd, page, hdr, KERN_KV_PAGE_HEADER_BYTES);
+    }
+    return st;
+}
+
+/*
  * The compressor of KV source l for one segment (MODEL.md 5.3): rows completed by the
  * segment's tokens are published into the sequence's pages with their index keys; the pending
  * half-group is carried across segments. a, bg: [N, d] projections of the batch (bg NULL at
@@ -146,6 +185,8 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     float *main_rows;
     float *kI;
     int64_t *rpos;
+    int64_t *rpos_host;
+    uint8_t *hdr;
     uint8_t *mc, *ms, *ic, *is;
     tdm_status_t st = TDM_OK;
     float *pa = seq->pend_a + (int64_t)slot * d;
@@ -207,19 +248,25 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     main_rows = fwd_alloc(fwd, FLOAT_BYTES(n_new * d));
     kI = fwd_alloc(fwd, FLOAT_BYTES(n_new * dI));
     rpos = fwd_alloc(fwd, (size_t)n_new * sizeof(int64_t));
+    rpos_host = fwd_host_alloc(fwd, (size_t)n_new * sizeof(int64_t));
+    hdr = fwd_host_alloc(fwd, KERN_KV_PAGE_HEADER_BYTES);
     mc = fwd_alloc(fwd, (size_t)(n_new * d / 2));
     ms = fwd_alloc(fwd, (size_t)(n_new * d / 16));
     ic = fwd_alloc(fwd, (size_t)(n_new * dI / 2));
     is = fwd_alloc(fwd, (size_t)(n_new * dI / 32));
-    if (main_rows == NULL || kI == NULL || rpos == NULL || mc == NULL || ms == NULL || ic == NULL ||
-        is == NULL) {
+    if (main_rows == NULL || kI == NULL || rpos == NULL || rpos_host == NULL || hdr == NULL ||
+        mc == NULL || ms == NULL || ic == NULL || is == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int64_t k = 0; k < n_new; k++) {
-        rpos[k] = (first_row + k) * r;
+        rpos_host[k] = (first_row + k) * r;
     }
+    st = fwd_to_backend(fwd, rpos, rpos_host, (size_t)n_new * sizeof(int64_t));
     /* latent c = BF16(RMSNorm(BF16(v))) (v already BF16) */
-    st = fwd->ops->rmsnorm(&fwd->kctx, V, d, n_new, d, lw->c_norm, (float)cfg->rms_norm_eps, V, d);
+    if (st == TDM_OK) {
+        st = fwd->ops->rmsnorm(&fwd->kctx, V, d, n_new, d, lw->c_norm, (float)cfg->rms_norm_eps, V,
+                               d);
+    }
     if (st == TDM_OK) {
         st = fwd_copy(fwd, main_rows, V, FLOAT_BYTES(n_new * d));
     }
@@ -244,21 +291,25 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
     if (st == TDM_OK) {
         st = fwd->ops->quant_mx4(&fwd->kctx, kI, n_new, dI, ic, is);
     }
-    for (int64_t k = 0; k < n_new && st == TDM_OK; k++) {
+    /* the rows into their pages: one run of slots per page */
+    for (int64_t k = 0, run; k < n_new && st == TDM_OK; k += run) {
         int64_t j = first_row + k;
         uint32_t pslot;
-        void *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
+        uint8_t *page = engine_kv_table_row_page_mut(fwd->pool, t, j, &pslot);
         if (page == NULL || j != t->n_rows) {
             tdm_log(TDM_LOG_ERROR, "engine",
                     "compressed row out of order: layer=%d row=%lld have=%lld", l, (long long)j,
                     (long long)t->n_rows);
             return TDM_ERR_INTERNAL;
         }
-        st = kern_kv_page_write_row(page, pslot, mc + k * d / 2, ms + k * d / 16, ic + k * dI / 2,
-                                    is + k * dI / 32);
-        t->n_rows = j + 1;
+        run = KERN_KV_PAGE_ROWS - (int64_t)pslot;
+        run = run < n_new - k ? run : n_new - k;
+        st = page_write_rows(fwd, &g->ly, page, pslot, run, mc + k * d / 2, ms + k * d / 16,
+                             ic + k * dI / 2, is + k * dI / 32, hdr);
+        if (st == TDM_OK) {
+            t->n_rows = j + run;
+        }
     }
-    (void)g;
     return st;
 }
 
@@ -288,7 +339,7 @@ static tdm_status_t replay_pending(engine_fwd_t *fwd, const fwd_seg_t *seg, int 
 }
 
 /* sel [n_sel] (distinct values in [0, n_vis)) into ascending order through a bitmap
- * bits [(n_vis + 31) / 32]. */
+ * bits [(n_vis + 31) / 32]; host memory. */
 static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint32_t *bits)
 {
     int64_t n_words = (n_vis + 31) / 32, o = 0;
@@ -304,68 +355,112 @@ static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint3
 }
 
 /*
+ * What the selection of one segment's rows keeps on the host (fwd_host_alloc), reused row by
+ * row (an H2D source may be reused once the copy returns, kernels/mem.h), and its backend
+ * scratch. The selection bookkeeping (-1 padding, the identity selection, the ascending order,
+ * n_pool) is host code on these copies: the row's top-k result and count come back with two
+ * D2H copies and the finished row goes out with one H2D copy (docs/NUMERICS.md 7).
+ */
+typedef struct {
+    int32_t *sel;         /* host [k_I]: the row's selection, ascending, -1 padded */
+    uint32_t *bits;       /* host [(n_vis_max + 31) / 32]: sort_sel_ascending's bitmap */
+    const uint8_t **ptrs; /* host [2 k_I]: the selected rows' codes, then their scales */
+    int32_t *seg_sel;     /* host [N, k_I]: a segment's selections read from their index source
+                           * (one D2H per segment; NULL at an index source or without KV) */
+    int64_t *n_dev;       /* backend [1]: ops->topk's count */
+} sel_stage_t;
+
+/*
  * Selection S(t) of index-source layer l for batch row `row` at position t over n_vis rows
- * (MODEL.md 5.4): writes sel [k_I] ascending, -1 padded.
+ * (MODEL.md 5.4): writes sel [k_I] (backend) ascending, -1 padded, and the same into
+ * stage->sel (host); b->n_pool[row] for a candidate source.
  */
 static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row, int64_t n_vis,
                                const float *qI, const float *w, float *scores, int32_t *iscratch,
-                               int32_t *sel)
+                               int32_t *sel, const sel_stage_t *stage)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_role_t *role = &cfg->roles[l];
     int64_t kI = cfg->index_topk, HI = cfg->index_n_heads, dI = cfg->index_head_dim;
     int64_t Bc = cfg->candidate_block_size, nB = cfg->candidate_topk_blocks;
+    int is_source = (role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0;
     int64_t n_sel = 0;
+    int32_t n_pool = -1;
+    int32_t *hs = stage->sel;
     tdm_status_t st;
 
-    for (int64_t k = 0; k < kI; k++) {
-        sel[k] = -1;
-    }
     if (n_vis <= kI) {
-        for (int64_t j = 0; j < n_vis; j++) {
-            sel[j] = (int32_t)j;
+        for (int64_t k = 0; k < kI; k++) {
+            hs[k] = k < n_vis ? (int32_t)k : -1;
         }
-        if ((role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0) {
-            b->n_pool[row] = -1;
+        st = fwd_to_backend(fwd, sel, hs, (size_t)kI * sizeof(int32_t));
+        if (st == TDM_OK && is_source) {
+            st = fwd_to_backend(fwd, b->n_pool + row, &n_pool, sizeof(n_pool));
         }
-        return TDM_OK;
+        return st;
     }
     st = fwd->ops->index_scores(&fwd->kctx, qI, w, HI, dI, fwd->ikey_cache, n_vis, scores);
     if (st != TDM_OK) {
         return st;
     }
-    if ((role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0) {
+    if (is_source) {
         int64_t nb = (n_vis + Bc - 1) / Bc;
         float *beta = scores + n_vis; /* scratch after the scores */
         int64_t n_kept = 0;
         st = fwd->ops->cand_blocks(&fwd->kctx, scores, n_vis, Bc, beta);
         if (st == TDM_OK) {
             st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
-                                b->pool + row * nB, &n_kept);
+                                b->pool + row * nB, stage->n_dev);
         }
+        if (st == TDM_OK) {
+            st = fwd_to_host(fwd, &n_kept, stage->n_dev, sizeof(n_kept));
+        }
+        n_pool = (int32_t)n_kept;
+        if (st == TDM_OK) {
+            st = fwd_to_backend(fwd, b->n_pool + row, &n_pool, sizeof(n_pool));
+        }
+    } else if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0) {
+        st = fwd_to_host(fwd, &n_pool, b->n_pool + row, sizeof(n_pool));
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && n_pool >= 0) {
+        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB, n_pool);
         if (st != TDM_OK) {
             return st;
         }
-        b->n_pool[row] = (int32_t)n_kept;
     }
-    if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && b->n_pool[row] >= 0) {
-        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB, b->n_pool[row]);
-        if (st != TDM_OK) {
-            return st;
-        }
-    }
-    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, sel, &n_sel);
+    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, sel, stage->n_dev);
     if (st != TDM_OK) {
         if (st == TDM_ERR_INTERNAL) {
             tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
         }
         return st;
     }
-    for (int64_t k = n_sel; k < kI; k++) {
-        sel[k] = -1;
+    st = fwd_to_host(fwd, &n_sel, stage->n_dev, sizeof(n_sel));
+    if (st == TDM_OK && (n_sel < 0 || n_sel > kI)) {
+        st = TDM_ERR_INTERNAL;
     }
-    sort_sel_ascending(sel, n_sel, n_vis, (uint32_t *)iscratch); /* iscratch: n_vis + 1 */
-    return TDM_OK;
+    if (st == TDM_OK) {
+        st = fwd_to_host(fwd, hs, sel, (size_t)n_sel * sizeof(int32_t));
+    }
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int64_t k = n_sel; k < kI; k++) {
+        hs[k] = -1;
+    }
+    sort_sel_ascending(hs, n_sel, n_vis, stage->bits);
+    return fwd_to_backend(fwd, sel, hs, (size_t)kI * sizeof(int32_t));
+}
+
+/* The visible compressed rows of table tab for the last row of seg at layer l (0 without). */
+static int64_t seg_n_vis_max(const engine_config_t *cfg, const fwd_seg_t *seg, int l,
+                             const engine_kv_table_t *tab)
+{
+    int64_t n = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
+    return n < tab->n_rows ? n : tab->n_rows;
 }
 
 tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
@@ -384,6 +479,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     page_geom_t g;
     tdm_status_t st;
     int64_t *pos = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
+    int64_t *pos_host = fwd_host_alloc(fwd, (size_t)N * sizeof(int64_t));
     float *xq = fwd_alloc(fwd, FLOAT_BYTES(N * H));
     float *qr = fwd_alloc(fwd, FLOAT_BYTES(N * rq));
     float *qrq = fwd_alloc(fwd, FLOAT_BYTES(N * rq));
@@ -394,15 +490,16 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *o = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
     float *oa = fwd_alloc(fwd, FLOAT_BYTES(N * G * ro));
     float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
-    const uint8_t **sel_codes = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_codes));
-    const uint8_t **sel_scales = fwd_alloc(fwd, (size_t)kI * sizeof(*sel_scales));
+    /* the selected rows' codes then scales pointers (dequant_rows: backend memory) */
+    const uint8_t **sel_ptrs = fwd_alloc(fwd, (size_t)(2 * kI) * sizeof(*sel_ptrs));
     float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(nh * (W + cfg->dspark_block_size + kI + 16)));
     float *qI = NULL;
     float *wI = NULL;
+    sel_stage_t stage;
 
-    if (pos == NULL || xq == NULL || qr == NULL || qrq == NULL || q == NULL || kv == NULL ||
-        kc == NULL || ks == NULL || o == NULL || oa == NULL || sel_rows == NULL ||
-        sel_codes == NULL || sel_scales == NULL || att_scratch == NULL) {
+    if (pos == NULL || pos_host == NULL || xq == NULL || qr == NULL || qrq == NULL || q == NULL ||
+        kv == NULL || kc == NULL || ks == NULL || o == NULL || oa == NULL || sel_rows == NULL ||
+        sel_ptrs == NULL || att_scratch == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     st = page_geom(cfg, &g);
@@ -410,10 +507,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         return st;
     }
     for (int64_t r = 0; r < N; r++) {
-        pos[r] = row_pos(b, r, NULL);
+        pos_host[r] = row_pos(b, r, NULL);
     }
     /* q and window KV (5.2, 12.3) */
-    st = fwd->ops->qdq_act8(&fwd->kctx, xn, N, H, xq);
+    st = fwd_to_backend(fwd, pos, pos_host, (size_t)N * sizeof(int64_t));
+    if (st == TDM_OK) {
+        st = fwd->ops->qdq_act8(&fwd->kctx, xn, N, H, xq);
+    }
     if (st == TDM_OK) {
         st = fwd_gemm(fwd, &lw->wq_a, xq, H, N, KERN_GEMM_OUT_BF16, qr, rq);
     }
@@ -504,6 +604,30 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         }
     }
 
+    /* host staging of the selections (sized for the longest segment) */
+    {
+        int64_t n_vis_most = 0;
+        for (int s = 0; s < b->n_segs && role->ratio > 0; s++) {
+            engine_seq_t *seq = b->segs[s].seq;
+            int64_t n = seg_n_vis_max(cfg, &b->segs[s], l,
+                                      &seq->tables[engine_seq_source_slot(seq, role->kv_src)]);
+            n_vis_most = n > n_vis_most ? n : n_vis_most;
+        }
+        stage.sel = fwd_host_alloc(fwd, (size_t)kI * sizeof(int32_t));
+        stage.ptrs = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*stage.ptrs));
+        stage.bits = fwd_host_alloc(fwd, (size_t)((n_vis_most + 31) / 32) * sizeof(uint32_t));
+        stage.n_dev = fwd_alloc(fwd, sizeof(int64_t));
+        stage.seg_sel = NULL;
+        if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0) {
+            stage.seg_sel = fwd_host_alloc(fwd, (size_t)(N * kI) * sizeof(int32_t));
+        }
+        if (stage.sel == NULL || stage.ptrs == NULL || stage.bits == NULL || stage.n_dev == NULL ||
+            (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0 &&
+             stage.seg_sel == NULL)) {
+            return TDM_ERR_NO_MEMORY;
+        }
+    }
+
     /* per segment: selection, then attention per row */
     for (int s = 0; s < b->n_segs; s++) {
         const fwd_seg_t *seg = &b->segs[s];
@@ -541,10 +665,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             tab = &seq->tables[engine_seq_source_slot(seq, role->kv_src)];
         }
         if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
-            int64_t n_vis_max = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
-            if (n_vis_max > tab->n_rows) {
-                n_vis_max = tab->n_rows;
-            }
+            int64_t n_vis_max = seg_n_vis_max(cfg, seg, l, tab);
             st = load_index_keys(fwd, &g, tab, n_vis_max);
             scores = fwd_alloc(fwd, FLOAT_BYTES(2 * n_vis_max + 16) + (size_t)n_vis_max + 64);
             iscratch = fwd_alloc(fwd, (size_t)(n_vis_max + 1) * sizeof(int32_t));
@@ -556,11 +677,21 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
          * table's visible rows: dequantize those once and attend to them in place. */
         int64_t n_ckv = 0;
         if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
-            int64_t n_c = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
-            n_c = n_c < tab->n_rows ? n_c : tab->n_rows;
+            int64_t n_c = seg_n_vis_max(cfg, seg, l, tab);
             if (n_c > 0 && n_c <= seg->n * kI) {
                 st = load_main_rows(fwd, &g, tab, n_c);
                 n_ckv = n_c;
+            }
+        }
+        if (role->ratio == 0 && st == TDM_OK) { /* no compressed rows: selections all -1 */
+            st = fwd->ops->mem_set(&fwd->kctx, sel_used + seg->row0 * kI, 0xff,
+                                   (size_t)(seg->n * kI) * sizeof(int32_t));
+        } else if (stage.seg_sel != NULL && st == TDM_OK) { /* the index source's selections */
+            const int32_t *src = b->sel[fwd_index_ordinal(fwd, role->idx_src)] + seg->row0 * kI;
+            size_t n_bytes = (size_t)(seg->n * kI) * sizeof(int32_t);
+            st = fwd_copy(fwd, sel_used + seg->row0 * kI, src, n_bytes);
+            if (st == TDM_OK) {
+                st = fwd_to_host(fwd, stage.seg_sel, src, n_bytes);
             }
         }
         for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
@@ -576,10 +707,9 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 n_keys = n_ring + seg->n;
             }
 
-            for (int64_t k = 0; k < kI; k++) {
-                srow[k] = -1;
-            }
             if (role->ratio > 0) {
+                /* the row's selection in sel_used and, for the pointers below, on the host */
+                const int32_t *hs = stage.seg_sel != NULL ? stage.seg_sel + i * kI : stage.sel;
                 int64_t n_vis = engine_config_n_c(cfg, l, t);
                 if (n_vis > tab->n_rows) {
                     n_vis = tab->n_rows;
@@ -587,24 +717,24 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 if ((role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
                     int32_t *own = b->sel[fwd_index_ordinal(fwd, l)] + row * kI;
                     st = select_row(fwd, b, l, row, n_vis, qI + row * HI * dI, wI + row * HI,
-                                    scores, iscratch, own);
+                                    scores, iscratch, own, &stage);
                     if (st == TDM_OK) {
                         st = fwd_copy(fwd, srow, own, (size_t)kI * sizeof(int32_t));
                     }
-                } else {
-                    st = fwd_copy(fwd, srow,
-                                  b->sel[fwd_index_ordinal(fwd, role->idx_src)] + row * kI,
-                                  (size_t)kI * sizeof(int32_t));
+                }
+                while (st == TDM_OK && n_b < kI && hs[n_b] >= 0) {
+                    n_b++; /* ascending, -1 padded: the selected rows come first */
                 }
                 if (n_ckv > 0 && st == TDM_OK) {
-                    while (n_b < kI && srow[n_b] >= 0 && srow[n_b] < n_ckv) {
-                        n_b++;
-                    }
-                    if (n_b < kI && srow[n_b] >= 0) {
+                    if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
+                        int64_t k = 0;
+                        while (hs[k] < n_ckv) {
+                            k++;
+                        }
                         tdm_log(TDM_LOG_ERROR, "engine",
                                 "selected row past the visible rows: layer=%d row=%d "
                                 "visible=%lld",
-                                l, (int)srow[n_b], (long long)n_ckv);
+                                l, (int)hs[k], (long long)n_ckv);
                         return TDM_ERR_INTERNAL;
                     }
                     fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
@@ -615,13 +745,17 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                         (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
                     continue;
                 }
-                for (int64_t k = 0; k < kI && st == TDM_OK && srow[k] >= 0; k++) {
-                    st = main_row_at(fwd, &g, tab, srow[k], &sel_codes[n_b], &sel_scales[n_b]);
-                    n_b++;
+                for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
+                    st = main_row_at(fwd, &g, tab, hs[k], &stage.ptrs[k], &stage.ptrs[n_b + k]);
                 }
-                /* the selected rows, one gather (host-built pointers: docs/NUMERICS.md 7) */
+                /* the selected rows, one gather; its pointer arrays built on the host and
+                 * copied to the backend (docs/NUMERICS.md 7) */
                 if (st == TDM_OK && n_b > 0) {
-                    st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_CKV, sel_codes, sel_scales,
+                    st = fwd_to_backend(fwd, sel_ptrs, stage.ptrs,
+                                        (size_t)(2 * n_b) * sizeof(*sel_ptrs));
+                }
+                if (st == TDM_OK && n_b > 0) {
+                    st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_CKV, sel_ptrs, sel_ptrs + n_b,
                                                 n_b, d, sel_rows);
                 }
             }

@@ -101,6 +101,22 @@ static inline tdm_status_t fwd_copy(engine_fwd_t *fwd, void *dst, const void *sr
     return fwd->ops->mem_copy(&fwd->kctx, dst, src, n_bytes, KERN_COPY_D2D);
 }
 
+/* fwd_to_host - n_bytes of backend memory src into host memory dst (KERN_COPY_D2H: complete when
+ * it returns, so host code may read dst at once; on CUDA it waits for the stream). */
+static inline tdm_status_t fwd_to_host(engine_fwd_t *fwd, void *dst, const void *src,
+                                       size_t n_bytes)
+{
+    return fwd->ops->mem_copy(&fwd->kctx, dst, src, n_bytes, KERN_COPY_D2H);
+}
+
+/* fwd_to_backend - n_bytes of host memory src (e.g. fwd_host_alloc staging) into backend memory
+ * dst (KERN_COPY_H2D; src may be reused as soon as it returns). */
+static inline tdm_status_t fwd_to_backend(engine_fwd_t *fwd, void *dst, const void *src,
+                                          size_t n_bytes)
+{
+    return fwd->ops->mem_copy(&fwd->kctx, dst, src, n_bytes, KERN_COPY_H2D);
+}
+
 /* fwd_index_ordinal - ordinal of index-source `layer` among index_source_layer_ids, or -1. */
 int fwd_index_ordinal(const engine_fwd_t *fwd, int layer);
 

@@ -213,6 +213,23 @@ tdm_status_t kern_kv_page_write_row(void *page, uint32_t slot, const uint8_t *ma
                                     const uint8_t *index_scales);
 
 /*
+ * kern_kv_page_mark_rows - the header change of writing slots below slot_end, as
+ * kern_kv_page_write_row makes it: row_count = max(row_count, slot_end) and
+ * KERN_KV_PAGE_FLAG_STALE set; nothing else changes. For a writer that copies a run of rows into
+ * a page it cannot touch with host code (device memory, issue 14): it copies the page's first
+ * KERN_KV_PAGE_HEADER_BYTES bytes to the host, calls this on the copy and copies them back, so
+ * the page's bytes equal those of kern_kv_page_write_row on each slot.
+ *
+ * header: the KERN_KV_PAGE_HEADER_BYTES header bytes of a page made by kern_kv_page_init (host
+ *         memory, read and written; the rest of the page is not needed).
+ * slot_end: 1 .. KERN_KV_PAGE_ROWS.
+ *
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (header untouched, a warning logged) for NULL, slot_end
+ * 0 or above 64, or a header without the magic/version or with invalid dims.
+ */
+tdm_status_t kern_kv_page_mark_rows(void *header, uint32_t slot_end);
+
+/*
  * kern_kv_page_read_row - copy slot's four records out (shapes as kern_kv_page_write_row).
  *
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (outputs untouched) for a NULL pointer (index outputs

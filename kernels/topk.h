@@ -31,7 +31,9 @@ kern_index_scores_fn kern_index_scores_cpu;
  * ascending), skipping -inf values: writes *n_out = min(k, #finite-or-+inf) indices into
  * idx_out [k], best first. Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, k < 0), or
  * TDM_ERR_INTERNAL if any value is NaN (outputs unspecified).
- * scratch: [n] int32 work space.
+ * scratch: [n] int32 work space. vals, scratch, idx_out and n_out are all backend memory (CUDA:
+ * device memory; the CUDA version reads *n_out back itself, waiting for its stream, to report a
+ * NaN): a caller that needs the count on the host copies it out (KERN_COPY_D2H).
  */
 typedef tdm_status_t kern_topk_fn(kern_ctx_t *ctx, const float *vals, int64_t n, int64_t k,
                                   int32_t *scratch, int32_t *idx_out, int64_t *n_out);

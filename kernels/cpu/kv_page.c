@@ -145,6 +145,24 @@ static void mark_written(uint8_t *page, uint32_t slot)
     page[HDR_FLAGS] |= KERN_KV_PAGE_FLAG_STALE;
 }
 
+tdm_status_t kern_kv_page_mark_rows(void *header, uint32_t slot_end)
+{
+    kern_kv_page_layout_t layout;
+
+    if (header == NULL || slot_end == 0 || slot_end > KERN_KV_PAGE_ROWS) {
+        tdm_log(TDM_LOG_WARN, KV_LOG, "mark_rows rejected: header=%p slot_end=%u (need 1..%d)",
+                header, slot_end, KERN_KV_PAGE_ROWS);
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (!trusted_layout(header, &layout)) {
+        tdm_log(TDM_LOG_WARN, KV_LOG,
+                "mark_rows rejected: not an initialised page (magic, version or dims)");
+        return TDM_ERR_INVALID_ARG;
+    }
+    mark_written(header, slot_end - 1);
+    return TDM_OK;
+}
+
 static tdm_status_t check_slot_args(const char *op, const uint8_t *page, uint32_t slot,
                                     uint32_t slot_limit, const void *main_a, const void *main_b,
                                     const void *index_a, const void *index_b,

@@ -335,6 +335,57 @@ static void test_rows_round_trip_and_row_count_grows(void **state)
     free(page);
 }
 
+/* Rows copied into their regions plus kern_kv_page_mark_rows on a copy of the header (the
+ * device writer's path) give the bytes of kern_kv_page_write_row on each slot; the header alone
+ * is enough, and a bad call changes nothing. */
+static void test_mark_rows_equals_write_row(void **state)
+{
+    uint8_t *direct = new_full_page();
+    uint8_t *copied = new_full_page();
+    kern_kv_page_layout_t ly = kern_kv_page_layout_of(FULL_D, FULL_D_I);
+    uint8_t header[KERN_KV_PAGE_HEADER_BYTES];
+    uint8_t before[KERN_KV_PAGE_HEADER_BYTES];
+    row_t row;
+    /* slots 3..9, then 0..1: row_count must stay 10 after the second run */
+    static const uint32_t runs[2][2] = {{3, 7}, {0, 2}};
+    (void)state;
+
+    for (int r = 0; r < 2; r++) {
+        for (uint32_t s = runs[r][0]; s < runs[r][0] + runs[r][1]; s++) {
+            fill_row(&row, s);
+            assert_int_equal(kern_kv_page_write_row(direct, s, row.main_codes, row.main_scales,
+                                                    row.index_codes, row.index_scales),
+                             TDM_OK);
+            memcpy(copied + ly.main_codes_offset + s * ly.main_codes_row_bytes, row.main_codes,
+                   ly.main_codes_row_bytes);
+            memcpy(copied + ly.main_scales_offset + s * ly.main_scales_row_bytes, row.main_scales,
+                   ly.main_scales_row_bytes);
+            memcpy(copied + ly.index_codes_offset + s * ly.index_codes_row_bytes, row.index_codes,
+                   ly.index_codes_row_bytes);
+            memcpy(copied + ly.index_scales_offset + s * ly.index_scales_row_bytes,
+                   row.index_scales, ly.index_scales_row_bytes);
+        }
+        memcpy(header, copied, sizeof(header));
+        assert_int_equal(kern_kv_page_mark_rows(header, runs[r][0] + runs[r][1]), TDM_OK);
+        memcpy(copied, header, sizeof(header));
+    }
+    assert_memory_equal(copied, direct, FULL_PAGE);
+    assert_int_equal(copied[16], 10); /* row_count */
+    assert_int_equal(copied[21], KERN_KV_PAGE_FLAG_STALE);
+
+    memcpy(before, header, sizeof(header));
+    assert_int_equal(kern_kv_page_mark_rows(header, 0), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_page_mark_rows(header, 65), TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_kv_page_mark_rows(NULL, 1), TDM_ERR_INVALID_ARG);
+    assert_memory_equal(header, before, sizeof(header));
+    header[0] ^= 0xffu; /* no magic: not a page */
+    memcpy(before, header, sizeof(header));
+    assert_int_equal(kern_kv_page_mark_rows(header, 1), TDM_ERR_INVALID_ARG);
+    assert_memory_equal(header, before, sizeof(header));
+    free(copied);
+    free(direct);
+}
+
 static void test_row_errors_change_nothing(void **state)
 {
     uint8_t *page = new_full_page();
@@ -553,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_init_writes_header_byte_by_byte),
         cmocka_unit_test(test_init_rejects_bad_params_and_leaves_page_untouched),
         cmocka_unit_test(test_rows_round_trip_and_row_count_grows),
+        cmocka_unit_test(test_mark_rows_equals_write_row),
         cmocka_unit_test(test_row_errors_change_nothing),
         cmocka_unit_test(test_encode_decode_matches_quantizers),
         cmocka_unit_test(test_page_without_index_key),
