@@ -232,8 +232,8 @@ tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
             return TDM_ERR_NO_MEMORY;
         }
     }
-    /* n_pool = -1 (no pool computed): every byte 0xff */
-    return fwd->ops->mem_set(&fwd->kctx, b->n_pool, 0xff, (size_t)N * sizeof(int32_t));
+    /* n_pool all -1: every byte 0xFF */
+    return fwd->ops->mem_set(&fwd->kctx, b->n_pool, 0xFF, (size_t)N * sizeof(int32_t));
 }
 
 /* X = m copies of embed[id] (R1), pre = e0: the batch's ids gathered into host staging and
@@ -644,8 +644,10 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
     return st;
 }
 
-tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
-                                     const int32_t *anchors, int n_seqs, float *x_out)
+/* The DSpark draft forward (engine_fwd_dspark_draft): the collapse into x_dev (backend memory),
+ * or, with x_dev NULL, into the layer arena and from there into x_host (host memory). */
+static tdm_status_t dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                 const int32_t *anchors, int n_seqs, float *x_dev, float *x_host)
 {
     const engine_config_t *c;
     fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
@@ -653,8 +655,8 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     int64_t B, N;
     tdm_status_t st;
 
-    if (fwd == NULL || seqs == NULL || anchors == NULL || x_out == NULL || n_seqs < 1 ||
-        n_seqs > ENGINE_FWD_MAX_BATCH || fwd->cfg->n_blocks == 0) {
+    if (fwd == NULL || seqs == NULL || anchors == NULL || (x_dev == NULL && x_host == NULL) ||
+        n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH || fwd->cfg->n_blocks == 0) {
         return TDM_ERR_INVALID_ARG;
     }
     c = fwd->cfg;
@@ -686,11 +688,38 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
         st = fwd_layer_run(fwd, &b, c->n_layers + k);
     }
+    if (st == TDM_OK && x_dev == NULL) {
+        fwd_layer_reset(fwd);
+        x_dev = fwd_alloc(fwd, FLOAT_BYTES(N * c->hidden_size));
+        st = x_dev == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    }
     if (st == TDM_OK) {
         st = fwd->ops->mhc_collapse(&fwd->kctx, b.pre, b.X, N, (int)c->hc_mult, c->hidden_size,
-                                    x_out);
+                                    x_dev);
+    }
+    if (st == TDM_OK && x_host != NULL) {
+        st = fwd->ops->mem_copy(&fwd->kctx, x_host, x_dev, FLOAT_BYTES(N * c->hidden_size),
+                                KERN_COPY_D2H);
     }
     return st;
+}
+
+tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *anchors, int n_seqs, float *x_out)
+{
+    if (x_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return dspark_draft(fwd, seqs, anchors, n_seqs, NULL, x_out);
+}
+
+tdm_status_t fwd_dspark_draft_backend(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *anchors, int n_seqs, float *x_out)
+{
+    if (x_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return dspark_draft(fwd, seqs, anchors, n_seqs, x_out, NULL);
 }
 
 tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,

@@ -242,9 +242,7 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
  * 5.5; ratio 0, E_d/K_d experts, no Engram, first pre e0), every block query attending its
  * block's context ring entries max(a_i - W, 0) .. a_i - 1 and all B block tokens (non-causal).
  * Nothing is written to the sequences. x_out [n_seqs, B, H] FP32 holding BF16 values: the
- * collapse x = BF16(sum_j pre_j X_j) with the last block's FFN pre, the input of the heads; it
- * is the model's backend memory (ops->mem_alloc of engine_model_ops: device memory on CUDA,
- * any host memory on the CPU), since the heads' ops read it there.
+ * collapse x = BF16(sum_j pre_j X_j) with the last block's FFN pre, the input of the heads.
  * n_seqs * B <= max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH).
  *
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, a sequence of length 0, an id >= V, a model without

@@ -170,6 +170,12 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
  * from b->taps); nothing for a model without blocks. Resets the layer arena. */
 tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b);
 
+/* fwd_dspark_draft_backend - engine_fwd_dspark_draft with x_out [n_seqs, B, H] in the model's
+ * backend memory (ops->mem_alloc: device memory on CUDA), where the DSpark heads' ops read it
+ * (engine/spec.c); the public call's x_out is host memory (one device-to-host copy). */
+tdm_status_t fwd_dspark_draft_backend(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *anchors, int n_seqs, float *x_out);
+
 /* fwd_tail_start - the tail start R of a CED prefill of [start, end) (MODEL.md 6(b) step 2):
  * max(start, end - W), or start with the test-only ENGINE_PREFILL_TAIL_FROM_H in flags. */
 static inline int64_t fwd_tail_start(const engine_config_t *c, int64_t start, int64_t end,

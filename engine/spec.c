@@ -278,7 +278,7 @@ static tdm_status_t draft_all(engine_spec_t *spec, const engine_spec_req_t *reqs
         results[i].n_drafted = L;
     }
     if (n_ds > 0) {
-        st = engine_fwd_dspark_draft(spec->fwd, ds_seqs, ds_anchor, n_ds, spec->x);
+        st = fwd_dspark_draft_backend(spec->fwd, ds_seqs, ds_anchor, n_ds, spec->x);
     }
     for (int k = 0; k < n_ds && st == TDM_OK; k++) {
         int i = ds_req[k];
