@@ -283,26 +283,65 @@ tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
     return fwd->ops->mem_set(&fwd->kctx, b->n_pool, 0xFF, (size_t)N * sizeof(int32_t));
 }
 
-/* X = m copies of embed[id] (R1), pre = e0: ops->embed once per segment (its rows are
- * contiguous, its ids one array). */
+/* X = m copies of embed[id] (R1), pre = e0: the batch's ids gathered into host staging and
+ * copied to backend memory once, then ops->embed once per segment (its rows are contiguous). */
 tdm_status_t fwd_batch_embed(engine_fwd_t *fwd, fwd_batch_t *b)
 {
     const engine_config_t *c = fwd->cfg;
-    int64_t m = c->hc_mult, H = c->hidden_size;
+    int64_t m = c->hc_mult, H = c->hidden_size, N = b->N;
+    int32_t *ids_h, *ids_d;
     tdm_status_t st = TDM_OK;
 
+    fwd_layer_reset(fwd);
+    ids_h = fwd_host_alloc(fwd, (size_t)N * sizeof(int32_t));
+    ids_d = fwd_alloc(fwd, (size_t)N * sizeof(int32_t));
+    if (ids_h == NULL || ids_d == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    memset(ids_h, 0, (size_t)N * sizeof(int32_t));
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        if (seg->draft) { /* the anchor, then the noise token (MODEL.md 8) */
+            ids_h[seg->row0] = seg->ids[0];
+            for (int64_t k = 1; k < seg->n; k++) {
+                ids_h[seg->row0 + k] = (int32_t)c->dspark_noise_token_id;
+            }
+        } else {
+            memcpy(ids_h + seg->row0, seg->ids, (size_t)seg->n * sizeof(int32_t));
+        }
+    }
+    st = fwd->ops->mem_copy(&fwd->kctx, ids_d, ids_h, (size_t)N * sizeof(int32_t), KERN_COPY_H2D);
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         fwd->read_weight_bytes += (uint64_t)seg->n * (uint64_t)H * sizeof(uint16_t);
-        st = fwd->ops->embed(&fwd->kctx, fwd->model->embed, c->vocab_size, seg->ids, seg->n, H,
-                             (int)m, b->X + seg->row0 * m * H, b->pre + seg->row0 * m);
+        st = fwd->ops->embed(&fwd->kctx, fwd->model->embed, c->vocab_size, ids_d + seg->row0,
+                             seg->n, H, (int)m, b->X + seg->row0 * m * H, b->pre + seg->row0 * m);
     }
     return st;
 }
 
-/* logits [rows, V] of batch rows [r0, r0 + n): head on the collapse with the last FFN pre. */
-tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
-                           float *logits_out)
+/* Grow fwd->head_scratch (backend memory, contents not kept) to n rows of logits; unchanged
+ * when the allocation fails. */
+static tdm_status_t head_scratch(engine_fwd_t *fwd, int64_t n)
+{
+    void *grown = NULL;
+    tdm_status_t st;
+
+    if (n <= fwd->head_cap_rows) {
+        return TDM_OK;
+    }
+    st = fwd->ops->mem_alloc(&fwd->kctx, FLOAT_BYTES(n * fwd->cfg->vocab_size), &grown);
+    if (st != TDM_OK) {
+        return st;
+    }
+    fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
+    fwd->head_scratch = grown;
+    fwd->head_cap_rows = n;
+    return TDM_OK;
+}
+
+tdm_status_t fwd_head_logits(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                             const float **logits_out)
 {
     const engine_config_t *c = fwd->cfg;
     int64_t m = c->hc_mult, H = c->hidden_size;
@@ -310,6 +349,10 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
     tdm_status_t st;
 
     fwd_layer_reset(fwd);
+    st = head_scratch(fwd, n);
+    if (st != TDM_OK) {
+        return st;
+    }
     h = fwd_alloc(fwd, FLOAT_BYTES(n * H));
     if (h == NULL) {
         return TDM_ERR_NO_MEMORY;
@@ -320,8 +363,26 @@ tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, 
                                H);
     }
     if (st == TDM_OK) {
-        st =
-            fwd_gemm(fwd, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32, logits_out, c->vocab_size);
+        st = fwd_gemm(fwd, &fwd->model->head, h, H, n, KERN_GEMM_OUT_F32, fwd->head_scratch,
+                      c->vocab_size);
+    }
+    if (st == TDM_OK) {
+        *logits_out = fwd->head_scratch;
+    }
+    return st;
+}
+
+/* logits [rows, V] of batch rows [r0, r0 + n) into the caller's host buffer: the head into
+ * head_scratch, one device-to-host copy. */
+tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                           float *logits_out)
+{
+    const float *logits = NULL;
+    tdm_status_t st = fwd_head_logits(fwd, b, r0, n, &logits);
+
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, logits_out, logits,
+                                FLOAT_BYTES(n * fwd->cfg->vocab_size), KERN_COPY_D2H);
     }
     return st;
 }
@@ -335,7 +396,7 @@ tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     int64_t n_t = c->n_dspark_target_layer_ids;
     float *cat, *mx, *kv;
     uint8_t *kc, *ks;
-    int64_t *pos;
+    int64_t *pos, *pos_h;
     tdm_status_t st;
 
     if (c->n_blocks == 0 || b->taps == NULL || N == 0) {
@@ -348,15 +409,22 @@ tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b)
     kc = fwd_alloc(fwd, (size_t)(N * d));
     ks = fwd_alloc(fwd, (size_t)(N * d / 32));
     pos = fwd_alloc(fwd, (size_t)N * sizeof(int64_t));
-    if (cat == NULL || mx == NULL || kv == NULL || kc == NULL || ks == NULL || pos == NULL) {
+    pos_h = fwd_host_alloc(fwd, (size_t)N * sizeof(int64_t));
+    if (cat == NULL || mx == NULL || kv == NULL || kc == NULL || ks == NULL || pos == NULL ||
+        pos_h == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
+    memset(pos_h, 0, (size_t)N * sizeof(int64_t));
     for (int s = 0; s < b->n_segs; s++) {
         for (int64_t i = 0; i < b->segs[s].n; i++) {
-            pos[b->segs[s].row0 + i] = b->segs[s].pos0 + i;
+            pos_h[b->segs[s].row0 + i] = b->segs[s].pos0 + i;
         }
     }
-    st = fwd->ops->bf16_round(&fwd->kctx, b->taps, N * n_t * H, cat);
+    /* the rows' positions built on the host, one copy to backend memory */
+    st = fwd->ops->mem_copy(&fwd->kctx, pos, pos_h, (size_t)N * sizeof(int64_t), KERN_COPY_H2D);
+    if (st == TDM_OK) {
+        st = fwd->ops->bf16_round(&fwd->kctx, b->taps, N * n_t * H, cat);
+    }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, cat, N, n_t * H, cat);
     }
@@ -623,18 +691,19 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
     return st;
 }
 
-tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
-                                     const int32_t *anchors, int n_seqs, float *x_out)
+/* The DSpark draft forward (engine_fwd_dspark_draft): the collapse into x_dev (backend memory),
+ * or, with x_dev NULL, into the layer arena and from there into x_host (host memory). */
+static tdm_status_t dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                 const int32_t *anchors, int n_seqs, float *x_dev, float *x_host)
 {
     const engine_config_t *c;
     fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
     fwd_batch_t b;
-    int32_t *block_ids;
     int64_t B, N;
     tdm_status_t st;
 
-    if (fwd == NULL || seqs == NULL || anchors == NULL || x_out == NULL || n_seqs < 1 ||
-        n_seqs > ENGINE_FWD_MAX_BATCH || fwd->cfg->n_blocks == 0) {
+    if (fwd == NULL || seqs == NULL || anchors == NULL || (x_dev == NULL && x_host == NULL) ||
+        n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH || fwd->cfg->n_blocks == 0) {
         return TDM_ERR_INVALID_ARG;
     }
     c = fwd->cfg;
@@ -649,19 +718,12 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     }
     memset(&b, 0, sizeof(b));
     tdm_arena_reset(&fwd->batch_arena);
-    block_ids = tdm_arena_alloc(&fwd->batch_arena, (size_t)N * sizeof(int32_t), 64);
-    if (block_ids == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
     for (int i = 0; i < n_seqs; i++) {
         if (seqs[i] == NULL || seqs[i]->length < 1) {
             return TDM_ERR_INVALID_ARG;
         }
-        block_ids[i * B] = anchors[i];
-        for (int64_t k = 1; k < B; k++) {
-            block_ids[i * B + k] = (int32_t)c->dspark_noise_token_id;
-        }
-        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, B, i * B, 0, 0, block_ids + i * B, 1};
+        /* a draft segment's ids are its anchor; fwd_batch_embed adds the noise tokens */
+        segs[i] = (fwd_seg_t){seqs[i], i, seqs[i]->length, B, i * B, 0, 0, anchors + i, 1};
     }
     b.segs = segs;
     b.n_segs = n_seqs;
@@ -673,11 +735,38 @@ tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seq
     for (int k = 0; k < c->n_blocks && st == TDM_OK; k++) {
         st = fwd_layer_run(fwd, &b, c->n_layers + k);
     }
+    if (st == TDM_OK && x_dev == NULL) {
+        fwd_layer_reset(fwd);
+        x_dev = fwd_alloc(fwd, FLOAT_BYTES(N * c->hidden_size));
+        st = x_dev == NULL ? TDM_ERR_NO_MEMORY : TDM_OK;
+    }
     if (st == TDM_OK) {
         st = fwd->ops->mhc_collapse(&fwd->kctx, b.pre, b.X, N, (int)c->hc_mult, c->hidden_size,
-                                    x_out);
+                                    x_dev);
+    }
+    if (st == TDM_OK && x_host != NULL) {
+        st = fwd->ops->mem_copy(&fwd->kctx, x_host, x_dev, FLOAT_BYTES(N * c->hidden_size),
+                                KERN_COPY_D2H);
     }
     return st;
+}
+
+tdm_status_t engine_fwd_dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *anchors, int n_seqs, float *x_out)
+{
+    if (x_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return dspark_draft(fwd, seqs, anchors, n_seqs, NULL, x_out);
+}
+
+tdm_status_t fwd_dspark_draft_backend(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *anchors, int n_seqs, float *x_out)
+{
+    if (x_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return dspark_draft(fwd, seqs, anchors, n_seqs, x_out, NULL);
 }
 
 tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,

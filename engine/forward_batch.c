@@ -69,26 +69,6 @@ static tdm_status_t copy_rows(engine_fwd_t *fwd, fwd_batch_t *dst, int64_t to,
     return st;
 }
 
-/* Grow fwd->head_scratch to n rows of logits. */
-static tdm_status_t head_scratch(engine_fwd_t *fwd, int64_t n)
-{
-    void *grown = NULL;
-    tdm_status_t st;
-
-    if (n <= fwd->head_cap_rows) {
-        return TDM_OK;
-    }
-    /* backend memory (freed by engine_fwd_destroy); its old rows need not survive */
-    st = fwd->ops->mem_alloc(&fwd->kctx, FLOAT_BYTES(n * fwd->cfg->vocab_size), &grown);
-    if (st != TDM_OK) {
-        return st;
-    }
-    fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
-    fwd->head_scratch = grown;
-    fwd->head_cap_rows = n;
-    return TDM_OK;
-}
-
 /* The head on single rows rows[0..n) of b (each the last row of a part that ends in this pass):
  * their streams and pres copied side by side, one collapse, norm and head GEMM for all (the head
  * matrix read once per pass, not once per part), each row's logits then copied to its part. */
@@ -99,20 +79,18 @@ static tdm_status_t head_gathered(engine_fwd_t *fwd, const fwd_batch_t *b, const
     int64_t m = c->hc_mult, H = c->hidden_size, V = c->vocab_size;
     fwd_batch_t g;
     fwd_seg_t none;
-    tdm_status_t st;
+    const float *logits = NULL;
+    tdm_status_t st = TDM_OK;
 
     if (n == 1) {
         return fwd_head_rows(fwd, b, rows[0], 1, outs[0]);
     }
-    st = head_scratch(fwd, n);
     memset(&g, 0, sizeof(g));
     memset(&none, 0, sizeof(none));
-    if (st == TDM_OK) {
-        g.X = tdm_arena_alloc(&fwd->batch_arena, FLOAT_BYTES(n * m * H), 64);
-        g.pre = tdm_arena_alloc(&fwd->batch_arena, FLOAT_BYTES(n * m), 64);
-        if (g.X == NULL || g.pre == NULL) {
-            st = TDM_ERR_NO_MEMORY;
-        }
+    g.X = tdm_arena_alloc(&fwd->batch_arena, FLOAT_BYTES(n * m * H), 64);
+    g.pre = tdm_arena_alloc(&fwd->batch_arena, FLOAT_BYTES(n * m), 64);
+    if (g.X == NULL || g.pre == NULL) {
+        st = TDM_ERR_NO_MEMORY;
     }
     for (int k = 0; k < n && st == TDM_OK; k++) {
         st = fwd_copy(fwd, g.X + k * m * H, b->X + rows[k] * m * H, FLOAT_BYTES(m * H));
@@ -123,10 +101,10 @@ static tdm_status_t head_gathered(engine_fwd_t *fwd, const fwd_batch_t *b, const
     if (st == TDM_OK) {
         g.N = n;
         g.segs = &none;
-        st = fwd_head_rows(fwd, &g, 0, n, fwd->head_scratch);
+        st = fwd_head_logits(fwd, &g, 0, n, &logits);
     }
-    for (int k = 0; k < n && st == TDM_OK; k++) {
-        memcpy(outs[k], fwd->head_scratch + k * V, FLOAT_BYTES(V));
+    for (int k = 0; k < n && st == TDM_OK; k++) { /* each row to its part's host buffer */
+        st = fwd->ops->mem_copy(&fwd->kctx, outs[k], logits + k * V, FLOAT_BYTES(V), KERN_COPY_D2H);
     }
     return st;
 }

@@ -17,7 +17,8 @@
 /*
  * fwd_seg_t - the rows of one sequence in a batch: positions [pos0, pos0 + n), batch rows
  * [row0, row0 + n), window floor lo. write_rows = 0 in a replay (rows and index keys below H
- * are never rewritten) and a draft. ids: [n] the rows' token ids.
+ * are never rewritten) and a draft. ids: [n] the rows' token ids (host memory); for a draft
+ * segment [1], the anchor (its other n - 1 rows are the noise token).
  */
 typedef struct {
     engine_seq_t *seq;
@@ -72,7 +73,8 @@ struct engine_fwd {
     int64_t ikey_cap_rows;
     float *ckv_cache; /* dequantized compressed rows of one table (prefill chunks) */
     int64_t ckv_cap_rows;
-    float *head_scratch; /* [head_cap_rows, V] logits of gathered head rows, grown on demand */
+    float *head_scratch; /* [head_cap_rows, V] head logits (backend memory) before they are
+                            copied to the caller, grown on demand (ops->mem_alloc) */
     int64_t head_cap_rows;
     /* ops->mem_alloc memory under the layer and batch arenas (NULL: arenas own malloc memory,
      * the host_memory = 1 backends) */
@@ -174,18 +176,32 @@ int64_t fwd_max_rows(const engine_fwd_t *fwd);
  * n_segs are the caller's); n_pool all -1. TDM_OK or TDM_ERR_NO_MEMORY (arena full). */
 tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N);
 
-/* fwd_batch_embed - X = m copies of each row's embedding (R1), pre = e0: one ops->embed per
- * segment. */
+/* fwd_batch_embed - X = m copies of each row's embedding (R1), pre = e0: the segments' ids
+ * staged on the host and copied to backend memory once, one ops->embed per segment. Resets the
+ * layer arenas. TDM_OK, TDM_ERR_NO_MEMORY, or the ops' errors. */
 tdm_status_t fwd_batch_embed(engine_fwd_t *fwd, fwd_batch_t *b);
 
-/* fwd_head_rows - logits_out [n, V] of batch rows [r0, r0 + n): the head on the collapse with
- * the last FFN pre, final norm. Resets the layer arena. */
+/* fwd_head_logits - the head on batch rows [r0, r0 + n) (collapse with the last FFN pre, final
+ * norm, head GEMM) into fwd->head_scratch (grown to n rows): *logits_out = that [n, V] f32
+ * backend memory, valid until the next head call. Resets the layer arenas. TDM_OK,
+ * TDM_ERR_NO_MEMORY (nothing else changed), or the ops' errors. */
+tdm_status_t fwd_head_logits(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                             const float **logits_out);
+
+/* fwd_head_rows - logits_out [n, V] (the caller's host memory) of batch rows [r0, r0 + n):
+ * fwd_head_logits, then one device-to-host copy. */
 tdm_status_t fwd_head_rows(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
                            float *logits_out);
 
 /* fwd_dspark_rings - the DSpark context rings of every block for the batch's rows (MODEL.md 8,
  * from b->taps); nothing for a model without blocks. Resets the layer arena. */
 tdm_status_t fwd_dspark_rings(engine_fwd_t *fwd, const fwd_batch_t *b);
+
+/* fwd_dspark_draft_backend - engine_fwd_dspark_draft with x_out [n_seqs, B, H] in the model's
+ * backend memory (ops->mem_alloc: device memory on CUDA), where the DSpark heads' ops read it
+ * (engine/spec.c); the public call's x_out is host memory (one device-to-host copy). */
+tdm_status_t fwd_dspark_draft_backend(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *anchors, int n_seqs, float *x_out);
 
 /* fwd_tail_start - the tail start R of a CED prefill of [start, end) (MODEL.md 6(b) step 2):
  * max(start, end - W), or start with the test-only ENGINE_PREFILL_TAIL_FROM_H in flags. */

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
@@ -30,13 +31,16 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     int64_t n_e = (int64_t)n_cols * de;
     float *e = fwd_alloc(fwd, FLOAT_BYTES(N * n_e));
     float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * (m + 1) * H));
-    const uint8_t **codes = fwd_alloc(fwd, (size_t)(N * n_cols) * sizeof(*codes));
-    const uint8_t **scales = fwd_alloc(fwd, (size_t)(N * n_cols) * sizeof(*scales));
+    size_t ptr_bytes = (size_t)(N * n_cols) * sizeof(const uint8_t *);
+    /* the row pointers: built in host staging [codes | scales], then one copy to the backend */
+    const uint8_t **ptrs_h = fwd_host_alloc(fwd, 2 * ptr_bytes);
+    const uint8_t **ptrs_d = fwd_alloc(fwd, 2 * ptr_bytes);
+    const uint8_t **codes = ptrs_h, **scales = ptrs_h + N * n_cols;
     const int32_t *tmap = model->sidecar.token_map;
     int32_t pad_cid = tmap[cfg->engram_pad_token_id];
     tdm_status_t st = TDM_OK;
 
-    if (e == NULL || kv == NULL || codes == NULL || scales == NULL) {
+    if (e == NULL || kv == NULL || ptrs_h == NULL || ptrs_d == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
@@ -60,9 +64,13 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
             }
         }
     }
-    /* every row's table rows in one gather (host-built pointers: docs/NUMERICS.md 7) */
     if (st == TDM_OK) {
-        st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, codes, scales, N * n_cols, de, e);
+        st = fwd->ops->mem_copy(&fwd->kctx, ptrs_d, ptrs_h, 2 * ptr_bytes, KERN_COPY_H2D);
+    }
+    /* every row's table rows in one gather */
+    if (st == TDM_OK) {
+        st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, ptrs_d, ptrs_d + N * n_cols,
+                                    N * n_cols, de, e);
     }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, e, N, n_e, e);
@@ -121,11 +129,12 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     float *ye = fwd_alloc(fwd, FLOAT_BYTES(N * H));
     float *we = fwd_alloc(fwd, FLOAT_BYTES(N * K));
     int64_t *rows = fwd_alloc(fwd, (size_t)(N * K) * sizeof(int64_t));
-    int64_t *off = fwd_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));
+    int64_t *off_d = fwd_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));
+    int64_t *off = fwd_host_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));
     tdm_status_t st;
 
     if (logits == NULL || wts == NULL || xq == NULL || acc == NULL || xe == NULL || gu == NULL ||
-        h == NULL || ye == NULL || we == NULL || rows == NULL || off == NULL) {
+        h == NULL || ye == NULL || we == NULL || rows == NULL || off_d == NULL || off == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     st = fwd_gemm(fwd, &lw->gate, xn, H, N, KERN_GEMM_OUT_F32, logits, E);
@@ -144,9 +153,13 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     }
     st = fwd->ops->mem_set(&fwd->kctx, acc, 0, FLOAT_BYTES(N * H));
     if (st == TDM_OK) {
-        st = fwd->ops->expert_rows(&fwd->kctx, experts_out, wts, N, K, E, off, rows, we);
+        st = fwd->ops->expert_rows(&fwd->kctx, experts_out, wts, N, K, E, off_d, rows, we);
     }
-    /* the expert loop reads the per-expert counts `off` on the host (docs/NUMERICS.md 7) */
+    /* the expert loop sizes each expert's GEMMs from the E + 1 offsets: one copy to the host */
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, off, off_d, (size_t)(E + 1) * sizeof(int64_t),
+                                KERN_COPY_D2H);
+    }
     for (int64_t e = 0; e < E && st == TDM_OK; e++) {
         int64_t ne = off[e + 1] - off[e];
         if (ne == 0) {
@@ -195,12 +208,56 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     return fwd->ops->add_bf16(&fwd->kctx, acc, ye, N * H, out);
 }
 
-static void dump_layer(engine_fwd_t *fwd, const fwd_batch_t *b, int l, const float *x_in,
-                       const float *pre_in, const int32_t *sel, const int32_t *experts, int K)
+/* The dump sink's view of a layer in host memory (debug path, allocated per layer with malloc
+ * because a chunk's streams do not fit the host staging arena): x_in and pre copied before the
+ * layer runs, x_out, sel and experts after. */
+typedef struct {
+    float *x_in;      /* [N, m, H] */
+    float *pre;       /* [N, m] */
+    float *x_out;     /* [N, m, H] */
+    int32_t *sel;     /* [N, k_I] */
+    int32_t *experts; /* [N, K] */
+} dump_stage_t;
+
+static tdm_status_t dump_begin(engine_fwd_t *fwd, const fwd_batch_t *b, int K, dump_stage_t *d)
 {
     const engine_config_t *cfg = fwd->cfg;
-    int64_t mH = cfg->hc_mult * cfg->hidden_size;
-    for (int s = 0; s < b->n_segs; s++) {
+    int64_t N = b->N, m = cfg->hc_mult, mH = m * cfg->hidden_size, kI = cfg->index_topk;
+    float *all = malloc(FLOAT_BYTES(2 * N * mH + N * m) + (size_t)(N * (kI + K)) * sizeof(int32_t));
+    tdm_status_t st;
+
+    if (all == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    d->x_in = all;
+    d->x_out = all + N * mH;
+    d->pre = all + 2 * N * mH;
+    d->sel = (int32_t *)(all + 2 * N * mH + N * m);
+    d->experts = d->sel + N * kI;
+    st = fwd->ops->mem_copy(&fwd->kctx, d->x_in, b->X, FLOAT_BYTES(N * mH), KERN_COPY_D2H);
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, d->pre, b->pre, FLOAT_BYTES(N * m), KERN_COPY_D2H);
+    }
+    return st;
+}
+
+static tdm_status_t dump_layer(engine_fwd_t *fwd, const fwd_batch_t *b, int l,
+                               const int32_t *sel_used, int K, dump_stage_t *d)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    int64_t N = b->N, mH = cfg->hc_mult * cfg->hidden_size, kI = cfg->index_topk;
+    tdm_status_t st;
+
+    st = fwd->ops->mem_copy(&fwd->kctx, d->x_out, b->X, FLOAT_BYTES(N * mH), KERN_COPY_D2H);
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, d->sel, sel_used, (size_t)(N * kI) * sizeof(int32_t),
+                                KERN_COPY_D2H);
+    }
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, d->experts, b->experts,
+                                (size_t)(N * K) * sizeof(int32_t), KERN_COPY_D2H);
+    }
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         engine_dump_layer_t rec;
         memset(&rec, 0, sizeof(rec));
@@ -210,15 +267,16 @@ static void dump_layer(engine_fwd_t *fwd, const fwd_batch_t *b, int l, const flo
         rec.n_rows = seg->n;
         rec.m = (int)cfg->hc_mult;
         rec.H = cfg->hidden_size;
-        rec.k_I = cfg->index_topk;
+        rec.k_I = kI;
         rec.K = K;
-        rec.x_in = x_in + seg->row0 * mH;
-        rec.x_out = b->X + seg->row0 * mH;
-        rec.pre = pre_in + seg->row0 * cfg->hc_mult;
-        rec.sel = sel + seg->row0 * cfg->index_topk;
-        rec.experts = experts + seg->row0 * K;
+        rec.x_in = d->x_in + seg->row0 * mH;
+        rec.x_out = d->x_out + seg->row0 * mH;
+        rec.pre = d->pre + seg->row0 * cfg->hc_mult;
+        rec.sel = d->sel + seg->row0 * kI;
+        rec.experts = d->experts + seg->row0 * K;
         fwd->sink.layer(fwd->sink.user, &rec);
     }
+    return st;
 }
 
 tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
@@ -230,8 +288,7 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     int K = (int)(l >= cfg->n_layers ? cfg->dspark_num_experts_per_tok : cfg->num_experts_per_tok);
     float eps = (float)cfg->rms_norm_eps;
     int dumping = fwd->have_sink && fwd->sink.layer != NULL && l < cfg->n_layers;
-    float *x_in = NULL;
-    float *pre_in = NULL;
+    dump_stage_t dump = {NULL, NULL, NULL, NULL, NULL};
     float *pre_a, *post_a, *M_a, *pre_f, *post_f, *M_f, *y, *sub;
     int32_t *sel_used;
     tdm_status_t st = TDM_OK;
@@ -250,16 +307,8 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
         M_f == NULL || y == NULL || sub == NULL || sel_used == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    if (dumping) {
-        x_in = fwd_alloc(fwd, FLOAT_BYTES(N * m * H));
-        pre_in = fwd_alloc(fwd, FLOAT_BYTES(N * m));
-        if (x_in == NULL || pre_in == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        st = fwd_copy(fwd, x_in, b->X, FLOAT_BYTES(N * m * H));
-        if (st == TDM_OK) {
-            st = fwd_copy(fwd, pre_in, b->pre, FLOAT_BYTES(N * m));
-        }
+    if (dumping) { /* host copies of what enters the layer (freed below on every path) */
+        st = dump_begin(fwd, b, K, &dump);
     }
     if (st == TDM_OK && role->tap_slot >= 0 && b->taps != NULL && l < cfg->n_layers) {
         int64_t n_t = cfg->n_dspark_target_layer_ids;
@@ -304,11 +353,9 @@ tdm_status_t fwd_layer_run(engine_fwd_t *fwd, fwd_batch_t *b, int l)
     if (st == TDM_OK) {
         st = fwd_copy(fwd, b->pre, pre_f, FLOAT_BYTES(N * m));
     }
-    if (st != TDM_OK) {
-        return st;
+    if (st == TDM_OK && dumping) {
+        st = dump_layer(fwd, b, l, sel_used, K, &dump);
     }
-    if (dumping) {
-        dump_layer(fwd, b, l, x_in, pre_in, sel_used, b->experts, K);
-    }
-    return TDM_OK;
+    free(dump.x_in);
+    return st;
 }

@@ -88,6 +88,12 @@ static tdm_status_t check_params(const engine_config_t *c, const engine_spec_par
     return TDM_OK;
 }
 
+/* n 4-byte elements of the model's backend memory (ops->mem_alloc) into *ptr_out. */
+static tdm_status_t spec_backend_alloc(engine_spec_t *spec, size_t n, void **ptr_out)
+{
+    return spec->ops->mem_alloc(&spec->kctx, n * sizeof(float), ptr_out);
+}
+
 tdm_status_t engine_spec_create(engine_fwd_t *fwd, const engine_spec_params_t *params,
                                 engine_spec_t **spec_out)
 {
@@ -131,17 +137,39 @@ tdm_status_t engine_spec_create(engine_fwd_t *fwd, const engine_spec_params_t *p
     spec->logits = malloc((size_t)(rows * spec->V) * sizeof(float));
     spec->draft_logits =
         malloc((size_t)((int64_t)params->max_batch * params->max_drafts * spec->V) * sizeof(float));
-    spec->x = malloc((size_t)((int64_t)params->max_batch * B * spec->H) * sizeof(float));
-    spec->U = malloc((size_t)(B * spec->V) * sizeof(float));
-    spec->hn = malloc((size_t)(B * spec->H) * sizeof(float));
-    spec->e = calloc((size_t)(c->dspark_markov_rank + GEMM_K_ALIGN), sizeof(float));
-    spec->ml = malloc((size_t)spec->V * sizeof(float));
+    /* what the heads' ops read and write: backend memory (device memory on CUDA) */
+    st = spec_backend_alloc(spec, (size_t)((int64_t)params->max_batch * B * spec->H),
+                            (void **)&spec->x);
+    if (st == TDM_OK) {
+        st = spec_backend_alloc(spec, (size_t)(B * spec->V), (void **)&spec->U);
+    }
+    if (st == TDM_OK) {
+        st = spec_backend_alloc(spec, (size_t)(B * spec->H), (void **)&spec->hn);
+    }
+    if (st == TDM_OK) {
+        st = spec_backend_alloc(spec, (size_t)(c->dspark_markov_rank + GEMM_K_ALIGN),
+                                (void **)&spec->e);
+    }
+    if (st == TDM_OK) { /* the GEMM reads e's zero padding */
+        st = spec->ops->mem_set(&spec->kctx, spec->e, 0,
+                                (size_t)(c->dspark_markov_rank + GEMM_K_ALIGN) * sizeof(float));
+    }
+    if (st == TDM_OK) {
+        st = spec_backend_alloc(spec, (size_t)spec->V, (void **)&spec->ml);
+    }
+    if (st == TDM_OK) {
+        st = spec_backend_alloc(spec, 1, (void **)&spec->prev);
+    }
+    if (st != TDM_OK) {
+        engine_spec_destroy(spec);
+        return st;
+    }
+    spec->conf_h = malloc((size_t)((B + 1) * spec->H + 2 * c->dspark_markov_rank) * sizeof(float));
     spec->p = malloc((size_t)spec->V * sizeof(double));
     spec->q = malloc((size_t)spec->V * sizeof(double));
     spec->ids = malloc((size_t)rows * sizeof(int32_t));
-    if (spec->logits == NULL || spec->draft_logits == NULL || spec->x == NULL || spec->U == NULL ||
-        spec->hn == NULL || spec->e == NULL || spec->ml == NULL || spec->p == NULL ||
-        spec->q == NULL || spec->ids == NULL) {
+    if (spec->logits == NULL || spec->draft_logits == NULL || spec->conf_h == NULL ||
+        spec->p == NULL || spec->q == NULL || spec->ids == NULL) {
         engine_spec_destroy(spec);
         return TDM_ERR_NO_MEMORY;
     }
@@ -162,11 +190,13 @@ void engine_spec_destroy(engine_spec_t *spec)
     tdm_arena_fini(&spec->arena);
     free(spec->logits);
     free(spec->draft_logits);
-    free(spec->x);
-    free(spec->U);
-    free(spec->hn);
-    free(spec->e);
-    free(spec->ml);
+    spec->ops->mem_free(&spec->kctx, spec->x);
+    spec->ops->mem_free(&spec->kctx, spec->U);
+    spec->ops->mem_free(&spec->kctx, spec->hn);
+    spec->ops->mem_free(&spec->kctx, spec->e);
+    spec->ops->mem_free(&spec->kctx, spec->ml);
+    spec->ops->mem_free(&spec->kctx, spec->prev);
+    free(spec->conf_h);
     free(spec->p);
     free(spec->q);
     free(spec->ids);
@@ -248,7 +278,7 @@ static tdm_status_t draft_all(engine_spec_t *spec, const engine_spec_req_t *reqs
         results[i].n_drafted = L;
     }
     if (n_ds > 0) {
-        st = engine_fwd_dspark_draft(spec->fwd, ds_seqs, ds_anchor, n_ds, spec->x);
+        st = fwd_dspark_draft_backend(spec->fwd, ds_seqs, ds_anchor, n_ds, spec->x);
     }
     for (int k = 0; k < n_ds && st == TDM_OK; k++) {
         int i = ds_req[k];

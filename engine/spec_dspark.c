@@ -9,7 +9,8 @@
 
 #define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
 
-/* c_i = sigmoid(proj . [x_i || e_i]) in FP32 (R3: the confidence stays FP32). */
+/* c_i = sigmoid(proj . [x_i || e_i]) in FP32 (R3: the confidence stays FP32), a sequential sum
+ * on host copies of proj, x_i and e_i. */
 static float confidence(const float *proj, const float *x, int64_t H, const float *e, int64_t r_m)
 {
     float z = 0.0f;
@@ -20,6 +21,12 @@ static float confidence(const float *proj, const float *x, int64_t H, const floa
         z += proj[H + k] * e[k];
     }
     return 1.0f / (1.0f + expf(-z));
+}
+
+/* Device-to-host copy of n floats on the spec's kernel context. */
+static tdm_status_t to_host(engine_spec_t *spec, float *dst, const float *src, int64_t n)
+{
+    return spec->ops->mem_copy(&spec->kctx, dst, src, FLOAT_BYTES(n), KERN_COPY_D2H);
 }
 
 tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anchor, int64_t a,
@@ -33,6 +40,8 @@ tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anch
     double theta = spec->params.confidence_threshold;
     double prod = 1.0;
     int32_t prev = anchor;
+    /* host staging of the confidence head: proj [H + r_m], the block's x [B, H], e_i [r_m] */
+    float *proj_h = spec->conf_h, *x_h = spec->conf_h + H + r_m, *e_h = x_h + B * H;
     int L = 0;
     tdm_status_t st;
 
@@ -46,25 +55,39 @@ tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anch
         st = spec->ops->gemm(&spec->kctx, &model->head, spec->hn, H, B, KERN_GEMM_OUT_F32, spec->U,
                              V);
     }
+    if (st == TDM_OK) {
+        st = to_host(spec, proj_h, model->conf_proj, H + r_m);
+    }
+    if (st == TDM_OK) {
+        st = to_host(spec, x_h, x, B * H);
+    }
     for (int j = 1; j <= max_drafts && st == TDM_OK; j++) {
-        const float *xi = x + (int64_t)(j - 1) * H;
         float *li = dlogits_out + (int64_t)(j - 1) * V;
         engine_sample_t s;
         /* e_i = markov.embed[prev_i], l_i = U_i + BF16(markov.head . e_i) (R3) */
-        st = spec->ops->embed(&spec->kctx, model->markov_embed, V, &prev, 1, r_m, 1, spec->e, NULL);
+        st = spec->ops->mem_copy(&spec->kctx, spec->prev, &prev, sizeof(prev), KERN_COPY_H2D);
+        if (st == TDM_OK) {
+            st = spec->ops->embed(&spec->kctx, model->markov_embed, V, spec->prev, 1, r_m, 1,
+                                  spec->e, NULL);
+        }
+        if (st == TDM_OK) {
+            st = to_host(spec, e_h, spec->e, r_m);
+        }
         if (st != TDM_OK) {
             break;
         }
-        prod *= (double)confidence(model->conf_proj, xi, H, spec->e, r_m);
+        prod *= (double)confidence(proj_h, x_h + (int64_t)(j - 1) * H, H, e_h, r_m);
         if (j > 1 && prod < theta) {
             break; /* verifying d_j is not worth it: L = j - 1 */
         }
         st = spec->ops->gemm(&spec->kctx, &model->markov_head, spec->e, r_m, 1, KERN_GEMM_OUT_BF16,
                              spec->ml, V);
-        if (st != TDM_OK) {
-            break;
+        if (st == TDM_OK) {
+            st = spec->ops->add(&spec->kctx, spec->U + (int64_t)(j - 1) * V, spec->ml, V, spec->ml);
         }
-        st = spec->ops->add(&spec->kctx, spec->U + (int64_t)(j - 1) * V, spec->ml, V, li);
+        if (st == TDM_OK) { /* l_i to the caller's host buffer (the sampler and q read it) */
+            st = to_host(spec, li, spec->ml, V);
+        }
         if (st != TDM_OK) {
             break;
         }

@@ -22,15 +22,19 @@ struct engine_spec {
     int64_t B;           /* DSpark block size (0 without DSpark blocks) */
     float *logits;       /* [max_batch * (max_drafts + 1), V] target logits of a verify */
     float *draft_logits; /* [max_batch * max_drafts, V] DSpark draft logits l_i (q of rejection) */
-    float *x;            /* [max_batch * B, H] DSpark head inputs */
-    float *U;            /* [B, V] head logits of one sequence's block */
-    float *hn;           /* [B, H] normed head inputs */
-    float *e;            /* [r_m rounded up to 16] Markov embedding of prev_i */
-    float *ml;           /* [V] Markov logits */
-    double *p;           /* [V] target distribution */
-    double *q;           /* [V] draft distribution */
-    int32_t *ids;        /* [max_batch * (max_drafts + 1)] verify ids */
-    tdm_arena_t arena;   /* sampler scratch */
+    /* backend memory (the model's ops->mem_alloc: device memory on CUDA) */
+    float *x;      /* [max_batch * B, H] DSpark head inputs */
+    float *U;      /* [B, V] head logits of one sequence's block */
+    float *hn;     /* [B, H] normed head inputs */
+    float *e;      /* [r_m rounded up to 16] Markov embedding of prev_i (zero padded) */
+    float *ml;     /* [V] Markov logits, then the draft logits l_i */
+    int32_t *prev; /* [1] the previous draft id, embed's input */
+    /* host memory */
+    float *conf_h;     /* [(B + 1) * H + 2 * r_m] staging of the confidence head's inputs */
+    double *p;         /* [V] target distribution */
+    double *q;         /* [V] draft distribution */
+    int32_t *ids;      /* [max_batch * (max_drafts + 1)] verify ids */
+    tdm_arena_t arena; /* sampler scratch */
     engine_spec_metrics_t metrics[ENGINE_SPEC_N_DRAFTERS];
 };
 
@@ -39,6 +43,7 @@ struct engine_spec {
  * the draft forward's collapse, anchor y at position a. Drafts d_1 .. d_L into drafts_out
  * (sampled with the request's primitive at a + j), L <= max_drafts from the confidence
  * product and theta_v (at least 1); the draft logits l_0 .. l_{L-1} into dlogits_out [L, V].
+ * x is backend memory (spec->x); dlogits_out host memory (the sampler reads it there).
  */
 tdm_status_t spec_dspark_heads(engine_spec_t *spec, const float *x, int32_t anchor, int64_t a,
                                const engine_sampler_params_t *sampling, int max_drafts,
