@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "forward_test_util.h"
+#include "kernels/kv_page.h"
 #include "kernels/ops.h"
 
 #define POOL_PAGES 256
@@ -284,10 +285,73 @@ static void test_counting_table_gives_same_bits_and_sees_every_glue_op(void **st
     free(b);
 }
 
+/* Every page the forward pass wrote (runs of rows copied per region, the header through
+ * kern_kv_page_mark_rows on a host copy) equals, byte for byte, the page kern_kv_page_write_row
+ * builds from the same rows slot by slot on a fresh kern_kv_page_init page: records, row_count,
+ * stale flag, checksum field, zero slots. A prefill in 32-row chunks then decode steps: runs that
+ * start mid-page, fill a page and cross into the next. */
+static void test_pages_equal_row_by_row_writes(void **state)
+{
+    fixture_t *fx = *state;
+    ftu_engine_t *e = &fx->counted;
+    size_t page_bytes = engine_kv_pool_page_bytes(e->pool);
+    uint8_t *want = malloc(page_bytes);
+    uint8_t rec[4][1024];
+    int32_t prompt[PROMPT];
+    int32_t next = 5;
+    float *logits = malloc(sizeof(float) * (size_t)e->V);
+    engine_seq_t *seq = ftu_new_seq(e);
+    int n_pages_checked = 0;
+    (void)state;
+
+    assert_non_null(want);
+    assert_non_null(logits);
+    ftu_prompt(33, e->V, prompt, PROMPT);
+    assert_int_equal(engine_fwd_prefill(e->fwd, seq, prompt, PROMPT, 0, logits, NULL), TDM_OK);
+    for (int step = 0; step < 40; step++) { /* past 128 rows of the ratio-1 sources */
+        assert_int_equal(engine_fwd_decode(e->fwd, &seq, &next, 1, logits), TDM_OK);
+        next = (int32_t)ftu_argmax(logits, e->V);
+    }
+    for (int s = 0; s < e->cfg->n_kv_source_layer_ids; s++) {
+        const engine_kv_table_t *t = engine_seq_table(seq, (int)e->cfg->kv_source_layer_ids[s]);
+        assert_non_null(t);
+        assert_true(t->n_rows > KERN_KV_PAGE_ROWS);
+        for (uint32_t i = 0; i < t->n_pages && (int64_t)i * KERN_KV_PAGE_ROWS < t->n_rows; i++) {
+            const uint8_t *got = engine_kv_pool_page(e->pool, t->page_ids[i]);
+            kern_kv_page_header_t h;
+            kern_kv_page_params_t params;
+            assert_int_equal(kern_kv_page_header_read(got, page_bytes, &h), TDM_OK);
+            assert_true(h.row_count > 0);
+            assert_int_equal(h.flags, KERN_KV_PAGE_FLAG_STALE);
+            params.source_layer = h.source_layer;
+            params.first_row = h.first_row;
+            params.ratio = h.ratio;
+            params.d = h.d;
+            params.d_I = h.d_I;
+            params.fingerprint = h.fingerprint;
+            assert_true(h.d / 2 <= sizeof(rec[0]) && h.d_I / 2 <= sizeof(rec[0]));
+            assert_int_equal(kern_kv_page_init(want, page_bytes, &params), TDM_OK);
+            for (uint32_t slot = 0; slot < h.row_count; slot++) {
+                assert_int_equal(kern_kv_page_read_row(got, slot, rec[0], rec[1], rec[2], rec[3]),
+                                 TDM_OK);
+                assert_int_equal(kern_kv_page_write_row(want, slot, rec[0], rec[1], rec[2], rec[3]),
+                                 TDM_OK);
+            }
+            assert_memory_equal(got, want, page_bytes);
+            n_pages_checked++;
+        }
+    }
+    assert_true(n_pages_checked >= 2 * e->cfg->n_kv_source_layer_ids);
+    engine_seq_destroy(seq);
+    free(logits);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counting_table_gives_same_bits_and_sees_every_glue_op),
+        cmocka_unit_test(test_pages_equal_row_by_row_writes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
