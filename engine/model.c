@@ -45,8 +45,10 @@ static void *model_alloc(engine_model_t *model, size_t n_bytes)
 }
 
 /* n_bytes at *ptr (host memory) copied once into backend memory (ops->mem_alloc + H2D) when
- * host code may not read the backend's memory; *ptr then points at the copy. No-op for a
- * host_memory backend or a NULL *ptr. The copy is freed at destroy. */
+ * host code may not read the backend's memory; *ptr then points at the copy, and a host buffer
+ * the loader made for it (widened vector, copied or expanded matrix, RoPE table: the last
+ * model_alloc) is freed. No-op for a host_memory backend or a NULL *ptr. The copy is freed at
+ * destroy. */
 static tdm_status_t model_upload(engine_model_t *model, const void **ptr, size_t n_bytes)
 {
     const kern_ops_t *ops = model->params.ops;
@@ -71,10 +73,16 @@ static tdm_status_t model_upload(engine_model_t *model, const void **ptr, size_t
     model->dev_allocs[model->n_dev_allocs++] = dev;
     model->dev_bytes += n_bytes;
     st = ops->mem_copy(NULL, dev, *ptr, n_bytes, KERN_COPY_H2D);
-    if (st == TDM_OK) {
-        *ptr = dev;
+    if (st != TDM_OK) {
+        return st;
     }
-    return st;
+    /* a host buffer the loader just made for it (the last model_alloc) is not needed again */
+    if (model->n_allocs > 0 && model->allocs[model->n_allocs - 1] == *ptr) {
+        free(model->allocs[--model->n_allocs]);
+        model->weight_bytes -= n_bytes;
+    }
+    *ptr = dev;
+    return TDM_OK;
 }
 
 /* The scale bytes of a stored matrix (kern_mat_bytes minus its data). */

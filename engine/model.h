@@ -125,8 +125,9 @@ void engine_model_resident(const engine_model_t *model, engine_model_resident_t 
 /* engine_model_resident_total - the sum of every byte count of r (not n_params). */
 uint64_t engine_model_resident_total(const engine_model_resident_t *r);
 
-/* engine_model_weight_bytes - bytes of the buffers the model allocated (host; weights used in
- * place from the mapped checkpoint are not in it: engine_model_resident has them). */
+/* engine_model_weight_bytes - bytes of the host buffers the model holds (weights used in place
+ * from the mapped checkpoint are not in it: engine_model_resident has them; with a table whose
+ * host_memory is 0 the loader's buffers are freed once uploaded, so only descriptors remain). */
 uint64_t engine_model_weight_bytes(const engine_model_t *model);
 
 #endif

@@ -1,6 +1,7 @@
 /* test_guard_ops.c - the test-only guard kernel table (guard_ops.h) catches host reads of
  * backend memory: outside an op a read faults (SIGSEGV in a forked child), inside ops and
- * through mem_copy the same memory works; the allocator reuses and merges freed blocks. */
+ * through mem_copy the same memory works; a host pointer handed to an op, or a copy in the wrong
+ * direction, aborts; the allocator reuses and merges freed blocks. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -120,6 +121,56 @@ static void test_ops_and_copies_work_inside(void **state)
     assert_int_equal(guard_ops_destroy(), 0);
 }
 
+/* Run fn(arg) in a forked child; 1 when the child died of SIGABRT (the guard's verdict on a host
+ * pointer handed to an op or a copy in the wrong direction). */
+static int aborts_in_child(void (*fn)(const void *), const void *arg)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        fn(arg);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static const kern_ops_t *g_ops; /* the table the child helpers below call */
+
+static void add_into_host(const void *dev)
+{
+    float host[4] = {0};
+    (void)g_ops->add(NULL, dev, dev, 4, host); /* y_out is host memory */
+}
+
+static void add_on_device(const void *dev)
+{
+    (void)g_ops->add(NULL, dev, dev, 4, (float *)(uintptr_t)dev);
+}
+
+static void copy_wrong_way(const void *dev)
+{
+    float host[4] = {0};
+    (void)g_ops->mem_copy(NULL, host, dev, sizeof(host), KERN_COPY_H2D); /* it is D2H */
+}
+
+static void test_host_pointers_to_ops_abort(void **state)
+{
+    float *dev = NULL;
+
+    (void)state;
+    assert_int_equal(guard_ops_create(POOL_BYTES, &g_ops), TDM_OK);
+    assert_int_equal(g_ops->mem_alloc(NULL, 4 * sizeof(float), (void **)&dev), TDM_OK);
+    assert_int_equal(g_ops->mem_set(NULL, dev, 0, 4 * sizeof(float)), TDM_OK);
+    assert_false(aborts_in_child(add_on_device, dev));
+    assert_true(aborts_in_child(add_into_host, dev));
+    assert_true(aborts_in_child(copy_wrong_way, dev));
+    g_ops->mem_free(NULL, dev);
+    assert_int_equal(guard_ops_destroy(), 0);
+}
+
 static void test_allocator_reuses_and_merges(void **state)
 {
     const kern_ops_t *ops = NULL;
@@ -154,6 +205,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_access_outside_an_op_faults),
         cmocka_unit_test(test_ops_and_copies_work_inside),
+        cmocka_unit_test(test_host_pointers_to_ops_abort),
         cmocka_unit_test(test_allocator_reuses_and_merges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
