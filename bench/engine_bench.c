@@ -400,9 +400,19 @@ int main(int argc, char **argv)
     engine_inventory_build(c, &specs, &n_specs);
     engine_inventory_count(c, specs, n_specs, &counts);
     free(specs);
-    engine_kv_pool_create(c, engine_model_fingerprint(model), 4096, &pool);
+    if (engine_kv_pool_create_ops(c, engine_model_fingerprint(model), 4096, engine_model_ops(model),
+                                  &pool) != TDM_OK) {
+        fprintf(stderr, "tandem-bench-engine: no memory for a 4096-page KV pool\n");
+        engine_model_destroy(model);
+        return 1;
+    }
     engine_fwd_params_default(model, &fp);
-    engine_fwd_create(model, pool, &fp, &fwd);
+    if (engine_fwd_create(model, pool, &fp, &fwd) != TDM_OK) {
+        fprintf(stderr, "tandem-bench-engine: cannot create the forward context\n");
+        engine_kv_pool_destroy(pool);
+        engine_model_destroy(model);
+        return 1;
+    }
     if (cfg.calib_path != NULL) {
         int rc = run_calib(&cfg, model, pool, fwd);
         engine_fwd_destroy(fwd);

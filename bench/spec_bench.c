@@ -494,8 +494,8 @@ int main(int argc, char **argv)
     }
     b.model = model;
     b.V = engine_model_config(model)->vocab_size;
-    st = engine_kv_pool_create(engine_model_config(model), engine_model_fingerprint(model),
-                               BENCH_POOL_PAGES, &b.pool);
+    st = engine_kv_pool_create_ops(engine_model_config(model), engine_model_fingerprint(model),
+                                   BENCH_POOL_PAGES, engine_model_ops(model), &b.pool);
     engine_fwd_params_default(model, &fp);
     fp.n_threads = (int)cfg.n_threads;
     if (st == TDM_OK) {

@@ -414,8 +414,9 @@ static int load_engine(gen_state_t *g)
         return GEN_EXIT_FAILED;
     }
     c = engine_model_config(g->model);
-    status = engine_kv_pool_create(c, engine_model_fingerprint(g->model),
-                                   pages_for(c, g->n_ids_cap + 1), &g->pool);
+    status = engine_kv_pool_create_ops(c, engine_model_fingerprint(g->model),
+                                       pages_for(c, g->n_ids_cap + 1), engine_model_ops(g->model),
+                                       &g->pool);
     if (status == TDM_OK) {
         engine_fwd_params_default(g->model, &fp);
         fp.n_threads = n_threads;
