@@ -1,8 +1,10 @@
-/* engine_bench.c - tandem-bench-engine: CPU forward-pass throughput of a checkpoint (the small
+/* engine_bench.c - tandem-bench-engine: forward-pass throughput of a checkpoint (the small
  * preset is the 2-core benchmark model, MODEL.md 9): CED prefill tok/s of one prompt and decode
  * tok/s at several batch sizes, each printed beside a roofline measured in the same run
  * (decode: weight bytes one step reads / memcpy bandwidth; prefill: GEMM FLOPs per token / the
- * kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md.
+ * kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda the rooflines
+ * are the driver's HBM and dense BF16 tensor peaks (kern_device_info) and each decode step
+ * brings back greedy token ids only (engine_fwd_decode_greedy), as a GPU server's would.
  *
  * --calib FILE measures per-step costs instead and writes them in tandem-sim's calibration
  * format (docs/SIM.md "Calibration"; read by sim_perf_calibrate): CED prefill seconds for
@@ -11,9 +13,9 @@
  */
 #include "common/clock.h"
 #include "common/flags.h"
-#include "kernels/device.h"
-#include "kernels/cpu_isa.h"
 #include "common/status.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/device.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
 #include "engine/seq_state.h"
@@ -527,6 +529,11 @@ int main(int argc, char **argv)
             uint64_t t0 = tdm_clock_now_ns();
             double c0 = cpu_seconds();
             for (uint32_t step = 0; step < cfg.decode_steps && st == TDM_OK; step++) {
+                if (on_device) {
+                    /* a device step: token ids in, greedy ids out, the logits stay there */
+                    st = engine_fwd_decode_greedy(fwd, seqs, toks, B, toks);
+                    continue;
+                }
                 st = engine_fwd_decode(fwd, seqs, toks, B, lg);
                 for (int i = 0; i < B; i++) {
                     toks[i] = (int32_t)((toks[i] * 7 + 13) % V);

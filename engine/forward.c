@@ -532,8 +532,37 @@ void fwd_commit_rows(const fwd_seg_t *seg)
  * holds them in segment order. (The CED split of a prefill, with the layers above the cut on
  * the tail rows only, is forward_batch.c's.)
  */
+/* Greedy tokens of batch rows [r0, r0 + n) into tokens_out (host): the head into head_scratch,
+ * ops->argmax on the backend, one device-to-host copy of n ids (no logits leave the backend). */
+static tdm_status_t head_tokens(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t r0, int64_t n,
+                                int32_t *tokens_out)
+{
+    const float *logits = NULL;
+    int64_t V = fwd->cfg->vocab_size;
+    int32_t *ids_dev;
+    tdm_status_t st = fwd_head_logits(fwd, b, r0, n, &logits);
+
+    if (st != TDM_OK) {
+        return st;
+    }
+    ids_dev = fwd_alloc(fwd, (size_t)n * sizeof(int32_t));
+    if (ids_dev == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = fwd->ops->argmax(&fwd->kctx, logits, V, n, V, ids_dev);
+    if (st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, tokens_out, ids_dev, (size_t)n * sizeof(int32_t),
+                                KERN_COPY_D2H);
+    }
+    return st;
+}
+
+/* Layers, DSpark rings and head of a batch: logits of the logit_rows[s] last rows of each
+ * segment into logits_out (host, [rows, V]) or, with logits_out NULL and tokens_out set, their
+ * greedy tokens into tokens_out (host, [rows]); neither: no head. */
 static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, int64_t upper_lo,
-                              const int64_t *logit_rows, int all_layers, float *logits_out)
+                              const int64_t *logit_rows, int all_layers, float *logits_out,
+                              int32_t *tokens_out)
 {
     const engine_config_t *c = fwd->cfg;
     tdm_status_t st = TDM_OK;
@@ -559,7 +588,8 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
     /* the head once over each run of adjacent logit rows (a decode batch: one call, the head
      * read once per step; rows are independent in the GEMM, so the bits do not change) */
     int64_t run0 = 0, run_n = 0;
-    for (int s = 0; s <= b->n_segs && st == TDM_OK && logits_out != NULL; s++) {
+    for (int s = 0; s <= b->n_segs && st == TDM_OK && (logits_out != NULL || tokens_out != NULL);
+         s++) {
         const fwd_seg_t *seg = s < b->n_segs ? &b->segs[s] : NULL;
         int64_t n = seg == NULL ? 0 : (logit_rows[s] < seg->n ? logit_rows[s] : seg->n);
         int64_t first = seg == NULL ? 0 : seg->row0 + seg->n - n;
@@ -568,7 +598,8 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
             continue;
         }
         if (run_n > 0) {
-            st = fwd_head_rows(fwd, b, run0, run_n, logits_out + out_row * V);
+            st = logits_out != NULL ? fwd_head_rows(fwd, b, run0, run_n, logits_out + out_row * V)
+                                    : head_tokens(fwd, b, run0, run_n, tokens_out + out_row);
             out_row += run_n;
         }
         run0 = first;
@@ -638,9 +669,11 @@ tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
     return engine_fwd_decode_multi(fwd, seqs, ids, n_ids, n_seqs, logits_out);
 }
 
-tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seqs,
-                                     const int32_t *ids, const int64_t *n_ids, int n_seqs,
-                                     float *logits_out)
+/* engine_fwd_decode_multi's work: logits into logits_out or (logits_out NULL) greedy tokens
+ * into tokens_out. */
+static tdm_status_t decode_rows(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int32_t *ids,
+                                const int64_t *n_ids, int n_seqs, float *logits_out,
+                                int32_t *tokens_out)
 {
     fwd_seg_t segs[ENGINE_FWD_MAX_BATCH];
     int64_t new_len[ENGINE_FWD_MAX_BATCH];
@@ -648,8 +681,9 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
     int64_t n_rows = 0;
     tdm_status_t st;
 
-    if (fwd == NULL || seqs == NULL || ids == NULL || n_ids == NULL || logits_out == NULL ||
-        n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH) {
+    if (fwd == NULL || seqs == NULL || ids == NULL || n_ids == NULL ||
+        (logits_out == NULL) == (tokens_out == NULL) || n_seqs < 1 ||
+        n_seqs > ENGINE_FWD_MAX_BATCH) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int i = 0; i < n_seqs; i++) {
@@ -683,12 +717,36 @@ tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seq
     b.n_segs = n_seqs;
     st = fwd_batch_alloc(fwd, &b, n_rows);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, n_ids, 1, logits_out);
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, n_ids, 1, logits_out, tokens_out);
     }
     for (int i = 0; i < n_seqs && st == TDM_OK; i++) {
         fwd_commit_rows(&segs[i]);
     }
     return st;
+}
+
+tdm_status_t engine_fwd_decode_multi(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                     const int32_t *ids, const int64_t *n_ids, int n_seqs,
+                                     float *logits_out)
+{
+    if (logits_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return decode_rows(fwd, seqs, ids, n_ids, n_seqs, logits_out, NULL);
+}
+
+tdm_status_t engine_fwd_decode_greedy(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *ids, int n_seqs, int32_t *tokens_out)
+{
+    int64_t n_ids[ENGINE_FWD_MAX_BATCH];
+
+    if (tokens_out == NULL || n_seqs < 1 || n_seqs > ENGINE_FWD_MAX_BATCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        n_ids[i] = 1;
+    }
+    return decode_rows(fwd, seqs, ids, n_ids, n_seqs, NULL, tokens_out);
 }
 
 /* The DSpark draft forward (engine_fwd_dspark_draft): the collapse into x_dev (backend memory),
@@ -801,7 +859,7 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     b.n_segs = 1;
     st = fwd_batch_alloc(fwd, &b, n_ids);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, &want, 1, logits_out);
+        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, &want, 1, logits_out, NULL);
     }
     if (st == TDM_OK) {
         fwd_commit_rows(&seg);
@@ -846,7 +904,7 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     st = fwd_batch_alloc(fwd, &b, Wp);
     if (st == TDM_OK) {
         st = run_batch(fwd, &b, recovery ? c->n_layers : c->ced_cut + 1, H - Wp, &want, recovery,
-                       logits_out);
+                       logits_out, NULL);
     }
     return st;
 }

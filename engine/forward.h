@@ -206,8 +206,7 @@ typedef struct {
  * reached a top-k: the rows of a pass are one batch, so the sequence of every part not yet
  * finished when it happened is invalid and must be destroyed) or TDM_ERR_NO_MEMORY (likewise).
  */
-tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts,
-                                      int n_parts);
+tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *parts, int n_parts);
 
 /*
  * engine_fwd_decode - schedule 6(c): token ids[i] at position engine_seq_length(seqs[i]) for each
@@ -219,6 +218,19 @@ tdm_status_t engine_fwd_prefill_parts(engine_fwd_t *fwd, engine_prefill_part_t *
  */
 tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, const int32_t *ids,
                                int n_seqs, float *logits_out);
+
+/*
+ * engine_fwd_decode_greedy - engine_fwd_decode, but only the greedy token of each sequence leaves
+ * the backend: tokens_out[i] = the lowest id with the largest finite logit of row i (ops->argmax:
+ * engine_sampler_sample's token at temperature 0 without stop suppression, MODEL.md 8), the
+ * logits staying in the backend's memory (on CUDA one device-to-host copy of n_seqs ids instead
+ * of n_seqs x V floats). The same step, state and bits as engine_fwd_decode followed by that
+ * argmax on its logits. Errors as engine_fwd_decode, plus TDM_ERR_INVALID_ARG for tokens_out
+ * NULL and TDM_ERR_INTERNAL when a row holds a NaN or +inf (as for a NaN in a top-k: the
+ * sequences are then invalid and must be destroyed).
+ */
+tdm_status_t engine_fwd_decode_greedy(engine_fwd_t *fwd, engine_seq_t *const *seqs,
+                                      const int32_t *ids, int n_seqs, int32_t *tokens_out);
 
 /*
  * engine_fwd_decode_multi - the batched multi-token decode of MODEL.md 8 (verify inside a decode

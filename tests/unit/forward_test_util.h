@@ -202,6 +202,69 @@ static inline void ftu_prompt(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
     }
 }
 
+/* Floats ftu_run_schedule writes at most on e with n_decode decode steps. */
+static inline int64_t ftu_schedule_floats(const ftu_engine_t *e, int n_decode)
+{
+    return (2 + 2 * (int64_t)n_decode + 2 + 1) * e->V + 2 +
+           e->cfg->dspark_block_size * e->cfg->hidden_size;
+}
+
+/* The forward tests' common schedule on engine e: CED prefill of two sequences from one prompt of
+ * prompt_len (<= 512) ids (the second 7 shorter), n_decode batched decode steps (<= 16), one
+ * greedy step (engine_fwd_decode_greedy: its two ids as floats), verify of two tokens, a DSpark
+ * draft (models with blocks) and a recovery replay of the second sequence; every logit, id and
+ * draft output appended to out (ftu_schedule_floats). Returns the floats written. */
+static inline int64_t ftu_run_schedule(ftu_engine_t *e, int64_t prompt_len, int n_decode,
+                                       float *out)
+{
+    const int64_t V = e->V, H = e->cfg->hidden_size;
+    int32_t prompt[512];
+    int32_t next[2], greedy[2];
+    int32_t hist[512 + 16 + 1]; /* the ids of sequence 1, for the replay */
+    int64_t n_hist = prompt_len - 7;
+    engine_seq_t *seqs[2];
+    int64_t at = 0;
+
+    assert_true(prompt_len > 7 && prompt_len <= 512 && n_decode >= 0 && n_decode <= 16);
+    ftu_prompt(21, V, prompt, prompt_len);
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_hist);
+    for (int i = 0; i < 2; i++) {
+        seqs[i] = ftu_new_seq(e);
+        assert_int_equal(
+            engine_fwd_prefill(e->fwd, seqs[i], prompt, prompt_len - 7 * i, 0, out + at, NULL),
+            TDM_OK);
+        next[i] = (int32_t)ftu_argmax(out + at, V);
+        at += V;
+    }
+    for (int step = 0; step < n_decode; step++) {
+        hist[n_hist++] = next[1];
+        assert_int_equal(engine_fwd_decode(e->fwd, seqs, next, 2, out + at), TDM_OK);
+        for (int i = 0; i < 2; i++) {
+            next[i] = (int32_t)ftu_argmax(out + at + i * V, V);
+        }
+        at += 2 * V;
+    }
+    hist[n_hist++] = next[1];
+    assert_int_equal(engine_fwd_decode_greedy(e->fwd, seqs, next, 2, greedy), TDM_OK);
+    for (int i = 0; i < 2; i++) {
+        out[at++] = (float)greedy[i]; /* only the ids leave the backend */
+        next[i] = greedy[i];
+    }
+    assert_int_equal(engine_fwd_verify(e->fwd, seqs[0], next, 2, out + at), TDM_OK);
+    at += 2 * V;
+    if (e->cfg->n_blocks > 0) {
+        assert_int_equal(engine_fwd_dspark_draft(e->fwd, &seqs[1], &next[1], 1, out + at), TDM_OK);
+        at += e->cfg->dspark_block_size * H;
+    }
+    assert_int_equal(engine_seq_length(seqs[1]), n_hist);
+    assert_int_equal(
+        engine_fwd_replay(e->fwd, seqs[1], hist, n_hist, ENGINE_REPLAY_RECOVERY, out + at), TDM_OK);
+    at += V;
+    engine_seq_destroy(seqs[0]);
+    engine_seq_destroy(seqs[1]);
+    return at;
+}
+
 /* Layer dumps gathered in memory: per layer [T, m, H] in/out, [T, m] pre, [T, k_I], [T, K]. */
 typedef struct {
     int n_layers;

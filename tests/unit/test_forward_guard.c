@@ -124,51 +124,14 @@ static void run_dumped(ftu_engine_t *e, ftu_dump_t *d)
     engine_seq_destroy(seq);
 }
 
-/* The steps of one run on engine e: CED prefill of two sequences in 32-token chunks, batched
- * decode, verify, a DSpark draft and a replay; every logit and draft output into out (rows of V
- * floats). Returns the number of floats written. (The schedule of test_forward_ops.c.) */
+/* The steps of one run on engine e: ftu_run_schedule (CED prefill in 32-token chunks, batched
+ * decode, a greedy step, verify, a DSpark draft, a replay), then run_parts_and_spec. Returns the
+ * number of floats written. */
 static int64_t run_steps(ftu_engine_t *e, float *out)
 {
-    const int64_t V = e->V, H = e->cfg->hidden_size;
-    int32_t prompt[PROMPT];
-    int32_t next[2];
-    int32_t hist[PROMPT + N_DECODE]; /* the ids of sequence 1, for the replay */
-    int64_t n_hist = PROMPT - 7;
-    engine_seq_t *seqs[2];
-    int64_t at = 0;
+    int64_t at = ftu_run_schedule(e, PROMPT, N_DECODE, out);
 
-    ftu_prompt(21, V, prompt, PROMPT);
-    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_hist);
-    for (int i = 0; i < 2; i++) {
-        seqs[i] = ftu_new_seq(e);
-        assert_int_equal(
-            engine_fwd_prefill(e->fwd, seqs[i], prompt, PROMPT - 7 * i, 0, out + at, NULL), TDM_OK);
-        next[i] = (int32_t)ftu_argmax(out + at, V);
-        at += V;
-    }
-    for (int step = 0; step < N_DECODE; step++) {
-        hist[n_hist++] = next[1];
-        assert_int_equal(engine_fwd_decode(e->fwd, seqs, next, 2, out + at), TDM_OK);
-        for (int i = 0; i < 2; i++) {
-            next[i] = (int32_t)ftu_argmax(out + at + i * V, V);
-        }
-        at += 2 * V;
-    }
-    assert_int_equal(engine_fwd_verify(e->fwd, seqs[0], next, 2, out + at), TDM_OK);
-    at += 2 * V;
-    if (e->cfg->n_blocks > 0) {
-        int64_t n = e->cfg->dspark_block_size * H;
-        assert_int_equal(engine_fwd_dspark_draft(e->fwd, &seqs[1], &next[1], 1, out + at), TDM_OK);
-        at += n;
-    }
-    assert_int_equal(engine_seq_length(seqs[1]), n_hist);
-    assert_int_equal(
-        engine_fwd_replay(e->fwd, seqs[1], hist, n_hist, ENGINE_REPLAY_RECOVERY, out + at), TDM_OK);
-    at += V;
-    engine_seq_destroy(seqs[0]);
-    engine_seq_destroy(seqs[1]);
-    at += run_parts_and_spec(e, out + at);
-    return at;
+    return at + run_parts_and_spec(e, out + at);
 }
 
 static void test_guard_table_gives_cpu_bits_without_host_access(void **state)
@@ -190,8 +153,7 @@ static void test_guard_table_gives_cpu_bits_without_host_access(void **state)
     }
     assert_int_equal(ftu_engine_open_on(&guarded, POOL_PAGES, guard, 32), 0);
     assert_true(guard_ops_used() > 0); /* weights, arenas and the page pool are guard memory */
-    cap = (2 + 2 * N_DECODE + 2 + 1 + 2) * plain.V +
-          plain.cfg->dspark_block_size * plain.cfg->hidden_size +
+    cap = ftu_schedule_floats(&plain, N_DECODE) + 2 * plain.V +
           2 * N_SPEC * (ENGINE_SPEC_MAX_EMIT + 1);
     a = malloc(sizeof(float) * (size_t)cap);
     b = malloc(sizeof(float) * (size_t)cap);

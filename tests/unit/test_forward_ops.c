@@ -203,57 +203,17 @@ static int teardown(void **state)
     return ok ? 0 : -1;
 }
 
-/* The steps of one run on engine e: CED prefill of two sequences, batched decode, verify, a
- * DSpark draft and a replay; every logit and draft output into out (rows of V floats). Returns
- * the number of floats written. */
+/* The steps of one run on engine e (ftu_run_schedule: prefill, decode, a greedy step, verify,
+ * DSpark draft, replay). Returns the number of floats written. */
 static int64_t run_steps(ftu_engine_t *e, float *out)
 {
-    const int64_t V = e->V, H = e->cfg->hidden_size;
-    int32_t prompt[PROMPT];
-    int32_t next[2];
-    int32_t hist[PROMPT + N_DECODE]; /* the ids of sequence 1, for the replay */
-    int64_t n_hist = PROMPT - 7;
-    engine_seq_t *seqs[2];
-    int64_t at = 0;
-
-    ftu_prompt(21, V, prompt, PROMPT);
-    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_hist);
-    for (int i = 0; i < 2; i++) {
-        seqs[i] = ftu_new_seq(e);
-        assert_int_equal(
-            engine_fwd_prefill(e->fwd, seqs[i], prompt, PROMPT - 7 * i, 0, out + at, NULL), TDM_OK);
-        next[i] = (int32_t)ftu_argmax(out + at, V);
-        at += V;
-    }
-    for (int step = 0; step < N_DECODE; step++) {
-        hist[n_hist++] = next[1];
-        assert_int_equal(engine_fwd_decode(e->fwd, seqs, next, 2, out + at), TDM_OK);
-        for (int i = 0; i < 2; i++) {
-            next[i] = (int32_t)ftu_argmax(out + at + i * V, V);
-        }
-        at += 2 * V;
-    }
-    assert_int_equal(engine_fwd_verify(e->fwd, seqs[0], next, 2, out + at), TDM_OK);
-    at += 2 * V;
-    if (e->cfg->n_blocks > 0) {
-        int64_t n = e->cfg->dspark_block_size * H;
-        assert_int_equal(engine_fwd_dspark_draft(e->fwd, &seqs[1], &next[1], 1, out + at), TDM_OK);
-        at += n;
-    }
-    assert_int_equal(engine_seq_length(seqs[1]), n_hist);
-    assert_int_equal(
-        engine_fwd_replay(e->fwd, seqs[1], hist, n_hist, ENGINE_REPLAY_RECOVERY, out + at), TDM_OK);
-    at += V;
-    engine_seq_destroy(seqs[0]);
-    engine_seq_destroy(seqs[1]);
-    return at;
+    return ftu_run_schedule(e, PROMPT, N_DECODE, out);
 }
 
 static void test_counting_table_gives_same_bits_and_sees_every_glue_op(void **state)
 {
     fixture_t *fx = *state;
-    int64_t cap = (2 + 2 * N_DECODE + 2 + 1) * fx->plain.V +
-                  fx->plain.cfg->dspark_block_size * fx->plain.cfg->hidden_size;
+    int64_t cap = ftu_schedule_floats(&fx->plain, N_DECODE);
     float *a = malloc(sizeof(float) * (size_t)cap);
     float *b = malloc(sizeof(float) * (size_t)cap);
     int64_t na, nb;
@@ -347,11 +307,57 @@ static void test_pages_equal_row_by_row_writes(void **state)
     free(want);
 }
 
+/* engine_fwd_decode_greedy: the tokens of argmax over engine_fwd_decode's logits, step after
+ * step on two copies of the same sequences (so the states stay equal), with the same state
+ * after (the next step's logits equal); bad arguments change nothing. */
+static void test_decode_greedy_equals_argmax_of_logits(void **state)
+{
+    ftu_engine_t e;
+    enum { B = 3, STEPS = 6 };
+    engine_seq_t *a[B], *g[B];
+    int32_t prompt[PROMPT], ta[B], tg[B], out[B];
+
+    (void)state;
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, NULL, 32), 0);
+    float *lg = malloc(sizeof(float) * (size_t)(B * e.V));
+    assert_non_null(lg);
+    for (int i = 0; i < B; i++) {
+        int64_t T = PROMPT - 11 * i;
+        ftu_prompt(91 + (uint64_t)i, e.V, prompt, T);
+        a[i] = ftu_new_seq(&e);
+        g[i] = ftu_new_seq(&e);
+        assert_int_equal(engine_fwd_prefill(e.fwd, a[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(e.fwd, g[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        ta[i] = tg[i] = prompt[T - 1];
+    }
+    assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, tg, B, NULL), TDM_ERR_INVALID_ARG);
+    assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, tg, 0, out), TDM_ERR_INVALID_ARG);
+    assert_int_equal(engine_seq_length(g[0]), engine_seq_length(a[0]));
+    for (int step = 0; step < STEPS; step++) {
+        assert_int_equal(engine_fwd_decode(e.fwd, a, ta, B, lg), TDM_OK);
+        assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, tg, B, out), TDM_OK);
+        for (int i = 0; i < B; i++) {
+            ta[i] = (int32_t)ftu_argmax(lg + i * e.V, e.V);
+            assert_int_equal(out[i], ta[i]);
+            tg[i] = out[i];
+            assert_int_equal(engine_seq_length(g[i]), engine_seq_length(a[i]));
+        }
+    }
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(a[i]);
+        engine_seq_destroy(g[i]);
+    }
+    free(lg);
+    assert_int_equal(ftu_engine_close(&e), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counting_table_gives_same_bits_and_sees_every_glue_op),
         cmocka_unit_test(test_pages_equal_row_by_row_writes),
+        cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
