@@ -417,13 +417,14 @@ static inline float v16_pow2(int e)
 }
 
 /*
- * v16_e2m1x2_32_scaled - out[0..31] = 2 * e2m1(nibble i of the 16 packed bytes at p) * scale
- * (element 2b: low nibble of byte b, 2b + 1: high), each the product v16_mul(v16_e2m1x2(..),
+ * v16_e2m1x2_32_mul - *lo_out, *hi_out = elements 0-15 and 16-31 of the 16 packed bytes at p
+ * (as v16_e2m1x2_32 gives them) times scale, each lane the product v16_mul(v16_e2m1x2(..),
  * v16_set1(scale)) gives, bit for bit (the same two operands, one rounding). AVX-512 looks the
  * 16 possible products up in one register (one multiply per 32 elements, two permutes and two
- * interleaves); the other sets decode and multiply as v16_e2m1x2_32 does.
+ * interleaves instead of the nibble split, four conversions and two multiplies); the other sets
+ * decode and multiply as v16_e2m1x2_32 does.
  */
-static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
+static inline void v16_e2m1x2_32_mul(const uint8_t *p, float scale, v16 *lo_out, v16 *hi_out)
 {
 #if defined(CPU_SIMD16_AVX512)
     static const float table_f[16] = {V16_E2M1X2_TABLE};
@@ -435,15 +436,24 @@ static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *ou
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
     __m512 lo = _mm512_permutexvar_ps(b, t); /* the index's low 4 bits: the low nibble */
     __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t);
-    _mm512_storeu_ps(out, _mm512_permutex2var_ps(lo, even, hi));
-    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    *lo_out = _mm512_permutex2var_ps(lo, even, hi);
+    *hi_out = _mm512_permutex2var_ps(lo, odd, hi);
 #else
     v16 lo, hi;
     v16 sv = v16_set1(scale);
     v16_e2m1x2_32(p, &lo, &hi);
-    v16_store(out, v16_mul(lo, sv));
-    v16_store(out + 16, v16_mul(hi, sv));
+    *lo_out = v16_mul(lo, sv);
+    *hi_out = v16_mul(hi, sv);
 #endif
+}
+
+/* v16_e2m1x2_32_scaled - v16_e2m1x2_32_mul's two vectors stored to out[0..31]. */
+static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
+{
+    v16 lo, hi;
+    v16_e2m1x2_32_mul(p, scale, &lo, &hi);
+    v16_store(out, lo);
+    v16_store(out + 16, hi);
 }
 
 /* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,

@@ -311,6 +311,23 @@ static void test_few_row_gemm_matches_reference(void **state)
     check_gemm_quant(KERN_MAT_FP8, 1030, 512, 13, 2, KERN_GEMM_OUT_BF16, 100, 134);
 }
 
+/* MXFP4 at 1-13 rows (the one-row GEMV and the few-row tile, which take each weight row's 32
+ * scaled products of a scale group at once: a lookup on AVX-512) over the whole UE8M0 range
+ * 0..254 (subnormal products at the bottom, infinities at the top), several scale groups per
+ * row, outputs that leave every tail of a block of 1-4 rows, both output roundings. */
+static void test_mxfp4_few_rows_every_scale(void **state)
+{
+    static const int64_t outs[] = {1, 2, 3, 4, 5, 7, 9, 18};
+    (void)state;
+    for (int64_t rows = 1; rows <= 13; rows++) {
+        for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+            uint32_t flags = (rows + (int64_t)i) % 2 == 0 ? KERN_GEMM_OUT_BF16 : 0;
+            check_gemm_quant(KERN_MAT_MXFP4, outs[i], 96, rows, 1, flags, 0, 254);
+            check_gemm_quant(KERN_MAT_MXFP4, outs[i], 160, rows, 1, flags, 100, 140);
+        }
+    }
+}
+
 /* The many-row register tiles (gemm_body.inc: the panel and the output-block orders) of every
  * weight format: row counts that leave every tail of a TILE_R of 2-8 rows (9-23 rows, 47),
  * output counts that leave every tail of a TILE_O of 2-4 (and blocks with ragged ends), inner
@@ -939,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_gemv_and_pooled_gemm_match_reference),
         cmocka_unit_test(test_quantized_gemm_matches_bf16_expansion),
         cmocka_unit_test(test_few_row_gemm_matches_reference),
+        cmocka_unit_test(test_mxfp4_few_rows_every_scale),
         cmocka_unit_test(test_many_row_tiles_match_reference),
         cmocka_unit_test(test_many_row_bf16_rounding_matches_reference),
         cmocka_unit_test(test_quantized_checks),
