@@ -209,7 +209,10 @@ static tdm_status_t compress_segment(engine_fwd_t *fwd, const fwd_seg_t *seg, in
                 return st;
             }
             seq->has_pend[slot] = 1;
-            engine_seq_keep_pending(seq, slot, p); /* verify scratch (MODEL.md 7, 8 rollback) */
+            st = engine_seq_keep_pending(seq, slot, p); /* verify scratch (MODEL.md 7, 8) */
+            if (st != TDM_OK) {
+                return st;
+            }
             continue;
         } else {
             if (!seq->has_pend[slot]) {
