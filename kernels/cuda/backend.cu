@@ -1,31 +1,9 @@
-/* backend.cu - CUDA device discovery for kern_cuda_available(). */
+/* backend.cu - CUDA device discovery, selection and figures for kernels/device.c (whose
+ * kern_cuda_device_count also answers kern_cuda_available). */
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 #include "kernels/device.h"
-
-extern "C" int kern_cuda_probe(const char **reason)
-{
-    int n_devices = 0;
-    cudaError_t err = cudaGetDeviceCount(&n_devices);
-
-    if (err != cudaSuccess) {
-        if (reason != NULL) {
-            *reason = cudaGetErrorString(err);
-        }
-        return 0;
-    }
-    if (n_devices == 0) {
-        if (reason != NULL) {
-            *reason = "no CUDA device present";
-        }
-        return 0;
-    }
-    if (reason != NULL) {
-        *reason = "ok";
-    }
-    return 1;
-}
 
 /* kern_cuda_probe_count - the driver's device count, 0 with the reason on any error. */
 extern "C" int kern_cuda_probe_count(const char **reason)

@@ -25,25 +25,14 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 
+#include "cuda_test_util.h"
+
 #define N_PROMPTS    64
 #define N_CONTINUE   32
 #define BATCH        16
 #define POOL_PAGES   4096
 #define MIN_COSINE   0.999
 #define MIN_SAME_PCT 95.0
-
-/* The CUDA table, or skip() with the reason when there is no usable device. */
-static const kern_ops_t *require_cuda(void)
-{
-    const char *reason = "unknown";
-
-    if (kern_cuda_available(&reason) == 0) {
-        print_message("no CUDA device: skipping (%s)\n", reason);
-        skip();
-    }
-    assert_non_null(kern_ops_cuda());
-    return kern_ops_cuda();
-}
 
 /* Prompt i's length: 32 .. 543 tokens, spread so that some end inside the window and some far
  * past it (CED tail, ring wrap, compressed rows, the indexer). */
@@ -97,7 +86,7 @@ static void run_prompts(ftu_engine_t *e, float *first, int32_t *cont)
 /* 6(e) "CPU vs CUDA: end to end, 64 prompts" on `preset`. */
 static void check_end_to_end(const char *preset)
 {
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     ftu_engine_t cpu_e = {0}, gpu_e = {0};
     double min_cos = 1.0, sum_cos = 0.0;
     int same = 0;
@@ -149,7 +138,7 @@ static void test_small_cpu_vs_cuda(void **state)
 /* 6(e) "same backend, any batch composition: bit-identical", on CUDA. */
 static void test_cuda_batch_invariance(void **state)
 {
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     ftu_engine_t e = {0};
     enum { N = 6, STEPS = 4 };
     engine_seq_t *together[N], *alone[N];
@@ -226,7 +215,7 @@ static void handoff_one(ftu_engine_t *from, ftu_engine_t *to, int i, int32_t *co
 
 static void test_cross_backend_handoff(void **state)
 {
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     enum { N = 16 };
     ftu_engine_t cpu_e = {0}, gpu_e = {0};
     int32_t ref[N_CONTINUE], got[N_CONTINUE];

@@ -25,6 +25,8 @@
 #include "kernels/codec.h"
 #include "kernels/ops.h"
 
+#include "cuda_test_util.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include "kernels/cuda/ops_cuda.h"
 
@@ -124,21 +126,6 @@ static float *host_from_dev(const float *dev, int64_t n)
     return h;
 }
 
-/* The CUDA table, or skip() with the reason when there is no usable device. */
-static const kern_ops_t *require_cuda(void)
-{
-    const char *reason = "unknown";
-    const kern_ops_t *cuda;
-
-    if (kern_cuda_available(&reason) == 0) {
-        print_message("no CUDA device: skipping (%s)\n", reason);
-        skip();
-    }
-    cuda = kern_ops_cuda();
-    assert_non_null(cuda);
-    return cuda;
-}
-
 /* ---- comparisons ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -228,7 +215,7 @@ static void test_cuda_table_has_every_forward_op(void **state)
     const kern_ops_t *cuda;
 
     (void)state;
-    cuda = require_cuda();
+    cuda = ctu_require_cuda();
     assert_string_equal(cuda->name, "cuda");
     assert_non_null(cuda->qdq_act8);
     assert_non_null(cuda->gemm);
@@ -263,7 +250,7 @@ static void test_qdq_act8_cuda_bit_identical(void **state)
     float *got;
 
     (void)state;
-    cuda = require_cuda();
+    cuda = ctu_require_cuda();
     x = random_f32(&rng, n_rows * dim, 3.0f);
     for (int64_t i = 0; i < n_rows * dim; i += 97) { /* zeros, tiny and huge groups */
         x[i] = 0.0f;
@@ -477,7 +464,7 @@ static void test_gemm_cuda_bit_identical_to_cpu(void **state)
     cudaStream_t stream = NULL;
 
     (void)state;
-    cuda = require_cuda();
+    cuda = ctu_require_cuda();
     assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
     for (size_t i = 0; i < N_GEMM_SHAPES; i++) {
         uint32_t flags = i % 2 == 0 ? KERN_GEMM_OUT_BF16 : KERN_GEMM_OUT_F32;
@@ -492,7 +479,7 @@ static void test_gemm_q_cuda_fp8_mxfp4_bit_identical_to_cpu(void **state)
     rng_t rng = {303};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     for (size_t i = 0; i < N_GEMM_SHAPES; i++) {
         gemm_shape_t s = gemm_shapes[i];
         uint32_t flags = i % 2 == 0 ? KERN_GEMM_OUT_BF16 : KERN_GEMM_OUT_F32;
@@ -513,7 +500,7 @@ static void test_gemm_cuda_batch_invariant(void **state)
     rng_t rng = {404};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     for (int kind = MAT_BF16; kind <= MAT_MXFP4; kind++) {
         kern_ctx_t ctx = {.backend = KERN_BACKEND_CUDA};
         test_mat_t m;
@@ -610,7 +597,7 @@ static void test_rmsnorm_cuda_within_one_bf16_ulp(void **state)
     rng_t rng = {505};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     check_rmsnorm(cuda, &rng, 5, 5120, 32, 0);
     check_rmsnorm(cuda, &rng, 9, 512, 0, 1);
     check_rmsnorm(cuda, &rng, 3, 100, 4, 0);
@@ -663,7 +650,7 @@ static void test_rope_cuda_matches_cpu(void **state)
     rng_t rng = {606};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     check_rope(cuda, &rng, 4, 64, 16, 10000.0, NULL, KERN_ROPE_FORWARD);
     check_rope(cuda, &rng, 8, 512, 64, 160000.0, &yarn, KERN_ROPE_FORWARD);
     check_rope(cuda, &rng, 8, 512, 64, 160000.0, &yarn, KERN_ROPE_INVERSE);
@@ -684,7 +671,7 @@ static void test_mhc_coeffs_cuda_close_to_cpu(void **state)
     rng_t rng = {707};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *x = random_bf16(&rng, n_rows * m * H, 1.0f, 0.0f);
     float *mix = random_f32(&rng, n_rows * n_mix, 2.0f);
     float *base = random_f32(&rng, n_mix, 0.5f);
@@ -742,7 +729,7 @@ static void test_mhc_collapse_update_cuda_bit_identical(void **state)
     rng_t rng = {808};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *X = random_bf16(&rng, n_rows * m * H, 1.0f, 0.0f);
     float *pre = random_f32(&rng, n_rows * m, 0.5f);
     float *post = random_f32(&rng, n_rows * m, 1.0f);
@@ -794,7 +781,7 @@ static void test_engram_gate_cuda_within_one_bf16_ulp(void **state)
     rng_t rng = {909};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *X = random_bf16(&rng, n_rows * m * H, 1.0f, 0.0f);
     float *kv = random_bf16(&rng, n_rows * (m + 1) * H, 1.0f, 0.0f);
     float *qw = random_bf16(&rng, m * H, 0.1f, 1.0f);
@@ -934,7 +921,7 @@ static void test_moe_route_cuda_same_selection_except_near_ties(void **state)
     rng_t rng = {1001};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     check_moe_route(cuda, &rng, 64, 384, 6);
     check_moe_route(cuda, &rng, 33, 16, 2);
     check_moe_route(cuda, &rng, 5, 4096, 16);
@@ -948,7 +935,7 @@ static void test_moe_route_cuda_nan_and_too_few_candidates_are_internal(void **s
     rng_t rng = {1002};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *logits = random_f32(&rng, 3 * E, 1.0f);
     float *bias = host_floats(E);
     for (int64_t e = 0; e < E; e++) {
@@ -988,7 +975,7 @@ static void test_swiglu_cuda_within_one_bf16_ulp(void **state)
     rng_t rng = {1101};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *gu = random_bf16(&rng, n_rows * 2 * I, 6.0f, 0.0f); /* crosses +-lambda */
     float *w = random_f32(&rng, n_rows, 0.5f);
     float *want = host_floats(n_rows * I);
@@ -1075,7 +1062,7 @@ static void test_attention_cuda_within_one_bf16_ulp(void **state)
     rng_t rng = {1201};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     check_attention(cuda, &rng, 8, 128, 128, 40);   /* small preset: window + selected rows */
     check_attention(cuda, &rng, 16, 512, 133, 512); /* full-size head dim and k_I */
     check_attention(cuda, &rng, 4, 64, 0, 9);       /* selected rows only */
@@ -1093,7 +1080,7 @@ static void test_compress_pool_cuda_within_one_bf16_ulp(void **state)
     char what[64];
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     for (int i = 0; i < 2; i++) {
         const int r = ratios[i];
         const int64_t d = dims[i];
@@ -1165,7 +1152,7 @@ static void test_topk_cuda_identical_to_cpu(void **state)
     rng_t rng = {1401};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *v = random_f32(&rng, 1000, 1.0f);
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         check_topk(cuda, v, 1000, ks[i], "normal");
@@ -1202,7 +1189,7 @@ static void test_topk_cuda_nan_is_internal(void **state)
     float v[40];
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     for (int i = 0; i < 40; i++) {
         v[i] = (float)i;
     }
@@ -1272,7 +1259,7 @@ static void test_index_scores_cuda_bit_identical(void **state)
     rng_t rng = {1501};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     check_index_scores(cuda, &rng, 8, 64, 1000, 128);  /* small preset */
     check_index_scores(cuda, &rng, 32, 128, 777, 512); /* full-size heads */
 }
@@ -1293,7 +1280,7 @@ static void test_row_ops_cuda_batch_invariant(void **state)
     rng_t rng = {1601};
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *x = random_bf16(&rng, n_rows * m * H, 1.0f, 0.0f);
     float *gamma = random_bf16(&rng, m * H, 0.1f, 1.0f);
     float *logits = random_f32(&rng, n_rows * E, 1.0f);
@@ -1387,7 +1374,7 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
     int32_t ids[4];
 
     (void)state;
-    const kern_ops_t *cuda = require_cuda();
+    const kern_ops_t *cuda = ctu_require_cuda();
     float *d = dev_alloc(sizeof(float) * 64);
     const kern_mat_t w24 = {KERN_MAT_BF16, 2, 24, d, NULL};
     const kern_mat_t w16 = {KERN_MAT_BF16, 2, 16, d, NULL};

@@ -19,6 +19,8 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 
+#include "cuda_test_util.h"
+
 #define POISON 0xFF /* device outputs start as all-ones bytes (NaN floats) */
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -39,21 +41,6 @@ static float *floats(int64_t n, float scale)
         x[i] = (float)((urand() * 2.0 - 1.0) * scale);
     }
     return x;
-}
-
-/* The CUDA table, or skip() with the reason. */
-static const kern_ops_t *require_cuda(void)
-{
-    const char *reason = "unknown";
-    const kern_ops_t *cuda;
-
-    if (kern_cuda_available(&reason) == 0) {
-        print_message("no CUDA device: skipping (%s)\n", reason);
-        skip();
-    }
-    cuda = kern_ops_cuda();
-    assert_non_null(cuda);
-    return cuda;
 }
 
 /* Device copy of host bytes (through the CUDA table). */
@@ -101,7 +88,7 @@ static void test_cuda_mem_members_round_trip(void **state)
     void *a, *b;
 
     (void)state;
-    cuda = require_cuda();
+    cuda = ctu_require_cuda();
     ctx.backend = KERN_BACKEND_CUDA;
     for (int i = 0; i < 4096; i++) {
         host[i] = (unsigned char)(i * 13 + 1);
@@ -124,7 +111,7 @@ static void test_cuda_mem_members_round_trip(void **state)
 
 static void test_embed_and_stream_mean_cuda_bit_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t V = 300, H = 160, n = 9;
     int m = 4;
@@ -174,7 +161,7 @@ static void test_embed_and_stream_mean_cuda_bit_identical(void **state)
 
 static void test_elementwise_cuda_bit_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t n = 70001;
     size_t bytes = sizeof(float) * (size_t)n;
@@ -223,7 +210,7 @@ static void test_elementwise_cuda_bit_identical(void **state)
 
 static void test_rows_gather_scatter_add_cuda_bit_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t n_src = 40, C = 257, n_idx = 30;
     int64_t idx[30];
@@ -260,7 +247,7 @@ static void test_rows_gather_scatter_add_cuda_bit_identical(void **state)
 
 static void test_candidate_pool_and_argmax_cuda_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t n = 5000, Bc = 64, nb = (n + Bc - 1) / Bc, V = 4099, rows = 5;
     int32_t pool[7] = {3, 77, 0, 12, 40, 41, 78};
@@ -318,7 +305,7 @@ static void test_candidate_pool_and_argmax_cuda_identical(void **state)
 
 static void test_expert_rows_cuda_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t N = 37, E = 64;
     int K = 6;
@@ -358,7 +345,7 @@ static void test_expert_rows_cuda_identical(void **state)
 
 static void test_dequant_rows_cuda_bit_identical(void **state)
 {
-    const kern_ops_t *cuda = require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
+    const kern_ops_t *cuda = ctu_require_cuda(), *cpu = kern_ops_cpu(); /* before any malloc */
     kern_ctx_t ctx = {0};
     int64_t n_src = 20, dim = 128, n = 15;
     float *src = floats(n_src * dim, 6.0f);
