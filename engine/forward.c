@@ -142,6 +142,20 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
     if (engine_kv_pool_fingerprint(pool) != engine_model_fingerprint(model)) {
         return TDM_ERR_INVALID_ARG;
     }
+    {
+        /* the comm must be the model's expert shard: rank and size both (engine/model.h) */
+        int e0, e1, rank, size;
+        if (engine_model_expert_shard(model, 0, &e0, &e1, &rank, &size) != TDM_OK ||
+            (params->comm == NULL
+                 ? size != 1
+                 : kern_comm_size(params->comm) != size || kern_comm_rank(params->comm) != rank)) {
+            tdm_log(TDM_LOG_ERROR, "engine",
+                    "forward context: expert-parallel comm (rank %d of %d) does not match the "
+                    "model's shard (rank %d of %d)",
+                    kern_comm_rank(params->comm), kern_comm_size(params->comm), rank, size);
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
     fwd = calloc(1, sizeof(*fwd));
     if (fwd == NULL) {
         return TDM_ERR_NO_MEMORY;

@@ -26,6 +26,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/seq_state.h"
+#include "kernels/comm.h"
 
 /* Most sequences one engine_fwd_decode call takes. */
 #define ENGINE_FWD_MAX_BATCH 64
@@ -90,10 +91,17 @@ typedef struct {
  * n_threads:        kernel threads (kern_ctx_t), default the model's; 1..KERN_POOL_MAX_THREADS.
  *                   Above 1 the context starts its own worker pool (n_threads - 1 threads,
  *                   kernels/backend.h), which engine_fwd_destroy joins.
+ * comm:             this rank's handle in its expert-parallel group (kernels/comm.h; borrowed,
+ *                   must outlive the context), NULL for a model that holds every expert. Must
+ *                   match the model's ep_rank / ep_size (engine_model_params_t), else
+ *                   engine_fwd_create refuses. Every rank of the group then runs the same calls
+ *                   with the same arguments at the same time (engine/ep.h does): each MoE layer
+ *                   computes its own experts and all-gathers the others' outputs.
  */
 typedef struct {
     int64_t max_chunk_tokens;
     int n_threads;
+    kern_comm_t *comm;
 } engine_fwd_params_t;
 
 /* engine_fwd_params_default - max_chunk_tokens 256, n_threads = the model's. */
@@ -107,7 +115,8 @@ typedef struct engine_fwd engine_fwd_t;
  * it). Sizes its scratch arenas from params and starts its kernel worker pool (params.n_threads).
  *
  * Returns TDM_OK and *fwd_out (engine_fwd_destroy frees it), TDM_ERR_INVALID_ARG (NULL, bad
- * params, a pool of another model), or TDM_ERR_NO_MEMORY.
+ * params, a pool of another model, a comm whose rank or size is not the model's expert shard),
+ * or TDM_ERR_NO_MEMORY.
  */
 tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *pool,
                                const engine_fwd_params_t *params, engine_fwd_t **fwd_out);

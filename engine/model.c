@@ -8,6 +8,7 @@
 #include "engine/inventory.h"
 #include "engine/model_impl.h"
 #include "kernels/codec.h"
+#include "kernels/comm.h"
 #include "kernels/rope.h"
 
 #include <stdio.h>
@@ -442,7 +443,13 @@ static tdm_status_t load_layer(loader_t *ld, int l)
             st = TDM_ERR_NO_MEMORY;
         }
     }
-    for (int e = 0; e < lw->n_experts && st == TDM_OK; e++) {
+    {
+        int R = model->params.ep_size > 1 ? model->params.ep_size : 1;
+        int r = R > 1 ? model->params.ep_rank : 0;
+        lw->e_begin = (int)((int64_t)lw->n_experts * r / R);
+        lw->e_end = (int)((int64_t)lw->n_experts * (r + 1) / R);
+    }
+    for (int e = lw->e_begin; e < lw->e_end && st == TDM_OK; e++) {
         char sfx[96];
         snprintf(sfx, sizeof(sfx), "%sffn.experts.%d.w1", p, e);
         snprintf(n3, sizeof(n3), "%sffn.experts.%d.w3", p, e);
@@ -670,6 +677,14 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
         snprintf(err, err_bytes, "engine_model_load: invalid argument");
         return TDM_ERR_INVALID_ARG;
     }
+    if (params->ep_size < 0 || params->ep_size > KERN_COMM_MAX_RANKS || params->ep_rank < 0 ||
+        (params->ep_size > 1 ? params->ep_rank >= params->ep_size : params->ep_rank != 0)) {
+        snprintf(err, err_bytes,
+                 "engine_model_load: expert-parallel rank %d of %d (ranks are 0..size-1, size "
+                 "1..%d)",
+                 params->ep_rank, params->ep_size, KERN_COMM_MAX_RANKS);
+        return TDM_ERR_INVALID_ARG;
+    }
     model = calloc(1, sizeof(*model));
     if (model == NULL) {
         return TDM_ERR_NO_MEMORY;
@@ -807,6 +822,20 @@ const float *engine_model_rope_freqs(const engine_model_t *model, int layer)
 void engine_model_resident(const engine_model_t *model, engine_model_resident_t *out)
 {
     *out = model->resident;
+}
+
+tdm_status_t engine_model_expert_shard(const engine_model_t *model, int layer, int *begin, int *end,
+                                       int *ep_rank, int *ep_size)
+{
+    if (model == NULL || begin == NULL || end == NULL || ep_rank == NULL || ep_size == NULL ||
+        layer < 0 || layer >= model->cfg.n_roles) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    *begin = model->layers[layer].e_begin;
+    *end = model->layers[layer].e_end;
+    *ep_size = model->params.ep_size > 1 ? model->params.ep_size : 1;
+    *ep_rank = *ep_size > 1 ? model->params.ep_rank : 0;
+    return TDM_OK;
 }
 
 uint64_t engine_model_resident_total(const engine_model_resident_t *r)

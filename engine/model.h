@@ -42,12 +42,21 @@ typedef struct engine_model engine_model_t;
  *   at load (2 bytes per parameter) - the reference mode of the kernel tests, which prove that
  *   both give the same logits byte for byte. A matrix whose scales fall outside the exact range
  *   (kern_mat_check_quantized) is expanded either way.
+ * ep_rank, ep_size: expert-parallel shard (issue 14 item 6; engine/ep.h drives the ranks). With
+ *   ep_size R > 1 this model holds only the routed experts [E*r/R, E*(r+1)/R) of every MoE layer
+ *   (E = that layer's expert count, r = ep_rank; contiguous, balanced, DSpark blocks too): the
+ *   others are neither uploaded nor counted resident, and a forward context on it needs a
+ *   kern_comm_t of the same rank and size (engine_fwd_params_t.comm). Everything else (attention,
+ *   dense layers, router, shared expert, head, Engram) is replicated on every rank.
+ *   0 or 1 = every expert (the default); ep_rank must be in 0..R-1 (else TDM_ERR_INVALID_ARG).
  */
 typedef struct {
     int n_threads;
     const kern_ops_t *ops;
     int skip_weight_check;
     int expand_bf16;
+    int ep_rank;
+    int ep_size;
 } engine_model_params_t;
 
 /*
@@ -124,6 +133,15 @@ void engine_model_resident(const engine_model_t *model, engine_model_resident_t 
 
 /* engine_model_resident_total - the sum of every byte count of r (not n_params). */
 uint64_t engine_model_resident_total(const engine_model_resident_t *r);
+
+/*
+ * engine_model_expert_shard - the routed experts [*begin, *end) this model holds in `layer`
+ * (0 <= layer < n_roles; MoE layers and DSpark blocks) and its ep_rank / ep_size (1 and 0 without
+ * expert parallel: every expert). Returns TDM_OK, or TDM_ERR_INVALID_ARG for a NULL pointer or a
+ * layer out of range (outputs untouched).
+ */
+tdm_status_t engine_model_expert_shard(const engine_model_t *model, int layer, int *begin, int *end,
+                                       int *ep_rank, int *ep_size);
 
 /* engine_model_weight_bytes - bytes of the host buffers the model holds (weights used in place
  * from the mapped checkpoint are not in it: engine_model_resident has them; with a table whose

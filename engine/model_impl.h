@@ -50,6 +50,8 @@ typedef struct {
     kern_mat_t gate;        /* [E, H] */
     const float *gate_bias; /* [E] */
     int n_experts;
+    int e_begin, e_end;     /* routed experts this model holds (engine_model_params_t.ep_*);
+                               w1/w3/w2 outside [e_begin, e_end) are zero (no data) */
     kern_mat_t *w1;         /* [n_experts] each [I, H] (gate) */
     kern_mat_t *w3;         /* [n_experts] each [I, H] (up) */
     kern_mat_t *w2;         /* [n_experts] each [H, I] */

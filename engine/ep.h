@@ -1,0 +1,106 @@
+/* ep.h - one model split by experts over several devices of a node (issue 14 item 6): the
+ * ranks of an expert-parallel group, each with its own thread, device, model shard, KV pool and
+ * forward context, run the same engine calls in lockstep.
+ *
+ * Layout (the "replicated attention" form of expert parallelism): every rank holds the
+ * attention, dense layers, router, shared expert, head and Engram tables, every sequence's KV
+ * pages and every token of a batch; the routed experts are split contiguously
+ * (engine_model_params_t.ep_rank / ep_size: rank r holds [E*r/R, E*(r+1)/R) of each MoE layer).
+ * In each MoE layer a rank computes the tokens routed to its experts and an all-gather of the
+ * expert outputs (kernels/comm.h: NCCL over NVLink / PCIe between GPUs, shared memory between CPU
+ * ranks) gives every rank all of them; each then adds a token's expert outputs in the order of
+ * the one-device loop. So every rank computes the same logits, bit for bit the one-device logits
+ * on the CPU (tests/unit/test_engine_ep.c) and within MODEL.md 6(e) on CUDA (the sums are the
+ * same; only the GEMMs' device differs). What it buys: the expert weights, 97 % of the full
+ * model's bytes (MODEL.md 10), divided by R, so the full model fits on 2 x B300 or 8 x H200
+ * (docs/DEPLOY.md `--plan`). Dispatching tokens only to the ranks of their experts (all-to-all,
+ * data-parallel attention) is the next step, not this one: docs/GPU.md.
+ *
+ * Threads: rank r's thread loads its shard (made current on its device first), then waits for
+ * work; engine_ep_run hands one function to all ranks and waits for all. The caller keeps one
+ * set of sequences per rank (made on that rank's model and pool, inside a run) and must give
+ * every rank the same calls with the same token ids; the ranks then stay identical. Not
+ * thread-safe: one caller thread drives a group.
+ */
+#ifndef TANDEM_ENGINE_EP_H
+#define TANDEM_ENGINE_EP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "engine/forward.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/device.h"
+
+/* Most ranks of one group (the GPUs of one node; kernels/comm.h allows a whole NVL72 domain). */
+#define ENGINE_EP_MAX_RANKS 8
+
+/*
+ * engine_ep_params_t - what to open. n_ranks 1..ENGINE_EP_MAX_RANKS; devices[r] is rank r's
+ * device: all "cpu" (the CPU group: tests, `--devices cpu,cpu`) or all CUDA with distinct
+ * ordinals (NCCL). model and fwd are each rank's load and context parameters (model.ops,
+ * ep_rank, ep_size and fwd.comm are set per rank here; the rest is used as given). n_pages: KV
+ * pool pages of each rank (each rank holds every sequence's pages).
+ */
+typedef struct {
+    int n_ranks;
+    kern_device_t devices[ENGINE_EP_MAX_RANKS];
+    engine_model_params_t model;
+    engine_fwd_params_t fwd;
+    uint32_t n_pages;
+} engine_ep_params_t;
+
+/* One rank as a run's function sees it: its index, the group size, and its model shard, page
+ * pool and forward context (owned by the group; valid until engine_ep_close). */
+typedef struct {
+    int rank;
+    int n_ranks;
+    engine_model_t *model;
+    engine_kv_pool_t *pool;
+    engine_fwd_t *fwd;
+} engine_ep_rank_t;
+
+/* A group; opaque. */
+typedef struct engine_ep engine_ep_t;
+
+/*
+ * engine_ep_open - load `dir` as n_ranks expert shards, one per device, each on its own thread
+ * (which keeps its device current), with a KV pool and forward context each, joined by a
+ * kern_comm group (cpu or nccl by the devices' kind).
+ * Returns TDM_OK with *ep_out (engine_ep_close frees it), or with *ep_out untouched and one line
+ * in err (err_bytes may be 0): TDM_ERR_INVALID_ARG (NULL, n_ranks out of range, mixed device
+ * kinds, a CUDA ordinal named twice), TDM_ERR_UNSUPPORTED (CUDA devices without the CUDA backend
+ * or NCCL in this build), TDM_ERR_NOT_FOUND (a device ordinal the driver does not have), or the
+ * first failing rank's load status with its message (prefixed "rank r: ").
+ */
+tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, engine_ep_t **ep_out,
+                            char *err, size_t err_bytes);
+
+/* engine_ep_close - join the rank threads and free every rank's context, pool and model, then
+ * the comm group; accepts NULL. No run may be in progress. */
+void engine_ep_close(engine_ep_t *ep);
+
+/* engine_ep_size - the rank count. */
+int engine_ep_size(const engine_ep_t *ep);
+
+/* engine_ep_rank - rank r's view (0 <= r < size), NULL otherwise; for reading between runs (a
+ * CUDA rank's buffers must only be used on its own thread, inside a run). */
+const engine_ep_rank_t *engine_ep_rank(const engine_ep_t *ep, int r);
+
+/* The work of one run on one rank, called on that rank's thread. */
+typedef tdm_status_t engine_ep_fn(const engine_ep_rank_t *rank, void *user);
+
+/*
+ * engine_ep_run - call fn(rank, user) on every rank at once and wait for all of them.
+ * A rank whose fn fails aborts the comm group at once (the others, waiting in or reaching an
+ * all-gather, return TDM_ERR_PEER_LOST); the group is reset once all have returned, so the next
+ * run works. Sequences that took part in a failed run are in an unspecified state on every rank:
+ * release them.
+ * Returns TDM_OK when every rank returned TDM_OK; otherwise the lowest rank's status that is not
+ * TDM_ERR_PEER_LOST (the cause), else TDM_ERR_PEER_LOST; TDM_ERR_INVALID_ARG for NULL ep or fn.
+ */
+tdm_status_t engine_ep_run(engine_ep_t *ep, engine_ep_fn *fn, void *user);
+
+#endif

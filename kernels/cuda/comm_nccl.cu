@@ -1,0 +1,88 @@
+/* comm_nccl.cu - the nccl half of kernels/comm.h: one communicator per CUDA device of the group
+ * (ncclCommInitAll), the all-gather of variable blocks as one broadcast per root inside one
+ * NCCL group call (NCCL documentation: ncclBroadcast, in place when sendbuff == recvbuff;
+ * ncclGroupStart/ncclGroupEnd). Compiled to nothing without TANDEM_HAVE_NCCL. */
+#ifdef TANDEM_HAVE_NCCL
+
+extern "C" {
+#include "common/log.h"
+#include "kernels/comm_impl.h"
+}
+
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+extern "C" tdm_status_t kern_comm_nccl_init(kern_comm_group_t *g, char *err, size_t err_bytes)
+{
+    ncclComm_t comms[KERN_COMM_MAX_RANKS];
+    ncclResult_t rc = ncclCommInitAll(comms, g->n_ranks, g->devices);
+
+    if (rc != ncclSuccess) {
+        if (err != NULL && err_bytes > 0) {
+            snprintf(err, err_bytes, "nccl group of %d devices: ncclCommInitAll: %s", g->n_ranks,
+                     ncclGetErrorString(rc));
+        }
+        return TDM_ERR_INTERNAL;
+    }
+    for (int r = 0; r < g->n_ranks; r++) {
+        g->ranks[r].nccl = comms[r];
+    }
+    return TDM_OK;
+}
+
+extern "C" void kern_comm_nccl_abort(kern_comm_group_t *g)
+{
+    for (int r = 0; r < g->n_ranks; r++) {
+        if (g->ranks[r].nccl != NULL) {
+            ncclCommAbort((ncclComm_t)g->ranks[r].nccl);
+            g->ranks[r].nccl = NULL;
+        }
+    }
+}
+
+extern "C" void kern_comm_nccl_free(kern_comm_group_t *g)
+{
+    for (int r = 0; r < g->n_ranks; r++) {
+        if (g->ranks[r].nccl != NULL) {
+            ncclCommDestroy((ncclComm_t)g->ranks[r].nccl);
+            g->ranks[r].nccl = NULL;
+        }
+    }
+}
+
+extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
+                                                  const size_t *offsets)
+{
+    ncclComm_t nc = (ncclComm_t)comm->nccl;
+    cudaStream_t stream = kc_stream(ctx);
+    ncclResult_t rc;
+    int n = comm->group->n_ranks;
+
+    if (nc == NULL) {
+        return TDM_ERR_PEER_LOST;
+    }
+    rc = ncclGroupStart();
+    for (int r = 0; r < n && rc == ncclSuccess; r++) {
+        size_t count = offsets[r + 1] - offsets[r];
+        uint8_t *block = (uint8_t *)buf + offsets[r];
+        /* every rank skips the same empty blocks: the offsets are the same on all of them */
+        if (count > 0) {
+            rc = ncclBroadcast(block, block, count, ncclUint8, r, nc, stream);
+        }
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (rc == ncclSuccess) {
+        rc = end;
+    }
+    if (rc != ncclSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "nccl all-gather failed: rank=%d of %d nccl=%s",
+                comm->rank, n, ncclGetErrorString(rc));
+        return TDM_ERR_INTERNAL;
+    }
+    return TDM_OK;
+}
+
+#endif
