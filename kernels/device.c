@@ -63,6 +63,60 @@ tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, 
     return TDM_OK;
 }
 
+tdm_status_t kern_device_parse_list(const char *text, kern_device_t *devices, int max_devices,
+                                    int *n_out, char *err, size_t err_bytes)
+{
+    kern_device_t parsed[KERN_DEVICE_LIST_MAX];
+    int n = 0;
+    const char *p = text;
+
+    if (text == NULL || devices == NULL || n_out == NULL || max_devices < 1) {
+        set_err(err, err_bytes, "devices: %s%s", "no value given", "");
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (;;) {
+        char item[KERN_DEVICE_TEXT_MAX];
+        char full[KERN_DEVICE_TEXT_MAX + 8];
+        size_t len = strcspn(p, ",");
+        tdm_status_t st;
+
+        if (len == 0 || len >= sizeof(item)) {
+            set_err(err, err_bytes, "devices '%s': %s", text,
+                    "an empty or overlong item (expected e.g. 0,1 or cuda:0,cuda:1 or cpu,cpu)");
+            return TDM_ERR_INVALID_ARG;
+        }
+        if (n == max_devices || n == KERN_DEVICE_LIST_MAX) {
+            set_err(err, err_bytes, "devices '%s': %s", text, "more devices than ranks allowed");
+            return TDM_ERR_INVALID_ARG;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        /* a bare ordinal is cuda:N */
+        snprintf(full, sizeof(full), "%s%s", item[0] >= '0' && item[0] <= '9' ? "cuda:" : "",
+                 item);
+        st = kern_device_parse(full, &parsed[n], err, err_bytes);
+        if (st != TDM_OK) {
+            return st;
+        }
+        for (int q = 0; q < n; q++) {
+            if (parsed[n].backend == KERN_BACKEND_CUDA && parsed[q].backend == KERN_BACKEND_CUDA &&
+                parsed[q].ordinal == parsed[n].ordinal) {
+                set_err(err, err_bytes, "devices '%s': %s", text, "a CUDA device named twice");
+                return TDM_ERR_INVALID_ARG;
+            }
+        }
+        n++;
+        p += len;
+        if (*p == '\0') {
+            break;
+        }
+        p++;
+    }
+    memcpy(devices, parsed, (size_t)n * sizeof(kern_device_t));
+    *n_out = n;
+    return TDM_OK;
+}
+
 const char *kern_device_name(const kern_device_t *dev, char *buf, size_t bytes)
 {
     if (buf == NULL || bytes == 0) {

@@ -22,6 +22,9 @@ extern "C" {
 /* Longest device text kern_device_parse accepts ("cuda:" plus a decimal ordinal). */
 #define KERN_DEVICE_TEXT_MAX 32
 
+/* Most items kern_device_parse_list reads (the ranks of one expert-parallel group). */
+#define KERN_DEVICE_LIST_MAX 72
+
 /*
  * kern_device_t - one place to run kernels. backend KERN_BACKEND_CPU (ordinal 0) or
  * KERN_BACKEND_CUDA with the CUDA device ordinal (0-based, as cudaSetDevice and
@@ -39,6 +42,17 @@ typedef struct {
  * be 0) naming the text and the accepted forms; *out untouched on error. Checks no hardware.
  */
 tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, size_t err_bytes);
+
+/*
+ * kern_device_parse_list - read a `--devices` value: comma-separated items, each "cpu", "cuda",
+ * "cuda:N" or a bare ordinal N (= "cuda:N"), e.g. "0,1", "cuda:0,cuda:1", "cpu,cpu" (CPU ranks
+ * in one process: the tests and a CPU rehearsal of expert parallel). At most max_devices items,
+ * no empty item, no CUDA ordinal twice. Kinds may mix here; engine/ep.h refuses that by name.
+ * Returns TDM_OK with devices[0..*n_out) filled, or TDM_ERR_INVALID_ARG with one line in err
+ * naming the item and the rule (outputs untouched). Checks no hardware.
+ */
+tdm_status_t kern_device_parse_list(const char *text, kern_device_t *devices, int max_devices,
+                                    int *n_out, char *err, size_t err_bytes);
 
 /*
  * kern_device_name - "cpu" or "cuda:N" into buf (bytes >= KERN_DEVICE_TEXT_MAX); returns buf.

@@ -57,6 +57,37 @@ static void test_parse_refuses(void **state)
     assert_int_equal(kern_device_parse("cpu", NULL, err, sizeof(err)), TDM_ERR_INVALID_ARG);
 }
 
+static void test_parse_list(void **state)
+{
+    kern_device_t d[4];
+    int n = -1;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(kern_device_parse_list("0,1", d, 4, &n, err, sizeof(err)), TDM_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(d[0].backend, KERN_BACKEND_CUDA);
+    assert_int_equal(d[1].ordinal, 1);
+    assert_int_equal(kern_device_parse_list("cuda:3,cuda:0,2", d, 4, &n, err, sizeof(err)),
+                     TDM_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(d[0].ordinal, 3);
+    assert_int_equal(d[2].ordinal, 2);
+    assert_int_equal(kern_device_parse_list("cpu,cpu", d, 4, &n, err, sizeof(err)), TDM_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(d[1].backend, KERN_BACKEND_CPU);
+    static const char *const bad[] = {"", ",0", "0,", "0,,1", "0,0", "cuda:1,1", "gpu", "0,1,2,3,4",
+                                      "cuda:99999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        n = -1;
+        err[0] = '\0';
+        assert_int_equal(kern_device_parse_list(bad[i], d, 4, &n, err, sizeof(err)),
+                         TDM_ERR_INVALID_ARG);
+        assert_int_equal(n, -1);
+        assert_true(strlen(err) > 0);
+    }
+}
+
 static void test_ops_cpu(void **state)
 {
     kern_device_t d = {KERN_BACKEND_CPU, 0};
@@ -109,6 +140,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_accepts),
         cmocka_unit_test(test_parse_refuses),
+        cmocka_unit_test(test_parse_list),
         cmocka_unit_test(test_ops_cpu),
         cmocka_unit_test(test_ops_cuda_on_this_machine),
     };

@@ -31,6 +31,7 @@
 #include "common/arena.h"
 #include "engine/config.h"
 #include "engine/sampler.h"
+#include "kernels/device.h"
 #include "text/tokenizer.h"
 #include "forward_test_util.h"
 
@@ -638,6 +639,45 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
     assert_string_equal(fx->out, first);
 }
 
+/* Issue 14 item 6: --devices cpu,cpu and cpu,cpu,cpu (the tiny preset's 8 experts split 4+4 and
+ * 2+3+3, an all-gather per MoE layer) generate the same sampled tokens and write the same logits
+ * bytes as one device; a CUDA list without the devices or NCCL is refused by name (exit 2). */
+static void test_expert_parallel_devices_match_one_device(void **state)
+{
+    fixture_t *fx = *state;
+    int64_t T = 40;
+    int32_t ids[MAX_IDS];
+    char ids_path[PATH_BYTES], one[PATH_BYTES + 32], ep[PATH_BYTES + 32], first[OUT_BYTES];
+    const char *sampled = "--temperature 0.8 --top-p 0.9 --seed 3";
+    static const char *const lists[] = {"cpu,cpu", "cpu,cpu,cpu"};
+
+    snprintf(one, sizeof(one), "%s/gen-ep-one.bin", fx->tmp);
+    snprintf(ep, sizeof(ep), "%s/gen-ep-ranks.bin", fx->tmp);
+    make_prompt(123, fx->cfg.vocab_size, ids, T);
+    write_ids(fx, "gen-ep-ids.txt", ids, T, ids_path);
+    generate(fx,
+             "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s --dump-logits '%s'",
+             ids_path, SAMPLE_TOKENS, sampled, one);
+    snprintf(first, sizeof(first), "%s", fx->out);
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        generate(fx,
+                 "--prompt-ids @'%s' --max-tokens %d --ignore-eos --output ids %s "
+                 "--dump-logits '%s' --devices %s",
+                 ids_path, SAMPLE_TOKENS, sampled, ep, lists[i]);
+        assert_string_equal(fx->out, first);
+        assert_same_logit_rows(one, ep);
+    }
+    if (kern_cuda_device_count(NULL) < 2) {
+        char cmd[CMD_BYTES];
+        snprintf(cmd, sizeof(cmd),
+                 "'%s/tandem-generate' --model '%s' --prompt-ids @'%s' --max-tokens 1 "
+                 "--devices 0,1",
+                 fx->bin, fx->model, ids_path);
+        assert_int_equal(run(fx, cmd), 2);
+        assert_non_null(strstr(fx->err, "--devices=0,1"));
+    }
+}
+
 /* A long generation stops at EOS when it is sampled: the summary says so, and EOS is last. */
 static void test_generation_stops_at_eos_or_max_tokens(void **state)
 {
@@ -870,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_greedy_is_deterministic_and_oracle_equals_ced_within_window),
         cmocka_unit_test(test_seeded_sampling_is_reproducible_at_sequence_positions),
         cmocka_unit_test(test_generation_stops_at_eos_or_max_tokens),
+        cmocka_unit_test(test_expert_parallel_devices_match_one_device),
         cmocka_unit_test(test_text_and_chat_prompts_use_tokenizer_and_stream_utf8),
         cmocka_unit_test(test_layer_dump_has_12_10_layout),
         cmocka_unit_test(test_oracle_logits_match_numpy_reference),

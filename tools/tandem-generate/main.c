@@ -48,6 +48,7 @@
 #include "kernels/kv_page.h"
 #include "text/tokenizer.h"
 #include "gen_dump.h"
+#include "gen_ep.h"
 #include "gen_prompt.h"
 
 #define GEN_PROGRAM     "tandem-generate"
@@ -76,6 +77,7 @@ typedef struct {
     const char *output;
     uint32_t threads;
     const char *device;
+    const char *devices;
     uint32_t chunk_tokens;
     int ignore_eos;
     int thinking;
@@ -118,6 +120,10 @@ static const tdm_flag_t gen_flags[] = {
     {"device", TDM_FLAG_STRING, "cpu", offsetof(gen_cfg_t, device),
      "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
      0},
+    {"devices", TDM_FLAG_STRING, NULL, offsetof(gen_cfg_t, devices),
+     "expert parallel: split the routed experts over these devices, e.g. 0,1 (CUDA with NCCL) "
+     "or cpu,cpu (a CPU rehearsal); replaces --device (engine/ep.h)",
+     0, 0, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(gen_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
     {"ignore-eos", TDM_FLAG_BOOL, "false", offsetof(gen_cfg_t, ignore_eos),
@@ -150,6 +156,7 @@ typedef struct {
     engine_kv_pool_t *pool;
     engine_fwd_t *fwd;
     engine_seq_t *seq;
+    gen_ep_t *ep; /* --devices: the group and its sequences instead of model..seq */
     engine_sampler_params_t sampling;
     tdm_arena_t sample_arena;
     engine_spec_drafter_t drafter; /* --spec */
@@ -188,12 +195,19 @@ static void gen_state_fini(gen_state_t *g)
     tdm_arena_fini(&g->sample_arena);
     engine_spec_destroy(g->spec);
     engine_seq_destroy(g->seq);
+    gen_ep_close(g->ep);
     engine_fwd_destroy(g->fwd);
     engine_kv_pool_destroy(g->pool);
     engine_model_destroy(g->model);
     text_detok_destroy(g->detok);
     text_tokenizer_destroy(g->tok);
     free(g->cfg);
+}
+
+/* Tokens the sequence holds (the group's with --devices). */
+static int64_t gen_seq_length(const gen_state_t *g)
+{
+    return g->ep != NULL ? gen_ep_length(g->ep) : engine_seq_length(g->seq);
 }
 
 static int usage_error(const char *fmt, const char *a)
@@ -235,6 +249,11 @@ static int check_flags(gen_state_t *g)
     }
     if (g->drafter != ENGINE_SPEC_OFF && (f->dump_logits != NULL || f->dump_layers != NULL)) {
         return usage_error("%s", "--spec applies without --dump-logits and --dump-layers");
+    }
+    if (f->devices != NULL &&
+        (g->drafter != ENGINE_SPEC_OFF || f->dump_layers != NULL || strcmp(f->device, "cpu") != 0)) {
+        return usage_error("%s", "--devices (expert parallel) runs prefill and decode only: not "
+                                 "with --spec, --dump-layers or --device");
     }
     return GEN_EXIT_OK;
 }
@@ -386,6 +405,37 @@ static uint32_t pages_for(const engine_config_t *c, int64_t n_tokens)
     return pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages;
 }
 
+/* The first-token logits buffer: every prompt row when dumping logits (oracle: T, CED: at most
+ * T), else the last one. */
+static int alloc_logits(gen_state_t *g, int64_t V)
+{
+    int64_t n_rows = g->flags.dump_logits != NULL ? g->n_prompt : 1;
+    g->logits = malloc((size_t)n_rows * (size_t)V * sizeof(float));
+    return g->logits != NULL ? GEN_EXIT_OK : GEN_EXIT_FAILED;
+}
+
+/* --devices: the expert-parallel group (gen_ep.h) instead of one model, pool and context. */
+static int load_engine_ep(gen_state_t *g, int n_threads)
+{
+    char err[GEN_ERR_BYTES] = "";
+    tdm_status_t status = gen_ep_open(g->flags.model_dir, g->flags.devices, n_threads,
+                                      g->flags.chunk_tokens, pages_for(g->cfg, g->n_ids_cap + 1),
+                                      &g->ep, err, sizeof(err));
+    if (status == TDM_ERR_INVALID_ARG || status == TDM_ERR_UNSUPPORTED ||
+        status == TDM_ERR_NOT_FOUND) {
+        fprintf(stderr, GEN_PROGRAM ": --devices=%s: %s\n", g->flags.devices, err);
+        return GEN_EXIT_USAGE;
+    }
+    if (status != TDM_OK) {
+        fprintf(stderr, GEN_PROGRAM ": loading %s on --devices=%s: %s (%s)\n",
+                g->flags.model_dir, g->flags.devices, err, tdm_status_message(status));
+        return GEN_EXIT_FAILED;
+    }
+    tdm_log(TDM_LOG_INFO, "generate", "model loaded: dir=%s expert-parallel ranks=%d devices=%s",
+            g->flags.model_dir, gen_ep_size(g->ep), g->flags.devices);
+    return alloc_logits(g, g->cfg->vocab_size);
+}
+
 static int load_engine(gen_state_t *g)
 {
     char err[GEN_ERR_BYTES] = "";
@@ -393,12 +443,14 @@ static int load_engine(gen_state_t *g)
     engine_fwd_params_t fp;
     const engine_config_t *c;
     int n_threads = (int)g->flags.threads;
-    int64_t n_rows;
     tdm_status_t status;
 
     if (n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
+    }
+    if (g->flags.devices != NULL) {
+        return load_engine_ep(g, n_threads);
     }
     engine_model_params_default(&mp);
     mp.n_threads = n_threads;
@@ -442,10 +494,7 @@ static int load_engine(gen_state_t *g)
         fprintf(stderr, GEN_PROGRAM ": engine setup: %s\n", tdm_status_message(status));
         return GEN_EXIT_FAILED;
     }
-    /* all prompt rows when dumping logits (oracle: T, CED: at most T), else the last one */
-    n_rows = g->flags.dump_logits != NULL ? g->n_prompt : 1;
-    g->logits = malloc((size_t)n_rows * (size_t)c->vocab_size * sizeof(float));
-    if (g->logits == NULL) {
+    if (alloc_logits(g, c->vocab_size) != GEN_EXIT_OK) {
         return GEN_EXIT_FAILED;
     }
     tdm_log(TDM_LOG_INFO, "generate",
@@ -560,7 +609,9 @@ static tdm_status_t run_prefill(gen_state_t *g, gen_stats_t *stats)
     if (g->logits_dump != NULL) {
         flags |= ENGINE_PREFILL_ALL_LOGITS;
     }
-    status = engine_fwd_prefill(g->fwd, g->seq, g->ids, g->n_prompt, flags, g->logits, &R);
+    status = g->ep != NULL
+                 ? gen_ep_prefill(g->ep, g->ids, g->n_prompt, flags, g->logits, &R)
+                 : engine_fwd_prefill(g->fwd, g->seq, g->ids, g->n_prompt, flags, g->logits, &R);
     stats->prefill_ns = tdm_clock_now_ns() - t0;
     stats->prefill_cpu_ns = process_cpu_ns() - cpu0;
     if (status != TDM_OK) {
@@ -580,8 +631,9 @@ static tdm_status_t run_prefill(gen_state_t *g, gen_stats_t *stats)
 /* One decode step: feed `token` (the newest id) and leave the logits at its position. */
 static tdm_status_t decode_step(gen_state_t *g, int32_t token)
 {
-    int64_t position = engine_seq_length(g->seq);
-    tdm_status_t status = engine_fwd_decode(g->fwd, &g->seq, &token, 1, g->logits);
+    int64_t position = gen_seq_length(g);
+    tdm_status_t status = g->ep != NULL ? gen_ep_decode(g->ep, token, g->logits)
+                                        : engine_fwd_decode(g->fwd, &g->seq, &token, 1, g->logits);
     if (status == TDM_OK && g->logits_dump != NULL) {
         status = gen_logits_dump_append(g->logits_dump, position, g->logits, 1);
     }
@@ -709,7 +761,7 @@ static int finish_dumps(gen_state_t *g)
     tdm_status_t layer_status;
 
     g->logits_dump = NULL;
-    layer_status = gen_layer_dump_finish(g->layer_dump, g->ids, engine_seq_length(g->seq));
+    layer_status = gen_layer_dump_finish(g->layer_dump, g->ids, gen_seq_length(g));
     g->layer_dump = NULL;
     if (status != TDM_OK || layer_status != TDM_OK) {
         fprintf(stderr, GEN_PROGRAM ": writing dumps failed: %s\n",
