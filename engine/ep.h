@@ -5,7 +5,7 @@
  * Layout (the "replicated attention" form of expert parallelism): every rank holds the
  * attention, dense layers, router, shared expert, head and Engram tables, every sequence's KV
  * pages and every token of a batch; the routed experts are split contiguously
- * (engine_model_params_t.ep_rank / ep_size: rank r holds [E*r/R, E*(r+1)/R) of each MoE layer).
+ * (engine_model_params_t.ep_rank / ep_size: engine_expert_range, the layout of docs/DEPLOY.md 10).
  * In each MoE layer a rank computes the tokens routed to its experts and an all-gather of the
  * expert outputs (kernels/comm.h: NCCL over NVLink / PCIe between GPUs, shared memory between CPU
  * ranks) gives every rank all of them; each then adds a token's expert outputs in the order of

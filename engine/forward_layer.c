@@ -166,10 +166,13 @@ static tdm_status_t moe_routed_ep(engine_fwd_t *fwd, const engine_layer_weights_
                             Y + off[e] * H);
         }
     }
-    /* rank r's block: the rows of its experts [E*r/R, E*(r+1)/R) (engine/model.h's shard rule) */
-    for (int r = 0; r <= R; r++) {
-        bounds[r] = (size_t)off[E * r / R] * (size_t)H * sizeof(float);
+    /* rank r's block: the rows of its experts (engine_expert_range, the models' shard rule) */
+    for (int r = 0; r < R; r++) {
+        int e0, e1;
+        engine_expert_range(E, r, R, &e0, &e1);
+        bounds[r] = (size_t)off[e0] * (size_t)H * sizeof(float);
     }
+    bounds[R] = (size_t)off[E] * (size_t)H * sizeof(float);
     if (st == TDM_OK) {
         st = kern_comm_allgatherv(fwd->params.comm, &fwd->kctx, Y, bounds);
     }

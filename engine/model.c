@@ -445,9 +445,8 @@ static tdm_status_t load_layer(loader_t *ld, int l)
     }
     {
         int R = model->params.ep_size > 1 ? model->params.ep_size : 1;
-        int r = R > 1 ? model->params.ep_rank : 0;
-        lw->e_begin = (int)((int64_t)lw->n_experts * r / R);
-        lw->e_end = (int)((int64_t)lw->n_experts * (r + 1) / R);
+        engine_expert_range(lw->n_experts, R > 1 ? model->params.ep_rank : 0, R, &lw->e_begin,
+                            &lw->e_end);
     }
     for (int e = lw->e_begin; e < lw->e_end && st == TDM_OK; e++) {
         char sfx[96];
@@ -822,6 +821,13 @@ const float *engine_model_rope_freqs(const engine_model_t *model, int layer)
 void engine_model_resident(const engine_model_t *model, engine_model_resident_t *out)
 {
     *out = model->resident;
+}
+
+void engine_expert_range(int64_t E, int r, int R, int *begin, int *end)
+{
+    int64_t base = E / R, extra = E % R;
+    *begin = (int)(r * base + (r < extra ? r : extra));
+    *end = (int)(*begin + base + (r < extra ? 1 : 0));
 }
 
 tdm_status_t engine_model_expert_shard(const engine_model_t *model, int layer, int *begin, int *end,

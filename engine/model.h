@@ -43,8 +43,8 @@ typedef struct engine_model engine_model_t;
  *   both give the same logits byte for byte. A matrix whose scales fall outside the exact range
  *   (kern_mat_check_quantized) is expanded either way.
  * ep_rank, ep_size: expert-parallel shard (issue 14 item 6; engine/ep.h drives the ranks). With
- *   ep_size R > 1 this model holds only the routed experts [E*r/R, E*(r+1)/R) of every MoE layer
- *   (E = that layer's expert count, r = ep_rank; contiguous, balanced, DSpark blocks too): the
+ *   ep_size R > 1 this model holds only the routed experts engine_expert_range(E, r, R) of every
+ *   MoE layer (E = that layer's expert count, r = ep_rank; DSpark blocks too): the
  *   others are neither uploaded nor counted resident, and a forward context on it needs a
  *   kern_comm_t of the same rank and size (engine_fwd_params_t.comm). Everything else (attention,
  *   dense layers, router, shared expert, head, Engram) is replicated on every rank.
@@ -133,6 +133,13 @@ void engine_model_resident(const engine_model_t *model, engine_model_resident_t 
 
 /* engine_model_resident_total - the sum of every byte count of r (not n_params). */
 uint64_t engine_model_resident_total(const engine_model_resident_t *r);
+
+/*
+ * engine_expert_range - the routed experts [*begin, *end) of rank r of R (0 <= r < R) out of E:
+ * contiguous ranges, the first E mod R ranks one more (docs/DEPLOY.md section 10's layout:
+ * 8 over 3 are 3+3+2).
+ */
+void engine_expert_range(int64_t E, int r, int R, int *begin, int *end);
 
 /*
  * engine_model_expert_shard - the routed experts [*begin, *end) this model holds in `layer`

@@ -640,7 +640,7 @@ static void test_seeded_sampling_is_reproducible_at_sequence_positions(void **st
 }
 
 /* Issue 14 item 6: --devices cpu,cpu and cpu,cpu,cpu (the tiny preset's 8 experts split 4+4 and
- * 2+3+3, an all-gather per MoE layer) generate the same sampled tokens and write the same logits
+ * 3+3+2, an all-gather per MoE layer) generate the same sampled tokens and write the same logits
  * bytes as one device; a CUDA list without the devices or NCCL is refused by name (exit 2). */
 static void test_expert_parallel_devices_match_one_device(void **state)
 {
