@@ -104,6 +104,10 @@ static void *rank_main(void *arg)
         void *user = ep->user;
         pthread_mutex_unlock(&ep->mu);
         tdm_status_t st = fn(&rk->view, user);
+        if (st == TDM_OK && ep->params.fwd.ep_data_parallel) {
+            /* its own work done: serve the others' tokens until every rank is done */
+            st = engine_fwd_ep_serve(rk->view.fwd);
+        }
         if (st != TDM_OK) {
             kern_comm_group_abort(ep->group); /* the others must not wait for this rank */
         }

@@ -1,26 +1,29 @@
 /* ep.h - one model split by experts over several devices of a node (issue 14 item 6): the
  * ranks of an expert-parallel group, each with its own thread, device, model shard, KV pool and
- * forward context, run the same engine calls in lockstep.
+ * forward context.
  *
- * Layout (the "replicated attention" form of expert parallelism): every rank holds the
- * attention, dense layers, router, shared expert, head and Engram tables, every sequence's KV
- * pages and every token of a batch; the routed experts are split contiguously
- * (engine_model_params_t.ep_rank / ep_size: engine_expert_range, the layout of docs/DEPLOY.md 10).
- * In each MoE layer a rank computes the tokens routed to its experts and an all-gather of the
- * expert outputs (kernels/comm.h: NCCL over NVLink / PCIe between GPUs, shared memory between CPU
- * ranks) gives every rank all of them; each then adds a token's expert outputs in the order of
- * the one-device loop. So every rank computes the same logits, bit for bit the one-device logits
- * on the CPU (tests/unit/test_engine_ep.c) and within MODEL.md 6(e) on CUDA (the sums are the
- * same; only the GEMMs' device differs). What it buys: the expert weights, 97 % of the full
- * model's bytes (MODEL.md 10), divided by R, so the full model fits on 2 x B300 or 8 x H200
- * (docs/DEPLOY.md `--plan`). Dispatching tokens only to the ranks of their experts (all-to-all,
- * data-parallel attention) is the next step, not this one: docs/GPU.md.
+ * Weights: every rank holds the attention, dense layers, router, shared expert, head and Engram
+ * tables; the routed experts are split into contiguous ranges (engine_model_params_t.ep_rank /
+ * ep_size, engine_expert_range: the layout of docs/DEPLOY.md section 10). The expert weights are
+ * 97 % of the full model's bytes (MODEL.md 10), so R ranks hold about 1/R of it each: what makes
+ * the full model fit on 2 x B300 or 8 x H200.
  *
- * Threads: rank r's thread loads its shard (made current on its device first), then waits for
- * work; engine_ep_run hands one function to all ranks and waits for all. The caller keeps one
- * set of sequences per rank (made on that rank's model and pool, inside a run) and must give
- * every rank the same calls with the same token ids; the ranks then stay identical. Not
- * thread-safe: one caller thread drives a group.
+ * Two forms (engine_fwd_params_t.ep_data_parallel in params.fwd):
+ *   - data-parallel attention (1, what a serving instance wants): each rank holds its own
+ *     sequences and KV pages and runs its own calls, with its own batches and lengths; in each MoE
+ *     layer the tokens routed to another rank's experts go there and their outputs come back
+ *     (all-to-all, kernels/comm.h), and a rank whose work in a run is done serves the others
+ *     (engine_fwd_ep_serve, called here after the run's function) until all are done;
+ *   - replicated attention (0): every rank is given the same calls on the same sequences and
+ *     computes only its experts; one all-gather per MoE layer.
+ * Either way a token's expert outputs are added in the one-device order, so every sequence's
+ * logits are the one-device logits bit for bit on the CPU (tests/unit/test_engine_ep.c) and
+ * within MODEL.md 6(e) on CUDA (test_engine_cuda).
+ *
+ * Threads: rank r's thread loads its shard (its device made current first), then waits for work;
+ * engine_ep_run hands one function to all ranks and waits for all. The caller keeps each rank's
+ * sequences (made on that rank's model and pool, inside a run: a CUDA rank's memory is used on
+ * its own thread only). Not thread-safe: one caller thread drives a group.
  */
 #ifndef TANDEM_ENGINE_EP_H
 #define TANDEM_ENGINE_EP_H
@@ -41,8 +44,8 @@
  * engine_ep_params_t - what to open. n_ranks 1..ENGINE_EP_MAX_RANKS; devices[r] is rank r's
  * device: all "cpu" (the CPU group: tests, `--devices cpu,cpu`) or all CUDA with distinct
  * ordinals (NCCL). model and fwd are each rank's load and context parameters (model.ops,
- * ep_rank, ep_size and fwd.comm are set per rank here; the rest is used as given). n_pages: KV
- * pool pages of each rank (each rank holds every sequence's pages).
+ * ep_rank, ep_size and fwd.comm are set per rank here; the rest, fwd.ep_data_parallel included,
+ * is used as given). n_pages: KV pool pages of each rank.
  */
 typedef struct {
     int n_ranks;
@@ -93,7 +96,8 @@ const engine_ep_rank_t *engine_ep_rank(const engine_ep_t *ep, int r);
 typedef tdm_status_t engine_ep_fn(const engine_ep_rank_t *rank, void *user);
 
 /*
- * engine_ep_run - call fn(rank, user) on every rank at once and wait for all of them.
+ * engine_ep_run - call fn(rank, user) on every rank at once and wait for all of them (with
+ * ep_data_parallel each rank then serves the others' experts until all are done).
  * A rank whose fn fails aborts the comm group at once (the others, waiting in or reaching an
  * all-gather, return TDM_ERR_PEER_LOST); the group is reset once all have returned, so the next
  * run works. Sequences that took part in a failed run are in an unspecified state on every rank:

@@ -99,7 +99,7 @@ int64_t fwd_max_rows(const engine_fwd_t *fwd)
 }
 
 /* Bytes of per-row layer temporaries (generous; see forward_layer.c / forward_attn.c). */
-static size_t layer_row_bytes(const engine_config_t *c)
+static size_t layer_row_bytes(const engine_config_t *c, int expert_parallel)
 {
     int64_t m = c->hc_mult, H = c->hidden_size, d = c->head_dim;
     int64_t n_mix = (2 + m) * m;
@@ -114,6 +114,13 @@ static size_t layer_row_bytes(const engine_config_t *c)
                      3 * (c->num_experts_per_tok + c->dspark_num_experts_per_tok) + /* grouping */
                      4 * (c->engram_max_ngram_size - 1) * c->engram_n_heads + /* row pointers */
                      2 * n_e + (m + 1) * H + c->index_topk + 64;
+    if (expert_parallel) {
+        /* the expert-sorted rows and their outputs [N*K, H] each (forward_ep.c) */
+        int64_t K = c->num_experts_per_tok > c->dspark_num_experts_per_tok
+                        ? c->num_experts_per_tok
+                        : c->dspark_num_experts_per_tok;
+        floats += 2 * K * H + 2 * K;
+    }
     return (size_t)floats * sizeof(float) * ARENA_SAFETY + 16 * 64;
 }
 
@@ -146,6 +153,7 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         /* the comm must be the model's expert shard: rank and size both (engine/model.h) */
         int e0, e1, rank, size;
         if (engine_model_expert_shard(model, 0, &e0, &e1, &rank, &size) != TDM_OK ||
+            (params->ep_data_parallel && params->comm == NULL) ||
             (params->comm == NULL
                  ? size != 1
                  : kern_comm_size(params->comm) != size || kern_comm_rank(params->comm) != rank)) {
@@ -192,13 +200,17 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                 sizeof(float) +
             (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
             (size_t)c->vocab_size * 0;
-    st = backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
-                       layer_row_bytes(c) * (size_t)fwd_max_rows(fwd) + fixed);
+    st =
+        backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
+                      layer_row_bytes(c, params->comm != NULL) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
         /* host staging: per-row metadata and pointer arrays (a few hundred bytes per row) */
         st = tdm_arena_init(&fwd->host_arena,
                             (size_t)fwd_max_rows(fwd) * (size_t)(c->index_topk + 256) * 16 +
                                 ARENA_FIXED_BYTES);
+    }
+    if (st == TDM_OK && params->comm != NULL) {
+        st = fwd_ep_init(fwd);
     }
     if (st == TDM_OK) {
         st =
@@ -227,6 +239,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     fwd->ops->mem_free(&fwd->kctx, fwd->ikey_cache);
     fwd->ops->mem_free(&fwd->kctx, fwd->ckv_cache);
     fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
+    fwd_ep_fini(fwd);
     kern_pool_destroy(fwd->kctx.pool);
     kern_rope_cache_destroy(fwd->kctx.rope_cache);
     free(fwd);

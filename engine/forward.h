@@ -97,11 +97,17 @@ typedef struct {
  *                   engine_fwd_create refuses. Every rank of the group then runs the same calls
  *                   with the same arguments at the same time (engine/ep.h does): each MoE layer
  *                   computes its own experts and all-gathers the others' outputs.
+ * ep_data_parallel: 0 (default) = the ranks hold the same sequences (replicated attention, the
+ *                   all-gather above); 1 = each rank its own sequences and batches (data-parallel
+ *                   attention): each MoE layer sends the tokens routed to other ranks' experts
+ *                   there and gets their outputs back (all-to-all), and a rank without work of
+ *                   its own serves the others in engine_fwd_ep_serve. Needs comm.
  */
 typedef struct {
     int64_t max_chunk_tokens;
     int n_threads;
     kern_comm_t *comm;
+    int ep_data_parallel;
 } engine_fwd_params_t;
 
 /* engine_fwd_params_default - max_chunk_tokens 256, n_threads = the model's. */
@@ -120,6 +126,16 @@ typedef struct engine_fwd engine_fwd_t;
  */
 tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *pool,
                                const engine_fwd_params_t *params, engine_fwd_t **fwd_out);
+
+/*
+ * engine_fwd_ep_serve - data-parallel expert parallel (ep_data_parallel): compute the other
+ * ranks' tokens routed to this rank's experts, round after round, until every rank of the group
+ * is serving too (no tokens anywhere); what each rank does when its own calls are done
+ * (engine/ep.h calls it after every run's function, so ranks may make different calls with
+ * different batches and lengths). Returns TDM_OK, TDM_ERR_INVALID_ARG (no comm, or not
+ * data-parallel), or the collectives' status (TDM_ERR_PEER_LOST when the group was aborted).
+ */
+tdm_status_t engine_fwd_ep_serve(engine_fwd_t *fwd);
 
 /* engine_fwd_destroy - free the context and join its kernel workers; accepts NULL. */
 void engine_fwd_destroy(engine_fwd_t *fwd);

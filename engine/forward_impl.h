@@ -82,6 +82,13 @@ struct engine_fwd {
     void *batch_mem;
     int n_index_sources;
     int index_source_layer[FWD_MAX_INDEX_SOURCES];
+    /* data-parallel expert parallel (forward_ep.c): every rank's round header, device and host
+     * copies [n_ranks, ep_hdr_words] int64, and the served rows' buffers (grown on demand) */
+    int64_t *ep_hdr_dev;
+    int64_t *ep_hdr_host;
+    int64_t ep_hdr_words;
+    float *ep_buf;
+    int64_t ep_buf_rows;
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
     uint64_t read_kv_bytes;
 };
@@ -228,5 +235,24 @@ tdm_status_t fwd_reserve_pages(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
 /* fwd_commit_rows - write the segment's ids into its sequence's history and extend its length
  * to pos0 + n. */
 void fwd_commit_rows(const fwd_seg_t *seg);
+
+/* forward_ep.c: the expert-parallel MoE (engine_fwd_params_t.comm). fwd_ep_init / fini make and
+ * free the round headers (data-parallel only). fwd_ep_routed adds the routed experts' outputs
+ * into acc [N, H] for the expert-sorted rows of layer `layer` (rows, we, host offsets off [E+1],
+ * N*K = NK rows, xq [N, H]): all-gather (replicated) or all-to-all (data-parallel) between the
+ * ranks, the additions in ascending expert order either way. xe, gu, h: [N, H], [N, 2I],
+ * [N, I] scratch. */
+tdm_status_t fwd_ep_init(engine_fwd_t *fwd);
+void fwd_ep_fini(engine_fwd_t *fwd);
+tdm_status_t fwd_ep_routed(engine_fwd_t *fwd, int layer, const float *xq, const int64_t *rows,
+                           const float *we, const int64_t *off, int64_t NK, float *xe, float *gu,
+                           float *h, float *acc);
+
+/* forward_layer.c: routed expert e of layer lw on ne rows xe [ne, H] (already gathered) with
+ * routing weights we [ne]: SwiGLU(w1, w3), Q_act8, w2 into y [ne, H] (R8); gu [ne, 2I] and
+ * h [ne, I] scratch. */
+tdm_status_t fwd_expert_ffn(engine_fwd_t *fwd, const engine_layer_weights_t *lw, int64_t e,
+                            const float *xe, const float *we, int64_t ne, float *gu, float *h,
+                            float *y);
 
 #endif

@@ -108,21 +108,15 @@ static tdm_status_t site_coeffs(engine_fwd_t *fwd, fwd_batch_t *b, int l, int si
     return st;
 }
 
-/* Routed expert e of layer l on its ne rows: gathers them (rows of xq [N, H]), runs
- * SwiGLU(w1, w3) with their routing weights we, Q_act8, w2, into y [ne, H] (R8). gu [ne, 2I],
- * h [ne, I] and xe [ne, H] are scratch. */
-static tdm_status_t expert_ffn(engine_fwd_t *fwd, const engine_layer_weights_t *lw, int64_t e,
-                               const float *xq, const int64_t *rows, const float *we, int64_t ne,
-                               float *xe, float *gu, float *h, float *y)
+tdm_status_t fwd_expert_ffn(engine_fwd_t *fwd, const engine_layer_weights_t *lw, int64_t e,
+                            const float *xe, const float *we, int64_t ne, float *gu, float *h,
+                            float *y)
 {
     int64_t H = fwd->cfg->hidden_size, I = fwd->cfg->moe_intermediate_size;
     float lambda = (float)fwd->cfg->swiglu_limit;
-    tdm_status_t st = fwd->ops->rows_gather(&fwd->kctx, xq, H, rows, ne, H, xe, H);
-
     /* gate then up, side by side in gu [ne, 2I] */
-    if (st == TDM_OK) {
-        st = fwd_gemm(fwd, &lw->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
-    }
+    tdm_status_t st = fwd_gemm(fwd, &lw->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+
     if (st == TDM_OK) {
         st = fwd_gemm(fwd, &lw->w3[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu + I, 2 * I);
     }
@@ -134,54 +128,6 @@ static tdm_status_t expert_ffn(engine_fwd_t *fwd, const engine_layer_weights_t *
     }
     if (st == TDM_OK) {
         st = fwd_gemm(fwd, &lw->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, y, H);
-    }
-    return st;
-}
-
-/*
- * The routed sum acc [N, H] of an expert-parallel rank (engine_fwd_params_t.comm): this rank's
- * experts [e_begin, e_end) write their outputs into Y [N*K, H] at their rows of the expert-sorted
- * order (off), which makes each rank's part one contiguous block; the all-gather brings the other
- * ranks' blocks; then every expert's rows are added in ascending expert order, exactly the
- * additions (and their order) of the one-device loop, so the sum has the same bits.
- */
-static tdm_status_t moe_routed_ep(engine_fwd_t *fwd, const engine_layer_weights_t *lw,
-                                  const float *xq, const int64_t *rows, const float *we,
-                                  const int64_t *off, int64_t NK, float *xe, float *gu, float *h,
-                                  float *acc)
-{
-    int64_t H = fwd->cfg->hidden_size, E = lw->n_experts;
-    int R = kern_comm_size(fwd->params.comm);
-    float *Y = fwd_alloc(fwd, FLOAT_BYTES(NK * H));
-    size_t *bounds = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
-    tdm_status_t st = TDM_OK;
-
-    if (Y == NULL || bounds == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    for (int64_t e = lw->e_begin; e < lw->e_end && st == TDM_OK; e++) {
-        int64_t ne = off[e + 1] - off[e];
-        if (ne > 0) {
-            st = expert_ffn(fwd, lw, e, xq, rows + off[e], we + off[e], ne, xe, gu, h,
-                            Y + off[e] * H);
-        }
-    }
-    /* rank r's block: the rows of its experts (engine_expert_range, the models' shard rule) */
-    for (int r = 0; r < R; r++) {
-        int e0, e1;
-        engine_expert_range(E, r, R, &e0, &e1);
-        bounds[r] = (size_t)off[e0] * (size_t)H * sizeof(float);
-    }
-    bounds[R] = (size_t)off[E] * (size_t)H * sizeof(float);
-    if (st == TDM_OK) {
-        st = kern_comm_allgatherv(fwd->params.comm, &fwd->kctx, Y, bounds);
-    }
-    for (int64_t e = 0; e < E && st == TDM_OK; e++) {
-        int64_t ne = off[e + 1] - off[e];
-        if (ne > 0) {
-            st = fwd->ops->rows_scatter_add(&fwd->kctx, Y + off[e] * H, H, rows + off[e], ne, H,
-                                            acc, H);
-        }
     }
     return st;
 }
@@ -239,14 +185,17 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
                                 KERN_COPY_D2H);
     }
     if (st == TDM_OK && fwd->params.comm != NULL) {
-        st = moe_routed_ep(fwd, lw, xq, rows, we, off, N * K, xe, gu, h, acc);
+        st = fwd_ep_routed(fwd, l, xq, rows, we, off, N * K, xe, gu, h, acc);
     }
     for (int64_t e = 0; e < E && st == TDM_OK && fwd->params.comm == NULL; e++) {
         int64_t ne = off[e + 1] - off[e];
         if (ne == 0) {
             continue;
         }
-        st = expert_ffn(fwd, lw, e, xq, rows + off[e], we + off[e], ne, xe, gu, h, ye);
+        st = fwd->ops->rows_gather(&fwd->kctx, xq, H, rows + off[e], ne, H, xe, H);
+        if (st == TDM_OK) {
+            st = fwd_expert_ffn(fwd, lw, e, xe, we + off[e], ne, gu, h, ye);
+        }
         if (st == TDM_OK) {
             st = fwd->ops->rows_scatter_add(&fwd->kctx, ye, H, rows + off[e], ne, H, acc, H);
         }

@@ -256,6 +256,88 @@ static tdm_status_t cpu_allgatherv(kern_comm_t *comm, void *buf, const size_t *o
     return cpu_barrier(g);
 }
 
+/* Rank me's part of the cpu all-to-all: publish send and its offsets, copy every rank's block
+ * for me out of its send buffer, and wait until all have copied. */
+static tdm_status_t cpu_alltoallv(kern_comm_t *comm, const void *send, const size_t *send_off,
+                                  void *recv, const size_t *recv_off)
+{
+    kern_comm_group_t *g = comm->group;
+    int me = comm->rank;
+    tdm_status_t st;
+
+    pthread_mutex_lock(&g->mu);
+    g->bufs[me] = (void *)send;
+    g->offs[me] = send_off;
+    pthread_mutex_unlock(&g->mu);
+    st = cpu_barrier(g);
+    if (st != TDM_OK) {
+        return st;
+    }
+    for (int q = 0; q < g->n_ranks && st == TDM_OK; q++) {
+        size_t n = recv_off[q + 1] - recv_off[q];
+        size_t sent = g->offs[q][me + 1] - g->offs[q][me];
+        if (sent != n) {
+            tdm_log(TDM_LOG_ERROR, "kernels",
+                    "all-to-all: rank %d expects %zu bytes from rank %d, which sends %zu", me, n, q,
+                    sent);
+            st = TDM_ERR_INTERNAL;
+        } else if (n > 0) {
+            memcpy((uint8_t *)recv + recv_off[q], (const uint8_t *)g->bufs[q] + g->offs[q][me], n);
+        }
+    }
+    if (st != TDM_OK) {
+        kern_comm_group_abort(g);
+        return st;
+    }
+    return cpu_barrier(g);
+}
+
+/* 1 when offsets[0..n] do not decrease. */
+static int offsets_ok(const size_t *offsets, int n)
+{
+    for (int r = 0; r < n; r++) {
+        if (offsets[r + 1] < offsets[r]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+tdm_status_t kern_comm_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void *send,
+                                 const size_t *send_off, void *recv, const size_t *recv_off)
+{
+    if (comm == NULL || send_off == NULL || recv_off == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    int n = comm->group->n_ranks;
+    if (!offsets_ok(send_off, n) || !offsets_ok(recv_off, n) ||
+        (send == NULL && send_off[n] > send_off[0]) ||
+        (recv == NULL && recv_off[n] > recv_off[0])) {
+        return TDM_ERR_INVALID_ARG;
+    }
+#ifdef TANDEM_HAVE_NCCL
+    if (comm->group->kind == KERN_COMM_NCCL) {
+        pthread_mutex_lock(&comm->group->mu);
+        int aborted = comm->group->aborted;
+        pthread_mutex_unlock(&comm->group->mu);
+        return aborted ? TDM_ERR_PEER_LOST
+                       : kern_comm_nccl_alltoallv(comm, ctx, send, send_off, recv, recv_off);
+    }
+#endif
+    (void)ctx;
+    if (n == 1) {
+        size_t bytes = recv_off[1] - recv_off[0];
+        if (bytes != send_off[1] - send_off[0]) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        if (bytes > 0) {
+            memcpy((uint8_t *)recv + recv_off[0], (const uint8_t *)send + send_off[0], bytes);
+        }
+        return TDM_OK;
+    }
+    return cpu_alltoallv(comm, send, send_off, recv, recv_off);
+}
+
 tdm_status_t kern_comm_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
                                   const size_t *offsets)
 {
@@ -263,10 +345,8 @@ tdm_status_t kern_comm_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
         return TDM_ERR_INVALID_ARG;
     }
     int n = comm->group->n_ranks;
-    for (int r = 0; r < n; r++) {
-        if (offsets[r + 1] < offsets[r]) {
-            return TDM_ERR_INVALID_ARG;
-        }
+    if (!offsets_ok(offsets, n)) {
+        return TDM_ERR_INVALID_ARG;
     }
     if (buf == NULL && offsets[n] > offsets[0]) {
         return TDM_ERR_INVALID_ARG;

@@ -111,6 +111,21 @@ int kern_comm_size(const kern_comm_t *comm);
 tdm_status_t kern_comm_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
                                   const size_t *offsets);
 
+/*
+ * kern_comm_alltoallv - personalised exchange of byte blocks: this rank sends
+ * send[send_off[q], send_off[q + 1]) to rank q and receives rank q's block for it into
+ * recv[recv_off[q], recv_off[q + 1]), for every q (itself included). Collective; what q sends to
+ * r must have the size r expects from q (callers exchange the sizes first, with
+ * kern_comm_allgatherv of a header). send and recv must not overlap; buffers in the backend's
+ * memory as for kern_comm_allgatherv. The tokens-to-experts dispatch and the outputs' return of
+ * data-parallel expert parallelism (engine/forward_layer.c); MPI_Alltoallv (MPI 4.0, 6.8), in
+ * NCCL ncclSend/ncclRecv pairs inside one group call (NCCL documentation, "Point-to-point
+ * communication: all-to-all").
+ * Returns as kern_comm_allgatherv (TDM_ERR_INVALID_ARG for NULL offsets or decreasing ones).
+ */
+tdm_status_t kern_comm_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void *send,
+                                 const size_t *send_off, void *recv, const size_t *recv_off);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,11 +28,13 @@ struct kern_comm_group {
     int n_ranks;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int aborted;                      /* under mu */
-    int arrived;                      /* ranks waiting at the cpu barrier, under mu */
-    unsigned long generation;         /* cpu barrier rounds completed, under mu */
-    void *bufs[KERN_COMM_MAX_RANKS];  /* cpu: each rank's buf of the current all-gather */
-    int devices[KERN_COMM_MAX_RANKS]; /* nccl: CUDA ordinal of each rank */
+    int aborted;                     /* under mu */
+    int arrived;                     /* ranks waiting at the cpu barrier, under mu */
+    unsigned long generation;        /* cpu barrier rounds completed, under mu */
+    void *bufs[KERN_COMM_MAX_RANKS]; /* cpu: each rank's buf of the current all-gather, or its
+                                        send buffer of the current all-to-all */
+    const size_t *offs[KERN_COMM_MAX_RANKS]; /* cpu: each rank's send offsets (all-to-all) */
+    int devices[KERN_COMM_MAX_RANKS];        /* nccl: CUDA ordinal of each rank */
     kern_comm_t ranks[KERN_COMM_MAX_RANKS];
 };
 
@@ -44,6 +46,8 @@ void kern_comm_nccl_abort(kern_comm_group_t *g);
 void kern_comm_nccl_free(kern_comm_group_t *g);
 tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
                                        const size_t *offsets);
+tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void *send,
+                                      const size_t *send_off, void *recv, const size_t *recv_off);
 
 #ifdef __cplusplus
 }

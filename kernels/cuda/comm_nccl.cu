@@ -85,4 +85,40 @@ extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t 
     return TDM_OK;
 }
 
+extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx,
+                                                 const void *send, const size_t *send_off,
+                                                 void *recv, const size_t *recv_off)
+{
+    ncclComm_t nc = (ncclComm_t)comm->nccl;
+    cudaStream_t stream = kc_stream(ctx);
+    ncclResult_t rc;
+    int n = comm->group->n_ranks;
+
+    if (nc == NULL) {
+        return TDM_ERR_PEER_LOST;
+    }
+    /* one send and one receive per peer, itself included, in one group: NCCL pairs them */
+    rc = ncclGroupStart();
+    for (int q = 0; q < n && rc == ncclSuccess; q++) {
+        size_t n_send = send_off[q + 1] - send_off[q];
+        size_t n_recv = recv_off[q + 1] - recv_off[q];
+        if (n_send > 0) {
+            rc = ncclSend((const uint8_t *)send + send_off[q], n_send, ncclUint8, q, nc, stream);
+        }
+        if (rc == ncclSuccess && n_recv > 0) {
+            rc = ncclRecv((uint8_t *)recv + recv_off[q], n_recv, ncclUint8, q, nc, stream);
+        }
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (rc == ncclSuccess) {
+        rc = end;
+    }
+    if (rc != ncclSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "nccl all-to-all failed: rank=%d of %d nccl=%s",
+                comm->rank, n, ncclGetErrorString(rc));
+        return TDM_ERR_INTERNAL;
+    }
+    return TDM_OK;
+}
+
 #endif

@@ -88,6 +88,73 @@ static void test_comm_allgatherv(void **state)
     kern_comm_group_destroy(g);
 }
 
+/* All-to-all: rank r sends (q + 1) * (r + 1) % 4 bytes (some empty) of value 16 r + q to rank q. */
+typedef struct {
+    kern_comm_t *comm;
+    uint8_t send[32], recv[32];
+    size_t send_off[GATHER_RANKS + 1], recv_off[GATHER_RANKS + 1];
+    tdm_status_t st;
+} a2a_arg_t;
+
+static size_t a2a_bytes(int from, int to)
+{
+    return (size_t)(((to + 1) * (from + 1)) % 4);
+}
+
+static void *a2a_main(void *p)
+{
+    a2a_arg_t *a = p;
+    a->st = kern_comm_alltoallv(a->comm, NULL, a->send, a->send_off, a->recv, a->recv_off);
+    return NULL;
+}
+
+static void test_comm_alltoallv(void **state)
+{
+    (void)state;
+    kern_comm_group_t *g = NULL;
+    a2a_arg_t args[GATHER_RANKS];
+    pthread_t th[GATHER_RANKS];
+
+    assert_int_equal(kern_comm_group_create_cpu(GATHER_RANKS, &g), TDM_OK);
+    for (int r = 0; r < GATHER_RANKS; r++) {
+        a2a_arg_t *a = &args[r];
+        a->comm = kern_comm_group_rank(g, r);
+        a->send_off[0] = a->recv_off[0] = 1; /* blocks need not start at 0 */
+        for (int q = 0; q < GATHER_RANKS; q++) {
+            a->send_off[q + 1] = a->send_off[q] + a2a_bytes(r, q);
+            a->recv_off[q + 1] = a->recv_off[q] + a2a_bytes(q, r);
+            memset(a->send + a->send_off[q], 16 * r + q, a2a_bytes(r, q));
+        }
+        memset(a->recv, 0xEE, sizeof(a->recv));
+        assert_int_equal(pthread_create(&th[r], NULL, a2a_main, a), 0);
+    }
+    for (int r = 0; r < GATHER_RANKS; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(args[r].st, TDM_OK);
+    }
+    for (int r = 0; r < GATHER_RANKS; r++) {
+        for (int q = 0; q < GATHER_RANKS; q++) {
+            for (size_t i = args[r].recv_off[q]; i < args[r].recv_off[q + 1]; i++) {
+                assert_int_equal(args[r].recv[i], 16 * q + r);
+            }
+        }
+        assert_int_equal(args[r].recv[0], 0xEE);
+        assert_int_equal(args[r].recv[args[r].recv_off[GATHER_RANKS]], 0xEE);
+    }
+    /* a size the sender does not send: an error on every rank, not a hang or an overrun */
+    for (int r = 0; r < GATHER_RANKS; r++) {
+        if (r == 1) {
+            args[r].recv_off[GATHER_RANKS] += 1;
+        }
+        assert_int_equal(pthread_create(&th[r], NULL, a2a_main, &args[r]), 0);
+    }
+    for (int r = 0; r < GATHER_RANKS; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_not_equal(args[r].st, TDM_OK);
+    }
+    kern_comm_group_destroy(g);
+}
+
 static void test_comm_abort_reset(void **state)
 {
     (void)state;
@@ -163,8 +230,44 @@ typedef struct {
     float *out[ENGINE_EP_MAX_RANKS];
     int64_t n_out[ENGINE_EP_MAX_RANKS];
     int fail_rank; /* -1: none; else this rank's fn fails at once with TDM_ERR_NO_MEMORY */
+    int hetero;    /* 1: rank r does hetero_work(r) instead of the common schedule */
     uint32_t free_after[ENGINE_EP_MAX_RANKS];
 } sched_arg_t;
+
+#define HETERO_LONG  300 /* two prefill chunks of 256 */
+#define HETERO_STEPS 6
+
+/* Different work per role, as data-parallel ranks get it: role 0 one long prompt then greedy
+ * decode steps; role 1 two short prompts decoded together for fewer steps; role 2 nothing.
+ * Every logit row into out; returns the floats written. */
+static int64_t hetero_work(ftu_engine_t *e, int role, float *out)
+{
+    int32_t ids[HETERO_LONG], next[2];
+    engine_seq_t *seqs[2] = {NULL, NULL};
+    int n_seqs = role == 0 ? 1 : role == 1 ? 2 : 0;
+    int steps = role == 0 ? HETERO_STEPS : 2;
+    int64_t at = 0;
+
+    for (int i = 0; i < n_seqs; i++) {
+        int64_t T = role == 0 ? HETERO_LONG : 30 + 11 * i;
+        ftu_prompt(100 + (uint64_t)(role * 2 + i), e->V, ids, T);
+        seqs[i] = ftu_new_seq(e);
+        assert_int_equal(engine_fwd_prefill(e->fwd, seqs[i], ids, T, 0, out + at, NULL), TDM_OK);
+        next[i] = (int32_t)ftu_argmax(out + at, e->V);
+        at += e->V;
+    }
+    for (int step = 0; step < steps && n_seqs > 0; step++) {
+        assert_int_equal(engine_fwd_decode(e->fwd, seqs, next, n_seqs, out + at), TDM_OK);
+        for (int i = 0; i < n_seqs; i++) {
+            next[i] = (int32_t)ftu_argmax(out + at + i * e->V, e->V);
+        }
+        at += n_seqs * e->V;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        engine_seq_destroy(seqs[i]);
+    }
+    return at;
+}
 
 /* The forward tests' schedule on one rank (its model shard, pool and context). */
 static tdm_status_t sched_rank(const engine_ep_rank_t *rank, void *user)
@@ -193,12 +296,13 @@ static tdm_status_t sched_rank(const engine_ep_rank_t *rank, void *user)
         a->free_after[rank->rank] = engine_kv_pool_n_free(e.pool);
         return st;
     }
-    a->n_out[rank->rank] = ftu_run_schedule(&e, PROMPT, N_DECODE, a->out[rank->rank]);
+    a->n_out[rank->rank] = a->hetero ? hetero_work(&e, rank->rank, a->out[rank->rank])
+                                     : ftu_run_schedule(&e, PROMPT, N_DECODE, a->out[rank->rank]);
     a->free_after[rank->rank] = engine_kv_pool_n_free(e.pool);
     return TDM_OK;
 }
 
-static engine_ep_t *open_ep(const char *dir, int n_ranks)
+static engine_ep_t *open_ep_mode(const char *dir, int n_ranks, int data_parallel)
 {
     engine_ep_params_t p;
     engine_ep_t *ep = NULL;
@@ -213,10 +317,16 @@ static engine_ep_t *open_ep(const char *dir, int n_ranks)
     p.n_pages = POOL_PAGES;
     p.fwd.max_chunk_tokens = 256;
     p.fwd.n_threads = 1;
+    p.fwd.ep_data_parallel = data_parallel;
     if (engine_ep_open(dir, &p, &ep, err, sizeof(err)) != TDM_OK) {
         fail_msg("engine_ep_open: %s", err);
     }
     return ep;
+}
+
+static engine_ep_t *open_ep(const char *dir, int n_ranks)
+{
+    return open_ep_mode(dir, n_ranks, 0);
 }
 
 static void test_ep_matches_one_device(void **state)
@@ -276,6 +386,68 @@ static void test_ep_matches_one_device(void **state)
         engine_ep_close(ep);
     }
     free(ref);
+    assert_int_equal(ftu_engine_close(&one), 0);
+}
+
+/* Data-parallel attention (each rank its own sequences, all-to-all dispatch): every rank running
+ * the common schedule, and then ranks doing different work at once (a chunked long prefill, a
+ * batch of two, nothing), each equal byte for byte to the same calls on one device. */
+static void test_ep_data_parallel_matches_one_device(void **state)
+{
+    (void)state;
+    ftu_engine_t one;
+    char dir[FTU_PATH_BYTES];
+    float *ref[3];
+    int64_t n_ref[3];
+
+    memset(&one, 0, sizeof(one));
+    assert_int_equal(ftu_engine_open_preset(&one, "tiny", POOL_PAGES, NULL, 0), 0);
+    assert_int_equal(ftu_make_model("tiny", 1, "fwd-tiny", dir), 0);
+    int64_t cap = ftu_schedule_floats(&one, N_DECODE);
+    int64_t cap_h = (2 + 2 * HETERO_STEPS + 4) * one.V;
+    cap = cap > cap_h ? cap : cap_h;
+    for (int i = 0; i < 3; i++) {
+        ref[i] = calloc((size_t)cap, sizeof(float));
+        assert_non_null(ref[i]);
+    }
+    int64_t n_sched = ftu_run_schedule(&one, PROMPT, N_DECODE, ref[2]);
+    for (int role = 0; role < 2; role++) {
+        n_ref[role] = hetero_work(&one, role, ref[role]);
+    }
+    n_ref[2] = 0;
+
+    for (int n_ranks = 2; n_ranks <= 3; n_ranks++) {
+        engine_ep_t *ep = open_ep_mode(dir, n_ranks, 1);
+        sched_arg_t a;
+
+        memset(&a, 0, sizeof(a));
+        a.fail_rank = -1;
+        for (int r = 0; r < n_ranks; r++) {
+            a.out[r] = calloc((size_t)cap, sizeof(float));
+            assert_non_null(a.out[r]);
+        }
+        assert_int_equal(engine_ep_run(ep, sched_rank, &a), TDM_OK);
+        for (int r = 0; r < n_ranks; r++) {
+            assert_int_equal(a.n_out[r], n_sched);
+            assert_memory_equal(a.out[r], ref[2], (size_t)n_sched * sizeof(float));
+        }
+        a.hetero = 1;
+        assert_int_equal(engine_ep_run(ep, sched_rank, &a), TDM_OK);
+        for (int r = 0; r < n_ranks; r++) {
+            const engine_ep_rank_t *rk = engine_ep_rank(ep, r);
+            assert_int_equal(a.n_out[r], n_ref[r]);
+            assert_memory_equal(a.out[r], ref[r], (size_t)n_ref[r] * sizeof(float));
+            assert_int_equal(a.free_after[r], engine_kv_pool_n_pages(rk->pool));
+            free(a.out[r]);
+        }
+        print_message("data-parallel, %d ranks: the common schedule and per-rank work equal one "
+                      "device byte for byte\n",
+                      n_ranks);
+        engine_ep_close(ep);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ref[i]);
+    }
     assert_int_equal(ftu_engine_close(&one), 0);
 }
 
@@ -396,9 +568,14 @@ static void test_ep_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_comm_allgatherv), cmocka_unit_test(test_comm_abort_reset),
-        cmocka_unit_test(test_comm_refusals),   cmocka_unit_test(test_ep_matches_one_device),
-        cmocka_unit_test(test_ep_rank_failure), cmocka_unit_test(test_ep_refusals),
+        cmocka_unit_test(test_comm_allgatherv),
+        cmocka_unit_test(test_comm_alltoallv),
+        cmocka_unit_test(test_comm_abort_reset),
+        cmocka_unit_test(test_comm_refusals),
+        cmocka_unit_test(test_ep_matches_one_device),
+        cmocka_unit_test(test_ep_data_parallel_matches_one_device),
+        cmocka_unit_test(test_ep_rank_failure),
+        cmocka_unit_test(test_ep_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,37 +12,29 @@
 struct gen_ep {
     engine_ep_t *group;
     int n_ranks;
-    int64_t V;
-    engine_seq_t *seqs[ENGINE_EP_MAX_RANKS];
-    float *scratch; /* [n_ranks - 1, rows, V] logits of ranks > 0 */
-    int64_t scratch_rows;
+    engine_seq_t *seq; /* rank 0's */
 };
 
-/* What one run asks of each rank. */
+/* What one run asks of rank 0 (the others serve its tokens' experts). */
 typedef struct {
     gen_ep_t *ep;
     int decode; /* 0: prefill */
     const int32_t *ids;
     int64_t n_ids;
     uint32_t flags;
-    float *logits0;
+    float *logits;
     int64_t tail;
 } gen_ep_job_t;
-
-static float *rank_logits(gen_ep_job_t *job, int rank)
-{
-    gen_ep_t *ep = job->ep;
-    return rank == 0 ? job->logits0
-                     : ep->scratch + (size_t)(rank - 1) * (size_t)(ep->scratch_rows * ep->V);
-}
 
 static tdm_status_t job_rank(const engine_ep_rank_t *rank, void *user)
 {
     gen_ep_job_t *job = user;
-    engine_seq_t **seq = &job->ep->seqs[rank->rank];
-    int64_t tail = 0;
+    engine_seq_t **seq = &job->ep->seq;
     tdm_status_t st;
 
+    if (rank->rank != 0) {
+        return TDM_OK; /* engine/ep.h has it serve until rank 0 is done */
+    }
     if (*seq == NULL) {
         st = engine_seq_create(rank->model, rank->pool, seq);
         if (st != TDM_OK) {
@@ -50,31 +42,10 @@ static tdm_status_t job_rank(const engine_ep_rank_t *rank, void *user)
         }
     }
     if (job->decode) {
-        return engine_fwd_decode(rank->fwd, seq, job->ids, 1, rank_logits(job, rank->rank));
+        return engine_fwd_decode(rank->fwd, seq, job->ids, 1, job->logits);
     }
-    st = engine_fwd_prefill(rank->fwd, *seq, job->ids, job->n_ids, job->flags,
-                            rank_logits(job, rank->rank), &tail);
-    if (rank->rank == 0) {
-        job->tail = tail;
-    }
-    return st;
-}
-
-/* Scratch for `rows` logit rows on every rank but 0. */
-static tdm_status_t ensure_scratch(gen_ep_t *ep, int64_t rows)
-{
-    float *p;
-
-    if (rows <= ep->scratch_rows || ep->n_ranks == 1) {
-        return TDM_OK;
-    }
-    p = realloc(ep->scratch, (size_t)(ep->n_ranks - 1) * (size_t)(rows * ep->V) * sizeof(float));
-    if (p == NULL) {
-        return TDM_ERR_NO_MEMORY;
-    }
-    ep->scratch = p;
-    ep->scratch_rows = rows;
-    return TDM_OK;
+    return engine_fwd_prefill(rank->fwd, *seq, job->ids, job->n_ids, job->flags, job->logits,
+                              &job->tail);
 }
 
 tdm_status_t gen_ep_open(const char *model_dir, const char *devices, int n_threads,
@@ -86,8 +57,8 @@ tdm_status_t gen_ep_open(const char *model_dir, const char *devices, int n_threa
     tdm_status_t st;
 
     memset(&p, 0, sizeof(p));
-    st = kern_device_parse_list(devices, p.devices, ENGINE_EP_MAX_RANKS, &p.n_ranks, err,
-                                err_bytes);
+    st =
+        kern_device_parse_list(devices, p.devices, ENGINE_EP_MAX_RANKS, &p.n_ranks, err, err_bytes);
     if (st != TDM_OK) {
         return st;
     }
@@ -96,6 +67,7 @@ tdm_status_t gen_ep_open(const char *model_dir, const char *devices, int n_threa
     engine_fwd_params_default(NULL, &p.fwd);
     p.fwd.n_threads = n_threads;
     p.fwd.max_chunk_tokens = chunk_tokens;
+    p.fwd.ep_data_parallel = 1; /* the sequence lives on rank 0 alone */
     p.n_pages = n_pages;
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL) {
@@ -107,16 +79,17 @@ tdm_status_t gen_ep_open(const char *model_dir, const char *devices, int n_threa
         return st;
     }
     ep->n_ranks = p.n_ranks;
-    ep->V = engine_model_config(engine_ep_rank(ep->group, 0)->model)->vocab_size;
     *ep_out = ep;
     return TDM_OK;
 }
 
-static tdm_status_t release_rank(const engine_ep_rank_t *rank, void *user)
+static tdm_status_t release_seq(const engine_ep_rank_t *rank, void *user)
 {
     gen_ep_t *ep = user;
-    engine_seq_destroy(ep->seqs[rank->rank]); /* on its own thread: its device */
-    ep->seqs[rank->rank] = NULL;
+    if (rank->rank == 0) {
+        engine_seq_destroy(ep->seq); /* on its own thread: its device */
+        ep->seq = NULL;
+    }
     return TDM_OK;
 }
 
@@ -125,15 +98,9 @@ void gen_ep_close(gen_ep_t *ep)
     if (ep == NULL) {
         return;
     }
-    (void)engine_ep_run(ep->group, release_rank, ep);
+    (void)engine_ep_run(ep->group, release_seq, ep);
     engine_ep_close(ep->group);
-    free(ep->scratch);
     free(ep);
-}
-
-const engine_config_t *gen_ep_config(const gen_ep_t *ep)
-{
-    return engine_model_config(engine_ep_rank(ep->group, 0)->model);
 }
 
 int gen_ep_size(const gen_ep_t *ep)
@@ -143,18 +110,15 @@ int gen_ep_size(const gen_ep_t *ep)
 
 int64_t gen_ep_length(const gen_ep_t *ep)
 {
-    return ep->seqs[0] != NULL ? engine_seq_length(ep->seqs[0]) : 0;
+    return ep->seq != NULL ? engine_seq_length(ep->seq) : 0;
 }
 
 tdm_status_t gen_ep_prefill(gen_ep_t *ep, const int32_t *ids, int64_t n_ids, uint32_t flags,
                             float *logits_out, int64_t *tail_out)
 {
     gen_ep_job_t job = {ep, 0, ids, n_ids, flags, logits_out, 0};
-    tdm_status_t st = ensure_scratch(ep, (flags & ENGINE_PREFILL_ALL_LOGITS) ? n_ids : 1);
+    tdm_status_t st = engine_ep_run(ep->group, job_rank, &job);
 
-    if (st == TDM_OK) {
-        st = engine_ep_run(ep->group, job_rank, &job);
-    }
     if (st == TDM_OK && tail_out != NULL) {
         *tail_out = job.tail;
     }
@@ -164,7 +128,5 @@ tdm_status_t gen_ep_prefill(gen_ep_t *ep, const int32_t *ids, int64_t n_ids, uin
 tdm_status_t gen_ep_decode(gen_ep_t *ep, int32_t token, float *logits_out)
 {
     gen_ep_job_t job = {ep, 1, &token, 1, 0, logits_out, 0};
-    tdm_status_t st = ensure_scratch(ep, 1);
-
-    return st == TDM_OK ? engine_ep_run(ep->group, job_rank, &job) : st;
+    return engine_ep_run(ep->group, job_rank, &job);
 }
