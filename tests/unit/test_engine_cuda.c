@@ -9,9 +9,9 @@
  *   cross-backend handoff: a sequence prefilled on one backend, exported with its pages
  *     (engine_seq_export, a bit-exact format) and imported on the other, continues greedily with
  *     the same tokens as the all-CPU run for >= 95 % of the prompts, both directions;
- *   two-GPU expert parallel (engine/ep.h over NCCL) equals one GPU within 6(e) on the forward
- *     tests' schedule (small preset), both ranks bit-identical to each other; skips without two
- *     devices.
+ *   two-GPU expert parallel (engine/ep.h over NCCL, replicated and data-parallel attention)
+ *     equals one GPU within 6(e) on the forward tests' schedule (small preset), both ranks
+ *     bit-identical to each other; skips without two devices.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -300,28 +300,32 @@ static void test_two_gpu_expert_parallel(void **state)
     p.model.n_threads = 2;
     engine_fwd_params_default(one.model, &p.fwd);
     p.n_pages = POOL_PAGES;
-    if (engine_ep_open(dir, &p, &ep, err, sizeof(err)) != TDM_OK) {
-        fail_msg("engine_ep_open cuda:0,cuda:1: %s", err);
+    for (int dp = 0; dp < 2; dp++) { /* replicated, then data-parallel attention (engine/ep.h) */
+        p.fwd.ep_data_parallel = dp;
+        if (engine_ep_open(dir, &p, &ep, err, sizeof(err)) != TDM_OK) {
+            fail_msg("engine_ep_open cuda:0,cuda:1: %s", err);
+        }
+        assert_int_equal(engine_ep_run(ep, ep_sched_rank, &a), TDM_OK);
+        /* both ranks computed the same thing; each against one GPU within 6(e): every logit row of
+         * the prefills and decode steps cosine >= 0.999, the greedy ids after them identical */
+        int n_rows = 2 + 2 * 8;
+        double worst = 1.0;
+        assert_int_equal(a.n_out[0], n_ref);
+        assert_int_equal(a.n_out[1], n_ref);
+        assert_memory_equal(a.out[0], a.out[1], (size_t)n_ref * sizeof(float));
+        for (int row = 0; row < n_rows; row++) {
+            double c = ftu_cosine(a.out[0] + row * one.V, ref + row * one.V, one.V);
+            worst = c < worst ? c : worst;
+        }
+        assert_true(worst >= MIN_COSINE);
+        assert_memory_equal(a.out[0] + n_rows * one.V, ref + n_rows * one.V, 2 * sizeof(float));
+        print_message("two-GPU expert parallel (small, %s attention): worst logit cosine %.6f over "
+                      "%d rows; bit-identical to one GPU: %s\n",
+                      dp ? "data-parallel" : "replicated", worst, n_rows,
+                      memcmp(a.out[0], ref, (size_t)n_ref * sizeof(float)) == 0 ? "yes" : "no");
+        engine_ep_close(ep);
+        ep = NULL;
     }
-    assert_int_equal(engine_ep_run(ep, ep_sched_rank, &a), TDM_OK);
-    /* both ranks computed the same thing; each against one GPU within 6(e): every logit row of
-     * the prefills and decode steps cosine >= 0.999, the greedy ids after them identical */
-    int n_rows = 2 + 2 * 8;
-    double worst = 1.0;
-    assert_int_equal(a.n_out[0], n_ref);
-    assert_int_equal(a.n_out[1], n_ref);
-    assert_memory_equal(a.out[0], a.out[1], (size_t)n_ref * sizeof(float));
-    for (int row = 0; row < n_rows; row++) {
-        double c = ftu_cosine(a.out[0] + row * one.V, ref + row * one.V, one.V);
-        worst = c < worst ? c : worst;
-    }
-    assert_true(worst >= MIN_COSINE);
-    assert_memory_equal(a.out[0] + n_rows * one.V, ref + n_rows * one.V, 2 * sizeof(float));
-    print_message("two-GPU expert parallel (small): worst logit cosine %.6f over %d rows; "
-                  "bit-identical to one GPU: %s\n",
-                  worst, n_rows,
-                  memcmp(a.out[0], ref, (size_t)n_ref * sizeof(float)) == 0 ? "yes" : "no");
-    engine_ep_close(ep);
     free(a.out[0]);
     free(a.out[1]);
     free(ref);
