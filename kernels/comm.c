@@ -141,7 +141,7 @@ void kern_comm_group_abort(kern_comm_group_t *group)
     }
     pthread_mutex_lock(&group->mu);
     first = !group->aborted;
-    group->aborted = 1;
+    __atomic_store_n(&group->aborted, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&group->cv);
     pthread_mutex_unlock(&group->mu);
 #ifdef TANDEM_HAVE_NCCL
@@ -204,8 +204,23 @@ int kern_comm_size(const kern_comm_t *comm)
     return comm != NULL ? comm->group->n_ranks : 0;
 }
 
+/* Spins of a barrier waiter before it sleeps: the last rank usually arrives within
+ * microseconds (ranks run the same layer), and a condition-variable wake-up costs tens of them. */
+#define BARRIER_SPINS 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* The cpu barrier: TDM_OK once every rank has arrived in this round, TDM_ERR_PEER_LOST when the
- * group is (or becomes, while waiting) aborted before the round completes. */
+ * group is (or becomes, while waiting) aborted before the round completes. generation and
+ * aborted change under mu with release stores, so a waiter may first spin on them unlocked
+ * (acquire loads), then sleep on cv. */
 static tdm_status_t cpu_barrier(kern_comm_group_t *g)
 {
     tdm_status_t st = TDM_OK;
@@ -219,9 +234,18 @@ static tdm_status_t cpu_barrier(kern_comm_group_t *g)
     gen = g->generation;
     if (++g->arrived == g->n_ranks) {
         g->arrived = 0;
-        g->generation++;
+        __atomic_store_n(&g->generation, gen + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&g->cv);
     } else {
+        pthread_mutex_unlock(&g->mu);
+        for (int i = 0; i < BARRIER_SPINS; i++) {
+            if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen ||
+                __atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE)) {
+                break;
+            }
+            cpu_relax();
+        }
+        pthread_mutex_lock(&g->mu);
         while (gen == g->generation && !g->aborted) {
             pthread_cond_wait(&g->cv, &g->mu);
         }
