@@ -18,6 +18,7 @@
 #include "kernels/device.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
+#include "engine_bench_ep.h"
 #include "engine/seq_state.h"
 
 #include <stddef.h>
@@ -34,6 +35,7 @@ typedef struct {
     const char *model_dir;
     uint32_t n_threads;
     const char *device;
+    const char *devices;
     uint32_t prompt_tokens;
     uint32_t context_tokens;
     uint32_t decode_steps;
@@ -51,6 +53,10 @@ static const tdm_flag_t bench_flags[] = {
     {"device", TDM_FLAG_STRING, "cpu", offsetof(bench_cfg_t, device),
      "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
      0},
+    {"devices", TDM_FLAG_STRING, NULL, offsetof(bench_cfg_t, devices),
+     "expert parallel: decode on a group over these devices (0,1 or cpu,cpu; engine/ep.h) "
+     "against the whole model on the first, same run (bench/engine_bench_ep.h); replaces --device",
+     0, 0, 0},
     {"prompt", TDM_FLAG_U32, "512", offsetof(bench_cfg_t, prompt_tokens), "prefill prompt tokens",
      1, 65536, 0},
     {"context", TDM_FLAG_U32, "128", offsetof(bench_cfg_t, context_tokens),
@@ -385,6 +391,17 @@ int main(int argc, char **argv)
         if (*p == ',') {
             p++;
         }
+    }
+    if (cfg.devices != NULL) {
+        bench_ep_cfg_t ec = {cfg.model_dir,      cfg.devices,           (int)cfg.n_threads,
+                             cfg.context_tokens, (int)cfg.decode_steps, batches,
+                             n_batches,          (int)cfg.repeat};
+        if (strcmp(cfg.device, "cpu") != 0 || cfg.calib_path != NULL || cfg.expand_bf16) {
+            fprintf(stderr, "tandem-bench-engine: --devices runs alone: not with --device, "
+                            "--calib or --expand-bf16\n");
+            return 2;
+        }
+        return bench_ep_run(&ec);
     }
     engine_model_params_default(&mp);
     mp.n_threads = (int)cfg.n_threads;
