@@ -19,6 +19,7 @@
 #include "engine/forward.h"
 #include "engine/inventory.h"
 #include "engine_bench_ep.h"
+#include "bench_ids.h"
 #include "engine/seq_state.h"
 
 #include <stddef.h>
@@ -81,17 +82,6 @@ static const tdm_flag_t bench_flags[] = {
      0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
-
-static void prompt_ids(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ids[i] = (int32_t)(3 + s % (uint64_t)(V - 6));
-    }
-}
 
 /* Process CPU seconds (all threads). */
 static double cpu_seconds(void)
@@ -218,7 +208,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             int64_t C = calib_prefill_cached[ci], N = calib_prefill_new[ni];
             for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
                 engine_seq_t *seq = NULL;
-                prompt_ids(100 + r, V, ids, C + N);
+                bench_seeded_ids(100 + r, V, ids, C + N);
                 if (engine_seq_create(model, pool, &seq) != TDM_OK ||
                     (C > 0 && engine_fwd_prefill(fwd, seq, ids, C, 0, NULL, NULL) != TDM_OK)) {
                     rc = 1;
@@ -249,7 +239,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             int64_t C = calib_prefill_cached[ci], N = calib_prefill_new[ni];
             for (uint32_t r = 0; r < n_runs && rc == 0; r++) {
                 engine_seq_t *seq = NULL;
-                prompt_ids(200 + r, V, ids, C + N + CALIB_OUTPUT_TOKENS);
+                bench_seeded_ids(200 + r, V, ids, C + N + CALIB_OUTPUT_TOKENS);
                 /* the session as the decode node holds it: prompt C plus a reply the next
                  * prompt does not repeat */
                 if (engine_seq_create(model, pool, &seq) != TDM_OK ||
@@ -295,7 +285,7 @@ static int run_calib(const bench_cfg_t *cfg, engine_model_t *model, engine_kv_po
             int32_t toks[ENGINE_FWD_MAX_BATCH];
             int made = 0;
             for (int i = 0; i < B && rc == 0; i++) {
-                prompt_ids(10 + (uint64_t)i, V, ids, ctx);
+                bench_seeded_ids(10 + (uint64_t)i, V, ids, ctx);
                 if (engine_seq_create(model, pool, &seqs[i]) != TDM_OK) {
                     rc = 1;
                     break;
@@ -491,7 +481,7 @@ int main(int argc, char **argv)
         int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
         float *lg = malloc(sizeof(float) * (size_t)V);
         engine_seq_t *seq = NULL;
-        prompt_ids(1, V, ids, T);
+        bench_seeded_ids(1, V, ids, T);
         tdm_status_t st = TDM_OK;
         double s = 0.0;
         /* --repeat runs, each on a fresh sequence; the fastest is printed (as for decode) */
@@ -525,7 +515,7 @@ int main(int argc, char **argv)
         int32_t *ids = malloc(sizeof(int32_t) * cfg.context_tokens);
         float *lg = malloc(sizeof(float) * (size_t)(B * V));
         for (int i = 0; i < B; i++) {
-            prompt_ids(10 + (uint64_t)i, V, ids, cfg.context_tokens);
+            bench_seeded_ids(10 + (uint64_t)i, V, ids, cfg.context_tokens);
             engine_seq_create(model, pool, &seqs[i]);
             engine_fwd_prefill(fwd, seqs[i], ids, cfg.context_tokens, 0, NULL, NULL);
             toks[i] = ids[cfg.context_tokens - 1];

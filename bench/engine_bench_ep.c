@@ -1,5 +1,6 @@
 /* engine_bench_ep.c - tandem-bench-engine --devices (engine_bench_ep.h). */
 #include "engine_bench_ep.h"
+#include "bench_ids.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +25,6 @@ typedef struct {
     int32_t *rec;        /* [B, steps] greedy ids */
 } side_t;
 
-/* Seeded ids in [3, V - 3) (no special token), as engine_bench.c's prompts. */
-static void seeded_ids(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ids[i] = (int32_t)(3 + s % (uint64_t)(V - 6));
-    }
-}
-
 /* The phase of `side` for the sequences of rank r on (model, pool, fwd). */
 static tdm_status_t side_phase(side_t *side, int r, engine_model_t *model, engine_kv_pool_t *pool,
                                engine_fwd_t *fwd)
@@ -59,7 +48,7 @@ static tdm_status_t side_phase(side_t *side, int r, engine_model_t *model, engin
             st = prompt == NULL || logits == NULL ? TDM_ERR_NO_MEMORY
                                                   : engine_seq_create(model, pool, &side->seqs[i]);
             if (st == TDM_OK) {
-                seeded_ids(1000 + (uint64_t)i, V, prompt, cfg->context);
+                bench_seeded_ids(1000 + (uint64_t)i, V, prompt, cfg->context);
                 st = engine_fwd_prefill(fwd, side->seqs[i], prompt, cfg->context, 0, logits, NULL);
             }
             if (st == TDM_OK) {

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/seq_state.h"
+#include "bench_ids.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -64,18 +65,6 @@ static const tdm_flag_t bench_flags[] = {
      0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
-
-/* Deterministic ids in [3, V - 3). */
-static void fill_ids(uint64_t seed, int64_t V, int32_t *ids, int64_t n)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ids[i] = (int32_t)(3 + s % (uint64_t)(V - 6));
-    }
-}
 
 typedef struct {
     uint8_t *blob; /* the session at H, with pages */
@@ -232,7 +221,7 @@ int main(int argc, char **argv)
             st = TDM_ERR_NO_MEMORY;
             break;
         }
-        fill_ids(1000 + (uint64_t)i, c->vocab_size, jobs[i].ids, H + jobs[i].delta);
+        bench_seeded_ids(1000 + (uint64_t)i, c->vocab_size, jobs[i].ids, H + jobs[i].delta);
         tokens += jobs[i].delta;
         st = engine_seq_create(model, pool, &s);
         if (st == TDM_OK) {

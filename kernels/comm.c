@@ -316,6 +316,14 @@ static tdm_status_t cpu_alltoallv(kern_comm_t *comm, const void *send, const siz
     return cpu_barrier(g);
 }
 
+#ifdef TANDEM_HAVE_NCCL
+/* 1 when the group is aborted (nccl collectives check before they queue anything). */
+static int group_aborted(kern_comm_group_t *g)
+{
+    return __atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) != 0;
+}
+#endif
+
 /* 1 when offsets[0..n] do not decrease. */
 static int offsets_ok(const size_t *offsets, int n)
 {
@@ -341,11 +349,9 @@ tdm_status_t kern_comm_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void 
     }
 #ifdef TANDEM_HAVE_NCCL
     if (comm->group->kind == KERN_COMM_NCCL) {
-        pthread_mutex_lock(&comm->group->mu);
-        int aborted = comm->group->aborted;
-        pthread_mutex_unlock(&comm->group->mu);
-        return aborted ? TDM_ERR_PEER_LOST
-                       : kern_comm_nccl_alltoallv(comm, ctx, send, send_off, recv, recv_off);
+        return group_aborted(comm->group)
+                   ? TDM_ERR_PEER_LOST
+                   : kern_comm_nccl_alltoallv(comm, ctx, send, send_off, recv, recv_off);
     }
 #endif
     (void)ctx;
@@ -380,10 +386,8 @@ tdm_status_t kern_comm_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
     }
 #ifdef TANDEM_HAVE_NCCL
     if (comm->group->kind == KERN_COMM_NCCL) {
-        pthread_mutex_lock(&comm->group->mu);
-        int aborted = comm->group->aborted;
-        pthread_mutex_unlock(&comm->group->mu);
-        return aborted ? TDM_ERR_PEER_LOST : kern_comm_nccl_allgatherv(comm, ctx, buf, offsets);
+        return group_aborted(comm->group) ? TDM_ERR_PEER_LOST
+                                          : kern_comm_nccl_allgatherv(comm, ctx, buf, offsets);
     }
 #endif
     (void)ctx;

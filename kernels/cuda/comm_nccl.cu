@@ -15,6 +15,23 @@ extern "C" {
 
 #include "kernels/cuda/cuda_common.cuh"
 
+/* Close the group call opened by ncclGroupStart (always, so NCCL's group depth returns to 0),
+ * the first error of the queued calls or of the close logged as one line. */
+static tdm_status_t group_end(ncclResult_t rc, const char *what, const kern_comm_t *comm)
+{
+    ncclResult_t end = ncclGroupEnd();
+
+    if (rc == ncclSuccess) {
+        rc = end;
+    }
+    if (rc != ncclSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "nccl %s failed: rank=%d of %d nccl=%s", what, comm->rank,
+                comm->group->n_ranks, ncclGetErrorString(rc));
+        return TDM_ERR_INTERNAL;
+    }
+    return TDM_OK;
+}
+
 extern "C" tdm_status_t kern_comm_nccl_init(kern_comm_group_t *g, char *err, size_t err_bytes)
 {
     ncclComm_t comms[KERN_COMM_MAX_RANKS];
@@ -73,16 +90,7 @@ extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t 
             rc = ncclBroadcast(block, block, count, ncclUint8, r, nc, stream);
         }
     }
-    ncclResult_t end = ncclGroupEnd();
-    if (rc == ncclSuccess) {
-        rc = end;
-    }
-    if (rc != ncclSuccess) {
-        tdm_log(TDM_LOG_ERROR, KC_LOG, "nccl all-gather failed: rank=%d of %d nccl=%s",
-                comm->rank, n, ncclGetErrorString(rc));
-        return TDM_ERR_INTERNAL;
-    }
-    return TDM_OK;
+    return group_end(rc, "all-gather", comm);
 }
 
 extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx,
@@ -109,16 +117,7 @@ extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *
             rc = ncclRecv((uint8_t *)recv + recv_off[q], n_recv, ncclUint8, q, nc, stream);
         }
     }
-    ncclResult_t end = ncclGroupEnd();
-    if (rc == ncclSuccess) {
-        rc = end;
-    }
-    if (rc != ncclSuccess) {
-        tdm_log(TDM_LOG_ERROR, KC_LOG, "nccl all-to-all failed: rank=%d of %d nccl=%s",
-                comm->rank, n, ncclGetErrorString(rc));
-        return TDM_ERR_INTERNAL;
-    }
-    return TDM_OK;
+    return group_end(rc, "all-to-all", comm);
 }
 
 #endif

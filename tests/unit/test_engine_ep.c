@@ -329,20 +329,33 @@ static engine_ep_t *open_ep(const char *dir, int n_ranks)
     return open_ep_mode(dir, n_ranks, 0);
 }
 
+/* The one-device reference: tiny opened into the zeroed *one, its directory in dir, the common
+ * schedule run into *ref (calloc'ed, at least min_rows logit rows; the caller frees it) with its
+ * float count in *n_ref. Returns the floats *ref holds. */
+static int64_t open_reference(ftu_engine_t *one, char *dir, int64_t min_rows, float **ref,
+                              int64_t *n_ref)
+{
+    assert_int_equal(ftu_engine_open_preset(one, "tiny", POOL_PAGES, NULL, 0), 0);
+    assert_int_equal(ftu_make_model("tiny", 1, "fwd-tiny", dir), 0);
+    int64_t cap = ftu_schedule_floats(one, N_DECODE);
+    cap = cap > min_rows * one->V ? cap : min_rows * one->V;
+    *ref = calloc((size_t)cap, sizeof(float));
+    assert_non_null(*ref);
+    *n_ref = ftu_run_schedule(one, PROMPT, N_DECODE, *ref);
+    return cap;
+}
+
 static void test_ep_matches_one_device(void **state)
 {
     (void)state;
     ftu_engine_t one;
     char dir[FTU_PATH_BYTES];
     engine_model_resident_t res_one;
+    float *ref = NULL;
+    int64_t n_ref = 0;
 
     memset(&one, 0, sizeof(one));
-    assert_int_equal(ftu_engine_open_preset(&one, "tiny", POOL_PAGES, NULL, 0), 0);
-    assert_int_equal(ftu_make_model("tiny", 1, "fwd-tiny", dir), 0);
-    int64_t cap = ftu_schedule_floats(&one, N_DECODE);
-    float *ref = calloc((size_t)cap, sizeof(float));
-    assert_non_null(ref);
-    int64_t n_ref = ftu_run_schedule(&one, PROMPT, N_DECODE, ref);
+    int64_t cap = open_reference(&one, dir, 0, &ref, &n_ref);
     engine_model_resident(one.model, &res_one);
     assert_true(res_one.mxfp4 > 0);
 
@@ -400,17 +413,15 @@ static void test_ep_data_parallel_matches_one_device(void **state)
     float *ref[3];
     int64_t n_ref[3];
 
+    int64_t n_sched = 0;
+
     memset(&one, 0, sizeof(one));
-    assert_int_equal(ftu_engine_open_preset(&one, "tiny", POOL_PAGES, NULL, 0), 0);
-    assert_int_equal(ftu_make_model("tiny", 1, "fwd-tiny", dir), 0);
-    int64_t cap = ftu_schedule_floats(&one, N_DECODE);
-    int64_t cap_h = (2 + 2 * HETERO_STEPS + 4) * one.V;
-    cap = cap > cap_h ? cap : cap_h;
-    for (int i = 0; i < 3; i++) {
+    /* ref[2]: the common schedule; ref[0], ref[1]: roles 0 and 1 of hetero_work */
+    int64_t cap = open_reference(&one, dir, 2 + 2 * HETERO_STEPS + 4, &ref[2], &n_sched);
+    for (int i = 0; i < 2; i++) {
         ref[i] = calloc((size_t)cap, sizeof(float));
         assert_non_null(ref[i]);
     }
-    int64_t n_sched = ftu_run_schedule(&one, PROMPT, N_DECODE, ref[2]);
     for (int role = 0; role < 2; role++) {
         n_ref[role] = hetero_work(&one, role, ref[role]);
     }
@@ -457,14 +468,11 @@ static void test_ep_rank_failure(void **state)
     ftu_engine_t one;
     char dir[FTU_PATH_BYTES];
     sched_arg_t a;
+    float *ref = NULL;
+    int64_t n_ref = 0;
 
     memset(&one, 0, sizeof(one));
-    assert_int_equal(ftu_engine_open_preset(&one, "tiny", POOL_PAGES, NULL, 0), 0);
-    assert_int_equal(ftu_make_model("tiny", 1, "fwd-tiny", dir), 0);
-    int64_t cap = ftu_schedule_floats(&one, N_DECODE);
-    float *ref = calloc((size_t)cap, sizeof(float));
-    assert_non_null(ref);
-    int64_t n_ref = ftu_run_schedule(&one, PROMPT, N_DECODE, ref);
+    int64_t cap = open_reference(&one, dir, 0, &ref, &n_ref);
 
     engine_ep_t *ep = open_ep(dir, 2);
     memset(&a, 0, sizeof(a));
