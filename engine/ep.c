@@ -37,6 +37,7 @@ struct engine_ep {
     int quit;
     engine_ep_fn *fn;
     void *user;
+    tdm_status_t first_failure; /* of the current run: the first rank to fail, before it aborts */
     ep_rank_t ranks[ENGINE_EP_MAX_RANKS];
 };
 
@@ -109,6 +110,12 @@ static void *rank_main(void *arg)
             st = engine_fwd_ep_serve(rk->view.fwd);
         }
         if (st != TDM_OK) {
+            /* recorded before the abort: the ranks that fail because of it come later */
+            pthread_mutex_lock(&ep->mu);
+            if (ep->first_failure == TDM_OK) {
+                ep->first_failure = st;
+            }
+            pthread_mutex_unlock(&ep->mu);
             kern_comm_group_abort(ep->group); /* the others must not wait for this rank */
         }
         pthread_mutex_lock(&ep->mu);
@@ -147,6 +154,27 @@ static tdm_status_t open_group(struct engine_ep *ep, char *err, size_t err_bytes
         }
         ordinals[r] = p->devices[r].ordinal;
     }
+    if (cuda) {
+        /* every ordinal present before NCCL is asked (its own error would not name it) */
+        const char *reason = NULL;
+        int count = kern_cuda_device_count(&reason);
+        for (int r = 0; r < p->n_ranks; r++) {
+            if (count == 0) {
+                put_err(err, err_bytes, "expert parallel: no usable CUDA device (%s; %d asked)",
+                        reason != NULL ? reason : "none", p->n_ranks);
+                return TDM_ERR_UNSUPPORTED;
+            }
+            if (ordinals[r] >= count) {
+                if (err != NULL && err_bytes > 0) {
+                    snprintf(err, err_bytes,
+                             "expert parallel: device cuda:%d not found (the driver reports %d "
+                             "CUDA device(s))",
+                             ordinals[r], count);
+                }
+                return TDM_ERR_NOT_FOUND;
+            }
+        }
+    }
     if (!cuda) {
         tdm_status_t st = kern_comm_group_create_cpu(p->n_ranks, &ep->group);
         if (st != TDM_OK) {
@@ -156,6 +184,12 @@ static tdm_status_t open_group(struct engine_ep *ep, char *err, size_t err_bytes
         return st;
     }
     return kern_comm_group_create_nccl(ordinals, p->n_ranks, &ep->group, err, err_bytes);
+}
+
+static tdm_status_t warm_rank(const engine_ep_rank_t *rank, void *user)
+{
+    (void)user;
+    return engine_fwd_ep_warmup(rank->fwd);
 }
 
 void engine_ep_close(engine_ep_t *ep)
@@ -236,6 +270,14 @@ tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, e
             }
         }
     }
+    if (st == TDM_OK) {
+        /* every collective's connections made now, while every rank is alive */
+        st = engine_ep_run(ep, warm_rank, NULL);
+        if (st != TDM_OK && err != NULL && err_bytes > 0) {
+            snprintf(err, err_bytes, "expert parallel: the ranks' first collectives failed: %s",
+                     tdm_status_message(st));
+        }
+    }
     if (st != TDM_OK) {
         engine_ep_close(ep);
         return st;
@@ -270,17 +312,14 @@ tdm_status_t engine_ep_run(engine_ep_t *ep, engine_ep_fn *fn, void *user)
     pthread_mutex_lock(&ep->mu);
     ep->fn = fn;
     ep->user = user;
+    ep->first_failure = TDM_OK;
     ep->done = 0;
     ep->job++;
     pthread_cond_broadcast(&ep->cv);
     wait_done(ep, ep->n_ranks);
     pthread_mutex_unlock(&ep->mu);
-    for (int r = 0; r < ep->n_ranks; r++) {
-        tdm_status_t s = ep->ranks[r].status;
-        if (s != TDM_OK && (st == TDM_OK || (st == TDM_ERR_PEER_LOST && s != TDM_ERR_PEER_LOST))) {
-            st = s;
-        }
-    }
+    /* the cause: the first rank to fail (a rank that saw the abort fails after it) */
+    st = ep->first_failure;
     if (st != TDM_OK) {
         tdm_status_t rs = kern_comm_group_reset(ep->group);
         if (rs != TDM_OK) {

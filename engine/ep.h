@@ -74,9 +74,11 @@ typedef struct engine_ep engine_ep_t;
  * kern_comm group (cpu or nccl by the devices' kind).
  * Returns TDM_OK with *ep_out (engine_ep_close frees it), or with *ep_out untouched and one line
  * in err (err_bytes may be 0): TDM_ERR_INVALID_ARG (NULL, n_ranks out of range, mixed device
- * kinds, a CUDA ordinal named twice), TDM_ERR_UNSUPPORTED (CUDA devices without the CUDA backend
- * or NCCL in this build), TDM_ERR_NOT_FOUND (a device ordinal the driver does not have), or the
- * first failing rank's load status with its message (prefixed "rank r: ").
+ * kinds, a CUDA ordinal named twice), TDM_ERR_UNSUPPORTED (CUDA devices without a usable CUDA
+ * device, the CUDA backend or NCCL in this build), TDM_ERR_NOT_FOUND (a device ordinal the driver
+ * does not have; checked before NCCL is asked), the first failing rank's load status with its
+ * message (prefixed "rank r: "), or the status of the ranks' first collectives (kern_comm_warmup,
+ * run here once every rank has loaded).
  */
 tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, engine_ep_t **ep_out,
                             char *err, size_t err_bytes);
@@ -102,8 +104,9 @@ typedef tdm_status_t engine_ep_fn(const engine_ep_rank_t *rank, void *user);
  * all-gather, return TDM_ERR_PEER_LOST); the group is reset once all have returned, so the next
  * run works. Sequences that took part in a failed run are in an unspecified state on every rank:
  * release them.
- * Returns TDM_OK when every rank returned TDM_OK; otherwise the lowest rank's status that is not
- * TDM_ERR_PEER_LOST (the cause), else TDM_ERR_PEER_LOST; TDM_ERR_INVALID_ARG for NULL ep or fn.
+ * Returns TDM_OK when every rank returned TDM_OK; otherwise the status of the first rank to fail
+ * (recorded before it aborts the group, so a rank failing because of the abort never hides the
+ * cause); TDM_ERR_INVALID_ARG for NULL ep or fn.
  */
 tdm_status_t engine_ep_run(engine_ep_t *ep, engine_ep_fn *fn, void *user);
 

@@ -210,7 +210,7 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                                 ARENA_FIXED_BYTES);
     }
     if (st == TDM_OK && params->comm != NULL) {
-        st = fwd_ep_init(fwd);
+        st = fwd_ep_init(fwd); /* the round headers, both forms */
     }
     if (st == TDM_OK) {
         st =

@@ -137,6 +137,11 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
  */
 tdm_status_t engine_fwd_ep_serve(engine_fwd_t *fwd);
 
+/* engine_fwd_ep_warmup - kern_comm_warmup on the context's comm and stream: collective, once per
+ * rank after the group is made (engine/ep.h does). TDM_OK, TDM_ERR_INVALID_ARG (no comm), or the
+ * collective's status. */
+tdm_status_t engine_fwd_ep_warmup(engine_fwd_t *fwd);
+
 /* engine_fwd_destroy - free the context and join its kernel workers; accepts NULL. */
 void engine_fwd_destroy(engine_fwd_t *fwd);
 

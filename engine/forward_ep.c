@@ -50,9 +50,6 @@ tdm_status_t fwd_ep_init(engine_fwd_t *fwd)
     int R = kern_comm_size(fwd->params.comm);
     size_t bytes;
 
-    if (!fwd->params.ep_data_parallel) {
-        return TDM_OK;
-    }
     fwd->ep_hdr_words = HDR_OFF + max_experts(fwd) + 1;
     bytes = (size_t)R * (size_t)fwd->ep_hdr_words * sizeof(int64_t);
     fwd->ep_hdr_host = malloc(bytes);
@@ -69,12 +66,48 @@ void fwd_ep_fini(engine_fwd_t *fwd)
     free(fwd->ep_hdr_host);
 }
 
-/* The replicated form: this rank's experts into Y, all-gather, then the sum. */
-static tdm_status_t routed_allgather(engine_fwd_t *fwd, const engine_layer_weights_t *lw,
-                                     const float *xq, const int64_t *rows, const float *we,
-                                     const int64_t *off, int64_t NK, float *xe, float *gu, float *h,
-                                     float *Y)
+/* Every rank's header [state, layer, off[0..E]] into fwd->ep_hdr_host [R, W]: this rank's from
+ * (layer, off) (layer < 0: serving, no offsets), the others' by an all-gather. */
+static tdm_status_t exchange_headers(engine_fwd_t *fwd, int layer, const int64_t *off)
 {
+    kern_comm_t *comm = fwd->params.comm;
+    int R = kern_comm_size(comm), me = kern_comm_rank(comm);
+    int64_t W = fwd->ep_hdr_words;
+    int64_t *mine = fwd->ep_hdr_host + me * W;
+    size_t *hdr_off = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
+    tdm_status_t st;
+
+    if (hdr_off == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    memset(mine, 0, (size_t)W * sizeof(int64_t));
+    mine[HDR_STATE] = layer >= 0 ? STATE_ACTIVE : STATE_SERVING;
+    mine[HDR_LAYER] = layer;
+    if (layer >= 0) {
+        memcpy(mine + HDR_OFF, off,
+               (size_t)(fwd->model->layers[layer].n_experts + 1) * sizeof(int64_t));
+    }
+    for (int r = 0; r <= R; r++) {
+        hdr_off[r] = (size_t)(r * W) * sizeof(int64_t);
+    }
+    st = fwd_to_backend(fwd, fwd->ep_hdr_dev + me * W, mine, (size_t)W * sizeof(int64_t));
+    if (st == TDM_OK) {
+        st = kern_comm_allgatherv(comm, &fwd->kctx, fwd->ep_hdr_dev, hdr_off);
+    }
+    if (st == TDM_OK) {
+        st = fwd_to_host(fwd, fwd->ep_hdr_host, fwd->ep_hdr_dev, hdr_off[R]);
+    }
+    return st;
+}
+
+/* The replicated form: this rank's experts into Y, all-gather, then the sum. The ranks must
+ * agree on the routing (the all-gather's block sizes come from it): checked first through the
+ * headers, so that a disagreement is an error on every rank, never a mismatched collective. */
+static tdm_status_t routed_allgather(engine_fwd_t *fwd, int layer, const float *xq,
+                                     const int64_t *rows, const float *we, const int64_t *off,
+                                     int64_t NK, float *xe, float *gu, float *h, float *Y)
+{
+    const engine_layer_weights_t *lw = &fwd->model->layers[layer];
     int64_t H = fwd->cfg->hidden_size, E = lw->n_experts;
     int R = kern_comm_size(fwd->params.comm);
     size_t *bounds = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
@@ -84,6 +117,17 @@ static tdm_status_t routed_allgather(engine_fwd_t *fwd, const engine_layer_weigh
         return TDM_ERR_NO_MEMORY;
     }
     (void)NK;
+    st = exchange_headers(fwd, layer, off);
+    for (int r = 0; r < R && st == TDM_OK; r++) {
+        if (memcmp(fwd->ep_hdr_host + r * fwd->ep_hdr_words + HDR_OFF, off,
+                   (size_t)(E + 1) * sizeof(int64_t)) != 0) {
+            tdm_log(TDM_LOG_ERROR, "engine",
+                    "expert parallel: rank %d routed layer %d differently from rank %d "
+                    "(replicated attention needs the same routing on every rank)",
+                    r, layer, kern_comm_rank(fwd->params.comm));
+            st = TDM_ERR_INTERNAL;
+        }
+    }
     for (int64_t e = lw->e_begin; e < lw->e_end && st == TDM_OK; e++) {
         int64_t ne = off[e + 1] - off[e];
         if (ne > 0) {
@@ -135,37 +179,19 @@ static tdm_status_t ep_round(engine_fwd_t *fwd, int layer, const float *xs, cons
     kern_comm_t *comm = fwd->params.comm;
     int R = kern_comm_size(comm), me = kern_comm_rank(comm);
     int64_t H = fwd->cfg->hidden_size, W = fwd->ep_hdr_words;
-    size_t *hdr_off = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
     size_t *send_x = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
     size_t *recv_x = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
     size_t *send_w = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
     size_t *recv_w = fwd_host_alloc(fwd, (size_t)(R + 1) * sizeof(size_t));
-    int64_t *mine = fwd->ep_hdr_host + me * W;
     float *xr = NULL, *wr = NULL, *yr = NULL, *gu = NULL, *h = NULL;
     int64_t m = 0;
     tdm_status_t st;
 
-    if (hdr_off == NULL || send_x == NULL || recv_x == NULL || send_w == NULL || recv_w == NULL) {
+    if (send_x == NULL || recv_x == NULL || send_w == NULL || recv_w == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     /* 1. headers */
-    memset(mine, 0, (size_t)W * sizeof(int64_t));
-    mine[HDR_STATE] = layer >= 0 ? STATE_ACTIVE : STATE_SERVING;
-    mine[HDR_LAYER] = layer;
-    if (layer >= 0) {
-        memcpy(mine + HDR_OFF, off,
-               (size_t)(fwd->model->layers[layer].n_experts + 1) * sizeof(int64_t));
-    }
-    for (int r = 0; r <= R; r++) {
-        hdr_off[r] = (size_t)(r * W) * sizeof(int64_t);
-    }
-    st = fwd_to_backend(fwd, fwd->ep_hdr_dev + me * W, mine, (size_t)W * sizeof(int64_t));
-    if (st == TDM_OK) {
-        st = kern_comm_allgatherv(comm, &fwd->kctx, fwd->ep_hdr_dev, hdr_off);
-    }
-    if (st == TDM_OK) {
-        st = fwd_to_host(fwd, fwd->ep_hdr_host, fwd->ep_hdr_dev, hdr_off[R]);
-    }
+    st = exchange_headers(fwd, layer, off);
     if (st != TDM_OK) {
         return st;
     }
@@ -251,7 +277,7 @@ tdm_status_t fwd_ep_routed(engine_fwd_t *fwd, int layer, const float *xq, const 
             st = ep_round(fwd, layer, xs, we, off, Y, &all_serving);
         }
     } else {
-        st = routed_allgather(fwd, lw, xq, rows, we, off, NK, xe, gu, h, Y);
+        st = routed_allgather(fwd, layer, xq, rows, we, off, NK, xe, gu, h, Y);
     }
     for (int64_t e = 0; e < E && st == TDM_OK; e++) {
         int64_t ne = off[e + 1] - off[e];
@@ -277,4 +303,12 @@ tdm_status_t engine_fwd_ep_serve(engine_fwd_t *fwd)
     }
     fwd_layer_reset(fwd);
     return st;
+}
+
+tdm_status_t engine_fwd_ep_warmup(engine_fwd_t *fwd)
+{
+    if (fwd == NULL || fwd->params.comm == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    return kern_comm_warmup(fwd->params.comm, &fwd->kctx);
 }

@@ -36,9 +36,17 @@ static kern_comm_group_t *group_new(kern_comm_kind_t kind, int n_ranks)
     for (int r = 0; r < n_ranks; r++) {
         g->ranks[r].group = g;
         g->ranks[r].rank = r;
+        if (pthread_mutex_init(&g->ranks[r].nccl_mu, NULL) != 0) {
+            while (r-- > 0) {
+                pthread_mutex_destroy(&g->ranks[r].nccl_mu);
+            }
+            goto fail_cond;
+        }
     }
     return g;
 
+fail_cond:
+    pthread_cond_destroy(&g->cv);
 fail_mutex:
     pthread_mutex_destroy(&g->mu);
 fail_free:
@@ -48,6 +56,9 @@ fail_free:
 
 static void group_free(kern_comm_group_t *g)
 {
+    for (int r = 0; r < g->n_ranks; r++) {
+        pthread_mutex_destroy(&g->ranks[r].nccl_mu);
+    }
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -366,6 +377,20 @@ tdm_status_t kern_comm_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void 
         return TDM_OK;
     }
     return cpu_alltoallv(comm, send, send_off, recv, recv_off);
+}
+
+tdm_status_t kern_comm_warmup(kern_comm_t *comm, kern_ctx_t *ctx)
+{
+    if (comm == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+#ifdef TANDEM_HAVE_NCCL
+    if (comm->group->kind == KERN_COMM_NCCL && comm->group->n_ranks > 1) {
+        return group_aborted(comm->group) ? TDM_ERR_PEER_LOST : kern_comm_nccl_warmup(comm, ctx);
+    }
+#endif
+    (void)ctx;
+    return TDM_OK;
 }
 
 tdm_status_t kern_comm_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,

@@ -94,6 +94,16 @@ int kern_comm_rank(const kern_comm_t *comm);
 int kern_comm_size(const kern_comm_t *comm);
 
 /*
+ * kern_comm_warmup - make every connection this rank's collectives will use, while every rank is
+ * alive: collective, called once by every rank after the group is made (engine/ep.h does). NCCL
+ * sets up its peer-to-peer connections lazily, inside the first collective between two ranks,
+ * and a rank waiting there for a peer that has failed could not be aborted; after this, a
+ * collective only queues work on the stream, and kern_comm_group_abort frees a rank waiting on
+ * that stream. cpu groups: nothing to do. Returns as kern_comm_alltoallv.
+ */
+tdm_status_t kern_comm_warmup(kern_comm_t *comm, kern_ctx_t *ctx);
+
+/*
  * kern_comm_allgatherv - in-place all-gather of byte blocks: rank r's block is
  * buf[offsets[r], offsets[r + 1]) of its own buf, already written; when every rank has returned
  * TDM_OK, each rank's buf holds every block at the same offsets (its own block untouched).

@@ -20,7 +20,12 @@ typedef enum {
 struct kern_comm {
     kern_comm_group_t *group;
     int rank;
-    void *nccl; /* ncclComm_t of this rank (nccl groups) */
+    /* nccl groups: this rank's ncclComm_t, NULL once aborted. NCCL forbids concurrent calls on
+     * one communicator, and the abort comes from whichever rank failed: every NCCL call on it,
+     * the abort included, holds nccl_mu (the owner never blocks while holding it once the
+     * connections exist: kern_comm_warmup). */
+    void *nccl;
+    pthread_mutex_t nccl_mu;
 };
 
 struct kern_comm_group {
@@ -48,6 +53,7 @@ tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void 
                                        const size_t *offsets);
 tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx, const void *send,
                                       const size_t *send_off, void *recv, const size_t *recv_off);
+tdm_status_t kern_comm_nccl_warmup(kern_comm_t *comm, kern_ctx_t *ctx);
 
 #ifdef __cplusplus
 }

@@ -52,37 +52,38 @@ extern "C" tdm_status_t kern_comm_nccl_init(kern_comm_group_t *g, char *err, siz
 
 extern "C" void kern_comm_nccl_abort(kern_comm_group_t *g)
 {
+    /* each communicator under its owner's lock: never while its owner is inside an NCCL call */
     for (int r = 0; r < g->n_ranks; r++) {
-        if (g->ranks[r].nccl != NULL) {
-            ncclCommAbort((ncclComm_t)g->ranks[r].nccl);
-            g->ranks[r].nccl = NULL;
+        kern_comm_t *c = &g->ranks[r];
+        pthread_mutex_lock(&c->nccl_mu);
+        if (c->nccl != NULL) {
+            ncclCommAbort((ncclComm_t)c->nccl);
+            c->nccl = NULL;
         }
+        pthread_mutex_unlock(&c->nccl_mu);
     }
 }
 
 extern "C" void kern_comm_nccl_free(kern_comm_group_t *g)
 {
     for (int r = 0; r < g->n_ranks; r++) {
-        if (g->ranks[r].nccl != NULL) {
-            ncclCommDestroy((ncclComm_t)g->ranks[r].nccl);
-            g->ranks[r].nccl = NULL;
+        kern_comm_t *c = &g->ranks[r];
+        pthread_mutex_lock(&c->nccl_mu);
+        if (c->nccl != NULL) {
+            ncclCommDestroy((ncclComm_t)c->nccl);
+            c->nccl = NULL;
         }
+        pthread_mutex_unlock(&c->nccl_mu);
     }
 }
 
-extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
-                                                  const size_t *offsets)
+/* The all-gather's NCCL calls (comm->nccl_mu held, communicator live). */
+static tdm_status_t allgatherv_locked(kern_comm_t *comm, ncclComm_t nc, cudaStream_t stream,
+                                      void *buf, const size_t *offsets)
 {
-    ncclComm_t nc = (ncclComm_t)comm->nccl;
-    cudaStream_t stream = kc_stream(ctx);
-    ncclResult_t rc;
-    int n = comm->group->n_ranks;
+    ncclResult_t rc = ncclGroupStart();
 
-    if (nc == NULL) {
-        return TDM_ERR_PEER_LOST;
-    }
-    rc = ncclGroupStart();
-    for (int r = 0; r < n && rc == ncclSuccess; r++) {
+    for (int r = 0; r < comm->group->n_ranks && rc == ncclSuccess; r++) {
         size_t count = offsets[r + 1] - offsets[r];
         uint8_t *block = (uint8_t *)buf + offsets[r];
         /* every rank skips the same empty blocks: the offsets are the same on all of them */
@@ -93,21 +94,15 @@ extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t 
     return group_end(rc, "all-gather", comm);
 }
 
-extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx,
-                                                 const void *send, const size_t *send_off,
-                                                 void *recv, const size_t *recv_off)
+/* The all-to-all's NCCL calls (comm->nccl_mu held, communicator live): one send and one receive
+ * per peer, itself included, in one group (NCCL pairs them). */
+static tdm_status_t alltoallv_locked(kern_comm_t *comm, ncclComm_t nc, cudaStream_t stream,
+                                     const void *send, const size_t *send_off, void *recv,
+                                     const size_t *recv_off)
 {
-    ncclComm_t nc = (ncclComm_t)comm->nccl;
-    cudaStream_t stream = kc_stream(ctx);
-    ncclResult_t rc;
-    int n = comm->group->n_ranks;
+    ncclResult_t rc = ncclGroupStart();
 
-    if (nc == NULL) {
-        return TDM_ERR_PEER_LOST;
-    }
-    /* one send and one receive per peer, itself included, in one group: NCCL pairs them */
-    rc = ncclGroupStart();
-    for (int q = 0; q < n && rc == ncclSuccess; q++) {
+    for (int q = 0; q < comm->group->n_ranks && rc == ncclSuccess; q++) {
         size_t n_send = send_off[q + 1] - send_off[q];
         size_t n_recv = recv_off[q + 1] - recv_off[q];
         if (n_send > 0) {
@@ -118,6 +113,62 @@ extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *
         }
     }
     return group_end(rc, "all-to-all", comm);
+}
+
+extern "C" tdm_status_t kern_comm_nccl_allgatherv(kern_comm_t *comm, kern_ctx_t *ctx, void *buf,
+                                                  const size_t *offsets)
+{
+    tdm_status_t st = TDM_ERR_PEER_LOST;
+
+    pthread_mutex_lock(&comm->nccl_mu);
+    if (comm->nccl != NULL) {
+        st = allgatherv_locked(comm, (ncclComm_t)comm->nccl, kc_stream(ctx), buf, offsets);
+    }
+    pthread_mutex_unlock(&comm->nccl_mu);
+    return st;
+}
+
+extern "C" tdm_status_t kern_comm_nccl_alltoallv(kern_comm_t *comm, kern_ctx_t *ctx,
+                                                 const void *send, const size_t *send_off,
+                                                 void *recv, const size_t *recv_off)
+{
+    tdm_status_t st = TDM_ERR_PEER_LOST;
+
+    pthread_mutex_lock(&comm->nccl_mu);
+    if (comm->nccl != NULL) {
+        st = alltoallv_locked(comm, (ncclComm_t)comm->nccl, kc_stream(ctx), send, send_off, recv,
+                              recv_off);
+    }
+    pthread_mutex_unlock(&comm->nccl_mu);
+    return st;
+}
+
+extern "C" tdm_status_t kern_comm_nccl_warmup(kern_comm_t *comm, kern_ctx_t *ctx)
+{
+    /* one 8-byte block per rank in an all-gather and per pair in an all-to-all: every
+     * connection either collective uses, made now while every rank is here */
+    int n = comm->group->n_ranks;
+    size_t offs[KERN_COMM_MAX_RANKS + 1];
+    uint8_t *dev = NULL;
+    cudaStream_t stream = kc_stream(ctx);
+    tdm_status_t st = kc_call_status("nccl warm-up", "cudaMalloc",
+                                     cudaMalloc((void **)&dev, (size_t)n * 16));
+
+    for (int r = 0; r <= n; r++) {
+        offs[r] = (size_t)r * 8;
+    }
+    if (st == TDM_OK) {
+        st = kern_comm_nccl_allgatherv(comm, ctx, dev, offs);
+    }
+    if (st == TDM_OK) {
+        st = kern_comm_nccl_alltoallv(comm, ctx, dev, offs, dev + n * 8, offs);
+    }
+    if (st == TDM_OK) {
+        st = kc_call_status("nccl warm-up", "cudaStreamSynchronize",
+                            cudaStreamSynchronize(stream));
+    }
+    cudaFree(dev);
+    return st;
 }
 
 #endif
