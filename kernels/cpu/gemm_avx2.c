@@ -1,6 +1,7 @@
 /* gemm_avx2.c - kern_gemm_cpu for AVX2 + FMA (x86-64-v3; gemm_body.inc; built with -mavx2 -mfma
  * -ffp-contract=off, run only when kern_cpu_isa() is KERN_ISA_AVX2). 16 registers and two per
- * 16-lane vector: a 3 x 2 tile (12 registers of accumulators); weight rows per GEMV block: 2
+ * 16-lane vector: a 3 x 2 tile (12 registers of accumulators), for FP8/MXFP4 weights in the
+ * few-row path 4 x 1 (8: each weight row decoded once per 4 rows); weight rows per GEMV block: 2
  * BF16/F32, 4 FP8/MXFP4. */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX2   1
@@ -12,6 +13,8 @@
 #define FMA_CHAINS        6
 #define GEMVR_OUT         2
 #define GEMVR_ROWS        3
+#define GEMVR_QOUT        1
+#define GEMVR_QROWS       4
 #define TILE_R            3
 #include "kernels/cpu/simd16.h"
 
