@@ -238,7 +238,8 @@ typedef struct {
 #define HETERO_STEPS 6
 
 /* Different work per role, as data-parallel ranks get it: role 0 one long prompt then greedy
- * decode steps; role 1 two short prompts decoded together for fewer steps; role 2 nothing.
+ * decode steps; role 1 two short prompts decoded together for fewer steps, then a DSpark draft;
+ * role 2 nothing.
  * Every logit row into out; returns the floats written. */
 static int64_t hetero_work(ftu_engine_t *e, int role, float *out)
 {
@@ -262,6 +263,12 @@ static int64_t hetero_work(ftu_engine_t *e, int role, float *out)
             next[i] = (int32_t)ftu_argmax(out + at + i * e->V, e->V);
         }
         at += n_seqs * e->V;
+    }
+    if (role == 1 && e->cfg->n_blocks > 0) {
+        /* a DSpark draft (blocks of other expert counts: 4 experts over the ranks) while rank 0
+         * is still in backbone layers: rounds mixing layers of different E */
+        assert_int_equal(engine_fwd_dspark_draft(e->fwd, &seqs[1], &next[1], 1, out + at), TDM_OK);
+        at += e->cfg->dspark_block_size * e->cfg->hidden_size;
     }
     for (int i = 0; i < n_seqs; i++) {
         engine_seq_destroy(seqs[i]);
