@@ -178,18 +178,11 @@ int bench_ep_run(const bench_ep_cfg_t *cfg)
     char err[512] = "";
     int rc = 0;
 
-    memset(&p, 0, sizeof(p));
-    if (kern_device_parse_list(cfg->devices, p.devices, ENGINE_EP_MAX_RANKS, &p.n_ranks, err,
-                               sizeof(err)) != TDM_OK) {
+    if (engine_ep_params_from_devices(cfg->devices, cfg->n_threads, EP_POOL_PAGES, &p, err,
+                                      sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: --devices: %s\n", err);
         return 2;
     }
-    engine_model_params_default(&p.model);
-    p.model.n_threads = cfg->n_threads;
-    engine_fwd_params_default(NULL, &p.fwd);
-    p.fwd.n_threads = cfg->n_threads;
-    p.fwd.ep_data_parallel = 1;
-    p.n_pages = EP_POOL_PAGES;
     tdm_status_t st = engine_ep_open(cfg->model_dir, &p, &ep, err, sizeof(err));
     if (st != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: --devices=%s: %s\n", cfg->devices, err);

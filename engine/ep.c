@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "kernels/comm.h"
 
@@ -40,13 +41,6 @@ struct engine_ep {
     tdm_status_t first_failure; /* of the current run: the first rank to fail, before it aborts */
     ep_rank_t ranks[ENGINE_EP_MAX_RANKS];
 };
-
-static void put_err(char *err, size_t err_bytes, const char *fmt, const char *a, int n)
-{
-    if (err != NULL && err_bytes > 0) {
-        snprintf(err, err_bytes, fmt, a, n);
-    }
-}
 
 /* Rank r's load on its own thread: device current, shard, pool, context. */
 static tdm_status_t rank_load(ep_rank_t *rk)
@@ -148,8 +142,8 @@ static tdm_status_t open_group(struct engine_ep *ep, char *err, size_t err_bytes
 
     for (int r = 0; r < p->n_ranks; r++) {
         if ((p->devices[r].backend == KERN_BACKEND_CUDA) != cuda) {
-            put_err(err, err_bytes, "expert parallel: devices of %s kinds (rank %d differs)",
-                    "mixed", r);
+            tdm_errbuf_set(err, err_bytes,
+                           "expert parallel: devices of mixed kinds (rank %d differs)", r);
             return TDM_ERR_INVALID_ARG;
         }
         ordinals[r] = p->devices[r].ordinal;
@@ -158,19 +152,17 @@ static tdm_status_t open_group(struct engine_ep *ep, char *err, size_t err_bytes
         /* every ordinal present before NCCL is asked (its own error would not name it) */
         const char *reason = NULL;
         int count = kern_cuda_device_count(&reason);
+        if (count == 0) {
+            tdm_errbuf_set(err, err_bytes, "expert parallel: no usable CUDA device (%s; %d asked)",
+                           reason != NULL ? reason : "none", p->n_ranks);
+            return TDM_ERR_UNSUPPORTED;
+        }
         for (int r = 0; r < p->n_ranks; r++) {
-            if (count == 0) {
-                put_err(err, err_bytes, "expert parallel: no usable CUDA device (%s; %d asked)",
-                        reason != NULL ? reason : "none", p->n_ranks);
-                return TDM_ERR_UNSUPPORTED;
-            }
             if (ordinals[r] >= count) {
-                if (err != NULL && err_bytes > 0) {
-                    snprintf(err, err_bytes,
-                             "expert parallel: device cuda:%d not found (the driver reports %d "
-                             "CUDA device(s))",
-                             ordinals[r], count);
-                }
+                tdm_errbuf_set(err, err_bytes,
+                               "expert parallel: device cuda:%d not found (the driver reports %d "
+                               "CUDA device(s))",
+                               ordinals[r], count);
                 return TDM_ERR_NOT_FOUND;
             }
         }
@@ -178,8 +170,8 @@ static tdm_status_t open_group(struct engine_ep *ep, char *err, size_t err_bytes
     if (!cuda) {
         tdm_status_t st = kern_comm_group_create_cpu(p->n_ranks, &ep->group);
         if (st != TDM_OK) {
-            put_err(err, err_bytes, "expert parallel: %s (%d cpu ranks)", tdm_status_message(st),
-                    p->n_ranks);
+            tdm_errbuf_set(err, err_bytes, "expert parallel: %s (%d cpu ranks)",
+                           tdm_status_message(st), p->n_ranks);
         }
         return st;
     }
@@ -221,8 +213,8 @@ tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, e
 
     if (dir == NULL || params == NULL || ep_out == NULL || params->n_ranks < 1 ||
         params->n_ranks > ENGINE_EP_MAX_RANKS || strlen(dir) >= sizeof(ep->dir)) {
-        put_err(err, err_bytes, "expert parallel: %s (ranks 1..%d)", "invalid argument",
-                ENGINE_EP_MAX_RANKS);
+        tdm_errbuf_set(err, err_bytes, "expert parallel: invalid argument (ranks 1..%d)",
+                       ENGINE_EP_MAX_RANKS);
         return TDM_ERR_INVALID_ARG;
     }
     ep = calloc(1, sizeof(*ep));
@@ -253,7 +245,7 @@ tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, e
         rk->view.n_ranks = ep->n_ranks;
         if (pthread_create(&rk->thread, NULL, rank_main, rk) != 0) {
             st = TDM_ERR_NO_MEMORY;
-            put_err(err, err_bytes, "expert parallel: %s for rank %d", "no thread", r);
+            tdm_errbuf_set(err, err_bytes, "expert parallel: no thread for rank %d", r);
             break;
         }
         rk->started = 1;
@@ -265,17 +257,16 @@ tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, e
     for (int r = 0; r < n_started && st == TDM_OK; r++) {
         if (ep->ranks[r].status != TDM_OK) {
             st = ep->ranks[r].status;
-            if (err != NULL && err_bytes > 0) {
-                snprintf(err, err_bytes, "rank %d: %s", r, ep->ranks[r].err);
-            }
+            tdm_errbuf_set(err, err_bytes, "rank %d: %s", r, ep->ranks[r].err);
         }
     }
     if (st == TDM_OK) {
         /* every collective's connections made now, while every rank is alive */
         st = engine_ep_run(ep, warm_rank, NULL);
-        if (st != TDM_OK && err != NULL && err_bytes > 0) {
-            snprintf(err, err_bytes, "expert parallel: the ranks' first collectives failed: %s",
-                     tdm_status_message(st));
+        if (st != TDM_OK) {
+            tdm_errbuf_set(err, err_bytes,
+                           "expert parallel: the ranks' first collectives failed: %s",
+                           tdm_status_message(st));
         }
     }
     if (st != TDM_OK) {
@@ -286,6 +277,27 @@ tdm_status_t engine_ep_open(const char *dir, const engine_ep_params_t *params, e
             ep->n_ranks, ep->params.devices[0].backend == KERN_BACKEND_CUDA ? "cuda" : "cpu",
             ep->params.n_pages);
     *ep_out = ep;
+    return TDM_OK;
+}
+
+tdm_status_t engine_ep_params_from_devices(const char *devices, int n_threads, uint32_t n_pages,
+                                           engine_ep_params_t *out, char *err, size_t err_bytes)
+{
+    if (out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(out, 0, sizeof(*out));
+    tdm_status_t st = kern_device_parse_list(devices, out->devices, ENGINE_EP_MAX_RANKS,
+                                             &out->n_ranks, err, err_bytes);
+    if (st != TDM_OK) {
+        return st;
+    }
+    engine_model_params_default(&out->model);
+    out->model.n_threads = n_threads;
+    engine_fwd_params_default(NULL, &out->fwd);
+    out->fwd.n_threads = n_threads;
+    out->fwd.ep_data_parallel = 1;
+    out->n_pages = n_pages;
     return TDM_OK;
 }
 

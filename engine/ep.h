@@ -55,6 +55,17 @@ typedef struct {
     uint32_t n_pages;
 } engine_ep_params_t;
 
+/*
+ * engine_ep_params_from_devices - *out for a group over the `--devices` list text `devices`
+ * (kern_device_parse_list: "0,1", "cpu,cpu", ...): the default model and forward parameters with
+ * n_threads kernel threads per rank, data-parallel attention (fwd.ep_data_parallel = 1) and
+ * n_pages KV pages per rank; the caller may change any field before engine_ep_open (the tools
+ * set their chunk size here).
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG with the list's message in err (*out then unspecified).
+ */
+tdm_status_t engine_ep_params_from_devices(const char *devices, int n_threads, uint32_t n_pages,
+                                           engine_ep_params_t *out, char *err, size_t err_bytes);
+
 /* One rank as a run's function sees it: its index, the group size, and its model shard, page
  * pool and forward context (owned by the group; valid until engine_ep_close). */
 typedef struct {

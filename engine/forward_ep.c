@@ -105,7 +105,7 @@ static tdm_status_t exchange_headers(engine_fwd_t *fwd, int layer, const int64_t
  * headers, so that a disagreement is an error on every rank, never a mismatched collective. */
 static tdm_status_t routed_allgather(engine_fwd_t *fwd, int layer, const float *xq,
                                      const int64_t *rows, const float *we, const int64_t *off,
-                                     int64_t NK, float *xe, float *gu, float *h, float *Y)
+                                     float *xe, float *gu, float *h, float *Y)
 {
     const engine_layer_weights_t *lw = &fwd->model->layers[layer];
     int64_t H = fwd->cfg->hidden_size, E = lw->n_experts;
@@ -116,7 +116,6 @@ static tdm_status_t routed_allgather(engine_fwd_t *fwd, int layer, const float *
     if (bounds == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    (void)NK;
     st = exchange_headers(fwd, layer, off);
     for (int r = 0; r < R && st == TDM_OK; r++) {
         if (memcmp(fwd->ep_hdr_host + r * fwd->ep_hdr_words + HDR_OFF, off,
@@ -277,7 +276,7 @@ tdm_status_t fwd_ep_routed(engine_fwd_t *fwd, int layer, const float *xq, const 
             st = ep_round(fwd, layer, xs, we, off, Y, &all_serving);
         }
     } else {
-        st = routed_allgather(fwd, layer, xq, rows, we, off, NK, xe, gu, h, Y);
+        st = routed_allgather(fwd, layer, xq, rows, we, off, xe, gu, h, Y);
     }
     for (int64_t e = 0; e < E && st == TDM_OK; e++) {
         int64_t ne = off[e + 1] - off[e];

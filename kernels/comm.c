@@ -3,19 +3,12 @@
 #include "kernels/comm.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "kernels/comm_impl.h"
-
-static void put_err(char *err, size_t err_bytes, const char *msg)
-{
-    if (err != NULL && err_bytes > 0) {
-        snprintf(err, err_bytes, "%s", msg);
-    }
-}
 
 /* A zeroed group of n ranks of `kind` with its lock made; NULL when out of memory. */
 static kern_comm_group_t *group_new(kern_comm_kind_t kind, int n_ranks)
@@ -83,20 +76,19 @@ tdm_status_t kern_comm_group_create_nccl(const int *devices, int n_ranks,
                                          kern_comm_group_t **group_out, char *err, size_t err_bytes)
 {
     if (devices == NULL || group_out == NULL || n_ranks < 1 || n_ranks > KERN_COMM_MAX_RANKS) {
-        put_err(err, err_bytes, "nccl group: NULL argument or rank count outside 1..72");
+        tdm_errbuf_set(err, err_bytes, "nccl group: NULL argument or rank count outside 1..%d",
+                       KERN_COMM_MAX_RANKS);
         return TDM_ERR_INVALID_ARG;
     }
     for (int r = 0; r < n_ranks; r++) {
         for (int q = 0; q < r; q++) {
             if (devices[q] == devices[r]) {
-                if (err != NULL && err_bytes > 0) {
-                    snprintf(err, err_bytes, "nccl group: device %d named twice", devices[r]);
-                }
+                tdm_errbuf_set(err, err_bytes, "nccl group: device %d named twice", devices[r]);
                 return TDM_ERR_INVALID_ARG;
             }
         }
         if (devices[r] < 0) {
-            put_err(err, err_bytes, "nccl group: negative device ordinal");
+            tdm_errbuf_set(err, err_bytes, "nccl group: negative device ordinal");
             return TDM_ERR_INVALID_ARG;
         }
     }
@@ -105,7 +97,7 @@ tdm_status_t kern_comm_group_create_nccl(const int *devices, int n_ranks,
     tdm_status_t st;
 
     if (g == NULL) {
-        put_err(err, err_bytes, "nccl group: out of memory");
+        tdm_errbuf_set(err, err_bytes, "nccl group: out of memory");
         return TDM_ERR_NO_MEMORY;
     }
     memcpy(g->devices, devices, (size_t)n_ranks * sizeof(int));
@@ -117,13 +109,14 @@ tdm_status_t kern_comm_group_create_nccl(const int *devices, int n_ranks,
     *group_out = g;
     return TDM_OK;
 #else
-    put_err(err, err_bytes,
+    tdm_errbuf_set(
+        err, err_bytes, "%s",
 #ifdef TANDEM_HAVE_CUDA
-            "expert parallel over CUDA devices needs NCCL: this build found no nccl.h/libnccl "
-            "at configure time"
+        "expert parallel over CUDA devices needs NCCL: this build found no nccl.h/libnccl "
+        "at configure time"
 #else
-            "expert parallel over CUDA devices needs the CUDA backend with NCCL: this build has "
-            "no CUDA backend (nvcc was absent at configure time)"
+        "expert parallel over CUDA devices needs the CUDA backend with NCCL: this build has "
+        "no CUDA backend (nvcc was absent at configure time)"
 #endif
     );
     return TDM_ERR_UNSUPPORTED;

@@ -5,6 +5,7 @@
 #ifdef TANDEM_HAVE_NCCL
 
 extern "C" {
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "kernels/comm_impl.h"
 }
@@ -38,10 +39,8 @@ extern "C" tdm_status_t kern_comm_nccl_init(kern_comm_group_t *g, char *err, siz
     ncclResult_t rc = ncclCommInitAll(comms, g->n_ranks, g->devices);
 
     if (rc != ncclSuccess) {
-        if (err != NULL && err_bytes > 0) {
-            snprintf(err, err_bytes, "nccl group of %d devices: ncclCommInitAll: %s", g->n_ranks,
-                     ncclGetErrorString(rc));
-        }
+        tdm_errbuf_set(err, err_bytes, "nccl group of %d devices: ncclCommInitAll: %s", g->n_ranks,
+                       ncclGetErrorString(rc));
         return TDM_ERR_INTERNAL;
     }
     for (int r = 0; r < g->n_ranks; r++) {
@@ -50,31 +49,33 @@ extern "C" tdm_status_t kern_comm_nccl_init(kern_comm_group_t *g, char *err, siz
     return TDM_OK;
 }
 
-extern "C" void kern_comm_nccl_abort(kern_comm_group_t *g)
+/* Every rank's communicator released (ncclCommAbort when abort, else ncclCommDestroy), each
+ * under its owner's lock: never while its owner is inside an NCCL call. */
+static void release_comms(kern_comm_group_t *g, int abort)
 {
-    /* each communicator under its owner's lock: never while its owner is inside an NCCL call */
     for (int r = 0; r < g->n_ranks; r++) {
         kern_comm_t *c = &g->ranks[r];
         pthread_mutex_lock(&c->nccl_mu);
         if (c->nccl != NULL) {
-            ncclCommAbort((ncclComm_t)c->nccl);
+            if (abort) {
+                ncclCommAbort((ncclComm_t)c->nccl);
+            } else {
+                ncclCommDestroy((ncclComm_t)c->nccl);
+            }
             c->nccl = NULL;
         }
         pthread_mutex_unlock(&c->nccl_mu);
     }
 }
 
+extern "C" void kern_comm_nccl_abort(kern_comm_group_t *g)
+{
+    release_comms(g, 1);
+}
+
 extern "C" void kern_comm_nccl_free(kern_comm_group_t *g)
 {
-    for (int r = 0; r < g->n_ranks; r++) {
-        kern_comm_t *c = &g->ranks[r];
-        pthread_mutex_lock(&c->nccl_mu);
-        if (c->nccl != NULL) {
-            ncclCommDestroy((ncclComm_t)c->nccl);
-            c->nccl = NULL;
-        }
-        pthread_mutex_unlock(&c->nccl_mu);
-    }
+    release_comms(g, 0);
 }
 
 /* The all-gather's NCCL calls (comm->nccl_mu held, communicator live). */

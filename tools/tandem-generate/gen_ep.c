@@ -1,13 +1,10 @@
 /* gen_ep.c - tandem-generate on an expert-parallel group (gen_ep.h). */
 #include "gen_ep.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine/ep.h"
 #include "engine/forward.h"
-#include "kernels/device.h"
 
 struct gen_ep {
     engine_ep_t *group;
@@ -56,19 +53,12 @@ tdm_status_t gen_ep_open(const char *model_dir, const char *devices, int n_threa
     gen_ep_t *ep;
     tdm_status_t st;
 
-    memset(&p, 0, sizeof(p));
-    st =
-        kern_device_parse_list(devices, p.devices, ENGINE_EP_MAX_RANKS, &p.n_ranks, err, err_bytes);
+    /* data-parallel (the default there): the sequence lives on rank 0 alone */
+    st = engine_ep_params_from_devices(devices, n_threads, n_pages, &p, err, err_bytes);
     if (st != TDM_OK) {
         return st;
     }
-    engine_model_params_default(&p.model);
-    p.model.n_threads = n_threads;
-    engine_fwd_params_default(NULL, &p.fwd);
-    p.fwd.n_threads = n_threads;
     p.fwd.max_chunk_tokens = chunk_tokens;
-    p.fwd.ep_data_parallel = 1; /* the sequence lives on rank 0 alone */
-    p.n_pages = n_pages;
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL) {
         return TDM_ERR_NO_MEMORY;
