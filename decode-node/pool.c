@@ -12,8 +12,9 @@
 
 struct decode_pool {
     const engine_model_t *model;
-    engine_kv_pool_t *kv;
-    xfer_pool_t *xpool;
+    node_pages_t *pages;  /* the engine pool and its transfer pages (node/node_pages.h) */
+    engine_kv_pool_t *kv; /* node_pages_engine(pages) */
+    xfer_pool_t *xpool;   /* node_pages_xfer(pages): NULL without UCX */
     decode_resv_t *resvs;
     uint32_t n_reserved;
     uint64_t next_id;
@@ -22,9 +23,7 @@ struct decode_pool {
 tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages, xfer_context_t *xfer,
                                 decode_pool_t **pool_out)
 {
-    const engine_config_t *cfg = engine_model_config(model);
     decode_pool_t *pool = calloc(1, sizeof(*pool));
-    kern_kv_geometry_t geometry;
     tdm_status_t status;
 
     if (pool == NULL) {
@@ -32,28 +31,15 @@ tdm_status_t decode_pool_create(const engine_model_t *model, uint32_t n_pages, x
     }
     pool->model = model;
     pool->next_id = tdm_hash_splitmix64(tdm_clock_now_ns()) | 1u;
-    status = kern_kv_geometry((uint32_t)cfg->head_dim, (uint32_t)cfg->index_head_dim,
-                              engine_config_max_kv_ratio(cfg), &geometry);
-    if (status == TDM_OK && xfer != NULL) {
-        /* UCX allocates the pages (shared memory a peer reaches with one-sided copies) and the
-         * engine pool lays its pages over them: page i is xfer page i. */
-        xfer_pool_params_t xp = {
-            .page_size_bytes = geometry.page_bytes,
-            .n_pages = n_pages,
-            .mem_type = XFER_MEM_HOST,
-            .base = NULL,
-        };
-        status = xfer_pool_create(xfer, &xp, &pool->xpool);
-    }
-    if (status == TDM_OK) {
-        status = engine_kv_pool_create_in(
-            cfg, engine_model_fingerprint(model), n_pages,
-            pool->xpool != NULL ? xfer_pool_page(pool->xpool, 0) : NULL, &pool->kv);
-    }
+    /* page i of the engine pool is page i of the xfer pool: in place over UCX's memory on the
+     * CPU, a staging copy of it when the engine's pages live on a device (node_pages.h) */
+    status = node_pages_create(model, n_pages, xfer, &pool->pages);
     if (status != TDM_OK) {
-        decode_pool_destroy(pool);
+        free(pool);
         return status;
     }
+    pool->kv = node_pages_engine(pool->pages);
+    pool->xpool = node_pages_xfer(pool->pages);
     *pool_out = pool;
     return TDM_OK;
 }
@@ -84,14 +70,18 @@ void decode_pool_destroy(decode_pool_t *pool)
     while (pool->resvs != NULL) {
         free_resv(pool, pool->resvs);
     }
-    engine_kv_pool_destroy(pool->kv); /* before the memory it lies in */
-    xfer_pool_destroy(pool->xpool);
+    node_pages_destroy(pool->pages);
     free(pool);
 }
 
 engine_kv_pool_t *decode_pool_engine(decode_pool_t *pool)
 {
     return pool->kv;
+}
+
+node_pages_t *decode_pool_pages(decode_pool_t *pool)
+{
+    return pool->pages;
 }
 
 void decode_pool_descriptor(const decode_pool_t *pool, const uint8_t **bytes_out, size_t *n_out)
@@ -282,10 +272,12 @@ tdm_status_t decode_pool_stage(decode_pool_t *pool, decode_resv_t *resv, const u
         engine_kv_table_release(pool->kv, &resv->stage);
         return status;
     }
-    for (size_t i = 0; i < n_pages; i++) { /* raw bytes: the pages' headers are rewritten when
-                                              the pool hands them out again */
+    for (size_t i = 0; i < n_pages; i++) {
+        /* raw bytes where the prefill node gets them (the staging copy when the engine's pages
+         * are on a device: the engine never reads these); the pages' headers are rewritten when
+         * the pool hands them out again */
         size_t n = n_bytes - i * page_bytes < page_bytes ? n_bytes - i * page_bytes : page_bytes;
-        memcpy(engine_kv_pool_page(pool->kv, resv->stage.page_ids[i]), bytes + i * page_bytes, n);
+        memcpy(node_pages_host(pool->pages, resv->stage.page_ids[i]), bytes + i * page_bytes, n);
     }
     pool->n_reserved += resv->stage.n_pages;
     return TDM_OK;

@@ -2,8 +2,9 @@
  *
  * Owns the engine page pool (engine/kv_cache.h), its registration with UCX as one xfer pool
  * (transfer/pool.h: page i of the engine pool is page i of the xfer pool, so a prefill node
- * reads and writes pages by engine page id), and every reservation. A page is free (engine pool),
- * linked into a sequence (engine block tables, owned by sessions), or held by a reservation.
+ * reads and writes pages by engine page id; node/node_pages.h: the same bytes on the CPU, a host
+ * staging copy when the engine runs on a device), and every reservation. A page is free (engine
+ * pool), linked into a sequence (engine block tables, owned by sessions), or held by a reservation.
  * A reservation owns its pages until its handoff is consumed (decode_pool_release) or, after a
  * timeout or an abort, until its fence has passed: a page a remote write may still hit is never
  * reused (docs/PROTOCOL.md 4). The fence is the writer's: the router forwards the prefill node's
@@ -21,6 +22,7 @@
 
 #include "common/status.h"
 #include "node/node_handoff.h"
+#include "node/node_pages.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "transfer/context.h"
@@ -66,6 +68,10 @@ void decode_pool_destroy(decode_pool_t *pool);
 
 /* decode_pool_engine - the engine pool (owned by this pool). */
 engine_kv_pool_t *decode_pool_engine(decode_pool_t *pool);
+
+/* decode_pool_pages - the engine pool with the host bytes UCX reads and writes (owned by this
+ * pool; node/node_pages.h): where a prefill node's puts land and its gets read. */
+node_pages_t *decode_pool_pages(decode_pool_t *pool);
 
 /* decode_pool_descriptor - the xfer pool descriptor (NULL/0 without UCX). */
 void decode_pool_descriptor(const decode_pool_t *pool, const uint8_t **bytes_out, size_t *n_out);

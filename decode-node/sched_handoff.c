@@ -28,6 +28,7 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
                                 const char **why)
 {
     engine_kv_pool_t *kv = decode_pool_engine(s->pool);
+    node_pages_t *pages_of = decode_pool_pages(s->pool);
     size_t page_bytes = engine_kv_pool_page_bytes(kv);
     int64_t n_rows[NODE_MAX_SOURCES];
     uint32_t n_pages[NODE_MAX_SOURCES];
@@ -70,7 +71,9 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
             targets[k++] = resv->tables[i].page_ids[j];
         }
     }
-    status = xfer_notice_check_pages(engine_kv_pool_page(kv, 0), (uint32_t)page_bytes,
+    /* the pages as they arrived: the engine's own on the CPU, their staging copies when the
+     * engine runs on a device (node/node_pages.h); the blob below carries them into it */
+    status = xfer_notice_check_pages(node_pages_host_base(pages_of), (uint32_t)page_bytes,
                                      engine_kv_pool_n_pages(kv), targets, h->page_checksums,
                                      resv->n_pages, &n_bad, &first_bad);
     if (status != TDM_OK) {
@@ -91,10 +94,12 @@ static tdm_status_t sched_adopt(decode_sched_t *s, decode_session_t *session, de
                     status = TDM_ERR_MISMATCH;
                     break;
                 }
-                pages[k++] = engine_kv_pool_page(kv, old->page_ids[j]);
+                /* downloaded and sealed when the reservation was made (the session has been
+                 * busy since: nothing appended to them) */
+                pages[k++] = node_pages_host(pages_of, old->page_ids[j]);
             } else {
                 pages[k++] =
-                    engine_kv_pool_page(kv, resv->tables[i].page_ids[j - resv->first_target[i]]);
+                    node_pages_host(pages_of, resv->tables[i].page_ids[j - resv->first_target[i]]);
             }
         }
     }
@@ -298,7 +303,6 @@ void decode_sched_join_notices(decode_sched_t *s)
 void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
 {
     decode_session_t *session = decode_sessions_get(s->sessions, rp->session_id);
-    engine_kv_pool_t *kv = decode_pool_engine(s->pool);
     uint32_t first[NODE_MAX_SOURCES], need[NODE_MAX_SOURCES];
     node_resv_desc_t desc;
     decode_resv_t *resv = NULL;
@@ -307,6 +311,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     uint8_t *bytes = NULL;
     size_t n_bytes = 0;
     uint64_t H = rp->cached_len, T = rp->total_len;
+    tdm_status_t downloaded = TDM_OK; /* the history pages' staging copies (node_pages.h) */
     tdm_status_t status;
 
     if (session == NULL || session->busy) {
@@ -377,16 +382,22 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
          * (prefill-node/history.h); none (NULL) when out of memory: it pulls them all */
         desc.src[i].history_digests =
             desc.src[i].n_history > 0 ? malloc(desc.src[i].n_history * sizeof(uint64_t)) : NULL;
+        /* where the prefill node gets them: the engine's pages on the CPU, their staging
+         * copies (downloaded now) when it runs on a device */
+        if (node_pages_download(decode_pool_pages(s->pool), t != NULL ? t->page_ids : NULL,
+                                desc.src[i].n_history) != TDM_OK) {
+            downloaded = TDM_ERR_INTERNAL;
+        }
         for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
-            void *page = engine_kv_pool_page(kv, t->page_ids[j]);
+            void *page = node_pages_host(decode_pool_pages(s->pool), t->page_ids[j]);
             kern_kv_page_seal(page); /* pulled and checked */
             if (desc.src[i].history_digests != NULL) {
                 desc.src[i].history_digests[j] = node_page_digest(page);
             }
         }
     }
-    status = TDM_OK;
-    if (H > 0) {
+    status = downloaded;
+    if (status == TDM_OK && H > 0) {
         desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
         desc.record = malloc(desc.n_record);
         status = desc.record == NULL

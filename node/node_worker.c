@@ -38,8 +38,8 @@ static const tdm_flag_t shared_flags[] = {
     {"threads", TDM_FLAG_U32, "0", offsetof(node_worker_cfg_t, threads),
      "kernel threads (0: every online CPU)", 0, 1024, 0},
     {"device", TDM_FLAG_STRING, "cpu", offsetof(node_worker_cfg_t, device),
-     "where the kernels run: cpu (cuda and cuda:N are refused until the node's KV page pool can "
-     "live in GPU memory registered with UCX: docs/DEPLOY.md)",
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (pages cross to and "
+     "from peers through a host staging copy registered with UCX: docs/GPU.md 7)",
      0, 0, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(node_worker_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
@@ -142,27 +142,18 @@ int node_worker_main_start(const node_worker_main_t *spec, int argc, char **argv
 }
 
 /*
- * --device: parsed and checked before anything is loaded. The nodes' KV page pool is host memory
- * registered with UCX (transfer/, decode-node/pool.c) and their schedulers read pages on the
- * host, so a GPU engine here would need the device pool of issue 14 item 5: refused by name
- * rather than run on the CPU behind the operator's back.
+ * --device: opened before anything is loaded (kernels/device.h: a CUDA device becomes the
+ * calling thread's current device; the node's scheduler and compute run on this thread), so a
+ * bad value or a missing device exits 2 with one line naming it. The node's KV pages then live
+ * where its kernels run (node/node_pages.h).
  */
-static int node_worker_check_device(const node_worker_cfg_t *cfg, const char *program)
+static int node_worker_open_device(node_worker_t *w, const char *program)
 {
     char err[WORKER_ERR_BYTES] = "";
-    kern_device_t dev;
+    const char *text = w->cfg->device != NULL ? w->cfg->device : "cpu";
 
-    if (kern_device_parse(cfg->device != NULL ? cfg->device : "cpu", &dev, err, sizeof(err)) !=
-        TDM_OK) {
+    if (kern_device_open(text, NULL, &w->ops, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "%s: --device: %s\n", program, err);
-        return NODE_EXIT_USAGE;
-    }
-    if (dev.backend != KERN_BACKEND_CPU) {
-        fprintf(stderr,
-                "%s: --device %s: not supported on prefill and decode nodes yet (their KV page "
-                "pool lives in host memory registered with UCX; a GPU pool is issue 14 item 5): "
-                "use --device cpu, or tandem-generate / tandem-bench-engine --device %s\n",
-                program, cfg->device, cfg->device);
         return NODE_EXIT_USAGE;
     }
     return NODE_EXIT_OK;
@@ -178,7 +169,7 @@ int node_worker_open(node_worker_t *w, const node_worker_cfg_t *cfg, const char 
     w->program = program;
     w->role = role;
     w->proto_role = proto_role;
-    if (node_worker_check_device(cfg, program) != NODE_EXIT_OK) {
+    if (node_worker_open_device(w, program) != NODE_EXIT_OK) {
         return NODE_EXIT_USAGE;
     }
     if (node_http_parse_host_port(cfg->http, w->host, sizeof(w->host), &w->port) != 0) {
@@ -252,6 +243,7 @@ int node_worker_load(node_worker_t *w)
 
     engine_model_params_default(&mp);
     mp.n_threads = w->n_threads;
+    mp.ops = w->ops;
     status = engine_model_load(w->cfg->model_dir, &mp, &w->model, err, sizeof(err));
     if (status != TDM_OK) {
         fprintf(stderr, "%s: loading %s: %s\n", w->program, w->cfg->model_dir, err);

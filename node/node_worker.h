@@ -51,7 +51,7 @@ typedef struct {
     const char *http;              /* --http: HOST:PORT of /health and /metrics (port 0: any) */
     const char *rack;              /* --rack: NVLink domain id, sent at registration */
     uint32_t threads;              /* --threads: kernel threads (0: every online CPU) */
-    const char *device;            /* --device: cpu (only cpu serves today; cuda is refused) */
+    const char *device;            /* --device: cpu, cuda or cuda:N (kernels/device.h) */
     uint32_t chunk_tokens;         /* --chunk-tokens: most tokens one prefill layer pass takes */
     uint32_t register_timeout_ms;  /* --register-timeout-ms: wait for the RegisterAck */
     const char *transports;        /* --transports: UCX_TLS syntax, NULL: UCX's choice */
@@ -110,6 +110,7 @@ typedef struct {
     char node[PROTO_MAX_ID_BYTES + 1]; /* the host name (Register.node), printable */
     char endpoint[NODE_WORKER_HOST_BYTES + 8]; /* HOST:bound-port, once serving */
     int n_threads;                             /* kernel threads (--threads, or online CPUs) */
+    const kern_ops_t *ops; /* node_worker_open: --device's kernel table (kernels/device.h) */
     xfer_context_params_t xfer_params;         /* from the transfer flags */
     node_xfer_transports_t transports; /* lane classes declared at registration (node_xfer.h) */
     engine_model_t *model;             /* node_worker_load */
@@ -132,8 +133,10 @@ typedef struct {
 
 /*
  * node_worker_open - check the flags that need no model (--http's HOST:PORT and the transfer
- * flags, so a typo fails in milliseconds, before a model load of minutes on a real fleet), count
- * the kernel threads and make the incarnation id "ROLE-HOST-PID-RANDOM".
+ * flags, so a typo fails in milliseconds, before a model load of minutes on a real fleet), open
+ * --device (its kernel table in w->ops; a CUDA device becomes this thread's current one, and a
+ * device that does not exist or a build without CUDA exits 2 naming it), count the kernel
+ * threads and make the incarnation id "ROLE-HOST-PID-RANDOM".
  *
  * w: zeroed here, then filled. cfg, program and role: borrowed until node_worker_close.
  * Returns NODE_EXIT_OK or NODE_EXIT_USAGE (the reason on stderr).

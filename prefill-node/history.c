@@ -287,15 +287,15 @@ tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id, 
 }
 
 tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_id,
-                                      engine_kv_pool_t *kv, const engine_seq_t *seq)
+                                      node_pages_t *pages_of, const engine_seq_t *seq)
 {
     int32_t layers[NODE_MAX_SOURCES];
     uint32_t n_pages[NODE_MAX_SOURCES];
     const void **pages;
     uint32_t n_sources, n_all = 0, k = 0;
-    tdm_status_t status;
+    tdm_status_t status = TDM_OK;
 
-    if (h == NULL || kv == NULL || seq == NULL) {
+    if (h == NULL || pages_of == NULL || seq == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
     if (h->max_bytes == 0) {
@@ -316,14 +316,25 @@ tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_
         prefill_history_drop(h, session_id);
         return TDM_ERR_NO_MEMORY;
     }
-    for (uint32_t s = 0; s < n_sources; s++) {
+    for (uint32_t s = 0; s < n_sources && status == TDM_OK; s++) {
         const engine_kv_table_t *t = engine_seq_table(seq, layers[s]);
-        for (uint32_t j = 0; j < n_pages[s]; j++) {
-            pages[k++] = engine_kv_pool_page(kv, t->page_ids[j]);
+        if (n_pages[s] > 0) {
+            status = node_pages_download(pages_of, t->page_ids, n_pages[s]);
+        }
+        for (uint32_t j = 0; j < n_pages[s] && status == TDM_OK; j++) {
+            uint8_t *page = node_pages_host(pages_of, t->page_ids[j]);
+            if (node_pages_staged(pages_of)) {
+                kern_kv_page_seal(page); /* sealed in the staging copy only (as when put) */
+            }
+            pages[k++] = page;
         }
     }
-    status =
-        prefill_history_keep(h, session_id, n_sources, layers, n_pages, (const void *const *)pages);
+    if (status == TDM_OK) {
+        status = prefill_history_keep(h, session_id, n_sources, layers, n_pages,
+                                      (const void *const *)pages);
+    } else {
+        prefill_history_drop(h, session_id);
+    }
     free(pages);
     return status;
 }

@@ -29,6 +29,7 @@
 #include "engine/kv_cache.h"
 #include "engine/seq_state.h"
 #include "node/node_handoff.h"
+#include "node/node_pages.h"
 
 /* Most sessions kept (and reported in Load.history_sessions). */
 #define PREFILL_HISTORY_MAX_SESSIONS 4096u
@@ -87,10 +88,14 @@ tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id, 
 
 /*
  * prefill_history_keep_seq - prefill_history_keep with the pages of `seq` (borrowed; its pages
- * lie in `kv` and are sealed): for each KV source of the model, the pages holding its rows.
+ * lie in `pages`' engine pool and every one is final): for each KV source of the model, the pages
+ * holding its rows, as the decode node holds them (sealed). On the CPU they are read in place
+ * (sealed already); when the engine's pages are on a device they are downloaded into their
+ * staging copies (node/node_pages.h; no transfer may be reading those) and sealed there. Returns
+ * prefill_history_keep's statuses, TDM_ERR_INVALID_ARG for NULL arguments, or the download's.
  */
 tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_id,
-                                      engine_kv_pool_t *kv, const engine_seq_t *seq);
+                                      node_pages_t *pages, const engine_seq_t *seq);
 
 /* prefill_history_drop - forget `session_id` (a no-op when not held). */
 void prefill_history_drop(prefill_history_t *h, const char *session_id);

@@ -138,7 +138,9 @@ static tdm_status_t load_history(const prefill_job_env_t *env, xfer_peer_t *peer
                 }
                 local[g] = scratch.page_ids[g];
                 remote[g] = rd->src[s].history[j];
-                pages[k] = engine_kv_pool_page(env->kv, local[g++]);
+                /* where the get lands: the engine's page on the CPU, its staging copy on a
+                 * device (the import below carries it into the engine) */
+                pages[k] = node_pages_host(env->pages, local[g++]);
             }
         }
         status = move_pages(env, peer, XFER_OP_GET, job_id, local, remote, n_get);
@@ -391,7 +393,7 @@ static tdm_status_t get_staged_record(prefill_job_t *j)
     for (uint32_t i = 0; status == TDM_OK && i < rd->n_stage; i++) {
         size_t at = (size_t)i * page_bytes;
         size_t n = rd->n_record - at < page_bytes ? rd->n_record - at : page_bytes;
-        memcpy(record + at, engine_kv_pool_page(kv, scratch.page_ids[i]), n);
+        memcpy(record + at, node_pages_host(j->env->pages, scratch.page_ids[i]), n);
     }
     engine_kv_table_release(kv, &scratch);
     if (status == TDM_OK && tdm_hash_xxh3_64(record, rd->n_record) != rd->record_checksum) {
@@ -738,8 +740,8 @@ static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *sampl
     j->rep.n_prefilled = job->n_delta_tokens;
     /* the session's pages below T, every one sealed and equal to what the decode node now holds:
      * its next turn here pulls only what changes meanwhile (history.h) */
-    if (j->env->history != NULL &&
-        prefill_history_keep_seq(j->env->history, job->session_id, j->env->kv, j->seq) != TDM_OK) {
+    if (j->env->history != NULL && prefill_history_keep_seq(j->env->history, job->session_id,
+                                                            j->env->pages, j->seq) != TDM_OK) {
         tdm_log(TDM_LOG_WARN, "prefill", "history pages not kept (out of memory): request=%llu",
                 (unsigned long long)job->request_id);
     }

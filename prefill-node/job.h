@@ -42,6 +42,7 @@
 #include "engine/forward.h"
 #include "engine/constrain.h"
 #include "engine/model.h"
+#include "node/node_pages.h"
 #include "node/node_progress.h"
 #include "prefill-node/history.h"
 #include "proto/proto.h"
@@ -51,9 +52,13 @@
 /* What a job needs from the node (borrowed). */
 typedef struct {
     const engine_model_t *model;
-    engine_kv_pool_t *kv; /* pages lie in xpool's memory: page i is xfer page i */
+    engine_kv_pool_t *kv; /* node_pages_engine(pages): page i is xfer page i */
     xfer_context_t *xfer;
-    xfer_pool_t *xpool;
+    xfer_pool_t *xpool; /* node_pages_xfer(pages) */
+    /* The pages' host bytes UCX reads and writes (node/node_pages.h): the engine's own on the
+     * CPU; on a device, staging copies the jobs download before sealing, hashing and putting
+     * them, and read what they get (history pages, the staged record) from. */
+    node_pages_t *pages;
     engine_fwd_t *fwd;
     /* Called between phases and after every layer of every prefill chunk of a job, with the
      * job's `user` cookie (prefill_job_start); returns nonzero when that job was aborted (stop:

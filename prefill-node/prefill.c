@@ -69,7 +69,8 @@ typedef struct {
 struct prefill_node {
     const prefill_node_params_t *params;
     node_worker_t worker; /* model, transfer context, /health + /metrics, link */
-    xfer_pool_t *xpool;
+    xfer_pool_t *xpool;   /* node_pages_xfer(pages) */
+    node_pages_t *pages;  /* the engine pool and its transfer pages */
     engine_kv_pool_t *kv;
     engine_fwd_t *fwd;
     prefill_history_t *history;
@@ -568,7 +569,6 @@ static int setup(prefill_node_t *n)
     const prefill_node_params_t *cfg = n->params;
     node_worker_t *w = &n->worker;
     engine_fwd_params_t fp;
-    xfer_pool_params_t pp;
     node_worker_join_t join;
     int rc;
     tdm_status_t status;
@@ -580,14 +580,12 @@ static int setup(prefill_node_t *n)
     if (rc != NODE_EXIT_OK) {
         return rc;
     }
-    pp.page_size_bytes = w->page_bytes;
-    pp.n_pages = cfg->pages;
-    pp.mem_type = XFER_MEM_HOST;
-    pp.base = NULL;
-    status = xfer_pool_create(w->xfer, &pp, &n->xpool);
+    /* page i of the engine pool is page i of the xfer pool: in place over UCX's memory on the
+     * CPU, a staging copy of it when the engine runs on a device (node/node_pages.h) */
+    status = node_pages_create(w->model, cfg->pages, w->xfer, &n->pages);
     if (status == TDM_OK) {
-        status = engine_kv_pool_create_in(w->config, engine_model_fingerprint(w->model), cfg->pages,
-                                          xfer_pool_page(n->xpool, 0), &n->kv);
+        n->kv = node_pages_engine(n->pages);
+        n->xpool = node_pages_xfer(n->pages);
     }
     if (status == TDM_OK) {
         engine_fwd_params_default(w->model, &fp);
@@ -606,18 +604,10 @@ static int setup(prefill_node_t *n)
     if (status == TDM_OK) {
         status = prefill_queue_create(&n->queue);
     }
-    n->je = (prefill_job_env_t){w->model,
-                                n->kv,
-                                w->xfer,
-                                n->xpool,
-                                n->fwd,
-                                job_aborted,
-                                n,
-                                job_fenced,
-                                w->constrain_vocab,
-                                &w->progress,
-                                n->history,
-                                cfg->state_inband};
+    n->je = (prefill_job_env_t){
+        w->model,         n->kv, w->xfer,    n->xpool,           n->pages,     n->fwd,
+        job_aborted,      n,     job_fenced, w->constrain_vocab, &w->progress, n->history,
+        cfg->state_inband};
     if (status != TDM_OK) {
         fprintf(stderr, "tandem-prefill: setup failed: %s\n", tdm_status_message(status));
         return NODE_EXIT_FAILED;
@@ -699,8 +689,7 @@ int prefill_node_run(const prefill_node_params_t *params)
     prefill_history_destroy(node.history);
     free(node.history_keys);
     engine_fwd_destroy(node.fwd);
-    engine_kv_pool_destroy(node.kv);
-    xfer_pool_destroy(node.xpool);
+    node_pages_destroy(node.pages);
     node_worker_close(&node.worker);
     pthread_mutex_destroy(&node.lock);
     return rc;

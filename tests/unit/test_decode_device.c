@@ -1,0 +1,325 @@
+/* test_decode_device.c - the decode node with its engine's KV pages in backend memory (issue 14
+ * item 5; node/node_pages.h), driven in process as test_decode_sched.c drives it.
+ *
+ * The backend is the test-only guard table (guard_ops.h): the CPU kernels over memory that is
+ * PROT_NONE outside an op, so any host read or write of an engine page by the node (a seal, a
+ * hash, a memcpy of a handoff's pages) kills the test with SIGSEGV at that line. The same script
+ * runs against a decode node over the CPU table, and everything the router would see must be
+ * the same bits: two remote turns (the second continuing at the H the node holds, so its history
+ * pages are downloaded into their staging copies, sealed and digested, and its state record is
+ * staged there for the prefill node's get) and a local turn after them; the tokens, the
+ * reservations' history digests and the staged records are compared. The prefill side is the
+ * test's own CPU engine writing the pages where a prefill node's puts land (node_pages_host). The
+ * node_pages module itself: layouts, download, refusals. Every page and every backend byte comes
+ * back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/hash.h"
+#include "decode_test_util.h"
+#include "decode-node/pool.h"
+#include "decode-node/sched.h"
+#include "engine/seq_state.h"
+#include "forward_test_util.h"
+#include "guard_ops.h"
+#include "kernels/kv_page.h"
+#include "node/node_handoff.h"
+#include "node/node_pages.h"
+#include "proto/proto.h"
+
+#define GUARD_BYTES  ((size_t)512 << 20) /* reserved, not committed (MAP_NORESERVE) */
+#define NODE_PAGES   96u
+#define PREFILL_PAGE 64u
+#define PROMPT       90
+#define TURN1_MAX    6
+#define TURN2_NEW    70
+#define TURN3_NEW    9
+#define MAX_TOKENS   8
+#define MAX_STEPS    96
+#define MAX_SUMS     256
+
+/* What one node gave back for the script (compared between the CPU and the guard node). */
+typedef struct {
+    int32_t tokens[3][MAX_TOKENS];
+    int n_tokens[3];
+    uint64_t digests[MAX_SUMS]; /* turn 2's history digests, sources concatenated */
+    uint32_t n_digests;
+    uint8_t *record; /* turn 2's staged record, read where the prefill node gets it */
+    size_t n_record;
+    int staged; /* node_pages_staged of the node's pool */
+} script_out_t;
+
+/* The prefill node's side of a remote turn: reserve [H, T) of ids (H asked = cached_len), prefill
+ * what `pre` lacks of ids[0..T) on the test's CPU engine, put the pages the reservation names
+ * into the node's transfer pages, then the DecodeRequest with its CompletionNotice. Fills the
+ * history digests and the staged record of out when H > 0. */
+static void remote_turn(ftu_engine_t *cpu, engine_seq_t *pre, dtu_node_t *node, uint64_t request_id,
+                        const char *session, uint64_t cached_len, const int32_t *ids, uint64_t T,
+                        uint32_t max_tokens, script_out_t *out)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__CompletionNotice h = TANDEM__COMPLETION_NOTICE__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    node_pages_t *pages = decode_pool_pages(node->pool);
+    size_t page_bytes = engine_kv_pool_page_bytes(decode_pool_engine(node->pool));
+    int64_t have = engine_seq_length(pre);
+    float *logits = malloc((size_t)cpu->V * sizeof(float));
+    const Tandem__Envelope *e;
+    node_resv_desc_t desc;
+    uint64_t sums[MAX_SUMS];
+    uint32_t n_sums = 0;
+    uint8_t *record;
+    size_t n_record;
+    int from = 0;
+
+    assert_non_null(logits);
+    rp.request_id = request_id;
+    rp.session_id = (char *)session;
+    rp.cached_len = cached_len;
+    rp.total_len = T;
+    rp.timeout_ms = 60000;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    decode_sched_on_message(node->sched, &env);
+    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
+    assert_non_null(e);
+    assert_int_equal(node_resv_desc_parse(e->page_reservation->descriptor.data,
+                                          e->page_reservation->descriptor.len, &desc),
+                     TDM_OK);
+    assert_int_equal(desc.cached_len, cached_len); /* the node holds what it said it would */
+    if (cached_len > 0) {
+        /* what the prefill node would check its history cache against, and the record at H it
+         * gets from the staged pages (on a device: the staging copies the node wrote) */
+        for (uint32_t i = 0; i < desc.n_sources; i++) {
+            assert_non_null(desc.src[i].history_digests);
+            for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
+                assert_true(out->n_digests < MAX_SUMS);
+                out->digests[out->n_digests++] = desc.src[i].history_digests[j];
+            }
+        }
+        assert_true(desc.n_stage > 0);
+        out->record = malloc((size_t)desc.n_stage * page_bytes);
+        assert_non_null(out->record);
+        for (uint32_t i = 0; i < desc.n_stage; i++) {
+            memcpy(out->record + (size_t)i * page_bytes, node_pages_host(pages, desc.stage[i]),
+                   page_bytes);
+        }
+        out->n_record = desc.n_record;
+        assert_true(out->n_record <= (size_t)desc.n_stage * page_bytes);
+        assert_true(tdm_hash_xxh3_64(out->record, out->n_record) == desc.record_checksum);
+    }
+    assert_int_equal(engine_fwd_prefill(cpu->fwd, pre, ids + have, (int64_t)T - have,
+                                        ENGINE_PREFILL_DEFAULT, logits, NULL),
+                     TDM_OK);
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        const engine_kv_table_t *t = engine_seq_table(pre, desc.src[i].layer);
+        assert_int_equal(desc.src[i].first_target + desc.src[i].n_targets, t->n_pages);
+        for (uint32_t j = 0; j < desc.src[i].n_targets; j++) {
+            uint8_t *src =
+                engine_kv_pool_page(cpu->pool, t->page_ids[desc.src[i].first_target + j]);
+            uint8_t *dst = node_pages_host(pages, desc.src[i].targets[j]);
+
+            assert_non_null(dst);
+            kern_kv_page_seal(src);
+            memcpy(dst, src, page_bytes); /* the prefill node's put */
+            assert_true(n_sums < MAX_SUMS);
+            sums[n_sums++] = tdm_hash_xxh3_64(dst, page_bytes);
+        }
+    }
+    n_record = engine_seq_export_bytes(pre, ENGINE_SEQ_EXPORT_RECORD);
+    record = malloc(n_record);
+    assert_non_null(record);
+    assert_int_equal(engine_seq_export(pre, ENGINE_SEQ_EXPORT_RECORD, record, n_record, &n_record),
+                     TDM_OK);
+    h.request_id = request_id;
+    h.reservation_id = desc.reservation_id;
+    h.cached_len = desc.cached_len;
+    h.total_len = T;
+    h.page_checksums = sums;
+    h.n_page_checksums = n_sums;
+    h.sampler_counter = T;
+    h.state_record.data = record;
+    h.state_record.len = n_record;
+    h.state_checksum = tdm_hash_xxh3_64(record, n_record);
+    h.first_token = (int32_t)ftu_argmax(logits, cpu->V);
+    sp.temperature = 0.0;
+    sp.top_p = 1.0;
+    dr.request_id = request_id;
+    dr.session_id = (char *)session;
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
+    dr.handoff = &h;
+    dr.sampling = &sp;
+    dr.max_tokens = max_tokens;
+    dr.cached_len = desc.cached_len;
+    dr.total_len = T;
+    dr.n_delta_tokens = T - desc.cached_len;
+    dr.delta_tokens = (int32_t *)ids + desc.cached_len;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    decode_sched_on_message(node->sched, &env);
+    free(record);
+    free(logits);
+    node_resv_desc_fini(&desc);
+}
+
+/* The script on a decode node over `model` (the CPU table's or the guard table's): remote turn
+ * 1 (H = 0), remote turn 2 at the H turn 1 left, local turn 3 after that. */
+static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_out_t *out)
+{
+    int32_t ids[PROMPT + TURN1_MAX + TURN2_NEW + MAX_TOKENS + TURN3_NEW];
+    engine_seq_t *pre = ftu_new_seq(cpu); /* the prefill node's sequence of the session */
+    decode_sched_params_t sp;
+    Tandem__SamplingParams greedy;
+    Tandem__DecodeRequest dr;
+    const Tandem__Finish *f;
+    dtu_node_t node;
+    uint64_t T;
+
+    memset(out, 0, sizeof(*out));
+    dtu_sched_params(&sp);
+    dtu_node_open(&node, model, NODE_PAGES, &sp);
+    out->staged = node_pages_staged(decode_pool_pages(node.pool));
+    ftu_prompt(7, cpu->V, ids, PROMPT);
+
+    remote_turn(cpu, pre, &node, 1, "agent", 0, ids, PROMPT, TURN1_MAX, out);
+    f = dtu_run_to_end(&node, 1, MAX_STEPS);
+    assert_non_null(f);
+    out->n_tokens[0] = dtu_tokens_of(&node, 1, out->tokens[0], MAX_TOKENS);
+    assert_int_equal(out->n_tokens[0], TURN1_MAX);
+    assert_int_equal(f->cached_len, PROMPT + TURN1_MAX - 1);
+
+    /* turn 2: the tool's output after what the model said; the node still holds [0, H) */
+    memcpy(ids + PROMPT, out->tokens[0], TURN1_MAX * sizeof(int32_t));
+    ftu_prompt(8, cpu->V, ids + PROMPT + TURN1_MAX, TURN2_NEW);
+    T = PROMPT + TURN1_MAX + TURN2_NEW;
+    remote_turn(cpu, pre, &node, 2, "agent", f->cached_len, ids, T, MAX_TOKENS, out);
+    f = dtu_run_to_end(&node, 2, MAX_STEPS);
+    assert_non_null(f);
+    out->n_tokens[1] = dtu_tokens_of(&node, 2, out->tokens[1], MAX_TOKENS);
+    assert_int_equal(out->n_tokens[1], MAX_TOKENS);
+
+    /* turn 3 prefilled on the node itself, continuing what turn 2 left */
+    memcpy(ids + T, out->tokens[1], MAX_TOKENS * sizeof(int32_t));
+    ftu_prompt(9, cpu->V, ids + T + MAX_TOKENS, TURN3_NEW);
+    dtu_sampling(&greedy, 0.0, 0);
+    dtu_request(&dr, 3, "agent", f->cached_len, ids + f->cached_len,
+                (size_t)(T + MAX_TOKENS + TURN3_NEW - f->cached_len), MAX_TOKENS, &greedy);
+    dtu_send_request(&node, &dr);
+    assert_non_null(dtu_run_to_end(&node, 3, MAX_STEPS));
+    out->n_tokens[2] = dtu_tokens_of(&node, 3, out->tokens[2], MAX_TOKENS);
+    assert_int_equal(out->n_tokens[2], MAX_TOKENS);
+
+    engine_seq_destroy(pre);
+    assert_true(dtu_node_close(&node)); /* every page back, none reserved or shared */
+}
+
+/* The guard node gives the CPU node's tokens, digests and staged record, touching its engine's
+ * pages only through the kernel table. */
+static void test_device_pages_serve_as_the_cpu_pages(void **state)
+{
+    ftu_engine_t cpu, grd;
+    const kern_ops_t *guard = NULL;
+    script_out_t want, got;
+
+    (void)state;
+    assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
+    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
+
+    run_script(&cpu, cpu.model, &want);
+    run_script(&cpu, grd.model, &got);
+    assert_int_equal(want.staged, 0);
+    assert_int_equal(got.staged, 1);
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(got.n_tokens[t], want.n_tokens[t]);
+        assert_memory_equal(got.tokens[t], want.tokens[t], sizeof(want.tokens[t]));
+    }
+    assert_true(want.n_digests > 0);
+    assert_int_equal(got.n_digests, want.n_digests);
+    assert_memory_equal(got.digests, want.digests, want.n_digests * sizeof(uint64_t));
+    assert_int_equal(got.n_record, want.n_record);
+    assert_memory_equal(got.record, want.record, want.n_record);
+    free(want.record);
+    free(got.record);
+
+    assert_int_equal(ftu_engine_close(&grd), 0);
+    assert_int_equal(guard_ops_destroy(), 0); /* every backend allocation was freed */
+    assert_int_equal(ftu_engine_close(&cpu), 0);
+}
+
+/* node_pages: the two layouts, download, refusals. */
+static void test_node_pages_layouts_and_download(void **state)
+{
+    ftu_engine_t cpu, grd;
+    const kern_ops_t *guard = NULL;
+    node_pages_t *host = NULL, *staged = NULL;
+    uint32_t ids[2] = {3, 5}, bad[2] = {1, 8};
+    size_t page_bytes;
+    uint8_t *pattern;
+
+    (void)state;
+    assert_int_equal(ftu_engine_open_on(&cpu, 4, kern_ops_cpu(), 32), 0);
+    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(ftu_engine_open_on(&grd, 4, guard, 32), 0);
+
+    assert_int_equal(node_pages_create(cpu.model, 0, NULL, &host), TDM_ERR_INVALID_ARG);
+    assert_int_equal(node_pages_create(NULL, 8, NULL, &host), TDM_ERR_INVALID_ARG);
+    assert_int_equal(node_pages_create(cpu.model, 8, NULL, NULL), TDM_ERR_INVALID_ARG);
+    assert_null(host);
+
+    /* host layout: the transfer bytes are the engine's pages */
+    assert_int_equal(node_pages_create(cpu.model, 8, NULL, &host), TDM_OK);
+    assert_int_equal(node_pages_staged(host), 0);
+    assert_null(node_pages_xfer(host));
+    assert_ptr_equal(node_pages_host(host, 5), engine_kv_pool_page(node_pages_engine(host), 5));
+    assert_ptr_equal(node_pages_host_base(host), node_pages_host(host, 0));
+    assert_null(node_pages_host(host, 8));
+    assert_int_equal(node_pages_download(host, bad, 2), TDM_OK); /* nothing to copy */
+
+    /* staged layout: separate host copies, filled only by a download */
+    assert_int_equal(node_pages_create(grd.model, 8, NULL, &staged), TDM_OK);
+    assert_int_equal(node_pages_staged(staged), 1);
+    assert_false(guard_ops_contains(node_pages_host(staged, 0), 8 * 64));
+    page_bytes = engine_kv_pool_page_bytes(node_pages_engine(staged));
+    assert_ptr_equal(node_pages_host(staged, 1), node_pages_host_base(staged) + page_bytes);
+    assert_null(node_pages_host(staged, 8));
+    pattern = malloc(page_bytes);
+    assert_non_null(pattern);
+    for (size_t i = 0; i < page_bytes; i++) {
+        pattern[i] = (uint8_t)(i * 7 + 1);
+    }
+    assert_int_equal(engine_kv_pool_write_page(node_pages_engine(staged), 3, pattern), TDM_OK);
+    pattern[0] ^= 0xFF;
+    assert_int_equal(engine_kv_pool_write_page(node_pages_engine(staged), 5, pattern), TDM_OK);
+    assert_int_equal(node_pages_host(staged, 3)[0], 0); /* not downloaded yet */
+    assert_int_equal(node_pages_download(staged, ids, 2), TDM_OK);
+    assert_memory_equal(node_pages_host(staged, 5), pattern, page_bytes);
+    pattern[0] ^= 0xFF;
+    assert_memory_equal(node_pages_host(staged, 3), pattern, page_bytes);
+    assert_int_equal(node_pages_download(staged, bad, 2), TDM_ERR_INVALID_ARG);
+    free(pattern);
+
+    node_pages_destroy(staged);
+    node_pages_destroy(host);
+    node_pages_destroy(NULL);
+    assert_int_equal(ftu_engine_close(&grd), 0);
+    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(ftu_engine_close(&cpu), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_node_pages_layouts_and_download),
+        cmocka_unit_test(test_device_pages_serve_as_the_cpu_pages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
