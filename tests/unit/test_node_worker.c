@@ -1,7 +1,7 @@
 /* test_node_worker.c - the workers' shared start-up (node/node_worker.h), in process: one flag
  * table of the shared flags plus a worker's own (values land in the worker's config struct at the
  * right offsets, defaults apply, a bad flag is a usage error), the flag checks that run before
- * the model load, and the /health and /metrics pages both workers serve. */
+ * the model load (--http, the transports, --device), and the /health and /metrics pages both workers serve. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "common/http_status.h"
+#include "kernels/ops.h"
 #include "node/node_worker.h"
 
 /* A worker's config struct: the shared flags in the middle, to check the offsets. */
@@ -113,11 +114,21 @@ static void test_open_checks_http_and_transport_before_the_model(void **state)
     assert_int_equal(node_worker_open(&w, &cfg, "test-worker", "decode", TANDEM__ROLE__ROLE_DECODE),
                      NODE_EXIT_USAGE);
     cfg.require_transport = NULL;
+    /* --device: opened before the model; a bad value or a device that is not there (no machine
+     * has 1024 GPUs; a build without CUDA has none) is a usage error */
+    cfg.device = "gpu";
+    assert_int_equal(node_worker_open(&w, &cfg, "test-worker", "decode", TANDEM__ROLE__ROLE_DECODE),
+                     NODE_EXIT_USAGE);
+    cfg.device = "cuda:1023";
+    assert_int_equal(node_worker_open(&w, &cfg, "test-worker", "decode", TANDEM__ROLE__ROLE_DECODE),
+                     NODE_EXIT_USAGE);
+    cfg.device = NULL; /* the default: cpu */
     cfg.threads = 5;
     assert_int_equal(
         node_worker_open(&w, &cfg, "test-worker", "prefill", TANDEM__ROLE__ROLE_PREFILL),
         NODE_EXIT_OK);
     assert_int_equal(w.n_threads, 5);
+    assert_ptr_equal(w.ops, kern_ops_cpu());
     assert_string_equal(w.host, "127.0.0.1");
     assert_int_equal(w.port, 0);
     assert_int_equal(strncmp(w.id, "prefill-", 8), 0);
