@@ -1,5 +1,6 @@
 /* decode_test_util.h - one decode node driven in process, as the decode scheduler tests
- * (test_decode_sched.c, test_decode_prefix.c, test_decode_tier.c, test_decode_budget.c) drive it
+ * (test_decode_sched.c, test_decode_prefix.c, test_decode_tier.c, test_decode_budget.c,
+ * test_decode_device.c) drive it
  * (header-only test code): no sockets, no router, no UCX.
  *
  * dtu_node_open makes a page pool, a session table (8 sessions) and a scheduler over a model the
@@ -9,8 +10,8 @@
  * dtu_submit_abort). dtu_node_close frees it all and says whether every page came back.
  * dtu_sched_params gives the parameters the tests start from; dtu_fixture_setup and
  * dtu_fixture_teardown make a cmocka fixture of the model and one node; dtu_find, dtu_next_of,
- * dtu_expect_error, dtu_run_to_end and dtu_tokens_of read the recorded messages. Failures are
- * cmocka assertions.
+ * dtu_expect_error, dtu_run_to_end and dtu_tokens_of read the recorded messages; dtu_remote_turn
+ * plays a prefill node's part of a remote turn. Failures are cmocka assertions.
  */
 #ifndef TANDEM_TESTS_DECODE_TEST_UTIL_H
 #define TANDEM_TESTS_DECODE_TEST_UTIL_H
@@ -24,12 +25,17 @@
 
 #include <cmocka.h>
 
+#include "common/hash.h"
 #include "decode-node/pool.h"
 #include "decode-node/sched.h"
 #include "decode-node/sessions.h"
 #include "decode-node/tier.h"
 #include "engine/kv_cache.h"
+#include "engine/seq_state.h"
 #include "forward_test_util.h"
+#include "kernels/kv_page.h"
+#include "node/node_handoff.h"
+#include "node/node_pages.h"
 #include "proto/proto.h"
 
 /* The router's side: every envelope the scheduler sent (copies, owned), and its load reports. */
@@ -311,6 +317,118 @@ static inline int dtu_tokens_of(const dtu_node_t *node, uint64_t request_id, int
         }
     }
     return n;
+}
+
+/* Most page checksums one dtu_remote_turn carries. */
+#define DTU_MAX_SUMS 256
+
+/* dtu_desc_fn - what a test checks of a reservation's descriptor before its pages are put. */
+typedef void dtu_desc_fn(void *arg, dtu_node_t *node, const node_resv_desc_t *desc);
+
+/*
+ * dtu_remote_turn - a remote prefill's turn by hand, as a prefill node does it: ReservePages for
+ * [cached_len, T) of ids (borrowed) for `session`; on_desc(arg, ...) (may be NULL) sees the
+ * reservation's descriptor; what `pre` (a sequence of `src`, the prefill side's engine over host
+ * pages) lacks of ids[0..T) is prefilled on it; the pages the reservation names are sealed and
+ * copied where a prefill node's puts land (node_pages_host: the engine's pages, or their staging
+ * copies); then the DecodeRequest with its CompletionNotice (greedy, max_tokens). Returns 0, or
+ * -1 when the reservation was refused (its Error recorded; nothing prefilled).
+ */
+static inline int dtu_remote_turn(ftu_engine_t *src, engine_seq_t *pre, dtu_node_t *node,
+                                  uint64_t request_id, const char *session, uint64_t cached_len,
+                                  const int32_t *ids, uint64_t T, uint32_t max_tokens,
+                                  dtu_desc_fn *on_desc, void *arg)
+{
+    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
+    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
+    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
+    Tandem__CompletionNotice h = TANDEM__COMPLETION_NOTICE__INIT;
+    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    node_pages_t *pages = decode_pool_pages(node->pool);
+    size_t page_bytes = engine_kv_pool_page_bytes(decode_pool_engine(node->pool));
+    int64_t have = engine_seq_length(pre);
+    const Tandem__Envelope *e;
+    node_resv_desc_t desc;
+    uint64_t sums[DTU_MAX_SUMS];
+    uint32_t n_sums = 0;
+    float *logits;
+    uint8_t *record;
+    size_t n_record;
+    int from = 0;
+
+    rp.request_id = request_id;
+    rp.session_id = (char *)session;
+    rp.cached_len = cached_len;
+    rp.total_len = T;
+    rp.timeout_ms = 60000;
+    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
+    env.reserve_pages = &rp;
+    decode_sched_on_message(node->sched, &env);
+    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
+    if (e == NULL) {
+        return -1;
+    }
+    assert_int_equal(node_resv_desc_parse(e->page_reservation->descriptor.data,
+                                          e->page_reservation->descriptor.len, &desc),
+                     TDM_OK);
+    if (on_desc != NULL) {
+        on_desc(arg, node, &desc);
+    }
+    logits = malloc((size_t)src->V * sizeof(float));
+    assert_non_null(logits);
+    assert_int_equal(engine_fwd_prefill(src->fwd, pre, ids + have, (int64_t)T - have,
+                                        ENGINE_PREFILL_DEFAULT, logits, NULL),
+                     TDM_OK);
+    for (uint32_t i = 0; i < desc.n_sources; i++) {
+        const engine_kv_table_t *t = engine_seq_table(pre, desc.src[i].layer);
+        assert_int_equal(desc.src[i].first_target + desc.src[i].n_targets, t->n_pages);
+        for (uint32_t j = 0; j < desc.src[i].n_targets; j++) {
+            uint8_t *from_page =
+                engine_kv_pool_page(src->pool, t->page_ids[desc.src[i].first_target + j]);
+            uint8_t *to_page = node_pages_host(pages, desc.src[i].targets[j]);
+
+            assert_non_null(to_page);
+            kern_kv_page_seal(from_page);
+            memcpy(to_page, from_page, page_bytes); /* the prefill node's put */
+            assert_true(n_sums < DTU_MAX_SUMS);
+            sums[n_sums++] = tdm_hash_xxh3_64(to_page, page_bytes);
+        }
+    }
+    n_record = engine_seq_export_bytes(pre, ENGINE_SEQ_EXPORT_RECORD);
+    record = malloc(n_record);
+    assert_non_null(record);
+    assert_int_equal(engine_seq_export(pre, ENGINE_SEQ_EXPORT_RECORD, record, n_record, &n_record),
+                     TDM_OK);
+    h.request_id = request_id;
+    h.reservation_id = desc.reservation_id;
+    h.cached_len = desc.cached_len;
+    h.total_len = T;
+    h.page_checksums = sums;
+    h.n_page_checksums = n_sums;
+    h.sampler_counter = T;
+    h.state_record.data = record;
+    h.state_record.len = n_record;
+    h.state_checksum = tdm_hash_xxh3_64(record, n_record);
+    h.first_token = (int32_t)ftu_argmax(logits, src->V);
+    sp.temperature = 0.0;
+    sp.top_p = 1.0;
+    dr.request_id = request_id;
+    dr.session_id = (char *)session;
+    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
+    dr.handoff = &h;
+    dr.sampling = &sp;
+    dr.max_tokens = max_tokens;
+    dr.cached_len = desc.cached_len;
+    dr.total_len = T;
+    dr.n_delta_tokens = T - desc.cached_len;
+    dr.delta_tokens = (int32_t *)ids + desc.cached_len;
+    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
+    env.decode_request = &dr;
+    decode_sched_on_message(node->sched, &env);
+    free(record);
+    free(logits);
+    node_resv_desc_fini(&desc);
+    return 0;
 }
 
 #endif /* TANDEM_TESTS_DECODE_TEST_UTIL_H */

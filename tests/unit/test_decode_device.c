@@ -9,7 +9,7 @@
  * pages are downloaded into their staging copies, sealed and digested, and its state record is
  * staged there for the prefill node's get) and a local turn after them; the tokens, the
  * reservations' history digests and the staged records are compared. The prefill side is the
- * test's own CPU engine writing the pages where a prefill node's puts land (node_pages_host). The
+ * test's own CPU engine writing the pages where a prefill node's puts land (dtu_remote_turn). The
  * node_pages module itself: layouts, download, refusals. Every page and every backend byte comes
  * back. */
 #include <setjmp.h>
@@ -42,7 +42,7 @@
 #define TURN3_NEW    9
 #define MAX_TOKENS   8
 #define MAX_STEPS    96
-#define MAX_SUMS     256
+#define MAX_SUMS     DTU_MAX_SUMS
 
 /* What one node gave back for the script (compared between the CPU and the guard node). */
 typedef struct {
@@ -55,119 +55,32 @@ typedef struct {
     int staged; /* node_pages_staged of the node's pool */
 } script_out_t;
 
-/* The prefill node's side of a remote turn: reserve [H, T) of ids (H asked = cached_len), prefill
- * what `pre` lacks of ids[0..T) on the test's CPU engine, put the pages the reservation names
- * into the node's transfer pages, then the DecodeRequest with its CompletionNotice. Fills the
- * history digests and the staged record of out when H > 0. */
-static void remote_turn(ftu_engine_t *cpu, engine_seq_t *pre, dtu_node_t *node, uint64_t request_id,
-                        const char *session, uint64_t cached_len, const int32_t *ids, uint64_t T,
-                        uint32_t max_tokens, script_out_t *out)
+/* dtu_desc_fn of turn 2: what the prefill node would check its history cache against (the
+ * digests) and the record at H it gets from the staged pages (on a device: the staging copies the
+ * node wrote), into the script_out_t arg. */
+static void keep_history(void *arg, dtu_node_t *node, const node_resv_desc_t *desc)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
-    Tandem__CompletionNotice h = TANDEM__COMPLETION_NOTICE__INIT;
-    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
+    script_out_t *out = arg;
     node_pages_t *pages = decode_pool_pages(node->pool);
     size_t page_bytes = engine_kv_pool_page_bytes(decode_pool_engine(node->pool));
-    int64_t have = engine_seq_length(pre);
-    float *logits = malloc((size_t)cpu->V * sizeof(float));
-    const Tandem__Envelope *e;
-    node_resv_desc_t desc;
-    uint64_t sums[MAX_SUMS];
-    uint32_t n_sums = 0;
-    uint8_t *record;
-    size_t n_record;
-    int from = 0;
 
-    assert_non_null(logits);
-    rp.request_id = request_id;
-    rp.session_id = (char *)session;
-    rp.cached_len = cached_len;
-    rp.total_len = T;
-    rp.timeout_ms = 60000;
-    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
-    env.reserve_pages = &rp;
-    decode_sched_on_message(node->sched, &env);
-    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
-    assert_non_null(e);
-    assert_int_equal(node_resv_desc_parse(e->page_reservation->descriptor.data,
-                                          e->page_reservation->descriptor.len, &desc),
-                     TDM_OK);
-    assert_int_equal(desc.cached_len, cached_len); /* the node holds what it said it would */
-    if (cached_len > 0) {
-        /* what the prefill node would check its history cache against, and the record at H it
-         * gets from the staged pages (on a device: the staging copies the node wrote) */
-        for (uint32_t i = 0; i < desc.n_sources; i++) {
-            assert_non_null(desc.src[i].history_digests);
-            for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
-                assert_true(out->n_digests < MAX_SUMS);
-                out->digests[out->n_digests++] = desc.src[i].history_digests[j];
-            }
-        }
-        assert_true(desc.n_stage > 0);
-        out->record = malloc((size_t)desc.n_stage * page_bytes);
-        assert_non_null(out->record);
-        for (uint32_t i = 0; i < desc.n_stage; i++) {
-            memcpy(out->record + (size_t)i * page_bytes, node_pages_host(pages, desc.stage[i]),
-                   page_bytes);
-        }
-        out->n_record = desc.n_record;
-        assert_true(out->n_record <= (size_t)desc.n_stage * page_bytes);
-        assert_true(tdm_hash_xxh3_64(out->record, out->n_record) == desc.record_checksum);
-    }
-    assert_int_equal(engine_fwd_prefill(cpu->fwd, pre, ids + have, (int64_t)T - have,
-                                        ENGINE_PREFILL_DEFAULT, logits, NULL),
-                     TDM_OK);
-    for (uint32_t i = 0; i < desc.n_sources; i++) {
-        const engine_kv_table_t *t = engine_seq_table(pre, desc.src[i].layer);
-        assert_int_equal(desc.src[i].first_target + desc.src[i].n_targets, t->n_pages);
-        for (uint32_t j = 0; j < desc.src[i].n_targets; j++) {
-            uint8_t *src =
-                engine_kv_pool_page(cpu->pool, t->page_ids[desc.src[i].first_target + j]);
-            uint8_t *dst = node_pages_host(pages, desc.src[i].targets[j]);
-
-            assert_non_null(dst);
-            kern_kv_page_seal(src);
-            memcpy(dst, src, page_bytes); /* the prefill node's put */
-            assert_true(n_sums < MAX_SUMS);
-            sums[n_sums++] = tdm_hash_xxh3_64(dst, page_bytes);
+    for (uint32_t i = 0; i < desc->n_sources; i++) {
+        assert_non_null(desc->src[i].history_digests);
+        for (uint32_t j = 0; j < desc->src[i].n_history; j++) {
+            assert_true(out->n_digests < MAX_SUMS);
+            out->digests[out->n_digests++] = desc->src[i].history_digests[j];
         }
     }
-    n_record = engine_seq_export_bytes(pre, ENGINE_SEQ_EXPORT_RECORD);
-    record = malloc(n_record);
-    assert_non_null(record);
-    assert_int_equal(engine_seq_export(pre, ENGINE_SEQ_EXPORT_RECORD, record, n_record, &n_record),
-                     TDM_OK);
-    h.request_id = request_id;
-    h.reservation_id = desc.reservation_id;
-    h.cached_len = desc.cached_len;
-    h.total_len = T;
-    h.page_checksums = sums;
-    h.n_page_checksums = n_sums;
-    h.sampler_counter = T;
-    h.state_record.data = record;
-    h.state_record.len = n_record;
-    h.state_checksum = tdm_hash_xxh3_64(record, n_record);
-    h.first_token = (int32_t)ftu_argmax(logits, cpu->V);
-    sp.temperature = 0.0;
-    sp.top_p = 1.0;
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
-    dr.handoff = &h;
-    dr.sampling = &sp;
-    dr.max_tokens = max_tokens;
-    dr.cached_len = desc.cached_len;
-    dr.total_len = T;
-    dr.n_delta_tokens = T - desc.cached_len;
-    dr.delta_tokens = (int32_t *)ids + desc.cached_len;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
-    free(record);
-    free(logits);
-    node_resv_desc_fini(&desc);
+    assert_true(desc->n_stage > 0);
+    out->record = malloc((size_t)desc->n_stage * page_bytes);
+    assert_non_null(out->record);
+    for (uint32_t i = 0; i < desc->n_stage; i++) {
+        memcpy(out->record + (size_t)i * page_bytes, node_pages_host(pages, desc->stage[i]),
+               page_bytes);
+    }
+    out->n_record = desc->n_record;
+    assert_true(out->n_record <= (size_t)desc->n_stage * page_bytes);
+    assert_true(tdm_hash_xxh3_64(out->record, out->n_record) == desc->record_checksum);
 }
 
 /* The script on a decode node over `model` (the CPU table's or the guard table's): remote turn
@@ -189,7 +102,8 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
     out->staged = node_pages_staged(decode_pool_pages(node.pool));
     ftu_prompt(7, cpu->V, ids, PROMPT);
 
-    remote_turn(cpu, pre, &node, 1, "agent", 0, ids, PROMPT, TURN1_MAX, out);
+    assert_int_equal(
+        dtu_remote_turn(cpu, pre, &node, 1, "agent", 0, ids, PROMPT, TURN1_MAX, NULL, NULL), 0);
     f = dtu_run_to_end(&node, 1, MAX_STEPS);
     assert_non_null(f);
     out->n_tokens[0] = dtu_tokens_of(&node, 1, out->tokens[0], MAX_TOKENS);
@@ -200,7 +114,10 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
     memcpy(ids + PROMPT, out->tokens[0], TURN1_MAX * sizeof(int32_t));
     ftu_prompt(8, cpu->V, ids + PROMPT + TURN1_MAX, TURN2_NEW);
     T = PROMPT + TURN1_MAX + TURN2_NEW;
-    remote_turn(cpu, pre, &node, 2, "agent", f->cached_len, ids, T, MAX_TOKENS, out);
+    assert_int_equal(dtu_remote_turn(cpu, pre, &node, 2, "agent", f->cached_len, ids, T, MAX_TOKENS,
+                                     keep_history, out),
+                     0);
+    assert_true(out->n_digests > 0); /* the node held [0, H) and said so */
     f = dtu_run_to_end(&node, 2, MAX_STEPS);
     assert_non_null(f);
     out->n_tokens[1] = dtu_tokens_of(&node, 2, out->tokens[1], MAX_TOKENS);

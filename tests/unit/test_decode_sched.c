@@ -343,101 +343,17 @@ static void test_steady_pressure_every_new_local_session_succeeds(void **state)
     assert_true(dtu_node_close(&small));
 }
 
-/*
- * A remote prefill's handoff by hand: ReservePages for ids[0..n) of `session`, the prefill
- * computed on the fixture's own engine, its pages copied into the reserved ones (what the
- * prefill node's puts do), then the DecodeRequest with its CompletionNotice. Returns 0, or -1
- * when the reservation was refused (its Error recorded).
- */
+/* A remote prefill's handoff of ids[0..n) by hand (dtu_remote_turn), prefilled on the
+ * fixture's own engine. Returns 0, or -1 when the reservation was refused (its Error recorded). */
 static int submit_remote(dtu_fixture_t *fx, dtu_node_t *node, uint64_t request_id,
                          const char *session, const int32_t *ids, size_t n, uint32_t max_tokens)
 {
-    Tandem__Envelope env = TANDEM__ENVELOPE__INIT;
-    Tandem__ReservePages rp = TANDEM__RESERVE_PAGES__INIT;
-    Tandem__DecodeRequest dr = TANDEM__DECODE_REQUEST__INIT;
-    Tandem__CompletionNotice h = TANDEM__COMPLETION_NOTICE__INIT;
-    Tandem__SamplingParams sp = TANDEM__SAMPLING_PARAMS__INIT;
-    engine_kv_pool_t *kv = decode_pool_engine(node->pool);
-    size_t page_bytes = engine_kv_pool_page_bytes(kv);
-    const Tandem__Envelope *e;
-    node_resv_desc_t desc;
     engine_seq_t *seq = ftu_new_seq(&fx->engine);
-    float *logits = malloc((size_t)fx->engine.V * sizeof(float));
-    uint64_t sums[256];
-    uint32_t n_sums = 0;
-    uint8_t *record;
-    size_t n_record;
-    int from = 0;
+    int rc = dtu_remote_turn(&fx->engine, seq, node, request_id, session, 0, ids, n, max_tokens,
+                             NULL, NULL);
 
-    rp.request_id = request_id;
-    rp.session_id = (char *)session;
-    rp.total_len = n;
-    rp.timeout_ms = 60000;
-    env.body_case = TANDEM__ENVELOPE__BODY_RESERVE_PAGES;
-    env.reserve_pages = &rp;
-    decode_sched_on_message(node->sched, &env);
-    e = dtu_next_of(node, TANDEM__ENVELOPE__BODY_PAGE_RESERVATION, request_id, &from);
-    if (e == NULL) {
-        engine_seq_destroy(seq);
-        free(logits);
-        return -1;
-    }
-    assert_int_equal(node_resv_desc_parse(e->page_reservation->descriptor.data,
-                                          e->page_reservation->descriptor.len, &desc),
-                     TDM_OK);
-    assert_non_null(logits);
-    assert_int_equal(engine_fwd_prefill(fx->engine.fwd, seq, ids, (int64_t)n,
-                                        ENGINE_PREFILL_DEFAULT, logits, NULL),
-                     TDM_OK);
-    for (uint32_t i = 0; i < desc.n_sources; i++) {
-        const engine_kv_table_t *t = engine_seq_table(seq, desc.src[i].layer);
-        assert_int_equal(desc.src[i].first_target, 0);
-        assert_int_equal(desc.src[i].n_targets, t->n_pages);
-        for (uint32_t j = 0; j < t->n_pages; j++) {
-            uint8_t *src = engine_kv_pool_page(fx->engine.pool, t->page_ids[j]);
-            uint8_t *dst = engine_kv_pool_page(kv, desc.src[i].targets[j]);
-
-            kern_kv_page_seal(src);
-            memcpy(dst, src, page_bytes);
-            assert_true(n_sums < 256);
-            sums[n_sums++] = tdm_hash_xxh3_64(dst, page_bytes);
-        }
-    }
-    n_record = engine_seq_export_bytes(seq, ENGINE_SEQ_EXPORT_RECORD);
-    record = malloc(n_record);
-    assert_non_null(record);
-    assert_int_equal(engine_seq_export(seq, ENGINE_SEQ_EXPORT_RECORD, record, n_record, &n_record),
-                     TDM_OK);
-    h.request_id = request_id;
-    h.reservation_id = desc.reservation_id;
-    h.total_len = n;
-    h.page_checksums = sums;
-    h.n_page_checksums = n_sums;
-    h.sampler_counter = n;
-    h.state_record.data = record;
-    h.state_record.len = n_record;
-    h.state_checksum = tdm_hash_xxh3_64(record, n_record);
-    h.first_token = (int32_t)ftu_argmax(logits, fx->engine.V);
-    sp.temperature = 0.0;
-    sp.top_p = 1.0;
-    sp.n_logprobs = 0;
-    dr.request_id = request_id;
-    dr.session_id = (char *)session;
-    dr.mode = TANDEM__PREFILL_MODE__PREFILL_REMOTE;
-    dr.handoff = &h;
-    dr.sampling = &sp;
-    dr.max_tokens = max_tokens;
-    dr.total_len = n;
-    dr.n_delta_tokens = n;
-    dr.delta_tokens = (int32_t *)ids;
-    env.body_case = TANDEM__ENVELOPE__BODY_DECODE_REQUEST;
-    env.decode_request = &dr;
-    decode_sched_on_message(node->sched, &env);
-    free(record);
-    free(logits);
-    node_resv_desc_fini(&desc);
     engine_seq_destroy(seq);
-    return 0;
+    return rc;
 }
 
 /* The same steady pressure through remote prefills: the import needs no pages beyond the
