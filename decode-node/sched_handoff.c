@@ -311,7 +311,7 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
     uint8_t *bytes = NULL;
     size_t n_bytes = 0;
     uint64_t H = rp->cached_len, T = rp->total_len;
-    tdm_status_t downloaded = TDM_OK; /* the history pages' staging copies (node_pages.h) */
+    tdm_status_t sealed = TDM_OK; /* the history pages sealed where a peer reads them */
     tdm_status_t status;
 
     if (session == NULL || session->busy) {
@@ -382,21 +382,20 @@ void sched_on_reserve(decode_sched_t *s, const Tandem__ReservePages *rp)
          * (prefill-node/history.h); none (NULL) when out of memory: it pulls them all */
         desc.src[i].history_digests =
             desc.src[i].n_history > 0 ? malloc(desc.src[i].n_history * sizeof(uint64_t)) : NULL;
-        /* where the prefill node gets them: the engine's pages on the CPU, their staging
-         * copies (downloaded now) when it runs on a device */
-        if (node_pages_download(decode_pool_pages(s->pool), t != NULL ? t->page_ids : NULL,
-                                desc.src[i].n_history) != TDM_OK) {
-            downloaded = TDM_ERR_INTERNAL;
+        /* pulled and checked: sealed in the engine, and where the prefill node gets them (the
+         * engine's pages on the CPU, their staging copies on a device: node_pages.h) */
+        if (t != NULL && node_pages_seal(decode_pool_pages(s->pool), t->page_ids,
+                                         desc.src[i].n_history) != TDM_OK) {
+            sealed = TDM_ERR_INTERNAL;
         }
         for (uint32_t j = 0; j < desc.src[i].n_history; j++) {
-            void *page = node_pages_host(decode_pool_pages(s->pool), t->page_ids[j]);
-            kern_kv_page_seal(page); /* pulled and checked */
+            const void *page = node_pages_host(decode_pool_pages(s->pool), t->page_ids[j]);
             if (desc.src[i].history_digests != NULL) {
                 desc.src[i].history_digests[j] = node_page_digest(page);
             }
         }
     }
-    status = downloaded;
+    status = sealed;
     if (status == TDM_OK && H > 0) {
         desc.n_record = engine_seq_export_bytes(session->seq, ENGINE_SEQ_EXPORT_RECORD);
         desc.record = malloc(desc.n_record);

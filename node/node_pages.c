@@ -148,3 +148,34 @@ tdm_status_t node_pages_download(node_pages_t *p, const uint32_t *ids, uint32_t 
     }
     return TDM_OK;
 }
+
+tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n)
+{
+    const kern_ops_t *ops = engine_kv_pool_ops(p->kv);
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *host;
+        tdm_status_t status;
+
+        if (ids[i] >= p->n_pages) {
+            return TDM_ERR_INVALID_ARG;
+        }
+        host = node_pages_host(p, ids[i]);
+        if (p->staging == NULL) {
+            status = kern_kv_page_seal(host);
+        } else {
+            status = engine_kv_pool_read_page(p->kv, ids[i], host);
+            if (status == TDM_OK) {
+                status = kern_kv_page_seal(host);
+            }
+            if (status == TDM_OK) {
+                status = ops->mem_copy(NULL, engine_kv_pool_page(p->kv, ids[i]), host,
+                                       KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
+            }
+        }
+        if (status != TDM_OK) {
+            return status;
+        }
+    }
+    return TDM_OK;
+}

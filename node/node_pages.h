@@ -73,9 +73,24 @@ uint8_t *node_pages_host_base(const node_pages_t *p);
 
 /*
  * node_pages_download - copy the engine's pages ids[0..n) into their staging copies (a no-op in
- * the host layout, where they are the same bytes). Returns TDM_OK, TDM_ERR_INVALID_ARG (an id
+ * the host layout, where they are the same bytes). Only for pages that are final and sealed in
+ * the engine (node_pages_seal), or that no peer can be reading: the copy overwrites what a peer's
+ * get may be reading. Returns TDM_OK, TDM_ERR_INVALID_ARG (an id
  * out of range; pages before it copied) or the backend's copy error.
  */
 tdm_status_t node_pages_download(node_pages_t *p, const uint32_t *ids, uint32_t n);
+
+/*
+ * node_pages_seal - seal the engine's pages ids[0..n) (kern_kv_page_seal: the XXH3-64 of each
+ * page's bytes into its header) and leave the sealed bytes in their host copies, as they must be
+ * before a peer reads them: in the host layout in place; in the staged one each page is
+ * downloaded into its staging copy, sealed there, and its header copied back to the engine's
+ * page, so the engine holds the same sealed bytes as on the CPU (a later download of a page
+ * nothing wrote since gives the same bytes, which keeps a page that two sessions share readable
+ * by one peer while another's reservation downloads it again; and an import's relink of shared
+ * pages compares equal bytes). Returns TDM_OK, TDM_ERR_INVALID_ARG (an id out of range, or a
+ * page without a valid header; pages before it sealed) or the backend's copy error.
+ */
+tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n);
 
 #endif

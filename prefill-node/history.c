@@ -322,11 +322,7 @@ tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_
             status = node_pages_download(pages_of, t->page_ids, n_pages[s]);
         }
         for (uint32_t j = 0; j < n_pages[s] && status == TDM_OK; j++) {
-            uint8_t *page = node_pages_host(pages_of, t->page_ids[j]);
-            if (node_pages_staged(pages_of)) {
-                kern_kv_page_seal(page); /* sealed in the staging copy only (as when put) */
-            }
-            pages[k++] = page;
+            pages[k++] = node_pages_host(pages_of, t->page_ids[j]);
         }
     }
     if (status == TDM_OK) {

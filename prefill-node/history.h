@@ -88,11 +88,11 @@ tdm_status_t prefill_history_keep(prefill_history_t *h, const char *session_id, 
 
 /*
  * prefill_history_keep_seq - prefill_history_keep with the pages of `seq` (borrowed; its pages
- * lie in `pages`' engine pool and every one is final): for each KV source of the model, the pages
- * holding its rows, as the decode node holds them (sealed). On the CPU they are read in place
- * (sealed already); when the engine's pages are on a device they are downloaded into their
- * staging copies (node/node_pages.h; no transfer may be reading those) and sealed there. Returns
- * prefill_history_keep's statuses, TDM_ERR_INVALID_ARG for NULL arguments, or the download's.
+ * lie in `pages`' engine pool and every one is final and sealed): for each KV source of the
+ * model, the pages holding its rows, as the decode node holds them. On the CPU they are read in
+ * place; when the engine's pages are on a device they are downloaded into their staging copies
+ * first (node/node_pages.h; no transfer may be reading those). Returns prefill_history_keep's
+ * statuses, TDM_ERR_INVALID_ARG for NULL arguments, or the download's (the entry is dropped).
  */
 tdm_status_t prefill_history_keep_seq(prefill_history_t *h, const char *session_id,
                                       node_pages_t *pages, const engine_seq_t *seq);

@@ -740,10 +740,13 @@ static tdm_status_t finish_notice(prefill_job_t *j, const engine_sample_t *sampl
     j->rep.n_prefilled = job->n_delta_tokens;
     /* the session's pages below T, every one sealed and equal to what the decode node now holds:
      * its next turn here pulls only what changes meanwhile (history.h) */
-    if (j->env->history != NULL && prefill_history_keep_seq(j->env->history, job->session_id,
-                                                            j->env->pages, j->seq) != TDM_OK) {
-        tdm_log(TDM_LOG_WARN, "prefill", "history pages not kept (out of memory): request=%llu",
-                (unsigned long long)job->request_id);
+    if (j->env->history != NULL) {
+        tdm_status_t kept =
+            prefill_history_keep_seq(j->env->history, job->session_id, j->env->pages, j->seq);
+        if (kept != TDM_OK) {
+            tdm_log(TDM_LOG_WARN, "prefill", "history pages not kept (%s): request=%llu",
+                    tdm_status_message(kept), (unsigned long long)job->request_id);
+        }
     }
     tandem__completion_notice__init(notice_out);
     notice_out->request_id = job->request_id;

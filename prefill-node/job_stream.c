@@ -102,14 +102,13 @@ void prefill_stream_collect(prefill_stream_t *ps, int64_t end)
             if (rows != INT64_MAX && (int64_t)(p + 1) * KERN_KV_PAGE_ROWS > rows) {
                 break; /* a slot of page p is still to be written */
             }
-            /* sealed, hashed and put from the host bytes UCX reads: the engine's page on the
-             * CPU, its staging copy (downloaded now: the page is final) on a device */
-            if (node_pages_download(ps->env->pages, &t->page_ids[p], 1) != TDM_OK) {
+            /* sealed (the page is final), then hashed and put from the host bytes UCX reads:
+             * the engine's page on the CPU, its staging copy on a device (node_pages.h) */
+            if (node_pages_seal(ps->env->pages, &t->page_ids[p], 1) != TDM_OK) {
                 ps->status = TDM_ERR_INTERNAL;
-                break;
+                return;
             }
             page = node_pages_host(ps->env->pages, t->page_ids[p]);
-            kern_kv_page_seal(page);
             ps->sums[k] = tdm_hash_xxh3_64(page, ps->page_bytes);
             ps->local[k] = t->page_ids[p];
             ps->remote[k] = src->targets[ps->next[s]];

@@ -9,7 +9,9 @@
  * pages are downloaded into their staging copies, sealed and digested, and its state record is
  * staged there for the prefill node's get) and a local turn after them; the tokens, the
  * reservations' history digests and the staged records are compared. The prefill side is the
- * test's own CPU engine writing the pages where a prefill node's puts land (dtu_remote_turn). The
+ * test's own CPU engine writing the pages where a prefill node's puts land (dtu_remote_turn).
+ * A session sharing a donor's prefix pages keeps them shared across a remote turn, as on the CPU
+ * (the engine's pages are sealed like their staging copies, so the relink compares equal). The
  * node_pages module itself: layouts, download, refusals. Every page and every backend byte comes
  * back. */
 #include <setjmp.h>
@@ -142,7 +144,7 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
  * pages only through the kernel table. */
 static void test_device_pages_serve_as_the_cpu_pages(void **state)
 {
-    ftu_engine_t cpu, grd;
+    ftu_engine_t cpu = {0}, grd = {0};
     const kern_ops_t *guard = NULL;
     script_out_t want, got;
 
@@ -175,7 +177,7 @@ static void test_device_pages_serve_as_the_cpu_pages(void **state)
 /* node_pages: the two layouts, download, refusals. */
 static void test_node_pages_layouts_and_download(void **state)
 {
-    ftu_engine_t cpu, grd;
+    ftu_engine_t cpu = {0}, grd = {0};
     const kern_ops_t *guard = NULL;
     node_pages_t *host = NULL, *staged = NULL;
     uint32_t ids[2] = {3, 5}, bad[2] = {1, 8};
@@ -222,6 +224,28 @@ static void test_node_pages_layouts_and_download(void **state)
     pattern[0] ^= 0xFF;
     assert_memory_equal(node_pages_host(staged, 3), pattern, page_bytes);
     assert_int_equal(node_pages_download(staged, bad, 2), TDM_ERR_INVALID_ARG);
+    /* sealing: the pattern is no page (no header) and ids are checked; a page the pool handed
+     * out is sealed in the engine and in its staging copy alike (a second download: same bytes) */
+    assert_int_equal(node_pages_seal(staged, ids, 1), TDM_ERR_INVALID_ARG);
+    assert_int_equal(node_pages_seal(staged, bad + 1, 1), TDM_ERR_INVALID_ARG);
+    {
+        const engine_config_t *cfg = engine_model_config(grd.model);
+        engine_kv_table_t t;
+        uint8_t *sealed = malloc(page_bytes);
+
+        assert_non_null(sealed);
+        assert_int_equal(engine_kv_table_init(&t, (int)cfg->kv_source_layer_ids[0], 1), TDM_OK);
+        assert_int_equal(engine_kv_table_reserve(node_pages_engine(staged), &t, 1), TDM_OK);
+        assert_int_equal(node_pages_seal(staged, t.page_ids, 1), TDM_OK);
+        memcpy(sealed, node_pages_host(staged, t.page_ids[0]), page_bytes);
+        assert_int_equal(kern_kv_page_check(sealed, page_bytes, NULL, KERN_KV_PAGE_CHECK_CHECKSUM),
+                         TDM_OK);
+        memset(node_pages_host(staged, t.page_ids[0]), 0, page_bytes);
+        assert_int_equal(node_pages_download(staged, t.page_ids, 1), TDM_OK);
+        assert_memory_equal(node_pages_host(staged, t.page_ids[0]), sealed, page_bytes);
+        engine_kv_table_release(node_pages_engine(staged), &t);
+        free(sealed);
+    }
     free(pattern);
 
     node_pages_destroy(staged);
@@ -232,11 +256,80 @@ static void test_node_pages_layouts_and_download(void **state)
     assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
+/* A session sharing a donor's locally written prefix pages (prefix_share) takes a remote turn:
+ * the handoff holds the shared pages across the import and relinks them to the imported copies
+ * when their bytes are equal (engine_kv_table_relink). That needs the engine's own pages sealed
+ * as the staging copies are (node_pages_seal): on the guard node as many pages stay shared and
+ * free as on the CPU node. */
+static void prefix_script(ftu_engine_t *cpu, const engine_model_t *model, decode_stats_t *st_out)
+{
+    enum { P = 128, OWN = 20, GEN = 4, MORE = 30 };
+    int32_t prompt[P + 10], ids[P + OWN + GEN + MORE];
+    engine_seq_t *pre = ftu_new_seq(cpu);
+    decode_sched_params_t sp;
+    Tandem__SamplingParams greedy;
+    Tandem__DecodeRequest dr;
+    const Tandem__Finish *f;
+    decode_stats_t st;
+    dtu_node_t node;
+    uint64_t T;
+
+    dtu_sched_params(&sp);
+    sp.prefix_share = 1;
+    dtu_node_open(&node, model, 256, &sp);
+    ftu_prompt(21, cpu->V, prompt, P + 10);
+    dtu_sampling(&greedy, 0.0, 42);
+    dtu_request(&dr, 1, "donor", 0, prompt, P + 10, 2, &greedy);
+    dtu_send_request(&node, &dr);
+    assert_non_null(dtu_run_to_end(&node, 1, MAX_STEPS));
+    memcpy(ids, prompt, P * sizeof(int32_t));
+    ftu_prompt(22, cpu->V, ids + P, OWN);
+    dtu_request(&dr, 2, "new", P, ids + P, OWN, GEN, &greedy);
+    dr.prefix_session_id = (char *)"donor";
+    dr.prefix_ids = prompt;
+    dr.n_prefix_ids = P;
+    dtu_send_request(&node, &dr);
+    f = dtu_run_to_end(&node, 2, MAX_STEPS);
+    assert_non_null(f);
+    assert_int_equal(dtu_tokens_of(&node, 2, ids + P + OWN, GEN), GEN);
+    decode_sched_stats(node.sched, &st);
+    assert_true(st.shared_pages > 0);
+    T = f->cached_len + MORE;
+    ftu_prompt(23, cpu->V, ids + f->cached_len, MORE);
+    assert_int_equal(
+        dtu_remote_turn(cpu, pre, &node, 3, "new", f->cached_len, ids, T, 2, NULL, NULL), 0);
+    assert_non_null(dtu_run_to_end(&node, 3, MAX_STEPS));
+    decode_sched_stats(node.sched, st_out);
+    engine_seq_destroy(pre);
+    assert_true(dtu_node_close(&node));
+}
+
+static void test_shared_prefix_pages_stay_shared_across_a_handoff(void **state)
+{
+    ftu_engine_t cpu = {0}, grd = {0};
+    const kern_ops_t *guard = NULL;
+    decode_stats_t want, got;
+
+    (void)state;
+    assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
+    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
+    prefix_script(&cpu, cpu.model, &want);
+    prefix_script(&cpu, grd.model, &got);
+    assert_true(want.shared_pages > 0);
+    assert_int_equal(got.shared_pages, want.shared_pages);
+    assert_int_equal(got.free_pages, want.free_pages);
+    assert_int_equal(ftu_engine_close(&grd), 0);
+    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(ftu_engine_close(&cpu), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_pages_layouts_and_download),
         cmocka_unit_test(test_device_pages_serve_as_the_cpu_pages),
+        cmocka_unit_test(test_shared_prefix_pages_stay_shared_across_a_handoff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
