@@ -52,8 +52,9 @@ static const tdm_flag_t bench_flags[] = {
      1},
     {"threads", TDM_FLAG_U32, "2", offsetof(bench_cfg_t, n_threads), "kernel threads", 1, 256, 0},
     {"device", TDM_FLAG_STRING, "cpu", offsetof(bench_cfg_t, device),
-     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
-     0},
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (guard: the checking "
+     "backend of kernels/guard.h; kernels/device.h)",
+     0, 0, 0},
     {"devices", TDM_FLAG_STRING, NULL, offsetof(bench_cfg_t, devices),
      "expert parallel: decode on a group over these devices (0,1 or cpu,cpu; engine/ep.h) "
      "against the whole model on the first, same run (bench/engine_bench_ep.h); replaces --device",

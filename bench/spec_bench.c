@@ -53,8 +53,9 @@ static const tdm_flag_t bench_flags[] = {
      1},
     {"threads", TDM_FLAG_U32, "2", offsetof(bench_cfg_t, n_threads), "kernel threads", 1, 256, 0},
     {"device", TDM_FLAG_STRING, "cpu", offsetof(bench_cfg_t, device),
-     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
-     0},
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (guard: the checking "
+     "backend of kernels/guard.h; kernels/device.h)",
+     0, 0, 0},
     {"context", TDM_FLAG_U32, "128", offsetof(bench_cfg_t, context_tokens),
      "tokens prefilled per sequence before decoding", 8, 65536, 0},
     {"tokens", TDM_FLAG_U32, "32", offsetof(bench_cfg_t, gen_tokens),

@@ -14,6 +14,7 @@
 typedef enum {
     KERN_BACKEND_CPU = 0,  /* plain C, host memory */
     KERN_BACKEND_CUDA = 1, /* CUDA, device memory */
+    KERN_BACKEND_GUARD = 2, /* the CPU kernels over guarded memory (kernels/guard.h): a check */
 } kern_backend_t;
 
 /* kern_pool_t - a CPU worker pool: n_threads - 1 sleeping worker threads that run a kernel's

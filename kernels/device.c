@@ -1,8 +1,12 @@
 /* device.c - kern_device_t: parse a --device value and pick its kernel table (device.h). */
 #include "kernels/device.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "kernels/guard.h"
 
 #ifdef TANDEM_HAVE_CUDA
 /* Defined in kernels/cuda/backend.cu. */
@@ -12,6 +16,7 @@ int kern_cuda_query(int ordinal, kern_device_info_t *out, const char **reason);
 #endif
 
 #define DEVICE_MAX_ORDINAL 1023
+#define DEVICE_GUARD_BYTES ((size_t)4 << 30) /* "guard": the region's default size */
 
 static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a, const char *b)
 {
@@ -22,7 +27,7 @@ static void set_err(char *err, size_t err_bytes, const char *fmt, const char *a,
 
 tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, size_t err_bytes)
 {
-    static const char forms[] = "cpu, cuda or cuda:N (N = 0..1023)";
+    static const char forms[] = "cpu, cuda or cuda:N (N = 0..1023), or guard (a checking backend)";
     kern_device_t dev = {KERN_BACKEND_CPU, 0};
     const char *p;
     int n = 0;
@@ -32,6 +37,11 @@ tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, 
         return TDM_ERR_INVALID_ARG;
     }
     if (strcmp(text, "cpu") == 0) {
+        *out = dev;
+        return TDM_OK;
+    }
+    if (strcmp(text, "guard") == 0) {
+        dev.backend = KERN_BACKEND_GUARD;
         *out = dev;
         return TDM_OK;
     }
@@ -98,6 +108,12 @@ tdm_status_t kern_device_parse_list(const char *text, kern_device_t *devices, in
         if (st != TDM_OK) {
             return st;
         }
+        if (parsed[n].backend == KERN_BACKEND_GUARD) {
+            /* one guard table per process, driven from one thread at a time (kernels/guard.h) */
+            set_err(err, err_bytes, "devices '%s': %s", text,
+                    "guard runs one device per process, not a group");
+            return TDM_ERR_INVALID_ARG;
+        }
         for (int q = 0; q < n; q++) {
             if (parsed[n].backend == KERN_BACKEND_CUDA && parsed[q].backend == KERN_BACKEND_CUDA &&
                 parsed[q].ordinal == parsed[n].ordinal) {
@@ -122,12 +138,52 @@ const char *kern_device_name(const kern_device_t *dev, char *buf, size_t bytes)
     if (buf == NULL || bytes == 0) {
         return buf;
     }
-    if (dev == NULL || dev->backend != KERN_BACKEND_CUDA) {
+    if (dev != NULL && dev->backend == KERN_BACKEND_GUARD) {
+        snprintf(buf, bytes, "guard");
+    } else if (dev == NULL || dev->backend != KERN_BACKEND_CUDA) {
         snprintf(buf, bytes, "cpu");
     } else {
         snprintf(buf, bytes, "cuda:%d", dev->ordinal);
     }
     return buf;
+}
+
+/*
+ * The process's guard table (kernels/guard.h), made at the first kern_device_ops of "guard" with
+ * a region of TANDEM_GUARD_BYTES bytes (reserved, not committed: MAP_NORESERVE; default 4 GiB)
+ * and kept until the process exits, so every later open returns the same table.
+ */
+static tdm_status_t guard_ops(const kern_ops_t **ops_out, char *err, size_t err_bytes)
+{
+    static const kern_ops_t *table;
+    const char *env = getenv("TANDEM_GUARD_BYTES");
+    unsigned long long bytes = (unsigned long long)DEVICE_GUARD_BYTES;
+    tdm_status_t st;
+
+    if (table != NULL) {
+        *ops_out = table;
+        return TDM_OK;
+    }
+    if (env != NULL && *env != '\0') {
+        char *end = NULL;
+        errno = 0;
+        bytes = strtoull(env, &end, 10);
+        if (errno != 0 || end == env || *end != '\0' || bytes == 0) {
+            set_err(err, err_bytes, "device guard: TANDEM_GUARD_BYTES='%s': %s", env,
+                    "expected a positive number of bytes");
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    st = kern_guard_create((size_t)bytes, &table);
+    if (st != TDM_OK) {
+        set_err(err, err_bytes, "device guard: %s%s",
+                st == TDM_ERR_BUSY ? "a guard table already exists in this process"
+                                   : "cannot map the guarded region",
+                "");
+        return st;
+    }
+    *ops_out = table;
+    return TDM_OK;
 }
 
 int kern_cuda_device_count(const char **reason)
@@ -156,6 +212,9 @@ tdm_status_t kern_device_ops(const kern_device_t *dev, const kern_ops_t **ops_ou
     if (dev->backend == KERN_BACKEND_CPU) {
         *ops_out = kern_ops_cpu();
         return TDM_OK;
+    }
+    if (dev->backend == KERN_BACKEND_GUARD) {
+        return guard_ops(ops_out, err, err_bytes);
     }
     if (dev->backend != KERN_BACKEND_CUDA || dev->ordinal < 0) {
         set_err(err, err_bytes, "device: %s%s", "unknown backend", "");

@@ -1,5 +1,5 @@
-/* device.h - where a process runs its kernels: the `--device cpu|cuda[:N]` value of the tools
- * and nodes (issue 14 item 1), parsed once and turned into a kernel table (kernels/ops.h).
+/* device.h - where a process runs its kernels: the `--device cpu|cuda[:N]|guard` value of the
+ * tools and nodes (issue 14 item 1), parsed once and turned into a kernel table (kernels/ops.h).
  *
  * Owns nothing. A kern_device_t is plain data; kern_device_ops returns one of the static tables
  * of kern_ops_cpu() / kern_ops_cuda() after making the chosen GPU the calling thread's current
@@ -26,8 +26,8 @@ extern "C" {
 #define KERN_DEVICE_LIST_MAX 72
 
 /*
- * kern_device_t - one place to run kernels. backend KERN_BACKEND_CPU (ordinal 0) or
- * KERN_BACKEND_CUDA with the CUDA device ordinal (0-based, as cudaSetDevice and
+ * kern_device_t - one place to run kernels. backend KERN_BACKEND_CPU or KERN_BACKEND_GUARD
+ * (ordinal 0), or KERN_BACKEND_CUDA with the CUDA device ordinal (0-based, as cudaSetDevice and
  * CUDA_VISIBLE_DEVICES number them).
  */
 typedef struct {
@@ -36,8 +36,10 @@ typedef struct {
 } kern_device_t;
 
 /*
- * kern_device_parse - read "cpu", "cuda" (= "cuda:0") or "cuda:N" (N a decimal 0..1023 without
- * sign or spaces). Case-sensitive, as the flag values are documented.
+ * kern_device_parse - read "cpu", "cuda" (= "cuda:0"), "cuda:N" (N a decimal 0..1023 without
+ * sign or spaces) or "guard" (KERN_BACKEND_GUARD: the checking backend of kernels/guard.h, which
+ * runs the CPU kernels over memory the host may touch only through the table). Case-sensitive,
+ * as the flag values are documented.
  * Returns TDM_OK with *out filled, or TDM_ERR_INVALID_ARG with one line in err (err_bytes may
  * be 0) naming the text and the accepted forms; *out untouched on error. Checks no hardware.
  */
@@ -47,7 +49,8 @@ tdm_status_t kern_device_parse(const char *text, kern_device_t *out, char *err, 
  * kern_device_parse_list - read a `--devices` value: comma-separated items, each "cpu", "cuda",
  * "cuda:N" or a bare ordinal N (= "cuda:N"), e.g. "0,1", "cuda:0,cuda:1", "cpu,cpu" (CPU ranks
  * in one process: the tests and a CPU rehearsal of expert parallel). At most max_devices items,
- * no empty item, no CUDA ordinal twice. Kinds may mix here; engine/ep.h refuses that by name.
+ * no empty item, no CUDA ordinal twice, no "guard" (one per process, not a group). Kinds may
+ * mix here; engine/ep.h refuses that by name.
  * Returns TDM_OK with devices[0..*n_out) filled, or TDM_ERR_INVALID_ARG with one line in err
  * naming the item and the rule (outputs untouched). Checks no hardware.
  */
@@ -62,9 +65,13 @@ const char *kern_device_name(const kern_device_t *dev, char *buf, size_t bytes);
 /*
  * kern_device_ops - the kernel table for dev, ready to use on the calling thread: for CUDA the
  * device is made the thread's current device (cudaSetDevice; other threads that run the
- * table's kernels must call this too).
+ * table's kernels must call this too); for guard the process's one guard table, made at the
+ * first call over a region of TANDEM_GUARD_BYTES (default 4 GiB, reserved, not committed) and
+ * kept until exit (kernels/guard.h: one thread at a time).
  * Returns TDM_OK with *ops_out, or with *ops_out untouched and one line in err:
- *   TDM_ERR_INVALID_ARG  dev or ops_out NULL, unknown backend;
+ *   TDM_ERR_INVALID_ARG  dev or ops_out NULL, unknown backend, a bad TANDEM_GUARD_BYTES;
+ *   TDM_ERR_BUSY / TDM_ERR_NO_MEMORY  guard: a table made by kern_guard_create already exists,
+ *                        or the region cannot be mapped;
  *   TDM_ERR_UNSUPPORTED  CUDA asked of a build without the CUDA backend (nvcc absent at
  *                        configure time), or no usable CUDA device (the driver's reason);
  *   TDM_ERR_NOT_FOUND    ordinal >= the number of CUDA devices (the count is named).

@@ -39,7 +39,8 @@ static const tdm_flag_t shared_flags[] = {
      "kernel threads (0: every online CPU)", 0, 1024, 0},
     {"device", TDM_FLAG_STRING, "cpu", offsetof(node_worker_cfg_t, device),
      "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (pages cross to and "
-     "from peers through a host staging copy registered with UCX: docs/GPU.md 7)",
+     "from peers through a host staging copy registered with UCX: docs/GPU.md 7; guard: the "
+     "checking backend of kernels/guard.h)",
      0, 0, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(node_worker_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},

@@ -1,7 +1,7 @@
 /* test_decode_device.c - the decode node with its engine's KV pages in backend memory (issue 14
  * item 5; node/node_pages.h), driven in process as test_decode_sched.c drives it.
  *
- * The backend is the test-only guard table (guard_ops.h): the CPU kernels over memory that is
+ * The backend is the test-only guard table (kernels/guard.h): the CPU kernels over memory that is
  * PROT_NONE outside an op, so any host read or write of an engine page by the node (a seal, a
  * hash, a memcpy of a handoff's pages) kills the test with SIGSEGV at that line. The same script
  * runs against a decode node over the CPU table, and everything the router would see must be
@@ -29,7 +29,7 @@
 #include "decode-node/sched.h"
 #include "engine/seq_state.h"
 #include "forward_test_util.h"
-#include "guard_ops.h"
+#include "kernels/guard.h"
 #include "kernels/kv_page.h"
 #include "node/node_handoff.h"
 #include "node/node_pages.h"
@@ -150,7 +150,7 @@ static void test_device_pages_serve_as_the_cpu_pages(void **state)
 
     (void)state;
     assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
-    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
     assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
 
     run_script(&cpu, cpu.model, &want);
@@ -170,7 +170,7 @@ static void test_device_pages_serve_as_the_cpu_pages(void **state)
     free(got.record);
 
     assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(guard_ops_destroy(), 0); /* every backend allocation was freed */
+    assert_int_equal(kern_guard_destroy(), 0); /* every backend allocation was freed */
     assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
@@ -186,7 +186,7 @@ static void test_node_pages_layouts_and_download(void **state)
 
     (void)state;
     assert_int_equal(ftu_engine_open_on(&cpu, 4, kern_ops_cpu(), 32), 0);
-    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
     assert_int_equal(ftu_engine_open_on(&grd, 4, guard, 32), 0);
 
     assert_int_equal(node_pages_create(cpu.model, 0, NULL, &host), TDM_ERR_INVALID_ARG);
@@ -206,7 +206,7 @@ static void test_node_pages_layouts_and_download(void **state)
     /* staged layout: separate host copies, filled only by a download */
     assert_int_equal(node_pages_create(grd.model, 8, NULL, &staged), TDM_OK);
     assert_int_equal(node_pages_staged(staged), 1);
-    assert_false(guard_ops_contains(node_pages_host(staged, 0), 8 * 64));
+    assert_false(kern_guard_contains(node_pages_host(staged, 0), 8 * 64));
     page_bytes = engine_kv_pool_page_bytes(node_pages_engine(staged));
     assert_ptr_equal(node_pages_host(staged, 1), node_pages_host_base(staged) + page_bytes);
     assert_null(node_pages_host(staged, 8));
@@ -252,7 +252,7 @@ static void test_node_pages_layouts_and_download(void **state)
     node_pages_destroy(host);
     node_pages_destroy(NULL);
     assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(kern_guard_destroy(), 0);
     assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
@@ -312,7 +312,7 @@ static void test_shared_prefix_pages_stay_shared_across_a_handoff(void **state)
 
     (void)state;
     assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
-    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
     assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
     prefix_script(&cpu, cpu.model, &want);
     prefix_script(&cpu, grd.model, &got);
@@ -320,7 +320,7 @@ static void test_shared_prefix_pages_stay_shared_across_a_handoff(void **state)
     assert_int_equal(got.shared_pages, want.shared_pages);
     assert_int_equal(got.free_pages, want.free_pages);
     assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(kern_guard_destroy(), 0);
     assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 

@@ -1,5 +1,5 @@
 /* test_forward_guard.c - the engine is device-clean (issue 14 item 1): the tiny preset loaded on
- * the test-only guard table (guard_ops.h: CPU kernels, every backend buffer in one region that
+ * the test-only guard table (kernels/guard.h: CPU kernels, every backend buffer in one region that
  * is PROT_NONE outside op calls) runs CED prefill in chunks, batched decode, verify, a DSpark
  * draft and a replay, and gives the logits of the CPU table bit for bit. A host read or write of
  * backend memory anywhere in the engine faults (SIGSEGV), and a host pointer handed to an op
@@ -19,7 +19,7 @@
 #include "forward_test_util.h"
 #include "engine/sampler.h"
 #include "engine/spec.h"
-#include "guard_ops.h"
+#include "kernels/guard.h"
 #include "kernels/ops.h"
 
 #define POOL_PAGES  256
@@ -147,12 +147,12 @@ static void test_guard_table_gives_cpu_bits_without_host_access(void **state)
     memset(&plain, 0, sizeof(plain));
     memset(&guarded, 0, sizeof(guarded));
     assert_int_equal(ftu_engine_open_on(&plain, POOL_PAGES, kern_ops_cpu(), 32), 0);
-    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
     if (env_is("TANDEM_GUARD_REPORT", "1")) {
-        guard_ops_report(1);
+        kern_guard_report(1);
     }
     assert_int_equal(ftu_engine_open_on(&guarded, POOL_PAGES, guard, 32), 0);
-    assert_true(guard_ops_used() > 0); /* weights, arenas and the page pool are guard memory */
+    assert_true(kern_guard_used() > 0); /* weights, arenas and the page pool are guard memory */
     cap = ftu_schedule_floats(&plain, N_DECODE) + 2 * plain.V +
           2 * N_SPEC * (ENGINE_SPEC_MAX_EMIT + 1);
     a = malloc(sizeof(float) * (size_t)cap);
@@ -165,7 +165,7 @@ static void test_guard_table_gives_cpu_bits_without_host_access(void **state)
     ftu_dump_init(&db, plain.cfg, 0, DUMP_T);
     run_dumped(&plain, &da);
     run_dumped(&guarded, &db);
-    reports = guard_ops_report(0);
+    reports = kern_guard_report(0);
     print_message("guard: %zu host accesses of backend memory reported\n", reports);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, sizeof(float) * (size_t)na);
@@ -184,7 +184,7 @@ static void test_guard_table_gives_cpu_bits_without_host_access(void **state)
     ftu_dump_fini(&da);
     ftu_dump_fini(&db);
     assert_int_equal(ftu_engine_close(&guarded), 0);
-    assert_int_equal(guard_ops_destroy(), 0); /* every backend allocation was freed */
+    assert_int_equal(kern_guard_destroy(), 0); /* every backend allocation was freed */
     assert_int_equal(ftu_engine_close(&plain), 0);
     free(a);
     free(b);

@@ -1,4 +1,4 @@
-/* test_guard_ops.c - the test-only guard kernel table (guard_ops.h) catches host reads of
+/* test_guard_ops.c - the test-only guard kernel table (kernels/guard.h) catches host reads of
  * backend memory: outside an op a read faults (SIGSEGV in a forked child), inside ops and
  * through mem_copy the same memory works; a host pointer handed to an op, or a copy in the wrong
  * direction, aborts; the allocator reuses and merges freed blocks. */
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "guard_ops.h"
+#include "kernels/guard.h"
 #include "kernels/ops.h"
 
 #define POOL_BYTES (1u << 20)
@@ -73,18 +73,18 @@ static void test_host_access_outside_an_op_faults(void **state)
 
     (void)state;
     memset(&ctx, 0, sizeof(ctx));
-    assert_int_equal(guard_ops_create(POOL_BYTES, &ops), TDM_OK);
+    assert_int_equal(kern_guard_create(POOL_BYTES, &ops), TDM_OK);
     assert_string_equal(ops->name, "guard");
     assert_int_equal(ops->host_memory, 0);
     assert_int_equal(ops->mem_alloc(&ctx, sizeof(host), (void **)&dev), TDM_OK);
-    assert_true(guard_ops_contains(dev, sizeof(host)));
-    assert_false(guard_ops_contains(host, sizeof(host)));
+    assert_true(kern_guard_contains(dev, sizeof(host)));
+    assert_false(kern_guard_contains(host, sizeof(host)));
     assert_false(faults_in_child(nothing, dev)); /* the harness itself does not fault */
     assert_true(faults_in_child(host_read, dev));
     assert_true(faults_in_child(host_write, dev));
     assert_false(faults_in_child(host_read, host)); /* host memory is never guarded */
     ops->mem_free(&ctx, dev);
-    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(kern_guard_destroy(), 0);
 }
 
 static void test_ops_and_copies_work_inside(void **state)
@@ -96,7 +96,7 @@ static void test_ops_and_copies_work_inside(void **state)
 
     (void)state;
     memset(&ctx, 0, sizeof(ctx));
-    assert_int_equal(guard_ops_create(POOL_BYTES, &ops), TDM_OK);
+    assert_int_equal(kern_guard_create(POOL_BYTES, &ops), TDM_OK);
     for (int i = 0; i < 64; i++) {
         host[i] = (float)i * 0.5f;
     }
@@ -118,7 +118,7 @@ static void test_ops_and_copies_work_inside(void **state)
     ops->mem_free(&ctx, a);
     ops->mem_free(&ctx, b);
     ops->mem_free(&ctx, y);
-    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(kern_guard_destroy(), 0);
 }
 
 /* Run fn(arg) in a forked child; 1 when the child died of SIGABRT (the guard's verdict on a host
@@ -161,14 +161,14 @@ static void test_host_pointers_to_ops_abort(void **state)
     float *dev = NULL;
 
     (void)state;
-    assert_int_equal(guard_ops_create(POOL_BYTES, &g_ops), TDM_OK);
+    assert_int_equal(kern_guard_create(POOL_BYTES, &g_ops), TDM_OK);
     assert_int_equal(g_ops->mem_alloc(NULL, 4 * sizeof(float), (void **)&dev), TDM_OK);
     assert_int_equal(g_ops->mem_set(NULL, dev, 0, 4 * sizeof(float)), TDM_OK);
     assert_false(aborts_in_child(add_on_device, dev));
     assert_true(aborts_in_child(add_into_host, dev));
     assert_true(aborts_in_child(copy_wrong_way, dev));
     g_ops->mem_free(NULL, dev);
-    assert_int_equal(guard_ops_destroy(), 0);
+    assert_int_equal(kern_guard_destroy(), 0);
 }
 
 static void test_allocator_reuses_and_merges(void **state)
@@ -181,13 +181,13 @@ static void test_allocator_reuses_and_merges(void **state)
 
     (void)state;
     memset(&ctx, 0, sizeof(ctx));
-    assert_int_equal(guard_ops_create(4096, &ops), TDM_OK);
-    assert_int_equal(guard_ops_create(4096, &again), TDM_ERR_BUSY);
+    assert_int_equal(kern_guard_create(4096, &ops), TDM_OK);
+    assert_int_equal(kern_guard_create(4096, &again), TDM_ERR_BUSY);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(ops->mem_alloc(&ctx, 1000, &p[i]), TDM_OK);
         assert_int_equal((uintptr_t)p[i] % 64, 0);
     }
-    assert_int_equal(guard_ops_used(), 4 * 1024);
+    assert_int_equal(kern_guard_used(), 4 * 1024);
     assert_int_equal(ops->mem_alloc(&ctx, 1, &big), TDM_ERR_NO_MEMORY); /* full */
     assert_null(big);
     ops->mem_free(&ctx, p[1]);
@@ -196,8 +196,8 @@ static void test_allocator_reuses_and_merges(void **state)
     assert_ptr_equal(big, p[1]);
     ops->mem_free(&ctx, big);
     ops->mem_free(&ctx, p[0]);
-    assert_int_equal(guard_ops_destroy(), 1024); /* p[3] still allocated */
-    assert_int_equal(guard_ops_destroy(), 0);    /* nothing left to destroy */
+    assert_int_equal(kern_guard_destroy(), 1024); /* p[3] still allocated */
+    assert_int_equal(kern_guard_destroy(), 0);    /* nothing left to destroy */
 }
 
 int main(void)

@@ -1,5 +1,5 @@
 /* test_seq_guard.c - sequence state and KV pages in backend memory (issue 14 item 1): the tiny
- * preset on the test-only guard table (guard_ops.h: every backend buffer PROT_NONE outside op
+ * preset on the test-only guard table (kernels/guard.h: every backend buffer PROT_NONE outside op
  * calls) imports a sequence the CPU table computed, exports it again, shares a prefix of it,
  * cuts into the shared page (copy-on-write, zeroed slots, header through staging), seals and
  * relinks pages - all through the table's memory members - and every exported blob equals the
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "forward_test_util.h"
-#include "guard_ops.h"
+#include "kernels/guard.h"
 #include "kernels/ops.h"
 
 #define POOL_PAGES  128
@@ -73,14 +73,14 @@ static void test_guard_state_and_pages_match_cpu(void **state)
     memset(&cpu, 0, sizeof(cpu));
     memset(&grd, 0, sizeof(grd));
     assert_int_equal(ftu_engine_open_on(&cpu, POOL_PAGES, kern_ops_cpu(), 32), 0);
-    assert_int_equal(guard_ops_create(GUARD_BYTES, &guard), TDM_OK);
+    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
     assert_int_equal(ftu_engine_open_on(&grd, POOL_PAGES, guard, 32), 0);
     assert_int_equal(engine_kv_pool_host_pages(grd.pool), 0);
     assert_ptr_equal(engine_kv_pool_ops(grd.pool), guard);
     assert_int_equal(engine_kv_pool_host_pages(cpu.pool), 1);
     /* the weights were uploaded: the RoPE tables (model-made) are guard memory on that table */
-    assert_true(guard_ops_contains(engine_model_rope_freqs(grd.model, 0), sizeof(float)));
-    assert_false(guard_ops_contains(engine_model_rope_freqs(cpu.model, 0), sizeof(float)));
+    assert_true(kern_guard_contains(engine_model_rope_freqs(grd.model, 0), sizeof(float)));
+    assert_false(kern_guard_contains(engine_model_rope_freqs(cpu.model, 0), sizeof(float)));
     logits = malloc(sizeof(float) * (size_t)cpu.V);
     assert_non_null(logits);
 
@@ -131,7 +131,7 @@ static void test_guard_state_and_pages_match_cpu(void **state)
     free(blob);
     free(logits);
     assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(guard_ops_destroy(), 0); /* every backend allocation was freed */
+    assert_int_equal(kern_guard_destroy(), 0); /* every backend allocation was freed */
     assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 

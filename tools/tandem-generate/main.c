@@ -118,8 +118,9 @@ static const tdm_flag_t gen_flags[] = {
     {"threads", TDM_FLAG_U32, "0", offsetof(gen_cfg_t, threads),
      "kernel threads; 0 = every online CPU", 0, 1024, 0},
     {"device", TDM_FLAG_STRING, "cpu", offsetof(gen_cfg_t, device),
-     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (kernels/device.h)", 0, 0,
-     0},
+     "where the kernels, weights and KV pages live: cpu, cuda or cuda:N (guard: the checking "
+     "backend of kernels/guard.h; kernels/device.h)",
+     0, 0, 0},
     {"devices", TDM_FLAG_STRING, NULL, offsetof(gen_cfg_t, devices),
      "expert parallel: split the routed experts over these devices, e.g. 0,1 (CUDA with NCCL) "
      "or cpu,cpu (a CPU rehearsal); replaces --device (engine/ep.h)",

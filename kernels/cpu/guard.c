@@ -1,6 +1,6 @@
-/* guard_ops.c - the test-only guard kernel table (tests/unit/guard_ops.h): the CPU kernels over
- * one mprotect'ed region that is readable only while an op runs. */
-#include "guard_ops.h"
+/* guard.c - the guard kernel table (kernels/guard.h): the CPU kernels over one mprotect'ed
+ * region that is readable only while an op runs. */
+#include "kernels/guard.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 #define GUARD_ALIGN 64
-/* Function members of kern_ops_t that guard_ops_create wraps (SET below, attention_sel) or
+/* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel) or
  * passes through (host_unregister): a member added to the table must be wrapped here too. */
 #define GUARD_N_MEMBERS 41
 _Static_assert(sizeof(kern_ops_t) == 2 * sizeof(void *) + GUARD_N_MEMBERS * sizeof(void (*)(void)),
-               "kern_ops_t changed: wrap the new member in guard_ops.c");
+               "kern_ops_t changed: wrap the new member in kernels/cpu/guard.c");
 
 /* One block of the region: [off, off + len), in use or free. Sorted by off, covering it all. */
 typedef struct {
@@ -34,8 +34,8 @@ static struct {
     size_t cap_blocks;
     size_t used_bytes;
     kern_ops_t cpu;   /* the wrapped table */
-    kern_ops_t table; /* what guard_ops_create hands out */
-    int report;       /* guard_ops_report: print and go on instead of faulting */
+    kern_ops_t table; /* what kern_guard_create hands out */
+    int report;       /* kern_guard_report: print and go on instead of faulting */
     size_t n_reports;
     struct sigaction old_segv;
 } g;
@@ -53,7 +53,7 @@ static void print_stack(void)
 static void guard_protect(int prot)
 {
     if (mprotect(g.base, g.bytes, prot) != 0) {
-        perror("guard_ops: mprotect");
+        perror("guard: mprotect");
         abort();
     }
 }
@@ -72,13 +72,13 @@ static void guard_close(void)
     }
 }
 
-int guard_ops_contains(const void *p, size_t n_bytes)
+int kern_guard_contains(const void *p, size_t n_bytes)
 {
     uintptr_t a = (uintptr_t)p, lo = (uintptr_t)g.base;
     return g.live && p != NULL && a >= lo && a - lo <= g.bytes && n_bytes <= g.bytes - (a - lo);
 }
 
-size_t guard_ops_used(void)
+size_t kern_guard_used(void)
 {
     return g.used_bytes;
 }
@@ -151,8 +151,8 @@ static void guard_mem_free(kern_ctx_t *ctx, void *ptr)
     if (ptr == NULL) {
         return;
     }
-    if (!guard_ops_contains(ptr, 1)) {
-        fprintf(stderr, "guard_ops: mem_free of %p, not guard memory\n", ptr);
+    if (!kern_guard_contains(ptr, 1)) {
+        fprintf(stderr, "guard: mem_free of %p, not guard memory\n", ptr);
         abort();
     }
     off = (size_t)((unsigned char *)ptr - g.base);
@@ -172,7 +172,7 @@ static void guard_mem_free(kern_ctx_t *ctx, void *ptr)
         }
         return;
     }
-    fprintf(stderr, "guard_ops: mem_free of %p, not an allocation's start\n", ptr);
+    fprintf(stderr, "guard: mem_free of %p, not an allocation's start\n", ptr);
     abort();
 }
 
@@ -180,8 +180,8 @@ static void guard_mem_free(kern_ctx_t *ctx, void *ptr)
  * engine code would otherwise pass on the CPU and break on a device. */
 static void check_side(const void *p, size_t n, int backend, const char *what)
 {
-    if (n > 0 && guard_ops_contains(p, n) != backend) {
-        fprintf(stderr, "guard_ops: mem_copy %s %p (+%zu) is %s memory\n", what, p, n,
+    if (n > 0 && kern_guard_contains(p, n) != backend) {
+        fprintf(stderr, "guard: mem_copy %s %p (+%zu) is %s memory\n", what, p, n,
                 backend ? "host, not guard" : "guard, not host");
         abort();
     }
@@ -205,8 +205,8 @@ static tdm_status_t guard_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, 
 static tdm_status_t guard_host_register(kern_ctx_t *ctx, const void *host, size_t n_bytes,
                                         const void **dev_out)
 {
-    if (host != NULL && guard_ops_contains(host, n_bytes == 0 ? 1 : n_bytes)) {
-        fprintf(stderr, "guard_ops: host_register of guard memory %p\n", host);
+    if (host != NULL && kern_guard_contains(host, n_bytes == 0 ? 1 : n_bytes)) {
+        fprintf(stderr, "guard: host_register of guard memory %p\n", host);
         abort();
     }
     return g.cpu.host_register(ctx, host, n_bytes, dev_out);
@@ -217,8 +217,8 @@ static tdm_status_t guard_host_register(kern_ctx_t *ctx, const void *host, size_
 static void guard_args(const char *op, const void *const *ptrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (ptrs[i] != NULL && !guard_ops_contains(ptrs[i], 1)) {
-            fprintf(stderr, "guard_ops: %s: pointer argument %zu (%p) is host memory\n", op, i,
+        if (ptrs[i] != NULL && !kern_guard_contains(ptrs[i], 1)) {
+            fprintf(stderr, "guard: %s: pointer argument %zu (%p) is host memory\n", op, i,
                     ptrs[i]);
             if (!g.report) {
                 abort();
@@ -235,8 +235,8 @@ static void guard_args(const char *op, const void *const *ptrs, size_t n)
  * fault goes to the previous handler. Test-only: not async-signal-safe. */
 static void guard_segv(int sig, siginfo_t *info, void *uc)
 {
-    if (info != NULL && guard_ops_contains(info->si_addr, 1)) {
-        fprintf(stderr, "guard_ops: host access of backend memory at %p (offset %zu)\n",
+    if (info != NULL && kern_guard_contains(info->si_addr, 1)) {
+        fprintf(stderr, "guard: host access of backend memory at %p (offset %zu)\n",
                 info->si_addr, (size_t)((unsigned char *)info->si_addr - g.base));
         g.n_reports++;
         print_stack();
@@ -254,7 +254,7 @@ static void guard_segv(int sig, siginfo_t *info, void *uc)
     }
 }
 
-size_t guard_ops_report(int on)
+size_t kern_guard_report(int on)
 {
     if (on && !g.report && g.live) {
         struct sigaction sa;
@@ -416,7 +416,7 @@ GUARD_OP(dequant_rows,
           const uint8_t *const *scales, int64_t n_rows, int64_t dim, float *y_out),
          (ctx, format, codes, scales, n_rows, dim, y_out), (codes, scales, y_out))
 
-tdm_status_t guard_ops_create(size_t pool_bytes, const kern_ops_t **ops_out)
+tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
 {
     long page = sysconf(_SC_PAGESIZE);
     size_t bytes;
@@ -495,14 +495,14 @@ tdm_status_t guard_ops_create(size_t pool_bytes, const kern_ops_t **ops_out)
     return TDM_OK;
 }
 
-size_t guard_ops_destroy(void)
+size_t kern_guard_destroy(void)
 {
     size_t left = g.used_bytes;
 
     if (!g.live) {
         return 0;
     }
-    guard_ops_report(0);
+    kern_guard_report(0);
     munmap(g.base, g.bytes);
     free(g.blocks);
     memset(&g, 0, sizeof(g));
