@@ -280,10 +280,11 @@ static int setup(decode_node_t *n)
     }
     __atomic_store_n(&n->sched, sched, __ATOMIC_RELEASE);
     tdm_log(TDM_LOG_INFO, "decode",
-            "serving: id=%s http=%s pages=%u page_bytes=%u threads=%d step_token_budget=%u "
-            "prefill_chunk_tokens=%u",
-            w->id, w->endpoint, cfg->pages, w->page_bytes, w->n_threads, cfg->step_token_budget,
-            cfg->prefill_chunk_tokens);
+            "serving: id=%s http=%s device=%s kv_pages=%s pages=%u page_bytes=%u threads=%d "
+            "step_token_budget=%u prefill_chunk_tokens=%u",
+            w->id, w->endpoint, w->ops->name,
+            node_pages_staged(decode_pool_pages(n->pool)) ? "staged" : "host", cfg->pages,
+            w->page_bytes, w->n_threads, cfg->step_token_budget, cfg->prefill_chunk_tokens);
     return NODE_EXIT_OK;
 }
 

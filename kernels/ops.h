@@ -31,7 +31,7 @@ extern "C" {
  * (kernels/codec.h). Returned by kern_ops_cpu() / kern_ops_cuda(); never freed.
  */
 typedef struct {
-    const char *name;                   /* "cpu" or "cuda" */
+    const char *name;                   /* "cpu", "cuda" or "guard" */
     /* 1: backend memory is ordinary host memory that host code may also read (CPU: weights are
      * used in place from the mapped checkpoint); 0: it is not (CUDA device memory, the test-only
      * guard backend): weights are uploaded with mem_alloc + mem_copy and host code reaches

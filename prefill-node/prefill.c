@@ -625,9 +625,10 @@ static int setup(prefill_node_t *n)
     n->ready = 1;
     pthread_mutex_unlock(&n->lock);
     tdm_log(TDM_LOG_INFO, "prefill",
-            "serving: id=%s http=%s pages=%u threads=%d max_jobs=%u batch_tokens=%u "
-            "history_cache_mb=%u state=%s",
-            w->id, w->endpoint, cfg->pages, w->n_threads, join.max_sequences,
+            "serving: id=%s http=%s device=%s kv_pages=%s pages=%u threads=%d max_jobs=%u "
+            "batch_tokens=%u history_cache_mb=%u state=%s",
+            w->id, w->endpoint, w->ops->name, node_pages_staged(n->pages) ? "staged" : "host",
+            cfg->pages, w->n_threads, join.max_sequences,
             cfg->batch_tokens > 0 ? cfg->batch_tokens : cfg->worker.chunk_tokens,
             cfg->history_cache_mb, cfg->state_inband ? "inband" : "direct");
     return NODE_EXIT_OK;

@@ -52,6 +52,8 @@ typedef struct {
     const char *worker_model_dir;
     const char *log_level;
     uint32_t n_racks;
+    const char *prefill_device; /* --device of every prefill node (NULL: theirs) */
+    const char *decode_device;  /* --device of every decode node (NULL: theirs) */
 } launch_cfg_t;
 
 static const tdm_flag_t launch_flags[] = {
@@ -81,6 +83,12 @@ static const tdm_flag_t launch_flags[] = {
      "racks (NVLink domains) the workers are spread over: decode node i and prefill node i go to "
      "rack{i mod N}",
      1, 32, 0},
+    {"prefill-device", TDM_FLAG_STRING, NULL, offsetof(launch_cfg_t, prefill_device),
+     "--device of every prefill node: cpu, cuda, cuda:N or guard (default: the nodes' own, "
+     "TANDEM_DEVICE or cpu); with --decode-device, a cluster whose pages cross between backends",
+     0, 0, 0},
+    {"decode-device", TDM_FLAG_STRING, NULL, offsetof(launch_cfg_t, decode_device),
+     "--device of every decode node (as --prefill-device)", 0, 0, 0},
 };
 
 typedef struct {
@@ -387,7 +395,14 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
                         (char *)c->log_level,
                         "--rack",
                         rack,
+                        NULL,
+                        NULL,
                         NULL};
+        const char *device = is_decode ? c->decode_device : c->prefill_device;
+        if (device != NULL) {
+            argv[15] = "--device";
+            argv[16] = (char *)device;
+        }
         snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
         snprintf(rack, sizeof(rack), "rack%u", (is_decode ? i : i - c->n_decode) % c->n_racks);
         if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
