@@ -117,6 +117,10 @@ static void render_families(void *arg, tdm_prom_t *p)
                      st->prefix_shared_tokens_total);
     tdm_prom_counter(p, "tandem_decode_evictions_total", "idle sessions evicted for pages",
                      st->evictions_total);
+    tdm_prom_counter(p, "tandem_decode_greedy_steps_total",
+                     "decode steps whose sampled tokens alone left the kernel backend (all greedy "
+                     "without logprobs, constraints or a min_tokens stop mask: no logits copied)",
+                     st->greedy_steps_total);
     tdm_prom_counter(p, "tandem_decode_prefill_pieces_total",
                      "local prefill parts, rewinds and canonical replays run between decode steps",
                      st->prefill_pieces_total);

@@ -661,6 +661,52 @@ tdm_status_t sched_make_history(decode_sched_t *s, req_t *r)
     return TDM_OK;
 }
 
+/*
+ * 1 when every request of the batch takes the argmax of its raw logits and asks for nothing else
+ * of them: greedy (engine_sampler_is_greedy), no logprobs, no constraint, no stop ids masked by
+ * min_tokens (sched_note_min_tokens ran). engine_sampler_sample then returns the lowest id with
+ * the largest logit and logprob 0, which is what engine_fwd_decode_greedy computes on the
+ * backend, so only the tokens need leave it (on a GPU: n ids instead of n x V floats).
+ */
+static int batch_is_plain_greedy(req_t *const *batch, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const req_t *r = batch[i];
+        if (!engine_sampler_is_greedy(&r->sp) || r->sp.n_logprobs != ENGINE_SAMPLER_LOGPROBS_OFF ||
+            r->sp.suppress_stop || r->constraint != NULL) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One decode step of a batch_is_plain_greedy batch: the tokens from the backend's argmax. */
+static void run_greedy(decode_sched_t *s, req_t *const *batch, engine_seq_t *const *seqs,
+                       const int32_t *ids, int n)
+{
+    int32_t tokens[ENGINE_FWD_MAX_BATCH];
+    tdm_status_t status;
+
+    do {
+        status = engine_fwd_decode_greedy(s->fwd, seqs, ids, n, tokens);
+    } while (sched_evicted_for_retry(s, status));
+    if (status != TDM_OK) {
+        for (int i = 0; i < n; i++) {
+            fail_req(s, batch[i], status);
+        }
+        return;
+    }
+    s->stats.greedy_steps_total++;
+    for (int i = 0; i < n; i++) {
+        engine_sample_t sample;
+
+        memset(&sample, 0, sizeof(sample));
+        sample.token = tokens[i]; /* logprob 0, no alternatives: as the sampler with them off */
+        sched_emit_one(s, batch[i], (uint64_t)engine_seq_length(batch[i]->session->seq), tokens[i],
+                       &sample, 0.0f);
+    }
+}
+
 /* One engine_spec_step over batch[0..n): draft, verify in one pass, stream what each kept. */
 static void run_spec(decode_sched_t *s, req_t **batch, int n)
 {
@@ -743,6 +789,7 @@ static void run_decode(decode_sched_t *s)
                 continue;
             }
         }
+        sched_note_min_tokens(r);
         batch[n] = r;
         seqs[n] = r->session->seq;
         ids[n] = r->last_token;
@@ -753,6 +800,10 @@ static void run_decode(decode_sched_t *s)
     }
     if (s->spec != NULL) {
         run_spec(s, batch, n);
+        return;
+    }
+    if (batch_is_plain_greedy(batch, n)) {
+        run_greedy(s, batch, seqs, ids, n);
         return;
     }
     do {
@@ -770,7 +821,6 @@ static void run_decode(decode_sched_t *s)
         int64_t q = engine_seq_length(r->session->seq);
         engine_sample_t sample;
 
-        sched_note_min_tokens(r);
         status = r->constraint == NULL
                      ? TDM_OK
                      : engine_constraint_apply(r->constraint, row, s->cfg->vocab_size);

@@ -90,6 +90,9 @@ typedef struct {
     uint64_t prefill_pieces_total; /* local prefill parts and replays run between decode steps */
     uint64_t prefix_shares_total;  /* new sessions started from another's pages */
     uint64_t prefix_shared_tokens_total; /* prompt positions those shares did not prefill */
+    uint64_t greedy_steps_total;         /* decode steps whose tokens alone left the backend (every
+                                            sequence greedy, no logprobs, no constraint, no stop mask:
+                                            engine_fwd_decode_greedy) */
     uint32_t running_sequences;
     uint32_t pending_prefills;
     uint64_t queued_prefill_tokens; /* delta tokens of pending local prefills not yet prefilled */

@@ -9,7 +9,7 @@
  * page comes back. min_tokens masks the stop ids for the first tokens; n_choices > 1 prefills
  * once and forks the sequence: each choice's tokens equal a one-choice turn with its derived
  * seed (proto_choice_seed), one Finish sums them, an Abort ends them all, every fork's pages come
- * back. */
+ * back. A greedy turn without logprobs takes its tokens from the backend's argmax. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -609,9 +609,52 @@ static void test_abort_ends_every_choice(void **state)
     assert_int_equal(st.free_pages + st.session_pages, POOL_PAGES);
 }
 
+/* A greedy turn without logprobs (what the router sends for temperature 0 and no logprobs) takes
+ * its tokens from the backend's argmax (engine_fwd_decode_greedy: no logits leave it) and streams
+ * the same tokens as the same turn with the chosen token's logprob asked for (the logits and the
+ * sampler); a min_tokens mask or logprobs keep a step on the logits path. */
+static void test_greedy_without_logprobs_takes_the_argmax_path(void **state)
+{
+    dtu_fixture_t *fx = *state;
+    int32_t ids[PROMPT_TOKENS], plain[MAX_TOKENS * 2], with_lp[MAX_TOKENS * 2];
+    Tandem__SamplingParams sp;
+    decode_stats_t st0, st1, st2;
+
+    ftu_prompt(77, fx->engine.V, ids, PROMPT_TOKENS);
+    decode_sched_stats(fx->node.sched, &st0);
+    dtu_sampling(&sp, 0.0, 1);
+    sp.n_logprobs = 0; /* the chosen token's logprob: the logits path */
+    submit_local_sp(&fx->node, 91, "lp", ids, PROMPT_TOKENS, MAX_TOKENS * 2, &sp);
+    run_to_finish(&fx->node, 91);
+    decode_sched_stats(fx->node.sched, &st1);
+    assert_int_equal(st1.greedy_steps_total, st0.greedy_steps_total);
+
+    dtu_sampling(&sp, 0.0, 1);
+    sp.n_logprobs = -1; /* off */
+    submit_local_sp(&fx->node, 92, "plain", ids, PROMPT_TOKENS, MAX_TOKENS * 2, &sp);
+    run_to_finish(&fx->node, 92);
+    decode_sched_stats(fx->node.sched, &st2);
+    /* the first token comes from the prefill's logits; every later one from a decode step */
+    assert_int_equal(st2.greedy_steps_total - st1.greedy_steps_total, MAX_TOKENS * 2 - 1);
+    assert_int_equal(dtu_tokens_of(&fx->node, 91, with_lp, MAX_TOKENS * 2), MAX_TOKENS * 2);
+    assert_int_equal(dtu_tokens_of(&fx->node, 92, plain, MAX_TOKENS * 2), MAX_TOKENS * 2);
+    assert_memory_equal(plain, with_lp, sizeof(plain));
+
+    /* min_tokens over the whole turn masks the stop ids at every step: the logits path */
+    dtu_sampling(&sp, 0.0, 1);
+    sp.n_logprobs = -1;
+    sp.min_tokens = MAX_TOKENS * 2;
+    submit_local_sp(&fx->node, 93, "masked", ids, PROMPT_TOKENS, MAX_TOKENS * 2, &sp);
+    run_to_finish(&fx->node, 93);
+    decode_sched_stats(fx->node.sched, &st1);
+    assert_int_equal(st1.greedy_steps_total, st2.greedy_steps_total);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_greedy_without_logprobs_takes_the_argmax_path, setup,
+                                        dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_local_turn_streams_max_tokens_then_finishes, setup,
                                         dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_next_turn_continues_at_cached_len, setup,
