@@ -700,6 +700,12 @@ static void run_greedy(decode_sched_t *s, req_t *const *batch, engine_seq_t *con
     for (int i = 0; i < n; i++) {
         engine_sample_t sample;
 
+        if (tokens[i] < 0) { /* a NaN, +inf or no finite logit: this request alone fails */
+            tdm_log(TDM_LOG_WARN, "sched", "greedy step: no finite logit: request=%llu",
+                    (unsigned long long)batch[i]->id);
+            fail_req(s, batch[i], TDM_ERR_INTERNAL);
+            continue;
+        }
         memset(&sample, 0, sizeof(sample));
         sample.token = tokens[i]; /* logprob 0, no alternatives: as the sampler with them off */
         sched_emit_one(s, batch[i], (uint64_t)engine_seq_length(batch[i]->session->seq), tokens[i],

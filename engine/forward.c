@@ -577,9 +577,25 @@ static tdm_status_t head_tokens(engine_fwd_t *fwd, const fwd_batch_t *b, int64_t
         return TDM_ERR_NO_MEMORY;
     }
     st = fwd->ops->argmax(&fwd->kctx, logits, V, n, V, ids_dev);
-    if (st == TDM_OK) {
-        st = fwd->ops->mem_copy(&fwd->kctx, tokens_out, ids_dev, (size_t)n * sizeof(int32_t),
-                                KERN_COPY_D2H);
+    if (st == TDM_OK || st == TDM_ERR_INTERNAL) {
+        /* a row with a NaN, +inf or no finite logit comes back as -1 and fails alone (its
+         * caller fails that sequence's request, as the sampler refuses such a row of logits);
+         * an error that left no -1, or an id out of range, is the whole call's */
+        int bad_rows = st == TDM_ERR_INTERNAL;
+        tdm_status_t cp = fwd->ops->mem_copy(&fwd->kctx, tokens_out, ids_dev,
+                                             (size_t)n * sizeof(int32_t), KERN_COPY_D2H);
+        int n_bad = 0;
+
+        st = cp;
+        for (int64_t i = 0; i < n && st == TDM_OK; i++) {
+            n_bad += tokens_out[i] == -1;
+            if (tokens_out[i] < -1 || tokens_out[i] >= V) {
+                st = TDM_ERR_INTERNAL;
+            }
+        }
+        if (st == TDM_OK && bad_rows && n_bad == 0) {
+            st = TDM_ERR_INTERNAL;
+        }
     }
     return st;
 }

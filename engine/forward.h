@@ -255,9 +255,11 @@ tdm_status_t engine_fwd_decode(engine_fwd_t *fwd, engine_seq_t *const *seqs, con
  * engine_sampler_sample's token at temperature 0 without stop suppression, MODEL.md 8), the
  * logits staying in the backend's memory (on CUDA one device-to-host copy of n_seqs ids instead
  * of n_seqs x V floats). The same step, state and bits as engine_fwd_decode followed by that
- * argmax on its logits. Errors as engine_fwd_decode, plus TDM_ERR_INVALID_ARG for tokens_out
- * NULL and TDM_ERR_INTERNAL when a row holds a NaN or +inf (as for a NaN in a top-k: the
- * sequences are then invalid and must be destroyed).
+ * argmax on its logits. A row that holds a NaN or +inf (or no finite logit) gets
+ * tokens_out[i] = -1 and the call still returns TDM_OK with every sequence stepped, as
+ * engine_fwd_decode returns such a row for the caller's sampler to refuse: the caller fails that
+ * sequence's request alone. Errors as engine_fwd_decode, plus TDM_ERR_INVALID_ARG for tokens_out
+ * NULL and TDM_ERR_INTERNAL when the backend's argmax failed otherwise.
  */
 tdm_status_t engine_fwd_decode_greedy(engine_fwd_t *fwd, engine_seq_t *const *seqs,
                                       const int32_t *ids, int n_seqs, int32_t *tokens_out);

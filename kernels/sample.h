@@ -24,8 +24,8 @@ extern "C" {
  * logits: [n_rows, n_vocab] f32, row stride ld (>= n_vocab).   ids_out: [n_rows] int32.
  * Returns TDM_OK; TDM_ERR_INVALID_ARG (NULL, n_rows < 0, n_vocab < 1, ld < n_vocab; nothing
  * written); TDM_ERR_INTERNAL when a row holds a NaN or +inf or no finite logit (an engine error,
- * as in the sampler; ids_out unspecified). Not logged here: the caller names the step. The CUDA
- * version waits for its stream to learn that status.
+ * as in the sampler): that row's id is -1, every other row's id is valid. Not logged here: the
+ * caller names the step. The CUDA version waits for its stream to learn that status.
  */
 typedef tdm_status_t kern_argmax_fn(kern_ctx_t *ctx, const float *logits, int64_t ld,
                                     int64_t n_rows, int64_t n_vocab, int32_t *ids_out);

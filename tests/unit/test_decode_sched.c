@@ -9,7 +9,9 @@
  * page comes back. min_tokens masks the stop ids for the first tokens; n_choices > 1 prefills
  * once and forks the sequence: each choice's tokens equal a one-choice turn with its derived
  * seed (proto_choice_seed), one Finish sums them, an Abort ends them all, every fork's pages come
- * back. A greedy turn without logprobs takes its tokens from the backend's argmax. */
+ * back. A greedy turn without logprobs takes its tokens from the backend's argmax; a row of it
+ * without a finite logit fails its request alone. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,8 @@
 #include "engine/seq_state.h"
 #include "forward_test_util.h"
 #include "kernels/kv_page.h"
+#include "kernels/ops.h"
+#include "kernels/sample.h"
 #include "node/node_handoff.h"
 #include "proto/proto.h"
 
@@ -650,10 +654,64 @@ static void test_greedy_without_logprobs_takes_the_argmax_path(void **state)
     assert_int_equal(st1.greedy_steps_total, st2.greedy_steps_total);
 }
 
+/* The CPU argmax after poisoning row 1 of its logits (a NaN): the second sequence of a batch. */
+static tdm_status_t poisoned_argmax(kern_ctx_t *ctx, const float *logits, int64_t ld,
+                                    int64_t n_rows, int64_t n_vocab, int32_t *ids_out)
+{
+    if (n_rows > 1) {
+        ((float *)logits)[ld + n_vocab / 3] = NAN; /* host memory: a CPU table */
+    }
+    return kern_argmax_cpu(ctx, logits, ld, n_rows, n_vocab, ids_out);
+}
+
+/* A greedy step whose argmax finds no finite logit in one row fails that request alone: the
+ * other request of the batch streams the tokens it streams on a clean node and finishes. */
+static void test_greedy_bad_row_fails_its_request_alone(void **state)
+{
+    dtu_fixture_t *fx = *state;
+    kern_ops_t table = *kern_ops_cpu();
+    int32_t ids[2][PROMPT_TOKENS], got[MAX_TOKENS * 2], want[MAX_TOKENS * 2];
+    const Tandem__Finish *f[2];
+    Tandem__SamplingParams sp;
+    decode_sched_params_t p;
+    ftu_engine_t bad;
+    dtu_node_t node;
+    int ok;
+
+    table.argmax = poisoned_argmax;
+    memset(&bad, 0, sizeof(bad));
+    assert_int_equal(ftu_engine_open_on(&bad, 16, &table, 0), 0);
+    dtu_sched_params(&p);
+    dtu_node_open(&node, bad.model, POOL_PAGES, &p);
+    dtu_sampling(&sp, 0.0, 1);
+    sp.n_logprobs = -1;
+    /* both prefill first, then decode as a batch of two: one of them is row 1 */
+    for (int i = 0; i < 2; i++) {
+        ftu_prompt(61 + (uint64_t)i, fx->engine.V, ids[i], PROMPT_TOKENS);
+        submit_local_sp(&node, 1 + (uint64_t)i, i == 0 ? "a" : "b", ids[i], PROMPT_TOKENS,
+                        MAX_TOKENS * 2, &sp);
+    }
+    f[0] = dtu_run_to_end(&node, 1, MAX_STEPS);
+    f[1] = dtu_run_to_end(&node, 2, MAX_STEPS);
+    assert_true((f[0] == NULL) != (f[1] == NULL)); /* exactly one failed */
+    ok = f[0] != NULL ? 0 : 1;
+    assert_non_null(dtu_expect_error(&node, 2 - (uint64_t)ok, TANDEM__ERROR_CODE__ERROR_INTERNAL));
+    assert_int_equal(dtu_tokens_of(&node, 1 + (uint64_t)ok, got, MAX_TOKENS * 2), MAX_TOKENS * 2);
+    /* the survivor's turn alone on the clean fixture node: the same tokens */
+    submit_local_sp(&fx->node, 3, "clean", ids[ok], PROMPT_TOKENS, MAX_TOKENS * 2, &sp);
+    run_to_finish(&fx->node, 3);
+    assert_int_equal(dtu_tokens_of(&fx->node, 3, want, MAX_TOKENS * 2), MAX_TOKENS * 2);
+    assert_memory_equal(got, want, sizeof(want));
+    assert_true(dtu_node_close(&node));
+    assert_int_equal(ftu_engine_close(&bad), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_greedy_without_logprobs_takes_the_argmax_path, setup,
+                                        dtu_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_greedy_bad_row_fails_its_request_alone, setup,
                                         dtu_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_local_turn_streams_max_tokens_then_finishes, setup,
                                         dtu_fixture_teardown),

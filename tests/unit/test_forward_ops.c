@@ -6,6 +6,7 @@
  * to backend, and through host staging both ways: positions, selections, row pointers, page
  * headers) and in no other (which side each pointer is on is the guard backend's test).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "forward_test_util.h"
 #include "kernels/kv_page.h"
 #include "kernels/ops.h"
+#include "kernels/sample.h"
 
 #define POOL_PAGES 256
 #define PROMPT     90 /* > window 16, > index_topk 8 compressed rows: ring wrap, indexer, pool */
@@ -352,12 +354,62 @@ static void test_decode_greedy_equals_argmax_of_logits(void **state)
     assert_int_equal(ftu_engine_close(&e), 0);
 }
 
+/* The CPU argmax after poisoning row POISON_ROW of its logits with a NaN (the table below). */
+#define POISON_ROW 1
+static tdm_status_t poisoned_argmax(kern_ctx_t *ctx, const float *logits, int64_t ld,
+                                    int64_t n_rows, int64_t n_vocab, int32_t *ids_out)
+{
+    if (n_rows > POISON_ROW) {
+        ((float *)logits)[POISON_ROW * ld + n_vocab / 2] = NAN; /* host memory: the CPU table */
+    }
+    return kern_argmax_cpu(ctx, logits, ld, n_rows, n_vocab, ids_out);
+}
+
+/* A row without a finite greedy token (a NaN in its logits) fails alone: the call succeeds, that
+ * row's token is -1, the others are the plain CPU's, and every sequence stepped (as
+ * engine_fwd_decode, whose caller's sampler would refuse that row). */
+static void test_decode_greedy_bad_row_fails_alone(void **state)
+{
+    ftu_engine_t e, ref;
+    kern_ops_t table = *kern_ops_cpu();
+    enum { B = 3 };
+    engine_seq_t *g[B], *r[B];
+    int32_t prompt[PROMPT], ids[B], out[B], want[B];
+
+    (void)state;
+    table.argmax = poisoned_argmax;
+    memset(&e, 0, sizeof(e));
+    memset(&ref, 0, sizeof(ref));
+    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
+    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    for (int i = 0; i < B; i++) {
+        int64_t T = PROMPT - 7 * i;
+        ftu_prompt(51 + (uint64_t)i, e.V, prompt, T);
+        g[i] = ftu_new_seq(&e);
+        r[i] = ftu_new_seq(&ref);
+        assert_int_equal(engine_fwd_prefill(e.fwd, g[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        ids[i] = prompt[T - 1];
+    }
+    assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, ids, B, out), TDM_OK);
+    assert_int_equal(engine_fwd_decode_greedy(ref.fwd, r, ids, B, want), TDM_OK);
+    for (int i = 0; i < B; i++) {
+        assert_int_equal(out[i], i == POISON_ROW ? -1 : want[i]);
+        assert_int_equal(engine_seq_length(g[i]), engine_seq_length(r[i]));
+        engine_seq_destroy(g[i]);
+        engine_seq_destroy(r[i]);
+    }
+    assert_int_equal(ftu_engine_close(&ref), 0);
+    assert_int_equal(ftu_engine_close(&e), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counting_table_gives_same_bits_and_sees_every_glue_op),
         cmocka_unit_test(test_pages_equal_row_by_row_writes),
         cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
+        cmocka_unit_test(test_decode_greedy_bad_row_fails_alone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
