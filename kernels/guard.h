@@ -1,8 +1,12 @@
 /* kernels/guard.h - the "guard" kernel table: a checking backend that proves code never
  * dereferences backend memory on the host (issue 14 items 1 and 5). The tests use it directly;
- * `--device guard` (kernels/device.h) runs a whole tool or node on it, e.g. the cluster tests with
- * TANDEM_DEVICE=guard, so the nodes' device paths (node/node_pages.h) run on machines without a
- * GPU. It is a debugging backend: every op call costs two mprotect calls.
+ * `--device guard` (kernels/device.h) runs a whole tool or node on it, e.g. the cluster tests
+ * with one role's nodes on it (tandem local --prefill-device / --decode-device guard), so the
+ * nodes' device paths (node/node_pages.h) run on machines without a GPU. It is a debugging
+ * backend: every op call costs two mprotect calls. The region is reserved with MAP_NORESERVE
+ * (no memory committed until used); under vm.overcommit_memory=2 the kernel commits it all at
+ * the first op, so set TANDEM_GUARD_BYTES to what the run needs there. The table that
+ * kern_device_ops makes for "guard" lives until the process exits: do not kern_guard_destroy it.
  *
  * The guard table is a copy of the CPU table (same kernels, same bits) with host_memory = 0
  * whose mem_alloc carves every allocation from ONE mmap'd region. That region is readable and
