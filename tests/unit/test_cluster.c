@@ -3,7 +3,8 @@
  * disaggregated turns token-identical to colocated service, a three-turn session whose every turn
  * prefills only its new tokens (prefill node and router counters, exactly, per turn), a
  * cancelled turn giving its reserved pages back, a decode node with --spec ngram giving the same
- * greedy tokens as one without and counting its drafts on /metrics. Every test ends with each
+ * greedy tokens as one without and counting its drafts on /metrics, a role's --device typo refused
+ * by the launcher. Every test ends with each
  * decode node's pages back at the baseline it had when the cluster came up (printed). Counters
  * are read as soon as a response ends, without waiting: a worker counts a turn or job on /metrics
  * before it sends the Finish or CompletionNotice that ends it (docs/PROTOCOL.md section 7).
@@ -251,6 +252,25 @@ static void test_spec_ngram_decode_node_matches_spec_off(void **state)
     free(ng2);
 }
 
+/* A role's --device that does not parse stops the launcher at once with exit 2 naming the flag,
+ * before anything starts (tandem local --prefill-device / --decode-device). */
+static void test_bad_role_device_is_refused_up_front(void **state)
+{
+    char cmd[3 * T_PATH];
+    int rc;
+
+    (void)state;
+    snprintf(cmd, sizeof(cmd),
+             "%s/tandem local --model %s --decode-device gpu 2>&1 | grep -q -- '--decode-device'",
+             g_bin, g_model);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "%s/tandem local --model %s --prefill-device cuda:x >/dev/null 2>&1",
+             g_bin, g_model);
+    rc = system(cmd);
+    assert_true(WIFEXITED(rc));
+    assert_int_equal(WEXITSTATUS(rc), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +279,7 @@ int main(void)
         cmocka_unit_test_teardown(test_three_turn_session_prefills_only_new_tokens, stop_leftovers),
         cmocka_unit_test_teardown(test_cancelled_turn_returns_reserved_pages, stop_leftovers),
         cmocka_unit_test_teardown(test_spec_ngram_decode_node_matches_spec_off, stop_leftovers),
+        cmocka_unit_test(test_bad_role_device_is_refused_up_front),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, setup_models, teardown_models);

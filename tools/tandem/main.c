@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/startup.h"
+#include "kernels/device.h"
 #include "keygen.h"
 
 #define LAUNCH_MAX_ROUTERS 8
@@ -473,6 +474,19 @@ int main(int argc, char **argv)
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
+    }
+    /* a typo in a role's --device fails here, not as N node start-ups (no hardware checked:
+     * each node opens its device itself and names what is missing) */
+    for (int role = 0; role < 2; role++) {
+        const char *text = role == 0 ? cfg.prefill_device : cfg.decode_device;
+        kern_device_t dev;
+        char err[160];
+
+        if (text != NULL && kern_device_parse(text, &dev, err, sizeof(err)) != TDM_OK) {
+            fprintf(stderr, "tandem local: --%s-device: %s\n", role == 0 ? "prefill" : "decode",
+                    err);
+            return 2;
+        }
     }
     colon = strrchr(cfg.http, ':');
     if (colon == NULL || (size_t)(colon - cfg.http) >= sizeof(host) || colon == cfg.http) {
