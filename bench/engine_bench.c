@@ -400,6 +400,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-bench-engine: --device: %s\n", err);
         return 2;
     }
+    if (strcmp(mp.ops->name, "guard") == 0) {
+        /* two mprotect calls per op: its times say nothing about a device */
+        fprintf(stderr,
+                "tandem-bench-engine: --device guard: a checking backend (kernels/guard.h), "
+                "not benchmarked: use cpu or cuda\n");
+        return 2;
+    }
     mp.expand_bf16 = cfg.expand_bf16;
     if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: %s\n", err);
