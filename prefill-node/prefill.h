@@ -3,8 +3,9 @@
  *
  * Owns the node's parts and their order of start and stop: the shared worker start-up
  * (node/node_worker.h: model, transfer context, /health + /metrics, registration), then the
- * local page pool (registered with UCX as one xfer pool: page i of the engine pool is xfer page
- * i), the forward context, the history page cache (history.h; the sessions it holds go to the
+ * local page pool (node/node_pages.h: registered with UCX as one xfer pool, page i of the engine
+ * pool is xfer page i: the same bytes on the CPU, a host staging copy with --device cuda), the
+ * forward context, the history page cache (history.h; the sessions it holds go to the
  * router in every heartbeat, Load.history_sessions) and the job queue (queue.h). Its loop, on the
  * calling thread until SIGINT or SIGTERM, queues the router's PrefillJobs, applies aborts (each
  * names one attempt of one request, queue.h), starts up to --max-jobs jobs, oldest first, while the
