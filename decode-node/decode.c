@@ -141,6 +141,10 @@ static void render_families(void *arg, tdm_prom_t *p)
                    st->session_pages);
     tdm_prom_gauge(p, "tandem_decode_shared_pages",
                    "KV pages linked by two or more sessions (shared prefixes)", st->shared_pages);
+    tdm_prom_counter(p, "tandem_decode_staged_pages_total",
+                     "KV pages copied from the device into their host staging copies (history "
+                     "pages a reservation offers; 0 with --device cpu: docs/GPU.md 7)",
+                     st->staged_pages_total);
     tdm_prom_gauge(p, "tandem_decode_shared_page_refs",
                    "links to shared pages beyond each page's first: session_pages minus this is "
                    "the distinct pages sessions hold",

@@ -875,6 +875,7 @@ void sched_publish(decode_sched_t *s)
     decode_tier_stats(s->params.tier, &s->stats.tier);
     s->stats.shared_pages = engine_kv_pool_n_shared(decode_pool_engine(s->pool));
     s->stats.shared_page_refs = engine_kv_pool_n_extra_refs(decode_pool_engine(s->pool));
+    s->stats.staged_pages_total = node_pages_n_downloaded(decode_pool_pages(s->pool));
     for (int d = 0; d < ENGINE_SPEC_N_DRAFTERS && s->spec != NULL; d++) {
         engine_spec_metrics(s->spec, (engine_spec_drafter_t)d, &s->stats.spec[d]);
     }

@@ -102,6 +102,8 @@ typedef struct {
     uint32_t resident_sessions;
     uint32_t session_pages;    /* pages held by resident sessions (a shared page once per holder) */
     uint32_t shared_pages;     /* pages linked by two or more sequences (engine_kv_pool_n_shared) */
+    uint64_t staged_pages_total; /* pages copied from the engine (a device) into their host
+                                    staging copies (node_pages_n_downloaded; 0 on the CPU) */
     uint64_t shared_page_refs; /* links beyond a page's first (engine_kv_pool_n_extra_refs):
                                   session_pages - shared_page_refs = distinct session pages */
     double recent_tokens_per_s;

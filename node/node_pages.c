@@ -11,6 +11,7 @@ struct node_pages {
     xfer_pool_t *xpool; /* NULL without a transfer context */
     uint8_t *staging;   /* staged layout: the host copies (xpool's memory, or own_staging) */
     uint8_t *own_staging;
+    uint64_t n_downloaded; /* node_pages_n_downloaded */
     size_t page_bytes;
     uint32_t n_pages;
 };
@@ -145,8 +146,14 @@ tdm_status_t node_pages_download(node_pages_t *p, const uint32_t *ids, uint32_t 
         if (status != TDM_OK) {
             return status;
         }
+        p->n_downloaded++;
     }
     return TDM_OK;
+}
+
+uint64_t node_pages_n_downloaded(const node_pages_t *p)
+{
+    return p->n_downloaded;
 }
 
 tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n)
@@ -166,6 +173,7 @@ tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n)
         } else {
             status = engine_kv_pool_read_page(p->kv, ids[i], host);
             if (status == TDM_OK) {
+                p->n_downloaded++;
                 status = kern_kv_page_seal(host);
             }
             if (status == TDM_OK) {

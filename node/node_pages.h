@@ -93,4 +93,9 @@ tdm_status_t node_pages_download(node_pages_t *p, const uint32_t *ids, uint32_t 
  */
 tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n);
 
+/* node_pages_n_downloaded - pages copied from the engine into their staging copies so far
+ * (node_pages_download and node_pages_seal; always 0 in the host layout): the staged layout's
+ * traffic, for the nodes' /metrics. */
+uint64_t node_pages_n_downloaded(const node_pages_t *p);
+
 #endif

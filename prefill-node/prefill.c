@@ -43,6 +43,7 @@ typedef struct {
     double recent_tokens_per_s;
     uint32_t running_jobs;
     uint32_t free_pages;          /* local page pool */
+    uint64_t staged_pages_total;  /* node_pages_n_downloaded: device -> host staging copies */
     uint64_t steps_total;         /* batched prefill steps (engine calls) */
     uint64_t step_jobs_total;     /* jobs those steps carried, summed (mean batch = / steps) */
     double compute_seconds_total; /* time in the steps' engine calls */
@@ -143,6 +144,10 @@ static void render_families(void *arg, tdm_prom_t *p)
                    st->recent_tokens_per_s);
     tdm_prom_gauge(p, "tandem_prefill_running_jobs", "prefill jobs started and not finished",
                    st->running_jobs);
+    tdm_prom_counter(p, "tandem_prefill_staged_pages_total",
+                     "KV pages copied from the device into their host staging copies (put, or "
+                     "kept in the history cache; 0 with --device cpu: docs/GPU.md 7)",
+                     st->staged_pages_total);
     tdm_prom_gauge(p, "tandem_prefill_free_pages",
                    "pages free in the local pool (all of --pages when no job runs)",
                    st->free_pages);
@@ -191,6 +196,7 @@ static void publish(prefill_node_t *n)
     n->stats.queued_tokens = prefill_queue_n_tokens(n->queue) + n->running_tokens;
     n->stats.running_jobs = (uint32_t)n->n_slots;
     n->stats.free_pages = n->kv != NULL ? engine_kv_pool_n_free(n->kv) : 0;
+    n->stats.staged_pages_total = n->pages != NULL ? node_pages_n_downloaded(n->pages) : 0;
     load.queued_prefill_tokens = n->stats.queued_tokens;
     load.running_sequences = (uint32_t)n->n_slots;
     load.recent_tokens_per_s = n->stats.recent_tokens_per_s;

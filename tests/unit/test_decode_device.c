@@ -54,7 +54,8 @@ typedef struct {
     uint32_t n_digests;
     uint8_t *record; /* turn 2's staged record, read where the prefill node gets it */
     size_t n_record;
-    int staged; /* node_pages_staged of the node's pool */
+    int staged;            /* node_pages_staged of the node's pool */
+    uint64_t staged_pages; /* the node's staged_pages_total after the script */
 } script_out_t;
 
 /* dtu_desc_fn of turn 2: what the prefill node would check its history cache against (the
@@ -95,6 +96,7 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
     Tandem__SamplingParams greedy;
     Tandem__DecodeRequest dr;
     const Tandem__Finish *f;
+    decode_stats_t st;
     dtu_node_t node;
     uint64_t T;
 
@@ -136,6 +138,8 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
     out->n_tokens[2] = dtu_tokens_of(&node, 3, out->tokens[2], MAX_TOKENS);
     assert_int_equal(out->n_tokens[2], MAX_TOKENS);
 
+    decode_sched_stats(node.sched, &st);
+    out->staged_pages = st.staged_pages_total;
     engine_seq_destroy(pre);
     assert_true(dtu_node_close(&node)); /* every page back, none reserved or shared */
 }
@@ -157,6 +161,9 @@ static void test_device_pages_serve_as_the_cpu_pages(void **state)
     run_script(&cpu, grd.model, &got);
     assert_int_equal(want.staged, 0);
     assert_int_equal(got.staged, 1);
+    /* /metrics' tandem_decode_staged_pages_total: none on the CPU, at least turn 2's history */
+    assert_int_equal(want.staged_pages, 0);
+    assert_true(got.staged_pages >= got.n_digests);
     for (int t = 0; t < 3; t++) {
         assert_int_equal(got.n_tokens[t], want.n_tokens[t]);
         assert_memory_equal(got.tokens[t], want.tokens[t], sizeof(want.tokens[t]));
@@ -202,6 +209,7 @@ static void test_node_pages_layouts_and_download(void **state)
     assert_ptr_equal(node_pages_host_base(host), node_pages_host(host, 0));
     assert_null(node_pages_host(host, 8));
     assert_int_equal(node_pages_download(host, bad, 2), TDM_OK); /* nothing to copy */
+    assert_int_equal(node_pages_n_downloaded(host), 0);
 
     /* staged layout: separate host copies, filled only by a download */
     assert_int_equal(node_pages_create(grd.model, 8, NULL, &staged), TDM_OK);
@@ -220,6 +228,7 @@ static void test_node_pages_layouts_and_download(void **state)
     assert_int_equal(engine_kv_pool_write_page(node_pages_engine(staged), 5, pattern), TDM_OK);
     assert_int_equal(node_pages_host(staged, 3)[0], 0); /* not downloaded yet */
     assert_int_equal(node_pages_download(staged, ids, 2), TDM_OK);
+    assert_int_equal(node_pages_n_downloaded(staged), 2);
     assert_memory_equal(node_pages_host(staged, 5), pattern, page_bytes);
     pattern[0] ^= 0xFF;
     assert_memory_equal(node_pages_host(staged, 3), pattern, page_bytes);
