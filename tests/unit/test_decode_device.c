@@ -1,7 +1,7 @@
 /* test_decode_device.c - the decode node with its engine's KV pages in backend memory (issue 14
  * item 5; node/node_pages.h), driven in process as test_decode_sched.c drives it.
  *
- * The backend is the test-only guard table (kernels/guard.h): the CPU kernels over memory that is
+ * The backend is the guard table (kernels/guard.h): the CPU kernels over memory that is
  * PROT_NONE outside an op, so any host read or write of an engine page by the node (a seal, a
  * hash, a memcpy of a handoff's pages) kills the test with SIGSEGV at that line. The same script
  * runs against a decode node over the CPU table, and everything the router would see must be
@@ -57,6 +57,40 @@ typedef struct {
     int staged;            /* node_pages_staged of the node's pool */
     uint64_t staged_pages; /* the node's staged_pages_total after the script */
 } script_out_t;
+
+/* Each test's engines: the tiny preset on the CPU table (the prefill side, and the reference
+ * node's model) and on the guard table (a fresh guard region per test). */
+typedef struct {
+    ftu_engine_t cpu;
+    ftu_engine_t grd;
+} engines_t;
+
+static int engines_setup(void **state)
+{
+    engines_t *e = calloc(1, sizeof(*e));
+    const kern_ops_t *guard = NULL;
+
+    if (e == NULL || ftu_engine_open_on(&e->cpu, PREFILL_PAGE, kern_ops_cpu(), 32) != 0 ||
+        kern_guard_create(GUARD_BYTES, &guard) != TDM_OK ||
+        ftu_engine_open_on(&e->grd, 16, guard, 32) != 0) {
+        return -1;
+    }
+    *state = e;
+    return 0;
+}
+
+/* Closes both engines; fails the test unless every page came back and the guard region had no
+ * allocation left (every backend byte freed). */
+static int engines_teardown(void **state)
+{
+    engines_t *e = *state;
+    int ok = ftu_engine_close(&e->grd) == 0;
+
+    ok = kern_guard_destroy() == 0 && ok;
+    ok = ftu_engine_close(&e->cpu) == 0 && ok;
+    free(e);
+    return ok ? 0 : -1;
+}
 
 /* dtu_desc_fn of turn 2: what the prefill node would check its history cache against (the
  * digests) and the record at H it gets from the staged pages (on a device: the staging copies the
@@ -148,17 +182,11 @@ static void run_script(ftu_engine_t *cpu, const engine_model_t *model, script_ou
  * pages only through the kernel table. */
 static void test_device_pages_serve_as_the_cpu_pages(void **state)
 {
-    ftu_engine_t cpu = {0}, grd = {0};
-    const kern_ops_t *guard = NULL;
+    engines_t *e = *state;
     script_out_t want, got;
 
-    (void)state;
-    assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
-    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
-    assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
-
-    run_script(&cpu, cpu.model, &want);
-    run_script(&cpu, grd.model, &got);
+    run_script(&e->cpu, e->cpu.model, &want);
+    run_script(&e->cpu, e->grd.model, &got);
     assert_int_equal(want.staged, 0);
     assert_int_equal(got.staged, 1);
     /* /metrics' tandem_decode_staged_pages_total: none on the CPU, at least turn 2's history */
@@ -175,34 +203,24 @@ static void test_device_pages_serve_as_the_cpu_pages(void **state)
     assert_memory_equal(got.record, want.record, want.n_record);
     free(want.record);
     free(got.record);
-
-    assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(kern_guard_destroy(), 0); /* every backend allocation was freed */
-    assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
 /* node_pages: the two layouts, download, refusals. */
 static void test_node_pages_layouts_and_download(void **state)
 {
-    ftu_engine_t cpu = {0}, grd = {0};
-    const kern_ops_t *guard = NULL;
+    engines_t *e = *state;
     node_pages_t *host = NULL, *staged = NULL;
     uint32_t ids[2] = {3, 5}, bad[2] = {1, 8};
     size_t page_bytes;
     uint8_t *pattern;
 
-    (void)state;
-    assert_int_equal(ftu_engine_open_on(&cpu, 4, kern_ops_cpu(), 32), 0);
-    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
-    assert_int_equal(ftu_engine_open_on(&grd, 4, guard, 32), 0);
-
-    assert_int_equal(node_pages_create(cpu.model, 0, NULL, &host), TDM_ERR_INVALID_ARG);
+    assert_int_equal(node_pages_create(e->cpu.model, 0, NULL, &host), TDM_ERR_INVALID_ARG);
     assert_int_equal(node_pages_create(NULL, 8, NULL, &host), TDM_ERR_INVALID_ARG);
-    assert_int_equal(node_pages_create(cpu.model, 8, NULL, NULL), TDM_ERR_INVALID_ARG);
+    assert_int_equal(node_pages_create(e->cpu.model, 8, NULL, NULL), TDM_ERR_INVALID_ARG);
     assert_null(host);
 
     /* host layout: the transfer bytes are the engine's pages */
-    assert_int_equal(node_pages_create(cpu.model, 8, NULL, &host), TDM_OK);
+    assert_int_equal(node_pages_create(e->cpu.model, 8, NULL, &host), TDM_OK);
     assert_int_equal(node_pages_staged(host), 0);
     assert_null(node_pages_xfer(host));
     assert_ptr_equal(node_pages_host(host, 5), engine_kv_pool_page(node_pages_engine(host), 5));
@@ -212,7 +230,7 @@ static void test_node_pages_layouts_and_download(void **state)
     assert_int_equal(node_pages_n_downloaded(host), 0);
 
     /* staged layout: separate host copies, filled only by a download */
-    assert_int_equal(node_pages_create(grd.model, 8, NULL, &staged), TDM_OK);
+    assert_int_equal(node_pages_create(e->grd.model, 8, NULL, &staged), TDM_OK);
     assert_int_equal(node_pages_staged(staged), 1);
     assert_false(kern_guard_contains(node_pages_host(staged, 0), 8 * 64));
     page_bytes = engine_kv_pool_page_bytes(node_pages_engine(staged));
@@ -238,7 +256,7 @@ static void test_node_pages_layouts_and_download(void **state)
     assert_int_equal(node_pages_seal(staged, ids, 1), TDM_ERR_INVALID_ARG);
     assert_int_equal(node_pages_seal(staged, bad + 1, 1), TDM_ERR_INVALID_ARG);
     {
-        const engine_config_t *cfg = engine_model_config(grd.model);
+        const engine_config_t *cfg = engine_model_config(e->grd.model);
         engine_kv_table_t t;
         uint8_t *sealed = malloc(page_bytes);
 
@@ -260,9 +278,6 @@ static void test_node_pages_layouts_and_download(void **state)
     node_pages_destroy(staged);
     node_pages_destroy(host);
     node_pages_destroy(NULL);
-    assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(kern_guard_destroy(), 0);
-    assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
 /* A session sharing a donor's locally written prefix pages (prefix_share) takes a remote turn:
@@ -315,30 +330,25 @@ static void prefix_script(ftu_engine_t *cpu, const engine_model_t *model, decode
 
 static void test_shared_prefix_pages_stay_shared_across_a_handoff(void **state)
 {
-    ftu_engine_t cpu = {0}, grd = {0};
-    const kern_ops_t *guard = NULL;
+    engines_t *e = *state;
     decode_stats_t want, got;
 
-    (void)state;
-    assert_int_equal(ftu_engine_open_on(&cpu, PREFILL_PAGE, kern_ops_cpu(), 32), 0);
-    assert_int_equal(kern_guard_create(GUARD_BYTES, &guard), TDM_OK);
-    assert_int_equal(ftu_engine_open_on(&grd, 16, guard, 32), 0);
-    prefix_script(&cpu, cpu.model, &want);
-    prefix_script(&cpu, grd.model, &got);
+    prefix_script(&e->cpu, e->cpu.model, &want);
+    prefix_script(&e->cpu, e->grd.model, &got);
     assert_true(want.shared_pages > 0);
     assert_int_equal(got.shared_pages, want.shared_pages);
     assert_int_equal(got.free_pages, want.free_pages);
-    assert_int_equal(ftu_engine_close(&grd), 0);
-    assert_int_equal(kern_guard_destroy(), 0);
-    assert_int_equal(ftu_engine_close(&cpu), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_node_pages_layouts_and_download),
-        cmocka_unit_test(test_device_pages_serve_as_the_cpu_pages),
-        cmocka_unit_test(test_shared_prefix_pages_stay_shared_across_a_handoff),
+        cmocka_unit_test_setup_teardown(test_node_pages_layouts_and_download, engines_setup,
+                                        engines_teardown),
+        cmocka_unit_test_setup_teardown(test_device_pages_serve_as_the_cpu_pages, engines_setup,
+                                        engines_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_prefix_pages_stay_shared_across_a_handoff,
+                                        engines_setup, engines_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
