@@ -629,6 +629,14 @@ static void fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
     end_req(s, r);
 }
 
+/* fail_req for every request of a batch whose engine step failed as a whole. */
+static void fail_batch(decode_sched_t *s, req_t *const *batch, int n, tdm_status_t status)
+{
+    for (int i = 0; i < n; i++) {
+        fail_req(s, batch[i], status);
+    }
+}
+
 void sched_fail_req(decode_sched_t *s, req_t *r, tdm_status_t status)
 {
     fail_req(s, r, status);
@@ -691,9 +699,7 @@ static void run_greedy(decode_sched_t *s, req_t *const *batch, engine_seq_t *con
         status = engine_fwd_decode_greedy(s->fwd, seqs, ids, n, tokens);
     } while (sched_evicted_for_retry(s, status));
     if (status != TDM_OK) {
-        for (int i = 0; i < n; i++) {
-            fail_req(s, batch[i], status);
-        }
+        fail_batch(s, batch, n, status);
         return;
     }
     s->stats.greedy_steps_total++;
@@ -753,9 +759,7 @@ static void run_spec(decode_sched_t *s, req_t **batch, int n)
         status = engine_spec_step(s->spec, reqs, n, s->spec_results);
     } while (sched_evicted_for_retry(s, status));
     if (status != TDM_OK) {
-        for (int i = 0; i < n; i++) {
-            fail_req(s, batch[i], status);
-        }
+        fail_batch(s, batch, n, status);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -816,9 +820,7 @@ static void run_decode(decode_sched_t *s)
         status = engine_fwd_decode(s->fwd, seqs, ids, n, s->logits);
     } while (sched_evicted_for_retry(s, status));
     if (status != TDM_OK) {
-        for (int i = 0; i < n; i++) {
-            fail_req(s, batch[i], status);
-        }
+        fail_batch(s, batch, n, status);
         return;
     }
     for (int i = 0; i < n; i++) {

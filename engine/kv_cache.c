@@ -470,24 +470,38 @@ void *engine_kv_table_row_page(engine_kv_pool_t *pool, const engine_kv_table_t *
     return engine_kv_pool_page(pool, table->page_ids[page]);
 }
 
+tdm_status_t engine_kv_pool_seal_page(engine_kv_pool_t *pool, uint32_t page_id, void *host_copy)
+{
+    unsigned char *copy;
+    tdm_status_t st;
+
+    if (pool == NULL || page_id >= pool->n_pages) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (!pool->dev) {
+        st = kern_kv_page_seal(engine_kv_pool_page(pool, page_id));
+        if (st == TDM_OK && host_copy != NULL && host_copy != engine_kv_pool_page(pool, page_id)) {
+            memcpy(host_copy, engine_kv_pool_page(pool, page_id), pool->layout.page_bytes);
+        }
+        return st;
+    }
+    /* the page comes up to host memory, is sealed there, and its header goes back */
+    copy = host_copy != NULL ? host_copy : pool->stage;
+    st = engine_kv_pool_read_page(pool, page_id, copy);
+    if (st == TDM_OK) {
+        st = kern_kv_page_seal(copy);
+    }
+    if (st == TDM_OK) {
+        st = pool->ops->mem_copy(POOL_CTX, engine_kv_pool_page(pool, page_id), copy,
+                                 KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
+    }
+    return st;
+}
+
 tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *table)
 {
     for (uint32_t i = 0; i < table->n_pages; i++) {
-        uint32_t id = table->page_ids[i];
-        tdm_status_t st;
-        if (pool->dev) {
-            /* the page comes up to host staging, is sealed there, and its header goes back */
-            st = engine_kv_pool_read_page(pool, id, pool->stage);
-            if (st == TDM_OK) {
-                st = kern_kv_page_seal(pool->stage);
-            }
-            if (st == TDM_OK) {
-                st = pool->ops->mem_copy(POOL_CTX, engine_kv_pool_page(pool, id), pool->stage,
-                                         KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
-            }
-        } else {
-            st = kern_kv_page_seal(engine_kv_pool_page(pool, id));
-        }
+        tdm_status_t st = engine_kv_pool_seal_page(pool, table->page_ids[i], NULL);
         if (st != TDM_OK) {
             return st;
         }

@@ -212,8 +212,20 @@ void *engine_kv_table_row_page(engine_kv_pool_t *pool, const engine_kv_table_t *
 void *engine_kv_table_row_page_mut(engine_kv_pool_t *pool, engine_kv_table_t *table, int64_t j,
                                    uint32_t *slot_out);
 
-/* engine_kv_table_seal - seal (checksum) every page of the table (kern_kv_page_seal). A shared
- * page is sealed in place: its bytes are every owner's, so the checksum is the same for all. */
+/*
+ * engine_kv_pool_seal_page - seal page `page_id` (kern_kv_page_seal: the XXH3-64 of bytes
+ * [64, page end) into its header) where it lives, and leave its sealed bytes in host_copy
+ * [page_bytes] when that is not NULL. A host pool seals in place (and copies out unless host_copy
+ * is the page itself); a backend pool reads the page into host_copy (or the pool's own staging
+ * when NULL), seals it there and copies the 64-byte header back, so both hold the same sealed
+ * bytes. Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL pool, page out of range, or a page without a
+ * valid header: nothing written back) or the backend's copy error.
+ */
+tdm_status_t engine_kv_pool_seal_page(engine_kv_pool_t *pool, uint32_t page_id, void *host_copy);
+
+/* engine_kv_table_seal - seal (checksum) every page of the table (engine_kv_pool_seal_page). A
+ * shared page is sealed in place: its bytes are every owner's, so the checksum is the same for
+ * all. */
 tdm_status_t engine_kv_table_seal(engine_kv_pool_t *pool, engine_kv_table_t *table);
 
 #endif

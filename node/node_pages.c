@@ -158,32 +158,17 @@ uint64_t node_pages_n_downloaded(const node_pages_t *p)
 
 tdm_status_t node_pages_seal(node_pages_t *p, const uint32_t *ids, uint32_t n)
 {
-    const kern_ops_t *ops = engine_kv_pool_ops(p->kv);
-
     for (uint32_t i = 0; i < n; i++) {
-        uint8_t *host;
-        tdm_status_t status;
-
-        if (ids[i] >= p->n_pages) {
-            return TDM_ERR_INVALID_ARG;
-        }
-        host = node_pages_host(p, ids[i]);
-        if (p->staging == NULL) {
-            status = kern_kv_page_seal(host);
-        } else {
-            status = engine_kv_pool_read_page(p->kv, ids[i], host);
-            if (status == TDM_OK) {
-                p->n_downloaded++;
-                status = kern_kv_page_seal(host);
-            }
-            if (status == TDM_OK) {
-                status = ops->mem_copy(NULL, engine_kv_pool_page(p->kv, ids[i]), host,
-                                       KERN_KV_PAGE_HEADER_BYTES, KERN_COPY_H2D);
-            }
-        }
+        /* host layout: in place (node_pages_host is the engine's page); staged: into the staging
+         * copy, with the sealed header copied back to the engine */
+        tdm_status_t status =
+            ids[i] < p->n_pages
+                ? engine_kv_pool_seal_page(p->kv, ids[i], node_pages_host(p, ids[i]))
+                : TDM_ERR_INVALID_ARG;
         if (status != TDM_OK) {
             return status;
         }
+        p->n_downloaded += p->staging != NULL;
     }
     return TDM_OK;
 }
