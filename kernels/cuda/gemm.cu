@@ -392,26 +392,52 @@ static tdm_status_t run_gemm(const char *op, int kind, const wview &w, kern_ctx_
     return kc_launch_status(op, n_rows, w.n_in);
 }
 
+/* The device view and kind of a compute-layout matrix of any dtype (kernels/gemm.h: FP8 scales
+ * [ceil(n_out/32), n_in/32], MXFP4 [n_out, n_in/32], the layouts kern_qmat_t has); 0 when w or
+ * its shape is unusable. */
+static int mat_view(const kern_mat_t *w, wview *view, int *kind)
+{
+    const int q = w->dtype == KERN_MAT_FP8 || w->dtype == KERN_MAT_MXFP4;
+
+    if (w->data == NULL ||
+        (w->dtype != KERN_MAT_BF16 && w->dtype != KERN_MAT_F32 && !q) ||
+        (q && (w->scales == NULL || w->n_in % QMAT_BLOCK != 0))) {
+        return 0;
+    }
+    view->data = (const uint8_t *)w->data;
+    view->scales = q ? w->scales : NULL;
+    view->n_out = w->n_out;
+    view->n_in = w->n_in;
+    view->row_bytes = w->dtype == KERN_MAT_F32    ? w->n_in * 4
+                      : w->dtype == KERN_MAT_BF16 ? w->n_in * 2
+                      : w->dtype == KERN_MAT_FP8  ? w->n_in
+                                                  : w->n_in / 2;
+    view->n_scale_cols = q ? w->n_in / QMAT_BLOCK : 0;
+    view->aligned = ((uintptr_t)w->data % GEMM_VEC_BYTES) == 0;
+    *kind = w->dtype == KERN_MAT_F32    ? W_F32
+            : w->dtype == KERN_MAT_BF16 ? W_BF16
+            : w->dtype == KERN_MAT_FP8  ? W_FP8
+                                        : W_MXFP4;
+    return 1;
+}
+
+/* Every dtype of kernels/gemm.h: BF16 and F32 as stored, FP8 and MXFP4 dequantized on the fly
+ * as kern_gemm_q_cuda does (the engine keeps its quantized weights resident in these dtypes). */
 extern "C" tdm_status_t kern_gemm_cuda(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
                                        int64_t ldx, int64_t n_rows, uint32_t flags, float *y_out,
                                        int64_t ldy)
 {
     wview view;
+    int kind = W_BF16;
 
-    if (w == NULL || w->data == NULL || x == NULL || y_out == NULL ||
-        (w->dtype != KERN_MAT_BF16 && w->dtype != KERN_MAT_F32) ||
+    if (w == NULL || x == NULL || y_out == NULL || !mat_view(w, &view, &kind) ||
         !shape_ok(w->n_out, w->n_in, n_rows, ldx, ldy)) {
         return TDM_ERR_INVALID_ARG;
     }
-    view.data = (const uint8_t *)w->data;
-    view.scales = NULL;
-    view.n_out = w->n_out;
-    view.n_in = w->n_in;
-    view.row_bytes = w->n_in * (w->dtype == KERN_MAT_F32 ? 4 : 2);
-    view.n_scale_cols = 0;
-    view.aligned = ((uintptr_t)w->data % GEMM_VEC_BYTES) == 0;
-    return run_gemm("gemm_cuda", w->dtype == KERN_MAT_F32 ? W_F32 : W_BF16, view, ctx, x, ldx,
-                    n_rows, flags, y_out, ldy);
+    return run_gemm(kind == W_FP8     ? "gemm_cuda(fp8)"
+                    : kind == W_MXFP4 ? "gemm_cuda(mxfp4)"
+                                      : "gemm_cuda",
+                    kind, view, ctx, x, ldx, n_rows, flags, y_out, ldy);
 }
 
 extern "C" tdm_status_t kern_gemm_q_cuda(kern_ctx_t *ctx, const kern_qmat_t *w, const float *x,

@@ -1,6 +1,6 @@
 /* ops_cuda.h - declarations of the CUDA forward-pass kernels (kernels/cuda/<op>.cu) that fill the
- * "cuda" kern_ops_t in kernels/ops.c, plus the quantized-weight GEMM that kern_mat_t cannot
- * describe yet.
+ * "cuda" kern_ops_t in kernels/ops.c, plus kern_gemm_q_cuda, the quantized-weight GEMM on a
+ * kern_qmat_t (the table's gemm takes the same FP8 / MXFP4 weights as kern_mat_t).
  *
  * Each kern_<op>_cuda has the function type of its module header (kernels/gemm.h ... topk.h)
  * and that header's contract; what differs is only where memory lives. Array arguments are
@@ -100,7 +100,8 @@ typedef struct {
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (y untouched) for NULL pointers, bad shapes or strides,
  * or TDM_ERR_INTERNAL when the launch fails (logged).
  *
- * Not in kern_ops_t: kern_mat_t (kernels/gemm.h) has no quantized dtypes or scale pointer.
+ * Not in kern_ops_t: the table's gemm (kern_gemm_cuda) takes the same weights as kern_mat_t
+ * KERN_MAT_FP8 / KERN_MAT_MXFP4 (the engine's resident dtypes) and runs the same kernels.
  */
 typedef tdm_status_t kern_gemm_q_fn(kern_ctx_t *ctx, const kern_qmat_t *w, const float *x,
                                     int64_t ldx, int64_t n_rows, uint32_t flags, float *y_out,

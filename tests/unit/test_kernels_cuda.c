@@ -305,6 +305,8 @@ typedef struct {
     kern_mat_t host;     /* BF16 or F32 compute layout, host data (the CPU reference) */
     kern_mat_t dev;      /* same, device data (kern_gemm_cuda) */
     kern_qmat_t qdev;    /* quantized, device (kern_gemm_q_cuda); codes NULL otherwise */
+    kern_mat_t mdev;     /* the same quantized bytes as a kern_mat_t FP8 / MXFP4 (the engine's
+                          * resident dtype, through the table's gemm) */
     void *host_data;     /* owned */
     void *dev_data;      /* owned */
     uint8_t *dev_codes;  /* owned (allocation; qdev.codes may be offset into it) */
@@ -368,6 +370,8 @@ static void make_mat(rng_t *rng, mat_kind_t kind, int64_t n_out, int64_t n_in, i
         m->dev_scales = dev_from(scales, (size_t)n_sc);
         m->qdev = (kern_qmat_t){fp8 ? KERN_QMAT_FP8 : KERN_QMAT_MXFP4, n_out, n_in,
                                 m->dev_codes + (misalign ? 17 : 0), m->dev_scales};
+        m->mdev = (kern_mat_t){fp8 ? KERN_MAT_FP8 : KERN_MAT_MXFP4, n_out, n_in, m->qdev.codes,
+                               m->dev_scales};
         free(scales);
         free(codes);
     }
@@ -384,11 +388,15 @@ static void free_mat(test_mat_t *m)
     free(m->host_data);
 }
 
-/* y = x W^T on the device through the entry point that takes this matrix. */
+/* y = x W^T on the device through the entry point that takes this matrix (table: a quantized
+ * matrix as the engine holds it, kern_mat_t FP8 / MXFP4 through the table's gemm). */
 static tdm_status_t cuda_gemm(const kern_ops_t *cuda, kern_ctx_t *ctx, const test_mat_t *m,
-                              const float *x_dev, int64_t ldx, int64_t n_rows, uint32_t flags,
-                              float *y_dev, int64_t ldy)
+                              int table, const float *x_dev, int64_t ldx, int64_t n_rows,
+                              uint32_t flags, float *y_dev, int64_t ldy)
 {
+    if (m->qdev.codes != NULL && table) {
+        return cuda->gemm(ctx, &m->mdev, x_dev, ldx, n_rows, flags, y_dev, ldy);
+    }
     if (m->qdev.codes != NULL) {
         return kern_gemm_q_cuda(ctx, &m->qdev, x_dev, ldx, n_rows, flags, y_dev, ldy);
     }
@@ -413,7 +421,7 @@ static float *make_x(rng_t *rng, mat_kind_t kind, int64_t n_rows, int64_t n_in, 
 }
 
 static void check_gemm_case(const kern_ops_t *cuda, rng_t *rng, mat_kind_t kind,
-                            const gemm_shape_t *s, uint32_t flags, int misalign,
+                            const gemm_shape_t *s, uint32_t flags, int misalign, int table,
                             cudaStream_t stream)
 {
     const kern_ops_t *cpu = kern_ops_cpu();
@@ -430,13 +438,15 @@ static void check_gemm_case(const kern_ops_t *cuda, rng_t *rng, mat_kind_t kind,
     assert_int_equal(cpu->gemm(&cpu_ctx, &m.host, x, ldx, s->n_rows, flags, want, ldy), TDM_OK);
     float *x_dev = dev_floats_from(x, s->n_rows * ldx);
     float *y_dev = dev_alloc(sizeof(float) * (size_t)(s->n_rows * ldy));
-    assert_int_equal(cuda_gemm(cuda, &ctx, &m, x_dev, ldx, s->n_rows, flags, y_dev, ldy), TDM_OK);
+    assert_int_equal(cuda_gemm(cuda, &ctx, &m, table, x_dev, ldx, s->n_rows, flags, y_dev, ldy),
+                     TDM_OK);
     if (stream != NULL) {
         assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
     }
     float *got = host_from_dev(y_dev, s->n_rows * ldy);
-    snprintf(what, sizeof(what), "gemm %s%s %lldx%lld rows=%lld ldx=%lld ldy=%lld out=%s%s",
-             mat_kind_names[kind], misalign ? " (misaligned codes)" : "", (long long)s->n_out,
+    snprintf(what, sizeof(what), "gemm %s%s%s %lldx%lld rows=%lld ldx=%lld ldy=%lld out=%s%s",
+             mat_kind_names[kind], misalign ? " (misaligned codes)" : "",
+             table && m.qdev.codes != NULL ? " (kern_mat_t, table)" : "", (long long)s->n_out,
              (long long)s->n_in, (long long)s->n_rows, (long long)ldx, (long long)ldy,
              (flags & KERN_GEMM_OUT_BF16) != 0 ? "bf16" : "f32", stream != NULL ? " stream" : "");
     cmp_t c = compare_strided(got, ldy, want, ldy, s->n_rows, s->n_out);
@@ -468,8 +478,9 @@ static void test_gemm_cuda_bit_identical_to_cpu(void **state)
     assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
     for (size_t i = 0; i < N_GEMM_SHAPES; i++) {
         uint32_t flags = i % 2 == 0 ? KERN_GEMM_OUT_BF16 : KERN_GEMM_OUT_F32;
-        check_gemm_case(cuda, &rng, MAT_BF16, &gemm_shapes[i], flags, 0, i == 3 ? stream : NULL);
-        check_gemm_case(cuda, &rng, MAT_F32, &gemm_shapes[i], flags ^ KERN_GEMM_OUT_BF16, 0, NULL);
+        check_gemm_case(cuda, &rng, MAT_BF16, &gemm_shapes[i], flags, 0, 1, i == 3 ? stream : NULL);
+        check_gemm_case(cuda, &rng, MAT_F32, &gemm_shapes[i], flags ^ KERN_GEMM_OUT_BF16, 0, 1,
+                        NULL);
     }
     assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
 }
@@ -484,8 +495,11 @@ static void test_gemm_q_cuda_fp8_mxfp4_bit_identical_to_cpu(void **state)
         gemm_shape_t s = gemm_shapes[i];
         uint32_t flags = i % 2 == 0 ? KERN_GEMM_OUT_BF16 : KERN_GEMM_OUT_F32;
         s.n_in = (s.n_in + 31) / 32 * 32; /* MXFP4 groups of 32 along K */
-        check_gemm_case(cuda, &rng, MAT_FP8, &s, flags, i == 2, NULL);
-        check_gemm_case(cuda, &rng, MAT_MXFP4, &s, flags, i == 5, NULL);
+        check_gemm_case(cuda, &rng, MAT_FP8, &s, flags, i == 2, 0, NULL);
+        check_gemm_case(cuda, &rng, MAT_MXFP4, &s, flags, i == 5, 0, NULL);
+        /* the engine's resident FP8 / MXFP4 kern_mat_t through the table's gemm: same bits */
+        check_gemm_case(cuda, &rng, MAT_FP8, &s, flags, i == 2, 1, NULL);
+        check_gemm_case(cuda, &rng, MAT_MXFP4, &s, flags, i == 5, 1, NULL);
     }
 }
 
@@ -513,7 +527,7 @@ static void test_gemm_cuda_batch_invariant(void **state)
 
         /* reference: every row alone */
         for (int64_t r = 0; r < n_batch_rows; r++) {
-            assert_int_equal(cuda_gemm(cuda, &ctx, &m, x_dev + r * n_in, n_in, 1,
+            assert_int_equal(cuda_gemm(cuda, &ctx, &m, 1, x_dev + r * n_in, n_in, 1,
                                        KERN_GEMM_OUT_BF16, y_dev + r * n_out, n_out),
                              TDM_OK);
         }
@@ -525,7 +539,7 @@ static void test_gemm_cuda_batch_invariant(void **state)
                 cudaMemset(y_dev, DEV_SENTINEL, sizeof(float) * (size_t)(n_batch_rows * n_out)),
                 cudaSuccess);
             for (int64_t r0 = 0; r0 + n <= n_batch_rows; r0 += n) {
-                assert_int_equal(cuda_gemm(cuda, &ctx, &m, x_dev + r0 * n_in, n_in, n,
+                assert_int_equal(cuda_gemm(cuda, &ctx, &m, 1, x_dev + r0 * n_in, n_in, n,
                                            KERN_GEMM_OUT_BF16, y_dev + r0 * n_out, n_out),
                                  TDM_OK);
             }
@@ -1392,6 +1406,14 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
         assert_int_equal(ops->gemm(&ctx, wm16, buf, 8, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, buf, 16, 1, 0, buf, 1), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, NULL, 16, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
+        /* resident quantized dtypes: scales required, K a multiple of 32 */
+        assert_int_equal(
+            ops->gemm(&ctx, &(kern_mat_t){KERN_MAT_FP8, 2, 32, buf, NULL}, buf, 32, 1, 0, buf, 2),
+            TDM_ERR_INVALID_ARG);
+        assert_int_equal(ops->gemm(&ctx,
+                                   &(kern_mat_t){KERN_MAT_MXFP4, 2, 48, buf, (const uint8_t *)buf},
+                                   buf, 48, 1, 0, buf, 2),
+                         TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->rmsnorm(&ctx, buf, 8, 1, 0, buf, 1e-6f, buf, 8), TDM_ERR_INVALID_ARG);
         assert_int_equal(
             ops->rope(&ctx, buf, 1, 1, 16, 3, b == 0 ? pos : (int64_t *)d, buf, KERN_ROPE_FORWARD),
