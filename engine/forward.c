@@ -213,6 +213,13 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         st = fwd_ep_init(fwd); /* the round headers, both forms */
     }
     if (st == TDM_OK) {
+        size_t n_bytes = (size_t)(c->n_layers + c->n_blocks) * sizeof(int64_t);
+        st = fwd->ops->mem_alloc(&fwd->kctx, n_bytes, (void **)&fwd->moe_active);
+        if (st == TDM_OK) {
+            st = fwd->ops->mem_set(&fwd->kctx, fwd->moe_active, 0, n_bytes);
+        }
+    }
+    if (st == TDM_OK) {
         st =
             backend_arena(fwd, &fwd->batch_arena, &fwd->batch_mem,
                           batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
@@ -239,6 +246,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     fwd->ops->mem_free(&fwd->kctx, fwd->ikey_cache);
     fwd->ops->mem_free(&fwd->kctx, fwd->ckv_cache);
     fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
+    fwd->ops->mem_free(&fwd->kctx, fwd->moe_active);
     fwd_ep_fini(fwd);
     kern_pool_destroy(fwd->kctx.pool);
     kern_rope_cache_destroy(fwd->kctx.rope_cache);
@@ -256,11 +264,38 @@ void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink)
     }
 }
 
-void engine_fwd_read_bytes(const engine_fwd_t *fwd, uint64_t *weight_bytes_out,
-                           uint64_t *kv_bytes_out)
+/* Bytes of the routed experts ops->moe_ffn ran: each layer's count (read from the backend) times
+ * one expert's w1 + w3 + w2 (every expert of a layer has the same shape and format). */
+static uint64_t moe_expert_bytes(engine_fwd_t *fwd)
+{
+    const engine_config_t *c = fwd->cfg;
+    int n_slots = c->n_layers + c->n_blocks;
+    int64_t *counts = malloc((size_t)n_slots * sizeof(int64_t));
+    uint64_t total = 0;
+
+    if (counts == NULL || fwd->moe_active == NULL ||
+        fwd->ops->mem_copy(&fwd->kctx, counts, fwd->moe_active, (size_t)n_slots * sizeof(int64_t),
+                           KERN_COPY_D2H) != TDM_OK) {
+        free(counts);
+        return 0;
+    }
+    for (int l = 0; l < n_slots; l++) {
+        const engine_layer_weights_t *lw = &fwd->model->layers[l];
+        int e = lw->e_begin;
+        if (counts[l] > 0 && e < lw->e_end) {
+            total += (uint64_t)counts[l] *
+                     (uint64_t)(kern_mat_bytes(&lw->w1[e]) + kern_mat_bytes(&lw->w3[e]) +
+                                kern_mat_bytes(&lw->w2[e]));
+        }
+    }
+    free(counts);
+    return total;
+}
+
+void engine_fwd_read_bytes(engine_fwd_t *fwd, uint64_t *weight_bytes_out, uint64_t *kv_bytes_out)
 {
     if (weight_bytes_out != NULL) {
-        *weight_bytes_out = fwd != NULL ? fwd->read_weight_bytes : 0;
+        *weight_bytes_out = fwd != NULL ? fwd->read_weight_bytes + moe_expert_bytes(fwd) : 0;
     }
     if (kv_bytes_out != NULL) {
         *kv_bytes_out = fwd != NULL ? fwd->read_kv_bytes : 0;
@@ -272,6 +307,11 @@ void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
     if (fwd != NULL) {
         fwd->read_weight_bytes = 0;
         fwd->read_kv_bytes = 0;
+        if (fwd->moe_active != NULL) {
+            (void)fwd->ops->mem_set(&fwd->kctx, fwd->moe_active, 0,
+                                    (size_t)(fwd->cfg->n_layers + fwd->cfg->n_blocks) *
+                                        sizeof(int64_t));
+        }
     }
 }
 

@@ -155,10 +155,11 @@ void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink);
  * expert once per call that runs it), embedding rows (BF16) and Engram table rows (codes and
  * scales); norm and bias vectors are not counted (under 0.5 % of a small-preset step).
  * kv_bytes_out: window-ring entries (Q_swa codes and scales), index keys (Q_mx4) and selected
- * compressed rows (Q_ckv) read from the sequences' state. Either pointer may be NULL.
+ * compressed rows (Q_ckv) read from the sequences' state. Either pointer may be NULL. The
+ * routed experts are counted on the backend (ops->moe_ffn) and read here with one copy to the
+ * host (a wait on a device): call it between steps, not inside a timed one.
  */
-void engine_fwd_read_bytes(const engine_fwd_t *fwd, uint64_t *weight_bytes_out,
-                           uint64_t *kv_bytes_out);
+void engine_fwd_read_bytes(engine_fwd_t *fwd, uint64_t *weight_bytes_out, uint64_t *kv_bytes_out);
 
 /* engine_fwd_reset_read_bytes - zero the engine_fwd_read_bytes counters. */
 void engine_fwd_reset_read_bytes(engine_fwd_t *fwd);

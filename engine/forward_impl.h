@@ -91,6 +91,9 @@ struct engine_fwd {
     int64_t ep_buf_rows;
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
     uint64_t read_kv_bytes;
+    /* experts run per MoE layer slot (n_layers + n_blocks int64, backend memory), counted by
+     * ops->moe_ffn on the backend and read only by engine_fwd_read_bytes */
+    int64_t *moe_active;
 };
 
 /* fwd_gemm - ops->gemm on the context's kernel context, counting the matrix's resident bytes

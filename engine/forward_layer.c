@@ -147,10 +147,23 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     float *wts = fwd_alloc(fwd, FLOAT_BYTES(N * K));
     float *xq = fwd_alloc(fwd, FLOAT_BYTES(N * H));
     float *acc = fwd_alloc(fwd, FLOAT_BYTES(N * H));
-    float *xe = fwd_alloc(fwd, FLOAT_BYTES(N * H));
-    float *gu = fwd_alloc(fwd, FLOAT_BYTES(N * 2 * I));
-    float *h = fwd_alloc(fwd, FLOAT_BYTES(N * I));
-    float *ye = fwd_alloc(fwd, FLOAT_BYTES(N * H));
+    /* xe [rows, H], gu [rows, 2I], h [rows, I], ye [rows, H] in one block (ops->moe_ffn's
+     * scratch): N rows, or up to every (token, expert) pair where the arena has room for them */
+    int64_t scr_rows = N;
+    float *scr = NULL;
+    if (fwd->params.comm == NULL && N * K > N) {
+        scr_rows = N * K < fwd_max_rows(fwd) ? N * K : fwd_max_rows(fwd);
+        scr_rows = scr_rows > N ? scr_rows : N;
+        scr = fwd_alloc(fwd, FLOAT_BYTES(scr_rows * (2 * H + 3 * I)));
+    }
+    if (scr == NULL) {
+        scr_rows = N;
+        scr = fwd_alloc(fwd, FLOAT_BYTES(scr_rows * (2 * H + 3 * I)));
+    }
+    float *xe = scr;
+    float *gu = scr != NULL ? xe + scr_rows * H : NULL;
+    float *h = scr != NULL ? gu + scr_rows * 2 * I : NULL;
+    float *ye = scr != NULL ? h + scr_rows * I : NULL;
     float *we = fwd_alloc(fwd, FLOAT_BYTES(N * K));
     int64_t *rows = fwd_alloc(fwd, (size_t)(N * K) * sizeof(int64_t));
     int64_t *off_d = fwd_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));
@@ -179,26 +192,17 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     if (st == TDM_OK) {
         st = fwd->ops->expert_rows(&fwd->kctx, experts_out, wts, N, K, E, off_d, rows, we);
     }
-    /* the expert loop sizes each expert's GEMMs from the E + 1 offsets: one copy to the host */
-    if (st == TDM_OK) {
+    if (st == TDM_OK && fwd->params.comm != NULL) {
+        /* expert parallel sizes its rounds from the E + 1 offsets: one copy to the host */
         st = fwd->ops->mem_copy(&fwd->kctx, off, off_d, (size_t)(E + 1) * sizeof(int64_t),
                                 KERN_COPY_D2H);
-    }
-    if (st == TDM_OK && fwd->params.comm != NULL) {
-        st = fwd_ep_routed(fwd, l, xq, rows, we, off, N * K, xe, gu, h, acc);
-    }
-    for (int64_t e = 0; e < E && st == TDM_OK && fwd->params.comm == NULL; e++) {
-        int64_t ne = off[e + 1] - off[e];
-        if (ne == 0) {
-            continue;
-        }
-        st = fwd->ops->rows_gather(&fwd->kctx, xq, H, rows + off[e], ne, H, xe, H);
         if (st == TDM_OK) {
-            st = fwd_expert_ffn(fwd, lw, e, xe, we + off[e], ne, gu, h, ye);
+            st = fwd_ep_routed(fwd, l, xq, rows, we, off, N * K, xe, gu, h, acc);
         }
-        if (st == TDM_OK) {
-            st = fwd->ops->rows_scatter_add(&fwd->kctx, ye, H, rows + off[e], ne, H, acc, H);
-        }
+    } else if (st == TDM_OK) {
+        /* every routed expert in one op that reads the offsets where they are (no host copy) */
+        st = fwd->ops->moe_ffn(&fwd->kctx, &lw->experts, xq, N, H, I, off_d, rows, we, N * K,
+                               lambda, scr, scr_rows, acc, fwd->moe_active + l);
     }
     /* shared expert, weight 1, same clamp */
     if (st == TDM_OK) {

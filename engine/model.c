@@ -260,6 +260,33 @@ static tdm_status_t copy_rows(const kern_mat_t *m, mat_format_t fmt, void *dst)
 static tdm_status_t load_mat_host(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
                                   int64_t n_in, kern_mat_t *mat_out);
 
+/* lw->experts, the routed experts as ops->moe_ffn reads them: the descriptor arrays, and for a
+ * backend whose memory the host may not read the table of their pointers in backend memory
+ * (kern_moe_table_fill, uploaded once; a host_memory backend does not need it). */
+static tdm_status_t model_experts_view(engine_model_t *model, engine_layer_weights_t *lw)
+{
+    size_t bytes = (size_t)KERN_MOE_TABLE_LEN(lw->n_experts) * sizeof(void *);
+    const void **table;
+    tdm_status_t st;
+
+    lw->experts = (kern_moe_experts_t){lw->n_experts, lw->w1, lw->w3, lw->w2, NULL};
+    if (model->params.ops->host_memory) {
+        return TDM_OK;
+    }
+    table = model_alloc(model, bytes);
+    if (table == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    st = kern_moe_table_fill(&lw->experts, table);
+    if (st == TDM_OK) {
+        st = model_upload(model, (const void **)&table, bytes);
+    }
+    if (st == TDM_OK) {
+        lw->experts.table = (const void *const *)table;
+    }
+    return st;
+}
+
 /* load_mat_host's matrix, then uploaded to backend memory (model_upload_mat). */
 static tdm_status_t load_mat(loader_t *ld, const char *module, mat_format_t fmt, int64_t n_out,
                              int64_t n_in, kern_mat_t *mat_out)
@@ -441,6 +468,11 @@ static tdm_status_t load_layer(loader_t *ld, int l)
         lw->w2 = model_alloc(model, (size_t)lw->n_experts * sizeof(kern_mat_t));
         if (lw->w1 == NULL || lw->w3 == NULL || lw->w2 == NULL) {
             st = TDM_ERR_NO_MEMORY;
+        } else {
+            /* experts outside this shard's range stay zero: NULL data (kern_moe_experts_t) */
+            memset(lw->w1, 0, (size_t)lw->n_experts * sizeof(kern_mat_t));
+            memset(lw->w3, 0, (size_t)lw->n_experts * sizeof(kern_mat_t));
+            memset(lw->w2, 0, (size_t)lw->n_experts * sizeof(kern_mat_t));
         }
     }
     {
@@ -460,6 +492,9 @@ static tdm_status_t load_layer(loader_t *ld, int l)
             snprintf(sfx, sizeof(sfx), "ffn.experts.%d.w2", e);
             st = load_mat(ld, join_name(n, sizeof(n), p, sfx), MAT_FP4, H, I, &lw->w2[e]);
         }
+    }
+    if (st == TDM_OK) {
+        st = model_experts_view(model, lw);
     }
     if (st == TDM_OK) {
         snprintf(n3, sizeof(n3), "%sffn.shared_experts.w3", p);

@@ -55,6 +55,8 @@ typedef struct {
     kern_mat_t *w1;         /* [n_experts] each [I, H] (gate) */
     kern_mat_t *w3;         /* [n_experts] each [I, H] (up) */
     kern_mat_t *w2;         /* [n_experts] each [H, I] */
+    kern_moe_experts_t experts; /* w1, w3, w2 as ops->moe_ffn reads them (its table in backend
+                                   memory when the host may not read that; NULL otherwise) */
     kern_mat_t s_w1;        /* shared expert [I, H] */
     kern_mat_t s_w3;        /* [I, H] */
     kern_mat_t s_w2;        /* [H, I] */

@@ -84,8 +84,11 @@ kern_sync_fn kern_sync_cpu;
  * address kernels use for it in *dev_out (dev_out + i addresses host + i). The memory stays the
  * caller's and must outlive the registration; kernels only read it. CPU (and any backend whose
  * kernels read host memory): *dev_out = host, nothing else. CUDA: cudaHostRegister (mapped,
- * read-only) of the enclosing pages and cudaHostGetDevicePointer; two live registrations must
- * not share a page (callers merge neighbouring ranges into one registration).
+ * read-only) of the enclosing pages and cudaHostGetDevicePointer; where the device cannot map
+ * read-only pages (cudaDevAttrHostRegisterReadOnlySupported 0) or the registration fails, the
+ * pages are copied once into pinned mapped memory (cudaHostAlloc, logged) that kernels read
+ * instead and unregister frees. Two live registrations must not share a page (callers merge
+ * neighbouring ranges into one registration).
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (host or dev_out NULL; *dev_out untouched) or
  * TDM_ERR_INTERNAL (CUDA error, logged; nothing registered).
  */

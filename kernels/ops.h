@@ -54,6 +54,7 @@ typedef struct {
     kern_engram_gate_fn *engram_gate;     /* Engram gated stream update (5.6, R9) */
     kern_moe_route_fn *moe_route;         /* sqrt-softplus router, biased top-K (5.5) */
     kern_swiglu_fn *swiglu;               /* clamped SwiGLU hidden, routing weight (R8) */
+    kern_moe_ffn_fn *moe_ffn;             /* a layer's routed experts, offsets on the backend */
     kern_attention_fn *attention;         /* sink softmax attention of one query (5.2, R7) */
     kern_attention_sel_fn *attention_sel; /* the same, selected rows in place; NULL: not here */
     kern_compress_pool_fn *compress_pool; /* ratio-2 gated pooling (5.3) */

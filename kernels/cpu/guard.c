@@ -13,7 +13,7 @@
 #define GUARD_ALIGN 64
 /* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel) or
  * passes through (host_unregister): a member added to the table must be wrapped here too. */
-#define GUARD_N_MEMBERS 41
+#define GUARD_N_MEMBERS 42
 _Static_assert(sizeof(kern_ops_t) == 2 * sizeof(void *) + GUARD_N_MEMBERS * sizeof(void (*)(void)),
                "kern_ops_t changed: wrap the new member in kernels/cpu/guard.c");
 
@@ -345,6 +345,39 @@ GUARD_OP(swiglu,
          (kern_ctx_t * ctx, const float *gu, const float *w, int64_t n_rows, int64_t I,
           float lambda, float *h_out),
          (ctx, gu, w, n_rows, I, lambda, h_out), (gu, w, h_out))
+/* The routed experts: besides the arrays, the pointer table and every expert's matrices must be
+ * backend memory (the table is required here, as on CUDA, which reads only it). */
+static tdm_status_t guard_moe_ffn(kern_ctx_t *ctx, const kern_moe_experts_t *ex, const float *xq,
+                                  int64_t n_tokens, int64_t H, int64_t I, const int64_t *offsets,
+                                  const int64_t *rows, const float *wts, int64_t n_pairs,
+                                  float lambda, float *scratch, int64_t scratch_rows, float *acc,
+                                  int64_t *active_out)
+{
+    const void *const ptrs[] = {xq, offsets, rows, wts, scratch, acc, active_out};
+    tdm_status_t st;
+
+    guard_args("moe_ffn", ptrs, sizeof(ptrs) / sizeof(ptrs[0]));
+    if (ex != NULL) {
+        if (ex->table == NULL || !kern_guard_contains(ex->table, 1)) {
+            fprintf(stderr,
+                    "guard: moe_ffn: the expert pointer table (%p) is not backend "
+                    "memory\n",
+                    (const void *)ex->table);
+            abort();
+        }
+        for (int64_t e = 0; e < ex->n_experts && ex->w1 != NULL && ex->w3 != NULL && ex->w2 != NULL;
+             e++) {
+            const void *const mats[] = {ex->w1[e].data,   ex->w1[e].scales, ex->w3[e].data,
+                                        ex->w3[e].scales, ex->w2[e].data,   ex->w2[e].scales};
+            guard_args("moe_ffn (expert matrices)", mats, sizeof(mats) / sizeof(mats[0]));
+        }
+    }
+    guard_open();
+    st = g.cpu.moe_ffn(ctx, ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs, lambda, scratch,
+                       scratch_rows, acc, active_out);
+    guard_close();
+    return st;
+}
 GUARD_OP(attention,
          (kern_ctx_t * ctx, const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
           int64_t n_b, const float *sink, int64_t n_heads, int64_t d, float scale, float *scratch,
@@ -482,6 +515,7 @@ tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
     SET(add_bf16);
     SET(add);
     SET(scale2);
+    SET(moe_ffn);
     SET(rows_gather);
     SET(rows_scatter_add);
     SET(cand_blocks);

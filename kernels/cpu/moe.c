@@ -4,6 +4,8 @@
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/vec_isa.h"
+#include "kernels/gemm.h"
+#include "kernels/glue.h"
 #include "kernels/topk.h"
 
 #include <math.h>
@@ -92,4 +94,112 @@ tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, i
         }
     }
     return TDM_OK;
+}
+
+tdm_status_t kern_moe_table_fill(const kern_moe_experts_t *ex, const void **table_out)
+{
+    int64_t E;
+
+    if (ex == NULL || table_out == NULL || ex->n_experts < 1 || ex->w1 == NULL || ex->w3 == NULL ||
+        ex->w2 == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    E = ex->n_experts;
+    for (int64_t e = 0; e < E; e++) {
+        table_out[e] = ex->w1[e].data;
+        table_out[E + e] = ex->w1[e].scales;
+        table_out[2 * E + e] = ex->w3[e].data;
+        table_out[3 * E + e] = ex->w3[e].scales;
+        table_out[4 * E + e] = ex->w2[e].data;
+        table_out[5 * E + e] = ex->w2[e].scales;
+    }
+    return TDM_OK;
+}
+
+/* The checks kern_moe_ffn_cpu makes before it writes anything: shapes, then the groups. */
+static int moe_ffn_args_ok(const kern_moe_experts_t *ex, const float *xq, int64_t n_tokens,
+                           int64_t H, int64_t I, const int64_t *offsets, const int64_t *rows,
+                           const float *wts, int64_t n_pairs, const float *scratch,
+                           int64_t scratch_rows, const float *acc)
+{
+    int64_t E;
+
+    if (ex == NULL || ex->w1 == NULL || ex->w3 == NULL || ex->w2 == NULL || ex->n_experts < 1 ||
+        offsets == NULL || n_tokens < 0 || n_pairs < 0 || H < 1 || I < 1 ||
+        (n_pairs > 0 &&
+         (xq == NULL || rows == NULL || wts == NULL || scratch == NULL || acc == NULL ||
+          scratch_rows < (n_tokens < n_pairs ? n_tokens : n_pairs)))) {
+        return 0;
+    }
+    E = ex->n_experts;
+    if (offsets[0] != 0 || offsets[E] > n_pairs) {
+        return 0;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        int64_t ne = offsets[e + 1] - offsets[e];
+        if (ne < 0 || ne > scratch_rows) {
+            return 0;
+        }
+        if (ne > 0 && (ex->w1[e].data == NULL || ex->w3[e].data == NULL || ex->w2[e].data == NULL ||
+                       ex->w1[e].n_out != I || ex->w1[e].n_in != H || ex->w3[e].n_out != I ||
+                       ex->w3[e].n_in != H || ex->w2[e].n_out != H || ex->w2[e].n_in != I)) {
+            return 0;
+        }
+    }
+    for (int64_t p = 0; p < offsets[E]; p++) {
+        if (rows[p] < 0 || rows[p] >= n_tokens) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+tdm_status_t kern_moe_ffn_cpu(kern_ctx_t *ctx, const kern_moe_experts_t *ex, const float *xq,
+                              int64_t n_tokens, int64_t H, int64_t I, const int64_t *offsets,
+                              const int64_t *rows, const float *wts, int64_t n_pairs, float lambda,
+                              float *scratch, int64_t scratch_rows, float *acc, int64_t *active_out)
+{
+    float *xe, *gu, *h, *ye;
+    int64_t n_active = 0;
+    tdm_status_t st = TDM_OK;
+
+    if (!moe_ffn_args_ok(ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs, scratch, scratch_rows,
+                         acc)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    xe = scratch;
+    gu = xe + scratch_rows * H;
+    h = gu + scratch_rows * 2 * I;
+    ye = h + scratch_rows * I;
+    /* the per-expert sequence of calls the engine made before this op (same order, same bits) */
+    for (int64_t e = 0; e < ex->n_experts && st == TDM_OK; e++) {
+        int64_t p0 = offsets[e], ne = offsets[e + 1] - offsets[e];
+        if (ne == 0) {
+            continue;
+        }
+        n_active++;
+        st = kern_rows_gather_cpu(ctx, xq, H, rows + p0, ne, H, xe, H);
+        if (st == TDM_OK) {
+            st = kern_gemm_cpu(ctx, &ex->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
+        }
+        if (st == TDM_OK) {
+            st = kern_gemm_cpu(ctx, &ex->w3[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu + I, 2 * I);
+        }
+        if (st == TDM_OK) {
+            st = kern_swiglu_cpu(ctx, gu, wts + p0, ne, I, lambda, h);
+        }
+        if (st == TDM_OK) {
+            st = kern_qdq_act8_rows_cpu(ctx, h, ne, I, h);
+        }
+        if (st == TDM_OK) {
+            st = kern_gemm_cpu(ctx, &ex->w2[e], h, I, ne, KERN_GEMM_OUT_BF16, ye, H);
+        }
+        if (st == TDM_OK) {
+            st = kern_rows_scatter_add_cpu(ctx, ye, H, rows + p0, ne, H, acc, H);
+        }
+    }
+    if (st == TDM_OK && active_out != NULL) {
+        *active_out += n_active;
+    }
+    return st;
 }

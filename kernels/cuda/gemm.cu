@@ -44,6 +44,17 @@ struct wview {
     int aligned;          /* data is 16-byte aligned: whole-vector loads */
 };
 
+/* Grouped form (kc_gemm_grouped): blockIdx.z is an expert e whose matrix is data[e] / scales[e]
+ * and whose rows are the pairs [off[e], off[e + 1]) clipped to the window [p0, p1), at rows
+ * (pair - p0) of x and y. off == NULL: the plain form (one matrix, rows [0, n_rows)). */
+struct wgroup {
+    const void *const *data;
+    const void *const *scales;
+    const int64_t *off;
+    int64_t p0;
+    int64_t p1;
+};
+
 template <int KIND> struct wtraits;
 template <> struct wtraits<W_BF16> {
     static constexpr int per_vec = 8;
@@ -177,8 +188,8 @@ template <int KIND> __device__ __forceinline__ int64_t byte_offset(int64_t k)
  */
 template <int KIND, int MO, int MR, int MT_O, int MT_R, int TK, int MIN_BLOCKS>
 __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
-    gemm_tile_kernel(wview w, const float *x, int64_t ldx, int64_t n_rows, uint32_t flags, float *y,
-                     int64_t ldy)
+    gemm_tile_kernel(wview w, wgroup grp, const float *x, int64_t ldx, int64_t n_rows,
+                     uint32_t flags, float *y, int64_t ldy)
 {
     constexpr int TO = MT_O * MO;
     constexpr int TR = MT_R * MR;
@@ -196,6 +207,22 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
     __shared__ float xs[TR * X_STRIDE];
     __shared__ float e2m1_lut[16]; /* MXFP4 nibble -> value */
 
+    if (grp.off != nullptr) {
+        /* this block's expert: its rows inside the window; a block past them has nothing to do
+         * (uniform over the block, before any barrier) */
+        const int64_t e = (int64_t)blockIdx.z;
+        const int64_t r0 = grp.off[e] > grp.p0 ? grp.off[e] : grp.p0;
+        const int64_t r1 = grp.off[e + 1] < grp.p1 ? grp.off[e + 1] : grp.p1;
+        if ((int64_t)blockIdx.y * TR >= r1 - r0 || grp.data[e] == nullptr) {
+            return;
+        }
+        w.data = (const uint8_t *)grp.data[e];
+        w.scales = grp.scales != nullptr ? (const uint8_t *)grp.scales[e] : nullptr;
+        w.aligned = ((uintptr_t)w.data % GEMM_VEC_BYTES) == 0;
+        x += (r0 - grp.p0) * ldx;
+        y += (r0 - grp.p0) * ldy;
+        n_rows = r1 - r0;
+    }
     const int tid = (int)threadIdx.x;
     const int lane = tid % KC_DOT_LANES;
     const int mt = tid / KC_DOT_LANES;
@@ -320,17 +347,20 @@ __global__ void __launch_bounds__(GEMM_THREADS, MIN_BLOCKS)
     }
 }
 
+/* n_rows: the rows of the plain form; in the grouped form the most rows one expert can have
+ * in the window (grid.y), with grid.z = n_groups experts. */
 template <int KIND, int MO, int MR, int MT_O, int MT_R, int TK, int MIN_BLOCKS>
-static void launch_tile(const wview &w, const float *x, int64_t ldx, int64_t n_rows, uint32_t flags,
-                        float *y, int64_t ldy, cudaStream_t stream)
+static void launch_tile(const wview &w, const wgroup &grp, int64_t n_groups, const float *x,
+                        int64_t ldx, int64_t n_rows, uint32_t flags, float *y, int64_t ldy,
+                        cudaStream_t stream)
 {
     const int64_t to = MT_O * MO;
     const int64_t tr = MT_R * MR;
     const dim3 grid((unsigned int)((w.n_out + to - 1) / to),
-                    (unsigned int)((n_rows + tr - 1) / tr));
+                    (unsigned int)((n_rows + tr - 1) / tr), (unsigned int)n_groups);
 
     gemm_tile_kernel<KIND, MO, MR, MT_O, MT_R, TK, MIN_BLOCKS>
-        <<<grid, GEMM_THREADS, 0, stream>>>(w, x, ldx, n_rows, flags, y, ldy);
+        <<<grid, GEMM_THREADS, 0, stream>>>(w, grp, x, ldx, n_rows, flags, y, ldy);
 }
 
 /* Tile shape by batch size (bits do not depend on it): decode GEMV (1 row: 2 outputs per block
@@ -339,19 +369,25 @@ static void launch_tile(const wview &w, const float *x, int64_t ldx, int64_t n_r
  * the resident blocks per SM that the register budget must allow (__launch_bounds__). */
 #define GEMM_NARROW_MAX_OUT 2048
 template <int KIND>
-static void launch_gemm(const wview &w, const float *x, int64_t ldx, int64_t n_rows, uint32_t flags,
-                        float *y, int64_t ldy, cudaStream_t stream)
+static void launch_gemm(const wview &w, const wgroup &grp, int64_t n_groups, const float *x,
+                        int64_t ldx, int64_t n_rows, uint32_t flags, float *y, int64_t ldy,
+                        cudaStream_t stream)
 {
     if (n_rows == 1 && w.n_out <= GEMM_NARROW_MAX_OUT) {
-        launch_tile<KIND, 1, 1, 2, 1, 2048, 3>(w, x, ldx, n_rows, flags, y, ldy, stream);
+        launch_tile<KIND, 1, 1, 2, 1, 2048, 3>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy,
+                                               stream);
     } else if (n_rows == 1) {
-        launch_tile<KIND, 1, 1, 16, 1, 512, 4>(w, x, ldx, n_rows, flags, y, ldy, stream);
+        launch_tile<KIND, 1, 1, 16, 1, 512, 4>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy,
+                                               stream);
     } else if (n_rows <= 4) {
-        launch_tile<KIND, 1, 4, 16, 1, 512, 2>(w, x, ldx, n_rows, flags, y, ldy, stream);
+        launch_tile<KIND, 1, 4, 16, 1, 512, 2>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy,
+                                               stream);
     } else if (n_rows <= 32) {
-        launch_tile<KIND, 2, 8, 8, 2, 256, 1>(w, x, ldx, n_rows, flags, y, ldy, stream);
+        launch_tile<KIND, 2, 8, 8, 2, 256, 1>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy,
+                                              stream);
     } else {
-        launch_tile<KIND, 8, 8, 4, 4, 64, 1>(w, x, ldx, n_rows, flags, y, ldy, stream);
+        launch_tile<KIND, 8, 8, 4, 4, 64, 1>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy,
+                                             stream);
     }
 }
 
@@ -364,30 +400,38 @@ static int shape_ok(int64_t n_out, int64_t n_in, int64_t n_rows, int64_t ldx, in
            ldx >= n_in && ldy >= n_out;
 }
 
+static void launch_kind(int kind, const wview &w, const wgroup &grp, int64_t n_groups,
+                        const float *x, int64_t ldx, int64_t n_rows, uint32_t flags, float *y,
+                        int64_t ldy, cudaStream_t stream)
+{
+    switch (kind) {
+    case W_BF16:
+        launch_gemm<W_BF16>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy, stream);
+        break;
+    case W_F32:
+        launch_gemm<W_F32>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy, stream);
+        break;
+    case W_FP8:
+        launch_gemm<W_FP8>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy, stream);
+        break;
+    default:
+        launch_gemm<W_MXFP4>(w, grp, n_groups, x, ldx, n_rows, flags, y, ldy, stream);
+        break;
+    }
+}
+
 static tdm_status_t run_gemm(const char *op, int kind, const wview &w, kern_ctx_t *ctx,
                              const float *x, int64_t ldx, int64_t n_rows, uint32_t flags,
                              float *y_out, int64_t ldy)
 {
     cudaStream_t stream = kc_stream(ctx);
+    const wgroup plain = {nullptr, nullptr, nullptr, 0, 0};
 
     for (int64_t r0 = 0; r0 < n_rows; r0 += GEMM_ROWS_PER_LAUNCH) {
         const int64_t n = n_rows - r0 < GEMM_ROWS_PER_LAUNCH ? n_rows - r0 : GEMM_ROWS_PER_LAUNCH;
         const float *xr = x + r0 * ldx;
         float *yr = y_out + r0 * ldy;
-        switch (kind) {
-        case W_BF16:
-            launch_gemm<W_BF16>(w, xr, ldx, n, flags, yr, ldy, stream);
-            break;
-        case W_F32:
-            launch_gemm<W_F32>(w, xr, ldx, n, flags, yr, ldy, stream);
-            break;
-        case W_FP8:
-            launch_gemm<W_FP8>(w, xr, ldx, n, flags, yr, ldy, stream);
-            break;
-        default:
-            launch_gemm<W_MXFP4>(w, xr, ldx, n, flags, yr, ldy, stream);
-            break;
-        }
+        launch_kind(kind, w, plain, 1, xr, ldx, n, flags, yr, ldy, stream);
     }
     return kc_launch_status(op, n_rows, w.n_in);
 }
@@ -462,6 +506,40 @@ extern "C" tdm_status_t kern_gemm_q_cuda(kern_ctx_t *ctx, const kern_qmat_t *w, 
     view.aligned = ((uintptr_t)w->codes % GEMM_VEC_BYTES) == 0;
     return run_gemm(fp8 ? "gemm_q_cuda(fp8)" : "gemm_q_cuda(mxfp4)", fp8 ? W_FP8 : W_MXFP4, view,
                     ctx, x, ldx, n_rows, flags, y_out, ldy);
+}
+
+extern "C" tdm_status_t kc_gemm_grouped(kern_ctx_t *ctx, const kern_mat_t *proto,
+                                        const void *const *data, const void *const *scales,
+                                        const int64_t *offsets, int64_t n_groups,
+                                        int64_t max_group_rows, int64_t p0, int64_t p1,
+                                        const float *x, int64_t ldx, uint32_t flags, float *y,
+                                        int64_t ldy)
+{
+    wview view;
+    int kind = W_BF16;
+    kern_mat_t shape;
+
+    if (proto == NULL || data == NULL || offsets == NULL || x == NULL || y == NULL ||
+        n_groups < 1 || n_groups > 65535 || max_group_rows < 0 || p0 < 0 || p1 < p0 ||
+        max_group_rows > GEMM_ROWS_PER_LAUNCH) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    /* the shape and dtype of every group's matrix; data and scales come from the tables (a
+     * non-NULL stand-in pointer passes mat_view's checks) */
+    shape = *proto;
+    shape.data = (const void *)data;
+    shape.scales = (const uint8_t *)(scales != NULL ? (const void *)scales : (const void *)data);
+    if (!mat_view(&shape, &view, &kind) ||
+        !shape_ok(view.n_out, view.n_in, max_group_rows, ldx, ldy) ||
+        ((kind == W_FP8 || kind == W_MXFP4) && scales == NULL)) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (max_group_rows == 0 || p1 == p0) {
+        return TDM_OK;
+    }
+    const wgroup grp = {data, scales, offsets, p0, p1};
+    launch_kind(kind, view, grp, n_groups, x, ldx, max_group_rows, flags, y, ldy, kc_stream(ctx));
+    return kc_launch_status("gemm_grouped_cuda", max_group_rows, view.n_in);
 }
 
 /* ---- Q_act8 QDQ rows -------------------------------------------------------------------- */

@@ -1,12 +1,16 @@
 /* mem.cu - the CUDA backend's memory members (kernels/mem.h): cudaMalloc / cudaFree, copies and
- * fills queued on the context's stream, a copy to the host completed before return. */
+ * fills queued on the context's stream, a copy to the host completed before return; host ranges
+ * mapped for kernels in place (cudaHostRegister, read-only) or, where the device cannot map
+ * read-only pages, through a pinned copy. */
 #include "kernels/cuda/ops_cuda.h"
 
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 extern "C" tdm_status_t kern_mem_alloc_cuda(kern_ctx_t *ctx, size_t n_bytes, void **ptr_out)
@@ -103,6 +107,69 @@ static void page_range(const void *host, size_t n_bytes, void **base, size_t *le
     *len = (size_t)(hi - lo);
 }
 
+/* Registrations that could not pin the caller's pages in place (a read-only file mapping on a
+ * device without cudaHostRegisterReadOnly): the range is copied once into pinned, mapped host
+ * memory (cudaHostAlloc) and kernels read the copy; unregister frees it. Guarded by reg_lock. */
+#define HOST_COPIES_MAX 256
+static struct {
+    const void *base; /* the caller's page range */
+    void *copy;       /* its pinned copy */
+} host_copies[HOST_COPIES_MAX];
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* 1 when the current device pins read-only host pages in place. */
+static int read_only_register_supported(void)
+{
+    int dev = 0;
+    int ok = 0;
+
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, dev) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return ok != 0;
+}
+
+/* The fallback: [base, base + len) copied into pinned mapped memory; *dev_out = the device
+ * address of host's byte in the copy. */
+static tdm_status_t register_copy(const void *host, const void *base, size_t len,
+                                  const void **dev_out)
+{
+    void *copy = NULL;
+    void *dev = NULL;
+    int slot = -1;
+
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < HOST_COPIES_MAX && slot < 0; i++) {
+        slot = host_copies[i].base == NULL ? i : -1;
+    }
+    if (slot < 0) {
+        pthread_mutex_unlock(&reg_lock);
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "host_register_cuda: more than %d copied ranges",
+                HOST_COPIES_MAX);
+        return TDM_ERR_INTERNAL;
+    }
+    if (kc_call_status("host_register_cuda", "cudaHostAlloc",
+                       cudaHostAlloc(&copy, len, cudaHostAllocMapped)) != TDM_OK) {
+        pthread_mutex_unlock(&reg_lock);
+        return TDM_ERR_INTERNAL;
+    }
+    memcpy(copy, base, len);
+    if (kc_call_status("host_register_cuda", "cudaHostGetDevicePointer",
+                       cudaHostGetDevicePointer(&dev, copy, 0)) != TDM_OK) {
+        (void)cudaFreeHost(copy);
+        pthread_mutex_unlock(&reg_lock);
+        return TDM_ERR_INTERNAL;
+    }
+    host_copies[slot].base = base;
+    host_copies[slot].copy = copy;
+    pthread_mutex_unlock(&reg_lock);
+    *dev_out = (const uint8_t *)dev + ((const uint8_t *)host - (const uint8_t *)base);
+    return TDM_OK;
+}
+
 extern "C" tdm_status_t kern_host_register_cuda(kern_ctx_t *ctx, const void *host, size_t n_bytes,
                                                 const void **dev_out)
 {
@@ -116,9 +183,21 @@ extern "C" tdm_status_t kern_host_register_cuda(kern_ctx_t *ctx, const void *hos
         return TDM_ERR_INVALID_ARG;
     }
     page_range(host, n_bytes, &base, &len);
+    if (!read_only_register_supported()) {
+        tdm_log(TDM_LOG_INFO, KC_LOG,
+                "host_register_cuda: the device cannot map read-only host pages in place; "
+                "copying %zu bytes into pinned host memory",
+                len);
+        return register_copy(host, base, len, dev_out);
+    }
     err = cudaHostRegister(base, len, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
-    if (kc_call_status("host_register_cuda", "cudaHostRegister", err) != TDM_OK) {
-        return TDM_ERR_INTERNAL;
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        tdm_log(TDM_LOG_WARN, KC_LOG,
+                "host_register_cuda: cudaHostRegister failed (%s); copying %zu bytes into "
+                "pinned host memory",
+                cudaGetErrorString(err), len);
+        return register_copy(host, base, len, dev_out);
     }
     if (kc_call_status("host_register_cuda", "cudaHostGetDevicePointer",
                        cudaHostGetDevicePointer(&dev, (void *)host, 0)) != TDM_OK) {
@@ -139,6 +218,17 @@ extern "C" void kern_host_unregister_cuda(kern_ctx_t *ctx, const void *host, siz
         return;
     }
     page_range(host, n_bytes, &base, &len);
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < HOST_COPIES_MAX; i++) {
+        if (host_copies[i].base == base) {
+            (void)cudaFreeHost(host_copies[i].copy);
+            host_copies[i].base = NULL;
+            host_copies[i].copy = NULL;
+            pthread_mutex_unlock(&reg_lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
     if (cudaHostUnregister(base) != cudaSuccess) {
         (void)cudaGetLastError(); /* not registered: nothing to end */
     }

@@ -44,6 +44,7 @@ kern_mhc_update_fn kern_mhc_update_cuda;
 kern_engram_gate_fn kern_engram_gate_cuda;
 kern_moe_route_fn kern_moe_route_cuda;
 kern_swiglu_fn kern_swiglu_cuda;
+kern_moe_ffn_fn kern_moe_ffn_cuda;
 kern_attention_fn kern_attention_cuda;
 kern_compress_pool_fn kern_compress_pool_cuda;
 kern_index_scores_fn kern_index_scores_cuda;
@@ -107,6 +108,21 @@ typedef tdm_status_t kern_gemm_q_fn(kern_ctx_t *ctx, const kern_qmat_t *w, const
                                     int64_t ldx, int64_t n_rows, uint32_t flags, float *y_out,
                                     int64_t ldy);
 kern_gemm_q_fn kern_gemm_q_cuda;
+
+/*
+ * kc_gemm_grouped - the GEMM of many matrices of one shape and dtype in one launch (internal to
+ * the CUDA backend: kern_moe_ffn_cuda's experts). Group g (0 <= g < n_groups) is the matrix
+ * with proto's dtype and shape at data[g] / scales[g] (device arrays of device pointers; NULL
+ * data: the group is skipped), applied to the rows [offsets[g], offsets[g + 1]) (a device
+ * array) clipped to the window [p0, p1), which are rows (row - p0) of x [*, ldx] and y [*, ldy].
+ * max_group_rows bounds every group's rows in the window (the launch's grid). Each output has
+ * kern_gemm_cuda's bits (the same kernel and order). Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL,
+ * shapes, n_groups outside 1..65535, quantized without scales), or TDM_ERR_INTERNAL (launch).
+ */
+tdm_status_t kc_gemm_grouped(kern_ctx_t *ctx, const kern_mat_t *proto, const void *const *data,
+                             const void *const *scales, const int64_t *offsets, int64_t n_groups,
+                             int64_t max_group_rows, int64_t p0, int64_t p1, const float *x,
+                             int64_t ldx, uint32_t flags, float *y, int64_t ldy);
 
 #ifdef __cplusplus
 }

@@ -33,8 +33,7 @@ enum {
     C_ADD_BF16,
     C_ADD,
     C_SCALE2,
-    C_ROWS_GATHER,
-    C_ROWS_SCATTER_ADD,
+    C_MOE_FFN,
     C_CAND_BLOCKS,
     C_CAND_MASK,
     C_EXPERT_ROWS,
@@ -42,12 +41,13 @@ enum {
     C_COUNT
 };
 static const char *const counter_names[C_COUNT] = {
-    "mem_copy",    "mem_set",   "embed",       "stream_mean",  "bf16_round",
-    "add_bf16",    "add",       "scale2",      "rows_gather",  "rows_scatter_add",
-    "cand_blocks", "cand_mask", "expert_rows", "dequant_rows",
+    "mem_copy", "mem_set", "embed",       "stream_mean", "bf16_round",  "add_bf16",     "add",
+    "scale2",   "moe_ffn", "cand_blocks", "cand_mask",   "expert_rows", "dequant_rows",
 };
 static int64_t counters[C_COUNT];
 static int64_t copies_of_kind[3]; /* H2D, D2H, D2D */
+static size_t watched_d2h_bytes;  /* D2H copies of exactly this size are counted apart */
+static int64_t watched_d2h;
 static int64_t bad_kind_copies;
 
 static tdm_status_t count_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, size_t n_bytes,
@@ -56,6 +56,7 @@ static tdm_status_t count_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, 
     counters[C_MEM_COPY]++;
     if (kind == KERN_COPY_H2D || kind == KERN_COPY_D2H || kind == KERN_COPY_D2D) {
         copies_of_kind[kind]++;
+        watched_d2h += kind == KERN_COPY_D2H && n_bytes == watched_d2h_bytes;
     } else {
         bad_kind_copies++;
     }
@@ -109,20 +110,15 @@ static tdm_status_t count_scale2(kern_ctx_t *ctx, float *x, int64_t n, float s0,
     return kern_ops_cpu()->scale2(ctx, x, n, s0, s1);
 }
 
-static tdm_status_t count_rows_gather(kern_ctx_t *ctx, const float *x, int64_t ldx,
-                                      const int64_t *idx, int64_t n_idx, int64_t n_cols,
-                                      float *y_out, int64_t ldy)
+static tdm_status_t count_moe_ffn(kern_ctx_t *ctx, const kern_moe_experts_t *ex, const float *xq,
+                                  int64_t n_tokens, int64_t H, int64_t I, const int64_t *offsets,
+                                  const int64_t *rows, const float *wts, int64_t n_pairs,
+                                  float lambda, float *scratch, int64_t scratch_rows, float *acc,
+                                  int64_t *active_out)
 {
-    counters[C_ROWS_GATHER]++;
-    return kern_ops_cpu()->rows_gather(ctx, x, ldx, idx, n_idx, n_cols, y_out, ldy);
-}
-
-static tdm_status_t count_rows_scatter_add(kern_ctx_t *ctx, const float *y, int64_t ldy,
-                                           const int64_t *idx, int64_t n_idx, int64_t n_cols,
-                                           float *acc, int64_t ld_acc)
-{
-    counters[C_ROWS_SCATTER_ADD]++;
-    return kern_ops_cpu()->rows_scatter_add(ctx, y, ldy, idx, n_idx, n_cols, acc, ld_acc);
+    counters[C_MOE_FFN]++;
+    return kern_ops_cpu()->moe_ffn(ctx, ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs, lambda,
+                                   scratch, scratch_rows, acc, active_out);
 }
 
 static tdm_status_t count_cand_blocks(kern_ctx_t *ctx, const float *scores, int64_t n,
@@ -184,8 +180,7 @@ static int setup(void **state)
     fx->counting.add_bf16 = count_add_bf16;
     fx->counting.add = count_add;
     fx->counting.scale2 = count_scale2;
-    fx->counting.rows_gather = count_rows_gather;
-    fx->counting.rows_scatter_add = count_rows_scatter_add;
+    fx->counting.moe_ffn = count_moe_ffn;
     fx->counting.cand_blocks = count_cand_blocks;
     fx->counting.cand_mask = count_cand_mask;
     fx->counting.expert_rows = count_expert_rows;
@@ -354,6 +349,53 @@ static void test_decode_greedy_equals_argmax_of_logits(void **state)
     assert_int_equal(ftu_engine_close(&e), 0);
 }
 
+/* A greedy decode step's MoE layers copy nothing to the host: each layer's routed experts are one
+ * moe_ffn call that reads the expert offsets where kern_expert_rows left them (on a GPU a copy to
+ * the host is a wait on the stream). The step's other copies to the host (selection bookkeeping,
+ * page headers, the ids) are counted and printed; the experts the op ran are counted on the
+ * backend and reach engine_fwd_read_bytes. */
+static void test_decode_step_moe_copies_nothing_to_host(void **state)
+{
+    fixture_t *fx = *state;
+    ftu_engine_t *e = &fx->counted;
+    enum { B = 2 };
+    engine_seq_t *s[B];
+    int32_t prompt[PROMPT], tok[B], out[B];
+    int n_moe = e->cfg->n_layers; /* a decode step runs the backbone's layers, each with a MoE */
+    uint64_t w0 = 0, w1 = 0;
+
+    for (int i = 0; i < B; i++) {
+        ftu_prompt(7 + (uint64_t)i, e->V, prompt, PROMPT - 5 * i);
+        s[i] = ftu_new_seq(e);
+        assert_int_equal(engine_fwd_prefill(e->fwd, s[i], prompt, PROMPT - 5 * i, 0, NULL, NULL),
+                         TDM_OK);
+        tok[i] = prompt[PROMPT - 5 * i - 1];
+    }
+    engine_fwd_reset_read_bytes(e->fwd);
+    engine_fwd_read_bytes(e->fwd, &w0, NULL);
+    memset(counters, 0, sizeof(counters));
+    memset(copies_of_kind, 0, sizeof(copies_of_kind));
+    /* the expert offsets are E + 1 int64: no other copy of a step has that size here (ids,
+     * counts, selections of at most index_topk rows, 64-byte page headers) */
+    watched_d2h_bytes = (size_t)(e->cfg->n_routed_experts + 1) * sizeof(int64_t);
+    watched_d2h = 0;
+    assert_true(watched_d2h_bytes != KERN_KV_PAGE_HEADER_BYTES &&
+                watched_d2h_bytes > (size_t)B * e->cfg->index_topk * sizeof(int32_t));
+    assert_int_equal(engine_fwd_decode_greedy(e->fwd, s, tok, B, out), TDM_OK);
+    print_message("greedy decode step, batch %d: %lld moe_ffn calls, %lld copies to the host, "
+                  "%lld of the offsets' size (%d MoE layers)\n",
+                  B, (long long)counters[C_MOE_FFN], (long long)copies_of_kind[KERN_COPY_D2H],
+                  (long long)watched_d2h, n_moe);
+    assert_int_equal(counters[C_MOE_FFN], n_moe);
+    assert_int_equal(watched_d2h, 0); /* one per MoE layer before moe_ffn */
+    watched_d2h_bytes = 0;
+    engine_fwd_read_bytes(e->fwd, &w1, NULL);
+    assert_true(w1 > w0); /* the experts run on the backend are counted */
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(s[i]);
+    }
+}
+
 /* The CPU argmax after poisoning row POISON_ROW of its logits with a NaN (the table below). */
 #define POISON_ROW 1
 static tdm_status_t poisoned_argmax(kern_ctx_t *ctx, const float *logits, int64_t ld,
@@ -408,6 +450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counting_table_gives_same_bits_and_sees_every_glue_op),
         cmocka_unit_test(test_pages_equal_row_by_row_writes),
+        cmocka_unit_test(test_decode_step_moe_copies_nothing_to_host),
         cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
         cmocka_unit_test(test_decode_greedy_bad_row_fails_alone),
     };

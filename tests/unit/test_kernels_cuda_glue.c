@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 
 #include "cuda_test_util.h"
+#include "moe_ffn_check.h"
 
 #define POISON 0xFF /* device outputs start as all-ones bytes (NaN floats) */
 
@@ -402,6 +403,21 @@ static void test_dequant_rows_cuda_bit_identical(void **state)
     free(want);
 }
 
+/* The routed experts of a layer in one call (grouped GEMMs over device offsets) equal the
+ * per-expert CUDA calls bit for bit, with the pairs in one window and in three, and for a layer
+ * that mixes dtypes. */
+static void test_moe_ffn_cuda_equals_per_expert_calls(void **state)
+{
+    const kern_ops_t *cuda = ctu_require_cuda();
+    kern_ctx_t ctx = {0};
+
+    (void)state;
+    ctx.backend = KERN_BACKEND_CUDA;
+    mfc_check(cuda, &ctx, MFC_PAIRS, 0);
+    mfc_check(cuda, &ctx, MFC_N, 0);
+    mfc_check(cuda, &ctx, MFC_N, 1); /* a BF16 expert among MXFP4 ones: expert by expert */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_rows_gather_scatter_add_cuda_bit_identical),
         cmocka_unit_test(test_candidate_pool_and_argmax_cuda_identical),
         cmocka_unit_test(test_expert_rows_cuda_identical),
+        cmocka_unit_test(test_moe_ffn_cuda_equals_per_expert_calls),
         cmocka_unit_test(test_dequant_rows_cuda_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

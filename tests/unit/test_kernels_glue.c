@@ -16,7 +16,10 @@
 
 #include "common/arena.h"
 #include "engine/sampler.h"
+#include "kernels/guard.h"
 #include "kernels/ops.h"
+
+#include "moe_ffn_check.h"
 
 #define POISON 0x5A /* bytes an output starts as, to see what an op wrote */
 
@@ -571,6 +574,23 @@ static void test_cpu_table_has_every_new_member(void **state)
     assert_non_null(ops->dequant_rows);
 }
 
+/* A layer's routed experts in one moe_ffn call equal the per-expert calls, bit for bit, on the
+ * CPU table (scratch of N and of every pair) and on the guard table (which also proves the op
+ * reads its offsets, rows, weights, experts and pointer table only as backend memory). */
+static void test_moe_ffn_equals_per_expert_calls(void **state)
+{
+    kern_ctx_t ctx = {0};
+    const kern_ops_t *guard = NULL;
+
+    (void)state;
+    mfc_check(kern_ops_cpu(), &ctx, MFC_N, 0);
+    mfc_check(kern_ops_cpu(), &ctx, MFC_PAIRS, 1);
+    assert_int_equal(kern_guard_create((size_t)64 << 20, &guard), TDM_OK);
+    ctx.backend = KERN_BACKEND_GUARD;
+    mfc_check(guard, &ctx, MFC_N, 0);
+    assert_int_equal(kern_guard_destroy(), 0); /* every guard byte given back */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_rows_gather_and_scatter_add_in_index_order),
         cmocka_unit_test(test_candidate_blocks_and_mask),
         cmocka_unit_test(test_expert_rows_groups_in_row_then_slot_order),
+        cmocka_unit_test(test_moe_ffn_equals_per_expert_calls),
         cmocka_unit_test(test_dequant_rows_equals_one_call_per_row),
         cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
     };
