@@ -220,6 +220,9 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         }
     }
     if (st == TDM_OK) {
+        st = fwd->ops->mem_alloc(&fwd->kctx, sizeof(int32_t), (void **)&fwd->status_word);
+    }
+    if (st == TDM_OK) {
         st =
             backend_arena(fwd, &fwd->batch_arena, &fwd->batch_mem,
                           batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
@@ -247,6 +250,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     fwd->ops->mem_free(&fwd->kctx, fwd->ckv_cache);
     fwd->ops->mem_free(&fwd->kctx, fwd->head_scratch);
     fwd->ops->mem_free(&fwd->kctx, fwd->moe_active);
+    fwd->ops->mem_free(&fwd->kctx, fwd->status_word);
     fwd_ep_fini(fwd);
     kern_pool_destroy(fwd->kctx.pool);
     kern_rope_cache_destroy(fwd->kctx.rope_cache);
@@ -691,6 +695,35 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
     return st;
 }
 
+/* run_batch of a decode batch (every layer, a head) with the deferred status word on (one
+ * device): the router reports a NaN row through the word instead of waiting for the stream in
+ * every MoE layer; the word is read once, after the head's copy to the host has waited anyway.
+ * A set word fails the whole call with TDM_ERR_INTERNAL, as the router's own status did. */
+static tdm_status_t run_batch_deferred(engine_fwd_t *fwd, fwd_batch_t *b, const int64_t *logit_rows,
+                                       float *logits_out, int32_t *tokens_out)
+{
+    int32_t word = 0;
+    int deferred = fwd->params.comm == NULL && fwd->status_word != NULL;
+    tdm_status_t st = TDM_OK;
+
+    if (deferred) {
+        st = fwd->ops->mem_set(&fwd->kctx, fwd->status_word, 0, sizeof(int32_t));
+        fwd->kctx.status_word = fwd->status_word;
+    }
+    if (st == TDM_OK) {
+        st = run_batch(fwd, b, fwd->cfg->n_layers, 0, logit_rows, 1, logits_out, tokens_out);
+    }
+    fwd->kctx.status_word = NULL;
+    if (deferred && st == TDM_OK) {
+        st = fwd->ops->mem_copy(&fwd->kctx, &word, fwd->status_word, sizeof(word), KERN_COPY_D2H);
+        if (st == TDM_OK && (word & KERN_STATUS_ROUTE_NAN) != 0) {
+            tdm_log(TDM_LOG_ERROR, "engine", "nan reached the expert top-k in a decode step");
+            st = TDM_ERR_INTERNAL;
+        }
+    }
+    return st;
+}
+
 /* ---- schedules -------------------------------------------------------------------------- */
 
 tdm_status_t engine_fwd_prefill(engine_fwd_t *fwd, engine_seq_t *seq, const int32_t *ids,
@@ -800,7 +833,7 @@ static tdm_status_t decode_rows(engine_fwd_t *fwd, engine_seq_t *const *seqs, co
     b.n_segs = n_seqs;
     st = fwd_batch_alloc(fwd, &b, n_rows);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, n_ids, 1, logits_out, tokens_out);
+        st = run_batch_deferred(fwd, &b, n_ids, logits_out, tokens_out);
     }
     for (int i = 0; i < n_seqs && st == TDM_OK; i++) {
         fwd_commit_rows(&segs[i]);

@@ -94,6 +94,8 @@ struct engine_fwd {
     /* experts run per MoE layer slot (n_layers + n_blocks int64, backend memory), counted by
      * ops->moe_ffn on the backend and read only by engine_fwd_read_bytes */
     int64_t *moe_active;
+    /* the deferred status word of decode steps (kern_ctx_t.status_word; backend int32) */
+    int32_t *status_word;
 };
 
 /* fwd_gemm - ops->gemm on the context's kernel context, counting the matrix's resident bytes

@@ -9,6 +9,8 @@
 #ifndef TANDEM_KERNELS_BACKEND_H
 #define TANDEM_KERNELS_BACKEND_H
 
+#include <stdint.h>
+
 #include "common/status.h"
 
 typedef enum {
@@ -39,7 +41,16 @@ typedef struct {
     /* CPU RoPE cos/sin rows of recent positions (kernels/rope.h kern_rope_cache_create),
      * borrowed like pool; NULL = computed in every call. Changes no result, only time. */
     struct kern_rope_cache *rope_cache;
+    /* Deferred status (backend memory, one int32; NULL = off). Off: an op whose failure depends on
+     * the data (kern_moe_route_fn's NaN) returns it, which on CUDA means waiting for the stream.
+     * On: the op ORs its KERN_STATUS_* bit into the word, leaves outputs that later ops accept,
+     * and returns TDM_OK without waiting; the caller zeroes the word before and reads it once
+     * after, where it waits anyway (a decode step's last copy to the host). */
+    int32_t *status_word;
 } kern_ctx_t;
+
+/* Bits of kern_ctx_t.status_word. */
+#define KERN_STATUS_ROUTE_NAN 0x1 /* kern_moe_route_fn: a row with a NaN or fewer than K scores */
 
 /*
  * kern_pool_create - start a pool of n_threads - 1 worker threads (all started here, none later;

@@ -28,7 +28,9 @@ extern "C" {
  * logits: [n_rows, E] FP32 router logits.  bias: [E].
  * ids_out: [n_rows, K] int32 ascending.  weights_out: [n_rows, K] f32 (same order).
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (K > E, K > 16), or TDM_ERR_INTERNAL when a NaN reaches
- * the top-k (outputs then unspecified).
+ * the top-k or fewer than K scores are above -inf (outputs then unspecified). With
+ * ctx->status_word set (kernels/backend.h) such a row instead gets ids 0 .. K-1 with weight 0,
+ * KERN_STATUS_ROUTE_NAN is ORed into the word and the call returns TDM_OK (CUDA: no wait).
  */
 typedef tdm_status_t kern_moe_route_fn(kern_ctx_t *ctx, const float *logits, const float *bias,
                                        int64_t n_rows, int64_t E, int K, float rho,

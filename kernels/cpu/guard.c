@@ -340,7 +340,7 @@ GUARD_OP(moe_route,
          (kern_ctx_t * ctx, const float *logits, const float *bias, int64_t n_rows, int64_t E,
           int K, float rho, int32_t *ids_out, float *weights_out),
          (ctx, logits, bias, n_rows, E, K, rho, ids_out, weights_out),
-         (logits, bias, ids_out, weights_out))
+         (logits, bias, ids_out, weights_out, ctx != NULL ? ctx->status_word : NULL))
 GUARD_OP(swiglu,
          (kern_ctx_t * ctx, const float *gu, const float *w, int64_t n_rows, int64_t I,
           float lambda, float *h_out),

@@ -44,7 +44,19 @@ tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits, const floa
             s[e] = sqrtf(sp);
             biased[e] = s[e] + bias[e];
         }
-        tdm_status_t status = kern_topk_cpu(ctx, biased, E, K, scratch, ids, &n_sel);
+        kern_ctx_t plain = ctx != NULL ? *ctx : (kern_ctx_t){0};
+        plain.status_word = NULL; /* the top-k's own status comes back here */
+        tdm_status_t status = kern_topk_cpu(&plain, biased, E, K, scratch, ids, &n_sel);
+        if ((status == TDM_ERR_INTERNAL || (status == TDM_OK && n_sel != K)) && ctx != NULL &&
+            ctx->status_word != NULL) {
+            /* deferred: a row later ops accept (experts 0 .. K-1, weight 0), the bit set */
+            for (int k = 0; k < K; k++) {
+                ids[k] = k;
+                weights_out[r * K + k] = 0.0f;
+            }
+            *ctx->status_word |= KERN_STATUS_ROUTE_NAN;
+            continue;
+        }
         if (status != TDM_OK) {
             return status;
         }

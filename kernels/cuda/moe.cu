@@ -8,7 +8,9 @@
  * result does not depend on how the reduction is split. The ids are sorted ascending and the
  * weights summed in that order, as on the CPU. A NaN score, or fewer than K candidates above
  * -inf, makes the row's first id -1; the host copies the first id of each row back and returns
- * TDM_ERR_INTERNAL, so this op waits for its stream (the contract returns the NaN status).
+ * TDM_ERR_INTERNAL, so this op waits for its stream (the contract returns the NaN status),
+ * unless the context carries a status word (kernels/backend.h): then the row gets experts
+ * 0 .. K-1 at weight 0, the word's bit is set on the device, and nothing waits.
  *
  * SwiGLU: elementwise, the CPU's arithmetic with the device expf.
  *
@@ -70,7 +72,7 @@ __device__ __forceinline__ void block_argmax(float *v, int *i, float *red_v, int
 
 __global__ void __launch_bounds__(KC_BLOCK)
     moe_route_kernel(const float *logits, const float *bias, int64_t n_rows, int E, int K,
-                     float rho, int32_t *ids_out, float *weights_out)
+                     float rho, int32_t *ids_out, float *weights_out, int32_t *status_word)
 {
     __shared__ float s[MOE_MAX_E];
     __shared__ float biased[MOE_MAX_E];
@@ -116,7 +118,14 @@ __global__ void __launch_bounds__(KC_BLOCK)
             __syncthreads();
         }
         if (tid == 0) {
-            if (bad != 0) {
+            if (bad != 0 && status_word != NULL) {
+                /* deferred status: experts 0 .. K-1 at weight 0, the word's bit set */
+                for (int a = 0; a < K; a++) {
+                    ids_out[r * K + a] = a;
+                    weights_out[r * K + a] = 0.0f;
+                }
+                atomicOr(status_word, KERN_STATUS_ROUTE_NAN);
+            } else if (bad != 0) {
                 ids_out[r * K] = MOE_ROUTE_FAILED;
             } else {
                 float sum = 0.0f;
@@ -158,10 +167,14 @@ extern "C" tdm_status_t kern_moe_route_cuda(kern_ctx_t *ctx, const float *logits
     if (n_rows <= 0) {
         return TDM_OK;
     }
-    moe_route_kernel<<<kc_grid(n_rows, 1), KC_BLOCK, 0, stream>>>(logits, bias, n_rows, (int)E, K,
-                                                                  rho, ids_out, weights_out);
+    moe_route_kernel<<<kc_grid(n_rows, 1), KC_BLOCK, 0, stream>>>(
+        logits, bias, n_rows, (int)E, K, rho, ids_out, weights_out,
+        ctx != NULL ? ctx->status_word : NULL);
     status = kc_launch_status("moe_route_cuda", n_rows, E);
-    for (int64_t r0 = 0; status == TDM_OK && r0 < n_rows; r0 += MOE_CHECK_ROWS) {
+    /* a failed row is reported through the status word when the caller set one (no wait);
+     * otherwise the first id of every row comes back and the call waits for it */
+    for (int64_t r0 = 0; status == TDM_OK && r0 < n_rows && (ctx == NULL || ctx->status_word == NULL);
+         r0 += MOE_CHECK_ROWS) {
         const int64_t n = n_rows - r0 < MOE_CHECK_ROWS ? n_rows - r0 : MOE_CHECK_ROWS;
         status = kc_call_status("moe_route_cuda", "cudaMemcpy2DAsync",
                                 cudaMemcpy2DAsync(first_ids, sizeof(int32_t), ids_out + r0 * K,

@@ -445,6 +445,107 @@ static void test_decode_greedy_bad_row_fails_alone(void **state)
     assert_int_equal(ftu_engine_close(&e), 0);
 }
 
+/* The router seen by the two tests below: how many calls carried the deferred status word, and
+ * (while poison_route is set) a NaN put into row POISON_ROW's router logits (host memory: the
+ * CPU table). */
+static int64_t route_calls, route_calls_deferred;
+static int poison_route;
+
+static tdm_status_t watched_route(kern_ctx_t *ctx, const float *logits, const float *bias,
+                                  int64_t n_rows, int64_t E, int K, float rho, int32_t *ids_out,
+                                  float *weights_out)
+{
+    route_calls++;
+    route_calls_deferred += ctx != NULL && ctx->status_word != NULL;
+    if (poison_route && n_rows > POISON_ROW) {
+        ((float *)logits)[POISON_ROW * E + E / 2] = NAN;
+    }
+    return kern_moe_route_cpu(ctx, logits, bias, n_rows, E, K, rho, ids_out, weights_out);
+}
+
+/* Decode steps run the router with the deferred status word (no wait per MoE layer on a device:
+ * kernels/backend.h), prefill does not. A NaN that reaches the router in a decode step fails the
+ * whole call with TDM_ERR_INTERNAL, as the router's own status did; no sequence advanced; the
+ * failed sequences are destroyed (the contract: their state is invalid) and give back every
+ * page (ftu_engine_close), and new sequences on the same engine get the bits of an engine that
+ * never failed. */
+static void test_decode_router_nan_deferred_fails_call_only(void **state)
+{
+    ftu_engine_t e, ref;
+    kern_ops_t table = *kern_ops_cpu();
+    enum { B = 3 };
+    engine_seq_t *s[B], *r[B];
+    int32_t prompt[PROMPT], ids[B], out[B];
+    float *lg, *want;
+
+    (void)state;
+    table.moe_route = watched_route;
+    memset(&e, 0, sizeof(e));
+    memset(&ref, 0, sizeof(ref));
+    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
+    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    lg = malloc(sizeof(float) * (size_t)(B * e.V));
+    want = malloc(sizeof(float) * (size_t)(B * e.V));
+    assert_non_null(lg);
+    assert_non_null(want);
+    route_calls = route_calls_deferred = 0;
+    for (int i = 0; i < B; i++) {
+        int64_t T = PROMPT - 9 * i;
+        ftu_prompt(61 + (uint64_t)i, e.V, prompt, T);
+        s[i] = ftu_new_seq(&e);
+        r[i] = ftu_new_seq(&ref);
+        assert_int_equal(engine_fwd_prefill(e.fwd, s[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        ids[i] = prompt[T - 1];
+    }
+    assert_true(route_calls > 0);
+    assert_int_equal(route_calls_deferred, 0); /* prefill: the router's status at once */
+    route_calls = 0;
+    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_OK);
+    assert_int_equal(engine_fwd_decode(ref.fwd, r, ids, B, want), TDM_OK);
+    assert_memory_equal(lg, want, sizeof(float) * (size_t)(B * e.V));
+    assert_int_equal(route_calls, e.cfg->n_layers);
+    assert_int_equal(route_calls_deferred, route_calls); /* every MoE layer of the step */
+    for (int i = 0; i < B; i++) {
+        ids[i] = (int32_t)ftu_argmax(lg + i * e.V, e.V);
+    }
+    /* poisoned: both decode forms fail as a whole, no sequence moves */
+    int64_t len0 = engine_seq_length(s[0]);
+    poison_route = 1;
+    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_ERR_INTERNAL);
+    assert_int_equal(engine_fwd_decode_greedy(e.fwd, s, ids, B, out), TDM_ERR_INTERNAL);
+    poison_route = 0;
+    assert_int_equal(engine_seq_length(s[0]), len0);
+    /* the failed sequences go; new ones on the same engine: the reference's bits */
+    for (int i = 0; i < B; i++) {
+        int64_t T = PROMPT - 4 * i;
+        engine_seq_destroy(s[i]);
+        engine_seq_destroy(r[i]);
+        ftu_prompt(71 + (uint64_t)i, e.V, prompt, T);
+        s[i] = ftu_new_seq(&e);
+        r[i] = ftu_new_seq(&ref);
+        assert_int_equal(engine_fwd_prefill(e.fwd, s[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        ids[i] = prompt[T - 1];
+    }
+    for (int step = 0; step < 2; step++) {
+        assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_OK);
+        assert_int_equal(engine_fwd_decode(ref.fwd, r, ids, B, want), TDM_OK);
+        assert_memory_equal(lg, want, sizeof(float) * (size_t)(B * e.V));
+        for (int i = 0; i < B; i++) {
+            ids[i] = (int32_t)ftu_argmax(lg + i * e.V, e.V);
+        }
+    }
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(s[i]);
+        engine_seq_destroy(r[i]);
+    }
+    free(lg);
+    free(want);
+    assert_int_equal(ftu_engine_close(&ref), 0);
+    assert_int_equal(ftu_engine_close(&e), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_decode_step_moe_copies_nothing_to_host),
         cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
         cmocka_unit_test(test_decode_greedy_bad_row_fails_alone),
+        cmocka_unit_test(test_decode_router_nan_deferred_fails_call_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -971,6 +971,35 @@ static void test_moe_route_cuda_nan_and_too_few_candidates_are_internal(void **s
     assert_int_equal(cuda->moe_route(&ctx, l_dev, b_dev, 2, E, K, 1.0f, ids_dev, w_dev),
                      TDM_ERR_INTERNAL);
     print_message("cuda: moe_route NaN and too few candidates -> TDM_ERR_INTERNAL\n");
+    /* deferred status word: the same rows give TDM_OK, the word's bit, and experts 0 .. K-1 at
+     * weight 0 on the failed rows, as the CPU does */
+    {
+        int32_t *word_dev = dev_alloc(sizeof(int32_t));
+        int32_t word = 0;
+        int32_t ids[2 * 4], cpu_ids[2 * 4];
+        float w[2 * 4], cpu_w[2 * 4];
+        int32_t cpu_word = 0;
+        kern_ctx_t cpu_ctx = {0};
+        assert_int_equal(cudaMemset(word_dev, 0, sizeof(int32_t)), cudaSuccess);
+        ctx.status_word = word_dev;
+        assert_int_equal(cuda->moe_route(&ctx, l_dev, b_dev, 2, E, K, 1.0f, ids_dev, w_dev),
+                         TDM_OK);
+        ctx.status_word = NULL;
+        assert_int_equal(cudaMemcpy(&word, word_dev, sizeof(word), cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(ids, ids_dev, sizeof(ids), cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(w, w_dev, sizeof(w), cudaMemcpyDeviceToHost), cudaSuccess);
+        cpu_ctx.status_word = &cpu_word;
+        assert_int_equal(
+            kern_ops_cpu()->moe_route(&cpu_ctx, logits, bias, 2, E, K, 1.0f, cpu_ids, cpu_w),
+            TDM_OK);
+        assert_int_equal(word, KERN_STATUS_ROUTE_NAN);
+        assert_int_equal(cpu_word, KERN_STATUS_ROUTE_NAN);
+        assert_memory_equal(ids, cpu_ids, sizeof(ids));
+        assert_memory_equal(w, cpu_w, sizeof(w));
+        cudaFree(word_dev);
+    }
     cudaFree(w_dev);
     cudaFree(ids_dev);
     cudaFree(b_dev);
