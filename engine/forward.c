@@ -697,7 +697,9 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
 
 /* run_batch of a decode batch (every layer, a head) with the deferred status word on (one
  * device): the router reports a NaN row through the word instead of waiting for the stream in
- * every MoE layer; the word is read once, after the head's copy to the host has waited anyway.
+ * every MoE layer, and new KV rows mark their page headers on the backend (ops->page_mark)
+ * instead of a copy to the host and back; the word is read once, after the head's copy to the
+ * host has waited anyway.
  * A set word fails the whole call with TDM_ERR_INTERNAL, as the router's own status did. */
 static tdm_status_t run_batch_deferred(engine_fwd_t *fwd, fwd_batch_t *b, const int64_t *logit_rows,
                                        float *logits_out, int32_t *tokens_out)
@@ -716,8 +718,11 @@ static tdm_status_t run_batch_deferred(engine_fwd_t *fwd, fwd_batch_t *b, const 
     fwd->kctx.status_word = NULL;
     if (deferred && st == TDM_OK) {
         st = fwd->ops->mem_copy(&fwd->kctx, &word, fwd->status_word, sizeof(word), KERN_COPY_D2H);
-        if (st == TDM_OK && (word & KERN_STATUS_ROUTE_NAN) != 0) {
-            tdm_log(TDM_LOG_ERROR, "engine", "nan reached the expert top-k in a decode step");
+        if (st == TDM_OK && word != 0) {
+            tdm_log(TDM_LOG_ERROR, "engine", "decode step failed on the backend:%s%s",
+                    (word & KERN_STATUS_ROUTE_NAN) != 0 ? " nan reached the expert top-k" : "",
+                    (word & KERN_STATUS_PAGE_HEADER) != 0 ? " a KV page without a valid header"
+                                                          : "");
             st = TDM_ERR_INTERNAL;
         }
     }

@@ -132,10 +132,13 @@ static tdm_status_t load_index_keys(engine_fwd_t *fwd, const page_geom_t *g,
 /*
  * Rows [slot, slot + n) of one page (slot + n <= 64) from n consecutive quantized rows mc [n, d/2],
  * ms [n, d/16], ic [n, d_I/2], is [n, d_I/32] (backend memory, like the page): one backend copy
- * per region, and the header's row count and stale flag through host staging hdr [64]
- * (copied out, kern_kv_page_mark_rows, copied back). The page's bytes equal those of
+ * per region, and the header's row count and stale flag either on the backend (ops->page_mark,
+ * in a decode step: a status word on the context) or through host staging hdr [64] (copied
+ * out, kern_kv_page_mark_rows, copied back). The page's bytes equal those of
  * kern_kv_page_write_row on each slot, and no host code touches the page (docs/NUMERICS.md 7).
- * Errors: TDM_ERR_INVALID_ARG (not an initialised page; nothing written), copy errors.
+ * Errors: TDM_ERR_INVALID_ARG (not an initialised page; through host staging nothing is
+ * written, on the backend the rows are and the call fails: on CUDA through the status word),
+ * copy errors.
  */
 static tdm_status_t page_write_rows(engine_fwd_t *fwd, const kern_kv_page_layout_t *ly,
                                     uint8_t *page, uint32_t slot, int64_t n, const uint8_t *mc,
@@ -147,9 +150,12 @@ static tdm_status_t page_write_rows(engine_fwd_t *fwd, const kern_kv_page_layout
     const size_t row_bytes[4] = {ly->main_codes_row_bytes, ly->main_scales_row_bytes,
                                  ly->index_codes_row_bytes, ly->index_scales_row_bytes};
     const uint8_t *src[4] = {mc, ms, ic, is};
-    tdm_status_t st = fwd_to_host(fwd, hdr, page, KERN_KV_PAGE_HEADER_BYTES);
+    /* in a decode step (a status word on the context) the header is marked on the backend;
+     * otherwise through a host copy, whose refusal comes back at once */
+    int on_backend = fwd->kctx.status_word != NULL;
+    tdm_status_t st = on_backend ? TDM_OK : fwd_to_host(fwd, hdr, page, KERN_KV_PAGE_HEADER_BYTES);
 
-    if (st == TDM_OK) {
+    if (st == TDM_OK && !on_backend) {
         st = kern_kv_page_mark_rows(hdr, slot + (uint32_t)n);
     }
     for (int i = 0; i < 4 && st == TDM_OK; i++) {
@@ -157,7 +163,8 @@ static tdm_status_t page_write_rows(engine_fwd_t *fwd, const kern_kv_page_layout
             fwd_copy(fwd, page + offset[i] + slot * row_bytes[i], src[i], (size_t)n * row_bytes[i]);
     }
     if (st == TDM_OK) {
-        st = fwd_to_backend(fwd, page, hdr, KERN_KV_PAGE_HEADER_BYTES);
+        st = on_backend ? fwd->ops->page_mark(&fwd->kctx, page, slot + (uint32_t)n)
+                        : fwd_to_backend(fwd, page, hdr, KERN_KV_PAGE_HEADER_BYTES);
     }
     return st;
 }

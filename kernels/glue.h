@@ -177,6 +177,20 @@ typedef tdm_status_t kern_dequant_rows_fn(kern_ctx_t *ctx, kern_rows_format_t fo
                                           int64_t n_rows, int64_t dim, float *y_out);
 kern_dequant_rows_fn kern_dequant_rows_cpu;
 
+/*
+ * kern_page_mark_fn - kern_kv_page_mark_rows (kernels/kv_page.h) on a page in backend memory,
+ * in place: row_count = max(row_count, slot_end) and the stale flag set, the header change of
+ * writing slots below slot_end, so a writer that copied a run of rows into the page's regions
+ * needs no copy of the header to the host and back (no wait on a device).
+ * page: a page made by kern_kv_page_init (backend memory).  slot_end: 1 .. KERN_KV_PAGE_ROWS.
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, slot_end out of range; on the CPU also a header
+ * without the magic, version or valid dims: page untouched). CUDA cannot return that last one
+ * without waiting: it leaves such a page untouched and ORs KERN_STATUS_PAGE_HEADER into
+ * ctx->status_word, so callers use it only with a status word (kernels/backend.h).
+ */
+typedef tdm_status_t kern_page_mark_fn(kern_ctx_t *ctx, void *page, uint32_t slot_end);
+kern_page_mark_fn kern_page_mark_cpu;
+
 #ifdef __cplusplus
 }
 #endif

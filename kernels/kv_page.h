@@ -29,6 +29,12 @@ extern "C" {
 #define KERN_KV_PAGE_CHECKSUM_FROM 64     /* the checksum covers bytes [64, page end) */
 #define KERN_KV_PAGE_DIM_LIMIT     65535u /* largest d and d_I (u16 header fields) */
 
+/* Header fields a backend kernel updates in place (kern_page_mark_fn): little-endian u16
+ * format_version at byte 4, u16 row_count at byte 16, the flag byte at 21. */
+#define KERN_KV_PAGE_HDR_VERSION   4
+#define KERN_KV_PAGE_HDR_ROW_COUNT 16
+#define KERN_KV_PAGE_HDR_FLAGS     21
+
 /* Header flag bits (byte 21). Any other bit set is a format error. */
 #define KERN_KV_PAGE_FLAG_STALE 0x01u /* rows written since the last seal: checksum invalid */
 

@@ -53,6 +53,7 @@ static const kern_ops_t ops_cpu = {
     .argmax = kern_argmax_cpu,
     .expert_rows = kern_expert_rows_cpu,
     .dequant_rows = kern_dequant_rows_cpu,
+    .page_mark = kern_page_mark_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -100,6 +101,7 @@ static const kern_ops_t ops_cuda = {
     .argmax = kern_argmax_cuda,
     .expert_rows = kern_expert_rows_cuda,
     .dequant_rows = kern_dequant_rows_cuda,
+    .page_mark = kern_page_mark_cuda,
 };
 #endif
 

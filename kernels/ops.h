@@ -84,6 +84,7 @@ typedef struct {
     kern_argmax_fn *argmax;                     /* greedy token per logits row (8) */
     kern_expert_rows_fn *expert_rows;           /* routed rows grouped by expert (5.5) */
     kern_dequant_rows_fn *dequant_rows;         /* scattered quantized rows, one call (5.2) */
+    kern_page_mark_fn *page_mark;               /* a KV page header's rows written, in place */
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

@@ -5,6 +5,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/vec_isa.h"
+#include "kernels/kv_page.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -303,4 +304,10 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
         }
     }
     return TDM_OK;
+}
+
+tdm_status_t kern_page_mark_cpu(kern_ctx_t *ctx, void *page, uint32_t slot_end)
+{
+    (void)ctx;
+    return kern_kv_page_mark_rows(page, slot_end); /* its checks, its logged refusals */
 }

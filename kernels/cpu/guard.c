@@ -13,7 +13,7 @@
 #define GUARD_ALIGN 64
 /* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel) or
  * passes through (host_unregister): a member added to the table must be wrapped here too. */
-#define GUARD_N_MEMBERS 42
+#define GUARD_N_MEMBERS 43
 _Static_assert(sizeof(kern_ops_t) == 2 * sizeof(void *) + GUARD_N_MEMBERS * sizeof(void (*)(void)),
                "kern_ops_t changed: wrap the new member in kernels/cpu/guard.c");
 
@@ -449,6 +449,9 @@ GUARD_OP(dequant_rows,
           const uint8_t *const *scales, int64_t n_rows, int64_t dim, float *y_out),
          (ctx, format, codes, scales, n_rows, dim, y_out), (codes, scales, y_out))
 
+GUARD_OP(page_mark, (kern_ctx_t * ctx, void *page, uint32_t slot_end), (ctx, page, slot_end),
+         (page, ctx != NULL ? ctx->status_word : NULL))
+
 tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
 {
     long page = sysconf(_SC_PAGESIZE);
@@ -516,6 +519,7 @@ tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
     SET(add);
     SET(scale2);
     SET(moe_ffn);
+    SET(page_mark);
     SET(rows_gather);
     SET(rows_scatter_add);
     SET(cand_blocks);

@@ -24,6 +24,10 @@
 #define HDR_FLAGS         21
 #define HDR_D             22
 #define HDR_D_I           24
+_Static_assert(HDR_VERSION == KERN_KV_PAGE_HDR_VERSION &&
+                   HDR_ROW_COUNT == KERN_KV_PAGE_HDR_ROW_COUNT &&
+                   HDR_FLAGS == KERN_KV_PAGE_HDR_FLAGS,
+               "kernels/kv_page.h header offsets");
 #define HDR_RESERVED_A    26 /* 6 bytes zero */
 #define HDR_RESERVED_A_N  6
 #define HDR_CHECKSUM      32

@@ -7,6 +7,7 @@
 #include "kernels/codec.h"
 #include "kernels/codec_bits.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/kv_page.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -389,4 +390,39 @@ extern "C" tdm_status_t kern_dequant_rows_cuda(kern_ctx_t *ctx, kern_rows_format
     dequant_rows_kernel<<<glue_grid(n_rows * dim), GLUE_BLOCK, 0, kc_stream(ctx)>>>(
         (int)format, codes, scales, n_rows, dim, y_out);
     return kc_launch_status("dequant_rows_cuda", n_rows, dim);
+}
+
+/* One thread: the header check kern_kv_page_mark_rows makes (magic and version; the dims were
+ * checked when the page was made and are not changed here), then its change. */
+__global__ void page_mark_kernel(uint8_t *page, uint32_t slot_end, int32_t *status_word)
+{
+    const uint32_t version =
+        (uint32_t)page[KERN_KV_PAGE_HDR_VERSION] | ((uint32_t)page[KERN_KV_PAGE_HDR_VERSION + 1] << 8);
+    uint32_t rows;
+
+    if (page[0] != (uint8_t)KERN_KV_PAGE_MAGIC[0] || page[1] != (uint8_t)KERN_KV_PAGE_MAGIC[1] ||
+        page[2] != (uint8_t)KERN_KV_PAGE_MAGIC[2] || page[3] != (uint8_t)KERN_KV_PAGE_MAGIC[3] ||
+        version != KERN_KV_PAGE_VERSION) {
+        if (status_word != NULL) {
+            atomicOr(status_word, KERN_STATUS_PAGE_HEADER);
+        }
+        return;
+    }
+    rows = (uint32_t)page[KERN_KV_PAGE_HDR_ROW_COUNT] |
+           ((uint32_t)page[KERN_KV_PAGE_HDR_ROW_COUNT + 1] << 8);
+    if (rows < slot_end) {
+        page[KERN_KV_PAGE_HDR_ROW_COUNT] = (uint8_t)(slot_end & 0xFFu);
+        page[KERN_KV_PAGE_HDR_ROW_COUNT + 1] = (uint8_t)(slot_end >> 8);
+    }
+    page[KERN_KV_PAGE_HDR_FLAGS] |= (uint8_t)KERN_KV_PAGE_FLAG_STALE;
+}
+
+extern "C" tdm_status_t kern_page_mark_cuda(kern_ctx_t *ctx, void *page, uint32_t slot_end)
+{
+    if (page == NULL || slot_end == 0 || slot_end > KERN_KV_PAGE_ROWS) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    page_mark_kernel<<<1, 1, 0, kc_stream(ctx)>>>((uint8_t *)page, slot_end,
+                                                  ctx != NULL ? ctx->status_word : NULL);
+    return kc_launch_status("page_mark_cuda", 1, slot_end);
 }

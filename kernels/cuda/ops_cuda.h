@@ -45,6 +45,7 @@ kern_engram_gate_fn kern_engram_gate_cuda;
 kern_moe_route_fn kern_moe_route_cuda;
 kern_swiglu_fn kern_swiglu_cuda;
 kern_moe_ffn_fn kern_moe_ffn_cuda;
+kern_page_mark_fn kern_page_mark_cuda;
 kern_attention_fn kern_attention_cuda;
 kern_compress_pool_fn kern_compress_pool_cuda;
 kern_index_scores_fn kern_index_scores_cuda;

@@ -38,16 +38,19 @@ enum {
     C_CAND_MASK,
     C_EXPERT_ROWS,
     C_DEQUANT_ROWS,
+    C_PAGE_MARK,
     C_COUNT
 };
 static const char *const counter_names[C_COUNT] = {
     "mem_copy", "mem_set", "embed",       "stream_mean", "bf16_round",  "add_bf16",     "add",
-    "scale2",   "moe_ffn", "cand_blocks", "cand_mask",   "expert_rows", "dequant_rows",
+    "scale2",   "moe_ffn", "cand_blocks", "cand_mask",   "expert_rows", "dequant_rows", "page_mark",
 };
 static int64_t counters[C_COUNT];
 static int64_t copies_of_kind[3]; /* H2D, D2H, D2D */
 static size_t watched_d2h_bytes;  /* D2H copies of exactly this size are counted apart */
 static int64_t watched_d2h;
+static const uint8_t *pool_lo, *pool_hi; /* D2H copies out of this range (the page pool) too */
+static int64_t pool_d2h;
 static int64_t bad_kind_copies;
 
 static tdm_status_t count_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, size_t n_bytes,
@@ -57,6 +60,8 @@ static tdm_status_t count_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, 
     if (kind == KERN_COPY_H2D || kind == KERN_COPY_D2H || kind == KERN_COPY_D2D) {
         copies_of_kind[kind]++;
         watched_d2h += kind == KERN_COPY_D2H && n_bytes == watched_d2h_bytes;
+        pool_d2h += kind == KERN_COPY_D2H && (const uint8_t *)src >= pool_lo &&
+                    (const uint8_t *)src < pool_hi;
     } else {
         bad_kind_copies++;
     }
@@ -143,6 +148,12 @@ static tdm_status_t count_expert_rows(kern_ctx_t *ctx, const int32_t *experts, c
     return kern_ops_cpu()->expert_rows(ctx, experts, wts, N, K, E, offsets_out, rows_out, wts_out);
 }
 
+static tdm_status_t count_page_mark(kern_ctx_t *ctx, void *page, uint32_t slot_end)
+{
+    counters[C_PAGE_MARK]++;
+    return kern_ops_cpu()->page_mark(ctx, page, slot_end);
+}
+
 static tdm_status_t count_dequant_rows(kern_ctx_t *ctx, kern_rows_format_t format,
                                        const uint8_t *const *codes, const uint8_t *const *scales,
                                        int64_t n_rows, int64_t dim, float *y_out)
@@ -185,6 +196,7 @@ static int setup(void **state)
     fx->counting.cand_mask = count_cand_mask;
     fx->counting.expert_rows = count_expert_rows;
     fx->counting.dequant_rows = count_dequant_rows;
+    fx->counting.page_mark = count_page_mark;
     if (open_on(&fx->plain, kern_ops_cpu()) != 0 || open_on(&fx->counted, &fx->counting) != 0) {
         return -1;
     }
@@ -349,10 +361,11 @@ static void test_decode_greedy_equals_argmax_of_logits(void **state)
     assert_int_equal(ftu_engine_close(&e), 0);
 }
 
-/* A greedy decode step's MoE layers copy nothing to the host: each layer's routed experts are one
- * moe_ffn call that reads the expert offsets where kern_expert_rows left them (on a GPU a copy to
- * the host is a wait on the stream). The step's other copies to the host (selection bookkeeping,
- * page headers, the ids) are counted and printed; the experts the op ran are counted on the
+/* A greedy decode step's MoE layers and page writes copy nothing to the host: each layer's routed
+ * experts are one moe_ffn call that reads the expert offsets where kern_expert_rows left them (on a
+ * GPU a copy to the host is a wait on the stream), and page headers are marked by ops->page_mark,
+ * not copied out and back. The step's other copies to the host (selection bookkeeping, the ids) are
+ * counted and printed; the experts the op ran are counted on the
  * backend and reach engine_fwd_read_bytes. */
 static void test_decode_step_moe_copies_nothing_to_host(void **state)
 {
@@ -379,6 +392,13 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
      * counts, selections of at most index_topk rows, 64-byte page headers) */
     watched_d2h_bytes = (size_t)(e->cfg->n_routed_experts + 1) * sizeof(int64_t);
     watched_d2h = 0;
+    pool_d2h = 0;
+    {
+        uint32_t n_pages = engine_kv_pool_n_pages(e->pool);
+        pool_lo = engine_kv_pool_page(e->pool, 0); /* one allocation (kv_cache.c) */
+        pool_hi = (const uint8_t *)engine_kv_pool_page(e->pool, n_pages - 1) +
+                  engine_kv_pool_page_bytes(e->pool);
+    }
     assert_true(watched_d2h_bytes != KERN_KV_PAGE_HEADER_BYTES &&
                 watched_d2h_bytes > (size_t)B * e->cfg->index_topk * sizeof(int32_t));
     assert_int_equal(engine_fwd_decode_greedy(e->fwd, s, tok, B, out), TDM_OK);
@@ -388,7 +408,21 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
                   (long long)watched_d2h, n_moe);
     assert_int_equal(counters[C_MOE_FFN], n_moe);
     assert_int_equal(watched_d2h, 0); /* one per MoE layer before moe_ffn */
+    /* more steps, until new rows have filled compressed groups: their page headers are marked
+     * on the backend, nothing is copied out of the page pool */
+    for (int step = 0; step < 8; step++) {
+        for (int i = 0; i < B; i++) {
+            tok[i] = out[i];
+        }
+        assert_int_equal(engine_fwd_decode_greedy(e->fwd, s, tok, B, out), TDM_OK);
+    }
+    print_message("9 greedy steps: %lld page_mark calls, %lld copies out of the page pool\n",
+                  (long long)counters[C_PAGE_MARK], (long long)pool_d2h);
+    assert_true(counters[C_PAGE_MARK] > 0);
+    assert_int_equal(pool_d2h, 0);
+    assert_int_equal(watched_d2h, 0);
     watched_d2h_bytes = 0;
+    pool_lo = pool_hi = NULL;
     engine_fwd_read_bytes(e->fwd, &w1, NULL);
     assert_true(w1 > w0); /* the experts run on the backend are counted */
     for (int i = 0; i < B; i++) {

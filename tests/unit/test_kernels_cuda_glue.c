@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "kernels/backend.h"
+#include "kernels/kv_page.h"
 #include "kernels/ops.h"
 
 #include "cuda_test_util.h"
@@ -418,6 +419,53 @@ static void test_moe_ffn_cuda_equals_per_expert_calls(void **state)
     mfc_check(cuda, &ctx, MFC_N, 1); /* a BF16 expert among MXFP4 ones: expert by expert */
 }
 
+/* A page header marked on the device equals kern_kv_page_mark_rows on the host (two marks, the
+ * second below the first); a page without the magic is left untouched and reported through the
+ * status word. */
+static void test_page_mark_cuda_identical(void **state)
+{
+    const kern_ops_t *cuda = ctu_require_cuda();
+    kern_ctx_t ctx = {0};
+    const kern_kv_page_params_t params = {3, 128, 2, 64, 32, 0x1234u};
+    kern_kv_page_layout_t ly;
+    int32_t word = 0;
+
+    (void)state;
+    assert_int_equal(kern_kv_page_layout(params.d, params.d_I, &ly), TDM_OK);
+    uint8_t *page = malloc(ly.page_bytes);
+    uint8_t *want = malloc(ly.page_bytes);
+    assert_non_null(page);
+    assert_non_null(want);
+    assert_int_equal(kern_kv_page_init(page, ly.page_bytes, &params), TDM_OK);
+    memcpy(want, page, ly.page_bytes);
+    assert_int_equal(kern_kv_page_mark_rows(want, 5), TDM_OK);
+    assert_int_equal(kern_kv_page_mark_rows(want, 3), TDM_OK);
+    ctx.backend = KERN_BACKEND_CUDA;
+    void *dpage = dev_from(cuda, page, ly.page_bytes);
+    assert_int_equal(cuda->page_mark(&ctx, dpage, 5), TDM_OK);
+    assert_int_equal(cuda->page_mark(&ctx, dpage, 3), TDM_OK);
+    assert_int_equal(cuda->page_mark(&ctx, dpage, 0), TDM_ERR_INVALID_ARG);
+    assert_int_equal(cuda->page_mark(&ctx, dpage, KERN_KV_PAGE_ROWS + 1), TDM_ERR_INVALID_ARG);
+    uint8_t *got = host_from(cuda, dpage, ly.page_bytes);
+    assert_same_bytes("page_mark", got, want, ly.page_bytes);
+    /* no magic: untouched, the word's bit */
+    page[0] = 'X';
+    dpage = dev_from(cuda, page, ly.page_bytes);
+    void *dword = dev_from(cuda, &word, sizeof(word));
+    ctx.status_word = dword;
+    assert_int_equal(cuda->page_mark(&ctx, dpage, 7), TDM_OK);
+    ctx.status_word = NULL;
+    uint8_t *bad = host_from(cuda, dpage, ly.page_bytes);
+    int32_t *w = host_from(cuda, dword, sizeof(word));
+    assert_memory_equal(bad, page, ly.page_bytes);
+    assert_int_equal(*w, KERN_STATUS_PAGE_HEADER);
+    free(w);
+    free(bad);
+    free(got);
+    free(want);
+    free(page);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_candidate_pool_and_argmax_cuda_identical),
         cmocka_unit_test(test_expert_rows_cuda_identical),
         cmocka_unit_test(test_moe_ffn_cuda_equals_per_expert_calls),
+        cmocka_unit_test(test_page_mark_cuda_identical),
         cmocka_unit_test(test_dequant_rows_cuda_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

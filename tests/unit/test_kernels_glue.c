@@ -17,6 +17,7 @@
 #include "common/arena.h"
 #include "engine/sampler.h"
 #include "kernels/guard.h"
+#include "kernels/kv_page.h"
 #include "kernels/ops.h"
 
 #include "moe_ffn_check.h"
@@ -591,6 +592,40 @@ static void test_moe_ffn_equals_per_expert_calls(void **state)
     assert_int_equal(kern_guard_destroy(), 0); /* every guard byte given back */
 }
 
+/* page_mark on the CPU table: the bytes of kern_kv_page_mark_rows (two marks, the second below
+ * the first: row_count keeps the larger); refusals (slot_end 0 or > 64, no magic) change
+ * nothing. */
+static void test_page_mark_equals_mark_rows(void **state)
+{
+    const kern_ops_t *cpu = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    const kern_kv_page_params_t params = {3, 128, 2, 64, 32, 0x1234u};
+    kern_kv_page_layout_t ly;
+    kern_kv_page_header_t h;
+
+    (void)state;
+    assert_int_equal(kern_kv_page_layout(params.d, params.d_I, &ly), TDM_OK);
+    uint8_t *page = malloc(ly.page_bytes), *want = malloc(ly.page_bytes);
+    assert_non_null(page);
+    assert_non_null(want);
+    assert_int_equal(kern_kv_page_init(page, ly.page_bytes, &params), TDM_OK);
+    memcpy(want, page, ly.page_bytes);
+    assert_int_equal(kern_kv_page_mark_rows(want, 5), TDM_OK);
+    assert_int_equal(cpu->page_mark(&ctx, page, 5), TDM_OK);
+    assert_int_equal(cpu->page_mark(&ctx, page, 3), TDM_OK);
+    assert_memory_equal(page, want, ly.page_bytes);
+    assert_int_equal(kern_kv_page_header_read(page, ly.page_bytes, &h), TDM_OK);
+    assert_int_equal(h.row_count, 5);
+    assert_int_equal(cpu->page_mark(&ctx, page, 0), TDM_ERR_INVALID_ARG);
+    assert_int_equal(cpu->page_mark(&ctx, page, KERN_KV_PAGE_ROWS + 1), TDM_ERR_INVALID_ARG);
+    page[0] = 'X';
+    want[0] = 'X';
+    assert_int_equal(cpu->page_mark(&ctx, page, 9), TDM_ERR_INVALID_ARG);
+    assert_memory_equal(page, want, ly.page_bytes);
+    free(page);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -604,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_candidate_blocks_and_mask),
         cmocka_unit_test(test_expert_rows_groups_in_row_then_slot_order),
         cmocka_unit_test(test_moe_ffn_equals_per_expert_calls),
+        cmocka_unit_test(test_page_mark_equals_mark_rows),
         cmocka_unit_test(test_dequant_rows_equals_one_call_per_row),
         cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
     };
