@@ -430,6 +430,24 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
     }
 }
 
+/* n new sequences on e and the same on ref, sequence i prefilled with prompt seed + i of
+ * PROMPT - shrink * i tokens; last_ids[i] = its last prompt token (the first decode input). */
+static void prefill_pairs(ftu_engine_t *e, ftu_engine_t *ref, engine_seq_t **s, engine_seq_t **r,
+                          int n, uint64_t seed, int64_t shrink, int32_t *last_ids)
+{
+    int32_t prompt[PROMPT];
+
+    for (int i = 0; i < n; i++) {
+        int64_t T = PROMPT - shrink * i;
+        ftu_prompt(seed + (uint64_t)i, e->V, prompt, T);
+        s[i] = ftu_new_seq(e);
+        r[i] = ftu_new_seq(ref);
+        assert_int_equal(engine_fwd_prefill(e->fwd, s[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        assert_int_equal(engine_fwd_prefill(ref->fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
+        last_ids[i] = prompt[T - 1];
+    }
+}
+
 /* The CPU argmax after poisoning row POISON_ROW of its logits with a NaN (the table below). */
 #define POISON_ROW 1
 static tdm_status_t poisoned_argmax(kern_ctx_t *ctx, const float *logits, int64_t ld,
@@ -450,7 +468,7 @@ static void test_decode_greedy_bad_row_fails_alone(void **state)
     kern_ops_t table = *kern_ops_cpu();
     enum { B = 3 };
     engine_seq_t *g[B], *r[B];
-    int32_t prompt[PROMPT], ids[B], out[B], want[B];
+    int32_t ids[B], out[B], want[B];
 
     (void)state;
     table.argmax = poisoned_argmax;
@@ -458,15 +476,7 @@ static void test_decode_greedy_bad_row_fails_alone(void **state)
     memset(&ref, 0, sizeof(ref));
     assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
     assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
-    for (int i = 0; i < B; i++) {
-        int64_t T = PROMPT - 7 * i;
-        ftu_prompt(51 + (uint64_t)i, e.V, prompt, T);
-        g[i] = ftu_new_seq(&e);
-        r[i] = ftu_new_seq(&ref);
-        assert_int_equal(engine_fwd_prefill(e.fwd, g[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        ids[i] = prompt[T - 1];
-    }
+    prefill_pairs(&e, &ref, g, r, B, 51, 7, ids);
     assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, ids, B, out), TDM_OK);
     assert_int_equal(engine_fwd_decode_greedy(ref.fwd, r, ids, B, want), TDM_OK);
     for (int i = 0; i < B; i++) {
@@ -509,7 +519,7 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     kern_ops_t table = *kern_ops_cpu();
     enum { B = 3 };
     engine_seq_t *s[B], *r[B];
-    int32_t prompt[PROMPT], ids[B], out[B];
+    int32_t ids[B], out[B];
     float *lg, *want;
 
     (void)state;
@@ -523,15 +533,7 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     assert_non_null(lg);
     assert_non_null(want);
     route_calls = route_calls_deferred = 0;
-    for (int i = 0; i < B; i++) {
-        int64_t T = PROMPT - 9 * i;
-        ftu_prompt(61 + (uint64_t)i, e.V, prompt, T);
-        s[i] = ftu_new_seq(&e);
-        r[i] = ftu_new_seq(&ref);
-        assert_int_equal(engine_fwd_prefill(e.fwd, s[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        ids[i] = prompt[T - 1];
-    }
+    prefill_pairs(&e, &ref, s, r, B, 61, 9, ids);
     assert_true(route_calls > 0);
     assert_int_equal(route_calls_deferred, 0); /* prefill: the router's status at once */
     route_calls = 0;
@@ -552,16 +554,10 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     assert_int_equal(engine_seq_length(s[0]), len0);
     /* the failed sequences go; new ones on the same engine: the reference's bits */
     for (int i = 0; i < B; i++) {
-        int64_t T = PROMPT - 4 * i;
         engine_seq_destroy(s[i]);
         engine_seq_destroy(r[i]);
-        ftu_prompt(71 + (uint64_t)i, e.V, prompt, T);
-        s[i] = ftu_new_seq(&e);
-        r[i] = ftu_new_seq(&ref);
-        assert_int_equal(engine_fwd_prefill(e.fwd, s[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        assert_int_equal(engine_fwd_prefill(ref.fwd, r[i], prompt, T, 0, NULL, NULL), TDM_OK);
-        ids[i] = prompt[T - 1];
     }
+    prefill_pairs(&e, &ref, s, r, B, 71, 4, ids);
     for (int step = 0; step < 2; step++) {
         assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_OK);
         assert_int_equal(engine_fwd_decode(ref.fwd, r, ids, B, want), TDM_OK);
