@@ -213,7 +213,11 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         st = fwd_ep_init(fwd); /* the round headers, both forms */
     }
     if (st == TDM_OK) {
-        size_t n_bytes = (size_t)(c->n_layers + c->n_blocks) * sizeof(int64_t);
+        size_t n_bytes;
+        fwd->moe_e_max = c->n_routed_experts > c->dspark_n_routed_experts
+                             ? c->n_routed_experts
+                             : c->dspark_n_routed_experts;
+        n_bytes = (size_t)(c->n_layers + c->n_blocks) * (size_t)fwd->moe_e_max * sizeof(int64_t);
         st = fwd->ops->mem_alloc(&fwd->kctx, n_bytes, (void **)&fwd->moe_active);
         if (st == TDM_OK) {
             st = fwd->ops->mem_set(&fwd->kctx, fwd->moe_active, 0, n_bytes);
@@ -268,28 +272,30 @@ void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink)
     }
 }
 
-/* Bytes of the routed experts ops->moe_ffn ran: each layer's count (read from the backend) times
- * one expert's w1 + w3 + w2 (every expert of a layer has the same shape and format). */
+/* Bytes of the routed experts ops->moe_ffn ran: each expert's count (read from the backend)
+ * times its own w1 + w3 + w2 (the loader may have expanded one expert of a layer to BF16). */
 static uint64_t moe_expert_bytes(engine_fwd_t *fwd)
 {
     const engine_config_t *c = fwd->cfg;
-    int n_slots = c->n_layers + c->n_blocks;
-    int64_t *counts = malloc((size_t)n_slots * sizeof(int64_t));
+    int64_t n = (int64_t)(c->n_layers + c->n_blocks) * fwd->moe_e_max;
+    int64_t *counts = malloc((size_t)n * sizeof(int64_t));
     uint64_t total = 0;
 
     if (counts == NULL || fwd->moe_active == NULL ||
-        fwd->ops->mem_copy(&fwd->kctx, counts, fwd->moe_active, (size_t)n_slots * sizeof(int64_t),
+        fwd->ops->mem_copy(&fwd->kctx, counts, fwd->moe_active, (size_t)n * sizeof(int64_t),
                            KERN_COPY_D2H) != TDM_OK) {
         free(counts);
         return 0;
     }
-    for (int l = 0; l < n_slots; l++) {
+    for (int l = 0; l < c->n_layers + c->n_blocks; l++) {
         const engine_layer_weights_t *lw = &fwd->model->layers[l];
-        int e = lw->e_begin;
-        if (counts[l] > 0 && e < lw->e_end) {
-            total += (uint64_t)counts[l] *
-                     (uint64_t)(kern_mat_bytes(&lw->w1[e]) + kern_mat_bytes(&lw->w3[e]) +
-                                kern_mat_bytes(&lw->w2[e]));
+        for (int e = lw->e_begin; e < lw->e_end; e++) {
+            int64_t k = counts[(int64_t)l * fwd->moe_e_max + e];
+            if (k > 0) {
+                total += (uint64_t)k *
+                         (uint64_t)(kern_mat_bytes(&lw->w1[e]) + kern_mat_bytes(&lw->w3[e]) +
+                                    kern_mat_bytes(&lw->w2[e]));
+            }
         }
     }
     free(counts);
@@ -314,7 +320,7 @@ void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
         if (fwd->moe_active != NULL) {
             (void)fwd->ops->mem_set(&fwd->kctx, fwd->moe_active, 0,
                                     (size_t)(fwd->cfg->n_layers + fwd->cfg->n_blocks) *
-                                        sizeof(int64_t));
+                                        (size_t)fwd->moe_e_max * sizeof(int64_t));
         }
     }
 }
@@ -695,9 +701,9 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
     return st;
 }
 
-/* run_batch of a decode batch (every layer, a head) with the deferred status word on (one
- * device): the router reports a NaN row through the word instead of waiting for the stream in
- * every MoE layer, and new KV rows mark their page headers on the backend (ops->page_mark)
+/* run_batch of a decode batch or a verify (every layer, a head) with the deferred status word
+ * on (one device): the router reports a NaN row through the word instead of waiting for the stream
+ * in every MoE layer, and new KV rows mark their page headers on the backend (ops->page_mark)
  * instead of a copy to the host and back; the word is read once, after the head's copy to the
  * host has waited anyway.
  * A set word fails the whole call with TDM_ERR_INTERNAL, as the router's own status did. */
@@ -980,7 +986,7 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     b.n_segs = 1;
     st = fwd_batch_alloc(fwd, &b, n_ids);
     if (st == TDM_OK) {
-        st = run_batch(fwd, &b, fwd->cfg->n_layers, 0, &want, 1, logits_out, NULL);
+        st = run_batch_deferred(fwd, &b, &want, logits_out, NULL);
     }
     if (st == TDM_OK) {
         fwd_commit_rows(&seg);

@@ -91,9 +91,11 @@ struct engine_fwd {
     int64_t ep_buf_rows;
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
     uint64_t read_kv_bytes;
-    /* experts run per MoE layer slot (n_layers + n_blocks int64, backend memory), counted by
-     * ops->moe_ffn on the backend and read only by engine_fwd_read_bytes */
+    /* runs of each expert of each MoE layer slot ([n_layers + n_blocks][moe_e_max] int64,
+     * backend memory), counted by ops->moe_ffn on the backend and read only by
+     * engine_fwd_read_bytes */
     int64_t *moe_active;
+    int64_t moe_e_max;
     /* the deferred status word of decode steps (kern_ctx_t.status_word; backend int32) */
     int32_t *status_word;
 };

@@ -201,8 +201,9 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
         }
     } else if (st == TDM_OK) {
         /* every routed expert in one op that reads the offsets where they are (no host copy) */
-        st = fwd->ops->moe_ffn(&fwd->kctx, &lw->experts, xq, N, H, I, off_d, rows, we, N * K,
-                               lambda, scr, scr_rows, acc, fwd->moe_active + l);
+        st =
+            fwd->ops->moe_ffn(&fwd->kctx, &lw->experts, xq, N, H, I, off_d, rows, we, N * K, lambda,
+                              scr, scr_rows, acc, fwd->moe_active + (int64_t)l * fwd->moe_e_max);
     }
     /* shared expert, weight 1, same clamp */
     if (st == TDM_OK) {

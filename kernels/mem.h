@@ -85,7 +85,7 @@ kern_sync_fn kern_sync_cpu;
  * caller's and must outlive the registration; kernels only read it. CPU (and any backend whose
  * kernels read host memory): *dev_out = host, nothing else. CUDA: cudaHostRegister (mapped,
  * read-only) of the enclosing pages and cudaHostGetDevicePointer; where the device cannot map
- * read-only pages (cudaDevAttrHostRegisterReadOnlySupported 0) or the registration fails, the
+ * read-only pages (cudaDevAttrHostRegisterReadOnlySupported 0, or cudaErrorNotSupported), the
  * pages are copied once into pinned mapped memory (cudaHostAlloc, logged) that kernels read
  * instead and unregister frees. Two live registrations must not share a page (callers merge
  * neighbouring ranges into one registration).

@@ -91,8 +91,8 @@ tdm_status_t kern_moe_table_fill(const kern_moe_experts_t *ex, const void **tabl
  * [n_pairs] f32 (kern_expert_rows_fn's outputs; n_pairs = N * K = offsets[E]).  acc:
  * [n_tokens, H] f32, added to.  scratch: [scratch_rows * (2 H + 3 I)] f32, scratch_rows >=
  * min(n_tokens, n_pairs) (CUDA works through the pairs scratch_rows at a time).
- * active_out: one int64 in backend memory incremented by the number of experts with at least
- * one pair (the caller's count of expert weights read); NULL: not counted.
+ * active_out: [E] int64 in backend memory; active_out[e] += 1 for each expert e with at least
+ * one pair, on success only (the caller's count of expert weights read); NULL: not counted.
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, shapes that disagree with the matrices,
  * scratch_rows too small, no table on a backend that needs one; on the CPU also an offset
  * outside [0, n_pairs] or out of order, a row outside [0, n_tokens), rows given to an expert

@@ -358,12 +358,16 @@ static tdm_status_t guard_moe_ffn(kern_ctx_t *ctx, const kern_moe_experts_t *ex,
 
     guard_args("moe_ffn", ptrs, sizeof(ptrs) / sizeof(ptrs[0]));
     if (ex != NULL) {
-        if (ex->table == NULL || !kern_guard_contains(ex->table, 1)) {
-            fprintf(stderr,
-                    "guard: moe_ffn: the expert pointer table (%p) is not backend "
-                    "memory\n",
+        size_t table_bytes =
+            ex->n_experts > 0 ? (size_t)KERN_MOE_TABLE_LEN(ex->n_experts) * sizeof(void *) : 1;
+        if (ex->table == NULL || !kern_guard_contains(ex->table, table_bytes)) {
+            fprintf(stderr, "guard: moe_ffn: the expert pointer table (%p) is not backend memory\n",
                     (const void *)ex->table);
-            abort();
+            if (!g.report) {
+                abort();
+            }
+            g.n_reports++;
+            print_stack();
         }
         for (int64_t e = 0; e < ex->n_experts && ex->w1 != NULL && ex->w3 != NULL && ex->w2 != NULL;
              e++) {

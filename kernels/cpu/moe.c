@@ -172,7 +172,6 @@ tdm_status_t kern_moe_ffn_cpu(kern_ctx_t *ctx, const kern_moe_experts_t *ex, con
                               float *scratch, int64_t scratch_rows, float *acc, int64_t *active_out)
 {
     float *xe, *gu, *h, *ye;
-    int64_t n_active = 0;
     tdm_status_t st = TDM_OK;
 
     if (!moe_ffn_args_ok(ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs, scratch, scratch_rows,
@@ -189,7 +188,6 @@ tdm_status_t kern_moe_ffn_cpu(kern_ctx_t *ctx, const kern_moe_experts_t *ex, con
         if (ne == 0) {
             continue;
         }
-        n_active++;
         st = kern_rows_gather_cpu(ctx, xq, H, rows + p0, ne, H, xe, H);
         if (st == TDM_OK) {
             st = kern_gemm_cpu(ctx, &ex->w1[e], xe, H, ne, KERN_GEMM_OUT_BF16, gu, 2 * I);
@@ -210,8 +208,8 @@ tdm_status_t kern_moe_ffn_cpu(kern_ctx_t *ctx, const kern_moe_experts_t *ex, con
             st = kern_rows_scatter_add_cpu(ctx, ye, H, rows + p0, ne, H, acc, H);
         }
     }
-    if (st == TDM_OK && active_out != NULL) {
-        *active_out += n_active;
+    for (int64_t e = 0; e < ex->n_experts && st == TDM_OK && active_out != NULL; e++) {
+        active_out[e] += offsets[e + 1] > offsets[e];
     }
     return st;
 }

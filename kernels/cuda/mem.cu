@@ -141,31 +141,32 @@ static tdm_status_t register_copy(const void *host, const void *base, size_t len
     void *dev = NULL;
     int slot = -1;
 
-    pthread_mutex_lock(&reg_lock);
-    for (int i = 0; i < HOST_COPIES_MAX && slot < 0; i++) {
-        slot = host_copies[i].base == NULL ? i : -1;
-    }
-    if (slot < 0) {
-        pthread_mutex_unlock(&reg_lock);
-        tdm_log(TDM_LOG_ERROR, KC_LOG, "host_register_cuda: more than %d copied ranges",
-                HOST_COPIES_MAX);
-        return TDM_ERR_INTERNAL;
-    }
+    /* the copy (possibly gigabytes) outside the lock; the registry entry under it */
     if (kc_call_status("host_register_cuda", "cudaHostAlloc",
                        cudaHostAlloc(&copy, len, cudaHostAllocMapped)) != TDM_OK) {
-        pthread_mutex_unlock(&reg_lock);
         return TDM_ERR_INTERNAL;
     }
     memcpy(copy, base, len);
     if (kc_call_status("host_register_cuda", "cudaHostGetDevicePointer",
                        cudaHostGetDevicePointer(&dev, copy, 0)) != TDM_OK) {
         (void)cudaFreeHost(copy);
-        pthread_mutex_unlock(&reg_lock);
         return TDM_ERR_INTERNAL;
     }
-    host_copies[slot].base = base;
-    host_copies[slot].copy = copy;
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < HOST_COPIES_MAX && slot < 0; i++) {
+        slot = host_copies[i].base == NULL ? i : -1;
+    }
+    if (slot >= 0) {
+        host_copies[slot].base = base;
+        host_copies[slot].copy = copy;
+    }
     pthread_mutex_unlock(&reg_lock);
+    if (slot < 0) {
+        (void)cudaFreeHost(copy);
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "host_register_cuda: more than %d copied ranges",
+                HOST_COPIES_MAX);
+        return TDM_ERR_INTERNAL;
+    }
     *dev_out = (const uint8_t *)dev + ((const uint8_t *)host - (const uint8_t *)base);
     return TDM_OK;
 }
@@ -191,13 +192,17 @@ extern "C" tdm_status_t kern_host_register_cuda(kern_ctx_t *ctx, const void *hos
         return register_copy(host, base, len, dev_out);
     }
     err = cudaHostRegister(base, len, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
-    if (err != cudaSuccess) {
+    if (err == cudaErrorNotSupported) {
         (void)cudaGetLastError();
         tdm_log(TDM_LOG_WARN, KC_LOG,
-                "host_register_cuda: cudaHostRegister failed (%s); copying %zu bytes into "
-                "pinned host memory",
+                "host_register_cuda: cudaHostRegister not supported here (%s); copying %zu "
+                "bytes into pinned host memory",
                 cudaGetErrorString(err), len);
         return register_copy(host, base, len, dev_out);
+    }
+    /* any other error (a page registered twice, which kernels/mem.h forbids, included) */
+    if (kc_call_status("host_register_cuda", "cudaHostRegister", err) != TDM_OK) {
+        return TDM_ERR_INTERNAL;
     }
     if (kc_call_status("host_register_cuda", "cudaHostGetDevicePointer",
                        cudaHostGetDevicePointer(&dev, (void *)host, 0)) != TDM_OK) {

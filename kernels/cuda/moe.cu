@@ -288,24 +288,25 @@ __global__ void __launch_bounds__(KC_BLOCK)
     }
 }
 
-/* *active += the experts with at least one pair (one block). */
+/* active[e] += 1 for each expert e with at least one pair. */
 __global__ void moe_active_kernel(const int64_t *offsets, int64_t E, int64_t *active)
 {
-    __shared__ unsigned long long count;
-    unsigned long long mine = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
 
-    if (threadIdx.x == 0) {
-        count = 0;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < E; e += stride) {
+        active[e] += offsets[e + 1] > offsets[e] ? 1 : 0;
     }
-    __syncthreads();
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-        mine += offsets[e + 1] > offsets[e] ? 1ull : 0ull;
+}
+
+/* The active counts of a call that succeeded (NULL active: none kept). */
+static tdm_status_t count_active(kern_ctx_t *ctx, const int64_t *offsets, int64_t E,
+                                 int64_t *active)
+{
+    if (active == NULL) {
+        return TDM_OK;
     }
-    atomicAdd(&count, mine);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        *active += (int64_t)count;
-    }
+    moe_active_kernel<<<kc_grid(E, KC_BLOCK), KC_BLOCK, 0, kc_stream(ctx)>>>(offsets, E, active);
+    return kc_launch_status("moe_ffn_cuda(active)", E, 1);
 }
 
 /* 1 when every held expert has the dtype and shape of w1 (gate, up) and w2 (down): the grouped
@@ -422,10 +423,6 @@ extern "C" tdm_status_t kern_moe_ffn_cuda(kern_ctx_t *ctx, const kern_moe_expert
     }
     E = ex->n_experts;
     tab = ex->table;
-    if (active_out != NULL) {
-        moe_active_kernel<<<1, KC_BLOCK, 0, stream>>>(offsets, E, active_out);
-        st = kc_launch_status("moe_ffn_cuda(active)", E, 1);
-    }
     float *xe = scratch;
     float *gu = xe + scratch_rows * H;
     float *h = gu + scratch_rows * 2 * I;
@@ -437,13 +434,18 @@ extern "C" tdm_status_t kern_moe_ffn_cuda(kern_ctx_t *ctx, const kern_moe_expert
         w3 = &ex->w3[e];
         w2 = &ex->w2[e];
     }
+    if (w1->data == NULL) {
+        /* no expert held (an expert-parallel shard's view): only an empty layer is valid */
+        return n_pairs == 0 ? TDM_OK : TDM_ERR_INVALID_ARG;
+    }
     if (w1->n_out != I || w1->n_in != H || w3->n_out != I || w3->n_in != H || w2->n_out != H ||
         w2->n_in != I) {
         return TDM_ERR_INVALID_ARG;
     }
     if (!experts_alike(ex, w1, w2)) {
-        return moe_ffn_per_expert(ctx, ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs,
-                                  lambda, scratch, scratch_rows, acc, st);
+        st = moe_ffn_per_expert(ctx, ex, xq, n_tokens, H, I, offsets, rows, wts, n_pairs, lambda,
+                                scratch, scratch_rows, acc, st);
+        return st == TDM_OK ? count_active(ctx, offsets, E, active_out) : st;
     }
     for (int64_t p0 = 0; st == TDM_OK && p0 < n_pairs; p0 += scratch_rows) {
         const int64_t p1 = p0 + scratch_rows < n_pairs ? p0 + scratch_rows : n_pairs;
@@ -478,5 +480,5 @@ extern "C" tdm_status_t kern_moe_ffn_cuda(kern_ctx_t *ctx, const kern_moe_expert
             st = kc_launch_status("moe_ffn_cuda(combine)", n_tokens, H);
         }
     }
-    return st;
+    return st == TDM_OK ? count_active(ctx, offsets, E, active_out) : st;
 }

@@ -112,7 +112,7 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     int32_t experts[MFC_PAIRS];
     float x[MFC_N * MFC_H], wts[MFC_PAIRS], acc0[MFC_N * MFC_H];
     float got[MFC_N * MFC_H], want[MFC_N * MFC_H];
-    int64_t off[MFC_E + 1], active = 0, n_used = 0;
+    int64_t off[MFC_E + 1], active[MFC_E], n_used = 0;
     int used[MFC_E] = {0};
 
     memset(w1, 0, sizeof(w1));
@@ -174,7 +174,8 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     float *dwe = mfc_dev(ops, ctx, NULL, sizeof(float) * MFC_PAIRS);
     float *dacc = mfc_dev(ops, ctx, acc0, sizeof(acc0));
     float *dref = mfc_dev(ops, ctx, acc0, sizeof(acc0));
-    int64_t *dactive = mfc_dev(ops, ctx, NULL, sizeof(int64_t));
+    int64_t *dactive = mfc_dev(ops, ctx, NULL, sizeof(active));
+    float *dacc2 = mfc_dev(ops, ctx, acc0, sizeof(acc0));
     float *scratch =
         mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(scratch_rows * (2 * H + 3 * I)));
     float *xe = mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(N * H));
@@ -183,7 +184,7 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     float *ye = mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(N * H));
 
     assert_int_equal(ops->expert_rows(ctx, dex, dw, N, MFC_K, E, doff, drows, dwe), TDM_OK);
-    /* moe_ffn, twice on the counter (it adds) */
+    /* moe_ffn (and below a second call that adds to the same counters) */
     assert_int_equal(ops->moe_ffn(ctx, &ex, dx, N, H, I, doff, drows, dwe, MFC_PAIRS, lambda,
                                   scratch, scratch_rows, dacc, dactive),
                      TDM_OK);
@@ -207,31 +208,42 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     assert_int_equal(ops->sync(ctx), TDM_OK);
     mfc_to_host(ops, ctx, got, dacc, sizeof(got));
     mfc_to_host(ops, ctx, want, dref, sizeof(want));
-    mfc_to_host(ops, ctx, &active, dactive, sizeof(active));
+    /* a second call (into another sum) adds to the same counters */
+    assert_int_equal(ops->moe_ffn(ctx, &ex, dx, N, H, I, doff, drows, dwe, MFC_PAIRS, lambda,
+                                  scratch, scratch_rows, dacc2, dactive),
+                     TDM_OK);
+    mfc_to_host(ops, ctx, active, dactive, sizeof(active));
     assert_memory_equal(got, want, sizeof(got));
     assert_memory_not_equal(got, acc0, sizeof(got)); /* something was added */
-    assert_int_equal(active, n_used);
+    for (int64_t e = 0; e < E; e++) {
+        assert_int_equal(active[e], 2 * used[e]);
+    }
     print_message("%s: moe_ffn == per-expert calls, %d pairs over %lld experts%s, scratch %lld "
                   "rows: bit-identical\n",
                   ops->name, MFC_PAIRS, (long long)n_used, mixed ? " (one BF16)" : "",
                   (long long)scratch_rows);
 
-    /* refusals: nothing written */
+    /* refusals: nothing written, nothing counted */
     memcpy(want, got, sizeof(got));
     assert_int_equal(ops->moe_ffn(ctx, NULL, dx, N, H, I, doff, drows, dwe, MFC_PAIRS, lambda,
-                                  scratch, scratch_rows, dacc, NULL),
+                                  scratch, scratch_rows, dacc, dactive),
                      TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->moe_ffn(ctx, &ex, dx, N, H, I, doff, drows, dwe, MFC_PAIRS, lambda,
-                                  scratch, N - 1, dacc, NULL),
+                                  scratch, N - 1, dacc, dactive),
                      TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->moe_ffn(ctx, &ex, dx, N, H + 32, I, doff, drows, dwe, MFC_PAIRS, lambda,
-                                  scratch, scratch_rows, dacc, NULL),
+                                  scratch, scratch_rows, dacc, dactive),
                      TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->sync(ctx), TDM_OK);
     mfc_to_host(ops, ctx, got, dacc, sizeof(got));
     assert_memory_equal(got, want, sizeof(got));
+    mfc_to_host(ops, ctx, active, dactive, sizeof(active));
+    for (int64_t e = 0; e < E; e++) {
+        assert_int_equal(active[e], 2 * used[e]);
+    }
 
-    void *bufs[] = {dx, dex, dw, doff, drows, dwe, dacc, dref, dactive, scratch, xe, gu, hh, ye};
+    void *bufs[] = {dx,   dex,     dw,      doff, drows, dwe, dacc, dacc2,
+                    dref, dactive, scratch, xe,   gu,    hh,  ye};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         ops->mem_free(ctx, bufs[i]);
     }

@@ -545,19 +545,27 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     for (int i = 0; i < B; i++) {
         ids[i] = (int32_t)ftu_argmax(lg + i * e.V, e.V);
     }
-    /* poisoned: both decode forms fail as a whole, no sequence moves */
-    int64_t len0 = engine_seq_length(s[0]);
-    poison_route = 1;
-    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_ERR_INTERNAL);
-    assert_int_equal(engine_fwd_decode_greedy(e.fwd, s, ids, B, out), TDM_ERR_INTERNAL);
-    poison_route = 0;
-    assert_int_equal(engine_seq_length(s[0]), len0);
-    /* the failed sequences go; new ones on the same engine: the reference's bits */
-    for (int i = 0; i < B; i++) {
-        engine_seq_destroy(s[i]);
-        engine_seq_destroy(r[i]);
+    /* poisoned: each decode form fails as a whole at the end of the step (every layer's router
+     * deferred), no sequence moves; the failed sequences go (their state is invalid) and the
+     * next form starts on fresh ones */
+    for (int form = 0; form < 2; form++) {
+        int64_t len0 = engine_seq_length(s[0]);
+        route_calls = route_calls_deferred = 0;
+        poison_route = 1;
+        assert_int_equal(form == 0 ? engine_fwd_decode(e.fwd, s, ids, B, lg)
+                                   : engine_fwd_decode_greedy(e.fwd, s, ids, B, out),
+                         TDM_ERR_INTERNAL);
+        poison_route = 0;
+        assert_int_equal(route_calls, e.cfg->n_layers);
+        assert_int_equal(route_calls_deferred, route_calls);
+        assert_int_equal(engine_seq_length(s[0]), len0);
+        for (int i = 0; i < B; i++) {
+            engine_seq_destroy(s[i]);
+            engine_seq_destroy(r[i]);
+        }
+        prefill_pairs(&e, &ref, s, r, B, 71 + 10 * (uint64_t)form, 4, ids);
     }
-    prefill_pairs(&e, &ref, s, r, B, 71, 4, ids);
+    /* new sequences on the same engine: the reference's bits */
     for (int step = 0; step < 2; step++) {
         assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_OK);
         assert_int_equal(engine_fwd_decode(ref.fwd, r, ids, B, want), TDM_OK);
