@@ -368,8 +368,8 @@ static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint3
  * What the selection of one segment's rows keeps on the host (fwd_host_alloc), reused row by
  * row (an H2D source may be reused once the copy returns, kernels/mem.h), and its backend
  * scratch. The selection bookkeeping (-1 padding, the identity selection, the ascending order,
- * n_pool) is host code on these copies: the row's top-k result and count come back with two
- * D2H copies and the finished row goes out with one H2D copy (docs/NUMERICS.md 7).
+ * n_pool) is host code on these copies: the row's top-k count and result come back with one
+ * D2H copy and the finished row goes out with one H2D copy (docs/NUMERICS.md 7).
  */
 typedef struct {
     int32_t *sel;         /* host [k_I]: the row's selection, ascending, -1 padded */
@@ -377,7 +377,9 @@ typedef struct {
     const uint8_t **ptrs; /* host [2 k_I]: the selected rows' codes, then their scales */
     int32_t *seg_sel;     /* host [N, k_I]: a segment's selections read from their index source
                            * (one D2H per segment; NULL at an index source or without KV) */
-    int64_t *n_dev;       /* backend [1]: ops->topk's count */
+    int64_t *n_dev;       /* backend [1]: ops->topk's count; its index top-k result follows it
+                           * (n_dev + 1: [k_I] int32), so one copy brings both to the host */
+    int64_t *tk_host;     /* host [1 + k_I / 2 + 1]: that copy */
 } sel_stage_t;
 
 /*
@@ -441,23 +443,25 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
             return st;
         }
     }
-    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, sel, stage->n_dev);
+    /* the result right after its count: one copy to the host brings both (one wait) */
+    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, (int32_t *)(stage->n_dev + 1),
+                        stage->n_dev);
     if (st != TDM_OK) {
         if (st == TDM_ERR_INTERNAL) {
             tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
         }
         return st;
     }
-    st = fwd_to_host(fwd, &n_sel, stage->n_dev, sizeof(n_sel));
+    st = fwd_to_host(fwd, stage->tk_host, stage->n_dev,
+                     sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
+    n_sel = stage->tk_host[0];
     if (st == TDM_OK && (n_sel < 0 || n_sel > kI)) {
         st = TDM_ERR_INTERNAL;
-    }
-    if (st == TDM_OK) {
-        st = fwd_to_host(fwd, hs, sel, (size_t)n_sel * sizeof(int32_t));
     }
     if (st != TDM_OK) {
         return st;
     }
+    memcpy(hs, stage->tk_host + 1, (size_t)n_sel * sizeof(int32_t));
     for (int64_t k = n_sel; k < kI; k++) {
         hs[k] = -1;
     }
@@ -626,12 +630,14 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         stage.sel = fwd_host_alloc(fwd, (size_t)kI * sizeof(int32_t));
         stage.ptrs = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*stage.ptrs));
         stage.bits = fwd_host_alloc(fwd, (size_t)((n_vis_most + 31) / 32) * sizeof(uint32_t));
-        stage.n_dev = fwd_alloc(fwd, sizeof(int64_t));
+        stage.n_dev = fwd_alloc(fwd, sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
+        stage.tk_host = fwd_host_alloc(fwd, sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
         stage.seg_sel = NULL;
         if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0) {
             stage.seg_sel = fwd_host_alloc(fwd, (size_t)(N * kI) * sizeof(int32_t));
         }
         if (stage.sel == NULL || stage.ptrs == NULL || stage.bits == NULL || stage.n_dev == NULL ||
+            stage.tk_host == NULL ||
             (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0 &&
              stage.seg_sel == NULL)) {
             return TDM_ERR_NO_MEMORY;

@@ -52,6 +52,7 @@ typedef struct {
 /* Bits of kern_ctx_t.status_word. */
 #define KERN_STATUS_ROUTE_NAN   0x1 /* kern_moe_route_fn: a row with a NaN or fewer than K scores */
 #define KERN_STATUS_PAGE_HEADER 0x2 /* kern_page_mark_fn (CUDA): not an initialised page header */
+#define KERN_STATUS_TOPK_NAN    0x4 /* kern_topk_fn: a NaN among the values */
 
 /*
  * kern_pool_create - start a pool of n_threads - 1 worker threads (all started here, none later;

@@ -30,7 +30,9 @@ kern_index_scores_fn kern_index_scores_cpu;
  * kern_topk_fn - the indices of the k largest of vals [n] in tie order (value descending, index
  * ascending), skipping -inf values: writes *n_out = min(k, #finite-or-+inf) indices into
  * idx_out [k], best first. Returns TDM_OK, TDM_ERR_INVALID_ARG (NULL, k < 0), or
- * TDM_ERR_INTERNAL if any value is NaN (outputs unspecified).
+ * TDM_ERR_INTERNAL if any value is NaN (outputs unspecified); with ctx->status_word set
+ * (kernels/backend.h) a NaN instead gives *n_out = 0, ORs KERN_STATUS_TOPK_NAN into the word
+ * and returns TDM_OK (CUDA: without waiting for its stream).
  * scratch: [n] int32 work space. vals, scratch, idx_out and n_out are all backend memory (CUDA:
  * device memory; the CUDA version reads *n_out back itself, waiting for its stream, to report a
  * NaN): a caller that needs the count on the host copies it out (KERN_COPY_D2H).

@@ -404,7 +404,8 @@ GUARD_OP(index_scores,
 GUARD_OP(topk,
          (kern_ctx_t * ctx, const float *vals, int64_t n, int64_t k, int32_t *scratch,
           int32_t *idx_out, int64_t *n_out),
-         (ctx, vals, n, k, scratch, idx_out, n_out), (vals, scratch, idx_out, n_out))
+         (ctx, vals, n, k, scratch, idx_out, n_out),
+         (vals, scratch, idx_out, n_out, ctx != NULL ? ctx->status_word : NULL))
 GUARD_OP(mem_set, (kern_ctx_t * ctx, void *dst, int byte, size_t n_bytes),
          (ctx, dst, byte, n_bytes), (dst))
 GUARD_OP(sync, (kern_ctx_t * ctx), (ctx), (NULL))

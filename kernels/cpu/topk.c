@@ -193,12 +193,16 @@ tdm_status_t kern_topk_cpu(kern_ctx_t *ctx, const float *vals, int64_t n, int64_
     int64_t n_fin = 0, n_cand = 0;
     uint32_t hist[4096], hist_lo[1024];
 
-    (void)ctx;
     if (vals == NULL || n_out == NULL || k < 0 || n < 0 || (k > 0 && idx_out == NULL) ||
         (n > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
     for (int64_t i = 0; i < n; i++) {
+        if (isnan(vals[i]) && ctx != NULL && ctx->status_word != NULL) {
+            *n_out = 0; /* deferred status: an empty selection, the word's bit */
+            *ctx->status_word |= KERN_STATUS_TOPK_NAN;
+            return TDM_OK;
+        }
         if (isnan(vals[i])) {
             return TDM_ERR_INTERNAL;
         }

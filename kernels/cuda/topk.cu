@@ -176,7 +176,7 @@ __device__ void bitonic_sort(int64_t n, GetFn get, SwapFn swap)
 
 __global__ void __launch_bounds__(KC_BLOCK)
     topk_kernel(const float *vals, int64_t n, int64_t k, int32_t *scratch, int32_t *idx_out,
-                int64_t *n_out)
+                int64_t *n_out, int32_t *status_word)
 {
     __shared__ uint32_t sort_key[TOPK_SHARED_SORT];
     __shared__ int32_t sort_idx[TOPK_SHARED_SORT];
@@ -208,7 +208,10 @@ __global__ void __launch_bounds__(KC_BLOCK)
     }
     __syncthreads();
     if (n_nan != 0) {
-        if (tid == 0) {
+        if (tid == 0 && status_word != NULL) {
+            *n_out = 0; /* deferred status: an empty selection, the word's bit */
+            atomicOr(status_word, KERN_STATUS_TOPK_NAN);
+        } else if (tid == 0) {
             *n_out = TOPK_NAN;
         }
         return;
@@ -342,8 +345,12 @@ extern "C" tdm_status_t kern_topk_cuda(kern_ctx_t *ctx, const float *vals, int64
         (n > 0 && scratch == NULL) || n > INT32_MAX) {
         return TDM_ERR_INVALID_ARG;
     }
-    topk_kernel<<<1, KC_BLOCK, 0, stream>>>(vals, n, k, scratch, idx_out, n_out);
+    topk_kernel<<<1, KC_BLOCK, 0, stream>>>(vals, n, k, scratch, idx_out, n_out,
+                                            ctx != NULL ? ctx->status_word : NULL);
     status = kc_launch_status("topk_cuda", n, k);
+    if (status == TDM_OK && ctx != NULL && ctx->status_word != NULL) {
+        return TDM_OK; /* a NaN is reported through the status word: no wait */
+    }
     if (status == TDM_OK) {
         status = kc_call_status(
             "topk_cuda", "cudaMemcpyAsync",

@@ -18,6 +18,7 @@
 #include "kernels/kv_page.h"
 #include "kernels/ops.h"
 #include "kernels/sample.h"
+#include "kernels/topk.h"
 
 #define POOL_PAGES 256
 #define PROMPT     90 /* > window 16, > index_topk 8 compressed rows: ring wrap, indexer, pool */
@@ -584,6 +585,64 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     assert_int_equal(ftu_engine_close(&e), 0);
 }
 
+/* The index top-k seen by the test below: calls, calls with the status word, and (while
+ * poison_topk is set) a NaN among its values (host memory: the CPU table). */
+static int64_t topk_calls, topk_calls_deferred;
+static int poison_topk;
+
+static tdm_status_t watched_topk(kern_ctx_t *ctx, const float *vals, int64_t n, int64_t k,
+                                 int32_t *scratch, int32_t *idx_out, int64_t *n_out)
+{
+    topk_calls++;
+    topk_calls_deferred += ctx != NULL && ctx->status_word != NULL;
+    if (poison_topk && n > 1) {
+        ((float *)vals)[n / 2] = NAN;
+    }
+    return kern_topk_cpu(ctx, vals, n, k, scratch, idx_out, n_out);
+}
+
+/* Decode steps run the index top-k with the deferred status word (its count and result come to
+ * the host in one copy afterwards); a NaN among the index scores fails the whole call with
+ * TDM_ERR_INTERNAL at the end of the step; prefill keeps the immediate status. */
+static void test_decode_index_topk_nan_deferred(void **state)
+{
+    ftu_engine_t e, ref;
+    kern_ops_t table = *kern_ops_cpu();
+    enum { B = 2 };
+    engine_seq_t *s[B], *r[B];
+    int32_t ids[B];
+    float *lg;
+
+    (void)state;
+    table.topk = watched_topk;
+    memset(&e, 0, sizeof(e));
+    memset(&ref, 0, sizeof(ref));
+    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
+    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    lg = malloc(sizeof(float) * (size_t)(B * e.V));
+    assert_non_null(lg);
+    topk_calls = topk_calls_deferred = 0;
+    prefill_pairs(&e, &ref, s, r, B, 81, 3, ids);
+    assert_true(topk_calls > 0);
+    assert_int_equal(topk_calls_deferred, 0);
+    topk_calls = 0;
+    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_OK);
+    assert_true(topk_calls > 0); /* PROMPT > index_topk: real selections */
+    assert_int_equal(topk_calls_deferred, topk_calls);
+    int64_t len0 = engine_seq_length(s[0]);
+    poison_topk = 1;
+    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_ERR_INTERNAL);
+    poison_topk = 0;
+    assert_int_equal(engine_seq_length(s[0]), len0);
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(s[i]);
+        engine_seq_destroy(r[i]);
+    }
+    free(lg);
+    assert_int_equal(ftu_engine_close(&ref), 0);
+    assert_int_equal(ftu_engine_close(&e), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
         cmocka_unit_test(test_decode_greedy_bad_row_fails_alone),
         cmocka_unit_test(test_decode_router_nan_deferred_fails_call_only),
+        cmocka_unit_test(test_decode_index_topk_nan_deferred),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

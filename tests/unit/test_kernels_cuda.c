@@ -1244,6 +1244,27 @@ static void test_topk_cuda_nan_is_internal(void **state)
     assert_int_equal(cuda->topk(&ctx, v_dev, 40, 4, s_dev, i_dev, n_dev), TDM_ERR_INTERNAL);
     assert_int_equal(cuda->topk(&ctx, v_dev, 40, 0, s_dev, i_dev, n_dev), TDM_ERR_INTERNAL);
     print_message("cuda: topk NaN -> TDM_ERR_INTERNAL (k=4 and k=0)\n");
+    /* deferred status word: TDM_OK, an empty selection, the word's bit (as the CPU) */
+    {
+        int32_t *word_dev = dev_alloc(sizeof(int32_t));
+        int32_t word = 0, cpu_word = 0, s_cpu[40], i_cpu[4];
+        int64_t n = -1, n_cpu = -1;
+        kern_ctx_t cpu_ctx = {0};
+        assert_int_equal(cudaMemset(word_dev, 0, sizeof(int32_t)), cudaSuccess);
+        ctx.status_word = word_dev;
+        assert_int_equal(cuda->topk(&ctx, v_dev, 40, 4, s_dev, i_dev, n_dev), TDM_OK);
+        ctx.status_word = NULL;
+        assert_int_equal(cudaMemcpy(&word, word_dev, sizeof(word), cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(&n, n_dev, sizeof(n), cudaMemcpyDeviceToHost), cudaSuccess);
+        cpu_ctx.status_word = &cpu_word;
+        assert_int_equal(kern_ops_cpu()->topk(&cpu_ctx, v, 40, 4, s_cpu, i_cpu, &n_cpu), TDM_OK);
+        assert_int_equal(word, KERN_STATUS_TOPK_NAN);
+        assert_int_equal(cpu_word, KERN_STATUS_TOPK_NAN);
+        assert_int_equal(n, 0);
+        assert_int_equal(n_cpu, 0);
+        cudaFree(word_dev);
+    }
     cudaFree(n_dev);
     cudaFree(i_dev);
     cudaFree(s_dev);
