@@ -725,7 +725,7 @@ static tdm_status_t run_batch_deferred(engine_fwd_t *fwd, fwd_batch_t *b, const 
     if (deferred && st == TDM_OK) {
         st = fwd->ops->mem_copy(&fwd->kctx, &word, fwd->status_word, sizeof(word), KERN_COPY_D2H);
         if (st == TDM_OK && word != 0) {
-            tdm_log(TDM_LOG_ERROR, "engine", "decode step failed on the backend:%s%s%s",
+            tdm_log(TDM_LOG_ERROR, "engine", "decode or verify step failed on the backend:%s%s%s",
                     (word & KERN_STATUS_ROUTE_NAN) != 0 ? " nan reached the expert top-k" : "",
                     (word & KERN_STATUS_TOPK_NAN) != 0 ? " nan reached the index top-k" : "",
                     (word & KERN_STATUS_PAGE_HEADER) != 0 ? " a KV page without a valid header"

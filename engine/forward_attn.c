@@ -379,7 +379,7 @@ typedef struct {
                            * (one D2H per segment; NULL at an index source or without KV) */
     int64_t *n_dev;       /* backend [1]: ops->topk's count; its index top-k result follows it
                            * (n_dev + 1: [k_I] int32), so one copy brings both to the host */
-    int64_t *tk_host;     /* host [1 + k_I / 2 + 1]: that copy */
+    int64_t *tk_host;     /* host, 8 + 4 k_I bytes: that copy */
 } sel_stage_t;
 
 /*
@@ -454,9 +454,9 @@ static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t
     }
     st = fwd_to_host(fwd, stage->tk_host, stage->n_dev,
                      sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
-    n_sel = stage->tk_host[0];
-    if (st == TDM_OK && (n_sel < 0 || n_sel > kI)) {
-        st = TDM_ERR_INTERNAL;
+    if (st == TDM_OK) {
+        n_sel = stage->tk_host[0];
+        st = n_sel < 0 || n_sel > kI ? TDM_ERR_INTERNAL : TDM_OK;
     }
     if (st != TDM_OK) {
         return st;

@@ -45,7 +45,8 @@ typedef struct {
      * the data (kern_moe_route_fn's NaN) returns it, which on CUDA means waiting for the stream.
      * On: the op ORs its KERN_STATUS_* bit into the word, leaves outputs that later ops accept,
      * and returns TDM_OK without waiting; the caller zeroes the word before and reads it once
-     * after, where it waits anyway (a decode step's last copy to the host). */
+     * after, where it waits anyway (a decode step's last copy to the host). A CPU op that can
+     * check at no cost may still return its error at once (kern_page_mark_fn on the CPU). */
     int32_t *status_word;
 } kern_ctx_t;
 

@@ -186,7 +186,8 @@ kern_dequant_rows_fn kern_dequant_rows_cpu;
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, slot_end out of range; on the CPU also a header
  * without the magic, version or valid dims: page untouched). CUDA cannot return that last one
  * without waiting: it leaves such a page untouched and ORs KERN_STATUS_PAGE_HEADER into
- * ctx->status_word, so callers use it only with a status word (kernels/backend.h).
+ * ctx->status_word, and refuses a call without a status word (TDM_ERR_INVALID_ARG;
+ * kernels/backend.h).
  */
 typedef tdm_status_t kern_page_mark_fn(kern_ctx_t *ctx, void *page, uint32_t slot_end);
 kern_page_mark_fn kern_page_mark_cpu;

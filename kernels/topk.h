@@ -34,8 +34,9 @@ kern_index_scores_fn kern_index_scores_cpu;
  * (kernels/backend.h) a NaN instead gives *n_out = 0, ORs KERN_STATUS_TOPK_NAN into the word
  * and returns TDM_OK (CUDA: without waiting for its stream).
  * scratch: [n] int32 work space. vals, scratch, idx_out and n_out are all backend memory (CUDA:
- * device memory; the CUDA version reads *n_out back itself, waiting for its stream, to report a
- * NaN): a caller that needs the count on the host copies it out (KERN_COPY_D2H).
+ * device memory; without a status word the CUDA version reads *n_out back itself, waiting for
+ * its stream, to report a NaN): a caller that needs the count on the host copies it out
+ * (KERN_COPY_D2H).
  */
 typedef tdm_status_t kern_topk_fn(kern_ctx_t *ctx, const float *vals, int64_t n, int64_t k,
                                   int32_t *scratch, int32_t *idx_out, int64_t *n_out);

@@ -419,7 +419,9 @@ __global__ void page_mark_kernel(uint8_t *page, uint32_t slot_end, int32_t *stat
 
 extern "C" tdm_status_t kern_page_mark_cuda(kern_ctx_t *ctx, void *page, uint32_t slot_end)
 {
-    if (page == NULL || slot_end == 0 || slot_end > KERN_KV_PAGE_ROWS) {
+    /* without a status word a bad header could not be reported without waiting: refused */
+    if (page == NULL || slot_end == 0 || slot_end > KERN_KV_PAGE_ROWS || ctx == NULL ||
+        ctx->status_word == NULL) {
         return TDM_ERR_INVALID_ARG;
     }
     page_mark_kernel<<<1, 1, 0, kc_stream(ctx)>>>((uint8_t *)page, slot_end,

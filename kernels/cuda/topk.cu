@@ -12,7 +12,9 @@
  * descending, index ascending) with a bitonic network, in shared memory up to
  * TOPK_SHARED_SORT elements, else in scratch. The result is unique (a total order), so it
  * equals the CPU heap's for identical values. n_out is device memory; a NaN makes it -1, which
- * the host reads back (the op waits for its stream) to return TDM_ERR_INTERNAL.
+ * the host reads back (the op waits for its stream) to return TDM_ERR_INTERNAL; with a status
+ * word on the context (kernels/backend.h) a NaN makes it 0 and sets the word's bit instead,
+ * and the op returns without waiting.
  */
 #include "kernels/cuda/ops_cuda.h"
 

@@ -420,8 +420,8 @@ static void test_moe_ffn_cuda_equals_per_expert_calls(void **state)
 }
 
 /* A page header marked on the device equals kern_kv_page_mark_rows on the host (two marks, the
- * second below the first); a page without the magic is left untouched and reported through the
- * status word. */
+ * second below the first; the word stays 0); a page without the magic is left untouched and
+ * reported through the status word; no status word: refused. */
 static void test_page_mark_cuda_identical(void **state)
 {
     const kern_ops_t *cuda = ctu_require_cuda();
@@ -442,6 +442,9 @@ static void test_page_mark_cuda_identical(void **state)
     assert_int_equal(kern_kv_page_mark_rows(want, 3), TDM_OK);
     ctx.backend = KERN_BACKEND_CUDA;
     void *dpage = dev_from(cuda, page, ly.page_bytes);
+    assert_int_equal(cuda->page_mark(&ctx, dpage, 5), TDM_ERR_INVALID_ARG); /* no status word */
+    void *dword = dev_from(cuda, &word, sizeof(word));
+    ctx.status_word = dword;
     assert_int_equal(cuda->page_mark(&ctx, dpage, 5), TDM_OK);
     assert_int_equal(cuda->page_mark(&ctx, dpage, 3), TDM_OK);
     assert_int_equal(cuda->page_mark(&ctx, dpage, 0), TDM_ERR_INVALID_ARG);
@@ -451,8 +454,6 @@ static void test_page_mark_cuda_identical(void **state)
     /* no magic: untouched, the word's bit */
     page[0] = 'X';
     dpage = dev_from(cuda, page, ly.page_bytes);
-    void *dword = dev_from(cuda, &word, sizeof(word));
-    ctx.status_word = dword;
     assert_int_equal(cuda->page_mark(&ctx, dpage, 7), TDM_OK);
     ctx.status_word = NULL;
     uint8_t *bad = host_from(cuda, dpage, ly.page_bytes);
