@@ -142,13 +142,18 @@ static void test_unreported_session_is_not_asked_for(void **state)
     char ids[1024];
     int queries = atomic_load(&fx->decode.n_queries);
     int decodes = fake_n_records(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST);
+    int aborts = fake_n_aborts(&fx->decode);
 
     ids_text(ids, sizeof(ids), 0, 8);
     complete(fx, "never-seen", ids);
     assert_int_equal(atomic_load(&fx->decode.n_queries), queries);
+    /* one attempt, no retry; at most the release's own abort (when the client's response
+     * completes before the dispatcher has seen the worker's Finish, router_dispatch_release
+     * aborts the worker with "output complete": a benign race, which made "no abort at all"
+     * flaky in CI, and which a late abort of the previous turn can also land here) */
     assert_int_equal(fake_n_records(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST),
                      decodes + 1);
-    assert_int_equal(fake_n_aborts(&fx->decode), 0);
+    assert_true(fake_n_aborts(&fx->decode) <= aborts + 2);
     assert_true(fake_last(&fx->decode, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &r));
     assert_int_equal(r.cached_len, 0);
 }
