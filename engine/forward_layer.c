@@ -150,20 +150,19 @@ static tdm_status_t moe(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *x
     /* xe [rows, H], gu [rows, 2I], h [rows, I], ye [rows, H] in one block (ops->moe_ffn's
      * scratch): N rows, or up to every (token, expert) pair where the arena has room for them */
     int64_t scr_rows = N;
-    float *scr = NULL;
+    float *scr = NULL, *xe = NULL, *gu = NULL, *h = NULL, *ye = NULL;
     if (fwd->params.comm == NULL && N * K > N) {
+        /* N <= fwd_max_rows, so this is at least N */
         scr_rows = N * K < fwd_max_rows(fwd) ? N * K : fwd_max_rows(fwd);
-        scr_rows = scr_rows > N ? scr_rows : N;
-        scr = fwd_alloc(fwd, FLOAT_BYTES(scr_rows * (2 * H + 3 * I)));
+        scr = fwd_alloc(fwd, FLOAT_BYTES(KERN_MOE_SCRATCH_FLOATS(scr_rows, H, I)));
     }
     if (scr == NULL) {
         scr_rows = N;
-        scr = fwd_alloc(fwd, FLOAT_BYTES(scr_rows * (2 * H + 3 * I)));
+        scr = fwd_alloc(fwd, FLOAT_BYTES(KERN_MOE_SCRATCH_FLOATS(scr_rows, H, I)));
     }
-    float *xe = scr;
-    float *gu = scr != NULL ? xe + scr_rows * H : NULL;
-    float *h = scr != NULL ? gu + scr_rows * 2 * I : NULL;
-    float *ye = scr != NULL ? h + scr_rows * I : NULL;
+    if (scr != NULL) {
+        kern_moe_scratch_split(scr, scr_rows, H, I, &xe, &gu, &h, &ye);
+    }
     float *we = fwd_alloc(fwd, FLOAT_BYTES(N * K));
     int64_t *rows = fwd_alloc(fwd, (size_t)(N * K) * sizeof(int64_t));
     int64_t *off_d = fwd_alloc(fwd, (size_t)(E + 1) * sizeof(int64_t));

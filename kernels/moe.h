@@ -89,7 +89,8 @@ tdm_status_t kern_moe_table_fill(const kern_moe_experts_t *ex, const void **tabl
  *
  * xq: [n_tokens, H] the Q_act8 operand.  offsets: [E + 1], rows: [n_pairs] int64, wts:
  * [n_pairs] f32 (kern_expert_rows_fn's outputs; n_pairs = N * K = offsets[E]).  acc:
- * [n_tokens, H] f32, added to.  scratch: [scratch_rows * (2 H + 3 I)] f32, scratch_rows >=
+ * [n_tokens, H] f32, added to.  scratch: [KERN_MOE_SCRATCH_FLOATS(scratch_rows, H, I)] f32
+ * laid out as kern_moe_scratch_split says, scratch_rows >=
  * min(n_tokens, n_pairs) (CUDA works through the pairs scratch_rows at a time).
  * active_out: [E] int64 in backend memory; active_out[e] += 1 for each expert e with at least
  * one pair, on success only (the caller's count of expert weights read); NULL: not counted.
@@ -104,6 +105,21 @@ typedef tdm_status_t kern_moe_ffn_fn(kern_ctx_t *ctx, const kern_moe_experts_t *
                                      float lambda, float *scratch, int64_t scratch_rows, float *acc,
                                      int64_t *active_out);
 kern_moe_ffn_fn kern_moe_ffn_cpu;
+
+/* Floats of a kern_moe_ffn_fn scratch of `rows` pairs. */
+#define KERN_MOE_SCRATCH_FLOATS(rows, H, I) ((rows) * (2 * (H) + 3 * (I)))
+
+/* kern_moe_scratch_split - the scratch layout every backend and the engine share: xe
+ * [rows, H] (gathered token rows), gu [rows, 2I] (gate | up), h [rows, I] (hidden), ye
+ * [rows, H] (expert outputs), one after the other from scratch. */
+static inline void kern_moe_scratch_split(float *scratch, int64_t rows, int64_t H, int64_t I,
+                                          float **xe, float **gu, float **h, float **ye)
+{
+    *xe = scratch;
+    *gu = scratch + rows * H;
+    *h = *gu + rows * 2 * I;
+    *ye = *h + rows * I;
+}
 
 #ifdef __cplusplus
 }

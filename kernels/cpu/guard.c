@@ -214,17 +214,23 @@ static tdm_status_t guard_host_register(kern_ctx_t *ctx, const void *host, size_
 
 /* Every pointer an op reads or writes must be backend memory (on CUDA a host pointer there is
  * a device fault, on the CPU it would pass unnoticed): abort naming the op and the argument. */
+/* After a violation was printed: abort, or in report mode count it and print where. */
+static void guard_violation(void)
+{
+    if (!g.report) {
+        abort();
+    }
+    g.n_reports++;
+    print_stack();
+}
+
 static void guard_args(const char *op, const void *const *ptrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (ptrs[i] != NULL && !kern_guard_contains(ptrs[i], 1)) {
             fprintf(stderr, "guard: %s: pointer argument %zu (%p) is host memory\n", op, i,
                     ptrs[i]);
-            if (!g.report) {
-                abort();
-            }
-            g.n_reports++;
-            print_stack();
+            guard_violation();
         }
     }
 }
@@ -363,11 +369,7 @@ static tdm_status_t guard_moe_ffn(kern_ctx_t *ctx, const kern_moe_experts_t *ex,
         if (ex->table == NULL || !kern_guard_contains(ex->table, table_bytes)) {
             fprintf(stderr, "guard: moe_ffn: the expert pointer table (%p) is not backend memory\n",
                     (const void *)ex->table);
-            if (!g.report) {
-                abort();
-            }
-            g.n_reports++;
-            print_stack();
+            guard_violation();
         }
         for (int64_t e = 0; e < ex->n_experts && ex->w1 != NULL && ex->w3 != NULL && ex->w2 != NULL;
              e++) {

@@ -178,10 +178,7 @@ tdm_status_t kern_moe_ffn_cpu(kern_ctx_t *ctx, const kern_moe_experts_t *ex, con
                          acc)) {
         return TDM_ERR_INVALID_ARG;
     }
-    xe = scratch;
-    gu = xe + scratch_rows * H;
-    h = gu + scratch_rows * 2 * I;
-    ye = h + scratch_rows * I;
+    kern_moe_scratch_split(scratch, scratch_rows, H, I, &xe, &gu, &h, &ye);
     /* the per-expert sequence of calls the engine made before this op (same order, same bits) */
     for (int64_t e = 0; e < ex->n_experts && st == TDM_OK; e++) {
         int64_t p0 = offsets[e], ne = offsets[e + 1] - offsets[e];

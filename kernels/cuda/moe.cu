@@ -342,10 +342,8 @@ static tdm_status_t moe_ffn_per_expert(kern_ctx_t *ctx, const kern_moe_experts_t
     cudaStream_t stream = kc_stream(ctx);
     const int64_t E = ex->n_experts;
     int64_t *off = (int64_t *)malloc((size_t)(E + 1) * sizeof(int64_t));
-    float *xe = scratch;
-    float *gu = xe + scratch_rows * H;
-    float *h = gu + scratch_rows * 2 * I;
-    float *ye = h + scratch_rows * I;
+    float *xe, *gu, *h, *ye;
+    kern_moe_scratch_split(scratch, scratch_rows, H, I, &xe, &gu, &h, &ye);
 
     (void)n_tokens;
     (void)n_pairs;
@@ -423,10 +421,8 @@ extern "C" tdm_status_t kern_moe_ffn_cuda(kern_ctx_t *ctx, const kern_moe_expert
     }
     E = ex->n_experts;
     tab = ex->table;
-    float *xe = scratch;
-    float *gu = xe + scratch_rows * H;
-    float *h = gu + scratch_rows * 2 * I;
-    float *ye = h + scratch_rows * I;
+    float *xe, *gu, *h, *ye;
+    kern_moe_scratch_split(scratch, scratch_rows, H, I, &xe, &gu, &h, &ye);
     /* the first held expert's descriptors give the shape and dtype of the grouped launches */
     const kern_mat_t *w1 = &ex->w1[0], *w3 = &ex->w3[0], *w2 = &ex->w2[0];
     for (int64_t e = 0; e < E && w1->data == NULL; e++) {

@@ -176,8 +176,8 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     float *dref = mfc_dev(ops, ctx, acc0, sizeof(acc0));
     int64_t *dactive = mfc_dev(ops, ctx, NULL, sizeof(active));
     float *dacc2 = mfc_dev(ops, ctx, acc0, sizeof(acc0));
-    float *scratch =
-        mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(scratch_rows * (2 * H + 3 * I)));
+    float *scratch = mfc_dev(ops, ctx, NULL,
+                             sizeof(float) * (size_t)KERN_MOE_SCRATCH_FLOATS(scratch_rows, H, I));
     float *xe = mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(N * H));
     float *gu = mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(N * 2 * I));
     float *hh = mfc_dev(ops, ctx, NULL, sizeof(float) * (size_t)(N * I));

@@ -431,6 +431,22 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
     }
 }
 
+/* The tiny checkpoint on `table` (e) and on the plain CPU table (ref, the reference), each in
+ * 32-token chunks; close_pair checks that both gave every page back. */
+static void open_pair(ftu_engine_t *e, ftu_engine_t *ref, const kern_ops_t *table)
+{
+    memset(e, 0, sizeof(*e));
+    memset(ref, 0, sizeof(*ref));
+    assert_int_equal(ftu_engine_open_on(e, POOL_PAGES, table, 32), 0);
+    assert_int_equal(ftu_engine_open_on(ref, POOL_PAGES, NULL, 32), 0);
+}
+
+static void close_pair(ftu_engine_t *e, ftu_engine_t *ref)
+{
+    assert_int_equal(ftu_engine_close(ref), 0);
+    assert_int_equal(ftu_engine_close(e), 0);
+}
+
 /* n new sequences on e and the same on ref, sequence i prefilled with prompt seed + i of
  * PROMPT - shrink * i tokens; last_ids[i] = its last prompt token (the first decode input). */
 static void prefill_pairs(ftu_engine_t *e, ftu_engine_t *ref, engine_seq_t **s, engine_seq_t **r,
@@ -473,10 +489,7 @@ static void test_decode_greedy_bad_row_fails_alone(void **state)
 
     (void)state;
     table.argmax = poisoned_argmax;
-    memset(&e, 0, sizeof(e));
-    memset(&ref, 0, sizeof(ref));
-    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
-    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    open_pair(&e, &ref, &table);
     prefill_pairs(&e, &ref, g, r, B, 51, 7, ids);
     assert_int_equal(engine_fwd_decode_greedy(e.fwd, g, ids, B, out), TDM_OK);
     assert_int_equal(engine_fwd_decode_greedy(ref.fwd, r, ids, B, want), TDM_OK);
@@ -486,8 +499,7 @@ static void test_decode_greedy_bad_row_fails_alone(void **state)
         engine_seq_destroy(g[i]);
         engine_seq_destroy(r[i]);
     }
-    assert_int_equal(ftu_engine_close(&ref), 0);
-    assert_int_equal(ftu_engine_close(&e), 0);
+    close_pair(&e, &ref);
 }
 
 /* The router seen by the two tests below: how many calls carried the deferred status word, and
@@ -525,10 +537,7 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
 
     (void)state;
     table.moe_route = watched_route;
-    memset(&e, 0, sizeof(e));
-    memset(&ref, 0, sizeof(ref));
-    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
-    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    open_pair(&e, &ref, &table);
     lg = malloc(sizeof(float) * (size_t)(B * e.V));
     want = malloc(sizeof(float) * (size_t)(B * e.V));
     assert_non_null(lg);
@@ -581,8 +590,7 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
     }
     free(lg);
     free(want);
-    assert_int_equal(ftu_engine_close(&ref), 0);
-    assert_int_equal(ftu_engine_close(&e), 0);
+    close_pair(&e, &ref);
 }
 
 /* The index top-k seen by the test below: calls, calls with the status word, and (while
@@ -615,10 +623,7 @@ static void test_decode_index_topk_nan_deferred(void **state)
 
     (void)state;
     table.topk = watched_topk;
-    memset(&e, 0, sizeof(e));
-    memset(&ref, 0, sizeof(ref));
-    assert_int_equal(ftu_engine_open_on(&e, POOL_PAGES, &table, 32), 0);
-    assert_int_equal(ftu_engine_open_on(&ref, POOL_PAGES, NULL, 32), 0);
+    open_pair(&e, &ref, &table);
     lg = malloc(sizeof(float) * (size_t)(B * e.V));
     assert_non_null(lg);
     topk_calls = topk_calls_deferred = 0;
@@ -639,8 +644,7 @@ static void test_decode_index_topk_nan_deferred(void **state)
         engine_seq_destroy(r[i]);
     }
     free(lg);
-    assert_int_equal(ftu_engine_close(&ref), 0);
-    assert_int_equal(ftu_engine_close(&e), 0);
+    close_pair(&e, &ref);
 }
 
 int main(void)
