@@ -17,6 +17,11 @@ static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b
     return e < n_a ? keys_a + e * d : keys_b + (sel != NULL ? sel[e - n_a] : e - n_a) * d;
 }
 
+float kern_exp(float x)
+{
+    return cpu_exp(x);
+}
+
 /* kern_attention_cpu and kern_attention_sel_cpu (arguments checked by them). */
 static void attention(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
                       const int32_t *sel, int64_t n_b, const float *sink, int64_t n_heads,
@@ -48,10 +53,10 @@ static void attention(const float *q, const float *keys_a, int64_t n_a, const fl
             mu = scratch[e] > mu ? scratch[e] : mu;
         }
         for (int64_t e = 0; e < n_keys; e++) {
-            scratch[e] = expf(scratch[e] - mu);
+            scratch[e] = cpu_exp(scratch[e] - mu);
             den += scratch[e];
         }
-        den += expf(sink[h] - mu);
+        den += cpu_exp(sink[h] - mu);
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
             const float *k = key_at(keys_a, n_a, keys_b, sel, e, d);

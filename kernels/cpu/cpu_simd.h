@@ -6,8 +6,11 @@
 #ifndef TANDEM_KERNELS_CPU_SIMD_H
 #define TANDEM_KERNELS_CPU_SIMD_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kernels/attention.h"
 
 /* cpu_bf16_round - kern_bf16_round(x), inlined (FP32 in, the BF16 value as FP32 out). */
 static inline float cpu_bf16_round(float x)
@@ -22,6 +25,40 @@ static inline float cpu_bf16_round(float x)
     bits &= 0xFFFF0000u;
     memcpy(&x, &bits, sizeof(x));
     return x;
+}
+
+/* 2^k for an integer k in [-126, 127], exact. */
+static inline float cpu_exp_pow2(int32_t k)
+{
+    uint32_t bits = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* cpu_exp - kern_exp(x) inlined: the steps kernels/attention.h defines, in that order, each one
+ * IEEE-754 single-precision operation (fmaf fused; the kernels are built with -ffp-contract=off).
+ * kernels/cpu/vec_body.inc's vb_exp runs the same steps on 16 lanes (the same bits). */
+static inline float cpu_exp(float x)
+{
+    if (x != x) {
+        return x;
+    }
+    float xc = KERN_EXP_LO > x ? KERN_EXP_LO : x;
+    xc = xc > KERN_EXP_HI ? KERN_EXP_HI : xc;
+    float k = (xc * KERN_EXP_LOG2E + KERN_EXP_ROUND) - KERN_EXP_ROUND;
+    float r = fmaf(k, -KERN_EXP_LN2_HI, xc);
+    r = fmaf(k, -KERN_EXP_LN2_LO, r);
+    float p = fmaf(KERN_EXP_C7, r, KERN_EXP_C6);
+    p = fmaf(p, r, KERN_EXP_C5);
+    p = fmaf(p, r, KERN_EXP_C4);
+    p = fmaf(p, r, KERN_EXP_C3);
+    p = fmaf(p, r, KERN_EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    float k1 = (k * 0.5f + KERN_EXP_ROUND) - KERN_EXP_ROUND;
+    float k2 = k - k1;
+    return (p * cpu_exp_pow2((int32_t)k1)) * cpu_exp_pow2((int32_t)k2);
 }
 
 #endif

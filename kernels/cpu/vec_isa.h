@@ -35,7 +35,7 @@ typedef struct {
                         float scale, float *s);
     /* kern_attention_cpu's softmax of every head in place, s [n_heads, n] (n >= 1):
      * s[h n + e] = exp(s[h n + e] - mu_h) / den_h, den_h = sum over e ascending of those
-     * exponentials, plus exp(sink[h] - mu_h); libm's expf */
+     * exponentials, plus exp(sink[h] - mu_h); exp = kern_exp (cpu_exp's bits) */
     void (*attn_softmax)(float *s, int64_t n_heads, int64_t n, const float *sink);
     /* o[h * d + c] = bf16(sum over e ascending of p[h * n_keys + e] * key_e[c]) from 0.0f for
      * h < n_heads, keys as attn_scores'; d % 16 == 0 (kern_attention_cpu's weighted sums of
@@ -73,6 +73,8 @@ typedef struct {
     /* y[i] = bf16(a[i] + b[i]) (kern_add_bf16_cpu); b NULL: y[i] = bf16(a[i])
      * (kern_bf16_round_cpu); y may alias a or b */
     void (*add_bf16)(const float *a, const float *b, int64_t n, float *y);
+    /* y[i] = kern_exp(x[i]) (kernels/attention.h) for i < n, any n; y may be x */
+    void (*exp_n)(const float *x, int64_t n, float *y);
 } cpu_vec_ops_t;
 
 #if defined(__x86_64__)

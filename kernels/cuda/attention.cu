@@ -3,12 +3,12 @@
  *
  * Attention: one block per head. The logits are the CPU's bits: one half-warp per key computes
  * q_h . k_e in the 16-lane order of kernels/gemm.h (kc_lane_tree16), times scale; the maximum
- * is exact. The softmax denominator is a fixed-order block sum (not the CPU's ascending loop)
- * and exp is the device expf, so p_e may differ from the CPU's by a few ulp; P.V runs one
- * thread per channel over the keys in ascending order, as on the CPU. Logits live in shared
- * memory up to ATT_MAX_SHARED_KEYS keys; beyond that the caller's scratch [n_a + n_b] holds
- * them and one block walks the heads in turn. The key set is keys_a then keys_b (window
- * entries, then selected compressed rows).
+ * is exact. exp is kern_exp's steps (kc_exp: the CPU's bits), but the softmax denominator is a
+ * fixed-order block sum (not the CPU's ascending loop), so p_e may differ from the CPU's by a
+ * few ulp; P.V runs one thread per channel over the keys in ascending order, as on the CPU.
+ * Logits live in shared memory up to ATT_MAX_SHARED_KEYS keys; beyond that the caller's scratch
+ * [n_a + n_b] holds them and one block walks the heads in turn. The key set is keys_a then
+ * keys_b (window entries, then selected compressed rows).
  *
  * Pooling: one thread per channel, the CPU's loops with the device expf.
  */
@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(KC_BLOCK)
         mu = kc_block_max(mu, red);
         float part = 0.0f;
         for (int64_t e = tid; e < n_keys; e += KC_BLOCK) {
-            sc[e] = expf(__fsub_rn(sc[e], mu));
+            sc[e] = kc_exp(__fsub_rn(sc[e], mu));
             part = __fadd_rn(part, sc[e]);
         }
-        const float den = __fadd_rn(kc_block_sum(part, red), expf(__fsub_rn(sink[h], mu)));
+        const float den = __fadd_rn(kc_block_sum(part, red), kc_exp(__fsub_rn(sink[h], mu)));
         for (int64_t e = tid; e < n_keys; e += KC_BLOCK) {
             sc[e] = __fdiv_rn(sc[e], den);
         }

@@ -1,7 +1,7 @@
 /* cuda_common.cuh - helpers shared by the CUDA forward-pass kernels (internal to kernels/cuda).
  *
  * The stream of a kern_ctx_t, launch-error reporting (one error line, TDM_ERR_INTERNAL), BF16
- * rounding with the bits of kern_bf16_round, the 16-lane dot-product order of kernels/gemm.h
+ * rounding with the bits of kern_bf16_round, kern_exp's steps (kc_exp), the 16-lane dot-product order of kernels/gemm.h
  * for a half-warp, and fixed-order block reductions. Every reduction here has a fixed shape
  * (block size, lane tree), so a result depends only on its own inputs: never on the grid, the
  * batch size or scheduling. Kernels must be compiled with --fmad=false (kernels/CMakeLists.txt)
@@ -14,6 +14,7 @@
 extern "C" {
 #include "common/log.h"
 #include "common/status.h"
+#include "kernels/attention.h"
 #include "kernels/backend.h"
 }
 
@@ -85,6 +86,34 @@ __device__ __forceinline__ float kc_bf16_round(float x)
 __device__ __forceinline__ float kc_bf16_to_f32(uint32_t bf16_bits)
 {
     return __uint_as_float(bf16_bits << 16);
+}
+
+/* kern_exp (kernels/attention.h) on one thread: its steps in order with the _rn intrinsics, so
+ * the CPU's bits (cpu_exp). */
+__device__ __forceinline__ float kc_exp(float x)
+{
+    if (x != x) {
+        return x;
+    }
+    float xc = KERN_EXP_LO > x ? KERN_EXP_LO : x;
+    xc = xc > KERN_EXP_HI ? KERN_EXP_HI : xc;
+    const float k =
+        __fsub_rn(__fadd_rn(__fmul_rn(xc, KERN_EXP_LOG2E), KERN_EXP_ROUND), KERN_EXP_ROUND);
+    float r = __fmaf_rn(k, -KERN_EXP_LN2_HI, xc);
+    r = __fmaf_rn(k, -KERN_EXP_LN2_LO, r);
+    float p = __fmaf_rn(KERN_EXP_C7, r, KERN_EXP_C6);
+    p = __fmaf_rn(p, r, KERN_EXP_C5);
+    p = __fmaf_rn(p, r, KERN_EXP_C4);
+    p = __fmaf_rn(p, r, KERN_EXP_C3);
+    p = __fmaf_rn(p, r, KERN_EXP_C2);
+    p = __fmaf_rn(p, r, 1.0f);
+    p = __fmaf_rn(p, r, 1.0f);
+    const float k1 =
+        __fsub_rn(__fadd_rn(__fmul_rn(k, 0.5f), KERN_EXP_ROUND), KERN_EXP_ROUND);
+    const float k2 = __fsub_rn(k, k1);
+    const float s1 = __int_as_float(((int)k1 + 127) << 23);
+    const float s2 = __int_as_float(((int)k2 + 127) << 23);
+    return __fmul_rn(__fmul_rn(p, s1), s2);
 }
 
 /*

@@ -4,7 +4,8 @@
  * special values, the one-row GEMV (BF16, FP32) and the pooled GEMM against kern_gemm_ref_cpu,
  * mHC collapse/update and attention against the scalar loops written here, index scores,
  * RMSNorm, RoPE, the Engram gate, mHC and attention at sizes with tails against the scalar
- * set's plain loops, and two threads sharing the pool. */
+ * set's plain loops, kern_exp against e^x in double and its vector form against it bit for
+ * bit, and two threads sharing the pool. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -22,6 +23,7 @@
 #include "kernels/codec_bits.h"
 #include "kernels/gemm.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/cpu/vec_isa.h"
 #include "kernels/glue.h"
 #include "kernels/mhc.h"
 #include "kernels/moe.h"
@@ -524,10 +526,10 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
                 mu = s[e] > mu ? s[e] : mu;
             }
             for (int e = 0; e < NA + NB; e++) {
-                s[e] = expf(s[e] - mu);
+                s[e] = kern_exp(s[e] - mu);
                 den += s[e];
             }
-            den += expf(sink[h] - mu);
+            den += kern_exp(sink[h] - mu);
             for (int c = 0; c < D; c++) {
                 acc[c] = 0.0f;
             }
@@ -543,6 +545,80 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
             }
         }
         assert_bits_equal(o, want, NH * D, "attention");
+    }
+}
+
+/* Distance of kern_exp's y from e^x (double) in units of y's last place (the ulp of e^x's binade;
+ * below FP32's normal range the subnormal spacing 2^-149). */
+static double exp_ulps(float x, float y)
+{
+    double t = exp((double)x);
+    int e;
+    if (t < 0x1p-126) {
+        return fabs((double)y - t) / 0x1p-149;
+    }
+    if (t > 0x1.fffffep127) { /* rounds to +inf in FP32 */
+        return isinf(y) && y > 0.0f ? 0.0 : INFINITY;
+    }
+    (void)frexp(t, &e);
+    return fabs((double)y - t) / ldexp(1.0, e - 24);
+}
+
+/* kern_exp (kernels/attention.h): within 1 ulp of e^x on every 61st float of [-110, 90], exact
+ * at the edges; the vector path of this instruction set (cpu_vec_ops()->exp_n, the one the
+ * attention softmax uses) equals it bit for bit on every 257th bit pattern (NaNs, infinities,
+ * subnormals included) and on tails of every length. */
+static void test_exp_within_one_ulp_and_lanes_equal(void **state)
+{
+    const cpu_vec_ops_t *vec = cpu_vec_ops();
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    (void)state;
+    for (float x = -110.0f; x <= 90.0f;) {
+        uint32_t b;
+        double u = exp_ulps(x, kern_exp(x));
+        if (u > worst) {
+            worst = u;
+            worst_x = x;
+        }
+        memcpy(&b, &x, sizeof(b));
+        b = x < 0.0f ? (b > 61u + 0x80000000u ? b - 61u : 0u) : b + 61u;
+        x = from_bits(b);
+    }
+    if (worst >= 1.0) {
+        fail_msg("kern_exp: %.3f ulp at %a", worst, (double)worst_x);
+    }
+    assert_true(kern_exp(0.0f) == 1.0f && kern_exp(-0.0f) == 1.0f);
+    assert_true(kern_exp(-INFINITY) == 0.0f && kern_exp(-104.0f) == 0.0f);
+    assert_true(isinf(kern_exp(INFINITY)) && isinf(kern_exp(89.0f)));
+    assert_true(isfinite(kern_exp(88.72f)) && kern_exp(88.72f) > 0x1.fp127f);
+    assert_true(kern_exp(-103.0f) > 0.0f && kern_exp(-103.0f) < 0x1p-126f);
+    {
+        float nan_in = from_bits(0x7FC01234u), nan_out = kern_exp(nan_in);
+        assert_memory_equal(&nan_in, &nan_out, sizeof(float));
+    }
+    if (vec == NULL) {
+        return; /* the scalar set: kern_exp is its definition */
+    }
+    enum { CHUNK = 4096 };
+    static float x[CHUNK], y[CHUNK], want[CHUNK];
+    uint64_t b = 0;
+    while (b < 0x100000000ull) {
+        int n = 0;
+        for (; n < CHUNK && b < 0x100000000ull; n++, b += 257u) {
+            x[n] = from_bits((uint32_t)b);
+            want[n] = kern_exp(x[n]);
+        }
+        vec->exp_n(x, n, y);
+        assert_bits_equal(y, want, n, "exp_n");
+    }
+    for (int n = 0; n <= 40; n++) { /* whole vectors and tails; in place */
+        for (int i = 0; i < n; i++) {
+            x[i] = frand(20.0f);
+            want[i] = kern_exp(x[i]);
+        }
+        vec->exp_n(x, n, x);
+        assert_bits_equal(x, want, n, "exp_n in place");
     }
 }
 
@@ -962,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
+        cmocka_unit_test(test_exp_within_one_ulp_and_lanes_equal),
         cmocka_unit_test(test_quantizers_match_scalar_codec),
         cmocka_unit_test(test_other_kernels_match_scalar_set),
         cmocka_unit_test(test_row_blocked_kernels_match_row_at_a_time),
