@@ -2,8 +2,10 @@
  * printf, consume, take, read_file, and allocation failure leaving the buffer unchanged; the
  * same growth for typed arrays (tdm_array_grow).
  *
- * This test links with -Wl,--wrap=realloc (tests/CMakeLists.txt): __wrap_realloc fails when
- * fail_reallocs is set, so the failure path of every growing call runs for real. */
+ * This test links with -Wl,--wrap=realloc,--wrap=malloc (tests/CMakeLists.txt): __wrap_realloc
+ * and __wrap_malloc fail when fail_reallocs is set, so the failure path of every growing call
+ * runs for real. (malloc too: an optimizing compiler may turn common/buf.c's realloc of a
+ * pointer it knows is NULL into a malloc, as GCC -O2 does inlining tdm_buf_take.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,8 @@
 
 void *__real_realloc(void *ptr, size_t n_bytes);
 void *__wrap_realloc(void *ptr, size_t n_bytes);
+void *__real_malloc(size_t n_bytes);
+void *__wrap_malloc(size_t n_bytes);
 
 static int fail_reallocs; /* test switch: the next reallocs fail while set */
 static int n_reallocs;    /* reallocs seen (failed ones included) */
@@ -31,6 +35,14 @@ void *__wrap_realloc(void *ptr, size_t n_bytes)
         return NULL;
     }
     return __real_realloc(ptr, n_bytes);
+}
+
+void *__wrap_malloc(size_t n_bytes)
+{
+    if (fail_reallocs) {
+        return NULL;
+    }
+    return __real_malloc(n_bytes);
 }
 
 static int reset_switches(void **state)
