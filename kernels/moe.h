@@ -39,7 +39,8 @@ kern_moe_route_fn kern_moe_route_cpu;
 
 /*
  * kern_swiglu_fn - h[r,i] = BF16(w[r] * (silu(min(g, lambda)) * clamp(u, -lambda, lambda)))
- * with silu(z) = z * sigmoid(z), sigmoid(z) = 1 / (1 + exp(-z)), FP32 (R8).
+ * with silu(z) = z * sigmoid(z), sigmoid(z) = 1 / (1 + exp(-z)), FP32 (R8); exp = kern_exp
+ * (kernels/attention.h).
  * gu: [n_rows, 2*I]: g in [:, 0:I], u in [:, I:2I] (BF16 values).  w: [n_rows] (NULL = 1).
  * h_out: [n_rows, I].
  */

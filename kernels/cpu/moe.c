@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #define MOE_MAX_E    4096 /* most experts the router's stack scratch holds */
-#define SWIGLU_CHUNK 16   /* elements per vector SwiGLU call (one expf pass, then the vector) */
+#define SWIGLU_CHUNK 16   /* elements per vector SwiGLU call (one exp_n pass, then the vector) */
 
 static int cmp_i32(const void *a, const void *b)
 {
@@ -86,14 +86,15 @@ tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, i
     for (int64_t r = 0; r < n_rows; r++) {
         float wr = w != NULL ? w[r] : 1.0f;
         int64_t i = 0;
-        /* SWIGLU_CHUNK elements at a time: expf per element (libm), then the rest of the
-         * loop's operations, lane by lane, on the vector set */
+        /* SWIGLU_CHUNK elements at a time: the exponentials (exp_n: kern_exp's bits), then the
+         * rest of the loop's operations, lane by lane, on the vector set */
         for (; vec != NULL && i + SWIGLU_CHUNK <= I; i += SWIGLU_CHUNK) {
             const float *g = gu + r * 2 * I + i;
             float e[SWIGLU_CHUNK];
             for (int k = 0; k < SWIGLU_CHUNK; k++) {
-                e[k] = expf(-(g[k] < lambda ? g[k] : lambda));
+                e[k] = -(g[k] < lambda ? g[k] : lambda);
             }
+            vec->exp_n(e, SWIGLU_CHUNK, e);
             vec->swiglu(g, g + I, e, SWIGLU_CHUNK, lambda, wr, h_out + r * I + i);
         }
         for (; i < I; i++) {
@@ -101,7 +102,7 @@ tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, i
             float u = gu[r * 2 * I + I + i];
             float gm = g < lambda ? g : lambda;
             float uc = u < -lambda ? -lambda : (u > lambda ? lambda : u);
-            float h = (gm * (1.0f / (1.0f + expf(-gm)))) * uc;
+            float h = (gm * (1.0f / (1.0f + cpu_exp(-gm)))) * uc;
             h_out[r * I + i] = cpu_bf16_round(wr * h);
         }
     }

@@ -54,7 +54,7 @@ typedef struct {
      * (element k of row r at M[k * 16 + r]), in place */
     void (*mhc_sinkhorn)(float *M, int m, int iters, float eh);
     /* kern_swiglu_cpu's loop on one row of n elements (n % 16 == 0) with e[i] =
-     * expf(-min(g[i], lambda)) computed by the caller (libm's, per element) */
+     * kern_exp(-min(g[i], lambda)) computed by the caller (exp_n) */
     void (*swiglu)(const float *g, const float *u, const float *e, int64_t n, float lambda,
                    float wr, float *h);
     /* kern_rope_cpu on one row x [n_heads, dim] (every head's first dim - d_r elements rounded

@@ -12,7 +12,7 @@
  * unless the context carries a status word (kernels/backend.h): then the row gets experts
  * 0 .. K-1 at weight 0, the word's bit is set on the device, and nothing waits.
  *
- * SwiGLU: elementwise, the CPU's arithmetic with the device expf.
+ * SwiGLU: elementwise, the CPU's arithmetic and exp (kc_exp: kern_exp's steps), so its bits.
  *
  * Routed experts: every expert in one grouped launch per GEMM (kc_gemm_grouped reads the group
  * offsets on the device), so the layer needs no copy of the offsets to the host and no wait.
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(KC_BLOCK)
         const float u = gu[r * 2 * I + I + i];
         const float gm = g < lambda ? g : lambda;
         const float uc = u < -lambda ? -lambda : (u > lambda ? lambda : u);
-        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gm)));
+        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, kc_exp(-gm)));
         h[e] = kc_bf16_round(__fmul_rn(wr, __fmul_rn(__fmul_rn(gm, sig), uc)));
     }
 }

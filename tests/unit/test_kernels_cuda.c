@@ -1,12 +1,12 @@
 /* test_kernels_cuda.c - the CUDA forward-pass kernels (kern_ops_cuda(), kernels/cuda/<op>.cu)
  * against the CPU reference (kern_ops_cpu()) on random inputs, with the tolerances of MODEL.md
  * 6(e): exact ops (Q_act8, GEMM in the batch-invariant order, mHC collapse/update, index scores,
- * top-k) bit-identical; BF16 outputs whose CUDA version reduces in another order or uses the
- * device expf within one BF16 ulp on a few elements (relative L2 <= 2^-8 per row, inside the
- * normative 2^-6); FP32 coefficients within 1e-4; selections equal except near-ties. Also CUDA
- * batch invariance (a row alone, in a batch of 8 and in larger batches: identical bits) and the
- * INVALID_ARG paths. Every test prints its figures ("cuda == cpu" / "cuda vs cpu") and, without
- * a usable device, prints why and skips (never passes).
+ * top-k, SwiGLU with kern_exp's steps) bit-identical; BF16 outputs whose CUDA version reduces in
+ * another order or uses the device expf within one BF16 ulp on a few elements (relative L2 <= 2^-8
+ * per row, inside the normative 2^-6); FP32 coefficients within 1e-4; selections equal except
+ * near-ties. Also CUDA batch invariance (a row alone, in a batch of 8 and in larger batches:
+ * identical bits) and the INVALID_ARG paths. Every test prints its figures ("cuda == cpu" / "cuda
+ * vs cpu") and, without a usable device, prints why and skips (never passes).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -1008,7 +1008,8 @@ static void test_moe_route_cuda_nan_and_too_few_candidates_are_internal(void **s
     free(logits);
 }
 
-static void test_swiglu_cuda_within_one_bf16_ulp(void **state)
+/* SwiGLU on CUDA runs the CPU's operations with kern_exp's steps (kc_exp): the same bits. */
+static void test_swiglu_cuda_identical(void **state)
 {
     const int64_t n_rows = 6;
     const int64_t I = 2304;
@@ -1031,7 +1032,7 @@ static void test_swiglu_cuda_within_one_bf16_ulp(void **state)
             cuda->swiglu(&ctx, gu_dev, with_w ? w_dev : NULL, n_rows, I, lambda, h_dev), TDM_OK);
         float *got = host_from_dev(h_dev, n_rows * I);
         cmp_t c = compare_rows(got, want, n_rows, I);
-        expect_bf16_close(with_w ? "swiglu I=2304 weighted" : "swiglu I=2304 (w NULL)", &c);
+        expect_identical(with_w ? "swiglu I=2304 weighted" : "swiglu I=2304 (w NULL)", &c);
         free(got);
     }
     cudaFree(h_dev);
@@ -1524,7 +1525,7 @@ int main(void)
         cmocka_unit_test(test_engram_gate_cuda_within_one_bf16_ulp),
         cmocka_unit_test(test_moe_route_cuda_same_selection_except_near_ties),
         cmocka_unit_test(test_moe_route_cuda_nan_and_too_few_candidates_are_internal),
-        cmocka_unit_test(test_swiglu_cuda_within_one_bf16_ulp),
+        cmocka_unit_test(test_swiglu_cuda_identical),
         cmocka_unit_test(test_attention_cuda_within_one_bf16_ulp),
         cmocka_unit_test(test_compress_pool_cuda_within_one_bf16_ulp),
         cmocka_unit_test(test_index_scores_cuda_bit_identical),
