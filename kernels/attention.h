@@ -84,7 +84,8 @@ kern_attention_sel_fn kern_attention_sel_cpu;
 
 /*
  * kern_compress_pool_fn - ratio-r gated pooling of one group (MODEL.md 5.3): per channel c,
- * w_p = exp(b_p,c - max) / sum_p' exp(b_p',c - max), v_c = BF16(sum_p w_p a_p,c), p ascending.
+ * w_p = exp(b_p,c - max) / sum_p' exp(b_p',c - max), v_c = BF16(sum_p w_p a_p,c), p ascending;
+ * exp = kern_exp.
  * a, b: [r, d] FP32 projections of the group's tokens.  v_out: [d].
  */
 typedef tdm_status_t kern_compress_pool_fn(kern_ctx_t *ctx, const float *a, const float *b, int r,

@@ -124,10 +124,10 @@ tdm_status_t kern_compress_pool_cpu(kern_ctx_t *ctx, const float *a, const float
             mx = b[p * d + c] > mx ? b[p * d + c] : mx;
         }
         for (int p = 0; p < r; p++) {
-            den += expf(b[p * d + c] - mx);
+            den += cpu_exp(b[p * d + c] - mx);
         }
         for (int p = 0; p < r; p++) {
-            acc += (expf(b[p * d + c] - mx) / den) * a[p * d + c];
+            acc += (cpu_exp(b[p * d + c] - mx) / den) * a[p * d + c];
         }
         v_out[c] = cpu_bf16_round(acc);
     }

@@ -10,7 +10,7 @@
  * [n_a + n_b] holds them and one block walks the heads in turn. The key set is keys_a then
  * keys_b (window entries, then selected compressed rows).
  *
- * Pooling: one thread per channel, the CPU's loops with the device expf.
+ * Pooling: one thread per channel, the CPU's loops and exp (kc_exp): the CPU's bits.
  */
 #include "kernels/cuda/ops_cuda.h"
 
@@ -134,10 +134,10 @@ __global__ void __launch_bounds__(KC_BLOCK)
             mx = b[p * d + c] > mx ? b[p * d + c] : mx;
         }
         for (int p = 0; p < r; p++) {
-            den = __fadd_rn(den, expf(__fsub_rn(b[p * d + c], mx)));
+            den = __fadd_rn(den, kc_exp(__fsub_rn(b[p * d + c], mx)));
         }
         for (int p = 0; p < r; p++) {
-            const float w = __fdiv_rn(expf(__fsub_rn(b[p * d + c], mx)), den);
+            const float w = __fdiv_rn(kc_exp(__fsub_rn(b[p * d + c], mx)), den);
             acc = __fadd_rn(acc, __fmul_rn(w, a[p * d + c]));
         }
         v[c] = kc_bf16_round(acc);

@@ -1,12 +1,13 @@
 /* test_kernels_cuda.c - the CUDA forward-pass kernels (kern_ops_cuda(), kernels/cuda/<op>.cu)
  * against the CPU reference (kern_ops_cpu()) on random inputs, with the tolerances of MODEL.md
  * 6(e): exact ops (Q_act8, GEMM in the batch-invariant order, mHC collapse/update, index scores,
- * top-k, SwiGLU with kern_exp's steps) bit-identical; BF16 outputs whose CUDA version reduces in
- * another order or uses the device expf within one BF16 ulp on a few elements (relative L2 <= 2^-8
- * per row, inside the normative 2^-6); FP32 coefficients within 1e-4; selections equal except
- * near-ties. Also CUDA batch invariance (a row alone, in a batch of 8 and in larger batches:
- * identical bits) and the INVALID_ARG paths. Every test prints its figures ("cuda == cpu" / "cuda
- * vs cpu") and, without a usable device, prints why and skips (never passes).
+ * top-k, SwiGLU and the compressor's pooling with kern_exp's steps) bit-identical; BF16 outputs
+ * whose CUDA version reduces in another order or uses the device expf within one BF16 ulp on a few
+ * elements (relative L2 <= 2^-8 per row, inside the normative 2^-6); FP32 coefficients within 1e-4;
+ * selections equal except near-ties. Also CUDA batch invariance (a row alone, in a batch of 8 and
+ * in larger batches: identical bits) and the INVALID_ARG paths. Every test prints its figures
+ * ("cuda == cpu" / "cuda vs cpu") and, without a usable device, prints why and skips (never
+ * passes).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -1114,7 +1115,8 @@ static void test_attention_cuda_within_one_bf16_ulp(void **state)
     check_attention(cuda, &rng, 2, 64, 4500, 700);  /* logits in the caller's scratch */
 }
 
-static void test_compress_pool_cuda_within_one_bf16_ulp(void **state)
+/* Pooling on CUDA runs the CPU's loops with kern_exp's steps (kc_exp): the same bits. */
+static void test_compress_pool_cuda_identical(void **state)
 {
     static const int ratios[] = {2, 4};
     static const int64_t dims[] = {512, 100};
@@ -1139,7 +1141,7 @@ static void test_compress_pool_cuda_within_one_bf16_ulp(void **state)
         float *got = host_from_dev(v_dev, d);
         snprintf(what, sizeof(what), "compress_pool r=%d d=%lld", r, (long long)d);
         cmp_t c = compare_rows(got, want, 1, d);
-        expect_bf16_close(what, &c);
+        expect_identical(what, &c);
         free(got);
         cudaFree(v_dev);
         cudaFree(b_dev);
@@ -1527,7 +1529,7 @@ int main(void)
         cmocka_unit_test(test_moe_route_cuda_nan_and_too_few_candidates_are_internal),
         cmocka_unit_test(test_swiglu_cuda_identical),
         cmocka_unit_test(test_attention_cuda_within_one_bf16_ulp),
-        cmocka_unit_test(test_compress_pool_cuda_within_one_bf16_ulp),
+        cmocka_unit_test(test_compress_pool_cuda_identical),
         cmocka_unit_test(test_index_scores_cuda_bit_identical),
         cmocka_unit_test(test_topk_cuda_identical_to_cpu),
         cmocka_unit_test(test_topk_cuda_nan_is_internal),
