@@ -51,8 +51,9 @@ float kern_exp(float x);
 /*
  * kern_attention_fn - for one query position and each head h < n_heads:
  * z_e = (q_h . k_e) * scale (dot in the batch-invariant GEMM order), mu = max_e z_e,
- * p_e = exp(z_e - mu) / (sum_e' exp(z_e' - mu) + exp(sink_h - mu)) (sum ascending e, exp =
- * kern_exp),
+ * p_e = exp(z_e - mu) / (sum_e' exp(z_e' - mu) + exp(sink_h - mu)) (exp = kern_exp; the sum
+ * in the 16-lane order of kernels/gemm.h: lane j adds e = j, j + 16, ... ascending, then the
+ * fixed lane tree, so a GPU's half-warp computes it in the same order),
  * o_h = BF16(sum_e p_e k_e) (ascending e). With no keys, o_h = 0.
  *
  * The key set is keys_a [n_a, d] followed by keys_b [n_b, d] (window entries, then selected

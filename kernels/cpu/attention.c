@@ -22,6 +22,23 @@ float kern_exp(float x)
     return cpu_exp(x);
 }
 
+/* The softmax denominator's sum of x [n] (kern_attention_fn): lane j of 16 adds x[e] for
+ * e = j, j + 16, ... ascending from 0.0f, then the fixed tree of kernels/gemm.h (lane j +=
+ * lane j + 8, + 4, + 2, + 1), the order of kern_dot_cpu's partial sums. */
+static float sum16(const float *x, int64_t n)
+{
+    float l[16] = {0.0f};
+    for (int64_t e = 0; e < n; e++) {
+        l[e % 16] += x[e];
+    }
+    for (int s = 8; s >= 1; s /= 2) {
+        for (int j = 0; j < s; j++) {
+            l[j] = l[j] + l[j + s];
+        }
+    }
+    return l[0];
+}
+
 /* kern_attention_cpu and kern_attention_sel_cpu (arguments checked by them). */
 static void attention(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
                       const int32_t *sel, int64_t n_b, const float *sink, int64_t n_heads,
@@ -41,7 +58,7 @@ static void attention(const float *q, const float *keys_a, int64_t n_a, const fl
         const float *qh = q + h * d;
         float *oh = o_out + h * d;
         float mu = -INFINITY;
-        float den = 0.0f;
+        float den;
         for (int64_t c = 0; c < d; c++) {
             oh[c] = 0.0f;
         }
@@ -54,9 +71,8 @@ static void attention(const float *q, const float *keys_a, int64_t n_a, const fl
         }
         for (int64_t e = 0; e < n_keys; e++) {
             scratch[e] = cpu_exp(scratch[e] - mu);
-            den += scratch[e];
         }
-        den += cpu_exp(sink[h] - mu);
+        den = sum16(scratch, n_keys) + cpu_exp(sink[h] - mu);
         for (int64_t e = 0; e < n_keys; e++) {
             float p = scratch[e] / den;
             const float *k = key_at(keys_a, n_a, keys_b, sel, e, d);

@@ -34,8 +34,8 @@ typedef struct {
                         const float *keys_b, const int32_t *sel, int64_t n_keys, int64_t d,
                         float scale, float *s);
     /* kern_attention_cpu's softmax of every head in place, s [n_heads, n] (n >= 1):
-     * s[h n + e] = exp(s[h n + e] - mu_h) / den_h, den_h = sum over e ascending of those
-     * exponentials, plus exp(sink[h] - mu_h); exp = kern_exp (cpu_exp's bits) */
+     * s[h n + e] = exp(s[h n + e] - mu_h) / den_h, den_h = the sum of those exponentials in the
+     * 16-lane order (kernels/attention.h), plus exp(sink[h] - mu_h); exp = kern_exp */
     void (*attn_softmax)(float *s, int64_t n_heads, int64_t n, const float *sink);
     /* o[h * d + c] = bf16(sum over e ascending of p[h * n_keys + e] * key_e[c]) from 0.0f for
      * h < n_heads, keys as attn_scores'; d % 16 == 0 (kern_attention_cpu's weighted sums of

@@ -3,9 +3,9 @@
  *
  * Attention: one block per head. The logits are the CPU's bits: one half-warp per key computes
  * q_h . k_e in the 16-lane order of kernels/gemm.h (kc_lane_tree16), times scale; the maximum
- * is exact. exp is kern_exp's steps (kc_exp: the CPU's bits), but the softmax denominator is a
- * fixed-order block sum (not the CPU's ascending loop), so p_e may differ from the CPU's by a
- * few ulp; P.V runs one thread per channel over the keys in ascending order, as on the CPU.
+ * is exact; exp is kern_exp's steps (kc_exp); the softmax denominator is the 16-lane sum of
+ * kernels/attention.h (one half-warp, kc_lane_tree16); P.V runs one thread per channel over
+ * the keys in ascending order: every step the CPU's, so the CPU's bits.
  * Logits live in shared memory up to ATT_MAX_SHARED_KEYS keys; beyond that the caller's scratch
  * [n_a + n_b] holds them and one block walks the heads in turn. The key set is keys_a then
  * keys_b (window entries, then selected compressed rows).
@@ -73,12 +73,23 @@ __global__ void __launch_bounds__(KC_BLOCK)
             mu = sc[e] > mu ? sc[e] : mu;
         }
         mu = kc_block_max(mu, red);
-        float part = 0.0f;
         for (int64_t e = tid; e < n_keys; e += KC_BLOCK) {
             sc[e] = kc_exp(__fsub_rn(sc[e], mu));
-            part = __fadd_rn(part, sc[e]);
         }
-        const float den = __fadd_rn(kc_block_sum(part, red), kc_exp(__fsub_rn(sink[h], mu)));
+        __syncthreads();
+        if (tid < KC_WARP) { /* the 16-lane order: both half-warps of warp 0 compute it */
+            float part = 0.0f;
+            for (int64_t e = lane; e < n_keys; e += KC_DOT_LANES) {
+                part = __fadd_rn(part, sc[e]);
+            }
+            part = kc_lane_tree16(part);
+            if (tid == 0) {
+                red[0] = part;
+            }
+        }
+        __syncthreads();
+        const float den = __fadd_rn(red[0], kc_exp(__fsub_rn(sink[h], mu)));
+        __syncthreads(); /* every thread has read red[0] before the next head's max reuses it */
         for (int64_t e = tid; e < n_keys; e += KC_BLOCK) {
             sc[e] = __fdiv_rn(sc[e], den);
         }

@@ -525,11 +525,17 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
                 s[e] = kern_dot_cpu(q + h * D, k, D) * 0.125f;
                 mu = s[e] > mu ? s[e] : mu;
             }
+            float lanes[16] = {0.0f}; /* the denominator in the 16-lane order, then the tree */
             for (int e = 0; e < NA + NB; e++) {
                 s[e] = kern_exp(s[e] - mu);
-                den += s[e];
+                lanes[e % 16] += s[e];
             }
-            den += kern_exp(sink[h] - mu);
+            for (int st = 8; st >= 1; st /= 2) {
+                for (int j = 0; j < st; j++) {
+                    lanes[j] = lanes[j] + lanes[j + st];
+                }
+            }
+            den = lanes[0] + kern_exp(sink[h] - mu);
             for (int c = 0; c < D; c++) {
                 acc[c] = 0.0f;
             }
