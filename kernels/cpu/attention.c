@@ -17,7 +17,7 @@ static const float *key_at(const float *keys_a, int64_t n_a, const float *keys_b
     return e < n_a ? keys_a + e * d : keys_b + (sel != NULL ? sel[e - n_a] : e - n_a) * d;
 }
 
-float kern_exp(float x)
+CPU_FMA_CLONES float kern_exp(float x)
 {
     return cpu_exp(x);
 }
@@ -40,9 +40,10 @@ static float sum16(const float *x, int64_t n)
 }
 
 /* kern_attention_cpu and kern_attention_sel_cpu (arguments checked by them). */
-static void attention(const float *q, const float *keys_a, int64_t n_a, const float *keys_b,
-                      const int32_t *sel, int64_t n_b, const float *sink, int64_t n_heads,
-                      int64_t d, float scale, float *scratch, float *o_out)
+CPU_FMA_CLONES static void attention(const float *q, const float *keys_a, int64_t n_a,
+                                     const float *keys_b, const int32_t *sel, int64_t n_b,
+                                     const float *sink, int64_t n_heads, int64_t d, float scale,
+                                     float *scratch, float *o_out)
 {
     int64_t n_keys = n_a + n_b;
     const cpu_vec_ops_t *vec = cpu_vec_ops();
@@ -125,8 +126,8 @@ tdm_status_t kern_attention_sel_cpu(kern_ctx_t *ctx, const float *q, const float
     return TDM_OK;
 }
 
-tdm_status_t kern_compress_pool_cpu(kern_ctx_t *ctx, const float *a, const float *b, int r,
-                                    int64_t d, float *v_out)
+CPU_FMA_CLONES tdm_status_t kern_compress_pool_cpu(kern_ctx_t *ctx, const float *a, const float *b,
+                                                   int r, int64_t d, float *v_out)
 {
     (void)ctx;
     if (a == NULL || b == NULL || v_out == NULL || r < 1 || d <= 0) {

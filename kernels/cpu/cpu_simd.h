@@ -27,6 +27,15 @@ static inline float cpu_bf16_round(float x)
     return x;
 }
 
+/* CPU_FMA_CLONES: on x86-64 GCC, a function that calls cpu_exp is compiled twice
+ * (target_clones): with FMA where the CPU has it, so fmaf is one instruction instead of a libm
+ * call (the bits are the same either way). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define CPU_FMA_CLONES
+#endif
+
 /* 2^k for an integer k in [-126, 127], exact. */
 static inline float cpu_exp_pow2(int32_t k)
 {

@@ -74,8 +74,8 @@ tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits, const floa
     return TDM_OK;
 }
 
-tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w, int64_t n_rows,
-                             int64_t I, float lambda, float *h_out)
+CPU_FMA_CLONES tdm_status_t kern_swiglu_cpu(kern_ctx_t *ctx, const float *gu, const float *w,
+                                            int64_t n_rows, int64_t I, float lambda, float *h_out)
 {
     const cpu_vec_ops_t *vec = cpu_vec_ops();
 

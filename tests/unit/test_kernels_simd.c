@@ -618,6 +618,19 @@ static void test_exp_within_one_ulp_and_lanes_equal(void **state)
         vec->exp_n(x, n, y);
         assert_bits_equal(y, want, n, "exp_n");
     }
+    { /* the inputs where a fused xc * LOG2E + ROUND would change k (found exhaustively) */
+        static const uint32_t k_ties[19] = {0x41e61ff7u, 0x41fc4e3au, 0x42145560u, 0x423b2655u,
+                                            0x426fd435u, 0x428b5295u, 0x428cb579u, 0xc0d2b77cu,
+                                            0xc0ff1402u, 0xc14214cau, 0xc158430du, 0xc16e7150u,
+                                            0xc2490340u, 0xc25f3183u, 0xc283013cu, 0xc28cb579u,
+                                            0xc2a180d8u, 0xc2a2e3bcu, 0xc2a70c69u};
+        for (int i = 0; i < 19; i++) {
+            x[i] = from_bits(k_ties[i]);
+            want[i] = kern_exp(x[i]);
+        }
+        vec->exp_n(x, 19, y);
+        assert_bits_equal(y, want, 19, "exp_n at k's rounding ties");
+    }
     for (int n = 0; n <= 40; n++) { /* whole vectors and tails; in place */
         for (int i = 0; i < n; i++) {
             x[i] = frand(20.0f);
