@@ -401,7 +401,7 @@ const ANSWER_SCHEMA = {
 async function json_schema_output_parses_and_validates() {
     for (const seed of [1, 2, 3]) {
         const r = await client.chat.completions.create(
-            { model: MODEL, messages: CHAT, max_tokens: 200, temperature: 1, seed,
+            { model: MODEL, messages: CHAT, max_tokens: 1000, temperature: 1, seed,
               response_format: { type: 'json_schema',
                                  json_schema: { name: 'answer', strict: true,
                                                 schema: ANSWER_SCHEMA } } }, session());
