@@ -2,9 +2,9 @@
  *
  * The stream of a kern_ctx_t, launch-error reporting (one error line, TDM_ERR_INTERNAL), BF16
  * rounding with the bits of kern_bf16_round, kern_exp's steps (kc_exp), the 16-lane dot-product
- * order of kernels/gemm.h for a half-warp, and fixed-order block reductions. Every reduction here has a fixed shape
- * (block size, lane tree), so a result depends only on its own inputs: never on the grid, the
- * batch size or scheduling. Kernels must be compiled with --fmad=false (kernels/CMakeLists.txt)
+ * order of kernels/gemm.h for a half-warp, and fixed-order block reductions. Every reduction
+ * here has a fixed shape (block size, lane tree), so a result depends only on its own inputs:
+ * never on the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false (kernels/CMakeLists.txt)
  * so that "a * b + c" is two roundings, as in the CPU reference (ISO C11, no contraction).
  * Owns no state.
  */
