@@ -4,9 +4,9 @@
  * rounding with the bits of kern_bf16_round, kern_exp's steps (kc_exp), the 16-lane dot-product
  * order of kernels/gemm.h for a half-warp, and fixed-order block reductions. Every reduction
  * here has a fixed shape (block size, lane tree), so a result depends only on its own inputs:
- * never on the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false (kernels/CMakeLists.txt)
- * so that "a * b + c" is two roundings, as in the CPU reference (ISO C11, no contraction).
- * Owns no state.
+ * never on the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false
+ * (kernels/CMakeLists.txt) so that "a * b + c" is two roundings, as in the CPU reference (ISO
+ * C11, no contraction). Owns no state.
  */
 #ifndef TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH
 #define TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH
