@@ -226,6 +226,16 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
     if (st == TDM_OK) {
         st = fwd->ops->mem_alloc(&fwd->kctx, sizeof(int32_t), (void **)&fwd->status_word);
     }
+    if (st == TDM_OK && c->n_engram_layer_ids > 0) { /* fwd_engram_ahead's buffers */
+        size_t rows = (size_t)c->n_engram_layer_ids * ENGINE_FWD_MAX_BATCH *
+                      (size_t)model->engram_layout.n_cols;
+        st = fwd->ops->mem_alloc(&fwd->kctx, rows * (size_t)c->engram_head_dim * sizeof(float),
+                                 (void **)&fwd->engram_rows);
+        if (st == TDM_OK) {
+            st = fwd->ops->mem_alloc(&fwd->kctx, 2 * rows * sizeof(*fwd->engram_ptrs),
+                                     (void **)&fwd->engram_ptrs);
+        }
+    }
     if (st == TDM_OK) {
         st =
             backend_arena(fwd, &fwd->batch_arena, &fwd->batch_mem,
@@ -248,6 +258,11 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->host_arena);
     tdm_arena_fini(&fwd->batch_arena);
+    for (int i = 0; i < ENGINE_CONFIG_MAX_ENGRAM_LAYERS; i++) {
+        fwd->ops->ahead_free(&fwd->kctx, &fwd->engram_ahead[i]); /* before its buffers */
+    }
+    fwd->ops->mem_free(&fwd->kctx, fwd->engram_rows);
+    fwd->ops->mem_free(&fwd->kctx, (void *)fwd->engram_ptrs);
     fwd->ops->mem_free(&fwd->kctx, fwd->layer_mem);
     fwd->ops->mem_free(&fwd->kctx, fwd->batch_mem);
     fwd->ops->mem_free(&fwd->kctx, fwd->ikey_cache);
@@ -290,6 +305,7 @@ tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
     b->pool = tdm_arena_alloc(a, (size_t)(N * c->candidate_topk_blocks) * sizeof(int32_t), 64);
     b->n_pool = tdm_arena_alloc(a, (size_t)N * sizeof(int32_t), 64);
     b->experts = tdm_arena_alloc(a, (size_t)(N * K) * sizeof(int32_t), 64);
+    b->engram_ready = 0;
     b->taps = c->n_blocks > 0
                   ? tdm_arena_alloc(a, FLOAT_BYTES(N * c->n_dspark_target_layer_ids * H), 64)
                   : NULL;
@@ -610,6 +626,9 @@ static tdm_status_t run_batch(engine_fwd_t *fwd, fwd_batch_t *b, int lower_end, 
     int64_t out_row = 0;
 
     st = fwd_batch_embed(fwd, b);
+    if (st == TDM_OK) { /* Engram rows of this batch, gathered while the layers before run */
+        st = fwd_engram_ahead(fwd, b, all_layers ? c->n_layers : lower_end);
+    }
     for (int l = 0; l < lower_end && st == TDM_OK; l++) {
         st = fwd_layer_run(fwd, b, l);
     }

@@ -55,6 +55,9 @@ typedef struct {
     int32_t *experts;
     float *taps;
     int have_taps;
+    /* bit s: the rows of Engram slot s were gathered ahead for this batch (fwd_engram_ahead) and
+     * wait in fwd->engram_rows under ticket fwd->engram_ahead[s]; 0: gathered in the layer */
+    uint32_t engram_ready;
 } fwd_batch_t;
 
 struct engine_fwd {
@@ -98,6 +101,13 @@ struct engine_fwd {
     int64_t moe_e_max;
     /* the deferred status word of decode steps (kern_ctx_t.status_word; backend int32) */
     int32_t *status_word;
+    /* Engram rows gathered ahead (issue 14 item 4; fwd_engram_ahead): per Engram slot s, its
+     * rows [ENGINE_FWD_MAX_BATCH, n_cols * d_e] f32 at engram_rows + s * that, and their codes
+     * then scales pointers [2 * ENGINE_FWD_MAX_BATCH * n_cols] at engram_ptrs + s * that
+     * (backend memory; NULL without Engram layers); the ticket of each slot's gather */
+    float *engram_rows;
+    const uint8_t **engram_ptrs;
+    kern_ahead_t engram_ahead[ENGINE_CONFIG_MAX_ENGRAM_LAYERS];
 };
 
 /* fwd_gemm - ops->gemm on the context's kernel context, counting the matrix's resident bytes
@@ -162,6 +172,18 @@ int64_t fwd_ring_run(const engine_seq_t *seq, int64_t p, int64_t end);
  */
 tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const uint8_t *kc,
                             const uint8_t *ks);
+
+/*
+ * fwd_engram_ahead - start, on the backend's side queue (ops->rows_ahead), the Engram table-row
+ * gathers of every Engram layer below n_layers_run for a batch of at most ENGINE_FWD_MAX_BATCH
+ * rows (a decode step, a verify, a draft-free small batch), right after fwd_batch_embed: the rows
+ * depend only on token ids, so on a GPU their reads from pinned host memory overlap the layers
+ * before each Engram layer; fwd_layer_run's Engram step waits for its slot (ops->ahead_wait)
+ * instead of gathering. Larger batches (prefill chunks) and batches that never call this gather
+ * in the layer, as before. Same rows, same bits either way. Sets b->engram_ready. TDM_OK,
+ * TDM_ERR_NO_MEMORY, or the ops' errors (b->engram_ready then has only the started slots).
+ */
+tdm_status_t fwd_engram_ahead(engine_fwd_t *fwd, fwd_batch_t *b, int n_layers_run);
 
 /* fwd_alloc - n_bytes of backend memory (what ops read and write: device memory on CUDA) from
  * the layer arena, 64-byte aligned; NULL when it is full. Host code never dereferences it: it

@@ -18,34 +18,33 @@ static int32_t token_at(const fwd_seg_t *seg, int64_t p)
     return engine_seq_id_at(seg->seq, p);
 }
 
-static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
+/*
+ * The Engram table-row pointers of every row of b at Engram layer l (MODEL.md 5.6: the n-gram
+ * hashes of each row's ids) into backend memory ptrs_d [2 * N * n_cols]: codes, then scales,
+ * row r's column c at r * n_cols + c. Built in host staging, one copy to the backend.
+ */
+static tdm_status_t engram_row_ptrs(engine_fwd_t *fwd, const fwd_batch_t *b, int l,
+                                    const uint8_t **ptrs_d)
 {
     const engine_model_t *model = fwd->model;
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_weights_t *lw = &model->layers[l];
     int slot = cfg->roles[l].engram_slot;
-    int64_t N = b->N, m = cfg->hc_mult, H = cfg->hidden_size;
+    int64_t N = b->N;
     int ngram = (int)cfg->engram_max_ngram_size;
     int64_t de = cfg->engram_head_dim;
     int n_cols = model->engram_layout.n_cols;
-    int64_t n_e = (int64_t)n_cols * de;
-    float *e = fwd_alloc(fwd, FLOAT_BYTES(N * n_e));
-    float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * (m + 1) * H));
     size_t ptr_bytes = (size_t)(N * n_cols) * sizeof(const uint8_t *);
-    /* the row pointers: built in host staging [codes | scales], then one copy to the backend */
     const uint8_t **ptrs_h = fwd_host_alloc(fwd, 2 * ptr_bytes);
-    const uint8_t **ptrs_d = fwd_alloc(fwd, 2 * ptr_bytes);
-    const uint8_t **codes = ptrs_h, **scales = ptrs_h + N * n_cols;
     const int32_t *tmap = model->sidecar.token_map;
     int32_t pad_cid = tmap[cfg->engram_pad_token_id];
-    tdm_status_t st = TDM_OK;
 
-    if (e == NULL || kv == NULL || ptrs_h == NULL || ptrs_d == NULL) {
+    if (ptrs_h == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+    for (int s = 0; s < b->n_segs; s++) {
         const fwd_seg_t *seg = &b->segs[s];
-        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
+        for (int64_t i = 0; i < seg->n; i++) {
             int64_t p = seg->pos0 + i;
             int64_t ids[ENGINE_CONFIG_MAX_NGRAM];
             int64_t rows[ENGINE_ENGRAM_MAX_COLS];
@@ -59,18 +58,76 @@ static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
             fwd->read_weight_bytes += (uint64_t)(n_cols * (de + de / 32));
             for (int c = 0; c < n_cols; c++) {
                 int64_t k = (seg->row0 + i) * n_cols + c; /* output row of e [N * n_cols, de] */
-                codes[k] = lw->e_codes + rows[c] * de;
-                scales[k] = lw->e_scales + rows[c] * (de / 32);
+                ptrs_h[k] = lw->e_codes + rows[c] * de;
+                ptrs_h[N * n_cols + k] = lw->e_scales + rows[c] * (de / 32);
             }
         }
     }
-    if (st == TDM_OK) {
-        st = fwd->ops->mem_copy(&fwd->kctx, ptrs_d, ptrs_h, 2 * ptr_bytes, KERN_COPY_H2D);
+    return fwd_to_backend(fwd, ptrs_d, ptrs_h, 2 * ptr_bytes);
+}
+
+tdm_status_t fwd_engram_ahead(engine_fwd_t *fwd, fwd_batch_t *b, int n_layers_run)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    int64_t N = b->N, de = cfg->engram_head_dim;
+    int64_t n_cols = fwd->model->engram_layout.n_cols;
+    tdm_status_t st = TDM_OK;
+
+    b->engram_ready = 0;
+    if (fwd->engram_rows == NULL || N < 1 || N > ENGINE_FWD_MAX_BATCH) {
+        return TDM_OK; /* gathered in the layer */
     }
-    /* every row's table rows in one gather */
-    if (st == TDM_OK) {
-        st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, ptrs_d, ptrs_d + N * n_cols,
-                                    N * n_cols, de, e);
+    for (int s = 0; s < cfg->n_engram_layer_ids && st == TDM_OK; s++) {
+        int l = (int)cfg->engram_layer_ids[s];
+        float *rows = fwd->engram_rows + (int64_t)s * ENGINE_FWD_MAX_BATCH * n_cols * de;
+        const uint8_t **ptrs = fwd->engram_ptrs + (int64_t)s * 2 * ENGINE_FWD_MAX_BATCH * n_cols;
+        if (l >= n_layers_run) {
+            continue;
+        }
+        st = engram_row_ptrs(fwd, b, l, ptrs);
+        if (st == TDM_OK) {
+            st = fwd->ops->rows_ahead(&fwd->kctx, KERN_ROWS_ACT8, ptrs, ptrs + N * n_cols,
+                                      N * n_cols, de, rows, &fwd->engram_ahead[s]);
+        }
+        if (st == TDM_OK) {
+            b->engram_ready |= 1u << s;
+        }
+    }
+    return st;
+}
+
+static tdm_status_t engram_update(engine_fwd_t *fwd, fwd_batch_t *b, int l)
+{
+    const engine_model_t *model = fwd->model;
+    const engine_config_t *cfg = fwd->cfg;
+    const engine_layer_weights_t *lw = &model->layers[l];
+    int slot = cfg->roles[l].engram_slot;
+    int64_t N = b->N, m = cfg->hc_mult, H = cfg->hidden_size;
+    int64_t de = cfg->engram_head_dim;
+    int n_cols = model->engram_layout.n_cols;
+    int64_t n_e = (int64_t)n_cols * de;
+    float *kv = fwd_alloc(fwd, FLOAT_BYTES(N * (m + 1) * H));
+    float *e;
+    tdm_status_t st;
+
+    if (kv == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if ((b->engram_ready & (1u << slot)) != 0) { /* fwd_engram_ahead's gather: wait for it */
+        e = fwd->engram_rows + (int64_t)slot * ENGINE_FWD_MAX_BATCH * n_e;
+        b->engram_ready &= ~(1u << slot);
+        st = fwd->ops->ahead_wait(&fwd->kctx, &fwd->engram_ahead[slot]);
+    } else { /* every row's table rows in one gather, here */
+        const uint8_t **ptrs_d = fwd_alloc(fwd, 2 * (size_t)(N * n_cols) * sizeof(*ptrs_d));
+        e = fwd_alloc(fwd, FLOAT_BYTES(N * n_e));
+        if (e == NULL || ptrs_d == NULL) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        st = engram_row_ptrs(fwd, b, l, ptrs_d);
+        if (st == TDM_OK) {
+            st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, ptrs_d, ptrs_d + N * n_cols,
+                                        N * n_cols, de, e);
+        }
     }
     if (st == TDM_OK) {
         st = fwd->ops->qdq_act8(&fwd->kctx, e, N, n_e, e);

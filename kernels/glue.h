@@ -178,6 +178,59 @@ typedef tdm_status_t kern_dequant_rows_fn(kern_ctx_t *ctx, kern_rows_format_t fo
 kern_dequant_rows_fn kern_dequant_rows_cpu;
 
 /*
+ * kern_ahead_t - a ticket for a gather started ahead of its use on a side queue of the backend
+ * (kern_rows_ahead_fn), so that it overlaps the work queued after it, and waited for where its
+ * output is first needed (kern_ahead_wait_fn). Issue 14 item 4: the Engram rows of a decode step
+ * are known from the token ids before layer 0 runs, and on a GPU their reads from pinned host
+ * memory then overlap the layers before the Engram layer instead of stalling it.
+ *
+ * Zero-initialised = idle and holding nothing. Caller-owned host memory, one per gather in flight;
+ * released with kern_ahead_free_fn. CPU and guard: the gather is done when the start returns and
+ * the ticket holds nothing but the flag. CUDA: a side stream and two events (made at the first
+ * start, kept for the next ones).
+ */
+typedef struct {
+    void *queue; /* CUDA: cudaStream_t of the side queue; NULL until the first start */
+    void *ready; /* CUDA: cudaEvent_t on the context's stream, recorded at each start */
+    void *done;  /* CUDA: cudaEvent_t on the side queue, recorded after each gather */
+    int pending; /* 1 from a start until its wait */
+} kern_ahead_t;
+
+/*
+ * kern_rows_ahead_fn - start kern_dequant_rows_fn's gather (same arguments, same bits) on the
+ * ticket's side queue. The gather sees everything queued on ctx before the call (the pointer
+ * arrays copied in, earlier readers of y_out done) and may still run when the call returns: until
+ * kern_ahead_wait_fn on the same ticket, nothing may read y_out or write y_out, the pointer
+ * arrays or the rows they point to. A start on a ticket still pending is queued after the earlier
+ * gather (its output was never waited for and is lost: a batch that failed before its use).
+ * Returns TDM_OK; TDM_ERR_INVALID_ARG for ticket NULL or kern_dequant_rows_fn's refusals (nothing
+ * started, ticket unchanged); TDM_ERR_NO_MEMORY / TDM_ERR_INTERNAL when the backend could not
+ * make its queue or launch (ticket not pending).
+ */
+typedef tdm_status_t kern_rows_ahead_fn(kern_ctx_t *ctx, kern_rows_format_t format,
+                                        const uint8_t *const *codes, const uint8_t *const *scales,
+                                        int64_t n_rows, int64_t dim, float *y_out,
+                                        kern_ahead_t *ticket);
+kern_rows_ahead_fn kern_rows_ahead_cpu;
+
+/*
+ * kern_ahead_wait_fn - make the work queued on ctx after this call see the ticket's gather
+ * (CUDA: the context's stream waits for the side queue's event; the host does not wait). The
+ * ticket is idle again. Returns TDM_OK, or TDM_ERR_INVALID_ARG (ticket NULL or not pending: a
+ * wait without a start is an orchestration error; nothing changed), TDM_ERR_INTERNAL (CUDA
+ * error).
+ */
+typedef tdm_status_t kern_ahead_wait_fn(kern_ctx_t *ctx, kern_ahead_t *ticket);
+kern_ahead_wait_fn kern_ahead_wait_cpu;
+
+/*
+ * kern_ahead_free_fn - release what the ticket holds (CUDA: waits for its side queue, then
+ * destroys the queue and events) and zero it. Accepts NULL and an idle or pending ticket.
+ */
+typedef void kern_ahead_free_fn(kern_ctx_t *ctx, kern_ahead_t *ticket);
+kern_ahead_free_fn kern_ahead_free_cpu;
+
+/*
  * kern_page_mark_fn - kern_kv_page_mark_rows (kernels/kv_page.h) on a page in backend memory,
  * in place: row_count = max(row_count, slot_end) and the stale flag set, the header change of
  * writing slots below slot_end, so a writer that copied a run of rows into the page's regions

@@ -54,6 +54,9 @@ static const kern_ops_t ops_cpu = {
     .expert_rows = kern_expert_rows_cpu,
     .dequant_rows = kern_dequant_rows_cpu,
     .page_mark = kern_page_mark_cpu,
+    .rows_ahead = kern_rows_ahead_cpu,
+    .ahead_wait = kern_ahead_wait_cpu,
+    .ahead_free = kern_ahead_free_cpu,
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -102,6 +105,9 @@ static const kern_ops_t ops_cuda = {
     .expert_rows = kern_expert_rows_cuda,
     .dequant_rows = kern_dequant_rows_cuda,
     .page_mark = kern_page_mark_cuda,
+    .rows_ahead = kern_rows_ahead_cuda,
+    .ahead_wait = kern_ahead_wait_cuda,
+    .ahead_free = kern_ahead_free_cuda,
 };
 #endif
 

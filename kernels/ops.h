@@ -85,6 +85,10 @@ typedef struct {
     kern_expert_rows_fn *expert_rows;           /* routed rows grouped by expert (5.5) */
     kern_dequant_rows_fn *dequant_rows;         /* scattered quantized rows, one call (5.2) */
     kern_page_mark_fn *page_mark;               /* a KV page header's rows written, in place */
+    /* dequant_rows started ahead on a side queue and waited for at first use (issue 14 item 4) */
+    kern_rows_ahead_fn *rows_ahead;
+    kern_ahead_wait_fn *ahead_wait;
+    kern_ahead_free_fn *ahead_free;
 } kern_ops_t;
 
 /* kern_ops_cpu - the CPU reference table; never NULL. Thread-safe. */

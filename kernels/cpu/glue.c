@@ -306,6 +306,41 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
     return TDM_OK;
 }
 
+/* The CPU has no side queue: the gather runs now and the ticket only records that it did. */
+tdm_status_t kern_rows_ahead_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
+                                 const uint8_t *const *codes, const uint8_t *const *scales,
+                                 int64_t n_rows, int64_t dim, float *y_out, kern_ahead_t *ticket)
+{
+    tdm_status_t st;
+
+    if (ticket == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    st = kern_dequant_rows_cpu(ctx, format, codes, scales, n_rows, dim, y_out);
+    if (st == TDM_OK) {
+        ticket->pending = 1;
+    }
+    return st;
+}
+
+tdm_status_t kern_ahead_wait_cpu(kern_ctx_t *ctx, kern_ahead_t *ticket)
+{
+    (void)ctx;
+    if (ticket == NULL || !ticket->pending) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    ticket->pending = 0;
+    return TDM_OK;
+}
+
+void kern_ahead_free_cpu(kern_ctx_t *ctx, kern_ahead_t *ticket)
+{
+    (void)ctx;
+    if (ticket != NULL) {
+        memset(ticket, 0, sizeof(*ticket));
+    }
+}
+
 tdm_status_t kern_page_mark_cpu(kern_ctx_t *ctx, void *page, uint32_t slot_end)
 {
     (void)ctx;

@@ -12,8 +12,9 @@
 
 #define GUARD_ALIGN 64
 /* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel) or
- * passes through (host_unregister): a member added to the table must be wrapped here too. */
-#define GUARD_N_MEMBERS 43
+ * passes through (host_unregister, ahead_wait, ahead_free: they touch no backend memory): a
+ * member added to the table must be wrapped here too. */
+#define GUARD_N_MEMBERS 46
 _Static_assert(sizeof(kern_ops_t) == 2 * sizeof(void *) + GUARD_N_MEMBERS * sizeof(void (*)(void)),
                "kern_ops_t changed: wrap the new member in kernels/cpu/guard.c");
 
@@ -456,6 +457,12 @@ GUARD_OP(dequant_rows,
           const uint8_t *const *scales, int64_t n_rows, int64_t dim, float *y_out),
          (ctx, format, codes, scales, n_rows, dim, y_out), (codes, scales, y_out))
 
+GUARD_OP(rows_ahead,
+         (kern_ctx_t * ctx, kern_rows_format_t format, const uint8_t *const *codes,
+          const uint8_t *const *scales, int64_t n_rows, int64_t dim, float *y_out,
+          kern_ahead_t *ticket),
+         (ctx, format, codes, scales, n_rows, dim, y_out, ticket), (codes, scales, y_out))
+
 GUARD_OP(page_mark, (kern_ctx_t * ctx, void *page, uint32_t slot_end), (ctx, page, slot_end),
          (page, ctx != NULL ? ctx->status_word : NULL))
 
@@ -534,6 +541,7 @@ tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
     SET(argmax);
     SET(expert_rows);
     SET(dequant_rows);
+    SET(rows_ahead);
 #undef SET
     g.table.attention_sel = g.cpu.attention_sel != NULL ? guard_attention_sel : NULL;
     *ops_out = &g.table;

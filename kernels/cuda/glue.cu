@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define GLUE_BLOCK 256 /* threads per block of the elementwise kernels */
 
@@ -390,6 +391,122 @@ extern "C" tdm_status_t kern_dequant_rows_cuda(kern_ctx_t *ctx, kern_rows_format
     dequant_rows_kernel<<<glue_grid(n_rows * dim), GLUE_BLOCK, 0, kc_stream(ctx)>>>(
         (int)format, codes, scales, n_rows, dim, y_out);
     return kc_launch_status("dequant_rows_cuda", n_rows, dim);
+}
+
+/* The ticket's side stream and events, made at its first start (kern_ahead_t). On failure
+ * whatever was made is destroyed and the ticket stays as it was. */
+static tdm_status_t ahead_make(kern_ahead_t *t)
+{
+    cudaStream_t q = NULL;
+    cudaEvent_t ready = NULL, done = NULL;
+    cudaError_t err = cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking);
+
+    if (err != cudaSuccess) {
+        goto fail;
+    }
+    err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        goto fail_stream;
+    }
+    err = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        goto fail_ready;
+    }
+    t->queue = q;
+    t->ready = ready;
+    t->done = done;
+    return TDM_OK;
+
+fail_ready:
+    cudaEventDestroy(ready);
+fail_stream:
+    cudaStreamDestroy(q);
+fail:
+    tdm_log(TDM_LOG_ERROR, KC_LOG, "rows_ahead: side stream or event: cuda=%s",
+            cudaGetErrorString(err));
+    return err == cudaErrorMemoryAllocation ? TDM_ERR_NO_MEMORY : TDM_ERR_INTERNAL;
+}
+
+/* The side stream waits for what ctx's stream queued so far (event `ready`), runs
+ * kern_dequant_rows_cuda's kernel, and records `done` for kern_ahead_wait_cuda. */
+extern "C" tdm_status_t kern_rows_ahead_cuda(kern_ctx_t *ctx, kern_rows_format_t format,
+                                             const uint8_t *const *codes,
+                                             const uint8_t *const *scales, int64_t n_rows,
+                                             int64_t dim, float *y_out, kern_ahead_t *ticket)
+{
+    kern_ctx_t side;
+    cudaError_t err;
+    tdm_status_t st;
+
+    if (ticket == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    /* the argument checks first: a refused call makes nothing */
+    st = kern_dequant_rows_cuda(ctx, format, codes, scales, 0, dim, y_out);
+    if (st != TDM_OK || n_rows < 0 || (n_rows > 0 && (codes == NULL || scales == NULL ||
+                                                       y_out == NULL))) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (ticket->queue == NULL) {
+        st = ahead_make(ticket);
+        if (st != TDM_OK) {
+            return st;
+        }
+    }
+    err = cudaEventRecord((cudaEvent_t)ticket->ready, kc_stream(ctx));
+    if (err == cudaSuccess) {
+        err = cudaStreamWaitEvent((cudaStream_t)ticket->queue, (cudaEvent_t)ticket->ready, 0);
+    }
+    if (err != cudaSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "rows_ahead: ordering after the stream: cuda=%s",
+                cudaGetErrorString(err));
+        return TDM_ERR_INTERNAL;
+    }
+    side = ctx != NULL ? *ctx : kern_ctx_t{};
+    side.cuda_stream = ticket->queue;
+    st = kern_dequant_rows_cuda(&side, format, codes, scales, n_rows, dim, y_out);
+    if (st != TDM_OK) {
+        return st;
+    }
+    err = cudaEventRecord((cudaEvent_t)ticket->done, (cudaStream_t)ticket->queue);
+    if (err != cudaSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "rows_ahead: recording the gather: cuda=%s",
+                cudaGetErrorString(err));
+        return TDM_ERR_INTERNAL;
+    }
+    ticket->pending = 1;
+    return TDM_OK;
+}
+
+extern "C" tdm_status_t kern_ahead_wait_cuda(kern_ctx_t *ctx, kern_ahead_t *ticket)
+{
+    cudaError_t err;
+
+    if (ticket == NULL || !ticket->pending || ticket->done == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    err = cudaStreamWaitEvent(kc_stream(ctx), (cudaEvent_t)ticket->done, 0);
+    if (err != cudaSuccess) {
+        tdm_log(TDM_LOG_ERROR, KC_LOG, "ahead_wait: cuda=%s", cudaGetErrorString(err));
+        return TDM_ERR_INTERNAL;
+    }
+    ticket->pending = 0;
+    return TDM_OK;
+}
+
+extern "C" void kern_ahead_free_cuda(kern_ctx_t *ctx, kern_ahead_t *ticket)
+{
+    (void)ctx;
+    if (ticket == NULL) {
+        return;
+    }
+    if (ticket->queue != NULL) {
+        cudaStreamSynchronize((cudaStream_t)ticket->queue);
+        cudaEventDestroy((cudaEvent_t)ticket->ready);
+        cudaEventDestroy((cudaEvent_t)ticket->done);
+        cudaStreamDestroy((cudaStream_t)ticket->queue);
+    }
+    memset(ticket, 0, sizeof(*ticket));
 }
 
 /* One thread: the header check kern_kv_page_mark_rows makes (magic and version; the dims were

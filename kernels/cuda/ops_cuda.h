@@ -70,6 +70,9 @@ kern_cand_mask_fn kern_cand_mask_cuda;
 kern_argmax_fn kern_argmax_cuda;
 kern_expert_rows_fn kern_expert_rows_cuda;
 kern_dequant_rows_fn kern_dequant_rows_cuda;
+kern_rows_ahead_fn kern_rows_ahead_cuda;
+kern_ahead_wait_fn kern_ahead_wait_cuda;
+kern_ahead_free_fn kern_ahead_free_cuda;
 
 /* Storage format of a quantized weight (MODEL.md 3). */
 typedef enum {

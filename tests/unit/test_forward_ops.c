@@ -40,11 +40,14 @@ enum {
     C_EXPERT_ROWS,
     C_DEQUANT_ROWS,
     C_PAGE_MARK,
+    C_ROWS_AHEAD,
+    C_AHEAD_WAIT,
     C_COUNT
 };
 static const char *const counter_names[C_COUNT] = {
-    "mem_copy", "mem_set", "embed",       "stream_mean", "bf16_round",  "add_bf16",     "add",
-    "scale2",   "moe_ffn", "cand_blocks", "cand_mask",   "expert_rows", "dequant_rows", "page_mark",
+    "mem_copy",     "mem_set",   "embed",      "stream_mean", "bf16_round", "add_bf16",
+    "add",          "scale2",    "moe_ffn",    "cand_blocks", "cand_mask",  "expert_rows",
+    "dequant_rows", "page_mark", "rows_ahead", "ahead_wait",
 };
 static int64_t counters[C_COUNT];
 static int64_t copies_of_kind[3]; /* H2D, D2H, D2D */
@@ -163,6 +166,60 @@ static tdm_status_t count_dequant_rows(kern_ctx_t *ctx, kern_rows_format_t forma
     return kern_ops_cpu()->dequant_rows(ctx, format, codes, scales, n_rows, dim, y_out);
 }
 
+/* rows_ahead as a side queue that runs only when waited for: the start fills y_out with NaN and
+ * keeps its arguments, the wait does the gather. An engine that read the rows before waiting, or
+ * rewrote the pointer arrays or reused the buffer between, would get other logits. */
+typedef struct {
+    kern_rows_format_t format;
+    const uint8_t *const *codes;
+    const uint8_t *const *scales;
+    int64_t n_rows, dim;
+    float *y_out;
+} deferred_gather_t;
+static deferred_gather_t deferred[16];
+static int n_deferred;
+
+static tdm_status_t count_rows_ahead(kern_ctx_t *ctx, kern_rows_format_t format,
+                                     const uint8_t *const *codes, const uint8_t *const *scales,
+                                     int64_t n_rows, int64_t dim, float *y_out,
+                                     kern_ahead_t *ticket)
+{
+    deferred_gather_t *d;
+
+    (void)ctx;
+    counters[C_ROWS_AHEAD]++;
+    if (ticket == NULL || n_rows < 0 || dim <= 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (ticket->queue == NULL) { /* the ticket's "queue": one record per ticket */
+        if (n_deferred == (int)(sizeof(deferred) / sizeof(deferred[0]))) {
+            return TDM_ERR_NO_MEMORY;
+        }
+        ticket->queue = &deferred[n_deferred++];
+    }
+    d = ticket->queue;
+    *d = (deferred_gather_t){format, codes, scales, n_rows, dim, y_out};
+    for (int64_t i = 0; i < n_rows * dim; i++) {
+        y_out[i] = NAN;
+    }
+    ticket->pending = 1;
+    return TDM_OK;
+}
+
+static tdm_status_t count_ahead_wait(kern_ctx_t *ctx, kern_ahead_t *ticket)
+{
+    const deferred_gather_t *d;
+
+    counters[C_AHEAD_WAIT]++;
+    if (ticket == NULL || !ticket->pending || ticket->queue == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    d = ticket->queue;
+    ticket->pending = 0;
+    return kern_ops_cpu()->dequant_rows(ctx, d->format, d->codes, d->scales, d->n_rows, d->dim,
+                                        d->y_out);
+}
+
 typedef struct {
     kern_ops_t counting; /* must outlive the model loaded with it */
     ftu_engine_t plain;
@@ -198,6 +255,8 @@ static int setup(void **state)
     fx->counting.expert_rows = count_expert_rows;
     fx->counting.dequant_rows = count_dequant_rows;
     fx->counting.page_mark = count_page_mark;
+    fx->counting.rows_ahead = count_rows_ahead;
+    fx->counting.ahead_wait = count_ahead_wait; /* ahead_free: the CPU's (zeroes the ticket) */
     if (open_on(&fx->plain, kern_ops_cpu()) != 0 || open_on(&fx->counted, &fx->counting) != 0) {
         return -1;
     }
@@ -251,6 +310,8 @@ static void test_counting_table_gives_same_bits_and_sees_every_glue_op(void **st
     assert_true(copies_of_kind[KERN_COPY_D2H] > 0);
     assert_true(copies_of_kind[KERN_COPY_D2D] > 0);
     assert_int_equal(bad_kind_copies, 0);
+    /* every Engram gather started ahead was waited for (no batch here fails) */
+    assert_int_equal(counters[C_ROWS_AHEAD], counters[C_AHEAD_WAIT]);
     free(a);
     free(b);
 }

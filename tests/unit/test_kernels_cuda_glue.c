@@ -392,10 +392,32 @@ static void test_dequant_rows_cuda_bit_identical(void **state)
                           : f == KERN_ROWS_CKV ? "dequant_rows ckv"
                                                : "dequant_rows mx4",
                           got, want, sizeof(float) * (size_t)(n * dim));
+        free(got);
+        /* the same gather started ahead on the side stream: it sees the fill queued before it
+         * on the context's stream, and what is queued after the wait sees the gather */
+        {
+            kern_ahead_t t = {0};
+            assert_int_equal(cuda->mem_set(&ctx, dy, 0xff, sizeof(float) * (size_t)(n * dim)),
+                             TDM_OK);
+            assert_int_equal(cuda->ahead_wait(&ctx, &t), TDM_ERR_INVALID_ARG); /* not started */
+            assert_int_equal(
+                cuda->rows_ahead(&ctx, (kern_rows_format_t)f, dpc, dps, n, dim, dy, NULL),
+                TDM_ERR_INVALID_ARG);
+            assert_int_equal(
+                cuda->rows_ahead(&ctx, (kern_rows_format_t)f, dpc, dps, n, dim, dy, &t), TDM_OK);
+            assert_int_equal(t.pending, 1);
+            assert_int_equal(cuda->ahead_wait(&ctx, &t), TDM_OK);
+            assert_int_equal(t.pending, 0);
+            got = host_from(cuda, dy, sizeof(float) * (size_t)(n * dim));
+            assert_same_bytes("rows_ahead", got, want, sizeof(float) * (size_t)(n * dim));
+            cuda->ahead_free(&ctx, &t);
+            assert_null(t.queue);
+        }
         cuda->mem_free(&ctx, dcb);
         cuda->mem_free(&ctx, dsb);
         cuda->mem_free(&ctx, dpc);
         cuda->mem_free(&ctx, dps);
+        cuda->mem_free(&ctx, dy);
         free(got);
     }
     free(src);

@@ -478,6 +478,26 @@ static void test_dequant_rows_equals_one_call_per_row(void **state)
         assert_int_equal(ops->dequant_rows(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got),
                          TDM_OK);
         assert_same_bits(got, want, n * dim);
+        /* started ahead (the CPU has no side queue: done at once), then waited for */
+        {
+            kern_ahead_t t = {0};
+            memset(got, POISON, sizeof(float) * (size_t)(n * dim));
+            assert_int_equal(ops->ahead_wait(&ctx, &t), TDM_ERR_INVALID_ARG); /* not started */
+            assert_int_equal(
+                ops->rows_ahead(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got, NULL),
+                TDM_ERR_INVALID_ARG);
+            assert_true(all_poison(got, sizeof(float) * (size_t)(n * dim)));
+            assert_int_equal(
+                ops->rows_ahead(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got, &t),
+                TDM_OK);
+            assert_int_equal(t.pending, 1);
+            assert_int_equal(ops->ahead_wait(&ctx, &t), TDM_OK);
+            assert_int_equal(t.pending, 0);
+            assert_int_equal(ops->ahead_wait(&ctx, &t), TDM_ERR_INVALID_ARG); /* waited once */
+            assert_same_bits(got, want, n * dim);
+            ops->ahead_free(&ctx, &t);
+            ops->ahead_free(&ctx, NULL);
+        }
     }
     /* bad arguments: nothing written */
     memset(got, POISON, sizeof(float) * (size_t)(n * dim));
@@ -489,6 +509,12 @@ static void test_dequant_rows_equals_one_call_per_row(void **state)
                      TDM_ERR_INVALID_ARG);
     assert_int_equal(ops->dequant_rows(&ctx, (kern_rows_format_t)3, codes, scales, n, dim, got),
                      TDM_ERR_INVALID_ARG);
+    {
+        kern_ahead_t t = {0};
+        assert_int_equal(ops->rows_ahead(&ctx, KERN_ROWS_CKV, codes, scales, n, 40, got, &t),
+                         TDM_ERR_INVALID_ARG);
+        assert_int_equal(t.pending, 0); /* refused: nothing started */
+    }
     assert_true(all_poison(got, sizeof(float) * (size_t)(n * dim)));
     free(src);
     free(c8);
@@ -573,6 +599,9 @@ static void test_cpu_table_has_every_new_member(void **state)
     assert_non_null(ops->argmax);
     assert_non_null(ops->expert_rows);
     assert_non_null(ops->dequant_rows);
+    assert_non_null(ops->rows_ahead);
+    assert_non_null(ops->ahead_wait);
+    assert_non_null(ops->ahead_free);
 }
 
 /* A layer's routed experts in one moe_ffn call equal the per-expert calls, bit for bit, on the
