@@ -242,6 +242,13 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
                           batch_row_bytes(c, fwd->n_index_sources) * (size_t)fwd_max_rows(fwd) * 2 +
                               ARENA_FIXED_BYTES);
     }
+    if (st == TDM_OK) { /* the batches' host selections: two live batches (CED upper rows) */
+        st = tdm_arena_init(
+            &fwd->batch_host_arena,
+            (size_t)fwd_max_rows(fwd) * 2 *
+                    ((size_t)(fwd->n_index_sources * c->index_topk + 1) * sizeof(int32_t) + 64) +
+                ARENA_FIXED_BYTES);
+    }
     if (st != TDM_OK) {
         engine_fwd_destroy(fwd);
         return st;
@@ -258,6 +265,7 @@ void engine_fwd_destroy(engine_fwd_t *fwd)
     tdm_arena_fini(&fwd->layer_arena);
     tdm_arena_fini(&fwd->host_arena);
     tdm_arena_fini(&fwd->batch_arena);
+    tdm_arena_fini(&fwd->batch_host_arena);
     for (int i = 0; i < ENGINE_CONFIG_MAX_ENGRAM_LAYERS; i++) {
         fwd->ops->ahead_free(&fwd->kctx, &fwd->engram_ahead[i]); /* before its buffers */
     }
@@ -303,24 +311,34 @@ tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N)
     b->X = tdm_arena_alloc(a, FLOAT_BYTES(N * m * H), 64);
     b->pre = tdm_arena_alloc(a, FLOAT_BYTES(N * m), 64);
     b->pool = tdm_arena_alloc(a, (size_t)(N * c->candidate_topk_blocks) * sizeof(int32_t), 64);
-    b->n_pool = tdm_arena_alloc(a, (size_t)N * sizeof(int32_t), 64);
+    b->n_pool_h = tdm_arena_alloc(&fwd->batch_host_arena, (size_t)N * sizeof(int32_t), 64);
     b->experts = tdm_arena_alloc(a, (size_t)(N * K) * sizeof(int32_t), 64);
     b->engram_ready = 0;
     b->taps = c->n_blocks > 0
                   ? tdm_arena_alloc(a, FLOAT_BYTES(N * c->n_dspark_target_layer_ids * H), 64)
                   : NULL;
-    if (b->X == NULL || b->pre == NULL || b->pool == NULL || b->n_pool == NULL ||
+    if (b->X == NULL || b->pre == NULL || b->pool == NULL || b->n_pool_h == NULL ||
         b->experts == NULL || (c->n_blocks > 0 && b->taps == NULL)) {
         return TDM_ERR_NO_MEMORY;
     }
     for (int i = 0; i < fwd->n_index_sources; i++) {
-        b->sel[i] = tdm_arena_alloc(a, (size_t)(N * c->index_topk) * sizeof(int32_t), 64);
-        if (b->sel[i] == NULL) {
+        size_t n_bytes = (size_t)(N * c->index_topk) * sizeof(int32_t);
+        b->sel[i] = tdm_arena_alloc(a, n_bytes, 64);
+        b->sel_h[i] = tdm_arena_alloc(&fwd->batch_host_arena, n_bytes, 64);
+        if (b->sel[i] == NULL || b->sel_h[i] == NULL) {
             return TDM_ERR_NO_MEMORY;
         }
     }
-    /* n_pool all -1: every byte 0xFF */
-    return fwd->ops->mem_set(&fwd->kctx, b->n_pool, 0xFF, (size_t)N * sizeof(int32_t));
+    for (int64_t r = 0; r < N; r++) {
+        b->n_pool_h[r] = -1;
+    }
+    return TDM_OK;
+}
+
+void fwd_batch_reset(engine_fwd_t *fwd)
+{
+    tdm_arena_reset(&fwd->batch_arena);
+    tdm_arena_reset(&fwd->batch_host_arena);
 }
 
 /* X = m copies of embed[id] (R1), pre = e0: the batch's ids gathered into host staging and
@@ -806,7 +824,7 @@ static tdm_status_t decode_rows(engine_fwd_t *fwd, engine_seq_t *const *seqs, co
         return st;
     }
     memset(&b, 0, sizeof(b));
-    tdm_arena_reset(&fwd->batch_arena);
+    fwd_batch_reset(fwd);
     b.segs = segs;
     b.n_segs = n_seqs;
     st = fwd_batch_alloc(fwd, &b, n_rows);
@@ -869,7 +887,7 @@ static tdm_status_t dspark_draft(engine_fwd_t *fwd, engine_seq_t *const *seqs,
         return st;
     }
     memset(&b, 0, sizeof(b));
-    tdm_arena_reset(&fwd->batch_arena);
+    fwd_batch_reset(fwd);
     for (int i = 0; i < n_seqs; i++) {
         if (seqs[i] == NULL || seqs[i]->length < 1) {
             return TDM_ERR_INVALID_ARG;
@@ -948,7 +966,7 @@ tdm_status_t engine_fwd_verify(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     seg = (fwd_seg_t){seq, 0, seq->length, n_ids, 0, 0, 1, ids, 0};
     want = n_ids;
     memset(&b, 0, sizeof(b));
-    tdm_arena_reset(&fwd->batch_arena);
+    fwd_batch_reset(fwd);
     b.segs = &seg;
     b.n_segs = 1;
     st = fwd_batch_alloc(fwd, &b, n_ids);
@@ -992,7 +1010,7 @@ tdm_status_t engine_fwd_replay(engine_fwd_t *fwd, engine_seq_t *seq, const int32
     seg = (fwd_seg_t){seq, 0, H - Wp, Wp, 0, H - Wp, 0, ids + (n_ids - Wp), 0};
     want = recovery && logits_out != NULL ? 1 : 0;
     memset(&b, 0, sizeof(b));
-    tdm_arena_reset(&fwd->batch_arena);
+    fwd_batch_reset(fwd);
     b.segs = &seg;
     b.n_segs = 1;
     st = fwd_batch_alloc(fwd, &b, Wp);

@@ -364,117 +364,153 @@ static void sort_sel_ascending(int32_t *sel, int64_t n_sel, int64_t n_vis, uint3
     }
 }
 
-/*
- * What the selection of one segment's rows keeps on the host (fwd_host_alloc), reused row by
- * row (an H2D source may be reused once the copy returns, kernels/mem.h), and its backend
- * scratch. The selection bookkeeping (-1 padding, the identity selection, the ascending order,
- * n_pool) is host code on these copies: the row's top-k count and result come back with one
- * D2H copy and the finished row goes out with one H2D copy (docs/NUMERICS.md 7).
- */
-typedef struct {
-    int32_t *sel;         /* host [k_I]: the row's selection, ascending, -1 padded */
-    uint32_t *bits;       /* host [(n_vis_max + 31) / 32]: sort_sel_ascending's bitmap */
-    const uint8_t **ptrs; /* host [2 k_I]: the selected rows' codes, then their scales */
-    int32_t *seg_sel;     /* host [N, k_I]: a segment's selections read from their index source
-                           * (one D2H per segment; NULL at an index source or without KV) */
-    int64_t *n_dev;       /* backend [1]: ops->topk's count; its index top-k result follows it
-                           * (n_dev + 1: [k_I] int32), so one copy brings both to the host */
-    int64_t *tk_host;     /* host, 8 + 4 k_I bytes: that copy */
-} sel_stage_t;
+/* Visible compressed rows of table tab at layer l for position t: n_c(l, t) capped by the rows
+ * the table holds. */
+static int64_t row_n_vis(const engine_config_t *cfg, int l, int64_t t, const engine_kv_table_t *tab)
+{
+    int64_t n = engine_config_n_c(cfg, l, t);
+    return n < tab->n_rows ? n : tab->n_rows;
+}
+
+/* The table layer l's compressed rows come from, in seg's sequence. */
+static const engine_kv_table_t *seg_table(const engine_config_t *cfg, const fwd_seg_t *seg, int l)
+{
+    return &seg->seq->tables[engine_seq_source_slot(seg->seq, cfg->roles[l].kv_src)];
+}
 
 /*
- * Selection S(t) of index-source layer l for batch row `row` at position t over n_vis rows
- * (MODEL.md 5.4): writes sel [k_I] (backend) ascending, -1 padded, and the same into
- * stage->sel (host); b->n_pool[row] for a candidate source.
+ * Selections S(t) of index-source layer l for every row of the batch (MODEL.md 5.4), in two
+ * passes so that a GPU waits once per layer instead of once or twice per query row:
+ *   1. on the backend, row after row (segment by segment, each segment's index keys loaded once):
+ *      the index scores, a candidate source's block maxima and pool top-k (b->pool) or a
+ *      consumer's pool mask (its pool size from b->n_pool_h), and the index top-k; every row's
+ *      counts and indices land in one backend array, copied to the host in one D2H copy;
+ *   2. on the host: each row's selection -1 padded and sorted ascending into b->sel_h[ord] (the
+ *      identity selection where n_vis <= k_I, no scores needed), a source's pool sizes into
+ *      b->n_pool_h, then one H2D copy of all rows into b->sel[ord].
+ * Each row's ops and their order are those of a row on its own, so the bits do not change.
+ * The host bookkeeping (padding, order, pool sizes) is docs/NUMERICS.md 7 item 5.
  */
-static tdm_status_t select_row(engine_fwd_t *fwd, fwd_batch_t *b, int l, int64_t row, int64_t n_vis,
-                               const float *qI, const float *w, float *scores, int32_t *iscratch,
-                               int32_t *sel, const sel_stage_t *stage)
+static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const page_geom_t *g,
+                                const float *qI, const float *w)
 {
     const engine_config_t *cfg = fwd->cfg;
     const engine_layer_role_t *role = &cfg->roles[l];
-    int64_t kI = cfg->index_topk, HI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    int64_t N = b->N, kI = cfg->index_topk, HI = cfg->index_n_heads, dI = cfg->index_head_dim;
     int64_t Bc = cfg->candidate_block_size, nB = cfg->candidate_topk_blocks;
     int is_source = (role->flags & ENGINE_ROLE_CANDIDATE_SOURCE) != 0;
-    int64_t n_sel = 0;
-    int32_t n_pool = -1;
-    int32_t *hs = stage->sel;
-    tdm_status_t st;
+    int is_consumer = (role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0;
+    int ord = fwd_index_ordinal(fwd, l);
+    /* per row, in int64 words: the top-k count, the pool count, then k_I int32 indices */
+    int64_t stride = 2 + (kI + 1) / 2;
+    int64_t n_vis_most = 0;
+    int any_scored = 0;
+    int64_t *tk_dev, *tk_h;
+    float *scores = NULL;
+    int32_t *iscratch = NULL;
+    uint32_t *bits = NULL;
+    tdm_status_t st = TDM_OK;
 
-    if (n_vis <= kI) {
-        for (int64_t k = 0; k < kI; k++) {
-            hs[k] = k < n_vis ? (int32_t)k : -1;
-        }
-        st = fwd_to_backend(fwd, sel, hs, (size_t)kI * sizeof(int32_t));
-        if (st == TDM_OK && is_source) {
-            st = fwd_to_backend(fwd, b->n_pool + row, &n_pool, sizeof(n_pool));
-        }
-        return st;
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        int64_t n = row_n_vis(cfg, l, seg->pos0 + seg->n - 1, seg_table(cfg, seg, l));
+        n_vis_most = n > n_vis_most ? n : n_vis_most;
     }
-    st = fwd->ops->index_scores(&fwd->kctx, qI, w, HI, dI, fwd->ikey_cache, n_vis, scores);
-    if (st != TDM_OK) {
-        return st;
+    tk_dev = fwd_alloc(fwd, (size_t)(N * stride) * sizeof(int64_t));
+    tk_h = fwd_host_alloc(fwd, (size_t)(N * stride) * sizeof(int64_t));
+    if (n_vis_most > kI) {
+        scores = fwd_alloc(fwd, FLOAT_BYTES(2 * n_vis_most + 16) + (size_t)n_vis_most + 64);
+        iscratch = fwd_alloc(fwd, (size_t)(n_vis_most + 1) * sizeof(int32_t));
+        bits = fwd_host_alloc(fwd, (size_t)((n_vis_most + 31) / 32) * sizeof(uint32_t));
     }
-    if (is_source) {
-        int64_t nb = (n_vis + Bc - 1) / Bc;
-        float *beta = scores + n_vis; /* scratch after the scores */
-        int64_t n_kept = 0;
-        st = fwd->ops->cand_blocks(&fwd->kctx, scores, n_vis, Bc, beta);
-        if (st == TDM_OK) {
-            st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
-                                b->pool + row * nB, stage->n_dev);
-        }
-        if (st == TDM_OK) {
-            st = fwd_to_host(fwd, &n_kept, stage->n_dev, sizeof(n_kept));
-        }
-        n_pool = (int32_t)n_kept;
-        if (st == TDM_OK) {
-            st = fwd_to_backend(fwd, b->n_pool + row, &n_pool, sizeof(n_pool));
-        }
-    } else if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0) {
-        st = fwd_to_host(fwd, &n_pool, b->n_pool + row, sizeof(n_pool));
+    if (ord < 0 || tk_dev == NULL || tk_h == NULL ||
+        (n_vis_most > kI && (scores == NULL || iscratch == NULL || bits == NULL))) {
+        return ord < 0 ? TDM_ERR_INTERNAL : TDM_ERR_NO_MEMORY;
     }
-    if (st != TDM_OK) {
-        return st;
-    }
-    if ((role->flags & ENGINE_ROLE_CANDIDATE_CONSUMER) != 0 && n_pool >= 0) {
-        st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB, n_pool);
-        if (st != TDM_OK) {
-            return st;
+    /* 1: every scored row's ops on the backend, no copy to the host between them */
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        const engine_kv_table_t *tab = seg_table(cfg, seg, l);
+        int64_t n_vis_max = row_n_vis(cfg, l, seg->pos0 + seg->n - 1, tab);
+        if (n_vis_max <= kI) {
+            continue; /* every row of the segment takes the identity selection */
+        }
+        st = load_index_keys(fwd, g, tab, n_vis_max);
+        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
+            int64_t row = seg->row0 + i;
+            int64_t n_vis = row_n_vis(cfg, l, seg->pos0 + i, tab);
+            int64_t *slot = tk_dev + row * stride;
+            if (n_vis <= kI) {
+                continue;
+            }
+            any_scored = 1;
+            st = fwd->ops->index_scores(&fwd->kctx, qI + row * HI * dI, w + row * HI, HI, dI,
+                                        fwd->ikey_cache, n_vis, scores);
+            if (st == TDM_OK && is_source) {
+                int64_t nb = (n_vis + Bc - 1) / Bc;
+                float *beta = scores + n_vis; /* scratch after the scores */
+                st = fwd->ops->cand_blocks(&fwd->kctx, scores, n_vis, Bc, beta);
+                if (st == TDM_OK) {
+                    st = fwd->ops->topk(&fwd->kctx, beta, nb, nB < nb ? nB : nb, iscratch,
+                                        b->pool + row * nB, slot + 1);
+                }
+            } else if (st == TDM_OK && is_consumer && b->n_pool_h[row] >= 0) {
+                st = fwd->ops->cand_mask(&fwd->kctx, scores, n_vis, Bc, b->pool + row * nB,
+                                         b->n_pool_h[row]);
+            }
+            if (st == TDM_OK) {
+                st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, (int32_t *)(slot + 2),
+                                    slot);
+            }
+            if (st == TDM_ERR_INTERNAL) {
+                tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
+            }
         }
     }
-    /* the result right after its count: one copy to the host brings both (one wait) */
-    st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, (int32_t *)(stage->n_dev + 1),
-                        stage->n_dev);
-    if (st != TDM_OK) {
-        if (st == TDM_ERR_INTERNAL) {
-            tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
-        }
-        return st;
+    /* the one wait of the layer: every row's counts and indices */
+    if (st == TDM_OK && any_scored) {
+        st = fwd_to_host(fwd, tk_h, tk_dev, (size_t)(N * stride) * sizeof(int64_t));
     }
-    st = fwd_to_host(fwd, stage->tk_host, stage->n_dev,
-                     sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
+    /* 2: the host's part, row by row, then one copy of every row's selection */
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        const engine_kv_table_t *tab = seg_table(cfg, seg, l);
+        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
+            int64_t row = seg->row0 + i;
+            int64_t n_vis = row_n_vis(cfg, l, seg->pos0 + i, tab);
+            const int64_t *slot = tk_h + row * stride;
+            int32_t *hs = b->sel_h[ord] + row * kI;
+            int64_t n_sel;
+            if (n_vis <= kI) { /* identity: every visible row, no pool */
+                for (int64_t k = 0; k < kI; k++) {
+                    hs[k] = k < n_vis ? (int32_t)k : -1;
+                }
+                if (is_source) {
+                    b->n_pool_h[row] = -1;
+                }
+                continue;
+            }
+            n_sel = slot[0];
+            if (n_sel < 0 || n_sel > kI || (is_source && (slot[1] < 0 || slot[1] > nB))) {
+                tdm_log(TDM_LOG_ERROR, "engine",
+                        "index top-k count out of range: layer=%d row=%lld", l, (long long)row);
+                st = TDM_ERR_INTERNAL;
+                break;
+            }
+            memcpy(hs, slot + 2, (size_t)n_sel * sizeof(int32_t));
+            for (int64_t k = n_sel; k < kI; k++) {
+                hs[k] = -1;
+            }
+            sort_sel_ascending(hs, n_sel, n_vis, bits);
+            if (is_source) {
+                b->n_pool_h[row] = (int32_t)slot[1];
+            }
+        }
+    }
     if (st == TDM_OK) {
-        n_sel = stage->tk_host[0];
-        st = n_sel < 0 || n_sel > kI ? TDM_ERR_INTERNAL : TDM_OK;
+        st = fwd_to_backend(fwd, b->sel[ord], b->sel_h[ord], (size_t)(N * kI) * sizeof(int32_t));
     }
-    if (st != TDM_OK) {
-        return st;
-    }
-    memcpy(hs, stage->tk_host + 1, (size_t)n_sel * sizeof(int32_t));
-    for (int64_t k = n_sel; k < kI; k++) {
-        hs[k] = -1;
-    }
-    sort_sel_ascending(hs, n_sel, n_vis, stage->bits);
-    return fwd_to_backend(fwd, sel, hs, (size_t)kI * sizeof(int32_t));
-}
-
-/* The visible compressed rows of table tab for the last row of seg at layer l (0 without). */
-static int64_t seg_n_vis_max(const engine_config_t *cfg, const fwd_seg_t *seg, int l,
-                             const engine_kv_table_t *tab)
-{
-    int64_t n = engine_config_n_c(cfg, l, seg->pos0 + seg->n - 1);
-    return n < tab->n_rows ? n : tab->n_rows;
+    return st;
 }
 
 tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
@@ -509,7 +545,6 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(nh * (W + cfg->dspark_block_size + kI + 16)));
     float *qI = NULL;
     float *wI = NULL;
-    sel_stage_t stage;
 
     if (pos == NULL || pos_host == NULL || xq == NULL || qr == NULL || qrq == NULL || q == NULL ||
         kv == NULL || kc == NULL || ks == NULL || o == NULL || oa == NULL || sel_rows == NULL ||
@@ -618,42 +653,42 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         }
     }
 
-    /* host staging of the selections (sized for the longest segment) */
-    {
-        int64_t n_vis_most = 0;
-        for (int s = 0; s < b->n_segs && role->ratio > 0; s++) {
-            engine_seq_t *seq = b->segs[s].seq;
-            int64_t n = seg_n_vis_max(cfg, &b->segs[s], l,
-                                      &seq->tables[engine_seq_source_slot(seq, role->kv_src)]);
-            n_vis_most = n > n_vis_most ? n : n_vis_most;
+    /* the selections this layer attends with: its own (an index source: every row's, one
+     * wait), else its index source's (kept on the host since then); sel_used for the dumps and
+     * attention_sel, in one copy */
+    const int32_t *sel_h = NULL;
+    const uint8_t **ptrs_h = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*ptrs_h));
+    if (ptrs_h == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    if (role->ratio == 0) { /* no compressed rows: selections all -1 */
+        st = fwd->ops->mem_set(&fwd->kctx, sel_used, 0xff, (size_t)(N * kI) * sizeof(int32_t));
+    } else {
+        int ord = fwd_index_ordinal(
+            fwd, (role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0 ? l : (int)role->idx_src);
+        if (ord < 0) {
+            return TDM_ERR_INTERNAL;
         }
-        stage.sel = fwd_host_alloc(fwd, (size_t)kI * sizeof(int32_t));
-        stage.ptrs = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*stage.ptrs));
-        stage.bits = fwd_host_alloc(fwd, (size_t)((n_vis_most + 31) / 32) * sizeof(uint32_t));
-        stage.n_dev = fwd_alloc(fwd, sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
-        stage.tk_host = fwd_host_alloc(fwd, sizeof(int64_t) + (size_t)kI * sizeof(int32_t));
-        stage.seg_sel = NULL;
-        if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0) {
-            stage.seg_sel = fwd_host_alloc(fwd, (size_t)(N * kI) * sizeof(int32_t));
+        if ((role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
+            st = select_rows(fwd, b, l, &g, qI, wI);
         }
-        if (stage.sel == NULL || stage.ptrs == NULL || stage.bits == NULL || stage.n_dev == NULL ||
-            stage.tk_host == NULL ||
-            (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) == 0 &&
-             stage.seg_sel == NULL)) {
-            return TDM_ERR_NO_MEMORY;
+        if (st == TDM_OK) {
+            st = fwd_copy(fwd, sel_used, b->sel[ord], (size_t)(N * kI) * sizeof(int32_t));
         }
+        sel_h = b->sel_h[ord];
+    }
+    if (st != TDM_OK) {
+        return st;
     }
 
-    /* per segment: selection, then attention per row */
+    /* per segment: the window, then attention per row */
     for (int s = 0; s < b->n_segs; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         engine_seq_t *seq = seg->seq;
         int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
         int64_t n_ring;
         float *win;
-        const engine_kv_table_t *tab = NULL;
-        float *scores = NULL;
-        int32_t *iscratch = NULL;
+        const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
 
         if (wstart < seg->lo) {
             wstart = seg->lo;
@@ -677,37 +712,14 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         if (st == TDM_OK) {
             st = fwd_copy(fwd, win + n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
         }
-        if (role->ratio > 0) {
-            tab = &seq->tables[engine_seq_source_slot(seq, role->kv_src)];
-        }
-        if (role->ratio > 0 && (role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
-            int64_t n_vis_max = seg_n_vis_max(cfg, seg, l, tab);
-            st = load_index_keys(fwd, &g, tab, n_vis_max);
-            scores = fwd_alloc(fwd, FLOAT_BYTES(2 * n_vis_max + 16) + (size_t)n_vis_max + 64);
-            iscratch = fwd_alloc(fwd, (size_t)(n_vis_max + 1) * sizeof(int32_t));
-            if (scores == NULL || iscratch == NULL) {
-                return TDM_ERR_NO_MEMORY;
-            }
-        }
         /* A prefill chunk whose queries together would dequantize more selected rows than the
          * table's visible rows: dequantize those once and attend to them in place. */
         int64_t n_ckv = 0;
         if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
-            int64_t n_c = seg_n_vis_max(cfg, seg, l, tab);
+            int64_t n_c = row_n_vis(cfg, l, seg->pos0 + seg->n - 1, tab);
             if (n_c > 0 && n_c <= seg->n * kI) {
                 st = load_main_rows(fwd, &g, tab, n_c);
                 n_ckv = n_c;
-            }
-        }
-        if (role->ratio == 0 && st == TDM_OK) { /* no compressed rows: selections all -1 */
-            st = fwd->ops->mem_set(&fwd->kctx, sel_used + seg->row0 * kI, 0xff,
-                                   (size_t)(seg->n * kI) * sizeof(int32_t));
-        } else if (stage.seg_sel != NULL && st == TDM_OK) { /* the index source's selections */
-            const int32_t *src = b->sel[fwd_index_ordinal(fwd, role->idx_src)] + seg->row0 * kI;
-            size_t n_bytes = (size_t)(seg->n * kI) * sizeof(int32_t);
-            st = fwd_copy(fwd, sel_used + seg->row0 * kI, src, n_bytes);
-            if (st == TDM_OK) {
-                st = fwd_to_host(fwd, stage.seg_sel, src, n_bytes);
             }
         }
         for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
@@ -724,24 +736,12 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             }
 
             if (role->ratio > 0) {
-                /* the row's selection in sel_used and, for the pointers below, on the host */
-                const int32_t *hs = stage.seg_sel != NULL ? stage.seg_sel + i * kI : stage.sel;
-                int64_t n_vis = engine_config_n_c(cfg, l, t);
-                if (n_vis > tab->n_rows) {
-                    n_vis = tab->n_rows;
-                }
-                if ((role->flags & ENGINE_ROLE_INDEX_SOURCE) != 0) {
-                    int32_t *own = b->sel[fwd_index_ordinal(fwd, l)] + row * kI;
-                    st = select_row(fwd, b, l, row, n_vis, qI + row * HI * dI, wI + row * HI,
-                                    scores, iscratch, own, &stage);
-                    if (st == TDM_OK) {
-                        st = fwd_copy(fwd, srow, own, (size_t)kI * sizeof(int32_t));
-                    }
-                }
-                while (st == TDM_OK && n_b < kI && hs[n_b] >= 0) {
+                /* the row's selection on the host, for the pointers below */
+                const int32_t *hs = sel_h + row * kI;
+                while (n_b < kI && hs[n_b] >= 0) {
                     n_b++; /* ascending, -1 padded: the selected rows come first */
                 }
-                if (n_ckv > 0 && st == TDM_OK) {
+                if (n_ckv > 0) {
                     if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
                         int64_t k = 0;
                         while (hs[k] < n_ckv) {
@@ -762,12 +762,12 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                     continue;
                 }
                 for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
-                    st = main_row_at(fwd, &g, tab, hs[k], &stage.ptrs[k], &stage.ptrs[n_b + k]);
+                    st = main_row_at(fwd, &g, tab, hs[k], &ptrs_h[k], &ptrs_h[n_b + k]);
                 }
                 /* the selected rows, one gather; its pointer arrays built on the host and
                  * copied to the backend (docs/NUMERICS.md 7) */
                 if (st == TDM_OK && n_b > 0) {
-                    st = fwd_to_backend(fwd, sel_ptrs, stage.ptrs,
+                    st = fwd_to_backend(fwd, sel_ptrs, ptrs_h,
                                         (size_t)(2 * n_b) * sizeof(*sel_ptrs));
                 }
                 if (st == TDM_OK && n_b > 0) {

@@ -51,14 +51,14 @@ static tdm_status_t copy_rows(engine_fwd_t *fwd, fwd_batch_t *dst, int64_t to,
     for (int i = 0; i < fwd->n_index_sources && st == TDM_OK; i++) {
         st = fwd_copy(fwd, dst->sel[i] + to * kI, src->sel[i] + from * kI,
                       (size_t)(n * kI) * sizeof(int32_t));
+        memcpy(dst->sel_h[i] + to * kI, src->sel_h[i] + from * kI,
+               (size_t)(n * kI) * sizeof(int32_t));
     }
     if (st == TDM_OK) {
         st = fwd_copy(fwd, dst->pool + to * nB, src->pool + from * nB,
                       (size_t)(n * nB) * sizeof(int32_t));
     }
-    if (st == TDM_OK) {
-        st = fwd_copy(fwd, dst->n_pool + to, src->n_pool + from, (size_t)n * sizeof(int32_t));
-    }
+    memcpy(dst->n_pool_h + to, src->n_pool_h + from, (size_t)n * sizeof(int32_t));
     if (st == TDM_OK) {
         st = fwd_copy(fwd, dst->experts + to * K, src->experts + from * K,
                       (size_t)(n * K) * sizeof(int32_t));
@@ -211,7 +211,7 @@ static tdm_status_t run_pass(engine_fwd_t *fwd, engine_prefill_part_t *parts, pa
         budget -= n;
     }
     memset(&b, 0, sizeof(b));
-    tdm_arena_reset(&fwd->batch_arena);
+    fwd_batch_reset(fwd);
     b.segs = segs;
     b.n_segs = n_segs;
     st = fwd_batch_alloc(fwd, &b, N);
@@ -338,7 +338,7 @@ tdm_status_t engine_fwd_replay_batch(engine_fwd_t *fwd, engine_seq_t *const *seq
             N += wp[i];
         }
         memset(&b, 0, sizeof(b));
-        tdm_arena_reset(&fwd->batch_arena);
+        fwd_batch_reset(fwd);
         b.segs = segs;
         b.n_segs = n_segs;
         st = fwd_batch_alloc(fwd, &b, N);

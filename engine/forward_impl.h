@@ -39,7 +39,10 @@ typedef struct {
  * X:        [N, m, H] residual streams (BF16 values).
  * pre:      [N, m] pre of the previous FFN site (e0 before layer 0).
  * sel:      per index-source ordinal s: [N, k_I] selection S(t), ascending, -1 padded.
- * pool:     [N, n_B] block ids of the candidate pool P(t); n_pool [N] (-1: no pool computed).
+ * sel_h:    the same selections in host memory (fwd->batch_host_arena): what the host needs of
+ *           them (the selected rows' page pointers) without a copy back per layer.
+ * pool:     [N, n_B] block ids of the candidate pool P(t).
+ * n_pool_h: [N] host: the pool's size per row (-1: no pool computed).
  * experts:  [N, K] routed experts of the last layer run (ascending), for dumps.
  * taps:     [N, n_t, H] FP32 stream means entering each tap layer (DSpark).
  */
@@ -50,8 +53,9 @@ typedef struct {
     float *X;
     float *pre;
     int32_t *sel[FWD_MAX_INDEX_SOURCES];
+    int32_t *sel_h[FWD_MAX_INDEX_SOURCES];
     int32_t *pool;
-    int32_t *n_pool;
+    int32_t *n_pool_h;
     int32_t *experts;
     float *taps;
     int have_taps;
@@ -69,7 +73,8 @@ struct engine_fwd {
     engine_fwd_params_t params;
     engine_dump_sink_t sink;
     int have_sink;
-    tdm_arena_t batch_arena; /* per-call arrays of fwd_batch_t */
+    tdm_arena_t batch_arena;      /* per-call arrays of fwd_batch_t */
+    tdm_arena_t batch_host_arena; /* their host arrays (sel_h, n_pool_h), reset with it */
     tdm_arena_t layer_arena; /* per-layer temporaries, reset every layer (backend memory) */
     tdm_arena_t host_arena;  /* per-layer host staging (metadata, D2H/H2D copies), reset with it */
     float *ikey_cache;       /* dequantized index keys of one source, grown on demand */
@@ -208,9 +213,12 @@ tdm_status_t fwd_grow_rows(engine_fwd_t *fwd, float **buf, int64_t *cap_rows, in
 /* fwd_max_rows - most rows of one batch: max(max_chunk_tokens, ENGINE_FWD_MAX_BATCH). */
 int64_t fwd_max_rows(const engine_fwd_t *fwd);
 
-/* fwd_batch_alloc - the per-row arrays of a batch of N rows from the batch arena (b->segs and
- * n_segs are the caller's); n_pool all -1. TDM_OK or TDM_ERR_NO_MEMORY (arena full). */
+/* fwd_batch_alloc - the per-row arrays of a batch of N rows from the batch arenas (b->segs and
+ * n_segs are the caller's); n_pool_h all -1. TDM_OK or TDM_ERR_NO_MEMORY (arena full). */
 tdm_status_t fwd_batch_alloc(engine_fwd_t *fwd, fwd_batch_t *b, int64_t N);
+
+/* fwd_batch_reset - release every batch fwd_batch_alloc handed out (both batch arenas). */
+void fwd_batch_reset(engine_fwd_t *fwd);
 
 /* fwd_batch_embed - X = m copies of each row's embedding (R1), pre = e0: the segments' ids
  * staged on the host and copied to backend memory once, one ops->embed per segment. Resets the

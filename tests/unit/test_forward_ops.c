@@ -470,6 +470,10 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
                   (long long)watched_d2h, n_moe);
     assert_int_equal(counters[C_MOE_FFN], n_moe);
     assert_int_equal(watched_d2h, 0); /* one per MoE layer before moe_ffn */
+    /* the waits of a step do not grow with the batch: one per index-source layer (every row's
+     * top-k in one copy; layers that reuse a selection read the host's copy), the status word
+     * and the ids (18 at batch 2 when each row and segment copied its own) */
+    assert_true(copies_of_kind[KERN_COPY_D2H] <= e->cfg->n_index_source_layer_ids + 2);
     /* more steps, until new rows have filled compressed groups: their page headers are marked
      * on the backend, nothing is copied out of the page pool */
     for (int step = 0; step < 8; step++) {
