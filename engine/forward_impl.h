@@ -181,12 +181,14 @@ tdm_status_t fwd_ring_write(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, cons
 /*
  * fwd_engram_ahead - start, on the backend's side queue (ops->rows_ahead), the Engram table-row
  * gathers of every Engram layer below n_layers_run for a batch of at most ENGINE_FWD_MAX_BATCH
- * rows (a decode step, a verify, a draft-free small batch), right after fwd_batch_embed: the rows
+ * rows, right after fwd_batch_embed (run_batch: decode steps, verifies, replays): the rows
  * depend only on token ids, so on a GPU their reads from pinned host memory overlap the layers
  * before each Engram layer; fwd_layer_run's Engram step waits for its slot (ops->ahead_wait)
- * instead of gathering. Larger batches (prefill chunks) and batches that never call this gather
- * in the layer, as before. Same rows, same bits either way. Sets b->engram_ready. TDM_OK,
- * TDM_ERR_NO_MEMORY, or the ops' errors (b->engram_ready then has only the started slots).
+ * instead of gathering. Larger batches and the paths that do not call this (prefill passes,
+ * multi-sequence replay, the DSpark draft) gather in the layer, as before. Same rows, same bits
+ * either way. A slot still pending from a batch that failed before its Engram layer is waited
+ * for here before its buffers are rewritten. Sets b->engram_ready. TDM_OK, TDM_ERR_NO_MEMORY,
+ * or the ops' errors (b->engram_ready then has only the started slots).
  */
 tdm_status_t fwd_engram_ahead(engine_fwd_t *fwd, fwd_batch_t *b, int n_layers_run);
 

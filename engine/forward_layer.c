@@ -84,7 +84,12 @@ tdm_status_t fwd_engram_ahead(engine_fwd_t *fwd, fwd_batch_t *b, int n_layers_ru
         if (l >= n_layers_run) {
             continue;
         }
-        st = engram_row_ptrs(fwd, b, l, ptrs);
+        if (fwd->engram_ahead[s].pending) { /* a failed batch's gather: done before the rewrite */
+            st = fwd->ops->ahead_wait(&fwd->kctx, &fwd->engram_ahead[s]);
+        }
+        if (st == TDM_OK) {
+            st = engram_row_ptrs(fwd, b, l, ptrs);
+        }
         if (st == TDM_OK) {
             st = fwd->ops->rows_ahead(&fwd->kctx, KERN_ROWS_ACT8, ptrs, ptrs + N * n_cols,
                                       N * n_cols, de, rows, &fwd->engram_ahead[s]);

@@ -201,11 +201,13 @@ typedef struct {
  * ticket's side queue. The gather sees everything queued on ctx before the call (the pointer
  * arrays copied in, earlier readers of y_out done) and may still run when the call returns: until
  * kern_ahead_wait_fn on the same ticket, nothing may read y_out or write y_out, the pointer
- * arrays or the rows they point to. A start on a ticket still pending is queued after the earlier
- * gather (its output was never waited for and is lost: a batch that failed before its use).
- * Returns TDM_OK; TDM_ERR_INVALID_ARG for ticket NULL or kern_dequant_rows_fn's refusals (nothing
- * started, ticket unchanged); TDM_ERR_NO_MEMORY / TDM_ERR_INTERNAL when the backend could not
- * make its queue or launch (ticket not pending).
+ * arrays or the rows they point to. A caller that gave up on a gather (a batch that failed before
+ * its use) still waits for it before it writes those again; a start on a ticket still pending is
+ * refused, so that such a wait cannot be forgotten.
+ * Returns TDM_OK; TDM_ERR_INVALID_ARG for ticket NULL or pending, or kern_dequant_rows_fn's
+ * refusals (nothing started, ticket unchanged); TDM_ERR_NO_MEMORY / TDM_ERR_INTERNAL when the
+ * backend could not make its queue or launch (ticket not pending: on CUDA, a gather that launched
+ * but could not be recorded is waited for on the host first).
  */
 typedef tdm_status_t kern_rows_ahead_fn(kern_ctx_t *ctx, kern_rows_format_t format,
                                         const uint8_t *const *codes, const uint8_t *const *scales,

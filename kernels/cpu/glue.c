@@ -313,7 +313,7 @@ tdm_status_t kern_rows_ahead_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
 {
     tdm_status_t st;
 
-    if (ticket == NULL) {
+    if (ticket == NULL || ticket->pending) {
         return TDM_ERR_INVALID_ARG;
     }
     st = kern_dequant_rows_cpu(ctx, format, codes, scales, n_rows, dim, y_out);

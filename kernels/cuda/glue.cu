@@ -438,7 +438,7 @@ extern "C" tdm_status_t kern_rows_ahead_cuda(kern_ctx_t *ctx, kern_rows_format_t
     cudaError_t err;
     tdm_status_t st;
 
-    if (ticket == NULL) {
+    if (ticket == NULL || ticket->pending) {
         return TDM_ERR_INVALID_ARG;
     }
     /* the argument checks first: a refused call makes nothing */
@@ -469,9 +469,10 @@ extern "C" tdm_status_t kern_rows_ahead_cuda(kern_ctx_t *ctx, kern_rows_format_t
         return st;
     }
     err = cudaEventRecord((cudaEvent_t)ticket->done, (cudaStream_t)ticket->queue);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess) { /* launched but not recorded: nothing could wait for it later */
         tdm_log(TDM_LOG_ERROR, KC_LOG, "rows_ahead: recording the gather: cuda=%s",
                 cudaGetErrorString(err));
+        cudaStreamSynchronize((cudaStream_t)ticket->queue);
         return TDM_ERR_INTERNAL;
     }
     ticket->pending = 1;

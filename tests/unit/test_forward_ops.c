@@ -16,6 +16,7 @@
 
 #include "forward_test_util.h"
 #include "kernels/kv_page.h"
+#include "kernels/mhc.h"
 #include "kernels/ops.h"
 #include "kernels/sample.h"
 #include "kernels/topk.h"
@@ -188,7 +189,7 @@ static tdm_status_t count_rows_ahead(kern_ctx_t *ctx, kern_rows_format_t format,
 
     (void)ctx;
     counters[C_ROWS_AHEAD]++;
-    if (ticket == NULL || n_rows < 0 || dim <= 0) {
+    if (ticket == NULL || ticket->pending || n_rows < 0 || dim <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     if (ticket->queue == NULL) { /* the ticket's "queue": one record per ticket */
@@ -530,6 +531,68 @@ static void prefill_pairs(ftu_engine_t *e, ftu_engine_t *ref, engine_seq_t **s, 
     }
 }
 
+/* mhc_collapse failing once when fail_next_collapse is set (the table below). */
+static int fail_next_collapse;
+static tdm_status_t failing_mhc_collapse(kern_ctx_t *ctx, const float *pre, const float *X,
+                                         int64_t n_rows, int m, int64_t H, float *y_out)
+{
+    if (fail_next_collapse) {
+        fail_next_collapse = 0;
+        return TDM_ERR_INTERNAL;
+    }
+    return kern_mhc_collapse_cpu(ctx, pre, X, n_rows, m, H, y_out);
+}
+
+/* A decode batch that fails in layer 0, after its Engram gathers were started ahead and before
+ * any Engram layer waited for them, leaves them pending (on a GPU possibly still reading their
+ * pointer arrays). The next batch waits for them before rewriting those arrays (a start on a
+ * pending ticket is refused, so a forgotten wait fails the call) and gives the plain table's
+ * logits. The gathers here run only when waited for (count_rows_ahead). */
+static void test_engram_gather_pending_after_failed_batch(void **state)
+{
+    ftu_engine_t e, ref;
+    kern_ops_t table = *kern_ops_cpu();
+    enum { B = 3, B2 = 2 };
+    engine_seq_t *g[B], *r[B], *g2[B2], *r2[B2];
+    int32_t ids[B], ids2[B2];
+    float *got = malloc(sizeof(float) * (size_t)(B * 40000));
+    float *want = malloc(sizeof(float) * (size_t)(B * 40000));
+
+    (void)state;
+    table.rows_ahead = count_rows_ahead;
+    table.ahead_wait = count_ahead_wait;
+    table.mhc_collapse = failing_mhc_collapse;
+    open_pair(&e, &ref, &table);
+    assert_true(e.cfg->n_engram_layer_ids > 0 && e.V <= 40000);
+    assert_non_null(got);
+    assert_non_null(want);
+    prefill_pairs(&e, &ref, g, r, B, 61, 5, ids);
+    prefill_pairs(&e, &ref, g2, r2, B2, 71, 9, ids2);
+    memset(counters, 0, sizeof(counters));
+    fail_next_collapse = 1;
+    assert_int_equal(engine_fwd_decode(e.fwd, g, ids, B, got), TDM_ERR_INTERNAL);
+    assert_int_equal(fail_next_collapse, 0);
+    assert_int_equal(counters[C_ROWS_AHEAD], e.cfg->n_engram_layer_ids);
+    assert_int_equal(counters[C_AHEAD_WAIT], 0); /* left pending */
+    /* other sequences, fewer rows: other pointer arrays into the same buffers */
+    assert_int_equal(engine_fwd_decode(e.fwd, g2, ids2, B2, got), TDM_OK);
+    assert_int_equal(engine_fwd_decode(ref.fwd, r2, ids2, B2, want), TDM_OK);
+    assert_memory_equal(got, want, sizeof(float) * (size_t)(B2 * e.V));
+    assert_int_equal(counters[C_ROWS_AHEAD], 2 * e.cfg->n_engram_layer_ids);
+    assert_int_equal(counters[C_AHEAD_WAIT], 2 * e.cfg->n_engram_layer_ids);
+    for (int i = 0; i < B; i++) {
+        engine_seq_destroy(g[i]);
+        engine_seq_destroy(r[i]);
+    }
+    for (int i = 0; i < B2; i++) {
+        engine_seq_destroy(g2[i]);
+        engine_seq_destroy(r2[i]);
+    }
+    close_pair(&e, &ref);
+    free(got);
+    free(want);
+}
+
 /* The CPU argmax after poisoning row POISON_ROW of its logits with a NaN (the table below). */
 #define POISON_ROW 1
 static tdm_status_t poisoned_argmax(kern_ctx_t *ctx, const float *logits, int64_t ld,
@@ -720,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_decode_step_moe_copies_nothing_to_host),
         cmocka_unit_test(test_decode_greedy_equals_argmax_of_logits),
         cmocka_unit_test(test_decode_greedy_bad_row_fails_alone),
+        cmocka_unit_test(test_engram_gather_pending_after_failed_batch),
         cmocka_unit_test(test_decode_router_nan_deferred_fails_call_only),
         cmocka_unit_test(test_decode_index_topk_nan_deferred),
     };

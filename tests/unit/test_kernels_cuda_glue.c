@@ -406,6 +406,9 @@ static void test_dequant_rows_cuda_bit_identical(void **state)
             assert_int_equal(
                 cuda->rows_ahead(&ctx, (kern_rows_format_t)f, dpc, dps, n, dim, dy, &t), TDM_OK);
             assert_int_equal(t.pending, 1);
+            assert_int_equal(
+                cuda->rows_ahead(&ctx, (kern_rows_format_t)f, dpc, dps, n, dim, dy, &t),
+                TDM_ERR_INVALID_ARG); /* pending: wait first */
             assert_int_equal(cuda->ahead_wait(&ctx, &t), TDM_OK);
             assert_int_equal(t.pending, 0);
             got = host_from(cuda, dy, sizeof(float) * (size_t)(n * dim));

@@ -491,6 +491,9 @@ static void test_dequant_rows_equals_one_call_per_row(void **state)
                 ops->rows_ahead(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got, &t),
                 TDM_OK);
             assert_int_equal(t.pending, 1);
+            assert_int_equal(
+                ops->rows_ahead(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got, &t),
+                TDM_ERR_INVALID_ARG); /* pending: wait first */
             assert_int_equal(ops->ahead_wait(&ctx, &t), TDM_OK);
             assert_int_equal(t.pending, 0);
             assert_int_equal(ops->ahead_wait(&ctx, &t), TDM_ERR_INVALID_ARG); /* waited once */
