@@ -195,11 +195,12 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
     for (int i = 0; i < c->n_index_source_layer_ids; i++) {
         fwd->index_source_layer[i] = (int)c->index_source_layer_ids[i];
     }
-    fixed = ARENA_FIXED_BYTES +
-            (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * (size_t)c->head_dim *
-                sizeof(float) +
-            (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * 2 +
-            (size_t)c->vocab_size * 0;
+    fixed =
+        ARENA_FIXED_BYTES +
+        (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * (size_t)c->head_dim *
+            sizeof(float) +
+        (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * (2 + FWD_SEL_GROUP) +
+        (size_t)(2 * FWD_SEL_GROUP * c->index_topk) * sizeof(void *) + (size_t)c->vocab_size * 0;
     st =
         backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
                       layer_row_bytes(c, params->comm != NULL) * (size_t)fwd_max_rows(fwd) + fixed);

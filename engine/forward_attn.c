@@ -513,6 +513,114 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
     return st;
 }
 
+/* A segment's attention window in backend memory: positions [wstart, pos0) from its ring
+ * (n_ring of them), then the batch's new rows of the segment; gathered: 1 when its rows' selected
+ * rows are gathered by groups (fwd_attention pass 2). */
+typedef struct {
+    float *win;
+    int64_t wstart;
+    int64_t n_ring;
+    int gathered;
+} seg_win_t;
+
+/* seg's window at layer l (MODEL.md 5.2; a draft: every ring entry before pos0 and all block
+ * rows) from its ring and kv [N, d] (the batch's k-hat rows) into sw. */
+static tdm_status_t seg_window(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *kv,
+                               seg_win_t *sw)
+{
+    int64_t W = fwd->cfg->sliding_window, d = fwd->cfg->head_dim;
+    int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
+    tdm_status_t st = TDM_OK;
+
+    if (wstart < seg->lo) {
+        wstart = seg->lo;
+    }
+    if (wstart < 0) {
+        wstart = 0;
+    }
+    sw->wstart = wstart;
+    sw->n_ring = seg->pos0 - wstart;
+    sw->win = fwd_alloc(fwd, FLOAT_BYTES((sw->n_ring + seg->n) * d));
+    if (sw->win == NULL) {
+        return TDM_ERR_NO_MEMORY;
+    }
+    fwd->read_kv_bytes += (uint64_t)(sw->n_ring * (d + d / 32));
+    /* the ring slots of [wstart, pos0) are at most two contiguous runs: one call each */
+    for (int64_t p = wstart, run; p < seg->pos0 && st == TDM_OK; p += run) {
+        run = fwd_ring_run(seg->seq, p, seg->pos0);
+        st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seg->seq, l, p),
+                                    engine_seq_ring_scales_at(seg->seq, l, p), run, d,
+                                    sw->win + (p - wstart) * d);
+    }
+    if (st == TDM_OK) {
+        st = fwd_copy(fwd, sw->win + sw->n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
+    }
+    return st;
+}
+
+/* The keys of segment row i in its window sw: *ws_out (a position), returns their count. */
+static int64_t row_keys(const fwd_seg_t *seg, const seg_win_t *sw, int64_t W, int64_t i,
+                        int64_t *ws_out)
+{
+    int64_t t = seg->pos0 + i;
+    int64_t ws = t - W + 1 < sw->wstart ? sw->wstart : t - W + 1;
+
+    if (seg->draft) { /* every ring entry and all block tokens (non-causal) */
+        *ws_out = sw->wstart;
+        return sw->n_ring + seg->n;
+    }
+    *ws_out = ws;
+    return t - ws + 1;
+}
+
+/* Up to FWD_SEL_GROUP query rows whose selected rows are gathered together: row, segment,
+ * first selected row in the group and count per query row; the group's row pointers (host:
+ * codes [2 * FWD_SEL_GROUP * k_I], the scales packed after the codes at send time). */
+typedef struct {
+    int64_t row[FWD_SEL_GROUP];
+    int seg[FWD_SEL_GROUP];
+    int64_t off[FWD_SEL_GROUP];
+    int64_t n_b[FWD_SEL_GROUP];
+    int n_rows;
+    int64_t n_sel_rows;
+    const uint8_t **codes;
+    const uint8_t **scales;
+} sel_group_t;
+
+/* The group's selected rows in one copy of their pointers and one dequant_rows into sel_rows,
+ * then each query row's attention over its window and its rows; empties the group. */
+static tdm_status_t attend_group(engine_fwd_t *fwd, const fwd_batch_t *b, sel_group_t *grp,
+                                 const seg_win_t *sw, const float *q, const uint8_t **sel_ptrs,
+                                 float *sel_rows, float *att_scratch, int l, float *o)
+{
+    const engine_config_t *cfg = fwd->cfg;
+    int64_t d = cfg->head_dim, nh = cfg->num_attention_heads, W = cfg->sliding_window;
+    int64_t n = grp->n_sel_rows;
+    tdm_status_t st = TDM_OK;
+
+    if (n > 0) {
+        memcpy(grp->codes + n, grp->scales, (size_t)n * sizeof(*grp->codes));
+        st = fwd_to_backend(fwd, sel_ptrs, grp->codes, (size_t)(2 * n) * sizeof(*sel_ptrs));
+        if (st == TDM_OK) {
+            st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_CKV, sel_ptrs, sel_ptrs + n, n, d,
+                                        sel_rows);
+        }
+    }
+    for (int k = 0; k < grp->n_rows && st == TDM_OK; k++) {
+        const fwd_seg_t *seg = &b->segs[grp->seg[k]];
+        const seg_win_t *w = &sw[grp->seg[k]];
+        int64_t row = grp->row[k], ws;
+        int64_t n_keys = row_keys(seg, w, W, row - seg->row0, &ws);
+        st = fwd->ops->attention(&fwd->kctx, q + row * nh * d, w->win + (ws - w->wstart) * d,
+                                 n_keys, sel_rows + grp->off[k] * d, grp->n_b[k],
+                                 fwd->model->layers[l].attn_sink, nh, d,
+                                 (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
+    }
+    grp->n_rows = 0;
+    grp->n_sel_rows = 0;
+    return st;
+}
+
 tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float *xn,
                            int32_t *sel_used, float *out)
 {
@@ -539,9 +647,10 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     uint8_t *ks = fwd_alloc(fwd, (size_t)(N * d / 32));
     float *o = fwd_alloc(fwd, FLOAT_BYTES(N * nh * d));
     float *oa = fwd_alloc(fwd, FLOAT_BYTES(N * G * ro));
-    float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(kI * d));
-    /* the selected rows' codes then scales pointers (dequant_rows: backend memory) */
-    const uint8_t **sel_ptrs = fwd_alloc(fwd, (size_t)(2 * kI) * sizeof(*sel_ptrs));
+    /* the selected rows of up to FWD_SEL_GROUP query rows, and their codes then scales
+     * pointers (dequant_rows: backend memory) */
+    float *sel_rows = fwd_alloc(fwd, FLOAT_BYTES(FWD_SEL_GROUP * kI * d));
+    const uint8_t **sel_ptrs = fwd_alloc(fwd, (size_t)(2 * FWD_SEL_GROUP * kI) * sizeof(*sel_ptrs));
     float *att_scratch = fwd_alloc(fwd, FLOAT_BYTES(nh * (W + cfg->dspark_block_size + kI + 16)));
     float *qI = NULL;
     float *wI = NULL;
@@ -657,8 +766,13 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
      * wait), else its index source's (kept on the host since then); sel_used for the dumps and
      * attention_sel, in one copy */
     const int32_t *sel_h = NULL;
-    const uint8_t **ptrs_h = fwd_host_alloc(fwd, (size_t)(2 * kI) * sizeof(*ptrs_h));
-    if (ptrs_h == NULL) {
+    seg_win_t *sw = fwd_host_alloc(fwd, (size_t)b->n_segs * sizeof(*sw));
+    sel_group_t grp;
+    grp.codes = fwd_host_alloc(fwd, (size_t)(2 * FWD_SEL_GROUP * kI) * sizeof(*grp.codes));
+    grp.scales = fwd_host_alloc(fwd, (size_t)(FWD_SEL_GROUP * kI) * sizeof(*grp.scales));
+    grp.n_rows = 0;
+    grp.n_sel_rows = 0;
+    if (sw == NULL || grp.codes == NULL || grp.scales == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     if (role->ratio == 0) { /* no compressed rows: selections all -1 */
@@ -681,40 +795,16 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         return st;
     }
 
-    /* per segment: the window, then attention per row */
-    for (int s = 0; s < b->n_segs; s++) {
+    /* 1: per segment, its window; the rows of a segment that attends in place (attention_sel)
+     * or has no compressed rows, at once */
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
-        engine_seq_t *seq = seg->seq;
-        int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
-        int64_t n_ring;
-        float *win;
         const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
+        int64_t n_ckv = 0;
 
-        if (wstart < seg->lo) {
-            wstart = seg->lo;
-        }
-        if (wstart < 0) {
-            wstart = 0;
-        }
-        n_ring = seg->pos0 - wstart;
-        win = fwd_alloc(fwd, FLOAT_BYTES((n_ring + seg->n) * d));
-        if (win == NULL) {
-            return TDM_ERR_NO_MEMORY;
-        }
-        fwd->read_kv_bytes += (uint64_t)(n_ring * (d + d / 32));
-        /* the ring slots of [wstart, pos0) are at most two contiguous runs: one call each */
-        for (int64_t p = wstart, run; p < seg->pos0 && st == TDM_OK; p += run) {
-            run = fwd_ring_run(seq, p, seg->pos0);
-            st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seq, l, p),
-                                        engine_seq_ring_scales_at(seq, l, p), run, d,
-                                        win + (p - wstart) * d);
-        }
-        if (st == TDM_OK) {
-            st = fwd_copy(fwd, win + n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
-        }
+        st = seg_window(fwd, seg, l, kv, &sw[s]);
         /* A prefill chunk whose queries together would dequantize more selected rows than the
          * table's visible rows: dequantize those once and attend to them in place. */
-        int64_t n_ckv = 0;
         if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
             int64_t n_c = row_n_vis(cfg, l, seg->pos0 + seg->n - 1, tab);
             if (n_c > 0 && n_c <= seg->n * kI) {
@@ -722,69 +812,70 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 n_ckv = n_c;
             }
         }
-        for (int64_t i = 0; i < seg->n && st == TDM_OK; i++) {
-            int64_t row = seg->row0 + i;
-            int64_t t = seg->pos0 + i;
-            int32_t *srow = sel_used + row * kI;
+        sw[s].gathered = role->ratio > 0 && n_ckv == 0;
+        for (int64_t i = 0; i < seg->n && st == TDM_OK && !sw[s].gathered; i++) {
+            int64_t row = seg->row0 + i, ws, n_keys = row_keys(seg, &sw[s], W, i, &ws);
             int64_t n_b = 0;
-            int64_t ws = t - W + 1 < wstart ? wstart : t - W + 1;
-            int64_t n_keys = t - ws + 1;
-
-            if (seg->draft) {
-                ws = wstart; /* every ring entry and all block tokens (non-causal) */
-                n_keys = n_ring + seg->n;
-            }
-
             if (role->ratio > 0) {
-                /* the row's selection on the host, for the pointers below */
                 const int32_t *hs = sel_h + row * kI;
                 while (n_b < kI && hs[n_b] >= 0) {
                     n_b++; /* ascending, -1 padded: the selected rows come first */
                 }
-                if (n_ckv > 0) {
-                    if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
-                        int64_t k = 0;
-                        while (hs[k] < n_ckv) {
-                            k++;
-                        }
-                        tdm_log(TDM_LOG_ERROR, "engine",
-                                "selected row past the visible rows: layer=%d row=%d "
-                                "visible=%lld",
-                                l, (int)hs[k], (long long)n_ckv);
-                        return TDM_ERR_INTERNAL;
+                if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
+                    int64_t k = 0;
+                    while (hs[k] < n_ckv) {
+                        k++;
                     }
-                    fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
-                                                                     g.ly.main_scales_row_bytes);
-                    st = fwd->ops->attention_sel(
-                        &fwd->kctx, q + row * nh * d, win + (ws - wstart) * d, n_keys,
-                        fwd->ckv_cache, srow, n_b, lw->attn_sink, nh, d,
-                        (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
-                    continue;
+                    tdm_log(TDM_LOG_ERROR, "engine",
+                            "selected row past the visible rows: layer=%d row=%d visible=%lld", l,
+                            (int)hs[k], (long long)n_ckv);
+                    return TDM_ERR_INTERNAL;
                 }
-                for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
-                    st = main_row_at(fwd, &g, tab, hs[k], &ptrs_h[k], &ptrs_h[n_b + k]);
-                }
-                /* the selected rows, one gather; its pointer arrays built on the host and
-                 * copied to the backend (docs/NUMERICS.md 7) */
-                if (st == TDM_OK && n_b > 0) {
-                    st = fwd_to_backend(fwd, sel_ptrs, ptrs_h,
-                                        (size_t)(2 * n_b) * sizeof(*sel_ptrs));
-                }
-                if (st == TDM_OK && n_b > 0) {
-                    st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_CKV, sel_ptrs, sel_ptrs + n_b,
-                                                n_b, d, sel_rows);
-                }
-            }
-            if (st == TDM_OK) {
-                st = fwd->ops->attention(&fwd->kctx, q + row * nh * d, win + (ws - wstart) * d,
-                                         n_keys, sel_rows, n_b, lw->attn_sink, nh, d,
-                                         (float)(1.0 / sqrt((double)d)), att_scratch,
-                                         o + row * nh * d);
+                fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
+                                                                 g.ly.main_scales_row_bytes);
+                st = fwd->ops->attention_sel(
+                    &fwd->kctx, q + row * nh * d, sw[s].win + (ws - sw[s].wstart) * d, n_keys,
+                    fwd->ckv_cache, sel_used + row * kI, n_b, lw->attn_sink, nh, d,
+                    (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
+            } else {
+                st = fwd->ops->attention(&fwd->kctx, q + row * nh * d,
+                                         sw[s].win + (ws - sw[s].wstart) * d, n_keys, sel_rows, 0,
+                                         lw->attn_sink, nh, d, (float)(1.0 / sqrt((double)d)),
+                                         att_scratch, o + row * nh * d);
             }
         }
-        if (st != TDM_OK) {
-            return st;
+    }
+    /* 2: the other rows, FWD_SEL_GROUP at a time: their selected rows' pointers built on the
+     * host from the block tables, one copy and one gather per group (docs/NUMERICS.md 7 item 4),
+     * then each row's attention */
+    for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
+        for (int64_t i = 0; i < seg->n && st == TDM_OK && sw[s].gathered; i++) {
+            int64_t row = seg->row0 + i;
+            const int32_t *hs = sel_h + row * kI;
+            int64_t n_b = 0, off = grp.n_sel_rows;
+            while (n_b < kI && hs[n_b] >= 0) {
+                n_b++;
+            }
+            for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
+                st = main_row_at(fwd, &g, tab, hs[k], &grp.codes[off + k], &grp.scales[off + k]);
+            }
+            grp.row[grp.n_rows] = row;
+            grp.seg[grp.n_rows] = s;
+            grp.off[grp.n_rows] = off;
+            grp.n_b[grp.n_rows++] = n_b;
+            grp.n_sel_rows += n_b;
+            if (st == TDM_OK && grp.n_rows == FWD_SEL_GROUP) {
+                st = attend_group(fwd, b, &grp, sw, q, sel_ptrs, sel_rows, att_scratch, l, o);
+            }
         }
+    }
+    if (st == TDM_OK && grp.n_rows > 0) {
+        st = attend_group(fwd, b, &grp, sw, q, sel_ptrs, sel_rows, att_scratch, l, o);
+    }
+    if (st != TDM_OK) {
+        return st;
     }
 
     /* inverse RoPE, grouped wo_a (BF16 operands), Q_act8, wo_b */

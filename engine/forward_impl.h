@@ -11,6 +11,10 @@
 #include "engine/model_impl.h"
 #include "engine/seq_state_impl.h"
 
+/* Query rows whose selected rows fwd_attention gathers with one pointer copy and one
+ * dequant_rows (decode batches: one or a few groups per layer instead of one per row). */
+#define FWD_SEL_GROUP 16
+
 /* Most index-source layers a config may have. */
 #define FWD_MAX_INDEX_SOURCES ENGINE_CONFIG_MAX_LAYERS
 

@@ -475,6 +475,18 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
      * top-k in one copy; layers that reuse a selection read the host's copy), the status word
      * and the ids (18 at batch 2 when each row and segment copied its own) */
     assert_true(copies_of_kind[KERN_COPY_D2H] <= e->cfg->n_index_source_layer_ids + 2);
+    /* and the selected rows of a batch of up to FWD_SEL_GROUP rows are one gather per layer
+     * with compressed rows (the Engram rows go through rows_ahead), not one per row */
+    {
+        int n_compressed = 0;
+        for (int l = 0; l < e->cfg->n_layers; l++) {
+            n_compressed += e->cfg->roles[l].ratio > 0;
+        }
+        print_message("greedy decode step, batch %d: %lld dequant_rows calls, %d layers with "
+                      "compressed rows\n",
+                      B, (long long)counters[C_DEQUANT_ROWS], n_compressed);
+        assert_true(n_compressed > 0 && counters[C_DEQUANT_ROWS] <= n_compressed);
+    }
     /* more steps, until new rows have filled compressed groups: their page headers are marked
      * on the backend, nothing is copied out of the page pool */
     for (int step = 0; step < 8; step++) {
