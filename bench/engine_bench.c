@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/device.h"
+#include "kernels/ops.h"
 #include "engine/forward.h"
 #include "engine/inventory.h"
 #include "engine_bench_ep.h"
@@ -85,6 +86,22 @@ static const tdm_flag_t bench_flags[] = {
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
 /* Process CPU seconds (all threads). */
+/* Copies the engine asks of its kernel table, by kind (kernels/mem.h), counted by a copy of the
+ * table whose mem_copy counts before it calls the real one: on a device each KERN_COPY_D2H is a
+ * wait for the stream and each KERN_COPY_H2D a host staging copy, so their count per decode
+ * step is what a GPU pays in round trips whatever its speed (one thread: plain counters). */
+static kern_mem_copy_fn *real_mem_copy;
+static uint64_t n_copies[3];
+
+static tdm_status_t counting_mem_copy(kern_ctx_t *ctx, void *dst, const void *src, size_t n_bytes,
+                                      kern_copy_kind_t kind)
+{
+    if ((unsigned)kind < 3) {
+        n_copies[kind]++;
+    }
+    return real_mem_copy(ctx, dst, src, n_bytes, kind);
+}
+
 static double cpu_seconds(void)
 {
     return (double)tdm_clock_process_cpu_ns() / (double)TDM_NS_PER_S;
@@ -408,6 +425,11 @@ int main(int argc, char **argv)
         return 2;
     }
     mp.expand_bf16 = cfg.expand_bf16;
+    static kern_ops_t counted; /* outlives the model loaded with it */
+    counted = *mp.ops;
+    real_mem_copy = mp.ops->mem_copy;
+    counted.mem_copy = counting_mem_copy;
+    mp.ops = &counted;
     if (engine_model_load(cfg.model_dir, &mp, &model, err, sizeof(err)) != TDM_OK) {
         fprintf(stderr, "tandem-bench-engine: %s\n", err);
         return 1;
@@ -543,6 +565,7 @@ int main(int argc, char **argv)
             bw_b = bw_r > bw_b ? bw_r : bw_b;
             uint64_t t0 = tdm_clock_now_ns();
             double c0 = cpu_seconds();
+            memset(n_copies, 0, sizeof(n_copies));
             for (uint32_t step = 0; step < cfg.decode_steps && st == TDM_OK; step++) {
                 if (on_device) {
                     /* a device step: token ids in, greedy ids out, the logits stay there */
@@ -594,6 +617,11 @@ int main(int argc, char **argv)
         printf("                 CPU-time rate %.1f steps/s (steps per process CPU second, all "
                "threads: near what an uncontended box reaches when this one is shared)\n",
                cpu_steps_per_s);
+        printf("                 copies per step: %.1f to the host (each a wait for the stream "
+               "on a device), %.1f from the host, %.1f on the backend\n",
+               (double)n_copies[KERN_COPY_D2H] / cfg.decode_steps,
+               (double)n_copies[KERN_COPY_H2D] / cfg.decode_steps,
+               (double)n_copies[KERN_COPY_D2D] / cfg.decode_steps);
         for (int i = 0; i < B; i++) {
             engine_seq_destroy(seqs[i]);
         }
