@@ -461,9 +461,9 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
             if (st == TDM_OK) {
                 st = fwd->ops->topk(&fwd->kctx, scores, n_vis, kI, iscratch, (int32_t *)(slot + 2),
                                     slot);
-            }
-            if (st == TDM_ERR_INTERNAL) {
-                tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
+                if (st == TDM_ERR_INTERNAL) {
+                    tdm_log(TDM_LOG_ERROR, "engine", "nan reached the index top-k: layer=%d", l);
+                }
             }
         }
     }
@@ -498,6 +498,17 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
                 break;
             }
             memcpy(hs, slot + 2, (size_t)n_sel * sizeof(int32_t));
+            for (int64_t k = 0; k < n_sel && st == TDM_OK; k++) {
+                if (hs[k] < 0 || hs[k] >= n_vis) { /* the bitmap below holds [0, n_vis) */
+                    tdm_log(TDM_LOG_ERROR, "engine",
+                            "index top-k result out of range: layer=%d row=%lld index=%d", l,
+                            (long long)row, (int)hs[k]);
+                    st = TDM_ERR_INTERNAL;
+                }
+            }
+            if (st != TDM_OK) {
+                break;
+            }
             for (int64_t k = n_sel; k < kI; k++) {
                 hs[k] = -1;
             }

@@ -51,14 +51,18 @@ static tdm_status_t copy_rows(engine_fwd_t *fwd, fwd_batch_t *dst, int64_t to,
     for (int i = 0; i < fwd->n_index_sources && st == TDM_OK; i++) {
         st = fwd_copy(fwd, dst->sel[i] + to * kI, src->sel[i] + from * kI,
                       (size_t)(n * kI) * sizeof(int32_t));
-        memcpy(dst->sel_h[i] + to * kI, src->sel_h[i] + from * kI,
-               (size_t)(n * kI) * sizeof(int32_t));
+        if (st == TDM_OK) {
+            memcpy(dst->sel_h[i] + to * kI, src->sel_h[i] + from * kI,
+                   (size_t)(n * kI) * sizeof(int32_t));
+        }
     }
     if (st == TDM_OK) {
         st = fwd_copy(fwd, dst->pool + to * nB, src->pool + from * nB,
                       (size_t)(n * nB) * sizeof(int32_t));
     }
-    memcpy(dst->n_pool_h + to, src->n_pool_h + from, (size_t)n * sizeof(int32_t));
+    if (st == TDM_OK) {
+        memcpy(dst->n_pool_h + to, src->n_pool_h + from, (size_t)n * sizeof(int32_t));
+    }
     if (st == TDM_OK) {
         st = fwd_copy(fwd, dst->experts + to * K, src->experts + from * K,
                       (size_t)(n * K) * sizeof(int32_t));

@@ -737,16 +737,23 @@ static void test_decode_router_nan_deferred_fails_call_only(void **state)
  * poison_topk is set) a NaN among its values (host memory: the CPU table). */
 static int64_t topk_calls, topk_calls_deferred;
 static int poison_topk;
+static int64_t bad_index_k; /* > 0: a top-k of this k returns the index n (out of range) */
 
 static tdm_status_t watched_topk(kern_ctx_t *ctx, const float *vals, int64_t n, int64_t k,
                                  int32_t *scratch, int32_t *idx_out, int64_t *n_out)
 {
+    tdm_status_t st;
+
     topk_calls++;
     topk_calls_deferred += ctx != NULL && ctx->status_word != NULL;
     if (poison_topk && n > 1) {
         ((float *)vals)[n / 2] = NAN;
     }
-    return kern_topk_cpu(ctx, vals, n, k, scratch, idx_out, n_out);
+    st = kern_topk_cpu(ctx, vals, n, k, scratch, idx_out, n_out);
+    if (st == TDM_OK && k == bad_index_k && *n_out > 0) {
+        idx_out[0] = (int32_t)n; /* a backend gone wrong */
+    }
+    return st;
 }
 
 /* Decode steps run the index top-k with the deferred status word (its count and result come to
@@ -778,6 +785,12 @@ static void test_decode_index_topk_nan_deferred(void **state)
     poison_topk = 1;
     assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_ERR_INTERNAL);
     poison_topk = 0;
+    assert_int_equal(engine_seq_length(s[0]), len0);
+    /* an index out of [0, n_vis) from the index top-k: refused by the host's check (it would
+     * have written past the sort's bitmap), the call fails, nothing else happens */
+    bad_index_k = e.cfg->index_topk;
+    assert_int_equal(engine_fwd_decode(e.fwd, s, ids, B, lg), TDM_ERR_INTERNAL);
+    bad_index_k = 0;
     assert_int_equal(engine_seq_length(s[0]), len0);
     for (int i = 0; i < B; i++) {
         engine_seq_destroy(s[i]);
