@@ -113,7 +113,8 @@ static size_t layer_row_bytes(const engine_config_t *c, int expert_parallel)
                      5 * H + 3 * c->moe_intermediate_size +
                      3 * (c->num_experts_per_tok + c->dspark_num_experts_per_tok) + /* grouping */
                      4 * (c->engram_max_ngram_size - 1) * c->engram_n_heads + /* row pointers */
-                     2 * n_e + (m + 1) * H + c->index_topk + 64;
+                     2 * n_e + (m + 1) * H + c->index_topk + 64 +
+                     4; /* a window row's two pointers (forward_attn.c batch_windows) */
     if (expert_parallel) {
         /* the expert-sorted rows and their outputs [N*K, H] each (forward_ep.c) */
         int64_t K = c->num_experts_per_tok > c->dspark_num_experts_per_tok
@@ -200,7 +201,8 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * (size_t)c->head_dim *
             sizeof(float) +
         (size_t)(c->index_topk + 16) * (size_t)c->head_dim * sizeof(float) * (2 + FWD_SEL_GROUP) +
-        (size_t)(2 * FWD_SEL_GROUP * c->index_topk) * sizeof(void *) + (size_t)c->vocab_size * 0;
+        (size_t)(2 * FWD_SEL_GROUP * c->index_topk) * sizeof(void *) +
+        (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * 2 * sizeof(void *);
     st =
         backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
                       layer_row_bytes(c, params->comm != NULL) * (size_t)fwd_max_rows(fwd) + fixed);

@@ -534,37 +534,55 @@ typedef struct {
     int gathered;
 } seg_win_t;
 
-/* seg's window at layer l (MODEL.md 5.2; a draft: every ring entry before pos0 and all block
- * rows) from its ring and kv [N, d] (the batch's k-hat rows) into sw. */
-static tdm_status_t seg_window(engine_fwd_t *fwd, const fwd_seg_t *seg, int l, const float *kv,
-                               seg_win_t *sw)
+/*
+ * Every segment's window at layer l (MODEL.md 5.2; a draft: every ring entry before pos0 and all
+ * block rows) into sw[s], in one gather: the ring entries of [wstart, pos0) and the batch's new
+ * Q_act8 rows kc [N, d] / ks [N, d / 32] (whose dequantized values are the k-hat rows the
+ * attention would copy: the same codec, the same bits) as row pointers built on the host, one
+ * copy to the backend and one dequant_rows, instead of up to two dequantizations and one copy
+ * per segment (docs/NUMERICS.md 7 item 4).
+ */
+static tdm_status_t batch_windows(engine_fwd_t *fwd, const fwd_batch_t *b, int l, const uint8_t *kc,
+                                  const uint8_t *ks, seg_win_t *sw)
 {
     int64_t W = fwd->cfg->sliding_window, d = fwd->cfg->head_dim;
-    int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
-    tdm_status_t st = TDM_OK;
+    int64_t total = 0, off = 0;
+    const uint8_t **ptrs_h, **ptrs_d;
+    float *win;
+    tdm_status_t st;
 
-    if (wstart < seg->lo) {
-        wstart = seg->lo;
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        int64_t wstart = seg->draft ? seg->pos0 - W : seg->pos0 - W + 1;
+        wstart = wstart < seg->lo ? seg->lo : wstart;
+        wstart = wstart < 0 ? 0 : wstart;
+        sw[s].wstart = wstart;
+        sw[s].n_ring = seg->pos0 - wstart;
+        total += sw[s].n_ring + seg->n;
     }
-    if (wstart < 0) {
-        wstart = 0;
-    }
-    sw->wstart = wstart;
-    sw->n_ring = seg->pos0 - wstart;
-    sw->win = fwd_alloc(fwd, FLOAT_BYTES((sw->n_ring + seg->n) * d));
-    if (sw->win == NULL) {
+    win = fwd_alloc(fwd, FLOAT_BYTES(total * d));
+    ptrs_h = fwd_host_alloc(fwd, (size_t)(2 * total) * sizeof(*ptrs_h));
+    ptrs_d = fwd_alloc(fwd, (size_t)(2 * total) * sizeof(*ptrs_d));
+    if (win == NULL || ptrs_h == NULL || ptrs_d == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
-    fwd->read_kv_bytes += (uint64_t)(sw->n_ring * (d + d / 32));
-    /* the ring slots of [wstart, pos0) are at most two contiguous runs: one call each */
-    for (int64_t p = wstart, run; p < seg->pos0 && st == TDM_OK; p += run) {
-        run = fwd_ring_run(seg->seq, p, seg->pos0);
-        st = fwd->ops->dequant_act8(&fwd->kctx, engine_seq_ring_codes_at(seg->seq, l, p),
-                                    engine_seq_ring_scales_at(seg->seq, l, p), run, d,
-                                    sw->win + (p - wstart) * d);
+    for (int s = 0; s < b->n_segs; s++) {
+        const fwd_seg_t *seg = &b->segs[s];
+        sw[s].win = win + off * d;
+        fwd->read_kv_bytes += (uint64_t)(sw[s].n_ring * (d + d / 32));
+        for (int64_t p = sw[s].wstart; p < seg->pos0; p++, off++) {
+            ptrs_h[off] = engine_seq_ring_codes_at(seg->seq, l, p);
+            ptrs_h[total + off] = engine_seq_ring_scales_at(seg->seq, l, p);
+        }
+        for (int64_t i = 0; i < seg->n; i++, off++) {
+            ptrs_h[off] = kc + (seg->row0 + i) * d;
+            ptrs_h[total + off] = ks + (seg->row0 + i) * (d / 32);
+        }
     }
+    st = fwd_to_backend(fwd, ptrs_d, ptrs_h, (size_t)(2 * total) * sizeof(*ptrs_d));
     if (st == TDM_OK) {
-        st = fwd_copy(fwd, sw->win + sw->n_ring * d, kv + seg->row0 * d, FLOAT_BYTES(seg->n * d));
+        st = fwd->ops->dequant_rows(&fwd->kctx, KERN_ROWS_ACT8, ptrs_d, ptrs_d + total, total, d,
+                                    win);
     }
     return st;
 }
@@ -806,14 +824,15 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         return st;
     }
 
-    /* 1: per segment, its window; the rows of a segment that attends in place (attention_sel)
-     * or has no compressed rows, at once */
+    /* every segment's window, one gather */
+    st = batch_windows(fwd, b, l, kc, ks, sw);
+    /* 1: the rows of a segment that attends in place (attention_sel) or has no compressed rows,
+     * at once */
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
         int64_t n_ckv = 0;
 
-        st = seg_window(fwd, seg, l, kv, &sw[s]);
         /* A prefill chunk whose queries together would dequantize more selected rows than the
          * table's visible rows: dequantize those once and attend to them in place. */
         if (role->ratio > 0 && fwd->ops->attention_sel != NULL && seg->n > 1 && st == TDM_OK) {
