@@ -207,9 +207,12 @@ tdm_status_t engine_fwd_create(const engine_model_t *model, engine_kv_pool_t *po
         backend_arena(fwd, &fwd->layer_arena, &fwd->layer_mem,
                       layer_row_bytes(c, params->comm != NULL) * (size_t)fwd_max_rows(fwd) + fixed);
     if (st == TDM_OK) {
-        /* host staging: per-row metadata and pointer arrays (a few hundred bytes per row) */
+        /* host staging: per-row metadata and pointer arrays (a few hundred bytes per row), and
+         * the windows' ring-entry pointers (forward_attn.c batch_windows) */
         st = tdm_arena_init(&fwd->host_arena,
                             (size_t)fwd_max_rows(fwd) * (size_t)(c->index_topk + 256) * 16 +
+                                (size_t)ENGINE_FWD_MAX_BATCH * (size_t)(c->sliding_window + 2) * 2 *
+                                    sizeof(void *) +
                                 ARENA_FIXED_BYTES);
     }
     if (st == TDM_OK && params->comm != NULL) {

@@ -524,6 +524,16 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
     return st;
 }
 
+/* Selected rows of a selection row hs [k_I] (ascending, -1 padded: they come first). */
+static int64_t sel_count(const int32_t *hs, int64_t kI)
+{
+    int64_t n = 0;
+    while (n < kI && hs[n] >= 0) {
+        n++;
+    }
+    return n;
+}
+
 /* A segment's attention window in backend memory: positions [wstart, pos0) from its ring
  * (n_ring of them), then the batch's new rows of the segment; gathered: 1 when its rows' selected
  * rows are gathered by groups (fwd_attention pass 2). */
@@ -728,9 +738,6 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     if (st == TDM_OK) {
         st = fwd->ops->quant_act8(&fwd->kctx, kv, N, d, kc, ks);
     }
-    if (st == TDM_OK) {
-        st = fwd->ops->dequant_act8(&fwd->kctx, kc, ks, N, d, kv); /* kv now holds k-hat */
-    }
     if (st != TDM_OK) {
         return st;
     }
@@ -848,9 +855,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             int64_t n_b = 0;
             if (role->ratio > 0) {
                 const int32_t *hs = sel_h + row * kI;
-                while (n_b < kI && hs[n_b] >= 0) {
-                    n_b++; /* ascending, -1 padded: the selected rows come first */
-                }
+                n_b = sel_count(hs, kI);
                 if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
                     int64_t k = 0;
                     while (hs[k] < n_ckv) {
@@ -884,10 +889,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
         for (int64_t i = 0; i < seg->n && st == TDM_OK && sw[s].gathered; i++) {
             int64_t row = seg->row0 + i;
             const int32_t *hs = sel_h + row * kI;
-            int64_t n_b = 0, off = grp.n_sel_rows;
-            while (n_b < kI && hs[n_b] >= 0) {
-                n_b++;
-            }
+            int64_t n_b = sel_count(hs, kI), off = grp.n_sel_rows;
             for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
                 st = main_row_at(fwd, &g, tab, hs[k], &grp.codes[off + k], &grp.scales[off + k]);
             }

@@ -487,7 +487,8 @@ static void test_decode_step_moe_copies_nothing_to_host(void **state)
                       "compressed rows\n",
                       B, (long long)counters[C_DEQUANT_ROWS], n_compressed);
         assert_true(n_compressed > 0);
-        /* per row and segment it would be B * (n_compressed + n_layers) */
+        /* B <= FWD_SEL_GROUP: one group per layer; per row and segment it would be
+         * B * (n_compressed + n_layers) */
         assert_int_equal(counters[C_DEQUANT_ROWS], n_compressed + e->cfg->n_layers);
     }
     /* more steps, until new rows have filled compressed groups: their page headers are marked
