@@ -1068,7 +1068,8 @@ static void check_attention(const kern_ops_t *cuda, rng_t *rng, int64_t n_heads,
             ka[2 * d + c] = q[c] * 0.5f;
         }
     }
-    float *scratch = host_floats(n_keys);
+    /* the CPU keeps every head's logits: [n_heads * n_keys] (kernels/attention.h) */
+    float *scratch = host_floats(n_heads * n_keys);
     float *want = host_floats(n_heads * d);
     assert_int_equal(cpu->attention(&ctx, q, n_a > 0 ? ka : NULL, n_a, n_b > 0 ? kb : NULL, n_b,
                                     sink, n_heads, d, scale, scratch, want),
@@ -1077,7 +1078,7 @@ static void check_attention(const kern_ops_t *cuda, rng_t *rng, int64_t n_heads,
     float *ka_dev = dev_floats_from(ka, n_a * d);
     float *kb_dev = dev_floats_from(kb, n_b * d);
     float *sink_dev = dev_floats_from(sink, n_heads);
-    float *scratch_dev = dev_alloc(sizeof(float) * (size_t)(n_keys > 0 ? n_keys : 1));
+    float *scratch_dev = dev_alloc(sizeof(float) * (size_t)(n_keys > 0 ? n_heads * n_keys : 1));
     float *o_dev = dev_alloc(sizeof(float) * (size_t)(n_heads * d));
     assert_int_equal(cuda->attention(&ctx, q_dev, n_a > 0 ? ka_dev : NULL, n_a,
                                      n_b > 0 ? kb_dev : NULL, n_b, sink_dev, n_heads, d, scale,
