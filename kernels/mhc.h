@@ -3,7 +3,12 @@
  * streams and the stream update, plus the Engram stream update.
  *
  * Owns nothing; knows nothing of layers or weights' storage. FP32 math, BF16 outputs where
- * MODEL.md R1/R2/R9 say so. Sums run in ascending index order.
+ * MODEL.md R1/R2/R9 say so. Sums over a few elements (the m streams, a row or column of M, the
+ * softmax) run in ascending index order; the sums of squares of the RMS scales and the Engram
+ * gate's dot over H run in the 16-lane order of kern_sum_sq_cpu (kernels/norm.h). exp is kern_exp
+ * and sigmoid(z) = 1 / (1 + kern_exp(-z)) (kernels/attention.h). With those fixed orders and
+ * functions the CUDA kernels give the CPU's bits (since 2026-12-04; before, libm's expf and the
+ * ascending sums made CUDA differ by a few ulp).
  */
 #ifndef TANDEM_KERNELS_MHC_H
 #define TANDEM_KERNELS_MHC_H
@@ -35,7 +40,7 @@ typedef struct {
 
 /*
  * kern_mhc_coeffs_fn - for each row r with flattened streams x [m*H] and raw mix F.x [(2+m)m]
- * (an FP32 GEMM output): mix = raw * (mean(x^2) + eps)^-1/2;
+ * (an FP32 GEMM output): mix = raw * kern_rms_scale_cpu(x, m*H, eps);
  * pre_i = sigmoid(mix_i s0 + b_i) + eps_hc; post_i = 2 sigmoid(mix_{m+i} s1 + b_{m+i});
  * C_ij = mix_{2m+mi+j} s2 + b_{2m+mi+j}; M = softmax_j(C) + eps_hc (max subtracted first);
  * column normalise; then iters-1 times row then column normalise (each divides by sum + eps_hc).
@@ -69,9 +74,10 @@ kern_mhc_update_fn kern_mhc_update_cpu;
 
 /*
  * kern_engram_gate_fn - the Engram stream update (MODEL.md 5.6, R9), in place on X: per row r
- * and stream i, gamma = (sum_c ((X_ic qw_ic) kw_ic) key_ic) * rho(X_i) * rho(key_i) / sqrtf(H),
- * rho(v) = (mean(v^2) + eps)^-1/2; g = sigmoid(sign(gamma) sqrt(max(|gamma|, 1e-6))), sign(0) =
- * +; X_i = BF16(X_i + g value).
+ * and stream i, gamma = (((dot * rho(X_i)) * rho(key_i)) / sqrtf(H), dot = sum_c ((X_ic qw_ic)
+ * kw_ic) key_ic in the 16-lane order (lane j: fma of c = j, j + 16, ..., the tree, then the tail
+ * past H - H % 16, as kern_sum_sq_cpu), rho = kern_rms_scale_cpu (kernels/norm.h);
+ * g = sigmoid(sign(gamma) sqrt(max(|gamma|, 1e-6))), sign(0) = +; X_i = BF16(X_i + g value).
  * X: [n_rows, m, H].  kv: [n_rows, (m+1) H] = [key_0 .. key_{m-1}, value] (BF16 values).
  * qw, kw: [m, H] f32.
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, m out of 1..16, H <= 0; X untouched).

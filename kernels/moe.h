@@ -21,9 +21,10 @@ extern "C" {
 #define KERN_MOE_MAX_K 16
 
 /*
- * kern_moe_route_fn - per row: s_e = sqrt(softplus(logit_e)) (FP32; softplus = log1p(exp(-|z|))
- * + max(z, 0)), selection = top K of s_e + bias_e (tie order above), returned ascending by id;
- * weights w = (rho s_e) / (sum_sel s + 1e-20) with the sum in ascending id.
+ * kern_moe_route_fn - per row: s_e = sqrt(softplus(logit_e)) (FP32; softplus =
+ * kern_log1p(kern_exp(-|z|)) + max(z, 0), kernels/attention.h: every backend's bits), selection =
+ * top K of s_e + bias_e (tie order above), returned ascending by id; weights w = (rho s_e) /
+ * (sum_sel s + 1e-20) with the sum in ascending id.
  *
  * logits: [n_rows, E] FP32 router logits.  bias: [E].
  * ids_out: [n_rows, K] int32 ascending.  weights_out: [n_rows, K] f32 (same order).

@@ -22,6 +22,11 @@ CPU_FMA_CLONES float kern_exp(float x)
     return cpu_exp(x);
 }
 
+CPU_FMA_CLONES float kern_log1p(float t)
+{
+    return cpu_log1p(t);
+}
+
 /* The softmax denominator's sum of x [n] (kern_attention_fn): lane j of 16 adds x[e] for
  * e = j, j + 16, ... ascending from 0.0f, then the fixed tree of kernels/gemm.h (lane j +=
  * lane j + 8, + 4, + 2, + 1), the order of kern_dot_cpu's partial sums. */

@@ -70,4 +70,26 @@ static inline float cpu_exp(float x)
     return (p * cpu_exp_pow2((int32_t)k1)) * cpu_exp_pow2((int32_t)k2);
 }
 
+/* cpu_log1p - kern_log1p(t) inlined: the steps kernels/attention.h defines, in that order. */
+static inline float cpu_log1p(float t)
+{
+    float s = t / (2.0f + t);
+    float u = s * s;
+    float p = fmaf(KERN_LOG1P_C15, u, KERN_LOG1P_C13);
+    p = fmaf(p, u, KERN_LOG1P_C11);
+    p = fmaf(p, u, KERN_LOG1P_C9);
+    p = fmaf(p, u, KERN_LOG1P_C7);
+    p = fmaf(p, u, KERN_LOG1P_C5);
+    p = fmaf(p, u, KERN_LOG1P_C3);
+    p = fmaf(p, u, 1.0f);
+    return (2.0f * s) * p;
+}
+
+/* cpu_sigmoid - 1 / (1 + kern_exp(-z)): the sigmoid of the mHC coefficients and the Engram gate
+ * (kernels/mhc.h), the same bits on every backend. */
+static inline float cpu_sigmoid(float z)
+{
+    return 1.0f / (1.0f + cpu_exp(-z));
+}
+
 #endif

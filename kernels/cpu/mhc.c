@@ -12,9 +12,31 @@
 /* Rows whose coefficients are computed together (one per lane of the vector Sinkhorn). */
 #define MHC_LANES 16
 
-static float sigmoidf(float z)
+/* The Engram gate's sum_c ((x_c * qw_c) * kw_c) * key_c (kern_engram_gate_fn) in the 16-lane
+ * order of kern_sum_sq_cpu (kernels/norm.h): lane j fuses c = j, j + 16, ... below n - n % 16,
+ * the fixed tree, then the tail. */
+static CPU_FMA_CLONES float gate_dot(const float *x, const float *qw, const float *kw,
+                                     const float *key, int64_t n)
 {
-    return 1.0f / (1.0f + expf(-z));
+    float lane[16] = {0.0f};
+    int64_t n16 = n - n % 16;
+    float sum;
+
+    for (int64_t c = 0; c < n16; c += 16) {
+        for (int j = 0; j < 16; j++) {
+            lane[j] = fmaf((x[c + j] * qw[c + j]) * kw[c + j], key[c + j], lane[j]);
+        }
+    }
+    for (int s = 8; s >= 1; s /= 2) {
+        for (int j = 0; j < s; j++) {
+            lane[j] = lane[j] + lane[j + s];
+        }
+    }
+    sum = lane[0];
+    for (int64_t c = n16; c < n; c++) {
+        sum = fmaf((x[c] * qw[c]) * kw[c], key[c], sum);
+    }
+    return sum;
 }
 
 /* The Sinkhorn normalisation of one row's M [m, m] (kern_mhc_coeffs_fn): column normalise, then
@@ -73,9 +95,10 @@ static void sinkhorn_rows(const cpu_vec_ops_t *vec, float *M, int64_t n, int m, 
     }
 }
 
-tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *params, const float *x,
-                                 int64_t n_rows, int64_t H, const float *mix_raw, float *pre_out,
-                                 float *post_out, float *M_out)
+CPU_FMA_CLONES tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *params,
+                                                const float *x, int64_t n_rows, int64_t H,
+                                                const float *mix_raw, float *pre_out,
+                                                float *post_out, float *M_out)
 {
     (void)ctx;
     if (params == NULL || x == NULL || mix_raw == NULL || pre_out == NULL || post_out == NULL ||
@@ -104,8 +127,8 @@ tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *param
                 mix[k] = mix_raw[r * n_mix + k] * rs;
             }
             for (int i = 0; i < m; i++) {
-                pre_out[r * m + i] = sigmoidf(mix[i] * sc[0] + b[i]) + eh;
-                post_out[r * m + i] = 2.0f * sigmoidf(mix[m + i] * sc[1] + b[m + i]);
+                pre_out[r * m + i] = cpu_sigmoid(mix[i] * sc[0] + b[i]) + eh;
+                post_out[r * m + i] = 2.0f * cpu_sigmoid(mix[m + i] * sc[1] + b[m + i]);
             }
             for (int i = 0; i < m; i++) {
                 float mx = -INFINITY;
@@ -116,7 +139,7 @@ tdm_status_t kern_mhc_coeffs_cpu(kern_ctx_t *ctx, const kern_mhc_params_t *param
                     mx = c > mx ? c : mx;
                 }
                 for (int j = 0; j < m; j++) {
-                    M[i * m + j] = expf(M[i * m + j] - mx);
+                    M[i * m + j] = cpu_exp(M[i * m + j] - mx);
                     sum += M[i * m + j];
                 }
                 for (int j = 0; j < m; j++) {
@@ -190,8 +213,9 @@ tdm_status_t kern_mhc_update_cpu(kern_ctx_t *ctx, const float *post, const float
     return TDM_OK;
 }
 
-tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, const float *qw,
-                                  const float *kw, int64_t n_rows, int m, int64_t H, float eps)
+CPU_FMA_CLONES tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv,
+                                                 const float *qw, const float *kw, int64_t n_rows,
+                                                 int m, int64_t H, float eps)
 {
     (void)ctx;
     if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS ||
@@ -211,14 +235,11 @@ tdm_status_t kern_engram_gate_cpu(kern_ctx_t *ctx, float *X, const float *kv, co
         for (int i = 0; i < m; i++) {
             float *xi = X + (r * m + i) * H;
             const float *key = kvr + i * H;
-            float dot = 0.0f;
-            for (int64_t c = 0; c < H; c++) {
-                dot += ((xi[c] * qw[i * H + c]) * kw[i * H + c]) * key[c];
-            }
+            float dot = gate_dot(xi, qw + i * H, kw + i * H, key, H);
             float gam = dot * rs_x[i] * rs_k[i] / sqrt_h;
             float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
             float z = (gam >= 0.0f ? 1.0f : -1.0f) * sqrtf(mag);
-            float g = 1.0f / (1.0f + expf(-z));
+            float g = cpu_sigmoid(z);
             if (vec != NULL) {
                 vec->axpy_bf16(xi, g, value, H);
                 continue;

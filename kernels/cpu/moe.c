@@ -22,9 +22,9 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits, const float *bias,
-                                int64_t n_rows, int64_t E, int K, float rho, int32_t *ids_out,
-                                float *weights_out)
+CPU_FMA_CLONES tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits,
+                                               const float *bias, int64_t n_rows, int64_t E, int K,
+                                               float rho, int32_t *ids_out, float *weights_out)
 {
     float s[MOE_MAX_E];
     float biased[MOE_MAX_E];
@@ -40,7 +40,7 @@ tdm_status_t kern_moe_route_cpu(kern_ctx_t *ctx, const float *logits, const floa
         float sum = 0.0f;
         for (int64_t e = 0; e < E; e++) {
             float z = logits[r * E + e];
-            float sp = log1pf(expf(-fabsf(z))) + (z > 0.0f ? z : 0.0f);
+            float sp = cpu_log1p(cpu_exp(-fabsf(z))) + (z > 0.0f ? z : 0.0f);
             s[e] = sqrtf(sp);
             biased[e] = s[e] + bias[e];
         }

@@ -62,10 +62,6 @@ typedef struct {
      * (d_r elements each); inverse: KERN_ROPE_INVERSE */
     void (*rope_heads)(float *x, int64_t n_heads, int64_t dim, int d_r, const float *cs2,
                        const float *sn2, int inverse);
-    /* sums_out[r] = the FP32 sum of x[r][i] * x[r][i] over i ascending from 0.0f (the sum of
-     * kern_rms_scale_cpu) for 16 rows x + r * ldx (n_rows <= 16; lanes past it unused), one row
-     * per lane (16 columns of the 16 rows transposed, then added in column order) */
-    void (*sq_sums16)(const float *x, int64_t ldx, int64_t n_rows, int64_t n, float *sums_out);
     /* y[i] = bf16((x[i] * s) * gamma[i]) (kern_rmsnorm_cpu's second loop) */
     void (*scale_gamma_bf16)(const float *x, float s, const float *gamma, int64_t n, float *y);
     /* x[i] = bf16(x[i] + g * v[i]) (the Engram gate's update); v NULL: x[i] = bf16(x[i]) */

@@ -1,9 +1,10 @@
 /* cuda_common.cuh - helpers shared by the CUDA forward-pass kernels (internal to kernels/cuda).
  *
  * The stream of a kern_ctx_t, launch-error reporting (one error line, TDM_ERR_INTERNAL), BF16
- * rounding with the bits of kern_bf16_round, kern_exp's steps (kc_exp), the 16-lane dot-product
- * order of kernels/gemm.h for a half-warp, and fixed-order block reductions. Every reduction
- * here has a fixed shape (block size, lane tree), so a result depends only on its own inputs:
+ * rounding with the bits of kern_bf16_round, kern_exp's and kern_log1p's steps (kc_exp,
+ * kc_log1p), the sigmoid and RMS scale of the CPU kernels, the 16-lane dot-product order of
+ * kernels/gemm.h for a half-warp (kc_lane_tree16, kc_dot16), and fixed-order block reductions.
+ * Every reduction here has a fixed shape (block size, lane tree), so a result depends only on its own inputs:
  * never on the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false
  * (kernels/CMakeLists.txt) so that "a * b + c" is two roundings, as in the CPU reference (ISO
  * C11, no contraction). Owns no state.
@@ -116,6 +117,33 @@ __device__ __forceinline__ float kc_exp(float x)
     return __fmul_rn(__fmul_rn(p, s1), s2);
 }
 
+/* kern_log1p (kernels/attention.h) on one thread: its steps in order with the _rn intrinsics. */
+__device__ __forceinline__ float kc_log1p(float t)
+{
+    const float s = __fdiv_rn(t, __fadd_rn(2.0f, t));
+    const float u = __fmul_rn(s, s);
+    float p = __fmaf_rn(KERN_LOG1P_C15, u, KERN_LOG1P_C13);
+    p = __fmaf_rn(p, u, KERN_LOG1P_C11);
+    p = __fmaf_rn(p, u, KERN_LOG1P_C9);
+    p = __fmaf_rn(p, u, KERN_LOG1P_C7);
+    p = __fmaf_rn(p, u, KERN_LOG1P_C5);
+    p = __fmaf_rn(p, u, KERN_LOG1P_C3);
+    p = __fmaf_rn(p, u, 1.0f);
+    return __fmul_rn(__fmul_rn(2.0f, s), p);
+}
+
+/* 1 / (1 + kern_exp(-z)): the CPU's cpu_sigmoid (kernels/mhc.h), the same bits. */
+__device__ __forceinline__ float kc_sigmoid(float z)
+{
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, kc_exp(-z)));
+}
+
+/* 1 / sqrtf(sum_sq / n + eps): kern_rms_scale_cpu's last steps (kernels/norm.h). */
+__device__ __forceinline__ float kc_rms_scale(float sum_sq, int64_t n, float eps)
+{
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_sq, (float)n), eps)));
+}
+
 /*
  * The lane tree of kernels/gemm.h over the 16 lanes of a half-warp: lane j holds partial sum j
  * (k = j, j + 16, ... in ascending k); lane j += lane j + s for s = 8, 4, 2, 1. Lane 0 of the
@@ -127,6 +155,31 @@ __device__ __forceinline__ float kc_lane_tree16(float acc)
     for (int s = KC_DOT_LANES / 2; s >= 1; s /= 2) {
         float other = __shfl_down_sync(KC_FULL_MASK, acc, s, KC_DOT_LANES);
         acc = __fadd_rn(acc, other);
+    }
+    return acc;
+}
+
+/*
+ * sum_i a[i] * b[i] for i < n (n >= 0) in the 16-lane order of kern_sum_sq_cpu (kernels/norm.h),
+ * on one half-warp: lane j fuses i = j, j + 16, ... below n - n % 16 ascending, the lane tree,
+ * then lane 0 fuses the tail. Lane 0 of the half-warp returns the CPU's bits (kern_sum_sq_cpu for
+ * a == b, kern_dot_cpu for n a multiple of 16); other lanes return partial values. All 32 lanes
+ * of the warp must call it (each half-warp may pass its own a, b and n).
+ */
+__device__ __forceinline__ float kc_dot16(const float *a, const float *b, int64_t n)
+{
+    const int lane = (int)(threadIdx.x % KC_DOT_LANES);
+    const int64_t n16 = n - n % KC_DOT_LANES;
+    float acc = 0.0f;
+
+    for (int64_t i = lane; i < n16; i += KC_DOT_LANES) {
+        acc = __fmaf_rn(a[i], b[i], acc);
+    }
+    acc = kc_lane_tree16(acc);
+    if (lane == 0) {
+        for (int64_t i = n16; i < n; i++) {
+            acc = __fmaf_rn(a[i], b[i], acc);
+        }
     }
     return acc;
 }

@@ -1,13 +1,12 @@
 /* mhc.cu - CUDA mHC coefficients, collapse and update, and the Engram gate (kernels/mhc.h;
  * MODEL.md 5.1, 5.6, R1, R2, R9).
  *
- * collapse and update are elementwise with the CPU's arithmetic in the CPU's order (i
- * ascending, separate multiply and add): bit-identical to kern_mhc_*_cpu. coeffs and
- * engram_gate reduce over m*H or H elements with a fixed-order block reduction (kc_block_sum)
- * instead of the CPU's single ascending loop, and use the device expf (within 2 ulp), so their
- * outputs can differ from the CPU's by a few ulp (MODEL.md 12.6). The Sinkhorn iterations run
- * in one block per row, one thread per row or column of M, sums ascending as on the CPU. Every
- * row's result depends only on that row.
+ * Every op is the CPU's arithmetic in the CPU's order, so its bits: collapse and update are
+ * elementwise (i ascending, separate multiply and add); coeffs and engram_gate take their sums of
+ * squares and the gate's dot over H in the 16-lane order on a half-warp (kc_dot16, as
+ * kern_sum_sq_cpu), exp and sigmoid as kern_exp's steps (kc_exp, kc_sigmoid), the softmax and
+ * Sinkhorn sums over m ascending on one thread per row or column of M. Every row's result
+ * depends only on that row.
  */
 #include "kernels/cuda/ops_cuda.h"
 
@@ -19,40 +18,27 @@
 
 #define MHC_MAX_MIX ((2 + KERN_MHC_MAX_STREAMS) * KERN_MHC_MAX_STREAMS)
 
-__device__ __forceinline__ float sigmoid_dev(float z)
-{
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-}
-
-/* (mean(v^2) + eps)^-1/2 of v [n] for the whole block, the CPU's formula. */
-__device__ __forceinline__ float rms_scale_dev(float sum_sq, int64_t n, float eps)
-{
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_sq, (float)n), eps)));
-}
-
-__device__ __forceinline__ float sum_sq_dev(const float *v, int64_t n, float *red)
-{
-    float sum = 0.0f;
-
-    for (int64_t i = threadIdx.x; i < n; i += KC_BLOCK) {
-        sum = __fadd_rn(sum, __fmul_rn(v[i], v[i]));
-    }
-    return kc_block_sum(sum, red);
-}
-
 __global__ void __launch_bounds__(KC_BLOCK)
     mhc_coeffs_kernel(const float *base, const float *scale, int m, int iters, float eps, float eh,
                       const float *x, int64_t n_rows, int64_t H, const float *mix_raw, float *pre,
                       float *post, float *M_out)
 {
-    __shared__ float red[KC_BLOCK / KC_WARP + 1];
+    __shared__ float rs_shared;
     __shared__ float mix[MHC_MAX_MIX];
     __shared__ float M[KERN_MHC_MAX_STREAMS * KERN_MHC_MAX_STREAMS];
     const int tid = (int)threadIdx.x;
     const int n_mix = (2 + m) * m;
 
     for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
-        const float rs = rms_scale_dev(sum_sq_dev(x + r * m * H, m * H, red), m * H, eps);
+        if (tid < KC_WARP) { /* kern_rms_scale_cpu of the row's m*H values on warp 0 */
+            const float *xr = x + r * m * H;
+            const float sum = kc_dot16(xr, xr, m * H);
+            if (tid == 0) {
+                rs_shared = kc_rms_scale(sum, m * H, eps);
+            }
+        }
+        __syncthreads();
+        const float rs = rs_shared;
 
         for (int k = tid; k < n_mix; k += KC_BLOCK) {
             mix[k] = __fmul_rn(mix_raw[r * n_mix + k], rs);
@@ -64,9 +50,9 @@ __global__ void __launch_bounds__(KC_BLOCK)
             float sum = 0.0f;
 
             pre[r * m + i] =
-                __fadd_rn(sigmoid_dev(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), eh);
+                __fadd_rn(kc_sigmoid(__fadd_rn(__fmul_rn(mix[i], scale[0]), base[i])), eh);
             post[r * m + i] = __fmul_rn(
-                2.0f, sigmoid_dev(__fadd_rn(__fmul_rn(mix[m + i], scale[1]), base[m + i])));
+                2.0f, kc_sigmoid(__fadd_rn(__fmul_rn(mix[m + i], scale[1]), base[m + i])));
             for (int j = 0; j < m; j++) {
                 const int k = 2 * m + m * i + j;
                 const float c = __fadd_rn(__fmul_rn(mix[k], scale[2]), base[k]);
@@ -74,7 +60,7 @@ __global__ void __launch_bounds__(KC_BLOCK)
                 mx = c > mx ? c : mx;
             }
             for (int j = 0; j < m; j++) {
-                M[i * m + j] = expf(__fsub_rn(M[i * m + j], mx));
+                M[i * m + j] = kc_exp(__fsub_rn(M[i * m + j], mx));
                 sum = __fadd_rn(sum, M[i * m + j]);
             }
             for (int j = 0; j < m; j++) {
@@ -209,13 +195,18 @@ extern "C" tdm_status_t kern_mhc_update_cuda(kern_ctx_t *ctx, const float *post,
     return kc_launch_status("mhc_update_cuda", n_rows, H);
 }
 
-/* One block per (row, stream): three block reductions, then the gated update of X_i. */
+/* One block per (row, stream): warp 0 the gate's dot, warp 1 the sum of squares of X_i, warp 2
+ * that of key_i (each in the 16-lane order on its first half-warp, as the CPU), thread 0 the
+ * gate, then the gated update of X_i. */
 __global__ void __launch_bounds__(KC_BLOCK)
     engram_gate_kernel(float *X, const float *kv, const float *qw, const float *kw, int64_t n_rows,
                        int m, int64_t H, float eps, float sqrt_h)
 {
-    __shared__ float red[KC_BLOCK / KC_WARP + 1];
+    __shared__ float part[3];
+    __shared__ float g_shared;
     const int64_t n_pairs = n_rows * m;
+    const int tid = (int)threadIdx.x;
+    const int warp = tid / KC_WARP;
 
     for (int64_t p = blockIdx.x; p < n_pairs; p += gridDim.x) {
         const int64_t r = p / m;
@@ -224,21 +215,47 @@ __global__ void __launch_bounds__(KC_BLOCK)
         const float *kvr = kv + r * (m + 1) * H;
         const float *key = kvr + i * H;
         const float *value = kvr + m * H;
-        float dot = 0.0f;
 
-        for (int64_t c = threadIdx.x; c < H; c += KC_BLOCK) {
-            const float t = __fmul_rn(__fmul_rn(xi[c], qw[i * H + c]), kw[i * H + c]);
-            dot = __fadd_rn(dot, __fmul_rn(t, key[c]));
+        if (warp == 0) { /* kern_engram_gate_cpu's gate_dot */
+            const int lane = tid % KC_DOT_LANES;
+            const int64_t n16 = H - H % KC_DOT_LANES;
+            const float *q = qw + i * H;
+            const float *k = kw + i * H;
+            float acc = 0.0f;
+            for (int64_t c = lane; c < n16; c += KC_DOT_LANES) {
+                acc = __fmaf_rn(__fmul_rn(__fmul_rn(xi[c], q[c]), k[c]), key[c], acc);
+            }
+            acc = kc_lane_tree16(acc);
+            if (tid == 0) {
+                for (int64_t c = n16; c < H; c++) {
+                    acc = __fmaf_rn(__fmul_rn(__fmul_rn(xi[c], q[c]), k[c]), key[c], acc);
+                }
+                part[0] = acc;
+            }
+        } else if (warp == 1) {
+            const float sum = kc_dot16(xi, xi, H);
+            if (tid == KC_WARP) {
+                part[1] = sum;
+            }
+        } else if (warp == 2) {
+            const float sum = kc_dot16(key, key, H);
+            if (tid == 2 * KC_WARP) {
+                part[2] = sum;
+            }
         }
-        dot = kc_block_sum(dot, red);
-        const float rs_x = rms_scale_dev(sum_sq_dev(xi, H, red), H, eps);
-        const float rs_k = rms_scale_dev(sum_sq_dev(key, H, red), H, eps);
-        const float gam = __fdiv_rn(__fmul_rn(__fmul_rn(dot, rs_x), rs_k), sqrt_h);
-        const float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
-        const float z = __fmul_rn(gam >= 0.0f ? 1.0f : -1.0f, __fsqrt_rn(mag));
-        const float g = sigmoid_dev(z);
+        __syncthreads();
+        if (tid == 0) {
+            const float rs_x = kc_rms_scale(part[1], H, eps);
+            const float rs_k = kc_rms_scale(part[2], H, eps);
+            const float gam = __fdiv_rn(__fmul_rn(__fmul_rn(part[0], rs_x), rs_k), sqrt_h);
+            const float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
+            const float z = __fmul_rn(gam >= 0.0f ? 1.0f : -1.0f, __fsqrt_rn(mag));
+            g_shared = kc_sigmoid(z);
+        }
+        __syncthreads();
+        const float g = g_shared;
 
-        for (int64_t c = threadIdx.x; c < H; c += KC_BLOCK) {
+        for (int64_t c = tid; c < H; c += KC_BLOCK) {
             xi[c] = kc_bf16_round(__fadd_rn(xi[c], __fmul_rn(g, value[c])));
         }
         __syncthreads();

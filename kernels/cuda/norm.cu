@@ -1,11 +1,10 @@
 /* norm.cu - CUDA RMSNorm (kern_rmsnorm_cuda, kernels/norm.h; MODEL.md R2).
  *
- * One block of 256 threads per row: the sum of squares is a fixed-order block reduction (each
- * thread sums its strided elements in ascending order, then kc_block_sum), not the CPU's single
- * ascending loop, so the scale may differ from the CPU's in the last bit and an output by one
- * BF16 ulp (MODEL.md 12.6: summation order is not normative). The rest is the CPU's arithmetic:
- * scale = 1 / sqrtf(sum / dim + eps) (IEEE division and square root), y = BF16((x * scale) *
- * gamma). The result of a row depends only on that row (batch-invariant).
+ * One block of 256 threads per row: warp 0 sums the squares in the 16-lane order of
+ * kern_sum_sq_cpu (kc_dot16: a half-warp's lanes, the fixed tree, the tail), thread 0 takes the
+ * CPU's scale = 1 / sqrtf(sum / dim + eps) (IEEE division and square root), and every thread
+ * writes y = BF16((x * scale) * gamma): the CPU's operations in the CPU's order, so its bits. The
+ * result of a row depends only on that row (batch-invariant).
  */
 #include "kernels/cuda/ops_cuda.h"
 
@@ -14,30 +13,26 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* (mean(x^2) + eps)^-1/2 of x [n] for the whole block (all threads get it). */
-__device__ __forceinline__ float block_rms_scale(const float *x, int64_t n, float eps, float *red)
-{
-    float sum = 0.0f;
-
-    for (int64_t i = threadIdx.x; i < n; i += KC_BLOCK) {
-        sum = __fadd_rn(sum, __fmul_rn(x[i], x[i]));
-    }
-    sum = kc_block_sum(sum, red);
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
-}
-
 __global__ void __launch_bounds__(KC_BLOCK)
     rmsnorm_kernel(const float *x, int64_t ldx, int64_t n_rows, int64_t dim, const float *gamma,
                    float eps, float *y, int64_t ldy)
 {
-    __shared__ float red[KC_BLOCK / KC_WARP + 1];
+    __shared__ float scale_shared;
 
     for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
-        const float s = block_rms_scale(xr, dim, eps, red);
 
-        /* the reduction's barriers order every read of the row before these writes, and each
+        if (threadIdx.x < KC_WARP) { /* both half-warps of warp 0 compute it; lane 0 keeps it */
+            const float sum = kc_dot16(xr, xr, dim);
+            if (threadIdx.x == 0) {
+                scale_shared = kc_rms_scale(sum, dim, eps);
+            }
+        }
+        __syncthreads();
+        const float s = scale_shared;
+
+        /* the barrier orders every read of the row for the sum before these writes, and each
          * thread writes only the elements it reads here: y may alias x */
         for (int64_t i = threadIdx.x; i < dim; i += KC_BLOCK) {
             yr[i] = kc_bf16_round(__fmul_rn(__fmul_rn(xr[i], s), gamma[i]));
