@@ -1,13 +1,13 @@
 /* cuda_common.cuh - helpers shared by the CUDA forward-pass kernels (internal to kernels/cuda).
  *
  * The stream of a kern_ctx_t, launch-error reporting (one error line, TDM_ERR_INTERNAL), BF16
- * rounding with the bits of kern_bf16_round, kern_exp's and kern_log1p's steps (kc_exp,
- * kc_log1p), the sigmoid and RMS scale of the CPU kernels, the 16-lane dot-product order of
- * kernels/gemm.h for a half-warp (kc_lane_tree16, kc_dot16), and fixed-order block reductions.
- * Every reduction here has a fixed shape (block size, lane tree), so a result depends only on its own inputs:
- * never on the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false
- * (kernels/CMakeLists.txt) so that "a * b + c" is two roundings, as in the CPU reference (ISO
- * C11, no contraction). Owns no state.
+ * rounding with the bits of kern_bf16_round, kern_exp's and kern_log1p's steps (kc_exp, kc_log1p),
+ * the sigmoid and RMS scale of the CPU kernels, the 16-lane dot-product order of kernels/gemm.h for
+ * a half-warp (kc_lane_tree16, kc_dot16), and fixed-order block reductions. Every reduction here
+ * has a fixed shape (block size, lane tree), so a result depends only on its own inputs: never on
+ * the grid, the batch size or scheduling. Kernels must be compiled with --fmad=false
+ * (kernels/CMakeLists.txt) so that "a * b + c" is two roundings, as in the CPU reference (ISO C11,
+ * no contraction). Owns no state.
  */
 #ifndef TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH
 #define TANDEM_KERNELS_CUDA_CUDA_COMMON_CUH

@@ -1,10 +1,10 @@
 /* moe.cu - CUDA MoE routing, SwiGLU and the routed experts of a layer (kern_moe_route_cuda,
  * kern_swiglu_cuda, kern_moe_ffn_cuda; kernels/moe.h, MODEL.md 5.5, R8).
  *
- * Routing: one block per row. s_e = sqrt(softplus(logit_e)) with kern_exp's and kern_log1p's
- * steps (kc_exp, kc_log1p): the CPU's scores and so its selection and weights. The top-K is K
- * rounds of a block arg-max in the [tandem] order (value descending, id ascending): a total
- * order, so the result does not depend on how the reduction is split. The ids are sorted ascending and the
+ * Routing: one block per row. s_e = sqrt(softplus(logit_e)) with kern_exp's and kern_log1p's steps
+ * (kc_exp, kc_log1p): the CPU's scores and so its selection and weights. The top-K is K rounds of a
+ * block arg-max in the [tandem] order (value descending, id ascending): a total order, so the
+ * result does not depend on how the reduction is split. The ids are sorted ascending and the
  * weights summed in that order, as on the CPU. A NaN score, or fewer than K candidates above
  * -inf, makes the row's first id -1; the host copies the first id of each row back and returns
  * TDM_ERR_INTERNAL, so this op waits for its stream (the contract returns the NaN status),
