@@ -3,6 +3,7 @@
 #include "engine/model.h"
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/log.h"
 #include "engine/inventory.h"
@@ -692,12 +693,42 @@ static tdm_status_t register_engram(engine_model_t *model)
     return st;
 }
 
+/* Load progress (a full-size model takes minutes): a debug line per step with its time and
+ * the bytes uploaded so far; an info line at most every LOAD_PROGRESS_NS while layers load. */
+#define LOAD_PROGRESS_NS (2ull * 1000000000ull)
+
+static void load_note(const engine_model_t *model, const char *step, uint64_t t_start_ns)
+{
+    uint64_t now = tdm_clock_now_ns();
+    tdm_log(TDM_LOG_DEBUG, "engine",
+            "model load: %s done at %.1f ms (%.1f MB on the host, %.1f MB in %s memory)", step,
+            (double)(now - t_start_ns) / 1e6, (double)model->weight_bytes / 1e6,
+            (double)model->dev_bytes / 1e6, model->params.ops->name);
+}
+
+static void load_progress(const engine_model_t *model, int layer, uint64_t t_start_ns,
+                          uint64_t *last_ns)
+{
+    uint64_t now = tdm_clock_now_ns();
+    double s = (double)(now - t_start_ns) / 1e9;
+
+    if (now - *last_ns < LOAD_PROGRESS_NS) {
+        return;
+    }
+    *last_ns = now;
+    tdm_log(TDM_LOG_INFO, "engine",
+            "model load: layer %d of %d after %.1f s, %.1f MB uploaded to %s memory (%.0f MB/s)",
+            layer + 1, model->cfg.n_roles, s, (double)model->dev_bytes / 1e6,
+            model->params.ops->name, s > 0.0 ? (double)model->dev_bytes / 1e6 / s : 0.0);
+}
+
 tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *params,
                                engine_model_t **model_out, char *err, size_t err_bytes)
 {
     engine_model_t *model;
     engine_tensor_spec_t *specs = NULL;
     size_t n_specs = 0;
+    uint64_t t_start, t_last;
     loader_t ld;
     char local_err[256];
     tdm_status_t st;
@@ -757,17 +788,31 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
     ld.model = model;
     ld.err = err;
     ld.err_bytes = err_bytes;
+    t_start = tdm_clock_now_ns();
+    t_last = t_start;
+    load_note(model, "checks", t_start);
     st = load_globals(&ld);
+    if (st == TDM_OK) {
+        load_note(model, "embedding, head and globals", t_start);
+    }
     for (int l = 0; l < model->cfg.n_roles && st == TDM_OK; l++) {
         st = load_layer(&ld, l);
+        if (st == TDM_OK) {
+            char step[32];
+            snprintf(step, sizeof(step), "layer %d", l);
+            load_note(model, step, t_start);
+            load_progress(model, l, t_start, &t_last);
+        }
     }
     if (st == TDM_OK) {
         st = load_rope(model);
     }
     if (st == TDM_OK) {
+        load_note(model, "rope tables", t_start);
         st = register_engram(model);
     }
     if (st == TDM_OK) {
+        load_note(model, "engram tables registered", t_start);
         st = tdm_model_fingerprint(dir, &model->fingerprint, err, err_bytes);
     }
     if (st != TDM_OK) {

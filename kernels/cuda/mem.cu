@@ -6,6 +6,10 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
+extern "C" {
+#include "common/clock.h"
+}
+
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -191,7 +195,10 @@ extern "C" tdm_status_t kern_host_register_cuda(kern_ctx_t *ctx, const void *hos
                 len);
         return register_copy(host, base, len, dev_out);
     }
+    const uint64_t t0 = tdm_clock_now_ns();
     err = cudaHostRegister(base, len, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    tdm_log(TDM_LOG_DEBUG, KC_LOG, "host_register_cuda: %zu bytes in place: %s in %.1f ms", len,
+            cudaGetErrorString(err), (double)(tdm_clock_now_ns() - t0) / 1e6);
     if (err == cudaErrorNotSupported) {
         (void)cudaGetLastError();
         tdm_log(TDM_LOG_WARN, KC_LOG,
