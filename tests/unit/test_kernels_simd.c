@@ -554,6 +554,116 @@ static void test_mhc_and_attention_match_scalar_loops(void **state)
     }
 }
 
+/* The 16-lane order of kernels/norm.h written out with libm's fmaf (exact): lane j fuses
+ * a[i] * b[i] for i = j, j + 16, ... below n - n % 16, the tree lane j += lane j + s for
+ * s = 8, 4, 2, 1, then the tail one fma at a time. */
+static float ref_dot16(const float *a, const float *b, int64_t n)
+{
+    float lane[16] = {0.0f};
+    int64_t n16 = n - n % 16;
+    for (int64_t i = 0; i < n16; i++) {
+        lane[i % 16] = fmaf(a[i], b[i], lane[i % 16]);
+    }
+    for (int s = 8; s >= 1; s /= 2) {
+        for (int j = 0; j < s; j++) {
+            lane[j] = lane[j] + lane[j + s];
+        }
+    }
+    float sum = lane[0];
+    for (int64_t i = n16; i < n; i++) {
+        sum = fmaf(a[i], b[i], sum);
+    }
+    return sum;
+}
+
+/* kern_sum_sq_cpu and kern_rms_scale_cpu are the 16-lane definition (with tails of every
+ * length), kern_dot_cpu(x, x) at multiples of 16; the Engram gate follows its documented formula
+ * (the gate's dot in the same order, sigmoid through kern_exp), on this instruction set. */
+static void test_sum_sq_and_engram_gate_are_the_16_lane_order(void **state)
+{
+    enum { N = 5200, M = 4, H = 101 }; /* H: a tail past the last 16 */
+    static float x[N];
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        x[i] = frand(3.0f);
+    }
+    for (int64_t n = 0; n <= 100; n++) {
+        float got = kern_sum_sq_cpu(x + 3, n), want = ref_dot16(x + 3, x + 3, n);
+        assert_memory_equal(&got, &want, sizeof(float));
+        if (n > 0) {
+            float rs = kern_rms_scale_cpu(x + 3, n, 1e-6f);
+            float rs_want = 1.0f / sqrtf(want / (float)n + 1e-6f);
+            assert_memory_equal(&rs, &rs_want, sizeof(float));
+        }
+    }
+    for (int64_t n = 16; n <= N; n += 16 * 13) {
+        float got = kern_sum_sq_cpu(x, n), dot = kern_dot_cpu(x, x, n);
+        assert_memory_equal(&got, &dot, sizeof(float));
+    }
+    {
+        static float X[M * H], Xw[M * H], kv[(M + 1) * H], qw[M * H], kw[M * H];
+        for (int i = 0; i < M * H; i++) {
+            X[i] = frand(1.0f);
+            qw[i] = 1.0f + frand(0.1f);
+            kw[i] = 1.0f + frand(0.1f);
+        }
+        for (int i = 0; i < (M + 1) * H; i++) {
+            kv[i] = frand(1.0f);
+        }
+        memcpy(Xw, X, sizeof(X));
+        assert_int_equal(kern_engram_gate_cpu(NULL, Xw, kv, qw, kw, 1, M, H, 1e-6f), TDM_OK);
+        for (int i = 0; i < M; i++) {
+            float t[H];
+            for (int c = 0; c < H; c++) {
+                t[c] = (X[i * H + c] * qw[i * H + c]) * kw[i * H + c];
+            }
+            float dot = ref_dot16(t, kv + i * H, H);
+            float rs_x = 1.0f / sqrtf(ref_dot16(X + i * H, X + i * H, H) / (float)H + 1e-6f);
+            float rs_k = 1.0f / sqrtf(ref_dot16(kv + i * H, kv + i * H, H) / (float)H + 1e-6f);
+            float gam = ((dot * rs_x) * rs_k) / (float)sqrt((double)H);
+            float mag = fabsf(gam) > 1e-6f ? fabsf(gam) : 1e-6f;
+            float z = (gam >= 0.0f ? 1.0f : -1.0f) * sqrtf(mag);
+            float g = 1.0f / (1.0f + kern_exp(-z));
+            for (int c = 0; c < H; c++) {
+                volatile float gv = g * kv[M * H + c]; /* no fused multiply-add here */
+                float want = kern_bf16_round(X[i * H + c] + gv);
+                assert_memory_equal(&Xw[i * H + c], &want, sizeof(float));
+            }
+        }
+    }
+}
+
+/* kern_log1p (kernels/attention.h): within 2 ulp of log1p (double) on 2^20 + 1 evenly spaced
+ * points of [0, 1] (1.95 at worst when written), 0 at 0, NaN for NaN, t for tiny t. */
+static void test_log1p_within_two_ulp(void **state)
+{
+    double worst = 0.0;
+    float worst_t = 0.0f;
+    (void)state;
+    for (int i = 0; i <= (1 << 20); i++) {
+        float t = (float)i / (float)(1 << 20);
+        double want = log1p((double)t);
+        float got = kern_log1p(t);
+        if (want == 0.0) {
+            assert_true(got == 0.0f);
+            continue;
+        }
+        int e;
+        (void)frexp(want, &e);
+        double u = fabs((double)got - want) / ldexp(1.0, e - 24);
+        if (u > worst) {
+            worst = u;
+            worst_t = t;
+        }
+    }
+    print_message("kern_log1p: worst %.3f ulp at %a\n", worst, (double)worst_t);
+    if (worst >= 2.0) {
+        fail_msg("kern_log1p: %.3f ulp at %a", worst, (double)worst_t);
+    }
+    assert_true(isnan(kern_log1p(NAN)));
+    assert_true(kern_log1p(0x1p-100f) == 0x1p-100f); /* log1p(t) = t for tiny t */
+}
+
 /* Distance of kern_exp's y from e^x (double) in units of y's last place (the ulp of e^x's binade;
  * below FP32's normal range the subnormal spacing 2^-149). */
 static double exp_ulps(float x, float y)
@@ -1058,6 +1168,8 @@ int main(void)
         cmocka_unit_test(test_two_callers_share_the_pool),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
         cmocka_unit_test(test_exp_within_one_ulp_and_lanes_equal),
+        cmocka_unit_test(test_log1p_within_two_ulp),
+        cmocka_unit_test(test_sum_sq_and_engram_gate_are_the_16_lane_order),
         cmocka_unit_test(test_quantizers_match_scalar_codec),
         cmocka_unit_test(test_other_kernels_match_scalar_set),
         cmocka_unit_test(test_row_blocked_kernels_match_row_at_a_time),
