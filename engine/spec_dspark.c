@@ -3,6 +3,7 @@
  * L = max{ j <= B : prod_{i<j} c_i >= theta_v } (at least 1). The draft forward itself is
  * engine_fwd_dspark_draft (engine/forward.c). */
 #include "engine/spec_impl.h"
+#include "kernels/attention.h"
 
 #include <math.h>
 #include <string.h>
@@ -20,7 +21,7 @@ static float confidence(const float *proj, const float *x, int64_t H, const floa
     for (int64_t k = 0; k < r_m; k++) {
         z += proj[H + k] * e[k];
     }
-    return 1.0f / (1.0f + expf(-z));
+    return 1.0f / (1.0f + kern_exp(-z)); /* the kernels' exp: every machine's libm alike */
 }
 
 /* Device-to-host copy of n floats on the spec's kernel context. */

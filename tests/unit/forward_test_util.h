@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,35 +26,47 @@
 #define FTU_PATH_BYTES 4096
 
 /* Write a preset checkpoint into $TANDEM_TEST_TMP/<name> (once per tandem-mkmodel build); path_out
- * gets its directory.
+ * gets its directory. Tests run in parallel (ctest -j) and several use the same preset: the
+ * check and the write hold an exclusive flock on <name>.lock, so a test never reads a checkpoint
+ * another test is still writing.
  * Returns 0 on success. */
 static inline int ftu_make_model(const char *preset, uint64_t seed, const char *name,
                                  char *path_out)
 {
     char cmd[FTU_PATH_BYTES * 2];
     char marker[FTU_PATH_BYTES + 32];
+    char lock_path[FTU_PATH_BYTES + 32];
     struct stat st;
     const char *tmp = getenv("TANDEM_TEST_TMP");
     const char *bin = getenv("TANDEM_BIN_DIR");
+    int rc = 0;
     if (tmp == NULL || bin == NULL) {
         return -1;
     }
     snprintf(path_out, FTU_PATH_BYTES, "%s/%s", tmp, name);
     snprintf(marker, sizeof(marker), "%s/config.json", path_out);
+    snprintf(lock_path, sizeof(lock_path), "%s.lock", path_out);
+    int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
+        if (lock_fd >= 0) {
+            close(lock_fd);
+        }
+        return -1;
+    }
     snprintf(cmd, sizeof(cmd), "%s/tandem-mkmodel", bin);
     /* Reused while it is newer than the tandem-mkmodel that would write it: a rebuilt generator
      * (a new special token, a new tensor) makes every cached model again. */
-    if (stat(marker, &st) == 0) {
-        struct stat gen;
-        if (stat(cmd, &gen) != 0 || st.st_mtime >= gen.st_mtime) {
-            return 0;
-        }
+    struct stat gen;
+    if (stat(marker, &st) != 0 || (stat(cmd, &gen) == 0 && st.st_mtime < gen.st_mtime)) {
+        snprintf(cmd, sizeof(cmd),
+                 "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null",
+                 bin, preset, (unsigned long long)seed, path_out);
+        int status = system(cmd);
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
-    snprintf(cmd, sizeof(cmd),
-             "%s/tandem-mkmodel --log-level warn --preset %s --seed %llu --out %s >/dev/null", bin,
-             preset, (unsigned long long)seed, path_out);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    flock(lock_fd, LOCK_UN);
+    close(lock_fd);
+    return rc;
 }
 
 /* A loaded checkpoint with its page pool and forward context: a forward test's fixture. */

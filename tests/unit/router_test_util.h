@@ -60,10 +60,11 @@ static inline rtu_router_t *rtu_router_start(const char *model_name, uint32_t he
         return NULL;
     }
     snprintf(fx->model_dir, sizeof(fx->model_dir), "%s/%s", tmp, model_name);
+    /* under an exclusive flock on <model>.lock, as ftu_make_model: parallel tests share it */
     snprintf(command, sizeof(command),
-             "[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel --log-level warn "
-             "--preset tiny --seed 1 --out %s >/dev/null",
-             fx->model_dir, bin, bin, fx->model_dir);
+             "flock %s.lock -c '[ %s/config.json -nt %s/tandem-mkmodel ] || %s/tandem-mkmodel "
+             "--log-level warn --preset tiny --seed 1 --out %s >/dev/null'",
+             fx->model_dir, fx->model_dir, bin, bin, fx->model_dir);
     if (rtu_run_shell(command) != 0) {
         free(fx);
         return NULL;
