@@ -12,6 +12,7 @@
  * several batch sizes and contexts (each the median of --repeat runs of --steps steps).
  */
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/flags.h"
 #include "common/status.h"
 #include "kernels/cpu_isa.h"
@@ -46,6 +47,7 @@ typedef struct {
     uint32_t repeat;
     int expand_bf16;
     const char *calib_path;
+    const char *log_level;
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -82,6 +84,8 @@ static const tdm_flag_t bench_flags[] = {
      "measure per-step costs (prefill vs cached length, decode vs batch and context) and write "
      "them to this file in tandem-sim's calibration format (docs/SIM.md), then exit",
      0, 0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(bench_cfg_t, log_level),
+     "trace, debug, info, warn, error or off (debug: the model load's steps and times)", 0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -384,6 +388,15 @@ int main(int argc, char **argv)
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
+    }
+    {
+        tdm_log_level_t level;
+        if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
+            fprintf(stderr, "%s: --log-level: '%s' is not trace, debug, info, warn, error or off\n",
+                    "tandem-bench-engine", cfg.log_level);
+            return 2;
+        }
+        tdm_log_set_level(level);
     }
     for (const char *p = cfg.batches; *p != '\0' && n_batches < BENCH_MAX_BATCHES;) {
         int v = atoi(p);

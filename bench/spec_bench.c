@@ -12,6 +12,7 @@
  * Results go into docs/BENCHMARKS.md ("Speculative decoding").
  */
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/flags.h"
 #include "common/status.h"
 #include "engine/forward.h"
@@ -46,6 +47,7 @@ typedef struct {
     const char *drafters;
     uint32_t reps;
     const char *clock;
+    const char *log_level;
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -72,6 +74,8 @@ static const tdm_flag_t bench_flags[] = {
      "time base of tok/s: wall, or cpu (this process's CPU time; use with --threads 1 on a "
      "shared machine)",
      0, 0, 0},
+    {"log-level", TDM_FLAG_STRING, "info", offsetof(bench_cfg_t, log_level),
+     "trace, debug, info, warn, error or off (debug: the model load's steps and times)", 0, 0, 0},
 };
 #define N_BENCH_FLAGS (sizeof(bench_flags) / sizeof(bench_flags[0]))
 
@@ -450,6 +454,15 @@ int main(int argc, char **argv)
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
+    }
+    {
+        tdm_log_level_t level;
+        if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
+            fprintf(stderr, "%s: --log-level: '%s' is not trace, debug, info, warn, error or off\n",
+                    "tandem-bench-spec", cfg.log_level);
+            return 2;
+        }
+        tdm_log_set_level(level);
     }
     n_batches = parse_list(cfg.batches, 1, BENCH_MAX_SEQS, batches);
     for (int k = 0; k < n_batches; k++) {
