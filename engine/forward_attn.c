@@ -624,10 +624,14 @@ typedef struct {
     int64_t n_sel_rows;
     const uint8_t **codes;
     const uint8_t **scales;
+    kern_attn_row_t *desc;     /* host: the rows' attention descriptors [FWD_SEL_GROUP] */
+    kern_attn_row_t *desc_dev; /* backend: their copy, what ops->attention_rows reads */
 } sel_group_t;
 
 /* The group's selected rows in one copy of their pointers and one dequant_rows into sel_rows,
- * then each query row's attention over its window and its rows; empties the group. */
+ * then the query rows' attention over their windows and their rows: one ops->attention_rows call
+ * over the group's descriptors (one copy of them) where the table has it and the group has more
+ * than one row, else one ops->attention call per row (the same bits); empties the group. */
 static tdm_status_t attend_group(engine_fwd_t *fwd, const fwd_batch_t *b, sel_group_t *grp,
                                  const seg_win_t *sw, const float *q, const uint8_t **sel_ptrs,
                                  float *sel_rows, float *att_scratch, int l, float *o)
@@ -645,15 +649,34 @@ static tdm_status_t attend_group(engine_fwd_t *fwd, const fwd_batch_t *b, sel_gr
                                         sel_rows);
         }
     }
+    int batched = st == TDM_OK && fwd->ops->attention_rows != NULL && grp->n_rows > 1;
     for (int k = 0; k < grp->n_rows && st == TDM_OK; k++) {
         const fwd_seg_t *seg = &b->segs[grp->seg[k]];
         const seg_win_t *w = &sw[grp->seg[k]];
         int64_t row = grp->row[k], ws;
         int64_t n_keys = row_keys(seg, w, W, row - seg->row0, &ws);
-        st = fwd->ops->attention(&fwd->kctx, q + row * nh * d, w->win + (ws - w->wstart) * d,
-                                 n_keys, sel_rows + grp->off[k] * d, grp->n_b[k],
+        grp->desc[k] = (kern_attn_row_t){q + row * nh * d,
+                                         w->win + (ws - w->wstart) * d,
+                                         sel_rows + grp->off[k] * d,
+                                         o + row * nh * d,
+                                         n_keys,
+                                         grp->n_b[k]};
+        batched = batched && n_keys + grp->n_b[k] <= KERN_ATTENTION_ROWS_MAX_KEYS;
+    }
+    if (batched) {
+        st =
+            fwd_to_backend(fwd, grp->desc_dev, grp->desc, (size_t)grp->n_rows * sizeof(*grp->desc));
+        if (st == TDM_OK) {
+            st = fwd->ops->attention_rows(&fwd->kctx, grp->desc_dev, grp->n_rows,
+                                          fwd->model->layers[l].attn_sink, nh, d,
+                                          (float)(1.0 / sqrt((double)d)), att_scratch);
+        }
+    }
+    for (int k = 0; k < grp->n_rows && st == TDM_OK && !batched; k++) {
+        const kern_attn_row_t *r = &grp->desc[k];
+        st = fwd->ops->attention(&fwd->kctx, r->q, r->keys_a, r->n_a, r->keys_b, r->n_b,
                                  fwd->model->layers[l].attn_sink, nh, d,
-                                 (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
+                                 (float)(1.0 / sqrt((double)d)), att_scratch, r->o);
     }
     grp->n_rows = 0;
     grp->n_sel_rows = 0;
@@ -806,9 +829,12 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
     sel_group_t grp;
     grp.codes = fwd_host_alloc(fwd, (size_t)(2 * FWD_SEL_GROUP * kI) * sizeof(*grp.codes));
     grp.scales = fwd_host_alloc(fwd, (size_t)(FWD_SEL_GROUP * kI) * sizeof(*grp.scales));
+    grp.desc = fwd_host_alloc(fwd, FWD_SEL_GROUP * sizeof(*grp.desc));
+    grp.desc_dev = fwd_alloc(fwd, FWD_SEL_GROUP * sizeof(*grp.desc_dev));
     grp.n_rows = 0;
     grp.n_sel_rows = 0;
-    if (sw == NULL || grp.codes == NULL || grp.scales == NULL) {
+    if (sw == NULL || grp.codes == NULL || grp.scales == NULL || grp.desc == NULL ||
+        grp.desc_dev == NULL) {
         return TDM_ERR_NO_MEMORY;
     }
     if (role->ratio == 0) { /* no compressed rows: selections all -1 */

@@ -105,6 +105,46 @@ typedef tdm_status_t kern_attention_sel_fn(kern_ctx_t *ctx, const float *q, cons
 kern_attention_sel_fn kern_attention_sel_cpu;
 
 /*
+ * kern_attn_row_t - one query row of a kern_attention_rows_fn call: its query q [n_heads, d], its
+ * key set (keys_a [n_a, d] then keys_b [n_b, d], as kern_attention_fn; a NULL pointer where the
+ * count is 0) and its output o [n_heads, d]. Every pointer is backend memory.
+ */
+typedef struct {
+    const float *q;
+    const float *keys_a;
+    const float *keys_b;
+    float *o;
+    int64_t n_a;
+    int64_t n_b;
+} kern_attn_row_t;
+
+/* The most keys (n_a + n_b) a row of kern_attention_rows_fn may have: the CUDA kernel keeps a
+ * head's logits in 16 KB of shared memory. Longer key sets go through kern_attention_fn. */
+#define KERN_ATTENTION_ROWS_MAX_KEYS 4096
+
+/*
+ * kern_attention_rows_fn - kern_attention_fn for n_rows query rows of one layer in one call (one
+ * launch on a GPU instead of one per row): row i's output is kern_attention_fn(rows[i].q,
+ * rows[i].keys_a, rows[i].n_a, rows[i].keys_b, rows[i].n_b, sink, n_heads, d, scale, scratch,
+ * rows[i].o), bit for bit (each row's own operations in the same order). Rows may share keys and
+ * queries; outputs must not overlap each other or any input.
+ *
+ * rows:    [n_rows] descriptors in backend memory (a GPU reads them on the device), each row's
+ *          n_a, n_b >= 0 with n_a + n_b <= KERN_ATTENTION_ROWS_MAX_KEYS.
+ * scratch: [n_heads * max_i (rows[i].n_a + rows[i].n_b)] f32 backend memory (the CPU reuses it
+ *          row after row; CUDA does not touch it).
+ * Returns TDM_OK or TDM_ERR_INVALID_ARG (rows, sink or scratch NULL with n_rows > 0, n_rows < 0,
+ * n_heads <= 0, d not a multiple of 16; where the host can read the descriptors (a host-memory
+ * backend), also a bad row, every output then untouched). A backend that cannot read the
+ * descriptors on the host does not check them: building them right is the caller's job.
+ * Optional in kern_ops_t (NULL: call attention row by row).
+ */
+typedef tdm_status_t kern_attention_rows_fn(kern_ctx_t *ctx, const kern_attn_row_t *rows,
+                                            int64_t n_rows, const float *sink, int64_t n_heads,
+                                            int64_t d, float scale, float *scratch);
+kern_attention_rows_fn kern_attention_rows_cpu;
+
+/*
  * kern_compress_pool_fn - ratio-r gated pooling of one group (MODEL.md 5.3): per channel c,
  * w_p = exp(b_p,c - max) / sum_p' exp(b_p',c - max), v_c = BF16(sum_p w_p a_p,c), p ascending;
  * exp = kern_exp.

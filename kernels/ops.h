@@ -57,6 +57,7 @@ typedef struct {
     kern_moe_ffn_fn *moe_ffn;             /* a layer's routed experts, offsets on the backend */
     kern_attention_fn *attention;         /* sink softmax attention of one query (5.2, R7) */
     kern_attention_sel_fn *attention_sel; /* the same, selected rows in place; NULL: not here */
+    kern_attention_rows_fn *attention_rows; /* many query rows, one call; NULL: not here */
     kern_compress_pool_fn *compress_pool; /* ratio-2 gated pooling (5.3) */
     kern_index_scores_fn *index_scores;   /* indexer scores sigma (5.4) */
     kern_topk_fn *topk;                   /* top-k in the [tandem] tie order (5.4) */

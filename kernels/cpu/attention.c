@@ -109,6 +109,32 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
     return TDM_OK;
 }
 
+tdm_status_t kern_attention_rows_cpu(kern_ctx_t *ctx, const kern_attn_row_t *rows, int64_t n_rows,
+                                     const float *sink, int64_t n_heads, int64_t d, float scale,
+                                     float *scratch)
+{
+    (void)ctx;
+    if (n_rows < 0 || (n_rows > 0 && (rows == NULL || sink == NULL || scratch == NULL)) ||
+        n_heads <= 0 || d % KERN_GEMM_K_MULTIPLE != 0) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    /* every row checked before any output is written */
+    for (int64_t i = 0; i < n_rows; i++) {
+        const kern_attn_row_t *r = &rows[i];
+        if (r->q == NULL || r->o == NULL || r->n_a < 0 || r->n_b < 0 ||
+            r->n_a + r->n_b > KERN_ATTENTION_ROWS_MAX_KEYS || (r->n_a > 0 && r->keys_a == NULL) ||
+            (r->n_b > 0 && r->keys_b == NULL)) {
+            return TDM_ERR_INVALID_ARG;
+        }
+    }
+    for (int64_t i = 0; i < n_rows; i++) {
+        const kern_attn_row_t *r = &rows[i];
+        attention(r->q, r->keys_a, r->n_a, r->keys_b, NULL, r->n_b, sink, n_heads, d, scale,
+                  scratch, r->o);
+    }
+    return TDM_OK;
+}
+
 tdm_status_t kern_attention_sel_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a,
                                     int64_t n_a, const float *rows, const int32_t *sel, int64_t n_b,
                                     const float *sink, int64_t n_heads, int64_t d, float scale,

@@ -11,10 +11,11 @@
 #include <unistd.h>
 
 #define GUARD_ALIGN 64
-/* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel) or
+/* Function members of kern_ops_t that kern_guard_create wraps (SET below, attention_sel,
+ * attention_rows) or
  * passes through (host_unregister, ahead_wait, ahead_free: they touch no backend memory): a
  * member added to the table must be wrapped here too. */
-#define GUARD_N_MEMBERS 46
+#define GUARD_N_MEMBERS 47
 _Static_assert(sizeof(kern_ops_t) == 2 * sizeof(void *) + GUARD_N_MEMBERS * sizeof(void (*)(void)),
                "kern_ops_t changed: wrap the new member in kernels/cpu/guard.c");
 
@@ -397,6 +398,10 @@ GUARD_OP(attention_sel,
           float scale, float *scratch, float *o_out),
          (ctx, q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d, scale, scratch, o_out),
          (q, keys_a, rows, sel, sink, scratch, o_out))
+GUARD_OP(attention_rows,
+         (kern_ctx_t * ctx, const kern_attn_row_t *rows, int64_t n_rows, const float *sink,
+          int64_t n_heads, int64_t d, float scale, float *scratch),
+         (ctx, rows, n_rows, sink, n_heads, d, scale, scratch), (rows, sink, scratch))
 GUARD_OP(compress_pool,
          (kern_ctx_t * ctx, const float *a, const float *b, int r, int64_t d, float *v_out),
          (ctx, a, b, r, d, v_out), (a, b, v_out))
@@ -544,6 +549,7 @@ tdm_status_t kern_guard_create(size_t pool_bytes, const kern_ops_t **ops_out)
     SET(rows_ahead);
 #undef SET
     g.table.attention_sel = g.cpu.attention_sel != NULL ? guard_attention_sel : NULL;
+    g.table.attention_rows = g.cpu.attention_rows != NULL ? guard_attention_rows : NULL;
     *ops_out = &g.table;
     return TDM_OK;
 }

@@ -47,6 +47,7 @@ kern_swiglu_fn kern_swiglu_cuda;
 kern_moe_ffn_fn kern_moe_ffn_cuda;
 kern_page_mark_fn kern_page_mark_cuda;
 kern_attention_fn kern_attention_cuda;
+kern_attention_rows_fn kern_attention_rows_cuda;
 kern_compress_pool_fn kern_compress_pool_cuda;
 kern_index_scores_fn kern_index_scores_cuda;
 kern_topk_fn kern_topk_cuda;

@@ -212,6 +212,7 @@ static void test_cuda_table_has_every_forward_op(void **state)
     assert_non_null(cuda->moe_route);
     assert_non_null(cuda->swiglu);
     assert_non_null(cuda->attention);
+    assert_non_null(cuda->attention_rows);
     assert_non_null(cuda->compress_pool);
     assert_non_null(cuda->index_scores);
     assert_non_null(cuda->topk);
@@ -1103,6 +1104,71 @@ static void test_attention_cuda_identical(void **state)
     check_attention(cuda, &rng, 2, 64, 4500, 700);  /* logits in the caller's scratch */
 }
 
+/* Many query rows in one launch (kern_attention_rows_cuda): every row equals the CPU's
+ * kern_attention_cpu of that row, bit for bit; rows with no keys, window keys only, selected
+ * keys only and both, two rows sharing keys, and a full-size row (16 heads, d 512, 128 + 512
+ * keys). */
+static void test_attention_rows_cuda_identical(void **state)
+{
+    enum { R = 7, NH = 16, D = 512, NA = 128, NB = 512 };
+    static const int64_t n_a[R] = {0, 9, 0, 128, 40, 40, 1}, n_b[R] = {0, 0, 17, 512, 3, 3, 0};
+    const kern_ops_t *cpu = kern_ops_cpu();
+    kern_ctx_t ctx = {0};
+    rng_t rng = {1250};
+    kern_attn_row_t rows[R];
+
+    (void)state;
+    const kern_ops_t *cuda = ctu_require_cuda();
+    float *q = random_bf16(&rng, R * NH * D, 1.0f, 0.0f);
+    float *ka = random_f32(&rng, NA * D, 1.0f);
+    float *kb = random_f32(&rng, NB * D, 1.0f);
+    float *sink = random_f32(&rng, NH, 1.0f);
+    float *scratch = host_floats(NH * (NA + NB));
+    float *want = host_floats(R * NH * D);
+    for (int i = 0; i < R; i++) {
+        assert_int_equal(cpu->attention(&ctx, q + i * NH * D, n_a[i] > 0 ? ka : NULL, n_a[i],
+                                        n_b[i] > 0 ? kb : NULL, n_b[i], sink, NH, D, 0.044f,
+                                        scratch, want + i * NH * D),
+                         TDM_OK);
+    }
+    float *q_dev = dev_floats_from(q, R * NH * D);
+    float *ka_dev = dev_floats_from(ka, NA * D);
+    float *kb_dev = dev_floats_from(kb, NB * D);
+    float *sink_dev = dev_floats_from(sink, NH);
+    float *o_dev = dev_alloc(sizeof(float) * R * NH * D);
+    float *scratch_dev = dev_alloc(sizeof(float) * NH * (NA + NB));
+    for (int i = 0; i < R; i++) {
+        rows[i] = (kern_attn_row_t){q_dev + i * NH * D,
+                                    n_a[i] > 0 ? ka_dev : NULL,
+                                    n_b[i] > 0 ? kb_dev : NULL,
+                                    o_dev + i * NH * D,
+                                    n_a[i],
+                                    n_b[i]};
+    }
+    kern_attn_row_t *rows_dev = dev_from(rows, sizeof(rows));
+    assert_int_equal(cuda->attention_rows(&ctx, rows_dev, R, sink_dev, NH, D, 0.044f, scratch_dev),
+                     TDM_OK);
+    assert_int_equal(cuda->attention_rows(&ctx, rows_dev, R, sink_dev, NH, 40, 0.044f, scratch_dev),
+                     TDM_ERR_INVALID_ARG);
+    float *got = host_from_dev(o_dev, R * NH * D);
+    cmp_t c = compare_rows(got, want, R * NH, D);
+    expect_identical("attention_rows 7 rows, heads=16 d=512, up to 128+512 keys", &c);
+    free(got);
+    cudaFree(rows_dev);
+    cudaFree(scratch_dev);
+    cudaFree(o_dev);
+    cudaFree(sink_dev);
+    cudaFree(kb_dev);
+    cudaFree(ka_dev);
+    cudaFree(q_dev);
+    free(want);
+    free(scratch);
+    free(sink);
+    free(kb);
+    free(ka);
+    free(q);
+}
+
 /* Pooling on CUDA runs the CPU's loops with kern_exp's steps (kc_exp): the same bits. */
 static void test_compress_pool_cuda_identical(void **state)
 {
@@ -1517,6 +1583,7 @@ int main(void)
         cmocka_unit_test(test_moe_route_cuda_nan_and_too_few_candidates_are_internal),
         cmocka_unit_test(test_swiglu_cuda_identical),
         cmocka_unit_test(test_attention_cuda_identical),
+        cmocka_unit_test(test_attention_rows_cuda_identical),
         cmocka_unit_test(test_compress_pool_cuda_identical),
         cmocka_unit_test(test_index_scores_cuda_bit_identical),
         cmocka_unit_test(test_topk_cuda_identical_to_cpu),

@@ -1121,6 +1121,64 @@ static void test_attention_heads_match_scalar_set(void **state)
                      TDM_ERR_INVALID_ARG);
 }
 
+/* kern_attention_rows_cpu: rows of different key counts (none, window only, selected only, both;
+ * two rows sharing their keys) equal kern_attention_cpu row by row, bit for bit; a bad row
+ * (too many keys, a missing key pointer) is refused before any output is written. */
+static void test_attention_rows_equal_rows_one_by_one(void **state)
+{
+    enum { R = 6, NH = 5, D = 48, NA = 40, NB = 30 };
+    static float q[R * NH * D], ka[NA * D], kb[NB * D], sink[NH], scratch[NH * (NA + NB)];
+    static float o[R * NH * D], o_ref[R * NH * D];
+    static const int64_t n_a[R] = {0, 7, 0, 40, 13, 13}, n_b[R] = {0, 0, 9, 30, 5, 5};
+    kern_attn_row_t rows[R];
+    (void)state;
+    for (int i = 0; i < R * NH * D; i++) {
+        q[i] = frand(1.0f);
+    }
+    for (int i = 0; i < NA * D; i++) {
+        ka[i] = frand(1.0f);
+    }
+    for (int i = 0; i < NB * D; i++) {
+        kb[i] = frand(1.0f);
+    }
+    for (int h = 0; h < NH; h++) {
+        sink[h] = frand(2.0f);
+    }
+    for (int i = 0; i < R; i++) {
+        rows[i] = (kern_attn_row_t){q + i * NH * D,
+                                    n_a[i] > 0 ? ka + (i % 2) * D : NULL,
+                                    n_b[i] > 0 ? kb : NULL,
+                                    o + i * NH * D,
+                                    n_a[i],
+                                    n_b[i]};
+        if (n_a[i] > 0 && i % 2 != 0) {
+            rows[i].n_a = n_a[i] < NA - 1 ? n_a[i] : NA - 1; /* stays inside ka */
+        }
+        assert_int_equal(kern_attention_cpu(NULL, rows[i].q, rows[i].keys_a, rows[i].n_a,
+                                            rows[i].keys_b, rows[i].n_b, sink, NH, D, 0.144f,
+                                            scratch, o_ref + i * NH * D),
+                         TDM_OK);
+    }
+    memset(o, 0x5A, sizeof(o));
+    assert_int_equal(kern_attention_rows_cpu(NULL, rows, R, sink, NH, D, 0.144f, scratch), TDM_OK);
+    assert_bits_equal(o, o_ref, R * NH * D, "attention_rows");
+    assert_int_equal(kern_attention_rows_cpu(NULL, rows, 0, NULL, NH, D, 0.144f, NULL), TDM_OK);
+    memset(o, 0x5A, sizeof(o));
+    memcpy(o_ref, o, sizeof(o));
+    rows[4].n_b = KERN_ATTENTION_ROWS_MAX_KEYS; /* too many keys */
+    assert_int_equal(kern_attention_rows_cpu(NULL, rows, R, sink, NH, D, 0.144f, scratch),
+                     TDM_ERR_INVALID_ARG);
+    rows[4].n_b = n_b[4];
+    rows[5].keys_b = NULL; /* n_b > 0 without keys */
+    assert_int_equal(kern_attention_rows_cpu(NULL, rows, R, sink, NH, D, 0.144f, scratch),
+                     TDM_ERR_INVALID_ARG);
+    assert_bits_equal(o, o_ref, R * NH * D, "attention_rows refused: outputs untouched");
+    assert_int_equal(kern_attention_rows_cpu(NULL, NULL, 2, sink, NH, D, 0.144f, scratch),
+                     TDM_ERR_INVALID_ARG);
+    assert_int_equal(kern_attention_rows_cpu(NULL, rows, 2, sink, NH, 40, 0.144f, scratch),
+                     TDM_ERR_INVALID_ARG); /* d not a multiple of 16 */
+}
+
 /* Indexer scores with head counts around the register blocks (1-17: whole blocks of 4 and 8
  * heads and tails) and key counts 0-39 (pairs and a tail), against the scalar set, bit for bit;
  * negative dots (the max(0, .)) and negative weights included. */
@@ -1174,6 +1232,7 @@ int main(void)
         cmocka_unit_test(test_other_kernels_match_scalar_set),
         cmocka_unit_test(test_row_blocked_kernels_match_row_at_a_time),
         cmocka_unit_test(test_attention_heads_match_scalar_set),
+        cmocka_unit_test(test_attention_rows_equal_rows_one_by_one),
         cmocka_unit_test(test_index_scores_blocks_match_scalar_set),
     };
     int failures = 0;
