@@ -12,8 +12,9 @@
  * several batch sizes and contexts (each the median of --repeat runs of --steps steps).
  */
 #include "common/clock.h"
-#include "common/log.h"
 #include "common/flags.h"
+#include "common/log.h"
+#include "common/startup.h"
 #include "common/status.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/device.h"
@@ -381,22 +382,17 @@ int main(int argc, char **argv)
     int n_batches = 0;
 
     memset(&cfg, 0, sizeof(cfg));
-    if (tdm_flags_parse(bench_flags, N_BENCH_FLAGS, argc, argv, "tandem-bench-engine",
-                        "CPU forward-pass throughput (prefill and batched decode) with rooflines.",
-                        &cfg, NULL, NULL, &action) != TDM_OK) {
-        return 2;
+    {
+        const tdm_main_spec_t spec = {"tandem-bench-engine",
+                                      "Forward-pass throughput (prefill and batched decode) on the "
+                                      "CPU or a GPU, with rooflines.",
+                                      bench_flags, N_BENCH_FLAGS, offsetof(bench_cfg_t, log_level)};
+        if (tdm_main_start(&spec, argc, argv, &cfg, &action) != TDM_OK) {
+            return 2;
+        }
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
-    }
-    {
-        tdm_log_level_t level;
-        if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
-            fprintf(stderr, "%s: --log-level: '%s' is not trace, debug, info, warn, error or off\n",
-                    "tandem-bench-engine", cfg.log_level);
-            return 2;
-        }
-        tdm_log_set_level(level);
     }
     for (const char *p = cfg.batches; *p != '\0' && n_batches < BENCH_MAX_BATCHES;) {
         int v = atoi(p);

@@ -12,8 +12,9 @@
  * Results go into docs/BENCHMARKS.md ("Speculative decoding").
  */
 #include "common/clock.h"
-#include "common/log.h"
 #include "common/flags.h"
+#include "common/log.h"
+#include "common/startup.h"
 #include "common/status.h"
 #include "engine/forward.h"
 #include "engine/spec.h"
@@ -447,22 +448,16 @@ int main(int argc, char **argv)
     tdm_status_t st;
 
     memset(&b, 0, sizeof(b));
-    if (tdm_flags_parse(bench_flags, N_BENCH_FLAGS, argc, argv, "tandem-bench-spec",
-                        "decode tok/s with and without speculative decoding (MODEL.md 8).", &cfg,
-                        NULL, NULL, &action) != TDM_OK) {
-        return 2;
+    {
+        const tdm_main_spec_t spec = {
+            "tandem-bench-spec", "decode tok/s with and without speculative decoding (MODEL.md 8).",
+            bench_flags, N_BENCH_FLAGS, offsetof(bench_cfg_t, log_level)};
+        if (tdm_main_start(&spec, argc, argv, &cfg, &action) != TDM_OK) {
+            return 2;
+        }
     }
     if (action == TDM_FLAGS_HELP) {
         return 0;
-    }
-    {
-        tdm_log_level_t level;
-        if (tdm_log_level_parse(cfg.log_level, &level) != TDM_OK) {
-            fprintf(stderr, "%s: --log-level: '%s' is not trace, debug, info, warn, error or off\n",
-                    "tandem-bench-spec", cfg.log_level);
-            return 2;
-        }
-        tdm_log_set_level(level);
     }
     n_batches = parse_list(cfg.batches, 1, BENCH_MAX_SEQS, batches);
     for (int k = 0; k < n_batches; k++) {
