@@ -13,7 +13,6 @@
  */
 #include "common/clock.h"
 #include "common/flags.h"
-#include "common/log.h"
 #include "common/startup.h"
 #include "common/status.h"
 #include "kernels/cpu_isa.h"
