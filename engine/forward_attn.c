@@ -859,8 +859,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
 
     /* every segment's window, one gather */
     st = batch_windows(fwd, b, l, kc, ks, sw);
-    /* 1: the rows of a segment that attends in place (attention_sel) or has no compressed rows,
-     * at once */
+    /* 1: the rows of a prefill segment that attends in place (attention_sel), one by one */
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
@@ -875,47 +874,39 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
                 n_ckv = n_c;
             }
         }
-        sw[s].gathered = role->ratio > 0 && n_ckv == 0;
+        sw[s].gathered = n_ckv == 0; /* ratio 0 too: window-only rows go by groups */
         for (int64_t i = 0; i < seg->n && st == TDM_OK && !sw[s].gathered; i++) {
             int64_t row = seg->row0 + i, ws, n_keys = row_keys(seg, &sw[s], W, i, &ws);
-            int64_t n_b = 0;
-            if (role->ratio > 0) {
-                const int32_t *hs = sel_h + row * kI;
-                n_b = sel_count(hs, kI);
-                if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
-                    int64_t k = 0;
-                    while (hs[k] < n_ckv) {
-                        k++;
-                    }
-                    tdm_log(TDM_LOG_ERROR, "engine",
-                            "selected row past the visible rows: layer=%d row=%d visible=%lld", l,
-                            (int)hs[k], (long long)n_ckv);
-                    return TDM_ERR_INTERNAL;
+            const int32_t *hs = sel_h + row * kI; /* n_ckv > 0: a compressed layer */
+            int64_t n_b = sel_count(hs, kI);
+            if (n_b > 0 && hs[n_b - 1] >= n_ckv) {
+                int64_t k = 0;
+                while (hs[k] < n_ckv) {
+                    k++;
                 }
-                fwd->read_kv_bytes += (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes +
-                                                                 g.ly.main_scales_row_bytes);
-                st = fwd->ops->attention_sel(
-                    &fwd->kctx, q + row * nh * d, sw[s].win + (ws - sw[s].wstart) * d, n_keys,
-                    fwd->ckv_cache, sel_used + row * kI, n_b, lw->attn_sink, nh, d,
-                    (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
-            } else {
-                st = fwd->ops->attention(&fwd->kctx, q + row * nh * d,
-                                         sw[s].win + (ws - sw[s].wstart) * d, n_keys, sel_rows, 0,
-                                         lw->attn_sink, nh, d, (float)(1.0 / sqrt((double)d)),
-                                         att_scratch, o + row * nh * d);
+                tdm_log(TDM_LOG_ERROR, "engine",
+                        "selected row past the visible rows: layer=%d row=%d visible=%lld", l,
+                        (int)hs[k], (long long)n_ckv);
+                return TDM_ERR_INTERNAL;
             }
+            fwd->read_kv_bytes +=
+                (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes + g.ly.main_scales_row_bytes);
+            st = fwd->ops->attention_sel(
+                &fwd->kctx, q + row * nh * d, sw[s].win + (ws - sw[s].wstart) * d, n_keys,
+                fwd->ckv_cache, sel_used + row * kI, n_b, lw->attn_sink, nh, d,
+                (float)(1.0 / sqrt((double)d)), att_scratch, o + row * nh * d);
         }
     }
-    /* 2: the other rows, FWD_SEL_GROUP at a time: their selected rows' pointers built on the
-     * host from the block tables, one copy and one gather per group (docs/NUMERICS.md 7 item 4),
-     * then each row's attention */
+    /* 2: the other rows, FWD_SEL_GROUP at a time: their selected rows' pointers (none in a
+     * layer without compressed rows) built on the host from the block tables, one copy and one
+     * gather per group (docs/NUMERICS.md 7 item 4), then the group's attention (attend_group) */
     for (int s = 0; s < b->n_segs && st == TDM_OK; s++) {
         const fwd_seg_t *seg = &b->segs[s];
         const engine_kv_table_t *tab = role->ratio > 0 ? seg_table(cfg, seg, l) : NULL;
         for (int64_t i = 0; i < seg->n && st == TDM_OK && sw[s].gathered; i++) {
             int64_t row = seg->row0 + i;
-            const int32_t *hs = sel_h + row * kI;
-            int64_t n_b = sel_count(hs, kI), off = grp.n_sel_rows;
+            const int32_t *hs = role->ratio > 0 ? sel_h + row * kI : NULL;
+            int64_t n_b = hs != NULL ? sel_count(hs, kI) : 0, off = grp.n_sel_rows;
             for (int64_t k = 0; k < n_b && st == TDM_OK; k++) {
                 st = main_row_at(fwd, &g, tab, hs[k], &grp.codes[off + k], &grp.scales[off + k]);
             }

@@ -58,7 +58,8 @@ float kern_exp(float x);
  * The series 2 atanh(s) = log((1 + s) / (1 - s)) = log(1 + t) truncated after s^15 (s <= 1/3:
  * the truncation is below 2e-9 relative); Cn = 1/n in FP32. Error: under 2 ulp over [0, 1]
  * (1.95 at worst on 2^20 + 1 evenly spaced inputs against log1p in double, test_kernels_simd);
- * t = 0 gives 0, a NaN gives a NaN. Outside [0, 1] the series is not accurate (callers pass e^-|z|). Pure; any thread.
+ * t = 0 gives 0, a NaN gives a NaN. Outside [0, 1] the series is not accurate (callers pass
+ * e^-|z|). Pure; any thread.
  */
 #define KERN_LOG1P_C15 0x1.111112p-4f
 #define KERN_LOG1P_C13 0x1.3b13b2p-4f
@@ -136,7 +137,9 @@ typedef struct {
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (rows, sink or scratch NULL with n_rows > 0, n_rows < 0,
  * n_heads <= 0, d not a multiple of 16; where the host can read the descriptors (a host-memory
  * backend), also a bad row, every output then untouched). A backend that cannot read the
- * descriptors on the host does not check them: building them right is the caller's job.
+ * descriptors on the host does not refuse them: CUDA writes NaN to the output of a row whose
+ * counts are negative or too many (never past its shared logits); other bad pointers are the
+ * caller's bug.
  * Optional in kern_ops_t (NULL: call attention row by row).
  */
 typedef tdm_status_t kern_attention_rows_fn(kern_ctx_t *ctx, const kern_attn_row_t *rows,

@@ -398,10 +398,26 @@ GUARD_OP(attention_sel,
           float scale, float *scratch, float *o_out),
          (ctx, q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d, scale, scratch, o_out),
          (q, keys_a, rows, sel, sink, scratch, o_out))
-GUARD_OP(attention_rows,
-         (kern_ctx_t * ctx, const kern_attn_row_t *rows, int64_t n_rows, const float *sink,
-          int64_t n_heads, int64_t d, float scale, float *scratch),
-         (ctx, rows, n_rows, sink, n_heads, d, scale, scratch), (rows, sink, scratch))
+/* attention_rows: the descriptors are backend memory, so their pointers are checked with the
+ * region open (as the op reads them). */
+static tdm_status_t guard_attention_rows(kern_ctx_t *ctx, const kern_attn_row_t *rows,
+                                         int64_t n_rows, const float *sink, int64_t n_heads,
+                                         int64_t d, float scale, float *scratch)
+{
+    const void *const ptrs[] = {rows, sink, scratch};
+    tdm_status_t st;
+
+    guard_args("attention_rows", ptrs, sizeof(ptrs) / sizeof(ptrs[0]));
+    guard_open();
+    for (int64_t i = 0; rows != NULL && i < n_rows; i++) {
+        const void *const row_ptrs[] = {rows[i].q, rows[i].keys_a, rows[i].keys_b, rows[i].o};
+        guard_args("attention_rows (a row's query, keys or output)", row_ptrs,
+                   sizeof(row_ptrs) / sizeof(row_ptrs[0]));
+    }
+    st = g.cpu.attention_rows(ctx, rows, n_rows, sink, n_heads, d, scale, scratch);
+    guard_close();
+    return st;
+}
 GUARD_OP(compress_pool,
          (kern_ctx_t * ctx, const float *a, const float *b, int r, int64_t d, float *v_out),
          (ctx, a, b, r, d, v_out), (a, b, v_out))

@@ -130,6 +130,16 @@ __global__ void __launch_bounds__(KC_BLOCK)
 
     for (int64_t i = blockIdx.y; i < n_rows; i += gridDim.y) {
         const kern_attn_row_t r = rows[i];
+        if (r.n_a < 0 || r.n_b < 0 || r.n_a + r.n_b > ATT_MAX_SHARED_KEYS) {
+            /* a descriptor the host could not check (kernels/attention.h): NaN, never a write
+             * past the shared logits */
+            for (int64_t h = blockIdx.x; h < n_heads; h += gridDim.x) {
+                for (int64_t c = threadIdx.x; c < d; c += KC_BLOCK) {
+                    r.o[h * d + c] = __int_as_float(0x7fc00000);
+                }
+            }
+            continue;
+        }
         for (int64_t h = blockIdx.x; h < n_heads; h += gridDim.x) {
             attend_head(r.q + h * d, r.keys_a, r.n_a, r.keys_b, r.n_b, sink[h], d, scale, sc, red,
                         r.o + h * d);

@@ -266,7 +266,8 @@ extern "C" tdm_status_t kern_engram_gate_cuda(kern_ctx_t *ctx, float *X, const f
                                               const float *qw, const float *kw, int64_t n_rows,
                                               int m, int64_t H, float eps)
 {
-    if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || H <= 0) {
+    if (X == NULL || kv == NULL || qw == NULL || kw == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS ||
+        H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     if (n_rows <= 0) {

@@ -50,7 +50,9 @@ static void same_request_twice(const cluster_t *c, const char *name, int n_ids, 
 
     assert_non_null(ids);
     assert_non_null(body);
-    make_ids(ids, T_BODY, n_ids, 13, 7 + n_ids);
+    /* the seeded runs get prompts of their own: with the greedy run's prompt, the seeded run's
+     * first request would already share the greedy requests' prefix (approximate past W) */
+    make_ids(ids, T_BODY, n_ids, 13, 7 + n_ids + (seeded ? 500 : 0));
     snprintf(body, T_BODY,
              "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":12,\"ignore_eos\":true,%s}",
              T_MODEL_NAME, ids, seeded ? "\"temperature\":1.0,\"seed\":1234" : "\"temperature\":0");
