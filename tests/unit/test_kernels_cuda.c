@@ -1154,6 +1154,41 @@ static void test_attention_rows_cuda_identical(void **state)
     cmp_t c = compare_rows(got, want, R * NH, D);
     expect_identical("attention_rows 7 rows, heads=16 d=512, up to 128+512 keys", &c);
     free(got);
+    /* at the limit (KERN_ATTENTION_ROWS_MAX_KEYS keys: the keys repeated), and one past it: that
+     * row's output is NaN, the other rows' untouched by it */
+    {
+        enum { LIM = KERN_ATTENTION_ROWS_MAX_KEYS, DL = 16, NHL = 2 };
+        float *kl = random_f32(&rng, (int64_t)LIM * DL, 1.0f);
+        float *ql = random_bf16(&rng, 2 * NHL * DL, 1.0f, 0.0f);
+        float *sl = host_floats(NHL * (LIM + 1));
+        float *wl = host_floats(NHL * DL);
+        assert_int_equal(cpu->attention(&ctx, ql, kl, LIM, NULL, 0, sink, NHL, DL, 0.25f, sl, wl),
+                         TDM_OK);
+        float *kl_dev = dev_floats_from(kl, (int64_t)LIM * DL);
+        float *ql_dev = dev_floats_from(ql, 2 * NHL * DL);
+        float *ol_dev = dev_alloc(sizeof(float) * 2 * NHL * DL);
+        kern_attn_row_t lr[2] = {{ql_dev, kl_dev, NULL, ol_dev, LIM, 0},
+                                 {ql_dev + NHL * DL, kl_dev, kl_dev, ol_dev + NHL * DL, LIM, 1}};
+        kern_attn_row_t *lr_dev = dev_from(lr, sizeof(lr));
+        assert_int_equal(
+            cuda->attention_rows(&ctx, lr_dev, 2, sink_dev, NHL, DL, 0.25f, scratch_dev), TDM_OK);
+        float *gl = host_from_dev(ol_dev, 2 * NHL * DL);
+        c = compare_rows(gl, wl, NHL, DL);
+        expect_identical("attention_rows at 4096 keys", &c);
+        for (int i = NHL * DL; i < 2 * NHL * DL; i++) {
+            assert_true(isnan(gl[i])); /* 4097 keys: refused on the device as NaN */
+        }
+        print_message("cuda: attention_rows row past %d keys -> NaN output\n", LIM);
+        free(gl);
+        cudaFree(lr_dev);
+        cudaFree(ol_dev);
+        cudaFree(ql_dev);
+        cudaFree(kl_dev);
+        free(wl);
+        free(sl);
+        free(ql);
+        free(kl);
+    }
     cudaFree(rows_dev);
     cudaFree(scratch_dev);
     cudaFree(o_dev);
