@@ -36,12 +36,7 @@ static float sum16(const float *x, int64_t n)
     for (int64_t e = 0; e < n; e++) {
         l[e % 16] += x[e];
     }
-    for (int s = 8; s >= 1; s /= 2) {
-        for (int j = 0; j < s; j++) {
-            l[j] = l[j] + l[j + s];
-        }
-    }
-    return l[0];
+    return cpu_lane_tree16(l);
 }
 
 /* kern_attention_cpu and kern_attention_sel_cpu (arguments checked by them). */

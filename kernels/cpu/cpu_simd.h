@@ -70,6 +70,20 @@ static inline float cpu_exp(float x)
     return (p * cpu_exp_pow2((int32_t)k1)) * cpu_exp_pow2((int32_t)k2);
 }
 
+/* cpu_lane_tree16 - the fixed reduction tree of the 16-lane order (kernels/gemm.h) over 16 lane
+ * sums: lane j += lane j + s for s = 8, 4, 2, 1; returns lane 0 (the lanes are overwritten). The
+ * one scalar copy of the tree: the GEMM reference, the softmax denominator and the Engram gate's
+ * dot use it (kernels/cpu/simd16.h's v16_reduce is its vector form). */
+static inline float cpu_lane_tree16(float lane[16])
+{
+    for (int s = 8; s >= 1; s /= 2) {
+        for (int j = 0; j < s; j++) {
+            lane[j] = lane[j] + lane[j + s];
+        }
+    }
+    return lane[0];
+}
+
 /* cpu_log1p - kern_log1p(t) inlined: the steps kernels/attention.h defines, in that order. */
 static inline float cpu_log1p(float t)
 {

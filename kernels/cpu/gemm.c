@@ -26,17 +26,6 @@
 #define GEMM_CHUNKS_PER_THREAD 8  /* work items per thread of a threaded GEMM */
 #define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
 
-/* The fixed reduction tree of the 16 lane sums. */
-static float lane_reduce(float *acc)
-{
-    for (int s = LANES / 2; s >= 1; s /= 2) {
-        for (int j = 0; j < s; j++) {
-            acc[j] = acc[j] + acc[j + s];
-        }
-    }
-    return acc[0];
-}
-
 /* W[o, k] as FP32, exactly (MODEL.md 3), one element at a time. */
 static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
 {
@@ -166,7 +155,7 @@ static float dot_ref(const kern_mat_t *w, int64_t o, const float *x)
             acc[j] = fmaf(weight_at(w, o, k0 + j), x[k0 + j], acc[j]);
         }
     }
-    return lane_reduce(acc);
+    return cpu_lane_tree16(acc);
 }
 
 tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,

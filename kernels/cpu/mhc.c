@@ -27,12 +27,7 @@ static CPU_FMA_CLONES float gate_dot(const float *x, const float *qw, const floa
             lane[j] = fmaf((x[c + j] * qw[c + j]) * kw[c + j], key[c + j], lane[j]);
         }
     }
-    for (int s = 8; s >= 1; s /= 2) {
-        for (int j = 0; j < s; j++) {
-            lane[j] = lane[j] + lane[j + s];
-        }
-    }
-    sum = lane[0];
+    sum = cpu_lane_tree16(lane);
     for (int64_t c = n16; c < n; c++) {
         sum = fmaf((x[c] * qw[c]) * kw[c], key[c], sum);
     }
