@@ -160,7 +160,10 @@ static void test_replica_reaches_the_peer_over_curve(void **state)
         assert_int_equal(fake_n_records(&w, TANDEM__ENVELOPE__BODY_DECODE_REQUEST), 1);
         assert_true(fake_last(&w, TANDEM__ENVELOPE__BODY_DECODE_REQUEST, &r));
         assert_string_equal(r.session_id, "shared");
-        assert_int_equal(fake_n_aborts(&w), 0);
+        /* at most the release's own abort: when the client's response completes before the
+         * dispatcher has seen the worker's Finish, router_dispatch_release aborts the worker
+         * with "output complete" (a benign race; test_router_relearn says the same) */
+        assert_true(fake_n_aborts(&w) <= 1);
     }
     assert_true(metric(port_a, "tandem_router_replicas_sent_total") == 1);
     assert_int_equal(http(port_b, "/health", NULL, NULL, resp), 503); /* no worker on B */
