@@ -139,7 +139,7 @@ static double gemm_rate(int n_threads)
     uint16_t *w = calloc((size_t)(n * n), 2);
     float *x = calloc((size_t)(n * n), 4);
     float *y = calloc((size_t)(n * n), 4);
-    kern_mat_t m = {KERN_MAT_BF16, n, n, w, NULL};
+    kern_mat_t m = {KERN_MAT_BF16, n, n, w, NULL, NULL};
     kern_ctx_t ctx = {.n_threads = n_threads};
     double best = 0;
     if (n_threads > 1 && kern_pool_create(n_threads, &ctx.pool) != TDM_OK) {

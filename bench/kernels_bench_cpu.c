@@ -62,8 +62,9 @@ static float cpu_normal_at(uint64_t i, float scale)
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)) * scale;
 }
 
-/* The weight of one shape in its resident format; data and scales malloc'ed into *data_out,
- * *scales_out. Returns 1, or 0 (nothing allocated) when out of memory or a quantizer fails. */
+/* The weight of one shape in its resident format (FP8 with its clean map after the scales, as
+ * the engine loads it); data and scales malloc'ed into *data_out, *scales_out. Returns 1, or 0
+ * (nothing allocated) when out of memory or a quantizer fails. */
 static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **data_out,
                     uint8_t **scales_out)
 {
@@ -71,16 +72,23 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
     float *f = malloc(sizeof(float) * (size_t)n);
     void *data = NULL;
     uint8_t *scales = NULL;
+    const uint8_t *clean = NULL;
     int ok = f != NULL;
 
     for (int64_t i = 0; ok && i < n; i++) {
         f[i] = cpu_normal_at(seed + (uint64_t)i, 1.0f / sqrtf((float)s->n_in));
     }
     if (ok && s->dtype == KERN_MAT_FP8) {
+        /* the scales, then the clean map the engine's loader makes (kernels/gemm.h) */
+        const int64_t scale_bytes = ((s->n_out + 31) / 32) * (s->n_in / 32);
+        kern_mat_t shape = {KERN_MAT_FP8, s->n_out, s->n_in, NULL, NULL, NULL};
         data = malloc((size_t)n);
-        scales = malloc((size_t)(((s->n_out + 31) / 32) * (s->n_in / 32)));
+        scales = malloc((size_t)(scale_bytes + kern_mat_fp8_clean_bytes(&shape)));
         ok = data != NULL && scales != NULL &&
              kern_weight_fp8_quantize(f, s->n_out, s->n_in, data, scales) == TDM_OK;
+        shape.data = data;
+        ok = ok && kern_mat_fp8_clean_fill(&shape, scales + scale_bytes) == TDM_OK;
+        clean = ok ? scales + scale_bytes : NULL;
     } else if (ok && s->dtype == KERN_MAT_MXFP4) {
         data = malloc((size_t)(n / 2));
         scales = malloc((size_t)(s->n_out * (s->n_in / 32)));
@@ -103,7 +111,7 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
         free(data);
         return 0;
     }
-    *w = (kern_mat_t){s->dtype, s->n_out, s->n_in, data, scales};
+    *w = (kern_mat_t){s->dtype, s->n_out, s->n_in, data, scales, clean};
     *data_out = data;
     *scales_out = scales;
     return 1;

@@ -212,7 +212,7 @@ static int make_dev_case(const gemm_shape_t *s, const host_weight_t *w, const fl
          upload(&xd, x, sizeof(float) * (size_t)(max_rows * s->n_in)) &&
          bench_cuda_ok(cudaMalloc((void **)&d->y, sizeof(float) * (size_t)(max_rows * s->n_out)),
                        "cudaMalloc");
-    d->bf16 = (kern_mat_t){KERN_MAT_BF16, s->n_out, s->n_in, bf16, NULL};
+    d->bf16 = (kern_mat_t){KERN_MAT_BF16, s->n_out, s->n_in, bf16, NULL, NULL};
     d->q = (kern_qmat_t){s->fmt == FMT_FP8 ? KERN_QMAT_FP8 : KERN_QMAT_MXFP4, s->n_out, s->n_in,
                          codes, scales};
     d->x = xd;
@@ -297,7 +297,7 @@ int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
             x[e] = normal_at(((uint64_t)1 << 40) + (uint64_t)e, 1.0f);
         }
         kern_qdq_act8_rows_cpu(NULL, x, max_rows, s->n_in, x);
-        const kern_mat_t host_mat = {KERN_MAT_BF16, s->n_out, s->n_in, w.bf16, NULL};
+        const kern_mat_t host_mat = {KERN_MAT_BF16, s->n_out, s->n_in, w.bf16, NULL, NULL};
         const double q_bytes = (double)(w.code_bytes + w.scale_bytes);
         const double bf16_bytes = 2.0 * (double)(s->n_out * s->n_in);
 #ifdef TANDEM_HAVE_CUDA

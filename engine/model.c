@@ -236,7 +236,7 @@ static tdm_status_t find_mat(loader_t *ld, const char *module, mat_format_t fmt,
     }
     static const kern_mat_dtype_t dtypes[] = {KERN_MAT_BF16, KERN_MAT_F32, KERN_MAT_FP8,
                                               KERN_MAT_MXFP4};
-    *mat_out = (kern_mat_t){dtypes[fmt], n_out, n_in, w->data, s == NULL ? NULL : s->data};
+    *mat_out = (kern_mat_t){dtypes[fmt], n_out, n_in, w->data, s == NULL ? NULL : s->data, NULL};
     return TDM_OK;
 }
 
@@ -321,6 +321,18 @@ static tdm_status_t load_mat_host(loader_t *ld, const char *module, mat_format_t
                 uint64_t n_codes = (uint64_t)(fmt == MAT_FP8 ? n_out * n_in : n_out * n_in / 2);
                 *(fmt == MAT_FP8 ? &res->fp8 : &res->mxfp4) += n_codes;
                 res->scales += (uint64_t)kern_mat_bytes(&m) - n_codes;
+                if (fmt == MAT_FP8 && model->params.ops->host_memory) {
+                    /* the CPU kernels' clean-block map (kernels/gemm.h; a speed hint) */
+                    uint8_t *map = model_alloc(model, (size_t)kern_mat_fp8_clean_bytes(&m));
+                    if (map == NULL) {
+                        return TDM_ERR_NO_MEMORY;
+                    }
+                    status = kern_mat_fp8_clean_fill(&m, map);
+                    if (status != TDM_OK) {
+                        return status;
+                    }
+                    m.fp8_clean = map;
+                }
                 *mat_out = m;
                 return TDM_OK;
             }
@@ -342,8 +354,8 @@ static tdm_status_t load_mat_host(loader_t *ld, const char *module, mat_format_t
     }
     *(fmt == MAT_F32 ? &res->f32 : fmt == MAT_BF16 ? &res->bf16 : &res->expanded) +=
         (uint64_t)(n_out * n_in) * elem;
-    *mat_out = (kern_mat_t){fmt == MAT_F32 ? KERN_MAT_F32 : KERN_MAT_BF16, n_out, n_in, buf,
-                            NULL};
+    *mat_out =
+        (kern_mat_t){fmt == MAT_F32 ? KERN_MAT_F32 : KERN_MAT_BF16, n_out, n_in, buf, NULL, NULL};
     return TDM_OK;
 }
 

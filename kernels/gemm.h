@@ -59,12 +59,40 @@ typedef struct {
     int64_t n_in;
     const void *data;
     const uint8_t *scales;
+    /* FP8 only, optional (NULL: not known), host memory, borrowed like data: the map of
+     * kern_mat_fp8_clean_fill. A speed hint of the CPU kernels, never a change of bits: where a
+     * block is clean they decode E4M3 codes with integer operations (no FP16 conversion), which
+     * would hand a denormal operand to a multiply for a subnormal code (x86 cores slow those
+     * down, some by a microcode assist). Other backends ignore it. */
+    const uint8_t *fp8_clean;
 } kern_mat_t;
+
+/* Weight rows per bit of kern_mat_t.fp8_clean (a bit covers these rows x 32 columns). */
+#define KERN_MAT_FP8_CLEAN_ROWS 4
+
+/*
+ * kern_mat_fp8_clean_bytes - bytes of the clean map of an FP8 matrix w: one bit per block of
+ * KERN_MAT_FP8_CLEAN_ROWS weight rows x 32 columns, ceil(n_out / 4) * (n_in / 32) bits, rounded
+ * up to whole bytes. 0 for other types, NULL, or n_in not a multiple of 32.
+ */
+int64_t kern_mat_fp8_clean_bytes(const kern_mat_t *w);
+
+/*
+ * kern_mat_fp8_clean_fill - map_out[kern_mat_fp8_clean_bytes(w)] = the clean map of FP8 matrix
+ * w: bit b = g * (n_in / 32) + c (byte b / 8, bit b % 8, least significant first) is 1 when
+ * rows [4g, 4g + 4) (those below n_out) x columns [32c, 32c + 32) hold no subnormal E4M3 code
+ * (exponent bits 0, mantissa bits not 0: 0x01-0x07, 0x81-0x87); zero codes are clean. Reads
+ * every code of w (host memory). The caller owns map_out and sets w->fp8_clean to it.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (map_out untouched) when w is not an FP8 matrix with
+ * data and n_in a multiple of 32, or map_out is NULL.
+ */
+tdm_status_t kern_mat_fp8_clean_fill(const kern_mat_t *w, uint8_t *map_out);
 
 /*
  * kern_mat_rows - *out = rows [row0, row0 + n_rows) of w as a matrix of its own (a view: the
- * same storage, nothing copied). Returns TDM_OK, or TDM_ERR_INVALID_ARG (out untouched) when the
- * range is outside w or, for FP8, row0 is not a multiple of 32 (a scale block row).
+ * same storage, nothing copied; an FP8 clean map moves with it). Returns TDM_OK, or
+ * TDM_ERR_INVALID_ARG (out untouched) when the range is outside w or, for FP8, row0 is not a
+ * multiple of 32 (a scale block row).
  */
 tdm_status_t kern_mat_rows(const kern_mat_t *w, int64_t row0, int64_t n_rows, kern_mat_t *out);
 

@@ -80,6 +80,8 @@ tdm_status_t kern_mat_rows(const kern_mat_t *w, int64_t row0, int64_t n_rows, ke
     case KERN_MAT_FP8:
         v.data = (const uint8_t *)w->data + row0 * w->n_in;
         v.scales = w->scales + row0 / 32 * (w->n_in / 32);
+        /* row0 / 4 groups of n_in / 32 bits: row0 is a multiple of 32, so whole bytes */
+        v.fp8_clean = w->fp8_clean == NULL ? NULL : w->fp8_clean + row0 / 32 * (w->n_in / 32);
         break;
     case KERN_MAT_MXFP4:
         v.data = (const uint8_t *)w->data + row0 * (w->n_in / 2);
@@ -108,6 +110,42 @@ int64_t kern_mat_bytes(const kern_mat_t *w)
     default:
         return w->n_out * w->n_in * 2;
     }
+}
+
+int64_t kern_mat_fp8_clean_bytes(const kern_mat_t *w)
+{
+    if (w == NULL || w->dtype != KERN_MAT_FP8 || w->n_out <= 0 || w->n_in <= 0 ||
+        w->n_in % 32 != 0) {
+        return 0;
+    }
+    int64_t bits =
+        (w->n_out + KERN_MAT_FP8_CLEAN_ROWS - 1) / KERN_MAT_FP8_CLEAN_ROWS * (w->n_in / 32);
+    return (bits + 7) / 8;
+}
+
+tdm_status_t kern_mat_fp8_clean_fill(const kern_mat_t *w, uint8_t *map_out)
+{
+    int64_t n_bytes = kern_mat_fp8_clean_bytes(w);
+    int64_t n_cols = w != NULL ? w->n_in / 32 : 0;
+    if (n_bytes == 0 || w->data == NULL || map_out == NULL) {
+        return TDM_ERR_INVALID_ARG;
+    }
+    memset(map_out, 0, (size_t)n_bytes);
+    for (int64_t g = 0; g * KERN_MAT_FP8_CLEAN_ROWS < w->n_out; g++) {
+        for (int64_t c = 0; c < n_cols; c++) {
+            int clean = 1;
+            for (int64_t o = g * KERN_MAT_FP8_CLEAN_ROWS;
+                 clean && o < w->n_out && o < (g + 1) * KERN_MAT_FP8_CLEAN_ROWS; o++) {
+                const uint8_t *p = (const uint8_t *)w->data + o * w->n_in + 32 * c;
+                for (int i = 0; i < 32; i++) {
+                    clean &= (p[i] & 0x78) != 0 || (p[i] & 0x07) == 0;
+                }
+            }
+            int64_t b = g * n_cols + c;
+            map_out[b / 8] |= (uint8_t)(clean << (b % 8));
+        }
+    }
+    return TDM_OK;
 }
 
 int kern_mat_check_quantized(const kern_mat_t *w)

@@ -81,13 +81,19 @@ static kern_mat_t mfc_mxfp4(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t n_ou
         uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n_out * n_in));
         assert_non_null(w);
         assert_int_equal(kern_mat_bf16_from_mxfp4(codes, scales, n_out, n_in, w), TDM_OK);
-        m = (kern_mat_t){KERN_MAT_BF16, n_out, n_in,
-                         mfc_dev(ops, ctx, w, sizeof(uint16_t) * (size_t)(n_out * n_in)), NULL};
+        m = (kern_mat_t){
+            KERN_MAT_BF16, n_out,
+            n_in,          mfc_dev(ops, ctx, w, sizeof(uint16_t) * (size_t)(n_out * n_in)),
+            NULL,          NULL};
         allocs[(*n_allocs)++] = (void *)m.data;
         free(w);
     } else {
-        m = (kern_mat_t){KERN_MAT_MXFP4, n_out, n_in, mfc_dev(ops, ctx, codes, code_bytes),
-                         mfc_dev(ops, ctx, scales, scale_bytes)};
+        m = (kern_mat_t){KERN_MAT_MXFP4,
+                         n_out,
+                         n_in,
+                         mfc_dev(ops, ctx, codes, code_bytes),
+                         mfc_dev(ops, ctx, scales, scale_bytes),
+                         NULL};
         allocs[(*n_allocs)++] = (void *)m.data;
         allocs[(*n_allocs)++] = (void *)m.scales;
     }
@@ -120,8 +126,8 @@ static void mfc_check(const kern_ops_t *ops, kern_ctx_t *ctx, int64_t scratch_ro
     memset(w2, 0, sizeof(w2));
     for (int64_t e = 0; e < E; e++) {
         if (e == MFC_ABSENT) {
-            w1[e] = w3[e] = (kern_mat_t){KERN_MAT_MXFP4, I, H, NULL, NULL};
-            w2[e] = (kern_mat_t){KERN_MAT_MXFP4, H, I, NULL, NULL};
+            w1[e] = w3[e] = (kern_mat_t){KERN_MAT_MXFP4, I, H, NULL, NULL, NULL};
+            w2[e] = (kern_mat_t){KERN_MAT_MXFP4, H, I, NULL, NULL, NULL};
             continue;
         }
         w1[e] = mfc_mxfp4(ops, ctx, I, H, mixed && e == 1, allocs, &n_allocs);

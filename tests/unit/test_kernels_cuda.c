@@ -316,8 +316,8 @@ static void make_mat(rng_t *rng, mat_kind_t kind, int64_t n_out, int64_t n_in, i
         float *w = random_f32(rng, n, 1.0f / sqrtf((float)n_in));
         m->host_data = w;
         m->dev_data = dev_floats_from(w, n);
-        m->host = (kern_mat_t){KERN_MAT_F32, n_out, n_in, w, NULL};
-        m->dev = (kern_mat_t){KERN_MAT_F32, n_out, n_in, m->dev_data, NULL};
+        m->host = (kern_mat_t){KERN_MAT_F32, n_out, n_in, w, NULL, NULL};
+        m->dev = (kern_mat_t){KERN_MAT_F32, n_out, n_in, m->dev_data, NULL, NULL};
         return;
     }
     uint16_t *bits = malloc(sizeof(uint16_t) * (size_t)n);
@@ -355,14 +355,14 @@ static void make_mat(rng_t *rng, mat_kind_t kind, int64_t n_out, int64_t n_in, i
         m->dev_scales = dev_from(scales, (size_t)n_sc);
         m->qdev = (kern_qmat_t){fp8 ? KERN_QMAT_FP8 : KERN_QMAT_MXFP4, n_out, n_in,
                                 m->dev_codes + (misalign ? 17 : 0), m->dev_scales};
-        m->mdev = (kern_mat_t){fp8 ? KERN_MAT_FP8 : KERN_MAT_MXFP4, n_out, n_in, m->qdev.codes,
-                               m->dev_scales};
+        m->mdev = (kern_mat_t){
+            fp8 ? KERN_MAT_FP8 : KERN_MAT_MXFP4, n_out, n_in, m->qdev.codes, m->dev_scales, NULL};
         free(scales);
         free(codes);
     }
     m->host_data = bits;
-    m->host = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, bits, NULL};
-    m->dev = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, m->dev_data, NULL};
+    m->host = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, bits, NULL, NULL};
+    m->dev = (kern_mat_t){KERN_MAT_BF16, n_out, n_in, m->dev_data, NULL, NULL};
 }
 
 static void free_mat(test_mat_t *m)
@@ -1532,8 +1532,8 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
     (void)state;
     const kern_ops_t *cuda = ctu_require_cuda();
     float *d = dev_alloc(sizeof(float) * 64);
-    const kern_mat_t w24 = {KERN_MAT_BF16, 2, 24, d, NULL};
-    const kern_mat_t w16 = {KERN_MAT_BF16, 2, 16, d, NULL};
+    const kern_mat_t w24 = {KERN_MAT_BF16, 2, 24, d, NULL, NULL};
+    const kern_mat_t w16 = {KERN_MAT_BF16, 2, 16, d, NULL, NULL};
     const kern_qmat_t q48 = {KERN_QMAT_MXFP4, 2, 48, (const uint8_t *)d, (const uint8_t *)d};
     const kern_mhc_params_t p17 = {d, d, 17, 1, 1e-6f, 1e-6f};
     int64_t n_out = 0;
@@ -1541,21 +1541,23 @@ static void test_cuda_bad_arguments_return_invalid_arg(void **state)
     for (int b = 0; b < 2; b++) { /* the same conditions on both backends */
         const kern_ops_t *ops = b == 0 ? cpu : cuda;
         float *buf = b == 0 ? host_buf : d;
-        const kern_mat_t *wm16 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 16, host_buf, NULL} : &w16;
-        const kern_mat_t *wm24 = b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 24, host_buf, NULL} : &w24;
+        const kern_mat_t *wm16 =
+            b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 16, host_buf, NULL, NULL} : &w16;
+        const kern_mat_t *wm24 =
+            b == 0 ? &(kern_mat_t){KERN_MAT_BF16, 2, 24, host_buf, NULL, NULL} : &w24;
         assert_int_equal(ops->qdq_act8(&ctx, buf, 1, 48, buf), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm24, buf, 24, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, buf, 8, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, buf, 16, 1, 0, buf, 1), TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->gemm(&ctx, wm16, NULL, 16, 1, 0, buf, 2), TDM_ERR_INVALID_ARG);
         /* resident quantized dtypes: scales required, K a multiple of 32 */
-        assert_int_equal(
-            ops->gemm(&ctx, &(kern_mat_t){KERN_MAT_FP8, 2, 32, buf, NULL}, buf, 32, 1, 0, buf, 2),
-            TDM_ERR_INVALID_ARG);
-        assert_int_equal(ops->gemm(&ctx,
-                                   &(kern_mat_t){KERN_MAT_MXFP4, 2, 48, buf, (const uint8_t *)buf},
-                                   buf, 48, 1, 0, buf, 2),
+        assert_int_equal(ops->gemm(&ctx, &(kern_mat_t){KERN_MAT_FP8, 2, 32, buf, NULL, NULL}, buf,
+                                   32, 1, 0, buf, 2),
                          TDM_ERR_INVALID_ARG);
+        assert_int_equal(
+            ops->gemm(&ctx, &(kern_mat_t){KERN_MAT_MXFP4, 2, 48, buf, (const uint8_t *)buf, NULL},
+                      buf, 48, 1, 0, buf, 2),
+            TDM_ERR_INVALID_ARG);
         assert_int_equal(ops->rmsnorm(&ctx, buf, 8, 1, 0, buf, 1e-6f, buf, 8), TDM_ERR_INVALID_ARG);
         assert_int_equal(
             ops->rope(&ctx, buf, 1, 1, 16, 3, b == 0 ? pos : (int64_t *)d, buf, KERN_ROPE_FORWARD),

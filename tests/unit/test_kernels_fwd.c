@@ -67,7 +67,7 @@ static void test_gemm_matches_double_loop_and_rounds_bf16(void **state)
     fill(w, n_out * n_in, 0.1f);
     fill(x, n_rows * n_in, 1.0f);
     uint16_t *wb = to_bf16(w, n_out * n_in);
-    kern_mat_t mat = {KERN_MAT_BF16, n_out, n_in, wb, NULL};
+    kern_mat_t mat = {KERN_MAT_BF16, n_out, n_in, wb, NULL, NULL};
     for (int64_t r = 0; r < n_rows; r++) {
         for (int64_t o = 0; o < n_out; o++) {
             double acc = 0.0;
@@ -105,7 +105,7 @@ static void test_gemm_is_batch_invariant_and_equals_plain_loop(void **state)
     float *y_ref = malloc(sizeof(float) * n_rows * n_out);
     fill(w, n_out * n_in, 0.05f);
     fill(x, n_rows * n_in, 3.0f);
-    kern_mat_t mf = {KERN_MAT_F32, n_out, n_in, w, NULL};
+    kern_mat_t mf = {KERN_MAT_F32, n_out, n_in, w, NULL, NULL};
     kern_ctx_t ctx = {.n_threads = 2};
     assert_int_equal(kern_gemm_cpu(&ctx, &mf, x, n_in, n_rows, 0, y_all, n_out), TDM_OK);
     assert_int_equal(kern_gemm_ref_cpu(NULL, &mf, x, n_in, n_rows, 0, y_ref, n_out), TDM_OK);
@@ -126,7 +126,7 @@ static void test_gemm_rejects_bad_inner_dim_and_leaves_output(void **state)
 {
     (void)state;
     float w[24] = {0}, x[24] = {0}, y[2] = {5.0f, 6.0f};
-    kern_mat_t m = {KERN_MAT_F32, 1, 24, w, NULL};
+    kern_mat_t m = {KERN_MAT_F32, 1, 24, w, NULL, NULL};
     assert_int_equal(kern_gemm_cpu(NULL, &m, x, 24, 1, 0, y, 1), TDM_ERR_INVALID_ARG);
     assert_true(y[0] == 5.0f);
 }

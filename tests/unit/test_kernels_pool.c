@@ -155,7 +155,7 @@ static void *ctx_thread(void *arg)
     float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     kern_ctx_t ctx = {.backend = KERN_BACKEND_CPU, .n_threads = job->n_threads};
-    kern_mat_t m = {KERN_MAT_BF16, n_out, n_in, w, NULL};
+    kern_mat_t m = {KERN_MAT_BF16, n_out, n_in, w, NULL, NULL};
     uint32_t s = job->seed;
     int ok = w != NULL && x != NULL && y != NULL && y_ref != NULL &&
              kern_pool_create(job->n_threads, &ctx.pool) == TDM_OK;
@@ -209,7 +209,7 @@ static void test_context_without_pool_runs_on_the_caller(void **state)
     float *x = calloc((size_t)n_in, sizeof(float));
     float *y = malloc(sizeof(float) * (size_t)n_out);
     kern_ctx_t ctx = {.n_threads = 4}; /* no pool: one thread, same results */
-    kern_mat_t m = {KERN_MAT_F32, n_out, n_in, w, NULL};
+    kern_mat_t m = {KERN_MAT_F32, n_out, n_in, w, NULL, NULL};
     (void)state;
     assert_non_null(w);
     assert_non_null(x);

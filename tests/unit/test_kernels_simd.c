@@ -153,7 +153,7 @@ static void check_gemm_on(kern_pool_t *pool, int dtype, int64_t n_out, int64_t n
     float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
     float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out));
     float *y_ref = malloc(sizeof(float) * (size_t)(n_rows * n_out));
-    kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd, NULL};
+    kern_mat_t m = {(kern_mat_dtype_t)dtype, n_out, n_in, wd, NULL, NULL};
     kern_ctx_t ctx = {.n_threads = n_threads, .pool = pool};
 
     for (int64_t i = 0; i < nw; i++) {
@@ -234,7 +234,7 @@ static void make_quant_mat(int dtype, int64_t n_out, int64_t n_in, int s_lo, int
     } else {
         assert_int_equal(kern_mat_bf16_from_mxfp4(codes, scales, n_out, n_in, bf16), TDM_OK);
     }
-    *m = (kern_mat_t){(kern_mat_dtype_t)dtype, n_out, n_in, codes, scales};
+    *m = (kern_mat_t){(kern_mat_dtype_t)dtype, n_out, n_in, codes, scales, NULL};
     *bf16_out = bf16;
 }
 
@@ -254,7 +254,7 @@ static void check_gemm_quant(int dtype, int64_t n_out, int64_t n_in, int64_t n_r
         assert_int_equal(kern_pool_create(n_threads, &ctx.pool), TDM_OK);
     }
     make_quant_mat(dtype, n_out, n_in, s_lo, s_hi, &m, &bf16);
-    kern_mat_t mb = {KERN_MAT_BF16, n_out, n_in, bf16, NULL};
+    kern_mat_t mb = {KERN_MAT_BF16, n_out, n_in, bf16, NULL, NULL};
     assert_int_equal(kern_mat_check_quantized(&m), 1);
     for (int64_t i = 0; i < n_rows * n_in; i++) {
         x[i] = frand(3.0f);
@@ -374,7 +374,7 @@ static void test_many_row_bf16_rounding_matches_reference(void **state)
     float x[N_ROWS * N_IN];
     float y[N_ROWS * N_OUT];
     float y_ref[N_ROWS * N_OUT];
-    kern_mat_t m = {KERN_MAT_F32, N_OUT, N_IN, w, NULL};
+    kern_mat_t m = {KERN_MAT_F32, N_OUT, N_IN, w, NULL, NULL};
     kern_ctx_t ctx = {.n_threads = 1};
     (void)state;
     for (int o = 0; o < 20; o++) {
