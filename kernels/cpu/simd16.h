@@ -14,9 +14,10 @@
  *
  * Weight decoders return exact values (MODEL.md 3, 4):
  *   v16_e4m3_raw(p): 16 E4M3 codes -> e4m3(code) * 2^-120, exact (the code's 7 magnitude bits
- *     placed at FP32 bits 20-26: normals and subnormals alike). Multiply by 2^(s - 7) for the
- *     UE8M0 scale s (exact while 3 <= s <= 134; callers check). NaN codes (0x7F/0xFF, never
- *     written) give 480 * 2^-120 here: callers refuse them.
+ *     placed at FP32 bits 20-26: normals and subnormals alike, a subnormal code as an FP32
+ *     denormal, so the GEMM uses it only in blocks kern_mat_t.fp8_clean marks free of them).
+ *     Multiply by 2^(s - 7) for the UE8M0 scale s (exact while 3 <= s <= 134; callers check).
+ *     NaN codes (0x7F/0xFF, never written) give 480 * 2^-120 here: callers refuse them.
  *   v16_e4m3_h(p): 16 E4M3 codes -> e4m3(code) * 2^-8, exact, through FP16 (the code's bits
  *     placed in an FP16 whose exponent bias is 15 instead of 7, widened by the hardware's
  *     FP16->FP32 conversion): every result is an FP32 normal, so no denormal operand ever
