@@ -81,7 +81,8 @@ int64_t kern_mat_fp8_clean_bytes(const kern_mat_t *w);
  * kern_mat_fp8_clean_fill - map_out[kern_mat_fp8_clean_bytes(w)] = the clean map of FP8 matrix
  * w: bit b = g * (n_in / 32) + c (byte b / 8, bit b % 8, least significant first) is 1 when
  * rows [4g, 4g + 4) (those below n_out) x columns [32c, 32c + 32) hold no subnormal E4M3 code
- * (exponent bits 0, mantissa bits not 0: 0x01-0x07, 0x81-0x87); zero codes are clean. Reads
+ * (exponent bits 0, mantissa bits not 0: 0x01-0x07, 0x81-0x87; MODEL.md 3, the OCP 8-bit
+ * floating point specification's E4M3); zero codes are clean. Reads
  * every code of w (host memory). The caller owns map_out and sets w->fp8_clean to it.
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (map_out untouched) when w is not an FP8 matrix with
  * data and n_in a multiple of 32, or map_out is NULL.
