@@ -473,6 +473,9 @@ int main(int argc, char **argv)
     int on_device = !mp.ops->host_memory;
     kern_device_info_t dev_info;
     double bw, rbw, flops, peak;
+    /* the read roofline's readers: the run's kernel threads (kern_read_bandwidth_cpu) */
+    int rd_threads =
+        cfg.n_threads > KERN_POOL_MAX_THREADS ? KERN_POOL_MAX_THREADS : (int)cfg.n_threads;
     engine_model_resident_t res;
     engine_model_resident(model, &res);
     printf("model %s: layers %d, H %lld, V %lld, active decode params %.1f M, threads %u\n",
@@ -494,14 +497,15 @@ int main(int argc, char **argv)
                dev_info.bf16_peak_flops > 0.0 ? "" : " (unknown for this part: not a roofline)");
     } else {
         bw = memcpy_rate();
-        rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5);
-        flops = gemm_rate((int)cfg.n_threads);
+        rbw = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 5, rd_threads);
+        flops = gemm_rate(rd_threads);
         /* the FMA peak of all kernel threads (one thread measured, times the threads) */
         peak = kern_fma_peak_cpu(100.0) * cfg.n_threads;
         printf("cpu kernels: %s; FP32 FMA peak %.1f GFLOP/s (%u thread%s); read bandwidth %.2f "
-               "GB/s, memcpy %.2f GB/s (the memory roofline uses the higher)\n",
+               "GB/s (%d reader%s), memcpy %.2f GB/s (the memory roofline uses the higher)\n",
                kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, cfg.n_threads,
-               cfg.n_threads == 1 ? "" : "s", rbw / 1e9, bw / 1e9);
+               cfg.n_threads == 1 ? "" : "s", rbw / 1e9, rd_threads, rd_threads == 1 ? "" : "s",
+               bw / 1e9);
         printf("kernel GEMM %.2f GFLOP/s (BF16 weights, %dx%dx%d) = %.0f %% of the FMA peak\n",
                flops / 1e9, BENCH_GEMM_DIM, BENCH_GEMM_DIM, BENCH_GEMM_DIM, 100.0 * flops / peak);
     }
@@ -567,7 +571,7 @@ int main(int argc, char **argv)
         for (uint32_t rep = 0; rep < cfg.repeat && st == TDM_OK; rep++) {
             double bw_r = (rep == 0 && bi == 0) || on_device ? bw : memcpy_rate();
             if ((rep > 0 || bi > 0) && !on_device) {
-                double r = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 2);
+                double r = kern_read_bandwidth_cpu(BENCH_MEMCPY_BYTES, 2, rd_threads);
                 bw_r = r > bw_r ? r : bw_r;
             }
             bw_b = bw_r > bw_b ? bw_r : bw_b;
@@ -605,7 +609,7 @@ int main(int argc, char **argv)
          * cache holds the model (hundreds of MB on recent server parts) serves every step's
          * weights from cache, faster than the 256 MiB stream above measures, so the roofline
          * takes the higher of the two (never flattering the ratio). */
-        double ws_bw = on_device ? 0.0 : kern_read_bandwidth_cpu((size_t)bytes, 3);
+        double ws_bw = on_device ? 0.0 : kern_read_bandwidth_cpu((size_t)bytes, 3, rd_threads);
         if (ws_bw > bw) {
             bw = ws_bw;
         }

@@ -19,8 +19,11 @@ typedef enum {
     KERN_BACKEND_GUARD = 2, /* the CPU kernels over guarded memory (kernels/guard.h): a check */
 } kern_backend_t;
 
-/* kern_pool_t - a CPU worker pool: n_threads - 1 sleeping worker threads that run a kernel's
- * chunks beside the calling thread (layout in kernels/cpu/pool.c). */
+/* kern_pool_t - a CPU worker pool: n_threads - 1 worker threads that run a kernel's chunks beside
+ * the calling thread. An idle worker polls for the next job for TANDEM_POOL_SPIN_US
+ * microseconds (read at create; default 200, 0 = never poll, 0..100000) and then sleeps, so the
+ * back-to-back GEMMs of a decode step do not each pay a thread wake-up (layout and memory
+ * ordering in kernels/cpu/pool.c). */
 typedef struct kern_pool kern_pool_t;
 
 /* Largest n_threads kern_pool_create accepts (the caller plus 63 workers). */

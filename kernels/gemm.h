@@ -153,11 +153,15 @@ float kern_dot_cpu(const float *a, const float *b, int64_t n);
 double kern_fma_peak_cpu(double min_ms);
 
 /*
- * kern_read_bandwidth_cpu - bytes/s one thread reads streaming `n_bytes` (>= 64 MiB for a
- * figure of DRAM, not cache) with kern_dot_cpu, best of `reps` passes; 0 when the buffer
- * cannot be allocated. The memory-read roofline of the benchmarks.
+ * kern_read_bandwidth_cpu - bytes/s that n_threads threads together read streaming `n_bytes`
+ * (>= 64 MiB for a figure of DRAM, not cache) with kern_dot_cpu, each its own contiguous slice,
+ * timed from a common start until the last one finishes; best of `reps` passes. The
+ * memory-read roofline of the benchmarks: with n_threads the threads a run's kernels use (one
+ * thread's stream does not saturate a server's memory: on a 2-core Zen 4 EPYC two threads read
+ * about 1.4x what one does). Returns 0 when n_threads is outside 1..KERN_POOL_MAX_THREADS, reps
+ * < 1, the buffer cannot be allocated or a reader thread cannot start. Thread-safe.
  */
-double kern_read_bandwidth_cpu(size_t n_bytes, int reps);
+double kern_read_bandwidth_cpu(size_t n_bytes, int reps, int n_threads);
 
 /*
  * kern_qdq_act8_fn - Q_act8 quantize-dequantize of n_rows rows of dim elements (MODEL.md 4, R4):

@@ -17,14 +17,24 @@
 #include "kernels/cpu_isa.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 #include <stdlib.h>
 
 #define LANES 16     /* partial sums per output (the normative order of this module) */
 #define TILE_OUT 4   /* outputs per unit of the thread split */
-#define GEMM_CHUNKS_PER_THREAD 8  /* work items per thread of a threaded GEMM */
-#define GEMM_THREAD_MIN_MACS (4.0 * 1024 * 1024) /* below this one thread is faster */
+/* The thread split (measured on a 2-core Zen 4 EPYC, small preset, decode batches 1 and 4, with
+ * the pool's polling workers, docs/BENCHMARKS.md 2026-12-04 late): GEMMs from GEMM_THREAD_MIN_MACS
+ * multiply-adds up are split (a decode step's FP8 projections, MXFP4 experts and mHC mixes, not
+ * only the LM head: 1.1-1.2x the steps/s of splitting from 4 M up); below GEMM_SMALL_MACS in
+ * GEMM_CHUNKS_SMALL chunks per thread (each chunk costs a claim and a cold start of its weight
+ * stream: 8 per thread measured 0.9x there), above in GEMM_CHUNKS_PER_THREAD (a late worker's
+ * share stays small). */
+#define GEMM_CHUNKS_PER_THREAD 8
+#define GEMM_CHUNKS_SMALL      2
+#define GEMM_THREAD_MIN_MACS   (32.0 * 1024)
+#define GEMM_SMALL_MACS        (4.0 * 1024 * 1024)
 
 /* W[o, k] as FP32, exactly (MODEL.md 3), one element at a time. */
 static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
@@ -211,9 +221,43 @@ tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float
     return TDM_OK;
 }
 
+/* gemm_isa.h */
+int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x)
+{
+    int64_t K = w->n_in;
+    int64_t n_sc = (w->n_out + 31) / 32 * (K / 32);
+    int s_min = 255, s_max = 0, e_min = 255, e_max = 0;
+    for (int64_t i = 0; i < n_sc; i++) {
+        int sc = w->scales[i];
+        s_min = sc < s_min ? sc : s_min;
+        s_max = sc > s_max ? sc : s_max;
+    }
+    for (int64_t k = 0; k < K; k++) {
+        uint32_t bits;
+        memcpy(&bits, &x[k], sizeof(bits));
+        int e = (int)((bits >> 23) & 0xFF);
+        if ((bits & 0x7FFFFFFFu) == 0) {
+            continue;
+        }
+        e_min = e < e_min ? e : e_min;
+        e_max = e > e_max ? e : e_max;
+    }
+    if (e_max == 0 && e_min == 255) {
+        return 2; /* x is all zeros */
+    }
+    /* biased exponents: x in [2^(e_min-127), 2^(e_max-126)), scale 2^(S-119) (FP16 decode) or
+     * 2^(S-7) (raw decode) */
+    if (e_min < 1 || e_max > 254 || e_min - 127 + s_min - 119 < -125 ||
+        e_max - 126 + s_max - 119 > 126) {
+        return 0;
+    }
+    return e_max - 126 + s_max - 7 <= 126 ? 2 : 1;
+}
+
 /* The instruction set's range function (gemm_isa.h). */
 typedef int gemm_range_fn(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,
-                          uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1);
+                          uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1,
+                          int fp8_fold);
 
 /* One instruction set's halves of this module (gemm_isa.h). */
 typedef struct {
@@ -278,25 +322,89 @@ double kern_fma_peak_cpu(double min_ms)
     return best;
 }
 
-double kern_read_bandwidth_cpu(size_t n_bytes, int reps)
+/* kern_read_bandwidth_cpu's start gate: held by the caller while it starts the readers; a reader
+ * passes it and then leaves at once when `failed` is set (a later reader could not start). */
+typedef struct {
+    pthread_mutex_t mu;
+    int failed;
+} read_gate_t;
+
+/* One reader of kern_read_bandwidth_cpu: its slice of the buffer, read once per pass between
+ * two barrier waits (the caller times from the first to the second). */
+typedef struct {
+    const float *a;
+    int64_t n;
+    int reps;
+    pthread_barrier_t *bar;
+    read_gate_t *gate;
+    float sink;
+} read_slice_t;
+
+static void *read_slice_main(void *arg)
+{
+    read_slice_t *r = arg;
+    pthread_mutex_lock(&r->gate->mu);
+    int failed = r->gate->failed;
+    pthread_mutex_unlock(&r->gate->mu);
+    for (int rep = 0; rep < r->reps && !failed; rep++) {
+        pthread_barrier_wait(r->bar);
+        r->sink += kern_dot_cpu(r->a, r->a, r->n);
+        pthread_barrier_wait(r->bar);
+    }
+    return NULL;
+}
+
+double kern_read_bandwidth_cpu(size_t n_bytes, int reps, int n_threads)
 {
     int64_t n = (int64_t)(n_bytes / sizeof(float)) / 16 * 16;
-    float *a = malloc((size_t)n * sizeof(float));
+    float *a = NULL;
     double best = 0.0;
     volatile float sink = 0.0f;
-    if (a == NULL || n <= 0) {
+    pthread_barrier_t bar;
+    read_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, 0};
+    pthread_t th[KERN_POOL_MAX_THREADS];
+    read_slice_t sl[KERN_POOL_MAX_THREADS];
+    int started = 0;
+
+    if (n_threads < 1 || n_threads > KERN_POOL_MAX_THREADS || reps < 1 || n <= 0) {
+        return 0.0;
+    }
+    a = malloc((size_t)n * sizeof(float));
+    if (a == NULL || pthread_barrier_init(&bar, NULL, (unsigned)n_threads) != 0) {
         free(a);
         return 0.0;
     }
     for (int64_t i = 0; i < n; i++) {
         a[i] = 1.0f;
     }
-    for (int rep = 0; rep < reps; rep++) {
-        double t0 = now_s();
-        sink = sink + kern_dot_cpu(a, a, n);
-        double t = now_s() - t0;
-        best = (double)n * sizeof(float) / t > best ? (double)n * sizeof(float) / t : best;
+    for (int t = 0; t < n_threads; t++) { /* slices of whole 16-float groups */
+        int64_t g0 = n / 16 * t / n_threads, g1 = n / 16 * (t + 1) / n_threads;
+        sl[t] = (read_slice_t){a + 16 * g0, 16 * (g1 - g0), reps, &bar, &gate, 0.0f};
     }
+    pthread_mutex_lock(&gate.mu);
+    for (; started < n_threads - 1; started++) {
+        if (pthread_create(&th[started], NULL, read_slice_main, &sl[started + 1]) != 0) {
+            gate.failed = 1; /* the started readers leave without reading: no figure */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&gate.mu);
+    if (!gate.failed) {
+        for (int rep = 0; rep < reps; rep++) {
+            pthread_barrier_wait(&bar);
+            double t0 = now_s();
+            sl[0].sink += kern_dot_cpu(sl[0].a, sl[0].a, sl[0].n);
+            pthread_barrier_wait(&bar);
+            double t = now_s() - t0;
+            best = (double)n * sizeof(float) / t > best ? (double)n * sizeof(float) / t : best;
+        }
+    }
+    for (int t = 0; t < started; t++) {
+        pthread_join(th[t], NULL);
+        sink = sink + sl[t + 1].sink;
+    }
+    sink = sink + sl[0].sink;
+    pthread_barrier_destroy(&bar);
     free(a);
     return best;
 }
@@ -314,6 +422,7 @@ typedef struct {
     int64_t n_quads;
     int64_t n_chunks;
     gemm_range_fn *fn;
+    int fp8_fold; /* cpu_gemm_fp8_fold's answer (one row of an FP8 matrix), else 0 */
     _Atomic int failed;
 } gemm_job_t;
 
@@ -325,7 +434,7 @@ static void gemm_chunk(void *arg, int64_t c)
     if (o1 > j->w->n_out) {
         o1 = j->w->n_out;
     }
-    if (!j->fn(j->w, j->x, j->ldx, j->n_rows, j->flags, j->y_out, j->ldy, o0, o1)) {
+    if (!j->fn(j->w, j->x, j->ldx, j->n_rows, j->flags, j->y_out, j->ldy, o0, o1, j->fp8_fold)) {
         j->failed = 1;
     }
 }
@@ -337,6 +446,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL); /* 1 without one */
     int64_t n_quads;
     gemm_range_fn *fn;
+    int fold;
 
     if (!gemm_args_ok(w, x, ldx, n_rows, y_out, ldy)) {
         return TDM_ERR_INVALID_ARG;
@@ -345,24 +455,26 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
         return TDM_OK;
     }
     fn = gemm_isa()->range;
+    fold = n_rows == 1 && w->dtype == KERN_MAT_FP8 ? cpu_gemm_fp8_fold(w, x) : 0;
     if (n_threads > pool_threads) {
         n_threads = pool_threads;
     }
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
-    if ((double)n_rows * (double)w->n_out * (double)w->n_in < GEMM_THREAD_MIN_MACS ||
-        n_quads < 2 * n_threads) {
+    double macs = (double)n_rows * (double)w->n_out * (double)w->n_in;
+    if (macs < GEMM_THREAD_MIN_MACS || n_quads < 2 * n_threads) {
         n_threads = 1; /* too little work to pay for waking a worker */
     }
     if (n_threads == 1) {
-        return fn(w, x, ldx, n_rows, flags, y_out, ldy, 0, w->n_out) ? TDM_OK
-                                                                      : TDM_ERR_NO_MEMORY;
+        return fn(w, x, ldx, n_rows, flags, y_out, ldy, 0, w->n_out, fold) ? TDM_OK
+                                                                           : TDM_ERR_NO_MEMORY;
     }
     /* Chunks of quads on the kernels' worker pool (kernels/cpu/pool.h): on a shared,
      * oversubscribed box a worker that is scheduled late finds the work done instead of holding
      * the call up for a fixed share, and idle workers sleep rather than spin. Outputs are
      * independent, so the bits do not change. */
-    gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, fn, 0};
-    job.n_chunks = (int64_t)n_threads * GEMM_CHUNKS_PER_THREAD;
+    gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, fn, fold, 0};
+    job.n_chunks =
+        (int64_t)n_threads * (macs < GEMM_SMALL_MACS ? GEMM_CHUNKS_SMALL : GEMM_CHUNKS_PER_THREAD);
     if (job.n_chunks > n_quads) {
         job.n_chunks = n_quads;
     }

@@ -1,8 +1,11 @@
 /* test_kernels_pool.c - the CPU kernels' worker pool (kern_pool_t, kernels/backend.h): argument
  * errors, workers that really run chunks, two kernel contexts with pools of their own used from
- * two threads at once (bit-identical GEMMs), and every worker joined at destroy. */
+ * two threads at once (bit-identical GEMMs), every worker joined at destroy, each chunk of
+ * back-to-back jobs run exactly once with polling and with sleeping workers, and a bad
+ * TANDEM_POOL_SPIN_US. */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,6 +229,78 @@ static void test_context_without_pool_runs_on_the_caller(void **state)
     free(y);
 }
 
+/* Chunks that count their own runs (atomically: two threads may run chunks of one job). */
+typedef struct {
+    _Atomic int *hits;
+} count_job_t;
+
+static void count_chunk(void *arg, int64_t c)
+{
+    count_job_t *j = arg;
+    atomic_fetch_add(&j->hits[c], 1);
+}
+
+/* Each chunk of each job ran exactly once (the thread count varies per job). */
+static int run_counted(kern_pool_t *pool, int n_threads, int64_t n_chunks)
+{
+    _Atomic int *hits = calloc((size_t)n_chunks, sizeof(*hits));
+    count_job_t job = {hits};
+    int ok = hits != NULL;
+    if (ok) {
+        cpu_pool_run(pool, n_threads, n_chunks, count_chunk, &job);
+        for (int64_t c = 0; c < n_chunks; c++) {
+            ok = ok && atomic_load(&hits[c]) == 1;
+        }
+    }
+    free(hits);
+    return ok;
+}
+
+/*
+ * Many short jobs back to back (the pattern of a decode step: a worker may still be finishing one
+ * job's claim loop when the next is posted, and must never run a chunk of the wrong job), jobs
+ * with more chunks than one ticket holds (posted in parts), and the same with workers that sleep
+ * between jobs instead of polling (TANDEM_POOL_SPIN_US=0, a pause before every job: the wake-up
+ * path). A wrong claim runs a chunk twice or never (the job then hangs: ctest's timeout).
+ */
+static void test_back_to_back_jobs_run_each_chunk_once_polling_or_sleeping(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        kern_pool_t *pool = NULL;
+        if (mode == 1) {
+            assert_int_equal(setenv("TANDEM_POOL_SPIN_US", "0", 1), 0);
+        }
+        assert_int_equal(kern_pool_create(4, &pool), TDM_OK);
+        for (int it = 0; it < (mode == 0 ? 5000 : 200); it++) {
+            if (mode == 1) {
+                struct timespec ts = {0, 200 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            assert_true(run_counted(pool, 1 + it % 4, 1 + (it * 7) % 37));
+        }
+        assert_true(run_counted(pool, 4, 20000)); /* more than one ticket's 8191 chunks */
+        kern_pool_destroy(pool);
+        assert_int_equal(unsetenv("TANDEM_POOL_SPIN_US"), 0);
+    }
+}
+
+/* A TANDEM_POOL_SPIN_US that is not 0..100000 microseconds: the pool starts anyway (a warning,
+ * the default polling) and runs jobs. */
+static void test_bad_spin_setting_keeps_the_default(void **state)
+{
+    const char *bad[] = {"-1", "abc", "100001", "12x"};
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        kern_pool_t *pool = NULL;
+        assert_int_equal(setenv("TANDEM_POOL_SPIN_US", bad[i], 1), 0);
+        assert_int_equal(kern_pool_create(2, &pool), TDM_OK);
+        assert_true(run_counted(pool, 2, 64));
+        kern_pool_destroy(pool);
+    }
+    assert_int_equal(unsetenv("TANDEM_POOL_SPIN_US"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +308,8 @@ int main(void)
         cmocka_unit_test(test_workers_run_chunks_beside_the_caller_and_are_joined),
         cmocka_unit_test(test_two_contexts_with_own_pools_run_at_once_and_join),
         cmocka_unit_test(test_context_without_pool_runs_on_the_caller),
+        cmocka_unit_test(test_back_to_back_jobs_run_each_chunk_once_polling_or_sleeping),
+        cmocka_unit_test(test_bad_spin_setting_keeps_the_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
