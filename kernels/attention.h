@@ -133,7 +133,10 @@ typedef struct {
  * rows:    [n_rows] descriptors in backend memory (a GPU reads them on the device), each row's
  *          n_a, n_b >= 0 with n_a + n_b <= KERN_ATTENTION_ROWS_MAX_KEYS.
  * scratch: [n_heads * max_i (rows[i].n_a + rows[i].n_b)] f32 backend memory (the CPU reuses it
- *          row after row; CUDA does not touch it).
+ *          row after row; CUDA does not touch it). With ctx's worker pool (kernels/backend.h)
+ *          the CPU splits the rows into chunks over its threads, the first chunk on this scratch
+ *          and the others on scratch it allocates for the call (without that memory: every row
+ *          on the caller, the same results).
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (rows, sink or scratch NULL with n_rows > 0, n_rows < 0,
  * n_heads <= 0, d not a multiple of 16; where the host can read the descriptors (a host-memory
  * backend), also a bad row, every output then untouched). A backend that cannot read the

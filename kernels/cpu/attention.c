@@ -1,13 +1,16 @@
-/* attention.c - sink attention of one query and ratio-2 pooling (kernels/attention.h). */
+/* attention.c - sink attention of one query (several rows of a layer split over the kernel
+ * context's worker pool) and ratio-2 pooling (kernels/attention.h). */
 #include "kernels/attention.h"
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/vec_isa.h"
 #include "kernels/gemm.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 /* Key e of the concatenated set: keys_a's rows, then keys_b's in order (sel NULL) or its rows
  * sel[0], sel[1], ... */
@@ -104,11 +107,35 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
     return TDM_OK;
 }
 
+/* kern_attention_rows_cpu's rows in n_chunks chunks: chunk c runs rows [n_rows c / n_chunks,
+ * n_rows (c + 1) / n_chunks) with scratch (c = 0) or more + (c - 1) chunk_floats. */
+typedef struct {
+    const kern_attn_row_t *rows;
+    int64_t n_rows;
+    const float *sink;
+    int64_t n_heads, d;
+    float scale;
+    float *scratch;
+    float *more;
+    int64_t chunk_floats;
+    int64_t n_chunks;
+} attn_rows_job_t;
+
+static void attn_rows_chunk(void *arg, int64_t c)
+{
+    const attn_rows_job_t *j = arg;
+    float *scr = c == 0 ? j->scratch : j->more + (c - 1) * j->chunk_floats;
+    for (int64_t i = j->n_rows * c / j->n_chunks; i < j->n_rows * (c + 1) / j->n_chunks; i++) {
+        const kern_attn_row_t *r = &j->rows[i];
+        attention(r->q, r->keys_a, r->n_a, r->keys_b, NULL, r->n_b, j->sink, j->n_heads, j->d,
+                  j->scale, scr, r->o);
+    }
+}
+
 tdm_status_t kern_attention_rows_cpu(kern_ctx_t *ctx, const kern_attn_row_t *rows, int64_t n_rows,
                                      const float *sink, int64_t n_heads, int64_t d, float scale,
                                      float *scratch)
 {
-    (void)ctx;
     if (n_rows < 0 || (n_rows > 0 && (rows == NULL || sink == NULL || scratch == NULL)) ||
         n_heads <= 0 || d % KERN_GEMM_K_MULTIPLE != 0) {
         return TDM_ERR_INVALID_ARG;
@@ -122,11 +149,28 @@ tdm_status_t kern_attention_rows_cpu(kern_ctx_t *ctx, const kern_attn_row_t *row
             return TDM_ERR_INVALID_ARG;
         }
     }
-    for (int64_t i = 0; i < n_rows; i++) {
-        const kern_attn_row_t *r = &rows[i];
-        attention(r->q, r->keys_a, r->n_a, r->keys_b, NULL, r->n_b, sink, n_heads, d, scale,
-                  scratch, r->o);
+    int n_threads = ctx != NULL && ctx->n_threads > 1 ? ctx->n_threads : 1;
+    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL);
+    n_threads = n_threads < pool_threads ? n_threads : pool_threads;
+    attn_rows_job_t job = {rows, n_rows, sink, n_heads, d, scale, scratch, NULL, 0, 1};
+    if (n_threads > 1 && n_rows > 1) {
+        /* rows in chunks on the kernels' pool, each chunk with scratch of its own (chunk 0 the
+         * caller's): every row's operations are those of the one-thread loop */
+        int64_t most = 0;
+        for (int64_t i = 0; i < n_rows; i++) {
+            most = rows[i].n_a + rows[i].n_b > most ? rows[i].n_a + rows[i].n_b : most;
+        }
+        job.n_chunks = n_rows < 2 * (int64_t)n_threads ? n_rows : 2 * (int64_t)n_threads;
+        job.chunk_floats = n_heads * most;
+        job.more = malloc(sizeof(float) * (size_t)((job.n_chunks - 1) * job.chunk_floats + 1));
+        if (job.more != NULL) {
+            cpu_pool_run(ctx->pool, n_threads, job.n_chunks, attn_rows_chunk, &job);
+            free(job.more);
+            return TDM_OK;
+        }
+        job.n_chunks = 1; /* no memory for more scratch: the caller alone */
     }
+    attn_rows_chunk(&job, 0);
     return TDM_OK;
 }
 

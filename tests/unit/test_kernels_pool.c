@@ -1,8 +1,8 @@
 /* test_kernels_pool.c - the CPU kernels' worker pool (kern_pool_t, kernels/backend.h): argument
  * errors, workers that really run chunks, two kernel contexts with pools of their own used from
  * two threads at once (bit-identical GEMMs), every worker joined at destroy, each chunk of
- * back-to-back jobs run exactly once with polling and with sleeping workers, and a bad
- * TANDEM_POOL_SPIN_US. */
+ * back-to-back jobs run exactly once with polling and with sleeping workers, a bad
+ * TANDEM_POOL_SPIN_US, and attention rows split over a pool equal to each row alone. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -17,6 +17,7 @@
 #include <time.h>
 #include <cmocka.h>
 #include "common/clock.h"
+#include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/codec.h"
 #include "kernels/cpu/pool.h"
@@ -301,6 +302,63 @@ static void test_bad_spin_setting_keeps_the_default(void **state)
     assert_int_equal(unsetenv("TANDEM_POOL_SPIN_US"), 0);
 }
 
+/* kern_attention_rows_cpu on a pool (rows split into chunks, each chunk with scratch of its
+ * own): every row equals kern_attention_cpu of that row alone, bit for bit, at 2 and 3 threads
+ * and rows with different key counts; a bad row refuses the call with every output untouched. */
+static void test_attention_rows_split_over_the_pool_equal_each_row_alone(void **state)
+{
+    enum { R = 7, NH = 4, D = 64, KA = 40, KB = 90 };
+    static float q[R][NH * D], ka[KA * D], kb[KB * D], sink[NH];
+    static float want[R][NH * D], got[R][NH * D], scratch[NH * (KA + KB)];
+    kern_attn_row_t rows[R];
+    uint32_t s = 11u;
+    (void)state;
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < NH * D; j++) {
+            q[i][j] = next_rand(&s, 1.0f);
+        }
+    }
+    for (int j = 0; j < KA * D; j++) {
+        ka[j] = next_rand(&s, 1.0f);
+    }
+    for (int j = 0; j < KB * D; j++) {
+        kb[j] = next_rand(&s, 1.0f);
+    }
+    for (int h = 0; h < NH; h++) {
+        sink[h] = next_rand(&s, 2.0f);
+    }
+    for (int i = 0; i < R; i++) {
+        int64_t n_a = KA - 5 * i, n_b = i % 3 == 0 ? 0 : KB - 11 * i; /* uneven rows */
+        rows[i] = (kern_attn_row_t){q[i], ka, n_b > 0 ? kb : NULL, got[i], n_a, n_b};
+        assert_int_equal(kern_attention_cpu(NULL, q[i], ka, n_a, rows[i].keys_b, n_b, sink, NH, D,
+                                            0.125f, scratch, want[i]),
+                         TDM_OK);
+    }
+    for (int n_threads = 2; n_threads <= 3; n_threads++) {
+        kern_ctx_t ctx = {.backend = KERN_BACKEND_CPU, .n_threads = n_threads};
+        assert_int_equal(kern_pool_create(n_threads, &ctx.pool), TDM_OK);
+        for (int rep = 0; rep < 20; rep++) {
+            memset(got, 0, sizeof(got));
+            assert_int_equal(kern_attention_rows_cpu(&ctx, rows, R, sink, NH, D, 0.125f, scratch),
+                             TDM_OK);
+            assert_memory_equal(got, want, sizeof(got));
+        }
+        rows[R - 1].n_a = -1; /* a bad last row: nothing written, not even the good rows */
+        memset(got, 0x7F, sizeof(got));
+        assert_int_equal(kern_attention_rows_cpu(&ctx, rows, R, sink, NH, D, 0.125f, scratch),
+                         TDM_ERR_INVALID_ARG);
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < NH * D; j++) {
+                uint32_t bits;
+                memcpy(&bits, &got[i][j], sizeof(bits));
+                assert_true(bits == 0x7F7F7F7Fu);
+            }
+        }
+        rows[R - 1].n_a = KA - 5 * (R - 1);
+        kern_pool_destroy(ctx.pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_context_without_pool_runs_on_the_caller),
         cmocka_unit_test(test_back_to_back_jobs_run_each_chunk_once_polling_or_sleeping),
         cmocka_unit_test(test_bad_spin_setting_keeps_the_default),
+        cmocka_unit_test(test_attention_rows_split_over_the_pool_equal_each_row_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
