@@ -170,7 +170,7 @@ typedef enum {
  * y_out:         [n_rows, dim] f32, written.
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (NULL arrays with n_rows > 0, n_rows < 0, unknown format,
  * dim <= 0 or not a multiple of the format's group, or on the CPU a NULL row pointer; nothing
- * written).
+ * written). The CPU splits 32 K elements or more over ctx's worker pool (the same bytes).
  */
 typedef tdm_status_t kern_dequant_rows_fn(kern_ctx_t *ctx, kern_rows_format_t format,
                                           const uint8_t *const *codes, const uint8_t *const *scales,

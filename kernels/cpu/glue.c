@@ -4,6 +4,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/vec_isa.h"
 #include "kernels/kv_page.h"
 #include "kernels/ops.h"
@@ -263,6 +264,35 @@ tdm_status_t kern_expert_rows_cpu(kern_ctx_t *ctx, const int32_t *experts, const
     return TDM_OK;
 }
 
+/* Elements (n_rows x dim) from which kern_dequant_rows_cpu splits its rows over the pool (a
+ * decode batch's selected KV rows; a few rows cost less than a worker's claim). */
+#define DEQUANT_ROWS_THREAD_MIN (32 * 1024)
+
+/* kern_dequant_rows_cpu's rows in n_chunks chunks: chunk c dequantizes rows
+ * [n_rows c / n_chunks, n_rows (c + 1) / n_chunks). */
+typedef struct {
+    const cpu_vec_ops_t *row;
+    kern_rows_format_t format;
+    const uint8_t *const *codes;
+    const uint8_t *const *scales;
+    int64_t n_rows, dim, group;
+    float *y_out;
+    int64_t n_chunks;
+} dequant_rows_job_t;
+
+static void dequant_rows_chunk(void *arg, int64_t c)
+{
+    const dequant_rows_job_t *j = arg;
+    for (int64_t r = j->n_rows * c / j->n_chunks; r < j->n_rows * (c + 1) / j->n_chunks; r++) {
+        if (j->format == KERN_ROWS_ACT8) {
+            j->row->dequant_act8(j->codes[r], j->scales[r], j->dim, j->y_out + r * j->dim);
+        } else {
+            j->row->dequant_e2m1(j->codes[r], j->scales[r], j->dim, j->group,
+                                 j->format == KERN_ROWS_CKV, j->y_out + r * j->dim);
+        }
+    }
+}
+
 tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
                                    const uint8_t *const *codes, const uint8_t *const *scales,
                                    int64_t n_rows, int64_t dim, float *y_out)
@@ -270,7 +300,6 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
     const cpu_vec_ops_t *row = cpu_row_ops();
     int64_t group;
 
-    (void)ctx;
     switch (format) {
     case KERN_ROWS_ACT8:
         group = KERN_ACT8_GROUP;
@@ -294,14 +323,17 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
         }
     }
     /* each row as kern_dequant_act8_cpu / _ckv_cpu / _mx4_cpu on one row of dim (their row
-     * operation, called directly: the checks above cover every row) */
-    for (int64_t r = 0; r < n_rows; r++) {
-        if (format == KERN_ROWS_ACT8) {
-            row->dequant_act8(codes[r], scales[r], dim, y_out + r * dim);
-        } else {
-            row->dequant_e2m1(codes[r], scales[r], dim, group, format == KERN_ROWS_CKV,
-                              y_out + r * dim);
-        }
+     * operation, called directly: the checks above cover every row); many rows in chunks on
+     * the context's worker pool (rows are independent: the same bytes) */
+    dequant_rows_job_t job = {row, format, codes, scales, n_rows, dim, group, y_out, 1};
+    int n_threads = ctx != NULL && ctx->n_threads > 1 ? ctx->n_threads : 1;
+    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL);
+    n_threads = n_threads < pool_threads ? n_threads : pool_threads;
+    if (n_threads > 1 && n_rows > 1 && n_rows * dim >= DEQUANT_ROWS_THREAD_MIN) {
+        job.n_chunks = n_rows < 2 * (int64_t)n_threads ? n_rows : 2 * (int64_t)n_threads;
+        cpu_pool_run(ctx->pool, n_threads, job.n_chunks, dequant_rows_chunk, &job);
+    } else {
+        dequant_rows_chunk(&job, 0);
     }
     return TDM_OK;
 }

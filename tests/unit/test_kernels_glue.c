@@ -442,6 +442,59 @@ static void test_expert_rows_groups_in_row_then_slot_order(void **state)
     free(wts);
 }
 
+/* Enough rows (>= 32 K elements) that kern_dequant_rows_cpu splits them over a worker pool: the
+ * same bits as one call per row, at 2 and 3 threads, every format. */
+static void test_dequant_rows_on_a_pool_equals_one_call_per_row(void **state)
+{
+    const kern_ops_t *ops = kern_ops_cpu();
+    const int64_t n_src = 37, dim = 128, n = 301; /* 38,528 elements */
+    kern_ctx_t one = {0};
+    float *src = floats(n_src * dim, 4.0f);
+    uint8_t *c8 = malloc((size_t)(n_src * dim)), *s8 = malloc((size_t)(n_src * dim / 32));
+    uint8_t *c4 = malloc((size_t)(n_src * dim / 2)), *sc = malloc((size_t)(n_src * dim / 16));
+    const uint8_t **codes = malloc(sizeof(*codes) * (size_t)n);
+    const uint8_t **scales = malloc(sizeof(*scales) * (size_t)n);
+    float *got = poisoned(n * dim), *want = poisoned(n * dim);
+
+    (void)state;
+    assert_non_null(c8);
+    assert_non_null(s8);
+    assert_non_null(c4);
+    assert_non_null(sc);
+    assert_non_null(codes);
+    assert_non_null(scales);
+    assert_int_equal(ops->quant_act8(&one, src, n_src, dim, c8, s8), TDM_OK);
+    assert_int_equal(ops->quant_ckv(&one, src, n_src, dim, c4, sc), TDM_OK);
+    for (int f = KERN_ROWS_ACT8; f <= KERN_ROWS_CKV; f++) {
+        for (int64_t r = 0; r < n; r++) {
+            int64_t pick = (r * 13 + 5) % n_src;
+            codes[r] = f == KERN_ROWS_ACT8 ? c8 + pick * dim : c4 + pick * dim / 2;
+            scales[r] = f == KERN_ROWS_ACT8 ? s8 + pick * dim / 32 : sc + pick * dim / 16;
+            assert_int_equal(ops->dequant_rows(&one, (kern_rows_format_t)f, codes + r, scales + r,
+                                               1, dim, want + r * dim),
+                             TDM_OK);
+        }
+        for (int n_threads = 2; n_threads <= 3; n_threads++) {
+            kern_ctx_t ctx = {.n_threads = n_threads};
+            assert_int_equal(kern_pool_create(n_threads, &ctx.pool), TDM_OK);
+            memset(got, POISON, sizeof(float) * (size_t)(n * dim));
+            assert_int_equal(
+                ops->dequant_rows(&ctx, (kern_rows_format_t)f, codes, scales, n, dim, got), TDM_OK);
+            assert_same_bits(got, want, n * dim);
+            kern_pool_destroy(ctx.pool);
+        }
+    }
+    free(src);
+    free(c8);
+    free(s8);
+    free(c4);
+    free(sc);
+    free(codes);
+    free(scales);
+    free(got);
+    free(want);
+}
+
 static void test_dequant_rows_equals_one_call_per_row(void **state)
 {
     const kern_ops_t *ops = kern_ops_cpu();
@@ -673,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_moe_ffn_equals_per_expert_calls),
         cmocka_unit_test(test_page_mark_equals_mark_rows),
         cmocka_unit_test(test_dequant_rows_equals_one_call_per_row),
+        cmocka_unit_test(test_dequant_rows_on_a_pool_equals_one_call_per_row),
         cmocka_unit_test(test_argmax_equals_sampler_at_temperature_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
