@@ -715,6 +715,7 @@ void router_control_snapshot(router_control_t *control, router_metrics_gauges_t 
         gauges_out->n_replicas_applied = 0;
         gauges_out->n_replicas_sent = 0;
         gauges_out->n_replica_send_failures = 0;
+        gauges_out->n_resident_indexed = 0;
     }
     pthread_mutex_unlock(&control->state_lock);
 }

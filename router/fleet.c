@@ -169,4 +169,5 @@ void router_fleet_gauges(const router_fleet_t *fleet, router_metrics_gauges_t *g
     gauges->n_replicas_applied = rs.n_replicas_applied;
     gauges->n_replicas_sent = fleet->n_replicas_sent;
     gauges->n_replica_send_failures = router_peers_send_failures(fleet->peers);
+    gauges->n_resident_indexed = router_residents_count(fleet->residents);
 }

@@ -83,7 +83,8 @@ void router_fleet_release(router_fleet_t *fleet, router_request_t *request);
 /* router_fleet_tick - time out unanswered queries; drop what peers sent back. */
 void router_fleet_tick(router_fleet_t *fleet, uint64_t now_ns);
 
-/* router_fleet_gauges - fill the multi-router counters of `gauges` (metrics.h). */
+/* router_fleet_gauges - fill the multi-router counters and the resident index's size of
+ * `gauges` (metrics.h). */
 void router_fleet_gauges(const router_fleet_t *fleet, router_metrics_gauges_t *gauges);
 
 #endif

@@ -442,6 +442,10 @@ tdm_status_t router_metrics_render(router_metrics_t *metrics, const router_metri
     tdm_prom_counter(p, "tandem_router_replica_send_failures_total",
                      "session replicas whose peer router was unreachable",
                      gauges->n_replica_send_failures);
+    tdm_prom_gauge(p, "tandem_router_resident_sessions_indexed",
+                   "(session, decode node) pairs the decode nodes' last reports list: the "
+                   "sessions this router can learn from them",
+                   (double)gauges->n_resident_indexed);
     tdm_prom_family(p, "tandem_router_workers", TDM_PROM_GAUGE, "live workers, by role");
     sample1(p, "role", "prefill", w->n_prefill);
     sample1(p, "role", "decode", w->n_decode);

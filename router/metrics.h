@@ -47,6 +47,9 @@ typedef struct {
     uint64_t n_replicas_applied;       /* peers' SessionReplica written into the table */
     uint64_t n_replicas_sent;          /* SessionReplica sent to peers */
     uint64_t n_replica_send_failures;  /* replicas whose peer was unreachable */
+    uint64_t n_resident_indexed;       /* (session, decode node) pairs the nodes' last reports
+                                          list (router/residents.h): what a SessionQuery can
+                                          find; a new session appears within a report cycle */
 } router_metrics_gauges_t;
 
 /*
