@@ -470,8 +470,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     }
     /* Chunks of quads on the kernels' worker pool (kernels/cpu/pool.h): on a shared,
      * oversubscribed box a worker that is scheduled late finds the work done instead of holding
-     * the call up for a fixed share, and idle workers sleep rather than spin. Outputs are
-     * independent, so the bits do not change. */
+     * the call up for a fixed share. Outputs are independent, so the bits do not change. */
     gemm_job_t job = {w, x, ldx, n_rows, flags, y_out, ldy, n_quads, 0, fn, fold, 0};
     job.n_chunks =
         (int64_t)n_threads * (macs < GEMM_SMALL_MACS ? GEMM_CHUNKS_SMALL : GEMM_CHUNKS_PER_THREAD);

@@ -16,7 +16,10 @@
  * seq_cst store of the ticket then a load of `sleepers`, against the worker's increment of
  * `sleepers` then load of the ticket: one of the two sees the other). Between decode steps and
  * on an idle server the workers sleep; TANDEM_POOL_SPIN_US=0 never polls (for boxes shared with
- * other busy processes). Every worker is started at create and joined at destroy.
+ * other busy processes). Every worker of the pool polls after each job, also one that a job
+ * with fewer threads than the pool left out (the engine makes its pool as large as its
+ * n_threads, so none is left out there). Every worker is started at create and joined at
+ * destroy.
  */
 #include "kernels/cpu/pool.h"
 
@@ -47,6 +50,7 @@
 #define TK_N(t)       ((int64_t)(((t) >> TK_N_SHIFT) & TK_FIELD_MASK))
 #define TK_HELPERS(t) ((int)(((t) >> TK_HELP_SHIFT) & 0x3Fu))
 #define TK_SEQ(t)     ((uint32_t)((t) >> TK_SEQ_SHIFT))
+_Static_assert(KERN_POOL_MAX_THREADS - 1 <= 0x3F, "the ticket's helpers field holds 6 bits");
 
 struct kern_pool {
     pthread_mutex_t mu;      /* guards the condition variable's waits only */

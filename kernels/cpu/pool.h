@@ -2,10 +2,12 @@
  *
  * The pool itself (kern_pool_t, created and destroyed with kern_pool_create/kern_pool_destroy)
  * is declared in kernels/backend.h and owned by whoever made the kern_ctx_t; this header only
- * runs work on it. Chunks are claimed one at a time under the pool's mutex, the caller claims
- * too, and it waits only for chunks a worker has already claimed, so a worker the OS schedules
- * late costs nothing (it finds no chunk left). Workers sleep on a condition variable between jobs
- * (no spinning). Not a public header.
+ * runs work on it. Chunks are claimed one at a time (a compare-and-swap on the job's ticket), the
+ * caller claims too, and it waits only for chunks a worker has already claimed, so a worker the
+ * OS schedules late costs nothing (it finds no chunk left). Idle workers poll for the next job
+ * for TANDEM_POOL_SPIN_US microseconds, then sleep on a condition variable; the caller polls
+ * for its job's claimed chunks (yielding the CPU after a while), whatever that setting. Layout
+ * and memory ordering: kernels/cpu/pool.c. Not a public header.
  */
 #ifndef TANDEM_KERNELS_CPU_POOL_H
 #define TANDEM_KERNELS_CPU_POOL_H
