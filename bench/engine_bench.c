@@ -1,8 +1,9 @@
 /* engine_bench.c - tandem-bench-engine: forward-pass throughput of a checkpoint (the small
  * preset is the 2-core benchmark model, MODEL.md 9): CED prefill tok/s of one prompt and decode
  * tok/s at several batch sizes, each printed beside a roofline measured in the same run
- * (decode: weight bytes one step reads / memcpy bandwidth; prefill: GEMM FLOPs per token / the
- * kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda the rooflines
+ * (decode: bytes one step reads / the higher of the memcpy rate and the read bandwidth of as
+ * many reader threads as --threads, and the FMA peak times the threads; prefill: GEMM FLOPs per
+ * token / the kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda the rooflines
  * are the driver's HBM and dense BF16 tensor peaks (kern_device_info) and each decode step
  * brings back greedy token ids only (engine_fwd_decode_greedy), as a GPU server's would.
  *
