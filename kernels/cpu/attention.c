@@ -149,9 +149,7 @@ tdm_status_t kern_attention_rows_cpu(kern_ctx_t *ctx, const kern_attn_row_t *row
             return TDM_ERR_INVALID_ARG;
         }
     }
-    int n_threads = ctx != NULL && ctx->n_threads > 1 ? ctx->n_threads : 1;
-    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL);
-    n_threads = n_threads < pool_threads ? n_threads : pool_threads;
+    int n_threads = cpu_pool_threads(ctx);
     attn_rows_job_t job = {rows, n_rows, sink, n_heads, d, scale, scratch, NULL, 0, 1};
     if (n_threads > 1 && n_rows > 1) {
         /* rows in chunks on the kernels' pool, each chunk with scratch of its own (chunk 0 the

@@ -442,8 +442,7 @@ static void gemm_chunk(void *arg, int64_t c)
 tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x, int64_t ldx,
                            int64_t n_rows, uint32_t flags, float *y_out, int64_t ldy)
 {
-    int n_threads = (ctx != NULL && ctx->n_threads > 1) ? ctx->n_threads : 1;
-    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL); /* 1 without one */
+    int n_threads = cpu_pool_threads(ctx);
     int64_t n_quads;
     gemm_range_fn *fn;
     int fold;
@@ -456,9 +455,6 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
     }
     fn = gemm_isa()->range;
     fold = n_rows == 1 && w->dtype == KERN_MAT_FP8 ? cpu_gemm_fp8_fold(w, x) : 0;
-    if (n_threads > pool_threads) {
-        n_threads = pool_threads;
-    }
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
     double macs = (double)n_rows * (double)w->n_out * (double)w->n_in;
     if (macs < GEMM_THREAD_MIN_MACS || n_quads < 2 * n_threads) {

@@ -326,9 +326,7 @@ tdm_status_t kern_dequant_rows_cpu(kern_ctx_t *ctx, kern_rows_format_t format,
      * operation, called directly: the checks above cover every row); many rows in chunks on
      * the context's worker pool (rows are independent: the same bytes) */
     dequant_rows_job_t job = {row, format, codes, scales, n_rows, dim, group, y_out, 1};
-    int n_threads = ctx != NULL && ctx->n_threads > 1 ? ctx->n_threads : 1;
-    int pool_threads = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL);
-    n_threads = n_threads < pool_threads ? n_threads : pool_threads;
+    int n_threads = cpu_pool_threads(ctx);
     if (n_threads > 1 && n_rows > 1 && n_rows * dim >= DEQUANT_ROWS_THREAD_MIN) {
         job.n_chunks = n_rows < 2 * (int64_t)n_threads ? n_rows : 2 * (int64_t)n_threads;
         cpu_pool_run(ctx->pool, n_threads, job.n_chunks, dequant_rows_chunk, &job);

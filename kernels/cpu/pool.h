@@ -14,6 +14,7 @@
 
 #include "kernels/backend.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* cpu_pool_chunk_fn - run chunk c (0 <= c < n_chunks) of a job; arg is the job's argument. */
@@ -28,5 +29,16 @@ typedef void cpu_pool_chunk_fn(void *arg, int64_t c);
  */
 void cpu_pool_run(kern_pool_t *pool, int n_threads, int64_t n_chunks, cpu_pool_chunk_fn *fn,
                   void *arg);
+
+/*
+ * cpu_pool_threads - the threads a kernel call on ctx may use: min(ctx->n_threads,
+ * kern_pool_n_threads(ctx->pool)), at least 1 (1 for a NULL ctx or pool, or n_threads <= 1).
+ */
+static inline int cpu_pool_threads(const kern_ctx_t *ctx)
+{
+    int n = ctx != NULL && ctx->n_threads > 1 ? ctx->n_threads : 1;
+    int most = kern_pool_n_threads(ctx != NULL ? ctx->pool : NULL);
+    return n < most ? n : most;
+}
 
 #endif
