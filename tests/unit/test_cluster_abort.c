@@ -1,10 +1,11 @@
 /* test_cluster_abort.c - page ownership against a writer that is slow or paused (docs/PROTOCOL.md
  * 4 and 4a), on a local cluster (tools/tandem local, tiny preset: one prefill node, one decode
  * node). A prompt's prefill job is caught running on the prefill node, then
- *  - slow writer: its client leaves; the router aborts the job by its attempt, the prefill node
- *    stops putting at its next layer and acknowledges, the decode node frees the reservation on
- *    that word (its timer fence is set far past the test), and a request racing for the pages
- *    right after gives the text of a clean run;
+ *  - slow writer: its client leaves once the node has computed the job's first step (read off
+ *    the node, not timed: the job's speed varies with the machine and its load); the router aborts
+ *    the job by its attempt, the prefill node stops putting at its next layer and acknowledges,
+ *    the decode node frees the reservation on that word (its timer fence is set far past the
+ *    test), and a request racing for the pages right after gives the text of a clean run;
  *  - paused writer: the prefill node is SIGSTOPped mid-job until the router has declared it lost,
  *    retried the turn on the decode node and the reservation's pages went back to the pool; a
  *    second request then takes pages while the writer is resumed (SIGCONT): the writer's lease
@@ -20,8 +21,15 @@
 #define T_PROMPT_TOKENS                                                                            \
     1500 /* long enough that a prefill job is caught running (ASan: seconds)                       \
           */
-#define T_MAX_TOKENS 24
-#define T_FIND_MS    60000
+/* A's prompt in the slow-writer test: 24 prefill steps of 256 tokens (--chunk-tokens). The
+ * router asks a waiting turn whether its client is gone only every ROUTER_TURN_WATCH_MS (100 ms),
+ * so the abort reaches the node up to ~100 ms after the client leaves: the 23 steps left after
+ * the first outlast that ten times over (1.1 s of the 1.15 s job on an idle 2-core AVX-512 box,
+ * 2026-12-04; more under load or ASan). A 1500-token job left by a clean run's clock had one
+ * step, ~30 ms, to go when the clean run had been slower, and finished before the abort came. */
+#define T_SLOW_PROMPT_TOKENS 6144
+#define T_MAX_TOKENS         24
+#define T_FIND_MS            60000
 
 /* A completion body of token ids; temperature 0 (greedy) or 0.8 with seed 7. */
 static char *body_of(const char *ids, int max_tokens, int sampled)
@@ -116,36 +124,46 @@ static double await_prefill_job(const cluster_t *c)
     return -1;
 }
 
+/* Wait until the prefill node, idle before, has computed the first step of its job and the job
+ * still runs (n_steps_before: tandem_prefill_steps_total before the job); returns the ms that
+ * took. Fails when the job ended first: it was too short to be caught running. */
+static double await_prefill_step(const cluster_t *c, double n_steps_before)
+{
+    uint64_t t0 = tdm_clock_now_ns(), end = t0 + T_FIND_MS * TDM_NS_PER_MS;
+
+    while (tdm_clock_now_ns() < end) {
+        if (metric(c->prefill_port[0], "tandem_prefill_steps_total") > n_steps_before) {
+            if (metric(c->prefill_port[0], "tandem_prefill_queued_tokens") <= 0) {
+                fail_msg("the prefill job ended before it was seen running after its first step");
+            }
+            return (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
+        }
+    }
+    fail_msg("no prefill step seen within %d ms", T_FIND_MS);
+    return -1;
+}
+
 static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **state)
 {
     static cluster_t c; /* static: the teardown may stop it after a failed assertion */
-    static req_t ref, racing;
+    static req_t racing;
     char *ids_a = malloc(T_BODY), *ids_b = malloc(T_BODY);
-    char *body_a, *body_b, *want_b, *got_b, *text;
-    double seen_ms, done_ms, left_ms, aborted;
-    uint64_t t0;
+    char *body_a, *body_b, *want_b, *got_b;
+    double steps_ms, left_ms, aborted_ms, n_steps, n_steps_done, n_steps_aborted, aborted;
+    uint64_t t0, t_left;
     int fd;
 
     (void)state;
     assert_non_null(ids_a);
     assert_non_null(ids_b);
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
-    make_ids(ids_a, T_BODY, T_PROMPT_TOKENS, 7, 11);
+    make_ids(ids_a, T_BODY, T_SLOW_PROMPT_TOKENS, 7, 11);
     make_ids(ids_b, T_BODY, T_PROMPT_TOKENS, 13, 17);
     body_a = body_of(ids_a, T_MAX_TOKENS, 0);
     body_b = body_of(ids_b, T_MAX_TOKENS, 0);
-    /* The clean runs, on a cluster of their own (a second cluster holds no prefix of them, so
-     * the disturbed runs prefill their whole prompts on the prefill node again). */
+    /* B's clean run, on a cluster of its own (the next one holds no prefix of it, so the racing
+     * run prefills its whole prompt on the prefill node again). */
     want_b = run_body(&c, "slow-ref-b", body_b);
-    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, 10000) == 0);
-    /* When A's prefill job runs, measured on a clean run of it. */
-    t0 = tdm_clock_now_ns();
-    req_start(&ref, &c, "slow-ref-a", body_a, 300000);
-    seen_ms = await_prefill_job(&c);
-    assert_true(await_metric(c.prefill_port[0], "tandem_prefill_queued_tokens", 0, T_FIND_MS) == 0);
-    done_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
-    text = req_join(&ref, 1);
-    free(text);
     cluster_stop(&c);
     /* The timer fence far beyond the test (TANDEM_FENCE_MS is the decode node's --fence-ms):
      * pages that come back came back on the writer's acknowledgement. */
@@ -153,22 +171,27 @@ static void test_slow_writer_acknowledges_and_a_racing_request_is_clean(void **s
     assert_int_equal(cluster_start(&c, 1, 1, NULL, 0), 0);
     assert_int_equal(unsetenv("TANDEM_FENCE_MS"), 0);
 
-    /* A's client leaves halfway through its job (by the clean run's clock, while the node still
-     * shows it), so the abort reaches it between layers; B asks for pages right after. */
+    /* A's client leaves once the node has computed the first step of A's job, with 23 to go, so
+     * the abort reaches it between layers; B asks for pages right after. */
+    n_steps = metric(c.prefill_port[0], "tandem_prefill_steps_total");
+    assert_true(n_steps >= 0);
     t0 = tdm_clock_now_ns();
     fd = cluster_leaving_client(&c, "slow-a", body_a);
-    left_ms = await_prefill_job(&c);
-    while (left_ms < seen_ms + (done_ms - seen_ms) / 2 &&
-           metric(c.prefill_port[0], "tandem_prefill_queued_tokens") > 0) {
-        left_ms = (double)(tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
-    }
+    steps_ms = await_prefill_step(&c, n_steps);
+    n_steps_done = metric(c.prefill_port[0], "tandem_prefill_steps_total") - n_steps;
     close(fd);
+    t_left = tdm_clock_now_ns();
+    left_ms = (double)(t_left - t0) / TDM_NS_PER_MS;
     req_start(&racing, &c, "slow-b", body_b, 300000);
-    got_b = req_join(&racing, 1);
     aborted = await_metric(c.prefill_port[0], "tandem_prefill_jobs_aborted_total", 1, 20000);
-    print_message("slow writer: clean job ran from %.0f to %.0f ms; the client left at %.0f ms; "
-                  "prefill jobs aborted %.0f\n",
-                  seen_ms, done_ms, left_ms, aborted);
+    aborted_ms = (double)(tdm_clock_now_ns() - t_left) / TDM_NS_PER_MS;
+    n_steps_aborted = metric(c.prefill_port[0], "tandem_prefill_steps_total") - n_steps;
+    got_b = req_join(&racing, 1);
+    print_message("slow writer: A's job (%d tokens) computed its first step %.0f ms after it was "
+                  "sent; the client left at %.0f ms, after step %.0f; prefill jobs aborted %.0f, "
+                  "counted %.0f ms after the client left, after step %.0f\n",
+                  T_SLOW_PROMPT_TOKENS, steps_ms, left_ms, n_steps_done, aborted, aborted_ms,
+                  n_steps_aborted);
     assert_string_equal(got_b, want_b);
     assert_true(aborted == 1); /* the abort reached the running job, which acknowledged */
     cluster_check_pages(&c, "slow writer");
