@@ -2,7 +2,8 @@
  * errors, workers that really run chunks, two kernel contexts with pools of their own used from
  * two threads at once (bit-identical GEMMs), every worker joined at destroy, each chunk of
  * back-to-back jobs run exactly once with polling and with sleeping workers, a bad
- * TANDEM_POOL_SPIN_US, and attention rows split over a pool equal to each row alone. */
+ * TANDEM_POOL_SPIN_US, attention rows split over a pool equal to each row alone, and the read
+ * bandwidth probe's readers. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -359,6 +360,21 @@ static void test_attention_rows_split_over_the_pool_equal_each_row_alone(void **
     }
 }
 
+/* kern_read_bandwidth_cpu with one and several readers: a positive rate; 0 for arguments it
+ * refuses (no readers, more than a pool may have, no passes, a buffer under one group). */
+static void test_read_bandwidth_with_readers(void **state)
+{
+    (void)state;
+    for (int n_threads = 1; n_threads <= 3; n_threads++) {
+        assert_true(kern_read_bandwidth_cpu(1u << 20, 2, n_threads) > 0.0);
+    }
+    assert_true(kern_read_bandwidth_cpu(1000, 1, 4) > 0.0); /* fewer groups than readers: ok */
+    assert_true(kern_read_bandwidth_cpu(1u << 20, 2, 0) == 0.0);
+    assert_true(kern_read_bandwidth_cpu(1u << 20, 2, KERN_POOL_MAX_THREADS + 1) == 0.0);
+    assert_true(kern_read_bandwidth_cpu(1u << 20, 0, 2) == 0.0);
+    assert_true(kern_read_bandwidth_cpu(32, 2, 2) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_back_to_back_jobs_run_each_chunk_once_polling_or_sleeping),
         cmocka_unit_test(test_bad_spin_setting_keeps_the_default),
         cmocka_unit_test(test_attention_rows_split_over_the_pool_equal_each_row_alone),
+        cmocka_unit_test(test_read_bandwidth_with_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
