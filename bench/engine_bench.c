@@ -3,9 +3,10 @@
  * tok/s at several batch sizes, each printed beside a roofline measured in the same run
  * (decode: bytes one step reads / the higher of the memcpy rate and the read bandwidth of as
  * many reader threads as --threads, and the FMA peak times the threads; prefill: GEMM FLOPs per
- * token / the kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda the rooflines
- * are the driver's HBM and dense BF16 tensor peaks (kern_device_info) and each decode step
- * brings back greedy token ids only (engine_fwd_decode_greedy), as a GPU server's would.
+ * token / the kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda
+ * the rooflines are the driver's HBM and dense BF16 tensor peaks (kern_device_info) and each
+ * decode step brings back greedy token ids only (engine_fwd_decode_greedy), as a GPU server's
+ * would.
  *
  * --calib FILE measures per-step costs instead and writes them in tandem-sim's calibration
  * format (docs/SIM.md "Calibration"; read by sim_perf_calibrate): CED prefill seconds for
@@ -474,7 +475,8 @@ int main(int argc, char **argv)
     int on_device = !mp.ops->host_memory;
     kern_device_info_t dev_info;
     double bw, rbw, flops, peak;
-    /* the read roofline's readers: the run's kernel threads (kern_read_bandwidth_cpu) */
+    /* the kernel threads a pool can hold: the read roofline's readers (kern_read_bandwidth_cpu)
+     * and the kernel GEMM's threads */
     int rd_threads =
         cfg.n_threads > KERN_POOL_MAX_THREADS ? KERN_POOL_MAX_THREADS : (int)cfg.n_threads;
     engine_model_resident_t res;

@@ -23,6 +23,7 @@
  */
 #include "kernels/cpu/pool.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -32,7 +33,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Microseconds an idle worker polls for the next job before it sleeps (longer than the gaps
  * between the GEMMs of a decode step, shorter than a step). */
@@ -85,13 +85,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Claim and run chunks of job `seq` until none is left or another job holds the ticket. */
 static void run_chunks(kern_pool_t *p, uint32_t seq)
 {
@@ -122,7 +115,7 @@ static uint64_t wait_job(kern_pool_t *p, uint32_t seen)
             return t;
         }
         if ((i & 63u) == 0) {
-            int64_t now = mono_ns();
+            int64_t now = (int64_t)tdm_clock_now_ns();
             if (t_end < 0) {
                 t_end = now + p->spin_ns;
             }
