@@ -453,9 +453,12 @@ static inline char *completion_body(const char *ids, int max_tokens)
     return body;
 }
 
-/* A client that sends a completion body (POST /v1/completions, X-Session-Id `session`) to the
- * router on a plain socket and leaves when the caller closes it: returns the socket. */
-static inline int cluster_leaving_client(const cluster_t *c, const char *session, const char *body)
+/* A completion body (POST /v1/completions, X-Session-Id `session`) sent to the HTTP port `port`
+ * on a plain socket, with "Connection: close" when close_after (the server then ends the
+ * connection with its response, which marks the end of a stream); returns the socket, which the
+ * caller reads and closes. */
+static inline int post_on_socket(unsigned port, const char *session, const char *body,
+                                 int close_after)
 {
     struct sockaddr_in addr;
     char head[512];
@@ -466,17 +469,24 @@ static inline int cluster_leaving_client(const cluster_t *c, const char *session
     assert_true(fd >= 0);
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)c->http_port);
+    addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     n_head = snprintf(head, sizeof(head),
                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
-                      "Content-Length: %zu\r\n\r\n",
-                      session, n);
+                      "%sContent-Length: %zu\r\n\r\n",
+                      session, close_after ? "Connection: close\r\n" : "", n);
     assert_int_equal(write(fd, head, (size_t)n_head), n_head);
     assert_int_equal(write(fd, body, n), (ssize_t)n);
     return fd;
+}
+
+/* A client that sends a completion body (POST /v1/completions, X-Session-Id `session`) to the
+ * router on a plain socket and leaves when the caller closes it: returns the socket. */
+static inline int cluster_leaving_client(const cluster_t *c, const char *session, const char *body)
+{
+    return post_on_socket(c->http_port, session, body, 0);
 }
 
 /* The "text" value of a completion response (malloc'ed), or NULL when it has none. */

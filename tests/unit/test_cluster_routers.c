@@ -204,12 +204,8 @@ static int stream_read(cut_stream_t *s, int timeout_ms)
 static void stream_start(cut_stream_t *s, unsigned port, const char *session, const char *ids,
                          int max_tokens)
 {
-    struct sockaddr_in addr;
-    char head[512];
     char *body = malloc(T_BODY);
     uint64_t t0 = tdm_clock_now_ns();
-    size_t n_body;
-    int n_head;
 
     assert_non_null(body);
     s->got = malloc(T_BODY);
@@ -220,21 +216,7 @@ static void stream_start(cut_stream_t *s, unsigned port, const char *session, co
              "{\"model\":\"%s\",\"prompt\":[%s],\"max_tokens\":%d,\"temperature\":0,"
              "\"ignore_eos\":true,\"stream\":true}",
              T_MODEL_NAME, ids, max_tokens);
-    n_body = strlen(body);
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(s->fd >= 0);
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(s->fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-    n_head = snprintf(head, sizeof(head),
-                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                      "Content-Type: application/json\r\nX-Session-Id: %s\r\n"
-                      "Connection: close\r\nContent-Length: %zu\r\n\r\n",
-                      session, n_body);
-    assert_int_equal(write(s->fd, head, (size_t)n_head), n_head);
-    assert_int_equal(write(s->fd, body, n_body), (ssize_t)n_body);
+    s->fd = post_on_socket(port, session, body, 1);
     free(body);
     while (strstr(s->got, "data: {") == NULL) {
         uint64_t spent_ms = (tdm_clock_now_ns() - t0) / TDM_NS_PER_MS;
