@@ -98,10 +98,17 @@ static inline v16 v16_add(v16 a, v16 b)
 {
     return _mm512_add_ps(a, b);
 }
+/* Two 256-bit widenings joined, not one 512-bit vpmovzxwd: on a Zen 4 EPYC the 512-bit widening
+ * (a lane-crossing shuffle there) held the BF16 LM-head GEMV [32768, 512] to 20-24 GB/s of
+ * weights, this form reads 26-31 (1.2-1.35x; 4 rows 1.17x), the same bits
+ * (docs/BENCHMARKS.md 2026-12-05). On Intel cores it costs two more shuffle uops per 16 weights,
+ * a memory-bound GEMV does not feel them. */
 static inline v16 v16_bf16(const uint16_t *p)
 {
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 static inline v16 v16_e4m3_raw(const uint8_t *p)
 {
