@@ -1,5 +1,5 @@
-/* attention.c - sink attention of one query (several rows of a layer split over the kernel
- * context's worker pool) and ratio-2 pooling (kernels/attention.h). */
+/* attention.c - sink attention of one query (its heads, or several rows of a layer, split over
+ * the kernel context's worker pool) and ratio-2 pooling (kernels/attention.h). */
 #include "kernels/attention.h"
 
 #include "kernels/codec.h"
@@ -90,6 +90,50 @@ CPU_FMA_CLONES static void attention(const float *q, const float *keys_a, int64_
     }
 }
 
+/* One query's heads in chunks (attention_split): chunk c runs heads [n_heads c / n_chunks,
+ * n_heads (c + 1) / n_chunks) on its own rows of the caller's scratch [n_heads, n_keys]. */
+typedef struct {
+    const float *q, *keys_a, *keys_b;
+    const int32_t *sel;
+    int64_t n_a, n_b;
+    const float *sink;
+    int64_t n_heads, d;
+    float scale;
+    float *scratch, *o_out;
+    int64_t n_chunks;
+} attn_heads_job_t;
+
+static void attn_heads_chunk(void *arg, int64_t c)
+{
+    const attn_heads_job_t *j = arg;
+    int64_t h0 = j->n_heads * c / j->n_chunks, h1 = j->n_heads * (c + 1) / j->n_chunks;
+    attention(j->q + h0 * j->d, j->keys_a, j->n_a, j->keys_b, j->sel, j->n_b, j->sink + h0, h1 - h0,
+              j->d, j->scale, j->scratch + h0 * (j->n_a + j->n_b), j->o_out + h0 * j->d);
+}
+
+/* Multiply-adds (logits and weighted sums) from which one query's heads are split over the
+ * pool: a decode step at batch 1 has one query per layer, so without the split its attention
+ * ran on one thread while the others waited (docs/BENCHMARKS.md 2026-12-05). */
+#define ATTN_SPLIT_MIN_MACS (64 * 1024)
+
+/* attention() of one query, its heads split over ctx's pool when there is work enough: every
+ * head's operations are those of attention() on all heads at once (a head's logits, softmax and
+ * sums never read another head's), so the same bits. */
+static void attention_split(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
+                            const float *keys_b, const int32_t *sel, int64_t n_b, const float *sink,
+                            int64_t n_heads, int64_t d, float scale, float *scratch, float *o_out)
+{
+    attn_heads_job_t job = {q,       keys_a, keys_b, sel,     n_a,   n_b, sink,
+                            n_heads, d,      scale,  scratch, o_out, 1};
+    int n_threads = cpu_pool_threads(ctx);
+    if (n_threads > 1 && n_heads > 1 && 2 * n_heads * (n_a + n_b) * d >= ATTN_SPLIT_MIN_MACS) {
+        job.n_chunks = n_heads < n_threads ? n_heads : n_threads;
+        cpu_pool_run(ctx->pool, n_threads, job.n_chunks, attn_heads_chunk, &job);
+        return;
+    }
+    attn_heads_chunk(&job, 0);
+}
+
 tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *keys_a, int64_t n_a,
                                 const float *keys_b, int64_t n_b, const float *sink,
                                 int64_t n_heads, int64_t d, float scale, float *scratch,
@@ -97,13 +141,13 @@ tdm_status_t kern_attention_cpu(kern_ctx_t *ctx, const float *q, const float *ke
 {
     int64_t n_keys = n_a + n_b;
 
-    (void)ctx;
     if (q == NULL || sink == NULL || o_out == NULL || n_a < 0 || n_b < 0 || n_heads <= 0 ||
         d % KERN_GEMM_K_MULTIPLE != 0 || (n_a > 0 && keys_a == NULL) ||
         (n_b > 0 && keys_b == NULL) || (n_keys > 0 && scratch == NULL)) {
         return TDM_ERR_INVALID_ARG;
     }
-    attention(q, keys_a, n_a, keys_b, NULL, n_b, sink, n_heads, d, scale, scratch, o_out);
+    attention_split(ctx, q, keys_a, n_a, keys_b, NULL, n_b, sink, n_heads, d, scale, scratch,
+                    o_out);
     return TDM_OK;
 }
 
@@ -179,7 +223,6 @@ tdm_status_t kern_attention_sel_cpu(kern_ctx_t *ctx, const float *q, const float
 {
     int64_t n_keys = n_a + n_b;
 
-    (void)ctx;
     if (q == NULL || sink == NULL || o_out == NULL || n_a < 0 || n_b < 0 || n_heads <= 0 ||
         d % KERN_GEMM_K_MULTIPLE != 0 || (n_a > 0 && keys_a == NULL) ||
         (n_b > 0 && (rows == NULL || sel == NULL)) || (n_keys > 0 && scratch == NULL)) {
@@ -190,7 +233,7 @@ tdm_status_t kern_attention_sel_cpu(kern_ctx_t *ctx, const float *q, const float
             return TDM_ERR_INVALID_ARG;
         }
     }
-    attention(q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d, scale, scratch, o_out);
+    attention_split(ctx, q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d, scale, scratch, o_out);
     return TDM_OK;
 }
 

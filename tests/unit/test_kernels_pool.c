@@ -2,8 +2,8 @@
  * errors, workers that really run chunks, two kernel contexts with pools of their own used from
  * two threads at once (bit-identical GEMMs), every worker joined at destroy, each chunk of
  * back-to-back jobs run exactly once with polling and with sleeping workers, a bad
- * TANDEM_POOL_SPIN_US, attention rows split over a pool equal to each row alone, and the read
- * bandwidth probe's readers. */
+ * TANDEM_POOL_SPIN_US, attention rows (and one query's heads) split over a pool equal to each
+ * row alone (and the one-thread call), and the read bandwidth probe's readers. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -360,6 +360,54 @@ static void test_attention_rows_split_over_the_pool_equal_each_row_alone(void **
     }
 }
 
+/* One query's heads split over a pool (kern_attention_cpu, kern_attention_sel_cpu with enough
+ * keys): the outputs equal the one-thread call's, bit for bit, at 2 and 3 threads with a head
+ * count that does not divide evenly; the selected-rows form equals the gathered form. */
+static void test_one_query_heads_split_over_the_pool_equal_one_thread(void **state)
+{
+    enum { NH = 5, D = 64, KA = 40, KB = 90 };
+    static float q[NH * D], ka[KA * D], rows[2 * KB * D], kb[KB * D], sink[NH];
+    static float want[NH * D], got[NH * D], scratch[NH * (KA + KB)];
+    int32_t sel[KB];
+    uint32_t s = 23u;
+    (void)state;
+    for (int j = 0; j < NH * D; j++) {
+        q[j] = next_rand(&s, 1.0f);
+    }
+    for (int j = 0; j < KA * D; j++) {
+        ka[j] = next_rand(&s, 1.0f);
+    }
+    for (int j = 0; j < 2 * KB * D; j++) {
+        rows[j] = next_rand(&s, 1.0f);
+    }
+    for (int i = 0; i < KB; i++) { /* every other row, backwards */
+        sel[i] = 2 * (KB - 1 - i);
+        memcpy(kb + i * D, rows + sel[i] * D, sizeof(float) * D);
+    }
+    for (int h = 0; h < NH; h++) {
+        sink[h] = next_rand(&s, 2.0f);
+    }
+    assert_int_equal(
+        kern_attention_cpu(NULL, q, ka, KA, kb, KB, sink, NH, D, 0.125f, scratch, want), TDM_OK);
+    for (int n_threads = 2; n_threads <= 3; n_threads++) {
+        kern_ctx_t ctx = {.backend = KERN_BACKEND_CPU, .n_threads = n_threads};
+        assert_int_equal(kern_pool_create(n_threads, &ctx.pool), TDM_OK);
+        for (int rep = 0; rep < 20; rep++) {
+            memset(got, 0, sizeof(got));
+            assert_int_equal(
+                kern_attention_cpu(&ctx, q, ka, KA, kb, KB, sink, NH, D, 0.125f, scratch, got),
+                TDM_OK);
+            assert_memory_equal(got, want, sizeof(got));
+            memset(got, 0, sizeof(got));
+            assert_int_equal(kern_attention_sel_cpu(&ctx, q, ka, KA, rows, sel, KB, sink, NH, D,
+                                                    0.125f, scratch, got),
+                             TDM_OK);
+            assert_memory_equal(got, want, sizeof(got));
+        }
+        kern_pool_destroy(ctx.pool);
+    }
+}
+
 /* kern_read_bandwidth_cpu with one and several readers: a positive rate; 0 for arguments it
  * refuses (no readers, more than a pool may have, no passes, a buffer under one group). */
 static void test_read_bandwidth_with_readers(void **state)
@@ -385,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_back_to_back_jobs_run_each_chunk_once_polling_or_sleeping),
         cmocka_unit_test(test_bad_spin_setting_keeps_the_default),
         cmocka_unit_test(test_attention_rows_split_over_the_pool_equal_each_row_alone),
+        cmocka_unit_test(test_one_query_heads_split_over_the_pool_equal_one_thread),
         cmocka_unit_test(test_read_bandwidth_with_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
