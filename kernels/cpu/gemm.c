@@ -267,6 +267,10 @@ typedef struct {
 } gemm_isa_t;
 
 /* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks). */
+#if defined(__x86_64__)
+static pthread_once_t g_avx512_once = PTHREAD_ONCE_INIT; /* cpu_gemm_init_avx512 */
+#endif
+
 static const gemm_isa_t *gemm_isa(void)
 {
     static const gemm_isa_t scalar = {cpu_gemm_range_scalar, cpu_dot_scalar,
@@ -282,6 +286,7 @@ static const gemm_isa_t *gemm_isa(void)
     switch (kern_cpu_isa()) {
 #if defined(__x86_64__)
     case KERN_ISA_AVX512:
+        pthread_once(&g_avx512_once, cpu_gemm_init_avx512);
         return &avx512;
     case KERN_ISA_AVX2:
         return &avx2;
