@@ -84,6 +84,10 @@ float kern_log1p(float t);
  * o_out: [n_heads, d] f32 (BF16 values).  scratch: [n_heads * (n_a + n_b)] f32 work space (the
  * CPU's vector paths keep every head's logits).
  * Returns TDM_OK or TDM_ERR_INVALID_ARG (NULL, d not a multiple of 16, n_a or n_b < 0).
+ * The CPU splits the heads over ctx's worker pool when ctx allows several threads and the call
+ * has 64 K multiply-adds or more (each chunk on its own heads' rows of scratch; a head's
+ * operations are the same whichever thread runs it, so the same bits); ctx may be NULL (one
+ * thread).
  */
 typedef tdm_status_t kern_attention_fn(kern_ctx_t *ctx, const float *q, const float *keys_a,
                                        int64_t n_a, const float *keys_b, int64_t n_b,
