@@ -107,8 +107,10 @@ static void attn_heads_chunk(void *arg, int64_t c)
 {
     const attn_heads_job_t *j = arg;
     int64_t h0 = j->n_heads * c / j->n_chunks, h1 = j->n_heads * (c + 1) / j->n_chunks;
+    /* scratch may be NULL when there are no keys (no pointer arithmetic on it then) */
+    float *scr = j->scratch != NULL ? j->scratch + h0 * (j->n_a + j->n_b) : NULL;
     attention(j->q + h0 * j->d, j->keys_a, j->n_a, j->keys_b, j->sel, j->n_b, j->sink + h0, h1 - h0,
-              j->d, j->scale, j->scratch + h0 * (j->n_a + j->n_b), j->o_out + h0 * j->d);
+              j->d, j->scale, scr, j->o_out + h0 * j->d);
 }
 
 /* Multiply-adds (logits and weighted sums) from which one query's heads are split over the

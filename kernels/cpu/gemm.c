@@ -266,11 +266,12 @@ typedef struct {
     double (*fma_flops)(int64_t n_iters);
 } gemm_isa_t;
 
-/* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks). */
 #if defined(__x86_64__)
 static pthread_once_t g_avx512_once = PTHREAD_ONCE_INIT; /* cpu_gemm_init_avx512 */
 #endif
 
+/* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks), the AVX-512 set's
+ * tables filled before it is first handed out. */
 static const gemm_isa_t *gemm_isa(void)
 {
     static const gemm_isa_t scalar = {cpu_gemm_range_scalar, cpu_dot_scalar,
