@@ -158,8 +158,9 @@ double kern_fma_peak_cpu(double min_ms);
  * timed from a common start until the last one finishes; best of `reps` passes. The
  * memory-read roofline of the benchmarks: with n_threads the threads a run's kernels use (one
  * thread's stream does not saturate a server's memory: on a 2-core Zen 4 EPYC two threads read
- * 1.2-2.0x what one does, docs/BENCHMARKS.md). Returns 0 when n_threads is outside 1..KERN_POOL_MAX_THREADS, reps
- * < 1, the buffer cannot be allocated or a reader thread cannot start. Thread-safe.
+ * 1.2-2.0x what one does, docs/BENCHMARKS.md). Returns 0 when n_threads is outside
+ * 1..KERN_POOL_MAX_THREADS, reps < 1, the buffer cannot be allocated or a reader thread cannot
+ * start. Thread-safe.
  */
 double kern_read_bandwidth_cpu(size_t n_bytes, int reps, int n_threads);
 
