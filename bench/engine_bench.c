@@ -48,6 +48,7 @@ typedef struct {
     int decode_only;
     uint32_t repeat;
     int expand_bf16;
+    int map_weights;
     const char *calib_path;
     const char *log_level;
 } bench_cfg_t;
@@ -81,6 +82,10 @@ static const tdm_flag_t bench_flags[] = {
     {"expand-bf16", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, expand_bf16),
      "load FP8/MXFP4 weights expanded to BF16 (the reference layout, 2 B/param) instead of as "
      "stored: the baseline of the resident formats",
+     0, 0, 0},
+    {"map-weights", TDM_FLAG_BOOL, "false", offsetof(bench_cfg_t, map_weights),
+     "CPU: leave the weights in the mapped checkpoint files (4 KiB pages) instead of copying "
+     "them into 2 MiB pages (engine_model_params_t.map_weights): that copy's baseline",
      0, 0, 0},
     {"calib", TDM_FLAG_PATH, NULL, offsetof(bench_cfg_t, calib_path),
      "measure per-step costs (prefill vs cached length, decode vs batch and context) and write "
@@ -435,6 +440,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mp.expand_bf16 = cfg.expand_bf16;
+    mp.map_weights = cfg.map_weights;
     static kern_ops_t counted; /* outlives the model loaded with it */
     counted = *mp.ops;
     real_mem_copy = mp.ops->mem_copy;

@@ -42,6 +42,12 @@ typedef struct engine_model engine_model_t;
  *   at load (2 bytes per parameter) - the reference mode of the kernel tests, which prove that
  *   both give the same logits byte for byte. A matrix whose scales fall outside the exact range
  *   (kern_mat_check_quantized) is expanded either way.
+ * map_weights: 0 (default) = on a host_memory backend the checkpoint's shards are copied once
+ *   into read-only anonymous memory advised for 2 MiB transparent huge pages
+ *   (engine_weights_copy_resident: the CPU kernels stream the weights every step, and 4 KiB pages
+ *   cost them page walks; 1.09x batch-1 decode, docs/BENCHMARKS.md); 1 = the weights stay in the
+ *   mapped file pages (reclaimable page cache, 4 KiB pages). Other backends upload from the
+ *   mapping either way.
  * ep_rank, ep_size: expert-parallel shard (issue 14 item 6; engine/ep.h drives the ranks). With
  *   ep_size R > 1 this model holds only the routed experts engine_expert_range(E, r, R) of every
  *   MoE layer (E = that layer's expert count, r = ep_rank; DSpark blocks too): the
@@ -55,6 +61,7 @@ typedef struct {
     const kern_ops_t *ops;
     int skip_weight_check;
     int expand_bf16;
+    int map_weights;
     int ep_rank;
     int ep_size;
 } engine_model_params_t;
@@ -91,7 +98,8 @@ void engine_model_params_default(engine_model_params_t *params);
  * engine_model_load - open the checkpoint directory `dir`: config.json, the tensors (checked
  * against the inventory unless params->skip_weight_check), the Engram sidecar
  * (engram-hash.safetensors, when the config has Engram layers). Uses the weights in place from
- * the mapped files (their stored formats: about 0.6-1.1 bytes per parameter), logs the resident
+ * the files (their stored formats: about 0.6-1.1 bytes per parameter; on a host_memory backend
+ * copied into huge pages first unless params->map_weights), logs the resident
  * bytes per format at INFO, and tabulates the RoPE frequencies.
  *
  * Returns TDM_OK with *model_out (caller frees with engine_model_destroy), or the loader's status

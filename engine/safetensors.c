@@ -23,6 +23,8 @@ struct engine_st_file {
     char *path;
     const uint8_t *map;
     size_t map_bytes;
+    void *anon;        /* engine_st_file_copy_resident's mapping (NULL: map is the file's) */
+    size_t anon_bytes; /* its length */
     uint64_t header_bytes;
     engine_st_tensor_t *tensors; /* sorted by name */
     size_t n_tensors;
@@ -405,7 +407,9 @@ static void free_file(engine_st_file_t *file)
     free(file->meta);
     free(file->tensors);
     free(file->name_pool);
-    if (file->map != NULL) {
+    if (file->anon != NULL) {
+        munmap(file->anon, file->anon_bytes);
+    } else if (file->map != NULL) {
         munmap((void *)file->map, file->map_bytes);
     }
     free(file->path);
@@ -478,6 +482,63 @@ static tdm_status_t map_file(engine_st_file_t *file, char *err, size_t err_bytes
 out_close:
     close(fd);
     return status;
+}
+
+tdm_status_t engine_st_file_copy_resident(engine_st_file_t *file, uint64_t *huge_bytes_out,
+                                          char *err, size_t err_bytes)
+{
+    const size_t huge = (size_t)ENGINE_ST_HUGE_PAGE_BYTES;
+
+    if (file == NULL || file->map == NULL) {
+        tdm_errbuf_set(err, err_bytes, "engine_st_file_copy_resident: an open file is required");
+        return TDM_ERR_INVALID_ARG;
+    }
+    if (file->anon != NULL) {
+        if (huge_bytes_out != NULL) {
+            *huge_bytes_out = 0;
+        }
+        return TDM_OK;
+    }
+    /* whole huge pages, one more to align the start */
+    size_t len = (file->map_bytes + huge - 1) / huge * huge;
+    size_t raw_bytes = len + huge;
+    uint8_t *raw =
+        mmap(NULL, raw_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        tdm_errbuf_set(err, err_bytes, "%s: %zu bytes of anonymous memory for the weights: %s",
+                       file->path, raw_bytes, strerror(errno));
+        return errno == ENOMEM ? TDM_ERR_NO_MEMORY : TDM_ERR_IO;
+    }
+    uint8_t *base = (uint8_t *)(((uintptr_t)raw + huge - 1) / huge * huge);
+    /* the unaligned head and the tail past len go back at once */
+    if (base > raw) {
+        munmap(raw, (size_t)(base - raw));
+    }
+    if (raw + raw_bytes > base + len) {
+        munmap(base + len, (size_t)(raw + raw_bytes - (base + len)));
+    }
+    /* advice only: without transparent huge pages (or with them off) the copy still works on
+     * 4 KiB pages */
+    uint64_t huge_bytes = madvise(base, len, MADV_HUGEPAGE) == 0 ? (uint64_t)len : 0;
+    memcpy(base, file->map, file->map_bytes);
+    if (mprotect(base, len, PROT_READ) != 0) {
+        tdm_errbuf_set(err, err_bytes, "%s: mprotect of the weights' copy: %s", file->path,
+                       strerror(errno));
+        munmap(base, len);
+        return TDM_ERR_IO;
+    }
+    for (size_t i = 0; i < file->n_tensors; i++) {
+        engine_st_tensor_t *t = &file->tensors[i];
+        t->data = base + ((const uint8_t *)t->data - file->map);
+    }
+    munmap((void *)file->map, file->map_bytes);
+    file->map = base;
+    file->anon = base;
+    file->anon_bytes = len;
+    if (huge_bytes_out != NULL) {
+        *huge_bytes_out = huge_bytes;
+    }
+    return TDM_OK;
 }
 
 tdm_status_t engine_st_file_open(const char *path, engine_st_file_t **file_out, char *err,

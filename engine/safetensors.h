@@ -117,6 +117,32 @@ void engine_st_shape_format(int n_dims, const int64_t *shape, char *text, size_t
 tdm_status_t engine_st_file_open(const char *path, engine_st_file_t **file_out, char *err,
                                  size_t err_bytes);
 
+/* Bytes of the transparent huge pages engine_st_file_copy_resident asks for (x86-64 and aarch64
+ * with 4 KiB base pages: 2 MiB). */
+#define ENGINE_ST_HUGE_PAGE_BYTES (2u << 20)
+
+/*
+ * engine_st_file_copy_resident - the file's bytes copied into private anonymous memory aligned
+ * to ENGINE_ST_HUGE_PAGE_BYTES and advised MADV_HUGEPAGE (Linux madvise(2): transparent huge
+ * pages where the kernel has them enabled as "madvise" or "always"), made read-only, and the
+ * file's mapping dropped: every tensor's data then points into the copy (the same offsets, the
+ * same bytes). For weights the CPU kernels stream every step: a decode step reads hundreds of
+ * small matrices, and 2 MiB pages take the page walks of 4 KiB pages off that stream
+ * (docs/BENCHMARKS.md). The copy is anonymous memory: resident until close, as the file's pages
+ * would be once read, but not reclaimable. Call before taking tensor data pointers (older ones
+ * dangle). A second call is a no-op.
+ *
+ * *huge_bytes_out (may be NULL): bytes advised for huge pages (0 when the advice was refused,
+ * e.g. a kernel without transparent huge pages; the copy still works on base pages).
+ * Returns TDM_OK, or with a message in err (file untouched):
+ *   TDM_ERR_INVALID_ARG  file is NULL
+ *   TDM_ERR_NO_MEMORY    no memory for the copy
+ *   TDM_ERR_IO           another mmap or mprotect failure (strerror in err)
+ * Not thread-safe with readers of the same file.
+ */
+tdm_status_t engine_st_file_copy_resident(engine_st_file_t *file, uint64_t *huge_bytes_out,
+                                          char *err, size_t err_bytes);
+
 /* engine_st_file_close - unmap the file and free everything it owns; accepts NULL. */
 void engine_st_file_close(engine_st_file_t *file);
 

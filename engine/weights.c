@@ -504,6 +504,29 @@ const engine_st_tensor_t *engine_weights_tensor_at(const engine_weights_t *weigh
     return weights->entries[i].tensor;
 }
 
+tdm_status_t engine_weights_copy_resident(engine_weights_t *weights, uint64_t *huge_bytes_out,
+                                          char *err, size_t err_bytes)
+{
+    uint64_t total = 0;
+
+    if (weights == NULL) {
+        tdm_errbuf_set(err, err_bytes, "engine_weights_copy_resident: weights is required");
+        return TDM_ERR_INVALID_ARG;
+    }
+    for (size_t s = 0; s < weights->n_shards; s++) {
+        uint64_t huge = 0;
+        tdm_status_t st = engine_st_file_copy_resident(weights->shards[s], &huge, err, err_bytes);
+        if (st != TDM_OK) {
+            return st;
+        }
+        total += huge;
+    }
+    if (huge_bytes_out != NULL) {
+        *huge_bytes_out = total;
+    }
+    return TDM_OK;
+}
+
 size_t engine_weights_n_shards(const engine_weights_t *weights)
 {
     return weights->n_shards;

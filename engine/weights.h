@@ -53,6 +53,17 @@ typedef struct engine_weights engine_weights_t;
 tdm_status_t engine_weights_open(const char *dir, engine_weights_t **weights_out, char *err,
                                  size_t err_bytes);
 
+/*
+ * engine_weights_copy_resident - engine_st_file_copy_resident on every shard: the tensors' bytes
+ * in read-only anonymous memory advised for 2 MiB transparent huge pages instead of the file
+ * mappings. Tensor pointers taken before the call dangle; take them after. *huge_bytes_out (may
+ * be NULL): bytes advised for huge pages over all shards. Returns TDM_OK, or the first shard's
+ * failure (TDM_ERR_NO_MEMORY, TDM_ERR_IO; TDM_ERR_INVALID_ARG for NULL) with a message in err;
+ * shards copied before it stay copied (the same bytes: nothing else changes).
+ */
+tdm_status_t engine_weights_copy_resident(engine_weights_t *weights, uint64_t *huge_bytes_out,
+                                          char *err, size_t err_bytes);
+
 /* engine_weights_close - unmap every shard and free the checkpoint; accepts NULL. Every tensor
  * pointer obtained from it becomes invalid. */
 void engine_weights_close(engine_weights_t *weights);

@@ -208,6 +208,53 @@ static void test_round_trip_preserves_tensors_and_metadata(void **state)
     engine_st_file_close(file);
 }
 
+static void test_copy_resident_moves_every_tensor_into_aligned_memory(void **state)
+{
+    char path[PATH_BYTES];
+    char err[ERR_BYTES] = "";
+    engine_st_file_t *file = NULL;
+    const uint8_t *before[5];
+    uint8_t bytes[5][64];
+    uint64_t huge = 1;
+    (void)state;
+
+    tmp_path("resident.safetensors", path);
+    write_sample(path, 1);
+    assert_int_equal(engine_st_file_open(path, &file, err, sizeof(err)), TDM_OK);
+    uint64_t sum = touch_all(file);
+    for (size_t i = 0; i < 5; i++) {
+        const engine_st_tensor_t *t = engine_st_file_tensor_at(file, i);
+        assert_true(t->n_bytes <= sizeof(bytes[i]));
+        before[i] = t->data;
+        memcpy(bytes[i], t->data, t->n_bytes);
+    }
+    assert_int_equal(engine_st_file_copy_resident(file, &huge, err, sizeof(err)), TDM_OK);
+    /* advice taken (whole huge pages) or refused (0): both leave a working copy */
+    assert_int_equal(huge % ENGINE_ST_HUGE_PAGE_BYTES, 0);
+    for (size_t i = 0; i < 5; i++) {
+        const engine_st_tensor_t *t = engine_st_file_tensor_at(file, i);
+        const uint8_t *start =
+            (const uint8_t *)t->data - t->data_offset - 8 - engine_st_file_header_bytes(file);
+        assert_ptr_not_equal(t->data, before[i]);
+        assert_memory_equal(t->data, bytes[i], t->n_bytes);
+        assert_int_equal((uintptr_t)start % ENGINE_ST_HUGE_PAGE_BYTES, 0);
+    }
+    assert_int_equal(touch_all(file), sum);
+    assert_ptr_equal(engine_st_file_find(file, "a.bf16"), engine_st_file_tensor_at(file, 0));
+    assert_memory_equal(engine_st_file_find(file, "b.f32")->data, f32_data, sizeof(f32_data));
+    assert_string_equal(engine_st_file_metadata(file, "origin"), "test");
+    /* a second call changes nothing */
+    const void *moved = engine_st_file_tensor_at(file, 0)->data;
+    assert_int_equal(engine_st_file_copy_resident(file, &huge, err, sizeof(err)), TDM_OK);
+    assert_int_equal(huge, 0);
+    assert_ptr_equal(engine_st_file_tensor_at(file, 0)->data, moved);
+    engine_st_file_close(file);
+
+    assert_int_equal(engine_st_file_copy_resident(NULL, NULL, err, sizeof(err)),
+                     TDM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "engine_st_file_copy_resident"));
+}
+
 static void test_writer_output_is_deterministic_and_matches_the_spec_layout(void **state)
 {
     char path_a[PATH_BYTES];
@@ -793,6 +840,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_preserves_tensors_and_metadata),
+        cmocka_unit_test(test_copy_resident_moves_every_tensor_into_aligned_memory),
         cmocka_unit_test(test_writer_output_is_deterministic_and_matches_the_spec_layout),
         cmocka_unit_test(test_rewrite_of_a_read_file_is_byte_identical),
         cmocka_unit_test(test_empty_file_without_tensors_round_trips),
