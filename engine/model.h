@@ -68,7 +68,8 @@ typedef struct {
 
 /*
  * engine_model_resident_t - the weights' resident bytes by format after load (host memory:
- * mapped checkpoint pages used in place plus the loader's own buffers).
+ * the checkpoint's bytes used in place - copied into huge pages or mapped, engine_model_params_t
+ * map_weights - plus the loader's own buffers).
  * fp8:      E4M3 codes of FP8 matrices used as stored (1 byte per parameter)
  * mxfp4:    packed E2M1 expert weights used as stored (0.5 byte per parameter)
  * scales:   their UE8M0 scale bytes
