@@ -15,10 +15,11 @@
  * measured at the start of the run (wall clock: on a loaded box it reads low). With cold, each
  * call uses the next of enough copies of the weight to outgrow the last-level cache
  * (BENCH_GEMM_CPU_COLD_BYTES), so the weights come from DRAM as in an engine step, whose layers
- * together do not fit in the cache; else the one weight stays cached. check: "same" when every
- * row's outputs equal, bit for bit, the same row computed alone (rows = 1: batch invariance,
- * kernels/gemm.h), else "DIFFERENT" (counted in the summary). Activations are Q_act8 operands (FP8
- * / MXFP4 weights) or N(0, 1).
+ * together do not fit in the cache; else the one weight stays cached. The weights lie in 2 MiB
+ * pages where the kernel grants them, as the engine's loader puts them on the CPU backend. check:
+ * "same" when every row's outputs equal, bit for bit, the same row computed alone (rows = 1: batch
+ * invariance, kernels/gemm.h), else "DIFFERENT" (counted in the summary). Activations are Q_act8
+ * operands (FP8 / MXFP4 weights) or N(0, 1).
  */
 #include "bench/kernels_bench.h"
 
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define CPU_BENCH_BATCHES 8 /* timed batches per case; the fastest is printed */
@@ -62,8 +64,52 @@ static float cpu_normal_at(uint64_t i, float scale)
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)) * scale;
 }
 
+/* The weights' memory: as the engine's loader holds them on the CPU backend, one run of
+ * anonymous memory advised for 2 MiB pages (engine_st_file_copy_resident), every copy of a
+ * shape's weight adjacent in it; taken in order, given back all at once between shapes.
+ * Outside it (no arena, or full) plain malloc. */
+typedef struct {
+    uint8_t *base;
+    size_t cap;
+    size_t used;
+} cpu_arena_t;
+
+static cpu_arena_t g_arena;
+
+#define CPU_ARENA_PAGE ((size_t)2 << 20)
+
+static void arena_open(size_t cap)
+{
+    cap = (cap + CPU_ARENA_PAGE - 1) / CPU_ARENA_PAGE * CPU_ARENA_PAGE;
+    void *p = NULL;
+    if (posix_memalign(&p, CPU_ARENA_PAGE, cap) != 0) {
+        return; /* malloc then */
+    }
+    (void)madvise(p, cap, MADV_HUGEPAGE); /* advice: 4 KiB pages where refused */
+    g_arena = (cpu_arena_t){p, cap, 0};
+}
+
+static void *mat_alloc(size_t n)
+{
+    size_t rounded = (n + 63) / 64 * 64;
+    if (g_arena.base != NULL && g_arena.used + rounded <= g_arena.cap) {
+        void *p = g_arena.base + g_arena.used;
+        g_arena.used += rounded;
+        return p;
+    }
+    return malloc(n);
+}
+
+static void mat_free(void *p)
+{
+    if (g_arena.base == NULL || (uint8_t *)p < g_arena.base ||
+        (uint8_t *)p >= g_arena.base + g_arena.cap) {
+        free(p);
+    }
+}
+
 /* The weight of one shape in its resident format (FP8 with its clean map after the scales, as
- * the engine loads it); data and scales malloc'ed into *data_out, *scales_out. Returns 1, or 0
+ * the engine loads it); data and scales from mat_alloc into *data_out, *scales_out. Returns 1, or 0
  * (nothing allocated) when out of memory or a quantizer fails. */
 static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **data_out,
                     uint8_t **scales_out)
@@ -82,33 +128,36 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
         /* the scales, then the clean map the engine's loader makes (kernels/gemm.h) */
         const int64_t scale_bytes = ((s->n_out + 31) / 32) * (s->n_in / 32);
         kern_mat_t shape = {KERN_MAT_FP8, s->n_out, s->n_in, NULL, NULL, NULL};
-        data = malloc((size_t)n);
-        scales = malloc((size_t)(scale_bytes + kern_mat_fp8_clean_bytes(&shape)));
+        data = mat_alloc((size_t)n);
+        scales = mat_alloc((size_t)(scale_bytes + kern_mat_fp8_clean_bytes(&shape)));
         ok = data != NULL && scales != NULL &&
              kern_weight_fp8_quantize(f, s->n_out, s->n_in, data, scales) == TDM_OK;
         shape.data = data;
         ok = ok && kern_mat_fp8_clean_fill(&shape, scales + scale_bytes) == TDM_OK;
         clean = ok ? scales + scale_bytes : NULL;
     } else if (ok && s->dtype == KERN_MAT_MXFP4) {
-        data = malloc((size_t)(n / 2));
-        scales = malloc((size_t)(s->n_out * (s->n_in / 32)));
+        data = mat_alloc((size_t)(n / 2));
+        scales = mat_alloc((size_t)(s->n_out * (s->n_in / 32)));
         ok = data != NULL && scales != NULL &&
              kern_weight_mxfp4_quantize(f, s->n_out, s->n_in, data, scales) == TDM_OK;
     } else if (ok && s->dtype == KERN_MAT_BF16) {
-        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+        uint16_t *h = mat_alloc(sizeof(uint16_t) * (size_t)n);
         for (int64_t i = 0; h != NULL && i < n; i++) {
             h[i] = kern_bf16_from_f32(f[i]);
         }
         data = h;
         ok = h != NULL;
     } else if (ok) {
-        data = f;
-        f = NULL;
+        data = mat_alloc(sizeof(float) * (size_t)n);
+        ok = data != NULL;
+        if (ok) {
+            memcpy(data, f, sizeof(float) * (size_t)n);
+        }
     }
     free(f);
     if (!ok) {
-        free(scales);
-        free(data);
+        mat_free(scales);
+        mat_free(data);
         return 0;
     }
     *w = (kern_mat_t){s->dtype, s->n_out, s->n_in, data, scales, clean};
@@ -194,6 +243,8 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
     if (params->n_threads > 1 && kern_pool_create(params->n_threads, &ctx.pool) != TDM_OK) {
         ctx.n_threads = 1;
     }
+    /* every copy of the largest weight (the head, 32 MiB) plus one, and its scales */
+    arena_open((size_t)BENCH_GEMM_CPU_COLD_BYTES + ((size_t)80 << 20));
     double peak = kern_fma_peak_cpu(50.0);
     printf("\ncpu-gemm: kern_gemm_cpu on resident formats (%d threads), BF16 out, %s weights; FMA "
            "peak %.1f GFLOP/s; ms = fastest of %d batches (%s time); check = rows equal to each "
@@ -267,15 +318,18 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
             fflush(stdout);
         }
         for (int c = 1; c < n_copies; c++) {
-            free(copy_scales[c]);
-            free(copy_data[c]);
+            mat_free(copy_scales[c]);
+            mat_free(copy_data[c]);
         }
-        free(scales);
-        free(data);
+        mat_free(scales);
+        mat_free(data);
+        g_arena.used = 0;
         free(y1);
         free(y);
         free(x);
     }
     kern_pool_destroy(ctx.pool);
+    free(g_arena.base);
+    g_arena = (cpu_arena_t){0};
     return status;
 }
