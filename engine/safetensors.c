@@ -505,9 +505,10 @@ tdm_status_t engine_st_file_copy_resident(engine_st_file_t *file, uint64_t *huge
     uint8_t *raw =
         mmap(NULL, raw_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
+        int e = errno;
         tdm_errbuf_set(err, err_bytes, "%s: %zu bytes of anonymous memory for the weights: %s",
-                       file->path, raw_bytes, strerror(errno));
-        return errno == ENOMEM ? TDM_ERR_NO_MEMORY : TDM_ERR_IO;
+                       file->path, raw_bytes, strerror(e));
+        return e == ENOMEM ? TDM_ERR_NO_MEMORY : TDM_ERR_IO;
     }
     uint8_t *base = (uint8_t *)(((uintptr_t)raw + huge - 1) / huge * huge);
     /* the unaligned head and the tail past len go back at once */
@@ -522,8 +523,9 @@ tdm_status_t engine_st_file_copy_resident(engine_st_file_t *file, uint64_t *huge
     uint64_t huge_bytes = madvise(base, len, MADV_HUGEPAGE) == 0 ? (uint64_t)len : 0;
     memcpy(base, file->map, file->map_bytes);
     if (mprotect(base, len, PROT_READ) != 0) {
+        int e = errno;
         tdm_errbuf_set(err, err_bytes, "%s: mprotect of the weights' copy: %s", file->path,
-                       strerror(errno));
+                       strerror(e));
         munmap(base, len);
         return TDM_ERR_IO;
     }
