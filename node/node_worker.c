@@ -42,6 +42,11 @@ static const tdm_flag_t shared_flags[] = {
      "from peers through a host staging copy registered with UCX: docs/GPU.md 7; guard: the "
      "checking backend of kernels/guard.h)",
      0, 0, 0},
+    {"map-weights", TDM_FLAG_BOOL, "false", offsetof(node_worker_cfg_t, map_weights),
+     "cpu: keep the weights in the mapped checkpoint files (page cache shared by every process "
+     "on the host, 4 KiB pages) instead of a private copy in 2 MiB pages (faster decode: "
+     "docs/BENCHMARKS.md); for hosts running several nodes of one checkpoint",
+     0, 0, 0},
     {"chunk-tokens", TDM_FLAG_U32, "256", offsetof(node_worker_cfg_t, chunk_tokens),
      "prefill chunk: most tokens one layer pass takes", 1, 65536, 0},
     {"register-timeout-ms", TDM_FLAG_U32, "10000", offsetof(node_worker_cfg_t, register_timeout_ms),
@@ -245,6 +250,7 @@ int node_worker_load(node_worker_t *w)
     engine_model_params_default(&mp);
     mp.n_threads = w->n_threads;
     mp.ops = w->ops;
+    mp.map_weights = w->cfg->map_weights;
     status = engine_model_load(w->cfg->model_dir, &mp, &w->model, err, sizeof(err));
     if (status != TDM_OK) {
         fprintf(stderr, "%s: loading %s: %s\n", w->program, w->cfg->model_dir, err);

@@ -52,6 +52,7 @@ typedef struct {
     const char *rack;              /* --rack: NVLink domain id, sent at registration */
     uint32_t threads;              /* --threads: kernel threads (0: every online CPU) */
     const char *device;            /* --device: cpu, cuda or cuda:N (kernels/device.h) */
+    int map_weights;               /* --map-weights: engine_model_params_t.map_weights */
     uint32_t chunk_tokens;         /* --chunk-tokens: most tokens one prefill layer pass takes */
     uint32_t register_timeout_ms;  /* --register-timeout-ms: wait for the RegisterAck */
     const char *transports;        /* --transports: UCX_TLS syntax, NULL: UCX's choice */

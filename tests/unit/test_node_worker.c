@@ -39,10 +39,13 @@ static void test_shared_and_own_flags_land_in_the_worker_config(void **state)
 {
     char *argv[] = {"test-worker", "--model", "/models/m", "--pages",     "20",  "--threads",
                     "3",           "--rack",  "rack7",     "--log-level", "warn"};
+    char *mapped[] = {"test-worker", "--model", "/models/m", "--map-weights"};
     test_cfg_t cfg;
     tdm_flags_action_t action;
 
     (void)state;
+    assert_int_equal(start(4, mapped, &cfg, &action), NODE_EXIT_OK);
+    assert_int_equal(cfg.worker.map_weights, 1);
     assert_int_equal(start(11, argv, &cfg, &action), NODE_EXIT_OK);
     assert_int_equal(action, TDM_FLAGS_RUN);
     assert_int_equal(cfg.before, 0);
@@ -59,6 +62,7 @@ static void test_shared_and_own_flags_land_in_the_worker_config(void **state)
     assert_string_equal(cfg.worker.ucx_protocols, "v1");
     assert_null(cfg.worker.transports);
     assert_null(cfg.worker.require_transport);
+    assert_int_equal(cfg.worker.map_weights, 0); /* the copy in 2 MiB pages by default */
     assert_int_equal(node_worker_stop_signal(), 0);
 }
 
