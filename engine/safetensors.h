@@ -130,8 +130,8 @@ tdm_status_t engine_st_file_open(const char *path, engine_st_file_t **file_out, 
  * small matrices, and 2 MiB pages take the page walks of 4 KiB pages off that stream
  * (docs/BENCHMARKS.md). The copy is anonymous memory: resident until close, as the file's pages
  * would be once read, but not reclaimable, and it holds the whole file (a tensor the model never
- * reads, such as a skipped vision tensor, too; it would stay on disk under a mapping). Call before taking tensor data pointers (older ones
- * dangle). A second call is a no-op.
+ * reads, such as a skipped vision tensor, too; it would stay on disk under a mapping). Call
+ * before taking tensor data pointers (older ones dangle). A second call is a no-op.
  *
  * *huge_bytes_out (may be NULL): bytes advised for huge pages (0 when the advice was refused,
  * e.g. a kernel without transparent huge pages; the copy still works on base pages).
