@@ -778,17 +778,6 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
     if (st != TDM_OK) {
         goto err_free;
     }
-    if (model->params.ops->host_memory && !params->map_weights) {
-        /* before any tensor pointer is taken (engine_weights_copy_resident) */
-        uint64_t huge = 0;
-        st = engine_weights_copy_resident(model->weights, &huge, err, err_bytes);
-        if (st != TDM_OK) {
-            goto err_free;
-        }
-        tdm_log(TDM_LOG_INFO, "engine",
-                "weights copied into anonymous memory: %.1f MB advised for 2 MiB pages%s",
-                (double)huge / 1e6, huge == 0 ? " (advice refused: 4 KiB pages)" : "");
-    }
     if (!params->skip_weight_check) {
         st = engine_inventory_build(&model->cfg, &specs, &n_specs);
         if (st == TDM_OK) {
@@ -798,6 +787,18 @@ tdm_status_t engine_model_load(const char *dir, const engine_model_params_t *par
         if (st != TDM_OK) {
             goto err_free;
         }
+    }
+    if (model->params.ops->host_memory && !params->map_weights) {
+        /* after the check (which reads headers only: a refused checkpoint is never copied),
+         * before any tensor pointer is taken (engine_weights_copy_resident) */
+        uint64_t huge = 0;
+        st = engine_weights_copy_resident(model->weights, &huge, err, err_bytes);
+        if (st != TDM_OK) {
+            goto err_free;
+        }
+        tdm_log(TDM_LOG_INFO, "engine",
+                "weights copied into anonymous memory: %.1f MB advised for 2 MiB pages%s",
+                (double)huge / 1e6, huge == 0 ? " (advice refused: 4 KiB pages)" : "");
     }
     if (model->cfg.n_engram_layer_ids > 0) {
         st = engine_engram_sidecar_load(dir, &model->cfg, &model->sidecar, err, err_bytes);
