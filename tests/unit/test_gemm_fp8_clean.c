@@ -5,6 +5,7 @@
  * whose scaled copy is exact (the raw path), too large for it (the FP16 fold), and too large for
  * any fold (the plain order), at one row (the GEMV) and several (the few-row tile).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "common/status.h"
+#include "kernels/cpu/gemm_isa.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 
@@ -173,11 +175,45 @@ static void test_gemm_with_the_map_equals_the_reference_on_every_set(void **stat
     assert_int_equal(kern_cpu_isa_set(was), TDM_OK);
 }
 
+/* cpu_gemm_fp8_fold (kernels/cpu/gemm_isa.h), the answer the GEMV's order hangs on: zeros take no
+ * part, a subnormal, infinite or NaN element or a product out of range refuses any fold, and
+ * the raw decode's factor 2^(S - 7) narrows it further (scale bytes 127 and 130 here). */
+static void test_fold_answers(void **state)
+{
+    static uint8_t codes[64 * 64], scales[4] = {127, 130, 127, 127};
+    static float x[64];
+    kern_mat_t m = {KERN_MAT_FP8, 64, 64, codes, scales, NULL};
+    const float tiny = 1e-40f; /* subnormal */
+
+    (void)state;
+    memset(x, 0, sizeof(x));
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2); /* all zeros */
+    x[5] = -0.0f;
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    x[7] = 3.0f;
+    x[63] = -0.25f;
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    x[9] = tiny;
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    x[9] = 0.0f;
+    x[10] = 1e30f; /* 1e30 * 2^(130 - 7) overflows; * 2^(130 - 119) does not */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 1);
+    x[10] = 3e38f; /* overflows either way */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    x[10] = 1e-36f; /* * 2^(127 - 119) is still a normal float: the fold stays */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    x[10] = INFINITY;
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    x[10] = NAN;
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_map_marks_blocks_without_subnormal_codes),
         cmocka_unit_test(test_gemm_with_the_map_equals_the_reference_on_every_set),
+        cmocka_unit_test(test_fold_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
