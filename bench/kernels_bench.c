@@ -43,6 +43,7 @@ typedef struct {
     const char *gemm_cpu_rows; /* row counts of the resident-format CPU GEMM cases ("": none) */
     int gemm_cpu_cold;         /* cpu-gemm weights from DRAM, not cache */
     int quant;                 /* time the quantizers */
+    const char *index_keys;    /* key counts of the indexer cases ("": none) */
 } bench_cfg_t;
 
 static const tdm_flag_t bench_flags[] = {
@@ -69,6 +70,10 @@ static const tdm_flag_t bench_flags[] = {
     {"gemm-cpu-cold", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, gemm_cpu_cold),
      "cpu-gemm weights cold (copies used in turn, 96 MiB in all: from DRAM, as in an engine "
      "step); false: one cached copy",
+     0, 0, 0},
+    {"index-keys", TDM_FLAG_STRING, "2048,8192,32768,131072", offsetof(bench_cfg_t, index_keys),
+     "key counts (visible compressed entries) of the indexer cases: kern_index_scores_cpu and "
+     "kern_topk_cpu at the small and full presets' H_I, d_I, k_I (empty: skip them)",
      0, 0, 0},
     {"quant", TDM_FLAG_BOOL, "true", offsetof(bench_cfg_t, quant),
      "time the quantizer and dequantizer ops", 0, 0, 0},
@@ -421,13 +426,20 @@ int main(int argc, char **argv)
             status = 1;
         }
     }
+    int n_index = 0;
+    if (cfg.index_keys != NULL && cfg.index_keys[0] != '\0' && status == 0) {
+        bench_index_params_t ip = {.min_ms = cfg.min_ms, .keys = cfg.index_keys};
+        if (bench_index_run(&ip, &n_index) != 0) {
+            status = 1;
+        }
+    }
     printf("summary: cases=%d cuda=%s best_cuda_over_cpu=%.1fx cuda_vs_cpu_mismatches=%d "
            "gemm_cases=%d gemm_decode_best_GBps=%.1f gemm_prefill_best_TFLOPs=%.2f "
            "gemm_best_cuda_over_cpu=%.1fx gemm_cuda_vs_cpu_mismatches=%d cpu_gemm_cases=%d "
-           "cpu_gemm_batch_mismatches=%d\n",
+           "cpu_gemm_batch_mismatches=%d index_cases=%d\n",
            n_cases, cuda_ops != NULL ? "yes" : "no", best_ratio, n_mismatch, gemm_summary.n_cases,
            gemm_summary.best_decode_gbps, gemm_summary.best_prefill_tflops, gemm_summary.best_ratio,
-           gemm_summary.n_mismatch, cpu_summary.n_cases, cpu_summary.n_mismatch);
+           gemm_summary.n_mismatch, cpu_summary.n_cases, cpu_summary.n_mismatch, n_index);
     if (n_mismatch != 0 || gemm_summary.n_mismatch != 0 || cpu_summary.n_mismatch != 0) {
         status = 1;
     }

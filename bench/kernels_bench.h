@@ -5,7 +5,8 @@
  * at decode (1 row) and prefill shapes of the small and full presets (MODEL.md 9). Both time
  * CUDA calls with bench_time_cuda and report CUDA errors with bench_cuda_ok.
  * kernels_bench_cpu.c times kern_gemm_cpu alone on the small preset's weights in their resident
- * formats (FP8, MXFP4, the BF16 head, F32 mHC) at decode batch row counts.
+ * formats (FP8, MXFP4, the BF16 head, F32 mHC) at decode batch row counts; kernels_bench_index.c
+ * the indexer's scores and top-k over long contexts.
  */
 #ifndef TANDEM_BENCH_KERNELS_BENCH_H
 #define TANDEM_BENCH_KERNELS_BENCH_H
@@ -87,5 +88,28 @@ typedef struct {
  */
 int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params,
                        bench_gemm_cpu_summary_t *summary_out);
+
+/* bench_clock_ms - milliseconds on the CPU benches' clock: the calling thread's CPU time with
+ * one kernel thread (a shared box's other processes then do not count), else wall time. */
+double bench_clock_ms(int n_threads);
+
+/* bench_parse_counts - "1,4,16" into values [max_n] (each 1..max_value). Returns the count, 0
+ * when the list is empty or malformed. */
+int bench_parse_counts(const char *list, int64_t *values, int max_n, int64_t max_value);
+
+/* What bench_index_run runs: the indexer's kernels (kernels/topk.h) on one CPU thread. */
+#define BENCH_INDEX_MAX_NS 16 /* key counts in one list */
+typedef struct {
+    double min_ms;    /* minimum measured milliseconds per case */
+    const char *keys; /* comma-separated key counts (visible compressed entries), e.g. "8192" */
+} bench_index_params_t;
+
+/*
+ * bench_index_run - kern_index_scores_cpu and kern_topk_cpu at the small and full presets'
+ * indexer shapes (MODEL.md 9: H_I x d_I, k_I) for every key count of params->keys, on one
+ * thread; one "index" line each (kernels_bench_index.c gives the columns). Returns 0, or 1 after
+ * printing the reason (bad list, out of memory, a kernel error); *n_cases_out counts the lines.
+ */
+int bench_index_run(const bench_index_params_t *params, int *n_cases_out);
 
 #endif

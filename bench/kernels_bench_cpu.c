@@ -166,9 +166,8 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
     return 1;
 }
 
-/* Milliseconds on the clock of time_gemm: the calling thread's CPU time with one GEMM thread
- * (a shared box's other processes then do not count), else wall time. */
-static double clock_ms(int n_threads)
+/* kernels_bench.h */
+double bench_clock_ms(int n_threads)
 {
     struct timespec ts;
     if (n_threads > 1 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
@@ -178,7 +177,7 @@ static double clock_ms(int n_threads)
 }
 
 /* Seconds per call: the fastest of CPU_BENCH_BATCHES batches of calls, each at least
- * min_ms / CPU_BENCH_BATCHES on clock_ms; negative when the GEMM fails. */
+ * min_ms / CPU_BENCH_BATCHES on bench_clock_ms; negative when the GEMM fails. */
 static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, const float *x,
                         int64_t rows, float *y, double min_ms)
 {
@@ -189,14 +188,14 @@ static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, con
         return -1.0;
     }
     for (int b = 0; b < CPU_BENCH_BATCHES; b++) {
-        double t0 = clock_ms(ctx->n_threads);
+        double t0 = bench_clock_ms(ctx->n_threads);
         int64_t calls = 0;
         double ms;
         do {
             next = next + 1 < n_copies ? next + 1 : 0;
             kern_gemm_cpu(ctx, &ws[next], x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out);
             calls++;
-            ms = clock_ms(ctx->n_threads) - t0;
+            ms = bench_clock_ms(ctx->n_threads) - t0;
         } while (ms < min_ms / CPU_BENCH_BATCHES);
         double per_call = ms / 1e3 / (double)calls;
         best = best < 0.0 || per_call < best ? per_call : best;
@@ -204,15 +203,15 @@ static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, con
     return best;
 }
 
-/* Parses "1,4,16" into rows (at most max_n values, each >= 1). Returns the count, 0 if bad. */
-static int parse_rows(const char *list, int64_t *rows, int max_n)
+/* kernels_bench.h */
+int bench_parse_counts(const char *list, int64_t *rows, int max_n, int64_t max_value)
 {
     int n = 0;
     const char *p = list;
     while (p != NULL && *p != '\0') {
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < 1 || v > 65536 || n == max_n || (*end != ',' && *end != '\0')) {
+        if (end == p || v < 1 || v > max_value || n == max_n || (*end != ',' && *end != '\0')) {
             return 0;
         }
         rows[n++] = v;
@@ -225,7 +224,7 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
 {
     kern_ctx_t ctx = {.backend = KERN_BACKEND_CPU, .n_threads = params->n_threads};
     int64_t rows[BENCH_GEMM_CPU_MAX_ROWS];
-    int n_rows = parse_rows(params->rows, rows, BENCH_GEMM_CPU_MAX_ROWS);
+    int n_rows = bench_parse_counts(params->rows, rows, BENCH_GEMM_CPU_MAX_ROWS, 65536);
     int64_t max_rows = 1;
     int status = 0;
 

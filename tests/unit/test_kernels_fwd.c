@@ -357,6 +357,77 @@ static void test_topk_long_inputs_match_a_full_sort(void **state)
     }
 }
 
+/* qsort's view of the tie order for test_topk_filter_inputs (the values through a file-scope
+ * pointer: qsort has no context argument). */
+static const float *g_tk_vals;
+
+static int topk_qsort_cmp(const void *a, const void *b)
+{
+    return (int)topk_cmp_vals_idx(g_tk_vals, *(const int32_t *)a, *(const int32_t *)b);
+}
+
+/* Inputs of 2048 and more (at least 8k: the rising-threshold filter of kernels/cpu/topk.c):
+ * random scores, rising and falling runs (every index a candidate, the list cut again and
+ * again), few distinct values (ties at the threshold across cuts), -inf runs, signed zeros; the
+ * same selection and order as a full sort in the tie order. */
+static void test_topk_filter_inputs_match_a_full_sort(void **state)
+{
+    enum { N = 20000 };
+    static const int64_t ns[] = {2048, 4095, 9000, N};
+    static const int64_t ks[] = {8, 64, 128, 250};
+    static float v[N];
+    static int32_t scratch[N], idx[N], want[N];
+    (void)state;
+    for (int kind = 0; kind < 7; kind++) {
+        for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
+            int64_t n = ns[a], n_fin = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double u = urand();
+                switch (kind) {
+                case 0: /* scores of either sign */
+                    v[i] = (float)(u * 10.0 - 5.0);
+                    break;
+                case 1: /* rising: every index beats the kept ones */
+                    v[i] = (float)i * 0.5f;
+                    break;
+                case 2: /* falling */
+                    v[i] = -(float)i;
+                    break;
+                case 3: /* few distinct values: ties at every threshold */
+                    v[i] = (float)(int)(u * 5.0);
+                    break;
+                case 4: /* mostly -inf */
+                    v[i] = u < 0.97 ? -INFINITY : (float)(u * 3.0);
+                    break;
+                case 5: /* signed zeros, infinities, subnormals */
+                {
+                    static const float odd[8] = {0.0f,   -0.0f, INFINITY, -1e-40f,
+                                                 1e-40f, -2.5f, -0.0f,    -INFINITY};
+                    v[i] = odd[(int)(u * 8)];
+                    break;
+                }
+                default: /* rising in steps with noise, then a late burst of the best */
+                    v[i] = (float)(i / 512) + (float)u + (i > n - 100 ? 1e6f : 0.0f);
+                    break;
+                }
+            }
+            for (int64_t i = 0; i < n; i++) {
+                if (v[i] != -INFINITY) {
+                    want[n_fin++] = (int32_t)i;
+                }
+            }
+            g_tk_vals = v;
+            qsort(want, (size_t)n_fin, sizeof(int32_t), topk_qsort_cmp);
+            for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++) {
+                int64_t k = ks[b], got = -1;
+                assert_int_equal(kern_topk_cpu(NULL, v, n, k, scratch, idx, &got), TDM_OK);
+                assert_int_equal(got, k < n_fin ? k : n_fin);
+                assert_memory_equal(idx, want, (size_t)got * sizeof(int32_t));
+            }
+        }
+    }
+}
+
 static void test_moe_route_weights_and_order(void **state)
 {
     (void)state;
@@ -494,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_mhc_coeffs_doubly_stochastic_and_collapse),
         cmocka_unit_test(test_topk_tie_order_skips_minus_inf_and_rejects_nan),
         cmocka_unit_test(test_topk_long_inputs_match_a_full_sort),
+        cmocka_unit_test(test_topk_filter_inputs_match_a_full_sort),
         cmocka_unit_test(test_moe_route_weights_and_order),
         cmocka_unit_test(test_swiglu_clamps),
         cmocka_unit_test(test_attention_matches_double_with_sink),
