@@ -1180,17 +1180,18 @@ static void test_attention_rows_equal_rows_one_by_one(void **state)
 }
 
 /* Indexer scores with head counts around the register blocks (1-17: whole blocks of 4 and 8
- * heads and tails) and key counts 0-39 (pairs and a tail), against the scalar set, bit for bit;
- * negative dots (the max(0, .)) and negative weights included. */
+ * heads and tails), key counts 0-39 (pairs, blocks of 16 and a tail) and key widths of both
+ * presets (64, 128: AVX-512's constant-width 16-key blocks) and others, against the scalar set,
+ * bit for bit; negative dots (the max(0, .)) and negative weights included. */
 static void test_index_scores_blocks_match_scalar_set(void **state)
 {
-    enum { NHX = 17, DX = 64, NKX = 39 };
+    enum { NHX = 17, DX = 128, NKX = 39 };
     static float q[NHX * DX], w[NHX], keys[NKX * DX], sc[NKX], sc_ref[NKX];
-    static const int64_t ds[3] = {16, 48, 64};
+    static const int64_t ds[4] = {16, 48, 64, 128};
     (void)state;
     g_test_isa = kern_cpu_isa();
     for (int rep = 0; rep < 200; rep++) {
-        int64_t nh = 1 + (int64_t)(rnd32() % NHX), d = ds[rep % 3];
+        int64_t nh = 1 + (int64_t)(rnd32() % NHX), d = ds[rep % 4];
         int64_t nk = (int64_t)(rnd32() % (NKX + 1));
         for (int64_t i = 0; i < nh * d; i++) {
             q[i] = frand(1.0f);
