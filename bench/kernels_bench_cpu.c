@@ -204,7 +204,7 @@ static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, con
 }
 
 /* kernels_bench.h */
-int bench_parse_counts(const char *list, int64_t *rows, int max_n, int64_t max_value)
+int bench_parse_counts(const char *list, int64_t *values, int max_n, int64_t max_value)
 {
     int n = 0;
     const char *p = list;
@@ -214,7 +214,7 @@ int bench_parse_counts(const char *list, int64_t *rows, int max_n, int64_t max_v
         if (end == p || v < 1 || v > max_value || n == max_n || (*end != ',' && *end != '\0')) {
             return 0;
         }
-        rows[n++] = v;
+        values[n++] = v;
         p = *end == ',' ? end + 1 : end;
     }
     return n;

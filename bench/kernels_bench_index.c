@@ -138,7 +138,7 @@ int bench_index_run(const bench_index_params_t *params, int *n_cases_out)
 {
     int64_t ns[BENCH_INDEX_MAX_NS];
     int n_ns = bench_parse_counts(params->keys, ns, BENCH_INDEX_MAX_NS, BENCH_INDEX_MAX_KEYS);
-    int64_t n_max = 0, hd_max = 0;
+    int64_t n_max = 0, hd_max = 0, h_max = 0, d_max = 0;
     int status = 0;
 
     *n_cases_out = 0;
@@ -155,10 +155,12 @@ int bench_index_run(const bench_index_params_t *params, int *n_cases_out)
     for (size_t s = 0; s < N_INDEX_SHAPES; s++) {
         int64_t hd = index_shapes[s].n_heads * index_shapes[s].d_i;
         hd_max = hd > hd_max ? hd : hd_max;
+        h_max = index_shapes[s].n_heads > h_max ? index_shapes[s].n_heads : h_max;
+        d_max = index_shapes[s].d_i > d_max ? index_shapes[s].d_i : d_max;
     }
     float *q = malloc(sizeof(float) * (size_t)hd_max);
-    float *w = malloc(sizeof(float) * 64);
-    float *keys = malloc(sizeof(float) * (size_t)(n_max * 128));
+    float *w = malloc(sizeof(float) * (size_t)h_max);
+    float *keys = malloc(sizeof(float) * (size_t)(n_max * d_max));
     float *scores = malloc(sizeof(float) * (size_t)n_max);
     float *rising = malloc(sizeof(float) * (size_t)n_max);
     int32_t *scratch = malloc(sizeof(int32_t) * (size_t)n_max);
@@ -174,10 +176,10 @@ int bench_index_run(const bench_index_params_t *params, int *n_cases_out)
     for (int64_t i = 0; i < hd_max; i++) {
         q[i] = normal_at((uint64_t)i);
     }
-    for (int64_t i = 0; i < 64; i++) {
+    for (int64_t i = 0; i < h_max; i++) {
         w[i] = normal_at((uint64_t)(1 << 20) + (uint64_t)i);
     }
-    for (int64_t i = 0; i < n_max * 128; i++) {
+    for (int64_t i = 0; i < n_max * d_max; i++) {
         keys[i] = normal_at((uint64_t)(1 << 21) + (uint64_t)i);
     }
     for (int64_t i = 0; i < n_max; i++) {

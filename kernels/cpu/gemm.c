@@ -222,9 +222,10 @@ tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float
 }
 
 /* gemm_isa.h. Both scans are branch-free min/max loops, so the compiler vectorizes them; on
- * x86-64 GCC they are compiled for AVX-512 and AVX2 too (target_clones): a decode step calls
- * this once per FP8 matrix, and as scalar loops with a branch it took about 1.4 % of a batch-1
- * step (perf, one thread, Zen 4), 0.3 % now. */
+ * x86-64 GCC they are compiled for AVX-512 and AVX2 too (target_clones, chosen by the CPU, not
+ * by TANDEM_CPU_ISA's cap: integer minima and maxima, the same answer on every set): a decode
+ * step calls this once per FP8 matrix, and as scalar loops with a branch it took about 1.4 % of
+ * a batch-1 step (perf, one thread, Zen 4), 0.3 % now. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif

@@ -27,7 +27,7 @@ tdm_status_t kern_index_scores_cpu(kern_ctx_t *ctx, const float *q, const float 
         d_I % KERN_GEMM_K_MULTIPLE != 0 || n_heads <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
-    if (vec != NULL) { /* the same dots and sums, four heads per pass over a key */
+    if (vec != NULL) { /* the same dots and sums in register blocks (vec_body.inc) */
         vec->index_scores(q, w, n_heads, d_I, keys, n_keys, scores_out);
         return TDM_OK;
     }
@@ -312,11 +312,13 @@ static void keep_best(const float *vals, const int32_t *list, int64_t m, uint32_
  * the same selection as radix_threshold on the whole input. The filter loop has no branch on the
  * data; on scores in no particular order t rises within a few cuts and the list stays short, and
  * on rising input (every index a candidate) a cut of 4k keeps k, as much work per index as the
- * whole-input histograms. So the filter gives up (returns -1, idx_out untouched) once more than
- * a quarter of the input (past the first 4k) has been admitted: then the caller's whole-input
- * histograms, with the cost of the cuts so far on top (measured on rising input, the worst case:
- * tandem-bench-kernels' index lines, "rising"). Else returns the count (min(k, the nonzero
- * keys)), the indices in index order in idx_out.
+ * whole-input histograms. So the filter gives up (returns -1, idx_out untouched) at a cut where
+ * the cuts so far have admitted more than 4k + i / 4 indices (i: the input read, about a quarter
+ * of it past the first 4k): then the caller's whole-input histograms, with the cost of the cuts
+ * so far on top (measured on rising input, the worst case: tandem-bench-kernels' index lines,
+ * "rising"). Else returns the count (min(k, the nonzero keys)), the indices in index order in
+ * idx_out. The value compares (here and in run_above) agree with the order keys under IEEE
+ * subnormals, as the heap path's do; nothing in the project sets flush-to-zero.
  */
 static int64_t topk_filter(const float *vals, int64_t n, int64_t k, int32_t *scratch,
                            int32_t *idx_out)
