@@ -12,7 +12,7 @@
  * selection; the others the heap (no histograms to clear). Of those, inputs from
  * TOPK_FILTER_MIN_N (and at least 8k) first pass a rising threshold (topk_filter: the indexer's
  * top-k over a long context, 2-30x fewer cycles at 8-128 K scores than histograms of the whole
- * input, tandem-bench-kernels' topk rows). All give the same indices in the same order. */
+ * input, tandem-bench-kernels' index lines). All give the same indices in the same order. */
 enum { TOPK_RADIX_MIN_N = 128, TOPK_RADIX_MIN_K = 8, TOPK_SORT_MAX = 1024 };
 enum { TOPK_FILTER_MIN_N = 2048 };
 
@@ -188,6 +188,9 @@ static void sort_selected(const float *vals, int32_t *a, int64_t m)
 {
     uint64_t buf[2][TOPK_SORT_MAX];
     uint64_t *src = buf[0], *dst = buf[1];
+    if (m < 2) {
+        return; /* nothing to order (and no src[0] to look at when m = 0) */
+    }
     for (int64_t i = 0; i < m; i++) {
         src[i] = (uint64_t)~order_key(vals[a[i]]) << 32 | (uint32_t)a[i];
     }
@@ -241,24 +244,31 @@ static inline int64_t list_at(const int32_t *list, int64_t j)
 }
 
 /*
- * The order key T of the m-th best (1 <= m) of the entries of list [n] (ascending indices; NULL:
- * 0 .. n-1), at least m of whose keys are nonzero: digit by digit from the top (histograms;
- * after the first digit only the entries sharing it, listed in work [n], are looked at). The m
- * best are then every key above T and, of the keys equal to T, the first *need_out in index
- * order (the tie order).
+ * The m best (m = min(k, the nonzero keys), k >= 1) of the entries of list [n] (ascending
+ * indices; NULL: 0 .. n-1): *m_out = m and, when m > 0, the order key T of the m-th best, digit
+ * by digit from the top (histograms; after the first digit only the entries sharing it, listed
+ * in work [n], are looked at). The m best are then every key above T and, of the keys equal to
+ * T, the first *need_out in index order (the tie order). Returns T (0 when m = 0).
  */
-static uint32_t radix_threshold(const float *vals, const int32_t *list, int64_t n, int64_t m,
-                                int32_t *work, int64_t *need_out)
+static uint32_t radix_threshold(const float *vals, const int32_t *list, int64_t n, int64_t k,
+                                int32_t *work, int64_t *m_out, int64_t *need_out)
 {
     uint32_t hist[4096], hist_lo[1024];
-    int64_t need = m, n_cand = 0;
+    int64_t n_cand = 0, n_zero = 0;
     uint32_t top = 0;
 
     memset(hist, 0, sizeof(hist));
     for (int64_t j = 0; j < n; j++) {
         uint32_t u = order_key(vals[list_at(list, j)]);
         hist[TOPK_D1(u)]++;
+        n_zero += u == 0;
         top = u > top ? u : top;
+    }
+    int64_t m = k < n - n_zero ? k : n - n_zero, need = m;
+    *m_out = m;
+    if (m == 0) {
+        *need_out = 0;
+        return 0;
     }
     uint32_t b1 = pick_bin(hist, TOPK_D1(top), &need);
     for (int64_t j = 0; j < n; j++) {
@@ -323,7 +333,7 @@ static void keep_best(const float *vals, const int32_t *list, int64_t m, uint32_
 static int64_t topk_filter(const float *vals, int64_t n, int64_t k, int32_t *scratch,
                            int32_t *idx_out)
 {
-    int64_t cap = 4 * k, c = 0, need, admitted = 0;
+    int64_t cap = 4 * k, c = 0, m, need, admitted = 0;
     int32_t *cand = scratch, *work = scratch + cap;
     float t = -INFINITY; /* the value of key t: "key above t" is "value above t" (no NaN here) */
 
@@ -343,24 +353,21 @@ static int64_t topk_filter(const float *vals, int64_t n, int64_t k, int32_t *scr
             if (admitted > 4 * k + i / 4) {
                 return -1; /* rising input: each cut costs more than it saves */
             }
-            uint32_t T = radix_threshold(vals, cand, c, k, work, &need);
+            uint32_t T = radix_threshold(vals, cand, c, k, work, &m, &need); /* m = k */
             keep_best(vals, cand, k, T, need, cand);
             t = key_value(T);
             c = k;
         }
     }
-    int64_t m = k < c ? k : c;
-    if (m > 0) {
-        uint32_t T = radix_threshold(vals, cand, c, m, work, &need);
-        keep_best(vals, cand, m, T, need, idx_out);
-    }
+    uint32_t T = radix_threshold(vals, cand, c, k, work, &m, &need);
+    keep_best(vals, cand, m, T, need, idx_out);
     return m;
 }
 
 tdm_status_t kern_topk_cpu(kern_ctx_t *ctx, const float *vals, int64_t n, int64_t k,
                            int32_t *scratch, int32_t *idx_out, int64_t *n_out)
 {
-    int64_t n_fin = 0, need;
+    int64_t m, need;
 
     if (vals == NULL || n_out == NULL || k < 0 || n < 0 || (k > 0 && idx_out == NULL) ||
         (n > 0 && scratch == NULL)) {
@@ -392,15 +399,7 @@ tdm_status_t kern_topk_cpu(kern_ctx_t *ctx, const float *vals, int64_t n, int64_
     }
     /* Every key above the k-th best T is kept, and of the keys equal to T the first `need` in
      * index order (the tie order). */
-    for (int64_t i = 0; i < n; i++) {
-        n_fin += order_key(vals[i]) != 0;
-    }
-    int64_t m = k < n_fin ? k : n_fin;
-    if (m == 0) {
-        *n_out = 0;
-        return TDM_OK;
-    }
-    uint32_t T = radix_threshold(vals, NULL, n, m, scratch, &need);
+    uint32_t T = radix_threshold(vals, NULL, n, k, scratch, &m, &need);
     keep_best(vals, NULL, m, T, need, idx_out);
     sort_selected(vals, idx_out, m);
     *n_out = m;

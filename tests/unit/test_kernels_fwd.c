@@ -368,8 +368,8 @@ static int topk_qsort_cmp(const void *a, const void *b)
 
 /* Inputs of 2048 and more (at least 8k: the rising-threshold filter of kernels/cpu/topk.c):
  * random scores, rising and falling runs (every index a candidate, the list cut again and
- * again), few distinct values (ties at the threshold across cuts), -inf runs, signed zeros; the
- * same selection and order as a full sort in the tie order. */
+ * again), few distinct values (ties at the threshold across cuts), -inf runs, all -inf, signed
+ * zeros; the same selection and order as a full sort in the tie order. */
 static void test_topk_filter_inputs_match_a_full_sort(void **state)
 {
     enum { N = 20000 };
@@ -378,7 +378,7 @@ static void test_topk_filter_inputs_match_a_full_sort(void **state)
     static float v[N];
     static int32_t scratch[N], idx[N], want[N];
     (void)state;
-    for (int kind = 0; kind < 7; kind++) {
+    for (int kind = 0; kind < 8; kind++) {
         for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++) {
             int64_t n = ns[a], n_fin = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -406,6 +406,9 @@ static void test_topk_filter_inputs_match_a_full_sort(void **state)
                     v[i] = odd[(int)(u * 8)];
                     break;
                 }
+                case 6: /* all -inf: nothing to select */
+                    v[i] = -INFINITY;
+                    break;
                 default: /* rising in steps with noise, then a late burst of the best */
                     v[i] = (float)(i / 512) + (float)u + (i > n - 100 ? 1e6f : 0.0f);
                     break;
