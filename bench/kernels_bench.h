@@ -97,6 +97,25 @@ double bench_clock_ms(int n_threads);
  * when the list is empty or malformed. */
 int bench_parse_counts(const char *list, int64_t *values, int max_n, int64_t max_value);
 
+/* One call of the work bench_time_cpu times; arg is the caller's. TDM_OK or the kernel's error. */
+typedef tdm_status_t bench_cpu_call_fn(void *arg);
+
+/* Timed batches per CPU case; the fastest is printed (a shared box's load varies, the fastest
+ * batch is the least disturbed). */
+#define BENCH_CPU_BATCHES 8
+
+/*
+ * bench_time_cpu - seconds per call of call(arg): one call whose status is checked, then
+ * BENCH_CPU_BATCHES batches of back-to-back calls, each at least min_ms / BENCH_CPU_BATCHES on
+ * bench_clock_ms(n_threads); returns the fastest batch's time per call, or a negative value when
+ * the checked call fails (the timed calls' statuses are not looked at).
+ */
+double bench_time_cpu(bench_cpu_call_fn *call, void *arg, int n_threads, double min_ms);
+
+/* bench_normal_at - element i of a fixed N(0, scale^2) sequence (Box-Muller on two SplitMix64
+ * draws of i): the benches' weights and activations, the same on every run and machine. */
+float bench_normal_at(uint64_t i, float scale);
+
 /* What bench_index_run runs: the indexer's kernels (kernels/topk.h) on one CPU thread. */
 #define BENCH_INDEX_MAX_NS 16 /* key counts in one list */
 typedef struct {

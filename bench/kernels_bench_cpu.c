@@ -35,8 +35,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define CPU_BENCH_BATCHES 8 /* timed batches per case; the fastest is printed */
-
 typedef struct {
     const char *name;
     kern_mat_dtype_t dtype;
@@ -54,15 +52,6 @@ static const cpu_shape_t cpu_shapes[] = {
 #define N_CPU_SHAPES (sizeof(cpu_shapes) / sizeof(cpu_shapes[0]))
 
 static const char *const dtype_names[] = {"bf16", "f32", "fp8", "mxfp4"};
-
-static float cpu_normal_at(uint64_t i, float scale)
-{
-    uint64_t a = tdm_hash_splitmix64(2 * i);
-    uint64_t b = tdm_hash_splitmix64(2 * i + 1);
-    double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0;
-    double u2 = (double)(b >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2)) * scale;
-}
 
 /* The weights' memory: as the engine's loader holds them on the CPU backend, one run of
  * anonymous memory advised for 2 MiB pages (engine_st_file_copy_resident), every copy of a
@@ -122,7 +111,7 @@ static int make_mat(const cpu_shape_t *s, uint64_t seed, kern_mat_t *w, void **d
     int ok = f != NULL;
 
     for (int64_t i = 0; ok && i < n; i++) {
-        f[i] = cpu_normal_at(seed + (uint64_t)i, 1.0f / sqrtf((float)s->n_in));
+        f[i] = bench_normal_at(seed + (uint64_t)i, 1.0f / sqrtf((float)s->n_in));
     }
     if (ok && s->dtype == KERN_MAT_FP8) {
         /* the scales, then the clean map the engine's loader makes (kernels/gemm.h) */
@@ -176,31 +165,53 @@ double bench_clock_ms(int n_threads)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Seconds per call: the fastest of CPU_BENCH_BATCHES batches of calls, each at least
- * min_ms / CPU_BENCH_BATCHES on bench_clock_ms; negative when the GEMM fails. */
-static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, const float *x,
-                        int64_t rows, float *y, double min_ms)
+/* kernels_bench.h */
+double bench_time_cpu(bench_cpu_call_fn *call, void *arg, int n_threads, double min_ms)
 {
     double best = -1.0;
-    const kern_mat_t *w = &ws[0];
-    int next = 0;
-    if (kern_gemm_cpu(ctx, w, x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out) != TDM_OK) {
+    if (call(arg) != TDM_OK) {
         return -1.0;
     }
-    for (int b = 0; b < CPU_BENCH_BATCHES; b++) {
-        double t0 = bench_clock_ms(ctx->n_threads);
+    for (int b = 0; b < BENCH_CPU_BATCHES; b++) {
+        double t0 = bench_clock_ms(n_threads);
         int64_t calls = 0;
         double ms;
         do {
-            next = next + 1 < n_copies ? next + 1 : 0;
-            kern_gemm_cpu(ctx, &ws[next], x, w->n_in, rows, KERN_GEMM_OUT_BF16, y, w->n_out);
+            (void)call(arg);
             calls++;
-            ms = bench_clock_ms(ctx->n_threads) - t0;
-        } while (ms < min_ms / CPU_BENCH_BATCHES);
+            ms = bench_clock_ms(n_threads) - t0;
+        } while (ms < min_ms / BENCH_CPU_BATCHES);
         double per_call = ms / 1e3 / (double)calls;
         best = best < 0.0 || per_call < best ? per_call : best;
     }
     return best;
+}
+
+/* One GEMM of time_gemm: the next of n_copies copies of the weight in turn (ws[0] first). */
+typedef struct {
+    kern_ctx_t *ctx;
+    const kern_mat_t *ws;
+    int n_copies, next;
+    const float *x;
+    int64_t rows;
+    float *y;
+} gemm_call_t;
+
+static tdm_status_t gemm_call(void *arg)
+{
+    gemm_call_t *g = arg;
+    const kern_mat_t *w = &g->ws[g->next];
+    g->next = g->next + 1 < g->n_copies ? g->next + 1 : 0;
+    return kern_gemm_cpu(g->ctx, w, g->x, w->n_in, g->rows, KERN_GEMM_OUT_BF16, g->y, w->n_out);
+}
+
+/* Seconds per call of kern_gemm_cpu on the copies in turn (bench_time_cpu); negative when the
+ * GEMM fails. */
+static double time_gemm(kern_ctx_t *ctx, const kern_mat_t *ws, int n_copies, const float *x,
+                        int64_t rows, float *y, double min_ms)
+{
+    gemm_call_t g = {ctx, ws, n_copies, 0, x, rows, y};
+    return bench_time_cpu(gemm_call, &g, ctx->n_threads, min_ms);
 }
 
 /* kernels_bench.h */
@@ -248,7 +259,7 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
     printf("\ncpu-gemm: kern_gemm_cpu on resident formats (%d threads), BF16 out, %s weights; FMA "
            "peak %.1f GFLOP/s; ms = fastest of %d batches (%s time); check = rows equal to each "
            "row alone\n",
-           ctx.n_threads, params->cold ? "cold" : "cached", peak / 1e9, CPU_BENCH_BATCHES,
+           ctx.n_threads, params->cold ? "cold" : "cached", peak / 1e9, BENCH_CPU_BATCHES,
            ctx.n_threads > 1 ? "wall" : "thread CPU");
     printf("%-8s %-9s %5s %6s %5s %5s %9s %8s %6s %7s %s\n", "cpu-gemm", "weight", "fmt", "n_out",
            "n_in", "rows", "ms", "GFLOP/s", "%peak", "GB/s", "check");
@@ -272,7 +283,7 @@ int bench_gemm_cpu_run(const bench_gemm_cpu_params_t *params, bench_gemm_cpu_sum
             break;
         }
         for (int64_t e = 0; e < max_rows * s->n_in; e++) {
-            x[e] = cpu_normal_at(((uint64_t)1 << 41) + (uint64_t)e, 1.0f);
+            x[e] = bench_normal_at(((uint64_t)1 << 41) + (uint64_t)e, 1.0f);
         }
         if (s->dtype == KERN_MAT_FP8 || s->dtype == KERN_MAT_MXFP4) {
             kern_qdq_act8_rows_cpu(NULL, x, max_rows, s->n_in, x);

@@ -69,7 +69,8 @@ static void free_host_weight(host_weight_t *w)
     memset(w, 0, sizeof(*w));
 }
 
-static float normal_at(uint64_t i, float scale)
+/* kernels_bench.h */
+float bench_normal_at(uint64_t i, float scale)
 {
     uint64_t a = tdm_hash_splitmix64(2 * i);
     uint64_t b = tdm_hash_splitmix64(2 * i + 1);
@@ -98,7 +99,7 @@ static int make_weight(const gemm_shape_t *s, uint64_t seed, host_weight_t *w)
         return 0;
     }
     for (int64_t i = 0; i < n; i++) {
-        f[i] = normal_at(seed + (uint64_t)i, 1.0f / sqrtf((float)s->n_in));
+        f[i] = bench_normal_at(seed + (uint64_t)i, 1.0f / sqrtf((float)s->n_in));
     }
     if (s->fmt == FMT_FP8) {
         ok = kern_weight_fp8_quantize(f, s->n_out, s->n_in, w->codes, w->scales) == TDM_OK &&
@@ -294,7 +295,7 @@ int bench_gemm_run(const bench_gemm_params_t *params, const kern_ops_t *cuda,
             break;
         }
         for (int64_t e = 0; e < max_rows * s->n_in; e++) {
-            x[e] = normal_at(((uint64_t)1 << 40) + (uint64_t)e, 1.0f);
+            x[e] = bench_normal_at(((uint64_t)1 << 40) + (uint64_t)e, 1.0f);
         }
         kern_qdq_act8_rows_cpu(NULL, x, max_rows, s->n_in, x);
         const kern_mat_t host_mat = {KERN_MAT_BF16, s->n_out, s->n_in, w.bf16, NULL, NULL};

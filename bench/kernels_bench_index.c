@@ -19,17 +19,14 @@
  */
 #include "bench/kernels_bench.h"
 
-#include "common/hash.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/topk.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define INDEX_BATCHES        8         /* timed batches per case; the fastest is printed */
 #define BENCH_INDEX_MAX_KEYS (1 << 18) /* a 1 M-token context at ratio 4 */
 
 /* An indexer shape of a preset (MODEL.md 9). */
@@ -54,8 +51,10 @@ typedef struct {
     uint32_t sink; /* the read pass's result, kept */
 } index_call_t;
 
-static tdm_status_t do_call(index_call_t *c)
+/* One call of the case's work (a bench_cpu_call_fn; arg: the index_call_t). */
+static tdm_status_t do_call(void *arg)
 {
+    index_call_t *c = arg;
     int64_t n_out;
     switch (c->kind) {
     case CALL_SCORES:
@@ -76,34 +75,10 @@ static tdm_status_t do_call(index_call_t *c)
     }
 }
 
-/* Seconds per call: the fastest of INDEX_BATCHES batches of at least min_ms / INDEX_BATCHES;
- * negative when a call fails. */
+/* Seconds per call (bench_time_cpu, one thread); negative when a call fails. */
 static double time_call(index_call_t *c, double min_ms)
 {
-    double best = -1.0;
-    if (do_call(c) != TDM_OK) {
-        return -1.0;
-    }
-    for (int b = 0; b < INDEX_BATCHES; b++) {
-        double t0 = bench_clock_ms(1), ms;
-        int64_t calls = 0;
-        do {
-            (void)do_call(c);
-            calls++;
-            ms = bench_clock_ms(1) - t0;
-        } while (ms < min_ms / INDEX_BATCHES);
-        double per_call = ms / 1e3 / (double)calls;
-        best = best < 0.0 || per_call < best ? per_call : best;
-    }
-    return best;
-}
-
-static float normal_at(uint64_t i)
-{
-    uint64_t a = tdm_hash_splitmix64(2 * i), b = tdm_hash_splitmix64(2 * i + 1);
-    double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0,
-           u2 = (double)(b >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    return bench_time_cpu(do_call, c, 1, min_ms);
 }
 
 /* The tie order for qsort (values through a file-scope pointer: qsort has no context). */
@@ -174,13 +149,13 @@ int bench_index_run(const bench_index_params_t *params, int *n_cases_out)
         goto out;
     }
     for (int64_t i = 0; i < hd_max; i++) {
-        q[i] = normal_at((uint64_t)i);
+        q[i] = bench_normal_at((uint64_t)i, 1.0f);
     }
     for (int64_t i = 0; i < h_max; i++) {
-        w[i] = normal_at((uint64_t)(1 << 20) + (uint64_t)i);
+        w[i] = bench_normal_at((uint64_t)(1 << 20) + (uint64_t)i, 1.0f);
     }
     for (int64_t i = 0; i < n_max * d_max; i++) {
-        keys[i] = normal_at((uint64_t)(1 << 21) + (uint64_t)i);
+        keys[i] = bench_normal_at((uint64_t)(1 << 21) + (uint64_t)i, 1.0f);
     }
     for (int64_t i = 0; i < n_max; i++) {
         rising[i] = (float)i * 0.25f;
@@ -189,7 +164,7 @@ int bench_index_run(const bench_index_params_t *params, int *n_cases_out)
     printf("\nindex: kern_index_scores_cpu and kern_topk_cpu (1 thread, %s kernels), FMA peak "
            "%.1f GFLOP/s; us = fastest of %d batches (thread CPU time); x read = time over one "
            "read pass of the scores\n",
-           kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, INDEX_BATCHES);
+           kern_cpu_isa_name(kern_cpu_isa()), peak / 1e9, BENCH_CPU_BATCHES);
     printf("%-5s %-6s %4s %4s %4s %8s | %10s %8s %6s | %9s %9s %7s | %9s %7s | %s\n", "index",
            "preset", "H_I", "d_I", "k_I", "keys", "scores_us", "GFLOP/s", "%peak", "topk_us",
            "ns/score", "x read", "rising_us", "x read", "check");
