@@ -2,11 +2,12 @@
  * preset is the 2-core benchmark model, MODEL.md 9): CED prefill tok/s of one prompt and decode
  * tok/s at several batch sizes, each printed beside a roofline measured in the same run
  * (decode: bytes one step reads / the higher of the memcpy rate and the read bandwidth of as
- * many reader threads as --threads, and the FMA peak times the threads; prefill: GEMM FLOPs per
- * token / the kernel GEMM's FLOP rate). Results go into docs/BENCHMARKS.md. With --device cuda
- * the rooflines are the driver's HBM and dense BF16 tensor peaks (kern_device_info) and each
- * decode step brings back greedy token ids only (engine_fwd_decode_greedy), as a GPU server's
- * would.
+ * many reader threads as --threads, and the FMA peak times the threads over the step's GEMM
+ * FLOPs plus the attention's multiply-adds the forward pass counts, engine_fwd_attn_flops; the
+ * GEMM-only figure printed too; prefill: GEMM FLOPs per token / the kernel GEMM's FLOP rate).
+ * Results go into docs/BENCHMARKS.md. With --device cuda the rooflines are the driver's HBM and
+ * dense BF16 tensor peaks (kern_device_info) and each decode step brings back greedy token ids only
+ * (engine_fwd_decode_greedy), as a GPU server's would.
  *
  * --calib FILE measures per-step costs instead and writes them in tandem-sim's calibration
  * format (docs/SIM.md "Calibration"; read by sim_perf_calibrate): CED prefill seconds for
@@ -622,8 +623,12 @@ int main(int argc, char **argv)
         if (ws_bw > bw) {
             bw = ws_bw;
         }
-        /* compute roofline: 2 FLOPs per active parameter per token (the GEMMs) */
-        double step_flops = 2.0 * (double)counts.active_decode_params * B;
+        /* compute roofline: 2 FLOPs per active parameter per token (the GEMMs) plus the
+         * attention's multiply-adds the forward pass counted (engine_fwd_attn_flops: q . k and
+         * p . v over each row's keys, the indexer's scores) */
+        double gemm_flops = 2.0 * (double)counts.active_decode_params * B;
+        double attn_flops = (double)engine_fwd_attn_flops(fwd) / n_steps;
+        double step_flops = gemm_flops + attn_flops;
         double mem_roof = bw / bytes;
         double fma_roof = peak / step_flops;
         int mem_binds = mem_roof <= fma_roof;
@@ -635,6 +640,10 @@ int main(int argc, char **argv)
                on_device ? "BF16 tensor" : "FMA", fma_roof, 100.0 * steps_per_s / fma_roof,
                mem_binds ? "memory" : "compute",
                100.0 * steps_per_s / (mem_binds ? mem_roof : fma_roof));
+        printf("                 FMA roofline's FLOPs per step: GEMMs %.1f M + attention %.1f M "
+               "(GEMMs alone: roofline %.1f steps/s = %.0f %%)\n",
+               gemm_flops / 1e6, attn_flops / 1e6, peak / gemm_flops,
+               100.0 * steps_per_s / (peak / gemm_flops));
         printf("                 CPU-time rate %.1f steps/s (steps per process CPU second, all "
                "threads: near what an uncontended box reaches when this one is shared)\n",
                cpu_steps_per_s);

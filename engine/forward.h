@@ -161,7 +161,18 @@ void engine_fwd_set_dump(engine_fwd_t *fwd, const engine_dump_sink_t *sink);
  */
 void engine_fwd_read_bytes(engine_fwd_t *fwd, uint64_t *weight_bytes_out, uint64_t *kv_bytes_out);
 
-/* engine_fwd_reset_read_bytes - zero the engine_fwd_read_bytes counters. */
+/*
+ * engine_fwd_attn_flops - the attention's multiply-add FLOPs since the context was created or
+ * its counters last reset, for the compute roofline (bench/engine_bench.c), which counts the
+ * GEMMs from the parameter count: per query row, head and key it attends, 2 d for q . k and 2 d
+ * for p . v (MODEL.md 5.2: the window's keys and the selected compressed rows), and per scored
+ * compressed row and index head 2 d_I (the indexer, MODEL.md 5.4). Softmax, sink and top-k work
+ * is not counted (no multiply-adds of this size). Counted on the host as the calls are made.
+ */
+uint64_t engine_fwd_attn_flops(const engine_fwd_t *fwd);
+
+/* engine_fwd_reset_read_bytes - zero the engine_fwd_read_bytes and engine_fwd_attn_flops
+ * counters. */
 void engine_fwd_reset_read_bytes(engine_fwd_t *fwd);
 
 /*

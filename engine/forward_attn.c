@@ -444,6 +444,7 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
                 continue;
             }
             any_scored = 1;
+            fwd->attn_flops += (uint64_t)(2 * HI * dI * n_vis);
             st = fwd->ops->index_scores(&fwd->kctx, qI + row * HI * dI, w + row * HI, HI, dI,
                                         fwd->ikey_cache, n_vis, scores);
             if (st == TDM_OK && is_source) {
@@ -662,6 +663,7 @@ static tdm_status_t attend_group(engine_fwd_t *fwd, const fwd_batch_t *b, sel_gr
                                          n_keys,
                                          grp->n_b[k]};
         batched = batched && n_keys + grp->n_b[k] <= KERN_ATTENTION_ROWS_MAX_KEYS;
+        fwd->attn_flops += (uint64_t)(4 * nh * d * (n_keys + grp->n_b[k]));
     }
     if (batched) {
         st =
@@ -891,6 +893,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             }
             fwd->read_kv_bytes +=
                 (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes + g.ly.main_scales_row_bytes);
+            fwd->attn_flops += (uint64_t)(4 * nh * d * (n_keys + n_b));
             st = fwd->ops->attention_sel(
                 &fwd->kctx, q + row * nh * d, sw[s].win + (ws - sw[s].wstart) * d, n_keys,
                 fwd->ckv_cache, sel_used + row * kI, n_b, lw->attn_sink, nh, d,

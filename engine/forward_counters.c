@@ -1,5 +1,6 @@
-/* forward_counters.c - the forward context's read counters for rooflines
- * (engine_fwd_read_bytes, engine_fwd_reset_read_bytes; engine/forward.h): what fwd_gemm and
+/* forward_counters.c - the forward context's read and FLOP counters for rooflines
+ * (engine_fwd_read_bytes, engine_fwd_attn_flops, engine_fwd_reset_read_bytes;
+ * engine/forward.h): what fwd_gemm and
  * the KV readers add up on the host, plus the routed experts ops->moe_ffn counted on the
  * backend. */
 #include "engine/forward.h"
@@ -48,11 +49,17 @@ void engine_fwd_read_bytes(engine_fwd_t *fwd, uint64_t *weight_bytes_out, uint64
     }
 }
 
+uint64_t engine_fwd_attn_flops(const engine_fwd_t *fwd)
+{
+    return fwd != NULL ? fwd->attn_flops : 0;
+}
+
 void engine_fwd_reset_read_bytes(engine_fwd_t *fwd)
 {
     if (fwd != NULL) {
         fwd->read_weight_bytes = 0;
         fwd->read_kv_bytes = 0;
+        fwd->attn_flops = 0;
         if (fwd->moe_active != NULL) {
             (void)fwd->ops->mem_set(&fwd->kctx, fwd->moe_active, 0,
                                     (size_t)(fwd->cfg->n_layers + fwd->cfg->n_blocks) *

@@ -103,6 +103,7 @@ struct engine_fwd {
     int64_t ep_buf_rows;
     uint64_t read_weight_bytes; /* engine_fwd_read_bytes counters */
     uint64_t read_kv_bytes;
+    uint64_t attn_flops; /* engine_fwd_attn_flops */
     /* runs of each expert of each MoE layer slot ([n_layers + n_blocks][moe_e_max] int64,
      * backend memory), counted by ops->moe_ffn on the backend and read only by
      * engine_fwd_read_bytes */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "forward_test_util.h"
+#include "kernels/attention.h"
 #include "kernels/kv_page.h"
 #include "kernels/mhc.h"
 #include "kernels/ops.h"
@@ -167,6 +168,49 @@ static tdm_status_t count_dequant_rows(kern_ctx_t *ctx, kern_rows_format_t forma
     return kern_ops_cpu()->dequant_rows(ctx, format, codes, scales, n_rows, dim, y_out);
 }
 
+/* The attention's multiply-adds as the counting table sees its calls (engine_fwd_attn_flops'
+ * definition, from the ops' own arguments): 4 d per head and key of every attention row, 2 d_I
+ * per index head and key of every index_scores call. */
+static uint64_t seen_attn_flops;
+
+static tdm_status_t count_attention(kern_ctx_t *ctx, const float *q, const float *keys_a,
+                                    int64_t n_a, const float *keys_b, int64_t n_b,
+                                    const float *sink, int64_t n_heads, int64_t d, float scale,
+                                    float *scratch, float *o_out)
+{
+    seen_attn_flops += (uint64_t)(4 * n_heads * d * (n_a + n_b));
+    return kern_ops_cpu()->attention(ctx, q, keys_a, n_a, keys_b, n_b, sink, n_heads, d, scale,
+                                     scratch, o_out);
+}
+
+static tdm_status_t count_attention_sel(kern_ctx_t *ctx, const float *q, const float *keys_a,
+                                        int64_t n_a, const float *rows, const int32_t *sel,
+                                        int64_t n_b, const float *sink, int64_t n_heads, int64_t d,
+                                        float scale, float *scratch, float *o_out)
+{
+    seen_attn_flops += (uint64_t)(4 * n_heads * d * (n_a + n_b));
+    return kern_ops_cpu()->attention_sel(ctx, q, keys_a, n_a, rows, sel, n_b, sink, n_heads, d,
+                                         scale, scratch, o_out);
+}
+
+static tdm_status_t count_attention_rows(kern_ctx_t *ctx, const kern_attn_row_t *rows,
+                                         int64_t n_rows, const float *sink, int64_t n_heads,
+                                         int64_t d, float scale, float *scratch)
+{
+    for (int64_t i = 0; i < n_rows; i++) { /* host memory on the CPU backend */
+        seen_attn_flops += (uint64_t)(4 * n_heads * d * (rows[i].n_a + rows[i].n_b));
+    }
+    return kern_ops_cpu()->attention_rows(ctx, rows, n_rows, sink, n_heads, d, scale, scratch);
+}
+
+static tdm_status_t count_index_scores(kern_ctx_t *ctx, const float *q, const float *w,
+                                       int64_t n_heads, int64_t d_I, const float *keys,
+                                       int64_t n_keys, float *scores_out)
+{
+    seen_attn_flops += (uint64_t)(2 * n_heads * d_I * n_keys);
+    return kern_ops_cpu()->index_scores(ctx, q, w, n_heads, d_I, keys, n_keys, scores_out);
+}
+
 /* rows_ahead as a side queue that runs only when waited for: the start fills y_out with NaN and
  * keeps its arguments, the wait does the gather. An engine that read the rows before waiting, or
  * rewrote the pointer arrays or reused the buffer between, would get other logits. */
@@ -258,6 +302,10 @@ static int setup(void **state)
     fx->counting.page_mark = count_page_mark;
     fx->counting.rows_ahead = count_rows_ahead;
     fx->counting.ahead_wait = count_ahead_wait; /* ahead_free: the CPU's (zeroes the ticket) */
+    fx->counting.attention = count_attention;
+    fx->counting.attention_sel = count_attention_sel;
+    fx->counting.attention_rows = count_attention_rows;
+    fx->counting.index_scores = count_index_scores;
     if (open_on(&fx->plain, kern_ops_cpu()) != 0 || open_on(&fx->counted, &fx->counting) != 0) {
         return -1;
     }
@@ -297,7 +345,16 @@ static void test_counting_table_gives_same_bits_and_sees_every_glue_op(void **st
     for (int c = 0; c < C_COUNT; c++) {
         assert_int_equal(counters[c], 0); /* the plain table does not count */
     }
+    engine_fwd_reset_read_bytes(fx->counted.fwd);
+    seen_attn_flops = 0;
     nb = run_steps(&fx->counted, b);
+    /* engine_fwd_attn_flops counted every attention and indexer call of the schedule (prefill
+     * in place, grouped rows, single rows, DSpark blocks), no more */
+    print_message("attention FLOPs: %llu counted by the engine, %llu seen by the ops\n",
+                  (unsigned long long)engine_fwd_attn_flops(fx->counted.fwd),
+                  (unsigned long long)seen_attn_flops);
+    assert_true(seen_attn_flops > 0);
+    assert_true(engine_fwd_attn_flops(fx->counted.fwd) == seen_attn_flops);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, sizeof(float) * (size_t)na);
     for (int c = 0; c < C_COUNT; c++) {
