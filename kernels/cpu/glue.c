@@ -280,21 +280,35 @@ typedef struct {
     int64_t n_chunks;
 } dequant_rows_job_t;
 
+/* Rows whose lines dequant_rows_chunk has requested ahead of the one it dequantizes (a decode
+ * step's groups select up to 128 rows per query row; 3 lines a row stay within an L1). */
+#define DEQUANT_ROWS_AHEAD 128
+
+/* Prefetch the lines of row r: its codes' first and last byte and its scales. */
+static void dequant_row_prefetch(const dequant_rows_job_t *j, int64_t r)
+{
+    const char *pc = (const char *)j->codes[r];
+    int64_t code_bytes = j->format == KERN_ROWS_ACT8 ? j->dim : j->dim / 2;
+    __builtin_prefetch(pc, 0, 3);
+    __builtin_prefetch(pc + code_bytes - 1, 0, 3);
+    __builtin_prefetch(j->scales[r], 0, 3);
+}
+
 static void dequant_rows_chunk(void *arg, int64_t c)
 {
     const dequant_rows_job_t *j = arg;
     int64_t r0 = j->n_rows * c / j->n_chunks, r1 = j->n_rows * (c + 1) / j->n_chunks;
-    int64_t cb = j->format == KERN_ROWS_ACT8 ? j->dim : j->dim / 2;
-    /* the rows lie scattered over KV pages that the step's weight stream has evicted: every
-     * row's lines are requested first, so their misses overlap instead of coming one row at a
-     * time (a batch-4 decode step 1.02x; this function's loads were most of its time) */
-    for (int64_t r = r0; r < r1; r++) {
-        const char *pc = (const char *)j->codes[r];
-        __builtin_prefetch(pc, 0, 3);
-        __builtin_prefetch(pc + cb - 1, 0, 3);
-        __builtin_prefetch(j->scales[r], 0, 3);
+    /* the rows lie scattered over KV pages that the step's weight stream has evicted: the lines
+     * of the first DEQUANT_ROWS_AHEAD rows are requested before any is dequantized, then each
+     * row's that many rows ahead, so the misses overlap instead of coming one row at a time (a
+     * batch-4 decode step 1.02x; this function's loads were most of its time) */
+    for (int64_t r = r0; r < r1 && r < r0 + DEQUANT_ROWS_AHEAD; r++) {
+        dequant_row_prefetch(j, r);
     }
     for (int64_t r = r0; r < r1; r++) {
+        if (r + DEQUANT_ROWS_AHEAD < r1) {
+            dequant_row_prefetch(j, r + DEQUANT_ROWS_AHEAD);
+        }
         if (j->format == KERN_ROWS_ACT8) {
             j->row->dequant_act8(j->codes[r], j->scales[r], j->dim, j->y_out + r * j->dim);
         } else {
