@@ -167,7 +167,8 @@ void engine_fwd_read_bytes(engine_fwd_t *fwd, uint64_t *weight_bytes_out, uint64
  * GEMMs from the parameter count: per query row, head and key it attends, 2 d for q . k and 2 d
  * for p . v (MODEL.md 5.2: the window's keys and the selected compressed rows), and per scored
  * compressed row and index head 2 d_I (the indexer, MODEL.md 5.4). Softmax, sink and top-k work
- * is not counted (no multiply-adds of this size). Counted on the host as the calls are made.
+ * is not counted (no multiply-adds of this size). Counted on the host as the calls are made;
+ * 0 for a NULL fwd.
  */
 uint64_t engine_fwd_attn_flops(const engine_fwd_t *fwd);
 
