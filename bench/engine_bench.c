@@ -640,10 +640,10 @@ int main(int argc, char **argv)
                on_device ? "BF16 tensor" : "FMA", fma_roof, 100.0 * steps_per_s / fma_roof,
                mem_binds ? "memory" : "compute",
                100.0 * steps_per_s / (mem_binds ? mem_roof : fma_roof));
-        printf("                 FMA roofline's FLOPs per step: GEMMs %.1f M + attention %.1f M "
+        printf("                 %s roofline's FLOPs per step: GEMMs %.1f M + attention %.1f M "
                "(GEMMs alone: roofline %.1f steps/s = %.0f %%)\n",
-               gemm_flops / 1e6, attn_flops / 1e6, peak / gemm_flops,
-               100.0 * steps_per_s / (peak / gemm_flops));
+               on_device ? "BF16 tensor" : "FMA", gemm_flops / 1e6, attn_flops / 1e6,
+               peak / gemm_flops, 100.0 * steps_per_s / (peak / gemm_flops));
         printf("                 CPU-time rate %.1f steps/s (steps per process CPU second, all "
                "threads: near what an uncontended box reaches when this one is shared)\n",
                cpu_steps_per_s);
