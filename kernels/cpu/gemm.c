@@ -35,6 +35,9 @@
 #define GEMM_CHUNKS_SMALL      2
 #define GEMM_THREAD_MIN_MACS   (32.0 * 1024)
 #define GEMM_SMALL_MACS        (4.0 * 1024 * 1024)
+/* Rows up to which an FP8 GEMM asks cpu_gemm_fp8_fold (the few-row path's most, gemm_body.inc
+ * GEMVR_MAX_TOTAL: more rows take panels, which decode each weight once for all rows). */
+#define GEMM_FP8_FOLD_ROWS 16
 
 /* W[o, k] as FP32, exactly (MODEL.md 3), one element at a time. */
 static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
@@ -229,7 +232,7 @@ tdm_status_t kern_gemm_ref_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x)
+int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows)
 {
     int64_t K = w->n_in;
     int64_t n_sc = (w->n_out + 31) / 32 * (K / 32);
@@ -240,15 +243,18 @@ int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x)
         sc_min = sc < sc_min ? sc : sc_min;
         sc_max = sc > sc_max ? sc : sc_max;
     }
-    for (int64_t k = 0; k < K; k++) {
-        uint32_t bits;
-        memcpy(&bits, &x[k], sizeof(bits));
-        uint32_t mag = bits & 0x7FFFFFFFu;
-        uint32_t e = mag >> 23;
-        /* a zero (e = 0) takes no part in the minimum; its e = 0 never raises the maximum */
-        uint32_t e_lo = mag == 0 ? 255u : e;
-        ex_min = e_lo < ex_min ? e_lo : ex_min;
-        ex_max = e > ex_max ? e : ex_max;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * ldx;
+        for (int64_t k = 0; k < K; k++) {
+            uint32_t bits;
+            memcpy(&bits, &xr[k], sizeof(bits));
+            uint32_t mag = bits & 0x7FFFFFFFu;
+            uint32_t e = mag >> 23;
+            /* a zero (e = 0) takes no part in the minimum; its e = 0 never raises the maximum */
+            uint32_t e_lo = mag == 0 ? 255u : e;
+            ex_min = e_lo < ex_min ? e_lo : ex_min;
+            ex_max = e > ex_max ? e : ex_max;
+        }
     }
     int s_min = sc_min, s_max = sc_max, e_min = (int)ex_min, e_max = (int)ex_max;
     if (e_max == 0 && e_min == 255) {
@@ -437,7 +443,7 @@ typedef struct {
     int64_t n_quads;
     int64_t n_chunks;
     gemm_range_fn *fn;
-    int fp8_fold; /* cpu_gemm_fp8_fold's answer (one row of an FP8 matrix), else 0 */
+    int fp8_fold; /* cpu_gemm_fp8_fold's answer (an FP8 matrix, few rows), else 0 */
     _Atomic int failed;
 } gemm_job_t;
 
@@ -469,7 +475,9 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
         return TDM_OK;
     }
     fn = gemm_isa()->range;
-    fold = n_rows == 1 && w->dtype == KERN_MAT_FP8 ? cpu_gemm_fp8_fold(w, x) : 0;
+    fold = n_rows <= GEMM_FP8_FOLD_ROWS && w->dtype == KERN_MAT_FP8
+               ? cpu_gemm_fp8_fold(w, x, ldx, n_rows)
+               : 0;
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;
     double macs = (double)n_rows * (double)w->n_out * (double)w->n_in;
     if (macs < GEMM_THREAD_MIN_MACS || n_quads < 2 * n_threads) {

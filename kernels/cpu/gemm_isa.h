@@ -2,19 +2,20 @@
  *
  * cpu_gemm_range_<isa> (one per kernels/cpu/gemm_<isa>.c, all from gemm_body.inc): every row of
  * x [n_rows, n_in] (stride ldx) against outputs [o0, o1) of w, written to y (stride ldy), in the
- * order of kernels/gemm.h; arguments already checked by kern_gemm_cpu. fp8_fold: for one row of
- * an FP8 matrix, cpu_gemm_fp8_fold(w, x) (computed once per call, not per thread chunk); 0
- * otherwise. Returns 1, or 0 when a scratch panel could not be allocated (then nothing was
- * written). Thread-safe.
+ * order of kernels/gemm.h; arguments already checked by kern_gemm_cpu. fp8_fold: for up to 16
+ * rows of an FP8 matrix, cpu_gemm_fp8_fold(w, x, ldx, n_rows) (computed once per call, not per
+ * thread chunk); 0 otherwise. Returns 1, or 0 when a scratch panel could not be allocated (then
+ * nothing was written). Thread-safe.
  *
- * cpu_gemm_fp8_fold: for an FP8 matrix w and one row x, 0 when x * 2^(S - 119) is not exact for
- * some element of x and scale byte S of w (overflow, a result below FP32's normal range, x not
- * finite): the plain order is used. Else fma(w_h, x * s, acc) = fma(w_h * s, x, acc) bit for bit
- * (both products are the same real number and fma rounds once), so the scale can multiply x once
- * per step for all rows of a scale block instead of every weight vector: 1, or 2 when
- * x * 2^(S - 7) is exact too (then, in blocks the matrix's clean map marks, the raw decode
- * e4m3 * 2^-120 may take the FP16 decode's place: gemm_body.inc gb_gemv_block_f). Reads all of x
- * and w's scales; never fails.
+ * cpu_gemm_fp8_fold: for an FP8 matrix w and rows x [n_rows, n_in] (stride ldx), 0 when
+ * x * 2^(S - 119) is not exact for some element of x and scale byte S of w (overflow, a result
+ * below FP32's normal range, x not finite): the plain order is used. Else fma(w_h, x * s, acc) =
+ * fma(w_h * s, x, acc) bit for bit (both products are the same real number and fma rounds once), so
+ * the scale can multiply x once per step for all weight rows of a scale block instead of every
+ * weight vector (the few-row path: once per call for all 32 weight rows, gemm_body.inc GB_DT_FP8S):
+ * 1, or 2 when x * 2^(S - 7) is exact too (then, in blocks the matrix's clean map marks, the raw
+ * decode e4m3 * 2^-120 may take the FP16 decode's place: gemm_body.inc gb_gemv_block_f). Reads all
+ * of x and w's scales; never fails.
  *
  * cpu_dot_<isa>: sum_k a[k] b[k], n a multiple of 16, the same order (kern_dot_cpu).
  * cpu_fma_flops_<isa>: n_iters rounds of independent 16-lane FMA chains on registers; returns
@@ -41,7 +42,7 @@
     float cpu_dot_##isa(const float *a, const float *b, int64_t n);                                \
     double cpu_fma_flops_##isa(int64_t n_iters);
 
-int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x);
+int cpu_gemm_fp8_fold(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows);
 
 CPU_GEMM_ISA_DECLARE(scalar)
 #if defined(__x86_64__)

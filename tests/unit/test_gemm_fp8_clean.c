@@ -181,31 +181,41 @@ static void test_gemm_with_the_map_equals_the_reference_on_every_set(void **stat
 static void test_fold_answers(void **state)
 {
     static uint8_t codes[64 * 64], scales[4] = {127, 130, 127, 127};
-    static float x[64];
+    static float x[3 * 64];
     kern_mat_t m = {KERN_MAT_FP8, 64, 64, codes, scales, NULL};
     const float tiny = 1e-40f; /* subnormal */
 
     (void)state;
     memset(x, 0, sizeof(x));
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2); /* all zeros */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 2); /* all zeros */
     x[5] = -0.0f;
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 2);
     x[7] = 3.0f;
     x[63] = -0.25f;
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 2);
     x[9] = tiny;
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 0);
     x[9] = 0.0f;
     x[10] = 1e30f; /* 1e30 * 2^(130 - 7) overflows; * 2^(130 - 119) does not */
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 1);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 1);
     x[10] = 3e38f; /* overflows either way */
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 0);
     x[10] = 1e-36f; /* * 2^(127 - 119) is still a normal float: the fold stays */
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 2);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 2);
     x[10] = INFINITY;
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 0);
     x[10] = NAN;
-    assert_int_equal(cpu_gemm_fp8_fold(&m, x), 0);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 0);
+    /* several rows (the few-row path): the answer of the worst row, at stride ldx */
+    x[10] = 1.0f;
+    memset(x + 64, 0, sizeof(float) * 2 * 64);
+    x[64 + 3] = 1e30f;      /* row 1: the FP16 fold only */
+    x[2 * 64 + 60] = 3e38f; /* row 2: no fold */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 1), 2);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 2), 1);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 64, 3), 0);
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x + 64, 128, 1), 1); /* row 1 alone */
+    assert_int_equal(cpu_gemm_fp8_fold(&m, x, 128, 2), 0);      /* rows 0 and 2 */
 }
 
 int main(void)
