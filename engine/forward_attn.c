@@ -17,6 +17,20 @@
 
 #define FLOAT_BYTES(n) ((size_t)(n) * sizeof(float))
 
+/* FLOPs engine_fwd_attn_flops counts for one query row: the sink attention of nh heads of
+ * width d over n_keys keys (scores q.k and the weighted sum of values: 2 multiply-adds per head
+ * dimension per key), and the indexer's scores of HI heads of width dI over n keys (one
+ * multiply-add each). */
+static uint64_t attn_row_flops(int64_t nh, int64_t d, int64_t n_keys)
+{
+    return (uint64_t)(4 * nh * d * n_keys);
+}
+
+static uint64_t index_row_flops(int64_t HI, int64_t dI, int64_t n)
+{
+    return (uint64_t)(2 * HI * dI * n);
+}
+
 /* Position of batch row r. */
 static int64_t row_pos(const fwd_batch_t *b, int64_t r, const fwd_seg_t **seg_out)
 {
@@ -444,7 +458,7 @@ static tdm_status_t select_rows(engine_fwd_t *fwd, fwd_batch_t *b, int l, const 
                 continue;
             }
             any_scored = 1;
-            fwd->attn_flops += (uint64_t)(2 * HI * dI * n_vis);
+            fwd->attn_flops += index_row_flops(HI, dI, n_vis);
             st = fwd->ops->index_scores(&fwd->kctx, qI + row * HI * dI, w + row * HI, HI, dI,
                                         fwd->ikey_cache, n_vis, scores);
             if (st == TDM_OK && is_source) {
@@ -663,7 +677,7 @@ static tdm_status_t attend_group(engine_fwd_t *fwd, const fwd_batch_t *b, sel_gr
                                          n_keys,
                                          grp->n_b[k]};
         batched = batched && n_keys + grp->n_b[k] <= KERN_ATTENTION_ROWS_MAX_KEYS;
-        fwd->attn_flops += (uint64_t)(4 * nh * d * (n_keys + grp->n_b[k]));
+        fwd->attn_flops += attn_row_flops(nh, d, n_keys + grp->n_b[k]);
     }
     if (batched) {
         st =
@@ -893,7 +907,7 @@ tdm_status_t fwd_attention(engine_fwd_t *fwd, fwd_batch_t *b, int l, const float
             }
             fwd->read_kv_bytes +=
                 (uint64_t)n_b * (uint64_t)(g.ly.main_codes_row_bytes + g.ly.main_scales_row_bytes);
-            fwd->attn_flops += (uint64_t)(4 * nh * d * (n_keys + n_b));
+            fwd->attn_flops += attn_row_flops(nh, d, n_keys + n_b);
             st = fwd->ops->attention_sel(
                 &fwd->kctx, q + row * nh * d, sw[s].win + (ws - sw[s].wstart) * d, n_keys,
                 fwd->ckv_cache, sel_used + row * kI, n_b, lw->attn_sink, nh, d,
