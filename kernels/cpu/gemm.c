@@ -282,11 +282,12 @@ typedef struct {
 } gemm_isa_t;
 
 #if defined(__x86_64__)
+static pthread_once_t g_avx2_once = PTHREAD_ONCE_INIT;   /* cpu_gemm_init_avx2 */
 static pthread_once_t g_avx512_once = PTHREAD_ONCE_INIT; /* cpu_gemm_init_avx512 */
 #endif
 
-/* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks), the AVX-512 set's
- * tables filled before it is first handed out. */
+/* The halves of kern_cpu_isa()'s set (scalar for a set this build lacks), the x86 sets' tables
+ * filled before a set is first handed out. */
 static const gemm_isa_t *gemm_isa(void)
 {
     static const gemm_isa_t scalar = {cpu_gemm_range_scalar, cpu_dot_scalar,
@@ -305,6 +306,7 @@ static const gemm_isa_t *gemm_isa(void)
         pthread_once(&g_avx512_once, cpu_gemm_init_avx512);
         return &avx512;
     case KERN_ISA_AVX2:
+        pthread_once(&g_avx2_once, cpu_gemm_init_avx2);
         return &avx2;
 #endif
 #if defined(__aarch64__)

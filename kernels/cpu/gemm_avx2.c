@@ -4,7 +4,8 @@
  * few-row path 6 x 1 (12: each weight row decoded once per up to 6 rows; over 4 x 1, FP8 at 12
  * and 16 rows 1.12-1.38x, 2-8 rows and MXFP4 unchanged, engine batch 16 1.02-1.03x, Zen 4 EPYC,
  * docs/BENCHMARKS.md 2026-12-05 evening); weight rows per GEMV block: 2 BF16, 1 F32 (1.15-1.27x
- * over 2 on the mHC matrices [24, 2048], Zen 4), 4 FP8/MXFP4. */
+ * over 2 on the mHC matrices [24, 2048], Zen 4), 4 FP8/MXFP4; MXFP4 decoded through BF16 byte
+ * lookups in a lane order of their own (gemm_mx4p.inc). */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX2   1
 #define CPU_SIMD16_SUFFIX avx2

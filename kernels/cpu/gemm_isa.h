@@ -21,9 +21,9 @@
  * cpu_fma_flops_<isa>: n_iters rounds of independent 16-lane FMA chains on registers; returns
  * the FLOPs done (2 per lane per FMA) - kern_fma_peak_cpu's loop.
  *
- * cpu_gemm_init_avx512: fills the AVX-512 set's tables (the MXFP4 scaled products); must run,
- * once, before cpu_gemm_range_avx512 (gemm.c's set lookup runs it under pthread_once when it
- * hands the set out). Only on a CPU with AVX-512F.
+ * cpu_gemm_init_avx2, cpu_gemm_init_avx512: fill the set's tables (the MXFP4 scaled products,
+ * gemm_mx4p.inc); must run, once, before cpu_gemm_range_<set> (gemm.c's set lookup runs it under
+ * pthread_once when it hands the set out). Only on a CPU with that set.
  *
  * Only the sets this build compiles exist (x86-64: scalar, avx2, avx512; aarch64: scalar, neon);
  * kern_cpu_isa() (kernels/cpu_isa.h) says which one the CPU runs.
@@ -48,6 +48,7 @@ CPU_GEMM_ISA_DECLARE(scalar)
 #if defined(__x86_64__)
 CPU_GEMM_ISA_DECLARE(avx2)
 CPU_GEMM_ISA_DECLARE(avx512)
+void cpu_gemm_init_avx2(void);
 void cpu_gemm_init_avx512(void);
 #endif
 #if defined(__aarch64__)
