@@ -40,6 +40,12 @@
 
 #define V16_LANES 16
 
+/* Every function here is forced inline: the GEMM tiles call them with constant counts and their
+ * accumulators in registers, and an out-of-line copy (GCC made ones of the reductions once the
+ * AVX2 GEMM grew) takes those through memory with a loop over any count: the LM head at 4 rows
+ * 0.76x on the AVX2 set. */
+#define V16_FN static inline __attribute__((always_inline))
+
 /* 2 * e2m1(code) for codes 0-15 (code | 8 negative; -0 as 0). */
 #define V16_E2M1X2_TABLE 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 
@@ -48,7 +54,7 @@
 
 /* x86: 2 * e2m1 of the nibbles of the bytes of b as int8 in element order (v0: bytes 0-7,
  * v1: bytes 8-15; see V16_E2M1X2_TABLE). */
-static inline void v16_x86_e2m1x2_i8(__m128i b, __m128i *v0, __m128i *v1)
+V16_FN void v16_x86_e2m1x2_i8(__m128i b, __m128i *v0, __m128i *v1)
 {
     const __m128i table = _mm_setr_epi8(V16_E2M1X2_TABLE);
     __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
@@ -58,7 +64,7 @@ static inline void v16_x86_e2m1x2_i8(__m128i b, __m128i *v0, __m128i *v1)
 }
 
 /* x86: 16 E4M3 codes as the FP16 bits of e4m3(code) * 2^-8 (v16_e4m3_h). */
-static inline __m256i v16_x86_e4m3_f16(const uint8_t *p)
+V16_FN __m256i v16_x86_e4m3_f16(const uint8_t *p)
 {
     __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
     return _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
@@ -70,31 +76,31 @@ static inline __m256i v16_x86_e4m3_f16(const uint8_t *p)
 
 typedef __m512 v16;
 
-static inline v16 v16_zero(void)
+V16_FN v16 v16_zero(void)
 {
     return _mm512_setzero_ps();
 }
-static inline v16 v16_set1(float a)
+V16_FN v16 v16_set1(float a)
 {
     return _mm512_set1_ps(a);
 }
-static inline v16 v16_load(const float *p)
+V16_FN v16 v16_load(const float *p)
 {
     return _mm512_loadu_ps(p);
 }
-static inline void v16_store(float *p, v16 a)
+V16_FN void v16_store(float *p, v16 a)
 {
     _mm512_storeu_ps(p, a);
 }
-static inline v16 v16_fma(v16 a, v16 b, v16 c)
+V16_FN v16 v16_fma(v16 a, v16 b, v16 c)
 {
     return _mm512_fmadd_ps(a, b, c);
 }
-static inline v16 v16_mul(v16 a, v16 b)
+V16_FN v16 v16_mul(v16 a, v16 b)
 {
     return _mm512_mul_ps(a, b);
 }
-static inline v16 v16_add(v16 a, v16 b)
+V16_FN v16 v16_add(v16 a, v16 b)
 {
     return _mm512_add_ps(a, b);
 }
@@ -103,30 +109,30 @@ static inline v16 v16_add(v16 a, v16 b)
  * weights, this form reads 26-31 (1.2-1.35x; 4 rows 1.17x), the same bits
  * (docs/BENCHMARKS.md 2026-12-05). On Intel cores it costs two more shuffle uops per 16 weights,
  * a memory-bound GEMV does not feel them. */
-static inline v16 v16_bf16(const uint16_t *p)
+V16_FN v16 v16_bf16(const uint16_t *p)
 {
     __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
-static inline v16 v16_e4m3_raw(const uint8_t *p)
+V16_FN v16 v16_e4m3_raw(const uint8_t *p)
 {
     __m512i i = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
     i = _mm512_and_si512(_mm512_slli_epi32(i, 20), _mm512_set1_epi32((int)0x87F00000u));
     return _mm512_castsi512_ps(i);
 }
-static inline v16 v16_e2m1x2(const uint8_t *p)
+V16_FN v16 v16_e2m1x2(const uint8_t *p)
 {
     __m128i v, unused;
     v16_x86_e2m1x2_i8(_mm_loadl_epi64((const __m128i *)p), &v, &unused);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
 }
-static inline v16 v16_e4m3_h(const uint8_t *p)
+V16_FN v16 v16_e4m3_h(const uint8_t *p)
 {
     return _mm512_cvtph_ps(v16_x86_e4m3_f16(p));
 }
-static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+V16_FN void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
     __m128i v0, v1;
     v16_x86_e2m1x2_i8(_mm_loadu_si128((const __m128i *)p), &v0, &v1);
@@ -141,68 +147,68 @@ typedef struct {
     __m256 a, b;
 } v16;
 
-static inline v16 v16_zero(void)
+V16_FN v16 v16_zero(void)
 {
     return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()};
 }
-static inline v16 v16_set1(float x)
+V16_FN v16 v16_set1(float x)
 {
     return (v16){_mm256_set1_ps(x), _mm256_set1_ps(x)};
 }
-static inline v16 v16_load(const float *p)
+V16_FN v16 v16_load(const float *p)
 {
     return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
 }
-static inline void v16_store(float *p, v16 x)
+V16_FN void v16_store(float *p, v16 x)
 {
     _mm256_storeu_ps(p, x.a);
     _mm256_storeu_ps(p + 8, x.b);
 }
-static inline v16 v16_fma(v16 x, v16 y, v16 z)
+V16_FN v16 v16_fma(v16 x, v16 y, v16 z)
 {
     return (v16){_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
 }
-static inline v16 v16_mul(v16 x, v16 y)
+V16_FN v16 v16_mul(v16 x, v16 y)
 {
     return (v16){_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)};
 }
-static inline v16 v16_add(v16 x, v16 y)
+V16_FN v16 v16_add(v16 x, v16 y)
 {
     return (v16){_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)};
 }
-static inline __m256 v8_bf16(const uint16_t *p)
+V16_FN __m256 v8_bf16(const uint16_t *p)
 {
     __m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(i, 16));
 }
-static inline v16 v16_bf16(const uint16_t *p)
+V16_FN v16 v16_bf16(const uint16_t *p)
 {
     return (v16){v8_bf16(p), v8_bf16(p + 8)};
 }
-static inline __m256 v8_e4m3_raw(const uint8_t *p)
+V16_FN __m256 v8_e4m3_raw(const uint8_t *p)
 {
     __m256i i = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
     i = _mm256_and_si256(_mm256_slli_epi32(i, 20), _mm256_set1_epi32((int)0x87F00000u));
     return _mm256_castsi256_ps(i);
 }
-static inline v16 v16_e4m3_raw(const uint8_t *p)
+V16_FN v16 v16_e4m3_raw(const uint8_t *p)
 {
     return (v16){v8_e4m3_raw(p), v8_e4m3_raw(p + 8)};
 }
-static inline v16 v16_e2m1x2(const uint8_t *p)
+V16_FN v16 v16_e2m1x2(const uint8_t *p)
 {
     __m128i v, unused;
     v16_x86_e2m1x2_i8(_mm_loadl_epi64((const __m128i *)p), &v, &unused);
     return (v16){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
                  _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
 }
-static inline v16 v16_e4m3_h(const uint8_t *p)
+V16_FN v16 v16_e4m3_h(const uint8_t *p)
 {
     __m256i w = v16_x86_e4m3_f16(p);
     return (v16){_mm256_cvtph_ps(_mm256_castsi256_si128(w)),
                  _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1))};
 }
-static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+V16_FN void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
     __m128i v0, v1;
     v16_x86_e2m1x2_i8(_mm_loadu_si128((const __m128i *)p), &v0, &v1);
@@ -219,27 +225,27 @@ typedef struct {
     float32x4_t q[4];
 } v16;
 
-static inline v16 v16_zero(void)
+V16_FN v16 v16_zero(void)
 {
     float32x4_t z = vdupq_n_f32(0.0f);
     return (v16){{z, z, z, z}};
 }
-static inline v16 v16_set1(float x)
+V16_FN v16 v16_set1(float x)
 {
     float32x4_t s = vdupq_n_f32(x);
     return (v16){{s, s, s, s}};
 }
-static inline v16 v16_load(const float *p)
+V16_FN v16 v16_load(const float *p)
 {
     return (v16){{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}};
 }
-static inline void v16_store(float *p, v16 x)
+V16_FN void v16_store(float *p, v16 x)
 {
     for (int i = 0; i < 4; i++) {
         vst1q_f32(p + 4 * i, x.q[i]);
     }
 }
-static inline v16 v16_fma(v16 x, v16 y, v16 z)
+V16_FN v16 v16_fma(v16 x, v16 y, v16 z)
 {
     v16 r;
     for (int i = 0; i < 4; i++) {
@@ -247,7 +253,7 @@ static inline v16 v16_fma(v16 x, v16 y, v16 z)
     }
     return r;
 }
-static inline v16 v16_mul(v16 x, v16 y)
+V16_FN v16 v16_mul(v16 x, v16 y)
 {
     v16 r;
     for (int i = 0; i < 4; i++) {
@@ -255,7 +261,7 @@ static inline v16 v16_mul(v16 x, v16 y)
     }
     return r;
 }
-static inline v16 v16_add(v16 x, v16 y)
+V16_FN v16 v16_add(v16 x, v16 y)
 {
     v16 r;
     for (int i = 0; i < 4; i++) {
@@ -263,7 +269,7 @@ static inline v16 v16_add(v16 x, v16 y)
     }
     return r;
 }
-static inline v16 v16_bf16(const uint16_t *p)
+V16_FN v16 v16_bf16(const uint16_t *p)
 {
     uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
     return (v16){{vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(a), 16)),
@@ -272,19 +278,19 @@ static inline v16 v16_bf16(const uint16_t *p)
                   vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(b), 16))}};
 }
 /* Sign-extended codes -> bits 20-26 plus the sign (see the header comment). */
-static inline float32x4_t v4_e4m3_bits(int16x4_t h)
+V16_FN float32x4_t v4_e4m3_bits(int16x4_t h)
 {
     int32x4_t i = vshlq_n_s32(vmovl_s16(h), 20);
     return vreinterpretq_f32_s32(vandq_s32(i, vdupq_n_s32((int32_t)0x87F00000u)));
 }
-static inline v16 v16_e4m3_raw(const uint8_t *p)
+V16_FN v16 v16_e4m3_raw(const uint8_t *p)
 {
     int8x16_t c = vreinterpretq_s8_u8(vld1q_u8(p));
     int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_s8(vget_high_s8(c));
     return (v16){{v4_e4m3_bits(vget_low_s16(lo)), v4_e4m3_bits(vget_high_s16(lo)),
                   v4_e4m3_bits(vget_low_s16(hi)), v4_e4m3_bits(vget_high_s16(hi))}};
 }
-static inline v16 v16_e2m1x2(const uint8_t *p)
+V16_FN v16 v16_e2m1x2(const uint8_t *p)
 {
     static const int8_t table_bytes[16] = {V16_E2M1X2_TABLE};
     int8x16_t table = vld1q_s8(table_bytes);
@@ -297,19 +303,19 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
          vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
 }
 /* Sign-extended codes -> FP16 bits (see the header comment), widened. */
-static inline float16x8_t v8_e4m3_f16(int8x8_t c)
+V16_FN float16x8_t v8_e4m3_f16(int8x8_t c)
 {
     int16x8_t w = vshlq_n_s16(vmovl_s8(c), 7);
     return vreinterpretq_f16_s16(vandq_s16(w, vdupq_n_s16((int16_t)0xBFFF)));
 }
-static inline v16 v16_e4m3_h(const uint8_t *p)
+V16_FN v16 v16_e4m3_h(const uint8_t *p)
 {
     int8x16_t c = vreinterpretq_s8_u8(vld1q_u8(p));
     float16x8_t a = v8_e4m3_f16(vget_low_s8(c)), b = v8_e4m3_f16(vget_high_s8(c));
     return (v16){{vcvt_f32_f16(vget_low_f16(a)), vcvt_high_f32_f16(a),
                   vcvt_f32_f16(vget_low_f16(b)), vcvt_high_f32_f16(b)}};
 }
-static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+V16_FN void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
     *lo_out = v16_e2m1x2(p);
     *hi_out = v16_e2m1x2(p + 8);
@@ -321,13 +327,13 @@ typedef struct {
     float f[V16_LANES];
 } v16;
 
-static inline v16 v16_zero(void)
+V16_FN v16 v16_zero(void)
 {
     v16 r;
     memset(&r, 0, sizeof(r));
     return r;
 }
-static inline v16 v16_set1(float x)
+V16_FN v16 v16_set1(float x)
 {
     v16 r;
     for (int j = 0; j < V16_LANES; j++) {
@@ -335,38 +341,38 @@ static inline v16 v16_set1(float x)
     }
     return r;
 }
-static inline v16 v16_load(const float *p)
+V16_FN v16 v16_load(const float *p)
 {
     v16 r;
     memcpy(r.f, p, sizeof(r.f));
     return r;
 }
-static inline void v16_store(float *p, v16 x)
+V16_FN void v16_store(float *p, v16 x)
 {
     memcpy(p, x.f, sizeof(x.f));
 }
-static inline v16 v16_fma(v16 x, v16 y, v16 z)
+V16_FN v16 v16_fma(v16 x, v16 y, v16 z)
 {
     for (int j = 0; j < V16_LANES; j++) {
         z.f[j] = fmaf(x.f[j], y.f[j], z.f[j]);
     }
     return z;
 }
-static inline v16 v16_mul(v16 x, v16 y)
+V16_FN v16 v16_mul(v16 x, v16 y)
 {
     for (int j = 0; j < V16_LANES; j++) {
         x.f[j] = x.f[j] * y.f[j];
     }
     return x;
 }
-static inline v16 v16_add(v16 x, v16 y)
+V16_FN v16 v16_add(v16 x, v16 y)
 {
     for (int j = 0; j < V16_LANES; j++) {
         x.f[j] = x.f[j] + y.f[j];
     }
     return x;
 }
-static inline v16 v16_bf16(const uint16_t *p)
+V16_FN v16 v16_bf16(const uint16_t *p)
 {
     v16 r;
     for (int j = 0; j < V16_LANES; j++) {
@@ -375,7 +381,7 @@ static inline v16 v16_bf16(const uint16_t *p)
     }
     return r;
 }
-static inline v16 v16_e4m3_raw(const uint8_t *p)
+V16_FN v16 v16_e4m3_raw(const uint8_t *p)
 {
     v16 r;
     for (int j = 0; j < V16_LANES; j++) {
@@ -384,7 +390,7 @@ static inline v16 v16_e4m3_raw(const uint8_t *p)
     }
     return r;
 }
-static inline v16 v16_e2m1x2(const uint8_t *p)
+V16_FN v16 v16_e2m1x2(const uint8_t *p)
 {
     static const int8_t table[16] = {V16_E2M1X2_TABLE};
     v16 r;
@@ -395,7 +401,7 @@ static inline v16 v16_e2m1x2(const uint8_t *p)
     return r;
 }
 
-static inline v16 v16_e4m3_h(const uint8_t *p)
+V16_FN v16 v16_e4m3_h(const uint8_t *p)
 {
     /* e4m3(code) * 2^-120 (exact), times 2^112 (exact): e4m3(code) * 2^-8 */
     v16 r = v16_e4m3_raw(p);
@@ -404,7 +410,7 @@ static inline v16 v16_e4m3_h(const uint8_t *p)
     }
     return r;
 }
-static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
+V16_FN void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 {
     *lo_out = v16_e2m1x2(p);
     *hi_out = v16_e2m1x2(p + 8);
@@ -416,7 +422,7 @@ static inline void v16_e2m1x2_32(const uint8_t *p, v16 *lo_out, v16 *hi_out)
 
 /* v16_pow2 - 2^e as FP32, exact for -149 <= e <= 127 (subnormal below -126); the UE8M0 scale
  * factors of the weight decoders. */
-static inline float v16_pow2(int e)
+V16_FN float v16_pow2(int e)
 {
     uint32_t bits = e >= -126 ? (uint32_t)(e + 127) << 23 : 1u << (e + 149);
     float f;
@@ -432,7 +438,7 @@ static inline float v16_pow2(int e)
  * interleaves instead of the nibble split, four conversions and two multiplies); the other sets
  * decode and multiply as v16_e2m1x2_32 does.
  */
-static inline void v16_e2m1x2_32_mul(const uint8_t *p, float scale, v16 *lo_out, v16 *hi_out)
+V16_FN void v16_e2m1x2_32_mul(const uint8_t *p, float scale, v16 *lo_out, v16 *hi_out)
 {
 #if defined(CPU_SIMD16_AVX512)
     static const float table_f[16] = {V16_E2M1X2_TABLE};
@@ -456,7 +462,7 @@ static inline void v16_e2m1x2_32_mul(const uint8_t *p, float scale, v16 *lo_out,
 }
 
 /* v16_e2m1x2_32_scaled - v16_e2m1x2_32_mul's two vectors stored to out[0..31]. */
-static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
+V16_FN void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *out)
 {
     v16 lo, hi;
     v16_e2m1x2_32_mul(p, scale, &lo, &hi);
@@ -467,7 +473,7 @@ static inline void v16_e2m1x2_32_scaled(const uint8_t *p, float scale, float *ou
 /* v16_reduce - the fixed tree of kernels/gemm.h over the 16 lanes (lane j += lane j + 8, + 4,
  * + 2, + 1), as the scalar definition does it; each step adds the same pairs of lanes, in
  * registers where the set has the shuffles. */
-static inline float v16_reduce(v16 x)
+V16_FN float v16_reduce(v16 x)
 {
 #if defined(CPU_SIMD16_AVX512)
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
@@ -515,7 +521,7 @@ static inline float v16_reduce(v16 x)
 #if defined(CPU_SIMD16_AVX512)
 #define V16_GROUP 16
 /* cpu_bf16_round on each lane of a 512-bit vector (simd16_ext.h's v16_bf16_round uses it too). */
-static inline __m512 v16_x86_bf16_rne512(__m512 x)
+V16_FN __m512 v16_x86_bf16_rne512(__m512 x)
 {
     __m512i b = _mm512_castps_si512(x);
     __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
@@ -526,7 +532,7 @@ static inline __m512 v16_x86_bf16_rne512(__m512 x)
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
 }
 /* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
-static inline __m512 v16_reduce16(const v16 *a, int n)
+V16_FN __m512 v16_reduce16(const v16 *a, int n)
 {
     /* After the 4 levels, output lane 4k + t holds the input in slot k + 4t: the inputs are
      * taken in that (transposed) order so that lane i ends up holding a[i]. */
@@ -551,7 +557,7 @@ static inline __m512 v16_reduce16(const v16 *a, int n)
     return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+V16_FN void v16_reduce_group(const v16 *a, int n, float *out)
 {
     __m512 r = v16_reduce16(a, n);
     if (n == 16) {
@@ -560,7 +566,7 @@ static inline void v16_reduce_group(const v16 *a, int n, float *out)
         _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1u), r);
     }
 }
-static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+V16_FN void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     __m512 r = v16_reduce16(a, n);
     _mm512_storeu_ps(out, bf16 ? v16_x86_bf16_rne512(r) : r);
@@ -568,7 +574,7 @@ static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *o
 #elif defined(CPU_SIMD16_AVX2)
 #define V16_GROUP 8
 /* cpu_bf16_round on each lane of a 256-bit vector (simd16_ext.h's v16_bf16_round uses it too). */
-static inline __m256 v16_x86_bf16_rne256(__m256 x)
+V16_FN __m256 v16_x86_bf16_rne256(__m256 x)
 {
     __m256i b = _mm256_castps_si256(x);
     __m256i abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
@@ -580,7 +586,7 @@ static inline __m256 v16_x86_bf16_rne256(__m256 x)
     return _mm256_castsi256_ps(_mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 /* Lane i of the result: v16_reduce(a[i]) for i < n, +0 for i >= n. */
-static inline __m256 v16_reduce8(const v16 *a, int n)
+V16_FN __m256 v16_reduce8(const v16 *a, int n)
 {
     /* Output lane 4k + t holds the input in slot k + 2t (k < 2, t < 4). */
 #define V16_IN(i)                                                                                  \
@@ -603,7 +609,7 @@ static inline __m256 v16_reduce8(const v16 *a, int n)
     return _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+V16_FN void v16_reduce_group(const v16 *a, int n, float *out)
 {
     __m256 r = v16_reduce8(a, n);
     if (n == 8) {
@@ -616,20 +622,20 @@ static inline void v16_reduce_group(const v16 *a, int n, float *out)
         }
     }
 }
-static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+V16_FN void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     __m256 r = v16_reduce8(a, n);
     _mm256_storeu_ps(out, bf16 ? v16_x86_bf16_rne256(r) : r);
 }
 #else
 #define V16_GROUP 1
-static inline void v16_reduce_group(const v16 *a, int n, float *out)
+V16_FN void v16_reduce_group(const v16 *a, int n, float *out)
 {
     for (int i = 0; i < n; i++) {
         out[i] = v16_reduce(a[i]);
     }
 }
-static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
+V16_FN void v16_reduce_group_full(const v16 *a, int n, int bf16, float *out)
 {
     (void)n;
     float v = v16_reduce(a[0]);
@@ -638,7 +644,7 @@ static inline void v16_reduce_group_full(const v16 *a, int n, int bf16, float *o
 #endif
 
 /* v16_reduce_n - out[i] = v16_reduce(a[i]) for every i < n, V16_GROUP at a time. */
-static inline void v16_reduce_n(const v16 *a, int n, float *out)
+V16_FN void v16_reduce_n(const v16 *a, int n, float *out)
 {
     for (int i = 0; i < n; i += V16_GROUP) {
         v16_reduce_group(a + i, n - i < V16_GROUP ? n - i : V16_GROUP, out + i);
@@ -648,7 +654,7 @@ static inline void v16_reduce_n(const v16 *a, int n, float *out)
 /* v16_reduce_n_bf16 - v16_reduce_n, each result BF16-rounded when bf16 != 0, through
  * v16_reduce_group_full: out has room for n rounded up to a multiple of V16_GROUP (the slots
  * past n are written with +0). */
-static inline void v16_reduce_n_bf16(const v16 *a, int n, int bf16, float *out)
+V16_FN void v16_reduce_n_bf16(const v16 *a, int n, int bf16, float *out)
 {
 #pragma GCC unroll 8
     for (int i = 0; i < n; i += V16_GROUP) {
