@@ -129,11 +129,34 @@ static uint16_t try_port(uint16_t port)
     return bound;
 }
 
-/* A free loopback TCP port for a child to bind. The port is released before the child binds
- * it, so it is picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range): there
- * the kernel never hands it to another process's connect() or bind(0) meanwhile (the race that
- * made a worker fail with "address already in use" while other clusters ran). Falls back to a
- * kernel-picked port when no such range is free. */
+/* Ports free_port handed out in this process (LAUNCH_PORTS_KEPT at most), never handed out
+ * again: each is released before its child binds it, so a later pick could find it free and
+ * return it twice (two children of one cluster on one port). */
+#define LAUNCH_PORTS_KEPT 256
+static uint16_t g_ports_given[LAUNCH_PORTS_KEPT];
+static int g_n_ports_given;
+
+/* port, remembered in g_ports_given; 0 when port is 0 or was handed out before. */
+static uint16_t port_new(uint16_t port)
+{
+    for (int i = 0; i < g_n_ports_given && port != 0; i++) {
+        if (g_ports_given[i] == port) {
+            return 0;
+        }
+    }
+    if (port != 0 && g_n_ports_given < LAUNCH_PORTS_KEPT) {
+        g_ports_given[g_n_ports_given++] = port;
+    }
+    return port;
+}
+
+/* A free loopback TCP port for a child to bind, never one this process handed out before. The
+ * port is released before the child binds it, so it is picked below the kernel's ephemeral range
+ * (net.ipv4.ip_local_port_range), at random from up to 20000 ports: there the kernel never hands
+ * it to another process's connect() or bind(0) meanwhile (the race that made a worker fail with
+ * "address already in use" while other clusters ran); what remains is another launcher picking
+ * the same port in the milliseconds before its child binds it. Falls back to a kernel-picked
+ * port when no such range is free. */
 static uint16_t free_port(void)
 {
     static uint64_t rng;
@@ -150,18 +173,24 @@ static uint16_t free_port(void)
         rng = tdm_clock_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
     }
     if (lo > 12000) {
-        unsigned base = lo > 20000 ? lo - 10000 : 10000; /* [base, lo): outside the range */
+        unsigned base = lo > 30000 ? lo - 20000 : 10000; /* [base, lo): outside the range */
         for (int tries = 0; tries < 64; tries++) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            uint16_t port = try_port((uint16_t)(base + rng % (lo - base)));
+            uint16_t port = port_new(try_port((uint16_t)(base + rng % (lo - base))));
             if (port != 0) {
                 return port;
             }
         }
     }
-    return try_port(0);
+    for (int tries = 0; tries < 64; tries++) {
+        uint16_t port = port_new(try_port(0));
+        if (port != 0) {
+            return port;
+        }
+    }
+    return 0;
 }
 
 /* HTTP status of GET /health on 127.0.0.1:port, or -1 when nothing answers. */
@@ -498,6 +527,8 @@ int main(int argc, char **argv)
     port = (uint16_t)atoi(colon + 1);
     if (port == 0) {
         port = free_port();
+    } else {
+        (void)port_new(port); /* never picked for another child */
     }
     n = readlink("/proc/self/exe", l.bin_dir, sizeof(l.bin_dir) - 1);
     if (n <= 0) {
