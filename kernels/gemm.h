@@ -120,7 +120,10 @@ typedef enum {
  * FP32 in the batch-invariant order above, rounded to BF16 when flags has KERN_GEMM_OUT_BF16.
  *
  * w:     weight [n_out, n_in], n_in a multiple of KERN_GEMM_K_MULTIPLE (32 for FP8 / MXFP4).
- * x:     [n_rows, n_in] f32 with row stride ldx (>= n_in) elements.
+ * x:     [n_rows, n_in] f32 with row stride ldx (>= n_in) elements. Any alignment gives the same
+ *        bits; the CPU kernels are fastest with x 64-byte aligned and ldx a multiple of 16 (the
+ *        engine's activations are): off a 32-byte boundary the AVX2 few-row tiles split every
+ *        other load across cache lines (the LM head at 16 rows 1.5x slower).
  * y_out: [n_rows, n_out] f32 with row stride ldy (>= n_out), written; must not alias x.
  *
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG (y untouched) for NULL pointers, n_rows < 0, bad
