@@ -296,6 +296,8 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     /* a folded few-row FP8 call whose scaled rows outgrow the stack buffer (9 x 1024 floats:
      * gemm_body.inc gemv_rows_fp8s takes them from the heap), threaded */
     check_gemm_quant(KERN_MAT_FP8, 200, 1024, 9, 2, KERN_GEMM_OUT_BF16, 110, 130);
+    /* the same for MXFP4's permuted x (5 x 2048 floats: gemm_body.inc gb_mx4p_rows) */
+    check_gemm_quant(KERN_MAT_MXFP4, 70, 2048, 5, 2, 0, 110, 130);
     check_gemm_quant(KERN_MAT_MXFP4, 300, 512, 40, 3, KERN_GEMM_OUT_BF16, 100, 140);
 }
 
