@@ -4,7 +4,8 @@
  * prefills only its new tokens (prefill node and router counters, exactly, per turn), a
  * cancelled turn giving its reserved pages back, a decode node with --spec ngram giving the same
  * greedy tokens as one without and counting its drafts on /metrics, a role's --device typo refused
- * by the launcher. Every test ends with each
+ * by the launcher, a child's port lost to another process (the launcher starts again on fresh
+ * ports). Every test ends with each
  * decode node's pages back at the baseline it had when the cluster came up (printed). Counters
  * are read as soon as a response ends, without waiting: a worker counts a turn or job on /metrics
  * before it sends the Finish or CompletionNotice that ends it (docs/PROTOCOL.md section 7).
@@ -12,6 +13,8 @@
  */
 #define T_MODEL_PREFIX "cluster"
 #include "test_cluster_harness.h"
+
+#include <sys/stat.h>
 
 static void test_disaggregated_turns_match_colocated(void **state)
 {
@@ -271,6 +274,76 @@ static void test_bad_role_device_is_refused_up_front(void **state)
     assert_int_equal(WEXITSTATUS(rc), 2);
 }
 
+/* A child that loses the port the launcher picked for it (another process binds it between the
+ * pick and the child's bind: "address already in use") makes the launcher start the cluster
+ * again on fresh ports, and only the last attempt's processes are announced. Forced here: the
+ * launcher runs from a directory whose tandem-router, the first time, lets a listener (python3,
+ * no HTTP) take its --http port and exits 1 as a router does when its bind fails. */
+static void test_lost_port_starts_again_on_fresh_ports(void **state)
+{
+    char dir[T_PATH], path[T_PATH + 32], cmd[8 * T_PATH], real_bin[T_PATH];
+    const char *tmp = getenv("TANDEM_TEST_TMP");
+    unsigned stolen = 0;
+    int holder = 0;
+    cluster_t c;
+    FILE *f;
+
+    (void)state;
+    snprintf(dir, sizeof(dir), "%s/cluster-lost-port", tmp != NULL ? tmp : "/tmp");
+    snprintf(real_bin, sizeof(real_bin), "%s", g_bin);
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s && mkdir -p %s && cp %s/tandem %s/tandem && "
+             "ln -s %s/tandem-decode %s/tandem-prefill %s/",
+             dir, dir, real_bin, dir, real_bin, real_bin, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof(path), "%s/tandem-router", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(
+        f,
+        "#!/bin/sh\n"
+        "if [ ! -e %s/stolen ]; then\n"
+        "  for a; do [ \"$prev\" = --http ] && port=\"${a##*:}\"; prev=\"$a\"; done\n"
+        "  python3 -c 'import os, socket, sys, time\n"
+        "s = socket.socket(); s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen()\n"
+        "open(sys.argv[2] + \".tmp\", \"w\").write(\"%%d %%s\" %% (os.getpid(), sys.argv[1]))\n"
+        "os.rename(sys.argv[2] + \".tmp\", sys.argv[2]); time.sleep(120)' \"$port\" %s/stolen &\n"
+        "  while [ ! -e %s/stolen ]; do sleep 0.05; done\n"
+        "  echo 'tandem-router (test): cannot listen: address already in use' >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        "exec %s/tandem-router \"$@\"\n",
+        dir, dir, dir, real_bin);
+    fclose(f);
+    assert_int_equal(chmod(path, 0755), 0);
+
+    snprintf(g_bin, sizeof(g_bin), "%s", dir);
+    int rc = cluster_start(&c, 1, 1, NULL, 1);
+    snprintf(g_bin, sizeof(g_bin), "%s", real_bin);
+    snprintf(path, sizeof(path), "%s/stolen", dir);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %u", &holder, &stolen) != 2) {
+            holder = 0;
+        }
+        fclose(f);
+    }
+    if (holder > 0) {
+        kill(holder, SIGKILL); /* the listener this test made (by PID) */
+    }
+    assert_int_equal(rc, 0);
+    assert_true(holder > 0 && stolen > 0);
+    /* one router announced (the second attempt's), not on the port it lost */
+    assert_int_equal(c.n_routers, 1);
+    assert_true(c.router_port[0] != stolen && c.http_port != stolen);
+    assert_int_equal(c.n_decode, 1);
+    assert_int_equal(c.n_prefill, 1);
+    char *text = complete(c.http_port, "lost-port-1", "1,2,3,4,5", 4);
+    assert_non_null(text);
+    free(text);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +353,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cancelled_turn_returns_reserved_pages, stop_leftovers),
         cmocka_unit_test_teardown(test_spec_ngram_decode_node_matches_spec_off, stop_leftovers),
         cmocka_unit_test(test_bad_role_device_is_refused_up_front),
+        cmocka_unit_test_teardown(test_lost_port_starts_again_on_fresh_ports, stop_leftovers),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, setup_models, teardown_models);

@@ -8,7 +8,11 @@
  * them. With --racks R, decode node i and prefill node i register in rack "rack{i mod R}" (the
  * router keeps a session's prefill in its decode node's rack). A worker that exits while starting
  * (exit 3: the router refused its registration, e.g. a model fingerprint mismatch) stops the launch
- * with its reason. Owns only child processes.
+ * with its reason. A child that dies while starting because another process took a port this
+ * launcher picked for it (between the pick and the child's bind) makes the launcher stop the
+ * attempt and start the whole cluster again on fresh ports (LAUNCH_START_TRIES attempts); the
+ * "started:" lines are printed once an attempt is over, so they name only the last attempt's
+ * processes. Owns only child processes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,6 +43,10 @@
 #define LAUNCH_POLL_MS           50
 #define LAUNCH_GRACE_MS          5000
 #define LAUNCH_EXIT_REFUSED      3
+/* Attempts at starting a cluster when a child lost a picked port to another process. */
+#define LAUNCH_START_TRIES 3
+/* start_cluster's result when a child died because another process holds one of its ports. */
+#define LAUNCH_PORT_TAKEN (-2)
 
 typedef struct {
     const char *model_dir;
@@ -96,6 +104,7 @@ typedef struct {
     const char *role;
     pid_t pid;
     uint16_t http_port;
+    uint16_t picked[2]; /* ports this launcher picked for the child (0: none): HTTP, control */
     int exited;
     int status;
 } proc_t;
@@ -221,8 +230,11 @@ static int health_status(uint16_t port)
     return status;
 }
 
+/* Start child `exe` (from the launcher's directory) as process l->n_procs, answering /health on
+ * http_port; picked_http and picked_control are the ports this launcher picked for it (0: none;
+ * port_taken checks them). Its "started:" line is printed by announce. Returns 0 or -1. */
 static int spawn(launch_t *l, const char *role, const char *exe, char *const *argv,
-                 uint16_t http_port)
+                 uint16_t http_port, uint16_t picked_http, uint16_t picked_control)
 {
     char path[PATH_MAX + 64];
     pid_t pid;
@@ -244,10 +256,20 @@ static int spawn(launch_t *l, const char *role, const char *exe, char *const *ar
     l->procs[l->n_procs].role = role;
     l->procs[l->n_procs].pid = pid;
     l->procs[l->n_procs].http_port = http_port;
+    l->procs[l->n_procs].picked[0] = picked_http;
+    l->procs[l->n_procs].picked[1] = picked_control;
     l->n_procs++;
-    printf("started: role=%s pid=%d health=127.0.0.1:%u\n", role, (int)pid, (unsigned)http_port);
-    fflush(stdout);
     return 0;
+}
+
+/* One "started: role=R pid=P health=127.0.0.1:PORT" line per child, in start order. */
+static void announce(const launch_t *l)
+{
+    for (int i = 0; i < l->n_procs; i++) {
+        printf("started: role=%s pid=%d health=127.0.0.1:%u\n", l->procs[i].role,
+               (int)l->procs[i].pid, (unsigned)l->procs[i].http_port);
+    }
+    fflush(stdout);
 }
 
 /* Reap exited children, each announced on stdout as "exited: role=R pid=P status=S" (S: the
@@ -289,7 +311,38 @@ static void describe_exit(const proc_t *p)
     }
 }
 
-/* Wait until process i answers /health 200. Returns 0, or -1 (deadline, a child died). */
+/* A port this launcher picked for child p that another process holds now (p has exited, so
+ * its own sockets are closed: a port that still cannot be bound was taken between the pick and
+ * the child's bind, the child's "address already in use"); 0 when none. */
+static uint16_t port_taken(const proc_t *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->picked[i] != 0 && try_port(p->picked[i]) != p->picked[i]) {
+            return p->picked[i];
+        }
+    }
+    return 0;
+}
+
+/* After child `died` exited while starting: LAUNCH_PORT_TAKEN when another process holds one
+ * of its picked ports (said on stderr), else -1 with the exit described. */
+static int start_failed(const launch_t *l, int died)
+{
+    uint16_t port = port_taken(&l->procs[died]);
+
+    if (port != 0) {
+        fprintf(stderr,
+                "tandem local: %s (pid %d) exited: port %u was taken by another process before "
+                "it could bind it\n",
+                l->procs[died].role, (int)l->procs[died].pid, (unsigned)port);
+        return LAUNCH_PORT_TAKEN;
+    }
+    describe_exit(&l->procs[died]);
+    return -1;
+}
+
+/* Wait until process i answers /health 200. Returns 0, -1 (deadline, a child died) or
+ * LAUNCH_PORT_TAKEN (start_failed). */
 static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
 {
     while (tdm_clock_now_ns() < deadline_ns) {
@@ -297,8 +350,7 @@ static int await_healthy(launch_t *l, int i, uint64_t deadline_ns)
         int died = reap(l);
 
         if (died >= 0) {
-            describe_exit(&l->procs[died]);
-            return -1;
+            return start_failed(l, died);
         }
         if (health_status(l->procs[i].http_port) == 200) {
             return 0;
@@ -346,7 +398,10 @@ static void stop_all(launch_t *l)
     }
 }
 
-static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
+/* Start the routers, then every worker, each healthy before the next (c's deadline); the API on
+ * http_host:http_port (http_picked: this launcher picked that port). Returns 0, -1 (a child failed
+ * or missed the deadline; said on stderr) or LAUNCH_PORT_TAKEN (start_failed). */
+static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port, int http_picked,
                          const char *http_host)
 {
     char controls[LAUNCH_MAX_ROUTERS * LAUNCH_ARG_BYTES] = "";
@@ -354,14 +409,15 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
     char control[LAUNCH_MAX_ROUTERS][LAUNCH_ARG_BYTES];
     char http[LAUNCH_ARG_BYTES + 8], lpt[32], threads[32], pages[32], rid[32];
     char whttp[LAUNCH_ARG_BYTES], rack[32];
-    uint16_t router_http[LAUNCH_MAX_ROUTERS];
+    uint16_t router_http[LAUNCH_MAX_ROUTERS], router_control[LAUNCH_MAX_ROUTERS];
     uint64_t deadline = tdm_clock_now_ns() + (uint64_t)c->health_timeout_ms * TDM_NS_PER_MS;
     const char *wmodel = c->worker_model_dir != NULL ? c->worker_model_dir : c->model_dir;
 
     for (uint32_t r = 0; r < c->n_routers; r++) {
         size_t n_controls = strlen(controls);
         size_t n_peers = strlen(peers);
-        snprintf(control[r], sizeof(control[r]), "tcp://127.0.0.1:%u", (unsigned)free_port());
+        router_control[r] = free_port();
+        snprintf(control[r], sizeof(control[r]), "tcp://127.0.0.1:%u", (unsigned)router_control[r]);
         router_http[r] = r == 0 ? http_port : free_port();
         snprintf(controls + n_controls, sizeof(controls) - n_controls, "%s%s", r > 0 ? "," : "",
                  control[r]);
@@ -393,14 +449,20 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
         snprintf(http, sizeof(http), "%s:%u", r == 0 ? http_host : "127.0.0.1",
                  (unsigned)router_http[r]);
         snprintf(rid, sizeof(rid), "router-%u", (unsigned)r);
-        if (spawn(l, "router", "tandem-router", argv, router_http[r]) != 0) {
+        if (spawn(l, "router", "tandem-router", argv, router_http[r],
+                  r > 0 || http_picked ? router_http[r] : 0, router_control[r]) != 0) {
             return -1;
         }
         /* A router answers /health (503 until a decode node registers) once it listens. */
         while (health_status(router_http[r]) < 0) {
             struct timespec ts = {0, (long)(LAUNCH_POLL_MS * TDM_NS_PER_MS)};
-            if (reap(l) >= 0 || tdm_clock_now_ns() >= deadline) {
-                describe_exit(&l->procs[l->n_procs - 1]);
+            int died = reap(l);
+            if (died >= 0) {
+                return start_failed(l, died);
+            }
+            if (tdm_clock_now_ns() >= deadline) {
+                fprintf(stderr, "tandem local: router (pid %d) not listening before the deadline\n",
+                        (int)l->procs[l->n_procs - 1].pid);
                 return -1;
             }
             nanosleep(&ts, NULL);
@@ -435,14 +497,18 @@ static int start_cluster(launch_t *l, const launch_cfg_t *c, uint16_t http_port,
         }
         snprintf(whttp, sizeof(whttp), "127.0.0.1:%u", (unsigned)port);
         snprintf(rack, sizeof(rack), "rack%u", (is_decode ? i : i - c->n_decode) % c->n_racks);
-        if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port) != 0 ||
-            await_healthy(l, l->n_procs - 1, deadline) != 0) {
+        if (spawn(l, is_decode ? "decode" : "prefill", argv[0], argv, port, port, 0) != 0) {
             return -1;
+        }
+        int rc = await_healthy(l, l->n_procs - 1, deadline);
+        if (rc != 0) {
+            return rc;
         }
     }
     for (uint32_t r = 0; r < c->n_routers; r++) {
-        if (await_healthy(l, (int)r, deadline) != 0) {
-            return -1;
+        int rc = await_healthy(l, (int)r, deadline);
+        if (rc != 0) {
+            return rc;
         }
     }
     return 0;
@@ -476,6 +542,7 @@ int main(int argc, char **argv)
     char host[LAUNCH_ARG_BYTES];
     const char *colon;
     uint16_t port;
+    int http_picked, started = -1;
     sigset_t signals;
     int sig = 0;
     ssize_t n;
@@ -525,9 +592,8 @@ int main(int argc, char **argv)
     memcpy(host, cfg.http, (size_t)(colon - cfg.http));
     host[colon - cfg.http] = '\0';
     port = (uint16_t)atoi(colon + 1);
-    if (port == 0) {
-        port = free_port();
-    } else {
+    http_picked = port == 0;
+    if (!http_picked) {
         (void)port_new(port); /* never picked for another child */
     }
     n = readlink("/proc/self/exe", l.bin_dir, sizeof(l.bin_dir) - 1);
@@ -542,7 +608,22 @@ int main(int argc, char **argv)
     if (tdm_signals_block(TDM_SIGNALS_CHILD, &signals) != TDM_OK) {
         return 1;
     }
-    if (start_cluster(&l, &cfg, port, host) != 0) {
+    for (int attempt = 1; attempt <= LAUNCH_START_TRIES; attempt++) {
+        if (http_picked) {
+            port = free_port();
+        }
+        started = start_cluster(&l, &cfg, port, http_picked, host);
+        if (started != LAUNCH_PORT_TAKEN || attempt == LAUNCH_START_TRIES) {
+            break;
+        }
+        fprintf(stderr, "tandem local: starting again on fresh ports (attempt %d of %d)\n",
+                attempt + 1, LAUNCH_START_TRIES);
+        stop_all(&l);
+        memset(l.procs, 0, sizeof(l.procs));
+        l.n_procs = 0;
+    }
+    announce(&l);
+    if (started != 0) {
         stop_all(&l);
         return 1;
     }
