@@ -35,9 +35,6 @@
 #define GEMM_CHUNKS_SMALL      2
 #define GEMM_THREAD_MIN_MACS   (32.0 * 1024)
 #define GEMM_SMALL_MACS        (4.0 * 1024 * 1024)
-/* Rows up to which an FP8 GEMM asks cpu_gemm_fp8_fold (the few-row path's most, gemm_body.inc
- * GEMVR_MAX_TOTAL: more rows take panels, which decode each weight once for all rows). */
-#define GEMM_FP8_FOLD_ROWS 16
 
 /* W[o, k] as FP32, exactly (MODEL.md 3), one element at a time. */
 static float weight_at(const kern_mat_t *w, int64_t o, int64_t k)
@@ -477,7 +474,7 @@ tdm_status_t kern_gemm_cpu(kern_ctx_t *ctx, const kern_mat_t *w, const float *x,
         return TDM_OK;
     }
     fn = gemm_isa()->range;
-    fold = n_rows <= GEMM_FP8_FOLD_ROWS && w->dtype == KERN_MAT_FP8
+    fold = n_rows <= CPU_GEMM_FEW_ROWS_MAX && w->dtype == KERN_MAT_FP8
                ? cpu_gemm_fp8_fold(w, x, ldx, n_rows)
                : 0;
     n_quads = (w->n_out + TILE_OUT - 1) / TILE_OUT;

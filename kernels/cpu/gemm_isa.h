@@ -35,6 +35,11 @@
 
 #include "kernels/gemm.h"
 
+/* The most rows of a BF16 or FP8 matrix that take the few-row path (gemm_body.inc GEMVR_MAX_TOTAL;
+ * more take panels, which decode each weight once for all rows), and so the most for which
+ * kern_gemm_cpu asks cpu_gemm_fp8_fold (measured in gemm_body.inc). */
+#define CPU_GEMM_FEW_ROWS_MAX 16
+
 #define CPU_GEMM_ISA_DECLARE(isa)                                                                  \
     int cpu_gemm_range_##isa(const kern_mat_t *w, const float *x, int64_t ldx, int64_t n_rows,     \
                              uint32_t flags, float *y, int64_t ldy, int64_t o0, int64_t o1,        \
