@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@
 #define LAUNCH_ARG_BYTES         256
 #define LAUNCH_POLL_MS           50
 #define LAUNCH_GRACE_MS          5000
+#define LAUNCH_HEALTH_READ_MS    500 /* health_status's wait for a reply */
 #define LAUNCH_EXIT_REFUSED      3
 /* Attempts at starting a cluster when a child lost a picked port to another process. */
 #define LAUNCH_START_TRIES 3
@@ -202,7 +204,9 @@ static uint16_t free_port(void)
     return 0;
 }
 
-/* HTTP status of GET /health on 127.0.0.1:port, or -1 when nothing answers. */
+/* HTTP status of GET /health on 127.0.0.1:port, or -1 when nothing answers (within
+ * LAUNCH_HEALTH_READ_MS of the request: a listener that never replies, such as another process
+ * holding the port, must not stall the launch). */
 static int health_status(uint16_t port)
 {
     struct sockaddr_in a;
@@ -212,11 +216,14 @@ static int health_status(uint16_t port)
     int status = -1;
     ssize_t n;
 
+    struct timeval timeout = {0, LAUNCH_HEALTH_READ_MS * 1000};
+
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) == 0 &&
+        connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1)) {
         n = read(fd, buf, sizeof(buf) - 1);
         if (n > 12) {
