@@ -43,7 +43,7 @@
 #define LAUNCH_ARG_BYTES         256
 #define LAUNCH_POLL_MS           50
 #define LAUNCH_GRACE_MS          5000
-#define LAUNCH_HEALTH_READ_MS    500 /* health_status's wait for a reply */
+#define LAUNCH_HEALTH_READ_MS    2000 /* health_status's wait for a reply */
 #define LAUNCH_EXIT_REFUSED      3
 /* Attempts at starting a cluster when a child lost a picked port to another process. */
 #define LAUNCH_START_TRIES 3
@@ -216,7 +216,7 @@ static int health_status(uint16_t port)
     int status = -1;
     ssize_t n;
 
-    struct timeval timeout = {0, LAUNCH_HEALTH_READ_MS * 1000};
+    struct timeval timeout = {LAUNCH_HEALTH_READ_MS / 1000, (LAUNCH_HEALTH_READ_MS % 1000) * 1000};
 
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
