@@ -63,7 +63,29 @@ typedef struct {
     pid_t router_pid[T_MAX_ROUTERS]; /* the first serves http_port */
     unsigned router_port[T_MAX_ROUTERS];
     int n_routers;
+    int stray_exits; /* "exited:" lines before "ready:" naming no announced process */
 } cluster_t;
+
+/* Whether pid was announced on a "started:" line of c. */
+static inline int cluster_announced(const cluster_t *c, int pid)
+{
+    for (int i = 0; i < c->n_routers; i++) {
+        if (c->router_pid[i] == pid) {
+            return 1;
+        }
+    }
+    for (int i = 0; i < c->n_decode; i++) {
+        if (c->decode_pid[i] == pid) {
+            return 1;
+        }
+    }
+    for (int i = 0; i < c->n_prefill; i++) {
+        if (c->prefill_pid[i] == pid) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* Clusters started and not yet stopped: a failed assertion jumps out of a test, so the test
  * teardown stops whatever is left (never a leaked process tree). */
@@ -327,6 +349,9 @@ static inline int cluster_start_spec(cluster_t *c, int n_prefill, int n_decode,
                    c->n_prefill < T_MAX_WORKERS) {
             c->prefill_pid[c->n_prefill] = pid;
             c->prefill_port[c->n_prefill++] = port;
+        } else if (sscanf(line, "exited: role=%*s pid=%d", &pid) == 1 &&
+                   !cluster_announced(c, pid)) {
+            c->stray_exits++; /* an exit named before (or without) its start */
         } else if (sscanf(line, "ready: http://127.0.0.1:%u", &port) == 1) {
             c->http_port = port;
             for (int i = 0; i < c->n_decode; i++) {

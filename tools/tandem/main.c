@@ -12,7 +12,9 @@
  * launcher picked for it (between the pick and the child's bind) makes the launcher stop the
  * attempt and start the whole cluster again on fresh ports (LAUNCH_START_TRIES attempts); the
  * "started:" lines are printed once an attempt is over, so they name only the last attempt's
- * processes. Owns only child processes.
+ * processes, and an "exited: role=R pid=P status=S" line only ever follows its process's
+ * "started:" line (the processes of an attempt given up are named on stderr only). Owns only
+ * child processes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -109,6 +111,8 @@ typedef struct {
     uint16_t picked[2]; /* ports this launcher picked for the child (0: none): HTTP, control */
     int exited;
     int status;
+    int announced; /* its "started:" line is out (announce), so its "exited:" line may follow */
+    int exit_said; /* its "exited:" line is out */
 } proc_t;
 
 typedef struct {
@@ -269,19 +273,39 @@ static int spawn(launch_t *l, const char *role, const char *exe, char *const *ar
     return 0;
 }
 
-/* One "started: role=R pid=P health=127.0.0.1:PORT" line per child, in start order. */
-static void announce(const launch_t *l)
+/* "exited: role=R pid=P status=S" on stdout for an announced child p that has exited (S: the
+ * exit status, or 128 + the signal; a drained decode node exits 0), once. */
+static void say_exit(proc_t *p)
+{
+    if (!p->announced || !p->exited || p->exit_said) {
+        return;
+    }
+    printf("exited: role=%s pid=%d status=%d\n", p->role, (int)p->pid,
+           WIFEXITED(p->status) ? WEXITSTATUS(p->status)
+                                : 128 + (WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0));
+    fflush(stdout);
+    p->exit_said = 1;
+}
+
+/* One "started: role=R pid=P health=127.0.0.1:PORT" line per child, in start order, then the
+ * "exited:" lines of those that have exited already (a child that died while the cluster
+ * started): stdout names a process's exit only after its start. The children of an attempt
+ * given up for fresh ports (main) are never announced, so stdout names none of them. */
+static void announce(launch_t *l)
 {
     for (int i = 0; i < l->n_procs; i++) {
         printf("started: role=%s pid=%d health=127.0.0.1:%u\n", l->procs[i].role,
                (int)l->procs[i].pid, (unsigned)l->procs[i].http_port);
+        l->procs[i].announced = 1;
     }
     fflush(stdout);
+    for (int i = 0; i < l->n_procs; i++) {
+        say_exit(&l->procs[i]);
+    }
 }
 
-/* Reap exited children, each announced on stdout as "exited: role=R pid=P status=S" (S: the
- * exit status, or 128 + the signal; a drained decode node exits 0); report the first that died.
- * Returns its index or -1. */
+/* Reap exited children (say_exit for the announced ones); report the first that died. Returns
+ * its index or -1. */
 static int reap(launch_t *l)
 {
     int died = -1;
@@ -290,10 +314,7 @@ static int reap(launch_t *l)
         proc_t *p = &l->procs[i];
         if (!p->exited && waitpid(p->pid, &p->status, WNOHANG) == p->pid) {
             p->exited = 1;
-            printf("exited: role=%s pid=%d status=%d\n", p->role, (int)p->pid,
-                   WIFEXITED(p->status) ? WEXITSTATUS(p->status)
-                                        : 128 + (WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0));
-            fflush(stdout);
+            say_exit(p);
             if (died < 0) {
                 died = i;
             }
@@ -397,6 +418,7 @@ static void stop_all(launch_t *l)
                     kill(l->procs[i].pid, SIGKILL);
                     waitpid(l->procs[i].pid, &l->procs[i].status, 0);
                     l->procs[i].exited = 1;
+                    say_exit(&l->procs[i]);
                 }
             }
             break;
