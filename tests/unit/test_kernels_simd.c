@@ -468,6 +468,59 @@ static void test_two_callers_share_the_pool(void **state)
     kern_pool_destroy(a.pool);
 }
 
+/* mhc_collapse and mhc_update for every kind of stream count the kernels treat apart (4: the
+ * model's hc_mult, a constant in the vector code; 1-3: the factors held in registers; 5-16:
+ * broadcast per vector), with a tail past the last whole vector: the scalar loops' bits. */
+static void test_mhc_stream_counts_match_scalar_loops(void **state)
+{
+    enum { H = 40 };
+    static const int ms[] = {1, 2, 3, 4, 5, 8, KERN_MHC_MAX_STREAMS};
+    float pre[KERN_MHC_MAX_STREAMS], post[KERN_MHC_MAX_STREAMS];
+    float Mx[KERN_MHC_MAX_STREAMS * KERN_MHC_MAX_STREAMS], F[H], y[H];
+    float X[KERN_MHC_MAX_STREAMS * H], X2[KERN_MHC_MAX_STREAMS * H];
+    float want[KERN_MHC_MAX_STREAMS * H];
+    (void)state;
+    for (size_t t = 0; t < sizeof(ms) / sizeof(ms[0]); t++) {
+        int m = ms[t];
+        for (int rep = 0; rep < 10; rep++) {
+            for (int i = 0; i < m; i++) {
+                pre[i] = frand(1.0f);
+                post[i] = frand(2.0f);
+            }
+            for (int i = 0; i < m * m; i++) {
+                Mx[i] = frand(1.0f);
+            }
+            for (int i = 0; i < m * H; i++) {
+                X[i] = kern_bf16_round(frand(4.0f));
+            }
+            for (int i = 0; i < H; i++) {
+                F[i] = frand(4.0f);
+            }
+            assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X, 1, m, H, y), TDM_OK);
+            for (int c = 0; c < H; c++) {
+                float acc = 0.0f;
+                for (int i = 0; i < m; i++) {
+                    acc += pre[i] * X[i * H + c];
+                }
+                want[c] = kern_bf16_round(acc);
+            }
+            assert_bits_equal(y, want, H, "mhc_collapse");
+            memcpy(X2, X, sizeof(float) * (size_t)(m * H));
+            assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, m, H, X2), TDM_OK);
+            for (int c = 0; c < H; c++) {
+                for (int j = 0; j < m; j++) {
+                    float acc = 0.0f;
+                    for (int i = 0; i < m; i++) {
+                        acc += Mx[i * m + j] * X[i * H + c];
+                    }
+                    want[j * H + c] = kern_bf16_round(post[j] * F[c] + acc);
+                }
+            }
+            assert_bits_equal(X2, want, m * H, "mhc_update");
+        }
+    }
+}
+
 static void test_mhc_and_attention_match_scalar_loops(void **state)
 {
     enum { M = 4, H = 96, D = 64, NH = 3, NA = 21, NB = 5 };
@@ -1233,6 +1286,7 @@ int main(void)
         cmocka_unit_test(test_many_row_bf16_rounding_matches_reference),
         cmocka_unit_test(test_quantized_checks),
         cmocka_unit_test(test_two_callers_share_the_pool),
+        cmocka_unit_test(test_mhc_stream_counts_match_scalar_loops),
         cmocka_unit_test(test_mhc_and_attention_match_scalar_loops),
         cmocka_unit_test(test_exp_within_one_ulp_and_lanes_equal),
         cmocka_unit_test(test_log1p_within_two_ulp),
