@@ -57,7 +57,9 @@ kern_mhc_coeffs_fn kern_mhc_coeffs_cpu;
 
 /*
  * kern_mhc_collapse_fn - y[r,:] = BF16(sum_i pre[r,i] X[r,i,:]) (R2), i ascending.
- * pre: [n_rows, m].  X: [n_rows, m, H].  y_out: [n_rows, H].
+ * pre: [n_rows, m].  X: [n_rows, m, H].  y_out: [n_rows, H] (must not alias pre or X).
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG (y untouched) for NULL pointers, m outside
+ * [1, KERN_MHC_MAX_STREAMS] or H <= 0.
  */
 typedef tdm_status_t kern_mhc_collapse_fn(kern_ctx_t *ctx, const float *pre, const float *X,
                                           int64_t n_rows, int m, int64_t H, float *y_out);
@@ -66,7 +68,8 @@ kern_mhc_collapse_fn kern_mhc_collapse_cpu;
 /*
  * kern_mhc_update_fn - X'[r,j,:] = BF16(post[r,j] F[r,:] + sum_i M[r,i,j] X[r,i,:]) (R1), in
  * place on X; the i-sum is FP32 in ascending i, then post_j F added.
- * post: [n_rows, m].  F: [n_rows, H] (the sublayer output).  M: [n_rows, m, m].
+ * post: [n_rows, m].  F: [n_rows, H] (the sublayer output).  M: [n_rows, m, m]. post, F and M
+ * must not alias X (the CPU kernels read them once per call, before X is written).
  */
 typedef tdm_status_t kern_mhc_update_fn(kern_ctx_t *ctx, const float *post, const float *F,
                                         const float *M, int64_t n_rows, int m, int64_t H, float *X);

@@ -151,7 +151,7 @@ tdm_status_t kern_mhc_collapse_cpu(kern_ctx_t *ctx, const float *pre, const floa
                                    int64_t n_rows, int m, int64_t H, float *y_out)
 {
     (void)ctx;
-    if (pre == NULL || X == NULL || y_out == NULL || m < 1 || H <= 0) {
+    if (pre == NULL || X == NULL || y_out == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS || H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     const cpu_vec_ops_t *vec = cpu_vec_ops();

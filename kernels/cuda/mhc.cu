@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(KC_BLOCK)
 extern "C" tdm_status_t kern_mhc_collapse_cuda(kern_ctx_t *ctx, const float *pre, const float *X,
                                                int64_t n_rows, int m, int64_t H, float *y_out)
 {
-    if (pre == NULL || X == NULL || y_out == NULL || m < 1 || H <= 0) {
+    if (pre == NULL || X == NULL || y_out == NULL || m < 1 || m > KERN_MHC_MAX_STREAMS || H <= 0) {
         return TDM_ERR_INVALID_ARG;
     }
     if (n_rows <= 0) {

@@ -523,6 +523,17 @@ static void test_mhc_matches_scalar_loops(void **state)
             assert_bits_equal(X2, want, m * H, "mhc_update");
         }
     }
+    /* stream counts outside [1, KERN_MHC_MAX_STREAMS] are refused, outputs untouched (the
+     * vector code keeps up to that many streams' factors in arrays of that size) */
+    for (int bad = 0; bad < 2; bad++) {
+        int m = bad == 0 ? 0 : KERN_MHC_MAX_STREAMS + 1;
+        memcpy(want, X, sizeof(float) * 40);
+        memcpy(y, X, sizeof(float) * 40);
+        assert_int_equal(kern_mhc_collapse_cpu(NULL, pre, X, 1, m, 16, y), TDM_ERR_INVALID_ARG);
+        assert_bits_equal(y, want, 40, "mhc_collapse refused");
+        assert_int_equal(kern_mhc_update_cpu(NULL, post, F, Mx, 1, m, 16, X), TDM_ERR_INVALID_ARG);
+        assert_bits_equal(X, want, 40, "mhc_update refused");
+    }
 }
 
 static void test_attention_matches_scalar_loops(void **state)
