@@ -83,6 +83,16 @@ tdm_status_t tdm_signals_block(tdm_signals_flags_t flags, sigset_t *set_out)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     if ((flags & TDM_SIGNALS_CHILD) != 0) {
+        /* An ignored SIGCHLD (inherited across exec from a parent that set it) makes the kernel
+         * reap the children itself: waitpid would never report their exits. */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        if (sigaction(SIGCHLD, &dfl, NULL) != 0) {
+            tdm_log(TDM_LOG_ERROR, "startup", "cannot reset SIGCHLD: error=%s", strerror(errno));
+            return TDM_ERR_IO;
+        }
         sigaddset(&set, SIGCHLD);
     }
     rc = pthread_sigmask(SIG_BLOCK, &set, NULL);

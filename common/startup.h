@@ -75,6 +75,9 @@ tdm_status_t tdm_signals_install(tdm_signal_handler_fn *on_stop, tdm_signals_fla
  * tdm_signals_block - block SIGINT and SIGTERM (and SIGCHLD with TDM_SIGNALS_CHILD) in the calling
  * thread, so every thread it creates afterwards inherits the mask and main() can take them
  * synchronously with sigwait(set_out, &signo); ignores SIGPIPE with TDM_SIGNALS_IGNORE_PIPE.
+ * With TDM_SIGNALS_CHILD it also sets SIGCHLD's disposition back to the default: one ignored by
+ * the parent that exec'd this process would make the kernel reap the children itself, and
+ * waitpid would never report their exits (POSIX.1-2008, waitpid; SA_NOCLDWAIT).
  *
  * set_out: written with the blocked set (only on success).
  * Returns TDM_OK, or TDM_ERR_IO if pthread_sigmask or sigaction fails (logged). Call before any

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -233,13 +235,28 @@ static void test_signals_install_routes_stop_and_ignores_pipe(void **state)
 static void test_signals_block_queues_stop_for_sigwait(void **state)
 {
     sigset_t old_mask, set, pending;
-    struct sigaction old_pipe, now;
+    struct sigaction old_pipe, old_chld, now;
     int signo = 0;
     (void)state;
 
     pthread_sigmask(SIG_SETMASK, NULL, &old_mask);
     sigaction(SIGPIPE, NULL, &old_pipe);
+    sigaction(SIGCHLD, NULL, &old_chld);
+    signal(SIGCHLD, SIG_IGN); /* as a parent that ignores it would leave it across exec */
     assert_int_equal(tdm_signals_block(TDM_SIGNALS_CHILD, &set), TDM_OK);
+    sigaction(SIGCHLD, NULL, &now);
+    assert_true(now.sa_handler == SIG_DFL);
+    /* a child's exit is reported to waitpid (with SIGCHLD ignored it would be reaped unseen) */
+    pid_t child = fork();
+    if (child == 0) {
+        _exit(7);
+    }
+    assert_true(child > 0);
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+    assert_int_equal(sigwait(&set, &signo), 0); /* its SIGCHLD, pending while blocked */
+    assert_int_equal(signo, SIGCHLD);
     assert_true(sigismember(&set, SIGINT) == 1);
     assert_true(sigismember(&set, SIGTERM) == 1);
     assert_true(sigismember(&set, SIGCHLD) == 1);
@@ -254,6 +271,7 @@ static void test_signals_block_queues_stop_for_sigwait(void **state)
     assert_int_equal(signo, SIGTERM);
 
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    sigaction(SIGCHLD, &old_chld, NULL);
 }
 
 static void test_errbuf_formats_truncates_and_accepts_null(void **state)
