@@ -35,22 +35,29 @@ tdm_status_t tdm_main_start(const tdm_main_spec_t *spec, int argc, char **argv, 
     return TDM_OK;
 }
 
-/* Ignore SIGPIPE when `flags` asks for it. */
-static tdm_status_t ignore_pipe(tdm_signals_flags_t flags)
+/* Set signo's disposition to `handler` (SIG_IGN or SIG_DFL; empty mask, no flags); what: the
+ * action, for the error line. */
+static tdm_status_t set_disposition(int signo, void (*handler)(int), const char *what)
 {
     struct sigaction sa;
 
-    if ((flags & TDM_SIGNALS_IGNORE_PIPE) == 0) {
-        return TDM_OK;
-    }
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_IGN;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGPIPE, &sa, NULL) != 0) {
-        tdm_log(TDM_LOG_ERROR, "startup", "cannot ignore SIGPIPE: error=%s", strerror(errno));
+    if (sigaction(signo, &sa, NULL) != 0) {
+        tdm_log(TDM_LOG_ERROR, "startup", "cannot %s: error=%s", what, strerror(errno));
         return TDM_ERR_IO;
     }
     return TDM_OK;
+}
+
+/* Ignore SIGPIPE when `flags` asks for it. */
+static tdm_status_t ignore_pipe(tdm_signals_flags_t flags)
+{
+    if ((flags & TDM_SIGNALS_IGNORE_PIPE) == 0) {
+        return TDM_OK;
+    }
+    return set_disposition(SIGPIPE, SIG_IGN, "ignore SIGPIPE");
 }
 
 tdm_status_t tdm_signals_install(tdm_signal_handler_fn *on_stop, tdm_signals_flags_t flags)
@@ -85,12 +92,7 @@ tdm_status_t tdm_signals_block(tdm_signals_flags_t flags, sigset_t *set_out)
     if ((flags & TDM_SIGNALS_CHILD) != 0) {
         /* An ignored SIGCHLD (inherited across exec from a parent that set it) makes the kernel
          * reap the children itself: waitpid would never report their exits. */
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof(dfl));
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        if (sigaction(SIGCHLD, &dfl, NULL) != 0) {
-            tdm_log(TDM_LOG_ERROR, "startup", "cannot reset SIGCHLD: error=%s", strerror(errno));
+        if (set_disposition(SIGCHLD, SIG_DFL, "reset SIGCHLD") != TDM_OK) {
             return TDM_ERR_IO;
         }
         sigaddset(&set, SIGCHLD);
