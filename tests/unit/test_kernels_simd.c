@@ -469,9 +469,9 @@ static void test_two_callers_share_the_pool(void **state)
 }
 
 /* mhc_collapse and mhc_update against the scalar loops, bit for bit: at the model's 4 streams
- * (a constant in the vector code) over whole vectors, and for every kind of stream count the
- * kernels treat apart (1-3: the factors held in registers; 5-16: broadcast per vector) with a
- * column tail past the last whole vector. */
+ * (a constant in the vector code) over whole vectors, and at other stream counts from 1 to
+ * KERN_MHC_MAX_STREAMS (the vector code's general path) with a column tail past the last whole
+ * vector. */
 static void test_mhc_matches_scalar_loops(void **state)
 {
     enum { H_MAX = 96 };
