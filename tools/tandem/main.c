@@ -112,7 +112,6 @@ typedef struct {
     int exited;
     int status;
     int announced; /* its "started:" line is out (announce), so its "exited:" line may follow */
-    int exit_said; /* its "exited:" line is out */
 } proc_t;
 
 typedef struct {
@@ -273,18 +272,19 @@ static int spawn(launch_t *l, const char *role, const char *exe, char *const *ar
     return 0;
 }
 
-/* "exited: role=R pid=P status=S" on stdout for an announced child p that has exited (S: the
- * exit status, or 128 + the signal; a drained decode node exits 0), once. */
-static void say_exit(proc_t *p)
+/* "exited: role=R pid=P status=S" on stdout for child p when it is both announced and exited
+ * (S: the exit status, or 128 + the signal; a drained decode node exits 0). Called where either
+ * becomes true (announce; reap and stop_all's reaping), each of which happens once, so the line
+ * comes out once. */
+static void say_exit(const proc_t *p)
 {
-    if (!p->announced || !p->exited || p->exit_said) {
+    if (!p->announced || !p->exited) {
         return;
     }
     printf("exited: role=%s pid=%d status=%d\n", p->role, (int)p->pid,
            WIFEXITED(p->status) ? WEXITSTATUS(p->status)
                                 : 128 + (WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0));
     fflush(stdout);
-    p->exit_said = 1;
 }
 
 /* One "started: role=R pid=P health=127.0.0.1:PORT" line per child, in start order, then the
