@@ -12,10 +12,10 @@
  * below FP32's normal range, x not finite): the plain order is used. Else fma(w_h, x * s, acc) =
  * fma(w_h * s, x, acc) bit for bit (both products are the same real number and fma rounds once), so
  * the scale can multiply x once per step for all weight rows of a scale block instead of every
- * weight vector (the few-row path: once per call for all 32 weight rows, gemm_body.inc GB_DT_FP8S):
- * 1, or 2 when x * 2^(S - 7) is exact too (then, in blocks the matrix's clean map marks, the raw
- * decode e4m3 * 2^-120 may take the FP16 decode's place: gemm_body.inc gb_gemv_block_f). Reads all
- * of x and w's scales; never fails.
+ * weight vector (once per call for all 32 weight rows of a block: the few-row path, gemm_body.inc
+ * GB_DT_FP8S, and the one-row path, gemm_gemv.inc gemv_fp8_xs): 1, or 2 when x * 2^(S - 7) is
+ * exact too (then, in blocks the matrix's clean map marks, the raw decode e4m3 * 2^-120 may take
+ * the FP16 decode's place: gemm_gemv.inc). Reads all of x and w's scales; never fails.
  *
  * cpu_dot_<isa>: sum_k a[k] b[k], n a multiple of 16, the same order (kern_dot_cpu).
  * cpu_fma_flops_<isa>: n_iters rounds of independent 16-lane FMA chains on registers; returns
