@@ -177,7 +177,7 @@ static void test_gemm_with_the_map_equals_the_reference_on_every_set(void **stat
 
 /* One row through each set's range function over output ranges that start and end inside 32-row
  * scale blocks and 4-row clean groups (as the worker pool's chunks can): the one-row FP8 path
- * scales x once per block of the range (gemm_body.inc gemv_fp8_xs; fold 2: the raw decode on x86,
+ * scales x once per block of the range (gemm_gemv.inc gemv_fp8_xs; fold 2: the raw decode on x86,
  * fold 1: the FP16 decode everywhere), and only [o0, o1) is written. */
 static void test_one_row_ranges_inside_blocks(void **state)
 {
