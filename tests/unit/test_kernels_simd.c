@@ -1250,6 +1250,42 @@ static void test_index_scores_blocks_match_scalar_set(void **state)
     }
 }
 
+/* TANDEM_TEST_EXPECT_WIDEST (scripts/avx2-check sets avx2, scripts/neon-check neon): the widest
+ * set this CPU runs, and the kernels' default choice where TANDEM_CPU_ISA is unset, must be that
+ * one. A check on an emulated CPU then fails where the emulator did not give the CPU it was asked
+ * for, instead of passing on the scalar set alone. Returns 1 when it holds or is not asked. */
+static int widest_is_expected(void)
+{
+    const char *want = getenv("TANDEM_TEST_EXPECT_WIDEST");
+    const char *cap = getenv("TANDEM_CPU_ISA");
+    kern_cpu_isa_t expected;
+    kern_cpu_isa_t widest = KERN_ISA_SCALAR;
+    if (want == NULL || want[0] == '\0') {
+        return 1;
+    }
+    if (kern_cpu_isa_parse(want, &expected) != TDM_OK) {
+        printf("TANDEM_TEST_EXPECT_WIDEST=%s: expected scalar, avx2, avx512 or neon\n", want);
+        return 0;
+    }
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        if (kern_cpu_isa_supported((kern_cpu_isa_t)isa)) {
+            widest = (kern_cpu_isa_t)isa; /* avx2/avx512 and neon never both */
+        }
+    }
+    if (widest != expected) {
+        printf("TANDEM_TEST_EXPECT_WIDEST=%s: this CPU's widest set is %s\n", want,
+               kern_cpu_isa_name(widest));
+        return 0;
+    }
+    if ((cap == NULL || cap[0] == '\0') && kern_cpu_isa() != expected) {
+        printf("TANDEM_TEST_EXPECT_WIDEST=%s: the kernels chose %s by default\n", want,
+               kern_cpu_isa_name(kern_cpu_isa()));
+        return 0;
+    }
+    printf("[ OK       ] widest set %s, as TANDEM_TEST_EXPECT_WIDEST asks\n", want);
+    return 1;
+}
+
 /* The whole group once per instruction set this CPU runs (kernels/cpu_isa.h): each must give
  * the scalar definitions' bits. */
 int main(void)
@@ -1279,6 +1315,9 @@ int main(void)
     };
     int failures = 0;
     int n_run = 0;
+    if (!widest_is_expected()) {
+        return 1;
+    }
     for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
         char name[64];
         if (!kern_cpu_isa_supported((kern_cpu_isa_t)isa)) {
