@@ -207,6 +207,11 @@ static void test_gemv_and_pooled_gemm_match_reference(void **state)
      * many outputs, each tile of rows over all of them); blocks and tiles with ragged ends */
     check_gemm(KERN_MAT_BF16, 1030, 256, 40, 1, KERN_GEMM_OUT_BF16);
     check_gemm(KERN_MAT_F32, 203, 128, 70, 2, 0);
+    /* the few-row path's blocks of weight rows (gemm_body.inc GB_VR_BLOCK_BYTES) run by several
+     * groups of rows in turn, the last block ragged: 16 KiB blocks of 16 BF16 rows, 2 F32 rows */
+    check_gemm(KERN_MAT_BF16, 100, 512, 16, 1, KERN_GEMM_OUT_BF16);
+    check_gemm(KERN_MAT_BF16, 37, 512, 8, 1, 0);
+    check_gemm(KERN_MAT_F32, 37, 2048, 5, 1, 0);
 }
 
 /* An FP8 or MXFP4 matrix [n_out, n_in]: random codes (no E4M3 NaN) and scales in
@@ -293,6 +298,8 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     check_gemm_quant(KERN_MAT_FP8, 1030, 1024, 1, 2, KERN_GEMM_OUT_BF16, 100, 134);
     check_gemm_quant(KERN_MAT_MXFP4, 1030, 1024, 1, 2, 0, 100, 140);
     check_gemm_quant(KERN_MAT_FP8, 300, 512, 40, 2, 0, 100, 134);
+    /* FP8 rows in 16 KiB blocks (16 rows of 1024 codes) inside each 32-row scale block, 3 groups */
+    check_gemm_quant(KERN_MAT_FP8, 70, 1024, 16, 1, 0, 100, 134);
     /* a folded few-row FP8 call whose scaled rows outgrow the stack buffer (9 x 1024 floats:
      * gemm_body.inc gemv_rows_fp8s takes them from the heap), threaded */
     check_gemm_quant(KERN_MAT_FP8, 200, 1024, 9, 2, KERN_GEMM_OUT_BF16, 110, 130);
