@@ -300,9 +300,11 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     check_gemm_quant(KERN_MAT_FP8, 300, 512, 40, 2, 0, 100, 134);
     /* FP8 rows in 16 KiB blocks (16 rows of 1024 codes) inside each 32-row scale block, 3 groups */
     check_gemm_quant(KERN_MAT_FP8, 70, 1024, 16, 1, 0, 100, 134);
-    /* a folded few-row FP8 call whose scaled rows outgrow the stack buffer (9 x 1024 floats:
-     * gemm_body.inc gemv_rows_fp8s takes them from the heap), threaded */
+    /* folded few-row FP8 calls, threaded: 9 rows of 1024 (each group's scaled rows on the stack)
+     * and of 8192, where one group's scaled rows outgrow the stack buffer on every set (2-6 rows
+     * x 8192 floats: gemm_body.inc gemv_rows_fp8s takes them from the heap) */
     check_gemm_quant(KERN_MAT_FP8, 200, 1024, 9, 2, KERN_GEMM_OUT_BF16, 110, 130);
+    check_gemm_quant(KERN_MAT_FP8, 64, 8192, 9, 2, KERN_GEMM_OUT_BF16, 110, 130);
     /* the same for MXFP4's permuted x (5 x 2048 floats: gemm_body.inc gb_mx4p_rows) */
     check_gemm_quant(KERN_MAT_MXFP4, 70, 2048, 5, 2, 0, 110, 130);
     check_gemm_quant(KERN_MAT_MXFP4, 300, 512, 40, 3, KERN_GEMM_OUT_BF16, 100, 140);
