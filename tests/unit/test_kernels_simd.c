@@ -298,7 +298,8 @@ static void test_quantized_gemm_matches_bf16_expansion(void **state)
     check_gemm_quant(KERN_MAT_FP8, 1030, 1024, 1, 2, KERN_GEMM_OUT_BF16, 100, 134);
     check_gemm_quant(KERN_MAT_MXFP4, 1030, 1024, 1, 2, 0, 100, 140);
     check_gemm_quant(KERN_MAT_FP8, 300, 512, 40, 2, 0, 100, 134);
-    /* FP8 rows in 16 KiB blocks (16 rows of 1024 codes) inside each 32-row scale block, 3 groups */
+    /* FP8 rows in 16 KiB blocks (16 rows of 1024 codes) inside each 32-row scale block, several
+     * groups of rows (3 on x86, 6 on NEON, 8 on the scalar set) */
     check_gemm_quant(KERN_MAT_FP8, 70, 1024, 16, 1, 0, 100, 134);
     /* folded few-row FP8 calls, threaded: 9 rows of 1024 (each group's scaled rows on the stack)
      * and of 8192, where one group's scaled rows outgrow the stack buffer on every set (2-6 rows
