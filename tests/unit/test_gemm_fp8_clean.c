@@ -175,11 +175,15 @@ static void test_gemm_with_the_map_equals_the_reference_on_every_set(void **stat
     assert_int_equal(kern_cpu_isa_set(was), TDM_OK);
 }
 
-/* One row through each set's range function over output ranges that start and end inside 32-row
- * scale blocks and 4-row clean groups (as the worker pool's chunks can): the one-row FP8 path
- * scales x once per block of the range (gemm_gemv.inc gemv_fp8_xs; fold 2: the raw decode on x86,
- * fold 1: the FP16 decode everywhere), and only [o0, o1) is written. */
-static void test_one_row_ranges_inside_blocks(void **state)
+enum { RANGE_ROWS_MAX = 9 };
+
+/* n_rows rows through each set's range function over output ranges that start and end inside
+ * 32-row scale blocks and 4-row clean groups (as the worker pool's chunks can): the FP8 paths scale
+ * x once per block of the range (one row: gemm_gemv.inc gemv_fp8_xs; several: gemm_body.inc
+ * gemv_rows_fp8s, in groups of rows; fold 2: the raw decode on x86 where the clean groups allow,
+ * the FP16 decode in the others; fold 1: the FP16 decode everywhere), and only [o0, o1) of each
+ * row is written. */
+static void check_ranges_inside_blocks(int n_rows)
 {
     static uint8_t codes[N_OUT * N_IN], scales[16], map[8];
     static uint16_t bf16[N_OUT * N_IN];
@@ -204,45 +208,65 @@ static void test_one_row_ranges_inside_blocks(void **state)
     };
     kern_mat_t m = {KERN_MAT_FP8, N_OUT, N_IN, codes, scales, map};
     kern_mat_t mb = {KERN_MAT_BF16, N_OUT, N_IN, bf16, NULL, NULL};
-    float x[N_IN], y[N_OUT], y_ref[N_OUT];
+    float x[RANGE_ROWS_MAX * N_IN], y[RANGE_ROWS_MAX * N_OUT], y_ref[RANGE_ROWS_MAX * N_OUT];
     kern_cpu_isa_t was = kern_cpu_isa();
     int n_sets = 0;
 
-    (void)state;
+    assert_true(n_rows >= 1 && n_rows <= RANGE_ROWS_MAX);
     make_codes(codes, scales);
     assert_int_equal(kern_mat_bf16_from_fp8(codes, scales, N_OUT, N_IN, bf16), TDM_OK);
     assert_int_equal(kern_mat_fp8_clean_fill(&m, map), TDM_OK);
     for (size_t g = 0; g < sizeof(xs) / sizeof(xs[0]); g++) {
-        for (int i = 0; i < N_IN; i++) {
+        for (int i = 0; i < n_rows * N_IN; i++) {
             x[i] = ((float)(rnd32() % 2001u) / 1000.0f - 1.0f) * xs[g].magnitude;
         }
-        assert_int_equal(cpu_gemm_fp8_fold(&m, x, N_IN, 1), xs[g].fold);
-        assert_int_equal(kern_gemm_ref_cpu(NULL, &mb, x, N_IN, 1, 0, y_ref, N_OUT), TDM_OK);
+        assert_int_equal(cpu_gemm_fp8_fold(&m, x, N_IN, n_rows), xs[g].fold);
+        assert_int_equal(kern_gemm_ref_cpu(NULL, &mb, x, N_IN, n_rows, 0, y_ref, N_OUT), TDM_OK);
         for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++) {
             if (!kern_cpu_isa_supported(sets[s].isa)) {
                 continue;
             }
             /* a call through kern_gemm_cpu hands the set out and so fills its tables first */
             assert_int_equal(kern_cpu_isa_set(sets[s].isa), TDM_OK);
-            assert_int_equal(kern_gemm_cpu(NULL, &m, x, N_IN, 1, 0, y, N_OUT), TDM_OK);
+            assert_int_equal(kern_gemm_cpu(NULL, &m, x, N_IN, n_rows, 0, y, N_OUT), TDM_OK);
             for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
                 int o0 = ranges[r][0], o1 = ranges[r][1];
-                for (int o = 0; o < N_OUT; o++) {
-                    y[o] = -1.0f;
+                for (int i = 0; i < n_rows * N_OUT; i++) {
+                    y[i] = -1.0f;
                 }
-                assert_int_equal(sets[s].range(&m, x, N_IN, 1, 0, y, N_OUT, o0, o1, xs[g].fold), 1);
-                for (int o = 0; o < N_OUT; o++) {
-                    if (o < o0 || o >= o1) {
-                        assert_true(y[o] == -1.0f);
+                assert_int_equal(
+                    sets[s].range(&m, x, N_IN, n_rows, 0, y, N_OUT, o0, o1, xs[g].fold), 1);
+                for (int row = 0; row < n_rows; row++) {
+                    for (int o = 0; o < N_OUT; o++) {
+                        if (o < o0 || o >= o1) {
+                            assert_true(y[row * N_OUT + o] == -1.0f);
+                        }
                     }
+                    assert_bits_equal(y + row * N_OUT + o0, y_ref + row * N_OUT + o0, o1 - o0,
+                                      n_rows == 1 ? "one row, an output range"
+                                                  : "several rows, an output range");
                 }
-                assert_bits_equal(y + o0, y_ref + o0, o1 - o0, "one row, an output range");
             }
             n_sets++;
         }
     }
     assert_true(n_sets >= 4); /* the scalar set and this CPU's vector set at least, twice */
     assert_int_equal(kern_cpu_isa_set(was), TDM_OK);
+}
+
+static void test_one_row_ranges_inside_blocks(void **state)
+{
+    (void)state;
+    check_ranges_inside_blocks(1);
+}
+
+/* 4 rows (one group of the few-row tile) and 9 (two groups on every set: 5 + 4 in tiles of 6,
+ * AVX2's FP8 tile and AVX-512's; 4 + 4 + 1 where the tile has 4 rows) */
+static void test_few_row_ranges_inside_blocks(void **state)
+{
+    (void)state;
+    check_ranges_inside_blocks(4);
+    check_ranges_inside_blocks(9);
 }
 
 /* cpu_gemm_fp8_fold (kernels/cpu/gemm_isa.h), the answer the GEMV's order hangs on: zeros take no
@@ -294,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_map_marks_blocks_without_subnormal_codes),
         cmocka_unit_test(test_gemm_with_the_map_equals_the_reference_on_every_set),
         cmocka_unit_test(test_one_row_ranges_inside_blocks),
+        cmocka_unit_test(test_few_row_ranges_inside_blocks),
         cmocka_unit_test(test_fold_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
