@@ -5,7 +5,9 @@
  * and 16 rows 1.12-1.38x, 2-8 rows and MXFP4 unchanged, engine batch 16 1.02-1.03x, Zen 4 EPYC,
  * docs/BENCHMARKS.md 2026-12-05 evening); weight rows per GEMV block: 2 BF16, 1 F32 (1.15-1.27x
  * over 2 on the mHC matrices [24, 2048], Zen 4), 4 FP8/MXFP4; MXFP4 decoded through BF16 byte
- * lookups in a lane order of their own (gemm_mx4p.inc). */
+ * lookups in a lane order of their own (gemm_mx4p.inc). The few-row FP8 path decodes clean 4-row
+ * groups raw (GB_FP8_RAW_ROWS, gemm_body.inc gemv_rows_fp8s: 1.02-1.08x on the attention
+ * projections at 4 and 16 rows, docs/BENCHMARKS.md 2026-12-06, fifth session). */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX2   1
 #define CPU_SIMD16_SUFFIX avx2
