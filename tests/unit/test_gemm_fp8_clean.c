@@ -263,8 +263,8 @@ static void test_one_row_ranges_inside_blocks(void **state)
     check_ranges_inside_blocks(1);
 }
 
-/* 4 rows (one group of the few-row tile) and 9 (two groups on every set: 5 + 4 in tiles of 6,
- * AVX2's FP8 tile and AVX-512's; 4 + 4 + 1 where the tile has 4 rows) */
+/* 4 rows and 9 rows: on AVX2 and AVX-512 (FP8 tiles of 6 rows) one group, then two (5 + 4); on
+ * NEON (3 rows) two groups, then three; on the scalar set (2 rows) two, then five */
 static void test_few_row_ranges_inside_blocks(void **state)
 {
     (void)state;
