@@ -263,7 +263,7 @@ static void test_one_row_ranges_inside_blocks(void **state)
     check_ranges_inside_blocks(1);
 }
 
-/* 4 rows and 9 rows: on AVX2 and AVX-512 (FP8 tiles of 6 rows) one group, then two (5 + 4); on
+/* 4 rows and 9 rows: on AVX2 and AVX-512 (FP8 tiles of 6 rows) one group, then two (4 + 5); on
  * NEON (3 rows) two groups, then three; on the scalar set (2 rows) two, then five */
 static void test_few_row_ranges_inside_blocks(void **state)
 {
