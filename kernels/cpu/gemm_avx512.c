@@ -3,7 +3,7 @@
  * tile (24 accumulators) for panels and for the few-row path (GEMVR), weight rows per GEMV
  * block: 2 BF16, 1 F32 (1.02-1.05x over 2 on the mHC matrices [24, 2048], Zen 4), 4 FP8/MXFP4.
  * The few-row FP8 path keeps the FP16 decode (GB_FP8_RAW_ROWS 0): the raw one in clean 4-row
- * groups measured 0.96-1.02x here, against 1.03-1.09x on the AVX2 set (docs/BENCHMARKS.md
+ * groups measured 0.96-1.02x here, against 1.02-1.08x on the AVX2 set (docs/BENCHMARKS.md
  * 2026-12-06, fifth session). */
 #if defined(__x86_64__)
 #define CPU_SIMD16_AVX512 1
